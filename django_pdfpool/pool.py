@@ -102,14 +102,13 @@ class _Job:
         "starter",
         "state",
         "task",
-        "timer",
         "waiters",
     )
 
     def __init__(self, key: str, caller: str, fn: JobFn, starter: _Waiter) -> None:
         self.key = key
         self.caller = caller
-        self.fn = fn
+        self.fn: JobFn | None = fn
         self.starter = starter
         self.waiters: set[_Waiter] = {starter}
         self.state = "queued"  # then "running", then "done"
@@ -117,7 +116,6 @@ class _Job:
         self.started_mono: float | None = None
         self.deadline: float | None = None
         self.task: asyncio.Task[Any] | None = None
-        self.timer: asyncio.TimerHandle | None = None
 
 
 class _Recent:
@@ -167,6 +165,11 @@ class Pool:
         self._closed = False
         self._stopping = False
         self._idle_waiters: list[_Waiter] = []
+        # One wait timer, for the head of the queue: every job waits the same `wait`
+        # and the queue is FIFO, so deadlines grow along it. `_timer` lives on the job
+        # loop; `_timer_wanted` (under the lock) says whether it should be armed.
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_wanted = False
         self._counts = dict.fromkeys(Counters.__dataclass_fields__, 0)
         self._queue_waits = _Recent()
         self._run_times = _Recent()
@@ -257,20 +260,26 @@ class Pool:
             self._queue.append(job)
             if self.wait is not None:
                 job.deadline = job.queued_mono + self.wait
-                call_in_job_loop(self._arm_timer, job)
+                if not self._timer_wanted:
+                    self._timer_wanted = True
+                    call_in_job_loop(self._arm_timer)
         return job
 
-    def _start(self, job: _Job) -> None:
-        """Give ``job`` a slot and schedule it on the job loop. Under the lock."""
+    def _start(self, job: _Job, *, on_job_loop: bool = False) -> None:
+        """Give ``job`` a slot and run it on the job loop. Under the lock."""
         job.state = "running"
         job.started_mono = time.monotonic()
         self._running += 1
         self._counts["started"] += 1
         self._queue_waits.add(job.started_mono - job.queued_mono)
-        call_in_job_loop(self._spawn, job)
+        if on_job_loop:
+            self._spawn(job)
+        else:
+            call_in_job_loop(self._spawn, job)
 
     def _spawn(self, job: _Job) -> None:
         """On the job loop: run the job as a task; its ending is handled in ``_finish``."""
+        assert job.fn is not None  # a job is only spawned once, before it ends
         job.task = asyncio.get_running_loop().create_task(_call(job.fn))
         job.task.add_done_callback(lambda task: self._finish(job, task))
 
@@ -285,7 +294,7 @@ class Pool:
             error = task.exception()
             result = None if error is not None else task.result()
         with self._lock:
-            job.state = "done"
+            job.state, job.fn = "done", None  # let go of what the job owned
             del self._jobs[job.key]
             del self._callers[job.caller]
             self._running -= 1
@@ -296,7 +305,7 @@ class Pool:
                 self._counts["failed" if error is not None else "completed"] += 1
             waiters, job.waiters = job.waiters, set()
             while self._queue and self._running < self.slots:
-                self._start(self._dequeue(self._queue[0]))
+                self._start(self._dequeue(self._queue[0]), on_job_loop=True)
             idle = self._take_idle_waiters()
         _deliver(waiters, result, error)
         _deliver(idle, None, None)
@@ -307,38 +316,53 @@ class Pool:
                 logger.exception("the pool's on_error observer failed")
 
     def _dequeue(self, job: _Job) -> _Job:
-        """Take ``job`` out of the queue and disarm its wait timer. Under the lock."""
+        """Take ``job`` out of the queue; an empty queue needs no timer. Under the lock."""
         self._queue.remove(job)
-        if job.timer is not None:
-            call_in_job_loop(job.timer.cancel)
-            job.timer = None
+        if not self._queue and self._timer_wanted:
+            self._timer_wanted = False
+            call_in_job_loop(self._cancel_timer)
         return job
 
-    def _arm_timer(self, job: _Job) -> None:
-        """On the job loop: refuse ``job`` as busy if it is still queued at its deadline."""
+    def _arm_timer(self) -> None:
+        """On the job loop: (re)arm the timer for the queue's head, if it is wanted."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         with self._lock:
-            if job.state == "queued" and job.deadline is not None:
-                delay = max(0.0, job.deadline - time.monotonic())
-                job.timer = asyncio.get_running_loop().call_later(delay, self._expire, job)
+            if self._timer_wanted and self._queue:
+                delay = max(0.0, (self._queue[0].deadline or 0.0) - time.monotonic())
+                self._timer = asyncio.get_running_loop().call_later(delay, self._expire)
 
-    def _expire(self, job: _Job) -> None:
-        """On the job loop: rule 3, ``wait`` passed; PoolBusy to every sharer."""
+    def _cancel_timer(self) -> None:
+        """On the job loop: the queue emptied; drop the timer unless it is wanted again."""
         with self._lock:
-            if job.state != "queued":
-                return
-            job.timer = None
-            waiters = self._forget_queued(job)
-            self._counts["refused_busy"] += len(waiters)
+            wanted = self._timer_wanted
+        if not wanted and self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _expire(self) -> None:
+        """On the job loop: rule 3, ``wait`` passed for the queue's head (and any
+        job behind it due as well); PoolBusy to every sharer of each."""
+        self._timer = None
+        refused: list[set[_Waiter]] = []
+        with self._lock:
+            now = time.monotonic()
+            while self._queue and (self._queue[0].deadline or now) <= now:
+                refused.append(self._forget_queued(self._queue[0]))
+                self._counts["refused_busy"] += len(refused[-1])
             retry_after = self._expected_start()
             idle = self._take_idle_waiters()
+        self._arm_timer()
         message = f"waited {self.wait:g} s for a slot"
-        _deliver(waiters, None, PoolBusy(message, retry_after))
+        for waiters in refused:
+            _deliver(waiters, None, PoolBusy(message, retry_after))
         _deliver(idle, None, None)
 
     def _forget_queued(self, job: _Job) -> set[_Waiter]:
         """Drop a queued job that will never run; return its waiters. Under the lock."""
         self._dequeue(job)
-        job.state = "done"
+        job.state, job.fn = "done", None  # let go of what the job owned
         del self._jobs[job.key]
         del self._callers[job.caller]
         waiters, job.waiters = job.waiters, set()
