@@ -43,6 +43,7 @@ __all__ = [
 
 T = TypeVar("T")
 JobFn = Callable[[], Awaitable[Any]]
+DropFn = Callable[[], None]
 ErrorObserver = Callable[[str, BaseException], None]
 
 logger = logging.getLogger("django_pdfpool.pool")
@@ -97,6 +98,7 @@ class _Job:
         "deadline",
         "fn",
         "key",
+        "on_drop",
         "queued_mono",
         "started_mono",
         "starter",
@@ -105,10 +107,13 @@ class _Job:
         "waiters",
     )
 
-    def __init__(self, key: str, caller: str, fn: JobFn, starter: _Waiter) -> None:
+    def __init__(
+        self, key: str, caller: str, fn: JobFn, on_drop: DropFn | None, starter: _Waiter
+    ) -> None:
         self.key = key
         self.caller = caller
         self.fn: JobFn | None = fn
+        self.on_drop = on_drop
         self.starter = starter
         self.waiters: set[_Waiter] = {starter}
         self.state = "queued"  # then "running", then "done"
@@ -217,12 +222,26 @@ class Pool:
 
     # --- running ------------------------------------------------------------
 
-    async def run(self, key: str, caller: str, fn: JobFn | None) -> Any:
+    async def run(
+        self, key: str, caller: str, fn: JobFn | None, *, on_drop: DropFn | None = None
+    ) -> Any:
         """Run ``fn`` as the job for ``key`` on behalf of ``caller``, or share the
-        job already in flight for ``key``; return its result or raise its error."""
+        job already in flight for ``key``; return its result or raise its error.
+
+        Exactly one of ``fn()`` and ``on_drop()`` is eventually called, so what the
+        job owns can always be let go: ``on_drop`` runs (on some thread) when ``fn``
+        never will: the call joined or was refused, or its queued job was dropped.
+        """
         waiter = _Waiter(asyncio.get_running_loop())
-        with self._lock:
-            job = self._admit(key, caller, fn, waiter)
+        try:
+            with self._lock:
+                job = self._admit(key, caller, fn, on_drop, waiter)
+                adopted = job.fn is fn and fn is not None
+        except BaseException:
+            _call_dropped([on_drop])
+            raise
+        if not adopted:
+            _call_dropped([on_drop])  # joined: this call's fn is not needed
         try:
             return await waiter.future
         except BaseException:
@@ -232,7 +251,14 @@ class Pool:
                 waiter.future.exception()  # answered as we left: mark it retrieved
             raise
 
-    def _admit(self, key: str, caller: str, fn: JobFn | None, waiter: _Waiter) -> _Job:
+    def _admit(
+        self,
+        key: str,
+        caller: str,
+        fn: JobFn | None,
+        on_drop: DropFn | None,
+        waiter: _Waiter,
+    ) -> _Job:
         """Apply the rules to a new call; return the job it now waits for. Under the lock."""
         if self._closed:
             self._counts["refused_closed"] += 1
@@ -251,7 +277,7 @@ class Pool:
         if self._running >= self.slots and len(self._queue) >= self.queue_size:
             self._counts["refused_busy"] += 1  # Rule 3: a full queue refuses at once.
             raise PoolBusy("every slot is taken and the queue is full", self._expected_start())
-        job = _Job(key, caller, fn, waiter)
+        job = _Job(key, caller, fn, on_drop, waiter)
         self._jobs[key] = job
         self._callers[caller] = job
         if self._running < self.slots:
@@ -294,7 +320,7 @@ class Pool:
             error = task.exception()
             result = None if error is not None else task.result()
         with self._lock:
-            job.state, job.fn = "done", None  # let go of what the job owned
+            job.state, job.fn, job.on_drop = "done", None, None  # let go of what it owned
             del self._jobs[job.key]
             del self._callers[job.caller]
             self._running -= 1
@@ -346,23 +372,27 @@ class Pool:
         job behind it due as well); PoolBusy to every sharer of each."""
         self._timer = None
         refused: list[set[_Waiter]] = []
+        dropped: list[DropFn | None] = []
         with self._lock:
             now = time.monotonic()
             while self._queue and (self._queue[0].deadline or now) <= now:
-                refused.append(self._forget_queued(self._queue[0]))
+                refused.append(self._forget_queued(self._queue[0], dropped))
                 self._counts["refused_busy"] += len(refused[-1])
             retry_after = self._expected_start()
             idle = self._take_idle_waiters()
         self._arm_timer()
+        _call_dropped(dropped)
         message = f"waited {self.wait:g} s for a slot"
         for waiters in refused:
             _deliver(waiters, None, PoolBusy(message, retry_after))
         _deliver(idle, None, None)
 
-    def _forget_queued(self, job: _Job) -> set[_Waiter]:
-        """Drop a queued job that will never run; return its waiters. Under the lock."""
+    def _forget_queued(self, job: _Job, dropped: list[DropFn | None]) -> set[_Waiter]:
+        """Drop a queued job that will never run; return its waiters and add its
+        ``on_drop`` to ``dropped``, to be called once the lock is released."""
         self._dequeue(job)
-        job.state, job.fn = "done", None  # let go of what the job owned
+        dropped.append(job.on_drop)
+        job.state, job.fn, job.on_drop = "done", None, None
         del self._jobs[job.key]
         del self._callers[job.caller]
         waiters, job.waiters = job.waiters, set()
@@ -376,9 +406,11 @@ class Pool:
             job.waiters.discard(waiter)
             if job.state != "queued" or job.waiters:
                 return
-            self._forget_queued(job)
+            dropped: list[DropFn | None] = []
+            self._forget_queued(job, dropped)
             self._counts["abandoned"] += 1
             idle = self._take_idle_waiters()
+        _call_dropped(dropped)
         _deliver(idle, None, None)
 
     # --- closing ------------------------------------------------------------
@@ -395,13 +427,15 @@ class Pool:
         with self._lock:
             self._closed = self._stopping = True
             abandoned: set[_Waiter] = set()
+            dropped: list[DropFn | None] = []
             while self._queue:
-                abandoned |= self._forget_queued(self._queue[0])
+                abandoned |= self._forget_queued(self._queue[0], dropped)
             running = list(self._jobs.values())
             for job in running:
                 abandoned |= job.waiters
                 job.waiters = set()
             idle = self._take_idle_waiters()
+        _call_dropped(dropped)
         _deliver(abandoned, None, PoolClosed("the pool was stopped"))
         _deliver(idle, None, None)
         call_in_job_loop(_cancel_tasks, running)
@@ -450,7 +484,11 @@ class Pool:
 
 async def _call(fn: JobFn) -> Any:
     """The job's coroutine: an error even in calling ``fn`` stays inside the task."""
-    return await fn()
+    try:
+        return await fn()
+    except (KeyboardInterrupt, SystemExit) as exc:
+        # asyncio re-raises these out of the loop: they would stop every job in the process
+        raise RuntimeError(f"the job raised {type(exc).__name__}") from exc
 
 
 def _cancel_tasks(jobs: list[_Job]) -> None:
@@ -458,6 +496,16 @@ def _cancel_tasks(jobs: list[_Job]) -> None:
     for job in jobs:
         if job.task is not None:
             job.task.cancel()
+
+
+def _call_dropped(callbacks: list[DropFn | None]) -> None:
+    """Call each ``on_drop`` given; a failing one is logged, never raised."""
+    for callback in callbacks:
+        if callback is not None:
+            try:
+                callback()
+            except Exception:
+                logger.exception("a job's on_drop callback failed")
 
 
 def _cancelled() -> RuntimeError:
@@ -469,8 +517,13 @@ def _own_copy(error: BaseException) -> BaseException:
     sharers never share (and grow) one traceback."""
     try:
         duplicate = copy.copy(error)
-    except Exception:
-        return error  # not copyable: better shared than lost
+    except Exception:  # an __init__ that its own args cannot call again
+        try:
+            duplicate = type(error).__new__(type(error))  # BaseException.__new__: no __init__
+            duplicate.args = error.args
+            duplicate.__dict__.update(getattr(error, "__dict__", {}))
+        except Exception:
+            return error  # better shared than lost
     duplicate.__cause__ = error
     duplicate.__context__ = None
     duplicate.__traceback__ = None

@@ -79,5 +79,5 @@ class PoolSnapshot:
     taken_at: float  # wall clock
 
     def as_dict(self) -> dict[str, Any]:
-        """JSON-ready form (tuples become lists)."""
+        """Plain dicts, lists and numbers, ready for ``json.dumps``."""
         return dataclasses.asdict(self)

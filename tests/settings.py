@@ -1,5 +1,8 @@
 """Django settings for the test suite."""
 
+import json
+import os
+
 SECRET_KEY = "django-pdfpool-tests-only"
 DEBUG = False
 USE_TZ = True
@@ -10,6 +13,7 @@ INSTALLED_APPS = [
     "django.contrib.contenttypes",
     "django.contrib.sessions",
     "django.contrib.messages",
+    "django.contrib.staticfiles",
     "django_pdfpool",
 ]
 MIDDLEWARE = [
@@ -17,6 +21,7 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
+    "django_pdfpool.middleware.AdmissionMiddleware",
 ]
 ROOT_URLCONF = "tests.urls"
 DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}}
@@ -33,4 +38,8 @@ TEMPLATES = [
         },
     }
 ]
+STATIC_URL = "/static/"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# Servers started by the end-to-end tests take their pool settings from the environment.
+PDFPOOL = json.loads(os.environ.get("PDFPOOL_JSON", "{}"))

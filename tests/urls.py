@@ -1,3 +1,20 @@
-"""URLs for the test suite; tests add their own views here as the app grows."""
+"""URLs for the test suite."""
 
-urlpatterns: list = []
+from django.contrib import admin
+from django.urls import path
+
+from . import views
+
+urlpatterns = [
+    path("admin/", admin.site.urls),
+    path("sync/", views.sync_extract),
+    path("async/", views.async_extract),
+    path("cbv/sync/", views.SyncClassView.as_view()),
+    path("cbv/async/", views.AsyncClassView.as_view()),
+    path("held/sync/", views.sync_held),
+    path("held/async/", views.async_held),
+    path("direct/sync/", views.sync_direct),
+    path("direct/async/", views.async_direct),
+    path("plain/", views.plain),
+    path("snapshot/", views.snapshot),
+]

@@ -1,0 +1,67 @@
+"""The admin entry "PDF pool -> Status": a ModelAdmin whose changelist is the status page.
+
+No add, change or delete: only the changelist URL exists. The page and its JSON
+(``?format=json``, what the page polls) need the ``view_pool_status`` permission:
+the admin sends anonymous and non-staff users to its login page; staff without the
+permission get 403. To hide the entry: ``admin.site.unregister(PoolStatus)``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, path
+
+from .models import VIEW_STATUS, PoolStatus
+from .status import status_context, status_data
+
+REFRESH_MS = 2000  # how often the page polls its JSON
+
+
+@admin.register(PoolStatus)
+class PoolStatusAdmin(admin.ModelAdmin):
+    """The status page, in the admin's frame, for staff with ``view_pool_status``."""
+
+    def has_module_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm(VIEW_STATUS)
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return request.user.has_perm(VIEW_STATUS)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def get_urls(self) -> list[URLPattern]:
+        name = f"{self.opts.app_label}_{self.opts.model_name}_changelist"
+        return [path("", self.admin_site.admin_view(self.changelist_view), name=name)]
+
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        """The status page, or with ``?format=json`` the data it shows."""
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        data = status_data()
+        if request.GET.get("format") == "json":
+            return JsonResponse(data)
+        context = {
+            **self.admin_site.each_context(request),
+            **status_context(data),
+            "title": "PDF pool status",
+            "opts": self.opts,
+            "app_label": self.opts.app_label,
+            "refresh_ms": REFRESH_MS,
+            **(extra_context or {}),
+        }
+        request.current_app = self.admin_site.name
+        return TemplateResponse(request, "admin/django_pdfpool/status.html", context)

@@ -1,0 +1,296 @@
+"""The parent's side of the child processes: start them, talk to them, kill and reap them.
+
+Children are plain `subprocess.Popen` objects tied to no event loop, so any thread or loop
+may use them. Each runs in its own session (its own process group, killed as a whole), with
+stdin/stdout pipes and stderr to /dev/null (pypdf can log thousands of lines: a full pipe
+would hang the child). A child does one job and exits.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import select
+import signal
+import site
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+CHILD_MODULE = "django_pdfpool.child"
+READY = b"ready\n"  # what child.py writes once it waits for its job
+STARTED = b"started\n"  # ... once it has read its job and set its limits
+SLOW = 0.05  # seconds into a job after which its replacement spare starts anyway
+READ_CHUNK = 1 << 20
+_PACKAGE_ROOT = str(Path(__file__).resolve().parent.parent)
+
+
+@dataclass
+class Outcome:
+    """How a conversation with a child ended; judged by extraction.py."""
+
+    output: bytes
+    returncode: int | None
+    timed_out: bool = False  # killed by us at the deadline
+    overflow: bool = False  # killed by us: more output than allowed
+    lost: bool = False  # the job could not be handed over: the child was already gone
+    complete: bool = False  # a whole answer line arrived (the child is exiting, not yet reaped)
+    started: bool = False  # the child said it had read the job
+
+
+class Child:
+    """One child process: the job is sent once, the answer read once, the group killed once."""
+
+    def __init__(self, python: str, preload: tuple[str, ...] = (), warm_up: bool = False) -> None:
+        argv = [python, "-P", "-m", CHILD_MODULE]  # -P: the cwd does not go on sys.path
+        for engine in preload:
+            argv += ["--preload", engine]
+        if warm_up:
+            argv.append("--warm-up")
+        self.proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            close_fds=True,
+            start_new_session=True,
+            env=_child_env(),
+            bufsize=0,
+        )
+        self.pid = self.proc.pid
+        self.owner = os.getpid()
+        self._lock = threading.Lock()  # kill vs reap: never signal a reaped (reusable) pid
+        try:
+            self._pidfd: int | None = os.pidfd_open(self.pid)
+        except (AttributeError, OSError):
+            self._pidfd = None
+        with _live_lock:
+            _live.add(self)
+
+    def wait_ready(self, timeout: float) -> bool:
+        """Read the child's "ready" line: its imports are done and it waits for a job."""
+        deadline, line, fd = time.monotonic() + timeout, b"", self.proc.stdout.fileno()
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        while len(line) < len(READY):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not poller.poll(remaining * 1000 + 1):
+                return False
+            chunk = os.read(fd, len(READY) - len(line))
+            if not chunk:
+                return False
+            line += chunk
+        return line == READY
+
+    def alive(self) -> bool:
+        with self._lock:
+            return self.proc.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL to the child's whole process group, unless it was already reaped."""
+        with self._lock:
+            if self.proc.returncode is None:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(self.pid, signal.SIGKILL)
+
+    def reap(self) -> int:
+        """Wait for the (exiting or killed) child and release its pipes."""
+        with self._lock:
+            returncode = self.proc.wait()
+            if self._pidfd is not None:
+                os.close(self._pidfd)
+                self._pidfd = None
+        for pipe in (self.proc.stdin, self.proc.stdout):
+            if pipe is not None and not pipe.closed:
+                pipe.close()
+        with _live_lock:
+            _live.discard(self)
+        return returncode
+
+    def disown(self) -> None:
+        """In a forked process: let go of the parent's child without signalling it."""
+        for pipe in (self.proc.stdin, self.proc.stdout):
+            pipe.close()
+        if self._pidfd is not None:
+            os.close(self._pidfd)
+            self._pidfd = None
+        self.proc.returncode = 0  # not ours to wait for
+
+    def send(self, job: bytes) -> bool:
+        """Hand the job over; False if the child is gone already (it never saw the job)."""
+        try:
+            os.write(self.proc.stdin.fileno(), job)  # a few hundred bytes: never blocks
+            self.proc.stdin.close()
+            return True
+        except (BrokenPipeError, ValueError, OSError):
+            return False
+
+    def receive(
+        self, deadline: float, max_output: int, meanwhile: Callable[[], None] | None = None
+    ) -> Outcome:
+        """Read until the answer line is complete, EOF, the deadline or too much output (the
+        last two kill the group). Calls `meanwhile` once if the answer takes over SLOW
+        seconds. Does not reap: see finish()."""
+        output, fd = bytearray(), self.proc.stdout.fileno()
+        timed_out = overflow = False
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        slow = time.monotonic() + SLOW
+        while True:
+            now = time.monotonic()
+            remaining = deadline - now
+            if remaining <= 0:
+                timed_out = True
+                break
+            if meanwhile is not None and now >= slow:
+                meanwhile()
+                meanwhile = None
+            wait = remaining if meanwhile is None else min(remaining, slow - now)
+            if not poller.poll(wait * 1000 + 1):
+                continue
+            try:
+                chunk = os.read(fd, READ_CHUNK)
+            except OSError:  # closed under us (kill_all at exit): as good as EOF
+                chunk = b""
+            if not chunk:
+                break
+            output += chunk
+            if len(output) > max_output:
+                overflow = True
+                break
+            # JSON escapes newlines: a buffer ending in one holds a whole line.
+            if chunk.endswith(b"\n") and output.removeprefix(READY) not in (b"", STARTED):
+                return Outcome(bytes(output), None, complete=True, started=True)
+        if timed_out or overflow:
+            self.kill()
+        started = output.removeprefix(READY).startswith(STARTED)
+        return Outcome(bytes(output), None, timed_out=timed_out, overflow=overflow, started=started)
+
+    def finish(self, deadline: float) -> int:
+        """Wait for the child's exit (killing it if it outlives the deadline) and reap it."""
+        if not self._exits_by(deadline):
+            self.kill()
+        return self.reap()
+
+    def _exits_by(self, deadline: float) -> bool:
+        """After EOF the child is exiting: wait for that without reaping, up to the deadline."""
+        while True:
+            remaining = deadline - time.monotonic()
+            if self._pidfd is not None:
+                poller = select.poll()
+                poller.register(self._pidfd, select.POLLIN)
+                return bool(poller.poll(max(0.0, remaining) * 1000 + 1))
+            flags = os.WEXITED | os.WNOHANG | os.WNOWAIT
+            if os.waitid(os.P_PID, self.pid, flags) is not None:
+                return True
+            if remaining <= 0:
+                return False
+            time.sleep(0.001)
+
+
+def _child_env() -> dict[str, str]:
+    """The child imports this very package: from a checkout, put it on PYTHONPATH (but never
+    a site-packages directory, which would go before the standard library)."""
+    env = dict(os.environ)
+    if _PACKAGE_ROOT not in {*site.getsitepackages(), site.getusersitepackages()}:
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH")) if p)
+    return env
+
+
+_live: set[Child] = set()  # every unreaped child, killed at exit
+_live_lock = threading.Lock()
+
+
+class JobRun:
+    """One job's child, shared by the awaiting coroutine (which may cancel) and its thread."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._child: Child | None = None
+        self.cancelled = False
+
+    def run(
+        self,
+        start: Callable[[], Child],
+        job: bytes,
+        deadline: float,
+        max_output: int,
+        deliver: Callable[[Outcome], None],
+        refill: Callable[[], None] = lambda: None,
+    ) -> None:
+        """In a worker thread: get a child from `start()`, hand it the job (once more with a
+        new child if the first was already gone), read its answer and `deliver` it.
+
+        A complete answer is delivered before the exiting child is reaped, saving the caller
+        the child's teardown; every other ending is reaped first, then delivered. `refill`
+        runs once the answer is in, or SLOW seconds into the job: a replacement spare starting
+        up beside a short job would slow it down on a small machine.
+        """
+        outcome = Outcome(b"", None, lost=True)
+        for _attempt in range(2):
+            if self.cancelled:
+                break
+            try:
+                child = start()
+            except OSError:  # no process to be had (EAGAIN, ENOMEM): the job is lost
+                break
+            with self._lock:
+                self._child = child
+                if self.cancelled:
+                    child.kill()
+            try:
+                if not child.send(job):
+                    child.kill()
+                    child.reap()
+                    continue
+                outcome = child.receive(deadline, max_output, refill)
+            except BaseException:
+                child.kill()
+                child.reap()
+                raise
+            if outcome.complete and not self.cancelled:
+                deliver(outcome)
+                refill()
+                child.finish(deadline)
+                return
+            outcome.returncode = child.finish(deadline)
+            if outcome.started or outcome.timed_out or outcome.overflow:
+                break
+            outcome.lost = True  # died before it read the job (e.g. a spare killed just now)
+        deliver(outcome)
+        refill()
+
+    def cancel(self) -> None:
+        """Kill the job's child (now, or as soon as it exists); its thread then reaps it."""
+        with self._lock:
+            self.cancelled = True
+            if self._child is not None:
+                self._child.kill()
+
+
+def drop(child: Child) -> None:
+    """End a child that has no job (kill its group, reap it)."""
+    child.kill()
+    child.reap()
+
+
+def kill_all() -> None:
+    """Kill and reap every child this process still has (at exit)."""
+    with _live_lock:
+        children = [child for child in _live if child.owner == os.getpid()]
+    for child in children:
+        drop(child)
+
+
+def _forget_after_fork() -> None:
+    global _live_lock
+    _live_lock = threading.Lock()
+    _live.clear()
+
+
+atexit.register(kill_all)
+os.register_at_fork(after_in_child=_forget_after_fork)

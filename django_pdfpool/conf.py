@@ -1,0 +1,178 @@
+"""The PDFPOOL setting: defaults, validation, and one cached accessor.
+
+``get_settings()`` merges the project's ``PDFPOOL`` dict over the defaults and
+validates it; the cache resets on ``setting_changed`` so ``override_settings``
+works. The same ``problems()`` feed the system checks and ``get_settings()``,
+because checks do not run in deployment.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+from django.core.signals import setting_changed
+from django.dispatch import receiver
+from django.utils.module_loading import import_string
+
+MiB = 1024 * 1024
+
+DEFAULTS: dict[str, Any] = {
+    "SLOTS": 2,  # extractions at once
+    "QUEUE": 4,  # extractions waiting for a slot
+    "WAIT": 10.0,  # seconds a queued extraction may wait, then 503
+    "TIMEOUT": 30.0,  # seconds one extraction may run (the child is killed after)
+    "MEMORY_LIMIT": 512 * MiB,  # bytes of address space for one child
+    "MAX_UPLOAD_SIZE": 50 * MiB,  # bytes; larger uploads get 413 before any work
+    "MAX_PAGES": None,  # pages to extract at most (None: all); more are cut off
+    "ENGINE": "pypdf",  # "pypdf", or "pypdfium2" with the [pdfium] extra
+    "WARM_CHILDREN": True,  # keep a pre-started child so a job skips interpreter start-up
+    "CALLER": "django_pdfpool.callers.user_or_ip",  # dotted path: request -> caller id
+    "TEMP_DIR": None,  # where uploads are staged for their job (None: the system's)
+}
+
+ENGINES = ("pypdf", "pypdfium2")
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with the setting; ``id`` is the system check's id."""
+
+    id: str
+    msg: str
+    hint: str = ""
+
+
+@dataclass(frozen=True)
+class PoolSettings:
+    """The validated, merged PDFPOOL setting."""
+
+    slots: int
+    queue: int
+    wait: float | None
+    timeout: float
+    memory_limit: int
+    max_upload_size: int
+    max_pages: int | None
+    engine: str
+    warm_children: bool
+    caller: Callable[..., Any]
+    temp_dir: str | None
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return (_is_int(value) or isinstance(value, float)) and math.isfinite(value)
+
+
+# key -> (test of its type and range, what it must be)
+_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "SLOTS": (lambda v: _is_int(v) and v >= 1, "an integer >= 1"),
+    "QUEUE": (lambda v: _is_int(v) and v >= 0, "an integer >= 0"),
+    "WAIT": (lambda v: v is None or (_is_number(v) and v >= 0), "seconds >= 0, or None"),
+    "TIMEOUT": (lambda v: _is_number(v) and v > 0, "seconds > 0"),
+    "MEMORY_LIMIT": (lambda v: _is_int(v) and v >= 64 * MiB, "bytes, an integer >= 64 MiB"),
+    "MAX_UPLOAD_SIZE": (lambda v: _is_int(v) and v >= 1, "bytes, an integer >= 1"),
+    "MAX_PAGES": (lambda v: v is None or (_is_int(v) and v >= 1), "an integer >= 1, or None"),
+    "ENGINE": (lambda v: v in ENGINES, "one of " + ", ".join(map(repr, ENGINES))),
+    "WARM_CHILDREN": (lambda v: isinstance(v, bool), "True or False"),
+    "CALLER": (lambda v: isinstance(v, str) or callable(v), "a dotted path or a callable"),
+    "TEMP_DIR": (
+        lambda v: v is None or (isinstance(v, str) and os.path.isdir(v)),
+        "None or an existing directory",
+    ),
+}
+
+
+def raw_setting() -> Any:
+    return getattr(settings, "PDFPOOL", {})
+
+
+def problems(raw: Any) -> list[Problem]:
+    """Everything wrong with a PDFPOOL value, as system-check problems."""
+    if not isinstance(raw, dict):
+        return [
+            Problem("django_pdfpool.E001", f"PDFPOOL must be a dict, not {type(raw).__name__}.")
+        ]
+    found = [
+        Problem(
+            "django_pdfpool.E002",
+            f"PDFPOOL has an unknown key {key!r}.",
+            "Known keys: " + ", ".join(DEFAULTS) + ".",
+        )
+        for key in raw
+        if key not in DEFAULTS
+    ]
+    for key, (valid, expected) in _RULES.items():
+        if key in raw and not valid(raw[key]):
+            found.append(
+                Problem(
+                    "django_pdfpool.E003", f"PDFPOOL[{key!r}] must be {expected}, not {raw[key]!r}."
+                )
+            )
+    caller = raw.get("CALLER")
+    if isinstance(caller, str):
+        try:
+            import_string(caller)
+        except ImportError as exc:
+            found.append(
+                Problem(
+                    "django_pdfpool.E004",
+                    f"PDFPOOL['CALLER'] = {caller!r} cannot be imported: {exc}",
+                    "Give the dotted path of a function taking the request.",
+                )
+            )
+    if raw.get("ENGINE") == "pypdfium2" and not _importable("pypdfium2"):
+        found.append(
+            Problem(
+                "django_pdfpool.E005",
+                "PDFPOOL['ENGINE'] is 'pypdfium2' but pypdfium2 is not installed.",
+                "pip install 'django-pdfpool[pdfium]'",
+            )
+        )
+    return found
+
+
+def _importable(module: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(module) is not None
+
+
+@functools.cache
+def get_settings() -> PoolSettings:
+    """The validated settings; raises ImproperlyConfigured naming every problem."""
+    raw = raw_setting()
+    found = problems(raw)
+    if found:
+        raise ImproperlyConfigured(" ".join(f"[{p.id}] {p.msg}" for p in found))
+    merged = {**DEFAULTS, **raw}
+    caller = merged["CALLER"]
+    return PoolSettings(
+        slots=merged["SLOTS"],
+        queue=merged["QUEUE"],
+        wait=None if merged["WAIT"] is None else float(merged["WAIT"]),
+        timeout=float(merged["TIMEOUT"]),
+        memory_limit=merged["MEMORY_LIMIT"],
+        max_upload_size=merged["MAX_UPLOAD_SIZE"],
+        max_pages=merged["MAX_PAGES"],
+        engine=merged["ENGINE"],
+        warm_children=merged["WARM_CHILDREN"],
+        caller=import_string(caller) if isinstance(caller, str) else caller,
+        temp_dir=merged["TEMP_DIR"],
+    )
+
+
+@receiver(setting_changed)
+def _reset(*, setting: str, **kwargs: Any) -> None:
+    if setting == "PDFPOOL":
+        get_settings.cache_clear()

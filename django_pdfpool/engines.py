@@ -1,0 +1,219 @@
+"""The PDF engines, run inside the child process: pypdf (default) and pypdfium2.
+
+Each engine turns a document's bytes into pages of text and metadata, or raises `Failure`
+with one of the public error codes. `classify` maps any other exception to a code. Nothing
+here knows about processes, Django or the pool.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import io
+import re
+from typing import Any
+
+ENGINES = ("pypdf", "pypdfium2")
+HEADER_WINDOW = 1024  # readers accept "%PDF-" anywhere in the first kilobyte
+METADATA_KEYS = 64
+METADATA_CHARS = 2000
+
+# A one-page document run through an engine at start-up so that a spare child has already
+# paid for pypdf's lazy imports and first-use caches before its real job arrives.
+WARM_UP_PDF = (
+    b"%PDF-1.4\n1 0 obj<</Type/Catalog/Pages 2 0 R>>endobj\n"
+    b"2 0 obj<</Type/Pages/Kids[3 0 R]/Count 1>>endobj\n"
+    b"3 0 obj<</Type/Page/Parent 2 0 R/MediaBox[0 0 200 200]/Contents 4 0 R"
+    b"/Resources<</Font<</F1 5 0 R>>>>>>endobj\n"
+    b"4 0 obj<</Length 36>>stream\nBT /F1 12 Tf 20 100 Td (warm) Tj ET\nendstream endobj\n"
+    b"5 0 obj<</Type/Font/Subtype/Type1/BaseFont/Helvetica/Encoding/WinAnsiEncoding>>endobj\n"
+    b"6 0 obj<</Title(warm)>>endobj\n"
+    b"trailer<</Root 1 0 R/Info 6 0 R>>\n%%EOF\n"
+)
+
+
+class Failure(Exception):
+    """An ending with a public error code; `detail` is for logs (never a path or a traceback)."""
+
+    def __init__(self, code: str, detail: str = "") -> None:
+        super().__init__(code, detail)
+        self.code = code
+        self.detail = detail
+
+
+def preload(engine: str, *, output_cap: int | None = None) -> None:
+    """Import an engine (and set pypdf's caps) before any job is read."""
+    if engine == "pypdf":
+        configure_pypdf(output_cap)
+    elif engine == "pypdfium2":
+        import pypdfium2  # noqa: F401
+    else:
+        raise ValueError(f"unknown engine {engine!r}")
+
+
+_OUTPUT_CAPS = (  # pypdf.Configuration fields capping what one stream may grow to
+    "zlib_maximum_output_length",
+    "lzw_maximum_output_length",
+    "run_length_maximum_output_length",
+    "array_based_stream_maximum_output_length",
+    "brotli_maximum_output_length",
+    "jbig2_maximum_output_length",
+    "image_maximum_buffer_size",
+    "maximum_declared_stream_length",
+)
+
+
+def configure_pypdf(output_cap: int | None = None) -> None:
+    """No external jbig2dec process, quiet logging and, given a cap, lower decompression caps."""
+    import logging
+
+    import pypdf
+    from pypdf import filters
+
+    # pypdf logs thousands of warnings on some real files; formatting them costs time.
+    logging.getLogger("pypdf").setLevel(logging.ERROR)
+    if hasattr(pypdf, "overwrite_configuration"):  # pypdf >= 7
+        known = {field.name for field in dataclasses.fields(pypdf.Configuration)}
+        caps = {name: output_cap for name in _OUTPUT_CAPS if name in known and output_cap}
+        pypdf.overwrite_configuration(jbig2dec_binary=None, disable_legacy_handling=True, **caps)
+        return
+    # Older pypdf reads module-level constants at call time.
+    if hasattr(filters, "JBIG2DEC_BINARY"):
+        filters.JBIG2DEC_BINARY = None
+    for name in (
+        "ZLIB_MAX_OUTPUT_LENGTH",
+        "LZW_MAX_OUTPUT_LENGTH",
+        "MAX_ARRAY_BASED_STREAM_OUTPUT_LENGTH",
+        "MAX_DECLARED_STREAM_LENGTH",
+    ):
+        if output_cap is not None and hasattr(filters, name):
+            setattr(filters, name, output_cap)
+
+
+def warm_up(engines: tuple[str, ...]) -> None:
+    """Run the tiny built-in document through each engine; errors here are harmless."""
+    for engine in engines:
+        with contextlib.suppress(Exception):
+            run(engine, WARM_UP_PDF, max_pages=None, refuse=False)
+
+
+def check_header(data: bytes) -> None:
+    """Refuse what does not even claim to be a PDF, before any engine sees it."""
+    if b"%PDF-" not in data[:HEADER_WINDOW]:
+        raise Failure("not_a_pdf", "empty file" if not data else "no %PDF- header")
+
+
+def run(engine: str, data: bytes, *, max_pages: int | None, refuse: bool) -> dict[str, Any]:
+    """Extract `data` with `engine`: page_count, pages, metadata and truncated."""
+    check_header(data)
+    if engine == "pypdfium2":
+        return _run_pdfium(data, max_pages, refuse)
+    return _run_pypdf(data, max_pages, refuse)
+
+
+def _page_range(page_count: int, max_pages: int | None, refuse: bool) -> int:
+    if max_pages is None or page_count <= max_pages:
+        return page_count
+    if refuse:
+        raise Failure("too_many_pages", f"{page_count} pages")
+    return max_pages
+
+
+def _clean_metadata(items: Any) -> dict[str, str]:
+    metadata: dict[str, str] = {}
+    for key, value in items:
+        if len(metadata) >= METADATA_KEYS:
+            break
+        if isinstance(value, (str, int, float)):
+            name = str(key).lstrip("/")[:METADATA_CHARS]
+            metadata[name] = str(value).replace("\x00", "")[:METADATA_CHARS]
+    return metadata
+
+
+def _run_pypdf(data: bytes, max_pages: int | None, refuse: bool) -> dict[str, Any]:
+    from pypdf import PdfReader
+
+    reader = PdfReader(io.BytesIO(data))  # tries the empty password by itself
+    page_count = len(reader.pages)
+    count = _page_range(page_count, max_pages, refuse)
+    pages = [reader.pages[i].extract_text() for i in range(count)]
+    try:
+        info = reader.metadata
+        metadata = _clean_metadata((key, info[key]) for key in info) if info else {}
+    except MemoryError:
+        raise
+    except Exception:  # a broken /Info does not spoil the text
+        metadata = {}
+    return {
+        "page_count": page_count,
+        "pages": pages,
+        "metadata": metadata,
+        "truncated": count < page_count,
+    }
+
+
+def _run_pdfium(data: bytes, max_pages: int | None, refuse: bool) -> dict[str, Any]:
+    import pypdfium2 as pdfium
+    import pypdfium2.raw as raw
+
+    try:
+        document = pdfium.PdfDocument(data)
+    except pdfium.PdfiumError as exc:
+        locked = exc.err_code in (raw.FPDF_ERR_PASSWORD, raw.FPDF_ERR_SECURITY)
+        code = "encrypted" if locked else "malformed"
+        raise Failure(code, f"pdfium error {exc.err_code}") from None
+    page_count = len(document)
+    count = _page_range(page_count, max_pages, refuse)
+    pages = []
+    for index in range(count):
+        page = document[index]
+        textpage = page.get_textpage()
+        pages.append(textpage.get_text_range().replace("\r\n", "\n"))
+        textpage.close()
+        page.close()
+    try:
+        metadata = _clean_metadata(document.get_metadata_dict(skip_empty=True).items())
+    except pdfium.PdfiumError:
+        metadata = {}
+    document.close()
+    return {
+        "page_count": page_count,
+        "pages": pages,
+        "metadata": metadata,
+        "truncated": count < page_count,
+    }
+
+
+# pypdf's LimitReachedError covers size caps, work budgets and broken structures alike.
+_TOO_LARGE = re.compile(
+    r"decompress|decoding|memory|buffer|output|stream size|row length|columns", re.I
+)
+_TOO_COMPLEX = re.compile(r"token|budget|parsing|invocation", re.I)
+
+
+def classify(exc: BaseException) -> tuple[str, str]:
+    """The public code for an exception raised while extracting, and a log-safe detail."""
+    name = type(exc).__name__
+    if isinstance(exc, Failure):
+        return exc.code, exc.detail
+    if isinstance(exc, MemoryError):
+        return "too_large", name
+    if isinstance(exc, OSError):  # the job's own file could not be read: not the PDF's fault
+        return "crashed", name
+    try:
+        from pypdf import errors
+    except ImportError:  # pragma: no cover - pypdf is a dependency
+        return "malformed", name
+    if isinstance(exc, (errors.FileNotDecryptedError, errors.DependencyError)):
+        # DependencyError: AES needs the optional `cryptography`; the file is locked to us.
+        return "encrypted", name
+    if isinstance(exc, errors.EmptyFileError):
+        return "not_a_pdf", name
+    if isinstance(exc, errors.LimitReachedError):
+        message = str(exc)
+        if _TOO_COMPLEX.search(message):
+            return "too_complex", name
+        if _TOO_LARGE.search(message):
+            return "too_large", name
+        return "malformed", name  # cycles, depths, entry counts: a broken structure
+    return "malformed", name

@@ -1,0 +1,171 @@
+"""A short memory of the pool, for the status page's chart and nothing else.
+
+A snapshot is one moment; the chart needs the last few minutes. A ``Recorder``
+samples a pool every ``interval`` seconds into a bounded ring of ``size`` samples:
+jobs running and queued at that moment, and refusals since the previous sample.
+It ticks on the pool's background job loop (a ``call_later`` chain: no thread of
+its own, one short lock per tick), and imports no Django.
+
+Each process has its own pool and so its own recorder; after ``fork`` the child
+starts with an empty, stopped recorder (the job loop's thread does not survive).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import threading
+import time
+import weakref
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from .jobloop import call_in_job_loop
+from .snapshot import PoolSnapshot
+
+__all__ = ["Recorder", "Sample", "recorder"]
+
+logger = logging.getLogger("django_pdfpool.history")
+
+
+class Snapshots(Protocol):
+    """What a recorder reads: anything with ``snapshot()``, such as a ``Pool``."""
+
+    def snapshot(self) -> PoolSnapshot: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """The pool at one moment (``t``, wall clock), and refusals since the sample before."""
+
+    t: float
+    running: int
+    queued: int
+    refused: int
+
+
+def _refusals(snapshot: PoolSnapshot) -> int:
+    counters = snapshot.counters
+    return counters.refused_busy + counters.refused_caller + counters.refused_closed
+
+
+class Recorder:
+    """Sample ``read()`` (a pool, or None while there is none) every ``interval`` seconds,
+    keeping the last ``size`` samples."""
+
+    def __init__(
+        self, read: Callable[[], Snapshots | None], *, interval: float = 1.0, size: int = 300
+    ) -> None:
+        if not interval > 0 or size < 2:
+            raise ValueError("interval must be > 0 and size >= 2")
+        self.read, self.interval, self.size = read, interval, size
+        self._lock = threading.Lock()
+        self._samples: deque[Sample] = deque(maxlen=size)
+        self._last: tuple[Snapshots, int] | None = None  # the pool and its refusals
+        self._generation = 0  # bumped by start() and stop(): older tick chains end
+        self._ticking = False
+        _recorders.add(self)
+
+    @property
+    def window(self) -> float:
+        """Seconds of history the ring holds when full."""
+        return self.interval * self.size
+
+    def start(self) -> None:
+        """Start sampling, if not already; cheap to call on every request."""
+        if self._ticking:
+            return
+        with self._lock:
+            if self._ticking:
+                return
+            self._ticking = True
+            self._generation += 1
+            generation = self._generation
+        call_in_job_loop(self._tick, generation)
+
+    def stop(self) -> None:
+        """Stop sampling; the samples taken so far stay."""
+        with self._lock:
+            self._ticking = False
+            self._generation += 1
+
+    def sample(self) -> Sample | None:
+        """Take one sample now (from any thread); None when there is no pool yet."""
+        source = self.read()
+        if source is None:
+            return None
+        snapshot = source.snapshot()
+        total = _refusals(snapshot)
+        with self._lock:
+            if self._last is None:
+                refused = 0  # the first sample is the baseline, not a burst
+            elif self._last[0] is source:
+                refused = max(0, total - self._last[1])
+            else:
+                refused = total  # a rebuilt pool counts from zero
+            self._last = (source, total)
+            sample = Sample(snapshot.taken_at, snapshot.running, snapshot.queued, refused)
+            self._samples.append(sample)
+        return sample
+
+    def samples(self) -> list[Sample]:
+        """The samples held, oldest first."""
+        with self._lock:
+            return list(self._samples)
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready, one list per field (compact for a page that polls)."""
+        samples = self.samples()
+        return {
+            "interval": self.interval,
+            "window": self.window,
+            "t": [round(s.t, 2) for s in samples],
+            "running": [s.running for s in samples],
+            "queued": [s.queued for s in samples],
+            "refused": [s.refused for s in samples],
+        }
+
+    def _tick(self, generation: int) -> None:
+        """On the job loop: sample, then schedule the next tick unless stopped."""
+        if generation != self._generation:
+            return
+        started = time.monotonic()
+        try:
+            self.sample()
+        except Exception:
+            logger.exception("the PDF pool history recorder failed to sample")
+        delay = max(0.0, self.interval - (time.monotonic() - started))
+        asyncio.get_running_loop().call_later(delay, self._tick, generation)
+
+    def _forget(self) -> None:
+        """In a forked child: another process, another pool; start empty and stopped."""
+        self._lock = threading.Lock()
+        self._samples.clear()
+        self._last = None
+        self._ticking = False
+        self._generation += 1
+
+
+_recorders: weakref.WeakSet[Recorder] = weakref.WeakSet()
+
+
+def _forget_after_fork() -> None:
+    for each in list(_recorders):
+        each._forget()
+
+
+os.register_at_fork(after_in_child=_forget_after_fork)
+
+
+def _process_pool() -> Snapshots | None:
+    """This process's pool if one was built; never builds one (that may start children)."""
+    from . import singleton
+
+    return singleton.peek_pool()
+
+
+#: The process's recorder, read by the status page and the metrics endpoint.
+recorder = Recorder(_process_pool)

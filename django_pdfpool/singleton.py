@@ -1,0 +1,93 @@
+"""The process's one pool, built from settings on first use.
+
+Each worker process has its own pool. When the PDFPOOL setting changes (as with
+``override_settings``) the pool is rebuilt, but only once the old one is idle:
+jobs in flight keep the limits they were admitted under.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import logging
+import threading
+
+from . import extraction
+from .conf import PoolSettings, get_settings
+from .extraction import ExtractionError
+from .history import recorder
+from .pool import Pool
+
+logger = logging.getLogger("django_pdfpool")
+
+_lock = threading.Lock()
+_pool: Pool | None = None
+_built_from: PoolSettings | None = None
+
+
+def get_pool() -> Pool:
+    """Return this process's pool, building (or, once idle, rebuilding) it from settings."""
+    global _pool, _built_from
+    current = get_settings()
+    pool = _pool
+    if pool is not None and _built_from == current:
+        return pool
+    with _lock:
+        if _pool is None:
+            atexit.register(drain_pool)  # graceful by default where nothing else drains
+        if _pool is None or (_built_from != current and _is_idle(_pool)):
+            _pool = Pool(current.slots, current.queue, current.wait, on_error=_log_job_error)
+            extraction.configure(spares=1 if current.warm_children else 0)  # never > slots
+            recorder.start()  # the status chart then covers the time before anyone looked
+            _built_from = current
+        return _pool
+
+
+def peek_pool() -> Pool | None:
+    """This process's pool if one was built, without building one."""
+    return _pool
+
+
+def _is_idle(pool: Pool) -> bool:
+    return pool.running() == 0 and pool.queued() == 0
+
+
+def _log_job_error(key: str, error: BaseException) -> None:
+    """Hostile or broken PDFs are everyday input; anything else is a fault."""
+    if isinstance(error, ExtractionError):
+        logger.info("extraction %s refused: %s (%s)", key, error.code, error.message)
+    else:
+        logger.error("PDF pool job %s failed", key, exc_info=error)
+
+
+def drain_timeout() -> float:
+    """How long a drain may take: a queued job may wait WAIT, then run TIMEOUT."""
+    conf = get_settings()
+    return (conf.wait or 0.0) + conf.timeout + 5.0
+
+
+async def adrain_pool(timeout: float | None = None) -> bool:
+    """Drain this process's pool (stop accepting, finish the queue); after ``timeout``
+    seconds stop it instead. True if everything finished in time."""
+    pool = _pool
+    if pool is None:
+        return True
+    try:
+        await asyncio.wait_for(pool.drain(), drain_timeout() if timeout is None else timeout)
+        return True
+    except TimeoutError:
+        logger.warning("PDF pool drain timed out; stopping what is left")
+        await pool.stop()
+        return False
+
+
+def drain_pool(timeout: float | None = None) -> bool:
+    """Synchronous ``adrain_pool``, for atexit, signal handlers and management commands.
+
+    Runs its own short-lived event loop (the pool's jobs are on theirs), so it also
+    works at interpreter exit, when executors no longer take work."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(adrain_pool(timeout))
+    raise RuntimeError("drain_pool() is for synchronous code: await adrain_pool() instead")

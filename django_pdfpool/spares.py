@@ -1,0 +1,113 @@
+"""Warm spares: children started ahead of time, so that a job does not wait for start-up.
+
+A spare has imported pypdf (and pypdfium2 once a job asked for it), run a one-page document
+through it and said "ready"; it sets its limits only when its job arrives, so one spare fits
+any job. One job per child: a spare that took a job exits after it and is replaced.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+
+from django_pdfpool.children import Child, drop
+
+START_TIMEOUT = 30.0  # seconds a spare may take to get ready before it is given up
+
+
+class WarmChildren:
+    """Up to `spares` pre-started children (pypdf imported and warmed up, waiting for a job).
+
+    `take()` hands one over, or starts a fresh child when none is ready; `refill()` then
+    starts replacements in background threads, so the job that took a spare never waits for
+    one. Spares start lazily (on the first `refill()` or `prewarm()`), dead ones are
+    replaced, and all are ended by `shutdown()` or at exit.
+    """
+
+    def __init__(self, spares: int = 1, *, python: str | None = None) -> None:
+        if spares < 0:
+            raise ValueError("spares must be >= 0")
+        self.spares = spares
+        self.python = python or sys.executable
+        self._ready: list[Child] = []
+        self._starting = 0
+        self._preload: set[str] = set()  # engines beyond pypdf that jobs have asked for
+        self._lock = threading.Lock()
+        os.register_at_fork(after_in_child=self._after_fork)
+
+    def take(self, engine: str = "pypdf") -> Child:
+        """A child for one job with `engine`: a live spare if there is one, else a new child."""
+        with self._lock:
+            if engine != "pypdf":
+                self._preload.add(engine)
+            found = None
+            while self._ready and found is None:
+                child = self._ready.pop()
+                if child.alive():
+                    found = child
+                else:
+                    drop(child)  # died while waiting: reaped here, replaced by refill()
+        if found is not None:
+            return found
+        return Child(self.python, preload=(engine,) if engine != "pypdf" else ())
+
+    def prewarm(self) -> None:
+        """Start the spares now rather than on the first job."""
+        self.refill()
+
+    def pids(self) -> list[int]:
+        """Process ids of the spares currently waiting (for tests and monitoring)."""
+        with self._lock:
+            return [child.pid for child in self._ready]
+
+    def resize(self, spares: int) -> None:
+        """Keep at most `spares` spares from now on (0 turns them off and ends them)."""
+        if spares < 0:
+            raise ValueError("spares must be >= 0")
+        with self._lock:
+            self.spares = spares
+            extra, self._ready = self._ready[spares:], self._ready[:spares]
+        for child in extra:
+            drop(child)
+
+    def shutdown(self) -> None:
+        """End every spare now; spares start again only after `resize()`."""
+        self.resize(0)
+
+    def refill(self) -> None:
+        """Start the missing spares, each in a background thread."""
+        with self._lock:
+            wanted = self.spares - len(self._ready) - self._starting
+            if wanted <= 0:
+                return
+            self._starting += wanted
+            preload = tuple(sorted(self._preload))
+        for _ in range(wanted):
+            threading.Thread(
+                target=self._start_one, args=(preload,), daemon=True, name="pdfpool-spare"
+            ).start()
+
+    def _start_one(self, preload: tuple[str, ...]) -> None:
+        try:
+            child: Child | None = Child(self.python, preload=preload, warm_up=True)
+        except OSError:
+            child = None
+        if child is not None and not child.wait_ready(START_TIMEOUT):
+            drop(child)
+            child = None
+        with self._lock:
+            self._starting -= 1
+            keep = child is not None and len(self._ready) < self.spares
+            if keep:
+                self._ready.append(child)
+        if child is not None and not keep:
+            drop(child)
+
+    def _after_fork(self) -> None:
+        """In a forked process the spares belong to the parent: forget them, kill nothing."""
+        self._lock = threading.Lock()
+        self._starting = 0
+        for child in self._ready:
+            child.disown()
+        self._ready = []

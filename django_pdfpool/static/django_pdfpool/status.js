@@ -1,0 +1,175 @@
+/* The PDF pool status page: poll ?format=json and update the page in place.
+   Formats and chart geometry mirror django_pdfpool/status.py. On any error the
+   polling stops and the page says it is stale; a reload starts it again. */
+"use strict";
+(function () {
+    const root = document.getElementById("pdfpool-status");
+    if (!root || !window.fetch) return;
+    const every = parseInt(root.dataset.refresh, 10) || 2000;
+    const url = new URL(root.dataset.jsonUrl, window.location.href);
+    const live = document.getElementById("pdfpool-live");
+    const W = 600, H = 100;
+
+    function fmt(value, kind) {
+        if (kind === "seconds") {
+            if (value === null || value === undefined) return "no limit";
+            if (value < 1) return (value * 1000).toFixed(0) + " ms";
+            if (value < 10) return value.toFixed(1) + " s";
+            if (value < 59.5) return value.toFixed(0) + " s";
+            const whole = Math.round(value), minutes = Math.floor(whole / 60), seconds = whole % 60;
+            return minutes + " min" + (seconds ? " " + String(seconds).padStart(2, "0") + " s" : "");
+        }
+        if (kind === "bytes") {
+            for (const [unit, size] of [["GiB", 2 ** 30], ["MiB", 2 ** 20], ["KiB", 2 ** 10]]) {
+                if (value >= size) return (value / size).toFixed(0) + " " + unit;
+            }
+            return value + " B";
+        }
+        return String(value);
+    }
+
+    function get(data, path) {
+        return path.split(".").reduce((obj, part) => (obj == null ? obj : obj[part]), data);
+    }
+
+    function clock(epoch) {
+        return new Date(epoch * 1000).toLocaleTimeString([], {hour12: false});
+    }
+
+    function setText(el, text) {
+        if (el.textContent !== text) el.textContent = text;
+    }
+
+    function updateFields(data) {
+        for (const el of root.querySelectorAll("[data-field]")) {
+            const path = el.dataset.field, kind = el.dataset.format || "int";
+            if (kind === "figure") {  // a duration, or a dash while there are no samples
+                const prefix = path.slice(0, path.lastIndexOf("."));
+                setText(el, get(data, prefix + ".count") ? fmt(get(data, path), "seconds") : "\u2014");
+            } else {
+                setText(el, fmt(get(data, path), kind));
+            }
+        }
+    }
+
+    function updateGauges(data) {
+        for (const gauge of root.querySelectorAll("[data-gauge]")) {
+            const value = data[gauge.dataset.gauge], limit = data[gauge.dataset.of];
+            const width = limit ? Math.min(100, (100 * value) / limit) : 0;
+            gauge.querySelector(".fill").setAttribute("width", width.toFixed(1));
+            gauge.classList.toggle("full", value >= limit);
+        }
+        const state = document.getElementById("pdfpool-state");
+        state.classList.toggle("closed", data.closed);
+        setText(state, data.closed ? "closed: accepting no new work" : "accepting work");
+    }
+
+    function cell(text, className) {
+        const td = document.createElement("td");
+        if (className) td.className = className;
+        td.textContent = text;
+        return td;
+    }
+
+    function updateJobs(data) {
+        const rows = data.jobs.map((job) => {
+            const tr = document.createElement("tr");
+            tr.className = job.state;
+            const key = document.createElement("code");
+            key.title = job.key;
+            key.textContent = job.short_key;
+            const keyCell = cell("");
+            keyCell.append(key);
+            const callerCell = cell(job.caller_name || job.caller);
+            if (job.caller_name) callerCell.title = job.caller;
+            const badge = document.createElement("span");
+            badge.className = "pdfpool-badge " + job.state;
+            badge.textContent = job.state;
+            const stateCell = cell("");
+            stateCell.append(badge);
+            tr.append(keyCell, callerCell, stateCell, cell(String(job.sharers), "num"),
+                cell(fmt(job.queued_for, "seconds"), "num"),
+                cell(job.started_at ? fmt(job.running_for, "seconds") : "\u2014", "num"));
+            return tr;
+        });
+        if (!rows.length) {
+            const tr = document.createElement("tr");
+            tr.className = "empty";
+            const td = cell("No jobs in flight.");
+            td.colSpan = 6;
+            tr.append(td);
+            rows.push(tr);
+        }
+        document.getElementById("pdfpool-jobs").replaceChildren(...rows);
+    }
+
+    function updateCharts(data) {
+        const h = data.history, end = data.taken_at, capacity = Math.max(1, data.slots + data.queue);
+        const y = (value, scale) => (H - (H * value) / scale).toFixed(1);
+        const points = [];
+        for (let i = 0; i < h.t.length; i++) {
+            if (end - h.t[i] > h.window) continue;
+            points.push([W * (1 - (end - h.t[i]) / h.window), Math.min(h.running[i], capacity),
+                Math.min(h.running[i] + h.queued[i], capacity), h.refused[i]]);
+        }
+        const peak = points.reduce((max, p) => Math.max(max, p[3]), 0);
+        const bar = Math.max(1, (W * h.interval) / h.window);
+        let running = "", queued = "", refused = "";
+        if (points.length) {
+            const tops = points.map(([x, , t]) => "L" + x.toFixed(1) + "," + y(t, capacity));
+            const mids = points.map(([x, r]) => "L" + x.toFixed(1) + "," + y(r, capacity));
+            const first = points[0][0].toFixed(1), last = points[points.length - 1][0].toFixed(1);
+            running = "M" + first + "," + H + " " + mids.join(" ") + " L" + last + "," + H + " Z";
+            queued = "M" + first + "," + y(points[0][1], capacity) + " " + tops.join(" ") + " " +
+                mids.slice().reverse().join(" ") + " Z";
+            refused = points.filter((p) => p[3]).map(([x, , , n]) =>
+                "M" + (x - bar).toFixed(1) + "," + H + " V" + y(n, peak) + " h" + bar.toFixed(1) +
+                " V" + H + " Z").join(" ");
+        }
+        const load = document.getElementById("pdfpool-load-chart");
+        load.querySelector("path.running").setAttribute("d", running);
+        load.querySelector("path.queued").setAttribute("d", queued);
+        const slotsY = y(data.slots, capacity);
+        load.querySelector("line.slots").setAttribute("y1", slotsY);
+        load.querySelector("line.slots").setAttribute("y2", slotsY);
+        document.querySelector("#pdfpool-refused-chart path.refused").setAttribute("d", refused);
+        setText(document.getElementById("pdfpool-refused-peak"), String(peak));
+    }
+
+    function show(data) {
+        updateFields(data);
+        updateGauges(data);
+        updateJobs(data);
+        updateCharts(data);
+        live.className = "pdfpool-live live";
+        setText(live, "Live, updated " + clock(data.taken_at));
+        root.dataset.updates = String((parseInt(root.dataset.updates, 10) || 0) + 1);
+    }
+
+    function stale(reason) {
+        live.className = "pdfpool-live stale";
+        live.title = reason;
+        setText(live, "Stale: " + live.textContent.replace(/^(Live, )?/, "") + " (reload to resume)");
+    }
+
+    async function poll() {
+        if (document.hidden) {
+            setTimeout(poll, every);
+            return;
+        }
+        try {
+            const response = await fetch(url, {credentials: "same-origin", headers: {Accept: "application/json"}, cache: "no-store"});
+            const type = response.headers.get("Content-Type") || "";
+            if (!response.ok || response.redirected || !type.startsWith("application/json")) {
+                throw new Error("HTTP " + response.status + (response.redirected ? " (signed out?)" : ""));
+            }
+            show(await response.json());
+        } catch (error) {
+            stale(String(error));
+            return;
+        }
+        setTimeout(poll, every);
+    }
+
+    setTimeout(poll, every);
+})();

@@ -1,0 +1,217 @@
+"""The status page's logic: one reading of this process's pool, as JSON and as context.
+
+``status_data()`` is what ``?format=json`` serves: ``Pool.snapshot().as_dict()``
+unchanged, plus ``pid``, ``timeout``, ``memory_limit`` and the recent ``history``,
+and per job a ``short_key`` and the ``caller_name`` it resolves to. ``status_context``
+turns that into rows for the template; ``static/django_pdfpool/status.js`` formats
+and draws the same fields the same way, so a refresh looks like a reload.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import re
+from collections.abc import Iterable
+from typing import Any
+
+from django.contrib.auth import get_user_model
+
+from .conf import get_settings
+from .history import recorder
+from .singleton import get_pool
+
+SHORT_HEX = 12  # hex digits of a key's digest shown on the page; the full key is a tooltip
+CHART_W, CHART_H = 600, 100  # the charts' SVG viewBox; stretched to the page's width
+
+CONFIG = [  # (label, field, format)
+    ("Slots", "slots", "int"),
+    ("Queue", "queue", "int"),
+    ("Wait", "wait", "seconds"),
+    ("Timeout", "timeout", "seconds"),
+    ("Memory limit", "memory_limit", "bytes"),
+    ("Max upload", "max_upload_size", "bytes"),
+    ("Engine", "engine", "text"),
+]
+COUNTERS = [  # (label, field under "counters", what it counts)
+    ("Started", "started", "jobs that took a slot"),
+    ("Joined", "joined", "callers that shared a job in flight"),
+    ("Completed", "completed", "jobs that returned a result"),
+    ("Failed", "failed", "jobs that raised"),
+    ("Cancelled", "cancelled", "running jobs cancelled by stop()"),
+    ("Abandoned", "abandoned", "queued jobs every waiter left"),
+    ("Refused: busy", "refused_busy", "queue full, or waited longer than wait (503)"),
+    ("Refused: caller", "refused_caller", "caller already had a job in flight (429)"),
+    ("Refused: closed", "refused_closed", "the pool was draining or stopped (503)"),
+]
+FIGURES = [("Queue wait", "queue_wait"), ("Run time", "run_time")]  # columns
+FIGURE_ROWS = [("Jobs", "count", "int"), ("Mean", "mean", "figure")]
+FIGURE_ROWS += [("p95", "p95", "figure"), ("Max", "max", "figure")]
+
+
+def short_key(key: str) -> str:
+    """``pkg.module.job:<sha256>`` -> ``job:<first 12 hex>``; other keys unchanged."""
+    name, sep, digest = key.rpartition(":")
+    if not sep:
+        return key
+    return f"{name.rsplit('.', 1)[-1]}:{digest[:SHORT_HEX]}"
+
+
+def status_data() -> dict[str, Any]:
+    """This process's pool, settings and recent history, JSON-ready."""
+    recorder.start()  # the chart has a history from the first look on
+    conf = get_settings()
+    data = get_pool().snapshot().as_dict()
+    # Running first, then the queue in order (as_dict keeps the snapshot's tuple).
+    data["jobs"] = sorted(
+        data["jobs"], key=lambda job: (job["state"] != "running", job["queued_at"])
+    )
+    names = _caller_names(job["caller"] for job in data["jobs"])
+    for job in data["jobs"]:
+        job["short_key"] = short_key(job["key"])
+        job["caller_name"] = names.get(job["caller"])
+    data.update(
+        pid=os.getpid(),
+        timeout=conf.timeout,
+        memory_limit=conf.memory_limit,
+        max_upload_size=conf.max_upload_size,
+        engine=conf.engine,
+        history=recorder.as_dict(),
+    )
+    return data
+
+
+_USER_CALLER = re.compile(r"user:(\d+)\Z")  # what callers.user_or_ip gives a signed-in user
+
+
+def _caller_names(callers: Iterable[str]) -> dict[str, str]:
+    """``user:<pk>`` callers -> usernames, in one query; other callers are shown as they are."""
+    pks = {int(m[1]) for m in map(_USER_CALLER.match, callers) if m}
+    if not pks:
+        return {}
+    User = get_user_model()
+    try:
+        users = User._default_manager.filter(pk__in=pks)
+        return {f"user:{user.pk}": user.get_username() for user in users}
+    except (TypeError, ValueError):  # a user model whose keys are not integers
+        return {}
+
+
+def fmt(value: Any, kind: str) -> str:
+    """Format a field for the page; ``status.js`` has the same rules."""
+    if kind == "seconds":
+        if value is None:
+            return "no limit"
+        if value < 1:
+            return f"{value * 1000:.0f} ms"
+        if value < 10:
+            return f"{value:.1f} s"
+        if value < 59.5:
+            return f"{value:.0f} s"
+        minutes, seconds = divmod(int(value + 0.5), 60)  # as JS's Math.round
+        return f"{minutes} min" if not seconds else f"{minutes} min {seconds:02d} s"
+    if kind == "bytes":
+        for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+            if value >= size:
+                return f"{value / size:.0f} {unit}"
+        return f"{value} B"
+    return str(value)
+
+
+def status_context(data: dict[str, Any]) -> dict[str, Any]:
+    """Rows for ``admin/django_pdfpool/status.html``, each naming the JSON field it shows."""
+    counters = data["counters"]
+    return {
+        "status": data,
+        "taken_at": datetime.datetime.fromtimestamp(data["taken_at"], tz=datetime.UTC),
+        "config": [(label, field, kind, fmt(data[field], kind)) for label, field, kind in CONFIG],
+        "gauges": [
+            _gauge("Running", "running", "slots", data),
+            _gauge("Queued", "queued", "queue", data),
+        ],
+        "jobs": [
+            {
+                **job,
+                "queued_for_text": fmt(job["queued_for"], "seconds"),
+                "running_for_text": fmt(job["running_for"], "seconds")
+                if job["started_at"]
+                else "—",
+            }
+            for job in data["jobs"]
+        ],
+        "counters": [(label, f"counters.{f}", counters[f], help) for label, f, help in COUNTERS],
+        "figure_columns": [label for label, _ in FIGURES],
+        "figures": [
+            (
+                label,
+                [
+                    (f"{field}.{stat}", kind, _figure(data[field], stat, kind))
+                    for _, field in FIGURES
+                ],
+            )
+            for label, stat, kind in FIGURE_ROWS
+        ],
+        "chart": chart(data),
+        "chart_size": (CHART_W, CHART_H),
+    }
+
+
+def _gauge(label: str, field: str, of: str, data: dict[str, Any]) -> dict[str, Any]:
+    value, limit = data[field], data[of]
+    return {
+        "label": label,
+        "field": field,
+        "of": of,
+        "value": value,
+        "limit": limit,
+        "width": f"{min(100.0, 100.0 * value / limit) if limit else 0:.1f}",
+        "full": value >= limit,
+        "ticks": [f"{100 * i / limit:.1f}" for i in range(1, limit)] if limit <= 32 else [],
+    }
+
+
+def _figure(figures: dict[str, Any], stat: str, kind: str) -> str:
+    if kind == "int":
+        return str(figures[stat])
+    return fmt(figures[stat], "seconds") if figures["count"] else "—"
+
+
+def chart(data: dict[str, Any]) -> dict[str, Any]:
+    """SVG paths of the recent history: running and queued stacked on a scale of
+    slots + queue, and refusals per sample as bars on a scale of their peak."""
+    history = data["history"]
+    window, end = history["window"], data["taken_at"]
+    capacity = max(1, data["slots"] + data["queue"])
+    points = [
+        (CHART_W * (1 - (end - t) / window), min(r, capacity), min(r + q, capacity), x)
+        for t, r, q, x in zip(
+            history["t"], history["running"], history["queued"], history["refused"], strict=True
+        )
+        if end - t <= window
+    ]
+    peak = max((p[3] for p in points), default=0)
+    bar = max(1.0, CHART_W * history["interval"] / window)
+
+    def y(value: float, scale: float) -> str:
+        return f"{CHART_H - CHART_H * value / scale:.1f}"
+
+    running = queued = refused = ""
+    if points:
+        tops = " ".join(f"L{x:.1f},{y(t, capacity)}" for x, _, t, _ in points)
+        mids = [f"L{x:.1f},{y(r, capacity)}" for x, r, _, _ in points]
+        first, last = f"{points[0][0]:.1f}", f"{points[-1][0]:.1f}"
+        running = f"M{first},{CHART_H} {' '.join(mids)} L{last},{CHART_H} Z"
+        queued = f"M{first},{y(points[0][1], capacity)} {tops} {' '.join(reversed(mids))} Z"
+        refused = " ".join(
+            f"M{x - bar:.1f},{CHART_H} V{y(n, peak)} h{bar:.1f} V{CHART_H} Z"
+            for x, _, _, n in points
+            if n
+        )
+    return {
+        "running": running,
+        "queued": queued,
+        "refused": refused,
+        "peak": peak,
+        "slots_y": y(data["slots"], capacity),
+        "window": f"{window / 60:g} min" if window >= 60 else f"{window:g} s",
+    }

@@ -1,0 +1,97 @@
+"""A real uvicorn server in a child process, on a free loopback port, for end-to-end tests."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+_LISTENING = re.compile(rb"Uvicorn running on http://127\.0\.0\.1:(\d+)")
+
+
+class Server:
+    """A running uvicorn; ``url`` is its base address, ``process`` its Popen."""
+
+    def __init__(self, process: subprocess.Popen, port: int, log: list[bytes]) -> None:
+        self.process = process
+        self.url = f"http://127.0.0.1:{port}"
+        self.log = log
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+
+@contextmanager
+def uvicorn(
+    app: str = "tests.asgi:application",
+    *,
+    pdfpool: dict | None = None,
+    env: dict[str, str] | None = None,
+    cwd: Path = ROOT,
+    timeout: float = 30.0,
+) -> Iterator[Server]:
+    """Serve ``app`` with uvicorn on 127.0.0.1 and a free port; stop it (SIGTERM) afterwards."""
+    environment = {**os.environ, **(env or {})}
+    if pdfpool is not None:
+        environment["PDFPOOL_JSON"] = json.dumps(pdfpool)
+    command = [
+        sys.executable,
+        "-m",
+        "uvicorn",
+        app,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "0",
+        "--lifespan",
+        "on",
+        "--no-access-log",
+    ]
+    process = subprocess.Popen(
+        command, cwd=cwd, env=environment, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL
+    )
+    log: list[bytes] = []
+    found = threading.Event()
+    port: list[int] = []
+
+    def drain() -> None:  # keep reading: a full pipe would block the server
+        for line in process.stderr:
+            log.append(line)
+            match = _LISTENING.search(line)
+            if match and not found.is_set():
+                port.append(int(match.group(1)))
+                found.set()
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    try:
+        if not found.wait(timeout):
+            raise RuntimeError("uvicorn did not start:\n" + b"".join(log).decode(errors="replace"))
+        yield Server(process, port[0], log)
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        reader.join(5)
+
+
+def wait_for(condition, timeout: float = 10.0, interval: float = 0.01) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        time.sleep(interval)

@@ -1,0 +1,384 @@
+"""@pdf_pooled and AdmissionMiddleware through Django's test clients (WSGI path and
+AsyncClient): sync and async views, function and class-based, with real extraction
+in child processes and with held jobs to pin the pool's rules."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+from django.core.files.uploadedfile import SimpleUploadedFile
+from django.test import AsyncClient, Client, RequestFactory
+
+from django_pdfpool import get_pool
+from django_pdfpool.callers import user_or_forwarded_ip, user_or_ip
+from django_pdfpool.checks import check_settings
+from django_pdfpool.conf import get_settings
+from tests import pdfs
+from tests.conftest import wait_until
+from tests.views import HELD
+
+JSON = {"HTTP_ACCEPT": "application/json"}
+
+
+def upload(data: bytes, name: str = "doc.pdf") -> SimpleUploadedFile:
+    return SimpleUploadedFile(name, data, content_type="application/pdf")
+
+
+def post(url: str, data: bytes, ip: str = "10.0.0.1", field: str = "file", **extra):
+    return Client(REMOTE_ADDR=ip).post(url, {field: upload(data)}, **JSON, **extra)
+
+
+def apost(url: str, data: bytes, ip: str = "10.0.0.1", field: str = "file"):
+    client = AddressedAsyncClient(ip)
+    return client.post(url, {field: upload(data)}, headers={"accept": "application/json"})
+
+
+class AddressedAsyncClient(AsyncClient):
+    """An AsyncClient whose requests come from ``address`` (the ASGI scope's client):
+    Django's AsyncClient turns extra keywords into headers, so this is the one way in."""
+
+    def __init__(self, address: str) -> None:
+        super().__init__()
+        self.address = address
+
+    def _base_scope(self, **request):
+        scope = super()._base_scope(**request)
+        scope["client"] = [self.address, 40000]
+        return scope
+
+
+def held_key(data: bytes) -> str:
+    return f"tests.views.held_job:{hashlib.sha256(data).hexdigest()}"
+
+
+def leftovers(pdfpool_settings: dict) -> list[str]:
+    import os
+
+    return os.listdir(pdfpool_settings["TEMP_DIR"])
+
+
+# --- pass-through and delivery ----------------------------------------------
+
+
+@pytest.mark.parametrize("url", ["/sync/", "/async/", "/cbv/sync/", "/cbv/async/"])
+def test_get_passes_straight_through(pdfpool, url):
+    response = Client().get(url)
+    assert response.status_code == 200
+    assert response.json() == {"pdf": None}
+    assert get_pool().snapshot().counters.started == 0
+
+
+@pytest.mark.parametrize(
+    ("url", "field"),
+    [("/sync/", "file"), ("/async/", "document"), ("/cbv/sync/", "file"), ("/cbv/async/", "file")],
+)
+@pytest.mark.parametrize("client", ["wsgi", "asgi"])
+def test_the_view_gets_the_extraction(pdfpool, url, field, client):
+    data = pdfs.simple(["first page", "second page"], title="Two pages")
+    if client == "wsgi":
+        response = post(url, data, field=field)
+    else:
+        response = asyncio.run(apost(url, data, field=field))
+    assert response.status_code == 200, response.content
+    pdf = response.json()["pdf"]
+    assert pdf["page_count"] == 2
+    assert "first page" in pdf["pages"][0] and "second page" in pdf["pages"][1]
+    assert pdf["sha256"] == hashlib.sha256(data).hexdigest()
+    assert pdf["metadata"].get("/Title") == "Two pages" or "Two pages" in str(pdf["metadata"])
+    assert leftovers(pdfpool()) == []
+
+
+# --- single-flight -------------------------------------------------------------
+
+
+def test_concurrent_identical_uploads_share_one_run(pdfpool):
+    pdfpool(SLOTS=1, QUEUE=0)
+    HELD.reset(extract=True)
+    data = pdfs.simple(["shared"])
+    with ThreadPoolExecutor(6) as threads:
+        futures = [threads.submit(post, "/held/sync/", data, f"10.0.0.{i}") for i in range(6)]
+        wait_until(lambda: get_pool().waiting(held_key(data)) == 5)
+        HELD.release.set()
+        responses = [future.result(timeout=30) for future in futures]
+    assert [r.status_code for r in responses] == [200] * 6
+    assert {r.json()["pdf"]["text"] for r in responses} == {responses[0].json()["pdf"]["text"]}
+    assert "shared" in responses[0].json()["pdf"]["text"]
+    assert len(HELD.runs) == 1  # one job, so one child process
+    assert leftovers(pdfpool()) == []
+
+
+def test_concurrent_identical_async_uploads_share_one_run(pdfpool):
+    data = pdfs.simple(["shared async"])
+
+    async def scenario():
+        tasks = [asyncio.create_task(apost("/held/async/", data, f"10.0.1.{i}")) for i in range(4)]
+        while get_pool().waiting(held_key(data)) < 3:
+            await asyncio.sleep(0.002)
+        HELD.release.set()
+        return await asyncio.gather(*tasks)
+
+    responses = asyncio.run(scenario())
+    assert [r.status_code for r in responses] == [200] * 4
+    assert len(HELD.runs) == 1
+    assert leftovers(pdfpool()) == []
+
+
+# --- one job per caller, queue, wait -----------------------------------------
+
+
+def test_a_caller_with_a_job_in_flight_gets_429_at_once(pdfpool):
+    with ThreadPoolExecutor(2) as threads:
+        first = threads.submit(post, "/held/sync/", b"%PDF- first", "10.0.0.9")
+        wait_until(lambda: get_pool().running() == 1)
+        refused = post("/held/sync/", b"%PDF- second", "10.0.0.9")
+        other_caller = threads.submit(post, "/held/sync/", b"%PDF- second", "10.0.0.8")
+        wait_until(lambda: get_pool().running() == 2)
+        HELD.release.set()
+        assert first.result(timeout=30).status_code == 200
+        assert other_caller.result(timeout=30).status_code == 200
+    assert refused.status_code == 429
+    assert refused.json()["error"] == "caller_busy"
+    assert int(refused["Retry-After"]) >= 1
+    assert leftovers(pdfpool()) == []
+
+
+def test_a_full_queue_gets_503_with_retry_after(pdfpool):
+    pdfpool(SLOTS=1, QUEUE=1)
+    with ThreadPoolExecutor(2) as threads:
+        running = threads.submit(post, "/held/sync/", b"%PDF- a", "10.0.0.1")
+        wait_until(lambda: get_pool().running() == 1)
+        queued = threads.submit(post, "/held/sync/", b"%PDF- b", "10.0.0.2")
+        wait_until(lambda: get_pool().queued() == 1)
+        refused = post("/held/sync/", b"%PDF- c", "10.0.0.3")
+        HELD.release.set()
+        assert running.result(timeout=30).status_code == 200
+        assert queued.result(timeout=30).status_code == 200
+    assert refused.status_code == 503
+    assert refused.json() == {
+        "error": "busy",
+        "message": refused.json()["message"],
+        "retry_after": int(refused["Retry-After"]),
+    }
+    assert int(refused["Retry-After"]) >= 1
+    assert leftovers(pdfpool()) == []
+
+
+def test_waiting_longer_than_wait_gets_503(pdfpool):
+    pdfpool(SLOTS=1, QUEUE=1, WAIT=0.2)
+    with ThreadPoolExecutor(1) as threads:
+        running = threads.submit(post, "/held/sync/", b"%PDF- a", "10.0.0.1")
+        wait_until(lambda: get_pool().running() == 1)
+        expired = post("/held/sync/", b"%PDF- b", "10.0.0.2")
+        HELD.release.set()
+        assert running.result(timeout=30).status_code == 200
+    assert expired.status_code == 503
+    assert expired.json()["error"] == "busy"
+    assert "waited" in expired.json()["message"]
+    assert HELD.runs == [hashlib.sha256(b"%PDF- a").hexdigest()]
+    assert leftovers(pdfpool()) == []
+
+
+# --- the job's life is not the caller's -----------------------------------------
+
+
+def test_a_starter_that_disconnects_does_not_take_the_file_from_its_sharers(pdfpool):
+    HELD.reset(extract=True)
+    data = pdfs.simple(["survives its starter"])
+
+    async def scenario():
+        starter = asyncio.create_task(apost("/held/async/", data, "10.0.2.1"))
+        while get_pool().running() < 1:
+            await asyncio.sleep(0.002)
+        sharer = asyncio.create_task(apost("/held/async/", data, "10.0.2.2"))
+        while get_pool().waiting(held_key(data)) < 1:
+            await asyncio.sleep(0.002)
+        starter.cancel()  # what ASGI does to the view when its client goes away
+        with pytest.raises(asyncio.CancelledError):
+            await starter
+        assert get_pool().running() == 1
+        HELD.release.set()
+        return await sharer
+
+    response = asyncio.run(scenario())
+    assert response.status_code == 200
+    assert "survives its starter" in response.json()["pdf"]["text"]
+    assert len(HELD.runs) == 1
+    wait_until(lambda: leftovers(pdfpool()) == [])
+
+
+def test_a_queued_starter_that_leaves_alone_frees_its_place_and_file(pdfpool):
+    pdfpool(SLOTS=1, QUEUE=1)
+
+    async def scenario():
+        running = asyncio.create_task(apost("/held/async/", b"%PDF- a", "10.0.3.1"))
+        while get_pool().running() < 1:
+            await asyncio.sleep(0.002)
+        queued = asyncio.create_task(apost("/held/async/", b"%PDF- b", "10.0.3.2"))
+        while get_pool().queued() < 1:
+            await asyncio.sleep(0.002)
+        queued.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await queued
+        assert get_pool().queued() == 0
+        assert len(leftovers(pdfpool())) == 1  # only the running job's copy
+        HELD.release.set()
+        return await running
+
+    assert asyncio.run(scenario()).status_code == 200
+    assert len(HELD.runs) == 1
+    assert leftovers(pdfpool()) == []
+
+
+# --- callers -----------------------------------------------------------------
+
+
+def test_anonymous_callers_are_told_apart_by_address_only():
+    factory = RequestFactory()
+    request = factory.post("/", REMOTE_ADDR="192.0.2.7", HTTP_X_FORWARDED_FOR="198.51.100.1")
+    from django.contrib.auth.models import AnonymousUser
+
+    request.user = AnonymousUser()
+    assert user_or_ip(request) == "ip:192.0.2.7"  # forwarded headers are not trusted
+    assert user_or_forwarded_ip(request) == "ip:198.51.100.1"
+
+
+@pytest.mark.django_db
+def test_an_authenticated_user_is_one_caller_whatever_its_address(pdfpool, django_user_model):
+    user = django_user_model.objects.create_user("ann", password="x")
+    request = RequestFactory().post("/")
+    request.user = user
+    assert user_or_ip(request) == f"user:{user.pk}"
+    client = Client(REMOTE_ADDR="10.0.4.1")
+    client.force_login(user)
+    HELD.release.set()
+    response = client.post("/held/sync/", {"file": upload(b"%PDF- mine")}, **JSON)
+    assert response.status_code == 200
+    assert get_pool().snapshot().counters.started == 1
+
+
+# --- bad uploads ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("url", ["/sync/", "/async/"])
+def test_a_post_without_the_upload_gets_400(pdfpool, url):
+    response = Client().post(url, {"other": "x"}, **JSON)
+    assert response.status_code == 400
+    assert response.json()["error"] == "no_upload"
+    html = Client().post(url, {"other": "x"}, HTTP_ACCEPT="text/html")
+    assert html.status_code == 400
+    assert html["Content-Type"].startswith("text/html")
+    assert b"No PDF received" in html.content
+
+
+@pytest.mark.parametrize("url", ["/sync/", "/async/"])
+def test_an_oversized_upload_gets_413_before_any_work(pdfpool, url):
+    pdfpool(MAX_UPLOAD_SIZE=1000)
+    field = "document" if url == "/async/" else "file"
+    response = post(url, b"%PDF-" + b"x" * 5000, field=field)
+    assert response.status_code == 413
+    assert response.json()["error"] == "too_large"
+    assert get_pool().snapshot().counters.started == 0
+    big = post(url, b"%PDF-" + b"x" * 500_000, field=field)  # refused from the header alone
+    assert big.status_code == 413
+    assert leftovers(pdfpool()) == []
+
+
+@pytest.mark.parametrize(
+    ("data", "code"),
+    [
+        (pdfs.html(), "not_a_pdf"),
+        (b"", "not_a_pdf"),
+        (pdfs.cyclic_kids(), "malformed"),
+        (pdfs.truncated(pdfs.simple(["x" * 50] * 3), "first"), "malformed"),
+    ],
+    ids=["html", "empty", "cyclic-kids", "truncated"],
+)
+def test_a_hostile_pdf_gets_422_and_leaves_nothing(pdfpool, data, code):
+    import psutil
+
+    response = post("/sync/", data)
+    assert response.status_code == 422
+    body = response.json()
+    assert body["error"] == code
+    assert "Traceback" not in body["message"] and "/" not in body["message"]
+    assert leftovers(pdfpool()) == []
+    # the child answers before it has exited; it is reaped right after
+    wait_until(lambda: psutil.Process().children(recursive=True) == [], timeout=5)
+
+
+# --- settings -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "check_id"),
+    [
+        ([], "django_pdfpool.E001"),
+        ({"SLOTZ": 2}, "django_pdfpool.E002"),
+        ({"SLOTS": 0}, "django_pdfpool.E003"),
+        ({"SLOTS": "2"}, "django_pdfpool.E003"),
+        ({"WAIT": -1}, "django_pdfpool.E003"),
+        ({"WAIT": float("nan")}, "django_pdfpool.E003"),
+        ({"MEMORY_LIMIT": 1024}, "django_pdfpool.E003"),
+        ({"QUEUE": True}, "django_pdfpool.E003"),
+        ({"CALLER": "no.such.module.fn"}, "django_pdfpool.E004"),
+    ],
+)
+def test_bad_settings_fire_checks_and_refuse_to_build(settings, value, check_id):
+    settings.PDFPOOL = value
+    assert check_id in [error.id for error in check_settings()]
+    with pytest.raises(ImproperlyConfigured, match=check_id):
+        get_settings()
+
+
+def test_good_settings_pass_the_checks(settings):
+    settings.PDFPOOL = {"SLOTS": 3, "WAIT": None, "MAX_PAGES": 10}
+    assert check_settings() == []
+    assert (get_settings().slots, get_settings().wait, get_settings().queue) == (3, None, 4)
+
+
+def test_changed_settings_rebuild_the_pool_once_it_is_idle(pdfpool):
+    pdfpool(SLOTS=1)
+    first = get_pool()
+    assert first.slots == 1
+    with ThreadPoolExecutor(1) as threads:
+        held = threads.submit(post, "/held/sync/", b"%PDF- held", "10.0.5.1")
+        wait_until(lambda: first.running() == 1)
+        pdfpool(SLOTS=3)
+        assert get_pool() is first  # busy: jobs keep the limits they were admitted under
+        HELD.release.set()
+        assert held.result(timeout=30).status_code == 200
+    wait_until(lambda: first.running() == 0)
+    rebuilt = get_pool()
+    assert rebuilt is not first and rebuilt.slots == 3
+    assert get_pool() is rebuilt
+
+
+# --- the admission middleware ---------------------------------------------------
+
+
+@pytest.mark.parametrize("url", ["/direct/sync/", "/direct/async/"])
+def test_the_middleware_answers_refusals_from_views_calling_the_pool(pdfpool, url):
+    pdfpool(SLOTS=1, QUEUE=0)
+    assert Client().get(url, {"key": "free"}, **JSON).json() == {"result": "ran"}
+    with ThreadPoolExecutor(1) as threads:
+        held = threads.submit(post, "/held/sync/", b"%PDF- hold", "10.0.6.1")
+        wait_until(lambda: get_pool().running() == 1)
+        busy = Client().get(url, {"key": "other"}, **JSON)
+        html = Client().get(url, {"key": "other"}, HTTP_ACCEPT="text/html")
+        HELD.release.set()
+        assert held.result(timeout=30).status_code == 200
+    assert busy.status_code == 503
+    assert busy.json()["error"] == "busy"
+    assert int(busy["Retry-After"]) >= 1
+    assert html.status_code == 503 and b"Busy" in html.content
+
+
+def test_the_middleware_leaves_other_requests_alone(pdfpool):
+    response = Client().get("/plain/")
+    assert response.status_code == 200 and json.loads(response.content) == {"plain": True}
+    assert "Retry-After" not in response

@@ -1,0 +1,168 @@
+"""End to end on a real uvicorn server: single-flight of identical uploads, and
+the slot limit seen as child processes on the host while distinct uploads queue
+or are refused."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import zlib
+
+import httpx
+import psutil
+import pytest
+
+from tests import pdfs
+from tests.servers import uvicorn
+
+SLOTS, QUEUE = 2, 2
+
+
+def slow_pdf(tag: str, megabytes: int = 1) -> bytes:
+    """About a second of pypdf work per megabyte of text operators; distinct per tag."""
+    ops = (
+        b"BT /F1 12 Tf (%s) Tj " % tag.encode()
+        + b"1 0 0 1 72 720 Tm (a) Tj " * (megabytes * (1 << 20) // 25)
+        + b"ET"
+    )
+    objects = pdfs.document([b""])
+    objects[4] = pdfs.stream(zlib.compress(ops, 6), b"/Filter /FlateDecode ")
+    return pdfs.assemble(objects)
+
+
+def extraction_children(pid: int) -> list[psutil.Process]:
+    found = []
+    for child in psutil.Process(pid).children(recursive=True):
+        try:
+            if "django_pdfpool.child" in " ".join(child.cmdline()):
+                found.append(child)
+        except psutil.NoSuchProcess:
+            pass
+    return found
+
+
+class ChildSampler:
+    """Counts the server's extraction children every few milliseconds, in a thread."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid, self.peak, self.pids = pid, 0, set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _sample(self) -> None:
+        while not self._stop.is_set():
+            children = extraction_children(self.pid)
+            self.peak = max(self.peak, len(children))
+            self.pids.update(child.pid for child in children)
+            self._stop.wait(0.005)
+
+    def __enter__(self) -> ChildSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+
+async def upload(url: str, data: bytes, address: str) -> httpx.Response:
+    """POST from its own loopback address: each address is another anonymous caller."""
+    transport = httpx.AsyncHTTPTransport(local_address=address)
+    async with httpx.AsyncClient(transport=transport, timeout=60) as client:
+        return await client.post(
+            f"{url}/sync/",
+            files={"file": ("doc.pdf", data, "application/pdf")},
+            headers={"accept": "application/json"},
+        )
+
+
+async def counters(url: str) -> dict:
+    async with httpx.AsyncClient(timeout=10) as client:
+        return (await client.get(f"{url}/snapshot/")).json()["counters"]
+
+
+@pytest.fixture(scope="module")
+def staged(tmp_path_factory):
+    return tmp_path_factory.mktemp("staged")
+
+
+@pytest.fixture(scope="module")
+def server(staged):
+    settings = {
+        "SLOTS": SLOTS,
+        "QUEUE": QUEUE,
+        "WAIT": 30.0,
+        "WARM_CHILDREN": False,
+        "TEMP_DIR": str(staged),
+    }
+    with uvicorn(pdfpool=settings) as running:
+        yield running
+
+
+def test_identical_uploads_from_many_clients_run_one_child(server):
+    data = slow_pdf("identical", megabytes=2)
+    clients = 8
+
+    async def wave():
+        return await asyncio.gather(
+            *(upload(server.url, data, f"127.0.1.{i + 1}") for i in range(clients))
+        )
+
+    with ChildSampler(server.pid) as sampler:
+        responses = asyncio.run(wave())
+    assert [r.status_code for r in responses] == [200] * clients
+    texts = {r.json()["pdf"]["text"] for r in responses}
+    assert len(texts) == 1 and "identical" in texts.pop()
+    assert sampler.peak == 1 and len(sampler.pids) == 1
+    done = asyncio.run(counters(server.url))
+    assert (done["started"], done["joined"]) == (1, clients - 1)
+
+
+def test_distinct_uploads_see_exactly_slots_children_and_the_rest_queue_or_503(server):
+    before = asyncio.run(counters(server.url))
+    clients = 8
+
+    async def wave():
+        tasks = []
+        for i in range(clients):
+            data = slow_pdf(f"distinct-{i}")
+            tasks.append(asyncio.create_task(upload(server.url, data, f"127.0.2.{i + 1}")))
+            await asyncio.sleep(0.02)  # arrive in order: first come, first served
+        return await asyncio.gather(*tasks)
+
+    with ChildSampler(server.pid) as sampler:
+        responses = asyncio.run(wave())
+    statuses = [r.status_code for r in responses]
+    assert statuses.count(200) == SLOTS + QUEUE
+    assert statuses.count(503) == clients - SLOTS - QUEUE
+    assert all(int(r.headers["retry-after"]) >= 1 for r in responses if r.status_code == 503)
+    assert sampler.peak == SLOTS
+    assert len(sampler.pids) == SLOTS + QUEUE  # one child per job, each used once
+    after = asyncio.run(counters(server.url))
+    assert after["started"] - before["started"] == SLOTS + QUEUE
+    assert after["refused_busy"] - before["refused_busy"] == clients - SLOTS - QUEUE
+    assert extraction_children(server.pid) == []
+
+
+def test_a_starter_that_disconnects_leaves_the_job_to_its_sharers(server, staged):
+    before = asyncio.run(counters(server.url))
+    data = slow_pdf("disconnect", megabytes=2)
+
+    async def scenario():
+        starter = asyncio.create_task(upload(server.url, data, "127.0.3.1"))
+        while not extraction_children(server.pid):
+            await asyncio.sleep(0.01)
+        sharer = asyncio.create_task(upload(server.url, data, "127.0.3.2"))
+        await asyncio.sleep(0.3)
+        starter.cancel()  # closes the connection: uvicorn cancels the view
+        with pytest.raises(asyncio.CancelledError):
+            await starter
+        return await sharer
+
+    response = asyncio.run(scenario())
+    assert response.status_code == 200
+    assert "disconnect" in response.json()["pdf"]["text"]
+    after = asyncio.run(counters(server.url))
+    assert after["started"] - before["started"] == 1
+    assert after["completed"] - before["completed"] == 1
+    assert list(staged.iterdir()) == []

@@ -1,0 +1,120 @@
+"""Views the Django tests drive: every shape of view @pdf_pooled must serve."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from dataclasses import asdict
+
+from django.http import HttpRequest, JsonResponse
+from django.utils.decorators import method_decorator
+from django.views import View
+
+from django_pdfpool import get_pool, pdf_pooled
+from django_pdfpool.decorators import extract_upload
+from django_pdfpool.uploads import StagedUpload
+
+
+def _describe(request: HttpRequest) -> JsonResponse:
+    pdf = getattr(request, "pdf", None)  # absent where the decorator does not apply
+    if pdf is None:
+        return JsonResponse({"pdf": None})
+    if isinstance(pdf, dict):
+        return JsonResponse({"pdf": pdf})
+    return JsonResponse({"pdf": asdict(pdf)})
+
+
+@pdf_pooled
+def sync_extract(request):
+    return _describe(request)
+
+
+@pdf_pooled(field="document")
+async def async_extract(request):
+    return _describe(request)
+
+
+@method_decorator(pdf_pooled, name="post")
+class SyncClassView(View):
+    def get(self, request):
+        return _describe(request)
+
+    def post(self, request):
+        return _describe(request)
+
+
+@method_decorator(pdf_pooled, name="post")
+class AsyncClassView(View):
+    async def get(self, request):
+        return _describe(request)
+
+    async def post(self, request):
+        return _describe(request)
+
+
+class Held:
+    """Jobs that wait for the test to let them go, and a record of every run."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.runs: list[str] = []
+        self.paths: list[str] = []
+        self.extract = False
+
+    def reset(self, *, extract: bool = False) -> None:
+        self.__init__()
+        self.extract = extract
+
+
+HELD = Held()
+
+
+async def held_job(upload: StagedUpload):
+    """A job that records its run, waits for HELD.release, then extracts or echoes."""
+    HELD.runs.append(upload.sha256)
+    HELD.paths.append(upload.path)
+    while not HELD.release.is_set():
+        await asyncio.sleep(0.005)
+    if HELD.extract:
+        return await extract_upload(upload)
+    with open(upload.path, "rb") as file:
+        return {"sha256": upload.sha256, "size": len(file.read())}
+
+
+@pdf_pooled(job=held_job)
+def sync_held(request):
+    return _describe(request)
+
+
+@pdf_pooled(job=held_job)
+async def async_held(request):
+    return _describe(request)
+
+
+async def _direct_job():
+    await asyncio.sleep(0)
+    return "ran"
+
+
+def sync_direct(request):
+    """Calls the pool itself; refusals reach the client through AdmissionMiddleware."""
+    from asgiref.sync import async_to_sync
+
+    caller = request.GET.get("caller", "direct")
+    result = async_to_sync(get_pool().run)(request.GET["key"], caller, _direct_job)
+    return JsonResponse({"result": result})
+
+
+async def async_direct(request):
+    caller = request.GET.get("caller", "direct")
+    result = await get_pool().run(request.GET["key"], caller, _direct_job)
+    return JsonResponse({"result": result})
+
+
+def plain(request):
+    return JsonResponse({"plain": True})
+
+
+def snapshot(request):
+    """The server's pool, for end-to-end tests that watch it from outside."""
+    return JsonResponse(get_pool().snapshot().as_dict())
