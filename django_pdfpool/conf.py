@@ -80,7 +80,8 @@ _RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "QUEUE": (lambda v: _is_int(v) and v >= 0, "an integer >= 0"),
     "WAIT": (lambda v: v is None or (_is_number(v) and v >= 0), "seconds >= 0, or None"),
     "TIMEOUT": (lambda v: _is_number(v) and v > 0, "seconds > 0"),
-    "MEMORY_LIMIT": (lambda v: _is_int(v) and v >= 64 * MiB, "bytes, an integer >= 64 MiB"),
+    # a child with pypdf imported already maps about 45 MiB of address space
+    "MEMORY_LIMIT": (lambda v: _is_int(v) and v >= 128 * MiB, "bytes, an integer >= 128 MiB"),
     "MAX_UPLOAD_SIZE": (lambda v: _is_int(v) and v >= 1, "bytes, an integer >= 1"),
     "MAX_PAGES": (lambda v: v is None or (_is_int(v) and v >= 1), "an integer >= 1, or None"),
     "ENGINE": (lambda v: v in ENGINES, "one of " + ", ".join(map(repr, ENGINES))),

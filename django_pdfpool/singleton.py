@@ -37,7 +37,8 @@ def get_pool() -> Pool:
             atexit.register(drain_pool)  # graceful by default where nothing else drains
         if _pool is None or (_built_from != current and _is_idle(_pool)):
             _pool = Pool(current.slots, current.queue, current.wait, on_error=_log_job_error)
-            extraction.configure(spares=1 if current.warm_children else 0)  # never > slots
+            # one spare at most, so never more than the slots
+            extraction.configure(spares=int(current.warm_children), tmp_dir=current.temp_dir)
             recorder.start()  # the status chart then covers the time before anyone looked
             _built_from = current
         return _pool
