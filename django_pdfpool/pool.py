@@ -415,10 +415,15 @@ class Pool:
 
     # --- closing ------------------------------------------------------------
 
-    async def drain(self) -> None:
-        """Stop accepting; let running and queued jobs finish, then return."""
+    def close(self) -> None:
+        """Stop accepting (every new call gets PoolClosed); jobs in flight go on.
+        Safe from any thread and from signal handlers' callbacks."""
         with self._lock:
             self._closed = True
+
+    async def drain(self) -> None:
+        """Stop accepting; let running and queued jobs finish, then return."""
+        self.close()
         await self._until_idle()
 
     async def stop(self) -> None:
