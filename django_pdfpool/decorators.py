@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from asgiref.sync import async_to_sync, iscoroutinefunction, sync_to_async
@@ -19,7 +20,8 @@ from django.http import HttpRequest, HttpResponse
 from .conf import get_settings
 from .extraction import Extraction, ExtractionError, extract
 from .pool import Refused
-from .responses import answer, refusal_answer
+from .responses import Answer, refusal_answer
+from .responses import answer as default_answer
 from .singleton import get_pool
 from .uploads import StagedUpload, stage
 
@@ -42,15 +44,24 @@ async def extract_upload(upload: StagedUpload) -> Extraction:
     )
 
 
-def pdf_pooled(view: View | None = None, *, field: str = "file", job: Job = extract_upload) -> Any:
-    """Decorate a sync or async view (bare, or with ``field=`` / ``job=``).
+def pdf_pooled(
+    view: View | None = None,
+    *,
+    field: str = "file",
+    job: Job = extract_upload,
+    answer: Answer = default_answer,
+) -> Any:
+    """Decorate a sync or async view (bare, or with ``field=``, ``job=``, ``answer=``).
 
-    ``job(upload)`` runs on the pool's own loop and returns the view's
-    ``request.pdf``; identical uploads to the same job share one run.
+    ``job(upload)`` runs on the pool's own loop and returns the view's ``request.pdf``;
+    identical uploads to the same job share one run. ``answer(request, status, code,
+    message, retry_after)`` makes the response for what the view never sees (400, 413,
+    422, 429, 503): by default JSON or a small HTML page as the client prefers;
+    ``responses.json_answer`` for APIs, or a function rendering a project's own page.
     """
     if view is None:
-        return functools.partial(pdf_pooled, field=field, job=job)
-    namespace = f"{job.__module__}.{job.__qualname__}"
+        return functools.partial(pdf_pooled, field=field, job=job, answer=answer)
+    pooled = _Pooled(field, job, answer, f"{job.__module__}.{job.__qualname__}")
 
     if iscoroutinefunction(view):
 
@@ -58,7 +69,8 @@ def pdf_pooled(view: View | None = None, *, field: str = "file", job: Job = extr
         async def async_wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
             request.pdf = None  # type: ignore[attr-defined]
             if request.method == "POST":
-                prepared = await sync_to_async(_prepare, thread_sensitive=False)(request, field)
+                # parsing the body and copying the upload block: not on the event loop
+                prepared = await sync_to_async(pooled.prepare, thread_sensitive=False)(request)
                 if isinstance(prepared, HttpResponse):
                     return prepared
                 if hasattr(request, "auser"):
@@ -68,7 +80,7 @@ def pdf_pooled(view: View | None = None, *, field: str = "file", job: Job = extr
                     caller = await caller_of(request)
                 else:
                     caller = caller_of(request)
-                refused = await _submit(request, caller, namespace, job, prepared)
+                refused = await pooled.submit(request, caller, prepared)
                 if refused is not None:
                     return refused
             return await view(request, *args, **kwargs)
@@ -79,15 +91,15 @@ def pdf_pooled(view: View | None = None, *, field: str = "file", job: Job = extr
     def sync_wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
         request.pdf = None  # type: ignore[attr-defined]
         if request.method == "POST":
-            prepared = _prepare(request, field)
+            prepared = pooled.prepare(request)
             if isinstance(prepared, HttpResponse):
                 return prepared
             caller_of = get_settings().caller
             if iscoroutinefunction(caller_of):
                 caller = async_to_sync(caller_of)(request)
             else:
-                caller = caller_of(request)
-            refused = async_to_sync(_submit)(request, caller, namespace, job, prepared)
+                caller = caller_of(request)  # here, not on a loop: it may touch the DB
+            refused = async_to_sync(pooled.submit)(request, caller, prepared)
             if refused is not None:
                 return refused
         return view(request, *args, **kwargs)
@@ -95,44 +107,50 @@ def pdf_pooled(view: View | None = None, *, field: str = "file", job: Job = extr
     return sync_wrapper
 
 
-def _prepare(request: HttpRequest, field: str) -> StagedUpload | HttpResponse:
-    """Check the upload's size and presence, then stage a copy the job will own."""
-    limit = get_settings().max_upload_size
-    declared = request.META.get("CONTENT_LENGTH") or "0"
-    if declared.isdigit() and int(declared) > limit + _MULTIPART_SLACK:
-        return _too_large(request, limit)
-    upload = request.FILES.get(field)
-    if upload is None:
-        return answer(
-            request, 400, "no_upload", f"Send the PDF as a multipart file field named {field!r}."
-        )
-    if upload.size is not None and upload.size > limit:
-        return _too_large(request, limit)
-    return stage(upload, get_settings().temp_dir)
+@dataclass(frozen=True)
+class _Pooled:
+    """What one decorated view does with a POST, for its sync and async wrappers."""
 
+    field: str
+    job: Job
+    answer: Answer
+    namespace: str
 
-def _too_large(request: HttpRequest, limit: int) -> HttpResponse:
-    return answer(
-        request, 413, "too_large", f"PDFs up to {limit // 1024 // 1024} MiB are accepted."
-    )
+    def prepare(self, request: HttpRequest) -> StagedUpload | HttpResponse:
+        """Check the upload's size and presence, then stage a copy the job will own."""
+        conf = get_settings()
+        declared = request.META.get("CONTENT_LENGTH") or "0"
+        if declared.isdigit() and int(declared) > conf.max_upload_size + _MULTIPART_SLACK:
+            return self._too_large(request, conf.max_upload_size)
+        upload = request.FILES.get(self.field)
+        if upload is None:
+            message = f"Send the PDF as a multipart file field named {self.field!r}."
+            return self.answer(request, 400, "no_upload", message, None)
+        if upload.size is not None and upload.size > conf.max_upload_size:
+            return self._too_large(request, conf.max_upload_size)
+        return stage(upload, conf.temp_dir)
 
+    def _too_large(self, request: HttpRequest, limit: int) -> HttpResponse:
+        message = f"PDFs up to {limit / 1024 / 1024:g} MiB are accepted."
+        return self.answer(request, 413, "too_large", message, None)
 
-async def _submit(
-    request: HttpRequest, caller: str, namespace: str, job: Job, upload: StagedUpload
-) -> HttpResponse | None:
-    """Run or join the upload's job; set ``request.pdf``, or return the refusal's answer.
+    async def submit(
+        self, request: HttpRequest, caller: str, upload: StagedUpload
+    ) -> HttpResponse | None:
+        """Run or join the upload's job; set ``request.pdf``, or return the refusal's answer.
 
-    The job owns the upload from here on: the pool calls exactly one of the job
-    (which deletes it when done) and ``discard`` (when the job will never run), so
-    a caller that leaves never pulls the file from under a job that still needs it.
-    """
-    key = f"{namespace}:{upload.sha256}"
-    fn = functools.partial(_owning, job, upload)
-    try:
-        request.pdf = await get_pool().run(key, caller, fn, on_drop=upload.discard)  # type: ignore[attr-defined]
-    except (Refused, ExtractionError) as error:
-        return refusal_answer(request, error)
-    return None
+        The job owns the upload from here on: the pool calls exactly one of the job
+        (which deletes it when done) and ``discard`` (when the job will never run), so
+        a caller that leaves never pulls the file from under a job that still needs it.
+        """
+        key = f"{self.namespace}:{upload.sha256}"
+        fn = functools.partial(_owning, self.job, upload)
+        try:
+            result = await get_pool().run(key, caller, fn, on_drop=upload.discard)
+        except (Refused, ExtractionError) as error:
+            return refusal_answer(request, error, self.answer)
+        request.pdf = result  # type: ignore[attr-defined]
+        return None
 
 
 async def _owning(job: Job, upload: StagedUpload) -> Any:

@@ -7,6 +7,7 @@ users reach the client: never a traceback or an internal path.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.utils.html import format_html
@@ -23,43 +24,67 @@ TITLES = {
 }
 
 
-def answer(
-    request: HttpRequest,
-    status: int,
-    code: str,
-    message: str,
-    retry_after: float | None = None,
+Answer = Callable[[HttpRequest, int, str, str, "float | None"], HttpResponse]
+"""``answer(request, status, code, message, retry_after)``: how a view answers what it
+could not do. ``@pdf_pooled(answer=...)`` takes one, to answer in a project's own pages."""
+
+
+def _seconds(retry_after: float | None) -> int | None:
+    return None if retry_after is None else max(1, math.ceil(retry_after))
+
+
+def json_answer(
+    request: HttpRequest, status: int, code: str, message: str, retry_after: float | None = None
 ) -> HttpResponse:
-    """A JSON answer for clients that accept JSON, else a small HTML page."""
-    seconds = None if retry_after is None else max(1, math.ceil(retry_after))
-    if request.get_preferred_type(["application/json", "text/html"]) == "application/json":
-        body = {"error": code, "message": message}
-        if seconds is not None:
-            body["retry_after"] = seconds
-        response: HttpResponse = JsonResponse(body, status=status)
-    else:
-        retry = "" if seconds is None else f" Try again in {seconds} s."
-        response = HttpResponse(
-            format_html(
-                '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
-                "<title>{}</title></head><body><h1>{}</h1><p>{}{}</p>"
-                "<p><small>code: {}</small></p></body></html>",
-                TITLES.get(status, "Error"),
-                TITLES.get(status, "Error"),
-                message,
-                retry,
-                code,
-            ),
-            status=status,
-        )
+    """``{"error": code, "message": message, "retry_after": seconds}``, whatever the client
+    accepts (for APIs), with a ``Retry-After`` header where there is a retry time."""
+    seconds = _seconds(retry_after)
+    body: dict[str, object] = {"error": code, "message": message}
+    if seconds is not None:
+        body["retry_after"] = seconds
+    return _with_retry(JsonResponse(body, status=status), seconds)
+
+
+def html_answer(
+    request: HttpRequest, status: int, code: str, message: str, retry_after: float | None = None
+) -> HttpResponse:
+    """A small standalone HTML page saying the same."""
+    seconds = _seconds(retry_after)
+    title = TITLES.get(status, "Error")
+    retry = "" if seconds is None else f" Try again in {seconds} s."
+    page = format_html(
+        '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
+        "<title>{}</title></head><body><h1>{}</h1><p>{}{}</p>"
+        "<p><small>code: {}</small></p></body></html>",
+        title,
+        title,
+        message,
+        retry,
+        code,
+    )
+    return _with_retry(HttpResponse(page, status=status), seconds)
+
+
+def answer(
+    request: HttpRequest, status: int, code: str, message: str, retry_after: float | None = None
+) -> HttpResponse:
+    """The default: JSON for clients that accept JSON (``*/*`` included), else HTML."""
+    preferred = request.get_preferred_type(["application/json", "text/html"])
+    chosen = json_answer if preferred == "application/json" else html_answer
+    return chosen(request, status, code, message, retry_after)
+
+
+def _with_retry(response: HttpResponse, seconds: int | None) -> HttpResponse:
     if seconds is not None:
         response["Retry-After"] = str(seconds)
     return response
 
 
-def refusal_answer(request: HttpRequest, error: Refused | ExtractionError) -> HttpResponse:
+def refusal_answer(
+    request: HttpRequest, error: Refused | ExtractionError, answer: Answer = answer
+) -> HttpResponse:
     """PoolBusy and PoolClosed: 503; CallerBusy: 429; extraction errors: 422."""
     if isinstance(error, ExtractionError):
-        return answer(request, 422, error.code, error.message)
+        return answer(request, 422, error.code, error.message, None)
     status = 429 if isinstance(error, CallerBusy) else 503
     return answer(request, status, error.code, str(error), error.retry_after)

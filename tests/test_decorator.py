@@ -382,3 +382,28 @@ def test_the_middleware_leaves_other_requests_alone(pdfpool):
     response = Client().get("/plain/")
     assert response.status_code == 200 and json.loads(response.content) == {"plain": True}
     assert "Retry-After" not in response
+
+
+# --- answers --------------------------------------------------------------------
+
+
+def test_json_answer_answers_json_even_to_browsers(pdfpool):
+    response = Client().post("/json-only/", {"other": "x"}, HTTP_ACCEPT="text/html")
+    assert response.status_code == 400
+    assert response.json()["error"] == "no_upload"
+    bad = Client().post("/json-only/", {"file": upload(pdfs.html())}, HTTP_ACCEPT="text/html")
+    assert bad.status_code == 422 and bad.json()["error"] == "not_a_pdf"
+
+
+def test_a_views_own_answer_function_makes_every_refusal(pdfpool):
+    missing = Client().post("/own-answers/", {"other": "x"})
+    assert (missing.status_code, missing.json()["mine"]) == (418, "no_upload")
+    with ThreadPoolExecutor(1) as threads:
+        held = threads.submit(post, "/held/sync/", b"%PDF- mine", "10.0.7.1")
+        wait_until(lambda: get_pool().running() == 1)
+        refused = post("/own-answers/", b"%PDF- again", "10.0.7.1")
+        HELD.release.set()
+        assert held.result(timeout=30).status_code == 200
+    assert refused.status_code == 418
+    assert refused.json()["mine"] == "caller_busy" and refused.json()["status"] == 429
+    assert refused.json()["retry"] >= 0

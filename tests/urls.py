@@ -16,5 +16,7 @@ urlpatterns = [
     path("direct/sync/", views.sync_direct),
     path("direct/async/", views.async_direct),
     path("plain/", views.plain),
+    path("json-only/", views.json_only),
+    path("own-answers/", views.own_answers),
     path("snapshot/", views.snapshot),
 ]

@@ -12,6 +12,7 @@ from django.views import View
 
 from django_pdfpool import get_pool, pdf_pooled
 from django_pdfpool.decorators import extract_upload
+from django_pdfpool.responses import json_answer
 from django_pdfpool.uploads import StagedUpload
 
 
@@ -118,3 +119,18 @@ def plain(request):
 def snapshot(request):
     """The server's pool, for end-to-end tests that watch it from outside."""
     return JsonResponse(get_pool().snapshot().as_dict())
+
+
+def teapot_answer(request, status, code, message, retry_after):
+    """A project's own answer function: proves @pdf_pooled hands it every answer."""
+    return JsonResponse({"mine": code, "status": status, "retry": retry_after}, status=418)
+
+
+@pdf_pooled(answer=json_answer)
+def json_only(request):
+    return _describe(request)
+
+
+@pdf_pooled(job=held_job, answer=teapot_answer)
+async def own_answers(request):
+    return _describe(request)

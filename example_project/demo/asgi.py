@@ -1,0 +1,16 @@
+"""The ASGI application `make demo` serves with uvicorn.
+
+``PoolLifespan`` answers the lifespan protocol Django's handler does not speak: on
+shutdown (Ctrl-C, SIGTERM) uvicorn lets in-flight requests finish, then the pool
+stops taking work and finishes its queue before the process exits.
+"""
+
+import os
+
+from django.core.asgi import get_asgi_application
+
+from django_pdfpool.asgi import PoolLifespan
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "demo.settings")
+
+application = PoolLifespan(get_asgi_application())

@@ -1,0 +1,15 @@
+"""The example's URLs: the upload page, its JSON API, and the admin (with the pool status)."""
+
+from django.contrib import admin
+from django.urls import path, re_path
+from uploads import views
+
+admin.site.site_header = "django-pdfpool demo"
+admin.site.site_title = "django-pdfpool demo"
+
+urlpatterns = [
+    path("", views.index, name="index"),
+    path("api/extract/", views.api_extract, name="api-extract"),
+    re_path(r"^api/jobs/(?P<sha256>[0-9a-f]{64})/$", views.job_state, name="job-state"),
+    path("admin/", admin.site.urls),
+]

@@ -1,0 +1,112 @@
+"""The example's views: the upload page, the JSON API, and the job state the page polls.
+
+All three are async: under uvicorn a request waiting for its turn in the pool holds
+no thread, so the page's polls are answered while extractions queue and run. The
+page and the API run the same job (``@pdf_pooled``'s default), so the same PDF sent
+through both shares one extraction.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import render
+from django.urls import reverse
+from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_GET, require_http_methods
+
+from django_pdfpool import get_pool, pdf_pooled
+from django_pdfpool.conf import get_settings
+from django_pdfpool.decorators import extract_upload
+from django_pdfpool.extraction import Extraction
+from django_pdfpool.responses import json_answer
+
+from .answers import friendly_texts, problem
+
+# The pool key of an upload is "<job's dotted path>:<the file's SHA-256>" (see decorators.py).
+JOB = f"{extract_upload.__module__}.{extract_upload.__qualname__}"
+_DIGEST = "0" * 64  # stands for the digest in the job-state URL given to the script
+
+
+def upload_page(
+    request: HttpRequest,
+    *,
+    result: dict[str, Any] | None = None,
+    problem: dict[str, Any] | None = None,
+    status: int = 200,
+) -> HttpResponse:
+    """The upload page, with an extraction's ``result`` or a refusal's ``problem``."""
+    context = {
+        "conf": get_settings(),
+        "friendly": friendly_texts(),
+        "result": result,
+        "problem": problem,
+        "api_url": request.build_absolute_uri(reverse("api-extract")),
+        "jobs_url": reverse("job-state", args=[_DIGEST]).replace(_DIGEST, "{sha256}"),
+    }
+    return render(request, "uploads/index.html", context, status=status)
+
+
+def page_answer(
+    request: HttpRequest, status: int, code: str, message: str, retry_after: float | None
+) -> HttpResponse:
+    """``@pdf_pooled``'s answers for people: the upload page with a friendly message."""
+    shown = problem(status, code, message, retry_after)
+    response = upload_page(request, problem=shown, status=status)
+    if shown["retry_after"] is not None:
+        response["Retry-After"] = str(shown["retry_after"])
+    return response
+
+
+def describe(pdf: Extraction, name: str) -> dict[str, Any]:
+    """What the result part of the page shows of an extraction."""
+    return {"pdf": pdf, "name": name, "metadata": sorted(pdf.metadata.items())}
+
+
+@require_http_methods(["GET", "POST"])
+@pdf_pooled(answer=page_answer)
+async def index(request: HttpRequest) -> HttpResponse:
+    """GET: the form. POST (the form without JavaScript): the same page with the result."""
+    if request.pdf is None:  # type: ignore[attr-defined]
+        return upload_page(request)
+    return upload_page(request, result=describe(request.pdf, request.FILES["file"].name))  # type: ignore[attr-defined]
+
+
+@csrf_exempt  # for scripts, which have no CSRF cookie; the work has no other side effect
+@pdf_pooled(answer=json_answer)
+async def api_extract(request: HttpRequest) -> JsonResponse:
+    """POST a PDF as the multipart field ``file``: the Extraction's fields as JSON, or
+    the refusal or error as JSON (``error``, ``message``, ``retry_after``)."""
+    if request.method != "POST":
+        return JsonResponse(
+            {"error": "method_not_allowed", "message": "POST the PDF as the multipart field file."},
+            status=405,
+            headers={"Allow": "POST"},
+        )
+    return JsonResponse(asdict(request.pdf))  # type: ignore[attr-defined]
+
+
+@require_GET
+async def job_state(request: HttpRequest, sha256: str) -> JsonResponse:
+    """Where this process's pool has the upload with this SHA-256: ``queued`` (with the
+    number of jobs ``ahead``), ``running`` (for ``running_for`` seconds), or ``none``
+    (not arrived yet, or done). Public: it tells nothing but the state of that file's job.
+    With several server processes a poll may ask one that does not have the job."""
+    snapshot = get_pool().snapshot()
+    key = f"{JOB}:{sha256}"
+    queued = [job for job in snapshot.jobs if job.state == "queued"]
+    queue = sorted(queued, key=lambda job: job.queued_at)
+    body: dict[str, Any] = {
+        "state": "none",
+        "slots": snapshot.slots,
+        "running": snapshot.running,
+        "queued": snapshot.queued,
+    }
+    for job in snapshot.jobs:
+        if job.key == key:
+            body.update(state=job.state, queued_for=job.queued_for, running_for=job.running_for)
+            if job.state == "queued":
+                body["ahead"] = queue.index(job)
+    return JsonResponse(body, headers={"Cache-Control": "no-store"})
