@@ -236,7 +236,7 @@ class Pool:
         try:
             with self._lock:
                 job = self._admit(key, caller, fn, on_drop, waiter)
-                adopted = job.fn is fn and fn is not None
+                adopted = job.starter is waiter  # this call made the job
         except BaseException:
             _call_dropped([on_drop])
             raise
