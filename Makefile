@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 # pyenv's other interpreters, for the nox matrix
 PYENV_BINS := $(subst $(eval) ,:,$(wildcard $(HOME)/.pyenv/versions/3.12*/bin $(HOME)/.pyenv/versions/3.13*/bin))
 
-.PHONY: venv test test-matrix lint bench browser-deps demo clean
+.PHONY: venv test test-matrix lint bench browser-deps redis-deps demo demo-cluster clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,11 +24,23 @@ browser-deps:
 	      || echo "warning: could not install chromium: browser tests will skip"; \
 	  else echo "note: /usr/bin/chromium is missing and cannot be installed here: browser tests will skip"; fi; }
 
-test: $(STAMP) browser-deps
+# Debian's redis-server for the Redis pool's tests, which start servers of their own.
+redis-deps:
+	@command -v redis-server >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null) \
+	      || echo "warning: could not install redis-server: the Redis tests will skip"; \
+	  else echo "note: redis-server is missing and cannot be installed here: the Redis tests will skip"; fi; }
+
+# Every test, then the given conformance test once more against the Redis pool
+# (tests.redis_server starts a throwaway redis-server and sets PDFPOOL_TEST_REDIS_URL).
+test: $(STAMP) browser-deps redis-deps
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest
+	PDFPOOL_TEST_POOL=tests.redis_factory:make_pool $(BIN)/python -m tests.redis_server \
+	  $(BIN)/python -m pytest tests/test_pool_conformance.py -p no:cacheprovider
 
-test-matrix: $(STAMP) browser-deps
+test-matrix: $(STAMP) browser-deps redis-deps
 	PATH="$(PYENV_BINS):$$PATH" $(BIN)/nox
 
 lint: $(STAMP)
@@ -38,6 +50,7 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_pool.py
 	$(BIN)/python benchmarks/bench_extract.py
+	$(BIN)/python benchmarks/bench_redis.py
 
 # The example project (example_project/) on http://127.0.0.1:$(PORT)/: migrates its SQLite
 # database, makes sure of an admin user with a generated password (printed on every run),

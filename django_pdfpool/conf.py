@@ -35,7 +35,17 @@ DEFAULTS: dict[str, Any] = {
     "WARM_CHILDREN": True,  # keep a pre-started child so a job skips interpreter start-up
     "CALLER": "django_pdfpool.callers.user_or_ip",  # dotted path: request -> caller id
     "TEMP_DIR": None,  # where uploads are staged for their job (None: the system's)
+    # Several worker processes or hosts: coordinate the same limits in Redis
+    "BACKEND": "local",  # "local" (this process's pool) or "redis"
+    "REDIS_URL": None,  # redis://host:port/db, required with BACKEND "redis"
+    "NAMESPACE": "pdfpool",  # prefix of the pool's Redis keys; one per pool
+    "LEASE": 5.0,  # seconds after which a dead process's slots and holds are freed
+    "REDIS_FALLBACK": "refuse",  # Redis failing: "refuse" (503) or "local" (this process)
+    "REDIS_TIMEOUT": 1.0,  # seconds a Redis call may take before Redis counts as failing
 }
+
+BACKENDS = ("local", "redis")
+FALLBACKS = ("refuse", "local")
 
 ENGINES = ("pypdf", "pypdfium2")
 
@@ -64,6 +74,12 @@ class PoolSettings:
     warm_children: bool
     caller: Callable[..., Any]
     temp_dir: str | None
+    backend: str
+    redis_url: str | None
+    namespace: str
+    lease: float
+    redis_fallback: str
+    redis_timeout: float
 
 
 def _is_int(value: Any) -> bool:
@@ -87,6 +103,15 @@ _RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "ENGINE": (lambda v: v in ENGINES, "one of " + ", ".join(map(repr, ENGINES))),
     "WARM_CHILDREN": (lambda v: isinstance(v, bool), "True or False"),
     "CALLER": (lambda v: isinstance(v, str) or callable(v), "a dotted path or a callable"),
+    "BACKEND": (lambda v: v in BACKENDS, "one of " + ", ".join(map(repr, BACKENDS))),
+    "REDIS_URL": (lambda v: v is None or isinstance(v, str), "a redis:// URL, or None"),
+    "NAMESPACE": (
+        lambda v: isinstance(v, str) and v != "" and not set(v) & set("{}"),
+        "a non-empty string without braces",
+    ),
+    "LEASE": (lambda v: _is_number(v) and v >= 0.1, "seconds >= 0.1"),
+    "REDIS_FALLBACK": (lambda v: v in FALLBACKS, "one of " + ", ".join(map(repr, FALLBACKS))),
+    "REDIS_TIMEOUT": (lambda v: _is_number(v) and v > 0, "seconds > 0"),
     "TEMP_DIR": (
         lambda v: v is None or (isinstance(v, str) and os.path.isdir(v)),
         "None or an existing directory",
@@ -140,7 +165,35 @@ def problems(raw: Any) -> list[Problem]:
                 "pip install 'django-pdfpool[pdfium]'",
             )
         )
+    if raw.get("BACKEND") == "redis":
+        found.extend(_redis_problems(raw.get("REDIS_URL")))
     return found
+
+
+def _redis_problems(url: Any) -> list[Problem]:
+    if not _importable("redis"):
+        hint = "pip install 'django-pdfpool[redis]'"
+        return [
+            Problem(
+                "django_pdfpool.E006",
+                "PDFPOOL['BACKEND'] is 'redis' but redis-py is not installed.",
+                hint,
+            )
+        ]
+    from redis.connection import parse_url
+
+    try:
+        parse_url(url if isinstance(url, str) else "")
+    except ValueError:
+        return [
+            Problem(
+                "django_pdfpool.E007",
+                f"PDFPOOL['REDIS_URL'] must be a redis://, rediss:// or unix:// URL "
+                f"when BACKEND is 'redis', not {url!r}.",
+                "For example redis://127.0.0.1:6379/0",
+            )
+        ]
+    return []
 
 
 def _importable(module: str) -> bool:
@@ -170,6 +223,12 @@ def get_settings() -> PoolSettings:
         warm_children=merged["WARM_CHILDREN"],
         caller=import_string(caller) if isinstance(caller, str) else caller,
         temp_dir=merged["TEMP_DIR"],
+        backend=merged["BACKEND"],
+        redis_url=merged["REDIS_URL"],
+        namespace=merged["NAMESPACE"],
+        lease=float(merged["LEASE"]),
+        redis_fallback=merged["REDIS_FALLBACK"],
+        redis_timeout=float(merged["REDIS_TIMEOUT"]),
     )
 
 

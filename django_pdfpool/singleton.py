@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import dataclasses
 import logging
 import threading
+from typing import Any
 
 from . import extraction
 from .conf import PoolSettings, get_settings
-from .extraction import ExtractionError
+from .extraction import Extraction, ExtractionError
 from .history import recorder
 from .pool import Pool
 
@@ -36,7 +38,7 @@ def get_pool() -> Pool:
         if _pool is None:
             atexit.register(drain_pool)  # graceful by default where nothing else drains
         if _pool is None or (_built_from != current and _is_idle(_pool)):
-            _pool = Pool(current.slots, current.queue, current.wait, on_error=_log_job_error)
+            _pool = _build(current)
             # one spare at most, so never more than the slots
             extraction.configure(spares=int(current.warm_children), tmp_dir=current.temp_dir)
             recorder.start()  # the status chart then covers the time before anyone looked
@@ -49,7 +51,43 @@ def peek_pool() -> Pool | None:
     return _pool
 
 
+def _build(conf: PoolSettings) -> Pool:
+    """The pool the settings ask for: this process's own, or one coordinated in Redis."""
+    if conf.backend != "redis":
+        return Pool(conf.slots, conf.queue, conf.wait, on_error=_log_job_error)
+    from .redis_pool import RedisPool
+
+    return RedisPool(  # type: ignore[return-value]  # the same API as Pool
+        conf.slots,
+        conf.queue,
+        conf.wait,
+        url=conf.redis_url or "",
+        namespace=conf.namespace,
+        lease=conf.lease,
+        fallback=conf.redis_fallback,
+        timeout=conf.redis_timeout,
+        on_error=_log_job_error,
+        encode=_encode_result,
+        decode=_decode_result,
+    )
+
+
+def _encode_result(value: Any) -> Any:
+    """A job's result as plain JSON values, for sharers in other processes."""
+    if isinstance(value, Extraction):
+        return {"extraction": dataclasses.asdict(value)}
+    return {"value": value}
+
+
+def _decode_result(value: Any) -> Any:
+    return Extraction(**value["extraction"]) if "extraction" in value else value["value"]
+
+
 def _is_idle(pool: Pool) -> bool:
+    """Nothing of this process in flight (a Redis pool's counts span every process)."""
+    idle = getattr(pool, "idle", None)
+    if idle is not None:
+        return bool(idle())
     return pool.running() == 0 and pool.queued() == 0
 
 

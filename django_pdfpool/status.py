@@ -9,6 +9,7 @@ and draws the same fields the same way, so a refresh looks like a reload.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import os
 import re
@@ -61,7 +62,8 @@ def status_data() -> dict[str, Any]:
     """This process's pool, settings and recent history, JSON-ready."""
     recorder.start()  # the chart has a history from the first look on
     conf = get_settings()
-    data = get_pool().snapshot().as_dict()
+    pool = get_pool()
+    data = pool.snapshot().as_dict()
     # Running first, then the queue in order (as_dict keeps the snapshot's tuple).
     data["jobs"] = sorted(
         data["jobs"], key=lambda job: (job["state"] != "running", job["queued_at"])
@@ -77,8 +79,27 @@ def status_data() -> dict[str, Any]:
         max_upload_size=conf.max_upload_size,
         engine=conf.engine,
         history=recorder.as_dict(),
+        backend=conf.backend,
+        cluster=_cluster(pool),
     )
     return data
+
+
+def _cluster(pool: Any) -> dict[str, Any] | None:
+    """For a pool coordinated in Redis: its mode, and which processes hold what."""
+    read = getattr(pool, "cluster_snapshot", None)
+    if read is None:
+        return None
+    view = read()
+    return {
+        "mode": view.mode,
+        "namespace": view.namespace,
+        "url": view.url,
+        "process": view.process,
+        "lease": view.lease,
+        "local": {"running": view.local.running, "queued": view.local.queued},
+        "processes": [dataclasses.asdict(hold) for hold in view.processes],
+    }
 
 
 _USER_CALLER = re.compile(r"user:(\d+)\Z")  # what callers.user_or_ip gives a signed-in user

@@ -188,7 +188,8 @@ def test_the_json_fields_are_the_documented_ones(pdfpool, users):
     data = client_for(users["staff_with_perm"]).get(URL, {"format": "json"}, **JSON).json()
     snapshot_fields = set(PoolSnapshot.__dataclass_fields__)
     assert set(data) == snapshot_fields | {
-        "pid", "timeout", "memory_limit", "max_upload_size", "engine", "history"
+        "pid", "timeout", "memory_limit", "max_upload_size", "engine", "history",
+        "backend", "cluster",
     }  # fmt: skip
     assert set(data["history"]) == {"interval", "window", "t", "running", "queued", "refused"}
     assert set(data["counters"]) == set(Counters.__dataclass_fields__)

@@ -1,0 +1,145 @@
+"""A job's outcome as JSON, for sharers in other processes (``RedisPool``).
+
+A result travels as ``{"ok": value}``: ``encode(result)`` must give plain JSON
+values (the default is the result itself) and ``decode`` rebuilds it on the other
+side. An exception travels as ``{"error": {module, name, args, attrs, message}}``
+and comes back as itself when its class is a builtin exception or one of this
+package's own (``ExtractionError``, the refusals, ...): same type, same ``args``,
+same JSON-able attributes. Any other class becomes a ``RemoteJobError`` naming
+the original type and message. Only those two places are ever imported from,
+never a module named by the data: whoever can write to Redis must not be able to
+make a worker import code.
+
+An outcome larger than ``limit`` bytes, or a result that cannot be encoded,
+travels as an error (``ResultTooLarge`` / ``RemoteJobError``) instead.
+"""
+
+from __future__ import annotations
+
+import builtins
+import importlib
+import json
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["RemoteJobError", "ResultTooLarge", "decode_outcome", "encode_outcome"]
+
+Encode = Callable[[Any], Any]
+Decode = Callable[[Any], Any]
+
+PACKAGE = "django_pdfpool"
+
+
+class RemoteJobError(Exception):
+    """A job in another process raised an exception that cannot be rebuilt here."""
+
+    def __init__(self, type_name: str, message: str) -> None:
+        super().__init__(type_name, message)
+        self.type_name = type_name
+        self.message = message
+
+    def __str__(self) -> str:
+        return f"the job raised {self.type_name}: {self.message}"
+
+
+class ResultTooLarge(RemoteJobError):
+    """The job's outcome is larger than the pool's ``max_result_bytes``: it is not
+    sent to sharers in other processes (those in the job's own process get it)."""
+
+
+def encode_outcome(
+    result: Any, error: BaseException | None, *, encode: Encode | None = None, limit: int
+) -> str:
+    """The outcome as JSON text of at most ``limit`` bytes (UTF-8)."""
+    if error is None:
+        try:
+            value = encode(result) if encode is not None else result
+            text = _dumps({"ok": value})
+        except Exception as exc:  # not JSON-able, or the encode hook failed
+            name = f"{type(result).__module__}.{type(result).__qualname__}"
+            text = _dumps(
+                {"error": _error(RemoteJobError(name, f"the result cannot travel as JSON: {exc}"))}
+            )
+    else:
+        text = _dumps({"error": _error(error)})
+    size = len(text.encode())
+    if size > limit:
+        what = "result" if error is None else f"error {type(error).__qualname__}"
+        too_large = ResultTooLarge(what, f"{size} bytes as JSON, over the limit of {limit} bytes")
+        text = _dumps({"error": _error(too_large)})
+    return text
+
+
+def decode_outcome(text: str, *, decode: Decode | None = None) -> tuple[Any, BaseException | None]:
+    """``(result, None)`` or ``(None, exception)`` from ``encode_outcome``'s text."""
+    outcome = json.loads(text)
+    if "error" in outcome:
+        return None, _rebuild(outcome["error"])
+    value = outcome.get("ok")
+    return (decode(value) if decode is not None else value), None
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+
+
+def _jsonable(value: Any) -> bool:
+    try:
+        _dumps(value)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+def _error(error: BaseException) -> dict[str, Any]:
+    cls = type(error)
+    attrs = {
+        name: value
+        for name, value in getattr(error, "__dict__", {}).items()
+        if not name.startswith("__") and _jsonable(value)
+    }
+    return {
+        "module": cls.__module__,
+        "name": cls.__qualname__,
+        "args": [arg if _jsonable(arg) else repr(arg) for arg in error.args],
+        "attrs": attrs,
+        "message": str(error),
+    }
+
+
+def _rebuild(data: dict[str, Any]) -> BaseException:
+    module, name = str(data.get("module", "")), str(data.get("name", ""))
+    args, attrs = list(data.get("args") or []), dict(data.get("attrs") or {})
+    message = str(data.get("message", ""))
+    cls = _known_class(module, name)
+    if cls is None:
+        return RemoteJobError(f"{module}.{name}", message)
+    try:
+        if module == "builtins":
+            error = cls(*args)
+        else:  # our own classes: no __init__, whose signature args may not fit
+            error = cls.__new__(cls)
+            error.args = tuple(args)
+        if attrs:
+            error.__dict__.update(attrs)
+    except Exception:
+        return RemoteJobError(f"{module}.{name}", message)
+    return error
+
+
+def _known_class(module: str, name: str) -> type[Exception] | None:
+    """A builtin exception class, or one of this package's; None for anything else."""
+    if module == "builtins":
+        found: Any = getattr(builtins, name, None)
+    elif module == PACKAGE or module.startswith(PACKAGE + "."):
+        try:
+            found = importlib.import_module(module)
+        except ImportError:
+            return None
+        for part in name.split("."):
+            found = getattr(found, part, None)
+    else:
+        return None
+    if isinstance(found, type) and issubclass(found, Exception):
+        return found
+    return None

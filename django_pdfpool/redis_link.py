@@ -1,0 +1,260 @@
+"""``RedisPool``'s connections to Redis: the scripts, the reads, the event channel.
+
+Two clients per pool, on purpose:
+
+- an asyncio client that lives on the job loop (``jobloop``), like every job: its
+  connections belong to that loop, never to a caller's; every state change (a Lua
+  script, see ``redis_lua``) and the process's event channel go through it;
+- a small synchronous client for the cheap cluster-wide reads that ``running()``,
+  ``queued()``, ``waiting()`` and the snapshots make from any thread.
+
+Scripts are never retried: one whose reply was lost may have run, and running it
+again could count a caller twice (reads are, once, on a fresh connection). A failed
+call raises ``redis.exceptions.RedisError`` and the pool decides what that means
+(see ``RedisPool``'s ``fallback``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import redis
+import redis.asyncio as aredis
+from redis.asyncio.retry import Retry as AsyncRetry
+from redis.backoff import NoBackoff
+from redis.exceptions import RedisError
+from redis.retry import Retry
+
+from . import redis_lua
+
+logger = logging.getLogger("django_pdfpool.redis")
+
+Event = tuple[str, str, str]  # kind, key, job id
+MAX_CONNECTIONS = 16  # per pool, on the job loop; callers beyond wait for one
+
+
+class Link:
+    """The connections of one pool (one process id, one namespace) to one Redis."""
+
+    def __init__(
+        self, url: str, namespace: str, process: str, *, lease: float, slots: int, timeout: float
+    ) -> None:
+        self.url = url
+        self.prefix = "{" + namespace + "}:"
+        self.process = process
+        self.procs_key = self.prefix + "procs"
+        self.channel = self.prefix + "ch:" + process
+        self._head = [process, str(round(lease * 1000)), str(slots)]
+        self._timeout = timeout
+        self._client: aredis.Redis | None = None
+        self._scripts: dict[str, Any] = {}
+        self._pubsub: Any = None
+        self._reader: asyncio.Task[None] | None = None
+        self._subscribing: asyncio.Lock | None = None
+        self._sync_lock = threading.Lock()
+        self._sync: redis.Redis | None = None
+        self._sync_scripts: dict[str, Any] = {}
+
+    @property
+    def where(self) -> str:
+        """The URL without its password, for logs and status pages."""
+        parts = urlsplit(self.url)
+        if parts.password is None:
+            return self.url
+        host = parts.hostname or ""
+        netloc = f"{parts.username or ''}:***@{host}" + (f":{parts.port}" if parts.port else "")
+        return urlunsplit(parts._replace(netloc=netloc))
+
+    @property
+    def used(self) -> bool:
+        """Whether the asyncio client was ever made (a pool never used has nothing to undo)."""
+        return self._client is not None
+
+    # --- on the job loop ------------------------------------------------------
+
+    def client(self) -> aredis.Redis:
+        """The asyncio client; made on first use, on the job loop."""
+        if self._client is None:
+            pool = aredis.BlockingConnectionPool.from_url(
+                self.url,
+                max_connections=MAX_CONNECTIONS,
+                timeout=self._timeout,
+                decode_responses=True,
+                socket_timeout=self._timeout,
+                socket_connect_timeout=self._timeout,
+                retry=AsyncRetry(NoBackoff(), 0),
+            )
+            self._client = aredis.Redis(connection_pool=pool)
+            self._scripts = {
+                name: self._client.register_script(redis_lua.source(name))
+                for name in redis_lua.MUTATING
+            }
+            self._scripts["collect"] = self._client.register_script(redis_lua.COLLECT)
+        return self._client
+
+    async def call(self, name: str, *args: Any) -> Any:
+        """Run a mutating script as this process; its reply as Redis gives it."""
+        self.client()
+        return await self._scripts[name](keys=[self.procs_key], args=[*self._head, *args])
+
+    async def collect(self, job_id: str) -> str | None:
+        """Take this process's copy of a finished job's outcome (JSON), or None."""
+        self.client()
+        return await self._scripts["collect"](
+            keys=[self.prefix + "res:" + job_id], args=[self.process]
+        )
+
+    async def ping(self) -> None:
+        await self.client().ping()
+
+    async def subscribe(
+        self, on_event: Callable[[Event], None], on_error: Callable[[BaseException], None]
+    ) -> None:
+        """Listen on this process's channel, unless already listening. Returns once
+        Redis confirmed the subscription: no event published after can be missed."""
+        if self._subscribing is None:
+            self._subscribing = asyncio.Lock()
+        async with self._subscribing:
+            if self._reader is not None and not self._reader.done():
+                return
+            await self._unsubscribe()
+            pubsub = self.client().pubsub()
+            try:
+                await pubsub.subscribe(self.channel)
+                while True:
+                    message = await pubsub.get_message(timeout=self._timeout)
+                    if message is None:
+                        raise redis.exceptions.TimeoutError("no confirmation of SUBSCRIBE")
+                    if message["type"] == "subscribe":
+                        break
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    await pubsub.aclose()
+                raise
+            self._pubsub = pubsub
+            self._reader = asyncio.get_running_loop().create_task(
+                self._read(pubsub, on_event, on_error)
+            )
+
+    async def _read(
+        self,
+        pubsub: Any,
+        on_event: Callable[[Event], None],
+        on_error: Callable[[BaseException], None],
+    ) -> None:
+        try:
+            while True:
+                message = await pubsub.get_message(timeout=None)
+                if message is None or message.get("type") != "message":
+                    continue
+                try:
+                    kind, key, job_id = json.loads(message["data"])
+                except (TypeError, ValueError):
+                    logger.warning("ignored a malformed pool event: %r", message["data"])
+                    continue
+                on_event((str(kind), str(key), str(job_id)))
+        except (RedisError, OSError) as error:
+            on_error(error)
+
+    async def unsubscribe(self) -> None:
+        """Stop listening (idle, failing or closing); ``subscribe`` starts again."""
+        if self._subscribing is None:
+            self._subscribing = asyncio.Lock()
+        async with self._subscribing:
+            await self._unsubscribe()
+
+    async def _unsubscribe(self) -> None:
+        reader, pubsub = self._reader, self._pubsub
+        self._reader = self._pubsub = None
+        if reader is not None:
+            reader.cancel()
+            with contextlib.suppress(BaseException):
+                await reader
+        if pubsub is not None:
+            with contextlib.suppress(Exception):
+                await pubsub.aclose()
+
+    async def release(self, still_idle: Callable[[], bool]) -> None:
+        """Idle for a while: leave the process table, let go of the channel and of
+        idle connections; unless ``still_idle()`` says a call began meanwhile. Under
+        the lock that ``subscribe`` takes: a new admission waits until this is done."""
+        if self._subscribing is None:
+            self._subscribing = asyncio.Lock()
+        async with self._subscribing:
+            if not still_idle():
+                return
+            with contextlib.suppress(RedisError):
+                await self.call("unregister")
+            await self._unsubscribe()
+        if self._client is not None:
+            with contextlib.suppress(Exception):
+                await self._client.connection_pool.disconnect(inuse_connections=False)
+
+    async def reset(self) -> None:
+        """Redis failed: close every connection (a restarted server leaves them all
+        stale), so that the next call, or the probe, opens fresh ones."""
+        await self.unsubscribe()
+        if self._client is not None:
+            with contextlib.suppress(Exception):
+                await self._client.connection_pool.disconnect()
+
+    async def close(self) -> None:
+        """For good (the pool was drained or stopped)."""
+        await self.unsubscribe()
+        if self._client is not None:
+            with contextlib.suppress(Exception):
+                await self._client.aclose()
+        with self._sync_lock:
+            sync, self._sync = self._sync, None
+        if sync is not None:
+            with contextlib.suppress(Exception):
+                sync.close()
+
+    # --- from any thread ------------------------------------------------------
+
+    def sync(self) -> redis.Redis:
+        """The synchronous client for reads; thread-safe."""
+        with self._sync_lock:
+            if self._sync is None:
+                self._sync = redis.Redis.from_url(
+                    self.url,
+                    decode_responses=True,
+                    socket_timeout=self._timeout,
+                    socket_connect_timeout=self._timeout,
+                    retry=Retry(NoBackoff(), 1),  # reads only: once more on a stale connection
+                )
+                self._sync_scripts = {"view": self._sync.register_script(redis_lua.VIEW)}
+            return self._sync
+
+    def running(self) -> int:
+        return int(self.sync().scard(self.prefix + "running"))
+
+    def queued(self) -> int:
+        return int(self.sync().llen(self.prefix + "queue"))
+
+    def waiting(self, key: str) -> int:
+        """Callers waiting on ``key``'s job in every process, less its starter."""
+        fields = self.sync().hgetall(self.prefix + "job:" + key)
+        total = sum(int(value) for name, value in fields.items() if name.startswith("w:"))
+        return max(0, total - int(fields.get("sw", 0) or 0))
+
+    def view(self) -> Any:
+        """Everything in flight, with the process leases (``redis_lua.VIEW``)."""
+        client = self.sync()
+        return self._sync_scripts["view"](keys=[self.procs_key], client=client)
+
+    def keys(self) -> list[str]:
+        """Every key of the namespace (SCAN; for tests and diagnostics)."""
+        pattern = _glob_escape(self.prefix) + "*"
+        return sorted(self.sync().scan_iter(match=pattern, count=1000))
+
+
+def _glob_escape(text: str) -> str:
+    return "".join("\\" + char if char in "*?[]\\" else char for char in text)
