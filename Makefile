@@ -64,5 +64,20 @@ demo: $(STAMP)
 	cd example_project && exec $(DEMO_PYTHON) -m uvicorn demo.asgi:application \
 	  --host 127.0.0.1 --port $(PORT) --lifespan on
 
+# The same example, with three uvicorn workers sharing one pool through a throwaway
+# redis-server (no persistence, stopped with the demo): the status page shows the
+# cluster-wide limits and which worker holds what. `make demo` stays Redis-free.
+REDIS_PORT ?= 6390
+
+demo-cluster: $(STAMP) redis-deps
+	cd example_project && $(DEMO_PYTHON) manage.py migrate --noinput
+	cd example_project && $(DEMO_PYTHON) manage.py ensure_demo_admin --base-url http://127.0.0.1:$(PORT)
+	redis-server --bind 127.0.0.1 --port $(REDIS_PORT) --save "" --appendonly no \
+	  --daemonize yes --pidfile $(CURDIR)/.demo-redis.pid --logfile ""
+	cd example_project && trap 'kill $$(cat $(CURDIR)/.demo-redis.pid) 2>/dev/null; rm -f $(CURDIR)/.demo-redis.pid' EXIT INT TERM; \
+	  PDFPOOL_BACKEND=redis PDFPOOL_REDIS_URL=redis://127.0.0.1:$(REDIS_PORT)/0 \
+	  $(DEMO_PYTHON) -m uvicorn demo.asgi:application --host 127.0.0.1 --port $(PORT) \
+	  --workers 3 --lifespan on
+
 clean:
 	rm -rf $(VENV) .nox .pytest_cache .ruff_cache .hypothesis test-output

@@ -4,7 +4,9 @@ Everything a person may want to change comes from the environment:
 
 - ``PDFPOOL_SLOTS``, ``PDFPOOL_QUEUE``, ``PDFPOOL_WAIT``, ``PDFPOOL_TIMEOUT`` (and
   ``PDFPOOL_MEMORY_LIMIT``, ``PDFPOOL_MAX_UPLOAD_SIZE``, ``PDFPOOL_MAX_PAGES``,
-  ``PDFPOOL_ENGINE``, ``PDFPOOL_WARM_CHILDREN``, ``PDFPOOL_TEMP_DIR``) become the
+  ``PDFPOOL_ENGINE``, ``PDFPOOL_WARM_CHILDREN``, ``PDFPOOL_TEMP_DIR``, and for
+  ``make demo-cluster`` ``PDFPOOL_BACKEND``, ``PDFPOOL_REDIS_URL``, ``PDFPOOL_NAMESPACE``,
+  ``PDFPOOL_LEASE``, ``PDFPOOL_REDIS_FALLBACK``) become the
   PDFPOOL setting. They are parsed here but validated by django-pdfpool's system
   checks, so ``PDFPOOL_SLOTS=0 make demo`` stops at ``migrate`` naming the problem.
 - ``DEMO_STATE_DIR`` (default: this project's folder) holds what the demo creates
@@ -92,6 +94,11 @@ _PDFPOOL_ENV: dict[str, Callable[[str], Any]] = {
     "ENGINE": str,
     "WARM_CHILDREN": _flag,
     "TEMP_DIR": str,
+    "BACKEND": str,  # "redis" with PDFPOOL_REDIS_URL: `make demo-cluster`
+    "REDIS_URL": str,
+    "NAMESPACE": str,
+    "LEASE": _seconds,
+    "REDIS_FALLBACK": str,
 }
 
 
