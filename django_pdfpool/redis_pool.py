@@ -335,11 +335,16 @@ class RedisPool(JobLoopSide, UpkeepSide):
 
     # --- closing ------------------------------------------------------------
 
+    def close(self) -> None:
+        """Stop accepting here (new calls get PoolClosed); jobs in flight go on."""
+        self._closed = True
+        self._local.close()
+
     async def drain(self) -> None:
         """Stop accepting here; let this process's running and queued jobs (and its
         callers waiting on others' jobs) finish, then let go of Redis. Other
         processes keep their pools open: closing is per process."""
-        self._closed = True
+        self.close()
         await self._until_idle()
         await self._local.drain()
         await self._on_job_loop(self._shut_down())

@@ -410,3 +410,25 @@ def test_redis_failing_and_coming_back(own_redis, namespace, caplog, fallback):
         assert namespace_keys(own_redis.url, namespace) == []
 
     run(scenario)
+
+
+def test_close_refuses_new_calls_and_lets_running_jobs_finish(make_pool):
+    async def scenario():
+        pool = make_pool(1, 1, 5.0)
+        release = threading.Event()  # the job runs on the job loop's thread
+
+        async def held():
+            while not release.is_set():
+                await asyncio.sleep(0.005)
+            return "done"
+
+        running = asyncio.create_task(pool.run("k", "a", held))
+        while pool.running() < 1:
+            await asyncio.sleep(0.005)
+        pool.close()
+        with pytest.raises(PoolClosed):
+            await pool.run("other", "b", held)
+        release.set()
+        assert await running == "done"
+
+    asyncio.run(asyncio.wait_for(scenario(), 20))
