@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 # pyenv's other interpreters, for the nox matrix
 PYENV_BINS := $(subst $(eval) ,:,$(wildcard $(HOME)/.pyenv/versions/3.12*/bin $(HOME)/.pyenv/versions/3.13*/bin))
 
-.PHONY: venv test test-matrix lint bench browser-deps redis-deps demo demo-cluster clean
+.PHONY: venv test test-matrix lint bench bench-load soak browser-deps redis-deps demo demo-cluster clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -51,6 +51,14 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_pool.py
 	$(BIN)/python benchmarks/bench_extract.py
 	$(BIN)/python benchmarks/bench_redis.py
+
+# Not in `make bench` (minutes each): the example under load against a naive view and an
+# executor, and 10 minutes of mixed load with invariants sampled every second (not in CI).
+bench-load: $(STAMP)
+	$(BIN)/python benchmarks/bench_load.py
+
+soak: $(STAMP)
+	$(BIN)/python benchmarks/soak.py
 
 # The example project (example_project/) on http://127.0.0.1:$(PORT)/: migrates its SQLite
 # database, makes sure of an admin user with a generated password (printed on every run),

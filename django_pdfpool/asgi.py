@@ -1,28 +1,53 @@
-"""ASGI lifespan support: drain the pool when the server shuts down.
+"""ASGI lifespan support: close the pool at the stop signal, drain it at shutdown.
 
 Django's ASGI handler does not speak the lifespan protocol, so wrap it::
 
     application = PoolLifespan(get_asgi_application())
 
-On ``lifespan.shutdown`` (uvicorn, hypercorn, daphne send it after in-flight
-requests) the pool stops accepting, finishes its queue, then acknowledges.
+On ``lifespan.startup`` it chains a handler in front of the server's own for SIGTERM and
+SIGINT (main thread only): at the signal the pool stops accepting, so a request that still
+reaches a view while the server waits for open requests (its body was still arriving, a
+keep-alive connection) gets 503 ``closed`` instead of joining the queue; running and queued
+jobs go on. The server's handler then runs as before. On ``lifespan.shutdown`` (uvicorn,
+hypercorn, daphne send it after in-flight requests) the old handlers are put back, the pool
+finishes its queue (``adrain_pool``), then the shutdown is acknowledged.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
+import signal
+import threading
+from types import FrameType
 from typing import Any
 
-from .singleton import adrain_pool
+from .singleton import adrain_pool, peek_pool
 
 Scope = dict[str, Any]
+Handler = Any  # what signal.getsignal returns: a callable, SIG_DFL, SIG_IGN or None
+
+SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+logger = logging.getLogger("django_pdfpool")
 
 
 class PoolLifespan:
-    """ASGI middleware answering lifespan events; everything else goes to ``app``."""
+    """ASGI middleware answering lifespan events; everything else goes to ``app``.
 
-    def __init__(self, app: Any, *, drain_timeout: float | None = None) -> None:
+    ``drain_timeout``: seconds the shutdown drain may take before what is left is
+    stopped (None: ``WAIT + TIMEOUT + 5``). ``close_on_signal=False`` leaves the
+    signal handlers alone: the pool then stops accepting only at ``lifespan.shutdown``.
+    """
+
+    def __init__(
+        self, app: Any, *, drain_timeout: float | None = None, close_on_signal: bool = True
+    ) -> None:
         self.app = app
         self.drain_timeout = drain_timeout
+        self.close_on_signal = close_on_signal
+        self._chained: dict[int, tuple[Handler, Handler]] = {}  # signal -> (ours, previous)
 
     async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
         if scope["type"] != "lifespan":
@@ -31,8 +56,51 @@ class PoolLifespan:
         while True:
             message = await receive()
             if message["type"] == "lifespan.startup":
+                if self.close_on_signal:
+                    self._chain(asyncio.get_running_loop())
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
+                self._unchain()
                 await adrain_pool(self.drain_timeout)
                 await send({"type": "lifespan.shutdown.complete"})
                 return
+
+    def _chain(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Put our handler in front of the server's for each stop signal.
+
+        Only a Python callable is chained: SIG_DFL ends the process anyway, SIG_IGN and an
+        unknown (C-level) handler mean nobody stops on that signal. Signal handlers can only
+        be set from the main thread; elsewhere nothing is done."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for number in SIGNALS:
+            previous = signal.getsignal(number)
+            if not callable(previous):
+                continue
+
+            def handler(signum: int, frame: FrameType | None, previous: Any = previous) -> None:
+                # Not pool.close() here: a Python signal handler runs between two bytecodes
+                # of the main thread, which may be holding the pool's lock at that moment.
+                with contextlib.suppress(RuntimeError):  # the loop is closed: nothing to close
+                    loop.call_soon_threadsafe(_close_pool, signum)
+                previous(signum, frame)
+
+            signal.signal(number, handler)
+            self._chained[number] = (handler, previous)
+
+    def _unchain(self) -> None:
+        """Put the previous handlers back, unless someone replaced ours meanwhile."""
+        chained, self._chained = self._chained, {}
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for number, (ours, previous) in chained.items():
+            if signal.getsignal(number) is ours:
+                signal.signal(number, previous)
+
+
+def _close_pool(signum: int) -> None:
+    """On the server's loop, just after a stop signal: refuse new work from now on."""
+    pool = peek_pool()
+    if pool is not None:
+        pool.close()
+        logger.info("%s: the PDF pool accepts no new work", signal.Signals(signum).name)

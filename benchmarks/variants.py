@@ -1,0 +1,156 @@
+"""The load benchmark's server: the example project plus the two variants it is compared to.
+
+The server is the example's own ``demo.asgi:application``, run from ``example_project/`` with
+``DJANGO_SETTINGS_MODULE=benchmarks.variants_settings`` (the example's settings, this module as
+the URLconf; see bench_load.py). Its URLs are the example's (``/api/extract/`` is the
+**pdfpool** variant: ``@pdf_pooled`` with the default settings) and:
+
+- ``/bench/naive/``: the same job with no admission at all: stage the upload as the
+  decorator does, then ``extract(..., warm=False)``: one cold, limited child per request,
+  as many at once as there are requests;
+- ``/bench/executor/``: what most people write: a ``ProcessPoolExecutor(max_workers=SLOTS)``
+  (bounded workers, an unbounded queue, no sharing) running the very function the child
+  runs (``django_pdfpool.child.run_job``: read, hash, pypdf) on the staged upload, in
+  long-lived workers without the child's limits;
+- ``/bench/health/``: a cheap page, polled during the run to see whether the server still
+  answers everything else;
+- ``/bench/stats/``: extraction runs performed per variant (the pool's ``started``
+  counter for pdfpool; a counter per view for the others).
+
+The three differ only in admission: same settings, middleware, staging, extraction code
+and answer shape (the Extraction's fields as JSON; 422 with the error code for a PDF that
+cannot be extracted).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import os
+import threading
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.http import HttpRequest, JsonResponse
+from django.urls import path
+from django.views.decorators.csrf import csrf_exempt
+
+from django_pdfpool import child
+from django_pdfpool.conf import get_settings
+from django_pdfpool.extraction import MESSAGES, PAGE_SEPARATOR, ExtractionError, extract
+from django_pdfpool.singleton import peek_pool
+from django_pdfpool.uploads import StagedUpload, stage
+
+_runs = {"naive": 0, "executor": 0}
+_lock = threading.Lock()
+_executor: ProcessPoolExecutor | None = None
+
+
+def _count(variant: str) -> None:
+    with _lock:
+        _runs[variant] += 1
+
+
+def _stage(request: HttpRequest) -> StagedUpload | None:
+    """The upload staged into TEMP_DIR, as ``@pdf_pooled`` stages it (off the event loop)."""
+    upload = request.FILES.get("file")
+    return None if upload is None else stage(upload, get_settings().temp_dir)
+
+
+def _no_upload() -> JsonResponse:
+    return JsonResponse({"error": "no_upload", "message": "Send a file."}, status=400)
+
+
+def _unreadable(code: str) -> JsonResponse:
+    return JsonResponse({"error": code, "message": MESSAGES.get(code, "")}, status=422)
+
+
+@csrf_exempt
+async def naive(request: HttpRequest) -> JsonResponse:
+    """Extract every upload at once in its own cold child: no slots, no queue, no sharing."""
+    upload = await sync_to_async(_stage, thread_sensitive=False)(request)
+    if upload is None:
+        return _no_upload()
+    conf = get_settings()
+    _count("naive")
+    try:
+        pdf = await extract(
+            upload.path,
+            timeout=conf.timeout,
+            memory_limit=conf.memory_limit,
+            max_pages=conf.max_pages,
+            engine=conf.engine,
+            warm=False,
+        )
+    except ExtractionError as error:
+        return _unreadable(error.code)
+    finally:
+        upload.discard()
+    return JsonResponse(asdict(pdf))
+
+
+def executor() -> ProcessPoolExecutor:
+    """SLOTS long-lived worker processes, started on the first request (spawned, not forked:
+    the server has threads)."""
+    global _executor
+    with _lock:
+        if _executor is None:
+            _executor = ProcessPoolExecutor(
+                max_workers=get_settings().slots,
+                mp_context=multiprocessing.get_context("spawn"),
+            )
+        return _executor
+
+
+@csrf_exempt
+async def pooled_executor(request: HttpRequest) -> JsonResponse:
+    """Extract in the executor: every request is accepted and waits in its queue."""
+    upload = await sync_to_async(_stage, thread_sensitive=False)(request)
+    if upload is None:
+        return _no_upload()
+    conf = get_settings()
+    job: dict[str, Any] = {
+        "path": upload.path,
+        "engine": conf.engine,
+        "memory_limit": conf.memory_limit,
+        "max_pages": conf.max_pages,
+        "refuse": False,
+    }
+    try:
+        result = await asyncio.get_running_loop().run_in_executor(executor(), child.run_job, job)
+    finally:
+        upload.discard()
+    _count("executor")
+    if not result.get("ok"):
+        return _unreadable(result.get("code", "crashed"))
+    result.pop("ok")
+    result["text"] = PAGE_SEPARATOR.join(result["pages"])
+    return JsonResponse(result)
+
+
+async def health(request: HttpRequest) -> JsonResponse:
+    """What "everything else" stands for: a page that needs nothing but the server."""
+    return JsonResponse({"ok": True})
+
+
+async def stats(request: HttpRequest) -> JsonResponse:
+    """Extraction runs performed so far, per variant, and the pool's counters."""
+    pool = peek_pool()
+    counters = None if pool is None else asdict(pool.snapshot().counters)
+    with _lock:
+        runs = dict(_runs)
+    runs["pdfpool"] = 0 if counters is None else counters["started"]
+    return JsonResponse({"runs": runs, "pool": counters, "pid": os.getpid()})
+
+
+from demo.urls import urlpatterns as _example  # noqa: E402 - the example's, first
+
+urlpatterns = [
+    *_example,
+    path("bench/naive/", naive),
+    path("bench/executor/", pooled_executor),
+    path("bench/health/", health),
+    path("bench/stats/", stats),
+]

@@ -1,0 +1,48 @@
+"""The test URLs plus ``/faults/state/``: what a fault must not leave behind in the server.
+
+Tests-only: it looks into the process (the job loop's tasks, extraction threads, unreaped
+children) where no production endpoint should.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+
+from django.http import HttpRequest, JsonResponse
+from django.urls import path
+
+from django_pdfpool import children, extraction
+from django_pdfpool.jobloop import get_job_loop
+from django_pdfpool.singleton import peek_pool
+from tests.urls import urlpatterns as base
+
+
+def _job_loop_tasks() -> int:
+    """Tasks on the pool's job loop, counted on that loop's own thread (by a callback,
+    which is no task itself)."""
+    loop = get_job_loop()
+    counted: concurrent.futures.Future[int] = concurrent.futures.Future()
+    loop.call_soon_threadsafe(lambda: counted.set_result(len(asyncio.all_tasks(loop))))
+    return counted.result(timeout=5)
+
+
+def state(request: HttpRequest) -> JsonResponse:
+    """Job-loop tasks, extraction threads, unreaped children, spares, and the pool."""
+    pool = peek_pool()
+    threads = [t.name for t in threading.enumerate() if t.name.startswith("pdfpool-extract")]
+    with children._live_lock:
+        unreaped = len(children._live)
+    return JsonResponse(
+        {
+            "tasks": _job_loop_tasks(),
+            "extract_threads": len(threads),
+            "unreaped_children": unreaped,
+            "spares": extraction.spare_pids(),
+            "pool": None if pool is None else pool.snapshot().as_dict(),
+        }
+    )
+
+
+urlpatterns = [*base, path("faults/state/", state)]
