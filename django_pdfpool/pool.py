@@ -100,6 +100,7 @@ class _Job:
         "key",
         "on_drop",
         "queued_mono",
+        "ran",
         "started_mono",
         "starter",
         "state",
@@ -114,6 +115,7 @@ class _Job:
         self.caller = caller
         self.fn: JobFn | None = fn
         self.on_drop = on_drop
+        self.ran = False  # fn was called (a task cancelled before its first step never calls it)
         self.starter = starter
         self.waiters: set[_Waiter] = {starter}
         self.state = "queued"  # then "running", then "done"
@@ -306,7 +308,7 @@ class Pool:
     def _spawn(self, job: _Job) -> None:
         """On the job loop: run the job as a task; its ending is handled in ``_finish``."""
         assert job.fn is not None  # a job is only spawned once, before it ends
-        job.task = asyncio.get_running_loop().create_task(_call(job.fn))
+        job.task = asyncio.get_running_loop().create_task(_call(job))
         job.task.add_done_callback(lambda task: self._finish(job, task))
 
     def _finish(self, job: _Job, task: asyncio.Task[Any]) -> None:
@@ -320,6 +322,7 @@ class Pool:
             error = task.exception()
             result = None if error is not None else task.result()
         with self._lock:
+            dropped = [None if job.ran else job.on_drop]  # stopped before fn was called
             job.state, job.fn, job.on_drop = "done", None, None  # let go of what it owned
             del self._jobs[job.key]
             del self._callers[job.caller]
@@ -333,6 +336,7 @@ class Pool:
             while self._queue and self._running < self.slots:
                 self._start(self._dequeue(self._queue[0]), on_job_loop=True)
             idle = self._take_idle_waiters()
+        _call_dropped(dropped)
         _deliver(waiters, result, error)
         _deliver(idle, None, None)
         if error is not None and not task.cancelled():
@@ -487,8 +491,10 @@ class Pool:
         )
 
 
-async def _call(fn: JobFn) -> Any:
+async def _call(job: _Job) -> Any:
     """The job's coroutine: an error even in calling ``fn`` stays inside the task."""
+    fn, job.ran = job.fn, True
+    assert fn is not None  # a job's fn is let go only once it has ended
     try:
         return await fn()
     except (KeyboardInterrupt, SystemExit) as exc:

@@ -1,8 +1,10 @@
 """Unit tests for what the conformance file does not pin down.
 
 The snapshot and its counters, the error observer, exception objects of their
-own for each sharer, what refusals carry, ``wait=None``, where jobs run, many
-threads on one pool, nothing left on the job loop, and drain/stop when idle.
+own for each sharer, what refusals carry, each queued job's own ``wait``,
+``wait=None``, where jobs run and how waiters wake, many threads on one pool,
+nothing left on the job loop, drain/stop when idle, ``on_drop`` when a job is
+stopped before it ran, and a job raising KeyboardInterrupt/SystemExit.
 Like the conformance file, each test drives its own loop with asyncio.run.
 """
 
@@ -10,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
 import json
 import logging
 import math
@@ -341,10 +344,10 @@ class KeywordOnly(Exception):
     "original", [TwoArgs(3, "bad xref"), KeywordOnly(code=7)], ids=["two-args", "kw-only"]
 )
 def test_own_exception_even_when_its_class_cannot_be_copied(original):
-    # copy.copy calls cls(*args); these classes take other arguments, so the pool
-    # falls back to sharing the original: every sharer raises (and grows) one object
+    # copy.copy calls cls(*args), which these classes' __init__ cannot take; sharing
+    # the original instead would have every sharer raise (and grow) one object
     errors = asyncio.run(_sharers_of_a_failure(original, sharers=2))
-    assert all(type(e) is type(original) for e in errors)
+    assert all(type(e) is type(original) and str(e) == str(original) for e in errors)
     assert len({id(e) for e in errors}) == len(errors)
     assert all(e.__cause__ is original for e in errors)
 
@@ -384,6 +387,39 @@ def test_refusals_carry_a_code_and_a_retry_after():
             assert isinstance(refusal.retry_after, float | int)
             assert refusal.retry_after >= 0
             assert str(refusal)
+
+    run(scenario)
+
+
+def test_each_queued_job_waits_its_own_wait():
+    wait = 0.1
+
+    async def scenario():
+        pool = Pool(slots=1, queue=3, wait=wait)
+        gate = Gate()
+        held = asyncio.create_task(pool.run("a", "ca", job("A", gate)))
+        await until(lambda: pool.running() == 1)
+        queued, refused_after = [], {}
+
+        async def queue_one(i):
+            began = time.monotonic()
+            with pytest.raises(PoolBusy):
+                await pool.run(f"q{i}", f"c{i}", job(i))
+            refused_after[i] = time.monotonic() - began
+
+        def admitted(key, task):
+            return task.done() or any(j.key == key for j in pool.snapshot().jobs)
+
+        for i in range(3):  # queued 30 ms apart: deadlines 30 ms apart
+            task = asyncio.create_task(queue_one(i))
+            queued.append(task)
+            await until(functools.partial(admitted, f"q{i}", task))
+            await asyncio.sleep(0.03)
+        await asyncio.wait_for(asyncio.gather(*queued), LONG)
+        assert all(seconds >= wait * 0.9 for seconds in refused_after.values())
+        assert pool.snapshot().counters.refused_busy == 3
+        gate.open()
+        assert await held == "A"
 
     run(scenario)
 
@@ -445,6 +481,22 @@ def test_the_job_runs_on_the_pools_loop_thread_not_the_callers():
         assert where["loop"] is get_job_loop()
 
     run(scenario)
+
+
+def test_waiters_are_woken_through_their_own_loop():
+    # In debug mode a loop refuses (RuntimeError) call_soon from another thread, so a
+    # future settled straight from the job loop's thread would leave its waiter asleep.
+    async def scenario():
+        pool = Pool(slots=1, queue=0, wait=None)
+        gate = Gate()
+        tasks = [asyncio.create_task(pool.run("k", "a", job("r", gate)))]
+        await until(lambda: pool.running() == 1)
+        tasks.append(asyncio.create_task(pool.run("k", "b", None)))
+        await until(lambda: pool.waiting("k") == 1)
+        gate.open()
+        assert await asyncio.wait_for(asyncio.gather(*tasks), LONG) == ["r", "r"]
+
+    asyncio.run(scenario(), debug=True)
 
 
 def test_many_threads_each_with_its_own_loop_share_one_pool():
@@ -607,6 +659,38 @@ def test_drain_then_stop_cancels_what_still_runs():
                 await task
         assert (pool.running(), pool.queued(), pool.snapshot().jobs) == (0, 0, ())
         assert pool.snapshot().counters.cancelled == 1
+
+    run(scenario)
+
+
+# --- on_drop: exactly one of fn() and on_drop() is called --------------------
+
+
+def test_a_job_stopped_before_its_fn_ran_still_calls_on_drop():
+    async def scenario():
+        pool = Pool(slots=1, queue=0, wait=None)
+        called = []
+
+        async def fn():
+            called.append("fn")
+            await asyncio.sleep(10)
+
+        hold = threading.Event()  # holds the job loop, so that its next turn runs
+        get_job_loop().call_soon_threadsafe(hold.wait, LONG)  # the spawn, then the cancel
+        try:
+            task = asyncio.create_task(
+                pool.run("k", "c", fn, on_drop=lambda: called.append("drop"))
+            )
+            await until(lambda: pool.running() == 1)
+            stopping = asyncio.create_task(pool.stop())
+            await until(lambda: pool.snapshot().closed)
+        finally:
+            hold.set()
+        await asyncio.wait_for(stopping, LONG)
+        with pytest.raises(PoolClosed):
+            await task
+        await until(lambda: called, timeout=1.0)
+        assert called in (["fn"], ["drop"])
 
     run(scenario)
 
