@@ -8,9 +8,11 @@ keys run or wait, the order in which jobs start, what each caller got, the
 observer's calls and the snapshot's counters.
 
 Jobs run on the pool's background loop thread, so each is held by a
-``threading.Event`` gate that the job polls. Most machines use ``wait=None``; a
-few use a tiny ``wait``, and there a job that has to queue is watched until it
-expires (so no queued job outlives the step that queued it).
+``threading.Event`` gate that the job polls. Most machines use ``wait=None`` or a
+``wait`` too long to pass (it still arms a timer per queued job, which must not
+outlive the job); a few use a tiny ``wait``, and there a job that has to queue is
+watched until it expires (so no queued job outlives the step that queued it).
+At the end, nothing may be left: no task on either loop, no armed timer.
 """
 
 from __future__ import annotations
@@ -41,7 +43,8 @@ from django_pdfpool.snapshot import Counters
 
 KEYS = ("k0", "k1", "k2", "k3")
 CALLERS = ("c0", "c1", "c2", "c3")
-WAIT = 0.05  # the `wait` of a timed machine, in seconds
+WAIT = 0.05  # a tiny `wait`, in seconds: a queued job expires within the step
+LONG_WAIT = 600.0  # a `wait` that never passes in a test, but arms a timer per queued job
 GATE_POLL = 0.001  # how often a held job looks at its gate
 SETTLE = 5.0  # seconds a step may take to settle before the test fails
 STALL = 0.5  # ... or seconds without any change while not settled
@@ -75,6 +78,8 @@ class Call:
 
 
 class PoolModel(RuleBasedStateMachine):
+    """One real Pool, its model, and the calls made to both on one event loop."""
+
     def __init__(self) -> None:
         super().__init__()
         self.loop = asyncio.new_event_loop()
@@ -84,6 +89,7 @@ class PoolModel(RuleBasedStateMachine):
         self.gates: dict[int, threading.Event] = {}
         self.verdicts: dict[int, str] = {}  # jid -> "ok" | "fail"
         self.started: list[int] = []  # jids, in the order their fn began
+        self.job_tasks: set[asyncio.Task[Any]] = set()  # the pool's tasks for them
         self.cancelled: list[int] = []  # jids whose fn saw CancelledError
         self.raised: dict[str, JobError] = {}  # message -> the original error
         self.noticed: list[tuple[str, BaseException]] = []  # the observer's calls
@@ -92,6 +98,8 @@ class PoolModel(RuleBasedStateMachine):
         # the model
         self.slots = self.queue_size = 0
         self.wait: float | None = None
+        self.expires = False  # whether a queued job's `wait` passes within a step
+        self.expiries = 0  # each costs WAIT seconds of real time
         self.jobs: dict[str, Job] = {}
         self.queue: list[str] = []
         self.callers: dict[str, Job] = {}
@@ -113,6 +121,7 @@ class PoolModel(RuleBasedStateMachine):
         async def fn():
             with self.lock:
                 self.started.append(jid)
+                self.job_tasks.add(asyncio.current_task())
                 if key in self.active or caller in self.active:
                     self.broken.append((key, caller))
                 self.active |= {key, caller}
@@ -196,15 +205,11 @@ class PoolModel(RuleBasedStateMachine):
         }
 
     def expected(self) -> dict[str, Any]:
-        running = sum(job.state == "running" for job in self.jobs.values())
+        running = self.running_count()
         return {
             "running": running,
             "queued": len(self.queue),
-            "waiting": {
-                key: len(job.waiters) - (job.starter in job.waiters) if job else 0
-                for key in KEYS
-                for job in [self.jobs.get(key)]
-            },
+            "waiting": {key: self.sharers_besides_starter(key) for key in KEYS},
             "closed": self.closed,
             "counts": (running, len(self.queue)),
             "jobs": sorted((j.key, j.caller, j.state, len(j.waiters)) for j in self.jobs.values()),
@@ -248,6 +253,10 @@ class PoolModel(RuleBasedStateMachine):
 
     def running_count(self) -> int:
         return sum(job.state == "running" for job in self.jobs.values())
+
+    def sharers_besides_starter(self, key: str) -> int:
+        job = self.jobs.get(key)
+        return 0 if job is None else len(job.waiters) - (job.starter in job.waiters)
 
     def start(self, job: Job) -> None:
         job.state = "running"
@@ -305,6 +314,7 @@ class PoolModel(RuleBasedStateMachine):
 
     def expire(self, job: Job) -> None:
         """The model of ``wait`` passing for a queued job."""
+        self.expiries += 1
         for wid in job.waiters:
             self.calls[wid].expect = ("refused", "busy", True)
         self.counters["refused_busy"] += len(job.waiters)
@@ -315,15 +325,20 @@ class PoolModel(RuleBasedStateMachine):
     @initialize(
         slots=st.sampled_from([1, 2]),
         queue=st.sampled_from([2, 1, 3, 0]),  # mostly room for a line to form
-        timed=st.integers(0, 4).map(lambda i: i == 4),
+        wait=st.sampled_from([None, LONG_WAIT, None, LONG_WAIT, WAIT]),
     )
-    def build(self, slots: int, queue: int, timed: bool) -> None:
-        self.slots, self.queue_size = slots, queue
-        self.wait = WAIT if timed else None
+    def build(self, slots: int, queue: int, wait: float | None) -> None:
+        self.slots, self.queue_size, self.wait = slots, queue, wait
+        self.expires = wait == WAIT
         self.pool = Pool(slots, queue, self.wait, on_error=self.observe_error)
         self.settle()
 
-    @precondition(lambda self: self.late_calls < 2)
+    @precondition(
+        lambda self: (
+            self.late_calls < 2  # once closed, a couple of calls are enough
+            and (not self.expires or self.expiries < 3 or self.running_count() < self.slots)
+        )
+    )
     @rule(
         key=st.sampled_from(KEYS),
         caller=st.sampled_from(CALLERS),
@@ -331,14 +346,24 @@ class PoolModel(RuleBasedStateMachine):
     )
     def run_job(self, key: str, caller: str, with_fn: bool) -> None:
         began = time.monotonic()
-        self.late_calls += self.closed  # once closed, a couple of calls are enough
+        self.late_calls += self.closed
         call, fate = self.admit(key, caller, with_fn)
-        if fate == "queued" and self.wait is not None:
-            self.expire(call.job)  # a timed machine watches it expire
+        if fate == "queued" and self.expires:
+            self.expire(call.job)  # with a tiny `wait`, watch it expire
             self.settle()
             assert time.monotonic() - began >= self.wait * 0.9, "refused before `wait`"
         else:
             self.settle()
+
+    @precondition(lambda self: bool(self.jobs) and self.late_calls < 2)
+    @rule(data=st.data(), caller=st.sampled_from(CALLERS), with_fn=st.booleans())
+    def join(self, data: st.DataObject, caller: str, with_fn: bool) -> None:
+        """Any caller, even a busy one, shares a running or queued job (not once closed)."""
+        key = data.draw(st.sampled_from(sorted(self.jobs)))
+        self.late_calls += self.closed
+        _, fate = self.admit(key, caller, with_fn)
+        assert fate == ("refused" if self.closed else "joined")
+        self.settle()
 
     def fresh(self) -> tuple[list[str], list[str]]:
         """Keys with no job in flight and callers holding none."""
@@ -349,7 +374,7 @@ class PoolModel(RuleBasedStateMachine):
         lambda self: (
             not self.closed
             and all(self.fresh())
-            and (self.wait is None or self.running_count() < self.slots)
+            and (not self.expires or self.running_count() < self.slots)
         )
     )
     @rule(data=st.data())
@@ -362,7 +387,8 @@ class PoolModel(RuleBasedStateMachine):
 
     @precondition(
         lambda self: (
-            self.wait is not None
+            self.expires
+            and self.expiries < 2
             and not self.closed
             and self.queue_size > 0
             and self.running_count() == self.slots
@@ -380,13 +406,26 @@ class PoolModel(RuleBasedStateMachine):
         self.expire(call.job)
         self.settle()
 
-    def pending(self) -> list[int]:
-        return sorted(wid for wid, call in self.calls.items() if call.expect is None)
+    def pending(self, state: str | None = None) -> list[int]:
+        """Calls that should still be waiting (for a job in ``state``, if given)."""
+        return sorted(
+            wid
+            for wid, call in self.calls.items()
+            if call.expect is None and state in (None, call.job.state)
+        )
 
     @precondition(lambda self: bool(self.pending()))
     @rule(data=st.data(), how=st.sampled_from(["cancel", "timeout"]))
     def leave(self, data: st.DataObject, how: str) -> None:
-        call = self.calls[data.draw(st.sampled_from(self.pending()))]
+        self.leave_now(self.calls[data.draw(st.sampled_from(self.pending()))], how)
+
+    @precondition(lambda self: bool(self.pending("queued")))
+    @rule(data=st.data(), how=st.sampled_from(["cancel", "timeout"]))
+    def leave_queue(self, data: st.DataObject, how: str) -> None:
+        """A waiter of a queued job leaves: the job keeps its place while shared."""
+        self.leave_now(self.calls[data.draw(st.sampled_from(self.pending("queued")))], how)
+
+    def leave_now(self, call: Call, how: str) -> None:
         if how == "cancel":
             call.task.cancel()
             call.expect = ("cancelled",)
@@ -473,9 +512,11 @@ class PoolModel(RuleBasedStateMachine):
             if self.pool is not None:
                 self.wind_down()
         finally:
-            for task in asyncio.all_tasks(self.loop):
+            leftovers = asyncio.all_tasks(self.loop)
+            for task in leftovers:
                 task.cancel()
-            self.loop.run_until_complete(asyncio.sleep(0))
+            if leftovers:  # gather() of nothing would ask for the thread's own loop
+                self.loop.run_until_complete(asyncio.gather(*leftovers, return_exceptions=True))
             self.loop.close()
 
     def wind_down(self) -> None:
@@ -500,25 +541,26 @@ class PoolModel(RuleBasedStateMachine):
         assert (pool.running(), pool.queued()) == (0, 0)
         assert pool.snapshot().jobs == ()
         assert all(pool.waiting(key) == 0 for key in KEYS)
-        assert job_loop_leftovers(pool) == ([], [])
+        with self.lock:
+            tasks = set(self.job_tasks)
+        assert job_loop_leftovers(pool, tasks) == ([], [])
 
 
-def job_loop_leftovers(pool: Pool) -> tuple[list[Any], list[Any]]:
-    """Tasks still on the job loop, and live timers of ``pool`` there (bounded wait:
-    cancelling a timer is itself scheduled on that loop)."""
+def job_loop_leftovers(pool: Pool, tasks: set[asyncio.Task[Any]]) -> tuple[list[Any], ...]:
+    """Which of ``tasks`` (the jobs' own) are still alive, and which timers of ``pool``
+    are still armed, as seen from the job loop's own thread."""
 
     async def look():
         loop = asyncio.get_running_loop()
-        tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
         # loop._scheduled is CPython's private heap of TimerHandles
         timers = [
             h
             for h in loop._scheduled
             if not h.cancelled() and getattr(h._callback, "__self__", None) is pool
         ]
-        return tasks, timers
+        return [task for task in tasks if not task.done()], timers
 
-    deadline = time.monotonic() + SETTLE
+    deadline = time.monotonic() + STALL
     while True:
         found = asyncio.run_coroutine_threadsafe(look(), get_job_loop()).result(SETTLE)
         if found == ([], []) or time.monotonic() > deadline:
