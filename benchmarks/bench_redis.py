@@ -30,7 +30,6 @@ import sys
 import tempfile
 import threading
 import time
-import zlib
 from typing import Any
 from uuid import uuid4
 
@@ -39,6 +38,7 @@ sys.path.insert(0, ROOT)
 
 from django_pdfpool.pool import CallerBusy, Pool, PoolBusy  # noqa: E402
 from django_pdfpool.redis_pool import RedisPool  # noqa: E402
+from tests.pdfs import slow_pdf  # noqa: E402
 from tests.redis_server import RedisServer, free_port  # noqa: E402
 
 SLOTS, QUEUE = 2, 4
@@ -183,19 +183,6 @@ def in_process(url: str, quick: bool) -> None:
 
 
 # --- three uvicorn workers, the same burst -------------------------------------------------
-
-
-def slow_pdf(tag: str, megabytes: int = 1) -> bytes:
-    from tests import pdfs
-
-    ops = (
-        b"BT /F1 12 Tf (%s) Tj " % tag.encode()
-        + b"1 0 0 1 72 720 Tm (a) Tj " * (megabytes * (1 << 20) // 25)
-        + b"ET"
-    )
-    objects = pdfs.document([b""])
-    objects[4] = pdfs.stream(zlib.compress(ops, 6), b"/Filter /FlateDecode ")
-    return pdfs.assemble(objects)
 
 
 def host_children() -> int:

@@ -308,7 +308,7 @@ class Pool:
     def _spawn(self, job: _Job) -> None:
         """On the job loop: run the job as a task; its ending is handled in ``_finish``."""
         assert job.fn is not None  # a job is only spawned once, before it ends
-        job.task = asyncio.get_running_loop().create_task(_call(job))
+        job.task = asyncio.get_running_loop().create_task(_run_job(job))
         job.task.add_done_callback(lambda task: self._finish(job, task))
 
     def _finish(self, job: _Job, task: asyncio.Task[Any]) -> None:
@@ -491,10 +491,15 @@ class Pool:
         )
 
 
-async def _call(job: _Job) -> Any:
-    """The job's coroutine: an error even in calling ``fn`` stays inside the task."""
+async def _run_job(job: _Job) -> Any:
+    """The job's task: note that ``fn`` was called (see ``_finish``), then call it."""
     fn, job.ran = job.fn, True
     assert fn is not None  # a job's fn is let go only once it has ended
+    return await _call(fn)
+
+
+async def _call(fn: JobFn) -> Any:
+    """A job's coroutine: an error even in calling ``fn`` stays inside the task."""
     try:
         return await fn()
     except (KeyboardInterrupt, SystemExit) as exc:
@@ -564,17 +569,8 @@ def _settle(futures: list[asyncio.Future[Any]], result: Any, error: BaseExceptio
 
 
 def _job_info(job: _Job, now: float, wall: float) -> JobInfo:
-    started = job.started_mono
-    return JobInfo(
-        key=job.key,
-        caller=job.caller,
-        state="running" if job.state == "running" else "queued",
-        sharers=len(job.waiters),
-        queued_at=wall - (now - job.queued_mono),
-        started_at=None if started is None else wall - (now - started),
-        queued_for=(started if started is not None else now) - job.queued_mono,
-        running_for=0.0 if started is None else now - started,
-    )
+    started = job.started_mono if job.state == "running" else None
+    return JobInfo.at(job.key, job.caller, len(job.waiters), job.queued_mono, started, now, wall)
 
 
 def _log_error(key: str, error: BaseException) -> None:

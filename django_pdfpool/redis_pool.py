@@ -395,16 +395,7 @@ class RedisPool(JobLoopSide, UpkeepSide):
 
 def _job_info(job: Job, now: float, wall: float) -> JobInfo:
     started = job.started_mono if job.state == "running" else None
-    return JobInfo(
-        key=job.key,
-        caller=job.caller,
-        state="running" if job.state == "running" else "queued",
-        sharers=len(job.waiters),
-        queued_at=wall - (now - job.queued_mono),
-        started_at=None if started is None else wall - (now - started),
-        queued_for=(started if started is not None else now) - job.queued_mono,
-        running_for=0.0 if started is None else now - started,
-    )
+    return JobInfo.at(job.key, job.caller, len(job.waiters), job.queued_mono, started, now, wall)
 
 
 def _after_fork() -> None:

@@ -61,6 +61,30 @@ class JobInfo:
     queued_for: float  # time spent in the queue (so far, if still queued)
     running_for: float  # time since it took a slot (0 while queued)
 
+    @classmethod
+    def at(
+        cls,
+        key: str,
+        caller: str,
+        sharers: int,
+        queued_mono: float,
+        started_mono: float | None,
+        now: float,
+        wall: float,
+    ) -> JobInfo:
+        """From monotonic times (``started_mono`` None while queued), read at monotonic
+        ``now``, which is wall-clock ``wall``."""
+        return cls(
+            key=key,
+            caller=caller,
+            state="queued" if started_mono is None else "running",
+            sharers=sharers,
+            queued_at=wall - (now - queued_mono),
+            started_at=None if started_mono is None else wall - (now - started_mono),
+            queued_for=(now if started_mono is None else started_mono) - queued_mono,
+            running_for=0.0 if started_mono is None else now - started_mono,
+        )
+
 
 @dataclass(frozen=True)
 class PoolSnapshot:

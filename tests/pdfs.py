@@ -266,3 +266,15 @@ def many_streams(count: int = 12, megabytes: int = 20) -> bytes:
     objects[3] = objects[3].replace(b"/Contents 5 0 R", b"/Contents [%s]" % refs)
     objects += [stream(data, b"/Filter /FlateDecode ") for _ in range(count)]
     return assemble(objects)
+
+
+def slow_pdf(tag: str, megabytes: int = 1) -> bytes:
+    """About a second of pypdf work per megabyte of text operators; distinct per tag."""
+    ops = (
+        b"BT /F1 12 Tf (%s) Tj " % tag.encode()
+        + b"1 0 0 1 72 720 Tm (a) Tj " * (megabytes * (1 << 20) // 25)
+        + b"ET"
+    )
+    objects = document([b""])
+    objects[4] = stream(zlib.compress(ops, 6), b"/Filter /FlateDecode ")
+    return assemble(objects)

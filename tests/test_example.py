@@ -23,8 +23,8 @@ from django.utils.html import escape
 from pypdf import PdfReader
 
 from tests import pdfs
+from tests.pdfs import slow_pdf
 from tests.servers import Server, uvicorn
-from tests.test_uvicorn import slow_pdf
 
 ROOT = Path(__file__).resolve().parents[1]
 PROJECT = ROOT / "example_project"

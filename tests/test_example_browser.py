@@ -7,7 +7,6 @@ button then works. Screenshots go to test-output/example-*.png."""
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -16,9 +15,9 @@ import httpx
 import pytest
 
 from tests import pdfs
+from tests.pdfs import slow_pdf
 from tests.test_example import prepare, serve
-from tests.test_status_browser import CHROMIUM, CHROMIUM_ARGS, OUTPUT
-from tests.test_uvicorn import slow_pdf
+from tests.test_status_browser import OUTPUT
 
 pytestmark = pytest.mark.browser
 
@@ -30,18 +29,6 @@ def server(tmp_path_factory):
     prepare(state)
     with serve(state, SLOTS=1, QUEUE=1, WAIT=30) as running:
         yield running
-
-
-@pytest.fixture
-def browser():
-    if not os.path.exists(CHROMIUM):
-        pytest.skip(f"Debian's chromium is not at {CHROMIUM}: `apt-get install chromium`")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield browser
-        browser.close()
 
 
 @pytest.fixture

@@ -33,9 +33,10 @@ import pytest
 from django_pdfpool.children import READY, STARTED
 from django_pdfpool.extraction import MESSAGES
 from tests import pdfs
+from tests.pdfs import slow_pdf
 from tests.procs import rlimits
 from tests.servers import Server, uvicorn
-from tests.test_uvicorn import extraction_children, slow_pdf
+from tests.test_uvicorn import extraction_children
 
 APP = "tests.fault_asgi:application"
 ENV = {"DJANGO_SETTINGS_MODULE": "tests.fault_settings"}  # pytest-django set ours

@@ -6,28 +6,15 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import zlib
 
 import httpx
 import psutil
 import pytest
 
-from tests import pdfs
+from tests.pdfs import slow_pdf
 from tests.servers import uvicorn
 
 SLOTS, QUEUE = 2, 2
-
-
-def slow_pdf(tag: str, megabytes: int = 1) -> bytes:
-    """About a second of pypdf work per megabyte of text operators; distinct per tag."""
-    ops = (
-        b"BT /F1 12 Tf (%s) Tj " % tag.encode()
-        + b"1 0 0 1 72 720 Tm (a) Tj " * (megabytes * (1 << 20) // 25)
-        + b"ET"
-    )
-    objects = pdfs.document([b""])
-    objects[4] = pdfs.stream(zlib.compress(ops, 6), b"/Filter /FlateDecode ")
-    return pdfs.assemble(objects)
 
 
 def extraction_children(pid: int) -> list[psutil.Process]:
