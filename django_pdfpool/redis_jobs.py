@@ -33,10 +33,10 @@ from .pool import (
     PoolBusy,
     PoolClosed,
     Refused,
-    _call,
     _call_dropped,
     _cancelled,
     _deliver,
+    _run_job,
 )
 
 if TYPE_CHECKING:
@@ -89,6 +89,7 @@ class Job:
         "on_drop",
         "owned",
         "queued_mono",
+        "ran",
         "started_mono",
         "starter",
         "state",
@@ -103,6 +104,7 @@ class Job:
         self.caller = ""
         self.fn: JobFn | None = None
         self.on_drop: DropFn | None = None
+        self.ran = False  # fn was called (a task cancelled before its first step never calls it)
         self.starter: Waiter | None = None
         self.waiters: set[Waiter] = set()
         self.inflight = 0  # scripts about it on their way: the beat does not judge it then
@@ -302,7 +304,7 @@ class JobLoopSide:
             self._counts["started"] += 1
             self._queue_waits.add(job.started_mono - job.queued_mono)
         assert job.fn is not None  # an owned job starts once, before it ends
-        job.task = asyncio.get_running_loop().create_task(_call(job.fn))
+        job.task = asyncio.get_running_loop().create_task(_run_job(job))
         job.task.add_done_callback(lambda task: self._task(self._finish(job, task)))
 
     async def _finish(self: RedisPool, job: Job, task: asyncio.Task[Any]) -> None:
@@ -315,6 +317,7 @@ class JobLoopSide:
         else:
             error = task.exception()
             result = None if error is not None else task.result()
+        _call_dropped([None if job.ran else job.on_drop])  # stopped before fn was called
         job.fn = job.on_drop = None  # let go of what it owned
         with self._lock:
             self._run_times.add(time.monotonic() - (job.started_mono or job.queued_mono))
