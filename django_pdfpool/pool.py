@@ -314,13 +314,7 @@ class Pool:
     def _finish(self, job: _Job, task: asyncio.Task[Any]) -> None:
         """On the job loop: free the slot and the caller, forget the key (rule 5),
         start what the queue holds, and hand the outcome to every sharer."""
-        result: Any = None
-        error: BaseException | None = None
-        if task.cancelled():
-            error = PoolClosed("the pool was stopped") if self._stopping else _cancelled()
-        else:
-            error = task.exception()
-            result = None if error is not None else task.result()
+        result, error = _outcome(task, self._stopping)
         with self._lock:
             dropped = [None if job.ran else job.on_drop]  # stopped before fn was called
             job.state, job.fn, job.on_drop = "done", None, None  # let go of what it owned
@@ -522,6 +516,15 @@ def _call_dropped(callbacks: list[DropFn | None]) -> None:
                 callback()
             except Exception:
                 logger.exception("a job's on_drop callback failed")
+
+
+def _outcome(task: asyncio.Task[Any], stopping: bool) -> tuple[Any, BaseException | None]:
+    """A finished job task's result or error; cancelled: PoolClosed when the pool is
+    stopping, else an error saying so (never CancelledError: sharers were not cancelled)."""
+    if task.cancelled():
+        return None, PoolClosed("the pool was stopped") if stopping else _cancelled()
+    error = task.exception()
+    return (None, error) if error is not None else (task.result(), None)
 
 
 def _cancelled() -> RuntimeError:

@@ -34,8 +34,8 @@ from .pool import (
     PoolClosed,
     Refused,
     _call_dropped,
-    _cancelled,
     _deliver,
+    _outcome,
     _run_job,
 )
 
@@ -310,13 +310,7 @@ class JobLoopSide:
     async def _finish(self: RedisPool, job: Job, task: asyncio.Task[Any]) -> None:
         """Free the slot and the caller in Redis (handing the outcome to sharers in
         other processes), then answer this process's sharers."""
-        result: Any = None
-        error: BaseException | None = None
-        if task.cancelled():
-            error = PoolClosed("the pool was stopped") if self._stopping else _cancelled()
-        else:
-            error = task.exception()
-            result = None if error is not None else task.result()
+        result, error = _outcome(task, self._stopping)
         _call_dropped([None if job.ran else job.on_drop])  # stopped before fn was called
         job.fn = job.on_drop = None  # let go of what it owned
         with self._lock:
