@@ -36,8 +36,12 @@ from uuid import uuid4
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from django_pdfpool.pool import CallerBusy, Pool, PoolBusy  # noqa: E402
-from django_pdfpool.redis_pool import RedisPool  # noqa: E402
+from django_pdfpool.pool import (  # noqa: E402
+    CallerBusy,
+    Pool,
+    PoolBusy,
+    RedisPool,
+)
 from tests.pdfs import slow_pdf  # noqa: E402
 from tests.redis_server import RedisServer, free_port  # noqa: E402
 
@@ -191,7 +195,7 @@ def host_children() -> int:
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             with contextlib.suppress(OSError), open(f"/proc/{entry}/cmdline", "rb") as cmdline:
-                if b"django_pdfpool.child" in cmdline.read():
+                if b"django_pdfpool.sandbox.child_main" in cmdline.read():
                     count += 1
     return count
 

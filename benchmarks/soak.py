@@ -76,7 +76,7 @@ def working_children(pid: int) -> tuple[int, int]:
     working = total = 0
     for child in psutil.Process(pid).children(recursive=True):
         try:
-            if "django_pdfpool.child" not in " ".join(child.cmdline()):
+            if "django_pdfpool.sandbox.child_main" not in " ".join(child.cmdline()):
                 continue
             stat = Path(f"/proc/{child.pid}/stat").read_bytes()
         except (psutil.Error, OSError):

@@ -10,7 +10,7 @@ the URLconf; see bench_load.py). Its URLs are the example's (``/api/extract/`` i
   as many at once as there are requests;
 - ``/bench/executor/``: what most people write: a ``ProcessPoolExecutor(max_workers=SLOTS)``
   (bounded workers, an unbounded queue, no sharing) running the very function the child
-  runs (``django_pdfpool.child.run_job``: read, hash, pypdf) on the staged upload, in
+  runs (``django_pdfpool.sandbox.child_main.run_job``: read, hash, pypdf) on the staged upload, in
   long-lived workers without the child's limits;
 - ``/bench/health/``: a cheap page, polled during the run to see whether the server still
   answers everything else;
@@ -37,10 +37,11 @@ from django.http import HttpRequest, JsonResponse
 from django.urls import path
 from django.views.decorators.csrf import csrf_exempt
 
-from django_pdfpool import child
 from django_pdfpool.conf import get_settings
-from django_pdfpool.extraction import MESSAGES, PAGE_SEPARATOR, ExtractionError, extract
-from django_pdfpool.singleton import peek_pool
+from django_pdfpool.exceptions import EXTRACTION_MESSAGES as MESSAGES
+from django_pdfpool.extraction import PAGE_SEPARATOR, ExtractionError, extract
+from django_pdfpool.process_pool import peek_pool
+from django_pdfpool.sandbox import child_main
 from django_pdfpool.uploads import StagedUpload, stage
 
 _runs = {"naive": 0, "executor": 0}
@@ -119,7 +120,8 @@ async def pooled_executor(request: HttpRequest) -> JsonResponse:
         "refuse": False,
     }
     try:
-        result = await asyncio.get_running_loop().run_in_executor(executor(), child.run_job, job)
+        loop = asyncio.get_running_loop()
+        result = await loop.run_in_executor(executor(), child_main.run_job, job)
     finally:
         upload.discard()
     _count("executor")

@@ -1,22 +1,68 @@
 """django-pdfpool: admit expensive PDF work through a small scheduler.
 
-``django_pdfpool.pool`` imports no Django, so importing the package stays cheap
-and settings-free; the Django-facing names below load on first use.
+The names below load on first use, so that importing the package stays cheap and needs
+no settings (the admission rules and the sandbox import no Django).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .asgi import PoolLifespan
+    from .decorators import extract_upload, pdf_pooled
+    from .exceptions import CallerBusy, ExtractionError, PoolBusy, PoolClosed, Refused
+    from .process_pool import adrain_pool, drain_pool, get_pool
+    from .responses import html_answer, json_answer
+    from .sandbox.extract import Extraction, extract
+    from .status.metrics import metrics_view
+    from .uploads import StagedUpload
 
 __version__ = "0.1.0.dev0"
-__all__ = ["get_pool", "pdf_pooled"]
 
-_LAZY = {"get_pool": "singleton", "pdf_pooled": "decorators"}
+_HOMES = {  # public name -> the module that defines it
+    "get_pool": "process_pool",
+    "drain_pool": "process_pool",
+    "adrain_pool": "process_pool",
+    "pdf_pooled": "decorators",
+    "extract_upload": "decorators",
+    "StagedUpload": "uploads",
+    "json_answer": "responses",
+    "html_answer": "responses",
+    "PoolLifespan": "asgi",
+    "metrics_view": "status.metrics",
+    "extract": "sandbox.extract",
+    "Extraction": "sandbox.extract",
+    "ExtractionError": "exceptions",
+    "Refused": "exceptions",
+    "PoolBusy": "exceptions",
+    "CallerBusy": "exceptions",
+    "PoolClosed": "exceptions",
+}
+
+__all__ = [
+    "CallerBusy",
+    "Extraction",
+    "ExtractionError",
+    "PoolBusy",
+    "PoolClosed",
+    "PoolLifespan",
+    "Refused",
+    "StagedUpload",
+    "adrain_pool",
+    "drain_pool",
+    "extract",
+    "extract_upload",
+    "get_pool",
+    "html_answer",
+    "json_answer",
+    "metrics_view",
+    "pdf_pooled",
+]
 
 
 def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        from importlib import import_module
-
-        return getattr(import_module(f"{__name__}.{_LAZY[name]}"), name)
+    if name in _HOMES:
+        return getattr(import_module(f"{__name__}.{_HOMES[name]}"), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -17,7 +17,7 @@ from django.template.response import TemplateResponse
 from django.urls import URLPattern, path
 
 from .models import VIEW_STATUS, PoolStatus
-from .status import status_context, status_data
+from .status.page import status_context, status_data
 
 REFRESH_MS = 2000  # how often the page polls its JSON
 

@@ -23,7 +23,7 @@ import threading
 from types import FrameType
 from typing import Any
 
-from .singleton import adrain_pool, peek_pool
+from .process_pool import adrain_pool, peek_pool
 
 Scope = dict[str, Any]
 Handler = Any  # what signal.getsignal returns: a callable, SIG_DFL, SIG_IGN or None

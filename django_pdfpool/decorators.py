@@ -18,11 +18,11 @@ from asgiref.sync import async_to_sync, iscoroutinefunction, sync_to_async
 from django.http import HttpRequest, HttpResponse
 
 from .conf import get_settings
-from .extraction import Extraction, ExtractionError, extract
-from .pool import Refused
+from .exceptions import ExtractionError, Refused
+from .process_pool import get_pool
 from .responses import Answer, refusal_answer
 from .responses import answer as default_answer
-from .singleton import get_pool
+from .sandbox.extract import Extraction, extract
 from .uploads import StagedUpload, stage
 
 View = TypeVar("View", bound=Callable[..., Any])

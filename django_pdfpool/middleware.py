@@ -7,8 +7,7 @@ from __future__ import annotations
 from django.http import HttpRequest, HttpResponse
 from django.utils.deprecation import MiddlewareMixin
 
-from .extraction import ExtractionError
-from .pool import Refused
+from .exceptions import ExtractionError, Refused
 from .responses import refusal_answer
 
 

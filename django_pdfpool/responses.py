@@ -12,8 +12,7 @@ from collections.abc import Callable
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.utils.html import format_html
 
-from .extraction import ExtractionError
-from .pool import CallerBusy, Refused
+from .exceptions import CallerBusy, ExtractionError, Refused
 
 TITLES = {
     400: "No PDF received",

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import pytest
 
-from django_pdfpool import singleton
+from django_pdfpool import process_pool
 from tests.views import HELD
 
 
@@ -26,7 +26,7 @@ def pdfpool(settings, tmp_path) -> Callable[..., dict]:
     HELD.reset()
     yield configure
     HELD.release.set()  # never leave a held job behind for the next test
-    pool = singleton._pool
+    pool = process_pool._pool
     if pool is not None:
         wait_until(lambda: pool.running() == 0 and pool.queued() == 0)
 

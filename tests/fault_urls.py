@@ -13,9 +13,10 @@ import threading
 from django.http import HttpRequest, JsonResponse
 from django.urls import path
 
-from django_pdfpool import children, extraction
-from django_pdfpool.jobloop import get_job_loop
-from django_pdfpool.singleton import peek_pool
+from django_pdfpool import extraction
+from django_pdfpool.admission.jobloop import get_job_loop
+from django_pdfpool.process_pool import peek_pool
+from django_pdfpool.sandbox import child_process
 from tests.urls import urlpatterns as base
 
 
@@ -32,8 +33,8 @@ def state(request: HttpRequest) -> JsonResponse:
     """Job-loop tasks, extraction threads, unreaped children, spares, and the pool."""
     pool = peek_pool()
     threads = [t.name for t in threading.enumerate() if t.name.startswith("pdfpool-extract")]
-    with children._live_lock:
-        unreaped = len(children._live)
+    with child_process._live_lock:
+        unreaped = len(child_process._live)
     return JsonResponse(
         {
             "tasks": _job_loop_tasks(),

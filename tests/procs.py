@@ -9,7 +9,7 @@ from pathlib import Path
 
 from django_pdfpool import extraction
 
-CHILD_MARK = b"django_pdfpool.child"
+CHILD_MARK = b"django_pdfpool.sandbox.child_main"
 
 
 def _read(path: str) -> bytes:

@@ -23,7 +23,7 @@ from typing import Any
 
 import redis
 
-from django_pdfpool.redis_pool import RedisPool
+from django_pdfpool.pool import RedisPool
 
 REDIS_SERVER = shutil.which("redis-server") or "/usr/bin/redis-server"
 

@@ -68,7 +68,7 @@ def _job(url: str, namespace: str, key: str, spec: dict[str, Any]):
 
 
 async def _serve() -> None:
-    from django_pdfpool.redis_pool import RedisPool
+    from django_pdfpool.pool import RedisPool
 
     loop = asyncio.get_running_loop()
     lines: asyncio.Queue[str | None] = asyncio.Queue()

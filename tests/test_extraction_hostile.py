@@ -14,7 +14,8 @@ import psutil
 import pytest
 
 from django_pdfpool import extraction
-from django_pdfpool.extraction import MESSAGES, ExtractionError, extract
+from django_pdfpool.exceptions import EXTRACTION_MESSAGES as MESSAGES
+from django_pdfpool.extraction import ExtractionError, extract
 from tests import pdfs
 from tests.procs import PeakWatcher, child_pids, leftovers, rlimits
 

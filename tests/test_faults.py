@@ -30,8 +30,8 @@ import httpx
 import psutil
 import pytest
 
-from django_pdfpool.children import READY, STARTED
-from django_pdfpool.extraction import MESSAGES
+from django_pdfpool.exceptions import EXTRACTION_MESSAGES as MESSAGES
+from django_pdfpool.sandbox.child_process import READY, STARTED
 from tests import pdfs
 from tests.pdfs import slow_pdf
 from tests.procs import rlimits
@@ -194,7 +194,7 @@ def still_alive(pids: set[int]) -> set[int]:
     alive = set()
     for pid in pids:
         try:
-            if "django_pdfpool.child" in " ".join(psutil.Process(pid).cmdline()):
+            if "django_pdfpool.sandbox.child_main" in " ".join(psutil.Process(pid).cmdline()):
                 alive.add(pid)
         except psutil.NoSuchProcess:
             pass

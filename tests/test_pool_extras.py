@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from django_pdfpool.jobloop import get_job_loop
+from django_pdfpool.admission.jobloop import get_job_loop
 from django_pdfpool.pool import CallerBusy, Pool, PoolBusy, PoolClosed, Refused
 
 QUICK = 0.5  # seconds: "at once" answers well within this

@@ -17,7 +17,7 @@ from uuid import uuid4
 import pytest
 import redis
 
-from django_pdfpool.redis_pool import RedisPool
+from django_pdfpool.pool import RedisPool
 from tests.redis_server import LEASE, RedisServer, namespace_keys
 from tests.redis_worker import Worker
 

@@ -15,9 +15,11 @@ import pytest
 from django.contrib.auth.models import Permission
 from django.test import Client
 
-from django_pdfpool import get_pool, history, status
-from django_pdfpool.history import Recorder
-from django_pdfpool.snapshot import Counters, Figures, PoolSnapshot
+from django_pdfpool import get_pool, process_pool
+from django_pdfpool.admission.snapshot import Counters, DurationSummary, PoolSnapshot
+from django_pdfpool.status import history
+from django_pdfpool.status import page as status_page
+from django_pdfpool.status.history import Recorder
 from tests.conftest import wait_until
 from tests.test_decorator import JSON, held_key, post
 from tests.views import HELD
@@ -165,7 +167,7 @@ def test_the_page_and_json_match_the_snapshot_while_jobs_are_held(pdfpool, users
     assert len(rows) == len(snap.jobs) == 4
     assert [row[2] for row in rows] == ["running", "running", "queued", "queued"]
     for row in rows:
-        (key,) = [k for k in by_key if status.short_key(k) == row[0]]
+        (key,) = [k for k in by_key if status_page.short_key(k) == row[0]]
         assert f'title="{key}"' in page
         job = by_key.pop(key)
         assert row[1:4] == [job.caller, job.state, str(job.sharers)]
@@ -217,17 +219,17 @@ def test_a_signed_in_caller_is_shown_by_name(pdfpool, users):
 
 def test_short_keys_keep_the_job_name_and_twelve_hex_digits():
     digest = hashlib.sha256(b"x").hexdigest()
-    assert status.short_key(f"tests.views.held_job:{digest}") == f"held_job:{digest[:12]}"
-    assert status.short_key("plain-key") == "plain-key"
+    assert status_page.short_key(f"tests.views.held_job:{digest}") == f"held_job:{digest[:12]}"
+    assert status_page.short_key("plain-key") == "plain-key"
 
 
 def test_formats_match_the_pages_script():
     seconds = (None, 0.0123, 2.34, 42.4, 60, 125)
-    assert [status.fmt(v, "seconds") for v in seconds] == [
+    assert [status_page.fmt(v, "seconds") for v in seconds] == [
         "no limit", "12 ms", "2.3 s", "42 s", "1 min", "2 min 05 s"
     ]  # fmt: skip
     sizes = (512 << 20, 50 << 20, 1000, 2048)
-    assert [status.fmt(v, "bytes") for v in sizes] == ["512 MiB", "50 MiB", "1000 B", "2 KiB"]
+    assert [status_page.fmt(v, "bytes") for v in sizes] == ["512 MiB", "50 MiB", "1000 B", "2 KiB"]
 
 
 # --- the recent-activity chart ------------------------------------------------------
@@ -247,7 +249,7 @@ def test_the_chart_is_drawn_from_the_history_within_its_window():
             "refused": [5, 0, 3],
         },
     }
-    assert status.chart(data) == {
+    assert status_page.chart(data) == {
         "running": "M300.0,100 L300.0,75.0 L600.0,50.0 L600.0,100 Z",
         "queued": "M300.0,75.0 L300.0,75.0 L600.0,25.0 L600.0,50.0 L300.0,75.0 Z",
         "refused": "M540.0,100 V0.0 h60.0 V100 Z",
@@ -256,7 +258,7 @@ def test_the_chart_is_drawn_from_the_history_within_its_window():
         "window": "10 s",
     }
     data["history"] = {**data["history"], "t": [], "running": [], "queued": [], "refused": []}
-    assert status.chart(data)["running"] == "" and status.chart(data)["peak"] == 0
+    assert status_page.chart(data)["running"] == "" and status_page.chart(data)["peak"] == 0
 
 
 # --- the history recorder -------------------------------------------------------------
@@ -272,7 +274,7 @@ class FakePool:
         return PoolSnapshot(
             slots=2, queue=2, wait=1.0, closed=False, running=self.running,
             queued=self.queued, jobs=(), counters=Counters(refused_busy=self.refused),
-            queue_wait=Figures(), run_time=Figures(), taken_at=1000.0,
+            queue_wait=DurationSummary(), run_time=DurationSummary(), taken_at=1000.0,
         )  # fmt: skip
 
 
@@ -317,9 +319,9 @@ def test_a_forked_child_starts_with_an_empty_stopped_recorder():
 
 
 def test_viewing_the_page_starts_the_process_recorder(pdfpool, users):
-    history.recorder.stop()
+    process_pool.recorder.stop()
     client_for(users["superuser"]).get(URL, {"format": "json"})
-    assert history.recorder._ticking
+    assert process_pool.recorder._ticking
 
 
 # --- the optional Prometheus endpoint ----------------------------------------------------

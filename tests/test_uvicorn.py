@@ -21,7 +21,7 @@ def extraction_children(pid: int) -> list[psutil.Process]:
     found = []
     for child in psutil.Process(pid).children(recursive=True):
         try:
-            if "django_pdfpool.child" in " ".join(child.cmdline()):
+            if "django_pdfpool.sandbox.child_main" in " ".join(child.cmdline()):
                 found.append(child)
         except psutil.NoSuchProcess:
             pass

@@ -1,7 +1,7 @@
 """The WSGI application, for servers without ASGI (gunicorn, mod_wsgi).
 
 Under WSGI nothing sends a shutdown event: the pool drains at interpreter exit
-(``django_pdfpool.singleton`` registers that with ``atexit``).
+(``django_pdfpool.process_pool`` registers that with ``atexit``).
 """
 
 import os

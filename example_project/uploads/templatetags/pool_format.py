@@ -1,11 +1,11 @@
 """Template filters that format seconds and bytes as the pool's status page does
-(``django_pdfpool.status.fmt``); ``upload.js`` formats the same way."""
+(``django_pdfpool.status.page.fmt``); ``upload.js`` formats the same way."""
 
 from __future__ import annotations
 
 from django import template
 
-from django_pdfpool.status import fmt
+from django_pdfpool.status.page import fmt
 
 register = template.Library()
 

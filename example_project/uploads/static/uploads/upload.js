@@ -94,7 +94,7 @@
         }
     }
 
-    // As django_pdfpool.status.fmt (and the template filters), so both paths read alike.
+    // As django_pdfpool.status.page.fmt (and the template filters), so both paths read alike.
     function seconds(value) {
         if (value < 1) return `${(value * 1000).toFixed(0)} ms`;
         if (value < 10) return `${value.toFixed(1)} s`;

@@ -19,11 +19,12 @@ from typing import TYPE_CHECKING
 
 from redis.exceptions import RedisError
 
-from .pool import PoolClosed, _deliver
-from .redis_jobs import LOCAL_FALLBACK, REDIS, REFUSING, Job, Waiter
+from ...exceptions import PoolClosed
+from ..delivery import deliver as _deliver
+from .jobs import LOCAL_FALLBACK, REDIS, REFUSING, Job, Waiter
 
 if TYPE_CHECKING:
-    from .redis_pool import RedisPool
+    from .pool import RedisPool
 
 logger = logging.getLogger("django_pdfpool.redis")
 

@@ -1,7 +1,8 @@
 """What a status page reads from a pool: one consistent, immutable snapshot.
 
-Plain dataclasses with no behaviour beyond summarising; ``as_dict`` gives the
-JSON-ready form a status endpoint serves.
+Plain dataclasses, the same for both pools; ``PoolSnapshot.as_dict`` gives the JSON-ready
+form a status endpoint serves. A Redis-coordinated pool adds a ``ClusterSnapshot``: the
+whole cluster, each process, and this one.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ JobState = Literal["queued", "running"]
 
 
 @dataclass(frozen=True)
-class Figures:
+class DurationSummary:
     """Summary of recent durations in seconds (zeros when there are none yet)."""
 
     count: int = 0
@@ -25,7 +26,7 @@ class Figures:
     max: float = 0.0
 
     @classmethod
-    def of(cls, samples: Iterable[float]) -> Figures:
+    def of(cls, samples: Iterable[float]) -> DurationSummary:
         values = sorted(samples)
         if not values:
             return cls()
@@ -47,6 +48,15 @@ class Counters:
     refused_caller: int = 0  # caller already had a job in flight
     refused_closed: int = 0  # drain() or stop() had begun
 
+    def plus(self, other: Counters) -> Counters:
+        """Both counts added, field by field."""
+        return Counters(
+            **{f.name: getattr(self, f.name) + getattr(other, f.name) for f in _COUNTER_FIELDS}
+        )
+
+
+_COUNTER_FIELDS = dataclasses.fields(Counters)
+
 
 @dataclass(frozen=True)
 class JobInfo:
@@ -67,28 +77,28 @@ class JobInfo:
         key: str,
         caller: str,
         sharers: int,
-        queued_mono: float,
-        started_mono: float | None,
+        queued: float,
+        started: float | None,
         now: float,
         wall: float,
     ) -> JobInfo:
-        """From monotonic times (``started_mono`` None while queued), read at monotonic
-        ``now``, which is wall-clock ``wall``."""
+        """From times on one clock (``started`` None while queued), read at ``now`` on that
+        clock, which is wall-clock ``wall``: ages come from one clock, dates from the reader's."""
         return cls(
             key=key,
             caller=caller,
-            state="queued" if started_mono is None else "running",
+            state="queued" if started is None else "running",
             sharers=sharers,
-            queued_at=wall - (now - queued_mono),
-            started_at=None if started_mono is None else wall - (now - started_mono),
-            queued_for=(now if started_mono is None else started_mono) - queued_mono,
-            running_for=0.0 if started_mono is None else now - started_mono,
+            queued_at=wall - (now - queued),
+            started_at=None if started is None else wall - (now - started),
+            queued_for=(now if started is None else started) - queued,
+            running_for=0.0 if started is None else now - started,
         )
 
 
 @dataclass(frozen=True)
 class PoolSnapshot:
-    """Configuration, counts, jobs in flight and counters, read under one lock."""
+    """Configuration, counts, jobs in flight and counters, read at one moment."""
 
     slots: int
     queue: int
@@ -98,10 +108,39 @@ class PoolSnapshot:
     queued: int
     jobs: tuple[JobInfo, ...]
     counters: Counters
-    queue_wait: Figures  # over recently started jobs
-    run_time: Figures  # over recently finished jobs
+    queue_wait: DurationSummary  # over recently started jobs
+    run_time: DurationSummary  # over recently finished jobs
     taken_at: float  # wall clock
 
     def as_dict(self) -> dict[str, Any]:
         """Plain dicts, lists and numbers, ready for ``json.dumps``."""
         return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class ProcessHold:
+    """One process sharing a Redis namespace, as Redis sees it."""
+
+    process: str  # "host:pid:tag"
+    host: str
+    pid: int
+    lease_left: float  # seconds until its lease ends; negative: ended, not yet reaped
+    running: tuple[str, ...]  # keys of the jobs it runs
+    queued: tuple[str, ...]  # keys of its jobs waiting for a slot
+    waiting: int  # its callers waiting on jobs in flight (starters included)
+
+
+@dataclass(frozen=True)
+class ClusterSnapshot:
+    """One reading of a Redis-coordinated pool: cluster-wide, per process, and this process.
+    Counters and duration summaries are this process's in both snapshots (Redis keeps no
+    history: no key outlives its job)."""
+
+    mode: str  # "redis", "local-fallback" or "refusing"
+    url: str  # without its password
+    namespace: str
+    process: str  # this process's id
+    lease: float
+    cluster: PoolSnapshot
+    local: PoolSnapshot
+    processes: tuple[ProcessHold, ...]

@@ -14,20 +14,22 @@ import logging
 import threading
 from typing import Any
 
-from . import extraction
+from .admission.local import Pool
+from .admission.protocol import AdmissionPool
 from .conf import PoolSettings, get_settings
-from .extraction import Extraction, ExtractionError
-from .history import recorder
-from .pool import Pool
+from .exceptions import ExtractionError
+from .sandbox.extract import Extraction
+from .sandbox.extract import configure as configure_extraction
+from .status.history import Recorder
 
 logger = logging.getLogger("django_pdfpool")
 
 _lock = threading.Lock()
-_pool: Pool | None = None
+_pool: AdmissionPool | None = None
 _built_from: PoolSettings | None = None
 
 
-def get_pool() -> Pool:
+def get_pool() -> AdmissionPool:
     """Return this process's pool, building (or, once idle, rebuilding) it from settings."""
     global _pool, _built_from
     current = get_settings()
@@ -37,27 +39,31 @@ def get_pool() -> Pool:
     with _lock:
         if _pool is None:
             atexit.register(drain_pool)  # graceful by default where nothing else drains
-        if _pool is None or (_built_from != current and _is_idle(_pool)):
+        if _pool is None or (_built_from != current and _pool.idle()):
             _pool = _build(current)
             # one spare at most, so never more than the slots
-            extraction.configure(spares=int(current.warm_children), tmp_dir=current.temp_dir)
+            configure_extraction(spares=int(current.warm_children), tmp_dir=current.temp_dir)
             recorder.start()  # the status chart then covers the time before anyone looked
             _built_from = current
         return _pool
 
 
-def peek_pool() -> Pool | None:
+def peek_pool() -> AdmissionPool | None:
     """This process's pool if one was built, without building one."""
     return _pool
 
 
-def _build(conf: PoolSettings) -> Pool:
+#: The process's recorder of its pool's recent history, for the status page and metrics.
+recorder = Recorder(peek_pool)
+
+
+def _build(conf: PoolSettings) -> AdmissionPool:
     """The pool the settings ask for: this process's own, or one coordinated in Redis."""
     if conf.backend != "redis":
         return Pool(conf.slots, conf.queue, conf.wait, on_error=_log_job_error)
-    from .redis_pool import RedisPool
+    from .admission.redis.pool import RedisPool
 
-    return RedisPool(  # type: ignore[return-value]  # the same API as Pool
+    return RedisPool(
         conf.slots,
         conf.queue,
         conf.wait,
@@ -81,14 +87,6 @@ def _encode_result(value: Any) -> Any:
 
 def _decode_result(value: Any) -> Any:
     return Extraction(**value["extraction"]) if "extraction" in value else value["value"]
-
-
-def _is_idle(pool: Pool) -> bool:
-    """Nothing of this process in flight (a Redis pool's counts span every process)."""
-    idle = getattr(pool, "idle", None)
-    if idle is not None:
-        return bool(idle())
-    return pool.running() == 0 and pool.queued() == 0
 
 
 def _log_job_error(key: str, error: BaseException) -> None:

@@ -4,11 +4,11 @@ A result travels as ``{"ok": value}``: ``encode(result)`` must give plain JSON
 values (the default is the result itself) and ``decode`` rebuilds it on the other
 side. An exception travels as ``{"error": {module, name, args, attrs, message}}``
 and comes back as itself when its class is a builtin exception or one of this
-package's own (``ExtractionError``, the refusals, ...): same type, same ``args``,
-same JSON-able attributes. Any other class becomes a ``RemoteJobError`` naming
-the original type and message. Only those two places are ever imported from,
-never a module named by the data: whoever can write to Redis must not be able to
-make a worker import code.
+package's own (``django_pdfpool.exceptions``: ``ExtractionError``, the refusals, ...):
+same type, same ``args``, same JSON-able attributes. Any other class becomes a
+``RemoteJobError`` naming the original type and message. Classes are only looked up
+in those two modules, never in a module named by the data: whoever can write to
+Redis must not be able to make a worker import code.
 
 An outcome larger than ``limit`` bytes, or a result that cannot be encoded,
 travels as an error (``ResultTooLarge`` / ``RemoteJobError``) instead.
@@ -17,34 +17,19 @@ travels as an error (``ResultTooLarge`` / ``RemoteJobError``) instead.
 from __future__ import annotations
 
 import builtins
-import importlib
 import json
 from collections.abc import Callable
 from typing import Any
+
+from ... import exceptions
+from ...exceptions import RemoteJobError, ResultTooLarge
 
 __all__ = ["RemoteJobError", "ResultTooLarge", "decode_outcome", "encode_outcome"]
 
 Encode = Callable[[Any], Any]
 Decode = Callable[[Any], Any]
 
-PACKAGE = "django_pdfpool"
-
-
-class RemoteJobError(Exception):
-    """A job in another process raised an exception that cannot be rebuilt here."""
-
-    def __init__(self, type_name: str, message: str) -> None:
-        super().__init__(type_name, message)
-        self.type_name = type_name
-        self.message = message
-
-    def __str__(self) -> str:
-        return f"the job raised {self.type_name}: {self.message}"
-
-
-class ResultTooLarge(RemoteJobError):
-    """The job's outcome is larger than the pool's ``max_result_bytes``: it is not
-    sent to sharers in other processes (those in the job's own process get it)."""
+OWN_EXCEPTIONS = exceptions.__name__  # the one module of ours rebuilt from data
 
 
 def encode_outcome(
@@ -128,16 +113,11 @@ def _rebuild(data: dict[str, Any]) -> BaseException:
 
 
 def _known_class(module: str, name: str) -> type[Exception] | None:
-    """A builtin exception class, or one of this package's; None for anything else."""
+    """A builtin exception class, or one of ``django_pdfpool.exceptions``; else None."""
     if module == "builtins":
         found: Any = getattr(builtins, name, None)
-    elif module == PACKAGE or module.startswith(PACKAGE + "."):
-        try:
-            found = importlib.import_module(module)
-        except ImportError:
-            return None
-        for part in name.split("."):
-            found = getattr(found, part, None)
+    elif module == OWN_EXCEPTIONS:
+        found = getattr(exceptions, name, None)
     else:
         return None
     if isinstance(found, type) and issubclass(found, Exception):

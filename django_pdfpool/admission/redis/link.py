@@ -32,7 +32,7 @@ from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 from redis.retry import Retry
 
-from . import redis_lua
+from . import scripts as redis_lua
 
 logger = logging.getLogger("django_pdfpool.redis")
 

@@ -19,9 +19,9 @@ from django.http import HttpRequest, HttpResponse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
-from .conf import get_settings
-from .singleton import get_pool
-from .snapshot import PoolSnapshot
+from ..admission.snapshot import PoolSnapshot
+from ..conf import get_settings
+from ..process_pool import get_pool
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 

@@ -18,9 +18,9 @@ from typing import Any
 
 from django.contrib.auth import get_user_model
 
-from .conf import get_settings
-from .history import recorder
-from .singleton import get_pool
+from ..admission.protocol import AdmissionPool
+from ..conf import get_settings
+from ..process_pool import get_pool, recorder
 
 SHORT_HEX = 12  # hex digits of a key's digest shown on the page; the full key is a tooltip
 CHART_W, CHART_H = 600, 100  # the charts' SVG viewBox; stretched to the page's width
@@ -85,12 +85,11 @@ def status_data() -> dict[str, Any]:
     return data
 
 
-def _cluster(pool: Any) -> dict[str, Any] | None:
+def _cluster(pool: AdmissionPool) -> dict[str, Any] | None:
     """For a pool coordinated in Redis: its mode, and which processes hold what."""
-    read = getattr(pool, "cluster_snapshot", None)
-    if read is None:
+    view = pool.cluster_snapshot()
+    if view is None:
         return None
-    view = read()
     return {
         "mode": view.mode,
         "namespace": view.namespace,

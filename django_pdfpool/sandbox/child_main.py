@@ -1,4 +1,4 @@
-"""The child process: ``python -m django_pdfpool.child [--preload ENGINE]... [--warm-up]``.
+"""The child process: ``python -m django_pdfpool.sandbox.child_main [--preload E]... [--warm-up]``.
 
 It imports its engines first (a spare does this while nobody waits), says "ready" on stdout,
 then blocks on ONE JSON job line on stdin. Only then it limits itself (address space, CPU
@@ -27,7 +27,7 @@ import sys
 import time
 from typing import Any
 
-from django_pdfpool import engines
+from django_pdfpool.sandbox import engines
 
 CPU_MARGIN = 1  # seconds of CPU time granted beyond the job's timeout before SIGXCPU
 ALARM_MARGIN = 2  # seconds of wall time beyond the timeout before the child's own SIGALRM

@@ -21,12 +21,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-CHILD_MODULE = "django_pdfpool.child"
+CHILD_MODULE = "django_pdfpool.sandbox.child_main"
 READY = b"ready\n"  # what child.py writes once it waits for its job
 STARTED = b"started\n"  # ... once it has read its job and set its limits
 SLOW = 0.05  # seconds into a job after which its replacement spare starts anyway
 READ_CHUNK = 1 << 20
-_PACKAGE_ROOT = str(Path(__file__).resolve().parent.parent)
+_PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 
 
 @dataclass

@@ -10,43 +10,10 @@ history (no key outlives its job).
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from .snapshot import JobInfo, PoolSnapshot
-
-
-@dataclass(frozen=True)
-class ProcessHold:
-    """One process sharing the namespace, as Redis sees it."""
-
-    process: str  # "host:pid:tag"
-    host: str
-    pid: int
-    lease_left: float  # seconds until its lease ends; negative: ended, not yet reaped
-    running: tuple[str, ...]  # keys of the jobs it runs
-    queued: tuple[str, ...]  # keys of its jobs waiting for a slot
-    waiting: int  # its callers waiting on jobs in flight (starters included)
-
-
-@dataclass(frozen=True)
-class ClusterSnapshot:
-    """One reading of a ``RedisPool``: cluster-wide, per process, and this process."""
-
-    mode: str  # "redis", "local-fallback" or "refusing"
-    backend: str  # "redis"
-    url: str  # without its password
-    namespace: str
-    process: str  # this process's id
-    lease: float
-    cluster: PoolSnapshot
-    local: PoolSnapshot
-    processes: tuple[ProcessHold, ...]
-
-    def as_dict(self) -> dict[str, Any]:
-        """Plain dicts, lists and numbers, ready for ``json.dumps``."""
-        return dataclasses.asdict(self)
+from ..snapshot import JobInfo, ProcessHold
 
 
 @dataclass(frozen=True)

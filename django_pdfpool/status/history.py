@@ -6,8 +6,9 @@ jobs running and queued at that moment, and refusals since the previous sample.
 It ticks on the pool's background job loop (a ``call_later`` chain: no thread of
 its own, one short lock per tick), and imports no Django.
 
-Each process has its own pool and so its own recorder; after ``fork`` the child
-starts with an empty, stopped recorder (the job loop's thread does not survive).
+``process_pool.recorder`` is the process's: each process has its own pool and so its
+own recorder; after ``fork`` the child starts with an empty, stopped recorder (the job
+loop's thread does not survive).
 """
 
 from __future__ import annotations
@@ -23,10 +24,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from .jobloop import call_in_job_loop
-from .snapshot import PoolSnapshot
+from ..admission.jobloop import call_in_job_loop
+from ..admission.snapshot import PoolSnapshot
 
-__all__ = ["Recorder", "Sample", "recorder"]
+__all__ = ["Recorder", "Sample"]
 
 logger = logging.getLogger("django_pdfpool.history")
 
@@ -158,14 +159,3 @@ def _forget_after_fork() -> None:
 
 
 os.register_at_fork(after_in_child=_forget_after_fork)
-
-
-def _process_pool() -> Snapshots | None:
-    """This process's pool if one was built; never builds one (that may start children)."""
-    from . import singleton
-
-    return singleton.peek_pool()
-
-
-#: The process's recorder, read by the status page and the metrics endpoint.
-recorder = Recorder(_process_pool)

@@ -51,24 +51,27 @@ from typing import Any
 from redis.connection import parse_url
 from redis.exceptions import RedisError
 
+from ...exceptions import CoordinatorUnavailable, PoolClosed, RunnerLost
+from ..delivery import call_dropped, log_failure
+from ..jobloop import call_in_job_loop, get_job_loop
+from ..ledger import RecentDurations as _Recent
+from ..local import Pool
+from ..protocol import DropFn, ErrorObserver, JobFn
+from ..snapshot import ClusterSnapshot, Counters, JobInfo, PoolSnapshot
+from ..snapshot import DurationSummary as Figures
 from .codec import Decode, Encode
-from .jobloop import call_in_job_loop, get_job_loop
-from .pool import DropFn, ErrorObserver, JobFn, Pool, PoolClosed, _call_dropped, _log_error, _Recent
-from .redis_jobs import (
+from .jobs import (
     GO_LOCAL,
     LOCAL_FALLBACK,
     REDIS,
     REFUSING,
-    CoordinatorUnavailable,
     Job,
     JobLoopSide,
-    RunnerLost,
     Waiter,
 )
-from .redis_link import Link
-from .redis_upkeep import UpkeepSide
-from .redis_view import ClusterSnapshot, parse_view
-from .snapshot import Counters, Figures, JobInfo, PoolSnapshot
+from .link import Link
+from .upkeep import UpkeepSide
+from .view import parse_view
 
 __all__ = [
     "LOCAL_FALLBACK",
@@ -128,7 +131,7 @@ class RedisPool(JobLoopSide, UpkeepSide):
         self.slots, self.queue_size, self.wait = slots, queue, wait
         self.lease, self.namespace, self.fallback = float(lease), namespace, fallback
         self._url, self._timeout = url, float(timeout)
-        self._on_error = on_error or _log_error
+        self._on_error = on_error or log_failure
         self._encode, self._decode, self._max_result_bytes = encode, decode, max_result_bytes
         self._wait_ms = "-1" if wait is None else str(round(wait * 1000))
         self._beat_every = self.lease / 3
@@ -238,7 +241,6 @@ class RedisPool(JobLoopSide, UpkeepSide):
                 processes = view.processes
         return ClusterSnapshot(
             mode=self._mode,
-            backend="redis",
             url=self._link.where,
             namespace=self.namespace,
             process=self.process,
@@ -295,7 +297,7 @@ class RedisPool(JobLoopSide, UpkeepSide):
         Exactly one of ``fn()`` and ``on_drop()`` is eventually called (see ``Pool``)."""
         if self._closed:  # rule 0, per process: see drain()
             self._count("refused_closed")
-            _call_dropped([on_drop])
+            call_dropped(on_drop)
             raise PoolClosed("the pool is closing and accepts no new work")
         if self._mode != REDIS:
             return await self._run_degraded(key, caller, fn, on_drop)
@@ -308,7 +310,7 @@ class RedisPool(JobLoopSide, UpkeepSide):
             if not future.done() or future.cancelled():
                 await self._leave(waiter)  # rule 4: leaving never stops the job for others
             elif future.exception() is None and future.result() is GO_LOCAL:
-                _call_dropped([on_drop])  # left just as it was sent to the fallback
+                call_dropped(on_drop)  # left just as it was sent to the fallback
             raise
         if result is GO_LOCAL:
             return await self._run_degraded(key, caller, fn, on_drop)
@@ -320,7 +322,7 @@ class RedisPool(JobLoopSide, UpkeepSide):
         if self.fallback == "local":
             return await self._local.run(key, caller, fn, on_drop=on_drop)
         self._count("refused_busy")
-        _call_dropped([on_drop])
+        call_dropped(on_drop)
         raise CoordinatorUnavailable(
             "the coordinator of the pool cannot be reached", self._probe_every
         )

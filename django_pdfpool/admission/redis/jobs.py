@@ -25,41 +25,21 @@ from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import RedisError
 
+from ...exceptions import CallerBusy, CoordinatorUnavailable, PoolBusy, PoolClosed, RunnerLost
+from ..delivery import call_dropped as _call_dropped_many
+from ..delivery import deliver as _deliver
+from ..delivery import outcome_of as _outcome
+from ..protocol import DropFn, JobFn
+from ..records import run_job as _run_job
 from .codec import decode_outcome, encode_outcome
-from .pool import (
-    CallerBusy,
-    DropFn,
-    JobFn,
-    PoolBusy,
-    PoolClosed,
-    Refused,
-    _call_dropped,
-    _deliver,
-    _outcome,
-    _run_job,
-)
 
 if TYPE_CHECKING:
-    from .redis_pool import RedisPool
+    from .pool import RedisPool
 
 logger = logging.getLogger("django_pdfpool.redis")
 
 REDIS, LOCAL_FALLBACK, REFUSING = "redis", "local-fallback", "refusing"
 GO_LOCAL = object()  # an admission's answer: Redis failed, take the fallback path
-
-
-class RunnerLost(Refused):
-    """The process running or queueing this job stopped renewing its lease (it died,
-    hung, or lost Redis): its outcome will never come. Trying again runs it anew."""
-
-    code = "runner_lost"
-
-
-class CoordinatorUnavailable(PoolBusy):
-    """Redis cannot be reached and this pool refuses rather than run without the
-    shared limits. A PoolBusy (503, try again shortly), not a PoolClosed: it passes."""
-
-    code = "unavailable"
 
 
 class Waiter:
@@ -168,7 +148,7 @@ class JobLoopSide:
         on_drop: DropFn | None,
     ) -> None:
         if self._shut:  # closed between the caller's check and now
-            _call_dropped([on_drop])
+            _call_dropped_many(on_drop)
             _deliver([waiter], None, PoolClosed("the pool is closing and accepts no new work"))
             return
         if self._release_timer is not None:
@@ -228,7 +208,7 @@ class JobLoopSide:
                 return
             except Exception as error:  # a bug: the caller must hear of it, not hang
                 logger.exception("admitting a job failed")
-                _call_dropped([on_drop])
+                _call_dropped_many(on_drop)
                 _deliver([waiter], None, error)
                 return
             status, a, b, c, events = reply
@@ -255,7 +235,7 @@ class JobLoopSide:
     ) -> None:
         """Act on the admit script's answer (the rules are applied there)."""
         if status == "joined":
-            _call_dropped([on_drop])  # joined: this call's fn is not needed
+            _call_dropped_many(on_drop)  # joined: this call's fn is not needed
             self._count("joined")
             if a in self._finished:  # it ended here while this reply was on its way
                 _, result, error = self._finished[a]
@@ -277,7 +257,7 @@ class JobLoopSide:
             elif self.wait is not None:
                 job.timer = asyncio.get_running_loop().call_later(self.wait, self._on_timer, job)
         else:
-            _call_dropped([on_drop])
+            _call_dropped_many(on_drop)
             error: BaseException
             if status == "caller":
                 self._count("refused_caller")
@@ -311,7 +291,7 @@ class JobLoopSide:
         """Free the slot and the caller in Redis (handing the outcome to sharers in
         other processes), then answer this process's sharers."""
         result, error = _outcome(task, self._stopping)
-        _call_dropped([None if job.ran else job.on_drop])  # stopped before fn was called
+        _call_dropped_many(None if job.ran else job.on_drop)  # stopped before fn was called
         job.fn = job.on_drop = None  # let go of what it owned
         with self._lock:
             self._run_times.add(time.monotonic() - (job.started_mono or job.queued_mono))
@@ -351,7 +331,7 @@ class JobLoopSide:
         waiters, job.waiters = job.waiters, set()
         if job.owned:
             dropped, job.fn, job.on_drop = job.on_drop, None, None
-            _call_dropped([dropped])
+            _call_dropped_many(dropped)
             if kind == "dropped":
                 self._count("abandoned")
         error: BaseException | None = None

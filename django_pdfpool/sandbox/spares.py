@@ -11,7 +11,7 @@ import os
 import sys
 import threading
 
-from django_pdfpool.children import Child, drop
+from .child_process import Child, drop
 
 START_TIMEOUT = 30.0  # seconds a spare may take to get ready before it is given up
 

@@ -1,0 +1,106 @@
+"""A pool's books, kept the same way by both pools: counters, recent durations, the
+``retry_after`` estimates made from them, and the snapshot they go into.
+
+A ``Ledger`` has no lock of its own: its owner's lock guards every call.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections import deque
+from collections.abc import Iterable
+
+from .snapshot import Counters, DurationSummary, JobInfo, PoolSnapshot
+
+RECENT = 256  # how many recent durations the summaries and estimates cover
+DEFAULT_RUN_TIME = 1.0  # seconds assumed for a job before any has finished
+
+
+class RecentDurations:
+    """The last few durations, with their running sum for a cheap mean."""
+
+    __slots__ = ("samples", "total")
+
+    def __init__(self) -> None:
+        self.samples: deque[float] = deque(maxlen=RECENT)
+        self.total = 0.0
+
+    def add(self, value: float) -> None:
+        if len(self.samples) == self.samples.maxlen:
+            self.total -= self.samples[0]
+        self.samples.append(value)
+        self.total += value
+
+    def mean(self, default: float) -> float:
+        return self.total / len(self.samples) if self.samples else default
+
+
+class Ledger:
+    """Counters and durations of one pool; guarded by the owner's lock."""
+
+    __slots__ = ("counts", "queue_waits", "run_times", "slots")
+
+    def __init__(self, slots: int) -> None:
+        self.slots = slots
+        self.counts = dict.fromkeys((f.name for f in dataclasses.fields(Counters)), 0)
+        self.queue_waits = RecentDurations()
+        self.run_times = RecentDurations()
+
+    def count(self, name: str, n: int = 1) -> None:
+        self.counts[name] += n
+
+    def started(self, queued_for: float) -> None:
+        """A job took a slot after ``queued_for`` seconds in the queue."""
+        self.counts["started"] += 1
+        self.queue_waits.add(queued_for)
+
+    def ended(self, outcome: str, took: float) -> None:
+        """A job that held a slot ended: "completed", "failed" or "cancelled"."""
+        self.counts[outcome] += 1
+        self.run_times.add(took)
+
+    def expected_start(self, queued: int) -> float:
+        """Seconds until a new job could likely take a slot, with ``queued`` jobs ahead."""
+        return self.run_times.mean(DEFAULT_RUN_TIME) * (queued + 1) / self.slots
+
+    def expected_end(self, running_for: float | None, ahead: int) -> float:
+        """Seconds until a job likely ends: one running for ``running_for`` s, or (None)
+        one queued behind ``ahead`` jobs."""
+        mean = self.run_times.mean(DEFAULT_RUN_TIME)
+        if running_for is not None:
+            return max(0.0, mean - running_for)
+        return self.expected_start(ahead) + mean
+
+    def snapshot(
+        self,
+        *,
+        queue: int,
+        wait: float | None,
+        closed: bool,
+        jobs: Iterable[JobInfo],
+        running: int | None = None,
+        queued: int | None = None,
+        extra: Counters | None = None,
+    ) -> PoolSnapshot:
+        """A snapshot of these books with ``jobs``; ``running``/``queued`` default to
+        counting the jobs' states, ``extra`` counters are added to this ledger's."""
+        jobs = tuple(jobs)
+        if running is None:
+            running = sum(job.state == "running" for job in jobs)
+        if queued is None:
+            queued = len(jobs) - running
+        counters = Counters(**self.counts)
+        return PoolSnapshot(
+            slots=self.slots,
+            queue=queue,
+            wait=wait,
+            closed=closed,
+            running=running,
+            queued=queued,
+            jobs=jobs,
+            counters=counters if extra is None else counters.plus(extra),
+            queue_wait=DurationSummary.of(self.queue_waits.samples),
+            run_time=DurationSummary.of(self.run_times.samples),
+            taken_at=time.time(),
+        )

@@ -1,0 +1,353 @@
+"""``Pool``: the admission rules in one process, under one ``threading.Lock``.
+
+Generic: it knows nothing of Django or PDFs. A job is ``fn()``, an awaitable run on the
+process's job loop (``jobloop``), never on a caller's, so a job outlives the request and
+the event loop that started it; callers await ``run`` from any loop in any thread and are
+woken on their own. ``_admit`` applies the rules in order; docs/pool.md explains each.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections import deque
+from typing import Any
+
+from . import delivery
+from .delivery import call_dropped, deliver, report_failure
+from .jobloop import call_in_job_loop
+from .ledger import Ledger
+from .protocol import DropFn, ErrorObserver, JobFn
+from .records import JobRecord, Waiter, run_job
+from .snapshot import ClusterSnapshot, PoolSnapshot
+
+
+class LocalJob(JobRecord):
+    """A job of a local pool; every field is guarded by the pool's lock (``task`` is set
+    on the job loop)."""
+
+    __slots__ = ("deadline",)
+
+    def __init__(
+        self, key: str, caller: str, fn: JobFn, on_drop: DropFn | None, starter: Waiter
+    ) -> None:
+        super().__init__(key, caller, fn, on_drop, starter)
+        self.deadline: float | None = None  # monotonic; set while queued with a `wait`
+
+
+class Pool:
+    """Admit jobs through ``slots`` running at once and a ``queue`` of waiting jobs;
+    a queued job waits at most ``wait`` seconds (None: no limit)."""
+
+    def __init__(
+        self,
+        slots: int = 2,
+        queue: int = 4,
+        wait: float | None = 10.0,
+        *,
+        on_error: ErrorObserver | None = None,
+    ) -> None:
+        if not isinstance(slots, int) or slots < 1:
+            raise ValueError(f"slots must be an integer >= 1, not {slots!r}")
+        if not isinstance(queue, int) or queue < 0:
+            raise ValueError(f"queue must be an integer >= 0, not {queue!r}")
+        if wait is not None and not (wait >= 0):  # also refuses NaN
+            raise ValueError(f"wait must be a number of seconds >= 0 or None, not {wait!r}")
+        self.slots, self.queue_size, self.wait = slots, queue, wait
+        self._on_error = on_error or delivery.log_failure
+        self._lock = threading.Lock()  # guards every field below
+        self._jobs: dict[str, LocalJob] = {}  # in flight, by key
+        self._callers: dict[str, LocalJob] = {}  # in flight, by the caller that started it
+        self._queue: deque[LocalJob] = deque()
+        self._running = 0
+        self._closed = False
+        self._stopping = False
+        self._idle_waiters: list[Waiter] = []
+        self._books = Ledger(slots)
+        # One wait timer, for the head of the queue: every job waits the same `wait`
+        # and the queue is FIFO, so deadlines grow along it. `_timer` lives on the job
+        # loop (not under the lock); `_timer_wanted` says whether it should be armed.
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_wanted = False
+
+    # --- reading ------------------------------------------------------------
+
+    def running(self) -> int:
+        """Jobs holding a slot."""
+        return self._running
+
+    def queued(self) -> int:
+        """Jobs waiting for a slot."""
+        return len(self._queue)
+
+    def waiting(self, key: str) -> int:
+        """Callers sharing ``key``'s job, not counting the one that started it."""
+        with self._lock:
+            job = self._jobs.get(key)
+            return 0 if job is None else job.sharers()
+
+    def idle(self) -> bool:
+        """Nothing in flight."""
+        with self._lock:
+            return not self._jobs
+
+    def snapshot(self) -> PoolSnapshot:
+        """One consistent read of configuration, counts, jobs in flight and counters."""
+        with self._lock:
+            now, wall = time.monotonic(), time.time()
+            return self._books.snapshot(
+                queue=self.queue_size,
+                wait=self.wait,
+                closed=self._closed,
+                jobs=[job.info(now, wall) for job in self._jobs.values()],
+                running=self._running,
+                queued=len(self._queue),
+            )
+
+    def cluster_snapshot(self) -> ClusterSnapshot | None:
+        """None: a local pool is one process's."""
+        return None
+
+    # --- running ------------------------------------------------------------
+
+    async def run(
+        self, key: str, caller: str, fn: JobFn | None, *, on_drop: DropFn | None = None
+    ) -> Any:
+        """Run ``fn`` as the job for ``key`` on behalf of ``caller``, or share the
+        job already in flight for ``key``; return its result or raise its error.
+
+        Exactly one of ``fn()`` and ``on_drop()`` is eventually called, so what the
+        job owns can always be let go: ``on_drop`` runs (on some thread) when ``fn``
+        never will: the call joined or was refused, or its queued job was dropped.
+        """
+        waiter = Waiter(asyncio.get_running_loop())
+        try:
+            with self._lock:
+                job = self._admit(key, caller, fn, on_drop, waiter)
+                adopted = job.starter is waiter  # this call made the job
+        except BaseException:
+            call_dropped(on_drop)
+            raise
+        if not adopted:
+            call_dropped(on_drop)  # joined: this call's fn is not needed
+        try:
+            return await waiter.future
+        except BaseException:
+            # Leaving (cancelled, timed out) never stops the job for others.
+            self._leave(job, waiter)
+            if waiter.future.done() and not waiter.future.cancelled():
+                waiter.future.exception()  # answered as we left: mark it retrieved
+            raise
+
+    def _admit(
+        self, key: str, caller: str, fn: JobFn | None, on_drop: DropFn | None, waiter: Waiter
+    ) -> LocalJob:
+        """Apply the rules, in order, to a new call; return the job it now waits for."""
+        if self._closed:  # Rule 0: closed.
+            self._books.count("refused_closed")
+            raise delivery.closing()
+        job = self._jobs.get(key)
+        if job is not None:  # Rule 1: join; no slot, no queue place, any caller.
+            job.waiters.add(waiter)
+            self._books.count("joined")
+            return job
+        if fn is None:
+            raise delivery.nothing_to_join(key)
+        held = self._callers.get(caller)
+        if held is not None:  # Rule 2: one job per caller, even if its starter left.
+            self._books.count("refused_caller")
+            ahead = self._queue.index(held) if held.state == "queued" else 0
+            retry = self._books.expected_end(held.running_for(time.monotonic()), ahead)
+            raise delivery.caller_busy(retry)
+        if self._running >= self.slots and len(self._queue) >= self.queue_size:
+            self._books.count("refused_busy")  # Rule 3: a full queue refuses at once.
+            raise delivery.queue_full(self._books.expected_start(len(self._queue)))
+        job = LocalJob(key, caller, fn, on_drop, waiter)
+        self._jobs[key] = job
+        self._callers[caller] = job
+        if self._running < self.slots:
+            self._start(job)
+        else:
+            self._queue.append(job)
+            if self.wait is not None:
+                job.deadline = job.queued_mono + self.wait
+                if not self._timer_wanted:
+                    self._timer_wanted = True
+                    call_in_job_loop(self._arm_timer)
+        return job
+
+    def _start(self, job: LocalJob, *, on_job_loop: bool = False) -> None:
+        """Give ``job`` a slot and run it on the job loop. Under the lock."""
+        job.state = "running"
+        job.started_mono = time.monotonic()
+        self._running += 1
+        self._books.started(job.started_mono - job.queued_mono)
+        if on_job_loop:
+            self._spawn(job)
+        else:
+            call_in_job_loop(self._spawn, job)
+
+    def _spawn(self, job: LocalJob) -> None:
+        """On the job loop: run the job as a task; its ending is handled in ``_finish``."""
+        job.task = asyncio.get_running_loop().create_task(run_job(job))
+        job.task.add_done_callback(lambda task: self._finish(job, task))
+
+    def _finish(self, job: LocalJob, task: asyncio.Task[Any]) -> None:
+        """On the job loop: free the slot and the caller, forget the key (rule 5: no
+        cache), start what the queue holds, and hand the outcome to every sharer."""
+        result, error = delivery.outcome_of(task, self._stopping)
+        with self._lock:
+            dropped = job.release()  # stopped before fn was called: on_drop instead
+            job.state = "done"
+            del self._jobs[job.key]
+            del self._callers[job.caller]
+            self._running -= 1
+            outcome = "cancelled" if task.cancelled() else "failed" if error else "completed"
+            self._books.ended(outcome, time.monotonic() - (job.started_mono or job.queued_mono))
+            waiters, job.waiters = job.waiters, set()
+            while self._queue and self._running < self.slots:
+                self._start(self._dequeue(self._queue[0]), on_job_loop=True)
+            idle = self._take_idle_waiters()
+        call_dropped(dropped)
+        deliver(waiters, result, error)
+        deliver(idle, None, None)
+        if error is not None and not task.cancelled():
+            report_failure(self._on_error, job.key, error)
+
+    def _dequeue(self, job: LocalJob) -> LocalJob:
+        """Take ``job`` out of the queue; an empty queue needs no timer. Under the lock."""
+        self._queue.remove(job)
+        if not self._queue and self._timer_wanted:
+            self._timer_wanted = False
+            call_in_job_loop(self._cancel_timer)
+        return job
+
+    def _arm_timer(self) -> None:
+        """On the job loop: (re)arm the timer for the queue's head, if it is wanted."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        with self._lock:
+            if self._timer_wanted and self._queue:
+                delay = max(0.0, (self._queue[0].deadline or 0.0) - time.monotonic())
+                self._timer = asyncio.get_running_loop().call_later(delay, self._expire)
+
+    def _cancel_timer(self) -> None:
+        """On the job loop: the queue emptied; drop the timer unless it is wanted again."""
+        with self._lock:
+            wanted = self._timer_wanted
+        if not wanted and self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _expire(self) -> None:
+        """On the job loop: rule 3, ``wait`` passed for the queue's head (and any
+        job behind it due as well); PoolBusy to every sharer of each."""
+        self._timer = None
+        refused: list[set[Waiter]] = []
+        dropped: list[DropFn | None] = []
+        with self._lock:
+            now = time.monotonic()
+            while self._queue and (self._queue[0].deadline or now) <= now:
+                refused.append(self._forget_queued(self._queue[0], dropped))
+                self._books.count("refused_busy", len(refused[-1]))
+            retry_after = self._books.expected_start(len(self._queue))
+            idle = self._take_idle_waiters()
+        self._arm_timer()
+        call_dropped(*dropped)
+        for waiters in refused:
+            deliver(waiters, None, delivery.waited_too_long(self.wait, retry_after))
+        deliver(idle, None, None)
+
+    def _forget_queued(self, job: LocalJob, dropped: list[DropFn | None]) -> set[Waiter]:
+        """Drop a queued job that will never run; return its waiters and add its
+        ``on_drop`` to ``dropped``, to be called once the lock is released."""
+        self._dequeue(job)
+        dropped.append(job.release())
+        job.state = "done"
+        del self._jobs[job.key]
+        del self._callers[job.caller]
+        waiters, job.waiters = job.waiters, set()
+        return waiters
+
+    def _leave(self, job: LocalJob, waiter: Waiter) -> None:
+        """A waiter gave up (rule 4). A queued job left by everyone gives up its place."""
+        with self._lock:
+            if waiter not in job.waiters:
+                return  # the job already ended and answered
+            job.waiters.discard(waiter)
+            if job.state != "queued" or job.waiters:
+                return
+            dropped: list[DropFn | None] = []
+            self._forget_queued(job, dropped)
+            self._books.count("abandoned")
+            idle = self._take_idle_waiters()
+        call_dropped(*dropped)
+        deliver(idle, None, None)
+
+    # --- closing ------------------------------------------------------------
+
+    def close(self) -> None:
+        """Stop accepting (every new call gets PoolClosed); jobs in flight go on.
+        Safe from any thread and from signal handlers' callbacks."""
+        with self._lock:
+            self._closed = True
+
+    async def drain(self) -> None:
+        """Stop accepting; let running and queued jobs finish, then return."""
+        self.close()
+        await self._until_idle()
+
+    async def stop(self) -> None:
+        """Stop accepting; refuse the queued and cancel the running, each sharer
+        getting PoolClosed; return once every cancelled job has ended."""
+        with self._lock:
+            self._closed = self._stopping = True
+            abandoned: set[Waiter] = set()
+            dropped: list[DropFn | None] = []
+            while self._queue:
+                abandoned |= self._forget_queued(self._queue[0], dropped)
+            running = list(self._jobs.values())
+            for job in running:
+                abandoned |= job.waiters
+                job.waiters = set()
+            idle = self._take_idle_waiters()
+        call_dropped(*dropped)
+        deliver(abandoned, None, delivery.stopped())
+        deliver(idle, None, None)
+        call_in_job_loop(_cancel_tasks, running)
+        await self._until_idle()
+
+    async def _until_idle(self) -> None:
+        waiter = Waiter(asyncio.get_running_loop())
+        with self._lock:
+            if not self._jobs:
+                return
+            self._idle_waiters.append(waiter)
+        try:
+            await waiter.future
+        finally:
+            with self._lock:
+                if waiter in self._idle_waiters:
+                    self._idle_waiters.remove(waiter)
+
+    def _take_idle_waiters(self) -> list[Waiter]:
+        """Waiters of drain/stop to wake now that nothing is in flight. Under the lock."""
+        if self._jobs or not self._idle_waiters:
+            return []
+        waiters, self._idle_waiters = self._idle_waiters, []
+        return waiters
+
+    def __repr__(self) -> str:
+        return (
+            f"<Pool slots={self.slots} queue={self.queue_size} wait={self.wait} "
+            f"running={self._running} queued={len(self._queue)}>"
+        )
+
+
+def _cancel_tasks(jobs: list[LocalJob]) -> None:
+    """On the job loop (after each job's ``_spawn``): cancel the jobs' tasks."""
+    for job in jobs:
+        if job.task is not None:
+            job.task.cancel()

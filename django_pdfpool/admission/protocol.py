@@ -1,0 +1,68 @@
+"""``AdmissionPool``: what every pool offers, whether in-process (``Pool``) or
+coordinated in Redis (``RedisPool``). The Django side holds pools by this type only."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol, runtime_checkable
+
+from .snapshot import ClusterSnapshot, PoolSnapshot
+
+JobFn = Callable[[], Awaitable[Any]]
+"""A job: called once, on the process's job loop; its result or error reaches every sharer."""
+DropFn = Callable[[], None]
+"""Called instead of the job's ``fn`` when that will never run (see ``run``)."""
+ErrorObserver = Callable[[str, BaseException], None]
+"""``observer(key, error)``: told of every job that fails, so no fault goes unseen."""
+
+
+@runtime_checkable
+class AdmissionPool(Protocol):
+    """Slots, a queue, a wait, single-flight by key and one job per caller (docs/pool.md)."""
+
+    slots: int
+    queue_size: int
+    wait: float | None
+
+    async def run(
+        self, key: str, caller: str, fn: JobFn | None, *, on_drop: DropFn | None = None
+    ) -> Any:
+        """Run ``fn`` as the job for ``key``, or share the job in flight for ``key``.
+        Exactly one of ``fn()`` and ``on_drop()`` is eventually called."""
+        ...
+
+    def running(self) -> int:
+        """Jobs holding a slot."""
+        ...
+
+    def queued(self) -> int:
+        """Jobs waiting for a slot."""
+        ...
+
+    def waiting(self, key: str) -> int:
+        """Callers sharing ``key``'s job, not counting the one that started it."""
+        ...
+
+    def idle(self) -> bool:
+        """Nothing of this process in flight: no job run or queued here, no caller waiting."""
+        ...
+
+    def snapshot(self) -> PoolSnapshot:
+        """One consistent reading, for status pages and metrics."""
+        ...
+
+    def cluster_snapshot(self) -> ClusterSnapshot | None:
+        """Who holds what across processes; None for a pool of one process."""
+        ...
+
+    def close(self) -> None:
+        """Stop accepting; jobs in flight go on. Safe from any thread."""
+        ...
+
+    async def drain(self) -> None:
+        """Stop accepting; let running and queued jobs finish, then return."""
+        ...
+
+    async def stop(self) -> None:
+        """Stop accepting; refuse the queued and cancel the running."""
+        ...

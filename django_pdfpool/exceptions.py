@@ -1,0 +1,118 @@
+"""Every exception django-pdfpool raises, in one place (imports nothing of the package).
+
+Refusals (``Refused`` and its subclasses) come from the admission pools; ``ExtractionError``
+from the extraction sandbox; ``RemoteJobError`` from a sharer in another process of a
+Redis-coordinated pool. The Redis pool rebuilds exceptions of this module, and only of
+this module, from their JSON form (see ``admission.redis.codec``).
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "EXTRACTION_MESSAGES",
+    "CallerBusy",
+    "CoordinatorUnavailable",
+    "ExtractionError",
+    "PoolBusy",
+    "PoolClosed",
+    "Refused",
+    "RemoteJobError",
+    "ResultTooLarge",
+    "RunnerLost",
+]
+
+
+class Refused(Exception):
+    """Base of every refusal. ``code`` is short and machine-readable;
+    ``retry_after`` is the pool's estimate, in seconds, of when trying again may work."""
+
+    code = "refused"
+
+    def __init__(self, message: str = "", retry_after: float = 0.0) -> None:
+        super().__init__(message or self.__doc__)
+        self.retry_after = retry_after
+
+
+class PoolBusy(Refused):
+    """Every slot is taken and the queue is full, or the job waited longer than `wait`."""
+
+    code = "busy"
+
+
+class CallerBusy(Refused):
+    """This caller already has a job in flight."""
+
+    code = "caller_busy"
+
+
+class PoolClosed(Refused):
+    """The pool is draining or stopped and accepts no new work."""
+
+    code = "closed"
+
+
+class RunnerLost(Refused):
+    """The process running or queueing this job stopped renewing its lease (it died,
+    hung, or lost Redis): its outcome will never come. Trying again runs it anew."""
+
+    code = "runner_lost"
+
+
+class CoordinatorUnavailable(PoolBusy):
+    """Redis cannot be reached and this pool refuses rather than run without the
+    shared limits. A PoolBusy (503, try again shortly), not a PoolClosed: it passes."""
+
+    code = "unavailable"
+
+
+class RemoteJobError(Exception):
+    """A job in another process raised an exception that cannot be rebuilt here."""
+
+    def __init__(self, type_name: str, message: str) -> None:
+        super().__init__(type_name, message)
+        self.type_name = type_name
+        self.message = message
+
+    def __str__(self) -> str:
+        return f"the job raised {self.type_name}: {self.message}"
+
+
+class ResultTooLarge(RemoteJobError):
+    """The job's outcome is larger than the pool's ``max_result_bytes``: it is not
+    sent to sharers in other processes (those in the job's own process get it)."""
+
+
+EXTRACTION_MESSAGES = {
+    "not_a_pdf": "This file is not a PDF.",
+    "encrypted": "This PDF is protected by a password.",
+    "malformed": "This PDF is damaged and could not be read.",
+    "too_complex": "This PDF took too long to process.",
+    "too_large": "This PDF needs more memory than allowed.",
+    "too_many_pages": "This PDF has too many pages.",
+    "crashed": "This PDF could not be processed.",
+}
+
+
+class ExtractionError(Exception):
+    """A PDF that could not be extracted. `message` is safe to show a user; `detail` is not
+    for users but never holds a path or a traceback (an exception name, a signal name).
+    `elapsed` and `peak_rss` are the child's own figures when it lived to report them."""
+
+    def __init__(
+        self,
+        code: str,
+        message: str | None = None,
+        *,
+        detail: str = "",
+        elapsed: float | None = None,
+        peak_rss: int | None = None,
+    ) -> None:
+        self.code = code
+        self.message = message or EXTRACTION_MESSAGES.get(code, EXTRACTION_MESSAGES["crashed"])
+        self.detail = detail
+        self.elapsed = elapsed
+        self.peak_rss = peak_rss
+        super().__init__(code, self.message)  # copy and pickle rebuild it from these
+
+    def __str__(self) -> str:
+        return f"{self.code}: {self.message}"
