@@ -30,7 +30,6 @@ import os
 import threading
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict
-from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.http import HttpRequest, JsonResponse
@@ -41,7 +40,8 @@ from django_pdfpool.conf import get_settings
 from django_pdfpool.exceptions import EXTRACTION_MESSAGES as MESSAGES
 from django_pdfpool.extraction import PAGE_SEPARATOR, ExtractionError, extract
 from django_pdfpool.process_pool import peek_pool
-from django_pdfpool.sandbox import child_main
+from django_pdfpool.sandbox.child_main import run_job
+from django_pdfpool.sandbox.wire import Extracted, Job
 from django_pdfpool.uploads import StagedUpload, stage
 
 _runs = {"naive": 0, "executor": 0}
@@ -112,24 +112,23 @@ async def pooled_executor(request: HttpRequest) -> JsonResponse:
     if upload is None:
         return _no_upload()
     conf = get_settings()
-    job: dict[str, Any] = {
-        "path": upload.path,
-        "engine": conf.engine,
-        "memory_limit": conf.memory_limit,
-        "max_pages": conf.max_pages,
-        "refuse": False,
-    }
+    job = Job(
+        path=upload.path,
+        engine=conf.engine,
+        timeout=conf.timeout,  # not enforced: the executor's workers have no limits
+        memory_limit=conf.memory_limit,
+        max_pages=conf.max_pages,
+        refuse=False,
+    )
     try:
         loop = asyncio.get_running_loop()
-        result = await loop.run_in_executor(executor(), child_main.run_job, job)
+        answer = await loop.run_in_executor(executor(), run_job, job)
     finally:
         upload.discard()
     _count("executor")
-    if not result.get("ok"):
-        return _unreadable(result.get("code", "crashed"))
-    result.pop("ok")
-    result["text"] = PAGE_SEPARATOR.join(result["pages"])
-    return JsonResponse(result)
+    if not isinstance(answer, Extracted):
+        return _unreadable(answer.code)
+    return JsonResponse({**asdict(answer), "text": PAGE_SEPARATOR.join(answer.pages)})
 
 
 async def health(request: HttpRequest) -> JsonResponse:

@@ -1,7 +1,7 @@
 """django-pdfpool: admit expensive PDF work through a small scheduler.
 
-The names below load on first use, so that importing the package stays cheap and needs
-no settings (the admission rules and the sandbox import no Django).
+The public names, loaded on first use so that ``import django_pdfpool`` imports no Django
+and needs no settings. Where each lives: docs/architecture.md.
 """
 
 from __future__ import annotations
@@ -63,6 +63,12 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
+    """A public name, read from its home module (imported on first use)."""
     if name in _HOMES:
         return getattr(import_module(f"{__name__}.{_HOMES[name]}"), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    """The module's own names and the public ones, loaded or not."""
+    return sorted({*globals(), *__all__})

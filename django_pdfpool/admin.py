@@ -1,10 +1,5 @@
-"""The admin entry "PDF pool -> Status": a ModelAdmin whose changelist is the status page.
-
-No add, change or delete: only the changelist URL exists. The page and its JSON
-(``?format=json``, what the page polls) need the ``view_pool_status`` permission:
-the admin sends anonymous and non-staff users to its login page; staff without the
-permission get 403. To hide the entry: ``admin.site.unregister(PoolStatus)``.
-"""
+"""The admin entry "PDF pool -> Status": a ModelAdmin whose only URL, the changelist, is the
+status page and its JSON; who may see it is in docs/status.md."""
 
 from __future__ import annotations
 

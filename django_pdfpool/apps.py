@@ -4,6 +4,8 @@ from django.apps import AppConfig
 
 
 class PdfPoolConfig(AppConfig):
+    """The ``django_pdfpool`` app: its checks and settings hooks load when Django is ready."""
+
     name = "django_pdfpool"
     verbose_name = "PDF pool"
 

@@ -1,17 +1,6 @@
-"""ASGI lifespan support: close the pool at the stop signal, drain it at shutdown.
-
-Django's ASGI handler does not speak the lifespan protocol, so wrap it::
-
-    application = PoolLifespan(get_asgi_application())
-
-On ``lifespan.startup`` it chains a handler in front of the server's own for SIGTERM and
-SIGINT (main thread only): at the signal the pool stops accepting, so a request that still
-reaches a view while the server waits for open requests (its body was still arriving, a
-keep-alive connection) gets 503 ``closed`` instead of joining the queue; running and queued
-jobs go on. The server's handler then runs as before. On ``lifespan.shutdown`` (uvicorn,
-hypercorn, daphne send it after in-flight requests) the old handlers are put back, the pool
-finishes its queue (``adrain_pool``), then the shutdown is acknowledged.
-"""
+"""``PoolLifespan``, for ASGI servers: ``application = PoolLifespan(get_asgi_application())``.
+The pool stops accepting at SIGTERM/SIGINT and drains at ``lifespan.shutdown``, an event
+Django's own handler does not answer (docs/deployment.md)."""
 
 from __future__ import annotations
 
@@ -20,12 +9,17 @@ import contextlib
 import logging
 import signal
 import threading
+from collections.abc import Awaitable, Callable
 from types import FrameType
 from typing import Any
 
 from .process_pool import adrain_pool, peek_pool
 
 Scope = dict[str, Any]
+Message = dict[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 Handler = Any  # what signal.getsignal returns: a callable, SIG_DFL, SIG_IGN or None
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
@@ -42,14 +36,15 @@ class PoolLifespan:
     """
 
     def __init__(
-        self, app: Any, *, drain_timeout: float | None = None, close_on_signal: bool = True
+        self, app: ASGIApp, *, drain_timeout: float | None = None, close_on_signal: bool = True
     ) -> None:
         self.app = app
         self.drain_timeout = drain_timeout
         self.close_on_signal = close_on_signal
         self._chained: dict[int, tuple[Handler, Handler]] = {}  # signal -> (ours, previous)
 
-    async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Lifespan events are answered here; every other scope goes to ``app``."""
         if scope["type"] != "lifespan":
             await self.app(scope, receive, send)
             return
@@ -66,11 +61,9 @@ class PoolLifespan:
                 return
 
     def _chain(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Put our handler in front of the server's for each stop signal.
-
-        Only a Python callable is chained: SIG_DFL ends the process anyway, SIG_IGN and an
-        unknown (C-level) handler mean nobody stops on that signal. Signal handlers can only
-        be set from the main thread; elsewhere nothing is done."""
+        """Put our handler in front of the server's for each stop signal, from the main thread
+        only (nowhere else can handlers be set). Only a Python callable is chained: SIG_DFL
+        ends the process anyway; SIG_IGN or a C-level handler: nothing stops on that signal."""
         if threading.current_thread() is not threading.main_thread():
             return
         for number in SIGNALS:

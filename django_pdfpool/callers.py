@@ -10,6 +10,7 @@ from django.http import HttpRequest
 
 
 def _user_id(request: HttpRequest) -> str | None:
+    """``user:<pk>`` for an authenticated user (the status page shows its username), else None."""
     user = getattr(request, "user", None)
     if user is not None and user.is_authenticated:
         return f"user:{user.pk}"

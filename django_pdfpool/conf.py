@@ -21,6 +21,9 @@ from django.core.signals import setting_changed
 from django.dispatch import receiver
 from django.utils.module_loading import import_string
 
+from .admission.redis.modes import FALLBACKS
+from .sandbox.wire import ENGINES
+
 MiB = 1024 * 1024
 
 DEFAULTS: dict[str, Any] = {
@@ -45,9 +48,6 @@ DEFAULTS: dict[str, Any] = {
 }
 
 BACKENDS = ("local", "redis")
-FALLBACKS = ("refuse", "local")
-
-ENGINES = ("pypdf", "pypdfium2")
 
 
 @dataclass(frozen=True)

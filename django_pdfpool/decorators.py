@@ -1,11 +1,5 @@
-"""``@pdf_pooled``: admit a view's PDF upload through the pool before the view runs.
-
-POST requests must carry the upload in ``field``; its SHA-256 (namespaced by the
-job function) is the single-flight key, the caller comes from the CALLER setting,
-and the view gets the job's result as ``request.pdf``. Other methods pass straight
-through with ``request.pdf = None``. Refusals and extraction errors become answers
-(see ``responses``) and the view does not run.
-"""
+"""``@pdf_pooled``: a POST's PDF upload is staged, hashed and run through the pool before
+the view runs, which gets the result as ``request.pdf`` (docs/usage.md)."""
 
 from __future__ import annotations
 
@@ -20,13 +14,13 @@ from django.http import HttpRequest, HttpResponse
 from .conf import get_settings
 from .exceptions import ExtractionError, Refused
 from .process_pool import get_pool
-from .responses import Answer, refusal_answer
-from .responses import answer as default_answer
+from .responses import Answer, error_answer, negotiated_answer
 from .sandbox.extract import Extraction, extract
 from .uploads import StagedUpload, stage
 
 View = TypeVar("View", bound=Callable[..., Any])
 Job = Callable[[StagedUpload], Awaitable[Any]]
+"""``job(upload)``: runs on the pool's job loop; what it returns becomes ``request.pdf``."""
 
 _MULTIPART_SLACK = 64 * 1024  # bytes of form overhead allowed over MAX_UPLOAD_SIZE
 
@@ -49,19 +43,17 @@ def pdf_pooled(
     *,
     field: str = "file",
     job: Job = extract_upload,
-    answer: Answer = default_answer,
+    answer: Answer = negotiated_answer,
 ) -> Any:
-    """Decorate a sync or async view (bare, or with ``field=``, ``job=``, ``answer=``).
+    """Decorate a sync or async view, bare or with ``field=``, ``job=``, ``answer=``.
 
-    ``job(upload)`` runs on the pool's own loop and returns the view's ``request.pdf``;
-    identical uploads to the same job share one run. ``answer(request, status, code,
-    message, retry_after)`` makes the response for what the view never sees (400, 413,
-    422, 429, 503): by default JSON or a small HTML page as the client prefers;
-    ``responses.json_answer`` for APIs, or a function rendering a project's own page.
+    ``job(upload)`` makes ``request.pdf`` (identical uploads to one job share a run);
+    ``answer(request, status, code, message, retry_after)`` answers what the view never
+    sees (400, 413, 422, 429, 503): by default JSON or HTML, as the client prefers.
     """
     if view is None:
         return functools.partial(pdf_pooled, field=field, job=job, answer=answer)
-    pooled = _Pooled(field, job, answer, f"{job.__module__}.{job.__qualname__}")
+    pooled = _UploadAdmission(field, job, answer, f"{job.__module__}.{job.__qualname__}")
 
     if iscoroutinefunction(view):
 
@@ -108,13 +100,13 @@ def pdf_pooled(
 
 
 @dataclass(frozen=True)
-class _Pooled:
+class _UploadAdmission:
     """What one decorated view does with a POST, for its sync and async wrappers."""
 
     field: str
     job: Job
     answer: Answer
-    namespace: str
+    job_name: str  # the job's dotted path: the first half of every key
 
     def prepare(self, request: HttpRequest) -> StagedUpload | HttpResponse:
         """Check the upload's size and presence, then stage a copy the job will own."""
@@ -131,6 +123,7 @@ class _Pooled:
         return stage(upload, conf.temp_dir)
 
     def _too_large(self, request: HttpRequest, limit: int) -> HttpResponse:
+        """413, before any work."""
         message = f"PDFs up to {limit / 1024 / 1024:g} MiB are accepted."
         return self.answer(request, 413, "too_large", message, None)
 
@@ -138,22 +131,19 @@ class _Pooled:
         self, request: HttpRequest, caller: str, upload: StagedUpload
     ) -> HttpResponse | None:
         """Run or join the upload's job; set ``request.pdf``, or return the refusal's answer.
-
-        The job owns the upload from here on: the pool calls exactly one of the job
-        (which deletes it when done) and ``discard`` (when the job will never run), so
-        a caller that leaves never pulls the file from under a job that still needs it.
-        """
-        key = f"{self.namespace}:{upload.sha256}"
-        fn = functools.partial(_owning, self.job, upload)
+        The job owns the upload from here on: the pool calls exactly one of the job (which
+        deletes it when done) and ``discard``, so a caller that leaves never pulls it away."""
+        key = f"{self.job_name}:{upload.sha256}"
+        fn = functools.partial(_run_then_discard, self.job, upload)
         try:
             result = await get_pool().run(key, caller, fn, on_drop=upload.discard)
         except (Refused, ExtractionError) as error:
-            return refusal_answer(request, error, self.answer)
+            return error_answer(request, error, self.answer)
         request.pdf = result  # type: ignore[attr-defined]
         return None
 
 
-async def _owning(job: Job, upload: StagedUpload) -> Any:
+async def _run_then_discard(job: Job, upload: StagedUpload) -> Any:
     """Run ``job`` on the upload, then delete the upload whatever the ending."""
     try:
         return await job(upload)

@@ -1,9 +1,5 @@
-"""An admin entry for the status page, done the way django-rq does it.
-
-``PoolStatus`` has no table (``managed = False``) and no rows: it exists so that the
-admin index lists "PDF pool -> Status" and so that one custom permission,
-``django_pdfpool.view_pool_status``, can be granted to the staff who may see it.
-"""
+"""``PoolStatus``: no table and no rows (as django-rq does it), only so that the admin lists
+"PDF pool -> Status" and staff can be granted ``django_pdfpool.view_pool_status``."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""The process's one pool, built from settings on first use.
-
-Each worker process has its own pool. When the PDFPOOL setting changes (as with
-``override_settings``) the pool is rebuilt, but only once the old one is idle:
-jobs in flight keep the limits they were admitted under.
-"""
+"""The process's one pool: built from the PDFPOOL setting on first use, rebuilt (once idle)
+when the setting changes, drained at exit; and the recorder of its recent history."""
 
 from __future__ import annotations
 
@@ -14,13 +10,15 @@ import logging
 import threading
 from typing import Any
 
+from .admission.history import Recorder
 from .admission.local import Pool
 from .admission.protocol import AdmissionPool
 from .conf import PoolSettings, get_settings
 from .exceptions import ExtractionError
 from .sandbox.extract import Extraction
 from .sandbox.extract import configure as configure_extraction
-from .status.history import Recorder
+
+__all__ = ["adrain_pool", "drain_pool", "drain_timeout", "get_pool", "peek_pool", "recorder"]
 
 logger = logging.getLogger("django_pdfpool")
 
@@ -30,7 +28,8 @@ _built_from: PoolSettings | None = None
 
 
 def get_pool() -> AdmissionPool:
-    """Return this process's pool, building (or, once idle, rebuilding) it from settings."""
+    """This process's pool, built from settings; after a settings change it is rebuilt
+    once idle, so jobs in flight keep the limits they were admitted under."""
     global _pool, _built_from
     current = get_settings()
     pool = _pool
@@ -79,13 +78,14 @@ def _build(conf: PoolSettings) -> AdmissionPool:
 
 
 def _encode_result(value: Any) -> Any:
-    """A job's result as plain JSON values, for sharers in other processes."""
+    """A job's result as plain JSON values, for sharers in other processes (Redis)."""
     if isinstance(value, Extraction):
         return {"extraction": dataclasses.asdict(value)}
     return {"value": value}
 
 
 def _decode_result(value: Any) -> Any:
+    """The result ``_encode_result`` gave, rebuilt."""
     return Extraction(**value["extraction"]) if "extraction" in value else value["value"]
 
 
@@ -106,7 +106,7 @@ def drain_timeout() -> float:
 async def adrain_pool(timeout: float | None = None) -> bool:
     """Drain this process's pool (stop accepting, finish the queue); after ``timeout``
     seconds stop it instead. True if everything finished in time."""
-    pool = _pool
+    pool = peek_pool()
     if pool is None:
         return True
     try:
@@ -120,9 +120,7 @@ async def adrain_pool(timeout: float | None = None) -> bool:
 
 def drain_pool(timeout: float | None = None) -> bool:
     """Synchronous ``adrain_pool``, for atexit, signal handlers and management commands.
-
-    Runs its own short-lived event loop (the pool's jobs are on theirs), so it also
-    works at interpreter exit, when executors no longer take work."""
+    Runs a short-lived event loop of its own, so it works at interpreter exit too."""
     try:
         asyncio.get_running_loop()
     except RuntimeError:

@@ -1,8 +1,5 @@
-"""Answers a client can act on: refusals and extraction errors as JSON or HTML.
-
-Shared by the decorator and the middleware. Only codes and the messages meant for
-users reach the client: never a traceback or an internal path.
-"""
+"""Answers a client can act on, as JSON or HTML, for the decorator and the middleware.
+Only codes and messages meant for users reach the client, never a traceback or a path."""
 
 from __future__ import annotations
 
@@ -28,7 +25,8 @@ Answer = Callable[[HttpRequest, int, str, str, "float | None"], HttpResponse]
 could not do. ``@pdf_pooled(answer=...)`` takes one, to answer in a project's own pages."""
 
 
-def _seconds(retry_after: float | None) -> int | None:
+def _retry_seconds(retry_after: float | None) -> int | None:
+    """``Retry-After`` is whole seconds, at least 1."""
     return None if retry_after is None else max(1, math.ceil(retry_after))
 
 
@@ -37,7 +35,7 @@ def json_answer(
 ) -> HttpResponse:
     """``{"error": code, "message": message, "retry_after": seconds}``, whatever the client
     accepts (for APIs), with a ``Retry-After`` header where there is a retry time."""
-    seconds = _seconds(retry_after)
+    seconds = _retry_seconds(retry_after)
     body: dict[str, object] = {"error": code, "message": message}
     if seconds is not None:
         body["retry_after"] = seconds
@@ -48,7 +46,7 @@ def html_answer(
     request: HttpRequest, status: int, code: str, message: str, retry_after: float | None = None
 ) -> HttpResponse:
     """A small standalone HTML page saying the same."""
-    seconds = _seconds(retry_after)
+    seconds = _retry_seconds(retry_after)
     title = TITLES.get(status, "Error")
     retry = "" if seconds is None else f" Try again in {seconds} s."
     page = format_html(
@@ -64,7 +62,7 @@ def html_answer(
     return _with_retry(HttpResponse(page, status=status), seconds)
 
 
-def answer(
+def negotiated_answer(
     request: HttpRequest, status: int, code: str, message: str, retry_after: float | None = None
 ) -> HttpResponse:
     """The default: JSON for clients that accept JSON (``*/*`` included), else HTML."""
@@ -74,15 +72,17 @@ def answer(
 
 
 def _with_retry(response: HttpResponse, seconds: int | None) -> HttpResponse:
+    """``response`` with a ``Retry-After`` header when there is a retry time."""
     if seconds is not None:
         response["Retry-After"] = str(seconds)
     return response
 
 
-def refusal_answer(
-    request: HttpRequest, error: Refused | ExtractionError, answer: Answer = answer
+def error_answer(
+    request: HttpRequest, error: Refused | ExtractionError, answer: Answer = negotiated_answer
 ) -> HttpResponse:
-    """PoolBusy and PoolClosed: 503; CallerBusy: 429; extraction errors: 422."""
+    """The answer to a refusal or an extraction error: PoolBusy and PoolClosed 503,
+    CallerBusy 429, ExtractionError 422."""
     if isinstance(error, ExtractionError):
         return answer(request, 422, error.code, error.message, None)
     status = 429 if isinstance(error, CallerBusy) else 503

@@ -1,10 +1,5 @@
-"""Uploads staged for a job: copied once into a file the job owns, hashed on the way.
-
-The request's own upload goes when the request ends; a job may outlive that
-request (others share it, or it is still queued), so it works on its copy. The
-job deletes the copy when it is done with it, or the pool's ``on_drop`` does when
-the job will never run; ``weakref.finalize`` is the safety net at exit.
-"""
+"""Uploads staged for a job: copied once into a file the job owns, hashed on the way,
+because a job may outlive the request whose upload it is (docs/usage.md)."""
 
 from __future__ import annotations
 
@@ -19,13 +14,14 @@ from django.core.files.uploadedfile import UploadedFile
 
 
 def _remove(path: str) -> None:
+    """Delete ``path`` if it is still there."""
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
 
 
 @dataclass(eq=False)
 class StagedUpload:
-    """A job's own copy of an upload."""
+    """A job's own copy of an upload; deleted by ``discard()``, or at exit at the latest."""
 
     path: str
     sha256: str

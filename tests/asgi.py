@@ -4,7 +4,7 @@ import os
 
 from django.core.asgi import get_asgi_application
 
-from django_pdfpool.asgi import PoolLifespan
+from django_pdfpool import PoolLifespan
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.settings")
 

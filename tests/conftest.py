@@ -26,7 +26,7 @@ def pdfpool(settings, tmp_path) -> Callable[..., dict]:
     HELD.reset()
     yield configure
     HELD.release.set()  # never leave a held job behind for the next test
-    pool = process_pool._pool
+    pool = process_pool.peek_pool()
     if pool is not None:
         wait_until(lambda: pool.running() == 0 and pool.queued() == 0)
 

@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from django_pdfpool.status.metrics import metrics_view
+from django_pdfpool import metrics_view
 from tests.urls import urlpatterns as base
 
 urlpatterns = [*base, path("metrics/", metrics_view)]

@@ -1,5 +1,5 @@
 """extract() on valid PDFs the tests write themselves: results, sources, options, arguments,
-callers on any loop in any thread, cancellation."""
+callers on any loop in any thread, cancellation; and the wire format a real child speaks."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import asyncio
 import copy
 import hashlib
 import io
+import json
 import pickle
 import subprocess
 import sys
@@ -19,6 +20,23 @@ from pypdf import PdfReader
 from django_pdfpool import extraction
 from django_pdfpool.exceptions import EXTRACTION_MESSAGES as MESSAGES
 from django_pdfpool.extraction import Extraction, ExtractionError, extract
+from django_pdfpool.sandbox.child_process import CHILD_MODULE
+from django_pdfpool.sandbox.engines import preload
+from django_pdfpool.sandbox.wire import (
+    ENGINES,
+    READY,
+    STARTED,
+    Extracted,
+    Job,
+    child_options,
+    decode_answer,
+    decode_job,
+    encode_answer,
+    encode_job,
+    holds_answer,
+    job_started,
+    read_child_options,
+)
 from tests import pdfs
 from tests.procs import child_pids, leftovers
 
@@ -182,3 +200,176 @@ def test_the_pdf_side_imports_neither_django_nor_the_pool():
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.stdout.strip() == "[]", proc.stderr
+
+
+CHILD_IMPORTS_NONE_OF = (
+    "asyncio",
+    "concurrent",
+    "django",
+    "asgiref",
+    "redis",
+    "django_pdfpool.admission",
+    "django_pdfpool.sandbox.extract",
+    "django_pdfpool.sandbox.child_process",
+    "django_pdfpool.sandbox.spares",
+)
+
+
+def test_the_child_imports_none_of_the_parent_side():
+    """The child starts up without the parent side (asyncio, extract, child_process, spares),
+    Django or the pool: it imports only its own side, the wire and the exceptions."""
+    code = (
+        "import sys, django_pdfpool.sandbox.child_main\n"
+        "from django_pdfpool.sandbox.engines import preload\n"
+        "preload('pypdf')\n"
+        f"banned = {CHILD_IMPORTS_NONE_OF!r}\n"
+        "print([m for m in sys.modules if any(m == b or m.startswith(b + '.') for b in banned)])"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-P", "-c", code], capture_output=True, text=True, timeout=60
+    )
+    assert proc.stdout.strip() == "[]", proc.stderr
+
+
+def run_child(job_line: bytes, *options: str) -> subprocess.CompletedProcess[bytes]:
+    """A real child, started with the parent's command line, fed `job_line` on stdin."""
+    argv = [sys.executable, "-P", "-m", CHILD_MODULE, *options]
+    return subprocess.run(argv, input=job_line, capture_output=True, timeout=60)
+
+
+def a_job(path, max_pages: int | None = None, refuse: bool = False) -> Job:
+    return Job(
+        path=str(path),
+        engine="pypdf",
+        timeout=LIMITS["timeout"],
+        memory_limit=LIMITS["memory_limit"],
+        max_pages=max_pages,
+        refuse=refuse,
+    )
+
+
+def test_a_real_child_says_ready_then_started_then_answers(tmp_path):
+    data = pdfs.simple(["over the wire"])
+    (tmp_path / "doc.pdf").write_bytes(data)
+    child = run_child(encode_job(a_job(tmp_path / "doc.pdf")))
+    assert child.returncode == 0
+    output = child.stdout
+    assert output.startswith(READY + STARTED) and output.count(b"\n") == 3
+    assert job_started(output) and holds_answer(output)
+    assert job_started(output.removeprefix(READY))  # as a spare's output reads
+    assert not holds_answer(READY + STARTED) and not holds_answer(output[:-1])
+    answer = decode_answer(output)
+    assert isinstance(answer, Extracted)
+    assert answer.pages == ["over the wire"] and answer.page_count == 1
+    assert answer.sha256 == hashlib.sha256(data).hexdigest()
+    assert answer.elapsed > 0 and answer.peak_rss > 0
+
+
+def test_a_real_child_answers_a_failure_with_its_code(tmp_path):
+    (tmp_path / "page.pdf").write_bytes(b"<html>not a pdf</html>")
+    (tmp_path / "long.pdf").write_bytes(pdfs.simple(["1", "2", "3"]))
+    for path, fields, code in [
+        ("page.pdf", {}, "not_a_pdf"),
+        ("long.pdf", {"max_pages": 2, "refuse": True}, "too_many_pages"),
+        ("missing.pdf", {}, "crashed"),  # the job's own file is gone: not the PDF's fault
+    ]:
+        output = run_child(encode_job(a_job(tmp_path / path, **fields)), "--warm-up").stdout
+        answer = decode_answer(output)
+        assert isinstance(answer, ExtractionError) and answer.code == code, output
+        assert answer.elapsed is not None and answer.peak_rss is not None
+
+
+def test_a_real_child_exits_quietly_at_eof():
+    """A spare whose parent is gone (or discarded it) reads EOF instead of a job."""
+    child = run_child(b"")
+    assert (child.returncode, child.stdout) == (0, READY)
+
+
+def test_the_child_command_line():
+    assert child_options((), False) == []
+    assert child_options(("pypdfium2",), True) == ["--preload", "pypdfium2", "--warm-up"]
+    for preload_engines, warm_up in [((), False), ((), True), (("pypdfium2",), False)]:
+        options = child_options(preload_engines, warm_up)
+        assert read_child_options(options) == (preload_engines, warm_up)
+
+
+def test_every_engine_the_parent_accepts_the_child_can_load():
+    for engine in ENGINES:
+        if engine == "pypdfium2":
+            pytest.importorskip("pypdfium2")
+        preload(engine)
+
+
+def test_the_job_line_round_trips_any_path():
+    job = a_job("/tmp/caf\udce9 \u00e9t\u00e9\n.pdf", max_pages=3, refuse=True)  # not UTF-8
+    line = encode_job(job)
+    assert line.endswith(b"\n") and line.count(b"\n") == 1
+    assert decode_job(line) == job
+
+
+def test_the_answer_line_replaces_lone_surrogates():
+    answer = Extracted(
+        sha256="0" * 64,
+        page_count=1,
+        pages=["a\ud800b\nc"],
+        metadata={"Title": "\udfff"},
+        truncated=False,
+        elapsed=0.5,
+        peak_rss=1 << 20,
+    )
+    line = encode_answer(answer)
+    assert line.endswith(b"\n") and line.count(b"\n") == 1
+    decoded = decode_answer(READY + STARTED + line)
+    assert decoded == Extracted(
+        sha256="0" * 64,
+        page_count=1,
+        pages=["a\ufffdb\nc"],
+        metadata={"Title": "\ufffd"},
+        truncated=False,
+        elapsed=0.5,
+        peak_rss=1 << 20,
+    )
+
+
+def test_a_failure_answer_keeps_its_code_and_a_short_detail():
+    line = b'{"ok":false,"code":"encrypted","detail":"' + b"x" * 500 + b'","elapsed":"soon"}\n'
+    answer = decode_answer(STARTED + line)
+    assert isinstance(answer, ExtractionError)
+    assert (answer.code, answer.message) == ("encrypted", MESSAGES["encrypted"])
+    assert answer.detail == "x" * 200 and answer.elapsed is None and answer.peak_rss is None
+
+
+VALID = {
+    "ok": True,
+    "sha256": "0",
+    "page_count": 1,
+    "pages": ["a"],
+    "metadata": {},
+    "truncated": False,
+    "elapsed": 0.1,
+    "peak_rss": 1,
+}
+
+
+@pytest.mark.parametrize(
+    "output",
+    [
+        b"",
+        READY,
+        READY + STARTED,
+        json.dumps(VALID).encode(),  # cut short: no newline
+        b"not json\n",
+        b"[1, 2]\n",
+        b"[" * 100_000 + b"]" * 100_000 + b"\n",
+        json.dumps({**VALID, "pages": "a"}).encode() + b"\n",
+        json.dumps({**VALID, "metadata": {"k": 1}}).encode() + b"\n",
+        json.dumps({**VALID, "peak_rss": None}).encode() + b"\n",
+        b'{"ok": false, "code": "no_such_code"}\n',
+        b'{"ok": false, "code": ["unhashable"]}\n',
+        b'{"ok": false, "code": "too_large", "elapsed": 1' + b"0" * 400 + b"}\n",
+    ],
+)
+def test_answers_that_are_not_well_formed_are_none(output):
+    """Whatever a child writes, the parent gets an answer or None, never an exception."""
+    assert isinstance(decode_answer(json.dumps(VALID).encode() + b"\n"), Extracted)
+    assert decode_answer(output) is None

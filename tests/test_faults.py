@@ -31,7 +31,7 @@ import psutil
 import pytest
 
 from django_pdfpool.exceptions import EXTRACTION_MESSAGES as MESSAGES
-from django_pdfpool.sandbox.child_process import READY, STARTED
+from django_pdfpool.sandbox.wire import READY, STARTED
 from tests import pdfs
 from tests.pdfs import slow_pdf
 from tests.procs import rlimits

@@ -229,7 +229,7 @@ def test_a_lost_wake_up_is_caught_up_by_the_beat(make_pool):
         queued = asyncio.create_task(there.run("b", "c2", held("B", gate)))
         sharer = asyncio.create_task(there.run("a", "c3", None))
         await until(lambda: here.queued() == 1 and here.waiting("a") == 1)
-        on_job_loop(there._link.unsubscribe())  # `start` and `done` will be missed
+        on_job_loop(there._side.link.unsubscribe())  # `start` and `done` will be missed
         gate.set()
         began = time.monotonic()
         assert await asyncio.gather(first, sharer, queued) == ["A", "A", "B"]
@@ -247,7 +247,7 @@ def test_a_beat_does_not_end_a_job_admitted_after_it_took_its_arguments(make_poo
         await until(lambda: pool.running() == 1)
         # A beat whose arguments were taken before this admission (knowing job 0 at most)
         # reaches Redis after it: the job is not judged a leftover.
-        on_job_loop(pool._link.call("beat", "0", "0"))
+        on_job_loop(pool._side.link.call("beat", "0", "0"))
         assert pool.running() == 1
         gate.set()
         assert await task == "r"

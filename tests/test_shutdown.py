@@ -6,8 +6,7 @@ from __future__ import annotations
 import asyncio
 from concurrent.futures import ThreadPoolExecutor
 
-from django_pdfpool import get_pool
-from django_pdfpool.process_pool import adrain_pool, drain_pool
+from django_pdfpool import adrain_pool, drain_pool, get_pool
 from tests.conftest import wait_until
 from tests.test_decorator import post
 from tests.views import HELD

@@ -1,4 +1,4 @@
-"""The admin status page: who may see it, that it shows what ``Pool.snapshot()`` says
+"""The admin status page: who may see it, that it shows what the pool's ``snapshot()`` says
 while jobs are held running and queued, its JSON, the history recorder behind its
 chart, and the optional Prometheus endpoint."""
 
@@ -16,10 +16,10 @@ from django.contrib.auth.models import Permission
 from django.test import Client
 
 from django_pdfpool import get_pool, process_pool
+from django_pdfpool.admission import history
+from django_pdfpool.admission.history import Recorder
 from django_pdfpool.admission.snapshot import Counters, DurationSummary, PoolSnapshot
-from django_pdfpool.status import history
 from django_pdfpool.status import page as status_page
-from django_pdfpool.status.history import Recorder
 from tests.conftest import wait_until
 from tests.test_decorator import JSON, held_key, post
 from tests.views import HELD

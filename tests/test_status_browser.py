@@ -18,7 +18,7 @@ import pytest
 from django.contrib.auth.models import Permission
 
 from django_pdfpool import get_pool, process_pool
-from django_pdfpool.status import history
+from django_pdfpool.admission import history
 from django_pdfpool.status import page as status_page
 from tests.conftest import wait_until
 from tests.test_decorator import held_key, post

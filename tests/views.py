@@ -10,10 +10,7 @@ from django.http import HttpRequest, JsonResponse
 from django.utils.decorators import method_decorator
 from django.views import View
 
-from django_pdfpool import get_pool, pdf_pooled
-from django_pdfpool.decorators import extract_upload
-from django_pdfpool.responses import json_answer
-from django_pdfpool.uploads import StagedUpload
+from django_pdfpool import StagedUpload, extract_upload, get_pool, json_answer, pdf_pooled
 
 
 def _describe(request: HttpRequest) -> JsonResponse:

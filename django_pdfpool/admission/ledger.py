@@ -1,12 +1,14 @@
 """A pool's books, kept the same way by both pools: counters, recent durations, the
 ``retry_after`` estimates made from them, and the snapshot they go into.
 
-A ``Ledger`` has no lock of its own: its owner's lock guards every call.
+A ``Ledger`` is thread-safe: its own lock is a leaf (taken last, held for a few updates),
+so a pool may call it under its own lock.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import threading
 import time
 from collections import deque
 from collections.abc import Iterable
@@ -37,40 +39,47 @@ class RecentDurations:
 
 
 class Ledger:
-    """Counters and durations of one pool; guarded by the owner's lock."""
+    """Counters and durations of one pool."""
 
-    __slots__ = ("counts", "queue_waits", "run_times", "slots")
+    __slots__ = ("_counts", "_lock", "_queue_waits", "_run_times", "slots")
 
     def __init__(self, slots: int) -> None:
         self.slots = slots
-        self.counts = dict.fromkeys((f.name for f in dataclasses.fields(Counters)), 0)
-        self.queue_waits = RecentDurations()
-        self.run_times = RecentDurations()
+        self._lock = threading.Lock()  # guards the three fields below
+        self._counts = dict.fromkeys((f.name for f in dataclasses.fields(Counters)), 0)
+        self._queue_waits = RecentDurations()
+        self._run_times = RecentDurations()
 
     def count(self, name: str, n: int = 1) -> None:
-        self.counts[name] += n
+        with self._lock:
+            self._counts[name] += n
 
     def started(self, queued_for: float) -> None:
         """A job took a slot after ``queued_for`` seconds in the queue."""
-        self.counts["started"] += 1
-        self.queue_waits.add(queued_for)
+        with self._lock:
+            self._counts["started"] += 1
+            self._queue_waits.add(queued_for)
 
     def ended(self, outcome: str, took: float) -> None:
         """A job that held a slot ended: "completed", "failed" or "cancelled"."""
-        self.counts[outcome] += 1
-        self.run_times.add(took)
+        with self._lock:
+            self._counts[outcome] += 1
+            self._run_times.add(took)
 
     def expected_start(self, queued: int) -> float:
         """Seconds until a new job could likely take a slot, with ``queued`` jobs ahead."""
-        return self.run_times.mean(DEFAULT_RUN_TIME) * (queued + 1) / self.slots
+        with self._lock:
+            mean = self._run_times.mean(DEFAULT_RUN_TIME)
+        return mean * (queued + 1) / self.slots
 
     def expected_end(self, running_for: float | None, ahead: int) -> float:
         """Seconds until a job likely ends: one running for ``running_for`` s, or (None)
         one queued behind ``ahead`` jobs."""
-        mean = self.run_times.mean(DEFAULT_RUN_TIME)
+        with self._lock:
+            mean = self._run_times.mean(DEFAULT_RUN_TIME)
         if running_for is not None:
             return max(0.0, mean - running_for)
-        return self.expected_start(ahead) + mean
+        return mean * (ahead + 1) / self.slots + mean
 
     def snapshot(
         self,
@@ -90,7 +99,10 @@ class Ledger:
             running = sum(job.state == "running" for job in jobs)
         if queued is None:
             queued = len(jobs) - running
-        counters = Counters(**self.counts)
+        with self._lock:
+            counters = Counters(**self._counts)
+            queue_wait = DurationSummary.of(self._queue_waits.samples)
+            run_time = DurationSummary.of(self._run_times.samples)
         return PoolSnapshot(
             slots=self.slots,
             queue=queue,
@@ -100,7 +112,7 @@ class Ledger:
             queued=queued,
             jobs=jobs,
             counters=counters if extra is None else counters.plus(extra),
-            queue_wait=DurationSummary.of(self.queue_waits.samples),
-            run_time=DurationSummary.of(self.run_times.samples),
+            queue_wait=queue_wait,
+            run_time=run_time,
             taken_at=time.time(),
         )

@@ -56,6 +56,7 @@ class Pool:
             raise ValueError(f"wait must be a number of seconds >= 0 or None, not {wait!r}")
         self.slots, self.queue_size, self.wait = slots, queue, wait
         self._on_error = on_error or delivery.log_failure
+        self._books = Ledger(slots)  # counters and durations; thread-safe on its own
         self._lock = threading.Lock()  # guards every field below
         self._jobs: dict[str, LocalJob] = {}  # in flight, by key
         self._callers: dict[str, LocalJob] = {}  # in flight, by the caller that started it
@@ -64,7 +65,6 @@ class Pool:
         self._closed = False
         self._stopping = False
         self._idle_waiters: list[Waiter] = []
-        self._books = Ledger(slots)
         # One wait timer, for the head of the queue: every job waits the same `wait`
         # and the queue is FIFO, so deadlines grow along it. `_timer` lives on the job
         # loop (not under the lock); `_timer_wanted` says whether it should be armed.

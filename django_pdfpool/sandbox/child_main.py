@@ -1,44 +1,42 @@
-"""The child process: ``python -m django_pdfpool.sandbox.child_main [--preload E]... [--warm-up]``.
+"""Child side: ``python -P -m django_pdfpool.sandbox.child_main [options]``, one job, then exit.
 
-It imports its engines first (a spare does this while nobody waits), says "ready" on stdout,
-then blocks on ONE JSON job line on stdin. Only then it limits itself (address space, CPU
-time, a wall-clock alarm, no core files) and says "started", reads the PDF from the file
-named in the job, extracts, writes one JSON result line on stdout and exits at once. EOF on
-stdin (parent gone, spare discarded) ends it quietly. JSON both ways, never pickle: the
-parent trusts no byte from here.
-
-Job:    {"path", "engine", "timeout", "memory_limit", "max_pages", "refuse"}
-Result: {"ok": true, "sha256", "page_count", "pages", "metadata", "truncated",
-         "elapsed", "peak_rss"} or {"ok": false, "code", "detail", "elapsed", "peak_rss"}
+Imports its engines, says READY, reads one job line, limits itself, says STARTED, answers.
 """
 
 from __future__ import annotations
 
 import gc
 import hashlib
-import json
 import math
 import os
-import re
 import resource
 import signal
 import stat
 import sys
 import time
-from typing import Any
 
-from django_pdfpool.sandbox import engines
+from ..exceptions import ExtractionError
+from .engines import (
+    classify,
+    configure_pypdf,
+    decompression_cap,
+    extract_pages,
+    preload,
+    warm_up,
+)
+from .wire import (
+    READY,
+    STARTED,
+    Answer,
+    Extracted,
+    Job,
+    decode_job,
+    encode_answer,
+    read_child_options,
+)
 
 CPU_MARGIN = 1  # seconds of CPU time granted beyond the job's timeout before SIGXCPU
 ALARM_MARGIN = 2  # seconds of wall time beyond the timeout before the child's own SIGALRM
-READY = b"ready\n"  # the first line on stdout: imports done, waiting for the job
-STARTED = b"started\n"  # the second: the job is read and the limits are set
-_SURROGATES = re.compile("[\ud800-\udfff]")
-
-
-def output_cap(memory_limit: int) -> int:
-    """pypdf's decompression caps for a job: a quarter of the memory limit, at most 75 MB."""
-    return max(1 << 20, min(memory_limit // 4, 75_000_000))
 
 
 def limit_self(memory_limit: int, timeout: float) -> None:
@@ -53,6 +51,7 @@ def limit_self(memory_limit: int, timeout: float) -> None:
 
 
 def _lower(kind: int, soft: int, hard: int | None = None) -> None:
+    """Set a limit, never above the hard limit this process inherited."""
     _, current_hard = resource.getrlimit(kind)
     hard = soft if hard is None else hard
     if current_hard != resource.RLIM_INFINITY:
@@ -61,43 +60,32 @@ def _lower(kind: int, soft: int, hard: int | None = None) -> None:
 
 
 def read_document(path: str) -> bytes:
-    """The whole file, refusing anything but a regular file (a FIFO or a device would hang:
-    O_NONBLOCK keeps even the open() of a FIFO from waiting)."""
+    """The whole file, refusing anything but a regular file (a FIFO or a device would hang)."""
+    # O_NONBLOCK keeps even the open() of a FIFO from waiting.
     with open(os.open(path, os.O_RDONLY | os.O_NONBLOCK), "rb", buffering=0) as handle:
         if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
-            raise engines.Failure("not_a_pdf", "not a regular file")
+            raise ExtractionError("not_a_pdf", detail="not a regular file")
         return handle.read()
 
 
-def run_job(job: dict[str, Any]) -> dict[str, Any]:
-    """Read, hash and extract; every ending becomes a JSON-ready dict."""
+def run_job(job: Job) -> Answer:
+    """Read, hash and extract the job's file; every ending becomes an answer, none is raised."""
     try:
-        engines.preload(job["engine"])  # at once if preloaded; imported here otherwise
-        engines.configure_pypdf(output_cap(int(job["memory_limit"])))
-        data = read_document(job["path"])
+        preload(job.engine)  # at once if preloaded; imported here otherwise
+        configure_pypdf(decompression_cap(job.memory_limit))
+        data = read_document(job.path)
         # Hashed here, over the very bytes that are parsed: the parent never reads the file.
         digest = hashlib.sha256(data).hexdigest()
-        result = engines.run(job["engine"], data, max_pages=job["max_pages"], refuse=job["refuse"])
-        result.update(ok=True, sha256=digest)
-        return result
-    except BaseException as exc:  # every ending is reported, none is raised
-        code, detail = engines.classify(exc)
+        text = extract_pages(job.engine, data, max_pages=job.max_pages, refuse=job.refuse)
+        return Extracted(sha256=digest, **text)
+    except BaseException as exc:
+        code, detail = classify(exc)
     # Out of the except block: the traceback and the frames holding the document are freed.
-    return {"ok": False, "code": code, "detail": detail}
-
-
-def encode(result: dict[str, Any]) -> bytes:
-    """One JSON line; lone surrogates (seen in broken /ToUnicode maps) become U+FFFD."""
-    line = json.dumps(result, ensure_ascii=False, separators=(",", ":")) + "\n"
-    try:
-        return line.encode("utf-8")
-    except UnicodeEncodeError:
-        return _SURROGATES.sub("\ufffd", line).encode("utf-8")
+    return ExtractionError(code, detail=detail)
 
 
 def peak_rss() -> int:
-    """Bytes. VmHWM belongs to this process's own memory; ru_maxrss would also count the
-    parent's resident set at spawn time (it survives fork and exec)."""
+    """Bytes: VmHWM, this process's own peak (ru_maxrss would count the parent's at spawn)."""
     try:
         with open("/proc/self/status", "rb") as status:
             for line in status:
@@ -109,6 +97,7 @@ def peak_rss() -> int:
 
 
 def write_all(fd: int, data: bytes) -> None:
+    """Write every byte of `data`, however many writes the pipe takes."""
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view) :]
@@ -116,37 +105,36 @@ def write_all(fd: int, data: bytes) -> None:
 
 def main(argv: list[str]) -> None:
     """Start up, wait for the job, do it, report, exit."""
-    preload = tuple(argv[i + 1] for i, arg in enumerate(argv) if arg == "--preload")
-    for engine in ("pypdf", *preload):
-        engines.preload(engine)
-    if "--warm-up" in argv:
-        engines.warm_up(("pypdf", *preload))
+    preloaded, warm = read_child_options(argv)
+    for engine in ("pypdf", *preloaded):
+        preload(engine)
+    if warm:
+        warm_up(("pypdf", *preloaded))
     gc.collect()
     gc.freeze()  # start-up objects are never collected: later collections skip them
     write_all(sys.stdout.fileno(), READY)
 
     line = sys.stdin.buffer.readline()
-    if not line.strip():
+    if not line.strip():  # EOF: the parent is gone or discarded this spare
         os._exit(0)
     started = time.perf_counter()
-    job = json.loads(line)
-    limit_self(int(job["memory_limit"]), float(job["timeout"]))
+    job = decode_job(line)
+    limit_self(job.memory_limit, job.timeout)
     write_all(sys.stdout.fileno(), STARTED)
-    result = run_job(job)
-    result["elapsed"] = time.perf_counter() - started
-    result["peak_rss"] = peak_rss()
+    answer = run_job(job)
+    answer.elapsed = time.perf_counter() - started
+    answer.peak_rss = peak_rss()
     try:
-        data = encode(result)
+        data = encode_answer(answer)
     except MemoryError:
-        del result
-        data = encode(
-            {
-                "ok": False,
-                "code": "too_large",
-                "detail": "MemoryError",
-                "elapsed": time.perf_counter() - started,
-                "peak_rss": peak_rss(),
-            }
+        del answer
+        data = encode_answer(
+            ExtractionError(
+                "too_large",
+                detail="MemoryError",
+                elapsed=time.perf_counter() - started,
+                peak_rss=peak_rss(),
+            )
         )
     write_all(sys.stdout.fileno(), data)
     # No interpreter teardown: the parent has its answer, and the memory goes back anyway.

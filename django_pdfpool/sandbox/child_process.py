@@ -1,9 +1,6 @@
-"""The parent's side of the child processes: start them, talk to them, kill and reap them.
+"""Parent side: the handle on a child process: start it, hand it a job, read its answer, reap it.
 
-Children are plain `subprocess.Popen` objects tied to no event loop, so any thread or loop
-may use them. Each runs in its own session (its own process group, killed as a whole), with
-stdin/stdout pipes and stderr to /dev/null (pypdf can log thousands of lines: a full pipe
-would hang the child). A child does one job and exits.
+Each child is a plain `subprocess.Popen` in its own session (a process group, killed whole).
 """
 
 from __future__ import annotations
@@ -21,9 +18,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from .wire import READY, child_options, holds_answer, job_started
+
 CHILD_MODULE = "django_pdfpool.sandbox.child_main"
-READY = b"ready\n"  # what child.py writes once it waits for its job
-STARTED = b"started\n"  # ... once it has read its job and set its limits
 SLOW = 0.05  # seconds into a job after which its replacement spare starts anyway
 READ_CHUNK = 1 << 20
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
@@ -31,7 +28,7 @@ _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 
 @dataclass
 class Outcome:
-    """How a conversation with a child ended; judged by extraction.py."""
+    """How a conversation with a child ended, for extract.py to judge."""
 
     output: bytes
     returncode: int | None
@@ -46,13 +43,10 @@ class Child:
     """One child process: the job is sent once, the answer read once, the group killed once."""
 
     def __init__(self, python: str, preload: tuple[str, ...] = (), warm_up: bool = False) -> None:
-        argv = [python, "-P", "-m", CHILD_MODULE]  # -P: the cwd does not go on sys.path
-        for engine in preload:
-            argv += ["--preload", engine]
-        if warm_up:
-            argv.append("--warm-up")
+        # -P: the cwd does not go on sys.path. stderr goes nowhere: pypdf can log thousands of
+        # lines, and a full pipe would hang the child.
         self.proc = subprocess.Popen(
-            argv,
+            [python, "-P", "-m", CHILD_MODULE, *child_options(preload, warm_up)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
@@ -87,6 +81,7 @@ class Child:
         return line == READY
 
     def alive(self) -> bool:
+        """Whether the child has not exited yet."""
         with self._lock:
             return self.proc.poll() is None
 
@@ -120,10 +115,10 @@ class Child:
             self._pidfd = None
         self.proc.returncode = 0  # not ours to wait for
 
-    def send(self, job: bytes) -> bool:
+    def send(self, job_line: bytes) -> bool:
         """Hand the job over; False if the child is gone already (it never saw the job)."""
         try:
-            os.write(self.proc.stdin.fileno(), job)  # a few hundred bytes: never blocks
+            os.write(self.proc.stdin.fileno(), job_line)  # a few hundred bytes: never blocks
             self.proc.stdin.close()
             return True
         except (BrokenPipeError, ValueError, OSError):
@@ -132,9 +127,8 @@ class Child:
     def receive(
         self, deadline: float, max_output: int, meanwhile: Callable[[], None] | None = None
     ) -> Outcome:
-        """Read until the answer line is complete, EOF, the deadline or too much output (the
-        last two kill the group). Calls `meanwhile` once if the answer takes over SLOW
-        seconds. Does not reap: see finish()."""
+        """Read until a whole answer, EOF, the deadline or too much output (the last two kill);
+        `meanwhile()` runs once if the answer takes over SLOW seconds. Reaps nothing."""
         output, fd = bytearray(), self.proc.stdout.fileno()
         timed_out = overflow = False
         poller = select.poll()
@@ -162,12 +156,11 @@ class Child:
             if len(output) > max_output:
                 overflow = True
                 break
-            # JSON escapes newlines: a buffer ending in one holds a whole line.
-            if chunk.endswith(b"\n") and output.removeprefix(READY) not in (b"", STARTED):
+            if holds_answer(output):
                 return Outcome(bytes(output), None, complete=True, started=True)
         if timed_out or overflow:
             self.kill()
-        started = output.removeprefix(READY).startswith(STARTED)
+        started = job_started(output)
         return Outcome(bytes(output), None, timed_out=timed_out, overflow=overflow, started=started)
 
     def finish(self, deadline: float) -> int:
@@ -193,8 +186,8 @@ class Child:
 
 
 def _child_env() -> dict[str, str]:
-    """The child imports this very package: from a checkout, put it on PYTHONPATH (but never
-    a site-packages directory, which would go before the standard library)."""
+    """The environment with this package importable by the child: a checkout goes on
+    PYTHONPATH, a site-packages directory never (it would go before the standard library)."""
     env = dict(os.environ)
     if _PACKAGE_ROOT not in {*site.getsitepackages(), site.getusersitepackages()}:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH")) if p)
@@ -216,20 +209,14 @@ class JobRun:
     def run(
         self,
         start: Callable[[], Child],
-        job: bytes,
+        job_line: bytes,
         deadline: float,
         max_output: int,
         deliver: Callable[[Outcome], None],
-        refill: Callable[[], None] = lambda: None,
+        refill: Callable[[], None],
     ) -> None:
-        """In a worker thread: get a child from `start()`, hand it the job (once more with a
-        new child if the first was already gone), read its answer and `deliver` it.
-
-        A complete answer is delivered before the exiting child is reaped, saving the caller
-        the child's teardown; every other ending is reaped first, then delivered. `refill`
-        runs once the answer is in, or SLOW seconds into the job: a replacement spare starting
-        up beside a short job would slow it down on a small machine.
-        """
+        """In a worker thread: a child from `start()` takes the job (a second one if the first
+        was gone), its answer goes to `deliver`, then `refill()` runs. Reaps the child."""
         outcome = Outcome(b"", None, lost=True)
         for _attempt in range(2):
             if self.cancelled:
@@ -243,7 +230,7 @@ class JobRun:
                 if self.cancelled:
                     child.kill()
             try:
-                if not child.send(job):
+                if not child.send(job_line):
                     child.kill()
                     child.reap()
                     continue
@@ -253,10 +240,11 @@ class JobRun:
                 child.reap()
                 raise
             if outcome.complete and not self.cancelled:
-                deliver(outcome)
+                deliver(outcome)  # before the reaping: the caller skips the child's teardown
                 refill()
                 child.finish(deadline)
                 return
+            # Every other ending: the child is reaped, then the outcome delivered.
             outcome.returncode = child.finish(deadline)
             if outcome.started or outcome.timed_out or outcome.overflow:
                 break
@@ -287,6 +275,7 @@ def kill_all() -> None:
 
 
 def _forget_after_fork() -> None:
+    """In a forked process the children are the parent's: forget them, signal none."""
     global _live_lock
     _live_lock = threading.Lock()
     _live.clear()

@@ -1,8 +1,6 @@
-"""The PDF engines, run inside the child process: pypdf (default) and pypdfium2.
+"""Child side: the PDF engines (pypdf, pypdfium2) turning a document's bytes into text.
 
-Each engine turns a document's bytes into pages of text and metadata, or raises `Failure`
-with one of the public error codes. `classify` maps any other exception to a code. Nothing
-here knows about processes, Django or the pool.
+Failures are ExtractionErrors with a public code; `classify` gives any other exception one.
 """
 
 from __future__ import annotations
@@ -13,7 +11,8 @@ import io
 import re
 from typing import Any
 
-ENGINES = ("pypdf", "pypdfium2")
+from ..exceptions import ExtractionError
+
 HEADER_WINDOW = 1024  # readers accept "%PDF-" anywhere in the first kilobyte
 METADATA_KEYS = 64
 METADATA_CHARS = 2000
@@ -32,19 +31,10 @@ WARM_UP_PDF = (
 )
 
 
-class Failure(Exception):
-    """An ending with a public error code; `detail` is for logs (never a path or a traceback)."""
-
-    def __init__(self, code: str, detail: str = "") -> None:
-        super().__init__(code, detail)
-        self.code = code
-        self.detail = detail
-
-
-def preload(engine: str, *, output_cap: int | None = None) -> None:
-    """Import an engine (and set pypdf's caps) before any job is read."""
+def preload(engine: str) -> None:
+    """Import an engine before the job is read (pypdf also gets its job-independent settings)."""
     if engine == "pypdf":
-        configure_pypdf(output_cap)
+        configure_pypdf()
     elif engine == "pypdfium2":
         import pypdfium2  # noqa: F401
     else:
@@ -61,6 +51,11 @@ _OUTPUT_CAPS = (  # pypdf.Configuration fields capping what one stream may grow 
     "image_maximum_buffer_size",
     "maximum_declared_stream_length",
 )
+
+
+def decompression_cap(memory_limit: int) -> int:
+    """What one pypdf stream may grow to in a job: a quarter of its memory limit, at most 75 MB."""
+    return max(1 << 20, min(memory_limit // 4, 75_000_000))
 
 
 def configure_pypdf(output_cap: int | None = None) -> None:
@@ -94,17 +89,19 @@ def warm_up(engines: tuple[str, ...]) -> None:
     """Run the tiny built-in document through each engine; errors here are harmless."""
     for engine in engines:
         with contextlib.suppress(Exception):
-            run(engine, WARM_UP_PDF, max_pages=None, refuse=False)
+            extract_pages(engine, WARM_UP_PDF, max_pages=None, refuse=False)
 
 
 def check_header(data: bytes) -> None:
     """Refuse what does not even claim to be a PDF, before any engine sees it."""
     if b"%PDF-" not in data[:HEADER_WINDOW]:
-        raise Failure("not_a_pdf", "empty file" if not data else "no %PDF- header")
+        raise ExtractionError("not_a_pdf", detail="empty file" if not data else "no %PDF- header")
 
 
-def run(engine: str, data: bytes, *, max_pages: int | None, refuse: bool) -> dict[str, Any]:
-    """Extract `data` with `engine`: page_count, pages, metadata and truncated."""
+def extract_pages(
+    engine: str, data: bytes, *, max_pages: int | None, refuse: bool
+) -> dict[str, Any]:
+    """The text of `data` by `engine`: page_count, pages, metadata and truncated."""
     check_header(data)
     if engine == "pypdfium2":
         return _run_pdfium(data, max_pages, refuse)
@@ -115,7 +112,7 @@ def _page_range(page_count: int, max_pages: int | None, refuse: bool) -> int:
     if max_pages is None or page_count <= max_pages:
         return page_count
     if refuse:
-        raise Failure("too_many_pages", f"{page_count} pages")
+        raise ExtractionError("too_many_pages", detail=f"{page_count} pages")
     return max_pages
 
 
@@ -161,7 +158,7 @@ def _run_pdfium(data: bytes, max_pages: int | None, refuse: bool) -> dict[str, A
     except pdfium.PdfiumError as exc:
         locked = exc.err_code in (raw.FPDF_ERR_PASSWORD, raw.FPDF_ERR_SECURITY)
         code = "encrypted" if locked else "malformed"
-        raise Failure(code, f"pdfium error {exc.err_code}") from None
+        raise ExtractionError(code, detail=f"pdfium error {exc.err_code}") from None
     page_count = len(document)
     count = _page_range(page_count, max_pages, refuse)
     pages = []
@@ -194,7 +191,7 @@ _TOO_COMPLEX = re.compile(r"token|budget|parsing|invocation", re.I)
 def classify(exc: BaseException) -> tuple[str, str]:
     """The public code for an exception raised while extracting, and a log-safe detail."""
     name = type(exc).__name__
-    if isinstance(exc, Failure):
+    if isinstance(exc, ExtractionError):
         return exc.code, exc.detail
     if isinstance(exc, MemoryError):
         return "too_large", name

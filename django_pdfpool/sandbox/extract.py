@@ -1,9 +1,6 @@
-"""Text extraction from untrusted PDFs in a limited child process: the public API.
+"""Parent side, the public API: `extract()` runs one job in a child and maps every ending.
 
-`extract()` hands one job to a child (a warm spare when one is ready), kills the child's
-process group at the deadline, reaps it, and maps every ending to an `Extraction` or an
-`ExtractionError` whose message is safe to show a user. Whatever the PDF, the calling
-process does not die, bloat or hang. This module knows neither Django nor the pool.
+Each ending becomes an `Extraction` or an `ExtractionError` safe to show a user.
 """
 
 from __future__ import annotations
@@ -11,23 +8,22 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import json
 import os
 import signal
 import stat
 import tempfile
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any, Literal
 
-from ..exceptions import EXTRACTION_MESSAGES, ExtractionError
-from .child_process import Child, JobRun, Outcome
-from .engines import ENGINES
+from ..exceptions import ExtractionError
+from .child_process import JobRun, Outcome
 from .spares import WarmChildren
+from .wire import ENGINES, MAX_ANSWER_BYTES, Extracted, Job, decode_answer, encode_job
 
 PAGE_SEPARATOR = "\n\n"  # between pages in Extraction.text
-MAX_RESULT_BYTES = 64 << 20  # a child's answer beyond this is refused as too_large
 
 
 @dataclass(frozen=True)
@@ -91,27 +87,23 @@ async def extract(
     on_too_many_pages: Literal["truncate", "refuse"] = "truncate",
     warm: bool = True,
 ) -> Extraction:
-    """Extract the text of `source` (a path the caller keeps, or the file's bytes) in a child
-    limited to `memory_limit` bytes of address space and killed after `timeout` seconds.
-
-    Raises ExtractionError for every ending but success; OSError if a path cannot be read;
-    ValueError for bad arguments. Works from any event loop in any thread; if cancelled, the
-    child is killed and reaped and the temporary file removed before CancelledError goes on.
-    """
+    """The text of `source` (a path the caller keeps, or bytes), read in a child limited to
+    `memory_limit` bytes and `timeout` seconds; every failure raises ExtractionError."""
     _check(timeout, memory_limit, max_pages, engine, on_too_many_pages)
     deadline = time.monotonic() + timeout
-    fields = {
-        "engine": engine,
-        "timeout": timeout,
-        "memory_limit": memory_limit,
-        "max_pages": max_pages,
-        "refuse": on_too_many_pages == "refuse",
-    }
+    job = Job(
+        path="",  # set by the worker thread, once the source is a file
+        engine=engine,
+        timeout=timeout,
+        memory_limit=memory_limit,
+        max_pages=max_pages,
+        refuse=on_too_many_pages == "refuse",
+    )
     run = JobRun()
     future: concurrent.futures.Future[Outcome] = concurrent.futures.Future()
     threading.Thread(
         target=_work,
-        args=(future, run, source, fields, deadline, warm),
+        args=(future, run, source, job, deadline, warm),
         daemon=True,
         name="pdfpool-extract",
     ).start()
@@ -128,6 +120,7 @@ async def extract(
 def _check(
     timeout: float, memory_limit: int, max_pages: int | None, engine: str, on_too_many_pages: str
 ) -> None:
+    """ValueError for a bad argument, ImportError for an engine that is not installed."""
     if not timeout > 0:
         raise ValueError("timeout must be > 0 seconds")
     if not memory_limit > 0:
@@ -149,43 +142,43 @@ def _work(
     future: concurrent.futures.Future[Outcome],
     run: JobRun,
     source: Any,
-    fields: dict[str, Any],
+    job: Job,
     deadline: float,
     warm: bool,
 ) -> None:
-    """The worker thread: the job's file, a child, the conversation, the cleanup. The
-    temporary copy is gone before the outcome is delivered; the child may still be exiting
-    (see JobRun.run), and this thread reaps it afterwards."""
+    """The worker thread: the job's file, a child, the conversation; the file it copied is
+    removed before the outcome is delivered (the child may still be exiting, then reaped)."""
     if not future.set_running_or_notify_cancel():
         return
-    path = None
     try:
-        path, owned = _job_file(source, fields["memory_limit"])
-        job = (json.dumps({**fields, "path": path}) + "\n").encode()
+        path, owned = _job_file(source, job.memory_limit)
+        job_line = encode_job(replace(job, path=path))
     except BaseException as exc:
         future.set_exception(exc)
         return
 
     def deliver(outcome: Outcome) -> None:
+        """Remove the job's own copy, then hand the outcome to the awaiting caller."""
         if owned:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
         future.set_result(outcome)
 
-    engine = fields["engine"]
-    max_output = min(MAX_RESULT_BYTES, fields["memory_limit"])
+    start = partial(_warm.take if warm else _warm.start_cold, job.engine)
+    refill = _warm.refill if warm else _no_refill
+    max_output = min(MAX_ANSWER_BYTES, job.memory_limit)
     try:
-        if warm:
-            run.run(lambda: _warm.take(engine), job, deadline, max_output, deliver, _warm.refill)
-        else:
-            preload = (engine,) if engine != "pypdf" else ()
-            run.run(lambda: Child(_warm.python, preload), job, deadline, max_output, deliver)
+        run.run(start, job_line, deadline, max_output, deliver, refill)
     except BaseException as exc:  # a bug, not a PDF: its child is reaped, the copy removed
         if not future.done():
             if owned:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(path)
             future.set_exception(exc)
+
+
+def _no_refill() -> None:
+    """A cold job's refill: it took no spare, so none is to be replaced."""
 
 
 def _job_file(source: Any, memory_limit: int) -> tuple[str, bool]:
@@ -226,72 +219,43 @@ _PDFIUM_MEMORY_SIGNALS = {
 
 def _conclude(outcome: Outcome, engine: str) -> Extraction:
     """An Extraction from a child's answer, or the ExtractionError its ending stands for."""
-    payload = _parse(outcome.output)
-    if payload is not None:
-        if payload.get("ok") is True:
-            extraction = _extraction(payload)
-            if extraction is not None:
-                return extraction
-        elif payload.get("code") in EXTRACTION_MESSAGES:
-            elapsed, peak_rss = payload.get("elapsed"), payload.get("peak_rss")
-            raise ExtractionError(
-                payload["code"],
-                detail=str(payload.get("detail", ""))[:200],
-                elapsed=float(elapsed) if isinstance(elapsed, (int, float)) else None,
-                peak_rss=peak_rss if isinstance(peak_rss, int) else None,
-            )
+    answer = decode_answer(outcome.output)
+    if isinstance(answer, Extracted):
+        return _extraction(answer)
+    if answer is not None:
+        raise answer  # the child's own failure, with its code and figures
+    raise _ending_without_answer(outcome, engine)
+
+
+def _extraction(answer: Extracted) -> Extraction:
+    """The public result for a child's answer: its fields and the pages' joined text."""
+    return Extraction(
+        sha256=answer.sha256,
+        page_count=answer.page_count,
+        pages=answer.pages,
+        metadata=answer.metadata,
+        text=PAGE_SEPARATOR.join(answer.pages),
+        truncated=answer.truncated,
+        elapsed=answer.elapsed,
+        peak_rss=answer.peak_rss,
+    )
+
+
+def _ending_without_answer(outcome: Outcome, engine: str) -> ExtractionError:
+    """The error for a child that gave no valid answer: the deadline, overflow, or its death."""
     if outcome.timed_out:
-        raise ExtractionError("too_complex", detail="deadline")
+        return ExtractionError("too_complex", detail="deadline")
     if outcome.overflow:
-        raise ExtractionError("too_large", detail="answer larger than allowed")
+        return ExtractionError("too_large", detail="answer larger than allowed")
     returncode = outcome.returncode
     if outcome.lost:
-        raise ExtractionError("crashed", detail="no child could take the job")
+        return ExtractionError("crashed", detail="no child could take the job")
     if returncode is None or returncode >= 0:
-        raise ExtractionError("crashed", detail=f"exit status {returncode}, no valid answer")
+        return ExtractionError("crashed", detail=f"exit status {returncode}, no valid answer")
     number = -returncode
     name = signal.Signals(number).name if number in signal.valid_signals() else str(number)
     if number in _TIME_SIGNALS:
-        raise ExtractionError("too_complex", detail=name)
+        return ExtractionError("too_complex", detail=name)
     if number in _MEMORY_SIGNALS or (engine == "pypdfium2" and number in _PDFIUM_MEMORY_SIGNALS):
-        raise ExtractionError("too_large", detail=name)
-    raise ExtractionError("crashed", detail=name)
-
-
-def _parse(output: bytes) -> dict[str, Any] | None:
-    """The answer: the last complete line (a cold child's output starts with "ready")."""
-    if not output.endswith(b"\n"):
-        return None  # cut short: no complete answer
-    try:
-        payload = json.loads(output[output.rfind(b"\n", 0, -1) + 1 :])
-    except ValueError:
-        return None
-    return payload if isinstance(payload, dict) else None
-
-
-def _extraction(payload: dict[str, Any]) -> Extraction | None:
-    """The Extraction an answer describes, or None if the answer is not well-formed."""
-    pages, metadata = payload.get("pages"), payload.get("metadata")
-    valid = (
-        isinstance(pages, list)
-        and all(isinstance(page, str) for page in pages)
-        and isinstance(metadata, dict)
-        and all(isinstance(k, str) and isinstance(v, str) for k, v in metadata.items())
-        and isinstance(payload.get("sha256"), str)
-        and isinstance(payload.get("page_count"), int)
-        and isinstance(payload.get("truncated"), bool)
-        and isinstance(payload.get("elapsed"), (int, float))
-        and isinstance(payload.get("peak_rss"), int)
-    )
-    if not valid:
-        return None
-    return Extraction(
-        sha256=payload["sha256"],
-        page_count=payload["page_count"],
-        pages=pages,
-        metadata=metadata,
-        text=PAGE_SEPARATOR.join(pages),
-        truncated=payload["truncated"],
-        elapsed=float(payload["elapsed"]),
-        peak_rss=payload["peak_rss"],
-    )
+        return ExtractionError("too_large", detail=name)
+    return ExtractionError("crashed", detail=name)

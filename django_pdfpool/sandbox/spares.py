@@ -1,8 +1,6 @@
-"""Warm spares: children started ahead of time, so that a job does not wait for start-up.
+"""Parent side: warm spares, children started ahead of time so that a job skips start-up.
 
-A spare has imported pypdf (and pypdfium2 once a job asked for it), run a one-page document
-through it and said "ready"; it sets its limits only when its job arrives, so one spare fits
-any job. One job per child: a spare that took a job exits after it and is replaced.
+A spare sets its limits only when its job arrives, so one spare fits any job.
 """
 
 from __future__ import annotations
@@ -17,26 +15,21 @@ START_TIMEOUT = 30.0  # seconds a spare may take to get ready before it is given
 
 
 class WarmChildren:
-    """Up to `spares` pre-started children (pypdf imported and warmed up, waiting for a job).
+    """Up to `spares` started, warmed-up children waiting for a job, and the interpreter they
+    run on; started lazily, replaced in background threads once taken or dead."""
 
-    `take()` hands one over, or starts a fresh child when none is ready; `refill()` then
-    starts replacements in background threads, so the job that took a spare never waits for
-    one. Spares start lazily (on the first `refill()` or `prewarm()`), dead ones are
-    replaced, and all are ended by `shutdown()` or at exit.
-    """
-
-    def __init__(self, spares: int = 1, *, python: str | None = None) -> None:
+    def __init__(self, spares: int = 1) -> None:
         if spares < 0:
             raise ValueError("spares must be >= 0")
         self.spares = spares
-        self.python = python or sys.executable
+        self.python = sys.executable
         self._ready: list[Child] = []
         self._starting = 0
         self._preload: set[str] = set()  # engines beyond pypdf that jobs have asked for
         self._lock = threading.Lock()
         os.register_at_fork(after_in_child=self._after_fork)
 
-    def take(self, engine: str = "pypdf") -> Child:
+    def take(self, engine: str) -> Child:
         """A child for one job with `engine`: a live spare if there is one, else a new child."""
         with self._lock:
             if engine != "pypdf":
@@ -50,6 +43,10 @@ class WarmChildren:
                     drop(child)  # died while waiting: reaped here, replaced by refill()
         if found is not None:
             return found
+        return self.start_cold(engine)
+
+    def start_cold(self, engine: str) -> Child:
+        """A new child for one job with `engine` (every child imports pypdf at start-up)."""
         return Child(self.python, preload=(engine,) if engine != "pypdf" else ())
 
     def prewarm(self) -> None:
@@ -89,6 +86,7 @@ class WarmChildren:
             ).start()
 
     def _start_one(self, preload: tuple[str, ...]) -> None:
+        """In a background thread: start a spare, wait for its READY, keep it if still wanted."""
         try:
             child: Child | None = Child(self.python, preload=preload, warm_up=True)
         except OSError:

@@ -1,2 +1,2 @@
-"""The status page's feature: its data and chart (``page``), the recent history behind
-the chart (``history``), and the optional Prometheus endpoint (``metrics``)."""
+"""The status page's feature: its data and chart (``page``) and the optional Prometheus
+endpoint (``metrics``); the history behind the chart is ``admission.history``."""

@@ -1,15 +1,5 @@
-"""An optional Prometheus endpoint: this process's pool in the text exposition format.
-
-Off unless a project routes to it::
-
-    from django_pdfpool.metrics import metrics_view
-    urlpatterns += [path("internal/pdfpool-metrics", metrics_view)]
-
-It needs no client library and takes no login, like most scrape targets: expose it
-only where your scraper can reach it (or wrap the view in your own check). Every
-worker process has its own pool, so a scrape through a load balancer reads whichever
-process answered; the ``pid`` in ``pdfpool_process_info`` says which.
-"""
+"""An optional Prometheus endpoint, off unless routed: this process's pool in the text
+exposition format, with no client library and no login (docs/status.md)."""
 
 from __future__ import annotations
 
@@ -60,11 +50,11 @@ def render(snapshot: PoolSnapshot, *, timeout: float, pid: int) -> str:
         "Refused callers since the pool was built, by reason.",
         [(f'{{reason="{code}"}}', getattr(counters, f)) for code, f in _REFUSALS.items()],
     )
-    for name, figures, what in (
+    for name, summary, what in (
         ("pdfpool_queue_wait_seconds", snapshot.queue_wait, "Queue wait of recently started jobs."),
         ("pdfpool_run_seconds", snapshot.run_time, "Run time of recently finished jobs."),
     ):
-        stats = [(f'{{stat="{s}"}}', getattr(figures, s)) for s in ("mean", "p95", "max")]
+        stats = [(f'{{stat="{s}"}}', getattr(summary, s)) for s in ("mean", "p95", "max")]
         metric(name, "gauge", what, stats)
     return "\n".join(lines) + "\n"
 
@@ -72,6 +62,7 @@ def render(snapshot: PoolSnapshot, *, timeout: float, pid: int) -> str:
 @never_cache
 @require_GET
 def metrics_view(request: HttpRequest) -> HttpResponse:
-    """This process's pool for Prometheus; route it yourself (see the module docstring)."""
+    """This process's pool for Prometheus: ``path("...", metrics_view)`` where only your
+    scraper can reach it."""
     text = render(get_pool().snapshot(), timeout=get_settings().timeout, pid=os.getpid())
     return HttpResponse(text, content_type=CONTENT_TYPE)

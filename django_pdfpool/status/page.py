@@ -1,11 +1,7 @@
-"""The status page's logic: one reading of this process's pool, as JSON and as context.
-
-``status_data()`` is what ``?format=json`` serves: ``Pool.snapshot().as_dict()``
-unchanged, plus ``pid``, ``timeout``, ``memory_limit`` and the recent ``history``,
-and per job a ``short_key`` and the ``caller_name`` it resolves to. ``status_context``
-turns that into rows for the template; ``static/django_pdfpool/status.js`` formats
-and draws the same fields the same way, so a refresh looks like a reload.
-"""
+"""The status page's data and chart: one reading of this process's pool as JSON
+(``status_data``, what ``?format=json`` serves; fields in docs/status.md) and as template
+rows (``status_context``). ``static/django_pdfpool/status.js`` formats and draws the same
+fields the same way, so that a refresh looks like a reload."""
 
 from __future__ import annotations
 
@@ -45,9 +41,9 @@ COUNTERS = [  # (label, field under "counters", what it counts)
     ("Refused: caller", "refused_caller", "caller already had a job in flight (429)"),
     ("Refused: closed", "refused_closed", "the pool was draining or stopped (503)"),
 ]
-FIGURES = [("Queue wait", "queue_wait"), ("Run time", "run_time")]  # columns
-FIGURE_ROWS = [("Jobs", "count", "int"), ("Mean", "mean", "figure")]
-FIGURE_ROWS += [("p95", "p95", "figure"), ("Max", "max", "figure")]
+DURATIONS = [("Queue wait", "queue_wait"), ("Run time", "run_time")]  # columns
+DURATION_ROWS = [("Jobs", "count", "int"), ("Mean", "mean", "figure")]  # "figure": a duration
+DURATION_ROWS += [("p95", "p95", "figure"), ("Max", "max", "figure")]
 
 
 def short_key(key: str) -> str:
@@ -87,17 +83,17 @@ def status_data() -> dict[str, Any]:
 
 def _cluster(pool: AdmissionPool) -> dict[str, Any] | None:
     """For a pool coordinated in Redis: its mode, and which processes hold what."""
-    view = pool.cluster_snapshot()
-    if view is None:
+    cluster = pool.cluster_snapshot()
+    if cluster is None:
         return None
     return {
-        "mode": view.mode,
-        "namespace": view.namespace,
-        "url": view.url,
-        "process": view.process,
-        "lease": view.lease,
-        "local": {"running": view.local.running, "queued": view.local.queued},
-        "processes": [dataclasses.asdict(hold) for hold in view.processes],
+        "mode": cluster.mode,
+        "namespace": cluster.namespace,
+        "url": cluster.url,
+        "process": cluster.process,
+        "lease": cluster.lease,
+        "local": {"running": cluster.local.running, "queued": cluster.local.queued},
+        "processes": [dataclasses.asdict(hold) for hold in cluster.processes],
     }
 
 
@@ -160,16 +156,16 @@ def status_context(data: dict[str, Any]) -> dict[str, Any]:
             for job in data["jobs"]
         ],
         "counters": [(label, f"counters.{f}", counters[f], help) for label, f, help in COUNTERS],
-        "figure_columns": [label for label, _ in FIGURES],
+        "figure_columns": [label for label, _ in DURATIONS],
         "figures": [
             (
                 label,
                 [
                     (f"{field}.{stat}", kind, _figure(data[field], stat, kind))
-                    for _, field in FIGURES
+                    for _, field in DURATIONS
                 ],
             )
-            for label, stat, kind in FIGURE_ROWS
+            for label, stat, kind in DURATION_ROWS
         ],
         "chart": chart(data),
         "chart_size": (CHART_W, CHART_H),
@@ -177,6 +173,7 @@ def status_context(data: dict[str, Any]) -> dict[str, Any]:
 
 
 def _gauge(label: str, field: str, of: str, data: dict[str, Any]) -> dict[str, Any]:
+    """A bar for ``field`` out of the limit ``of``, one tick per unit up to 32."""
     value, limit = data[field], data[of]
     return {
         "label": label,
@@ -190,10 +187,11 @@ def _gauge(label: str, field: str, of: str, data: dict[str, Any]) -> dict[str, A
     }
 
 
-def _figure(figures: dict[str, Any], stat: str, kind: str) -> str:
+def _figure(summary: dict[str, Any], stat: str, kind: str) -> str:
+    """One cell of the recent-jobs table: a duration summary's ``stat``; a dash for none."""
     if kind == "int":
-        return str(figures[stat])
-    return fmt(figures[stat], "seconds") if figures["count"] else "—"
+        return str(summary[stat])
+    return fmt(summary[stat], "seconds") if summary["count"] else "—"
 
 
 def chart(data: dict[str, Any]) -> dict[str, Any]:

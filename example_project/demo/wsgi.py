@@ -1,7 +1,7 @@
 """The WSGI application, for servers without ASGI (gunicorn, mod_wsgi).
 
 Under WSGI nothing sends a shutdown event: the pool drains at interpreter exit
-(``django_pdfpool.process_pool`` registers that with ``atexit``).
+(django-pdfpool registers ``drain_pool`` with ``atexit`` when it builds the pool).
 """
 
 import os

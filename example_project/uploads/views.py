@@ -17,15 +17,12 @@ from django.urls import reverse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_http_methods
 
-from django_pdfpool import get_pool, pdf_pooled
+from django_pdfpool import Extraction, extract_upload, get_pool, json_answer, pdf_pooled
 from django_pdfpool.conf import get_settings
-from django_pdfpool.decorators import extract_upload
-from django_pdfpool.extraction import Extraction
-from django_pdfpool.responses import json_answer
 
 from .answers import friendly_texts, problem
 
-# The pool key of an upload is "<job's dotted path>:<the file's SHA-256>" (see decorators.py).
+# The pool key of an upload is "<job's dotted path>:<the file's SHA-256>" (docs/usage.md).
 JOB = f"{extract_upload.__module__}.{extract_upload.__qualname__}"
 _DIGEST = "0" * 64  # stands for the digest in the job-state URL given to the script
 

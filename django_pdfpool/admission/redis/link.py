@@ -1,17 +1,8 @@
-"""``RedisPool``'s connections to Redis: the scripts, the reads, the event channel.
+"""``RedisPool``'s connections to Redis: an asyncio client on the job loop for the scripts
+and the process's event channel, a small synchronous one for reads from any thread.
 
-Two clients per pool, on purpose:
-
-- an asyncio client that lives on the job loop (``jobloop``), like every job: its
-  connections belong to that loop, never to a caller's; every state change (a Lua
-  script, see ``redis_lua``) and the process's event channel go through it;
-- a small synchronous client for the cheap cluster-wide reads that ``running()``,
-  ``queued()``, ``waiting()`` and the snapshots make from any thread.
-
-Scripts are never retried: one whose reply was lost may have run, and running it
-again could count a caller twice (reads are, once, on a fresh connection). A failed
-call raises ``redis.exceptions.RedisError`` and the pool decides what that means
-(see ``RedisPool``'s ``fallback``).
+Scripts are never retried (one whose reply was lost may have run); a failed call raises
+``RedisError`` and the pool decides what that means (docs/cluster.md).
 """
 
 from __future__ import annotations
@@ -32,11 +23,10 @@ from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 from redis.retry import Retry
 
-from . import scripts as redis_lua
+from .scripts import MUTATING, SOURCES, Event
 
 logger = logging.getLogger("django_pdfpool.redis")
 
-Event = tuple[str, str, str]  # kind, key, job id
 MAX_CONNECTIONS = 16  # per pool, on the job loop; callers beyond wait for one
 
 
@@ -93,10 +83,8 @@ class Link:
             )
             self._client = aredis.Redis(connection_pool=pool)
             self._scripts = {
-                name: self._client.register_script(redis_lua.source(name))
-                for name in redis_lua.MUTATING
+                name: self._client.register_script(SOURCES[name]) for name in (*MUTATING, "collect")
             }
-            self._scripts["collect"] = self._client.register_script(redis_lua.COLLECT)
         return self._client
 
     async def call(self, name: str, *args: Any) -> Any:
@@ -159,7 +147,7 @@ class Link:
                 except (TypeError, ValueError):
                     logger.warning("ignored a malformed pool event: %r", message["data"])
                     continue
-                on_event((str(kind), str(key), str(job_id)))
+                on_event(Event(str(kind), str(key), str(job_id)))
         except (RedisError, OSError) as error:
             on_error(error)
 
@@ -230,7 +218,7 @@ class Link:
                     socket_connect_timeout=self._timeout,
                     retry=Retry(NoBackoff(), 1),  # reads only: once more on a stale connection
                 )
-                self._sync_scripts = {"view": self._sync.register_script(redis_lua.VIEW)}
+                self._sync_scripts = {"view": self._sync.register_script(SOURCES["view"])}
             return self._sync
 
     def running(self) -> int:
@@ -246,7 +234,7 @@ class Link:
         return max(0, total - int(fields.get("sw", 0) or 0))
 
     def view(self) -> Any:
-        """Everything in flight, with the process leases (``redis_lua.VIEW``)."""
+        """Everything in flight, with the process leases (``view.lua``)."""
         client = self.sync()
         return self._sync_scripts["view"](keys=[self.procs_key], client=client)
 

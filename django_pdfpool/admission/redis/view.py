@@ -1,12 +1,5 @@
-"""What a status page reads from a ``RedisPool``: the cluster, each process, this one.
-
-``ClusterSnapshot`` holds two ``PoolSnapshot``s, ``cluster`` (every job in flight
-in every process of the namespace, from Redis) and ``local`` (the jobs this
-process runs or queues), plus one ``ProcessHold`` per process that holds or
-waits on something, and the pool's ``mode``. Counters and duration figures are
-this process's in both snapshots: processes come and go, and Redis keeps no
-history (no key outlives its job).
-"""
+"""The status page's reading of a Redis-coordinated pool: ``view.lua``'s reply parsed into
+the jobs in flight in every process and one ``ProcessHold`` per process."""
 
 from __future__ import annotations
 
@@ -18,7 +11,7 @@ from ..snapshot import JobInfo, ProcessHold
 
 @dataclass(frozen=True)
 class View:
-    """A parsed ``redis_lua.VIEW`` reply; times in seconds on the Redis clock."""
+    """A parsed ``view.lua`` reply; times in seconds on the Redis clock."""
 
     now: float
     jobs: tuple[JobInfo, ...]
@@ -27,7 +20,7 @@ class View:
 
 
 def parse_view(reply: Any, wall: float) -> View:
-    """Read the VIEW script's reply; ``wall`` (this host's clock) dates the jobs,
+    """Read ``view.lua``'s reply; ``wall`` (this host's clock) dates the jobs,
     so that ages come from one clock (Redis's) and dates from the reader's."""
     now = int(reply[0]) / 1000
     leases = reply[1]
@@ -40,26 +33,16 @@ def parse_view(reply: Any, wall: float) -> View:
         fields = dict(zip(pairs[::2], pairs[1::2], strict=True))
         if not fields:
             continue
-        queued_at = int(fields.get("qt", 0)) / 1000
-        started = int(fields["st"]) / 1000 if "st" in fields else None
+        running = fields.get("state") == "running" and "st" in fields
+        started = int(fields["st"]) / 1000 if running else None
         sharers = 0
         for name, value in fields.items():
             if name.startswith("w:"):
                 sharers += int(value)
                 waits[name[2:]] = waits.get(name[2:], 0) + int(value)
-        state = "running" if fields.get("state") == "running" else "queued"
-        jobs.append(
-            JobInfo(
-                key=key,
-                caller=fields.get("caller", ""),
-                state=state,
-                sharers=sharers,
-                queued_at=wall - (now - queued_at),
-                started_at=None if started is None else wall - (now - started),
-                queued_for=(started if started is not None else now) - queued_at,
-                running_for=0.0 if started is None else now - started,
-            )
-        )
+        queued = int(fields.get("qt", 0)) / 1000
+        caller = fields.get("caller", "")
+        jobs.append(JobInfo.at(key, caller, sharers, queued, started, now, wall))
         owners[key] = fields.get("owner", "")
     holders: list[ProcessHold] = []
     ends = {leases[i]: int(float(leases[i + 1])) / 1000 for i in range(0, len(leases), 2)}

@@ -1,5 +1,5 @@
 /* The PDF pool status page: poll ?format=json and update the page in place.
-   Formats and chart geometry mirror django_pdfpool/status.py. On any error the
+   Formats and chart geometry mirror django_pdfpool/status/page.py. On any error the
    polling stops and the page says it is stale; a reload starts it again. */
 "use strict";
 (function () {

@@ -1,15 +1,6 @@
-"""A short memory of the pool, for the status page's chart and nothing else.
-
-A snapshot is one moment; the chart needs the last few minutes. A ``Recorder``
-samples a pool every ``interval`` seconds into a bounded ring of ``size`` samples:
-jobs running and queued at that moment, and refusals since the previous sample.
-It ticks on the pool's background job loop (a ``call_later`` chain: no thread of
-its own, one short lock per tick), and imports no Django.
-
-``process_pool.recorder`` is the process's: each process has its own pool and so its
-own recorder; after ``fork`` the child starts with an empty, stopped recorder (the job
-loop's thread does not survive).
-"""
+"""The pool's last few minutes, for the status page's chart: a ``Recorder`` samples a pool
+on the job loop into a bounded ring (no thread of its own, no Django). Each process has
+its own (``process_pool.recorder``); a forked child starts with an empty, stopped one."""
 
 from __future__ import annotations
 
@@ -24,8 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from ..admission.jobloop import call_in_job_loop
-from ..admission.snapshot import PoolSnapshot
+from .jobloop import call_in_job_loop
+from .snapshot import PoolSnapshot
 
 __all__ = ["Recorder", "Sample"]
 

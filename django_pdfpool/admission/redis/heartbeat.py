@@ -1,0 +1,92 @@
+"""The lease (``beat.lua``): while this process holds or waits on anything, renew its lease
+every ``lease/3`` s, have Redis reap the leases that ended, and catch up with any event
+that did not arrive. The pool's only poll, and a bounded one (docs/cluster.md)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from .calls import ScriptCalls
+from .health import Health
+from .lifecycle import JobLifecycle
+from .modes import REDIS
+from .records import Background, RedisJob, Terms
+from .scripts import JobReport
+from .table import JobTable
+
+
+class Heartbeat:
+    """The beat task of this process; job loop only."""
+
+    def __init__(
+        self,
+        terms: Terms,
+        *,
+        table: JobTable,
+        calls: ScriptCalls,
+        health: Health,
+        lifecycle: JobLifecycle,
+        tasks: Background,
+    ) -> None:
+        self._terms, self._table, self._calls = terms, table, calls
+        self._health, self._lifecycle, self._tasks = health, lifecycle, tasks
+        self._task: asyncio.Task[None] | None = None
+
+    def ensure(self) -> None:
+        """Beat while any job is in the table."""
+        if self._task is None:
+            self._task = self._tasks.spawn(self._beat())
+
+    def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+
+    async def _beat(self) -> None:
+        delay = self._terms.beat_every
+        try:
+            while self._table.jobs():
+                await asyncio.sleep(delay)
+                delay = self._terms.beat_every
+                if self._health.mode != REDIS:
+                    if self._health.silent_for() > self._terms.lease:
+                        for job in self._table.jobs():
+                            if not job.owned:  # its outcome cannot reach us any more
+                                self._lifecycle.end(job, "unavailable")
+                    continue
+                jobs = self._table.jobs()
+                args = [str(self._table.seq), str(len(jobs))]
+                for job in jobs:
+                    args += [job.key, job.id, "o" if job.owned else "a"]
+                args += [*self._table.pending, *self._table.dropping]
+                reply = await self._calls.beat(*args)
+                if reply is None:
+                    continue
+                self._health.ok()
+                for job, report in zip(jobs, reply.reports, strict=True):
+                    self._reconcile(job, report)
+                if reply.next_lease_end is not None:  # wake when it ends, to reap it at once
+                    delay = min(delay, max(0.02, reply.next_lease_end + 0.02))
+        finally:
+            self._task = None
+
+    def _reconcile(self, job: RedisJob, report: JobReport) -> None:
+        """Bring a job in step with what Redis reports (a vanished one after two beats,
+        so that an event still on its way wins)."""
+        if not self._table.holds(job) or job.inflight:
+            return
+        if report.state == "done":
+            job.collecting = True
+            self._lifecycle.settle_remote(job, report.data)
+            return
+        if report.state != "gone":
+            job.gone_seen = False
+            if job.owned and report.state == "running" and job.state == "queued":
+                self._lifecycle.start(job)  # its start event was lost
+            elif not job.owned:
+                job.state = report.state
+            return
+        if job.owned and job.state == "running":
+            return  # Redis forgot it (a restart, or our lease lapsed): it finishes here
+        if job.gone_seen:
+            self._lifecycle.end(job, "lost")
+        job.gone_seen = True

@@ -1,0 +1,50 @@
+-- Rules 1-3 for a new call. ARGV: ME LEASE SLOTS QUEUE WAIT_MS(-1: none) KEY CALLER ID HAS_FN
+-- -> {status, id, state, owner, age_ms, queued, events}; status is joined (the job's id,
+-- state, owner), started or queued (this call's job), caller (the held job's id, state,
+-- owner and age), busy, or nojob (nothing to join, no fn). queued: jobs in the queue.
+reap()
+renew()
+local KEY, CALLER, ID = ARGV[6], ARGV[7], ARGV[8]
+local job = load(KEY)
+if job then  -- rule 1: join; no slot, no queue place, any caller
+  redis.call('HINCRBY', job.jk, 'w:' .. ME, 1)
+  touch(job.jk)
+  return {'joined', job.id, job.state, job.owner, '0', '0', events}
+end
+local queued = redis.call('LLEN', QUEUE)
+if ARGV[9] ~= '1' then
+  touch()
+  return {'nojob', '', '', '', '0', tostring(queued), events}
+end
+local held = redis.call('HGET', CALLERS, CALLER)
+if held then  -- rule 2: one job per caller, even if its starter left
+  local other = load(held)
+  if other and other.caller == CALLER then
+    touch()
+    local since = tonumber(other.st or other.qt) or NOW
+    return {'caller', other.id, other.state, other.owner, tostring(NOW - since),
+      tostring(queued), events}
+  end
+  redis.call('HDEL', CALLERS, CALLER)
+end
+local running = redis.call('SCARD', RUNNING)
+if running >= SLOTS and queued >= tonumber(ARGV[4]) then  -- rule 3: a full queue refuses
+  touch()
+  return {'busy', '', '', '', '0', tostring(queued), events}
+end
+local jk = jobkey(KEY)
+redis.call('HSET', jk, 'id', ID, 'caller', CALLER, 'owner', ME, 'qt', NOW, 'dl', 0,
+  'sw', 1, 'w:' .. ME, 1)
+redis.call('HSET', CALLERS, CALLER, KEY)
+local status, state = 'started', 'running'
+if running < SLOTS then
+  redis.call('HSET', jk, 'state', 'running', 'st', NOW)
+  redis.call('SADD', RUNNING, KEY)
+else
+  local wait = tonumber(ARGV[5])
+  redis.call('HSET', jk, 'state', 'queued', 'dl', wait >= 0 and NOW + wait or 0)
+  redis.call('RPUSH', QUEUE, KEY)
+  status, state = 'queued', 'queued'
+end
+touch(jk)
+return {status, ID, state, ME, '0', tostring(queued), events}

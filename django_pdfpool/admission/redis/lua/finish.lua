@@ -1,0 +1,28 @@
+-- Rule 5: a job of ME ended; no cache. ARGV: ME LEASE SLOTS KEY ID DATA
+-- -> {status, events}; status need: sharers in other processes wait, call again with DATA
+-- (the outcome as JSON), kept until each of them has read it; ok; gone.
+reap()
+renew()
+local job = this(ARGV[4], ARGV[5])
+if not job then touch() return {'gone', events} end
+local readers = {}
+for proc, n in pairs(job.w) do
+  if n > 0 and proc ~= ME then readers[#readers + 1] = proc end
+end
+if #readers > 0 and ARGV[6] == '' then
+  touch(job.jk)
+  return {'need', events}
+end
+forget(job)  -- rule 5: no cache; the result lives only until its readers took it
+if #readers > 0 then
+  local rk = P .. 'res:' .. job.id
+  redis.call('HSET', rk, 'd', ARGV[6])
+  for _, proc in ipairs(readers) do
+    redis.call('HSET', rk, 'r:' .. proc, 1)
+    tell(proc, 'done', job.key, job.id)
+  end
+  redis.call('PEXPIRE', rk, LEASE)
+end
+promote()
+touch()
+return {'ok', events}

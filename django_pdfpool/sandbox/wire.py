@@ -1,0 +1,165 @@
+"""Both sides: what parent and child say to each other (options, job line, answer lines).
+
+JSON lines, never pickle: the parent trusts no byte a child writes. Light: the child imports it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from ..exceptions import EXTRACTION_MESSAGES, ExtractionError
+
+ENGINES = ("pypdf", "pypdfium2")  # pypdf is imported by every child; others on request
+READY = b"ready\n"  # the child's first line: imports done, waiting for its job
+STARTED = b"started\n"  # its second: the job is read and the limits are set
+MAX_ANSWER_BYTES = 64 << 20  # a child's answer beyond this is refused as too_large
+DETAIL_CHARS = 200  # of a failure's detail, as the parent keeps it
+PRELOAD_OPTION = "--preload"  # followed by an engine to import before the job arrives
+WARM_UP_OPTION = "--warm-up"  # run a tiny document through the engines before READY
+_LONE_SURROGATES = re.compile("[\ud800-\udfff]")
+
+
+def child_options(preload: tuple[str, ...], warm_up: bool) -> list[str]:
+    """The child's command-line options: engines to import at start-up, and whether to warm up."""
+    options = [part for engine in preload for part in (PRELOAD_OPTION, engine)]
+    return [*options, WARM_UP_OPTION] if warm_up else options
+
+
+def read_child_options(argv: list[str]) -> tuple[tuple[str, ...], bool]:
+    """The engines to preload and the warm-up flag, from `child_options()`'s list."""
+    preload = tuple(argv[i + 1] for i, arg in enumerate(argv) if arg == PRELOAD_OPTION)
+    return preload, WARM_UP_OPTION in argv
+
+
+@dataclass(frozen=True)
+class Job:
+    """One extraction as the parent hands it to a child: the file and the limits to obey."""
+
+    path: str  # a regular file: the child reads it, the parent never does
+    engine: str  # one of ENGINES
+    timeout: float  # seconds; the child's CPU limit and alarm follow from it
+    memory_limit: int  # bytes of address space
+    max_pages: int | None
+    refuse: bool  # over max_pages: too_many_pages rather than the first max_pages pages
+
+
+def encode_job(job: Job) -> bytes:
+    """The job line the parent writes to the child's stdin."""
+    return (json.dumps(asdict(job)) + "\n").encode()
+
+
+def decode_job(line: bytes) -> Job:
+    """The job the child reads from its stdin (the parent's line: trusted)."""
+    fields = json.loads(line)
+    return Job(
+        path=fields["path"],
+        engine=fields["engine"],
+        timeout=float(fields["timeout"]),
+        memory_limit=int(fields["memory_limit"]),
+        max_pages=fields["max_pages"],
+        refuse=fields["refuse"],
+    )
+
+
+@dataclass
+class Extracted:
+    """A child's answer for a document it read: the fields of an Extraction but its text."""
+
+    sha256: str  # of the bytes the child parsed
+    page_count: int  # pages in the document, even when truncated
+    pages: list[str]
+    metadata: dict[str, str]  # the /Info entries, keys without their leading slash
+    truncated: bool  # stopped at max_pages
+    elapsed: float = 0.0  # seconds from job to answer: set by the child just before writing
+    peak_rss: int = 0  # bytes: likewise
+
+
+Answer = Extracted | ExtractionError  # a failure travels as the error's code and figures
+
+
+def encode_answer(answer: Answer) -> bytes:
+    """The child's answer line; lone surrogates (seen in broken /ToUnicode maps) become U+FFFD."""
+    if isinstance(answer, ExtractionError):
+        fields: dict[str, Any] = {"ok": False, "code": answer.code, "detail": answer.detail}
+    else:
+        fields = {
+            "ok": True,
+            "sha256": answer.sha256,
+            "page_count": answer.page_count,
+            "pages": answer.pages,
+            "metadata": answer.metadata,
+            "truncated": answer.truncated,
+        }
+    fields.update(elapsed=answer.elapsed, peak_rss=answer.peak_rss)
+    line = json.dumps(fields, ensure_ascii=False, separators=(",", ":")) + "\n"
+    try:
+        return line.encode("utf-8")
+    except UnicodeEncodeError:
+        return _LONE_SURROGATES.sub("\ufffd", line).encode("utf-8")
+
+
+def decode_answer(output: bytes) -> Answer | None:
+    """The answer in all a child wrote (its last line), or None if there is no well-formed one."""
+    if not output.endswith(b"\n"):
+        return None  # cut short: no complete answer
+    try:
+        fields = json.loads(output[output.rfind(b"\n", 0, -1) + 1 :])
+        if not isinstance(fields, dict):
+            return None
+        if fields.get("ok") is True:
+            return _extracted(fields)
+        return _failure(fields)
+    except (ValueError, OverflowError, RecursionError):  # not JSON, or absurd numbers
+        return None
+
+
+def _extracted(fields: dict[str, Any]) -> Extracted | None:
+    pages, metadata = fields.get("pages"), fields.get("metadata")
+    valid = (
+        isinstance(pages, list)
+        and all(isinstance(page, str) for page in pages)
+        and isinstance(metadata, dict)
+        and all(isinstance(k, str) and isinstance(v, str) for k, v in metadata.items())
+        and isinstance(fields.get("sha256"), str)
+        and isinstance(fields.get("page_count"), int)
+        and isinstance(fields.get("truncated"), bool)
+        and isinstance(fields.get("elapsed"), (int, float))
+        and isinstance(fields.get("peak_rss"), int)
+    )
+    if not valid:
+        return None
+    return Extracted(
+        sha256=fields["sha256"],
+        page_count=fields["page_count"],
+        pages=pages,
+        metadata=metadata,
+        truncated=fields["truncated"],
+        elapsed=float(fields["elapsed"]),
+        peak_rss=fields["peak_rss"],
+    )
+
+
+def _failure(fields: dict[str, Any]) -> ExtractionError | None:
+    code = fields.get("code")
+    if not isinstance(code, str) or code not in EXTRACTION_MESSAGES:
+        return None
+    elapsed, peak_rss = fields.get("elapsed"), fields.get("peak_rss")
+    return ExtractionError(
+        code,
+        detail=str(fields.get("detail", ""))[:DETAIL_CHARS],
+        elapsed=float(elapsed) if isinstance(elapsed, (int, float)) else None,
+        peak_rss=peak_rss if isinstance(peak_rss, int) else None,
+    )
+
+
+def holds_answer(output: bytes | bytearray) -> bool:
+    """Whether what a child wrote so far ends with its whole answer (JSON escapes newlines)."""
+    return output.endswith(b"\n") and output.removeprefix(READY) not in (b"", STARTED)
+
+
+def job_started(output: bytes | bytearray) -> bool:
+    """Whether the child said it read its job (a spare's READY was read before the job)."""
+    return output.removeprefix(READY).startswith(STARTED)
