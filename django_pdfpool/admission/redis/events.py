@@ -35,7 +35,7 @@ class EventRouter:
             if self._table.admissions:  # its admission's reply may still be on its way
                 self._table.hold(event)
             elif job is None:
-                self.stray(event)
+                self.unclaimed(event)
             return
         if event.kind == "start":
             if job.owned and job.state == "queued":
@@ -47,14 +47,14 @@ class EventRouter:
             self._lifecycle.end(job, event.kind)
 
     def replay(self, events: list[Event]) -> None:
-        """Events no admission claimed: act on those of known jobs, the rest are strays."""
+        """Events no admission claimed: act on those of known jobs, the rest are unclaimed."""
         for event in events:
             if self._table.get(event.job_id) is not None:
                 self.on_event(event)
             else:
-                self.stray(event)
+                self.unclaimed(event)
 
-    def stray(self, event: Event) -> None:
+    def unclaimed(self, event: Event) -> None:
         """An event about a job this process no longer knows."""
         if event.kind == "done":  # nobody here waits any more: take our copy off the shelf
             self._tasks.quietly(self._link.collect(event.job_id))

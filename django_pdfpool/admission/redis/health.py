@@ -31,12 +31,12 @@ class Health:
         *,
         listen: Callable[[], Awaitable[None]],
         on_down: Callable[[], None],
-        is_shut: Callable[[], bool],
+        is_retired: Callable[[], bool],
     ) -> None:
         self._terms, self._link, self._tasks = terms, link, tasks
         self._listen = listen  # subscribe to this process's channel again
         self._on_down = on_down  # Redis just failed: end what cannot wait for it
-        self._is_shut = is_shut
+        self._is_retired = is_retired
         self.mode = REDIS
         self.last_ok = time.monotonic()  # when Redis last answered a beat
         self._probe: asyncio.Task[None] | None = None
@@ -50,7 +50,7 @@ class Health:
 
     def failed(self, error: BaseException) -> None:
         """Redis failed a call: switch to the fallback until a probe succeeds."""
-        if self.mode != REDIS or self._is_shut():
+        if self.mode != REDIS or self._is_retired():
             return
         local = self._terms.fallback == "local"
         self.mode = LOCAL_FALLBACK if local else REFUSING
@@ -74,7 +74,7 @@ class Health:
 
     async def _watch(self) -> None:
         try:
-            while not self._is_shut():
+            while not self._is_retired():
                 await asyncio.sleep(self._terms.probe_every)
                 try:
                     await self._link.reset()

@@ -259,7 +259,7 @@ class RedisPool:
         self.close()
         await self._until_idle()
         await self._local.drain()
-        await _on_job_loop(self._side.shut_down())
+        await _on_job_loop(self._side.retire())
 
     async def stop(self) -> None:
         """Stop accepting here; this process's queued jobs are dropped, its running
@@ -268,7 +268,7 @@ class RedisPool:
         await _on_job_loop(self._side.stop_jobs())
         await self._local.stop()
         await self._until_idle()
-        await _on_job_loop(self._side.shut_down())
+        await _on_job_loop(self._side.retire())
 
     async def _until_idle(self) -> None:
         waiter = Waiter(asyncio.get_running_loop())

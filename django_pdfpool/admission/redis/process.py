@@ -45,7 +45,7 @@ class ProcessSide:
             timeout=terms.timeout,
         )
         self.tasks = Background()
-        self.shut = False  # shut down: unregistered, connections closed
+        self.retired = False  # for good: unregistered from Redis, connections closed
         self._idle_waiters: list[Waiter] = []  # drain/stop waiting for nothing in flight
         self._release_timer: asyncio.TimerHandle | None = None  # idle: let go of Redis
         self.health = Health(
@@ -54,7 +54,7 @@ class ProcessSide:
             self.tasks,
             listen=self._listen,
             on_down=self._end_queued,
-            is_shut=lambda: self.shut,
+            is_retired=lambda: self.retired,
         )
         self.table = JobTable(on_added=lambda: self.heartbeat.ensure())
         self.calls = ScriptCalls(self.link, self.health, lambda events: self.router.handle(events))
@@ -106,7 +106,7 @@ class ProcessSide:
     def begin(
         self, waiter: RedisWaiter, key: str, caller: str, fn: JobFn | None, on_drop: DropFn | None
     ) -> None:
-        if self.shut:  # closed between the caller's check and now
+        if self.retired:  # closed between the caller's check and now
             call_dropped(on_drop)
             deliver([waiter], None, closing())
             return
@@ -141,7 +141,7 @@ class ProcessSide:
         if still_idle():
             self.tasks.quietly(self.link.release(still_idle))
 
-    # --- stop and shut down ----------------------------------------------------------
+    # --- stop and retire ----------------------------------------------------------------
 
     async def stop_jobs(self) -> None:
         """Cancel this process's running jobs, drop its queued ones, leave the others'."""
@@ -162,16 +162,16 @@ class ProcessSide:
                 calls.append(self.calls.leave(job.key, job.id, count, False))
         await asyncio.gather(*calls)
 
-    async def shut_down(self) -> None:
+    async def retire(self) -> None:
         """Leave Redis for good: unregister, stop the beat and the probe, close."""
-        if self.shut:
+        if self.retired:
             return
         if self._release_timer is not None:
             self._release_timer.cancel()
             self._release_timer = None
         if self.link.used:
             await self.calls.unregister()
-        self.shut = True
+        self.retired = True
         self.health.stop()
         self.heartbeat.stop()
         await self.link.close()
