@@ -7,7 +7,10 @@ import threading
 import time
 from pathlib import Path
 
+import psutil
+
 from django_pdfpool import extraction
+from django_pdfpool.sandbox.wire import READY, STARTED
 
 CHILD_MARK = b"django_pdfpool.sandbox.child_main"
 
@@ -87,3 +90,84 @@ def rlimits(pid: int) -> dict[str, str]:
         name, soft = line[:26].strip(), line[26:47].strip()
         limits[name] = soft
     return limits
+
+
+def extraction_children(pid: int) -> list[psutil.Process]:
+    """The extraction children (by their command line) under process ``pid``."""
+    found = []
+    for child in psutil.Process(pid).children(recursive=True):
+        try:
+            if CHILD_MARK.decode() in " ".join(child.cmdline()):
+                found.append(child)
+        except psutil.NoSuchProcess:
+            pass
+    return found
+
+
+PF_EXITING = 0x4  # the kernel's flag of a process in exit(): /proc/PID/stat, field 9
+
+
+def _stat(pid: int) -> list[bytes]:
+    """/proc/PID/stat from field 3 (state) on; empty if the process is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as file:
+            stat = file.read()
+    except OSError:
+        return []
+    return stat[stat.rfind(b")") + 2 :].split()
+
+
+ANSWERED = len(READY) + len(STARTED)  # bytes a child writes before its answer
+
+
+def _wchar(pid: int) -> int | None:
+    """Bytes the process has written so far (/proc/PID/io)."""
+    try:
+        with open(f"/proc/{pid}/io", "rb") as file:
+            for line in file:
+                if line.startswith(b"wchar:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
+class Sampler:
+    """Counts the server's extraction children every few milliseconds, in a thread.
+
+    ``peak`` counts the children at work, i.e. not yet answered: a child writes its answer
+    and exits at once, and the pool frees the slot as soon as the answer is read, before
+    the child is gone, so on a busy CPU the next job's child may start while an answered
+    one is still on its way out (seen: SLOTS + 1 processes for a few ms). A child counts as
+    answered once it is exiting (PF_EXITING) or has written more than "ready" and "started"
+    (its stderr is /dev/null, and these documents make pypdf write nothing there anyway).
+    ``peak_all`` counts every extraction process; ``pids`` holds every one seen.
+    """
+
+    def __init__(self, pid: int) -> None:
+        self.pid, self.peak, self.peak_all, self.pids = pid, 0, 0, set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _sample(self) -> None:
+        while not self._stop.is_set():
+            children = extraction_children(self.pid)
+            working = 0
+            for child in children:
+                fields, written = _stat(child.pid), _wchar(child.pid)
+                if not fields or fields[0] == b"Z" or int(fields[6]) & PF_EXITING:
+                    continue
+                if written is not None and written <= ANSWERED:
+                    working += 1
+            self.peak = max(self.peak, working)
+            self.peak_all = max(self.peak_all, len(children))
+            self.pids.update(child.pid for child in children)
+            self._stop.wait(0.003)
+
+    def __enter__(self) -> Sampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(5)

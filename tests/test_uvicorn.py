@@ -5,51 +5,15 @@ or are refused."""
 from __future__ import annotations
 
 import asyncio
-import threading
 
 import httpx
-import psutil
 import pytest
 
 from tests.pdfs import slow_pdf
+from tests.procs import Sampler, extraction_children
 from tests.servers import uvicorn
 
 SLOTS, QUEUE = 2, 2
-
-
-def extraction_children(pid: int) -> list[psutil.Process]:
-    found = []
-    for child in psutil.Process(pid).children(recursive=True):
-        try:
-            if "django_pdfpool.sandbox.child_main" in " ".join(child.cmdline()):
-                found.append(child)
-        except psutil.NoSuchProcess:
-            pass
-    return found
-
-
-class ChildSampler:
-    """Counts the server's extraction children every few milliseconds, in a thread."""
-
-    def __init__(self, pid: int) -> None:
-        self.pid, self.peak, self.pids = pid, 0, set()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._sample, daemon=True)
-
-    def _sample(self) -> None:
-        while not self._stop.is_set():
-            children = extraction_children(self.pid)
-            self.peak = max(self.peak, len(children))
-            self.pids.update(child.pid for child in children)
-            self._stop.wait(0.005)
-
-    def __enter__(self) -> ChildSampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join(5)
 
 
 async def upload(url: str, data: bytes, address: str) -> httpx.Response:
@@ -95,7 +59,7 @@ def test_identical_uploads_from_many_clients_run_one_child(server):
             *(upload(server.url, data, f"127.0.1.{i + 1}") for i in range(clients))
         )
 
-    with ChildSampler(server.pid) as sampler:
+    with Sampler(server.pid) as sampler:
         responses = asyncio.run(wave())
     assert [r.status_code for r in responses] == [200] * clients
     texts = {r.json()["pdf"]["text"] for r in responses}
@@ -117,7 +81,7 @@ def test_distinct_uploads_see_exactly_slots_children_and_the_rest_queue_or_503(s
             await asyncio.sleep(0.02)  # arrive in order: first come, first served
         return await asyncio.gather(*tasks)
 
-    with ChildSampler(server.pid) as sampler:
+    with Sampler(server.pid) as sampler:
         responses = asyncio.run(wave())
     statuses = [r.status_code for r in responses]
     assert statuses.count(200) == SLOTS + QUEUE
