@@ -40,7 +40,7 @@ class Extraction:
     peak_rss: int  # bytes, the child's peak resident set
 
 
-_warm = WarmChildren(spares=1)
+_spares = WarmChildren(spares=1)  # the process's warm spare children
 _tmp_dir: str | None = None
 _UNSET: Any = object()
 
@@ -55,26 +55,26 @@ def configure(
     of byte sources (None: tempfile's default) and the interpreter children run on."""
     global _tmp_dir
     if spares is not None:
-        _warm.resize(spares)
+        _spares.resize(spares)
     if tmp_dir is not _UNSET:
         _tmp_dir = None if tmp_dir is None else os.fspath(tmp_dir)
     if python is not None:
-        _warm.python = python
+        _spares.python = python
 
 
 def prewarm() -> None:
     """Start the configured spares now instead of on the first extraction."""
-    _warm.prewarm()
+    _spares.prewarm()
 
 
 def shutdown() -> None:
     """End every spare (also done at exit); `configure(spares=n)` starts them again."""
-    _warm.shutdown()
+    _spares.shutdown()
 
 
 def spare_pids() -> list[int]:
     """Process ids of the spares waiting for a job."""
-    return _warm.pids()
+    return _spares.pids()
 
 
 async def extract(
@@ -164,8 +164,8 @@ def _work(
                 os.unlink(path)
         future.set_result(outcome)
 
-    start = partial(_warm.take if warm else _warm.start_cold, job.engine)
-    refill = _warm.refill if warm else _no_refill
+    start = partial(_spares.take if warm else _spares.start_cold, job.engine)
+    refill = _spares.refill if warm else _no_refill
     max_output = min(MAX_ANSWER_BYTES, job.memory_limit)
     try:
         run.run(start, job_line, deadline, max_output, deliver, refill)
