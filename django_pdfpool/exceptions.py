@@ -10,9 +10,11 @@ from __future__ import annotations
 
 __all__ = [
     "EXTRACTION_MESSAGES",
+    "BlockingCallWarning",
     "CallerBusy",
     "CoordinatorUnavailable",
     "ExtractionError",
+    "JobFault",
     "PoolBusy",
     "PoolClosed",
     "Refused",
@@ -63,6 +65,19 @@ class CoordinatorUnavailable(PoolBusy):
     shared limits. A PoolBusy (503, try again shortly), not a PoolClosed: it passes."""
 
     code = "unavailable"
+
+
+class JobFault(RuntimeError):
+    """``fn`` raised what a job may not end with: ``SystemExit``/``KeyboardInterrupt``
+    (asyncio would re-raise them out of the job loop, stopping every job of the process),
+    or a ``CancelledError`` when nothing cancelled the job (it awaited something another
+    party cancelled). Either is the job's failure, seen by every sharer and by ``on_error``."""
+
+
+class BlockingCallWarning(RuntimeWarning):
+    """A call that blocks (a Redis read of ``RedisPool.running()``, ``snapshot()``, ...)
+    was made on the pool's job loop, where it would stall every job of the process: make
+    it from another thread."""
 
 
 class RemoteJobError(Exception):

@@ -8,7 +8,7 @@ import asyncio
 import contextlib
 import copy
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..exceptions import CallerBusy, PoolBusy, PoolClosed
@@ -103,18 +103,22 @@ def call_dropped(*callbacks: DropFn | None) -> None:
     """Call each ``on_drop`` given; a failing one is logged, never raised."""
     for callback in callbacks:
         if callback is not None:
-            try:
-                callback()
-            except Exception:
-                logger.exception("a job's on_drop callback failed")
+            _contained(callback, (), "a job's on_drop callback")
 
 
 def report_failure(observer: ErrorObserver, key: str, error: BaseException) -> None:
     """Tell the pool's ``on_error`` observer of a failed job; a failing observer is logged."""
+    _contained(observer, (key, error), "the pool's on_error observer")
+
+
+def _contained(hook: Callable[..., object], args: tuple[Any, ...], what: str) -> None:
+    """Call a user's hook where it cannot hurt: whatever it raises, SystemExit and
+    KeyboardInterrupt included, is logged and goes no further (on the job loop it would
+    stop every job of the process)."""
     try:
-        observer(key, error)
-    except Exception:
-        logger.exception("the pool's on_error observer failed")
+        hook(*args)
+    except BaseException:
+        logger.exception("%s failed", what)
 
 
 def log_failure(key: str, error: BaseException) -> None:

@@ -121,16 +121,23 @@ class Recorder:
         }
 
     def _tick(self, generation: int) -> None:
-        """On the job loop: sample, then schedule the next tick unless stopped."""
+        """On the job loop: sample in a worker thread (a Redis pool's snapshot blocks on
+        Redis, and nothing may block the job loop), then schedule the next tick."""
         if generation != self._generation:
             return
-        started = time.monotonic()
+        loop, started = asyncio.get_running_loop(), time.monotonic()
+        sampling = loop.run_in_executor(None, self._sample_logged)
+        sampling.add_done_callback(lambda _: self._after(loop, generation, started))
+
+    def _sample_logged(self) -> None:
         try:
             self.sample()
         except Exception:
             logger.exception("the PDF pool history recorder failed to sample")
+
+    def _after(self, loop: asyncio.AbstractEventLoop, generation: int, started: float) -> None:
         delay = max(0.0, self.interval - (time.monotonic() - started))
-        asyncio.get_running_loop().call_later(delay, self._tick, generation)
+        loop.call_later(delay, self._tick, generation)
 
     def _forget(self) -> None:
         """In a forked child: another process, another pool; start empty and stopped."""

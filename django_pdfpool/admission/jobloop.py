@@ -40,6 +40,19 @@ def get_job_loop() -> asyncio.AbstractEventLoop:
         return _loop
 
 
+def on_job_loop() -> bool:
+    """Whether the caller runs on the job loop's thread (where nothing may block)."""
+    loop = _loop
+    return loop is not None and loop.is_running() and _running_loop() is loop
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
 def call_in_job_loop(callback: Callable[..., Any], *args: Any) -> None:
     """Schedule ``callback(*args)`` on the background loop from any thread."""
     get_job_loop().call_soon_threadsafe(callback, *args)

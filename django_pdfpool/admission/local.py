@@ -12,6 +12,7 @@ import asyncio
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 from . import delivery
@@ -30,7 +31,12 @@ class LocalJob(JobRecord):
     __slots__ = ("deadline",)
 
     def __init__(
-        self, key: str, caller: str, fn: JobFn, on_drop: DropFn | None, starter: Waiter
+        self,
+        key: str,
+        caller: str,
+        fn: JobFn | None,
+        on_drop: DropFn | None,
+        starter: Waiter | None,
     ) -> None:
         super().__init__(key, caller, fn, on_drop, starter)
         self.deadline: float | None = None  # monotonic; set while queued with a `wait`
@@ -194,17 +200,28 @@ class Pool:
         job.task.add_done_callback(lambda task: self._finish(job, task))
 
     def _finish(self, job: LocalJob, task: asyncio.Task[Any]) -> None:
+        """On the job loop: the job's task ended; its outcome to every sharer."""
+        result, error = delivery.outcome_of(task, self._stopping)
+        outcome = "cancelled" if task.cancelled() else "failed" if error else "completed"
+        self._end(job, result, error, outcome)
+        if error is not None and not task.cancelled():
+            report_failure(self._on_error, job.key, error)
+
+    def _end(
+        self, job: LocalJob, result: Any, error: BaseException | None, outcome: str | None
+    ) -> None:
         """On the job loop: free the slot and the caller, forget the key (rule 5: no
         cache), start what the queue holds, and hand the outcome to every sharer."""
-        result, error = delivery.outcome_of(task, self._stopping)
         with self._lock:
             dropped = job.release()  # stopped before fn was called: on_drop instead
             job.state = "done"
             del self._jobs[job.key]
-            del self._callers[job.caller]
+            if self._callers.get(job.caller) is job:
+                del self._callers[job.caller]
             self._running -= 1
-            outcome = "cancelled" if task.cancelled() else "failed" if error else "completed"
-            self._books.ended(outcome, time.monotonic() - (job.started_mono or job.queued_mono))
+            if outcome is not None:
+                took = time.monotonic() - (job.started_mono or job.queued_mono)
+                self._books.ended(outcome, took)
             waiters, job.waiters = job.waiters, set()
             while self._queue and self._running < self.slots:
                 self._start(self._dequeue(self._queue[0]), on_job_loop=True)
@@ -212,8 +229,22 @@ class Pool:
         call_dropped(dropped)
         deliver(waiters, result, error)
         deliver(idle, None, None)
-        if error is not None and not task.cancelled():
-            report_failure(self._on_error, job.key, error)
+
+    def hold(self, key: str, caller: str) -> Callable[[Any, BaseException | None], None]:
+        """Count a job running elsewhere in this process as one of this pool's: it holds a
+        slot (even past ``slots``: it runs already), its key and its caller, and calls for
+        its key join it. For a Redis pool's jobs when Redis fails and this pool takes over.
+        Return the function, to be called on the job loop, that ends it with its outcome."""
+        with self._lock:
+            if key in self._jobs:  # already this pool's: nothing more to count
+                return lambda result, error: None
+            job = LocalJob(key, caller, None, None, None)
+            job.ran = True  # its fn is not this pool's to call, nor an on_drop
+            job.state, job.started_mono = "running", time.monotonic()
+            self._jobs[key] = job
+            self._callers.setdefault(caller, job)
+            self._running += 1
+        return lambda result, error: self._end(job, result, error, None)
 
     def _dequeue(self, job: LocalJob) -> LocalJob:
         """Take ``job`` out of the queue; an empty queue needs no timer. Under the lock."""

@@ -10,6 +10,7 @@ import asyncio
 import time
 from typing import Any
 
+from ..exceptions import JobFault
 from .protocol import DropFn, JobFn
 from .snapshot import JobInfo
 
@@ -88,11 +89,16 @@ class JobRecord:
 
 async def run_job(job: JobRecord) -> Any:
     """A job's task: note that ``fn`` was called (see ``release``), then call it.
-    An error, even in calling ``fn``, stays inside the task."""
+    An error, even in calling ``fn``, stays inside the task as the job's failure; only a
+    cancellation of the job itself (``stop()``) ends it as cancelled."""
     fn, job.ran = job.fn, True
     assert fn is not None  # a job's fn is let go only once it has ended
     try:
         return await fn()
+    except asyncio.CancelledError as exc:
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            raise  # the job itself was cancelled
+        raise JobFault("the job raised CancelledError, but nothing cancelled the job") from exc
     except (KeyboardInterrupt, SystemExit) as exc:
-        # asyncio re-raises these out of the loop: they would stop every job in the process
-        raise RuntimeError(f"the job raised {type(exc).__name__}") from exc
+        raise JobFault(f"the job raised {type(exc).__name__}") from exc

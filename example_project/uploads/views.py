@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
+from asgiref.sync import sync_to_async
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.urls import reverse
@@ -91,7 +92,8 @@ async def job_state(request: HttpRequest, sha256: str) -> JsonResponse:
     number of jobs ``ahead``), ``running`` (for ``running_for`` seconds), or ``none``
     (not arrived yet, or done). Public: it tells nothing but the state of that file's job.
     With several server processes a poll may ask one that does not have the job."""
-    snapshot = get_pool().snapshot()
+    # a Redis pool's snapshot reads Redis: not on this event loop
+    snapshot = await sync_to_async(get_pool().snapshot, thread_sensitive=False)()
     key = f"{JOB}:{sha256}"
     queued = [job for job in snapshot.jobs if job.state == "queued"]
     queue = sorted(queued, key=lambda job: job.queued_at)

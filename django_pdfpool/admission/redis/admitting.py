@@ -87,6 +87,7 @@ class Admitter:
                 reply = AdmitReply.of(raw)
             except RedisError as error:
                 self._health.failed(error)
+                waiter.handed_back = True  # the caller takes it to the fallback, or (gone) _leave
                 deliver([waiter], GO_LOCAL, None)
                 return
             except Exception as error:  # a bug: the caller must hear of it, not hang
@@ -162,6 +163,9 @@ class Admitter:
             if waiter.admission is not None and not waiter.admission.done():
                 await asyncio.wait([waiter.admission])
             job = waiter.job
+            if job is None and waiter.handed_back:  # it left before the fallback took it
+                call_dropped(waiter.on_drop)
+                return
             if job is None or waiter not in job.waiters:
                 return  # refused, or answered as it left
             job.waiters.discard(waiter)

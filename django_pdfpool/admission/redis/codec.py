@@ -35,18 +35,21 @@ OWN_EXCEPTIONS = exceptions.__name__  # the one module of ours rebuilt from data
 def encode_outcome(
     result: Any, error: BaseException | None, *, encode: Encode | None = None, limit: int
 ) -> str:
-    """The outcome as JSON text of at most ``limit`` bytes (UTF-8)."""
+    """The outcome as JSON text of at most ``limit`` bytes (UTF-8). Total: whatever the
+    result or the exception, something travels (at worst the exception's type)."""
     if error is None:
         try:
             value = encode(result) if encode is not None else result
             text = _dumps({"ok": value})
         except Exception as exc:  # not JSON-able, or the encode hook failed
             name = f"{type(result).__module__}.{type(result).__qualname__}"
-            text = _dumps(
-                {"error": _error(RemoteJobError(name, f"the result cannot travel as JSON: {exc}"))}
-            )
+            why = f"the result cannot travel as JSON: {_shown(exc, str)}"
+            text = _dumps({"error": _error(RemoteJobError(name, why))})
     else:
-        text = _dumps({"error": _error(error)})
+        try:
+            text = _dumps({"error": _error(error)})
+        except Exception:  # an exception no part of which can be shown
+            text = _dumps({"error": _bare(type(error))})
     size = len(text.encode())
     if size > limit:
         what = "result" if error is None else f"error {type(error).__qualname__}"
@@ -65,13 +68,28 @@ def decode_outcome(text: str, *, decode: Decode | None = None) -> tuple[Any, Bas
 
 
 def _dumps(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    """Compact JSON; escaped to ASCII only where plain UTF-8 cannot carry it (lone
+    surrogates, as broken PDFs produce)."""
+    text = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        text = json.dumps(value, allow_nan=False, separators=(",", ":"))
+    return text
+
+
+def _shown(value: object, show: Callable[[object], str]) -> str:
+    """``str(value)`` or ``repr(value)``, or a stand-in if that raises."""
+    try:
+        return show(value)
+    except Exception:
+        return f"<{type(value).__qualname__} that {show.__name__}() cannot show>"
 
 
 def _jsonable(value: Any) -> bool:
     try:
         _dumps(value)
-    except (TypeError, ValueError):
+    except Exception:
         return False
     return True
 
@@ -84,12 +102,17 @@ def _error(error: BaseException) -> dict[str, Any]:
         if not name.startswith("__") and _jsonable(value)
     }
     return {
-        "module": cls.__module__,
-        "name": cls.__qualname__,
-        "args": [arg if _jsonable(arg) else repr(arg) for arg in error.args],
+        **_bare(cls),
+        "args": [arg if _jsonable(arg) else _shown(arg, repr) for arg in error.args],
         "attrs": attrs,
-        "message": str(error),
+        "message": _shown(error, str),
     }
+
+
+def _bare(cls: type[BaseException]) -> dict[str, Any]:
+    """An exception by its type alone."""
+    shown = f"<{cls.__qualname__} that cannot be shown>"
+    return {"module": cls.__module__, "name": cls.__qualname__, "message": shown}
 
 
 def _rebuild(data: dict[str, Any]) -> BaseException:

@@ -31,11 +31,13 @@ class Health:
         *,
         listen: Callable[[], Awaitable[None]],
         on_down: Callable[[], None],
+        on_up: Callable[[], Awaitable[object]],
         is_retired: Callable[[], bool],
     ) -> None:
         self._terms, self._link, self._tasks = terms, link, tasks
         self._listen = listen  # subscribe to this process's channel again
         self._on_down = on_down  # Redis just failed: end what cannot wait for it
+        self._on_up = on_up  # Redis is back: tell it at once what runs here
         self._is_retired = is_retired
         self.mode = REDIS
         self.last_ok = time.monotonic()  # when Redis last answered a beat
@@ -87,6 +89,7 @@ class Health:
                 )
                 self.ok()
                 self.mode = REDIS
+                await self._on_up()
                 return
         finally:
             self._probe = None

@@ -5,6 +5,7 @@ that did not arrive. The pool's only poll, and a bounded one (docs/cluster.md)."
 from __future__ import annotations
 
 import asyncio
+import time
 
 from .calls import ScriptCalls
 from .health import Health
@@ -53,21 +54,30 @@ class Heartbeat:
                             if not job.owned:  # its outcome cannot reach us any more
                                 self._lifecycle.end(job, "unavailable")
                     continue
-                jobs = self._table.jobs()
-                args = [str(self._table.seq), str(len(jobs))]
-                for job in jobs:
-                    args += [job.key, job.id, "o" if job.owned else "a"]
-                args += [*self._table.pending, *self._table.dropping]
-                reply = await self._calls.beat(*args)
-                if reply is None:
-                    continue
-                self._health.ok()
-                for job, report in zip(jobs, reply.reports, strict=True):
-                    self._reconcile(job, report)
-                if reply.next_lease_end is not None:  # wake when it ends, to reap it at once
-                    delay = min(delay, max(0.02, reply.next_lease_end + 0.02))
+                next_lease_end = await self.beat_once()
+                if next_lease_end is not None:  # wake when it ends, to reap it at once
+                    delay = min(delay, max(0.02, next_lease_end + 0.02))
         finally:
             self._task = None
+
+    async def beat_once(self) -> float | None:
+        """One beat now (also when Redis is back, before new work can arrive): return
+        when the next other lease ends (seconds), None if none or Redis failed."""
+        jobs = self._table.jobs()
+        if not jobs:
+            return None  # nothing to tell Redis (an idle process stays out of its table)
+        now = time.monotonic()
+        args = [str(self._table.seq), str(len(jobs))]
+        for job in jobs:
+            args += _job_args(job, now)
+        args += [*self._table.pending, *self._table.dropping]
+        reply = await self._calls.beat(*args)
+        if reply is None:
+            return None
+        self._health.ok()
+        for job, report in zip(jobs, reply.reports, strict=True):
+            self._reconcile(job, report)
+        return reply.next_lease_end
 
     def _reconcile(self, job: RedisJob, report: JobReport) -> None:
         """Bring a job in step with what Redis reports (a vanished one after two beats,
@@ -86,7 +96,19 @@ class Heartbeat:
                 job.state = report.state
             return
         if job.owned and job.state == "running":
-            return  # Redis forgot it (a restart, or our lease lapsed): it finishes here
+            return  # its key is another job's now (see beat.lua): it finishes here
         if job.gone_seen:
             self._lifecycle.end(job, "lost")
         job.gone_seen = True
+
+
+def _job_args(job: RedisJob, now: float) -> list[str]:
+    """One job as beat.lua takes it: KEY ID ROLE CALLER WAITERS STARTER AGE_MS."""
+    running_for = job.running_for(now)
+    if not job.owned:
+        return [job.key, job.id, "a", "", "0", "0", "0"]
+    if running_for is None:
+        return [job.key, job.id, "o", "", "0", "0", "0"]
+    starter = "1" if job.starter in job.waiters else "0"
+    age = str(round(running_for * 1000))
+    return [job.key, job.id, "r", job.caller, str(len(job.waiters)), starter, age]

@@ -6,6 +6,7 @@ here get the outcome, those in other processes read it (``collect.lua``)."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable
 from typing import Any
@@ -25,6 +26,8 @@ from .records import Background, Closing, RedisJob, Terms
 from .table import JobTable
 
 LOST = "the worker running this job stopped before it finished"
+
+logger = logging.getLogger("django_pdfpool.redis")
 
 
 class JobLifecycle:
@@ -76,6 +79,9 @@ class JobLifecycle:
                     result, error, encode=terms.encode, limit=terms.max_result_bytes
                 )
                 await self._calls.finish(job.key, job.id, data)
+        except Exception:  # a bug: the callers here are answered all the same, and the
+            # beat frees the slot in Redis of a job this process no longer knows
+            logger.exception("finishing job %s in Redis failed", job.key)
         finally:
             job.inflight -= 1
         self.answer(job, result, error)
@@ -88,6 +94,9 @@ class JobLifecycle:
         self._table.remember(job.id, result, error)
         waiters, job.waiters = job.waiters, set()
         deliver(waiters, result, error)
+        if job.local_hold is not None:  # the fallback pool counted it: its joiners too
+            job.local_hold(result, error)
+            job.local_hold = None
         self._settle()
 
     # --- endings without a result ------------------------------------------------

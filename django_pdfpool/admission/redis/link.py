@@ -12,6 +12,7 @@ import contextlib
 import json
 import logging
 import threading
+import warnings
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -23,6 +24,8 @@ from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 from redis.retry import Retry
 
+from ...exceptions import BlockingCallWarning
+from ..jobloop import on_job_loop
 from .scripts import MUTATING, SOURCES, Event
 
 logger = logging.getLogger("django_pdfpool.redis")
@@ -208,7 +211,14 @@ class Link:
     # --- from any thread ------------------------------------------------------
 
     def sync(self) -> redis.Redis:
-        """The synchronous client for reads; thread-safe."""
+        """The synchronous client for reads; thread-safe, never for the job loop."""
+        if on_job_loop():
+            warnings.warn(
+                "a blocking Redis read on the PDF pool's job loop stalls every job: "
+                "read from another thread",
+                BlockingCallWarning,
+                stacklevel=3,
+            )
         with self._sync_lock:
             if self._sync is None:
                 self._sync = redis.Redis.from_url(

@@ -108,6 +108,7 @@ class RedisPool:
             namespace=self.namespace,
             books=self._books,
             closing=self._closing,
+            fallback=self._local if self.fallback == "local" else None,
         )
 
     @property
@@ -211,7 +212,7 @@ class RedisPool:
             raise delivery.closing()
         if self.mode != REDIS:
             return await self._run_degraded(key, caller, fn, on_drop)
-        waiter = RedisWaiter(asyncio.get_running_loop())
+        waiter = RedisWaiter(asyncio.get_running_loop(), on_drop)
         get_job_loop().call_soon_threadsafe(self._side.begin, waiter, key, caller, fn, on_drop)
         try:
             result = await waiter.future

@@ -12,6 +12,7 @@ import socket
 
 from ..delivery import call_dropped, closing, deliver, stopped
 from ..ledger import Ledger
+from ..local import Pool
 from ..protocol import DropFn, JobFn
 from ..records import Waiter
 from .admitting import Admitter
@@ -31,9 +32,17 @@ class ProcessSide:
     reads that ``table`` and ``health.mode`` allow from any thread."""
 
     def __init__(
-        self, terms: Terms, *, url: str, namespace: str, books: Ledger, closing: Closing
+        self,
+        terms: Terms,
+        *,
+        url: str,
+        namespace: str,
+        books: Ledger,
+        closing: Closing,
+        fallback: Pool | None,
     ) -> None:
         self._terms, self._closing = terms, closing
+        self._fallback = fallback  # the pool new calls go to while Redis fails, if any
         self.pid = os.getpid()
         self.process = f"{socket.gethostname()}:{self.pid}:{secrets.token_hex(3)}"
         self.link = Link(
@@ -53,7 +62,8 @@ class ProcessSide:
             self.link,
             self.tasks,
             listen=self._listen,
-            on_down=self._end_queued,
+            on_down=self._redis_down,
+            on_up=lambda: self.heartbeat.beat_once(),
             is_retired=lambda: self.retired,
         )
         self.table = JobTable(on_added=lambda: self.heartbeat.ensure())
@@ -95,11 +105,14 @@ class ProcessSide:
     async def _listen(self) -> None:
         await self.link.subscribe(self.router.on_event, self.health.failed)
 
-    def _end_queued(self) -> None:
-        """Redis failed: this process's queued jobs cannot get a slot from it."""
+    def _redis_down(self) -> None:
+        """Redis failed: this process's queued jobs cannot get a slot from it, and its
+        running jobs go on, counted by the fallback pool (their slots, keys and callers)."""
         for job in self.table.jobs():
             if job.owned and job.state == "queued":
                 self.lifecycle.end(job, "unavailable")
+            elif job.owned and self._fallback is not None and job.local_hold is None:
+                job.local_hold = self._fallback.hold(job.key, job.caller)
 
     # --- entries from any thread (through call_soon_threadsafe) ------------------------
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
 from redis.exceptions import RedisError
 
-from ..protocol import ErrorObserver
+from ..protocol import DropFn, ErrorObserver
 from ..records import JobRecord, Waiter
 from .codec import Decode, Encode
 
@@ -57,20 +57,23 @@ class Closing:
 
 
 class RedisWaiter(Waiter):
-    """A call of this process; ``admission`` and ``job`` are set on the job loop."""
+    """A call of this process; ``admission``, ``job`` and ``handed_back`` are set on the
+    job loop. ``on_drop`` is the call's until its admission gives it to a job or calls it."""
 
-    __slots__ = ("admission", "job")
+    __slots__ = ("admission", "handed_back", "job", "on_drop")
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, on_drop: DropFn | None) -> None:
         super().__init__(loop)
+        self.on_drop = on_drop
         self.admission: asyncio.Task[None] | None = None
         self.job: RedisJob | None = None
+        self.handed_back = False  # Redis failed: the call goes to the fallback (GO_LOCAL)
 
 
 class RedisJob(JobRecord):
     """A job this process runs or queues (``owned``) or waits on. Job loop only."""
 
-    __slots__ = ("collecting", "gone_seen", "id", "inflight", "owned", "timer")
+    __slots__ = ("collecting", "gone_seen", "id", "inflight", "local_hold", "owned", "timer")
 
     def __init__(self, key: str, job_id: str, state: str) -> None:
         super().__init__(key)
@@ -80,6 +83,8 @@ class RedisJob(JobRecord):
         self.gone_seen = False  # the last beat did not find it in Redis
         self.inflight = 0  # scripts about it on their way: the beat does not judge it then
         self.timer: asyncio.TimerHandle | None = None  # its queue deadline, while queued
+        # Redis failed while it ran: the fallback pool counts it until this ends it
+        self.local_hold: Callable[[Any, BaseException | None], None] | None = None
 
 
 class Background:

@@ -1,20 +1,40 @@
 -- The lease: renew it and every job's TTL, report each job's state (collecting a result an
--- awaited job left), and end jobs Redis says ME owns that ME does not know, among those
--- numbered up to SEQ (a job id is "SEQ.RANDOM": an admission sent after this beat's
--- arguments were taken may run before it, and is not judged).
--- ARGV: ME LEASE SLOTS SEQ M (KEY ID ROLE)*M PENDING-ID*  (ROLE o: owned, a: awaited)
+-- awaited job left), count again a job ME still runs that Redis lost (restarted empty, a
+-- failover to a replica behind, ME reaped after a pause), and end jobs Redis says ME owns
+-- that ME does not know, among those numbered up to SEQ (a job id is "SEQ.RANDOM": an
+-- admission sent after this beat's arguments were taken may run before it, not judged).
+-- ARGV: ME LEASE SLOTS SEQ M (KEY ID ROLE CALLER WAITERS STARTER AGE_MS)*M PENDING-ID*
+--   ROLE r: owned and running, o: owned and queued, a: awaited (its other fields unused)
 -- -> {ms until the next other lease ends (-1: none), {state, data}*M, events}
 reap()
 renew()
 local upto, m = tonumber(ARGV[4]), tonumber(ARGV[5])
 local mine, states = {}, {}
+local STRIDE = 7
+
+-- A running job of ME that Redis lost: its slot, key, caller and waiters here, again.
+local function restore(key, id, caller, waiters, starter, age)
+  local jk = jobkey(key)
+  local since = NOW - age
+  redis.call('HSET', jk, 'id', id, 'caller', caller, 'owner', ME, 'state', 'running',
+    'qt', since, 'st', since, 'dl', 0, 'sw', starter)
+  if waiters > 0 then redis.call('HSET', jk, 'w:' .. ME, waiters) end
+  redis.call('SADD', RUNNING, key)
+  if not redis.call('HGET', CALLERS, caller) then redis.call('HSET', CALLERS, caller, key) end
+  redis.call('PEXPIRE', jk, KEEP)
+end
+
 for i = 0, m - 1 do
-  local key, id, role = ARGV[6 + 3 * i], ARGV[7 + 3 * i], ARGV[8 + 3 * i]
-  if role == 'o' then mine[id] = true end
+  local at = 6 + STRIDE * i
+  local key, id, role = ARGV[at], ARGV[at + 1], ARGV[at + 2]
+  if role ~= 'a' then mine[id] = true end
   local job = load(key)
   local state, data = 'gone', ''
   if job and job.id == id then
     state = job.state
+  elseif role == 'r' and not job then
+    restore(key, id, ARGV[at + 3], tonumber(ARGV[at + 4]), ARGV[at + 5], tonumber(ARGV[at + 6]))
+    state = 'running'
   elseif role == 'a' then
     local rk = P .. 'res:' .. id
     if redis.call('HDEL', rk, 'r:' .. ME) == 1 then
@@ -25,7 +45,7 @@ for i = 0, m - 1 do
   states[#states + 1] = state
   states[#states + 1] = data
 end
-for i = 6 + 3 * m, #ARGV do mine[ARGV[i]] = true end
+for i = 6 + STRIDE * m, #ARGV do mine[ARGV[i]] = true end
 for _, key in ipairs(in_flight()) do
   local job = load(key)
   if job then

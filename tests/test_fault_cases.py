@@ -1,0 +1,356 @@
+"""The seven faults of issue 13, each reproduced: a hook raising SystemExit, a CancelledError
+nobody asked for, a caller leaving while Redis does not answer, an exception that cannot be
+encoded, Redis failing under running jobs (local fallback), Redis restarted empty under a
+running job, and the status history reading a slow Redis. Each test failed before its fix.
+
+The first two run against both pools; the rest against real redis-servers."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from uuid import uuid4
+
+import pytest
+import redis
+
+from django_pdfpool.admission.history import Recorder
+from django_pdfpool.admission.jobloop import get_job_loop
+from django_pdfpool.exceptions import JobFault, RemoteJobError
+from django_pdfpool.pool import Pool, PoolBusy, RedisPool
+from tests.redis_server import RedisServer, namespace_keys, pools_in
+
+pytest_plugins = ["tests.redis_fixtures"]
+pytestmark = pytest.mark.timeout(90)
+
+PATIENCE = 10.0  # seconds: "did not hang", on a busy 2-core machine
+
+
+def run(scenario):
+    return asyncio.run(asyncio.wait_for(scenario(), 60))
+
+
+async def until(condition: Callable[[], object], timeout: float = PATIENCE) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.005)
+
+
+def held(result, gate: threading.Event, calls: list | None = None):
+    async def fn():
+        if calls is not None:
+            calls.append(result)
+        while not gate.is_set():
+            await asyncio.sleep(0.002)
+        return result
+
+    return fn
+
+
+@pytest.fixture(params=["local", "redis"])
+def pool_of(request) -> Iterator[Callable[..., object]]:
+    """``pool_of(slots, queue, wait, on_error=...)``: a local Pool, or a RedisPool on the
+    session's redis-server in a namespace of this test's own."""
+    if request.param == "local":
+        made: list[Pool] = []
+
+        def local(*args, **options):
+            made.append(Pool(*args, **options))
+            return made[-1]
+
+        yield local
+        return
+    yield request.getfixturevalue("make_pool")
+
+
+async def still_runs(pool) -> None:
+    """The job loop is alive: a new job runs and answers."""
+    assert await asyncio.wait_for(pool.run(f"alive-{uuid4().hex}", "alive", _answer), 10) == 42
+    await until(lambda: pool.running() == 0)
+
+
+async def _answer():
+    return 42
+
+
+# --- 1. hooks raising BaseException ----------------------------------------------------
+
+
+@pytest.mark.parametrize("escape", [SystemExit, KeyboardInterrupt])
+def test_an_on_error_observer_raising_base_exception_is_contained(pool_of, escape, caplog):
+    seen = []
+
+    def observer(key, error):
+        seen.append(key)
+        raise escape("from the observer")
+
+    pool = pool_of(1, 1, 5.0, on_error=observer)
+
+    async def fails():
+        raise ValueError("the job failed")
+
+    async def scenario():
+        with pytest.raises(ValueError):
+            await pool.run("k", "c", fails)
+        await until(lambda: seen == ["k"])
+        await still_runs(pool)
+
+    run(scenario)
+    assert any("on_error observer failed" in r.message for r in caplog.records)
+
+
+@pytest.mark.parametrize("escape", [SystemExit, KeyboardInterrupt])
+def test_an_on_drop_raising_base_exception_on_the_job_loop_is_contained(pool_of, escape):
+    """A queued job whose wait passes is dropped on the job loop: its on_drop runs there."""
+    dropped = []
+    gate = threading.Event()
+
+    def on_drop():
+        dropped.append(1)
+        raise escape("from on_drop")
+
+    pool = pool_of(1, 1, 0.2)
+
+    async def scenario():
+        first = asyncio.create_task(pool.run("a", "c1", held("A", gate)))
+        await until(lambda: pool.running() == 1)
+        with pytest.raises(PoolBusy):  # waited 0.2 s in the queue
+            await pool.run("b", "c2", held("B", gate), on_drop=on_drop)
+        assert dropped == [1]
+        gate.set()
+        assert await first == "A"
+        await still_runs(pool)
+
+    run(scenario)
+
+
+# --- 2. a CancelledError that stop() did not cause ------------------------------------
+
+
+def test_a_cancellation_inside_fn_is_a_failure_seen_by_everyone(pool_of):
+    observed = []
+    pool = pool_of(2, 2, 5.0, on_error=lambda key, error: observed.append((key, error)))
+
+    async def awaits_a_cancelled_task():
+        loop = asyncio.get_running_loop()
+        other = loop.create_future()
+        loop.call_soon(other.cancel)  # someone else's task, cancelled under the job
+        await other
+
+    async def scenario():
+        with pytest.raises(JobFault) as failed:
+            await pool.run("k", "c", awaits_a_cancelled_task)
+        assert isinstance(failed.value.__cause__, JobFault)  # each sharer's own copy
+        assert isinstance(failed.value.__cause__.__cause__, asyncio.CancelledError)
+        await until(lambda: len(observed) == 1 and pool.running() == 0)
+
+    run(scenario)
+    assert observed[0][0] == "k" and isinstance(observed[0][1], JobFault)
+    counters = pool.snapshot().counters
+    assert (counters.failed, counters.cancelled) == (1, 0)
+
+
+def test_stop_still_cancels_a_running_job(pool_of):
+    pool = pool_of(1, 1, 5.0)
+    cancelled = threading.Event()
+
+    async def runs_until_cancelled():
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    async def scenario():
+        job = asyncio.create_task(pool.run("k", "c", runs_until_cancelled))
+        await until(lambda: pool.running() == 1)
+        await pool.stop()
+        with pytest.raises(Exception) as stopped:
+            await job
+        assert type(stopped.value).__name__ == "PoolClosed"
+
+    run(scenario)
+    assert cancelled.is_set() and pool.snapshot().counters.cancelled == 1
+
+
+# --- 3. a caller leaving while Redis does not answer -----------------------------------
+
+
+@contextlib.contextmanager
+def silent_redis() -> Iterator[str]:
+    """A listener that accepts connections and never answers: Redis hung."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(64)
+    accepted: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        listener.settimeout(0.1)
+        while not stop.is_set():
+            with contextlib.suppress(OSError):
+                accepted.append(listener.accept()[0])
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        yield f"redis://127.0.0.1:{listener.getsockname()[1]}/0"
+    finally:
+        stop.set()
+        thread.join(5)
+        for conn in accepted:
+            conn.close()
+        listener.close()
+
+
+@pytest.mark.parametrize("fallback", ["refuse", "local"])
+def test_a_caller_leaving_while_admission_fails_still_gets_on_drop(fallback):
+    calls, drops = [], []
+    with silent_redis() as url:
+        pool = RedisPool(1, 1, 5.0, url=url, namespace="silent", timeout=0.5, fallback=fallback)
+
+        async def scenario():
+            fn = held("never", threading.Event(), calls)
+            with pytest.raises(TimeoutError):
+                await asyncio.wait_for(pool.run("k", "c", fn, on_drop=lambda: drops.append(1)), 0.1)
+            await until(lambda: calls or drops)
+            await pool.stop()
+
+        run(scenario)
+    assert (len(calls), len(drops)) == (0, 1), "exactly one of fn() and on_drop()"
+
+
+# --- 4. an exception that cannot be encoded --------------------------------------------
+
+
+class Unprintable(Exception):
+    def __str__(self) -> str:
+        raise ValueError("no text for this one")
+
+
+def test_a_job_whose_exception_cannot_be_shown_still_answers_everyone(make_pool):
+    here, there = make_pool(1, 1, 5.0), make_pool(1, 1, 5.0)
+    gate = threading.Event()
+
+    async def fails():
+        while not gate.is_set():
+            await asyncio.sleep(0.002)
+        raise Unprintable()
+
+    async def scenario():
+        starter = asyncio.create_task(here.run("k", "a", fails))
+        await until(lambda: here.running() == 1)
+        sharer = asyncio.create_task(there.run("k", "b", None))
+        await until(lambda: there.waiting("k") == 1)
+        gate.set()
+        with pytest.raises(Unprintable):
+            await starter
+        with pytest.raises(RemoteJobError) as remote:
+            await sharer
+        assert "Unprintable" in remote.value.type_name
+        await until(lambda: here.running() == 0)
+        assert await asyncio.wait_for(there.run("next", "c", _answer), 10) == 42
+
+    run(scenario)
+
+
+# --- 5. the local fallback knows the jobs running from Redis mode ----------------------
+
+
+def test_the_local_fallback_counts_the_jobs_running_when_redis_failed(own_redis):
+    namespace = f"t-{uuid4().hex[:12]}"
+    make = pools_in(own_redis, namespace)[0]
+    pool = make(1, 1, 10.0, fallback="local")
+    gate, calls = threading.Event(), []
+
+    async def scenario():
+        running = asyncio.create_task(pool.run("k", "a", held("K", gate, calls)))
+        await until(lambda: pool.running() == 1)
+        own_redis.kill()
+        await until(lambda: pool.mode == "local-fallback")
+        joiner = asyncio.create_task(pool.run("k", "b", held("again", gate, calls)))
+        other = asyncio.create_task(pool.run("j", "c", held("J", gate, calls)))
+        await until(lambda: pool.queued() == 1)  # the one slot is the running job's
+        assert calls == ["K"], "the same key ran twice, or more than SLOTS ran"
+        gate.set()
+        assert await asyncio.gather(running, joiner, other) == ["K", "K", "J"]
+        assert calls == ["K", "J"]
+        await pool.stop()
+
+    run(scenario)
+
+
+# --- 6. Redis restarted empty under a running job ----------------------------------------
+
+
+def test_a_running_job_is_counted_again_after_redis_restarts_empty(own_redis):
+    namespace = f"t-{uuid4().hex[:12]}"
+    make = pools_in(own_redis, namespace)[0]
+    here, there = make(1, 1, 10.0), make(1, 1, 10.0)
+    gate, calls = threading.Event(), []
+
+    async def scenario():
+        running = asyncio.create_task(here.run("k", "a", held("K", gate, calls)))
+        await until(lambda: here.running() == 1)
+        own_redis.restart()  # empty
+        # within about a lease, Redis counts the job again: it holds the one slot
+        await until(lambda: here.mode == "redis" and _running_keys(own_redis, namespace) == {"k"})
+        joiner = asyncio.create_task(there.run("k", "b", held("again", gate, calls)))
+        other = asyncio.create_task(there.run("j", "c", held("J", gate, calls)))
+        await until(lambda: there.queued() == 1 and there.waiting("k") >= 1)
+        assert calls == ["K"], "the same key ran twice, or more than SLOTS ran"
+        gate.set()
+        assert await asyncio.gather(running, joiner, other) == ["K", "K", "J"]
+        await asyncio.gather(here.stop(), there.stop())
+
+    run(scenario)
+    assert namespace_keys(own_redis.url, namespace) == []
+
+
+def _running_keys(server: RedisServer, namespace: str) -> set[str]:
+    with (
+        contextlib.suppress(redis.RedisError),
+        redis.Redis.from_url(server.url, decode_responses=True) as client,
+    ):
+        return set(client.smembers("{" + namespace + "}:running"))
+    return set()
+
+
+# --- 7. no blocking Redis read on the job loop -------------------------------------------
+
+
+def test_the_history_recorder_never_stalls_the_job_loop_on_a_slow_redis(own_redis):
+    pool = RedisPool(1, 1, 5.0, url=own_redis.url, namespace=f"t-{uuid4().hex[:12]}")
+    recorder = Recorder(lambda: pool, interval=0.05, size=100)
+    admin = redis.Redis.from_url(own_redis.url)
+    lags: list[float] = []
+    try:
+        recorder.start()
+        deadline = time.monotonic() + PATIENCE
+        while len(recorder.samples()) < 2:  # sampling, Redis answering at once
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        admin.execute_command("CLIENT", "PAUSE", 800, "ALL")  # Redis answers in 0.8 s
+        end = time.monotonic() + 1.2
+        while time.monotonic() < end:
+            lags.append(_job_loop_lag())
+    finally:
+        recorder.stop()
+        admin.execute_command("CLIENT", "UNPAUSE")
+        admin.close()
+        asyncio.run(pool.stop())
+    assert max(lags) < 0.3, f"the job loop stalled {max(lags):.2f} s"
+
+
+def _job_loop_lag() -> float:
+    """Seconds the job loop takes to run a callback handed to it now."""
+    done = threading.Event()
+    started = time.monotonic()
+    get_job_loop().call_soon_threadsafe(done.set)
+    assert done.wait(PATIENCE)
+    return time.monotonic() - started
