@@ -354,3 +354,57 @@ def _job_loop_lag() -> float:
     get_job_loop().call_soon_threadsafe(done.set)
     assert done.wait(PATIENCE)
     return time.monotonic() - started
+
+
+# --- beyond the seven: Redis losing writes, and its clock stepping --------------------------
+
+
+def test_a_running_job_redis_lost_without_restarting_is_counted_again(make_pool, redis_server):
+    """A failover to a replica that missed the last writes: no connection breaks, the job's
+    keys are simply gone. The next beat (lease/3) counts the running job again."""
+    here, there = make_pool(1, 1, 10.0), make_pool(1, 1, 10.0)
+    gate, calls = threading.Event(), []
+    namespace = here.namespace
+    prefix = "{" + namespace + "}:"
+
+    async def scenario():
+        running = asyncio.create_task(here.run("k", "a", held("K", gate, calls)))
+        await until(lambda: here.running() == 1)
+        with redis.Redis.from_url(redis_server.url, decode_responses=True) as client:
+            client.delete(prefix + "job:k", prefix + "running", prefix + "callers")
+        assert _running_keys(redis_server, namespace) == set()
+        await until(lambda: _running_keys(redis_server, namespace) == {"k"})
+        joiner = asyncio.create_task(there.run("k", "b", held("again", gate, calls)))
+        await until(lambda: there.waiting("k") >= 1)
+        gate.set()
+        assert await asyncio.gather(running, joiner) == ["K", "K"]
+        assert calls == ["K"]
+
+    run(scenario)
+
+
+def test_a_forward_clock_step_past_the_lease_is_survived_as_documented(make_pool, redis_server):
+    """Redis's TIME jumping more than a lease ahead ends every lease at once (here: every
+    lease set to have ended, the same effect). The bound in docs/cluster.md: holds are
+    freed and sharers in other processes get RunnerLost; the job itself runs on, is counted
+    again by its owner's next beat, and answers its own callers."""
+    here, there = make_pool(1, 1, 10.0), make_pool(1, 1, 10.0)
+    gate, calls = threading.Event(), []
+    namespace = here.namespace
+
+    async def scenario():
+        running = asyncio.create_task(here.run("k", "a", held("K", gate, calls)))
+        await until(lambda: here.running() == 1)
+        sharer = asyncio.create_task(there.run("k", "b", None))
+        await until(lambda: there.waiting("k") == 1)
+        with redis.Redis.from_url(redis_server.url, decode_responses=True) as client:
+            procs = "{" + namespace + "}:procs"
+            client.zadd(procs, dict.fromkeys(client.zrange(procs, 0, -1), 0))
+        with pytest.raises(Exception) as lost:
+            await sharer
+        assert type(lost.value).__name__ == "RunnerLost"
+        await until(lambda: _running_keys(redis_server, namespace) == {"k"})
+        gate.set()
+        assert await running == "K" and calls == ["K"]
+
+    run(scenario)
