@@ -1,14 +1,20 @@
-"""Shared fixtures: a fresh pool per test, staging into the test's own directory."""
+"""Shared fixtures and helpers: a fresh pool per test, staging into the test's own directory,
+waits on observable state, threads for held requests; and, from tests/ci_strict.py, the
+hook that makes a missing chromium, redis-server or corpus a failure under CI=true."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 
 import pytest
 
 from django_pdfpool import process_pool
+from tests.ci_strict import pytest_runtest_makereport  # noqa: F401 (CI=true: see there)
 from tests.views import HELD
 
 
@@ -38,6 +44,29 @@ def wait_until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
         if time.monotonic() > deadline:
             raise AssertionError("condition not reached in time")
         time.sleep(0.002)
+
+
+async def until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
+    """``wait_until`` for a coroutine: poll ``condition`` on the loop; fail if it does not
+    hold in time (never wait for ever: a regression fails instead of hanging)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        await asyncio.sleep(0.002)
+
+
+@contextmanager
+def held_requests(workers: int) -> Iterator[ThreadPoolExecutor]:
+    """Threads for requests whose jobs HELD holds. Leaving the block, however it is left,
+    releases the held jobs before the threads are joined: a failed assertion inside it
+    fails the test at once instead of waiting for threads that wait for the release."""
+    threads = ThreadPoolExecutor(workers)
+    try:
+        yield threads
+    finally:
+        HELD.release.set()
+        threads.shutdown(wait=True, cancel_futures=True)
 
 
 # Debian's chromium, driven by Playwright, for the browser tests

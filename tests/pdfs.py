@@ -227,12 +227,13 @@ def no_root_huge_size() -> bytes:
     return assemble(objects, trailer=b"", size=2_000_000_000)
 
 
-def many_pages(count: int = 20_000) -> bytes:
-    """`count` pages sharing one small content stream."""
+def many_pages(count: int = 20_000, declared: int | None = None) -> bytes:
+    """`count` pages sharing one small content stream; /Count says `declared` if given."""
     kids = b" ".join(b"%d 0 R" % (5 + i) for i in range(count))
+    declared = count if declared is None else declared
     objects = [
         b"<< /Type /Catalog /Pages 2 0 R >>",
-        b"<< /Type /Pages /Kids [%s] /Count %d >>" % (kids, count),
+        b"<< /Type /Pages /Kids [%s] /Count %d >>" % (kids, declared),
         FONT,
         stream(text_ops("page")),
     ]

@@ -10,9 +10,9 @@ import importlib
 import json
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from django.conf import global_settings
 from django.core.exceptions import ImproperlyConfigured
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import AsyncClient, Client, RequestFactory
@@ -22,10 +22,11 @@ from django_pdfpool.callers import user_or_forwarded_ip, user_or_ip
 from django_pdfpool.checks import check_settings
 from django_pdfpool.conf import get_settings
 from tests import pdfs
-from tests.conftest import wait_until
-from tests.views import HELD
+from tests.conftest import held_requests, until, wait_until
+from tests.views import HELD, PARSED, VIEW_RUNS
 
 JSON = {"HTTP_ACCEPT": "application/json"}
+SOON = 30  # seconds: an answer that should come at once, bounded so a regression fails
 
 
 def upload(data: bytes, name: str = "doc.pdf") -> SimpleUploadedFile:
@@ -103,11 +104,11 @@ def test_concurrent_identical_uploads_share_one_run(pdfpool):
     pdfpool(SLOTS=1, QUEUE=0)
     HELD.reset(extract=True)
     data = pdfs.simple(["shared"])
-    with ThreadPoolExecutor(6) as threads:
+    with held_requests(6) as threads:
         futures = [threads.submit(post, "/held/sync/", data, f"10.0.0.{i}") for i in range(6)]
         wait_until(lambda: get_pool().waiting(held_key(data)) == 5)
         HELD.release.set()
-        responses = [future.result(timeout=30) for future in futures]
+        responses = [future.result(timeout=SOON) for future in futures]
     assert [r.status_code for r in responses] == [200] * 6
     assert {r.json()["pdf"]["text"] for r in responses} == {responses[0].json()["pdf"]["text"]}
     assert "shared" in responses[0].json()["pdf"]["text"]
@@ -120,9 +121,10 @@ def test_concurrent_identical_async_uploads_share_one_run(pdfpool):
 
     async def scenario():
         tasks = [asyncio.create_task(apost("/held/async/", data, f"10.0.1.{i}")) for i in range(4)]
-        while get_pool().waiting(held_key(data)) < 3:
-            await asyncio.sleep(0.002)
-        HELD.release.set()
+        try:
+            await until(lambda: get_pool().waiting(held_key(data)) == 3)
+        finally:
+            HELD.release.set()
         return await asyncio.gather(*tasks)
 
     responses = asyncio.run(scenario())
@@ -135,15 +137,16 @@ def test_concurrent_identical_async_uploads_share_one_run(pdfpool):
 
 
 def test_a_caller_with_a_job_in_flight_gets_429_at_once(pdfpool):
-    with ThreadPoolExecutor(2) as threads:
+    with held_requests(3) as threads:
         first = threads.submit(post, "/held/sync/", b"%PDF- first", "10.0.0.9")
         wait_until(lambda: get_pool().running() == 1)
-        refused = post("/held/sync/", b"%PDF- second", "10.0.0.9")
+        refused = threads.submit(post, "/held/sync/", b"%PDF- second", "10.0.0.9")
+        refused = refused.result(timeout=SOON)
         other_caller = threads.submit(post, "/held/sync/", b"%PDF- second", "10.0.0.8")
         wait_until(lambda: get_pool().running() == 2)
         HELD.release.set()
-        assert first.result(timeout=30).status_code == 200
-        assert other_caller.result(timeout=30).status_code == 200
+        assert first.result(timeout=SOON).status_code == 200
+        assert other_caller.result(timeout=SOON).status_code == 200
     assert refused.status_code == 429
     assert refused.json()["error"] == "caller_busy"
     assert int(refused["Retry-After"]) >= 1
@@ -152,15 +155,16 @@ def test_a_caller_with_a_job_in_flight_gets_429_at_once(pdfpool):
 
 def test_a_full_queue_gets_503_with_retry_after(pdfpool):
     pdfpool(SLOTS=1, QUEUE=1)
-    with ThreadPoolExecutor(2) as threads:
+    with held_requests(3) as threads:
         running = threads.submit(post, "/held/sync/", b"%PDF- a", "10.0.0.1")
         wait_until(lambda: get_pool().running() == 1)
         queued = threads.submit(post, "/held/sync/", b"%PDF- b", "10.0.0.2")
         wait_until(lambda: get_pool().queued() == 1)
-        refused = post("/held/sync/", b"%PDF- c", "10.0.0.3")
+        refused = threads.submit(post, "/held/sync/", b"%PDF- c", "10.0.0.3")
+        refused = refused.result(timeout=SOON)
         HELD.release.set()
-        assert running.result(timeout=30).status_code == 200
-        assert queued.result(timeout=30).status_code == 200
+        assert running.result(timeout=SOON).status_code == 200
+        assert queued.result(timeout=SOON).status_code == 200
     assert refused.status_code == 503
     assert refused.json() == {
         "error": "busy",
@@ -173,12 +177,13 @@ def test_a_full_queue_gets_503_with_retry_after(pdfpool):
 
 def test_waiting_longer_than_wait_gets_503(pdfpool):
     pdfpool(SLOTS=1, QUEUE=1, WAIT=0.2)
-    with ThreadPoolExecutor(1) as threads:
+    with held_requests(2) as threads:
         running = threads.submit(post, "/held/sync/", b"%PDF- a", "10.0.0.1")
         wait_until(lambda: get_pool().running() == 1)
-        expired = post("/held/sync/", b"%PDF- b", "10.0.0.2")
+        expired = threads.submit(post, "/held/sync/", b"%PDF- b", "10.0.0.2")
+        expired = expired.result(timeout=SOON)
         HELD.release.set()
-        assert running.result(timeout=30).status_code == 200
+        assert running.result(timeout=SOON).status_code == 200
     assert expired.status_code == 503
     assert expired.json()["error"] == "busy"
     assert "waited" in expired.json()["message"]
@@ -194,17 +199,17 @@ def test_a_starter_that_disconnects_does_not_take_the_file_from_its_sharers(pdfp
     data = pdfs.simple(["survives its starter"])
 
     async def scenario():
-        starter = asyncio.create_task(apost("/held/async/", data, "10.0.2.1"))
-        while get_pool().running() < 1:
-            await asyncio.sleep(0.002)
-        sharer = asyncio.create_task(apost("/held/async/", data, "10.0.2.2"))
-        while get_pool().waiting(held_key(data)) < 1:
-            await asyncio.sleep(0.002)
-        starter.cancel()  # what ASGI does to the view when its client goes away
-        with pytest.raises(asyncio.CancelledError):
-            await starter
-        assert get_pool().running() == 1
-        HELD.release.set()
+        try:
+            starter = asyncio.create_task(apost("/held/async/", data, "10.0.2.1"))
+            await until(lambda: get_pool().running() == 1)
+            sharer = asyncio.create_task(apost("/held/async/", data, "10.0.2.2"))
+            await until(lambda: get_pool().waiting(held_key(data)) == 1)
+            starter.cancel()  # what ASGI does to the view when its client goes away
+            with pytest.raises(asyncio.CancelledError):
+                await starter
+            assert get_pool().running() == 1
+        finally:
+            HELD.release.set()
         return await sharer
 
     response = asyncio.run(scenario())
@@ -218,18 +223,18 @@ def test_a_queued_starter_that_leaves_alone_frees_its_place_and_file(pdfpool):
     pdfpool(SLOTS=1, QUEUE=1)
 
     async def scenario():
-        running = asyncio.create_task(apost("/held/async/", b"%PDF- a", "10.0.3.1"))
-        while get_pool().running() < 1:
-            await asyncio.sleep(0.002)
-        queued = asyncio.create_task(apost("/held/async/", b"%PDF- b", "10.0.3.2"))
-        while get_pool().queued() < 1:
-            await asyncio.sleep(0.002)
-        queued.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await queued
-        assert get_pool().queued() == 0
-        assert len(leftovers(pdfpool())) == 1  # only the running job's copy
-        HELD.release.set()
+        try:
+            running = asyncio.create_task(apost("/held/async/", b"%PDF- a", "10.0.3.1"))
+            await until(lambda: get_pool().running() == 1)
+            queued = asyncio.create_task(apost("/held/async/", b"%PDF- b", "10.0.3.2"))
+            await until(lambda: get_pool().queued() == 1)
+            queued.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await queued
+            assert get_pool().queued() == 0
+            assert len(leftovers(pdfpool())) == 1  # only the running job's copy
+        finally:
+            HELD.release.set()
         return await running
 
     assert asyncio.run(scenario()).status_code == 200
@@ -291,6 +296,58 @@ def test_an_oversized_upload_gets_413_before_any_work(pdfpool, url):
     assert leftovers(pdfpool()) == []
 
 
+@pytest.mark.parametrize("client", ["wsgi", "asgi"])
+@pytest.mark.parametrize("url", ["/sync/", "/async/"])
+def test_an_upload_declared_too_large_is_refused_before_django_parses_it(
+    pdfpool, settings, url, client
+):
+    """The declared Content-Length alone answers 413: Django never parses the body nor
+    stores its file (no upload handler runs). The later size check, for an upload that
+    declared a small enough body, answers 413 too, but only once the body was parsed."""
+    pdfpool(MAX_UPLOAD_SIZE=1000)
+    recording = "tests.views.RecordingUploadHandler"
+    settings.FILE_UPLOAD_HANDLERS = [recording, *global_settings.FILE_UPLOAD_HANDLERS]
+    field = "document" if url == "/async/" else "file"
+
+    def send(data: bytes):
+        if client == "wsgi":
+            return post(url, data, field=field)
+        return asyncio.run(apost(url, data, field=field))
+
+    PARSED.clear()
+    parsed = send(b"%PDF-" + b"x" * 5000)  # within the multipart slack: parsed, then refused
+    assert parsed.status_code == 413
+    assert list(PARSED) == [url]  # the recording handler sees a parse when there is one
+    PARSED.clear()
+    big = send(b"%PDF-" + b"x" * 500_000)
+    assert big.status_code == 413 and big.json()["error"] == "too_large"
+    assert list(PARSED) == []  # refused from the header: the body was never parsed or stored
+    assert get_pool().snapshot().counters.started == 0
+    assert leftovers(pdfpool()) == []
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_the_view_never_runs_for_an_upload_the_pool_refused_or_could_not_read(pdfpool, kind):
+    """503, 429 and 422 are the decorator's own answers: a view (and whatever it does
+    besides answering) runs only for an upload whose job gave a result."""
+    pdfpool(SLOTS=1, QUEUE=0)
+    VIEW_RUNS.clear()
+    url = f"/counted/{kind}/"
+    with held_requests(3) as threads:
+        held = threads.submit(post, url, b"%PDF- held", "10.0.10.1")
+        wait_until(lambda: get_pool().running() == 1)
+        busy = threads.submit(post, url, b"%PDF- another", "10.0.10.2").result(SOON)
+        mine = threads.submit(post, url, b"%PDF- mine too", "10.0.10.1").result(SOON)
+        HELD.release.set()
+        assert held.result(timeout=SOON).status_code == 200
+    assert (busy.status_code, busy.json()["error"]) == (503, "busy")
+    assert (mine.status_code, mine.json()["error"]) == (429, "caller_busy")
+    field = "document" if kind == "async" else "file"
+    unreadable = post(f"/counted/extract/{kind}/", pdfs.html(), "10.0.10.3", field=field)
+    assert (unreadable.status_code, unreadable.json()["error"]) == (422, "not_a_pdf")
+    assert list(VIEW_RUNS) == [url]  # the held upload's run, and no other
+
+
 @pytest.mark.parametrize(
     ("data", "code"),
     [
@@ -348,13 +405,13 @@ def test_changed_settings_rebuild_the_pool_once_it_is_idle(pdfpool):
     pdfpool(SLOTS=1)
     first = get_pool()
     assert first.slots == 1
-    with ThreadPoolExecutor(1) as threads:
+    with held_requests(1) as threads:
         held = threads.submit(post, "/held/sync/", b"%PDF- held", "10.0.5.1")
         wait_until(lambda: first.running() == 1)
         pdfpool(SLOTS=3)
         assert get_pool() is first  # busy: jobs keep the limits they were admitted under
         HELD.release.set()
-        assert held.result(timeout=30).status_code == 200
+        assert held.result(timeout=SOON).status_code == 200
     wait_until(lambda: first.running() == 0)
     rebuilt = get_pool()
     assert rebuilt is not first and rebuilt.slots == 3
@@ -368,17 +425,28 @@ def test_changed_settings_rebuild_the_pool_once_it_is_idle(pdfpool):
 def test_the_middleware_answers_refusals_from_views_calling_the_pool(pdfpool, url):
     pdfpool(SLOTS=1, QUEUE=0)
     assert Client().get(url, {"key": "free"}, **JSON).json() == {"result": "ran"}
-    with ThreadPoolExecutor(1) as threads:
+    with held_requests(2) as threads:
         held = threads.submit(post, "/held/sync/", b"%PDF- hold", "10.0.6.1")
         wait_until(lambda: get_pool().running() == 1)
-        busy = Client().get(url, {"key": "other"}, **JSON)
-        html = Client().get(url, {"key": "other"}, HTTP_ACCEPT="text/html")
+        busy = threads.submit(Client().get, url, {"key": "other"}, **JSON).result(SOON)
+        html = threads.submit(Client().get, url, {"key": "other"}, HTTP_ACCEPT="text/html")
+        html = html.result(SOON)
         HELD.release.set()
-        assert held.result(timeout=30).status_code == 200
+        assert held.result(timeout=SOON).status_code == 200
     assert busy.status_code == 503
     assert busy.json()["error"] == "busy"
     assert int(busy["Retry-After"]) >= 1
     assert html.status_code == 503 and b"Busy" in html.content
+
+
+@pytest.mark.parametrize("url", ["/direct/sync/", "/direct/async/"])
+def test_the_middleware_answers_extraction_errors_from_views_calling_the_pool(pdfpool, url):
+    query = {"key": "unreadable", "job": "unreadable"}
+    response = Client().get(url, query, **JSON)
+    assert response.status_code == 422
+    assert response.json()["error"] == "malformed"
+    html = Client().get(url, query, HTTP_ACCEPT="text/html")
+    assert html.status_code == 422 and html["Content-Type"].startswith("text/html")
 
 
 def test_the_middleware_leaves_other_requests_alone(pdfpool):
@@ -401,12 +469,12 @@ def test_json_answer_answers_json_even_to_browsers(pdfpool):
 def test_a_views_own_answer_function_makes_every_refusal(pdfpool):
     missing = Client().post("/own-answers/", {"other": "x"})
     assert (missing.status_code, missing.json()["mine"]) == (418, "no_upload")
-    with ThreadPoolExecutor(1) as threads:
+    with held_requests(2) as threads:
         held = threads.submit(post, "/held/sync/", b"%PDF- mine", "10.0.7.1")
         wait_until(lambda: get_pool().running() == 1)
-        refused = post("/own-answers/", b"%PDF- again", "10.0.7.1")
+        refused = threads.submit(post, "/own-answers/", b"%PDF- again", "10.0.7.1").result(SOON)
         HELD.release.set()
-        assert held.result(timeout=30).status_code == 200
+        assert held.result(timeout=SOON).status_code == 200
     assert refused.status_code == 418
     assert refused.json()["mine"] == "caller_busy" and refused.json()["status"] == 429
     assert refused.json()["retry"] >= 0

@@ -100,6 +100,38 @@ def test_max_pages_truncates_or_refuses(copies):
     assert caught.value.code == "too_many_pages"
 
 
+def test_too_many_pages_are_refused_on_the_declared_count_before_the_page_tree_is_walked(
+    monkeypatch,
+):
+    """With ``refuse``, pypdf's engine reads /Root /Pages /Count and refuses at once: the
+    page tree is not walked (20,000 pages take seconds to walk on a busy machine). A /Count
+    that lies low lets no more pages through: the walk counts them, as before."""
+    from django_pdfpool.sandbox import engines
+
+    walks = []
+    flatten = PdfReader._flatten
+
+    def counting_flatten(self, *args, **kwargs):
+        walks.append(1)
+        return flatten(self, *args, **kwargs)
+
+    monkeypatch.setattr(PdfReader, "_flatten", counting_flatten)
+    many = pdfs.many_pages(2_000)
+    with pytest.raises(ExtractionError) as caught:
+        engines.extract_pages("pypdf", many, max_pages=50, refuse=True)
+    assert (caught.value.code, caught.value.detail) == ("too_many_pages", "2000 pages")
+    assert walks == []
+    lying = pdfs.many_pages(2_000, declared=10)
+    with pytest.raises(ExtractionError) as caught:
+        engines.extract_pages("pypdf", lying, max_pages=50, refuse=True)
+    assert (caught.value.code, caught.value.detail) == ("too_many_pages", "2000 pages")
+    assert walks == [1]
+    truncated = engines.extract_pages("pypdf", many, max_pages=50, refuse=False)
+    assert (truncated["page_count"], len(truncated["pages"])) == (2_000, 50)
+    within = engines.extract_pages("pypdf", pdfs.many_pages(3), max_pages=50, refuse=True)
+    assert (within["page_count"], within["truncated"]) == (3, False)
+
+
 def test_file_larger_than_memory_limit_is_refused_at_once(copies):
     data = pdfs.simple(["x"]) + b"%" * (2 << 20)
     started = time.monotonic()

@@ -45,7 +45,7 @@ def in_process(path: Path) -> list[str]:
 def test_corpus_file(entry):
     path = CORPUS / entry["path"]
     if not path.exists():
-        pytest.skip(f"{entry['path']} missing")
+        pytest.skip(f"{entry['path']} missing from the corpus")
     before = child_pids()
     expected_error = EXPECTED_ERRORS.get(entry_id(entry)[:3])
     if expected_error:
@@ -66,7 +66,7 @@ def test_corpus_file_with_pdfium(entry):
     pytest.importorskip("pypdfium2")
     path = CORPUS / entry["path"]
     if not path.exists():
-        pytest.skip(f"{entry['path']} missing")
+        pytest.skip(f"{entry['path']} missing from the corpus")
     expected_error = EXPECTED_ERRORS.get(entry_id(entry)[:3])
     if expected_error:
         with pytest.raises(ExtractionError) as caught:

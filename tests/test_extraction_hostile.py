@@ -21,6 +21,8 @@ from tests.procs import PeakWatcher, child_pids, leftovers, rlimits
 
 TIMEOUT = 5.0  # generous: under load a quick refusal must still beat its deadline
 DEADLINE = {"timeout": 2.0}  # for the cases that are expected to run into it
+WORK = 30.0  # for the cases that must finish seconds of real work: a loaded machine is slow
+REFUSE_OVER_50 = {"max_pages": 50, "on_too_many_pages": "refuse"}
 MEMORY = 256 << 20
 MiB = 1 << 20
 
@@ -58,12 +60,27 @@ CASES = {
     "200,000 nested brackets": (pdfs.nested_brackets, "malformed", {}, None),
     "no /Root, huge /Size": (pdfs.no_root_huge_size, "malformed", {}, None),
     "20,000 pages": (pdfs.many_pages, "too_complex", DEADLINE, None),
-    # Counting 20,000 pages takes pypdf about 1.5 s.
-    "20,000 pages, max_pages": (pdfs.many_pages, "ok", {"max_pages": 50}, "page"),
-    "20,000 pages, refused": (
+    # Counting 20,000 pages (walking the page tree) takes pypdf about 1.5 s, idle.
+    "20,000 pages, max_pages": (
         pdfs.many_pages,
+        "ok",
+        {"max_pages": 50, "timeout": WORK},
+        "page",
+    ),
+    # Refused on the /Count the document declares, before any page is read.
+    "20,000 pages, refused": (pdfs.many_pages, "too_many_pages", REFUSE_OVER_50, None),
+    # A /Count that lies low: the page tree's walk counts them, and they are refused.
+    "20,000 pages, /Count says 10, refused": (
+        lambda: pdfs.many_pages(declared=10),
         "too_many_pages",
-        {"max_pages": 50, "on_too_many_pages": "refuse"},
+        {**REFUSE_OVER_50, "timeout": WORK},
+        None,
+    ),
+    # A /Count that lies high is refused for what it claims (as pypdfium2 always did).
+    "3 pages, /Count says 20,000, refused": (
+        lambda: pdfs.many_pages(3, declared=20_000),
+        "too_many_pages",
+        REFUSE_OVER_50,
         None,
     ),
     "bogus /Length, past the end": (pdfs.bogus_length, "malformed", {}, None),
@@ -85,6 +102,7 @@ PDFIUM_CASES = {
     "no /Root, huge /Size": "malformed",
     "20,000 pages, max_pages": "ok",
     "20,000 pages, refused": "too_many_pages",
+    "3 pages, /Count says 20,000, refused": "too_many_pages",
 }
 
 

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -16,6 +17,8 @@ import pytest
 
 from django_pdfpool import extraction
 from django_pdfpool.extraction import extract
+from django_pdfpool.sandbox import spares as spares_module
+from django_pdfpool.sandbox.spares import WarmChildren
 from tests import pdfs
 from tests.procs import CHILD_MARK, child_pids, leftovers, rlimits
 
@@ -102,16 +105,51 @@ def test_spares_are_bounded(spares):
         return [job.result().text for job in jobs]
 
     assert asyncio.run(scenario()) == [f"job {n}" for n in range(6)]
-    time.sleep(0.5)  # replacements settle
+    wait_for(lambda: len(extraction.spare_pids()) == 2)  # the replacements are ready
     seen.append(len(extraction.spare_pids()))
     assert max(seen) <= 2
 
 
+class FakeChild:
+    """A spare that gets ready only when its gate opens (no process)."""
+
+    def __init__(self, gate: threading.Event, made: list) -> None:
+        self.gate, self.pid = gate, 100_000 + len(made)
+        made.append(self)
+
+    def wait_ready(self, timeout: float) -> bool:
+        return self.gate.wait(timeout)
+
+    def alive(self) -> bool:
+        return True
+
+
+def test_spares_fewer_while_they_start_keeps_only_the_new_number(monkeypatch):
+    """configure(spares=n) lowered while spares are starting: those that get ready beyond
+    the new number are ended, not kept."""
+    gate, made, dropped = threading.Event(), [], []
+    monkeypatch.setattr(spares_module, "Child", lambda *args, **kw: FakeChild(gate, made))
+    monkeypatch.setattr(spares_module, "drop", dropped.append)
+    warm = WarmChildren(spares=3)
+    try:
+        warm.refill()
+        wait_for(lambda: len(made) == 3)  # three starting, none ready
+        warm.resize(1)
+    finally:
+        gate.set()  # now they are ready
+    wait_for(lambda: len(warm.pids()) + len(dropped) == 3)  # each kept or ended
+    assert len(warm.pids()) == 1
+    assert sorted(warm.pids() + [child.pid for child in dropped]) == [c.pid for c in made]
+
+
 def test_spares_off(spares):
+    before = child_pids()
     spares(spares=0)
     extraction.prewarm()
     assert run().text == "warm"
-    time.sleep(0.3)
+    # The job's child exits; a spare would have been started by now (at the answer) and
+    # would still be there: every child of ours ends, and no spare is waiting.
+    wait_for(lambda: not child_pids() - before)
     assert extraction.spare_pids() == []
     assert run(warm=False).text == "warm"  # and per call, whatever the setting
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
+import socket
 import ssl
 import subprocess
 import time
@@ -324,15 +325,27 @@ def listening(pid: int) -> bool:
     return any(s.status == psutil.CONN_LISTEN for s in sockets)
 
 
-def connected_from(pid: int, address: str) -> bool:
-    """The server has accepted a connection from ``address``."""
-    sockets = psutil.Process(pid).net_connections(kind="tcp")
-    return any(s.raddr and s.raddr.ip == address for s in sockets)
+def read_all_sent(pid: int, port: int, address: str) -> bool:
+    """The server listening on ``port`` has read every byte that the connection from
+    ``address`` sent it: the receive queue of the server's end is empty (/proc/PID/net/tcp
+    lists the TCP sockets of ``pid``'s network namespace; an accepted connection is there
+    with its queue even before the server reads it)."""
+    local = f"{socket.inet_aton('127.0.0.1')[::-1].hex().upper()}:{port:04X}"
+    remote = socket.inet_aton(address)[::-1].hex().upper() + ":"
+    with open(f"/proc/{pid}/net/tcp") as table:
+        for line in table.readlines()[1:]:
+            fields = line.split()
+            if fields[1] == local and fields[2].startswith(remote) and fields[3] == "01":
+                return int(fields[4].split(":")[1], 16) == 0
+    return False  # not (yet) an established connection of the server's
 
 
-async def held_upload(url: str, data: bytes, address: str, go: asyncio.Event) -> tuple[int, dict]:
+async def held_upload(
+    url: str, data: bytes, address: str, go: asyncio.Event, sent: asyncio.Event
+) -> tuple[int, dict]:
     """POST whose body stops half way until ``go`` is set: the request is in flight (its
-    headers are in) but reaches the view only after the rest arrives."""
+    headers are in) but reaches the view only after the rest arrives. ``sent`` is set
+    once the headers and the first half are written."""
     host, port = url.removeprefix("http://").split(":")
     boundary = "pdfpool-fault-boundary"
     body = (
@@ -352,6 +365,7 @@ async def held_upload(url: str, data: bytes, address: str, go: asyncio.Event) ->
     try:
         writer.write(head + body[: len(body) // 2])
         await writer.drain()
+        sent.set()
         await go.wait()
         writer.write(body[len(body) // 2 :])
         await writer.drain()
@@ -374,7 +388,8 @@ def test_sigterm_finishes_running_and_queued_jobs_and_refuses_what_comes_later(t
     with uvicorn(APP, pdfpool=settings(staged), env=ENV) as server:
         # two running (about 2.4 s each), two queued behind them (about 1.1 s each)
         documents = [slow_pdf(f"drain-{i}", megabytes=2 if i < 2 else 1) for i in range(4)]
-        go = asyncio.Event()
+        go, sent = asyncio.Event(), asyncio.Event()
+        port = int(server.url.rsplit(":", 1)[1])
 
         async def scenario():
             jobs = []
@@ -384,10 +399,11 @@ def test_sigterm_finishes_running_and_queued_jobs_and_refuses_what_comes_later(t
             snapshot = await get_json(f"{server.url}/snapshot/")
             assert (snapshot["running"], snapshot["queued"]) == (2, 2)
             late = asyncio.create_task(
-                held_upload(server.url, pdfs.simple(["late"]), "127.0.12.9", go)
+                held_upload(server.url, pdfs.simple(["late"]), "127.0.12.9", go, sent)
             )
-            await until(lambda: connected_from(server.pid, "127.0.12.9"))
-            await asyncio.sleep(0.2)  # let the server read the late request's headers
+            # the server has read the late request's headers (and half its body): the
+            # request is in flight, which uvicorn waits for at shutdown
+            await until(lambda: sent.is_set() and read_all_sent(server.pid, port, "127.0.12.9"))
             server.process.send_signal(signal.SIGTERM)
             await until(lambda: not listening(server.pid))
             with pytest.raises(httpx.ConnectError):  # the listener is closed

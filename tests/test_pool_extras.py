@@ -23,6 +23,7 @@ import threading
 import time
 import traceback
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
@@ -34,10 +35,14 @@ LONG = 5.0  # seconds: "did not hang" answers well within this
 
 
 class Gate:
-    """Holds a job until opened; safe to open from any thread."""
+    """Holds a job until opened; safe to open from any thread. Every gate a test made is
+    opened after it (``_open_gates``), so a failing test leaves no job held."""
+
+    made: ClassVar[list[Gate]] = []
 
     def __init__(self) -> None:
         self._event = threading.Event()
+        Gate.made.append(self)
 
     def open(self) -> None:
         self._event.set()
@@ -45,6 +50,14 @@ class Gate:
     async def wait(self) -> None:
         while not self._event.is_set():
             await asyncio.sleep(0.001)
+
+
+@pytest.fixture(autouse=True)
+def _open_gates():
+    yield
+    for gate in Gate.made:
+        gate.open()
+    Gate.made.clear()
 
 
 def job(result, gate=None, started=None):

@@ -37,6 +37,23 @@ class Owner:
         return self.ran, self.dropped
 
 
+GATES: list[threading.Event] = []  # this test's gates, opened whatever its ending
+
+
+def new_gate() -> threading.Event:
+    GATES.append(threading.Event())
+    return GATES[-1]
+
+
+@pytest.fixture(autouse=True)
+def _open_gates():
+    """A test that fails leaves no job of its own polling a closed gate on the job loop."""
+    yield
+    for gate in GATES:
+        gate.set()
+    GATES.clear()
+
+
 async def until(condition, timeout: float = 5.0) -> None:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
@@ -60,7 +77,7 @@ def test_a_job_that_runs_is_not_dropped():
 
 def test_joining_and_refusals_drop_at_once():
     async def scenario():
-        pool, gate = Pool(1, 0, 1.0), threading.Event()
+        pool, gate = Pool(1, 0, 1.0), new_gate()
         starter = Owner(gate=gate)
         task = asyncio.create_task(pool.run("k", "a", starter.fn, on_drop=starter.on_drop))
         await until(lambda: pool.running() == 1)
@@ -87,7 +104,7 @@ def test_joining_and_refusals_drop_at_once():
 
 def test_a_queued_job_dropped_by_its_last_waiter_expiry_or_stop_is_dropped_once():
     async def scenario():
-        pool, gate = Pool(1, 3, 0.3), threading.Event()
+        pool, gate = Pool(1, 3, 0.3), new_gate()
         holder = Owner(gate=gate)
         held = asyncio.create_task(pool.run("h", "h", holder.fn, on_drop=holder.on_drop))
         await until(lambda: pool.running() == 1)
@@ -116,7 +133,7 @@ def test_a_queued_job_dropped_by_its_last_waiter_expiry_or_stop_is_dropped_once(
 
 def test_a_starter_that_leaves_a_shared_queued_job_does_not_drop_it():
     async def scenario():
-        pool, gate = Pool(1, 1, 5.0), threading.Event()
+        pool, gate = Pool(1, 1, 5.0), new_gate()
         holder = Owner(gate=gate)
         held = asyncio.create_task(pool.run("h", "h", holder.fn, on_drop=holder.on_drop))
         await until(lambda: pool.running() == 1)

@@ -4,24 +4,23 @@ and stop what outlives the drain timeout."""
 from __future__ import annotations
 
 import asyncio
-from concurrent.futures import ThreadPoolExecutor
 
 from django_pdfpool import adrain_pool, drain_pool, get_pool
-from tests.conftest import wait_until
+from tests.conftest import held_requests, wait_until
 from tests.test_decorator import post
 from tests.views import HELD
 
 
 def test_drain_finishes_running_and_queued_then_refuses(pdfpool):
     pdfpool(SLOTS=1, QUEUE=1)
-    with ThreadPoolExecutor(3) as threads:
+    with held_requests(4) as threads:
         running = threads.submit(post, "/held/sync/", b"%PDF- a", "10.0.8.1")
         wait_until(lambda: get_pool().running() == 1)
         queued = threads.submit(post, "/held/sync/", b"%PDF- b", "10.0.8.2")
         wait_until(lambda: get_pool().queued() == 1)
         draining = threads.submit(drain_pool, 30)
         wait_until(lambda: get_pool().snapshot().closed)
-        refused = post("/held/sync/", b"%PDF- c", "10.0.8.3")
+        refused = threads.submit(post, "/held/sync/", b"%PDF- c", "10.0.8.3").result(30)
         assert not draining.done()
         HELD.release.set()
         assert draining.result(timeout=30) is True
@@ -33,7 +32,7 @@ def test_drain_finishes_running_and_queued_then_refuses(pdfpool):
 
 def test_a_drain_that_times_out_stops_what_is_left(pdfpool):
     pdfpool(SLOTS=1, QUEUE=1)
-    with ThreadPoolExecutor(2) as threads:
+    with held_requests(2) as threads:
         running = threads.submit(post, "/held/sync/", b"%PDF- a", "10.0.9.1")
         wait_until(lambda: get_pool().running() == 1)
         queued = threads.submit(post, "/held/sync/", b"%PDF- b", "10.0.9.2")

@@ -20,7 +20,7 @@ from django_pdfpool.admission import history
 from django_pdfpool.admission.history import Recorder
 from django_pdfpool.admission.snapshot import Counters, DurationSummary, PoolSnapshot
 from django_pdfpool.status import page as status_page
-from tests.conftest import wait_until
+from tests.conftest import held_requests, wait_until
 from tests.test_decorator import JSON, held_key, post
 from tests.views import HELD
 
@@ -129,7 +129,8 @@ def job_rows(page: str) -> list[list[str]]:
 
 def held_scene(threads: ThreadPoolExecutor) -> list:
     """With SLOTS=2, QUEUE=2: two jobs running (one shared by a second caller), two
-    queued, one caller refused for a full queue and one for having a job in flight."""
+    queued, one caller refused for a full queue and one for having a job in flight.
+    ``threads`` needs six workers: five held requests, and the refused ones in turn."""
     futures = [threads.submit(post, "/held/sync/", b"%PDF- a", "10.1.0.1")]
     futures.append(threads.submit(post, "/held/sync/", b"%PDF- b", "10.1.0.2"))
     wait_until(lambda: get_pool().running() == 2)
@@ -138,15 +139,17 @@ def held_scene(threads: ThreadPoolExecutor) -> list:
     futures.append(threads.submit(post, "/held/sync/", b"%PDF- c", "10.1.0.4"))
     futures.append(threads.submit(post, "/held/sync/", b"%PDF- d", "10.1.0.5"))
     wait_until(lambda: get_pool().queued() == 2)
-    assert post("/held/sync/", b"%PDF- e", "10.1.0.6").status_code == 503
-    assert post("/held/sync/", b"%PDF- f", "10.1.0.1").status_code == 429
+    refused = threads.submit(post, "/held/sync/", b"%PDF- e", "10.1.0.6").result(30)
+    assert refused.status_code == 503
+    refused = threads.submit(post, "/held/sync/", b"%PDF- f", "10.1.0.1").result(30)
+    assert refused.status_code == 429
     return futures
 
 
 def test_the_page_and_json_match_the_snapshot_while_jobs_are_held(pdfpool, users):
     pdfpool(SLOTS=2, QUEUE=2, WAIT=30)
     root = client_for(users["superuser"])
-    with ThreadPoolExecutor(5) as threads:
+    with held_requests(6) as threads:
         futures = held_scene(threads)
         page = root.get(URL).content.decode()
         data = root.get(URL, {"format": "json"}).json()
@@ -208,10 +211,12 @@ def test_a_signed_in_caller_is_shown_by_name(pdfpool, users):
 
     caller = f"user:{users['staff'].pk}"
     with ThreadPoolExecutor(1) as threads:
-        done = threads.submit(asyncio.run, get_pool().run("k:" + "ab" * 32, caller, held))
-        wait_until(lambda: get_pool().running() == 1)
-        page = client_for(users["superuser"]).get(URL).content.decode()
-        release.set()
+        try:
+            done = threads.submit(asyncio.run, get_pool().run("k:" + "ab" * 32, caller, held))
+            wait_until(lambda: get_pool().running() == 1)
+            page = client_for(users["superuser"]).get(URL).content.decode()
+        finally:
+            release.set()  # whatever failed above: the job ends, the thread is joined
         done.result(timeout=10)
     assert job_rows(page)[0][:2] == ["k:abababababab", "staff"]
     assert f'title="{caller}"' in page
@@ -334,7 +339,7 @@ def test_the_metrics_endpoint_is_off_unless_routed(pdfpool):
 @pytest.mark.urls("tests.status_urls")
 def test_the_metrics_endpoint_reports_the_snapshot(pdfpool):
     pdfpool(SLOTS=2, QUEUE=2, WAIT=30)
-    with ThreadPoolExecutor(5) as threads:
+    with held_requests(6) as threads:
         futures = held_scene(threads)
         response = Client().get("/metrics/")
         HELD.release.set()

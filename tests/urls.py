@@ -19,4 +19,8 @@ urlpatterns = [
     path("json-only/", views.json_only),
     path("own-answers/", views.own_answers),
     path("snapshot/", views.snapshot),
+    path("counted/sync/", views.sync_counted),
+    path("counted/async/", views.async_counted),
+    path("counted/extract/sync/", views.sync_counted_extract),
+    path("counted/extract/async/", views.async_counted_extract),
 ]

@@ -6,11 +6,19 @@ import asyncio
 import threading
 from dataclasses import asdict
 
+from django.core.files.uploadhandler import FileUploadHandler
 from django.http import HttpRequest, JsonResponse
 from django.utils.decorators import method_decorator
 from django.views import View
 
-from django_pdfpool import StagedUpload, extract_upload, get_pool, json_answer, pdf_pooled
+from django_pdfpool import (
+    ExtractionError,
+    StagedUpload,
+    extract_upload,
+    get_pool,
+    json_answer,
+    pdf_pooled,
+)
 
 
 def _describe(request: HttpRequest) -> JsonResponse:
@@ -94,18 +102,29 @@ async def _direct_job():
     return "ran"
 
 
+async def _unreadable_job():
+    await asyncio.sleep(0)
+    raise ExtractionError("malformed", detail="a direct job's unreadable file")
+
+
+def _direct_job_for(request: HttpRequest):
+    return _unreadable_job if request.GET.get("job") == "unreadable" else _direct_job
+
+
 def sync_direct(request):
-    """Calls the pool itself; refusals reach the client through AdmissionMiddleware."""
+    """Calls the pool itself; refusals and extraction errors reach the client through
+    AdmissionMiddleware (``?job=unreadable``: the job raises ExtractionError)."""
     from asgiref.sync import async_to_sync
 
     caller = request.GET.get("caller", "direct")
-    result = async_to_sync(get_pool().run)(request.GET["key"], caller, _direct_job)
+    job = _direct_job_for(request)
+    result = async_to_sync(get_pool().run)(request.GET["key"], caller, job)
     return JsonResponse({"result": result})
 
 
 async def async_direct(request):
     caller = request.GET.get("caller", "direct")
-    result = await get_pool().run(request.GET["key"], caller, _direct_job)
+    result = await get_pool().run(request.GET["key"], caller, _direct_job_for(request))
     return JsonResponse({"result": result})
 
 
@@ -131,3 +150,47 @@ def json_only(request):
 @pdf_pooled(job=held_job, answer=teapot_answer)
 async def own_answers(request):
     return _describe(request)
+
+
+VIEW_RUNS: list[str] = []  # the paths of the counted views' runs: a refused upload adds none
+
+
+@pdf_pooled(job=held_job)
+def sync_counted(request):
+    VIEW_RUNS.append(request.path)
+    return _describe(request)
+
+
+@pdf_pooled(job=held_job)
+async def async_counted(request):
+    VIEW_RUNS.append(request.path)
+    return _describe(request)
+
+
+@pdf_pooled
+def sync_counted_extract(request):
+    VIEW_RUNS.append(request.path)
+    return _describe(request)
+
+
+@pdf_pooled(field="document")
+async def async_counted_extract(request):
+    VIEW_RUNS.append(request.path)
+    return _describe(request)
+
+
+PARSED: list[str] = []  # the paths of requests whose body Django began to parse
+
+
+class RecordingUploadHandler(FileUploadHandler):
+    """First of FILE_UPLOAD_HANDLERS where a test puts it: records that Django began to
+    parse a multipart body (and so to store its files), then lets the others do the work."""
+
+    def handle_raw_input(self, input_data, META, content_length, boundary, encoding=None):
+        PARSED.append(self.request.path if self.request is not None else "?")
+
+    def receive_data_chunk(self, raw_data, start):
+        return raw_data  # to the next handler
+
+    def file_complete(self, file_size):
+        return None  # the next handler makes the file

@@ -131,7 +131,13 @@ def _run_pypdf(data: bytes, max_pages: int | None, refuse: bool) -> dict[str, An
     from pypdf import PdfReader
 
     reader = PdfReader(io.BytesIO(data))  # tries the empty password by itself
-    page_count = len(reader.pages)
+    if refuse and max_pages is not None:
+        # Refused at once on the count the document declares: walking a page tree of
+        # 20,000 pages alone can take longer than the job's deadline on a busy machine.
+        declared = _declared_page_count(reader)
+        if declared is not None and declared > max_pages:
+            raise ExtractionError("too_many_pages", detail=f"{declared} pages")
+    page_count = len(reader.pages)  # the real count: a /Count that lies low is caught here
     count = _page_range(page_count, max_pages, refuse)
     pages = [reader.pages[i].extract_text() for i in range(count)]
     try:
@@ -147,6 +153,21 @@ def _run_pypdf(data: bytes, max_pages: int | None, refuse: bool) -> dict[str, An
         "metadata": metadata,
         "truncated": count < page_count,
     }
+
+
+def _declared_page_count(reader: Any) -> int | None:
+    """The page count the document declares (the trailer's /Root, its /Pages, their /Count),
+    read without walking the page tree; None when any of it is missing or not a count."""
+    try:
+        count = reader.trailer["/Root"].get_object()["/Pages"].get_object()["/Count"]
+        count = count.get_object()
+    except MemoryError:
+        raise
+    except Exception:  # broken or odd: the page tree's own walk decides, as before
+        return None
+    if isinstance(count, int) and not isinstance(count, bool) and count >= 0:
+        return int(count)
+    return None
 
 
 def _run_pdfium(data: bytes, max_pages: int | None, refuse: bool) -> dict[str, Any]:
