@@ -2,6 +2,16 @@
 no persistence (``--save "" --appendonly no``), stopped (and its directory removed)
 afterwards. Never the system's service.
 
+Faults for the fault-injection tests: ``kill`` (SIGKILL: state gone), ``restart``
+(empty, or with ``keep_data`` from the last ``save()``: an RDB dump in the server's
+own directory, as a restart of a persistent Redis, or a failover to a replica that
+missed the last writes, would come back), ``pause``/``resume`` (SIGSTOP/SIGCONT: a
+server that stops answering without closing anything) and ``drop_clients``
+(``CLIENT KILL`` from a separate connection: every client connection of a type
+dropped at once, scripts on their way included); ``hold_writes`` (``CLIENT PAUSE
+WRITE``) keeps the scripts that arrive waiting in Redis, so that they can be dropped
+before they run.
+
 As a command, it runs another command beside a fresh server, with the server's URL
 in ``PDFPOOL_TEST_REDIS_URL`` (the Makefile's second conformance run)::
 
@@ -12,6 +22,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -26,6 +37,7 @@ import redis
 from django_pdfpool.pool import RedisPool
 
 REDIS_SERVER = shutil.which("redis-server") or "/usr/bin/redis-server"
+DUMP = "dump.rdb"  # written only by save(); loaded by start() when present
 
 
 def available() -> bool:
@@ -63,6 +75,7 @@ class RedisServer:
                     "--dir", self.directory,
                     "--save", "",
                     "--appendonly", "no",
+                    "--dbfilename", DUMP,
                     "--daemonize", "no",
                     "--logfile", str(Path(self.directory) / "redis.log"),
                 ],
@@ -93,19 +106,72 @@ class RedisServer:
         return False
 
     def kill(self) -> None:
-        """Stop the server at once (SIGKILL): connections break, state is gone."""
+        """Stop the server at once (SIGKILL): connections break, state is gone
+        (but for what ``save()`` wrote, which ``start()`` loads)."""
         if self.process is not None and self.process.poll() is None:
-            self.process.kill()
+            self.process.kill()  # a stopped (SIGSTOP) process dies of it too
             self.process.wait()
         self.process = None
 
-    def restart(self) -> None:
-        """Kill, then start again on the same port, empty."""
+    def restart(self, keep_data: bool = False) -> None:
+        """Kill, then start again on the same port: empty, or with ``keep_data`` as
+        the last ``save()`` left it (a ``save()`` is made now if there was none)."""
+        dump = Path(self.directory or ".") / DUMP
+        if keep_data and not dump.exists():
+            self.save()
         self.kill()
+        if not keep_data:
+            dump.unlink(missing_ok=True)
         self.start()
+
+    def save(self) -> None:
+        """Write the dataset to the server's directory (``SAVE``), for ``restart``."""
+        with redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=10) as client:
+            client.save()
+
+    def forget_saved(self) -> None:
+        """Remove what ``save()`` wrote: the next ``start()`` is empty."""
+        if self.directory is not None:
+            (Path(self.directory) / DUMP).unlink(missing_ok=True)
+
+    def pause(self) -> None:
+        """SIGSTOP: the server stops answering; connections stay open."""
+        assert self.process is not None and self.process.poll() is None
+        self.process.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """SIGCONT: the server answers again, running what was sent meanwhile."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGCONT)
+
+    def drop_clients(self, *types: str) -> int:
+        """``CLIENT KILL TYPE t`` for each type (default: normal and pubsub) from a
+        connection of its own (not dropped); return how many connections were dropped."""
+        dropped = 0
+        with redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=5) as client:
+            for kind in types or ("normal", "pubsub"):
+                dropped += int(client.execute_command("CLIENT", "KILL", "TYPE", kind))
+        return dropped
+
+    def hold_writes(self, ms: int) -> None:
+        """``CLIENT PAUSE ms WRITE``: every script (and PUBLISH) that arrives waits in
+        Redis, not run, until ``release_writes()`` or ``ms`` pass; reads go on."""
+        with redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=5) as client:
+            client.execute_command("CLIENT", "PAUSE", str(ms), "WRITE")
+
+    def release_writes(self) -> None:
+        """``CLIENT UNPAUSE``."""
+        with redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=5) as client:
+            client.execute_command("CLIENT", "UNPAUSE")
+
+    def blocked(self) -> int:
+        """Clients whose command waits in Redis (``blocked_clients``: held scripts)."""
+        with redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=5) as client:
+            return int(client.info("clients")["blocked_clients"])
 
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:
+            self.resume()
             self.process.terminate()
             try:
                 self.process.wait(5)

@@ -20,7 +20,7 @@ import redis
 
 from django_pdfpool.admission.history import Recorder
 from django_pdfpool.admission.jobloop import get_job_loop
-from django_pdfpool.exceptions import JobFault, RemoteJobError
+from django_pdfpool.exceptions import CoordinatorUnavailable, JobFault, RemoteJobError
 from django_pdfpool.pool import Pool, PoolBusy, RedisPool
 from tests.redis_server import RedisServer, namespace_keys, pools_in
 
@@ -408,3 +408,58 @@ def test_a_forward_clock_step_past_the_lease_is_survived_as_documented(make_pool
         assert await running == "K" and calls == ["K"]
 
     run(scenario)
+
+
+# --- found by the fault suite: reads racing stop(), and one dropped connection ------------
+
+
+def test_reads_from_another_thread_while_the_pool_stops_never_crash(make_pool):
+    """A status page read during a rolling restart: the read answers (from Redis, or from
+    this process's figures), it never dies on a connection closed under it."""
+    for _ in range(20):
+        assert _errors_reading_while_stopping(make_pool(1, 1, 5.0)) == []
+
+
+def _errors_reading_while_stopping(pool: RedisPool) -> list[BaseException]:
+    errors: list[BaseException] = []
+    stop = threading.Event()
+
+    def read() -> None:
+        while not stop.is_set():
+            try:
+                pool.queued()
+                pool.running()
+                pool.snapshot()
+            except BaseException as error:  # any crash is the failure
+                errors.append(error)
+                return
+
+    run(lambda: pool.run("k", "c", _answer))  # the pool has connections to close
+    reader = threading.Thread(target=read)
+    reader.start()
+    try:
+        asyncio.run(asyncio.wait_for(pool.stop(), 10))
+    finally:
+        stop.set()
+        reader.join(10)
+    return errors
+
+
+def test_one_dropped_connection_is_not_redis_failing(make_pool, redis_server, caplog):
+    """Redis closing a client (CLIENT KILL, its idle `timeout`, a proxy) breaks one call at
+    most; a fresh connection answers, so the pool stays coordinated and warns nobody."""
+    pool = make_pool(1, 1, 5.0)
+
+    async def scenario():
+        assert await pool.run("a", "c", _answer) == 42  # connections made, now idle
+        with redis.Redis.from_url(redis_server.url) as admin:
+            admin.execute_command("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")
+            admin.execute_command("CLIENT", "KILL", "TYPE", "pubsub")
+        answers = []
+        for key in ("b", "c", "d"):
+            with contextlib.suppress(CoordinatorUnavailable):  # at most one call is lost
+                answers.append(await pool.run(key, "c", _answer))
+        assert len(answers) >= 2 and pool.mode == "redis"
+
+    run(scenario)
+    assert "failed" not in caplog.text

@@ -12,6 +12,7 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
+from ...exceptions import CoordinatorUnavailable
 from .. import delivery
 from ..delivery import call_dropped, deliver
 from ..ledger import Ledger
@@ -86,7 +87,12 @@ class Admitter:
                 )
                 reply = AdmitReply.of(raw)
             except RedisError as error:
-                self._health.failed(error)
+                if await self._health.judge(error):  # only a connection dropped: Redis is
+                    call_dropped(on_drop)  # up, and whether the script ran is unknown
+                    self._books.count("refused_busy")
+                    retry = CoordinatorUnavailable("the connection to Redis dropped", 1.0)
+                    deliver([waiter], None, retry)
+                    return
                 waiter.handed_back = True  # the caller takes it to the fallback, or (gone) _leave
                 deliver([waiter], GO_LOCAL, None)
                 return

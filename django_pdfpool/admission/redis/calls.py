@@ -3,6 +3,7 @@ events on, and turns a Redis failure into the fallback (None instead of a reply)
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -24,6 +25,12 @@ class ScriptCalls:
         self, link: Link, health: Health, on_events: Callable[[list[Event]], None]
     ) -> None:
         self._link, self._health, self._on_events = link, health, on_events
+        # Set while no beat is on its way. A finish waits for the beat in flight, whose
+        # arguments may name the job as running: sent after it, the beat would count the
+        # finished job again (beat.lua).
+        self._no_beat = asyncio.Event()
+        self._no_beat.set()
+        self._beats = 0  # beats on their way
 
     async def _run(self, parse: Callable[[Any], Reply], name: str, *args: str) -> Reply | None:
         if self._health.mode != REDIS:
@@ -43,6 +50,7 @@ class ScriptCalls:
 
     async def finish(self, key: str, job_id: str, data: str = "") -> StatusReply | None:
         """Rule 5: the job ended; ``data`` is its outcome, once Redis says ``need``."""
+        await self._no_beat.wait()
         return await self._run(StatusReply.of, "finish", key, job_id, data)
 
     async def expire(self, key: str, job_id: str) -> ExpireReply | None:
@@ -55,7 +63,14 @@ class ScriptCalls:
 
     async def beat(self, *args: str) -> BeatReply | None:
         """Renew the lease and report on each job (see beat.lua for ``args``)."""
-        return await self._run(BeatReply.of, "beat", *args)
+        self._beats += 1
+        self._no_beat.clear()
+        try:
+            return await self._run(BeatReply.of, "beat", *args)
+        finally:
+            self._beats -= 1
+            if not self._beats:
+                self._no_beat.set()
 
     async def unregister(self) -> EventsReply | None:
         """Leave the process table."""

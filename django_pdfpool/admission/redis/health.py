@@ -10,7 +10,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
-from redis.exceptions import RedisError
+from redis import exceptions as redis_errors
 
 from .link import Link
 from .modes import LOCAL_FALLBACK, REDIS, REFUSING
@@ -42,6 +42,7 @@ class Health:
         self.mode = REDIS
         self.last_ok = time.monotonic()  # when Redis last answered a beat
         self._probe: asyncio.Task[None] | None = None
+        self._confirming: asyncio.Task[bool] | None = None  # is a failure only a dropped link?
 
     def ok(self) -> None:
         self.last_ok = time.monotonic()
@@ -51,7 +52,47 @@ class Health:
         return time.monotonic() - self.last_ok
 
     def failed(self, error: BaseException) -> None:
-        """Redis failed a call: switch to the fallback until a probe succeeds."""
+        """Redis failed a call: unless a fresh connection answers at once (only that
+        connection was dropped), switch to the fallback until a probe succeeds."""
+        self.judge(error)
+
+    def judge(self, error: BaseException) -> asyncio.Future[bool]:
+        """Whether Redis still answers after ``error`` (else the fallback is on): one
+        judgement shared by every failure that arrives meanwhile."""
+        if self.mode != REDIS or self._is_retired():
+            judged: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+            judged.set_result(self.mode == REDIS)
+            return judged
+        if self._confirming is None:
+            self._confirming = self._tasks.spawn(self._confirm(error))
+        return self._confirming
+
+    async def _confirm(self, error: BaseException) -> bool:
+        try:
+            dropped = isinstance(error, redis_errors.ConnectionError)
+            if dropped and not isinstance(error, redis_errors.TimeoutError):
+                try:
+                    await self._link.refresh_idle()
+                    await self._link.ping()
+                    await self._listen()  # the channel's connection may be the dropped one
+                except redis_errors.RedisError:
+                    pass
+                else:
+                    logger.info(
+                        "PDF pool: a connection to Redis at %s was dropped (%s); a fresh one "
+                        "answers",
+                        self._link.where,
+                        error,
+                    )
+                    self._confirming = None  # from here on, a failure is a new one
+                    await self._on_up()  # Redis may have restarted: tell it what runs here
+                    return True
+            self._fall_back(error)
+            return False
+        finally:
+            self._confirming = None
+
+    def _fall_back(self, error: BaseException) -> None:
         if self.mode != REDIS or self._is_retired():
             return
         local = self._terms.fallback == "local"
@@ -82,7 +123,7 @@ class Health:
                     await self._link.reset()
                     await self._link.ping()
                     await self._listen()
-                except RedisError:
+                except redis_errors.RedisError:
                     continue
                 logger.warning(
                     "PDF pool: Redis at %s is back; limits are shared again", self._link.where

@@ -107,7 +107,7 @@ def _job_args(job: RedisJob, now: float) -> list[str]:
     running_for = job.running_for(now)
     if not job.owned:
         return [job.key, job.id, "a", "", "0", "0", "0"]
-    if running_for is None:
+    if running_for is None or job.finishing:  # queued, or over: never counted again
         return [job.key, job.id, "o", "", "0", "0", "0"]
     starter = "1" if job.starter in job.waiters else "0"
     age = str(round(running_for * 1000))

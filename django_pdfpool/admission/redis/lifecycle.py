@@ -66,6 +66,7 @@ class JobLifecycle:
     async def _finish(self, job: RedisJob, task: asyncio.Task[Any]) -> None:
         """Free the slot and the caller in Redis (handing the outcome to sharers in
         other processes), then answer this process's sharers."""
+        job.finishing = True
         result, error = delivery.outcome_of(task, self._closing.stopping)
         call_dropped(job.release())  # stopped before fn was called: on_drop instead
         outcome = "cancelled" if task.cancelled() else "failed" if error else "completed"

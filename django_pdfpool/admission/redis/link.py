@@ -196,8 +196,17 @@ class Link:
             with contextlib.suppress(Exception):
                 await self._client.connection_pool.disconnect()
 
+    async def refresh_idle(self) -> None:
+        """Close the idle connections (one was found dropped: its siblings may be too);
+        calls under way keep theirs."""
+        if self._client is not None:
+            with contextlib.suppress(Exception):
+                await self._client.connection_pool.disconnect(inuse_connections=False)
+
     async def close(self) -> None:
-        """For good (the pool was drained or stopped)."""
+        """For good (the pool was drained or stopped). A read under way in another thread
+        finishes on its connection: only idle ones are closed here, the rest when the
+        client goes."""
         await self.unsubscribe()
         if self._client is not None:
             with contextlib.suppress(Exception):
@@ -206,7 +215,7 @@ class Link:
             sync, self._sync = self._sync, None
         if sync is not None:
             with contextlib.suppress(Exception):
-                sync.close()
+                sync.connection_pool.disconnect(inuse_connections=False)
 
     # --- from any thread ------------------------------------------------------
 

@@ -73,13 +73,23 @@ class RedisWaiter(Waiter):
 class RedisJob(JobRecord):
     """A job this process runs or queues (``owned``) or waits on. Job loop only."""
 
-    __slots__ = ("collecting", "gone_seen", "id", "inflight", "local_hold", "owned", "timer")
+    __slots__ = (
+        "collecting",
+        "finishing",
+        "gone_seen",
+        "id",
+        "inflight",
+        "local_hold",
+        "owned",
+        "timer",
+    )
 
     def __init__(self, key: str, job_id: str, state: str) -> None:
         super().__init__(key)
         self.id, self.state = job_id, state
         self.owned = False
         self.collecting = False  # its outcome is being read from Redis
+        self.finishing = False  # its task ended: never to be counted again (see beat.lua)
         self.gone_seen = False  # the last beat did not find it in Redis
         self.inflight = 0  # scripts about it on their way: the beat does not judge it then
         self.timer: asyncio.TimerHandle | None = None  # its queue deadline, while queued
