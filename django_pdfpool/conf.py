@@ -38,6 +38,9 @@ DEFAULTS: dict[str, Any] = {
     "WARM_CHILDREN": True,  # keep a pre-started child so a job skips interpreter start-up
     "CALLER": "django_pdfpool.callers.user_or_ip",  # dotted path: request -> caller id
     "TEMP_DIR": None,  # where uploads are staged for their job (None: the system's)
+    "MAX_TEXT_BYTES": 8 * MiB,  # text (UTF-8) one job may return; more is cut, truncated
+    "CHILD_ENV": (),  # names of environment variables children inherit besides the minimum
+    "IPV6_PREFIX": 64,  # anonymous IPv6 callers are one caller per prefix of this length
     # Several worker processes or hosts: coordinate the same limits in Redis
     "BACKEND": "local",  # "local" (this process's pool) or "redis"
     "REDIS_URL": None,  # redis://host:port/db, required with BACKEND "redis"
@@ -74,6 +77,9 @@ class PoolSettings:
     warm_children: bool
     caller: Callable[..., Any]
     temp_dir: str | None
+    max_text_bytes: int
+    child_env: tuple[str, ...]
+    ipv6_prefix: int
     backend: str
     redis_url: str | None
     namespace: str
@@ -112,6 +118,12 @@ _RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "LEASE": (lambda v: _is_number(v) and v >= 0.1, "seconds >= 0.1"),
     "REDIS_FALLBACK": (lambda v: v in FALLBACKS, "one of " + ", ".join(map(repr, FALLBACKS))),
     "REDIS_TIMEOUT": (lambda v: _is_number(v) and v > 0, "seconds > 0"),
+    "MAX_TEXT_BYTES": (lambda v: _is_int(v) and v >= 1024, "bytes, an integer >= 1024"),
+    "CHILD_ENV": (
+        lambda v: isinstance(v, list | tuple) and all(isinstance(n, str) and n for n in v),
+        "a list of environment variable names",
+    ),
+    "IPV6_PREFIX": (lambda v: _is_int(v) and 1 <= v <= 128, "an integer from 1 to 128"),
     "TEMP_DIR": (
         lambda v: v is None or (isinstance(v, str) and os.path.isdir(v)),
         "None or an existing directory",
@@ -223,6 +235,9 @@ def get_settings() -> PoolSettings:
         warm_children=merged["WARM_CHILDREN"],
         caller=import_string(caller) if isinstance(caller, str) else caller,
         temp_dir=merged["TEMP_DIR"],
+        max_text_bytes=merged["MAX_TEXT_BYTES"],
+        child_env=tuple(merged["CHILD_ENV"]),
+        ipv6_prefix=merged["IPV6_PREFIX"],
         backend=merged["BACKEND"],
         redis_url=merged["REDIS_URL"],
         namespace=merged["NAMESPACE"],
