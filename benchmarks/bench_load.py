@@ -226,6 +226,7 @@ async def client_loop(
     headers = {
         "content-type": f"multipart/form-data; boundary={BOUNDARY}",
         "accept": "application/json",
+        "x-requested-with": "bench",  # the example's API refuses POSTs without it
     }
     while time.monotonic() < end:
         kind, name, body = mix.pick(rng)
@@ -284,6 +285,7 @@ def post(url: str, name: str, data: bytes) -> int:
     import httpx
 
     headers = {"content-type": f"multipart/form-data; boundary={BOUNDARY}"}
+    headers["x-requested-with"] = "bench"  # the example's API refuses POSTs without it
     return httpx.post(url, content=multipart(name, data), headers=headers, timeout=60).status_code
 
 

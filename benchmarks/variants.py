@@ -84,12 +84,13 @@ async def naive(request: HttpRequest) -> JsonResponse:
             max_pages=conf.max_pages,
             engine=conf.engine,
             warm=False,
+            max_text_bytes=conf.max_text_bytes,
         )
     except ExtractionError as error:
         return _unreadable(error.code)
     finally:
         upload.discard()
-    return JsonResponse(asdict(pdf))
+    return JsonResponse(pdf.as_dict())
 
 
 def executor() -> ProcessPoolExecutor:
@@ -119,6 +120,7 @@ async def pooled_executor(request: HttpRequest) -> JsonResponse:
         memory_limit=conf.memory_limit,
         max_pages=conf.max_pages,
         refuse=False,
+        max_text_bytes=conf.max_text_bytes,
     )
     try:
         loop = asyncio.get_running_loop()

@@ -12,7 +12,14 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from .asgi import PoolLifespan
     from .decorators import extract_upload, pdf_pooled
-    from .exceptions import CallerBusy, ExtractionError, PoolBusy, PoolClosed, Refused
+    from .exceptions import (
+        CallerBusy,
+        ExtractionError,
+        PoolBusy,
+        PoolClosed,
+        PoolMisconfigured,
+        Refused,
+    )
     from .process_pool import adrain_pool, drain_pool, get_pool
     from .responses import html_answer, json_answer
     from .sandbox.extract import Extraction, extract
@@ -39,6 +46,7 @@ _HOMES = {  # public name -> the module that defines it
     "PoolBusy": "exceptions",
     "CallerBusy": "exceptions",
     "PoolClosed": "exceptions",
+    "PoolMisconfigured": "exceptions",
 }
 
 __all__ = [
@@ -48,6 +56,7 @@ __all__ = [
     "PoolBusy",
     "PoolClosed",
     "PoolLifespan",
+    "PoolMisconfigured",
     "Refused",
     "StagedUpload",
     "adrain_pool",

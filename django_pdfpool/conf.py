@@ -9,6 +9,7 @@ because checks do not run in deployment.
 from __future__ import annotations
 
 import functools
+import hashlib
 import math
 import os
 from collections.abc import Callable
@@ -86,6 +87,13 @@ class PoolSettings:
     lease: float
     redis_fallback: str
     redis_timeout: float
+
+    def results_tag(self) -> str:
+        """A short digest of the settings that change what the default job returns (its
+        outcome too: a limit can turn a result into too_large or too_complex): part of its
+        single-flight key, and the same in every process sharing a Redis namespace."""
+        values = (self.engine, self.max_pages, self.max_text_bytes, self.memory_limit, self.timeout)
+        return hashlib.sha256(repr(values).encode()).hexdigest()[:12]
 
 
 def _is_int(value: Any) -> bool:
@@ -197,11 +205,15 @@ def _redis_problems(url: Any) -> list[Problem]:
     try:
         parse_url(url if isinstance(url, str) else "")
     except ValueError:
+        from .admission.redis.urls import presentable
+
+        shown = presentable(url) if isinstance(url, str) else f"a {type(url).__name__}"
+        shown = "None" if url is None else shown
         return [
             Problem(
                 "django_pdfpool.E007",
-                f"PDFPOOL['REDIS_URL'] must be a redis://, rediss:// or unix:// URL "
-                f"when BACKEND is 'redis', not {url!r}.",
+                "PDFPOOL['REDIS_URL'] must be a redis://, rediss:// or unix:// URL "
+                f"when BACKEND is 'redis', not {shown}.",
                 "For example redis://127.0.0.1:6379/0",
             )
         ]

@@ -3,12 +3,17 @@ the view runs, which gets the result as ``request.pdf`` (docs/usage.md)."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import functools
-from collections.abc import Awaitable, Callable
+import inspect
+import threading
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from asgiref.sync import async_to_sync, iscoroutinefunction, sync_to_async
+from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest, HttpResponse
 
 from .conf import get_settings
@@ -35,6 +40,7 @@ async def extract_upload(upload: StagedUpload) -> Extraction:
         max_pages=conf.max_pages,
         engine=conf.engine,
         warm=conf.warm_children,
+        max_text_bytes=conf.max_text_bytes,
     )
 
 
@@ -43,17 +49,20 @@ def pdf_pooled(
     *,
     field: str = "file",
     job: Job = extract_upload,
+    job_name: str | None = None,
     answer: Answer = negotiated_answer,
 ) -> Any:
     """Decorate a sync or async view, bare or with ``field=``, ``job=``, ``answer=``.
 
     ``job(upload)`` makes ``request.pdf`` (identical uploads to one job share a run);
+    ``job_name`` names the job in its keys (required for lambdas, closures, partials);
     ``answer(request, status, code, message, retry_after)`` answers what the view never
     sees (400, 413, 422, 429, 503): by default JSON or HTML, as the client prefers.
     """
+    name = resolve_job_name(job, job_name)  # an ambiguous job fails here, at decoration
     if view is None:
-        return functools.partial(pdf_pooled, field=field, job=job, answer=answer)
-    pooled = _UploadAdmission(field, job, answer, f"{job.__module__}.{job.__qualname__}")
+        return functools.partial(pdf_pooled, field=field, job=job, job_name=name, answer=answer)
+    pooled = _UploadAdmission(field, job, answer, name)
 
     if iscoroutinefunction(view):
 
@@ -61,17 +70,17 @@ def pdf_pooled(
         async def async_wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
             request.pdf = None  # type: ignore[attr-defined]
             if request.method == "POST":
-                # parsing the body and copying the upload block: not on the event loop
-                prepared = await sync_to_async(pooled.prepare, thread_sensitive=False)(request)
+                prepared = await pooled.aprepare(request)
                 if isinstance(prepared, HttpResponse):
                     return prepared
-                if hasattr(request, "auser"):
-                    request.user = await request.auser()  # resolved once, off the DB later
-                caller_of = get_settings().caller
-                if iscoroutinefunction(caller_of):
-                    caller = await caller_of(request)
-                else:
-                    caller = caller_of(request)
+                with discarded_on_error(prepared):
+                    if hasattr(request, "auser"):
+                        request.user = await request.auser()  # resolved once, off the DB later
+                    caller_of = get_settings().caller
+                    if iscoroutinefunction(caller_of):
+                        caller = await caller_of(request)
+                    else:
+                        caller = caller_of(request)
                 refused = await pooled.submit(request, caller, prepared)
                 if refused is not None:
                     return refused
@@ -86,17 +95,60 @@ def pdf_pooled(
             prepared = pooled.prepare(request)
             if isinstance(prepared, HttpResponse):
                 return prepared
-            caller_of = get_settings().caller
-            if iscoroutinefunction(caller_of):
-                caller = async_to_sync(caller_of)(request)
-            else:
-                caller = caller_of(request)  # here, not on a loop: it may touch the DB
+            with discarded_on_error(prepared):
+                caller_of = get_settings().caller
+                if iscoroutinefunction(caller_of):
+                    caller = async_to_sync(caller_of)(request)
+                else:
+                    caller = caller_of(request)  # here, not on a loop: it may touch the DB
             refused = async_to_sync(pooled.submit)(request, caller, prepared)
             if refused is not None:
                 return refused
         return view(request, *args, **kwargs)
 
     return sync_wrapper
+
+
+def resolve_job_name(job: Job, job_name: str | None = None) -> str:
+    """The name that starts the job's keys: ``job_name``, else the job's dotted path
+    when that names one function only; an ambiguous job raises ImproperlyConfigured."""
+    if job_name is not None:
+        if not isinstance(job_name, str) or not job_name or not job_name.isprintable():
+            raise ImproperlyConfigured(f"job_name must be a non-empty string, not {job_name!r}.")
+        if any(c.isspace() or c in "{}" for c in job_name):
+            raise ImproperlyConfigured(f"job_name {job_name!r} must not hold spaces or braces.")
+        return job_name
+    qualname = getattr(job, "__qualname__", "")
+    if not inspect.isfunction(job) or "<lambda>" in qualname or "<locals>" in qualname:
+        raise ImproperlyConfigured(
+            f"@pdf_pooled cannot name the job {job!r} unambiguously: a lambda, closure, "
+            "partial or callable object shares its name with other jobs, and uploads to "
+            "jobs of one name share results. Pass a stable, unique name: "
+            '@pdf_pooled(job=..., job_name="myapp.first_page").'
+        )
+    return f"{job.__module__}.{qualname}"
+
+
+def pool_key(sha256: str, job: Job = extract_upload, job_name: str | None = None) -> str:
+    """The single-flight key of an upload with this digest to this job, as the decorator
+    makes it: ``<job name>:<sha256>``; for the default job ``<name>:<settings tag>:<sha256>``."""
+    return _key(job, resolve_job_name(job, job_name), sha256)
+
+
+def _key(job: Job, name: str, sha256: str) -> str:
+    if job is extract_upload:
+        return f"{name}:{get_settings().results_tag()}:{sha256}"
+    return f"{name}:{sha256}"
+
+
+@contextlib.contextmanager
+def discarded_on_error(upload: StagedUpload) -> Iterator[StagedUpload]:
+    """Delete ``upload`` if the block raises (or is cancelled): nobody else owns it yet."""
+    try:
+        yield upload
+    except BaseException:
+        upload.discard()
+        raise
 
 
 @dataclass(frozen=True)
@@ -106,7 +158,7 @@ class _UploadAdmission:
     field: str
     job: Job
     answer: Answer
-    job_name: str  # the job's dotted path: the first half of every key
+    job_name: str  # the job's stable name: the first part of every key
 
     def prepare(self, request: HttpRequest) -> StagedUpload | HttpResponse:
         """Check the upload's size and presence, then stage a copy the job will own."""
@@ -122,21 +174,51 @@ class _UploadAdmission:
             return self._too_large(request, conf.max_upload_size)
         return stage(upload, conf.temp_dir)
 
+    async def aprepare(self, request: HttpRequest) -> StagedUpload | HttpResponse:
+        """``prepare`` in a worker thread (parsing and copying block); a copy staged after
+        the caller was cancelled is deleted by the thread that made it."""
+        lock, made, gone = threading.Lock(), [], []
+
+        def prepare_or_discard() -> StagedUpload | HttpResponse:
+            prepared = self.prepare(request)
+            with lock:
+                if gone and isinstance(prepared, StagedUpload):
+                    prepared.discard()
+                made.append(prepared)
+            return prepared
+
+        try:
+            return await sync_to_async(prepare_or_discard, thread_sensitive=False)()
+        except asyncio.CancelledError:
+            with lock:
+                gone.append(True)
+                for prepared in made:
+                    if isinstance(prepared, StagedUpload):
+                        prepared.discard()
+            raise
+
     def _too_large(self, request: HttpRequest, limit: int) -> HttpResponse:
         """413, before any work."""
         message = f"PDFs up to {limit / 1024 / 1024:g} MiB are accepted."
         return self.answer(request, 413, "too_large", message, None)
 
+    def key(self, sha256: str) -> str:
+        """The upload's single-flight key (``pool_key``)."""
+        return _key(self.job, self.job_name, sha256)
+
     async def submit(
         self, request: HttpRequest, caller: str, upload: StagedUpload
     ) -> HttpResponse | None:
         """Run or join the upload's job; set ``request.pdf``, or return the refusal's answer.
-        The job owns the upload from here on: the pool calls exactly one of the job (which
-        deletes it when done) and ``discard``, so a caller that leaves never pulls it away."""
-        key = f"{self.job_name}:{upload.sha256}"
-        fn = functools.partial(_run_then_discard, self.job, upload)
+        The job owns the upload once ``run`` is called: the pool calls exactly one of the
+        job (which deletes it when done) and ``discard``, so a caller that leaves never
+        pulls it away. Until then (no pool, a bad setting) it is deleted here."""
+        with discarded_on_error(upload):
+            key = self.key(upload.sha256)
+            pool = get_pool()
+            fn = functools.partial(_run_then_discard, self.job, upload)
         try:
-            result = await get_pool().run(key, caller, fn, on_drop=upload.discard)
+            result = await pool.run(key, caller, fn, on_drop=upload.discard)
         except (Refused, ExtractionError) as error:
             return error_answer(request, error, self.answer)
         request.pdf = result  # type: ignore[attr-defined]

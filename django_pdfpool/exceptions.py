@@ -17,6 +17,7 @@ __all__ = [
     "JobFault",
     "PoolBusy",
     "PoolClosed",
+    "PoolMisconfigured",
     "Refused",
     "RemoteJobError",
     "ResultTooLarge",
@@ -65,6 +66,14 @@ class CoordinatorUnavailable(PoolBusy):
     shared limits. A PoolBusy (503, try again shortly), not a PoolClosed: it passes."""
 
     code = "unavailable"
+
+
+class PoolMisconfigured(Refused):
+    """This process's pool settings differ from those of the other processes sharing its
+    Redis namespace: two deployments would merge. Refused (503) until they agree; the
+    message names the namespace and what differs. A deployment error, logged once."""
+
+    code = "misconfigured"
 
 
 class JobFault(RuntimeError):

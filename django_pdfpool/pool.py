@@ -14,6 +14,7 @@ from .exceptions import (
     CoordinatorUnavailable,
     PoolBusy,
     PoolClosed,
+    PoolMisconfigured,
     Refused,
     RunnerLost,
 )
@@ -31,6 +32,7 @@ __all__ = [
     "Pool",
     "PoolBusy",
     "PoolClosed",
+    "PoolMisconfigured",
     "RedisPool",
     "Refused",
     "RunnerLost",

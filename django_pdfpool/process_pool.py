@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import atexit
-import dataclasses
 import logging
 import threading
 from typing import Any
@@ -41,7 +40,11 @@ def get_pool() -> AdmissionPool:
         if _pool is None or (_built_from != current and _pool.idle()):
             _pool = _build(current)
             # one spare at most, so never more than the slots
-            configure_extraction(spares=int(current.warm_children), tmp_dir=current.temp_dir)
+            configure_extraction(
+                spares=int(current.warm_children),
+                tmp_dir=current.temp_dir,
+                child_env=current.child_env,
+            )
             recorder.start()  # the status chart then covers the time before anyone looked
             _built_from = current
         return _pool
@@ -74,19 +77,20 @@ def _build(conf: PoolSettings) -> AdmissionPool:
         on_error=_log_job_error,
         encode=_encode_result,
         decode=_decode_result,
+        fingerprint=conf.results_tag(),  # processes that differ are refused, not merged
     )
 
 
 def _encode_result(value: Any) -> Any:
     """A job's result as plain JSON values, for sharers in other processes (Redis)."""
     if isinstance(value, Extraction):
-        return {"extraction": dataclasses.asdict(value)}
+        return {"extraction": value.as_dict(text=False)}  # the text is rebuilt from pages
     return {"value": value}
 
 
 def _decode_result(value: Any) -> Any:
     """The result ``_encode_result`` gave, rebuilt."""
-    return Extraction(**value["extraction"]) if "extraction" in value else value["value"]
+    return Extraction.from_dict(value["extraction"]) if "extraction" in value else value["value"]
 
 
 def _log_job_error(key: str, error: BaseException) -> None:

@@ -9,7 +9,9 @@ from collections.abc import Callable
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.utils.html import format_html
 
-from .exceptions import CallerBusy, ExtractionError, Refused
+from .exceptions import CallerBusy, ExtractionError, PoolMisconfigured, Refused
+
+MISCONFIGURED = "The PDF service is misconfigured; its operators have been told."
 
 TITLES = {
     400: "No PDF received",
@@ -86,4 +88,6 @@ def error_answer(
     if isinstance(error, ExtractionError):
         return answer(request, 422, error.code, error.message, None)
     status = 429 if isinstance(error, CallerBusy) else 503
-    return answer(request, status, error.code, str(error), error.retry_after)
+    # a deployment error's details (namespace, settings) are for the operators' log only
+    message = MISCONFIGURED if isinstance(error, PoolMisconfigured) else str(error)
+    return answer(request, status, error.code, message, error.retry_after)

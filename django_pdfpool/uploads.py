@@ -1,12 +1,15 @@
 """Uploads staged for a job: copied once into a file the job owns, hashed on the way,
-because a job may outlive the request whose upload it is (docs/usage.md)."""
+because a job may outlive the request whose upload it is (docs/usage.md); and the sweep
+of copies left by processes that died (docs/deployment.md)."""
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
 import os
+import re
 import tempfile
+import time
 import weakref
 from dataclasses import dataclass, field
 
@@ -40,7 +43,7 @@ class StagedUpload:
 def stage(upload: UploadedFile, directory: str | None = None) -> StagedUpload:
     """Copy ``upload`` into a new temporary file, computing its SHA-256 on the way."""
     digest = hashlib.sha256()
-    fd, path = tempfile.mkstemp(prefix="pdfpool-", suffix=".pdf", dir=directory)
+    fd, path = tempfile.mkstemp(prefix=f"pdfpool-{os.getpid()}-", suffix=".pdf", dir=directory)
     try:
         with os.fdopen(fd, "wb") as out:
             for chunk in upload.chunks():
@@ -51,3 +54,46 @@ def stage(upload: UploadedFile, directory: str | None = None) -> StagedUpload:
         _remove(path)
         raise
     return StagedUpload(path, digest.hexdigest(), size, upload.name or "upload.pdf")
+
+
+_STAGED = re.compile(r"pdfpool-(?:(\d+)-)?[^/]*\.pdf")  # the pid, where the name has one
+
+
+def _gone(pid: int) -> bool:
+    """True if no process has this pid (on this host: TEMP_DIR must be the host's own)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # alive, another user's
+        return False
+    return False
+
+
+def sweep(directory: str | None, older_than: float | None) -> list[str]:
+    """Delete staged copies no live job can own: named with the pid of a process that is
+    gone, or (names without a pid) last written over ``older_than`` seconds ago."""
+    directory = directory or tempfile.gettempdir()
+    removed = []
+    now = time.time()
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return removed
+    for name in names:
+        match = _STAGED.fullmatch(name)
+        if match is None:
+            continue
+        path = os.path.join(directory, name)
+        if match[1] is not None:
+            stale = int(match[1]) != os.getpid() and _gone(int(match[1]))
+        else:
+            try:
+                age = now - os.stat(path).st_mtime
+            except OSError:
+                continue
+            stale = older_than is not None and age > older_than
+        if stale:
+            _remove(path)
+            removed.append(path)
+    return removed

@@ -279,3 +279,22 @@ def slow_pdf(tag: str, megabytes: int = 1) -> bytes:
     objects = document([b""])
     objects[4] = stream(zlib.compress(ops, 6), b"/Filter /FlateDecode ")
     return assemble(objects)
+
+
+EMOJI_CMAP = (
+    b"/CIDInit /ProcSet findresource begin 12 dict begin begincmap /CMapName /Bomb def "
+    b"1 begincodespacerange <00> <FF> endcodespacerange "
+    b"1 beginbfchar <01> <D83DDCA3> endbfchar "  # code 1 shows U+1F4A3, four bytes of UTF-8
+    b"endcmap CMapName currentdict /CMap defineresource pop end end"
+)
+
+
+def text_bomb(chars: int = 16_000_000) -> bytes:
+    """A few KB whose one Tj shows `chars` emoji (code 1 mapped by /ToUnicode): 4 bytes of
+    UTF-8 each, 64 MB of text from one compressed content stream."""
+    ops = b"BT /F1 12 Tf 72 720 Td (" + b"\x01" * chars + b") Tj ET"
+    objects = document([b""])
+    objects[2] = FONT.replace(b" >>", b" /ToUnicode 6 0 R >>")
+    objects[4] = stream(zlib.compress(ops, 9), b"/Filter /FlateDecode ")
+    objects.append(stream(EMOJI_CMAP))  # object 6
+    return assemble(objects)

@@ -32,7 +32,17 @@ APP = "demo.asgi:application"  # what `make demo` serves
 CORPUS = ROOT.parent / "shared" / "corpus"
 POOL_KEYS = ["SLOTS", "QUEUE", "WAIT", "TIMEOUT", "MEMORY_LIMIT", "MAX_UPLOAD_SIZE"]
 POOL_KEYS += ["MAX_PAGES", "ENGINE", "WARM_CHILDREN", "TEMP_DIR"]
-FIELDS = ["sha256", "page_count", "pages", "metadata", "text", "truncated", "elapsed", "peak_rss"]
+FIELDS = [
+    "sha256",
+    "page_count",
+    "pages",
+    "metadata",
+    "text",
+    "truncated",
+    "text_truncated",
+    "elapsed",
+    "peak_rss",
+]
 JSON = {"accept": "application/json"}
 
 
@@ -94,10 +104,13 @@ def form_post(client: httpx.Client, url: str, data: bytes, name: str = "doc.pdf"
     )
 
 
-def api_post(client: httpx.Client, url: str, data: bytes, **headers: str) -> httpx.Response:
-    return client.post(
-        url + "/api/extract/", files={"file": ("doc.pdf", data, "application/pdf")}, **headers
-    )
+SCRIPT = {"x-requested-with": "test"}  # the example's API refuses POSTs without it
+
+
+def api_post(client: httpx.Client, url: str, data: bytes, **extra: dict) -> httpx.Response:
+    headers = {**SCRIPT, **extra.pop("headers", {})}
+    files = {"file": ("doc.pdf", data, "application/pdf")}
+    return client.post(url + "/api/extract/", files=files, headers=headers, **extra)
 
 
 @pytest.fixture(scope="module")
@@ -204,7 +217,9 @@ def test_the_api_answers_json_whatever_the_client_accepts(server, client):
     unreadable = api_post(client, server.url, b"just some text", **html)
     assert unreadable.status_code == 422
     assert unreadable.json() == {"error": "not_a_pdf", "message": "This file is not a PDF."}
-    missing = client.post(server.url + "/api/extract/", data={"x": "1"}, **html)
+    missing = client.post(
+        server.url + "/api/extract/", data={"x": "1"}, headers={**SCRIPT, "accept": "text/html"}
+    )
     assert missing.status_code == 400 and missing.json()["error"] == "no_upload"
     get = client.get(server.url + "/api/extract/", **html)
     assert get.status_code == 405 and get.json()["error"] == "method_not_allowed"
@@ -289,10 +304,11 @@ def test_a_full_pool_queues_then_refuses_with_a_retry_time(state):
             addressed("127.0.0.4") as c,
         ):
             holding = asyncio.create_task(api_post_async(a, url, held))
-            running = await until_state(c, url, held, "running")
+            running = await until_state(a, url, held, "running")
             assert running["running"] == 1 and running["slots"] == 1
             waiting = asyncio.create_task(api_post_async(b, url, queued))
-            assert (await until_state(c, url, queued, "queued"))["ahead"] == 0
+            assert (await until_state(b, url, queued, "queued"))["ahead"] == 0
+            assert (await job_state(c, url, queued))["state"] == "none"  # not c's job
 
             busy = await api_post_async(c, url, turned_away)
             assert busy.status_code == 503
@@ -324,7 +340,52 @@ def test_a_full_pool_queues_then_refuses_with_a_retry_time(state):
 
 async def api_post_async(client: httpx.AsyncClient, url: str, data: bytes) -> httpx.Response:
     files = {"file": ("doc.pdf", data, "application/pdf")}
-    return await client.post(url + "/api/extract/", files=files, headers=JSON)
+    return await client.post(url + "/api/extract/", files=files, headers={**JSON, **SCRIPT})
+
+
+def sign_in(client, url: str, state) -> None:
+    """Sign ``client`` in as the demo's admin (staff)."""
+    username, password = sign_in_line(state[1])
+    login = url + "/admin/login/"
+    token = csrf_token(client.get(login).text)
+    data = {"csrfmiddlewaretoken": token, "username": username, "password": password}
+    assert client.post(login, data=data, headers={"referer": login}).status_code == 302
+
+
+def test_the_job_state_tells_a_caller_of_its_own_job_only(server, state, client):
+    data = slow_pdf("whose job", 2)
+
+    async def scenario() -> None:
+        async with addressed("127.0.0.6") as mine, addressed("127.0.0.7") as other:
+            request = asyncio.create_task(api_post_async(mine, server.url, data))
+            running = await until_state(mine, server.url, data, "running")
+            assert running["running_for"] >= 0
+            assert await job_state(other, server.url, data) == {
+                "state": "none",
+                "slots": 2,
+                "running": 1,
+                "queued": 0,
+            }  # another caller learns nothing of this document
+            staff = await asyncio.to_thread(staff_state)
+            assert staff["state"] == "running"  # staff see every job
+            assert (await request).status_code == 200
+
+    def staff_state() -> dict:
+        sign_in(client, server.url, state)
+        digest = hashlib.sha256(data).hexdigest()
+        return client.get(f"{server.url}/api/jobs/{digest}/").json()
+
+    asyncio.run(scenario())
+
+
+def test_the_api_refuses_a_post_another_site_could_make_a_browser_send(server, client):
+    data = pdfs.simple(["cross-site"])
+    files = {"file": ("doc.pdf", data, "application/pdf")}
+    forged = client.post(
+        server.url + "/api/extract/", files=files, headers={"origin": "https://evil.example"}
+    )
+    assert forged.status_code == 403 and forged.json()["error"] == "header_required"
+    assert api_post(client, server.url, data).status_code == 200  # scripts send the header
 
 
 def test_sigterm_lets_the_extraction_in_flight_finish(state):

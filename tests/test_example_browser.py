@@ -46,16 +46,19 @@ def upload_from(executor: ThreadPoolExecutor, url: str, data: bytes, address: st
         transport = httpx.HTTPTransport(local_address=address)
         with httpx.Client(transport=transport, timeout=60) as client:
             files = {"file": ("other.pdf", data, "application/pdf")}
-            return client.post(url + "/api/extract/", files=files)
+            headers = {"X-Requested-With": "test"}  # the example's API asks for it
+            return client.post(url + "/api/extract/", files=files, headers=headers)
 
     return executor.submit(post)
 
 
-def until_state(url: str, data: bytes, state: str, timeout: float = 15.0) -> None:
-    """Wait until the job of ``data`` is in ``state``, as the page's polls see it."""
+def until_state(url: str, data: bytes, state: str, address: str, timeout: float = 15.0) -> None:
+    """Wait until the job of ``data`` is in ``state``, as polls from its uploader's
+    ``address`` see it (the example tells a caller of its own jobs only)."""
     digest = hashlib.sha256(data).hexdigest()
     deadline = time.monotonic() + timeout
-    with httpx.Client(timeout=10) as client:
+    transport = httpx.HTTPTransport(local_address=address)
+    with httpx.Client(transport=transport, timeout=10) as client:
         while client.get(f"{url}/api/jobs/{digest}/").json()["state"] != state:
             if time.monotonic() > deadline:
                 raise AssertionError(f"the job did not become {state!r} in time")
@@ -96,7 +99,7 @@ def test_the_upload_page_queues_extracts_and_refuses_kindly(server, browser, oth
     # 2. The slot taken by another caller: queued, then extracting, then the result.
     holder = slow_pdf("holder", 2)
     held = upload_from(others, server.url, holder, "127.0.0.2")
-    until_state(server.url, holder, "running")
+    until_state(server.url, holder, "running", "127.0.0.2")
     pick(page, "waits.pdf", slow_pdf("waited for its turn", 1))
     page.click("button[type=submit]")
     expect(progress).to_contain_text("Queued: yours is next")
@@ -111,10 +114,10 @@ def test_the_upload_page_queues_extracts_and_refuses_kindly(server, browser, oth
     # 3. The slot and the queue taken: the friendly refusal, then a retry that works.
     holder = slow_pdf("holder again", 2)
     held = upload_from(others, server.url, holder, "127.0.0.2")
-    until_state(server.url, holder, "running")
+    until_state(server.url, holder, "running", "127.0.0.2")
     queued = pdfs.simple(["queued by another caller"])
     waiting = upload_from(others, server.url, queued, "127.0.0.3")
-    until_state(server.url, queued, "queued")
+    until_state(server.url, queued, "queued", "127.0.0.3")
     pick(page, "refused.pdf", pdfs.simple(["Refused at first, then read"]))
     page.click("button[type=submit]")
     problem = page.locator(".problem.busy")
@@ -160,10 +163,10 @@ def test_without_javascript_the_form_still_answers_on_the_page(server, browser, 
 
     holder = slow_pdf("holder, no script", 2)
     held = upload_from(others, server.url, holder, "127.0.0.2")
-    until_state(server.url, holder, "running")
+    until_state(server.url, holder, "running", "127.0.0.2")
     queued = pdfs.simple(["queued, no script"])
     waiting = upload_from(others, server.url, queued, "127.0.0.3")
-    until_state(server.url, queued, "queued")
+    until_state(server.url, queued, "queued", "127.0.0.3")
     pick(page, "plain.pdf", pdfs.simple(["Refused without a script"]))
     page.click("button[type=submit]")
     problem = page.locator(".problem.busy")

@@ -61,7 +61,7 @@ def test_result_fields(copies):
     data = pdfs.simple(["Hello world", "Second page"], title="A title")
     result = run(data)
     assert isinstance(result, Extraction)
-    assert result.pages == ["Hello world", "Second page"]
+    assert result.pages == ("Hello world", "Second page")
     assert result.text == "Hello world\n\nSecond page"
     assert result.page_count == 2 and result.truncated is False
     assert result.metadata["Title"] == "A title"
@@ -76,7 +76,7 @@ def test_text_equals_in_process_pypdf(copies):
     data = pdfs.reportlab_pdf(["First line\nsecond line", "Ünïcödé page", "", "last"])
     expected = [page.extract_text() for page in PdfReader(io.BytesIO(data)).pages]
     for warm in (True, False):
-        assert run(data, warm=warm).pages == expected
+        assert list(run(data, warm=warm).pages) == expected
 
 
 def test_path_source_is_read_and_kept(tmp_path, copies):
@@ -92,7 +92,7 @@ def test_path_source_is_read_and_kept(tmp_path, copies):
 def test_max_pages_truncates_or_refuses(copies):
     data = pdfs.simple([f"page {n}" for n in range(1, 6)])
     result = run(data, max_pages=2)
-    assert result.pages == ["page 1", "page 2"] and result.truncated
+    assert result.pages == ("page 1", "page 2") and result.truncated
     assert result.page_count == 5
     assert run(data, max_pages=5).truncated is False
     with pytest.raises(ExtractionError) as caught:

@@ -55,7 +55,7 @@ def test_corpus_file(entry):
     else:
         result = asyncio.run(extract(path, **LIMITS))
         assert result.page_count == entry["pages"]
-        assert result.pages == in_process(path)
+        assert list(result.pages) == in_process(path)
         assert result.sha256 == hashlib.sha256(path.read_bytes()).hexdigest()
         assert result.peak_rss <= LIMITS["memory_limit"]
     assert leftovers(before) == set()

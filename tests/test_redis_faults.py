@@ -74,6 +74,7 @@ ANSWER = LEASE + 6.0  # seconds any call may take to be answered once it can be
 BACK = 10.0  # seconds a worker may take to admit through Redis again after a fault
 IDLE = 2 * LEASE + 2.0  # seconds for the namespace to empty by itself once idle
 REGISTER = 2 * LEASE + 1.0  # seconds for Redis to count again the jobs still running
+COUNT_LAG = 0.5  # seconds Redis's counts may trail a job's end (its finish script)
 
 OK = "ok"
 UNAVAILABLE, LOST, BUSY = "CoordinatorUnavailable", "RunnerLost", "PoolBusy"
@@ -330,7 +331,8 @@ class Faulty:
         self.note_breaches("over the whole run")
         self._sampling.set()
         self._sampler.join()
-        relaxed = self.relaxed()
+        # Redis's counts lag the jobs' own evidence by a finish's round trip
+        relaxed = [(start, end + COUNT_LAG) for start, end in self.relaxed()]
         counted = [(r, q) for at, r, q in self.samples if not any(a <= at < b for a, b in relaxed)]
         running = max((r for r, _ in counted), default=0)
         queued = max((q for _, q in counted), default=0)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from dataclasses import asdict
 
 from django.core.files.uploadhandler import FileUploadHandler
 from django.http import HttpRequest, JsonResponse
@@ -27,7 +26,7 @@ def _describe(request: HttpRequest) -> JsonResponse:
         return JsonResponse({"pdf": None})
     if isinstance(pdf, dict):
         return JsonResponse({"pdf": pdf})
-    return JsonResponse({"pdf": asdict(pdf)})
+    return JsonResponse({"pdf": pdf.as_dict()})
 
 
 @pdf_pooled

@@ -76,7 +76,13 @@ def run_job(job: Job) -> Answer:
         data = read_document(job.path)
         # Hashed here, over the very bytes that are parsed: the parent never reads the file.
         digest = hashlib.sha256(data).hexdigest()
-        text = extract_pages(job.engine, data, max_pages=job.max_pages, refuse=job.refuse)
+        text = extract_pages(
+            job.engine,
+            data,
+            max_pages=job.max_pages,
+            refuse=job.refuse,
+            max_text_bytes=job.max_text_bytes,
+        )
         return Extracted(sha256=digest, **text)
     except BaseException as exc:
         code, detail = classify(exc)

@@ -30,7 +30,7 @@ _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 class Outcome:
     """How a conversation with a child ended, for extract.py to judge."""
 
-    output: bytes
+    output: bytes | bytearray  # decode_answer empties a bytearray
     returncode: int | None
     timed_out: bool = False  # killed by us at the deadline
     overflow: bool = False  # killed by us: more output than allowed
@@ -42,7 +42,13 @@ class Outcome:
 class Child:
     """One child process: the job is sent once, the answer read once, the group killed once."""
 
-    def __init__(self, python: str, preload: tuple[str, ...] = (), warm_up: bool = False) -> None:
+    def __init__(
+        self,
+        python: str,
+        preload: tuple[str, ...] = (),
+        warm_up: bool = False,
+        env: tuple[str, ...] = (),
+    ) -> None:
         # -P: the cwd does not go on sys.path. stderr goes nowhere: pypdf can log thousands of
         # lines, and a full pipe would hang the child.
         self.proc = subprocess.Popen(
@@ -52,7 +58,7 @@ class Child:
             stderr=subprocess.DEVNULL,
             close_fds=True,
             start_new_session=True,
-            env=_child_env(),
+            env=child_env(env),
             bufsize=0,
         )
         self.pid = self.proc.pid
@@ -156,12 +162,12 @@ class Child:
             if len(output) > max_output:
                 overflow = True
                 break
-            if holds_answer(output):
-                return Outcome(bytes(output), None, complete=True, started=True)
+            if holds_answer(output):  # handed on as it is: no copy
+                return Outcome(output, None, complete=True, started=True)
         if timed_out or overflow:
             self.kill()
         started = job_started(output)
-        return Outcome(bytes(output), None, timed_out=timed_out, overflow=overflow, started=started)
+        return Outcome(output, None, timed_out=timed_out, overflow=overflow, started=started)
 
     def finish(self, deadline: float) -> int:
         """Wait for the child's exit (killing it if it outlives the deadline) and reap it."""
@@ -185,10 +191,26 @@ class Child:
             time.sleep(0.001)
 
 
-def _child_env() -> dict[str, str]:
-    """The environment with this package importable by the child: a checkout goes on
-    PYTHONPATH, a site-packages directory never (it would go before the standard library)."""
-    env = dict(os.environ)
+# What the interpreter needs to start and find its packages, and the locale it decodes paths
+# in; every LC_* variable too. Nothing else of the parent's environment reaches a child.
+BASE_ENV = (
+    "PATH",
+    "LANG",
+    "LANGUAGE",
+    "LD_LIBRARY_PATH",
+    "PYTHONHOME",
+    "PYTHONPATH",
+    "PYTHONUSERBASE",
+    "PYTHONNOUSERSITE",
+)
+
+
+def child_env(names: tuple[str, ...] = ()) -> dict[str, str]:
+    """The child's environment: BASE_ENV, LC_*, and `names`, where set; with this package
+    importable: a checkout goes on PYTHONPATH, a site-packages directory never (it would go
+    before the standard library)."""
+    wanted = {*BASE_ENV, *names}
+    env = {k: v for k, v in os.environ.items() if k in wanted or k.startswith("LC_")}
     if _PACKAGE_ROOT not in {*site.getsitepackages(), site.getusersitepackages()}:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH")) if p)
     return env

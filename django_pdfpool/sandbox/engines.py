@@ -8,14 +8,14 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import io
+import json
 import re
 from typing import Any
 
 from ..exceptions import ExtractionError
+from .wire import DEFAULT_MAX_TEXT_BYTES, METADATA_CHARS, METADATA_KEYS
 
 HEADER_WINDOW = 1024  # readers accept "%PDF-" anywhere in the first kilobyte
-METADATA_KEYS = 64
-METADATA_CHARS = 2000
 
 # A one-page document run through an engine at start-up so that a spare child has already
 # paid for pypdf's lazy imports and first-use caches before its real job arrives.
@@ -85,6 +85,52 @@ def configure_pypdf(output_cap: int | None = None) -> None:
             setattr(filters, name, output_cap)
 
 
+class TextBudget:
+    """The pages a job returns, cut so that their JSON (quotes, escapes, commas: at least
+    their UTF-8 joined by PAGE_SEPARATOR) fits in `limit` bytes; `add` says when to stop."""
+
+    def __init__(self, limit: int) -> None:
+        self.left = limit
+        self.pages: list[str] = []
+        self.cut = False  # some text was left out
+
+    def add(self, page: str) -> bool:
+        """Keep `page`, or as much of it as fits; False once the budget is spent."""
+        room = self.left - 3  # its quotes and the comma after it
+        if room >= 0 and len(page) <= room and (size := json_size(page)) <= room:
+            self.pages.append(page)
+            self.left = room - size
+            return True
+        if room > 0:
+            self.pages.append(fit(page, room))
+        self.left, self.cut = 0, True
+        return False
+
+
+def json_size(text: str) -> int:
+    """Bytes of `text` in the answer line, quotes excluded (a lone surrogate becomes 3)."""
+    return len(json.dumps(text, ensure_ascii=False).encode("utf-8", "surrogatepass")) - 2
+
+
+def fit(text: str, room: int) -> str:
+    """The longest prefix of `text` whose json_size is at most `room`."""
+    text = text[:room]  # every character costs a byte at least
+    line = json.dumps(text, ensure_ascii=False).encode("utf-8", "surrogatepass")
+    if len(line) - 2 <= room:
+        return text
+    end = room + 1  # the line cut after `room` bytes of the string, then closed again
+    for _ in range(8):  # back off out of a character, then out of an escape (6 bytes at most)
+        while end > 1 and line[end] & 0xC0 == 0x80:
+            end -= 1
+        if end <= 1:
+            break
+        try:
+            return str(json.loads(line[:end] + b'"'))
+        except ValueError:
+            end -= 1
+    return ""
+
+
 def warm_up(engines: tuple[str, ...]) -> None:
     """Run the tiny built-in document through each engine; errors here are harmless."""
     for engine in engines:
@@ -99,13 +145,25 @@ def check_header(data: bytes) -> None:
 
 
 def extract_pages(
-    engine: str, data: bytes, *, max_pages: int | None, refuse: bool
+    engine: str,
+    data: bytes,
+    *,
+    max_pages: int | None,
+    refuse: bool,
+    max_text_bytes: int = DEFAULT_MAX_TEXT_BYTES,
 ) -> dict[str, Any]:
-    """The text of `data` by `engine`: page_count, pages, metadata and truncated."""
+    """The text of `data` by `engine`: page_count, pages, metadata, truncated, text_truncated;
+    pages after the text cap is reached are not read."""
     check_header(data)
+    budget = TextBudget(max_text_bytes)
     if engine == "pypdfium2":
-        return _run_pdfium(data, max_pages, refuse)
-    return _run_pypdf(data, max_pages, refuse)
+        found = _run_pdfium(data, max_pages, refuse, budget)
+    else:
+        found = _run_pypdf(data, max_pages, refuse, budget)
+    found["pages"] = budget.pages
+    found["text_truncated"] = budget.cut
+    found["truncated"] = found["truncated"] or budget.cut
+    return found
 
 
 def _page_range(page_count: int, max_pages: int | None, refuse: bool) -> int:
@@ -127,7 +185,9 @@ def _clean_metadata(items: Any) -> dict[str, str]:
     return metadata
 
 
-def _run_pypdf(data: bytes, max_pages: int | None, refuse: bool) -> dict[str, Any]:
+def _run_pypdf(
+    data: bytes, max_pages: int | None, refuse: bool, budget: TextBudget
+) -> dict[str, Any]:
     from pypdf import PdfReader
 
     reader = PdfReader(io.BytesIO(data))  # tries the empty password by itself
@@ -139,7 +199,9 @@ def _run_pypdf(data: bytes, max_pages: int | None, refuse: bool) -> dict[str, An
             raise ExtractionError("too_many_pages", detail=f"{declared} pages")
     page_count = len(reader.pages)  # the real count: a /Count that lies low is caught here
     count = _page_range(page_count, max_pages, refuse)
-    pages = [reader.pages[i].extract_text() for i in range(count)]
+    for index in range(count):
+        if not budget.add(reader.pages[index].extract_text()):
+            break
     try:
         info = reader.metadata
         metadata = _clean_metadata((key, info[key]) for key in info) if info else {}
@@ -149,7 +211,6 @@ def _run_pypdf(data: bytes, max_pages: int | None, refuse: bool) -> dict[str, An
         metadata = {}
     return {
         "page_count": page_count,
-        "pages": pages,
         "metadata": metadata,
         "truncated": count < page_count,
     }
@@ -170,7 +231,9 @@ def _declared_page_count(reader: Any) -> int | None:
     return None
 
 
-def _run_pdfium(data: bytes, max_pages: int | None, refuse: bool) -> dict[str, Any]:
+def _run_pdfium(
+    data: bytes, max_pages: int | None, refuse: bool, budget: TextBudget
+) -> dict[str, Any]:
     import pypdfium2 as pdfium
     import pypdfium2.raw as raw
 
@@ -182,13 +245,14 @@ def _run_pdfium(data: bytes, max_pages: int | None, refuse: bool) -> dict[str, A
         raise ExtractionError(code, detail=f"pdfium error {exc.err_code}") from None
     page_count = len(document)
     count = _page_range(page_count, max_pages, refuse)
-    pages = []
     for index in range(count):
         page = document[index]
         textpage = page.get_textpage()
-        pages.append(textpage.get_text_range().replace("\r\n", "\n"))
+        text = textpage.get_text_range().replace("\r\n", "\n")
         textpage.close()
         page.close()
+        if not budget.add(text):
+            break
     try:
         metadata = _clean_metadata(document.get_metadata_dict(skip_empty=True).items())
     except pdfium.PdfiumError:
@@ -196,7 +260,6 @@ def _run_pdfium(data: bytes, max_pages: int | None, refuse: bool) -> dict[str, A
     document.close()
     return {
         "page_count": page_count,
-        "pages": pages,
         "metadata": metadata,
         "truncated": count < page_count,
     }

@@ -8,36 +8,102 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import functools
 import os
 import signal
 import stat
 import tempfile
 import threading
 import time
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
 from functools import partial
-from typing import Any, Literal
+from typing import Any, Literal, NoReturn
 
 from ..exceptions import ExtractionError
 from .child_process import JobRun, Outcome
 from .spares import WarmChildren
-from .wire import ENGINES, MAX_ANSWER_BYTES, Extracted, Job, decode_answer, encode_job
+from .wire import (
+    DEFAULT_MAX_TEXT_BYTES,
+    ENGINES,
+    Extracted,
+    Job,
+    answer_limit,
+    decode_answer,
+    encode_job,
+)
 
 PAGE_SEPARATOR = "\n\n"  # between pages in Extraction.text
 
 
+class ReadOnlyDict(dict):  # type: ignore[type-arg]
+    """A dict that refuses changes (an Extraction's metadata, shared by its sharers); JSON
+    and ``dataclasses.asdict`` take it as a dict, ``dict(it)`` is a copy to change."""
+
+    __slots__ = ()
+
+    def _refuse(self, *args: Any, **kwargs: Any) -> NoReturn:
+        raise TypeError("an Extraction's metadata is read-only; change a copy: dict(metadata)")
+
+    __setitem__ = __delitem__ = __ior__ = _refuse
+    clear = pop = popitem = setdefault = update = _refuse
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (dict(self),))
+
+
 @dataclass(frozen=True)
 class Extraction:
-    """What a view gets: the text, page by page, and how much the child spent on it."""
+    """What a view gets: the text, page by page, and how much the child spent on it.
+    Immutable, as every caller sharing the job gets this one object: `pages` is a tuple,
+    `metadata` a read-only dict; `text` is joined on first use. JSON: `as_dict()`."""
 
     sha256: str  # of the file's bytes, hashed by the child over exactly what it parsed
     page_count: int  # pages in the document, even when truncated
-    pages: list[str]
-    metadata: dict[str, str]  # the /Info entries, keys without their leading slash
-    text: str  # pages joined with PAGE_SEPARATOR
-    truncated: bool  # stopped at max_pages
+    pages: tuple[str, ...]  # up to max_pages, and up to the page where the text cap cut
+    metadata: Mapping[str, str]  # the /Info entries, keys without their leading slash
+    truncated: bool  # not the whole text: stopped at max_pages, or cut at max_text_bytes
     elapsed: float  # seconds, measured in the child from job receipt to answer
     peak_rss: int  # bytes, the child's peak resident set
+    text_truncated: bool = False  # cut at max_text_bytes (`truncated` is then True too)
+
+    def __post_init__(self) -> None:
+        if type(self.pages) is not tuple:
+            object.__setattr__(self, "pages", tuple(self.pages))
+        if type(self.metadata) is not ReadOnlyDict:
+            object.__setattr__(self, "metadata", ReadOnlyDict(self.metadata))
+
+    @functools.cached_property
+    def text(self) -> str:
+        """The pages joined with PAGE_SEPARATOR (built on first use, then kept)."""
+        return PAGE_SEPARATOR.join(self.pages)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}  # not the joined text
+
+    def as_dict(self, *, text: bool = True) -> dict[str, Any]:
+        """Plain JSON values: every field (pages a list, metadata a dict) and, unless
+        `text=False`, the joined text."""
+        result: dict[str, Any] = {
+            "sha256": self.sha256,
+            "page_count": self.page_count,
+            "pages": list(self.pages),
+            "metadata": dict(self.metadata),
+        }
+        if text:
+            result["text"] = self.text
+        result.update(
+            truncated=self.truncated,
+            text_truncated=self.text_truncated,
+            elapsed=self.elapsed,
+            peak_rss=self.peak_rss,
+        )
+        return result
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any]) -> Extraction:
+        """The Extraction `as_dict()` described (its "text", derived, is not read)."""
+        return cls(**{name: value for name, value in values.items() if name != "text"})
 
 
 _spares = WarmChildren(spares=1)  # the process's warm spare children
@@ -50,10 +116,21 @@ def configure(
     spares: int | None = None,
     tmp_dir: str | os.PathLike[str] | None = _UNSET,
     python: str | None = None,
+    child_env: tuple[str, ...] | list[str] | None = None,
 ) -> None:
     """Set the number of warm spares (0 turns them off), the directory for temporary copies
-    of byte sources (None: tempfile's default) and the interpreter children run on."""
+    of byte sources (None: tempfile's default), the interpreter children run on, and the
+    names of environment variables they get besides the minimum (`child_process.BASE_ENV`)."""
     global _tmp_dir
+    if child_env is not None:
+        names = tuple(child_env)
+        if not all(isinstance(n, str) and n and "=" not in n for n in names):
+            raise ValueError("child_env must be names of environment variables")
+        if names != _spares.env:
+            _spares.env = names
+            count = _spares.spares
+            _spares.resize(0)  # spares started with the old environment go
+            _spares.resize(count)
     if spares is not None:
         _spares.resize(spares)
     if tmp_dir is not _UNSET:
@@ -86,10 +163,16 @@ async def extract(
     engine: str = "pypdf",
     on_too_many_pages: Literal["truncate", "refuse"] = "truncate",
     warm: bool = True,
+    max_text_bytes: int = DEFAULT_MAX_TEXT_BYTES,
 ) -> Extraction:
     """The text of `source` (a path the caller keeps, or bytes), read in a child limited to
-    `memory_limit` bytes and `timeout` seconds; every failure raises ExtractionError."""
+    `memory_limit` bytes and `timeout` seconds, cut to `max_text_bytes` of UTF-8 (then
+    `truncated` and `text_truncated`); every failure raises ExtractionError."""
     _check(timeout, memory_limit, max_pages, engine, on_too_many_pages)
+    if isinstance(max_text_bytes, bool) or not isinstance(max_text_bytes, int):
+        raise ValueError("max_text_bytes must be an integer >= 1")
+    if max_text_bytes < 1:
+        raise ValueError("max_text_bytes must be an integer >= 1")
     deadline = time.monotonic() + timeout
     job = Job(
         path="",  # set by the worker thread, once the source is a file
@@ -98,6 +181,7 @@ async def extract(
         memory_limit=memory_limit,
         max_pages=max_pages,
         refuse=on_too_many_pages == "refuse",
+        max_text_bytes=max_text_bytes,
     )
     run = JobRun()
     future: concurrent.futures.Future[Outcome] = concurrent.futures.Future()
@@ -166,7 +250,7 @@ def _work(
 
     start = partial(_spares.take if warm else _spares.start_cold, job.engine)
     refill = _spares.refill if warm else _no_refill
-    max_output = min(MAX_ANSWER_BYTES, job.memory_limit)
+    max_output = answer_limit(job.max_text_bytes)  # beyond it: too_large, and killed
     try:
         run.run(start, job_line, deadline, max_output, deliver, refill)
     except BaseException as exc:  # a bug, not a PDF: its child is reaped, the copy removed
@@ -219,7 +303,9 @@ _PDFIUM_MEMORY_SIGNALS = {
 
 def _conclude(outcome: Outcome, engine: str) -> Extraction:
     """An Extraction from a child's answer, or the ExtractionError its ending stands for."""
-    answer = decode_answer(outcome.output)
+    output, outcome.output = outcome.output, b""
+    answer = decode_answer(output)  # empties the buffer before the pages are parsed
+    del output
     if isinstance(answer, Extracted):
         return _extraction(answer)
     if answer is not None:
@@ -228,14 +314,14 @@ def _conclude(outcome: Outcome, engine: str) -> Extraction:
 
 
 def _extraction(answer: Extracted) -> Extraction:
-    """The public result for a child's answer: its fields and the pages' joined text."""
+    """The public result for a child's answer (its text is joined only when asked for)."""
     return Extraction(
         sha256=answer.sha256,
         page_count=answer.page_count,
-        pages=answer.pages,
+        pages=tuple(answer.pages),
         metadata=answer.metadata,
-        text=PAGE_SEPARATOR.join(answer.pages),
         truncated=answer.truncated,
+        text_truncated=answer.text_truncated,
         elapsed=answer.elapsed,
         peak_rss=answer.peak_rss,
     )

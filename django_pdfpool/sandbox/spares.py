@@ -23,6 +23,7 @@ class WarmChildren:
             raise ValueError("spares must be >= 0")
         self.spares = spares
         self.python = sys.executable
+        self.env: tuple[str, ...] = ()  # names of variables children get besides the minimum
         self._ready: list[Child] = []
         self._starting = 0
         self._preload: set[str] = set()  # engines beyond pypdf that jobs have asked for
@@ -47,7 +48,7 @@ class WarmChildren:
 
     def start_cold(self, engine: str) -> Child:
         """A new child for one job with `engine` (every child imports pypdf at start-up)."""
-        return Child(self.python, preload=(engine,) if engine != "pypdf" else ())
+        return Child(self.python, preload=(engine,) if engine != "pypdf" else (), env=self.env)
 
     def prewarm(self) -> None:
         """Start the spares now rather than on the first job."""
@@ -87,8 +88,9 @@ class WarmChildren:
 
     def _start_one(self, preload: tuple[str, ...]) -> None:
         """In a background thread: start a spare, wait for its READY, keep it if still wanted."""
+        env = self.env
         try:
-            child: Child | None = Child(self.python, preload=preload, warm_up=True)
+            child: Child | None = Child(self.python, preload=preload, warm_up=True, env=env)
         except OSError:
             child = None
         if child is not None and not child.wait_ready(START_TIMEOUT):
@@ -96,11 +98,13 @@ class WarmChildren:
             child = None
         with self._lock:
             self._starting -= 1
-            keep = child is not None and len(self._ready) < self.spares
+            keep = child is not None and len(self._ready) < self.spares and env == self.env
             if keep:
                 self._ready.append(child)
         if child is not None and not keep:
             drop(child)
+            if env != self.env:  # started before configure() changed the environment
+                self.refill()
 
     def _after_fork(self) -> None:
         """In a forked process the spares belong to the parent: forget them, kill nothing."""

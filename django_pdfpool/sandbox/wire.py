@@ -15,7 +15,13 @@ from ..exceptions import EXTRACTION_MESSAGES, ExtractionError
 ENGINES = ("pypdf", "pypdfium2")  # pypdf is imported by every child; others on request
 READY = b"ready\n"  # the child's first line: imports done, waiting for its job
 STARTED = b"started\n"  # its second: the job is read and the limits are set
-MAX_ANSWER_BYTES = 64 << 20  # a child's answer beyond this is refused as too_large
+DEFAULT_MAX_TEXT_BYTES = 8 << 20  # of the pages' text a job may return (PDFPOOL's default)
+METADATA_KEYS = 64  # /Info entries kept
+METADATA_CHARS = 2000  # of each key and value
+# An answer's bytes besides its pages: metadata at its worst (every character a 6-byte JSON
+# escape), the other fields and the READY/STARTED lines. The parent reads no more than the
+# text cap plus this; a child that writes more is refused as too_large.
+ANSWER_OVERHEAD = METADATA_KEYS * (2 * METADATA_CHARS * 6 + 6) + (64 << 10)
 DETAIL_CHARS = 200  # of a failure's detail, as the parent keeps it
 PRELOAD_OPTION = "--preload"  # followed by an engine to import before the job arrives
 WARM_UP_OPTION = "--warm-up"  # run a tiny document through the engines before READY
@@ -44,6 +50,7 @@ class Job:
     memory_limit: int  # bytes of address space
     max_pages: int | None
     refuse: bool  # over max_pages: too_many_pages rather than the first max_pages pages
+    max_text_bytes: int = DEFAULT_MAX_TEXT_BYTES  # the pages' JSON, see engines.TextBudget
 
 
 def encode_job(job: Job) -> bytes:
@@ -61,7 +68,13 @@ def decode_job(line: bytes) -> Job:
         memory_limit=int(fields["memory_limit"]),
         max_pages=fields["max_pages"],
         refuse=fields["refuse"],
+        max_text_bytes=int(fields.get("max_text_bytes", DEFAULT_MAX_TEXT_BYTES)),
     )
+
+
+def answer_limit(max_text_bytes: int) -> int:
+    """The most bytes the parent reads from a child whose text is capped at `max_text_bytes`."""
+    return max_text_bytes + ANSWER_OVERHEAD
 
 
 @dataclass
@@ -72,7 +85,8 @@ class Extracted:
     page_count: int  # pages in the document, even when truncated
     pages: list[str]
     metadata: dict[str, str]  # the /Info entries, keys without their leading slash
-    truncated: bool  # stopped at max_pages
+    truncated: bool  # stopped at max_pages or cut at the text cap
+    text_truncated: bool = False  # cut at the text cap (max_text_bytes)
     elapsed: float = 0.0  # seconds from job to answer: set by the child just before writing
     peak_rss: int = 0  # bytes: likewise
 
@@ -92,6 +106,7 @@ def encode_answer(answer: Answer) -> bytes:
             "pages": answer.pages,
             "metadata": answer.metadata,
             "truncated": answer.truncated,
+            "text_truncated": answer.text_truncated,
         }
     fields.update(elapsed=answer.elapsed, peak_rss=answer.peak_rss)
     line = json.dumps(fields, ensure_ascii=False, separators=(",", ":")) + "\n"
@@ -101,12 +116,18 @@ def encode_answer(answer: Answer) -> bytes:
         return _LONE_SURROGATES.sub("\ufffd", line).encode("utf-8")
 
 
-def decode_answer(output: bytes) -> Answer | None:
-    """The answer in all a child wrote (its last line), or None if there is no well-formed one."""
+def decode_answer(output: bytes | bytearray) -> Answer | None:
+    """The answer in all a child wrote (its last line), or None if there is no well-formed one.
+    A bytearray is consumed: emptied once decoded to text, before the JSON is parsed."""
     if not output.endswith(b"\n"):
         return None  # cut short: no complete answer
     try:
-        fields = json.loads(output[output.rfind(b"\n", 0, -1) + 1 :])
+        with memoryview(output) as view, view[output.rfind(b"\n", 0, -1) + 1 :] as line:
+            text = str(line, "utf-8")  # the one copy: no bytes slice on the way
+        if isinstance(output, bytearray):
+            output.clear()  # the buffer goes before the parsed pages arrive
+        fields = json.loads(text)
+        del text
         if not isinstance(fields, dict):
             return None
         if fields.get("ok") is True:
@@ -126,6 +147,7 @@ def _extracted(fields: dict[str, Any]) -> Extracted | None:
         and isinstance(fields.get("sha256"), str)
         and isinstance(fields.get("page_count"), int)
         and isinstance(fields.get("truncated"), bool)
+        and isinstance(fields.get("text_truncated", False), bool)
         and isinstance(fields.get("elapsed"), (int, float))
         and isinstance(fields.get("peak_rss"), int)
     )
@@ -137,6 +159,7 @@ def _extracted(fields: dict[str, Any]) -> Extracted | None:
         pages=pages,
         metadata=metadata,
         truncated=fields["truncated"],
+        text_truncated=fields.get("text_truncated", False),
         elapsed=float(fields["elapsed"]),
         peak_rss=fields["peak_rss"],
     )
@@ -156,10 +179,11 @@ def _failure(fields: dict[str, Any]) -> ExtractionError | None:
 
 
 def holds_answer(output: bytes | bytearray) -> bool:
-    """Whether what a child wrote so far ends with its whole answer (JSON escapes newlines)."""
-    return output.endswith(b"\n") and output.removeprefix(READY) not in (b"", STARTED)
+    """Whether what a child wrote so far ends with its whole answer (JSON escapes newlines).
+    Copies nothing (called on every chunk read)."""
+    return output.endswith(b"\n") and output not in (READY, STARTED, READY + STARTED)
 
 
 def job_started(output: bytes | bytearray) -> bool:
     """Whether the child said it read its job (a spare's READY was read before the job)."""
-    return output.removeprefix(READY).startswith(STARTED)
+    return output.startswith(STARTED) or output.startswith(READY + STARTED)

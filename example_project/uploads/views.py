@@ -3,28 +3,29 @@
 All three are async: under uvicorn a request waiting for its turn in the pool holds
 no thread, so the page's polls are answered while extractions queue and run. The
 page and the API run the same job (``@pdf_pooled``'s default), so the same PDF sent
-through both shares one extraction.
+through both shares one extraction. The API takes no CSRF token but only requests
+with an ``X-Requested-With`` header, which no other site can make a browser send;
+the job state answers a caller about its own job only (staff: any).
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from functools import wraps
 from typing import Any
 
-from asgiref.sync import sync_to_async
+from asgiref.sync import iscoroutinefunction, sync_to_async
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.urls import reverse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_http_methods
 
-from django_pdfpool import Extraction, extract_upload, get_pool, json_answer, pdf_pooled
+from django_pdfpool import Extraction, get_pool, json_answer, pdf_pooled
 from django_pdfpool.conf import get_settings
+from django_pdfpool.decorators import pool_key
 
 from .answers import friendly_texts, problem
 
-# The pool key of an upload is "<job's dotted path>:<the file's SHA-256>" (docs/usage.md).
-JOB = f"{extract_upload.__module__}.{extract_upload.__qualname__}"
 _DIGEST = "0" * 64  # stands for the digest in the job-state URL given to the script
 
 
@@ -72,7 +73,23 @@ async def index(request: HttpRequest) -> HttpResponse:
     return upload_page(request, result=describe(request.pdf, request.FILES["file"].name))  # type: ignore[attr-defined]
 
 
-@csrf_exempt  # for scripts, which have no CSRF cookie; the work has no other side effect
+def scripts_only(view: Any) -> Any:
+    """Refuse a POST without an ``X-Requested-With`` header (403), before any upload is
+    staged: a cross-site form or simple request cannot send one, so another site cannot
+    make a visitor's browser take their caller slot; fetch() and scripts can."""
+
+    async def checked(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
+        if request.method == "POST" and not request.headers.get("X-Requested-With"):
+            message = "Send the header X-Requested-With (any value) with the POST."
+            return JsonResponse({"error": "header_required", "message": message}, status=403)
+        return await view(request, *args, **kwargs)
+
+    return wraps(view)(checked)
+
+
+# No CSRF token (scripts have no CSRF cookie): scripts_only stops cross-site requests instead.
+@csrf_exempt
+@scripts_only
 @pdf_pooled(answer=json_answer)
 async def api_extract(request: HttpRequest) -> JsonResponse:
     """POST a PDF as the multipart field ``file``: the Extraction's fields as JSON, or
@@ -83,18 +100,21 @@ async def api_extract(request: HttpRequest) -> JsonResponse:
             status=405,
             headers={"Allow": "POST"},
         )
-    return JsonResponse(asdict(request.pdf))  # type: ignore[attr-defined]
+    return JsonResponse(request.pdf.as_dict())  # type: ignore[attr-defined]
 
 
 @require_GET
 async def job_state(request: HttpRequest, sha256: str) -> JsonResponse:
-    """Where this process's pool has the upload with this SHA-256: ``queued`` (with the
-    number of jobs ``ahead``), ``running`` (for ``running_for`` seconds), or ``none``
-    (not arrived yet, or done). Public: it tells nothing but the state of that file's job.
+    """Where this process's pool has the asking caller's upload with this SHA-256:
+    ``queued`` (with the number of jobs ``ahead``), ``running`` (for ``running_for``
+    seconds), or ``none`` (not arrived, done, or not this caller's: a job is the caller's
+    that started it; one that joined another's is told ``none``; staff are told of any).
     With several server processes a poll may ask one that does not have the job."""
+    user = await request.auser()
+    caller = None if user.is_staff else await _caller(request, user)
     # a Redis pool's snapshot reads Redis: not on this event loop
     snapshot = await sync_to_async(get_pool().snapshot, thread_sensitive=False)()
-    key = f"{JOB}:{sha256}"
+    key = pool_key(sha256)
     queued = [job for job in snapshot.jobs if job.state == "queued"]
     queue = sorted(queued, key=lambda job: job.queued_at)
     body: dict[str, Any] = {
@@ -104,8 +124,17 @@ async def job_state(request: HttpRequest, sha256: str) -> JsonResponse:
         "queued": snapshot.queued,
     }
     for job in snapshot.jobs:
-        if job.key == key:
+        if job.key == key and caller in (None, job.caller):
             body.update(state=job.state, queued_for=job.queued_for, running_for=job.running_for)
             if job.state == "queued":
                 body["ahead"] = queue.index(job)
     return JsonResponse(body, headers={"Cache-Control": "no-store"})
+
+
+async def _caller(request: HttpRequest, user: Any) -> str:
+    """The asking caller, as ``@pdf_pooled`` names it (the CALLER setting)."""
+    request.user = user
+    caller_of = get_settings().caller
+    if iscoroutinefunction(caller_of):
+        return await caller_of(request)
+    return caller_of(request)

@@ -12,7 +12,7 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
-from ...exceptions import CoordinatorUnavailable
+from ...exceptions import CoordinatorUnavailable, PoolMisconfigured
 from .. import delivery
 from ..delivery import call_dropped, deliver
 from ..ledger import Ledger
@@ -53,6 +53,7 @@ class Admitter:
         self._terms, self._process, self._table, self._link = terms, process, table, link
         self._calls, self._health, self._lifecycle, self._router = calls, health, lifecycle, router
         self._books, self._tasks, self._settle = books, tasks, settle
+        self._told_mismatch = False  # the deployment error is logged once per process
 
     # --- admission --------------------------------------------------------------
 
@@ -83,7 +84,14 @@ class Admitter:
                 has_fn = "1" if fn is not None else "0"
                 terms = self._terms
                 raw = await self._link.call(
-                    "admit", str(terms.queue_size), terms.wait_ms, key, caller, job_id, has_fn
+                    "admit",
+                    str(terms.queue_size),
+                    terms.wait_ms,
+                    key,
+                    caller,
+                    job_id,
+                    has_fn,
+                    terms.fingerprint,
                 )
                 reply = AdmitReply.of(raw)
             except RedisError as error:
@@ -156,7 +164,37 @@ class Admitter:
         if reply.status == "busy":  # rule 3: a full queue
             self._books.count("refused_busy")
             return delivery.queue_full(self._books.expected_start(reply.queued))
+        if reply.status == "mismatch":
+            self._books.count("refused_busy")
+            return self._mismatch(reply.differs)
         return delivery.nothing_to_join(key)
+
+    def _mismatch(self, differs: dict[str, str]) -> PoolMisconfigured:
+        """The namespace's live processes share other terms: a deployment error."""
+        terms = self._terms
+        ours = {
+            "slots": (str(terms.slots), str),
+            "queue": (str(terms.queue_size), str),
+            "wait": (terms.wait_ms, _seconds),
+            "lease": (str(round(terms.lease * 1000)), _seconds),
+        }
+        named = [
+            f"{name} {show(mine)} here, {show(differs[name])} there"
+            for name, (mine, show) in ours.items()
+            if name in differs
+        ]
+        if "fingerprint" in differs:
+            named.append("the settings that change results differ (fingerprint)")
+        error = PoolMisconfigured(
+            f"the PDF pool's processes sharing the Redis namespace {self._link.namespace!r} "
+            f"have other settings than this one: {'; '.join(named)}. Give them all the same "
+            "settings, or each deployment a namespace of its own.",
+            terms.lease,
+        )
+        if not self._told_mismatch:
+            self._told_mismatch = True
+            logger.error("PDF pool refuses every job: %s", error)
+        return error
 
     # --- rule 4: leaving ------------------------------------------------------------
 
@@ -188,3 +226,8 @@ class Admitter:
         finally:
             done.set_result(None)
             self._settle()
+
+
+def _seconds(ms: str) -> str:
+    """A duration as the scripts keep it (ms; -1: none), for a message."""
+    return "none" if ms in ("", "-1") else f"{int(ms) / 1000:g} s"

@@ -15,7 +15,6 @@ import threading
 import warnings
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import redis
 import redis.asyncio as aredis
@@ -27,6 +26,7 @@ from redis.retry import Retry
 from ...exceptions import BlockingCallWarning
 from ..jobloop import on_job_loop
 from .scripts import MUTATING, SOURCES, Event
+from .urls import presentable
 
 logger = logging.getLogger("django_pdfpool.redis")
 
@@ -39,7 +39,7 @@ class Link:
     def __init__(
         self, url: str, namespace: str, process: str, *, lease: float, slots: int, timeout: float
     ) -> None:
-        self.url = url
+        self.url, self.namespace = url, namespace
         self.prefix = "{" + namespace + "}:"
         self.process = process
         self.procs_key = self.prefix + "procs"
@@ -57,13 +57,8 @@ class Link:
 
     @property
     def where(self) -> str:
-        """The URL without its password, for logs and status pages."""
-        parts = urlsplit(self.url)
-        if parts.password is None:
-            return self.url
-        host = parts.hostname or ""
-        netloc = f"{parts.username or ''}:***@{host}" + (f":{parts.port}" if parts.port else "")
-        return urlunsplit(parts._replace(netloc=netloc))
+        """The URL without its secrets, for logs and status pages (``urls.presentable``)."""
+        return presentable(self.url)
 
     @property
     def used(self) -> bool:

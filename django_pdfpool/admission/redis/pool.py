@@ -49,7 +49,9 @@ class RedisPool:
     ``lease``: seconds a silent process keeps what it holds. ``encode``/``decode``:
     a result to and from plain JSON values, for sharers in other processes.
     ``fallback``: ``"refuse"`` or ``"local"`` while Redis fails. ``timeout``:
-    seconds a Redis call may take before Redis counts as failing.
+    seconds a Redis call may take before Redis counts as failing. ``fingerprint``: an
+    opaque string (the settings that change results); processes of one namespace whose
+    limits or fingerprint differ are refused with ``PoolMisconfigured``, never merged.
     """
 
     def __init__(
@@ -67,6 +69,7 @@ class RedisPool:
         max_result_bytes: int = MAX_RESULT_BYTES,
         fallback: str = "refuse",
         timeout: float = 1.0,
+        fingerprint: str = "",
     ) -> None:
         self._local = Pool(slots, queue, wait, on_error=on_error)  # checks them as Pool does
         if not isinstance(lease, int | float) or not math.isfinite(lease) or lease < 0.1:
@@ -79,6 +82,8 @@ class RedisPool:
             raise ValueError(f"max_result_bytes must be an integer >= 1024: {max_result_bytes!r}")
         if not isinstance(timeout, int | float) or not timeout > 0:
             raise ValueError(f"timeout must be a number of seconds > 0, not {timeout!r}")
+        if not isinstance(fingerprint, str) or len(fingerprint) > 1024:
+            raise ValueError("fingerprint must be a string of at most 1024 characters")
         parse_url(url)  # ValueError for anything but redis://, rediss:// and unix://
         self.slots, self.queue_size, self.wait = slots, queue, wait
         self.lease, self.namespace, self.fallback = float(lease), namespace, fallback
@@ -94,6 +99,7 @@ class RedisPool:
             encode=encode,
             decode=decode,
             max_result_bytes=max_result_bytes,
+            fingerprint=fingerprint,
         )
         self._books = Ledger(slots)  # this process's counters and durations
         self._closing = Closing()  # written here, read by the job loop

@@ -30,6 +30,7 @@ class Terms:
     encode: Encode | None
     decode: Decode | None
     max_result_bytes: int
+    fingerprint: str = ""  # opaque: the settings that change results, same in every process
 
     @property
     def wait_ms(self) -> str:

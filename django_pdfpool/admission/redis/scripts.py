@@ -40,7 +40,8 @@ def events_of(flat: list[str]) -> list[Event]:
 class AdmitReply(NamedTuple):
     """``admit.lua``'s answer. ``status``: ``joined`` (``job_id``, ``state``, ``owner`` are
     the shared job's), ``started``/``queued`` (this call's job), ``caller`` (the caller's
-    held job, ``age`` seconds since it queued or started), ``busy``, ``nojob``."""
+    held job, ``age`` seconds since it queued or started), ``busy``, ``nojob``, or
+    ``mismatch`` (``differs``: each term this process does not share, with the namespace's)."""
 
     status: str
     job_id: str
@@ -49,11 +50,15 @@ class AdmitReply(NamedTuple):
     age: float
     queued: int  # jobs in the queue when the script ran
     events: list[Event]
+    differs: dict[str, str] = {}  # noqa: RUF012 - never mutated; mismatch only
 
     @classmethod
     def of(cls, reply: Any) -> AdmitReply:
-        status, job_id, state, owner, age_ms, queued, events = reply
-        return cls(status, job_id, state, owner, int(age_ms) / 1000, int(queued), events_of(events))
+        status, job_id, state, owner, age_ms, queued, events, *rest = reply
+        flat = rest[0] if rest else []
+        differs = {flat[i]: flat[i + 1] for i in range(0, len(flat), 2)}
+        age = int(age_ms) / 1000
+        return cls(status, job_id, state, owner, age, int(queued), events_of(events), differs)
 
 
 class StatusReply(NamedTuple):

@@ -1,8 +1,29 @@
 -- Rules 1-3 for a new call. ARGV: ME LEASE SLOTS QUEUE WAIT_MS(-1: none) KEY CALLER ID HAS_FN
--- -> {status, id, state, owner, age_ms, queued, events}; status is joined (the job's id,
--- state, owner), started or queued (this call's job), caller (the held job's id, state,
--- owner and age), busy, or nojob (nothing to join, no fn). queued: jobs in the queue.
+-- FINGERPRINT -> {status, id, state, owner, age_ms, queued, events}; status is joined (the
+-- job's id, state, owner), started or queued (this call's job), caller (the held job's id,
+-- state, owner and age), busy, nojob (nothing to join, no fn), or mismatch (ME's terms are
+-- not those the namespace's live processes share; then {name, theirs}* follows events).
 reap()
+local ours = {'slots', ARGV[3], 'queue', ARGV[4], 'wait', ARGV[5], 'lease', ARGV[2],
+  'fingerprint', ARGV[10]}
+local others = redis.call('ZCARD', PROCS) - (redis.call('ZSCORE', PROCS, ME) and 1 or 0)
+local recorded = redis.call('HGETALL', TERMS)
+if others == 0 or #recorded == 0 then  -- the first live process sets the terms
+  redis.call('HSET', TERMS, unpack(ours))
+else
+  local theirs, differs = {}, {}
+  for i = 1, #recorded, 2 do theirs[recorded[i]] = recorded[i + 1] end
+  for i = 1, #ours, 2 do
+    if theirs[ours[i]] ~= ours[i + 1] then
+      differs[#differs + 1] = ours[i]
+      differs[#differs + 1] = theirs[ours[i]] or ''
+    end
+  end
+  if #differs > 0 then  -- never merge two deployments: refuse, and do not register
+    touch()
+    return {'mismatch', '', '', '', '0', '0', events, differs}
+  end
+end
 renew()
 local KEY, CALLER, ID = ARGV[6], ARGV[7], ARGV[8]
 local job = load(KEY)

@@ -5,6 +5,7 @@
 local PROCS = KEYS[1]
 local P = string.sub(PROCS, 1, -6)
 local RUNNING, QUEUE, CALLERS = P .. 'running', P .. 'queue', P .. 'callers'
+local TERMS = P .. 'terms'  -- the settings every process of the namespace must share
 local ME, LEASE, SLOTS = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local clock = redis.call('TIME')
 local NOW = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
@@ -153,8 +154,11 @@ local function reap()
 end
 
 local function touch(jk)
-  for _, key in ipairs({PROCS, RUNNING, QUEUE, CALLERS}) do redis.call('PEXPIRE', key, KEEP) end
+  for _, key in ipairs({PROCS, RUNNING, QUEUE, CALLERS, TERMS}) do
+    redis.call('PEXPIRE', key, KEEP)
+  end
   if jk then redis.call('PEXPIRE', jk, KEEP) end
+  if redis.call('EXISTS', PROCS) == 0 then redis.call('DEL', TERMS) end  -- nobody holds them
 end
 
 local function renew() redis.call('ZADD', PROCS, NOW + LEASE, ME) end

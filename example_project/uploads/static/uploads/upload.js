@@ -35,7 +35,8 @@
             response = await fetch(form.dataset.api, {
                 method: "POST",
                 body: new FormData(form),
-                headers: { Accept: "application/json" },
+                // a header no other site can make a browser send (see views.scripts_only)
+                headers: { Accept: "application/json", "X-Requested-With": "fetch" },
             });
             body = await response.json().catch(() => null);
         } catch {

@@ -1,0 +1,48 @@
+"""A Redis URL as it may be shown (status page, JSON, repr, logs, checks): no secret in it.
+
+A leaf without redis-py, so that settings can be checked without the extra installed."""
+
+from __future__ import annotations
+
+import re
+from urllib.parse import unquote, urlsplit
+
+MASK = "***"
+UNSHOWN = "<a Redis URL that cannot be shown>"  # anything that does not parse as a URL
+
+_SECRET_NAME = re.compile(r"pass|pwd|auth|token|secret|key|cred", re.IGNORECASE)
+_SCHEME = re.compile(r"[a-z][a-z0-9+.-]*", re.IGNORECASE)
+_DB = re.compile(r"/?\d*")
+
+
+def presentable(url: object) -> str:
+    """``url`` with every password masked: in the userinfo (a user name without a
+    password is masked too: it is often one), and in query parameters whose name says
+    secret (``password``, ``auth``, ``token``, ...). IPv6 brackets and unix socket paths
+    are kept; a path that is not a database number is masked; the fragment is dropped."""
+    if not isinstance(url, str) or any(not char.isprintable() for char in url):
+        return UNSHOWN
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number
+    except ValueError:
+        return UNSHOWN
+    if not _SCHEME.fullmatch(parts.scheme) or not url[len(parts.scheme) :].startswith("://"):
+        return UNSHOWN
+    userinfo, at, hostport = parts.netloc.rpartition("@")
+    if at:
+        name, colon, _ = userinfo.partition(":")
+        userinfo = f"{name}:{MASK}" if colon else MASK
+    path = parts.path
+    if parts.scheme.lower() != "unix" and not _DB.fullmatch(path):
+        path = "/" + MASK
+    pieces = re.split(r"([&;])", parts.query)  # redis-py splits on "&"; ";" to be safe
+    query = "".join(_masked(piece) for piece in pieces)
+    return f"{parts.scheme}://{userinfo}{at}{hostport}{path}" + (f"?{query}" if query else "")
+
+
+def _masked(piece: str) -> str:
+    name = piece.partition("=")[0]
+    if piece not in ("&", ";") and _SECRET_NAME.search(unquote(name)):
+        return f"{name}={MASK}"
+    return piece

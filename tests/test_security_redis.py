@@ -1,0 +1,224 @@
+"""Issue 14 on the Redis side: no Redis secret is ever shown (finding 5), and processes
+with other terms on one namespace are refused, never merged (finding 3)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+
+import pytest
+
+from django_pdfpool.admission.redis.urls import UNSHOWN, presentable
+from django_pdfpool.conf import _redis_problems
+from django_pdfpool.exceptions import CoordinatorUnavailable, PoolMisconfigured, Refused
+from django_pdfpool.pool import RedisPool
+from tests.redis_server import free_port
+
+pytest_plugins = ["tests.redis_fixtures"]
+pytestmark = pytest.mark.timeout(60)
+
+SECRET = "s3cret"
+
+
+def run(scenario):
+    return asyncio.run(asyncio.wait_for(scenario(), 30))
+
+
+def held(result, gate: threading.Event):
+    async def fn():
+        while not gate.is_set():
+            await asyncio.sleep(0.002)
+        return result
+
+    return fn
+
+
+# --- finding 5: one function makes a Redis URL presentable -------------------------
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("redis://:s3cret@redis.internal:6379/0", "redis://:***@redis.internal:6379/0"),
+        ("redis://app:s3cret@redis.internal/1", "redis://app:***@redis.internal/1"),
+        ("redis://s3cret@redis.internal/0", "redis://***@redis.internal/0"),  # a lone name
+        ("redis://h:6379/0?password=s3cret&db=2", "redis://h:6379/0?password=***&db=2"),
+        ("redis://h/0?db=2&auth_token=s3cret", "redis://h/0?db=2&auth_token=***"),
+        ("redis://h/0?PASSWORD=s3cret;x=1", "redis://h/0?PASSWORD=***;x=1"),
+        ("redis://h/0?pass%77ord=s3cret", "redis://h/0?pass%77ord=***"),
+        ("redis://:s3cret@[::1]:6379/0", "redis://:***@[::1]:6379/0"),
+        ("redis://[2001:db8::7]/0", "redis://[2001:db8::7]/0"),
+        ("unix:///run/redis.sock?password=s3cret&db=0", "unix:///run/redis.sock?password=***&db=0"),
+        ("unix://:s3cret@/run/redis.sock?db=0", "unix://:***@/run/redis.sock?db=0"),
+        (
+            "rediss://u:s3cret@h:6380/0?ssl_cert_reqs=none",
+            "rediss://u:***@h:6380/0?ssl_cert_reqs=none",
+        ),
+        ("redis://h/s3cret", "redis://h/***"),  # not a database number
+        ("redis://h/0#s3cret", "redis://h/0"),
+        ("redis://127.0.0.1:6379/0", "redis://127.0.0.1:6379/0"),  # nothing to hide
+    ],
+)
+def test_a_redis_url_is_shown_without_its_secrets(url, shown):
+    assert presentable(url) == shown
+
+
+@pytest.mark.parametrize(
+    "garbage",
+    [
+        "s3cret",
+        "redis:s3cret",
+        "redis://:s3cret@h:port/0",
+        "redis://:s3cret@[::1/0",
+        "redis://h/0?password=s3cret\n",
+        None,
+        42,
+    ],
+)
+def test_what_does_not_parse_is_never_echoed(garbage):
+    assert presentable(garbage) == UNSHOWN
+
+
+def test_presentable_needs_no_redis_py():
+    code = (
+        "import sys; sys.modules['redis'] = None\n"
+        "import django_pdfpool.admission.redis.urls as u, django_pdfpool.conf\n"
+        "print(u.presentable('redis://:x@h/0'))"
+    )
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "redis://:***@h/0"
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "redis://:s3cret@h:notaport/0",
+        "http://:s3cret@h/0",
+        "redis://h/0?password=s3cret&db=x",
+        "s3cret",
+    ],
+)
+def test_check_e007_repeats_no_password(url):
+    (problem,) = _redis_problems(url)
+    assert problem.id == "django_pdfpool.E007"
+    assert SECRET not in problem.msg
+
+
+def test_repr_and_snapshot_hold_no_secret_and_keep_ipv6_brackets():
+    pool = RedisPool(url=f"redis://:{SECRET}@[::1]:1/0?password={SECRET}", namespace="n")
+    assert SECRET not in repr(pool) and "[::1]:1" in repr(pool)
+
+
+def test_the_warning_when_redis_fails_and_the_status_json_hold_no_secret(caplog):
+    caplog.set_level(logging.INFO, logger="django_pdfpool.redis")
+    url = f"redis://:{SECRET}@127.0.0.1:{free_port()}/0?password={SECRET}"
+    pool = RedisPool(url=url, namespace="n", timeout=0.5)
+
+    async def scenario():
+        with pytest.raises(CoordinatorUnavailable):
+            await pool.run("k", "c", held("A", threading.Event()))
+        snap = pool.cluster_snapshot()
+        await pool.stop()
+        return snap
+
+    snap = run(scenario)
+    assert pool.mode == "refusing" and "failed" in caplog.text
+    assert SECRET not in caplog.text
+    assert SECRET not in repr(snap) and snap.url.endswith("?password=***")
+
+
+# --- finding 3: other terms on one namespace are refused -----------------------------
+
+
+def _first_holds_then(first: RedisPool, second: RedisPool):
+    """Run a job in ``first`` (registered, holding a slot); ``second`` tries its own."""
+    gate = threading.Event()
+
+    async def scenario():
+        running = asyncio.create_task(first.run("a", "c1", held("A", gate)))
+        while first.running() < 1:
+            await asyncio.sleep(0.002)
+        errors = []
+        for key in ("a", "b"):  # joining is refused too: results are never shared
+            with pytest.raises(Refused) as refused:
+                await second.run(key, "c1", held("B", gate))
+            errors.append(refused.value)
+        gate.set()
+        assert await running == "A"
+        return errors
+
+    return run(scenario)
+
+
+def test_other_limits_on_one_namespace_are_refused_loudly(make_pool, namespace, caplog):
+    caplog.set_level(logging.ERROR, logger="django_pdfpool.redis")
+    first, second = make_pool(2, 4, 10.0), make_pool(3, 4, 5.0)
+    errors = _first_holds_then(first, second)
+    for error in errors:
+        assert isinstance(error, PoolMisconfigured) and error.code == "misconfigured"
+        assert repr(namespace) in str(error)
+        assert "slots 3 here, 2 there" in str(error) and "wait 5 s here, 10 s there" in str(error)
+        assert "queue" not in str(error) and error.retry_after > 0
+    logged = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert len(logged) == 1 and namespace in logged[0].getMessage()  # once per process
+
+
+def test_another_fingerprint_on_one_namespace_is_refused(make_pool):
+    first = make_pool(2, 4, 10.0, fingerprint="engine=pypdf;max_pages=None")
+    second = make_pool(2, 4, 10.0, fingerprint="engine=pypdf;max_pages=1")
+    for error in _first_holds_then(first, second):
+        assert isinstance(error, PoolMisconfigured)
+        assert "fingerprint" in str(error) and "max_pages" not in str(error)
+
+
+def test_other_lease_is_refused(make_pool):
+    first, second = make_pool(2, 4, 10.0, lease=1.0), make_pool(2, 4, 10.0, lease=2.0)
+    (error, _) = _first_holds_then(first, second)
+    assert "lease 2 s here, 1 s there" in str(error)
+
+
+def test_the_same_terms_share_a_namespace_and_its_jobs(make_pool):
+    first = make_pool(2, 4, 10.0, fingerprint="f")
+    second = make_pool(2, 4, 10.0, fingerprint="f")
+    gate = threading.Event()
+
+    async def scenario():
+        running = asyncio.create_task(first.run("a", "c1", held("A", gate)))
+        while first.running() < 1:
+            await asyncio.sleep(0.002)
+        joined = asyncio.create_task(second.run("a", "c2", held("X", gate)))
+        while second.waiting("a") < 1:
+            await asyncio.sleep(0.002)
+        gate.set()
+        assert await running == await joined == "A"
+        assert await second.run("b", "c2", held("B", gate)) == "B"
+
+    run(scenario)
+
+
+def test_other_terms_are_fine_once_the_namespace_is_left(make_pool, namespace):
+    first, second = make_pool(2), make_pool(3)
+    gate = threading.Event()
+    gate.set()
+
+    async def scenario():
+        assert await first.run("a", "c1", held("A", gate)) == "A"
+        await first.stop()  # the first deployment is gone: its terms with it
+        assert await second.run("a", "c1", held("B", gate)) == "B"
+
+    run(scenario)
+
+
+def test_a_client_is_never_told_the_deployment_details_of_a_misconfigured_pool(rf):
+    from django_pdfpool.responses import error_answer
+
+    error = PoolMisconfigured("the namespace 'prod-pdf' has slots 3 here, 2 there", 5.0)
+    for accept in ("application/json", "text/html"):
+        response = error_answer(rf.post("/upload/", HTTP_ACCEPT=accept), error)
+        body = response.content.decode()
+        assert response.status_code == 503 and "misconfigured" in body
+        assert "prod-pdf" not in body and "slots" not in body

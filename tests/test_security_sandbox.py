@@ -1,0 +1,322 @@
+"""Issue 14's sandbox findings: the text bomb (a cap on the text, the parent's memory), the
+children's environment, and one immutable result for every sharer."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import dataclasses
+import json
+import os
+import pickle
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from django_pdfpool import extraction
+from django_pdfpool.conf import DEFAULTS
+from django_pdfpool.extraction import Extraction, ExtractionError, extract
+from django_pdfpool.sandbox.child_process import BASE_ENV
+from django_pdfpool.sandbox.engines import TextBudget, extract_pages, fit, json_size
+from django_pdfpool.sandbox.wire import DEFAULT_MAX_TEXT_BYTES, answer_limit
+from tests import pdfs
+from tests.conftest import until
+
+LIMITS = {"timeout": 20.0, "memory_limit": 512 << 20}
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run(source, **options):
+    return asyncio.run(extract(source, **{**LIMITS, **options}))
+
+
+# --- finding 1: the text bomb ----------------------------------------------------------------
+
+BOMB_PROBE = textwrap.dedent(
+    """
+    import asyncio, gc, json, sys
+    from django_pdfpool.conf import DEFAULTS
+    from django_pdfpool.extraction import configure, extract
+    from tests import pdfs
+
+    def hwm():
+        with open("/proc/self/status") as status:
+            return next(int(l.split()[1]) * 1024 for l in status if l.startswith("VmHWM"))
+
+    data = pdfs.text_bomb()
+    configure(spares=0)
+    gc.collect()
+    before = hwm()
+    # extract()'s own defaults: MAX_TEXT_BYTES's (checked below)
+    result = asyncio.run(extract(data, timeout=60.0, memory_limit=DEFAULTS["MEMORY_LIMIT"]))
+    size = len(result.text.encode())  # the joined text counts too
+    print(json.dumps({"growth": hwm() - before, "file": len(data), "text_bytes": size,
+                      "truncated": result.truncated,
+                      "text_truncated": getattr(result, "text_truncated", None)}))
+    """
+)
+
+
+def test_a_text_bomb_grows_the_parent_by_less_than_96_mib():
+    """17 KB that show 16 M emoji (64 MB of UTF-8): with the default settings the answer is
+    cut at MAX_TEXT_BYTES and the parent's peak resident set grows by under 96 MiB."""
+    proc = subprocess.run(
+        [sys.executable, "-c", BOMB_PROBE],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    found = json.loads(proc.stdout.splitlines()[-1])
+    print(found)
+    assert found["file"] < 20_000
+    assert found["growth"] < 96 << 20, found
+    assert found["truncated"] and found["text_truncated"]
+    assert DEFAULTS["MAX_TEXT_BYTES"] - 16 <= found["text_bytes"] <= DEFAULTS["MAX_TEXT_BYTES"]
+
+
+def test_the_sandbox_default_cap_is_the_settings_default():
+    assert DEFAULTS["MAX_TEXT_BYTES"] == DEFAULT_MAX_TEXT_BYTES
+
+
+@pytest.mark.parametrize("engine", ["pypdf", "pypdfium2"])
+def test_text_over_the_cap_comes_back_cut_and_flagged(engine, tmp_path):
+    if engine == "pypdfium2":
+        pytest.importorskip("pypdfium2")
+    extraction.configure(tmp_dir=tmp_path)
+    data = pdfs.simple(["a" * 1500, "b" * 1500, "c" * 1500])
+    whole = run(data, engine=engine)
+    assert not whole.truncated and not whole.text_truncated and len(whole.pages) == 3
+    cut = run(data, engine=engine, max_text_bytes=2048)
+    assert cut.truncated and cut.text_truncated and cut.page_count == 3
+    assert cut.pages[0] == whole.pages[0]
+    assert len(cut.pages) == 2 and whole.pages[1].startswith(cut.pages[1]) and cut.pages[1]
+    assert 2000 <= len(cut.text.encode()) <= 2048
+    extraction.configure(tmp_dir=None)
+
+
+def test_max_pages_alone_leaves_text_truncated_false(tmp_path):
+    extraction.configure(tmp_dir=tmp_path)
+    result = run(pdfs.simple(["one", "two"]), max_pages=1)
+    assert result.truncated and not result.text_truncated
+    extraction.configure(tmp_dir=None)
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, True, None])
+def test_max_text_bytes_must_be_a_positive_integer(bad):
+    with pytest.raises(ValueError):
+        run(pdfs.simple(["x"]), max_text_bytes=bad)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "plain ascii " * 50,
+        "\U0001f4a3" * 300,
+        'quotes " and \\ ' * 40,
+        "\x01\n\t" * 200,
+        "caf\u00e9 \u4e2d\u6587 " * 80,
+        "lone \ud800 surrogate " * 40,
+    ],
+)
+def test_a_cut_page_fits_its_room_and_is_a_prefix(text):
+    for room in (0, 1, 5, 6, 7, 100, 333, 1000):
+        part = fit(text, room)
+        assert text.startswith(part) and json_size(part) <= room
+        if json_size(text) > room:
+            assert json_size(part) > room - 6  # short of the room by one character at most
+    budget = TextBudget(500)
+    while budget.add(text):
+        pass
+    pages = json.dumps(budget.pages, ensure_ascii=False, separators=(",", ":"))
+    assert budget.cut and len(pages.encode("utf-8", "surrogatepass")) <= 500 + 2
+
+
+def test_the_engine_stops_reading_pages_once_the_cap_is_spent():
+    data = pdfs.simple([f"page {i} " + "x" * 100 for i in range(50)])
+    found = extract_pages("pypdf", data, max_pages=None, refuse=False, max_text_bytes=1024)
+    assert len(found["pages"]) <= 10 and found["text_truncated"] and found["truncated"]
+    assert found["page_count"] == 50
+
+
+FAKE_CHILD = """#!/bin/sh
+# Stands in for the interpreter: says ready, reads the job, answers with far too much.
+printf 'ready\\n'
+read job
+printf 'started\\n'
+head -c {size} /dev/zero | tr '\\0' 'a' | sed 's/^/{{"ok":true,"pages":["/'
+printf '"]}}\\n'
+"""
+
+
+def test_the_parent_refuses_an_answer_over_the_cap_plus_overhead(tmp_path):
+    """A child that ignores the cap (a compromised one) is killed once its answer passes the
+    text cap plus the metadata's and fields' overhead: too_large, never read whole."""
+    fake = tmp_path / "python"
+    cap = 4096
+    fake.write_text(FAKE_CHILD.format(size=answer_limit(cap) + (1 << 20)))
+    fake.chmod(0o755)
+    extraction.configure(python=str(fake), spares=0)
+    try:
+        with pytest.raises(ExtractionError) as caught:
+            run(pdfs.simple(["x"]), max_text_bytes=cap, warm=False)
+        assert caught.value.code == "too_large"
+    finally:
+        extraction.configure(python=sys.executable, spares=1)
+
+
+# --- finding 4: the children's environment ----------------------------------------------------
+
+
+def wait_for_spare(timeout: float = 30.0) -> int:
+    deadline = time.monotonic() + timeout
+    while not extraction.spare_pids():
+        assert time.monotonic() < deadline, "no spare started"
+        time.sleep(0.01)
+    return extraction.spare_pids()[0]
+
+
+def environ_of(pid: int) -> dict[str, str]:
+    raw = Path(f"/proc/{pid}/environ").read_bytes()
+    return dict(item.split("=", 1) for item in raw.decode().split("\0") if "=" in item)
+
+
+def test_children_get_a_minimal_environment_and_the_names_passed(monkeypatch):
+    monkeypatch.setenv("DJANGO_SECRET_KEY", "not-for-children")
+    monkeypatch.setenv("DATABASE_URL", "postgres://app:hunter2@db/app")
+    monkeypatch.setenv("PYTHONSTARTUP", "/nowhere.py")
+    monkeypatch.setenv("PDFPOOL_PASSED", "yes")
+    monkeypatch.setenv("LC_ALL", "C.UTF-8")
+    extraction.configure(spares=0, child_env=("PDFPOOL_PASSED",))
+    try:
+        extraction.configure(spares=1)
+        extraction.prewarm()
+        env = environ_of(wait_for_spare())
+        assert "DJANGO_SECRET_KEY" not in env and "DATABASE_URL" not in env
+        assert "PYTHONSTARTUP" not in env
+        assert env["PDFPOOL_PASSED"] == "yes" and env["LC_ALL"] == "C.UTF-8"
+        assert set(env) <= {*BASE_ENV, "PDFPOOL_PASSED"} | {k for k in env if k[:3] == "LC_"}
+        assert run(pdfs.simple(["still works"])).text == "still works"
+    finally:
+        extraction.configure(child_env=())
+    extraction.prewarm()
+    env = environ_of(wait_for_spare())  # the spare of the old environment was replaced
+    assert "PDFPOOL_PASSED" not in env
+
+
+def test_child_env_names_are_checked():
+    with pytest.raises(ValueError):
+        extraction.configure(child_env=("A=B",))
+
+
+def test_the_pool_passes_child_env_from_the_settings(pdfpool, monkeypatch):
+    from django_pdfpool import get_pool
+    from django_pdfpool.sandbox import extract as sandbox
+
+    pdfpool(CHILD_ENV=["PDFPOOL_FROM_SETTINGS"])
+    get_pool()
+    assert sandbox._spares.env == ("PDFPOOL_FROM_SETTINGS",)
+    pdfpool()
+    get_pool()
+    assert sandbox._spares.env == ()
+
+
+# --- finding 8: one immutable result for every sharer -----------------------------------------
+
+
+def an_extraction(**changes) -> Extraction:
+    values = dict(
+        sha256="0" * 64,
+        page_count=2,
+        pages=["one", "two"],
+        metadata={"Title": "t"},
+        truncated=False,
+        elapsed=0.1,
+        peak_rss=1 << 20,
+    )
+    return Extraction(**{**values, **changes})
+
+
+def test_an_extraction_cannot_be_changed_in_place():
+    pdf = an_extraction()
+    assert pdf.pages == ("one", "two") and pdf.text == "one\n\ntwo"
+    with pytest.raises(AttributeError):
+        pdf.pages.append("three")  # type: ignore[attr-defined]
+    with pytest.raises(TypeError):
+        pdf.pages[0] = "changed"  # type: ignore[index]
+    for change in (
+        lambda m: m.__setitem__("Title", "x"),
+        lambda m: m.__delitem__("Title"),
+        lambda m: m.update(x="y"),
+        lambda m: m.setdefault("x", "y"),
+        lambda m: m.pop("Title"),
+        lambda m: m.popitem(),
+        lambda m: m.clear(),
+    ):
+        with pytest.raises(TypeError):
+            change(pdf.metadata)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        pdf.pages = ()  # type: ignore[misc]
+    assert pdf == an_extraction() and dict(pdf.metadata) == {"Title": "t"}
+
+
+def test_an_extraction_round_trips_json_pickle_and_copies():
+    pdf = an_extraction(text_truncated=True, truncated=True)
+    plain = pdf.as_dict()
+    assert plain["pages"] == ["one", "two"] and plain["text"] == "one\n\ntwo"
+    assert json.loads(json.dumps(plain)) == plain
+    assert Extraction.from_dict(json.loads(json.dumps(plain))) == pdf
+    assert "text" not in pdf.as_dict(text=False)
+    assert json.dumps(pdf.metadata) == '{"Title": "t"}'
+    assert dataclasses.asdict(pdf)["metadata"] == {"Title": "t"}
+    for again in (pickle.loads(pickle.dumps(pdf)), copy.deepcopy(pdf), copy.copy(pdf)):
+        assert again == pdf and again.text == pdf.text
+        with pytest.raises(TypeError):
+            again.metadata["x"] = "y"  # type: ignore[index]
+
+
+def test_the_redis_codec_round_trips_an_extraction():
+    from django_pdfpool.process_pool import _decode_result, _encode_result
+
+    pdf = an_extraction()
+    wire = json.loads(json.dumps(_encode_result(pdf)))
+    assert "text" not in wire["extraction"]
+    assert _decode_result(wire) == pdf
+
+
+def test_sharers_get_equal_results_none_can_change(tmp_path):
+    """Two callers sharing one job: the same answer for both; a view changing its pages or
+    metadata in place fails instead of changing the other's."""
+    from django_pdfpool.admission.local import Pool
+
+    extraction.configure(tmp_dir=tmp_path)
+    data = pdfs.simple(["shared page", "second"])
+
+    async def both():
+        pool = Pool(1, 1, None)
+
+        async def job():  # on the pool's job loop: waits for the second caller to join
+            await until(lambda: pool.waiting("doc") == 1)
+            return await extract(data, **LIMITS)
+
+        first = asyncio.create_task(pool.run("doc", "alice", job))
+        await until(lambda: pool.running() == 1)
+        second = await pool.run("doc", "bob", None)
+        return await first, second
+
+    try:
+        first, second = asyncio.run(both())
+    finally:
+        extraction.configure(tmp_dir=None)
+    assert first == second and first.pages == ("shared page", "second")
+    with pytest.raises((TypeError, AttributeError)):
+        first.pages.append("mine")  # type: ignore[attr-defined]
+    with pytest.raises(TypeError):
+        first.metadata["Title"] = "mine"  # type: ignore[index]
+    assert second.pages == ("shared page", "second")
