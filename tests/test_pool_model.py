@@ -481,9 +481,12 @@ class PoolModel(RuleBasedStateMachine):
                     self.counters["cancelled"] += 1
                     self.expect_cancelled.append(job.jid)
                 self.forget(job)
-        closing = self.pool.drain() if how == "drain" else self.pool.stop()
-        self.closers.append(self.loop.create_task(closing))
+        self.closers.append(self.loop.create_task(self.closing(how)))
         self.settle()
+
+    async def closing(self, how: str) -> None:
+        """What ``close`` does to the pool under test."""
+        await (self.pool.drain() if how == "drain" else self.pool.stop())
 
     @precondition(lambda self: self.closed)
     @rule()

@@ -258,25 +258,9 @@ class TwoPoolModel(PoolModel):
         self.expire(call.job)
         self.settle()
 
-    @precondition(lambda self: len(self.calls) >= 12 and len(self.closers) < 2)
-    @rule(how=st.sampled_from(["drain", "stop"]))
-    def close(self, how: str) -> None:
+    async def closing(self, how: str) -> None:
         """Both pools drain, or both stop (the model's one pool closing)."""
-        self.closed = True
-        if how == "stop":
-            for job in list(self.jobs.values()):
-                for wid in job.waiters:
-                    self.calls[wid].expect = ("refused", "closed", True)
-                if job.state == "running":
-                    self.counters["cancelled"] += 1
-                    self.expect_cancelled.append(job.jid)
-                self.forget(job)
-
-        async def closing():
-            await asyncio.gather(*(getattr(pool, how)() for pool in self.pools))
-
-        self.closers.append(self.loop.create_task(closing()))
-        self.settle()
+        await asyncio.gather(*(getattr(pool, how)() for pool in self.pools))
 
     # --- faults ---------------------------------------------------------------------
 
