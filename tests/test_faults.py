@@ -236,11 +236,14 @@ def test_a_flate_bomb_over_the_memory_limit_fails_alone_beside_a_running_job(ser
 
 def test_a_pdf_over_the_timeout_fails_alone_while_another_job_runs_beside_it(tmp_path):
     """TIMEOUT 4 s: seconds of text operators get 422 ``too_complex``; a short job started
-    while it runs (so wholly beside it) gets its text."""
+    while it runs (so wholly beside it) gets its text. The bomb's parse also grows to about
+    300 MB, so the memory limit is raised here: only time may end it (with 256 MiB, a fast
+    interpreter reached the memory limit first: ``too_large``)."""
     staged = tmp_path / "staged"
     staged.mkdir()
     normal, bomb = slowish("neighbour-time", kilobytes=200), pdfs.cpu_bomb()
-    with uvicorn(APP, pdfpool=settings(staged, TIMEOUT=4.0), env=ENV) as server:
+    limits = settings(staged, TIMEOUT=4.0, MEMORY_LIMIT=1024 * MiB)
+    with uvicorn(APP, pdfpool=limits, env=ENV) as server:
 
         async def scenario():
             refused = asyncio.create_task(upload(server.url, bomb, "127.0.11.3"))
