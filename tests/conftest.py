@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -54,6 +55,20 @@ async def until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
         if time.monotonic() > deadline:
             raise AssertionError("condition not reached in time")
         await asyncio.sleep(0.002)
+
+
+def held(result: object, gate: threading.Event, calls: list | None = None):
+    """A job that notes it ran (in ``calls``), waits for ``gate`` (any thread may open
+    it), then returns ``result``."""
+
+    async def fn() -> object:
+        if calls is not None:
+            calls.append(result)
+        while not gate.is_set():
+            await asyncio.sleep(0.002)
+        return result
+
+    return fn
 
 
 @contextmanager

@@ -22,6 +22,7 @@ from django_pdfpool.admission.history import Recorder
 from django_pdfpool.admission.jobloop import get_job_loop
 from django_pdfpool.exceptions import CoordinatorUnavailable, JobFault, RemoteJobError
 from django_pdfpool.pool import Pool, PoolBusy, RedisPool
+from tests.conftest import held, until
 from tests.redis_server import RedisServer, namespace_keys, pools_in
 
 pytest_plugins = ["tests.redis_fixtures"]
@@ -32,24 +33,6 @@ PATIENCE = 10.0  # seconds: "did not hang", on a busy 2-core machine
 
 def run(scenario):
     return asyncio.run(asyncio.wait_for(scenario(), 60))
-
-
-async def until(condition: Callable[[], object], timeout: float = PATIENCE) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.005)
-
-
-def held(result, gate: threading.Event, calls: list | None = None):
-    async def fn():
-        if calls is not None:
-            calls.append(result)
-        while not gate.is_set():
-            await asyncio.sleep(0.002)
-        return result
-
-    return fn
 
 
 @pytest.fixture(params=["local", "redis"])

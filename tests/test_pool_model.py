@@ -401,10 +401,14 @@ class PoolModel(RuleBasedStateMachine):
         key, caller = data.draw(st.sampled_from(keys)), data.draw(st.sampled_from(callers))
         call, fate = self.admit(key, caller, with_fn=True)
         assert fate == "queued"
+        self.before_sharers(call)
         for sharer in sharers:  # admitted in the same loop turn, long before `wait`
             self.admit(key, sharer, with_fn=False)
         self.expire(call.job)
         self.settle()
+
+    def before_sharers(self, call: Any) -> None:
+        """What ``expire_shared`` waits for between the queued call and its sharers."""
 
     def pending(self, state: str | None = None) -> list[int]:
         """Calls that should still be waiting (for a job in ``state``, if given)."""

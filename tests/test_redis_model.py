@@ -234,29 +234,10 @@ class TwoPoolModel(PoolModel):
 
     # --- rules that change with two pools --------------------------------------------
 
-    @precondition(
-        lambda self: (
-            self.expires
-            and self.expiries < 2
-            and not self.closed
-            and self.queue_size > 0
-            and self.running_count() == self.slots
-        )
-    )
-    @rule(data=st.data(), sharers=st.lists(st.sampled_from(CALLERS), max_size=3))
-    def expire_shared(self, data: st.DataObject, sharers: list[str]) -> None:
-        """A queued job with sharers (sent once the job is queued in Redis): ``wait``
-        passes and every sharer gets PoolBusy."""
-        keys, callers = self.fresh()
-        key, caller = data.draw(st.sampled_from(keys)), data.draw(st.sampled_from(callers))
-        queued = len(self.queue)
-        call, fate = self.admit(key, caller, with_fn=True)
-        assert fate == "queued"
+    def before_sharers(self, call: Any) -> None:
+        """The starter's job must be queued in Redis before its sharers are sent."""
+        queued = len(self.queue) - 1
         self.run_until(lambda: call.task.done() or self.pool.queued() > queued)
-        for sharer in sharers:
-            self.admit(key, sharer, with_fn=False)
-        self.expire(call.job)
-        self.settle()
 
     async def closing(self, how: str) -> None:
         """Both pools drain, or both stop (the model's one pool closing)."""

@@ -23,6 +23,7 @@ from django_pdfpool.admission.redis.codec import decode_outcome, encode_outcome
 from django_pdfpool.exceptions import CoordinatorUnavailable, RemoteJobError, ResultTooLarge
 from django_pdfpool.extraction import ExtractionError
 from django_pdfpool.pool import CallerBusy, PoolBusy, PoolClosed, RedisPool
+from tests.conftest import held, until
 from tests.redis_server import namespace_keys, pools_in
 
 pytest_plugins = ["tests.redis_fixtures"]
@@ -31,24 +32,6 @@ pytestmark = pytest.mark.timeout(60)
 
 def run(scenario):
     return asyncio.run(asyncio.wait_for(scenario(), 30))
-
-
-async def until(condition, timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.002)
-
-
-def held(result, gate: threading.Event, calls: list | None = None):
-    async def fn():
-        if calls is not None:
-            calls.append(result)
-        while not gate.is_set():
-            await asyncio.sleep(0.002)
-        return result
-
-    return fn
 
 
 def on_job_loop(coroutine) -> None:

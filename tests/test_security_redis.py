@@ -13,6 +13,7 @@ from django_pdfpool.admission.redis.urls import UNSHOWN, presentable
 from django_pdfpool.conf import _redis_problems
 from django_pdfpool.exceptions import CoordinatorUnavailable, PoolMisconfigured, Refused
 from django_pdfpool.pool import RedisPool
+from tests.conftest import held
 from tests.redis_server import free_port
 
 pytest_plugins = ["tests.redis_fixtures"]
@@ -23,15 +24,6 @@ SECRET = "s3cret"
 
 def run(scenario):
     return asyncio.run(asyncio.wait_for(scenario(), 30))
-
-
-def held(result, gate: threading.Event):
-    async def fn():
-        while not gate.is_set():
-            await asyncio.sleep(0.002)
-        return result
-
-    return fn
 
 
 # --- finding 5: one function makes a Redis URL presentable -------------------------
