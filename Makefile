@@ -6,12 +6,12 @@ STAMP  := $(VENV)/.installed
 # pyenv's other interpreters, for the nox matrix
 PYENV_BINS := $(subst $(eval) ,:,$(wildcard $(HOME)/.pyenv/versions/3.12*/bin $(HOME)/.pyenv/versions/3.13*/bin))
 
-.PHONY: venv test test-matrix lint bench bench-load soak browser-deps redis-deps demo demo-cluster clean
+.PHONY: venv test test-matrix lint typecheck docs dist bench bench-load soak browser-deps redis-deps demo demo-cluster clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test,example]' nox
+	$(BIN)/python -m pip install --quiet -e '.[test,example,docs]' nox
 	touch $@
 
 venv: $(STAMP)
@@ -36,6 +36,7 @@ redis-deps:
 # (tests.redis_server starts a throwaway redis-server and sets PDFPOOL_TEST_REDIS_URL).
 test: $(STAMP) browser-deps redis-deps
 	$(BIN)/ruff check .
+	$(MAKE) --no-print-directory typecheck docs dist
 	$(BIN)/python -m pytest
 	PDFPOOL_TEST_POOL=tests.redis_factory:make_pool $(BIN)/python -m tests.redis_server \
 	  $(BIN)/python -m pytest tests/test_pool_conformance.py -p no:cacheprovider
@@ -46,6 +47,20 @@ test-matrix: $(STAMP) browser-deps redis-deps
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+
+# mypy in strict mode, with django-stubs (settings in pyproject.toml)
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+# The documentation site, built strictly (a broken link or reference fails) into site/
+docs: $(STAMP)
+	$(BIN)/mkdocs build --strict --site-dir site
+
+# The sdist and the wheel into dist/, checked by twine; tests/test_wheel.py installs the wheel
+dist: $(STAMP)
+	rm -rf dist
+	$(BIN)/python -m build --sdist --wheel --outdir dist . >/dev/null
+	$(BIN)/twine check --strict dist/*
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_pool.py
@@ -88,4 +103,4 @@ demo-cluster: $(STAMP) redis-deps
 	  --workers 3 --lifespan on
 
 clean:
-	rm -rf $(VENV) .nox .pytest_cache .ruff_cache .hypothesis test-output
+	rm -rf $(VENV) .nox .pytest_cache .ruff_cache .mypy_cache .hypothesis test-output site dist build
