@@ -62,7 +62,13 @@ recorder = Recorder(peek_pool)
 def _build(conf: PoolSettings) -> AdmissionPool:
     """The pool the settings ask for: this process's own, or one coordinated in Redis."""
     if conf.backend != "redis":
-        return Pool(conf.slots, conf.queue, conf.wait, on_error=_log_job_error)
+        return Pool(
+            conf.slots,
+            conf.queue,
+            conf.wait,
+            on_error=_log_job_error,
+            run_time_ceiling=conf.timeout,
+        )
     from .admission.redis.pool import RedisPool
 
     return RedisPool(
@@ -78,6 +84,7 @@ def _build(conf: PoolSettings) -> AdmissionPool:
         encode=_encode_result,
         decode=_decode_result,
         fingerprint=conf.results_tag(),  # processes that differ are refused, not merged
+        run_time_ceiling=conf.timeout,
     )
 
 

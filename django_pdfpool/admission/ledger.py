@@ -11,7 +11,7 @@ import dataclasses
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from .snapshot import Counters, DurationSummary, JobInfo, PoolSnapshot
 
@@ -39,12 +39,13 @@ class RecentDurations:
 
 
 class Ledger:
-    """Counters and durations of one pool."""
+    """Counters and durations of one pool. ``ceiling``: the longest a job may run (the
+    extraction timeout), which no estimate of a running job's end goes past."""
 
-    __slots__ = ("_counts", "_lock", "_queue_waits", "_run_times", "slots")
+    __slots__ = ("_counts", "_lock", "_queue_waits", "_run_times", "ceiling", "slots")
 
-    def __init__(self, slots: int) -> None:
-        self.slots = slots
+    def __init__(self, slots: int, ceiling: float | None = None) -> None:
+        self.slots, self.ceiling = slots, ceiling
         self._lock = threading.Lock()  # guards the three fields below
         self._counts = dict.fromkeys((f.name for f in dataclasses.fields(Counters)), 0)
         self._queue_waits = RecentDurations()
@@ -66,20 +67,50 @@ class Ledger:
             self._counts[outcome] += 1
             self._run_times.add(took)
 
-    def expected_start(self, queued: int) -> float:
-        """Seconds until a new job could likely take a slot, with ``queued`` jobs ahead."""
+    def gave_up(self, waited: Sequence[float], callers: int) -> None:
+        """Queued jobs that waited ``waited`` seconds each were refused (``callers`` in
+        all): their waits count in the queue-wait figures, as a started job's do."""
         with self._lock:
-            mean = self._run_times.mean(DEFAULT_RUN_TIME)
-        return mean * (queued + 1) / self.slots
+            self._counts["refused_busy"] += callers
+            for seconds in waited:
+                self._queue_waits.add(seconds)
+
+    def _typical(self, running_for: Iterable[float]) -> float:
+        """A job's likely run time: the recent mean, or before any job has finished, the
+        longest a job has run so far (at least ``DEFAULT_RUN_TIME``). Under the lock."""
+        if self._run_times.samples:
+            return self._run_times.mean(DEFAULT_RUN_TIME)
+        return max((DEFAULT_RUN_TIME, *running_for))
+
+    def _left(self, running_for: float, typical: float) -> float:
+        """Seconds a job running for ``running_for`` likely has left: what the typical
+        run still leaves, else (overdue) as long again as it has run, never past the
+        ceiling."""
+        left = typical - running_for
+        if left <= 0:
+            left = running_for
+        if self.ceiling is not None:
+            left = min(left, max(0.0, self.ceiling - running_for))
+        return left
+
+    def expected_start(self, queued: int, running_for: Sequence[float] = ()) -> float:
+        """Seconds until a new job could likely take a slot, with ``queued`` jobs ahead;
+        ``running_for``: how long each running job has run, when the pool knows."""
+        with self._lock:
+            typical = self._typical(running_for)
+            if len(running_for) < self.slots:  # unknown: a typical run frees the first slot
+                return typical * (queued + 1) / self.slots
+            first_free = min(self._left(seconds, typical) for seconds in running_for)
+        return first_free + typical * queued / self.slots
 
     def expected_end(self, running_for: float | None, ahead: int) -> float:
         """Seconds until a job likely ends: one running for ``running_for`` s, or (None)
         one queued behind ``ahead`` jobs."""
         with self._lock:
-            mean = self._run_times.mean(DEFAULT_RUN_TIME)
-        if running_for is not None:
-            return max(0.0, mean - running_for)
-        return mean * (ahead + 1) / self.slots + mean
+            if running_for is not None:
+                return self._left(running_for, self._typical((running_for,)))
+            typical = self._typical(())
+        return typical * (ahead + 1) / self.slots + typical
 
     def snapshot(
         self,

@@ -21,7 +21,7 @@ from .jobloop import call_in_job_loop
 from .ledger import Ledger
 from .protocol import DropFn, ErrorObserver, JobFn
 from .records import JobRecord, Waiter, run_job
-from .snapshot import ClusterSnapshot, PoolSnapshot
+from .snapshot import ClusterSnapshot, PoolSnapshot, Pressure
 
 
 class LocalJob(JobRecord):
@@ -53,6 +53,7 @@ class Pool:
         wait: float | None = 10.0,
         *,
         on_error: ErrorObserver | None = None,
+        run_time_ceiling: float | None = None,
     ) -> None:
         if not isinstance(slots, int) or slots < 1:
             raise ValueError(f"slots must be an integer >= 1, not {slots!r}")
@@ -62,7 +63,8 @@ class Pool:
             raise ValueError(f"wait must be a number of seconds >= 0 or None, not {wait!r}")
         self.slots, self.queue_size, self.wait = slots, queue, wait
         self._on_error = on_error or delivery.log_failure
-        self._books = Ledger(slots)  # counters and durations; thread-safe on its own
+        # counters and durations; thread-safe on its own
+        self._books = Ledger(slots, run_time_ceiling)
         self._lock = threading.Lock()  # guards every field below
         self._jobs: dict[str, LocalJob] = {}  # in flight, by key
         self._callers: dict[str, LocalJob] = {}  # in flight, by the caller that started it
@@ -92,6 +94,27 @@ class Pool:
         with self._lock:
             job = self._jobs.get(key)
             return 0 if job is None else job.sharers()
+
+    blocking_reads = False  # ``pressure`` reads memory only
+
+    def pressure(self, key: str | None = None) -> Pressure:
+        """Closed or not, free places, whether ``key``'s job is in flight, and when a
+        place is likely free: what a door decides on before a body is read."""
+        with self._lock:
+            free = self.slots + self.queue_size - self._running - len(self._queue)
+            return Pressure(
+                closed=self._closed,
+                free=max(0, free),
+                in_flight=key is not None and key in self._jobs,
+                retry_after=self._expected_start(),
+            )
+
+    def _expected_start(self) -> float:
+        """When a new job could likely take a slot. Under the lock."""
+        now = time.monotonic()
+        running = [job.running_for(now) for job in self._jobs.values()]
+        elapsed = [seconds for seconds in running if seconds is not None]
+        return self._books.expected_start(len(self._queue), elapsed)
 
     def idle(self) -> bool:
         """Nothing in flight."""
@@ -168,7 +191,7 @@ class Pool:
             raise delivery.caller_busy(retry)
         if self._running >= self.slots and len(self._queue) >= self.queue_size:
             self._books.count("refused_busy")  # Rule 3: a full queue refuses at once.
-            raise delivery.queue_full(self._books.expected_start(len(self._queue)))
+            raise delivery.queue_full(self._expected_start())
         job = LocalJob(key, caller, fn, on_drop, waiter)
         self._jobs[key] = job
         self._callers[caller] = job
@@ -280,10 +303,12 @@ class Pool:
         dropped: list[DropFn | None] = []
         with self._lock:
             now = time.monotonic()
+            waited: list[float] = []
             while self._queue and (self._queue[0].deadline or now) <= now:
+                waited.append(now - self._queue[0].queued_mono)
                 refused.append(self._forget_queued(self._queue[0], dropped))
-                self._books.count("refused_busy", len(refused[-1]))
-            retry_after = self._books.expected_start(len(self._queue))
+            self._books.gave_up(waited, sum(map(len, refused)))
+            retry_after = self._expected_start()
             idle = self._take_idle_waiters()
         self._arm_timer()
         call_dropped(*dropped)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, runtime_checkable
 
-from .snapshot import ClusterSnapshot, PoolSnapshot
+from .snapshot import ClusterSnapshot, PoolSnapshot, Pressure
 
 JobFn = Callable[[], Awaitable[Any]]
 """A job: called once, on the process's job loop; its result or error reaches every sharer."""
@@ -23,6 +23,8 @@ class AdmissionPool(Protocol):
     slots: int
     queue_size: int
     wait: float | None
+    blocking_reads: bool
+    """True when the reads below wait on the network: call them off an event loop."""
 
     async def run(
         self, key: str, caller: str, fn: JobFn | None, *, on_drop: DropFn | None = None
@@ -41,6 +43,11 @@ class AdmissionPool(Protocol):
 
     def waiting(self, key: str) -> int:
         """Callers sharing ``key``'s job, not counting the one that started it."""
+        ...
+
+    def pressure(self, key: str | None = None) -> Pressure:
+        """Closed or not, free places, whether ``key``'s job is in flight, and when a
+        place is likely free: read before a request's body (the pool stays the authority)."""
         ...
 
     def idle(self) -> bool:

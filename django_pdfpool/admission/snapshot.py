@@ -17,6 +17,17 @@ JobState = Literal["queued", "running"]
 
 
 @dataclass(frozen=True)
+class Pressure:
+    """What a door needs before reading a request's body: a cheap, possibly stale
+    reading (the pool stays the authority when the call comes)."""
+
+    closed: bool  # the pool takes nothing new
+    free: int  # slots and queue places not taken
+    in_flight: bool  # a job for the key asked about is in flight (it can be joined)
+    retry_after: float  # seconds until a place is likely free
+
+
+@dataclass(frozen=True)
 class DurationSummary:
     """Summary of recent durations in seconds (zeros when there are none yet)."""
 

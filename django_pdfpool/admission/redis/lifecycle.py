@@ -113,17 +113,19 @@ class JobLifecycle:
             call_dropped(job.release())
             if kind == "dropped":
                 self._books.count("abandoned")
-        error = self._error_for(kind, len(waiters))
+        waited = [time.monotonic() - job.queued_mono] if job.owned and kind == "busy" else []
+        error = self._error_for(kind, len(waiters), waited)
         if error is not None:
             self._table.remember(job.id, None, error)
             if waiters:
                 deliver(waiters, None, error)
         self._settle()
 
-    def _error_for(self, kind: str, waiters: int) -> BaseException | None:
-        """What the waiters of a job that ended as ``kind`` get (``dropped``: nobody waits)."""
+    def _error_for(self, kind: str, waiters: int, waited: list[float]) -> BaseException | None:
+        """What the waiters of a job that ended as ``kind`` get (``dropped``: nobody waits);
+        ``waited``: how long this process's job queued, for the queue-wait figures."""
         if kind == "busy":
-            self._books.count("refused_busy", waiters)
+            self._books.gave_up(waited, waiters)
             retry_after = self._books.expected_start(self._terms.queue_size)
             return delivery.waited_too_long(self._terms.wait, retry_after)
         if kind == "closed":

@@ -247,6 +247,16 @@ class Link:
         total = sum(int(value) for name, value in fields.items() if name.startswith("w:"))
         return max(0, total - int(fields.get("sw", 0) or 0))
 
+    def pressure(self, key: str | None) -> tuple[int, int, bool]:
+        """Running and queued jobs in every process, and whether ``key``'s job is in
+        flight: one round trip."""
+        pipe = self.sync().pipeline(transaction=False)
+        pipe.scard(self.prefix + "running")
+        pipe.llen(self.prefix + "queue")
+        pipe.exists(self.prefix + "job:" + (key or ""))
+        running, queued, exists = pipe.execute()
+        return int(running), int(queued), key is not None and bool(exists)
+
     def view(self) -> Any:
         """Everything in flight, with the process leases (``view.lua``)."""
         client = self.sync()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import dataclasses
 import math
 import os
 import time
@@ -28,7 +29,7 @@ from ..ledger import Ledger
 from ..local import Pool
 from ..protocol import DropFn, ErrorObserver, JobFn
 from ..records import Waiter
-from ..snapshot import ClusterSnapshot, Counters, JobInfo, PoolSnapshot
+from ..snapshot import ClusterSnapshot, Counters, JobInfo, PoolSnapshot, Pressure
 from .admitting import GO_LOCAL
 from .codec import Decode, Encode
 from .modes import FALLBACKS, REDIS
@@ -70,8 +71,10 @@ class RedisPool:
         fallback: str = "refuse",
         timeout: float = 1.0,
         fingerprint: str = "",
+        run_time_ceiling: float | None = None,
     ) -> None:
-        self._local = Pool(slots, queue, wait, on_error=on_error)  # checks them as Pool does
+        # checks them as Pool does
+        self._local = Pool(slots, queue, wait, on_error=on_error, run_time_ceiling=run_time_ceiling)
         if not isinstance(lease, int | float) or not math.isfinite(lease) or lease < 0.1:
             raise ValueError(f"lease must be a number of seconds >= 0.1, not {lease!r}")
         if not isinstance(namespace, str) or not namespace or set(namespace) & set("{}"):
@@ -101,7 +104,7 @@ class RedisPool:
             max_result_bytes=max_result_bytes,
             fingerprint=fingerprint,
         )
-        self._books = Ledger(slots)  # this process's counters and durations
+        self._books = Ledger(slots, run_time_ceiling)  # this process's counters and durations
         self._closing = Closing()  # written here, read by the job loop
         self._side = self._new_side()
         _instances.add(self)
@@ -145,6 +148,22 @@ class RedisPool:
         return self._read(
             lambda: link.waiting(key), lambda: table.sharers(key) + self._local.waiting(key)
         )
+
+    blocking_reads = True  # ``pressure`` asks Redis
+
+    def pressure(self, key: str | None = None) -> Pressure:
+        """Closed or not, free places in the cluster, whether ``key``'s job is in flight
+        anywhere, and when a place is likely free (this process's while Redis fails)."""
+        closed = self._closing.closed
+        if self.mode == REDIS:
+            try:
+                running, queued, in_flight = self._side.link.pressure(key)
+            except RedisError as error:
+                call_in_job_loop(self._side.health.failed, error)
+            else:
+                free = max(0, self.slots + self.queue_size - running - queued)
+                return Pressure(closed, free, in_flight, self._books.expected_start(queued))
+        return dataclasses.replace(self._local.pressure(key), closed=closed)
 
     def _read(self, shared: Callable[[], int], here: Callable[[], int]) -> int:
         """One brief blocking read from Redis (any thread); this process's figure
