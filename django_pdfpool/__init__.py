@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from .asgi import PoolLifespan
     from .decorators import extract_upload, pdf_pooled
+    from .door.asgi import PdfPoolDoor
     from .exceptions import (
         CallerBusy,
         ExtractionError,
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
     from .process_pool import adrain_pool, drain_pool, get_pool
     from .responses import html_answer, json_answer
     from .sandbox.extract import Extraction, extract
+    from .status.collector import register_metrics
     from .status.metrics import metrics_view
     from .uploads import StagedUpload
 
@@ -38,7 +40,9 @@ _HOMES = {  # public name -> the module that defines it
     "json_answer": "responses",
     "html_answer": "responses",
     "PoolLifespan": "asgi",
+    "PdfPoolDoor": "door.asgi",
     "metrics_view": "status.metrics",
+    "register_metrics": "status.collector",
     "extract": "sandbox.extract",
     "Extraction": "sandbox.extract",
     "ExtractionError": "exceptions",
@@ -53,6 +57,7 @@ __all__ = [
     "CallerBusy",
     "Extraction",
     "ExtractionError",
+    "PdfPoolDoor",
     "PoolBusy",
     "PoolClosed",
     "PoolLifespan",
@@ -68,6 +73,7 @@ __all__ = [
     "json_answer",
     "metrics_view",
     "pdf_pooled",
+    "register_metrics",
 ]
 
 

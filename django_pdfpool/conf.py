@@ -38,6 +38,14 @@ DEFAULTS: dict[str, Any] = {
     "ENGINE": "pypdf",  # "pypdf", or "pypdfium2" with the [pdfium] extra
     "WARM_CHILDREN": True,  # keep a pre-started child so a job skips interpreter start-up
     "CALLER": "django_pdfpool.callers.user_or_ip",  # dotted path: request -> caller id
+    # dotted path: (request, exception) -> HttpResponse, for every answer given in a view's
+    # place (400, 413, 422, 429, 503), by the decorator, the middleware and the door alike
+    "REFUSAL_VIEW": "django_pdfpool.responses.default_refusal_view",
+    # the door: decide on uploads to @pdf_pooled views from their headers (docs/door.md)
+    "DOOR": True,
+    # the door, with every place taken: refuse uploads that do not declare their digest
+    # (they might have joined a job in flight) rather than read their bodies (docs/door.md)
+    "SHED_UNDECLARED": True,
     "TEMP_DIR": None,  # where uploads are staged for their job (None: the system's)
     "MAX_TEXT_BYTES": 8 * MiB,  # text (UTF-8) one job may return; more is cut, truncated
     "CHILD_ENV": (),  # names of environment variables children inherit besides the minimum
@@ -77,6 +85,9 @@ class PoolSettings:
     engine: str
     warm_children: bool
     caller: Callable[..., Any]
+    refusal_view: Callable[..., Any]
+    door: bool
+    shed_undeclared: bool
     temp_dir: str | None
     max_text_bytes: int
     child_env: tuple[str, ...]
@@ -117,6 +128,9 @@ _RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "ENGINE": (lambda v: v in ENGINES, "one of " + ", ".join(map(repr, ENGINES))),
     "WARM_CHILDREN": (lambda v: isinstance(v, bool), "True or False"),
     "CALLER": (lambda v: isinstance(v, str) or callable(v), "a dotted path or a callable"),
+    "REFUSAL_VIEW": (lambda v: isinstance(v, str) or callable(v), "a dotted path or a callable"),
+    "DOOR": (lambda v: isinstance(v, bool), "True or False"),
+    "SHED_UNDECLARED": (lambda v: isinstance(v, bool), "True or False"),
     "BACKEND": (lambda v: v in BACKENDS, "one of " + ", ".join(map(repr, BACKENDS))),
     "REDIS_URL": (lambda v: v is None or isinstance(v, str), "a redis:// URL, or None"),
     "NAMESPACE": (
@@ -137,6 +151,9 @@ _RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
         "None or an existing directory",
     ),
 }
+
+
+_DOTTED = {"CALLER": "the request", "REFUSAL_VIEW": "the request and the exception"}
 
 
 def raw_setting() -> Any:
@@ -165,16 +182,18 @@ def problems(raw: Any) -> list[Problem]:
                     "django_pdfpool.E003", f"PDFPOOL[{key!r}] must be {expected}, not {raw[key]!r}."
                 )
             )
-    caller = raw.get("CALLER")
-    if isinstance(caller, str):
+    for key, takes in _DOTTED.items():
+        path = raw.get(key)
+        if not isinstance(path, str):
+            continue
         try:
-            import_string(caller)
+            import_string(path)
         except ImportError as exc:
             found.append(
                 Problem(
                     "django_pdfpool.E004",
-                    f"PDFPOOL['CALLER'] = {caller!r} cannot be imported: {exc}",
-                    "Give the dotted path of a function taking the request.",
+                    f"PDFPOOL[{key!r}] = {path!r} cannot be imported: {exc}",
+                    f"Give the dotted path of a function taking {takes}.",
                 )
             )
     if raw.get("ENGINE") == "pypdfium2" and not _importable("pypdfium2"):
@@ -234,7 +253,7 @@ def get_settings() -> PoolSettings:
     if found:
         raise ImproperlyConfigured(" ".join(f"[{p.id}] {p.msg}" for p in found))
     merged = {**DEFAULTS, **raw}
-    caller = merged["CALLER"]
+    caller, refusal_view = merged["CALLER"], merged["REFUSAL_VIEW"]
     return PoolSettings(
         slots=merged["SLOTS"],
         queue=merged["QUEUE"],
@@ -246,6 +265,11 @@ def get_settings() -> PoolSettings:
         engine=merged["ENGINE"],
         warm_children=merged["WARM_CHILDREN"],
         caller=import_string(caller) if isinstance(caller, str) else caller,
+        refusal_view=(
+            import_string(refusal_view) if isinstance(refusal_view, str) else refusal_view
+        ),
+        door=merged["DOOR"],
+        shed_undeclared=merged["SHED_UNDECLARED"],
         temp_dir=merged["TEMP_DIR"],
         max_text_bytes=merged["MAX_TEXT_BYTES"],
         child_env=tuple(merged["CHILD_ENV"]),

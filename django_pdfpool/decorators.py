@@ -16,18 +16,22 @@ from asgiref.sync import async_to_sync, iscoroutinefunction, sync_to_async
 from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest, HttpResponse
 
-from .conf import get_settings
-from .exceptions import ExtractionError, Refused
+from .conf import PoolSettings, get_settings
+from .door.django import release_ticket
+from .door.headers import UploadHeaders
+from .door.rules import body_limit, too_large
+from .door.views import POOLED
+from .exceptions import DigestMismatch, ExtractionError, NoUpload, Refused, UploadRejected
 from .process_pool import get_pool
-from .responses import Answer, error_answer, negotiated_answer
+from .responses import Answer, refusal_answer
 from .sandbox.extract import Extraction, extract
-from .uploads import StagedUpload, stage
+from .uploads import StagedUpload, stage, stage_chunks
 
 View = TypeVar("View", bound=Callable[..., Any])
 Job = Callable[[StagedUpload], Awaitable[Any]]
 """``job(upload)``: runs on the pool's job loop; what it returns becomes ``request.pdf``."""
 
-_MULTIPART_SLACK = 64 * 1024  # bytes of form overhead allowed over MAX_UPLOAD_SIZE
+_CHUNK = 64 * 1024  # bytes read at a time from a raw PDF body
 
 
 async def extract_upload(upload: StagedUpload) -> Extraction:
@@ -50,14 +54,16 @@ def pdf_pooled(
     field: str = "file",
     job: Job = extract_upload,
     job_name: str | None = None,
-    answer: Answer = negotiated_answer,
+    answer: Answer | None = None,
 ) -> Any:
     """Decorate a sync or async view, bare or with ``field=``, ``job=``, ``answer=``.
 
-    ``job(upload)`` makes ``request.pdf`` (identical uploads to one job share a run);
-    ``job_name`` names the job in its keys (required for lambdas, closures, partials);
-    ``answer(request, status, code, message, retry_after)`` answers what the view never
-    sees (400, 413, 422, 429, 503): by default JSON or HTML, as the client prefers.
+    The PDF comes as the multipart file field ``field``, or as the whole body with
+    ``Content-Type: application/pdf``. ``job(upload)`` makes ``request.pdf`` (identical
+    uploads to one job share a run); ``job_name`` names the job in its keys (required
+    for lambdas, closures, partials); ``answer(request, status, code, message,
+    retry_after)`` answers what the view never sees (400, 413, 422, 429, 503) for this
+    view only; by default the ``REFUSAL_VIEW`` setting does.
     """
     name = resolve_job_name(job, job_name)  # an ambiguous job fails here, at decoration
     if view is None:
@@ -70,9 +76,10 @@ def pdf_pooled(
         async def async_wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
             request.pdf = None  # type: ignore[attr-defined]
             if request.method == "POST":
-                prepared = await pooled.aprepare(request)
-                if isinstance(prepared, HttpResponse):
-                    return prepared
+                try:
+                    prepared = await pooled.aprepare(request)
+                except UploadRejected as rejected:
+                    return refusal_answer(request, rejected, pooled.answer)
                 with discarded_on_error(prepared):
                     if hasattr(request, "auser"):
                         request.user = await request.auser()  # resolved once, off the DB later
@@ -86,15 +93,17 @@ def pdf_pooled(
                     return refused
             return await view(request, *args, **kwargs)
 
+        setattr(async_wrapper, POOLED, pooled)
         return async_wrapper
 
     @functools.wraps(view)
     def sync_wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
         request.pdf = None  # type: ignore[attr-defined]
         if request.method == "POST":
-            prepared = pooled.prepare(request)
-            if isinstance(prepared, HttpResponse):
-                return prepared
+            try:
+                prepared = pooled.prepare(request)
+            except UploadRejected as rejected:
+                return refusal_answer(request, rejected, pooled.answer)
             with discarded_on_error(prepared):
                 caller_of = get_settings().caller
                 if iscoroutinefunction(caller_of):
@@ -106,6 +115,7 @@ def pdf_pooled(
                 return refused
         return view(request, *args, **kwargs)
 
+    setattr(sync_wrapper, POOLED, pooled)
     return sync_wrapper
 
 
@@ -157,32 +167,46 @@ class _UploadAdmission:
 
     field: str
     job: Job
-    answer: Answer
+    answer: Answer | None  # None: the REFUSAL_VIEW setting answers
     job_name: str  # the job's stable name: the first part of every key
 
-    def prepare(self, request: HttpRequest) -> StagedUpload | HttpResponse:
-        """Check the upload's size and presence, then stage a copy the job will own."""
+    def prepare(self, request: HttpRequest) -> StagedUpload:
+        """Check the upload's size and presence, stage a copy the job will own, and check
+        it against its declared digest; ``UploadRejected`` says what is wrong."""
         conf = get_settings()
-        declared = request.META.get("CONTENT_LENGTH") or "0"
-        if declared.isdigit() and int(declared) > conf.max_upload_size + _MULTIPART_SLACK:
-            return self._too_large(request, conf.max_upload_size)
-        upload = request.FILES.get(self.field)
-        if upload is None:
-            message = f"Send the PDF as a multipart file field named {self.field!r}."
-            return self.answer(request, 400, "no_upload", message, None)
-        if upload.size is not None and upload.size > conf.max_upload_size:
-            return self._too_large(request, conf.max_upload_size)
-        return stage(upload, conf.temp_dir)
+        upload = UploadHeaders.of(request.headers)
+        declared = upload.declared_size
+        if declared is not None and declared > body_limit(conf.max_upload_size, upload.raw):
+            raise too_large(conf.max_upload_size)
+        if upload.raw:
+            chunks = _limited(iter(functools.partial(request.read, _CHUNK), b""), conf)
+            staged = stage_chunks(chunks, "upload.pdf", conf.temp_dir)
+        else:
+            form_file = request.FILES.get(self.field)
+            if form_file is None:
+                raise NoUpload(
+                    f"Send the PDF as a multipart file field named {self.field!r}, "
+                    "or as the request body with Content-Type: application/pdf."
+                )
+            if form_file.size is not None and form_file.size > conf.max_upload_size:
+                raise too_large(conf.max_upload_size)
+            staged = stage(form_file, conf.temp_dir)
+        if upload.digest is not None and upload.digest != staged.sha256:
+            staged.discard()
+            raise DigestMismatch("The PDF received does not match the digest its request declared.")
+        return staged
 
-    async def aprepare(self, request: HttpRequest) -> StagedUpload | HttpResponse:
+    async def aprepare(self, request: HttpRequest) -> StagedUpload:
         """``prepare`` in a worker thread (parsing and copying block); a copy staged after
         the caller was cancelled is deleted by the thread that made it."""
-        lock, made, gone = threading.Lock(), [], []
+        lock = threading.Lock()
+        made: list[StagedUpload] = []
+        gone: list[bool] = []
 
-        def prepare_or_discard() -> StagedUpload | HttpResponse:
+        def prepare_or_discard() -> StagedUpload:
             prepared = self.prepare(request)
             with lock:
-                if gone and isinstance(prepared, StagedUpload):
+                if gone:
                     prepared.discard()
                 made.append(prepared)
             return prepared
@@ -193,14 +217,8 @@ class _UploadAdmission:
             with lock:
                 gone.append(True)
                 for prepared in made:
-                    if isinstance(prepared, StagedUpload):
-                        prepared.discard()
+                    prepared.discard()
             raise
-
-    def _too_large(self, request: HttpRequest, limit: int) -> HttpResponse:
-        """413, before any work."""
-        message = f"PDFs up to {limit / 1024 / 1024:g} MiB are accepted."
-        return self.answer(request, 413, "too_large", message, None)
 
     def key(self, sha256: str) -> str:
         """The upload's single-flight key (``pool_key``)."""
@@ -217,12 +235,23 @@ class _UploadAdmission:
             key = self.key(upload.sha256)
             pool = get_pool()
             fn = functools.partial(_run_then_discard, self.job, upload)
+        release_ticket(request)  # from here the pool counts this call
         try:
             result = await pool.run(key, caller, fn, on_drop=upload.discard)
         except (Refused, ExtractionError) as error:
-            return error_answer(request, error, self.answer)
+            return refusal_answer(request, error, self.answer)
         request.pdf = result  # type: ignore[attr-defined]
         return None
+
+
+def _limited(chunks: Iterator[bytes], conf: PoolSettings) -> Iterator[bytes]:
+    """``chunks`` of a raw body, until they pass ``MAX_UPLOAD_SIZE``: then 413."""
+    total = 0
+    for chunk in chunks:
+        total += len(chunk)
+        if total > conf.max_upload_size:
+            raise too_large(conf.max_upload_size)
+        yield chunk
 
 
 async def _run_then_discard(job: Job, upload: StagedUpload) -> Any:

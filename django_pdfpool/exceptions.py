@@ -10,11 +10,14 @@ from __future__ import annotations
 
 __all__ = [
     "EXTRACTION_MESSAGES",
+    "BadDigest",
     "BlockingCallWarning",
     "CallerBusy",
     "CoordinatorUnavailable",
+    "DigestMismatch",
     "ExtractionError",
     "JobFault",
+    "NoUpload",
     "PoolBusy",
     "PoolClosed",
     "PoolMisconfigured",
@@ -22,6 +25,8 @@ __all__ = [
     "RemoteJobError",
     "ResultTooLarge",
     "RunnerLost",
+    "UploadRejected",
+    "UploadTooLarge",
 ]
 
 
@@ -74,6 +79,40 @@ class PoolMisconfigured(Refused):
     message names the namespace and what differs. A deployment error, logged once."""
 
     code = "misconfigured"
+
+
+class UploadRejected(Exception):
+    """An upload refused for what it is, not for the pool's load; nothing ran for it.
+    ``status`` (400 or 413) and ``code`` say why; the message is safe to show a user."""
+
+    status = 400
+    code = "bad_upload"
+
+
+class UploadTooLarge(UploadRejected):
+    """The upload is, or says it is, larger than ``MAX_UPLOAD_SIZE``."""
+
+    status = 413
+    code = "too_large"
+
+
+class NoUpload(UploadRejected):
+    """The request holds no PDF: no file field of the expected name, no PDF body."""
+
+    code = "no_upload"
+
+
+class BadDigest(UploadRejected):
+    """A digest header (``Repr-Digest``, ``Content-Digest``, ``Pdf-Digest``) that cannot be
+    read as ``sha-256=:<base64>:``."""
+
+    code = "bad_digest"
+
+
+class DigestMismatch(UploadRejected):
+    """The upload's SHA-256 is not the one its request declared: it neither runs nor joins."""
+
+    code = "digest_mismatch"
 
 
 class JobFault(RuntimeError):

@@ -9,12 +9,16 @@ from collections.abc import Callable
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.utils.html import format_html
 
-from .exceptions import CallerBusy, ExtractionError, PoolMisconfigured, Refused
+from .conf import get_settings
+from .exceptions import CallerBusy, ExtractionError, PoolMisconfigured, Refused, UploadRejected
 
 MISCONFIGURED = "The PDF service is misconfigured; its operators have been told."
 
-TITLES = {
-    400: "No PDF received",
+TITLES: dict[str | int, str] = {  # by code, else by status
+    "no_upload": "No PDF received",
+    "digest_mismatch": "The PDF does not match its digest",
+    "bad_digest": "The digest header cannot be read",
+    400: "This upload cannot be accepted",
     413: "PDF too large",
     422: "This PDF cannot be read",
     429: "You already have a PDF in progress",
@@ -49,7 +53,7 @@ def html_answer(
 ) -> HttpResponse:
     """A small standalone HTML page saying the same."""
     seconds = _retry_seconds(retry_after)
-    title = TITLES.get(status, "Error")
+    title = TITLES.get(code) or TITLES.get(status, "Error")
     retry = "" if seconds is None else f" Try again in {seconds} s."
     page = format_html(
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
@@ -80,14 +84,35 @@ def _with_retry(response: HttpResponse, seconds: int | None) -> HttpResponse:
     return response
 
 
+Failure = Refused | ExtractionError | UploadRejected
+"""Everything the app answers in a view's place."""
+
+
 def error_answer(
-    request: HttpRequest, error: Refused | ExtractionError, answer: Answer = negotiated_answer
+    request: HttpRequest, error: Failure, answer: Answer = negotiated_answer
 ) -> HttpResponse:
-    """The answer to a refusal or an extraction error: PoolBusy and PoolClosed 503,
-    CallerBusy 429, ExtractionError 422."""
+    """The answer to a refusal, an extraction error or a rejected upload: PoolBusy and
+    PoolClosed 503, CallerBusy 429, ExtractionError 422, UploadRejected 400 or 413."""
     if isinstance(error, ExtractionError):
         return answer(request, 422, error.code, error.message, None)
+    if isinstance(error, UploadRejected):
+        return answer(request, error.status, error.code, str(error), None)
     status = 429 if isinstance(error, CallerBusy) else 503
     # a deployment error's details (namespace, settings) are for the operators' log only
     message = MISCONFIGURED if isinstance(error, PoolMisconfigured) else str(error)
     return answer(request, status, error.code, message, error.retry_after)
+
+
+def default_refusal_view(request: HttpRequest, exception: Failure) -> HttpResponse:
+    """The default ``REFUSAL_VIEW``: JSON or HTML, as the client prefers."""
+    return error_answer(request, exception)
+
+
+def refusal_answer(
+    request: HttpRequest, error: Failure, answer: Answer | None = None
+) -> HttpResponse:
+    """The answer in a view's place: ``answer`` (a decorator's ``answer=``) when given,
+    else the project's ``REFUSAL_VIEW``."""
+    if answer is not None:
+        return error_answer(request, error, answer)
+    return get_settings().refusal_view(request, error)

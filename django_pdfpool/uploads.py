@@ -11,6 +11,7 @@ import re
 import tempfile
 import time
 import weakref
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from django.core.files.uploadedfile import UploadedFile
@@ -42,18 +43,26 @@ class StagedUpload:
 
 def stage(upload: UploadedFile, directory: str | None = None) -> StagedUpload:
     """Copy ``upload`` into a new temporary file, computing its SHA-256 on the way."""
+    return stage_chunks(upload.chunks(), upload.name or "upload.pdf", directory)
+
+
+def stage_chunks(
+    chunks: Iterable[bytes], name: str = "upload.pdf", directory: str | None = None
+) -> StagedUpload:
+    """Copy ``chunks`` (a raw body's, say) into a new temporary file, hashing them; an
+    error while reading them (a limit) leaves no file behind."""
     digest = hashlib.sha256()
     fd, path = tempfile.mkstemp(prefix=f"pdfpool-{os.getpid()}-", suffix=".pdf", dir=directory)
     try:
         with os.fdopen(fd, "wb") as out:
-            for chunk in upload.chunks():
+            for chunk in chunks:
                 digest.update(chunk)
                 out.write(chunk)
             size = out.tell()
     except BaseException:
         _remove(path)
         raise
-    return StagedUpload(path, digest.hexdigest(), size, upload.name or "upload.pdf")
+    return StagedUpload(path, digest.hexdigest(), size, name)
 
 
 _STAGED = re.compile(r"pdfpool-(?:(\d+)-)?[^/]*\.pdf")  # the pid, where the name has one

@@ -193,10 +193,16 @@ class RedisServer:
 LEASE = 1.0  # seconds: short, so that a dead process is reaped within a test's patience
 
 
-def namespace_keys(url: str, namespace: str) -> list[str]:
-    """Every key of the namespace, by SCAN (the pool's keys are ``{namespace}:...``)."""
+BOOKS = ("stats", "qwait", "runs")  # the cluster's counters and durations: they outlive jobs
+
+
+def namespace_keys(url: str, namespace: str, *, books: bool = False) -> list[str]:
+    """Every key of the namespace, by SCAN (the pool's keys are ``{namespace}:...``),
+    but for the cluster's books (kept for days on purpose) unless ``books``."""
+    prefix = "{" + namespace + "}:"
     with redis.Redis.from_url(url, decode_responses=True) as client:
-        return sorted(client.scan_iter(match="{" + namespace + "}:*", count=1000))
+        found = sorted(client.scan_iter(match=prefix + "*", count=1000))
+    return [key for key in found if books or key.removeprefix(prefix) not in BOOKS]
 
 
 def pools_in(server: RedisServer, namespace: str) -> tuple[Callable[..., RedisPool], Any]:

@@ -21,6 +21,7 @@ from django_pdfpool import get_pool
 from django_pdfpool.callers import user_or_forwarded_ip, user_or_ip
 from django_pdfpool.checks import check_settings
 from django_pdfpool.conf import get_settings
+from django_pdfpool.door.headers import format_digest
 from tests import pdfs
 from tests.conftest import held_requests, until, wait_until
 from tests.views import HELD, PARSED, VIEW_RUNS
@@ -101,11 +102,16 @@ def test_the_view_gets_the_extraction(pdfpool, url, field, client):
 
 
 def test_concurrent_identical_uploads_share_one_run(pdfpool):
+    """With every place taken, identical uploads that declare their digest pass the door
+    (docs/door.md) and join the one job."""
     pdfpool(SLOTS=1, QUEUE=0)
     HELD.reset(extract=True)
     data = pdfs.simple(["shared"])
+    declared = {"HTTP_PDF_DIGEST": format_digest(hashlib.sha256(data).hexdigest())}
     with held_requests(6) as threads:
-        futures = [threads.submit(post, "/held/sync/", data, f"10.0.0.{i}") for i in range(6)]
+        futures = [
+            threads.submit(post, "/held/sync/", data, f"10.0.0.{i}", **declared) for i in range(6)
+        ]
         wait_until(lambda: get_pool().waiting(held_key(data)) == 5)
         HELD.release.set()
         responses = [future.result(timeout=SOON) for future in futures]
@@ -280,7 +286,7 @@ def test_a_post_without_the_upload_gets_400(pdfpool, url):
     html = Client().post(url, {"other": "x"}, HTTP_ACCEPT="text/html")
     assert html.status_code == 400
     assert html["Content-Type"].startswith("text/html")
-    assert b"No PDF received" in html.content
+    assert b"No PDF received" in html.content and b"application/pdf" in html.content
 
 
 @pytest.mark.parametrize("url", ["/sync/", "/async/"])
@@ -329,8 +335,9 @@ def test_an_upload_declared_too_large_is_refused_before_django_parses_it(
 @pytest.mark.parametrize("kind", ["sync", "async"])
 def test_the_view_never_runs_for_an_upload_the_pool_refused_or_could_not_read(pdfpool, kind):
     """503, 429 and 422 are the decorator's own answers: a view (and whatever it does
-    besides answering) runs only for an upload whose job gave a result."""
-    pdfpool(SLOTS=1, QUEUE=0)
+    besides answering) runs only for an upload whose job gave a result. (The door sheds
+    nothing here, so that the pool itself refuses.)"""
+    pdfpool(SLOTS=1, QUEUE=0, SHED_UNDECLARED=False)
     VIEW_RUNS.clear()
     url = f"/counted/{kind}/"
     with held_requests(3) as threads:

@@ -31,7 +31,7 @@ PROJECT = ROOT / "example_project"
 APP = "demo.asgi:application"  # what `make demo` serves
 CORPUS = ROOT.parent / "shared" / "corpus"
 POOL_KEYS = ["SLOTS", "QUEUE", "WAIT", "TIMEOUT", "MEMORY_LIMIT", "MAX_UPLOAD_SIZE"]
-POOL_KEYS += ["MAX_PAGES", "ENGINE", "WARM_CHILDREN", "TEMP_DIR"]
+POOL_KEYS += ["MAX_PAGES", "ENGINE", "WARM_CHILDREN", "TEMP_DIR", "DOOR", "SHED_UNDECLARED"]
 FIELDS = [
     "sha256",
     "page_count",
@@ -306,6 +306,9 @@ def test_a_full_pool_queues_then_refuses_with_a_retry_time(state):
             holding = asyncio.create_task(api_post_async(a, url, held))
             running = await until_state(a, url, held, "running")
             assert running["running"] == 1 and running["slots"] == 1
+            # with a place free the door lets it in, and the pool's caller rule answers
+            mine = await api_post_async(a, url, pdfs.simple(["another of mine"]))
+            assert mine.status_code == 429 and mine.json()["error"] == "caller_busy"
             waiting = asyncio.create_task(api_post_async(b, url, queued))
             assert (await until_state(b, url, queued, "queued"))["ahead"] == 0
             assert (await job_state(c, url, queued))["state"] == "none"  # not c's job
@@ -325,9 +328,6 @@ def test_a_full_pool_queues_then_refuses_with_a_retry_time(state):
             assert 'id="upload-form"' in page.text
             assert "<h2>Busy: please try again shortly</h2>" in page.text
             assert f"Try again in <strong>{page.headers['retry-after']} second" in page.text
-
-            mine = await api_post_async(a, url, pdfs.simple(["another of mine"]))
-            assert mine.status_code == 429 and mine.json()["error"] == "caller_busy"
 
             done, after = await holding, await waiting
             assert done.status_code == 200 and done.json()["text"].startswith("held")

@@ -7,7 +7,9 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import html
+import os
 import re
+import socket
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -137,12 +139,13 @@ def held_scene(threads: ThreadPoolExecutor) -> list:
     futures.append(threads.submit(post, "/held/sync/", b"%PDF- a", "10.1.0.3"))  # joins a
     wait_until(lambda: get_pool().waiting(held_key(b"%PDF- a")) == 1)
     futures.append(threads.submit(post, "/held/sync/", b"%PDF- c", "10.1.0.4"))
+    wait_until(lambda: get_pool().queued() == 1)
+    refused = threads.submit(post, "/held/sync/", b"%PDF- f", "10.1.0.1").result(30)
+    assert refused.status_code == 429  # while the queue has room: the caller's rule
     futures.append(threads.submit(post, "/held/sync/", b"%PDF- d", "10.1.0.5"))
     wait_until(lambda: get_pool().queued() == 2)
     refused = threads.submit(post, "/held/sync/", b"%PDF- e", "10.1.0.6").result(30)
     assert refused.status_code == 503
-    refused = threads.submit(post, "/held/sync/", b"%PDF- f", "10.1.0.1").result(30)
-    assert refused.status_code == 429
     return futures
 
 
@@ -189,13 +192,43 @@ def test_the_page_and_json_match_the_snapshot_while_jobs_are_held(pdfpool, users
     )
 
 
+def test_a_job_refused_after_waiting_counts_in_the_queue_wait_figures(pdfpool, users):
+    pdfpool(SLOTS=1, QUEUE=1, WAIT=0.3)
+    root = client_for(users["superuser"])
+    with held_requests(2) as threads:
+        running = threads.submit(post, "/held/sync/", b"%PDF- held", "10.3.0.1")
+        wait_until(lambda: get_pool().running() == 1)
+        refused = threads.submit(post, "/held/sync/", b"%PDF- waits", "10.3.0.2").result(30)
+        assert refused.status_code == 503  # queued, then given up after WAIT
+        data = root.get(URL, {"format": "json"}).json()
+        page = root.get(URL).content.decode()
+        HELD.release.set()
+        assert running.result(timeout=30).status_code == 200
+    assert data["counters"]["started"] == 1 and data["counters"]["refused_busy"] == 1
+    assert data["queue_wait"]["count"] == 2  # the started job's wait, and the refused one's
+    assert data["queue_wait"]["max"] >= 0.3
+    assert page_fields(page)["queue_wait.count"] == "2"
+
+
+def test_the_page_says_which_process_answered_and_that_the_figures_are_its_own(pdfpool, users):
+    page = client_for(users["superuser"]).get(URL).content.decode()
+    text = " ".join(html.unescape(re.sub(r"<[^>]+>", "", page)).split())
+    assert f"Answered by process {os.getpid()} on {socket.gethostname()}." in text
+    assert "every figure below is this process's" in text
+    assert "Counted since its pool was built at" in text
+    assert "Counters (this process)" in text and "Recent jobs (this process)" in text
+    assert 'id="pdfpool-switched" hidden' in page  # status.js fills it if another answers
+
+
 def test_the_json_fields_are_the_documented_ones(pdfpool, users):
     data = client_for(users["staff_with_perm"]).get(URL, {"format": "json"}, **JSON).json()
     snapshot_fields = set(PoolSnapshot.__dataclass_fields__)
     assert set(data) == snapshot_fields | {
-        "pid", "timeout", "memory_limit", "max_upload_size", "engine", "history",
-        "backend", "cluster",
+        "pid", "host", "timeout", "memory_limit", "max_upload_size", "engine", "history",
+        "backend", "cluster", "children",
     }  # fmt: skip
+    assert data["scope"] == "process" and data["counted_since"] <= data["taken_at"]
+    assert data["children"] is None  # until the sandbox reports how children started
     assert set(data["history"]) == {"interval", "window", "t", "running", "queued", "refused"}
     assert set(data["counters"]) == set(Counters.__dataclass_fields__)
     assert set(data["run_time"]) == {"count", "mean", "p95", "max"}

@@ -23,4 +23,5 @@ urlpatterns = [
     path("counted/async/", views.async_counted),
     path("counted/extract/sync/", views.sync_counted_extract),
     path("counted/extract/async/", views.async_counted_extract),
+    path("gated/", views.gated),
 ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 
 from django.core.files.uploadhandler import FileUploadHandler
@@ -18,6 +19,7 @@ from django_pdfpool import (
     json_answer,
     pdf_pooled,
 )
+from django_pdfpool.conf import get_settings
 
 
 def _describe(request: HttpRequest) -> JsonResponse:
@@ -193,3 +195,17 @@ class RecordingUploadHandler(FileUploadHandler):
 
     def file_complete(self, file_size):
         return None  # the next handler makes the file
+
+
+async def gated_job(upload: StagedUpload):
+    """A job held until the file ``<TEMP_DIR>/open`` exists: a gate another process (an
+    end-to-end test outside the server) can open; then it echoes the upload's digest."""
+    gate = os.path.join(get_settings().temp_dir or "", "open")
+    while not os.path.exists(gate):
+        await asyncio.sleep(0.005)
+    return {"sha256": upload.sha256, "size": upload.size}
+
+
+@pdf_pooled(job=gated_job)
+def gated(request):
+    return _describe(request)

@@ -22,24 +22,29 @@ logger = logging.getLogger("django_pdfpool.pool")
 
 
 def closing() -> PoolClosed:
-    return PoolClosed("the pool is closing and accepts no new work")
+    return PoolClosed("The service is shutting down and takes no new work.")
 
 
 def stopped() -> PoolClosed:
-    return PoolClosed("the pool was stopped")
+    return PoolClosed("The service was stopped before this job could finish.")
 
 
 def caller_busy(retry_after: float) -> CallerBusy:
-    return CallerBusy("this caller already has a job in flight", retry_after)
+    return CallerBusy("You already have a job in progress; wait for it to finish.", retry_after)
 
 
 def queue_full(retry_after: float) -> PoolBusy:
-    return PoolBusy("every slot is taken and the queue is full", retry_after)
+    return PoolBusy("Every worker is busy and the queue is full.", retry_after)
 
 
 def waited_too_long(wait: float | None, retry_after: float) -> PoolBusy:
     limit = f"{wait:g} s" if wait is not None else "too long"
-    return PoolBusy(f"waited {limit} for a slot", retry_after)
+    return PoolBusy(f"The job waited {limit} for a free worker and was given up.", retry_after)
+
+
+def counter_of(refusal: PoolBusy | PoolClosed) -> str:
+    """The counter a refusal given for a pool (by a door, say) counts in."""
+    return "refused_closed" if isinstance(refusal, PoolClosed) else "refused_busy"
 
 
 def nothing_to_join(key: str) -> ValueError:

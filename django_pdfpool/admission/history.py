@@ -39,9 +39,18 @@ class Sample:
     refused: int
 
 
+Books = tuple[str, float | None]  # whose counters a snapshot gives, and since when
+
+
 def _refusals(snapshot: PoolSnapshot) -> int:
     counters = snapshot.counters
     return counters.refused_busy + counters.refused_caller + counters.refused_closed
+
+
+def _same_books(a: Books, b: Books) -> bool:
+    """Counters that go on from one reading to the next (a start that was not known yet,
+    None, is no change: the cluster's books begin at their first event)."""
+    return a[0] == b[0] and (a[1] is None or b[1] is None or a[1] == b[1])
 
 
 class Recorder:
@@ -56,7 +65,7 @@ class Recorder:
         self.read, self.interval, self.size = read, interval, size
         self._lock = threading.Lock()
         self._samples: deque[Sample] = deque(maxlen=size)
-        self._last: tuple[Snapshots, int] | None = None  # the pool and its refusals
+        self._last: tuple[Snapshots, Books, int] | None = None  # pool, books, refusals
         self._generation = 0  # bumped by start() and stop(): older tick chains end
         self._ticking = False
         _recorders.add(self)
@@ -90,15 +99,18 @@ class Recorder:
         if source is None:
             return None
         snapshot = source.snapshot()
-        total = _refusals(snapshot)
+        total, books = _refusals(snapshot), (snapshot.scope, snapshot.counted_since)
         with self._lock:
-            if self._last is None:
+            last = self._last
+            if last is None:
                 refused = 0  # the first sample is the baseline, not a burst
-            elif self._last[0] is source:
-                refused = max(0, total - self._last[1])
-            else:
+            elif last[0] is source and _same_books(last[1], books):
+                refused = max(0, total - last[2])
+            elif last[0] is not source and books[0] == "process":
                 refused = total  # a rebuilt pool counts from zero
-            self._last = (source, total)
+            else:  # other books (Redis failing or back, or the cluster's restarted)
+                refused = 0  # a baseline again, not their whole count as a burst
+            self._last = (source, books, total)
             sample = Sample(snapshot.taken_at, snapshot.running, snapshot.queued, refused)
             self._samples.append(sample)
         return sample

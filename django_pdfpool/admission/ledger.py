@@ -42,10 +42,11 @@ class Ledger:
     """Counters and durations of one pool. ``ceiling``: the longest a job may run (the
     extraction timeout), which no estimate of a running job's end goes past."""
 
-    __slots__ = ("_counts", "_lock", "_queue_waits", "_run_times", "ceiling", "slots")
+    __slots__ = ("_counts", "_lock", "_queue_waits", "_run_times", "born", "ceiling", "slots")
 
     def __init__(self, slots: int, ceiling: float | None = None) -> None:
         self.slots, self.ceiling = slots, ceiling
+        self.born = time.time()  # the books count from here (wall clock)
         self._lock = threading.Lock()  # guards the three fields below
         self._counts = dict.fromkeys((f.name for f in dataclasses.fields(Counters)), 0)
         self._queue_waits = RecentDurations()
@@ -146,4 +147,6 @@ class Ledger:
             queue_wait=queue_wait,
             run_time=run_time,
             taken_at=time.time(),
+            scope="process",
+            counted_since=self.born,
         )

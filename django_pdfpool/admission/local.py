@@ -15,31 +15,25 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from ..exceptions import PoolBusy, PoolClosed
 from . import delivery
 from .delivery import call_dropped, deliver, report_failure
 from .jobloop import call_in_job_loop
 from .ledger import Ledger
 from .protocol import DropFn, ErrorObserver, JobFn
-from .records import JobRecord, Waiter, run_job
+from .records import JobRecord, Waiter, check_terms, run_job
 from .snapshot import ClusterSnapshot, PoolSnapshot, Pressure
 
 
 class LocalJob(JobRecord):
     """A job of a local pool; every field is guarded by the pool's lock (``task`` is set
-    on the job loop)."""
+    on the job loop). ``deadline``: monotonic, set while queued with a ``wait``."""
 
     __slots__ = ("deadline",)
 
-    def __init__(
-        self,
-        key: str,
-        caller: str,
-        fn: JobFn | None,
-        on_drop: DropFn | None,
-        starter: Waiter | None,
-    ) -> None:
-        super().__init__(key, caller, fn, on_drop, starter)
-        self.deadline: float | None = None  # monotonic; set while queued with a `wait`
+    def __init__(self, *args: Any) -> None:  # JobRecord's: key, caller, fn, on_drop, starter
+        super().__init__(*args)
+        self.deadline: float | None = None
 
 
 class Pool:
@@ -55,12 +49,7 @@ class Pool:
         on_error: ErrorObserver | None = None,
         run_time_ceiling: float | None = None,
     ) -> None:
-        if not isinstance(slots, int) or slots < 1:
-            raise ValueError(f"slots must be an integer >= 1, not {slots!r}")
-        if not isinstance(queue, int) or queue < 0:
-            raise ValueError(f"queue must be an integer >= 0, not {queue!r}")
-        if wait is not None and not (wait >= 0):  # also refuses NaN
-            raise ValueError(f"wait must be a number of seconds >= 0 or None, not {wait!r}")
+        check_terms(slots, queue, wait)
         self.slots, self.queue_size, self.wait = slots, queue, wait
         self._on_error = on_error or delivery.log_failure
         # counters and durations; thread-safe on its own
@@ -98,22 +87,20 @@ class Pool:
     blocking_reads = False  # ``pressure`` reads memory only
 
     def pressure(self, key: str | None = None) -> Pressure:
-        """Closed or not, free places, whether ``key``'s job is in flight, and when a
-        place is likely free: what a door decides on before a body is read."""
+        """What a door decides on before a body is read (see ``AdmissionPool``)."""
         with self._lock:
-            free = self.slots + self.queue_size - self._running - len(self._queue)
-            return Pressure(
-                closed=self._closed,
-                free=max(0, free),
-                in_flight=key is not None and key in self._jobs,
-                retry_after=self._expected_start(),
-            )
+            free = max(0, self.slots + self.queue_size - self._running - len(self._queue))
+            in_flight = key is not None and key in self._jobs
+            return Pressure(self._closed, free, in_flight, self._expected_start())
+
+    def count_refusal(self, refusal: PoolBusy | PoolClosed) -> None:
+        """Count a refusal the door gave in this pool's name."""
+        self._books.count(delivery.counter_of(refusal))
 
     def _expected_start(self) -> float:
         """When a new job could likely take a slot. Under the lock."""
         now = time.monotonic()
-        running = [job.running_for(now) for job in self._jobs.values()]
-        elapsed = [seconds for seconds in running if seconds is not None]
+        elapsed = [t for job in self._jobs.values() if (t := job.running_for(now)) is not None]
         return self._books.expected_start(len(self._queue), elapsed)
 
     def idle(self) -> bool:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, runtime_checkable
 
+from ..exceptions import PoolBusy, PoolClosed
 from .snapshot import ClusterSnapshot, PoolSnapshot, Pressure
 
 JobFn = Callable[[], Awaitable[Any]]
@@ -48,6 +49,11 @@ class AdmissionPool(Protocol):
     def pressure(self, key: str | None = None) -> Pressure:
         """Closed or not, free places, whether ``key``'s job is in flight, and when a
         place is likely free: read before a request's body (the pool stays the authority)."""
+        ...
+
+    def count_refusal(self, refusal: PoolBusy | PoolClosed) -> None:
+        """Count a refusal given in the pool's name without a call to ``run`` (the door's,
+        before a body is read), so that the pool's counters tell every refusal."""
         ...
 
     def idle(self) -> bool:

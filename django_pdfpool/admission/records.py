@@ -102,3 +102,13 @@ async def run_job(job: JobRecord) -> Any:
         raise JobFault("the job raised CancelledError, but nothing cancelled the job") from exc
     except (KeyboardInterrupt, SystemExit) as exc:
         raise JobFault(f"the job raised {type(exc).__name__}") from exc
+
+
+def check_terms(slots: int, queue: int, wait: float | None) -> None:
+    """ValueError unless ``slots``, ``queue`` and ``wait`` make a pool: both pools' check."""
+    if not isinstance(slots, int) or slots < 1:
+        raise ValueError(f"slots must be an integer >= 1, not {slots!r}")
+    if not isinstance(queue, int) or queue < 0:
+        raise ValueError(f"queue must be an integer >= 0, not {queue!r}")
+    if wait is not None and not (wait >= 0):  # also refuses NaN
+        raise ValueError(f"wait must be a number of seconds >= 0 or None, not {wait!r}")

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 JobState = Literal["queued", "running"]
+Scope = Literal["process", "cluster"]
 
 
 @dataclass(frozen=True)
@@ -109,7 +110,10 @@ class JobInfo:
 
 @dataclass(frozen=True)
 class PoolSnapshot:
-    """Configuration, counts, jobs in flight and counters, read at one moment."""
+    """Configuration, counts, jobs in flight and counters, read at one moment. ``scope``
+    says whose counters and duration figures these are: one process's pool, counted since
+    it was built, or (a Redis pool) every process's, counted in Redis; ``counted_since``
+    (wall clock) is when they began, None while nothing was counted."""
 
     slots: int
     queue: int
@@ -122,6 +126,8 @@ class PoolSnapshot:
     queue_wait: DurationSummary  # over recently started jobs
     run_time: DurationSummary  # over recently finished jobs
     taken_at: float  # wall clock
+    scope: Scope = "process"
+    counted_since: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """Plain dicts, lists and numbers, ready for ``json.dumps``."""
@@ -144,8 +150,8 @@ class ProcessHold:
 @dataclass(frozen=True)
 class ClusterSnapshot:
     """One reading of a Redis-coordinated pool: cluster-wide, per process, and this process.
-    Counters and duration summaries are this process's in both snapshots (Redis keeps no
-    history: no key outlives its job)."""
+    While Redis answers, ``cluster``'s counters and duration summaries are the cluster's
+    (kept in Redis, ``scope`` "cluster"); ``local``'s are always this process's."""
 
     mode: str  # "redis", "local-fallback" or "refusing"
     url: str  # without its password

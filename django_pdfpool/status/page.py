@@ -1,7 +1,8 @@
-"""The status page's data and chart: one reading of this process's pool as JSON
-(``status_data``, what ``?format=json`` serves; fields in docs/status.md) and as template
-rows (``status_context``). ``static/django_pdfpool/status.js`` formats and draws the same
-fields the same way, so that a refresh looks like a reload."""
+"""The status page's data and chart: one reading of the pool as JSON (``status_data``,
+what ``?format=json`` serves; fields in docs/status.md) and as template rows
+(``status_context``), each figure saying whose it is: the answering process's, or with
+Redis the cluster's. ``static/django_pdfpool/status.js`` formats and draws the same fields
+the same way, so that a refresh looks like a reload."""
 
 from __future__ import annotations
 
@@ -9,12 +10,14 @@ import dataclasses
 import datetime
 import os
 import re
+import socket
 from collections.abc import Iterable
 from typing import Any
 
 from django.contrib.auth import get_user_model
+from django.db import DatabaseError
 
-from ..admission.protocol import AdmissionPool
+from ..admission.snapshot import ClusterSnapshot
 from ..conf import get_settings
 from ..process_pool import get_pool, recorder
 
@@ -41,6 +44,9 @@ COUNTERS = [  # (label, field under "counters", what it counts)
     ("Refused: caller", "refused_caller", "caller already had a job in flight (429)"),
     ("Refused: closed", "refused_closed", "the pool was draining or stopped (503)"),
 ]
+PROCESS_ONLY = {  # counted by each process alone, never in Redis: no cluster-wide figure
+    "refused_closed": "each process refuses alone while it drains: see this process's column"
+}
 DURATIONS = [("Queue wait", "queue_wait"), ("Run time", "run_time")]  # columns
 DURATION_ROWS = [("Jobs", "count", "int"), ("Mean", "mean", "figure")]  # "figure": a duration
 DURATION_ROWS += [("p95", "p95", "figure"), ("Max", "max", "figure")]
@@ -55,11 +61,13 @@ def short_key(key: str) -> str:
 
 
 def status_data() -> dict[str, Any]:
-    """This process's pool, settings and recent history, JSON-ready."""
+    """The pool (with Redis: the cluster, and this process's part), settings and recent
+    history, JSON-ready; ``scope`` says whose the counters and figures are."""
     recorder.start()  # the chart has a history from the first look on
     conf = get_settings()
     pool = get_pool()
-    data = pool.snapshot().as_dict()
+    cluster = pool.cluster_snapshot()  # one reading: its ``cluster`` is what snapshot() gives
+    data = (pool.snapshot() if cluster is None else cluster.cluster).as_dict()
     # Running first, then the queue in order (as_dict keeps the snapshot's tuple).
     data["jobs"] = sorted(
         data["jobs"], key=lambda job: (job["state"] != "running", job["queued_at"])
@@ -70,31 +78,47 @@ def status_data() -> dict[str, Any]:
         job["caller_name"] = names.get(job["caller"])
     data.update(
         pid=os.getpid(),
+        host=socket.gethostname(),
         timeout=conf.timeout,
         memory_limit=conf.memory_limit,
         max_upload_size=conf.max_upload_size,
         engine=conf.engine,
         history=recorder.as_dict(),
         backend=conf.backend,
-        cluster=_cluster(pool),
+        cluster=_cluster(cluster),
+        children=_children(),
     )
     return data
 
 
-def _cluster(pool: AdmissionPool) -> dict[str, Any] | None:
-    """For a pool coordinated in Redis: its mode, and which processes hold what."""
-    cluster = pool.cluster_snapshot()
+def _cluster(cluster: ClusterSnapshot | None) -> dict[str, Any] | None:
+    """For a pool coordinated in Redis: its mode, which processes hold what, and this
+    process's part (``local``: its jobs, counters and figures)."""
     if cluster is None:
         return None
+    local = cluster.local
     return {
         "mode": cluster.mode,
         "namespace": cluster.namespace,
         "url": cluster.url,
         "process": cluster.process,
         "lease": cluster.lease,
-        "local": {"running": cluster.local.running, "queued": cluster.local.queued},
+        "local": {
+            "running": local.running,
+            "queued": local.queued,
+            "counters": dataclasses.asdict(local.counters),
+            "queue_wait": dataclasses.asdict(local.queue_wait),
+            "run_time": dataclasses.asdict(local.run_time),
+            "counted_since": local.counted_since,
+        },
         "processes": [dataclasses.asdict(hold) for hold in cluster.processes],
     }
+
+
+def _children() -> dict[str, Any] | None:
+    """How this process's extraction children started (the sandbox's figures), for the
+    page's "children" block; None until the sandbox offers them."""
+    return None
 
 
 _USER_CALLER = re.compile(r"user:(\d+)\Z")  # what callers.user_or_ip gives a signed-in user
@@ -109,7 +133,7 @@ def _caller_names(callers: Iterable[str]) -> dict[str, str]:
     try:
         users = User._default_manager.filter(pk__in=pks)
         return {f"user:{user.pk}": user.get_username() for user in users}
-    except (TypeError, ValueError):  # a user model whose keys are not integers
+    except (TypeError, ValueError, DatabaseError):  # keys not integers; no user table
         return {}
 
 
@@ -134,12 +158,65 @@ def fmt(value: Any, kind: str) -> str:
     return str(value)
 
 
+def _when(epoch: float | None) -> datetime.datetime | None:
+    return None if epoch is None else datetime.datetime.fromtimestamp(epoch, tz=datetime.UTC)
+
+
+def _counter_rows(data: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per counter: its label, meaning and cells, each (JSON field, text); with the
+    cluster's books, the cluster's cell then this process's (a field of "": no figure)."""
+    rows = []
+    for label, field, meaning in COUNTERS:
+        cells = [(f"counters.{field}", str(data["counters"][field]))]
+        if data["scope"] == "cluster":
+            if field in PROCESS_ONLY:
+                cells = [("", "—")]
+                meaning = f"{meaning}; {PROCESS_ONLY[field]}"
+            local = data["cluster"]["local"]["counters"][field]
+            cells.append((f"cluster.local.counters.{field}", str(local)))
+        rows.append(
+            {"label": label, "help": meaning, "cells": cells, "refused": "refused" in field}
+        )
+    return rows
+
+
+def scope_sentence(data: dict[str, Any]) -> str:
+    """Whose figures the page shows, in a sentence."""
+    cluster = data["cluster"]
+    if cluster is None:
+        return (
+            "Each worker process has its own pool, and every figure below is this process's: "
+            "under several workers a refresh may be answered by another process, and the page "
+            "then says so."
+        )
+    shared = cluster["mode"] == "redis"
+    if data["scope"] == "cluster":
+        return (
+            "Its pool is coordinated in Redis with every process sharing the namespace: the "
+            "load, jobs, counters, recent-job figures and chart below are cluster-wide; the "
+            '"This process" column is this process\'s own.'
+        )
+    if not shared:
+        return (
+            "Its pool is coordinated in Redis, but Redis is not answering: every figure below "
+            "is this process's."
+        )
+    return (
+        "Its pool is coordinated in Redis: the load and jobs below are cluster-wide; the "
+        "counters and recent-job figures are this process's."
+    )
+
+
 def status_context(data: dict[str, Any]) -> dict[str, Any]:
     """Rows for ``admin/django_pdfpool/status.html``, each naming the JSON field it shows."""
-    counters = data["counters"]
+    cluster_books = data["scope"] == "cluster"
     return {
         "status": data,
-        "taken_at": datetime.datetime.fromtimestamp(data["taken_at"], tz=datetime.UTC),
+        "taken_at": _when(data["taken_at"]),
+        "counted_since": _when(data["counted_since"]),
+        "cluster_books": cluster_books,
+        "scope_sentence": scope_sentence(data),
+        "history_since": _when(data["history"]["t"][0] if data["history"]["t"] else None),
         "config": [(label, field, kind, fmt(data[field], kind)) for label, field, kind in CONFIG],
         "gauges": [
             _gauge("Running", "running", "slots", data),
@@ -155,7 +232,8 @@ def status_context(data: dict[str, Any]) -> dict[str, Any]:
             }
             for job in data["jobs"]
         ],
-        "counters": [(label, f"counters.{f}", counters[f], help) for label, f, help in COUNTERS],
+        "counter_columns": ["Cluster", "This process"] if cluster_books else [],
+        "counters": _counter_rows(data),
         "figure_columns": [label for label, _ in DURATIONS],
         "figures": [
             (

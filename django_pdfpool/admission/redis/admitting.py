@@ -172,7 +172,7 @@ class Admitter:
     def _mismatch(self, differs: dict[str, str]) -> PoolMisconfigured:
         """The namespace's live processes share other terms: a deployment error."""
         terms = self._terms
-        ours = {
+        ours: dict[str, tuple[str, Callable[[str], str]]] = {
             "slots": (str(terms.slots), str),
             "queue": (str(terms.queue_size), str),
             "wait": (terms.wait_ms, _seconds),

@@ -48,10 +48,14 @@ class ScriptCalls:
         starts = "1" if starter else "0"
         return await self._run(StatusReply.of, "leave", key, job_id, str(n), starts)
 
-    async def finish(self, key: str, job_id: str, data: str = "") -> StatusReply | None:
-        """Rule 5: the job ended; ``data`` is its outcome, once Redis says ``need``."""
+    async def finish(
+        self, key: str, job_id: str, outcome: str, took: float, data: str = ""
+    ) -> StatusReply | None:
+        """Rule 5: the job ended as ``outcome`` after running ``took`` seconds (both for
+        the cluster's books); ``data`` is its outcome, once Redis says ``need``."""
         await self._no_beat.wait()
-        return await self._run(StatusReply.of, "finish", key, job_id, data)
+        took_ms = str(max(0, round(took * 1000)))
+        return await self._run(StatusReply.of, "finish", key, job_id, data, outcome, took_ms)
 
     async def expire(self, key: str, job_id: str) -> ExpireReply | None:
         """Rule 3's wait: Redis's clock decides whether the queued job waited too long."""

@@ -70,16 +70,17 @@ class JobLifecycle:
         result, error = delivery.outcome_of(task, self._closing.stopping)
         call_dropped(job.release())  # stopped before fn was called: on_drop instead
         outcome = "cancelled" if task.cancelled() else "failed" if error else "completed"
-        self._books.ended(outcome, time.monotonic() - (job.started_mono or job.queued_mono))
+        took = time.monotonic() - (job.started_mono or job.queued_mono)
+        self._books.ended(outcome, took)
         job.inflight += 1
         try:
-            reply = await self._calls.finish(job.key, job.id)
+            reply = await self._calls.finish(job.key, job.id, outcome, took)
             if reply is not None and reply.status == "need":  # sharers elsewhere: send it
                 terms = self._terms
                 data = encode_outcome(
                     result, error, encode=terms.encode, limit=terms.max_result_bytes
                 )
-                await self._calls.finish(job.key, job.id, data)
+                await self._calls.finish(job.key, job.id, outcome, took, data)
         except Exception:  # a bug: the callers here are answered all the same, and the
             # beat frees the slot in Redis of a job this process no longer knows
             logger.exception("finishing job %s in Redis failed", job.key)

@@ -21,7 +21,7 @@ from typing import Any
 from redis.connection import parse_url
 from redis.exceptions import RedisError
 
-from ...exceptions import CoordinatorUnavailable
+from ...exceptions import CoordinatorUnavailable, PoolBusy, PoolClosed
 from .. import delivery
 from ..delivery import call_dropped
 from ..jobloop import call_in_job_loop, get_job_loop
@@ -165,6 +165,10 @@ class RedisPool:
                 return Pressure(closed, free, in_flight, self._books.expected_start(queued))
         return dataclasses.replace(self._local.pressure(key), closed=closed)
 
+    def count_refusal(self, refusal: PoolBusy | PoolClosed) -> None:
+        """Count a refusal the door gave in this pool's name (this process's counters)."""
+        self._books.count(delivery.counter_of(refusal))
+
     def _read(self, shared: Callable[[], int], here: Callable[[], int]) -> int:
         """One brief blocking read from Redis (any thread); this process's figure
         while Redis fails, without waiting for it."""
@@ -181,8 +185,8 @@ class RedisPool:
         return not self._side.table.busy() and self._local.idle()
 
     def snapshot(self) -> PoolSnapshot:
-        """Every job in flight in the namespace (this process's while Redis fails);
-        counters and figures are this process's."""
+        """Every job in flight in the namespace, with the cluster's counters and figures
+        while Redis answers (this process's jobs and figures while it fails)."""
         return self.cluster_snapshot().cluster
 
     def local_snapshot(self) -> PoolSnapshot:
@@ -201,7 +205,7 @@ class RedisPool:
             except RedisError as error:
                 call_in_job_loop(self._side.health.failed, error)
             else:
-                cluster, processes = self._snapshot(view.jobs), view.processes
+                cluster, processes = view.with_books(self._snapshot(view.jobs)), view.processes
         return ClusterSnapshot(
             mode=self.mode,
             url=self._side.link.where,
@@ -260,7 +264,8 @@ class RedisPool:
         self._books.count("refused_busy")
         call_dropped(on_drop)
         raise CoordinatorUnavailable(
-            "the coordinator of the pool cannot be reached", self._terms.probe_every
+            "The service cannot reach its coordinator; try again shortly.",
+            self._terms.probe_every,
         )
 
     async def _leave(self, waiter: RedisWaiter) -> None:

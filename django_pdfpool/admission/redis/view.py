@@ -1,22 +1,41 @@
 """The status page's reading of a Redis-coordinated pool: ``view.lua``'s reply parsed into
-the jobs in flight in every process and one ``ProcessHold`` per process."""
+the jobs in flight in every process, one ``ProcessHold`` per process, and the cluster's
+books (the counters and recent durations the scripts keep in Redis)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import dataclasses
+from dataclasses import dataclass, field
 from typing import Any
 
-from ..snapshot import JobInfo, ProcessHold
+from ..snapshot import Counters, DurationSummary, JobInfo, PoolSnapshot, ProcessHold
+
+_COUNTERS = frozenset(each.name for each in dataclasses.fields(Counters))
 
 
 @dataclass(frozen=True)
 class View:
-    """A parsed ``view.lua`` reply; times in seconds on the Redis clock."""
+    """A parsed ``view.lua`` reply; times in seconds on the Redis clock, but ``since``."""
 
     now: float
     jobs: tuple[JobInfo, ...]
     owners: dict[str, str]  # job key -> owning process
     processes: tuple[ProcessHold, ...]
+    counters: Counters = field(default_factory=Counters)  # every process's, counted in Redis
+    queue_wait: DurationSummary = field(default_factory=DurationSummary)  # recent jobs'
+    run_time: DurationSummary = field(default_factory=DurationSummary)
+    since: float | None = None  # wall clock: when Redis began counting; None: not yet
+
+    def with_books(self, snapshot: PoolSnapshot) -> PoolSnapshot:
+        """``snapshot`` with the cluster's counters and figures instead of its own."""
+        return dataclasses.replace(
+            snapshot,
+            counters=self.counters,
+            queue_wait=self.queue_wait,
+            run_time=self.run_time,
+            scope="cluster",
+            counted_since=self.since,
+        )
 
 
 def parse_view(reply: Any, wall: float) -> View:
@@ -61,4 +80,19 @@ def parse_view(reply: Any, wall: float) -> View:
                 waiting=waits.get(process, 0),
             )
         )
-    return View(now=now, jobs=tuple(jobs), owners=owners, processes=tuple(holders))
+    books = _books(reply[3:], now, wall) if len(reply) > 3 else {}
+    return View(now=now, jobs=tuple(jobs), owners=owners, processes=tuple(holders), **books)
+
+
+def _books(reply: Any, now: float, wall: float) -> dict[str, Any]:
+    """The cluster's books from ``view.lua``: the ``stats`` hash, then the queue waits
+    and run times in ms."""
+    flat, waits, runs = reply
+    stats = {flat[i]: int(flat[i + 1]) for i in range(0, len(flat), 2)}
+    since = stats.get("since")
+    return {
+        "counters": Counters(**{name: n for name, n in stats.items() if name in _COUNTERS}),
+        "queue_wait": DurationSummary.of(int(ms) / 1000 for ms in waits),
+        "run_time": DurationSummary.of(int(ms) / 1000 for ms in runs),
+        "since": None if since is None else wall - (now - since / 1000),
+    }

@@ -25,6 +25,7 @@
             }
             return value + " B";
         }
+        if (kind === "clock") return value === null || value === undefined ? "no event yet" : clock(value);
         return String(value);
     }
 
@@ -136,7 +137,22 @@
         setText(document.getElementById("pdfpool-refused-peak"), String(peak));
     }
 
+    function updateProcess(data) {
+        // Another process answered: say so, and whose the figures now are.
+        const before = root.dataset.pid, now = String(data.pid);
+        if (before === now) return;
+        root.dataset.pid = now;
+        const note = document.getElementById("pdfpool-switched");
+        const whose = data.scope === "cluster"
+            ? "the cluster-wide figures are the same whichever process answers; the \u201cThis process\u201d column and the chart's history are now " + now + "'s."
+            : "each process has its own pool, so every figure below is now " + now + "'s, counted since its pool was built.";
+        setText(note, "At " + clock(data.taken_at) + " a refresh was answered by process " + now +
+            " instead of " + before + ": " + whose);
+        note.hidden = false;
+    }
+
     function show(data) {
+        updateProcess(data);
         updateFields(data);
         updateGauges(data);
         updateJobs(data);
@@ -163,7 +179,12 @@
             if (!response.ok || response.redirected || !type.startsWith("application/json")) {
                 throw new Error("HTTP " + response.status + (response.redirected ? " (signed out?)" : ""));
             }
-            show(await response.json());
+            const data = await response.json();
+            if (data.scope !== root.dataset.scope) {  // Redis failing or back: whose figures
+                window.location.reload();             // changed, and with them the page's
+                return;                               // columns and sentences
+            }
+            show(data);
         } catch (error) {
             stale(String(error));
             return;

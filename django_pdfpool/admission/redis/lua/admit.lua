@@ -20,6 +20,7 @@ else
     end
   end
   if #differs > 0 then  -- never merge two deployments: refuse, and do not register
+    tally('refused_busy', 1)
     touch()
     return {'mismatch', '', '', '', '0', '0', events, differs}
   end
@@ -29,6 +30,7 @@ local KEY, CALLER, ID = ARGV[6], ARGV[7], ARGV[8]
 local job = load(KEY)
 if job then  -- rule 1: join; no slot, no queue place, any caller
   redis.call('HINCRBY', job.jk, 'w:' .. ME, 1)
+  tally('joined', 1)
   touch(job.jk)
   return {'joined', job.id, job.state, job.owner, '0', '0', events}
 end
@@ -41,6 +43,7 @@ local held = redis.call('HGET', CALLERS, CALLER)
 if held then  -- rule 2: one job per caller, even if its starter left
   local other = load(held)
   if other and other.caller == CALLER then
+    tally('refused_caller', 1)
     touch()
     local since = tonumber(other.st or other.qt) or NOW
     return {'caller', other.id, other.state, other.owner, tostring(NOW - since),
@@ -50,6 +53,7 @@ if held then  -- rule 2: one job per caller, even if its starter left
 end
 local running = redis.call('SCARD', RUNNING)
 if running >= SLOTS and queued >= tonumber(ARGV[4]) then  -- rule 3: a full queue refuses
+  tally('refused_busy', 1)
   touch()
   return {'busy', '', '', '', '0', tostring(queued), events}
 end
@@ -61,6 +65,7 @@ local status, state = 'started', 'running'
 if running < SLOTS then
   redis.call('HSET', jk, 'state', 'running', 'st', NOW)
   redis.call('SADD', RUNNING, KEY)
+  tally('started', 1, QWAITS, 0)
 else
   local wait = tonumber(ARGV[5])
   redis.call('HSET', jk, 'state', 'queued', 'dl', wait >= 0 and NOW + wait or 0)

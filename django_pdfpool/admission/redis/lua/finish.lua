@@ -1,10 +1,15 @@
--- Rule 5: a job of ME ended; no cache. ARGV: ME LEASE SLOTS KEY ID DATA
+-- Rule 5: a job of ME ended; no cache. ARGV: ME LEASE SLOTS KEY ID DATA OUTCOME TOOK_MS
 -- -> {status, events}; status need: sharers in other processes wait, call again with DATA
--- (the outcome as JSON), kept until each of them has read it; ok; gone.
+-- (the outcome as JSON), kept until each of them has read it; ok; gone. OUTCOME (completed,
+-- failed or cancelled) and TOOK_MS (its run time here) are counted once, when not `need`.
 reap()
 renew()
 local job = this(ARGV[4], ARGV[5])
-if not job then touch() return {'gone', events} end
+if not job then  -- Redis lost it (restarted, failed over): it ran all the same
+  tally(ARGV[7], 1, RUNS, tonumber(ARGV[8]))
+  touch()
+  return {'gone', events}
+end
 local readers = {}
 for proc, n in pairs(job.w) do
   if n > 0 and proc ~= ME then readers[#readers + 1] = proc end
@@ -14,6 +19,7 @@ if #readers > 0 and ARGV[6] == '' then
   return {'need', events}
 end
 forget(job)  -- rule 5: no cache; the result lives only until its readers took it
+tally(ARGV[7], 1, RUNS, tonumber(ARGV[8]))
 if #readers > 0 then
   local rk = P .. 'res:' .. job.id
   redis.call('HSET', rk, 'd', ARGV[6])

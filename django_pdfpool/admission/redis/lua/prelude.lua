@@ -11,6 +11,24 @@ local clock = redis.call('TIME')
 local NOW = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 local KEEP = 2 * LEASE
 local events = {}
+-- The cluster's books (status pages): counters, and the last RECENT queue waits and run
+-- times in ms, newest first. Unlike every other key they outlive jobs: STATS_KEEP after
+-- the last event, so that a quiet hour keeps its history.
+local STATS, QWAITS, RUNS = P .. 'stats', P .. 'qwait', P .. 'runs'
+local RECENT = 256  -- as ledger.RECENT
+local STATS_KEEP = 7 * 24 * 3600 * 1000
+
+-- Count `n` in the cluster's counter `name` and, with `list`, one duration `ms` in it.
+-- The only writer of the books: each event is counted by the script that decides it.
+local function tally(name, n, list, ms)
+  redis.call('HSETNX', STATS, 'since', NOW)
+  redis.call('HINCRBY', STATS, name, n)
+  if list then
+    redis.call('LPUSH', list, math.max(0, math.floor(ms)))
+    redis.call('LTRIM', list, 0, RECENT - 1)
+  end
+  for _, key in ipairs({STATS, QWAITS, RUNS}) do redis.call('PEXPIRE', key, STATS_KEEP) end
+end
 
 local function jobkey(key) return P .. 'job:' .. key end
 
@@ -68,8 +86,15 @@ local function forget(job)
 end
 
 -- End a job: forget it, tell its owner and every process waiting on it (but `skip`).
+-- Counted: a queued job given up (busy: each of its callers refused, its wait a queue
+-- wait) or left by every waiter (dropped: abandoned).
 local function conclude(job, kind, skip)
   forget(job)
+  if kind == 'busy' then
+    tally('refused_busy', job.total, QWAITS, NOW - tonumber(job.qt or NOW))
+  elseif kind == 'dropped' then
+    tally('abandoned', 1)
+  end
   local told = {}
   if skip then told[skip] = true end
   if not told[job.owner] then
@@ -111,6 +136,7 @@ local function promote()
     if job then
       redis.call('HSET', job.jk, 'state', 'running', 'st', NOW)
       redis.call('SADD', RUNNING, key)
+      tally('started', 1, QWAITS, NOW - tonumber(job.qt or NOW))
       tell(job.owner, 'start', key, job.id)
     end
   end

@@ -1,5 +1,6 @@
--- Read only: everything in flight and the leases, for snapshots and status pages.
--- KEYS: procs -> {now ms, {proc, lease end}*, {key, {field, value}*}*}
+-- Read only: everything in flight, the leases and the cluster's books (prelude.lua's
+-- tally), for snapshots and status pages. KEYS: procs -> {now ms, {proc, lease end}*,
+-- {key, {field, value}*}*, {counter, n}* (with since), queue waits ms*, run times ms*}
 local PROCS = KEYS[1]
 local P = string.sub(PROCS, 1, -6)
 local clock = redis.call('TIME')
@@ -11,4 +12,6 @@ for _, key in ipairs(keys) do
   jobs[#jobs + 1] = key
   jobs[#jobs + 1] = redis.call('HGETALL', P .. 'job:' .. key)
 end
-return {tostring(now), redis.call('ZRANGE', PROCS, 0, -1, 'WITHSCORES'), jobs}
+return {tostring(now), redis.call('ZRANGE', PROCS, 0, -1, 'WITHSCORES'), jobs,
+  redis.call('HGETALL', P .. 'stats'), redis.call('LRANGE', P .. 'qwait', 0, -1),
+  redis.call('LRANGE', P .. 'runs', 0, -1)}

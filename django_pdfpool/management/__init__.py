@@ -1,0 +1,1 @@
+"""The ``pdfpool`` management command and its helpers (docs/command.md)."""

@@ -1,0 +1,194 @@
+"""``manage.py pdfpool status|drain|extract``: the pool's state, a drain of this process's
+pool, and one PDF tried under the production limits (docs/command.md)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import time
+from typing import Any, NoReturn
+
+from django.core.exceptions import ImproperlyConfigured
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from ...conf import PoolSettings, get_settings
+from ...exceptions import ExtractionError
+from ...process_pool import drain_pool, drain_timeout, peek_pool
+from ...sandbox.extract import configure as configure_extraction
+from ...sandbox.wire import ENGINES
+from ...status.page import fmt, status_data
+from .. import extract_report as extracting
+from .. import status_report
+
+EXIT_REFUSED = 3  # the command ran; the PDF was refused, or the drain ran out of time
+
+NO_POOL_HERE = (
+    "`manage.py pdfpool drain` runs in a process of its own, which has no pool: it cannot "
+    "drain the pools of other processes (each worker's pool is in that worker's memory; "
+    "with Redis, closing is per process too). Each worker drains its own at shutdown "
+    "(PoolLifespan, or atexit); in a process that owns a pool, call "
+    "call_command('pdfpool', 'drain') from its shutdown code. See docs/command.md."
+)
+
+
+def seconds(value: str) -> float:
+    """An argparse type: a number of seconds >= 0."""
+    try:
+        number = float(value)
+    except ValueError:
+        number = -1.0
+    if not number >= 0 or number == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected seconds >= 0, not {value!r}")
+    return number
+
+
+class Command(BaseCommand):
+    """``status``, ``drain`` and ``extract``; each subcommand's ``--help`` says more."""
+
+    help = (
+        "Operate the PDF pool: `status` reads it, `drain` drains this process's pool, "
+        "`extract FILE` runs one PDF under the production limits."
+    )
+    from_command_line = False  # True when run as manage.py, not through call_command()
+
+    def run_from_argv(self, argv: list[str]) -> None:
+        self.from_command_line = True
+        super().run_from_argv(argv)
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+        status = actions.add_parser(
+            "status",
+            help="The pool's state: this process's pool (backend local), or the cluster (redis).",
+        )
+        status.add_argument("--json", action="store_true", help="the status page's JSON")
+        drain = actions.add_parser(
+            "drain",
+            help="Drain the pool of the process the command runs in (call_command only).",
+        )
+        drain.add_argument(
+            "--timeout",
+            type=seconds,
+            default=None,
+            help="seconds to wait before stopping what is left (default WAIT + TIMEOUT + 5)",
+        )
+        extract = actions.add_parser(
+            "extract", help="Run one PDF through the sandbox under the settings' limits."
+        )
+        extract.add_argument("file", help="the PDF to read")
+        extract.add_argument(
+            "--engine", choices=ENGINES, default=None, help="instead of the ENGINE setting"
+        )
+        extract.add_argument("--json", action="store_true", help="the outcome as JSON")
+        extract.add_argument("--text", action="store_true", help="all the text, not a preview")
+        extract.add_argument(
+            "--no-progress", action="store_true", help="no progress lines for large files"
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        try:
+            conf = get_settings()
+        except ImproperlyConfigured as error:
+            raise CommandError(f"The PDFPOOL setting is invalid: {error}") from None
+        action = options["action"]
+        if action == "status":
+            self.status(conf, as_json=options["json"])
+        elif action == "drain":
+            self.drain(options["timeout"])
+        else:
+            self.extract(conf, options)
+
+    # --- status -----------------------------------------------------------------------
+
+    def status(self, conf: PoolSettings, *, as_json: bool) -> None:
+        """One reading, saying whose figures they are."""
+        if conf.backend == "redis":
+            status_report.check_redis(conf)
+        fresh = peek_pool() is None
+        data = status_report.annotate(status_data(), fresh=fresh)
+        if as_json:
+            self.stdout.write(json.dumps(data, indent=2))
+        else:
+            self.stdout.write(status_report.render(data), ending="")
+
+    # --- drain ------------------------------------------------------------------------
+
+    def drain(self, timeout: float | None) -> None:
+        """Drain this process's pool, if it has one; CommandError where that cannot help."""
+        pool = peek_pool()
+        if pool is None:
+            if self.from_command_line:
+                raise CommandError(NO_POOL_HERE)
+            self.stdout.write(f"No pool was built in process {os.getpid()}: nothing to drain.")
+            return
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            pass
+        else:
+            raise CommandError(
+                "pdfpool drain blocks until the pool is drained: in async code, "
+                "await django_pdfpool.adrain_pool() instead."
+            )
+        limit = drain_timeout() if timeout is None else timeout
+        cluster = pool.cluster_snapshot()
+        mine = cluster.local if cluster is not None else pool.snapshot()
+        self.stdout.write(
+            f"Draining the pool of process {os.getpid()}: it accepts no new work; "
+            f"{mine.running} running and {mine.queued} queued jobs get up to "
+            f"{fmt(limit, 'seconds')} to finish."
+        )
+        began = time.monotonic()
+        if not drain_pool(limit):
+            raise CommandError(
+                f"The drain ran out of time after {fmt(limit, 'seconds')}: the jobs left were "
+                "stopped (running ones cancelled, their callers refused).",
+                returncode=EXIT_REFUSED,
+            )
+        took = fmt(time.monotonic() - began, "seconds")
+        self.stdout.write(f"Drained in {took}: every job finished. The pool accepts no new work.")
+
+    # --- extract ----------------------------------------------------------------------
+
+    def extract(self, conf: PoolSettings, options: dict[str, Any]) -> None:
+        """One PDF under the production limits: its outcome, or its error code (exit 3)."""
+        path = options["file"]
+        engine = options["engine"] or conf.engine
+        size = extracting.file_size(path)
+        shown = extracting.safe(path)
+        if size > conf.max_upload_size:
+            self._refused(path, shown, extracting.too_large(size, conf), options["json"])
+        progress = None
+        if size >= extracting.PROGRESS_BYTES and not options["no_progress"]:
+            self.stderr.write(
+                f"{shown} ({fmt(size, 'bytes')}): extracting with "
+                f"{extracting.describe_limits(conf, engine)}"
+            )
+
+            def progress(elapsed: float) -> None:
+                self.stderr.write(
+                    f"{shown}: still extracting, {elapsed:.0f} s of "
+                    f"{fmt(conf.timeout, 'seconds')} so far"
+                )
+
+        configure_extraction(child_env=conf.child_env)  # the environment children get
+        try:
+            result = extracting.run(path, conf, engine, progress)
+        except ExtractionError as error:
+            self._refused(path, shown, error, options["json"])
+        except (ImportError, ValueError) as error:  # an engine not installed, a bad limit
+            raise CommandError(str(error)) from None
+        if options["json"]:
+            document = {"file": path, "size": size, "engine": engine, **result.as_dict()}
+            self.stdout.write(json.dumps(document, indent=2))
+            return
+        heading = f"{shown} ({fmt(size, 'bytes')}): {extracting.describe_limits(conf, engine)}"
+        self.stdout.write(heading)
+        self.stdout.write(extracting.summary(result, full_text=options["text"]), ending="")
+
+    def _refused(self, path: str, shown: str, error: ExtractionError, as_json: bool) -> NoReturn:
+        if as_json:
+            self.stdout.write(json.dumps({"file": path, "error": extracting.error_json(error)}))
+        raise CommandError(f"{shown}: {extracting.error_text(error)}", returncode=EXIT_REFUSED)

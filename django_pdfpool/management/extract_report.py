@@ -1,0 +1,165 @@
+"""``pdfpool extract``: one PDF through the sandbox under the settings' limits, with progress
+lines for large files, and its outcome as text or JSON (docs/command.md)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import stat
+import time
+import unicodedata
+from collections.abc import Callable
+from typing import Any
+
+from django.core.management.base import CommandError
+
+from ..conf import PoolSettings
+from ..exceptions import ExtractionError
+from ..sandbox.extract import Extraction, extract
+from ..status.page import fmt
+
+PROGRESS_BYTES = 1 << 20  # files at least this large get progress lines on stderr
+PROGRESS_EVERY = 1.0  # seconds between progress lines
+PREVIEW_CHARS = 600  # of the text, shown without --text
+
+# Bidirectional overrides and isolates: they reorder what a terminal shows (CVE-2021-42574)
+_BIDI = {"\u061c", "\u200e", "\u200f", *map(chr, range(0x202A, 0x202F))}
+_BIDI |= set(map(chr, range(0x2066, 0x206A)))
+
+
+def safe(text: str, *, keep: str = "") -> str:
+    """``text`` with control characters (but those in ``keep``) and bidirectional controls
+    escaped: what a hostile PDF says must not drive the operator's terminal."""
+    return "".join(
+        ch.encode("unicode_escape").decode("ascii")
+        if ch not in keep and (unicodedata.category(ch) == "Cc" or ch in _BIDI)
+        else ch
+        for ch in text
+    )
+
+
+def file_size(path: str) -> int:
+    """The size of the regular file at ``path``; CommandError for anything else."""
+    try:
+        info = os.stat(path)
+    except OSError as error:
+        raise CommandError(f"Cannot read {safe(path)}: {error.strerror}.") from None
+    if not stat.S_ISREG(info.st_mode):
+        raise CommandError(f"{safe(path)} is not a regular file.")
+    return info.st_size
+
+
+def limits(conf: PoolSettings, engine: str) -> dict[str, Any]:
+    """The production limits an extraction runs under, as ``extract()`` takes them."""
+    return {
+        "timeout": conf.timeout,
+        "memory_limit": conf.memory_limit,
+        "max_pages": conf.max_pages,
+        "engine": engine,
+        "max_text_bytes": conf.max_text_bytes,
+    }
+
+
+def describe_limits(conf: PoolSettings, engine: str) -> str:
+    pages = "all" if conf.max_pages is None else str(conf.max_pages)
+    return (
+        f"engine {engine}, timeout {fmt(conf.timeout, 'seconds')}, memory limit "
+        f"{fmt(conf.memory_limit, 'bytes')}, pages {pages}, text "
+        f"{fmt(conf.max_text_bytes, 'bytes')}, upload {fmt(conf.max_upload_size, 'bytes')}"
+    )
+
+
+def run(
+    path: str,
+    conf: PoolSettings,
+    engine: str,
+    progress: Callable[[float], None] | None,
+    every: float = PROGRESS_EVERY,
+) -> Extraction:
+    """Extract ``path`` in a cold child (no spare left behind), calling ``progress(elapsed)``
+    every ``every`` seconds while it runs; raises ExtractionError. Synchronous code only."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(_extract(path, limits(conf, engine), progress, every))
+    raise CommandError("pdfpool extract runs its own event loop: call it from synchronous code.")
+
+
+async def _extract(
+    path: str, options: dict[str, Any], progress: Callable[[float], None] | None, every: float
+) -> Extraction:
+    start = time.monotonic()
+    task = asyncio.ensure_future(extract(path, warm=False, **options))
+    try:
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=every if progress else None)
+            if done:
+                return task.result()
+            if progress is not None:
+                progress(time.monotonic() - start)
+    finally:
+        if not task.done():  # interrupted (Ctrl-C): the child is killed and reaped
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+
+def too_large(size: int, conf: PoolSettings) -> ExtractionError:
+    """The refusal the decorator answers 413 with, before any work."""
+    limit = conf.max_upload_size
+    return ExtractionError(
+        "too_large",
+        f"PDFs up to {limit / 1024 / 1024:g} MiB are accepted.",
+        detail=f"{size} bytes, over MAX_UPLOAD_SIZE ({limit} bytes)",
+    )
+
+
+def error_json(error: ExtractionError) -> dict[str, Any]:
+    return {
+        "code": error.code,
+        "message": error.message,
+        "detail": error.detail,
+        "elapsed": error.elapsed,
+        "peak_rss": error.peak_rss,
+    }
+
+
+def error_text(error: ExtractionError) -> str:
+    """One line: the code, the message a user would see, and what the child reported."""
+    figures = []
+    if error.detail:
+        figures.append(f"detail: {safe(error.detail)}")
+    if error.elapsed is not None:
+        figures.append(f"elapsed {fmt(error.elapsed, 'seconds')}")
+    if error.peak_rss is not None:
+        figures.append(f"peak RSS {fmt(error.peak_rss, 'bytes')}")
+    head = f"{error.code}: {error.message}"
+    return f"{head} ({'; '.join(figures)})" if figures else head
+
+
+def summary(result: Extraction, *, full_text: bool) -> str:
+    """The outcome as text: figures, metadata, and the text (a preview unless full)."""
+    if result.text_truncated:
+        cut = "yes, at the text limit (MAX_TEXT_BYTES)"
+    elif result.truncated:
+        cut = "yes, at the page limit (MAX_PAGES)"
+    else:
+        cut = "no"
+    rows = [
+        ("sha256", result.sha256),
+        ("pages", f"{result.page_count} in the document, {len(result.pages)} extracted"),
+        ("truncated", cut),
+        ("text", f"{len(result.text)} characters"),
+        ("elapsed", f"{fmt(result.elapsed, 'seconds')} in the child"),
+        ("peak RSS", fmt(result.peak_rss, "bytes")),
+    ]
+    rows += [(f"meta {safe(key)}", safe(value)) for key, value in sorted(result.metadata.items())]
+    width = max(len(label) for label, _ in rows)
+    lines = [f"{label.ljust(width)}  {value}" for label, value in rows]
+    text = result.text if full_text else result.text[:PREVIEW_CHARS]
+    if full_text:
+        heading = "--- text ---"
+    elif len(result.text) > PREVIEW_CHARS:
+        heading = f"--- text, first {PREVIEW_CHARS} characters (--text for all) ---"
+    else:
+        heading = "--- text ---"
+    return "\n".join([*lines, heading, safe(text, keep="\n\t"), ""])
