@@ -10,16 +10,22 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from .admission.protocol import AdmissionPool
     from .asgi import PoolLifespan
     from .decorators import extract_upload, pdf_pooled
     from .door.asgi import PdfPoolDoor
     from .exceptions import (
+        BadDigest,
         CallerBusy,
+        DigestMismatch,
         ExtractionError,
+        NoUpload,
         PoolBusy,
         PoolClosed,
         PoolMisconfigured,
         Refused,
+        UploadRejected,
+        UploadTooLarge,
     )
     from .process_pool import adrain_pool, drain_pool, get_pool
     from .responses import html_answer, json_answer
@@ -51,12 +57,22 @@ _HOMES = {  # public name -> the module that defines it
     "CallerBusy": "exceptions",
     "PoolClosed": "exceptions",
     "PoolMisconfigured": "exceptions",
+    "UploadRejected": "exceptions",
+    "UploadTooLarge": "exceptions",
+    "NoUpload": "exceptions",
+    "BadDigest": "exceptions",
+    "DigestMismatch": "exceptions",
+    "AdmissionPool": "admission.protocol",
 }
 
 __all__ = [
+    "AdmissionPool",
+    "BadDigest",
     "CallerBusy",
+    "DigestMismatch",
     "Extraction",
     "ExtractionError",
+    "NoUpload",
     "PdfPoolDoor",
     "PoolBusy",
     "PoolClosed",
@@ -64,6 +80,8 @@ __all__ = [
     "PoolMisconfigured",
     "Refused",
     "StagedUpload",
+    "UploadRejected",
+    "UploadTooLarge",
     "adrain_pool",
     "drain_pool",
     "extract",

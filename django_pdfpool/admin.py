@@ -3,7 +3,7 @@ status page and its JSON; who may see it is in docs/status.md."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin
 from django.core.exceptions import PermissionDenied
@@ -17,8 +17,14 @@ from .status.page import status_context, status_data
 REFRESH_MS = 2000  # how often the page polls its JSON
 
 
+if TYPE_CHECKING:
+    StatusAdminBase = admin.ModelAdmin[PoolStatus]
+else:  # ModelAdmin is generic for type checkers only
+    StatusAdminBase = admin.ModelAdmin
+
+
 @admin.register(PoolStatus)
-class PoolStatusAdmin(admin.ModelAdmin):
+class PoolStatusAdmin(StatusAdminBase):
     """The status page, in the admin's frame, for staff with ``view_pool_status``."""
 
     def has_module_permission(self, request: HttpRequest) -> bool:

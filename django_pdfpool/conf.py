@@ -222,7 +222,7 @@ def _redis_problems(url: Any) -> list[Problem]:
     from redis.connection import parse_url
 
     try:
-        parse_url(url if isinstance(url, str) else "")
+        parse_url(url if isinstance(url, str) else "")  # type: ignore[no-untyped-call]
     except ValueError:
         from .admission.redis.urls import presentable
 

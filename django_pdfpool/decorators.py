@@ -10,7 +10,7 @@ import inspect
 import threading
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast, overload
 
 from asgiref.sync import async_to_sync, iscoroutinefunction, sync_to_async
 from django.core.exceptions import ImproperlyConfigured
@@ -48,14 +48,31 @@ async def extract_upload(upload: StagedUpload) -> Extraction:
     )
 
 
+@overload
+def pdf_pooled(view: View, /) -> View: ...
+
+
+@overload
 def pdf_pooled(
-    view: View | None = None,
+    view: None = None,
+    /,
     *,
     field: str = "file",
     job: Job = extract_upload,
     job_name: str | None = None,
     answer: Answer | None = None,
-) -> Any:
+) -> Callable[[View], View]: ...
+
+
+def pdf_pooled(
+    view: View | None = None,
+    /,
+    *,
+    field: str = "file",
+    job: Job = extract_upload,
+    job_name: str | None = None,
+    answer: Answer | None = None,
+) -> View | Callable[[View], View]:
     """Decorate a sync or async view, bare or with ``field=``, ``job=``, ``answer=``.
 
     The PDF comes as the multipart file field ``field``, or as the whole body with
@@ -94,7 +111,7 @@ def pdf_pooled(
             return await view(request, *args, **kwargs)
 
         setattr(async_wrapper, POOLED, pooled)
-        return async_wrapper
+        return cast(View, async_wrapper)
 
     @functools.wraps(view)
     def sync_wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
@@ -116,7 +133,7 @@ def pdf_pooled(
         return view(request, *args, **kwargs)
 
     setattr(sync_wrapper, POOLED, pooled)
-    return sync_wrapper
+    return cast(View, sync_wrapper)
 
 
 def resolve_job_name(job: Job, job_name: str | None = None) -> str:

@@ -5,6 +5,7 @@ answers to refusals and extraction errors raised by views that call the pool the
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from typing import cast
 
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.http import HttpRequest, HttpResponse
@@ -38,7 +39,7 @@ class AdmissionMiddleware:
         if isinstance(entry, HttpResponse):
             return entry
         try:
-            return self.get_response(request)  # type: ignore[return-value]
+            return cast(HttpResponse, self.get_response(request))
         finally:
             if isinstance(entry, Ticket):
                 entry.release()
@@ -48,7 +49,7 @@ class AdmissionMiddleware:
         if isinstance(entry, HttpResponse):
             return entry
         try:
-            return await self.get_response(request)  # type: ignore[misc]
+            return await cast(Awaitable[HttpResponse], self.get_response(request))
         finally:
             if isinstance(entry, Ticket):
                 entry.release()

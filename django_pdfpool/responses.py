@@ -115,4 +115,5 @@ def refusal_answer(
     else the project's ``REFUSAL_VIEW``."""
     if answer is not None:
         return error_answer(request, error, answer)
-    return get_settings().refusal_view(request, error)
+    response: HttpResponse = get_settings().refusal_view(request, error)
+    return response

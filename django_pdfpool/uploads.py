@@ -31,7 +31,7 @@ class StagedUpload:
     sha256: str
     size: int
     name: str
-    _finalizer: weakref.finalize = field(init=False, repr=False)
+    _finalizer: weakref.finalize[[str], StagedUpload] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         self._finalizer = weakref.finalize(self, _remove, self.path)
@@ -41,7 +41,7 @@ class StagedUpload:
         self._finalizer()
 
 
-def stage(upload: UploadedFile, directory: str | None = None) -> StagedUpload:
+def stage(upload: UploadedFile[bytes], directory: str | None = None) -> StagedUpload:
     """Copy ``upload`` into a new temporary file, computing its SHA-256 on the way."""
     return stage_chunks(upload.chunks(), upload.name or "upload.pdf", directory)
 
@@ -83,7 +83,7 @@ def sweep(directory: str | None, older_than: float | None) -> list[str]:
     """Delete staged copies no live job can own: named with the pid of a process that is
     gone, or (names without a pid) last written over ``older_than`` seconds ago."""
     directory = directory or tempfile.gettempdir()
-    removed = []
+    removed: list[str] = []
     now = time.time()
     try:
         names = os.listdir(directory)

@@ -6,6 +6,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -95,3 +96,18 @@ def wait_for(condition, timeout: float = 10.0, interval: float = 0.01) -> None:
         if time.monotonic() > deadline:
             raise AssertionError("condition not reached in time")
         time.sleep(interval)
+
+
+def read_all_sent(pid: int, port: int, address: str) -> bool:
+    """The server listening on ``port`` has read every byte that the connection from
+    ``address`` sent it: the receive queue of the server's end is empty (/proc/PID/net/tcp
+    lists the TCP sockets of ``pid``'s network namespace; an accepted connection is there
+    with its queue even before the server reads it)."""
+    local = f"{socket.inet_aton('127.0.0.1')[::-1].hex().upper()}:{port:04X}"
+    remote = socket.inet_aton(address)[::-1].hex().upper() + ":"
+    with open(f"/proc/{pid}/net/tcp") as table:
+        for line in table.readlines()[1:]:
+            fields = line.split()
+            if fields[1] == local and fields[2].startswith(remote) and fields[3] == "01":
+                return int(fields[4].split(":")[1], 16) == 0
+    return False  # not (yet) an established connection of the server's

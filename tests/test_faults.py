@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
-import socket
 import ssl
 import subprocess
 import time
@@ -34,7 +33,7 @@ from django_pdfpool.exceptions import EXTRACTION_MESSAGES as MESSAGES
 from tests import pdfs
 from tests.pdfs import slow_pdf
 from tests.procs import Sampler, extraction_children, rlimits
-from tests.servers import Server, uvicorn
+from tests.servers import Server, read_all_sent, uvicorn
 
 APP = "tests.fault_asgi:application"
 ENV = {"DJANGO_SETTINGS_MODULE": "tests.fault_settings"}  # pytest-django set ours
@@ -326,21 +325,6 @@ def listening(pid: int) -> bool:
     except psutil.NoSuchProcess:
         return False
     return any(s.status == psutil.CONN_LISTEN for s in sockets)
-
-
-def read_all_sent(pid: int, port: int, address: str) -> bool:
-    """The server listening on ``port`` has read every byte that the connection from
-    ``address`` sent it: the receive queue of the server's end is empty (/proc/PID/net/tcp
-    lists the TCP sockets of ``pid``'s network namespace; an accepted connection is there
-    with its queue even before the server reads it)."""
-    local = f"{socket.inet_aton('127.0.0.1')[::-1].hex().upper()}:{port:04X}"
-    remote = socket.inet_aton(address)[::-1].hex().upper() + ":"
-    with open(f"/proc/{pid}/net/tcp") as table:
-        for line in table.readlines()[1:]:
-            fields = line.split()
-            if fields[1] == local and fields[2].startswith(remote) and fields[3] == "01":
-                return int(fields[4].split(":")[1], 16) == 0
-    return False  # not (yet) an established connection of the server's
 
 
 async def held_upload(

@@ -5,11 +5,13 @@ or are refused."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import time
 
 import httpx
 import pytest
 
+from django_pdfpool.door.headers import format_digest
 from tests.pdfs import slow_pdf
 from tests.procs import Sampler, extraction_children
 from tests.servers import uvicorn
@@ -17,14 +19,16 @@ from tests.servers import uvicorn
 SLOTS, QUEUE = 2, 2
 
 
-async def upload(url: str, data: bytes, address: str) -> httpx.Response:
-    """POST from its own loopback address: each address is another anonymous caller."""
+async def upload(url: str, data: bytes, address: str, *, declared: bool = False) -> httpx.Response:
+    """POST from its own loopback address: each address is another anonymous caller;
+    ``declared``: with the PDF's digest, so that the door lets it join (docs/door.md)."""
     transport = httpx.AsyncHTTPTransport(local_address=address)
+    headers = {"accept": "application/json"}
+    if declared:
+        headers["pdf-digest"] = format_digest(hashlib.sha256(data).hexdigest())
     async with httpx.AsyncClient(transport=transport, timeout=60) as client:
         return await client.post(
-            f"{url}/sync/",
-            files={"file": ("doc.pdf", data, "application/pdf")},
-            headers={"accept": "application/json"},
+            f"{url}/sync/", files={"file": ("doc.pdf", data, "application/pdf")}, headers=headers
         )
 
 
@@ -61,12 +65,14 @@ def server(staged):
 
 
 def test_identical_uploads_from_many_clients_run_one_child(server):
+    """More identical uploads than places: those that declare their digest all get in
+    (the rest would be shed at the door: SHED_UNDECLARED) and share one child."""
     data = slow_pdf("identical", megabytes=2)
     clients = 8
 
     async def wave():
         return await asyncio.gather(
-            *(upload(server.url, data, f"127.0.1.{i + 1}") for i in range(clients))
+            *(upload(server.url, data, f"127.0.1.{i + 1}", declared=True) for i in range(clients))
         )
 
     with Sampler(server.pid) as sampler:

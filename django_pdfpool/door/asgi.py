@@ -110,6 +110,8 @@ async def send_refusal(
         answering = sync_to_async(refusal_answer, thread_sensitive=False)
         response = await answering(request, refusal, answer)
     response["Connection"] = "close"
+    if not response.has_header("Content-Length"):
+        response["Content-Length"] = str(len(response.content))
     await send_response(response, send)
 
 

@@ -98,7 +98,9 @@ class Admitter:
                 if await self._health.judge(error):  # only a connection dropped: Redis is
                     call_dropped(on_drop)  # up, and whether the script ran is unknown
                     self._books.count("refused_busy")
-                    retry = CoordinatorUnavailable("the connection to Redis dropped", 1.0)
+                    retry = CoordinatorUnavailable(
+                        "The service lost its coordinator for a moment; try again.", 1.0
+                    )
                     deliver([waiter], None, retry)
                     return
                 waiter.handed_back = True  # the caller takes it to the fallback, or (gone) _leave
@@ -186,7 +188,7 @@ class Admitter:
         if "fingerprint" in differs:
             named.append("the settings that change results differ (fingerprint)")
         error = PoolMisconfigured(
-            f"the PDF pool's processes sharing the Redis namespace {self._link.namespace!r} "
+            f"The PDF pool's processes sharing the Redis namespace {self._link.namespace!r} "
             f"have other settings than this one: {'; '.join(named)}. Give them all the same "
             "settings, or each deployment a namespace of its own.",
             terms.lease,

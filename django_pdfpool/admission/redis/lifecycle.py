@@ -13,7 +13,7 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
-from ...exceptions import CoordinatorUnavailable, PoolClosed, RunnerLost
+from ...exceptions import CoordinatorUnavailable, RunnerLost
 from .. import delivery
 from ..delivery import call_dropped, deliver, report_failure
 from ..ledger import Ledger
@@ -25,7 +25,7 @@ from .link import Link
 from .records import Background, Closing, RedisJob, Terms
 from .table import JobTable
 
-LOST = "the worker running this job stopped before it finished"
+LOST = "The worker running this job stopped before it finished; try again."
 
 logger = logging.getLogger("django_pdfpool.redis")
 
@@ -130,14 +130,14 @@ class JobLifecycle:
             retry_after = self._books.expected_start(self._terms.queue_size)
             return delivery.waited_too_long(self._terms.wait, retry_after)
         if kind == "closed":
-            return PoolClosed("the pool was stopped")
+            return delivery.stopped()
         if kind == "unavailable":
             return CoordinatorUnavailable(
-                "the coordinator of the pool failed while this job waited",
+                "The service lost its coordinator while this job waited; try again shortly.",
                 self._terms.probe_every,
             )
         if kind == "expired":
-            return RunnerLost("the job's result expired before it could be read")
+            return RunnerLost("The job's result expired before it could be read; try again.")
         return None if kind == "dropped" else RunnerLost(LOST)
 
     async def drop(self, job: RedisJob, kind: str) -> None:

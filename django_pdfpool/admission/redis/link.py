@@ -93,9 +93,10 @@ class Link:
     async def collect(self, job_id: str) -> str | None:
         """Take this process's copy of a finished job's outcome (JSON), or None."""
         self.client()
-        return await self._scripts["collect"](
+        outcome: str | None = await self._scripts["collect"](
             keys=[self.prefix + "res:" + job_id], args=[self.process]
         )
+        return outcome
 
     async def ping(self) -> None:
         await self.client().ping()
@@ -122,7 +123,7 @@ class Link:
                         break
             except BaseException:
                 with contextlib.suppress(Exception):
-                    await pubsub.aclose()
+                    await pubsub.aclose()  # type: ignore[no-untyped-call]
                 raise
             self._pubsub = pubsub
             self._reader = asyncio.get_running_loop().create_task(
@@ -243,7 +244,7 @@ class Link:
 
     def waiting(self, key: str) -> int:
         """Callers waiting on ``key``'s job in every process, less its starter."""
-        fields = self.sync().hgetall(self.prefix + "job:" + key)
+        fields: dict[str, str] = self.sync().hgetall(self.prefix + "job:" + key)  # type: ignore[assignment]
         total = sum(int(value) for name, value in fields.items() if name.startswith("w:"))
         return max(0, total - int(fields.get("sw", 0) or 0))
 

@@ -16,7 +16,7 @@ import os
 import time
 import weakref
 from collections.abc import Callable, Coroutine, Iterable
-from typing import Any
+from typing import Any, cast
 
 from redis.connection import parse_url
 from redis.exceptions import RedisError
@@ -29,7 +29,7 @@ from ..ledger import Ledger
 from ..local import Pool
 from ..protocol import DropFn, ErrorObserver, JobFn
 from ..records import Waiter
-from ..snapshot import ClusterSnapshot, Counters, JobInfo, PoolSnapshot, Pressure
+from ..snapshot import ClusterSnapshot, Counters, JobInfo, PoolSnapshot, Pressure, ProcessHold
 from .admitting import GO_LOCAL
 from .codec import Decode, Encode
 from .modes import FALLBACKS, REDIS
@@ -87,7 +87,7 @@ class RedisPool:
             raise ValueError(f"timeout must be a number of seconds > 0, not {timeout!r}")
         if not isinstance(fingerprint, str) or len(fingerprint) > 1024:
             raise ValueError("fingerprint must be a string of at most 1024 characters")
-        parse_url(url)  # ValueError for anything but redis://, rediss:// and unix://
+        parse_url(url)  # type: ignore[no-untyped-call]  # ValueError for anything but redis://, rediss:// and unix://
         self.slots, self.queue_size, self.wait = slots, queue, wait
         self.lease, self.namespace, self.fallback = float(lease), namespace, fallback
         self._url = url
@@ -198,7 +198,7 @@ class RedisPool:
     def cluster_snapshot(self) -> ClusterSnapshot:
         """Cluster-wide and local snapshots, and who holds what, in one reading."""
         local = self.local_snapshot()
-        cluster, processes = local, ()
+        cluster, processes = local, cast(tuple[ProcessHold, ...], ())
         if self.mode == REDIS:
             try:
                 view = parse_view(self._side.link.view(), time.time())

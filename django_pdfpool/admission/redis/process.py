@@ -9,6 +9,8 @@ import concurrent.futures
 import os
 import secrets
 import socket
+from collections.abc import Coroutine
+from typing import Any
 
 from ..delivery import call_dropped, closing, deliver, stopped
 from ..ledger import Ledger
@@ -150,7 +152,10 @@ class ProcessSide:
 
     def _release_if_idle(self) -> None:
         self._release_timer = None
-        still_idle = lambda: not (self.table.busy() or self._closing.closed)  # noqa: E731
+
+        def still_idle() -> bool:
+            return not (self.table.busy() or self._closing.closed)
+
         if still_idle():
             self.tasks.quietly(self.link.release(still_idle))
 
@@ -160,7 +165,7 @@ class ProcessSide:
         """Cancel this process's running jobs, drop its queued ones, leave the others'."""
         while self.table.admissions:
             await asyncio.wait(set(self.table.admissions))
-        calls = []
+        calls: list[Coroutine[Any, Any, object]] = []
         for job in self.table.jobs():
             if job.owned and job.state == "running":
                 waiters, job.waiters = job.waiters, set()

@@ -1,0 +1,323 @@
+"""The door on real servers, spoken to with raw sockets: uvicorn serving
+``PdfPoolDoor(PoolLifespan(get_asgi_application()))`` (tests/door_asgi.py), and gunicorn
+serving the WSGI application, where ``AdmissionMiddleware`` is the door."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import hashlib
+import json
+import os
+import re
+import select
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import pytest
+
+from django_pdfpool.door.headers import format_digest
+from tests import pdfs
+from tests.servers import ROOT, read_all_sent, uvicorn, wait_for
+
+MiB = 1024 * 1024
+LIMIT = MiB  # MAX_UPLOAD_SIZE of these servers
+SLACK = 64 * 1024  # the form overhead allowed over it (door.rules.MULTIPART_SLACK)
+PATIENCE = 15.0  # seconds an answer may take on a loaded machine: only "did not hang"
+
+
+def settings(staged: Path, **values) -> dict:
+    return {
+        "SLOTS": 1,
+        "QUEUE": 0,
+        "WAIT": 30,
+        "MAX_UPLOAD_SIZE": LIMIT,
+        "TEMP_DIR": str(staged),
+        "WARM_CHILDREN": False,
+        **values,
+    }
+
+
+@pytest.fixture
+def staged(tmp_path) -> Path:
+    path = tmp_path / "staged"
+    path.mkdir()
+    return path
+
+
+@pytest.fixture
+def server(staged):
+    with uvicorn("tests.door_asgi:application", pdfpool=settings(staged)) as running:
+        yield running
+
+
+def port_of(url: str) -> int:
+    return int(url.rsplit(":", 1)[1])
+
+
+# --- raw HTTP/1.1 -------------------------------------------------------------------
+
+
+def connect(port: int, address: str = "127.0.0.1") -> socket.socket:
+    sock = socket.create_connection(
+        ("127.0.0.1", port), timeout=PATIENCE, source_address=(address, 0)
+    )
+    return sock
+
+
+def head(path: str, **headers: str) -> bytes:
+    lines = [f"POST {path} HTTP/1.1", "Host: test", "Accept: application/json"]
+    lines += [f"{name.replace('_', '-')}: {value}" for name, value in headers.items()]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode()
+
+
+def answered(sock: socket.socket, timeout: float) -> bool:
+    return bool(select.select([sock], [], [], timeout)[0])
+
+
+def read_answer(sock: socket.socket) -> tuple[bytes, int, dict[str, str], bytes]:
+    """Everything the server sent until it closed (or its answer is complete): the raw
+    bytes, the final status, its headers and body."""
+    raw = b""
+    deadline = time.monotonic() + PATIENCE
+    while time.monotonic() < deadline:
+        try:
+            chunk = sock.recv(65536)
+        except ConnectionResetError:
+            break
+        if not chunk:
+            break
+        raw += chunk
+        final = _final(raw)
+        if final is not None and len(final[2]) >= int(final[1].get("content-length", 10**9)):
+            break
+    final = _final(raw)
+    assert final is not None, raw
+    return raw, *final
+
+
+def _final(raw: bytes) -> tuple[int, dict[str, str], bytes] | None:
+    """The final (non-1xx) response in ``raw``, once its head is complete."""
+    rest = raw
+    while b"\r\n\r\n" in rest:
+        top, rest = rest.split(b"\r\n\r\n", 1)
+        lines = top.decode("latin-1").split("\r\n")
+        status = int(lines[0].split()[1])
+        if status >= 200:
+            fields = dict(line.split(": ", 1) for line in lines[1:])
+            return status, {k.lower(): v for k, v in fields.items()}, rest
+    return None
+
+
+def form_head(path: str, size: int, **headers: str) -> bytes:
+    return head(
+        path, content_type="multipart/form-data; boundary=b", content_length=str(size), **headers
+    )
+
+
+def snapshot(url: str) -> dict:
+    return httpx.get(f"{url}/snapshot/", timeout=PATIENCE).json()
+
+
+@contextmanager
+def gated_job(
+    url: str, staged: Path, data: bytes, address: str = "127.0.5.1"
+) -> Iterator[concurrent.futures.Future]:
+    """An upload of ``data`` to the gated view, holding the only slot until the block ends."""
+
+    def post() -> httpx.Response:
+        transport = httpx.HTTPTransport(local_address=address)
+        with httpx.Client(transport=transport, timeout=60) as client:
+            return client.post(
+                f"{url}/gated/",
+                files={"file": ("a.pdf", data)},
+                headers={"accept": "application/json"},
+            )
+
+    with concurrent.futures.ThreadPoolExecutor(1) as threads:
+        future = threads.submit(post)
+        try:
+            wait_for(lambda: snapshot(url)["running"] == 1, timeout=PATIENCE)
+            yield future
+        finally:
+            (staged / "open").touch()
+            future.result(PATIENCE)
+
+
+# --- uvicorn -------------------------------------------------------------------------
+
+
+def test_a_declared_200_mib_upload_gets_413_before_its_body(server):
+    with connect(port_of(server.url)) as sock:
+        sock.sendall(form_head("/sync/", 200 * MiB))
+        assert answered(sock, PATIENCE)  # no body byte sent: less than 1 MiB, as asked
+        _raw, status, fields, body = read_answer(sock)
+    assert status == 413 and json.loads(body)["error"] == "too_large"
+    assert fields["connection"] == "close"
+
+
+def test_a_chunked_upload_over_the_limit_gets_413_before_limit_plus_1_mib(server):
+    """The body is sent 16 KiB at a time, each only once the server has read what came
+    before: the bytes sent when the answer comes are the bytes the server took."""
+    port, address, chunk = port_of(server.url), "127.0.5.9", b"x" * 16384
+    with connect(port, address) as sock:
+        sock.sendall(head("/sync/", content_type="application/pdf", transfer_encoding="chunked"))
+        sent = 0
+        while not answered(sock, 0) and sent < LIMIT + 2 * MiB:
+            sock.sendall(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+            sent += len(chunk)
+            wait_for(
+                lambda: read_all_sent(server.pid, port, address) or answered(sock, 0), PATIENCE
+            )
+        _raw, status, _, body = read_answer(sock)
+    assert status == 413 and json.loads(body)["error"] == "too_large"
+    assert LIMIT < sent < LIMIT + MiB
+
+
+def test_a_saturated_pool_refuses_an_expect_100_upload_without_100_continue(server, staged):
+    with gated_job(server.url, staged, b"%PDF- gated"):
+        with connect(port_of(server.url), "127.0.5.2") as sock:
+            sock.sendall(form_head("/sync/", 900 * 1024, expect="100-continue"))
+            raw, status, fields, body = read_answer(sock)
+        assert b"100 Continue" not in raw
+        assert status == 503 and json.loads(body)["error"] == "busy"
+        assert int(fields["retry-after"]) >= 1
+    # with the slot free again, the same request gets its 100 Continue
+    with connect(port_of(server.url), "127.0.5.3") as sock:
+        sock.sendall(form_head("/sync/", 1000, expect="100-continue"))
+        assert answered(sock, PATIENCE)
+        assert sock.recv(100).startswith(b"HTTP/1.1 100 Continue")
+
+
+def test_a_declared_digest_of_the_job_in_flight_joins_while_saturated(server, staged):
+    data = b"%PDF- shared by two"
+    before = snapshot(server.url)["counters"]
+    with gated_job(server.url, staged, data) as first:
+        transport = httpx.HTTPTransport(local_address="127.0.5.4")
+        with (
+            httpx.Client(transport=transport, timeout=60) as client,
+            concurrent.futures.ThreadPoolExecutor(1) as threads,
+        ):
+            declared = {
+                "accept": "application/json",
+                "pdf-digest": format_digest(hashlib.sha256(data).hexdigest()),
+            }
+            joiner = threads.submit(
+                client.post,
+                f"{server.url}/gated/",
+                files={"file": ("a.pdf", data)},
+                headers=declared,
+            )
+            wait_for(
+                lambda: snapshot(server.url)["counters"]["joined"] == before["joined"] + 1, PATIENCE
+            )
+            undeclared = client.post(
+                f"{server.url}/gated/",
+                files={"file": ("a.pdf", data)},
+                headers={"accept": "application/json"},
+            )
+            assert undeclared.status_code == 503  # the shedding rule: it did not say
+            (staged / "open").touch()
+            joined = joiner.result(PATIENCE)
+    assert first.result().status_code == joined.status_code == 200
+    assert first.result().json() == joined.json()
+
+
+def test_a_raw_body_upload_extracts_and_a_lying_digest_runs_nothing(server):
+    data = pdfs.simple(["a raw body upload"])
+    raw = {"content-type": "application/pdf", "accept": "application/json"}
+    good = httpx.post(
+        f"{server.url}/sync/",
+        content=data,
+        timeout=60,
+        headers={**raw, "repr-digest": format_digest(hashlib.sha256(data).hexdigest())},
+    )
+    assert good.status_code == 200 and "a raw body upload" in good.json()["pdf"]["text"]
+    before = snapshot(server.url)["counters"]
+    lying = httpx.post(
+        f"{server.url}/sync/",
+        content=data,
+        timeout=60,
+        headers={**raw, "content-digest": format_digest(hashlib.sha256(b"x").hexdigest())},
+    )
+    assert lying.status_code == 400 and lying.json()["error"] == "digest_mismatch"
+    after = snapshot(server.url)["counters"]
+    assert (after["started"], after["joined"]) == (before["started"], before["joined"])
+
+
+# --- gunicorn (WSGI: AdmissionMiddleware) --------------------------------------------
+
+
+@contextmanager
+def gunicorn(pdfpool: dict) -> Iterator[tuple[str, subprocess.Popen]]:
+    environment = {
+        **os.environ,
+        "PDFPOOL_JSON": json.dumps(pdfpool),
+        "DJANGO_SETTINGS_MODULE": "tests.settings",
+    }
+    command = [
+        sys.executable,
+        "-m",
+        "gunicorn",
+        "tests.wsgi:application",
+        "-b",
+        "127.0.0.1:0",
+        "-k",
+        "gthread",
+        "--threads",
+        "4",
+        "--workers",
+        "1",
+    ]
+    process = subprocess.Popen(
+        command, cwd=ROOT, env=environment, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL
+    )
+    found: list[int] = []
+    ready = threading.Event()
+
+    def drain() -> None:
+        for line in process.stderr:
+            match = re.search(rb"Listening at: http://127\.0\.0\.1:(\d+)", line)
+            if match and not ready.is_set():
+                found.append(int(match[1]))
+            if b"Booting worker" in line:
+                ready.set()
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    try:
+        assert ready.wait(30), "gunicorn did not start"
+        yield f"http://127.0.0.1:{found[0]}", process
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(30)
+
+
+def test_gunicorn_refuses_from_the_headers_too(staged):
+    with gunicorn(settings(staged)) as (url, _):
+        wait_for(lambda: _up(url), PATIENCE)
+        with connect(port_of(url)) as sock:
+            sock.sendall(form_head("/sync/", 200 * MiB))
+            assert answered(sock, PATIENCE)
+            _, status, _, body = read_answer(sock)
+        assert status == 413 and json.loads(body)["error"] == "too_large"
+        with gated_job(url, staged, b"%PDF- gated wsgi"):
+            with connect(port_of(url), "127.0.5.6") as sock:
+                sock.sendall(form_head("/sync/", 900 * 1024))
+                assert answered(sock, PATIENCE)  # before any body byte
+                _, status, _, body = read_answer(sock)
+            assert status == 503 and json.loads(body)["error"] == "busy"
+
+
+def _up(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/snapshot/", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
