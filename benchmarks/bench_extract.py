@@ -1,14 +1,20 @@
-"""Extraction cost over the corpus: in-process pypdf, cold child, warm child, pypdfium2 (warm).
+"""Extraction cost, side by side in one run: in-process pypdf, the former warm spare, the template.
 
-    .venv/bin/python benchmarks/bench_extract.py [CORPUS_DIR] [--repeat N]
+    .venv/bin/python benchmarks/bench_extract.py [CORPUS_DIR] [--repeat N] [--burst N]
 
-Per file: the median wall time of N runs of each mode as the caller sees it (for a child:
-from `await extract()` to its return), the ratio to in-process pypdf, and each child's peak
-RSS. Modes alternate run by run, and every run waits until a spare is ready (so a warm run
-finds one, and no spare is starting up beside any measurement). The median row is over the
-typical files (readable, under a second in process); the others are listed below it.
-In-process runs come after a warm-up pass, as in a long-lived server; pypdf logs nothing
-in either (its warnings cost time on the heavy file).
+- **single**: one job at a time, per file, N runs per mode; before each run the mode's idle
+  process is ready (a spare, or the template), as on a quiet server.
+- **burst SLOTS=2 / SLOTS=4**: SLOTS workers take jobs back to back (what the pool does under
+  load) until at least `--burst` jobs (40) have run, over the corpus' small files, then over
+  the 117-page file; every job's latency is divided by the in-process time of its file.
+- **RSS at rest**: the resident set of the idle process each design keeps (a spare, or the
+  template), once settled.
+
+Modes alternate run by run (single) and burst by burst, so that noise from other processes
+hits them alike. "spare" is the design before the template (one spare child, warmed up,
+replaced in the background once taken), rebuilt here from the cold child's own parts. In
+process, bursts run in SLOTS threads (the GIL lets one parse at a time): that column shows
+what the same burst costs without children.
 """
 
 from __future__ import annotations
@@ -21,17 +27,69 @@ import logging
 import os
 import statistics
 import sys
+import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from pypdf import PdfReader
 
 from django_pdfpool import extraction
 from django_pdfpool.extraction import ExtractionError, extract
+from django_pdfpool.sandbox import extract as sandbox
+from django_pdfpool.sandbox.child_process import Child, Handle, drop
+from django_pdfpool.sandbox.template import Template
 
 ROOT = Path(__file__).resolve().parents[1]
 LIMITS = {"timeout": 60.0, "memory_limit": 1 << 30}
-HEAVY = 1.0  # seconds in process: beyond this a file is not "typical"
+BIG = "009-pdflatex-geotopo/GeoTopo-komprimiert.pdf"  # the 117-page file
+SMALL_MAX = 200_000  # bytes: the corpus' small files
+MODES = ("in", "spare", "template")
+
+
+class Spares:
+    """The former design: one warmed-up spare child; a job takes it (or starts a cold child
+    if none is ready) and a replacement starts in the background (in one long-lived thread:
+    children die with the thread that started them)."""
+
+    def __init__(self) -> None:
+        self._ready: list[Child] = []
+        self._lock = threading.Lock()
+        self._wanted = threading.Event()
+        threading.Thread(target=self._keep_one, daemon=True).start()
+
+    def child(self, engine: str, warm: bool = True) -> Handle:
+        with self._lock:
+            found = self._ready.pop() if self._ready else None
+        self.refill()
+        return found if found is not None else Child(sys.executable)
+
+    def refill(self) -> None:
+        self._wanted.set()
+
+    def _keep_one(self) -> None:
+        while True:
+            self._wanted.wait()
+            self._wanted.clear()
+            with self._lock:
+                if self._ready:
+                    continue
+            child = Child(sys.executable, warm_up=True)
+            if child.wait_ready(30):
+                with self._lock:
+                    self._ready.append(child)
+            else:
+                drop(child)
+
+    def pid(self) -> int | None:
+        with self._lock:
+            return self._ready[0].pid if self._ready else None
+
+    def shutdown(self) -> None:
+        with self._lock:
+            ready, self._ready = self._ready, []
+        for child in ready:
+            drop(child)
 
 
 def in_process(path: Path) -> None:
@@ -41,130 +99,176 @@ def in_process(path: Path) -> None:
     _ = reader.metadata
 
 
-async def settle() -> None:
-    """Wait until a spare is ready: no spare is starting up beside the next measurement."""
-    while not extraction.spare_pids():
-        await asyncio.sleep(0.005)
-
-
-async def child(path: Path, warm: bool, engine: str = "pypdf") -> tuple[float, int | None]:
-    start = time.perf_counter()
-    try:
-        result = await extract(path, warm=warm, engine=engine, **LIMITS)
-        rss = result.peak_rss
-    except ExtractionError as error:
-        rss = error.peak_rss
-    return time.perf_counter() - start, rss
-
-
-def timed(fn, path: Path) -> float:
+def timed(path: Path) -> float:
     start = time.perf_counter()
     with contextlib.suppress(Exception):  # encrypted or damaged: the failure is timed
-        fn(path)
+        in_process(path)
     return time.perf_counter() - start
 
 
-async def bench(corpus: Path, repeat: int) -> list[dict]:
-    """Modes alternate run by run, so that noise from other processes hits them alike."""
+async def child_job(path: Path) -> float:
+    start = time.perf_counter()
+    with contextlib.suppress(ExtractionError):
+        await extract(path, **LIMITS)
+    return time.perf_counter() - start
+
+
+class Bench:
+    """The three modes, switched by swapping the sandbox's child source."""
+
+    def __init__(self) -> None:
+        self.sources: dict[str, Any] = {"spare": Spares(), "template": Template()}
+
+    async def use(self, mode: str) -> None:
+        """Make `mode` the sandbox's source of children and wait until it is settled."""
+        if mode == "in":
+            return
+        source = self.sources[mode]
+        sandbox._template = source
+        if mode == "spare":
+            source.refill()
+        else:
+            source.prewarm()
+        while source.pid() is None:
+            await asyncio.sleep(0.005)
+
+    async def single(self, mode: str, path: Path) -> float:
+        await self.use(mode)
+        return timed(path) if mode == "in" else await child_job(path)
+
+    async def burst(self, mode: str, slots: int, paths: list[Path], jobs: int) -> list[tuple]:
+        """`slots` workers, jobs back to back: (file, seconds) for each of `jobs` jobs."""
+        await self.use(mode)
+        queue = [paths[i % len(paths)] for i in range(jobs)]
+        results: list[tuple] = []
+
+        async def worker() -> None:
+            while queue:
+                path = queue.pop()
+                if mode == "in":
+                    seconds = await asyncio.to_thread(timed, path)
+                else:
+                    seconds = await child_job(path)
+                results.append((path, seconds))
+
+        await asyncio.gather(*(worker() for _ in range(slots)))
+        return results
+
+    def rss_at_rest(self, mode: str) -> int:
+        pid = self.sources[mode].pid()
+        with open(f"/proc/{pid}/status") as status:
+            return next(int(line.split()[1]) * 1024 for line in status if line[:6] == "VmRSS:")
+
+    def close(self) -> None:
+        for source in self.sources.values():
+            source.shutdown()
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+async def bench(corpus: Path, repeat: int, burst_jobs: int) -> dict[str, Any]:
     entries = json.loads((corpus / "files.json").read_text())["data"]
-    paths = [corpus / entry["path"] for entry in entries if (corpus / entry["path"]).exists()]
+    paths = [corpus / e["path"] for e in entries if (corpus / e["path"]).exists()]
+    small = [p for p in paths if p.stat().st_size <= SMALL_MAX]
+    big = [p for p in paths if p.name == Path(BIG).name]
     for path in paths:  # warm up in-process pypdf (lazy imports, caches)
-        timed(in_process, path)
-    extraction.configure(spares=1)
-    extraction.prewarm()
-    rows = []
-    # pypdf's spares do not preload pypdfium2 until a pypdfium2 job asks: pdfium runs last.
-    for engines in (("in", "cold", "warm"), ("pdfium",)):
-        for index, path in enumerate(paths):
-            if engines[0] == "in":
-                once = timed(in_process, path)
-                rows.append({"file": path.name, "heavy": once >= HEAVY})
-            row = rows[index]
-            runs: dict[str, list] = {mode: [] for mode in engines}
-            for _ in range(max(1, repeat // 2) if row["heavy"] else repeat):
-                for mode in engines:
-                    await settle()
-                    if mode == "in":
-                        runs[mode].append((timed(in_process, path), None))
-                    else:
-                        runs[mode].append(
-                            await child(
-                                path, mode != "cold", "pypdfium2" if mode == "pdfium" else "pypdf"
-                            )
-                        )
-            for mode, results in runs.items():
-                row[mode] = statistics.median(t for t, _ in results)
-                row[mode + "_rss"] = max((r for _, r in results if r is not None), default=None)
-        print(f"  {'/'.join(engines)}: done", file=sys.stderr, flush=True)
-    extraction.shutdown()
-    for row, path in zip(rows, paths, strict=True):
-        try:
-            in_process(path)
-            row["typical"] = not row["heavy"]
-            if row["heavy"]:
-                row["note"] = "heavy"
-        except Exception as error:
-            row["typical"], row["note"] = False, type(error).__name__
-    return rows
-
-
-def ms(seconds: float) -> str:
-    return f"{seconds * 1000:.1f}"
-
-
-def mb(rss: int | None) -> str:
-    return "-" if rss is None else f"{rss / 2**20:.0f}"
-
-
-def table(rows: list[dict]) -> str:
-    head = (
-        "| file | in-process ms | cold ms (x) | warm ms (x) | pdfium warm ms (x) "
-        "| RSS MB cold / warm / pdfium |\n|---|---:|---:|---:|---:|---:|"
-    )
-    lines = [head]
-
-    def line(row: dict, name: str) -> str:
-        cells = [f"{ms(row[m])} ({row[m] / row['in']:.2f})" for m in ("cold", "warm", "pdfium")]
-        rss = " / ".join(mb(row.get(m + "_rss")) for m in ("cold", "warm", "pdfium"))
-        return f"| {name} | {ms(row['in'])} | " + " | ".join(cells) + f" | {rss} |"
-
-    typical = [row for row in rows if row["typical"]]
-    lines += [line(row, row["file"]) for row in typical]
-    med = {
-        m: statistics.median(row[m] for row in typical) for m in ("in", "cold", "warm", "pdfium")
+        timed(path)
+    bench = Bench()
+    base = {p: statistics.median(timed(p) for _ in range(5)) for p in small + big}
+    single: dict[str, dict[str, list[float]]] = {m: {} for m in MODES}
+    for path in small + big:
+        for _ in range(repeat if path in small else max(2, repeat // 3)):
+            for mode in MODES:
+                seconds = await bench.single(mode, path)
+                single[mode].setdefault(path.name, []).append(seconds / base[path])
+    print("  single: done", file=sys.stderr, flush=True)
+    bursts: dict[tuple, dict[str, list[float]]] = {}
+    for name, files, jobs in (("small", small, burst_jobs), ("117 pages", big, 8)):
+        for slots in (2, 4):
+            ratios: dict[str, list[float]] = {m: [] for m in MODES}
+            for _ in range(2):  # two rounds, modes alternating
+                for mode in MODES:
+                    for path, seconds in await bench.burst(mode, slots, files, jobs // 2):
+                        ratios[mode].append(seconds / base[path])
+            bursts[(name, slots)] = ratios
+            print(f"  burst {name} x{slots}: done", file=sys.stderr, flush=True)
+    rss = {}
+    for mode in ("spare", "template"):
+        await bench.use(mode)
+        await asyncio.sleep(0.5)
+        rss[mode] = bench.rss_at_rest(mode)
+    starts = bench.sources["template"].status()
+    bench.close()
+    return {
+        "single": single,
+        "bursts": bursts,
+        "rss": rss,
+        "base": base,
+        "small": small,
+        "starts": starts,
     }
-    ratios = {
-        m: statistics.median(row[m] / row["in"] for row in typical)
-        for m in ("cold", "warm", "pdfium")
-    }
-    lines.append(
-        f"| **median of {len(typical)} typical files** | **{ms(med['in'])}** | "
-        + " | ".join(f"**{ms(med[m])} ({ratios[m]:.2f})**" for m in ("cold", "warm", "pdfium"))
-        + " | |"
-    )
-    lines += [line(row, f"{row['file']} ({row['note']})") for row in rows if not row["typical"]]
+
+
+def table(found: dict[str, Any]) -> str:
+    lines = [
+        "| measure (ratio to in-process pypdf, per job) | in-process | spare | template |",
+        "|---|---:|---:|---:|",
+    ]
+
+    def row(label: str, by_mode: dict[str, list[float]], stat: str) -> None:
+        cells = []
+        for mode in MODES:
+            values = by_mode[mode]
+            cells.append(
+                f"{statistics.median(values) if stat == 'median' else pct(values, 0.95):.2f}"
+            )
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+
+    single = found["single"]
+    small_names = {p.name for p in found["small"]}
+    for label, names in (
+        ("small files", small_names),
+        ("117 pages", set(single["in"]) - small_names),
+    ):
+        pooled = {m: [r for n in names for r in single[m][n]] for m in MODES}
+        row(f"single job, {label}: median", pooled, "median")
+    for (name, slots), ratios in found["bursts"].items():
+        row(f"burst SLOTS={slots}, {name}: median", ratios, "median")
+        row(f"burst SLOTS={slots}, {name}: p95", ratios, "p95")
+    base = found["base"]
+    small_ms = statistics.median(base[p] for p in found["small"]) * 1000
+    mb = {m: found["rss"][m] / 2**20 for m in ("spare", "template")}
     return (
-        "\n".join(lines) + "\n\n(x) = ratio to in-process pypdf, per file; median row: "
-        "median times, and the median of the per-file ratios."
+        "\n".join(lines)
+        + f"\n\nIn-process median over the {len(found['small'])} small files: {small_ms:.1f} ms. "
+        + f"RSS at rest: spare {mb['spare']:.0f} MiB, template {mb['template']:.0f} MiB "
+        + "(the one idle process of each design).\n"
+        + f"Template's children: {found['starts']}."
     )
 
 
 def main() -> None:
     args = sys.argv[1:]
-    repeat = 5
+    repeat, burst_jobs = 6, 40
     if "--repeat" in args:
         repeat = int(args.pop(args.index("--repeat") + 1))
         args.remove("--repeat")
+    if "--burst" in args:
+        burst_jobs = int(args.pop(args.index("--burst") + 1))
+        args.remove("--burst")
     corpus = Path(args[0]) if args else ROOT.parent / "shared" / "corpus"
     if not (corpus / "files.json").exists():
         sys.exit(f"no corpus at {corpus}")
     logging.getLogger("pypdf").setLevel(logging.ERROR)  # same quiet pypdf as in the child
-    started = time.perf_counter()
-    load = os.getloadavg()[0]
-    rows = asyncio.run(bench(corpus, repeat))
-    print(table(rows))
+    extraction.configure(warm=False)  # the module's own template stays off: Bench swaps
+    started, load = time.perf_counter(), os.getloadavg()[0]
+    found = asyncio.run(bench(corpus, repeat, burst_jobs))
+    print(table(found))
     print(
-        f"\n{repeat} runs per file and mode ({max(1, repeat // 2)} for heavy files), "
+        f"\n{repeat} single runs per small file and mode, bursts of {burst_jobs} jobs; "
         f"{time.perf_counter() - started:.0f} s in all; load average {load:.2f} before, "
         f"{os.getloadavg()[0]:.2f} after; {os.cpu_count()} CPUs."
     )

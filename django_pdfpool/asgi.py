@@ -14,6 +14,7 @@ from types import FrameType
 from typing import Any
 
 from .process_pool import adrain_pool, peek_pool
+from .sandbox.extract import shutdown as shutdown_extraction
 
 Scope = dict[str, Any]
 Message = dict[str, Any]
@@ -57,6 +58,9 @@ class PoolLifespan:
             elif message["type"] == "lifespan.shutdown":
                 self._unchain()
                 await adrain_pool(self.drain_timeout)
+                # the warm template, killed and reaped before the server exits (uvicorn
+                # re-raises SIGTERM, so atexit hooks never run)
+                await asyncio.to_thread(shutdown_extraction)
                 await send({"type": "lifespan.shutdown.complete"})
                 return
 

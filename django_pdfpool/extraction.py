@@ -9,20 +9,24 @@ from .exceptions import ExtractionError
 from .sandbox.extract import (
     PAGE_SEPARATOR,
     Extraction,
+    child_starts,
     configure,
     extract,
     prewarm,
     shutdown,
-    spare_pids,
+    idle_pids,
 )
+from .sandbox.template import ChildStarts
 
 __all__ = [
     "PAGE_SEPARATOR",
+    "ChildStarts",
     "Extraction",
     "ExtractionError",
+    "child_starts",
     "configure",
     "extract",
     "prewarm",
     "shutdown",
-    "spare_pids",
+    "idle_pids",
 ]

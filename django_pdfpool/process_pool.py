@@ -39,9 +39,9 @@ def get_pool() -> AdmissionPool:
             atexit.register(drain_pool)  # graceful by default where nothing else drains
         if _pool is None or (_built_from != current and _pool.idle()):
             _pool = _build(current)
-            # one spare at most, so never more than the slots
+            # children forked from one warm template process, or started cold
             configure_extraction(
-                spares=int(current.warm_children),
+                warm=current.warm_children,
                 tmp_dir=current.temp_dir,
                 child_env=current.child_env,
             )

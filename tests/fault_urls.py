@@ -30,7 +30,7 @@ def _job_loop_tasks() -> int:
 
 
 def state(request: HttpRequest) -> JsonResponse:
-    """Job-loop tasks, extraction threads, unreaped children, spares, and the pool."""
+    """Job-loop tasks, extraction threads, unreaped children, the idle template, and the pool."""
     pool = peek_pool()
     threads = [t.name for t in threading.enumerate() if t.name.startswith("pdfpool-extract")]
     with child_process._live_lock:
@@ -40,7 +40,7 @@ def state(request: HttpRequest) -> JsonResponse:
             "tasks": _job_loop_tasks(),
             "extract_threads": len(threads),
             "unreaped_children": unreaped,
-            "spares": extraction.spare_pids(),
+            "idle": extraction.idle_pids(),
             "pool": None if pool is None else pool.snapshot().as_dict(),
         }
     )

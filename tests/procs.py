@@ -23,25 +23,29 @@ def _read(path: str) -> bytes:
 
 
 def child_pids() -> set[int]:
-    """Extraction children of this process: alive (by their command line) or zombies."""
-    me, found = os.getpid(), set()
+    """Extraction processes of this process, alive (by their command line) or zombies: its
+    children, and theirs (a template's forked children)."""
+    me, parents, marked = os.getpid(), {}, set()
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         stat = _read(f"/proc/{entry}/stat")
         fields = stat[stat.rfind(b")") + 2 :].split()
-        if len(fields) < 2 or int(fields[1]) != me:
+        if len(fields) < 2:
             continue
+        parents[int(entry)] = int(fields[1])
         if fields[0] == b"Z" or CHILD_MARK in _read(f"/proc/{entry}/cmdline"):
-            found.add(int(entry))
-    return found
+            marked.add(int(entry))
+    mine = {pid for pid in marked if parents[pid] == me}
+    return mine | {pid for pid in marked if parents[pid] in mine}
 
 
 def leftovers(before: set[int], timeout: float = 2.0) -> set[int]:
-    """Children that are neither old nor waiting spares, once exiting ones had `timeout`."""
+    """Extraction processes that are neither old nor the template, once exiting ones had
+    `timeout`."""
     deadline = time.monotonic() + timeout
     while True:
-        extra = child_pids() - before - set(extraction.spare_pids())
+        extra = child_pids() - before - set(extraction.idle_pids())
         if not extra or time.monotonic() > deadline:
             return extra
         time.sleep(0.01)

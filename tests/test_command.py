@@ -252,7 +252,7 @@ def test_extract_prints_the_text_and_figures_from_a_real_child(pdfpool, tmp_path
     assert "first page text\n\nsecond page text" in out
     assert "engine pypdf, timeout 30 s, memory limit 512 MiB" in out
     assert err == ""  # a small file: no progress lines
-    assert leftovers(before) == set()  # a cold child, reaped; no spare left behind
+    assert leftovers(before) == set()  # a cold child, reaped; no template left behind
 
 
 def test_extract_json_and_the_settings_limits(pdfpool, tmp_path):

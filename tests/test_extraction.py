@@ -45,10 +45,10 @@ LIMITS = {"timeout": 10.0, "memory_limit": 256 << 20}
 
 @pytest.fixture
 def copies(tmp_path):
-    """Byte sources are copied into this directory; spares on, as by default."""
+    """Byte sources are copied into this directory; the template on, as by default."""
     directory = tmp_path / "copies"
     directory.mkdir()
-    extraction.configure(spares=1, tmp_dir=directory)
+    extraction.configure(warm=True, tmp_dir=directory)
     yield directory
     extraction.configure(tmp_dir=None)
 
@@ -243,12 +243,12 @@ CHILD_IMPORTS_NONE_OF = (
     "django_pdfpool.admission",
     "django_pdfpool.sandbox.extract",
     "django_pdfpool.sandbox.child_process",
-    "django_pdfpool.sandbox.spares",
+    "django_pdfpool.sandbox.template",
 )
 
 
 def test_the_child_imports_none_of_the_parent_side():
-    """The child starts up without the parent side (asyncio, extract, child_process, spares),
+    """The child starts up without the parent side (asyncio, extract, child_process, template),
     Django or the pool: it imports only its own side, the wire and the exceptions."""
     code = (
         "import sys, django_pdfpool.sandbox.child_main\n"
@@ -288,7 +288,7 @@ def test_a_real_child_says_ready_then_started_then_answers(tmp_path):
     output = child.stdout
     assert output.startswith(READY + STARTED) and output.count(b"\n") == 3
     assert job_started(output) and holds_answer(output)
-    assert job_started(output.removeprefix(READY))  # as a spare's output reads
+    assert job_started(output.removeprefix(READY))  # as a forked child's output reads
     assert not holds_answer(READY + STARTED) and not holds_answer(output[:-1])
     answer = decode_answer(output)
     assert isinstance(answer, Extracted)
@@ -312,7 +312,7 @@ def test_a_real_child_answers_a_failure_with_its_code(tmp_path):
 
 
 def test_a_real_child_exits_quietly_at_eof():
-    """A spare whose parent is gone (or discarded it) reads EOF instead of a job."""
+    """A child whose parent is gone (or discarded it) reads EOF instead of a job."""
     child = run_child(b"")
     assert (child.returncode, child.stdout) == (0, READY)
 
@@ -320,9 +320,11 @@ def test_a_real_child_exits_quietly_at_eof():
 def test_the_child_command_line():
     assert child_options((), False) == []
     assert child_options(("pypdfium2",), True) == ["--preload", "pypdfium2", "--warm-up"]
+    assert child_options((), False, template=True, parent=7) == ["--template", "--parent", "7"]
     for preload_engines, warm_up in [((), False), ((), True), (("pypdfium2",), False)]:
-        options = child_options(preload_engines, warm_up)
-        assert read_child_options(options) == (preload_engines, warm_up)
+        for template, parent in [(False, None), (True, 12)]:
+            options = child_options(preload_engines, warm_up, template=template, parent=parent)
+            assert read_child_options(options) == (preload_engines, warm_up, template, parent)
 
 
 def test_every_engine_the_parent_accepts_the_child_can_load():

@@ -108,12 +108,12 @@ PDFIUM_CASES = {
 
 @pytest.fixture
 def copies(tmp_path):
-    """No spares (every child is the job's own); byte sources are copied into this dir."""
+    """No template (every child is started cold); byte sources are copied into this dir."""
     directory = tmp_path / "copies"
     directory.mkdir()
-    extraction.configure(spares=0, tmp_dir=directory)
+    extraction.configure(warm=False, tmp_dir=directory)
     yield directory
-    extraction.configure(spares=1, tmp_dir=None)
+    extraction.configure(warm=True, tmp_dir=None)
 
 
 @pytest.mark.parametrize("name", list(CASES))

@@ -1,5 +1,6 @@
-"""Warm spares: started lazily, one job each, replaced when used or dead, bounded, turned off
-by a setting, ended by shutdown() and never outliving their parent."""
+"""The template: started lazily, forks every warm job's child, restarted when it dies (jobs
+meanwhile cold), the only idle process whatever the load, turned off by a setting, ended by
+shutdown(), and never outliving its parent, nor letting its children do so."""
 
 from __future__ import annotations
 
@@ -9,28 +10,18 @@ import signal
 import subprocess
 import sys
 import textwrap
-import threading
-import time
 from pathlib import Path
 
 import pytest
 
 from django_pdfpool import extraction
 from django_pdfpool.extraction import extract
-from django_pdfpool.sandbox import spares as spares_module
-from django_pdfpool.sandbox.spares import WarmChildren
 from tests import pdfs
-from tests.procs import CHILD_MARK, child_pids, leftovers, rlimits
+from tests.conftest import wait_until
+from tests.procs import CHILD_MARK, child_pids, leftovers
 
 LIMITS = {"timeout": 10.0, "memory_limit": 256 << 20}
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def wait_for(condition, timeout=10.0):
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.01)
 
 
 def gone(pid: int) -> bool:
@@ -42,19 +33,19 @@ def gone(pid: int) -> bool:
     return stat[stat.rfind(b")") + 2 :].startswith(b"Z") and pid not in child_pids()
 
 
-def one_spare() -> int:
-    wait_for(lambda: len(extraction.spare_pids()) == 1)
-    return extraction.spare_pids()[0]
+def the_template() -> int:
+    wait_until(lambda: len(extraction.idle_pids()) == 1, timeout=30)
+    return extraction.idle_pids()[0]
 
 
 @pytest.fixture
-def spares():
+def template():
     extraction.shutdown()
     before = child_pids()
     yield extraction.configure
     extraction.shutdown()
     assert leftovers(before) == set()
-    extraction.configure(spares=1)
+    extraction.configure(warm=True)
 
 
 def run(data=None, **options):
@@ -62,150 +53,136 @@ def run(data=None, **options):
     return asyncio.run(extract(data, **{**LIMITS, **options}))
 
 
-def test_spares_start_lazily_and_serve_one_job_each(spares):
-    spares(spares=1)
-    assert extraction.spare_pids() == []  # nothing before the first job
-    assert run().text == "warm"
-    first = one_spare()
-    cmdline = Path(f"/proc/{first}/cmdline").read_bytes()
-    assert CHILD_MARK in cmdline and b"--warm-up" in cmdline
-    assert rlimits(first)["Max address space"] == "unlimited"  # limits come with the job
-    assert run().text == "warm"
-    wait_for(lambda: gone(first))  # it took the job, and exited after it
-    second = one_spare()
-    assert second != first
+def test_the_template_starts_lazily_and_forks_each_job_a_child(template):
+    template(warm=True)
+    assert extraction.idle_pids() == []  # nothing before the first job
+    assert run().child_start == "cold"  # the first job does not wait for the template
+    pid = the_template()
+    cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    assert CHILD_MARK in cmdline and b"--template" in cmdline
+    before = extraction.child_starts()
+    for _ in range(3):
+        assert run().child_start == "forked"
+    after = extraction.child_starts()
+    assert (after.forked - before.forked, after.cold - before.cold) == (3, 0)
+    assert after.template_pid == pid == the_template()  # the same template throughout
 
 
-def test_prewarm_starts_spares_before_any_job(spares):
-    spares(spares=2)
+def test_prewarm_starts_the_template_before_any_job(template):
+    template(warm=True)
     extraction.prewarm()
-    wait_for(lambda: len(extraction.spare_pids()) == 2)
+    pid = the_template()
+    assert run().child_start == "forked" and extraction.idle_pids() == [pid]
 
 
-def test_dead_spare_is_replaced(spares):
-    spares(spares=1)
+def test_a_dead_template_is_restarted_and_jobs_meanwhile_run_cold(template):
+    template(warm=True)
     extraction.prewarm()
-    dead = one_spare()
+    dead = the_template()
+    starts = extraction.child_starts().template_starts
     os.kill(dead, signal.SIGKILL)
-    assert run().text == "warm"  # served by a fresh child
-    wait_for(lambda: gone(dead))  # reaped, not a zombie of ours
-    assert one_spare() != dead
+    wait_until(lambda: dead not in extraction.idle_pids())
+    assert run().text == "warm"  # forked if the new one is ready already, cold otherwise
+    assert the_template() != dead
+    assert extraction.child_starts().template_starts == starts + 1
+    assert run().child_start == "forked"
 
 
-def test_spares_are_bounded(spares):
-    spares(spares=2)
+def test_only_the_template_is_idle_after_a_burst(template):
+    """However many children a burst had, at rest the one idle process is the template."""
+    template(warm=True)
     extraction.prewarm()
-    seen = []
+    pid = the_template()
 
-    async def scenario():
-        jobs = [asyncio.create_task(extract(pdfs.simple([f"job {n}"]), **LIMITS)) for n in range(6)]
-        while not all(job.done() for job in jobs):
-            seen.append(len(extraction.spare_pids()))
-            await asyncio.sleep(0.002)
-        return [job.result().text for job in jobs]
+    async def burst():
+        jobs = [extract(pdfs.simple([f"b{i}"]), **LIMITS) for i in range(8)]
+        return await asyncio.gather(*jobs)
 
-    assert asyncio.run(scenario()) == [f"job {n}" for n in range(6)]
-    wait_for(lambda: len(extraction.spare_pids()) == 2)  # the replacements are ready
-    seen.append(len(extraction.spare_pids()))
-    assert max(seen) <= 2
+    results = asyncio.run(burst())
+    assert [r.text for r in results] == [f"b{i}" for i in range(8)]
+    assert {r.child_start for r in results} == {"forked"}
+    wait_until(lambda: child_pids() - {pid} == set() or all(map(gone, child_pids() - {pid})))
+    assert extraction.idle_pids() == [pid]
 
 
-class FakeChild:
-    """A spare that gets ready only when its gate opens (no process)."""
-
-    def __init__(self, gate: threading.Event, made: list) -> None:
-        self.gate, self.pid = gate, 100_000 + len(made)
-        made.append(self)
-
-    def wait_ready(self, timeout: float) -> bool:
-        return self.gate.wait(timeout)
-
-    def alive(self) -> bool:
-        return True
-
-
-def test_spares_fewer_while_they_start_keeps_only_the_new_number(monkeypatch):
-    """configure(spares=n) lowered while spares are starting: those that get ready beyond
-    the new number are ended, not kept."""
-    gate, made, dropped = threading.Event(), [], []
-    monkeypatch.setattr(spares_module, "Child", lambda *args, **kw: FakeChild(gate, made))
-    monkeypatch.setattr(spares_module, "drop", dropped.append)
-    warm = WarmChildren(spares=3)
-    try:
-        warm.refill()
-        wait_for(lambda: len(made) == 3)  # three starting, none ready
-        warm.resize(1)
-    finally:
-        gate.set()  # now they are ready
-    wait_for(lambda: len(warm.pids()) + len(dropped) == 3)  # each kept or ended
-    assert len(warm.pids()) == 1
-    assert sorted(warm.pids() + [child.pid for child in dropped]) == [c.pid for c in made]
-
-
-def test_spares_off(spares):
+def test_warm_off(template):
     before = child_pids()
-    spares(spares=0)
+    template(warm=False)
     extraction.prewarm()
-    assert run().text == "warm"
-    # The job's child exits; a spare would have been started by now (at the answer) and
-    # would still be there: every child of ours ends, and no spare is waiting.
-    wait_for(lambda: not child_pids() - before)
-    assert extraction.spare_pids() == []
-    assert run(warm=False).text == "warm"  # and per call, whatever the setting
+    assert run().child_start == "cold"
+    wait_until(lambda: not child_pids() - before)  # no template was started
+    assert extraction.idle_pids() == []
+    template(warm=True)
+    assert run(warm=False).child_start == "cold"  # and per call, whatever the setting
 
 
-def test_shutdown_ends_spares(spares):
-    spares(spares=2)
+def test_shutdown_ends_the_template(template):
+    template(warm=True)
     extraction.prewarm()
-    wait_for(lambda: len(extraction.spare_pids()) == 2)
-    pids = extraction.spare_pids()
+    pid = the_template()
     extraction.shutdown()
-    assert extraction.spare_pids() == []
-    assert all(gone(pid) for pid in pids)
+    assert extraction.idle_pids() == [] and gone(pid)
+    assert not extraction.child_starts().enabled
 
 
-def test_pdfium_jobs_make_spares_preload_it(spares):
+def test_pdfium_jobs_make_the_template_preload_it(template):
     pytest.importorskip("pypdfium2")
-    spares(spares=1)
+    template(warm=True)
     run(engine="pypdfium2")
-    wait_for(
+    wait_until(
         lambda: (
-            extraction.spare_pids()
-            and b"pypdfium2" in Path(f"/proc/{extraction.spare_pids()[0]}/cmdline").read_bytes()
-        )
+            extraction.idle_pids()
+            and b"pypdfium2" in Path(f"/proc/{extraction.idle_pids()[0]}/cmdline").read_bytes()
+        ),
+        timeout=30,
     )
-    assert run(engine="pypdfium2").text == "warm"
-    assert run(engine="pypdf").text == "warm"  # a spare serves either engine
+    assert run(engine="pypdfium2").child_start == "forked"
+    assert run(engine="pypdf").child_start == "forked"  # it serves either engine
 
 
 SCRIPT = """
-import os, signal, sys, time
+import asyncio, os, signal, sys, time
 from django_pdfpool import extraction
-extraction.configure(spares=2)
+from tests import pdfs
 extraction.prewarm()
-while len(extraction.spare_pids()) < 2:
+while not extraction.idle_pids():
     time.sleep(0.01)
-print(*extraction.spare_pids(), flush=True)
 how = sys.argv[1]
-if how == "sigkill":
-    os.kill(os.getpid(), signal.SIGKILL)
-elif how == "os_exit":
-    os._exit(0)
+async def main():
+    # a job the server will not see the end of: a forked child, busy for seconds
+    task = asyncio.ensure_future(extraction.extract(pdfs.cpu_bomb(), timeout=30,
+                                                    memory_limit=1 << 30))
+    while extraction.child_starts().forked == 0:
+        await asyncio.sleep(0.01)
+    await asyncio.sleep(0.3)
+    print(*extraction.idle_pids(), flush=True)
+    if how == "sigkill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    elif how == "os_exit":
+        os._exit(0)
+    task.cancel()
+asyncio.run(main())
 """
 
 
 @pytest.mark.parametrize("how", ["normal exit", "os_exit", "sigkill"])
-def test_spares_do_not_outlive_their_parent(how):
-    """atexit ends them; without atexit, EOF on their stdin does."""
-    proc = subprocess.run(
+def test_nothing_outlives_the_parent(how):
+    """atexit ends the template and every child; without atexit (SIGKILL, os._exit, or a
+    server that re-raises SIGTERM) the template gets SIGTERM from the kernel and end of
+    input, and kills its children before it exits."""
+    proc = subprocess.Popen(
         [sys.executable, "-c", textwrap.dedent(SCRIPT), how.replace(" ", "_")],
         cwd=ROOT,
-        capture_output=True,
-        timeout=60,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
     )
-    pids = [int(pid) for pid in proc.stdout.split()]
-    assert len(pids) == 2, proc.stderr.decode()[-2000:]
-    wait_for(lambda: all(gone(pid) for pid in pids), timeout=5)
+    template = int(proc.stdout.readline())
+    forked = [
+        int(p) for p in Path(f"/proc/{template}/task/{template}/children").read_text().split()
+    ]
+    assert len(forked) == 1
+    proc.communicate(timeout=60)
+    wait_until(lambda: gone(template) and gone(forked[0]), timeout=5)
 
 
 FORK_SCRIPT = """
@@ -213,22 +190,22 @@ import asyncio, os, time
 from django_pdfpool import extraction
 from tests import pdfs
 extraction.prewarm()
-while not extraction.spare_pids():
+while not extraction.idle_pids():
     time.sleep(0.01)
-spare = extraction.spare_pids()[0]
+template = extraction.idle_pids()[0]
 pid = os.fork()  # as a pre-forking server does with its workers
 if pid == 0:
-    ok = extraction.spare_pids() == []  # the parent's spare is not the worker's to use
+    ok = extraction.idle_pids() == []  # the parent's template is not the worker's to use
     text = asyncio.run(extraction.extract(pdfs.simple(["forked"]), timeout=10,
                                           memory_limit=256 << 20)).text
     print("worker", ok, text, flush=True)
     os._exit(0)
 os.waitpid(pid, 0)
-print("parent", extraction.spare_pids() == [spare] and os.path.exists(f"/proc/{spare}"))
+print("parent", extraction.idle_pids() == [template] and os.path.exists(f"/proc/{template}"))
 """
 
 
-def test_forked_worker_leaves_the_parents_spares_alone():
+def test_a_forked_worker_leaves_the_parents_template_alone():
     proc = subprocess.run(
         [sys.executable, "-c", FORK_SCRIPT], cwd=ROOT, capture_output=True, timeout=60, text=True
     )

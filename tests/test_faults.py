@@ -140,8 +140,8 @@ async def quiet(server: Server, staged: Path) -> dict:
             and pool["queued"] == 0
             and state["tasks"] == 0
             and state["extract_threads"] == 0
-            and state["unreaped_children"] == len(state["spares"])
-            and not set(extraction_children(server.pid)) - _spares(state)
+            and state["unreaped_children"] == len(state["idle"])
+            and not set(extraction_children(server.pid)) - _idle(state)
             and not list(staged.iterdir())
         )
         return state if idle else None
@@ -149,8 +149,8 @@ async def quiet(server: Server, staged: Path) -> dict:
     return await until(settled, timeout=20, interval=0.05)
 
 
-def _spares(state: dict) -> set[psutil.Process]:
-    return {psutil.Process(pid) for pid in state["spares"] if psutil.pid_exists(pid)}
+def _idle(state: dict) -> set[psutil.Process]:
+    return {psutil.Process(pid) for pid in state["idle"] if psutil.pid_exists(pid)}
 
 
 def assert_refusal(response: httpx.Response, status: int, code: str) -> None:

@@ -48,7 +48,7 @@ BOMB_PROBE = textwrap.dedent(
             return next(int(l.split()[1]) * 1024 for l in status if l.startswith("VmHWM"))
 
     data = pdfs.text_bomb()
-    configure(spares=0)
+    configure(warm=False)
     gc.collect()
     before = hwm()
     # extract()'s own defaults: MAX_TEXT_BYTES's (checked below)
@@ -162,13 +162,13 @@ def test_the_parent_refuses_an_answer_over_the_cap_plus_overhead(tmp_path):
     cap = 4096
     fake.write_text(FAKE_CHILD.format(size=answer_limit(cap) + (1 << 20)))
     fake.chmod(0o755)
-    extraction.configure(python=str(fake), spares=0)
+    extraction.configure(python=str(fake), warm=False)
     try:
         with pytest.raises(ExtractionError) as caught:
             run(pdfs.simple(["x"]), max_text_bytes=cap, warm=False)
         assert caught.value.code == "too_large"
     finally:
-        extraction.configure(python=sys.executable, spares=1)
+        extraction.configure(python=sys.executable, warm=True)
 
 
 # --- finding 4: the children's environment ----------------------------------------------------
@@ -176,10 +176,10 @@ def test_the_parent_refuses_an_answer_over_the_cap_plus_overhead(tmp_path):
 
 def wait_for_spare(timeout: float = 30.0) -> int:
     deadline = time.monotonic() + timeout
-    while not extraction.spare_pids():
+    while not extraction.idle_pids():
         assert time.monotonic() < deadline, "no spare started"
         time.sleep(0.01)
-    return extraction.spare_pids()[0]
+    return extraction.idle_pids()[0]
 
 
 def environ_of(pid: int) -> dict[str, str]:
@@ -193,9 +193,9 @@ def test_children_get_a_minimal_environment_and_the_names_passed(monkeypatch):
     monkeypatch.setenv("PYTHONSTARTUP", "/nowhere.py")
     monkeypatch.setenv("PDFPOOL_PASSED", "yes")
     monkeypatch.setenv("LC_ALL", "C.UTF-8")
-    extraction.configure(spares=0, child_env=("PDFPOOL_PASSED",))
+    extraction.configure(warm=False, child_env=("PDFPOOL_PASSED",))
     try:
-        extraction.configure(spares=1)
+        extraction.configure(warm=True)
         extraction.prewarm()
         env = environ_of(wait_for_spare())
         assert "DJANGO_SECRET_KEY" not in env and "DATABASE_URL" not in env
@@ -221,10 +221,10 @@ def test_the_pool_passes_child_env_from_the_settings(pdfpool, monkeypatch):
 
     pdfpool(CHILD_ENV=["PDFPOOL_FROM_SETTINGS"])
     get_pool()
-    assert sandbox._spares.env == ("PDFPOOL_FROM_SETTINGS",)
+    assert sandbox._template.env == ("PDFPOOL_FROM_SETTINGS",)
     pdfpool()
     get_pool()
-    assert sandbox._spares.env == ()
+    assert sandbox._template.env == ()
 
 
 # --- finding 8: one immutable result for every sharer -----------------------------------------

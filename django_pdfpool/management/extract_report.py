@@ -76,7 +76,7 @@ def run(
     progress: Callable[[float], None] | None,
     every: float = PROGRESS_EVERY,
 ) -> Extraction:
-    """Extract ``path`` in a cold child (no spare left behind), calling ``progress(elapsed)``
+    """Extract ``path`` in a cold child (no template left behind), calling ``progress(elapsed)``
     every ``every`` seconds while it runs; raises ExtractionError. Synchronous code only."""
     try:
         asyncio.get_running_loop()

@@ -1,6 +1,7 @@
-"""Parent side: the handle on a child process: start it, hand it a job, read its answer, reap it.
+"""Parent side: the handle on a job's process: start it, hand it a job, read its answer, reap it.
 
-Each child is a plain `subprocess.Popen` in its own session (a process group, killed whole).
+Each child is in its own session (a process group, killed whole): a `Child` is our own
+`subprocess.Popen`; a child forked by the template is a `template.ForkedChild`.
 """
 
 from __future__ import annotations
@@ -21,9 +22,10 @@ from pathlib import Path
 from .wire import READY, child_options, holds_answer, job_started
 
 CHILD_MODULE = "django_pdfpool.sandbox.child_main"
-SLOW = 0.05  # seconds into a job after which its replacement spare starts anyway
 READ_CHUNK = 1 << 20
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
+
+COLD, FORKED = "cold", "forked"  # how a child started: a new interpreter, or the template
 
 
 @dataclass
@@ -31,16 +33,129 @@ class Outcome:
     """How a conversation with a child ended, for extract.py to judge."""
 
     output: bytes | bytearray  # decode_answer empties a bytearray
-    returncode: int | None
+    returncode: int | None  # None: not known (a forked child whose template died first)
     timed_out: bool = False  # killed by us at the deadline
     overflow: bool = False  # killed by us: more output than allowed
     lost: bool = False  # the job could not be handed over: the child was already gone
     complete: bool = False  # a whole answer line arrived (the child is exiting, not yet reaped)
     started: bool = False  # the child said it had read the job
+    start: str = COLD  # how the child that answered started: COLD or FORKED
 
 
-class Child:
-    """One child process: the job is sent once, the answer read once, the group killed once."""
+class Handle:
+    """A job's process as the parent sees it: job pipe, answer pipe and pidfd. Subclasses
+    say how it is killed and reaped (`Child`: our own; `template.ForkedChild`: forked)."""
+
+    start = COLD
+    pid: int
+    owner: int
+    _job_fd: int | None
+    _answer_fd: int
+    _pidfd: int | None
+
+    def __init__(self) -> None:
+        self.owner = os.getpid()
+        self._lock = threading.Lock()  # kill vs reap: never signal a reaped (reusable) pid
+        with _live_lock:
+            _live.add(self)
+
+    def alive(self) -> bool:
+        """Whether the child has not exited yet."""
+        raise NotImplementedError
+
+    def kill(self) -> None:
+        """SIGKILL to the child's whole process group, unless it was already reaped."""
+        raise NotImplementedError
+
+    def reap(self) -> int | None:
+        """Wait for the (exiting or killed) child, release its pipes; its exit code."""
+        raise NotImplementedError
+
+    def disown(self) -> None:
+        """In a forked process: let go of the parent's child without signalling it."""
+        raise NotImplementedError
+
+    def _close_job_pipe(self) -> None:
+        if self._job_fd is not None:
+            os.close(self._job_fd)
+            self._job_fd = None
+
+    def _forget(self) -> None:
+        with _live_lock:
+            _live.discard(self)
+
+    def send(self, job_line: bytes) -> bool:
+        """Hand the job over; False if the child is gone already (it never saw the job)."""
+        try:
+            if self._job_fd is None:
+                return False
+            os.write(self._job_fd, job_line)  # a few hundred bytes: never blocks
+            return True
+        except OSError:
+            return False
+        finally:
+            self._close_job_pipe()
+
+    def receive(self, deadline: float, max_output: int) -> Outcome:
+        """Read until a whole answer, EOF, the deadline or too much output (the last two
+        kill). Reaps nothing."""
+        output, fd = bytearray(), self._answer_fd
+        timed_out = overflow = False
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                timed_out = True
+                break
+            if not poller.poll(remaining * 1000 + 1):
+                continue
+            try:
+                chunk = os.read(fd, READ_CHUNK)
+            except OSError:  # closed under us (kill_all at exit): as good as EOF
+                chunk = b""
+            if not chunk:
+                break
+            output += chunk
+            if len(output) > max_output:
+                overflow = True
+                break
+            if holds_answer(output):  # handed on as it is: no copy
+                return Outcome(output, None, complete=True, started=True, start=self.start)
+        if timed_out or overflow:
+            self.kill()
+        started = job_started(output)
+        return Outcome(
+            output, None, timed_out=timed_out, overflow=overflow, started=started, start=self.start
+        )
+
+    def finish(self, deadline: float) -> int | None:
+        """Wait for the child's exit (killing it if it outlives the deadline) and reap it."""
+        if not self._exits_by(deadline):
+            self.kill()
+        return self.reap()
+
+    def _exits_by(self, deadline: float) -> bool:
+        """After EOF the child is exiting: wait for that without reaping, up to the deadline."""
+        while True:
+            remaining = deadline - time.monotonic()
+            if self._pidfd is not None:
+                poller = select.poll()
+                poller.register(self._pidfd, select.POLLIN)
+                return bool(poller.poll(max(0.0, remaining) * 1000 + 1))
+            flags = os.WEXITED | os.WNOHANG | os.WNOWAIT
+            if os.waitid(os.P_PID, self.pid, flags) is not None:
+                return True
+            if remaining <= 0:
+                return False
+            time.sleep(0.001)
+
+
+class Child(Handle):
+    """A child process of ours (`subprocess.Popen`, its own session): a cold job's child,
+    or (`template=` its control socket) the template."""
+
+    start = COLD
 
     def __init__(
         self,
@@ -48,12 +163,14 @@ class Child:
         preload: tuple[str, ...] = (),
         warm_up: bool = False,
         env: tuple[str, ...] = (),
+        template: int | None = None,
     ) -> None:
         # -P: the cwd does not go on sys.path. stderr goes nowhere: pypdf can log thousands of
         # lines, and a full pipe would hang the child.
+        options = child_options(preload, warm_up, template=template is not None, parent=os.getpid())
         self.proc = subprocess.Popen(
-            [python, "-P", "-m", CHILD_MODULE, *child_options(preload, warm_up)],
-            stdin=subprocess.PIPE,
+            [python, "-P", "-m", CHILD_MODULE, *options],
+            stdin=subprocess.PIPE if template is None else template,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             close_fds=True,
@@ -62,18 +179,18 @@ class Child:
             bufsize=0,
         )
         self.pid = self.proc.pid
-        self.owner = os.getpid()
-        self._lock = threading.Lock()  # kill vs reap: never signal a reaped (reusable) pid
+        self._job_fd = None if self.proc.stdin is None else self.proc.stdin.fileno()
+        assert self.proc.stdout is not None  # stdout=PIPE
+        self._answer_fd = self.proc.stdout.fileno()
         try:
-            self._pidfd: int | None = os.pidfd_open(self.pid)
+            self._pidfd = os.pidfd_open(self.pid)
         except (AttributeError, OSError):
             self._pidfd = None
-        with _live_lock:
-            _live.add(self)
+        super().__init__()
 
     def wait_ready(self, timeout: float) -> bool:
         """Read the child's "ready" line: its imports are done and it waits for a job."""
-        deadline, line, fd = time.monotonic() + timeout, b"", self.proc.stdout.fileno()
+        deadline, line, fd = time.monotonic() + timeout, b"", self._answer_fd
         poller = select.poll()
         poller.register(fd, select.POLLIN)
         while len(line) < len(READY):
@@ -105,90 +222,28 @@ class Child:
             if self._pidfd is not None:
                 os.close(self._pidfd)
                 self._pidfd = None
+        self._close_pipes()
+        self._forget()
+        return returncode
+
+    def _close_job_pipe(self) -> None:
+        if self.proc.stdin is not None and not self.proc.stdin.closed:
+            self.proc.stdin.close()
+        self._job_fd = None
+
+    def _close_pipes(self) -> None:
         for pipe in (self.proc.stdin, self.proc.stdout):
             if pipe is not None and not pipe.closed:
                 pipe.close()
-        with _live_lock:
-            _live.discard(self)
-        return returncode
+        self._job_fd = None
 
     def disown(self) -> None:
         """In a forked process: let go of the parent's child without signalling it."""
-        for pipe in (self.proc.stdin, self.proc.stdout):
-            pipe.close()
+        self._close_pipes()
         if self._pidfd is not None:
             os.close(self._pidfd)
             self._pidfd = None
         self.proc.returncode = 0  # not ours to wait for
-
-    def send(self, job_line: bytes) -> bool:
-        """Hand the job over; False if the child is gone already (it never saw the job)."""
-        try:
-            os.write(self.proc.stdin.fileno(), job_line)  # a few hundred bytes: never blocks
-            self.proc.stdin.close()
-            return True
-        except (BrokenPipeError, ValueError, OSError):
-            return False
-
-    def receive(
-        self, deadline: float, max_output: int, meanwhile: Callable[[], None] | None = None
-    ) -> Outcome:
-        """Read until a whole answer, EOF, the deadline or too much output (the last two kill);
-        `meanwhile()` runs once if the answer takes over SLOW seconds. Reaps nothing."""
-        output, fd = bytearray(), self.proc.stdout.fileno()
-        timed_out = overflow = False
-        poller = select.poll()
-        poller.register(fd, select.POLLIN)
-        slow = time.monotonic() + SLOW
-        while True:
-            now = time.monotonic()
-            remaining = deadline - now
-            if remaining <= 0:
-                timed_out = True
-                break
-            if meanwhile is not None and now >= slow:
-                meanwhile()
-                meanwhile = None
-            wait = remaining if meanwhile is None else min(remaining, slow - now)
-            if not poller.poll(wait * 1000 + 1):
-                continue
-            try:
-                chunk = os.read(fd, READ_CHUNK)
-            except OSError:  # closed under us (kill_all at exit): as good as EOF
-                chunk = b""
-            if not chunk:
-                break
-            output += chunk
-            if len(output) > max_output:
-                overflow = True
-                break
-            if holds_answer(output):  # handed on as it is: no copy
-                return Outcome(output, None, complete=True, started=True)
-        if timed_out or overflow:
-            self.kill()
-        started = job_started(output)
-        return Outcome(output, None, timed_out=timed_out, overflow=overflow, started=started)
-
-    def finish(self, deadline: float) -> int:
-        """Wait for the child's exit (killing it if it outlives the deadline) and reap it."""
-        if not self._exits_by(deadline):
-            self.kill()
-        return self.reap()
-
-    def _exits_by(self, deadline: float) -> bool:
-        """After EOF the child is exiting: wait for that without reaping, up to the deadline."""
-        while True:
-            remaining = deadline - time.monotonic()
-            if self._pidfd is not None:
-                poller = select.poll()
-                poller.register(self._pidfd, select.POLLIN)
-                return bool(poller.poll(max(0.0, remaining) * 1000 + 1))
-            flags = os.WEXITED | os.WNOHANG | os.WNOWAIT
-            if os.waitid(os.P_PID, self.pid, flags) is not None:
-                return True
-            if remaining <= 0:
-                return False
-            time.sleep(0.001)
 
 
 # What the interpreter needs to start and find its packages, and the locale it decodes paths
@@ -216,7 +271,7 @@ def child_env(names: tuple[str, ...] = ()) -> dict[str, str]:
     return env
 
 
-_live: set[Child] = set()  # every unreaped child, killed at exit
+_live: set[Handle] = set()  # every unreaped child, killed at exit
 _live_lock = threading.Lock()
 
 
@@ -225,20 +280,19 @@ class JobRun:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._child: Child | None = None
+        self._child: Handle | None = None
         self.cancelled = False
 
     def run(
         self,
-        start: Callable[[], Child],
+        start: Callable[[], Handle],
         job_line: bytes,
         deadline: float,
         max_output: int,
         deliver: Callable[[Outcome], None],
-        refill: Callable[[], None],
     ) -> None:
         """In a worker thread: a child from `start()` takes the job (a second one if the first
-        was gone), its answer goes to `deliver`, then `refill()` runs. Reaps the child."""
+        was gone), its answer goes to `deliver`. Reaps the child."""
         outcome = Outcome(b"", None, lost=True)
         for _attempt in range(2):
             if self.cancelled:
@@ -256,23 +310,21 @@ class JobRun:
                     child.kill()
                     child.reap()
                     continue
-                outcome = child.receive(deadline, max_output, refill)
+                outcome = child.receive(deadline, max_output)
             except BaseException:
                 child.kill()
                 child.reap()
                 raise
             if outcome.complete and not self.cancelled:
                 deliver(outcome)  # before the reaping: the caller skips the child's teardown
-                refill()
                 child.finish(deadline)
                 return
             # Every other ending: the child is reaped, then the outcome delivered.
             outcome.returncode = child.finish(deadline)
             if outcome.started or outcome.timed_out or outcome.overflow:
                 break
-            outcome.lost = True  # died before it read the job (e.g. a spare killed just now)
+            outcome.lost = True  # died before it read the job (e.g. killed just now)
         deliver(outcome)
-        refill()
 
     def cancel(self) -> None:
         """Kill the job's child (now, or as soon as it exists); its thread then reaps it."""
@@ -282,7 +334,7 @@ class JobRun:
                 self._child.kill()
 
 
-def drop(child: Child) -> None:
+def drop(child: Handle) -> None:
     """End a child that has no job (kill its group, reap it)."""
     child.kill()
     child.reap()

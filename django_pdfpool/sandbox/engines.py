@@ -17,7 +17,7 @@ from .wire import DEFAULT_MAX_TEXT_BYTES, METADATA_CHARS, METADATA_KEYS
 
 HEADER_WINDOW = 1024  # readers accept "%PDF-" anywhere in the first kilobyte
 
-# A one-page document run through an engine at start-up so that a spare child has already
+# A one-page document run through an engine at start-up so that a forked child has already
 # paid for pypdf's lazy imports and first-use caches before its real job arrives.
 WARM_UP_PDF = (
     b"%PDF-1.4\n1 0 obj<</Type/Catalog/Pages 2 0 R>>endobj\n"

@@ -16,13 +16,13 @@ import tempfile
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from functools import partial
 from typing import Any, Literal, NoReturn
 
 from ..exceptions import ExtractionError
-from .child_process import JobRun, Outcome
-from .spares import WarmChildren
+from .child_process import COLD, JobRun, Outcome
+from .template import ChildStarts, Template
 from .wire import (
     DEFAULT_MAX_TEXT_BYTES,
     ENGINES,
@@ -66,6 +66,9 @@ class Extraction:
     elapsed: float  # seconds, measured in the child from job receipt to answer
     peak_rss: int  # bytes, the child's peak resident set
     text_truncated: bool = False  # cut at max_text_bytes (`truncated` is then True too)
+    # How the child started: "forked" from the warm template, or "cold" (a new interpreter).
+    # Not part of the result: left out of as_dict() and of comparisons.
+    child_start: str = field(default=COLD, compare=False)
 
     def __post_init__(self) -> None:
         if type(self.pages) is not tuple:
@@ -106,52 +109,52 @@ class Extraction:
         return cls(**{name: value for name, value in values.items() if name != "text"})
 
 
-_spares = WarmChildren(spares=1)  # the process's warm spare children
+_template = Template()  # the process's template, forking warm children
 _tmp_dir: str | None = None
 _UNSET: Any = object()
 
 
 def configure(
     *,
-    spares: int | None = None,
+    warm: bool | None = None,
     tmp_dir: str | os.PathLike[str] | None = _UNSET,
     python: str | None = None,
     child_env: tuple[str, ...] | list[str] | None = None,
 ) -> None:
-    """Set the number of warm spares (0 turns them off), the directory for temporary copies
-    of byte sources (None: tempfile's default), the interpreter children run on, and the
-    names of environment variables they get besides the minimum (`child_process.BASE_ENV`)."""
+    """Whether children are forked from a warm template (False: each job starts a new
+    interpreter), the directory for temporary copies of byte sources (None: tempfile's
+    default), the interpreter children run on, and the names of environment variables they
+    get besides the minimum (`child_process.BASE_ENV`)."""
     global _tmp_dir
+    names = None
     if child_env is not None:
         names = tuple(child_env)
         if not all(isinstance(n, str) and n and "=" not in n for n in names):
             raise ValueError("child_env must be names of environment variables")
-        if names != _spares.env:
-            _spares.env = names
-            count = _spares.spares
-            _spares.resize(0)  # spares started with the old environment go
-            _spares.resize(count)
-    if spares is not None:
-        _spares.resize(spares)
+    _template.configure(enabled=warm, python=python, env=names)
     if tmp_dir is not _UNSET:
         _tmp_dir = None if tmp_dir is None else os.fspath(tmp_dir)
-    if python is not None:
-        _spares.python = python
 
 
 def prewarm() -> None:
-    """Start the configured spares now instead of on the first extraction."""
-    _spares.prewarm()
+    """Start the template now instead of at the first extraction."""
+    _template.prewarm()
 
 
 def shutdown() -> None:
-    """End every spare (also done at exit); `configure(spares=n)` starts them again."""
-    _spares.shutdown()
+    """End the template (also done at exit); `configure(warm=True)` has it start again."""
+    _template.shutdown()
 
 
-def spare_pids() -> list[int]:
-    """Process ids of the spares waiting for a job."""
-    return _spares.pids()
+def child_starts() -> ChildStarts:
+    """How this process's children started (forked, cold) and its template's pid."""
+    return _template.status()
+
+
+def idle_pids() -> list[int]:
+    """The idle process waiting to serve jobs: the template's pid, once it is ready."""
+    pid = _template.pid()
+    return [] if pid is None else [pid]
 
 
 async def extract(
@@ -248,21 +251,16 @@ def _work(
                 os.unlink(path)
         future.set_result(outcome)
 
-    start = partial(_spares.take if warm else _spares.start_cold, job.engine)
-    refill = _spares.refill if warm else _no_refill
+    start = partial(_template.child, job.engine, warm)
     max_output = answer_limit(job.max_text_bytes)  # beyond it: too_large, and killed
     try:
-        run.run(start, job_line, deadline, max_output, deliver, refill)
+        run.run(start, job_line, deadline, max_output, deliver)
     except BaseException as exc:  # a bug, not a PDF: its child is reaped, the copy removed
         if not future.done():
             if owned:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(path)
             future.set_exception(exc)
-
-
-def _no_refill() -> None:
-    """A cold job's refill: it took no spare, so none is to be replaced."""
 
 
 def _job_file(source: Any, memory_limit: int) -> tuple[str, bool]:
@@ -307,13 +305,13 @@ def _conclude(outcome: Outcome, engine: str) -> Extraction:
     answer = decode_answer(output)  # empties the buffer before the pages are parsed
     del output
     if isinstance(answer, Extracted):
-        return _extraction(answer)
+        return _extraction(answer, outcome.start)
     if answer is not None:
         raise answer  # the child's own failure, with its code and figures
     raise _ending_without_answer(outcome, engine)
 
 
-def _extraction(answer: Extracted) -> Extraction:
+def _extraction(answer: Extracted, child_start: str) -> Extraction:
     """The public result for a child's answer (its text is joined only when asked for)."""
     return Extraction(
         sha256=answer.sha256,
@@ -324,6 +322,7 @@ def _extraction(answer: Extracted) -> Extraction:
         text_truncated=answer.text_truncated,
         elapsed=answer.elapsed,
         peak_rss=answer.peak_rss,
+        child_start=child_start,
     )
 
 

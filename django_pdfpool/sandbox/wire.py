@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..exceptions import EXTRACTION_MESSAGES, ExtractionError
 
@@ -25,19 +25,38 @@ ANSWER_OVERHEAD = METADATA_KEYS * (2 * METADATA_CHARS * 6 + 6) + (64 << 10)
 DETAIL_CHARS = 200  # of a failure's detail, as the parent keeps it
 PRELOAD_OPTION = "--preload"  # followed by an engine to import before the job arrives
 WARM_UP_OPTION = "--warm-up"  # run a tiny document through the engines before READY
+TEMPLATE_OPTION = "--template"  # fork one child per request instead of doing a job
+PARENT_OPTION = "--parent"  # followed by the parent's pid: die with it
 _LONE_SURROGATES = re.compile("[\ud800-\udfff]")
 
 
-def child_options(preload: tuple[str, ...], warm_up: bool) -> list[str]:
-    """The child's command-line options: engines to import at start-up, and whether to warm up."""
+class ChildOptions(NamedTuple):
+    """A child's command line, parsed: what to preload, whether to warm up, its role."""
+
+    preload: tuple[str, ...]
+    warm_up: bool
+    template: bool = False
+    parent: int | None = None
+
+
+def child_options(
+    preload: tuple[str, ...], warm_up: bool, *, template: bool = False, parent: int | None = None
+) -> list[str]:
+    """The child's command-line options: engines to import at start-up, whether to warm up,
+    whether it is the template, and the parent to die with."""
     options = [part for engine in preload for part in (PRELOAD_OPTION, engine)]
-    return [*options, WARM_UP_OPTION] if warm_up else options
+    if warm_up:
+        options.append(WARM_UP_OPTION)
+    if template:
+        options.append(TEMPLATE_OPTION)
+    return [*options, PARENT_OPTION, str(parent)] if parent is not None else options
 
 
-def read_child_options(argv: list[str]) -> tuple[tuple[str, ...], bool]:
-    """The engines to preload and the warm-up flag, from `child_options()`'s list."""
+def read_child_options(argv: list[str]) -> ChildOptions:
+    """The options `child_options()` wrote."""
     preload = tuple(argv[i + 1] for i, arg in enumerate(argv) if arg == PRELOAD_OPTION)
-    return preload, WARM_UP_OPTION in argv
+    parent = next((int(argv[i + 1]) for i, a in enumerate(argv) if a == PARENT_OPTION), None)
+    return ChildOptions(preload, WARM_UP_OPTION in argv, TEMPLATE_OPTION in argv, parent)
 
 
 @dataclass(frozen=True)
@@ -185,5 +204,6 @@ def holds_answer(output: bytes | bytearray) -> bool:
 
 
 def job_started(output: bytes | bytearray) -> bool:
-    """Whether the child said it read its job (a spare's READY was read before the job)."""
+    """Whether the child said it read its job (a cold child says READY first; a forked
+    child, whose template said it long ago, does not)."""
     return output.startswith(STARTED) or output.startswith(READY + STARTED)

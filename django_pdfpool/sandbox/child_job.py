@@ -1,0 +1,146 @@
+"""Child side: one job read from a pipe, limited, done and answered; then the process exits.
+
+The common path of a cold child and of a child forked from the template (template_main).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import resource
+import signal
+import stat
+import time
+from typing import NoReturn
+
+from ..exceptions import ExtractionError
+from .engines import classify, configure_pypdf, decompression_cap, extract_pages, preload
+from .wire import STARTED, Answer, Extracted, Job, decode_job, encode_answer
+
+CPU_MARGIN = 1  # seconds of CPU time granted beyond the job's timeout before SIGXCPU
+ALARM_MARGIN = 2  # seconds of wall time beyond the timeout before the child's own SIGALRM
+PR_SET_PDEATHSIG = 1  # prctl(2): the signal this process gets when its parent (thread) dies
+
+
+def die_with_parent(parent: int, signum: int) -> None:
+    """Ask the kernel for `signum` once the parent dies; exit now if it is already gone.
+    (The parent is the thread that started this process: it must outlive it.)"""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signum, 0, 0, 0)
+    except (OSError, AttributeError):  # not Linux: the parent's pipes still end the process
+        pass
+    if os.getppid() != parent:
+        os._exit(0)
+
+
+def limit_self(memory_limit: int, timeout: float) -> None:
+    """Address space, CPU seconds from now, a wall-clock alarm, and no core files."""
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    _lower(resource.RLIMIT_AS, memory_limit)
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    soft = math.ceil(usage.ru_utime + usage.ru_stime + timeout) + CPU_MARGIN
+    _lower(resource.RLIMIT_CPU, soft, soft + 1)  # SIGXCPU at soft, SIGKILL at hard
+    # If the parent dies mid-job nobody kills this process at the deadline: the alarm does.
+    signal.alarm(math.ceil(timeout) + ALARM_MARGIN)
+
+
+def _lower(kind: int, soft: int, hard: int | None = None) -> None:
+    """Set a limit, never above the hard limit this process inherited."""
+    _, current_hard = resource.getrlimit(kind)
+    hard = soft if hard is None else hard
+    if current_hard != resource.RLIM_INFINITY:
+        soft, hard = min(soft, current_hard), min(hard, current_hard)
+    resource.setrlimit(kind, (soft, hard))
+
+
+def read_document(path: str) -> bytes:
+    """The whole file, refusing anything but a regular file (a FIFO or a device would hang)."""
+    # O_NONBLOCK keeps even the open() of a FIFO from waiting.
+    with open(os.open(path, os.O_RDONLY | os.O_NONBLOCK), "rb", buffering=0) as handle:
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            raise ExtractionError("not_a_pdf", detail="not a regular file")
+        return handle.read()
+
+
+def run_job(job: Job) -> Answer:
+    """Read, hash and extract the job's file; every ending becomes an answer, none is raised."""
+    try:
+        preload(job.engine)  # at once if preloaded; imported here otherwise
+        configure_pypdf(decompression_cap(job.memory_limit))
+        data = read_document(job.path)
+        # Hashed here, over the very bytes that are parsed: the parent never reads the file.
+        digest = hashlib.sha256(data).hexdigest()
+        text = extract_pages(
+            job.engine,
+            data,
+            max_pages=job.max_pages,
+            refuse=job.refuse,
+            max_text_bytes=job.max_text_bytes,
+        )
+        return Extracted(sha256=digest, **text)
+    except BaseException as exc:
+        code, detail = classify(exc)
+    # Out of the except block: the traceback and the frames holding the document are freed.
+    return ExtractionError(code, detail=detail)
+
+
+def peak_rss() -> int:
+    """Bytes: VmHWM, this process's own peak (ru_maxrss would count the parent's at spawn)."""
+    try:
+        with open("/proc/self/status", "rb") as status:
+            for line in status:
+                if line.startswith(b"VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError, MemoryError):
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def write_all(fd: int, data: bytes) -> None:
+    """Write every byte of `data`, however many writes the pipe takes."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def read_line(fd: int) -> bytes:
+    """Bytes up to and including the first newline, or all there was before EOF."""
+    line = b""
+    while not line.endswith(b"\n"):
+        chunk = os.read(fd, 1 << 16)
+        if not chunk:
+            break
+        line += chunk
+    return line
+
+
+def serve_job(stdin: int = 0, stdout: int = 1) -> NoReturn:
+    """Wait for the job line, limit this process, say STARTED, answer, exit (no teardown)."""
+    line = read_line(stdin)
+    if not line.strip():  # EOF: the parent is gone or discarded this child
+        os._exit(0)
+    started = time.perf_counter()
+    job = decode_job(line)
+    limit_self(job.memory_limit, job.timeout)
+    write_all(stdout, STARTED)
+    answer = run_job(job)
+    answer.elapsed = time.perf_counter() - started
+    answer.peak_rss = peak_rss()
+    try:
+        data = encode_answer(answer)
+    except MemoryError:
+        del answer
+        data = encode_answer(
+            ExtractionError(
+                "too_large",
+                detail="MemoryError",
+                elapsed=time.perf_counter() - started,
+                peak_rss=peak_rss(),
+            )
+        )
+    write_all(stdout, data)
+    # No interpreter teardown: the parent has its answer, and the memory goes back anyway.
+    os._exit(0)
