@@ -15,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from django.contrib.auth.models import Permission
+from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client
 
 from django_pdfpool import get_pool, process_pool
@@ -22,6 +23,7 @@ from django_pdfpool.admission import history
 from django_pdfpool.admission.history import Recorder
 from django_pdfpool.admission.snapshot import Counters, DurationSummary, PoolSnapshot
 from django_pdfpool.status import page as status_page
+from tests import pdfs
 from tests.conftest import held_requests, wait_until
 from tests.test_decorator import JSON, held_key, post
 from tests.views import HELD
@@ -228,11 +230,38 @@ def test_the_json_fields_are_the_documented_ones(pdfpool, users):
         "backend", "cluster", "children",
     }  # fmt: skip
     assert data["scope"] == "process" and data["counted_since"] <= data["taken_at"]
-    assert data["children"] is None  # until the sandbox reports how children started
+    assert set(data["children"]) == {"forked", "cold", "template", "restarts"}
     assert set(data["history"]) == {"interval", "window", "t", "running", "queued", "refused"}
     assert set(data["counters"]) == set(Counters.__dataclass_fields__)
     assert set(data["run_time"]) == {"count", "mean", "p95", "max"}
     assert (data["timeout"], data["memory_limit"]) == (30.0, 512 * 1024 * 1024)
+
+
+def test_the_children_block_counts_how_extraction_children_started(pdfpool, users):
+    """A cold child without WARM_CHILDREN, a forked one with it; the template's pid."""
+    from django_pdfpool.extraction import child_starts
+
+    def children() -> dict:
+        return (
+            client_for(users["staff_with_perm"])
+            .get(URL, {"format": "json"}, **JSON)
+            .json()["children"]
+        )
+
+    before = children()
+    assert before["template"].startswith("off")
+    upload = {"file": SimpleUploadedFile("a.pdf", pdfs.simple(["cold"]), "application/pdf")}
+    assert Client().post("/sync/", upload, **JSON).status_code == 200
+    assert children()["cold"] == before["cold"] + 1
+    pdfpool(WARM_CHILDREN=True)
+    upload = {"file": SimpleUploadedFile("w.pdf", pdfs.simple(["first"]), "application/pdf")}
+    assert Client().post("/sync/", upload, **JSON).status_code == 200  # starts the template
+    wait_until(lambda: child_starts().template_pid is not None, timeout=30)
+    assert children()["template"] == f"pid {child_starts().template_pid}"
+    warm = children()
+    upload = {"file": SimpleUploadedFile("b.pdf", pdfs.simple(["forked"]), "application/pdf")}
+    assert Client().post("/sync/", upload, **JSON).status_code == 200
+    assert children()["forked"] == warm["forked"] + 1
 
 
 def test_a_signed_in_caller_is_shown_by_name(pdfpool, users):

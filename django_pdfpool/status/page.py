@@ -19,6 +19,7 @@ from django.db import DatabaseError
 
 from ..admission.snapshot import ClusterSnapshot
 from ..conf import get_settings
+from ..extraction import child_starts
 from ..process_pool import get_pool, recorder
 
 SHORT_HEX = 12  # hex digits of a key's digest shown on the page; the full key is a tooltip
@@ -115,10 +116,20 @@ def _cluster(cluster: ClusterSnapshot | None) -> dict[str, Any] | None:
     }
 
 
-def _children() -> dict[str, Any] | None:
-    """How this process's extraction children started (the sandbox's figures), for the
-    page's "children" block; None until the sandbox offers them."""
-    return None
+def _children() -> dict[str, Any]:
+    """How this process's extraction children started, for the page's "children" block:
+    forked from the warm template or cold, the template's pid, and its restarts."""
+    starts = child_starts()
+    if not starts.enabled:
+        template = "off (WARM_CHILDREN is False)"
+    else:
+        template = "starting" if starts.template_pid is None else f"pid {starts.template_pid}"
+    return {
+        "forked": starts.forked,
+        "cold": starts.cold,
+        "template": template,
+        "restarts": max(0, starts.template_starts - 1),
+    }
 
 
 _USER_CALLER = re.compile(r"user:(\d+)\Z")  # what callers.user_or_ip gives a signed-in user
