@@ -10,6 +10,6 @@ nox.options.reuse_existing_virtualenvs = True
 
 @nox.session(python=["3.12", "3.13"])
 def tests(session: nox.Session) -> None:
-    session.install("-e", ".[test]", "django>=6.0,<7")
+    session.install("-e", ".[test,docs]", "django>=6.0,<7")
     session.run("python", "-c", "import django; print('Django', django.get_version())")
     session.run("python", "-m", "pytest", *session.posargs)
