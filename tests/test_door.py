@@ -4,6 +4,7 @@ body that fails the test if anything reads it."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import io
@@ -15,13 +16,16 @@ from django.test import Client
 
 from django_pdfpool import get_pool
 from django_pdfpool.admission.ledger import Ledger
+from django_pdfpool.admission.local import Pool
 from django_pdfpool.admission.snapshot import Pressure
 from django_pdfpool.door.headers import UploadHeaders, format_digest, parse_digest
 from django_pdfpool.door.rules import MULTIPART_SLACK, Arrivals, Ticket, decide
 from django_pdfpool.exceptions import BadDigest, PoolBusy, PoolClosed, UploadTooLarge
 from tests import pdfs
-from tests.conftest import held_requests, wait_until
+from tests.conftest import held, held_requests, until, wait_until
 from tests.views import HELD
+
+pytest_plugins = ["tests.redis_fixtures"]
 
 MiB = 1024 * 1024
 JSON = {"HTTP_ACCEPT": "application/json"}
@@ -328,3 +332,42 @@ def test_refusal_view_answers_for_the_decorator_the_middleware_and_the_door(pdfp
     # a view's own answer= still wins over the setting
     own = unread_post("/own-answers/", 1000)
     assert own.status_code == 418 and own.json()["mine"] == "closed"
+
+
+# --- what the door reads of each pool ------------------------------------------------
+
+
+def check_pressure(pool) -> None:
+    """One slot, one queue place: free places, the key in flight, closed; a door refusal
+    counted in the pool's counters."""
+    gate = threading.Event()
+
+    async def scenario():
+        assert pool.pressure("k1") == Pressure(False, 2, False, pool.pressure().retry_after)
+        running = asyncio.ensure_future(pool.run("k1", "c1", held("r1", gate)))
+        await until(lambda: pool.running() == 1)
+        after_one = pool.pressure("k1")
+        assert (after_one.free, after_one.in_flight) == (1, True)
+        assert pool.pressure("k2").in_flight is False
+        queued = asyncio.ensure_future(pool.run("k2", "c2", held("r2", gate)))
+        await until(lambda: pool.queued() == 1)
+        full = pool.pressure(None)
+        assert full.free == 0 and full.retry_after > 0
+        pool.count_refusal(PoolBusy("at the door"))
+        await until(lambda: pool.snapshot().counters.refused_busy == 1)  # Redis: soon
+        gate.set()
+        assert await running == "r1" and await queued == "r2"
+        pool.close()
+        assert pool.pressure().closed
+
+    asyncio.run(scenario())
+
+
+def test_the_local_pool_tells_the_door_its_pressure():
+    check_pressure(Pool(1, 1, 10.0))
+
+
+def test_the_redis_pool_tells_the_door_the_clusters_pressure(make_pool):
+    pool = make_pool(1, 1, 10.0)
+    assert pool.blocking_reads
+    check_pressure(pool)

@@ -166,8 +166,13 @@ class RedisPool:
         return dataclasses.replace(self._local.pressure(key), closed=closed)
 
     def count_refusal(self, refusal: PoolBusy | PoolClosed) -> None:
-        """Count a refusal the door gave in this pool's name (this process's counters)."""
-        self._books.count(delivery.counter_of(refusal))
+        """Count a refusal the door gave in this pool's name: in this process's counters,
+        and a busy one in the cluster's too (closed is a process's own, as in the scripts)."""
+        name = delivery.counter_of(refusal)
+        self._books.count(name)
+        if name == "refused_busy" and self.mode == REDIS:
+            side = self._side
+            call_in_job_loop(lambda: side.tasks.quietly(side.link.call("refused", name)))
 
     def _read(self, shared: Callable[[], int], here: Callable[[], int]) -> int:
         """One brief blocking read from Redis (any thread); this process's figure

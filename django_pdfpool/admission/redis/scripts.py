@@ -7,7 +7,7 @@ from __future__ import annotations
 from importlib.resources import files
 from typing import Any, NamedTuple
 
-MUTATING = ("admit", "leave", "finish", "expire", "drop", "beat", "unregister")
+MUTATING = ("admit", "leave", "finish", "expire", "drop", "beat", "unregister", "refused")
 READING = ("collect", "view")
 
 

@@ -1,0 +1,5 @@
+-- A refusal given in the pool's name without a call to admit.lua (the door's, from a
+-- request's headers): counted in the cluster's books like the scripts' own.
+-- ARGV: ME LEASE SLOTS NAME (a counter: refused_busy) -> {}
+tally(ARGV[4], 1)
+return {}
