@@ -1,4 +1,5 @@
-"""A real uvicorn server in a child process, on a free loopback port, for end-to-end tests."""
+"""Real servers (uvicorn, gunicorn) in a child process, on a free loopback port, for
+end-to-end tests."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 _LISTENING = re.compile(rb"Uvicorn running on http://127\.0\.0\.1:(\d+)")
+_GUNICORN_LISTENING = re.compile(rb"Listening at: http://127\.0\.0\.1:(\d+)")
 
 
 class Server:
@@ -42,22 +44,37 @@ def uvicorn(
     timeout: float = 30.0,
 ) -> Iterator[Server]:
     """Serve ``app`` with uvicorn on 127.0.0.1 and a free port; stop it (SIGTERM) afterwards."""
+    command = [sys.executable, "-m", "uvicorn", app, "--host", "127.0.0.1", "--port", "0"]
+    command += ["--lifespan", "on", "--no-access-log"]
+    with _serve(command, _LISTENING, pdfpool, env, cwd, timeout) as server:
+        yield server
+
+
+@contextmanager
+def gunicorn(
+    app: str = "tests.wsgi:application", *, pdfpool: dict | None = None, timeout: float = 30.0
+) -> Iterator[Server]:
+    """Serve the WSGI ``app`` with gunicorn (one worker, four threads) on a free port."""
+    command = [sys.executable, "-m", "gunicorn", app, "-b", "127.0.0.1:0", "-k", "gthread"]
+    command += ["--threads", "4", "--workers", "1"]
+    env = {"DJANGO_SETTINGS_MODULE": "tests.settings"}
+    with _serve(command, _GUNICORN_LISTENING, pdfpool, env, ROOT, timeout) as server:
+        yield server
+
+
+@contextmanager
+def _serve(
+    command: list[str],
+    listening: re.Pattern[bytes],
+    pdfpool: dict | None,
+    env: dict[str, str] | None,
+    cwd: Path,
+    timeout: float,
+) -> Iterator[Server]:
+    """Run ``command`` until its log says it listens (``listening`` gives the port)."""
     environment = {**os.environ, **(env or {})}
     if pdfpool is not None:
         environment["PDFPOOL_JSON"] = json.dumps(pdfpool)
-    command = [
-        sys.executable,
-        "-m",
-        "uvicorn",
-        app,
-        "--host",
-        "127.0.0.1",
-        "--port",
-        "0",
-        "--lifespan",
-        "on",
-        "--no-access-log",
-    ]
     process = subprocess.Popen(
         command, cwd=cwd, env=environment, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL
     )
@@ -68,7 +85,7 @@ def uvicorn(
     def drain() -> None:  # keep reading: a full pipe would block the server
         for line in process.stderr:
             log.append(line)
-            match = _LISTENING.search(line)
+            match = listening.search(line)
             if match and not found.is_set():
                 port.append(int(match.group(1)))
                 found.set()
@@ -77,7 +94,9 @@ def uvicorn(
     reader.start()
     try:
         if not found.wait(timeout):
-            raise RuntimeError("uvicorn did not start:\n" + b"".join(log).decode(errors="replace"))
+            raise RuntimeError(
+                f"{command[2]} did not start:\n" + b"".join(log).decode(errors="replace")
+            )
         yield Server(process, port[0], log)
     finally:
         if process.poll() is None:

@@ -7,14 +7,8 @@ from __future__ import annotations
 import concurrent.futures
 import hashlib
 import json
-import os
-import re
 import select
-import signal
 import socket
-import subprocess
-import sys
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -25,7 +19,7 @@ import pytest
 
 from django_pdfpool.door.headers import format_digest
 from tests import pdfs
-from tests.servers import ROOT, read_all_sent, uvicorn, wait_for
+from tests.servers import gunicorn, read_all_sent, uvicorn, wait_for
 
 MiB = 1024 * 1024
 LIMIT = MiB  # MAX_UPLOAD_SIZE of these servers
@@ -255,53 +249,9 @@ def test_a_raw_body_upload_extracts_and_a_lying_digest_runs_nothing(server):
 # --- gunicorn (WSGI: AdmissionMiddleware) --------------------------------------------
 
 
-@contextmanager
-def gunicorn(pdfpool: dict) -> Iterator[tuple[str, subprocess.Popen]]:
-    environment = {
-        **os.environ,
-        "PDFPOOL_JSON": json.dumps(pdfpool),
-        "DJANGO_SETTINGS_MODULE": "tests.settings",
-    }
-    command = [
-        sys.executable,
-        "-m",
-        "gunicorn",
-        "tests.wsgi:application",
-        "-b",
-        "127.0.0.1:0",
-        "-k",
-        "gthread",
-        "--threads",
-        "4",
-        "--workers",
-        "1",
-    ]
-    process = subprocess.Popen(
-        command, cwd=ROOT, env=environment, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL
-    )
-    found: list[int] = []
-    ready = threading.Event()
-
-    def drain() -> None:
-        for line in process.stderr:
-            match = re.search(rb"Listening at: http://127\.0\.0\.1:(\d+)", line)
-            if match and not ready.is_set():
-                found.append(int(match[1]))
-            if b"Booting worker" in line:
-                ready.set()
-
-    reader = threading.Thread(target=drain, daemon=True)
-    reader.start()
-    try:
-        assert ready.wait(30), "gunicorn did not start"
-        yield f"http://127.0.0.1:{found[0]}", process
-    finally:
-        process.send_signal(signal.SIGTERM)
-        process.wait(30)
-
-
 def test_gunicorn_refuses_from_the_headers_too(staged):
-    with gunicorn(settings(staged)) as (url, _):
+    with gunicorn(pdfpool=settings(staged)) as server:
+        url = server.url
         wait_for(lambda: _up(url), PATIENCE)
         with connect(port_of(url)) as sock:
             sock.sendall(form_head("/sync/", 200 * MiB))
