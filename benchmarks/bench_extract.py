@@ -1,4 +1,5 @@
-"""Extraction cost, side by side in one run: in-process pypdf, the former warm spare, the template.
+"""Extraction cost, side by side in one run: in-process pypdf, the former warm spare, the template
+forking on demand, and the template with ready children.
 
     .venv/bin/python benchmarks/bench_extract.py [CORPUS_DIR] [--repeat N] [--burst N]
 
@@ -8,13 +9,15 @@
   load) until at least `--burst` jobs (40) have run, over the corpus' small files, then over
   the 117-page file; every job's latency is divided by the in-process time of its file.
 - **RSS at rest**: the resident set of the idle process each design keeps (a spare, or the
-  template), once settled.
+  template), once settled; for "ready", also with its ready children (between jobs).
 
 Modes alternate run by run (single) and burst by burst, so that noise from other processes
 hits them alike. "spare" is the design before the template (one spare child, warmed up,
-replaced in the background once taken), rebuilt here from the cold child's own parts. In
-process, bursts run in SLOTS threads (the GIL lets one parse at a time): that column shows
-what the same burst costs without children.
+replaced in the background once taken), rebuilt here from the cold child's own parts.
+"template" is the template with no ready children (every job's child forked on request, as
+first committed); "ready" the template keeping ready children (forked, warmed up, waiting:
+the current design). In process, bursts run in SLOTS threads (the GIL lets one parse at a
+time): that column shows what the same burst costs without children.
 """
 
 from __future__ import annotations
@@ -38,13 +41,14 @@ from django_pdfpool import extraction
 from django_pdfpool.extraction import ExtractionError, extract
 from django_pdfpool.sandbox import extract as sandbox
 from django_pdfpool.sandbox.child_process import Child, Handle, drop
+from django_pdfpool.sandbox.engines import WARM_UP_PDF
 from django_pdfpool.sandbox.template import Template
 
 ROOT = Path(__file__).resolve().parents[1]
 LIMITS = {"timeout": 60.0, "memory_limit": 1 << 30}
 BIG = "009-pdflatex-geotopo/GeoTopo-komprimiert.pdf"  # the 117-page file
 SMALL_MAX = 200_000  # bytes: the corpus' small files
-MODES = ("in", "spare", "template")
+MODES = ("in", "spare", "template", "ready")
 
 
 class Spares:
@@ -114,12 +118,18 @@ async def child_job(path: Path) -> float:
 
 
 class Bench:
-    """The three modes, switched by swapping the sandbox's child source."""
+    """The four modes, switched by swapping the sandbox's child source."""
 
     def __init__(self) -> None:
-        self.sources: dict[str, Any] = {"spare": Spares(), "template": Template()}
+        on_demand = Template()
+        on_demand.max_ready = 0
+        self.sources: dict[str, Any] = {
+            "spare": Spares(),
+            "template": on_demand,
+            "ready": Template(),
+        }
 
-    async def use(self, mode: str) -> None:
+    async def use(self, mode: str, single: bool = False) -> None:
         """Make `mode` the sandbox's source of children and wait until it is settled."""
         if mode == "in":
             return
@@ -131,9 +141,15 @@ class Bench:
             source.prewarm()
         while source.pid() is None:
             await asyncio.sleep(0.005)
+        if mode == "ready" and single:  # a ready child waits, as after a job a while ago
+            if len(source.idle_pids()) < 2:  # none (they leave after 5 s idle): have one made
+                with contextlib.suppress(ExtractionError):
+                    await extract(WARM_UP_PDF, **LIMITS)
+            while len(source.idle_pids()) < 2:
+                await asyncio.sleep(0.005)
 
     async def single(self, mode: str, path: Path) -> float:
-        await self.use(mode)
+        await self.use(mode, single=True)
         return timed(path) if mode == "in" else await child_job(path)
 
     async def burst(self, mode: str, slots: int, paths: list[Path], jobs: int) -> list[tuple]:
@@ -155,13 +171,23 @@ class Bench:
         return results
 
     def rss_at_rest(self, mode: str) -> int:
-        pid = self.sources[mode].pid()
-        with open(f"/proc/{pid}/status") as status:
-            return next(int(line.split()[1]) * 1024 for line in status if line[:6] == "VmRSS:")
+        return rss(self.sources[mode].pid())
 
     def close(self) -> None:
         for source in self.sources.values():
             source.shutdown()
+
+
+def rss(pid: int | None) -> int:
+    """Bytes: the process's resident set (VmRSS)."""
+    with open(f"/proc/{pid}/status") as status:
+        return next(int(line.split()[1]) * 1024 for line in status if line[:6] == "VmRSS:")
+
+
+def pss(pid: int) -> int:
+    """Bytes: the process's proportional set (shared pages split among their sharers)."""
+    with open(f"/proc/{pid}/smaps_rollup") as rollup:
+        return next(int(line.split()[1]) * 1024 for line in rollup if line[:4] == "Pss:")
 
 
 def pct(values: list[float], q: float) -> float:
@@ -196,11 +222,19 @@ async def bench(corpus: Path, repeat: int, burst_jobs: int) -> dict[str, Any]:
             bursts[(name, slots)] = ratios
             print(f"  burst {name} x{slots}: done", file=sys.stderr, flush=True)
     rss = {}
-    for mode in ("spare", "template"):
+    for mode in ("spare", "template", "ready"):
         await bench.use(mode)
         await asyncio.sleep(0.5)
         rss[mode] = bench.rss_at_rest(mode)
-    starts = bench.sources["template"].status()
+    ready = bench.sources["ready"]
+    await bench.single("ready", small[0])
+    await asyncio.sleep(0.5)  # one ready child after a job
+    busy = [pss(pid) for pid in ready.idle_pids()]
+    while len(ready.idle_pids()) > 1:  # its ready children gone
+        await asyncio.sleep(0.1)
+    rss["ready, at rest"] = pss(ready.pid())
+    rss["ready, between jobs"] = sum(busy)
+    starts = {m: bench.sources[m].status() for m in ("template", "ready")}
     bench.close()
     return {
         "single": single,
@@ -214,8 +248,8 @@ async def bench(corpus: Path, repeat: int, burst_jobs: int) -> dict[str, Any]:
 
 def table(found: dict[str, Any]) -> str:
     lines = [
-        "| measure (ratio to in-process pypdf, per job) | in-process | spare | template |",
-        "|---|---:|---:|---:|",
+        "| measure (ratio to in-process pypdf, per job) | in-process | spare | template | ready |",
+        "|---|---:|---:|---:|---:|",
     ]
 
     def row(label: str, by_mode: dict[str, list[float]], stat: str) -> None:
@@ -240,13 +274,15 @@ def table(found: dict[str, Any]) -> str:
         row(f"burst SLOTS={slots}, {name}: p95", ratios, "p95")
     base = found["base"]
     small_ms = statistics.median(base[p] for p in found["small"]) * 1000
-    mb = {m: found["rss"][m] / 2**20 for m in ("spare", "template")}
+    mb = {m: value / 2**20 for m, value in found["rss"].items()}
     return (
         "\n".join(lines)
         + f"\n\nIn-process median over the {len(found['small'])} small files: {small_ms:.1f} ms. "
-        + f"RSS at rest: spare {mb['spare']:.0f} MiB, template {mb['template']:.0f} MiB "
-        + "(the one idle process of each design).\n"
-        + f"Template's children: {found['starts']}."
+        + f"RSS at rest: spare {mb['spare']:.0f} MiB, template {mb['template']:.0f} MiB, "
+        + f"ready {mb['ready']:.0f} MiB (the one idle process of each design); "
+        + f"PSS of ready's template at rest {mb['ready, at rest']:.0f} MiB, "
+        + f"of it and its one ready child between jobs {mb['ready, between jobs']:.0f} MiB.\n"
+        + f"Children: {found['starts']}."
     )
 
 

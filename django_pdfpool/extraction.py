@@ -12,9 +12,9 @@ from .sandbox.extract import (
     child_starts,
     configure,
     extract,
+    idle_pids,
     prewarm,
     shutdown,
-    idle_pids,
 )
 from .sandbox.template import ChildStarts
 
@@ -26,7 +26,7 @@ __all__ = [
     "child_starts",
     "configure",
     "extract",
+    "idle_pids",
     "prewarm",
     "shutdown",
-    "idle_pids",
 ]

@@ -13,6 +13,7 @@ from django_pdfpool import extraction
 from django_pdfpool.sandbox.wire import READY, STARTED
 
 CHILD_MARK = b"django_pdfpool.sandbox.child_main"
+READY_NAME = "pdfpool-ready"  # a template's child forked ahead, waiting for its job (comm)
 
 
 def _read(path: str) -> bytes:
@@ -38,6 +39,11 @@ def child_pids() -> set[int]:
             marked.add(int(entry))
     mine = {pid for pid in marked if parents[pid] == me}
     return mine | {pid for pid in marked if parents[pid] in mine}
+
+
+def name(pid: int) -> str:
+    """The process's name (/proc/PID/comm), "" if it is gone."""
+    return _read(f"/proc/{pid}/comm").decode().strip()
 
 
 def leftovers(before: set[int], timeout: float = 2.0) -> set[int]:
@@ -145,7 +151,9 @@ class Sampler:
     one is still on its way out (seen: SLOTS + 1 processes for a few ms). A child counts as
     answered once it is exiting (PF_EXITING) or has written more than "ready" and "started"
     (its stderr is /dev/null, and these documents make pypdf write nothing there anyway).
-    ``peak_all`` counts every extraction process; ``pids`` holds every one seen.
+    ``peak_all`` counts every extraction process; ``pids`` holds every one seen at work.
+    A template's ready children (forked ahead, named READY_NAME until their job line
+    arrives) are idle, not at work: counted in ``peak_all`` only.
     """
 
     def __init__(self, pid: int) -> None:
@@ -157,7 +165,11 @@ class Sampler:
         while not self._stop.is_set():
             children = extraction_children(self.pid)
             working = 0
+            seen = set()
             for child in children:
+                if name(child.pid) == READY_NAME:
+                    continue
+                seen.add(child.pid)
                 fields, written = _stat(child.pid), _wchar(child.pid)
                 if not fields or fields[0] == b"Z" or int(fields[6]) & PF_EXITING:
                     continue
@@ -165,7 +177,7 @@ class Sampler:
                     working += 1
             self.peak = max(self.peak, working)
             self.peak_all = max(self.peak_all, len(children))
-            self.pids.update(child.pid for child in children)
+            self.pids.update(seen)
             self._stop.wait(0.003)
 
     def __enter__(self) -> Sampler:

@@ -324,7 +324,10 @@ def test_the_child_command_line():
     for preload_engines, warm_up in [((), False), ((), True), (("pypdfium2",), False)]:
         for template, parent in [(False, None), (True, 12)]:
             options = child_options(preload_engines, warm_up, template=template, parent=parent)
-            assert read_child_options(options) == (preload_engines, warm_up, template, parent)
+            assert read_child_options(options)[:4] == (preload_engines, warm_up, template, parent)
+    options = child_options((), False, template=True, ready=(3, 2.5))
+    assert options == ["--template", "--ready", "3,2.5"]
+    assert read_child_options(options).ready == (3, 2.5)
 
 
 def test_every_engine_the_parent_accepts_the_child_can_load():

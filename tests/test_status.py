@@ -230,7 +230,7 @@ def test_the_json_fields_are_the_documented_ones(pdfpool, users):
         "backend", "cluster", "children",
     }  # fmt: skip
     assert data["scope"] == "process" and data["counted_since"] <= data["taken_at"]
-    assert set(data["children"]) == {"forked", "cold", "template", "restarts"}
+    assert set(data["children"]) == {"forked", "cold", "template", "ready", "restarts"}
     assert set(data["history"]) == {"interval", "window", "t", "running", "queued", "refused"}
     assert set(data["counters"]) == set(Counters.__dataclass_fields__)
     assert set(data["run_time"]) == {"count", "mean", "p95", "max"}

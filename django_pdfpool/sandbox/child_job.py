@@ -21,6 +21,8 @@ from .wire import STARTED, Answer, Extracted, Job, decode_job, encode_answer
 CPU_MARGIN = 1  # seconds of CPU time granted beyond the job's timeout before SIGXCPU
 ALARM_MARGIN = 2  # seconds of wall time beyond the timeout before the child's own SIGALRM
 PR_SET_PDEATHSIG = 1  # prctl(2): the signal this process gets when its parent (thread) dies
+PR_SET_NAME = 15  # prctl(2): this process's name (comm)
+JOB_NAME = b"pdfpool-job"  # a ready child's name once its job line is read
 
 
 def die_with_parent(parent: int, signum: int) -> None:
@@ -34,6 +36,16 @@ def die_with_parent(parent: int, signum: int) -> None:
         pass
     if os.getppid() != parent:
         os._exit(0)
+
+
+def set_name(name: bytes) -> None:
+    """This process's name in /proc/PID/comm and ps (15 bytes at most); nothing if not Linux."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).prctl(PR_SET_NAME, ctypes.c_char_p(name[:15]), 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
 
 
 def limit_self(memory_limit: int, timeout: float) -> None:
@@ -117,11 +129,14 @@ def read_line(fd: int) -> bytes:
     return line
 
 
-def serve_job(stdin: int = 0, stdout: int = 1) -> NoReturn:
-    """Wait for the job line, limit this process, say STARTED, answer, exit (no teardown)."""
+def serve_job(stdin: int = 0, stdout: int = 1, renamed: bool = False) -> NoReturn:
+    """Wait for the job line, limit this process, say STARTED, answer, exit (no teardown).
+    `renamed`: a ready child, named so while waiting, takes JOB_NAME with its job."""
     line = read_line(stdin)
     if not line.strip():  # EOF: the parent is gone or discarded this child
         os._exit(0)
+    if renamed:
+        set_name(JOB_NAME)
     started = time.perf_counter()
     job = decode_job(line)
     limit_self(job.memory_limit, job.timeout)

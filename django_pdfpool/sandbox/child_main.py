@@ -33,7 +33,7 @@ def main(argv: list[str]) -> None:
     gc.collect()
     gc.freeze()  # start-up objects are never collected: later collections skip them
     if options.template:
-        serve_template()
+        serve_template(engines, *options.ready)
     write_all(sys.stdout.fileno(), READY)
     serve_job(0, 1)
 

@@ -153,7 +153,7 @@ class Handle:
 
 class Child(Handle):
     """A child process of ours (`subprocess.Popen`, its own session): a cold job's child,
-    or (`template=` its control socket) the template."""
+    or (`template=` its control socket, `ready=` its ready children) the template."""
 
     start = COLD
 
@@ -164,10 +164,13 @@ class Child(Handle):
         warm_up: bool = False,
         env: tuple[str, ...] = (),
         template: int | None = None,
+        ready: tuple[int, float] = (0, 0.0),
     ) -> None:
         # -P: the cwd does not go on sys.path. stderr goes nowhere: pypdf can log thousands of
         # lines, and a full pipe would hang the child.
-        options = child_options(preload, warm_up, template=template is not None, parent=os.getpid())
+        options = child_options(
+            preload, warm_up, template=template is not None, parent=os.getpid(), ready=ready
+        )
         self.proc = subprocess.Popen(
             [python, "-P", "-m", CHILD_MODULE, *options],
             stdin=subprocess.PIPE if template is None else template,

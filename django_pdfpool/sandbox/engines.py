@@ -36,7 +36,7 @@ def preload(engine: str) -> None:
     if engine == "pypdf":
         configure_pypdf()
     elif engine == "pypdfium2":
-        import pypdfium2  # noqa: F401
+        import pypdfium2  # type: ignore[import-untyped]  # noqa: F401
     else:
         raise ValueError(f"unknown engine {engine!r}")
 
@@ -69,7 +69,9 @@ def configure_pypdf(output_cap: int | None = None) -> None:
     logging.getLogger("pypdf").setLevel(logging.ERROR)
     if hasattr(pypdf, "overwrite_configuration"):  # pypdf >= 7
         known = {field.name for field in dataclasses.fields(pypdf.Configuration)}
-        caps = {name: output_cap for name in _OUTPUT_CAPS if name in known and output_cap}
+        caps: dict[str, Any] = {
+            name: output_cap for name in _OUTPUT_CAPS if name in known and output_cap
+        }
         pypdf.overwrite_configuration(jbig2dec_binary=None, disable_legacy_handling=True, **caps)
         return
     # Older pypdf reads module-level constants at call time.
@@ -235,7 +237,7 @@ def _run_pdfium(
     data: bytes, max_pages: int | None, refuse: bool, budget: TextBudget
 ) -> dict[str, Any]:
     import pypdfium2 as pdfium
-    import pypdfium2.raw as raw
+    import pypdfium2.raw as raw  # type: ignore[import-untyped]
 
     try:
         document = pdfium.PdfDocument(data)

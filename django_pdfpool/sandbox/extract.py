@@ -152,9 +152,9 @@ def child_starts() -> ChildStarts:
 
 
 def idle_pids() -> list[int]:
-    """The idle process waiting to serve jobs: the template's pid, once it is ready."""
-    pid = _template.pid()
-    return [] if pid is None else [pid]
+    """The idle processes waiting to serve jobs: the template, once it is ready, and its ready
+    children (forked ahead for the next jobs, gone after a few seconds without one)."""
+    return _template.idle_pids()
 
 
 async def extract(

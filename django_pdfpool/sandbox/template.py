@@ -19,12 +19,14 @@ import time
 from dataclasses import dataclass
 
 from .child_process import FORKED, Child, Handle, drop
-from .template_main import FORK_REQUEST, PID_FORMAT, STATUS_FORMAT
+from .template_main import FORK_REQUEST, PID_FORMAT, PIDS_REQUEST, STATUS_FORMAT
 
 START_TIMEOUT = 30.0  # seconds a template may take to get ready before it is given up
 FORK_TIMEOUT = 5.0  # seconds for its answer to a fork request before it is given up
 STATUS_TIMEOUT = 5.0  # seconds for the exit status of a child that has exited
 STEADY = 5.0  # a template that lived this long was healthy: restart it at once
+MAX_READY = 4  # ready children a template keeps at most (as many as jobs ran at once lately)
+READY_IDLE = 5.0  # seconds without a job after which the ready children exit
 SUPPORTED = hasattr(os, "pidfd_open") and hasattr(signal, "pidfd_send_signal")
 
 
@@ -37,6 +39,7 @@ class ChildStarts:
     template_pid: int | None  # the running template, None while there is none
     template_starts: int  # templates started so far: more than one means restarts
     enabled: bool  # whether a template is wanted (WARM_CHILDREN)
+    ready: int = 0  # the template's ready children (forked and warmed up ahead of jobs)
 
 
 class ForkedChild(Handle):
@@ -107,26 +110,30 @@ class _Running:
         self.lock = threading.Lock()  # one request at a time on the socket
 
     def fork(self) -> ForkedChild | None:
-        """A new child from the template, or None if the template did not answer."""
-        job_in, job_out = os.pipe()
-        answer_in, answer_out = os.pipe()
-        status_in, status_out = os.pipe()
-        theirs = (job_in, answer_out, status_out)
+        """A child from the template (a ready one if it has one), or None if the template did
+        not answer."""
         try:
             with self.lock:
-                socket.send_fds(self.control, [FORK_REQUEST], list(theirs))
-                reply, fds, _, _ = socket.recv_fds(self.control, 16, 1, socket.MSG_CMSG_CLOEXEC)
+                self.control.send(FORK_REQUEST)
+                reply, fds, _, _ = socket.recv_fds(self.control, 16, 4, socket.MSG_CMSG_CLOEXEC)
         except OSError:  # gone, or too slow (a timeout): not to be asked again
             reply, fds = b"", []
-        finally:
-            for fd in theirs:
-                os.close(fd)
-        if len(reply) != struct.calcsize(PID_FORMAT) or len(fds) != 1:
-            for fd in (*fds, job_out, answer_in, status_in):
+        if len(reply) != struct.calcsize(PID_FORMAT) or len(fds) != 4:
+            for fd in fds:
                 os.close(fd)
             return None
         (pid,) = struct.unpack(PID_FORMAT, reply)
-        return ForkedChild(pid, fds[0], job_out, answer_in, status_in)
+        return ForkedChild(pid, *fds)
+
+    def ready_pids(self) -> list[int]:
+        """The pids of the template's ready children ([] if it does not answer)."""
+        try:
+            with self.lock:
+                self.control.send(PIDS_REQUEST)
+                reply = self.control.recv(4 * 64)
+        except OSError:
+            return []
+        return [pid for (pid,) in struct.iter_unpack(PID_FORMAT, reply)] if reply != b"-" else []
 
     def close(self) -> None:
         """End the template (its running children go on) and reap it."""
@@ -143,6 +150,7 @@ class Template:
         self.python = sys.executable
         self.env: tuple[str, ...] = ()  # names of variables children get besides the minimum
         self.preload: tuple[str, ...] = ()  # engines beyond pypdf that jobs have asked for
+        self.max_ready, self.ready_idle = MAX_READY, READY_IDLE  # read when a template starts
         self._reset()
         os.register_at_fork(after_in_child=self._after_fork)
         atexit.register(self.shutdown)  # before child_process's kill_all: no restart then
@@ -210,11 +218,20 @@ class Template:
         with self._lock:
             return None if self._running is None else self._running.child.pid
 
-    def status(self) -> ChildStarts:
-        """Counts of forked and cold starts, and the template (see ChildStarts)."""
+    def idle_pids(self) -> list[int]:
+        """The running template's pid and its ready children's ([] while there is none)."""
         with self._lock:
-            pid = None if self._running is None else self._running.child.pid
-            return ChildStarts(self._forked, self._cold, pid, self._starts, self.enabled)
+            running = self._running
+        return [] if running is None else [running.child.pid, *running.ready_pids()]
+
+    def status(self) -> ChildStarts:
+        """Counts of forked and cold starts, the template and its ready children."""
+        with self._lock:
+            running = self._running
+            pid = None if running is None else running.child.pid
+            counts = (self._forked, self._cold, pid, self._starts, self.enabled)
+        ready = 0 if running is None else len(running.ready_pids())
+        return ChildStarts(*counts, ready=ready)
 
     def _wanted(self, engine: str) -> _Running | None:
         """The running template for a job with `engine` (None: none ready, or it lacks the
@@ -294,7 +311,8 @@ class Template:
         """A ready template, or None if it could not start or get ready in time."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
-            child = Child(python, preload=preload, env=env, template=theirs.fileno())
+            ready = (self.max_ready, self.ready_idle)
+            child = Child(python, preload=preload, env=env, template=theirs.fileno(), ready=ready)
         except OSError:
             ours.close()
             return None

@@ -1,28 +1,39 @@
 """Child side: the template, a warmed-up, single-threaded process that forks each job's child.
 
-Its control socket (fd 0 at start) carries requests: the job's three pipe ends in, the new
-child's pid and pidfd out. It reaps its children and writes each one's exit status to the
-status pipe that came with it. End of input (the server is gone), or SIGTERM (the kernel's
-word that the server's thread that started it died), kills its children, then it exits.
+Its control socket (fd 0 at start) carries requests; a job's child comes back as its pid with
+four descriptors: its pidfd, the job pipe's write end, the answer pipe's read end and a status
+pipe on which the template, which reaps it, writes its exit status. Besides the child it hands
+out, it keeps up to as many *ready* children as jobs recently ran at once (at most N): forked
+ahead, warmed up on the built-in document, waiting for their job line; they exit once no job
+was asked for in a few seconds (see docs/performance.md). End of input (the server is gone), or
+SIGTERM (the kernel's word that the server's thread that started it died), kills its children,
+then it exits.
 """
 
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import select
 import signal
 import socket
 import struct
+import time
+from collections import deque
 from typing import NoReturn
 
-from .child_job import serve_job, write_all
+from .child_job import serve_job, set_name, write_all
+from .engines import warm_up
 from .wire import READY
 
-FORK_REQUEST = b"F"
-PID_FORMAT = "=i"  # the reply: the child's pid (its pidfd rides along)
+FORK_REQUEST = b"F"  # answer: a job's child
+PIDS_REQUEST = b"P"  # answer: the ready children's pids
+PID_FORMAT = "=i"  # a pid in an answer (a child's pidfd and pipes ride along)
 STATUS_FORMAT = "=i"  # on the status pipe: the exit code (-N: killed by signal N)
 JOB_EXIT_ON_ERROR = 70  # a forked child that failed before its job
+HOLD = 0.05  # seconds a new job runs alone before a ready child is forked beside it
+READY_NAME = b"pdfpool-ready"  # /proc/PID/comm of a ready child, until its job line arrives
 
 
 class _Stop(Exception):
@@ -33,8 +44,133 @@ def _stop(signum: int, frame: object) -> None:
     raise _Stop
 
 
-def serve_template() -> NoReturn:
-    """Say READY, then fork a child per request until the server goes; never returns."""
+class _Forked:
+    """A child of the template: its pid and pidfd, the status pipe's write end, and (until
+    handed out) the ends the server gets."""
+
+    def __init__(self, pid: int, pidfd: int, status_out: int, ends: tuple[int, int, int]):
+        self.pid, self.pidfd, self.status_out = pid, pidfd, status_out
+        self.ends: tuple[int, ...] = ends
+
+    def close_ends(self) -> None:
+        for fd in self.ends:
+            os.close(fd)
+        self.ends = ()
+
+
+class _Template:
+    """The template's state: every child by pidfd, the ready ones oldest first, and demand."""
+
+    def __init__(self, control: socket.socket, engines: tuple[str, ...], most: int, idle: float):
+        self.control, self.engines, self.most, self.idle = control, engines, most, idle
+        self.children: dict[int, _Forked] = {}
+        self.ready: deque[_Forked] = deque()
+        self.wanted = 0  # ready children to keep: the most jobs seen running at once lately
+        self.handed: dict[int, float] = {}  # pidfd -> when: children handed out, running
+        self.last_request = time.monotonic()
+        self.poller = select.poll()
+        self.poller.register(control, select.POLLIN)
+        with open("/proc/self/comm", "rb") as comm:  # its own name, back after a warm fork
+            self.name = comm.read().strip()
+
+    def serve(self) -> None:
+        """Requests and exits first; then a ready child more (once no job started less than
+        HOLD ago is running: on a busy CPU a fork and warm-up beside a short job slow it), or
+        the ready ones dropped after `idle` seconds without a request."""
+        while True:
+            now, timeout = time.monotonic(), None
+            if len(self.ready) < self.wanted:
+                timeout = max(0.0, max(self.handed.values(), default=0.0) + HOLD - now)
+            elif self.ready:
+                timeout = max(0.0, self.last_request + self.idle - now)
+            events = self.poller.poll(None if timeout is None else timeout * 1000)
+            for fd, _ in events:
+                if fd != self.control.fileno():
+                    self.reap(fd)
+                elif not self.request():
+                    return
+            if events:
+                continue
+            now = time.monotonic()
+            if len(self.ready) < self.wanted:
+                if max(self.handed.values(), default=0.0) + HOLD <= now:
+                    self.ready.append(self.fork(warm=True))
+            elif self.ready and now >= self.last_request + self.idle:
+                self.wanted = 0
+                while self.ready:  # end of input on its job pipe: it exits
+                    self.ready.popleft().close_ends()
+
+    def request(self) -> bool:
+        """One request answered; False at end of input."""
+        try:
+            message = self.control.recv(16)
+        except OSError:
+            return False
+        if message == PIDS_REQUEST:
+            pids = b"".join(struct.pack(PID_FORMAT, child.pid) for child in self.ready)
+            with contextlib.suppress(OSError):
+                self.control.send(pids or b"-")
+            return True
+        if message != FORK_REQUEST:
+            return bool(message)
+        self.last_request = time.monotonic()
+        child = self.ready.popleft() if self.ready else self.fork(warm=False)
+        self.handed[child.pidfd] = self.last_request
+        running = len(self.children) - len(self.ready)  # this job's child included
+        self.wanted = min(self.most, max(self.wanted, running))
+        try:
+            socket.send_fds(
+                self.control, [struct.pack(PID_FORMAT, child.pid)], [child.pidfd, *child.ends]
+            )
+        except OSError:
+            return False
+        finally:
+            child.close_ends()
+        return True
+
+    def fork(self, warm: bool) -> _Forked:
+        """A new child: warmed up and waiting for its job line if `warm`, else for it at once."""
+        job_in, job_out = os.pipe()
+        answer_in, answer_out = os.pipe()
+        status_in, status_out = os.pipe()
+        if warm:  # the child is born with its name: never seen unnamed while it waits
+            set_name(READY_NAME)
+        pid = os.fork()
+        if pid == 0:
+            _become_job_child(job_in, answer_out, self.engines if warm else None)
+        if warm:
+            set_name(self.name)
+        os.close(job_in)
+        os.close(answer_out)
+        pidfd = os.pidfd_open(pid)  # before any reaping: this pid is certainly the child's
+        child = _Forked(pid, pidfd, status_out, (job_out, answer_in, status_in))
+        self.children[pidfd] = child
+        self.poller.register(pidfd, select.POLLIN)
+        return child
+
+    def reap(self, pidfd: int) -> None:
+        """A child exited: reap it, write its exit code to its status pipe, forget it."""
+        child = self.children.pop(pidfd)
+        self.handed.pop(pidfd, None)
+        self.poller.unregister(pidfd)
+        os.close(pidfd)
+        _, status = os.waitpid(child.pid, 0)
+        if child in self.ready:  # died while ready (killed from outside): nobody waits
+            self.ready.remove(child)
+            child.close_ends()
+        with contextlib.suppress(OSError):  # the server may have stopped listening for it
+            os.write(
+                child.status_out, struct.pack(STATUS_FORMAT, os.waitstatus_to_exitcode(status))
+            )
+        os.close(child.status_out)
+
+    def kill_all(self) -> None:
+        for pidfd, child in self.children.items():
+            _kill(pidfd, child.pid)
+
+
+def serve_template(engines: tuple[str, ...], most: int, idle: float) -> NoReturn:
+    """Say READY, then fork children on request until the server goes; never returns."""
     signal.signal(signal.SIGTERM, _stop)
     control = socket.socket(fileno=os.dup(0))  # a SOCK_SEQPACKET pair's end
     null = os.open(os.devnull, os.O_RDWR)
@@ -42,57 +178,20 @@ def serve_template() -> NoReturn:
     write_all(1, READY)
     os.dup2(null, 1)  # the server's READY pipe is not held by this process any more
     os.close(null)
-    children: dict[int, tuple[int, int]] = {}  # pidfd -> (pid, status pipe)
-    poller = select.poll()
-    poller.register(control, select.POLLIN)
+    template = _Template(control, engines, most, idle)
     try:
-        while True:
-            for fd, _ in poller.poll():
-                if fd != control.fileno():
-                    _report(fd, children, poller)
-                elif not _fork_one(control, children, poller):
-                    raise _Stop
+        template.serve()
     except _Stop:
         pass
     finally:
-        for pidfd, (pid, _status) in children.items():
-            _kill(pidfd, pid)
+        template.kill_all()
     os._exit(0)
 
 
-def _fork_one(
-    control: socket.socket, children: dict[int, tuple[int, int]], poller: select.poll
-) -> bool:
-    """One request: fork the job's child, answer its pid and pidfd; False at end of input."""
-    try:
-        message, fds, _, _ = socket.recv_fds(control, 16, 3, socket.MSG_CMSG_CLOEXEC)
-    except OSError:
-        return False
-    if not message:
-        return False
-    if message != FORK_REQUEST or len(fds) != 3:
-        for fd in fds:
-            os.close(fd)
-        return True
-    job_in, answer_out, status_out = fds
-    pid = os.fork()
-    if pid == 0:
-        _become_job_child(job_in, answer_out)
-    os.close(job_in)
-    os.close(answer_out)
-    pidfd = os.pidfd_open(pid)  # before any reaping: this pid is certainly the child's
-    children[pidfd] = (pid, status_out)
-    poller.register(pidfd, select.POLLIN)
-    try:
-        socket.send_fds(control, [struct.pack(PID_FORMAT, pid)], [pidfd])
-    except OSError:
-        return False
-    return True
-
-
-def _become_job_child(job_in: int, answer_out: int) -> NoReturn:
+def _become_job_child(job_in: int, answer_out: int, engines: tuple[str, ...] | None) -> NoReturn:
     """In the new child: its own session, the job's pipes as stdin and stdout, stderr to
-    /dev/null, no other descriptor and default signal handling; then the job."""
+    /dev/null, no other descriptor and default signal handling; warmed up on the built-in
+    document if `engines` (a ready child), then the job (its limits set once it is read)."""
     try:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         os.setsid()
@@ -101,20 +200,12 @@ def _become_job_child(job_in: int, answer_out: int) -> NoReturn:
         os.dup2(answer_out, 1)
         os.dup2(null, 2)
         os.closerange(3, os.sysconf("SC_OPEN_MAX"))  # close_range(2): one call
-        serve_job(0, 1)
+        if engines is not None:  # named READY_NAME from birth (see fork)
+            warm_up(engines)  # its copy-on-write faults and caches paid before the job
+            gc.freeze()
+        serve_job(0, 1, renamed=engines is not None)
     except BaseException:
         os._exit(JOB_EXIT_ON_ERROR)
-
-
-def _report(pidfd: int, children: dict[int, tuple[int, int]], poller: select.poll) -> None:
-    """A child exited: reap it, write its exit code to its status pipe, forget it."""
-    pid, status_out = children.pop(pidfd)
-    poller.unregister(pidfd)
-    os.close(pidfd)
-    _, status = os.waitpid(pid, 0)
-    with contextlib.suppress(OSError):  # the server may have stopped listening for it
-        os.write(status_out, struct.pack(STATUS_FORMAT, os.waitstatus_to_exitcode(status)))
-    os.close(status_out)
 
 
 def _kill(pidfd: int, pid: int) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import asdict, dataclass
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 from ..exceptions import EXTRACTION_MESSAGES, ExtractionError
 
@@ -27,6 +27,7 @@ PRELOAD_OPTION = "--preload"  # followed by an engine to import before the job a
 WARM_UP_OPTION = "--warm-up"  # run a tiny document through the engines before READY
 TEMPLATE_OPTION = "--template"  # fork one child per request instead of doing a job
 PARENT_OPTION = "--parent"  # followed by the parent's pid: die with it
+READY_OPTION = "--ready"  # the template's "N,SECONDS": keep up to N ready children, SECONDS idle
 _LONE_SURROGATES = re.compile("[\ud800-\udfff]")
 
 
@@ -37,18 +38,26 @@ class ChildOptions(NamedTuple):
     warm_up: bool
     template: bool = False
     parent: int | None = None
+    ready: tuple[int, float] = (0, 0.0)  # the template's ready children: most, idle seconds
 
 
 def child_options(
-    preload: tuple[str, ...], warm_up: bool, *, template: bool = False, parent: int | None = None
+    preload: tuple[str, ...],
+    warm_up: bool,
+    *,
+    template: bool = False,
+    parent: int | None = None,
+    ready: tuple[int, float] = (0, 0.0),
 ) -> list[str]:
     """The child's command-line options: engines to import at start-up, whether to warm up,
-    whether it is the template, and the parent to die with."""
+    whether it is the template (and its ready children), and the parent to die with."""
     options = [part for engine in preload for part in (PRELOAD_OPTION, engine)]
     if warm_up:
         options.append(WARM_UP_OPTION)
     if template:
         options.append(TEMPLATE_OPTION)
+        if ready[0]:
+            options += [READY_OPTION, f"{ready[0]},{ready[1]}"]
     return [*options, PARENT_OPTION, str(parent)] if parent is not None else options
 
 
@@ -56,7 +65,12 @@ def read_child_options(argv: list[str]) -> ChildOptions:
     """The options `child_options()` wrote."""
     preload = tuple(argv[i + 1] for i, arg in enumerate(argv) if arg == PRELOAD_OPTION)
     parent = next((int(argv[i + 1]) for i, a in enumerate(argv) if a == PARENT_OPTION), None)
-    return ChildOptions(preload, WARM_UP_OPTION in argv, TEMPLATE_OPTION in argv, parent)
+    most, idle = next((argv[i + 1] for i, a in enumerate(argv) if a == READY_OPTION), "0,0").split(
+        ","
+    )
+    return ChildOptions(
+        preload, WARM_UP_OPTION in argv, TEMPLATE_OPTION in argv, parent, (int(most), float(idle))
+    )
 
 
 @dataclass(frozen=True)
@@ -175,8 +189,8 @@ def _extracted(fields: dict[str, Any]) -> Extracted | None:
     return Extracted(
         sha256=fields["sha256"],
         page_count=fields["page_count"],
-        pages=pages,
-        metadata=metadata,
+        pages=cast("list[str]", pages),
+        metadata=cast("dict[str, str]", metadata),
         truncated=fields["truncated"],
         text_truncated=fields.get("text_truncated", False),
         elapsed=float(fields["elapsed"]),

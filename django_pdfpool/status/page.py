@@ -118,7 +118,8 @@ def _cluster(cluster: ClusterSnapshot | None) -> dict[str, Any] | None:
 
 def _children() -> dict[str, Any]:
     """How this process's extraction children started, for the page's "children" block:
-    forked from the warm template or cold, the template's pid, and its restarts."""
+    forked from the warm template or cold, the template's pid, the children it keeps
+    ready (forked and warmed, waiting for a job), and its restarts."""
     starts = child_starts()
     if not starts.enabled:
         template = "off (WARM_CHILDREN is False)"
@@ -128,6 +129,7 @@ def _children() -> dict[str, Any]:
         "forked": starts.forked,
         "cold": starts.cold,
         "template": template,
+        "ready": starts.ready,
         "restarts": max(0, starts.template_starts - 1),
     }
 
