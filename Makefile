@@ -67,8 +67,9 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_extract.py
 	$(BIN)/python benchmarks/bench_redis.py
 
-# Not in `make bench` (minutes each): the example under load against a naive view and an
-# executor, and 10 minutes of mixed load with invariants sampled every second (not in CI).
+# Not in `make bench` (minutes each): the example under load, the door against the door off
+# (and a burst; `--variants naive,executor` for the comparison before the door), and 10
+# minutes of mixed load with invariants sampled every second (not in CI).
 bench-load: $(STAMP)
 	$(BIN)/python benchmarks/bench_load.py
 

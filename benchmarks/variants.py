@@ -14,8 +14,13 @@ the URLconf; see bench_load.py). Its URLs are the example's (``/api/extract/`` i
   long-lived workers without the child's limits;
 - ``/bench/health/``: a cheap page, polled during the run to see whether the server still
   answers everything else;
+- ``/bench/pooled/``: the example's API without its ``answer=json_answer``: the same
+  ``@pdf_pooled`` job, its refusals answered by the default ``REFUSAL_VIEW`` (JSON for a
+  client that accepts it), which the door calls on the event loop, not in a thread;
+- ``/bench/plain/``: a plain sync view for any method (no pool, no upload): what a request
+  to a view that is not pooled costs, with and without the door (bench_door.py);
 - ``/bench/stats/``: extraction runs performed per variant (the pool's ``started``
-  counter for pdfpool; a counter per view for the others).
+  counter for pdfpool; a counter per view for the others), and the jobs in flight.
 
 The three differ only in admission: same settings, middleware, staging, extraction code
 and answer shape (the Extraction's fields as JSON; 422 with the error code for a PDF that
@@ -32,10 +37,11 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict
 
 from asgiref.sync import sync_to_async
-from django.http import HttpRequest, JsonResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.urls import path
 from django.views.decorators.csrf import csrf_exempt
 
+from django_pdfpool import pdf_pooled
 from django_pdfpool.conf import get_settings
 from django_pdfpool.exceptions import EXTRACTION_MESSAGES as MESSAGES
 from django_pdfpool.extraction import PAGE_SEPARATOR, ExtractionError, extract
@@ -138,14 +144,32 @@ async def health(request: HttpRequest) -> JsonResponse:
     return JsonResponse({"ok": True})
 
 
+@csrf_exempt
+@pdf_pooled
+async def pooled(request: HttpRequest) -> JsonResponse:
+    """The example's API, refusals answered by the default ``REFUSAL_VIEW``."""
+    return JsonResponse(request.pdf.as_dict())  # type: ignore[attr-defined]
+
+
+@csrf_exempt
+def plain(request: HttpRequest) -> HttpResponse:
+    """A view that is not pooled: what the door's URL resolution is measured against."""
+    return HttpResponse(b"ok", content_type="text/plain")
+
+
 async def stats(request: HttpRequest) -> JsonResponse:
-    """Extraction runs performed so far, per variant, and the pool's counters."""
+    """Extraction runs performed so far, per variant, the pool's counters, and the jobs
+    in flight in the pool (``busy``: 0 when it is idle; ``running`` and ``queued``)."""
     pool = peek_pool()
-    counters = None if pool is None else asdict(pool.snapshot().counters)
+    snapshot = None if pool is None else pool.snapshot()
+    counters = None if snapshot is None else asdict(snapshot.counters)
     with _lock:
         runs = dict(_runs)
     runs["pdfpool"] = 0 if counters is None else counters["started"]
-    return JsonResponse({"runs": runs, "pool": counters, "pid": os.getpid()})
+    jobs = () if snapshot is None else snapshot.jobs
+    running = sum(job.state == "running" for job in jobs)
+    found = {"runs": runs, "pool": counters, "busy": len(jobs), "running": running}
+    return JsonResponse({**found, "queued": len(jobs) - running, "pid": os.getpid()})
 
 
 from demo.urls import urlpatterns as _example  # noqa: E402 - the example's, first
@@ -155,5 +179,7 @@ urlpatterns = [
     path("bench/naive/", naive),
     path("bench/executor/", pooled_executor),
     path("bench/health/", health),
+    path("bench/pooled/", pooled),
+    path("bench/plain/", plain),
     path("bench/stats/", stats),
 ]

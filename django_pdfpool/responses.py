@@ -108,6 +108,14 @@ def default_refusal_view(request: HttpRequest, exception: Failure) -> HttpRespon
     return error_answer(request, exception)
 
 
+def answers_quickly(answer: Answer | None) -> bool:
+    """Whether ``refusal_answer(..., answer)`` runs only this module's own answers, quick
+    and pure (no template, no database): safe to call on an event loop."""
+    if answer is None:
+        return get_settings().refusal_view is default_refusal_view
+    return answer in (json_answer, html_answer, negotiated_answer)
+
+
 def refusal_answer(
     request: HttpRequest, error: Failure, answer: Answer | None = None
 ) -> HttpResponse:

@@ -15,7 +15,7 @@ from django.http import HttpResponse
 from ..asgi import ASGIApp, Message, Receive, Scope, Send
 from ..conf import get_settings
 from ..exceptions import UploadRejected
-from ..responses import Answer, default_refusal_view, refusal_answer
+from ..responses import Answer, answers_quickly, refusal_answer
 from .entry import apressure, judge
 from .headers import UploadHeaders
 from .rules import DOOR, Refusal, body_limit, too_large
@@ -104,8 +104,8 @@ async def send_refusal(
     """Answer ``refusal`` as the view's ``answer=`` or the ``REFUSAL_VIEW`` would,
     without reading the body; ``Connection: close`` tells the client not to send it."""
     request = ASGIRequest(scope, io.BytesIO())
-    if answer is None and get_settings().refusal_view is default_refusal_view:
-        response = default_refusal_view(request, refusal)  # quick and pure: no thread
+    if answers_quickly(answer):  # the library's own answers: no thread hop
+        response = refusal_answer(request, refusal, answer)
     else:  # the project's: it may render templates or touch the database
         answering = sync_to_async(refusal_answer, thread_sensitive=False)
         response = await answering(request, refusal, answer)
