@@ -4,7 +4,8 @@ forking on demand, and the template with ready children.
     .venv/bin/python benchmarks/bench_extract.py [CORPUS_DIR] [--repeat N] [--burst N]
 
 - **single**: one job at a time, per file, N runs per mode; before each run the mode's idle
-  process is ready (a spare, or the template), as on a quiet server.
+  process is ready (a spare, or the template; for "ready", a ready child done rehearsing and
+  waiting on its job pipe) and no spare is starting up beside it, as on a quiet server.
 - **burst SLOTS=2 / SLOTS=4**: SLOTS workers take jobs back to back (what the pool does under
   load) until at least `--burst` jobs (40) have run, over the corpus' small files, then over
   the 117-page file; every job's latency is divided by the in-process time of its file.
@@ -60,6 +61,7 @@ class Spares:
         self._ready: list[Child] = []
         self._lock = threading.Lock()
         self._wanted = threading.Event()
+        self._building = False
         threading.Thread(target=self._keep_one, daemon=True).start()
 
     def child(self, engine: str, warm: bool = True) -> Handle:
@@ -71,12 +73,18 @@ class Spares:
     def refill(self) -> None:
         self._wanted.set()
 
+    def starting(self) -> bool:
+        """Whether a replacement spare was asked for or is starting up."""
+        return self._wanted.is_set() or self._building
+
     def _keep_one(self) -> None:
         while True:
             self._wanted.wait()
+            self._building = True  # before the event is cleared: starting() never misses it
             self._wanted.clear()
             with self._lock:
                 if self._ready:
+                    self._building = False
                     continue
             child = Child(sys.executable, warm_up=True)
             if child.wait_ready(30):
@@ -84,6 +92,7 @@ class Spares:
                     self._ready.append(child)
             else:
                 drop(child)
+            self._building = False
 
     def pid(self) -> int | None:
         with self._lock:
@@ -147,9 +156,13 @@ class Bench:
                     await extract(WARM_UP_PDF, **LIMITS)
             while len(source.idle_pids()) < 2:
                 await asyncio.sleep(0.005)
+            await waiting_for_job(source.idle_pids()[1])
 
     async def single(self, mode: str, path: Path) -> float:
         await self.use(mode, single=True)
+        spares = self.sources["spare"]  # its replacement, once started, is not to run beside
+        while spares.pid() is None and spares.starting():
+            await asyncio.sleep(0.005)
         return timed(path) if mode == "in" else await child_job(path)
 
     async def burst(self, mode: str, slots: int, paths: list[Path], jobs: int) -> list[tuple]:
@@ -176,6 +189,17 @@ class Bench:
     def close(self) -> None:
         for source in self.sources.values():
             source.shutdown()
+
+
+async def waiting_for_job(pid: int, timeout: float = 1.0) -> None:
+    """Until the ready child `pid` has rehearsed and waits on its job pipe (a ready child is
+    listed from its fork on, while it still rehearses for about 4 ms)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError):
+            if Path(f"/proc/{pid}/wchan").read_text().endswith("pipe_read"):
+                return
+        await asyncio.sleep(0.001)
 
 
 def rss(pid: int | None) -> int:

@@ -253,3 +253,21 @@ def test_a_forked_worker_leaves_the_parents_template_alone():
         [sys.executable, "-c", FORK_SCRIPT], cwd=ROOT, capture_output=True, timeout=60, text=True
     )
     assert proc.stdout.split("\n")[:2] == ["worker True forked", "parent True"], proc.stderr
+
+
+@pytest.mark.parametrize("engine", ["pypdf", "pypdfium2"])
+def test_the_rehearsal_runs_a_whole_job_on_a_valid_document(engine):
+    """The warm-up document is a PDF both engines read (a broken one left pypdf's text path
+    cold in every warmed child: about 0.1x of a small job), and the rehearsal that templates,
+    ready children and spares run goes through a whole job's path without an error."""
+    if engine == "pypdfium2":
+        pytest.importorskip("pypdfium2")
+    from django_pdfpool.sandbox.child_job import rehearse, run_job
+    from django_pdfpool.sandbox.engines import WARM_UP_PDF
+    from django_pdfpool.sandbox.wire import Extracted, Job
+
+    answer = run_job(Job("", engine, 10.0, 256 << 20, None, False), WARM_UP_PDF)
+    assert isinstance(answer, Extracted), answer
+    assert answer.page_count == 1 and "warm" in answer.pages[0]
+    assert answer.metadata["Title"] == "warm"
+    rehearse((engine,))

@@ -5,6 +5,7 @@ The common path of a cold child and of a child forked from the template (templat
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 import os
@@ -12,40 +13,54 @@ import resource
 import signal
 import stat
 import time
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from ..exceptions import ExtractionError
-from .engines import classify, configure_pypdf, decompression_cap, extract_pages, preload
-from .wire import STARTED, Answer, Extracted, Job, decode_job, encode_answer
+from .engines import (
+    WARM_UP_PDF,
+    classify,
+    configure_pypdf,
+    decompression_cap,
+    extract_pages,
+    preload,
+)
+from .wire import STARTED, Answer, Extracted, Job, decode_job, encode_answer, encode_job
 
 CPU_MARGIN = 1  # seconds of CPU time granted beyond the job's timeout before SIGXCPU
 ALARM_MARGIN = 2  # seconds of wall time beyond the timeout before the child's own SIGALRM
 PR_SET_PDEATHSIG = 1  # prctl(2): the signal this process gets when its parent (thread) dies
 PR_SET_NAME = 15  # prctl(2): this process's name (comm)
 JOB_NAME = b"pdfpool-job"  # a ready child's name once its job line is read
+REHEARSAL_TIMEOUT, REHEARSAL_MEMORY = 60.0, 1 << 30  # a rehearsal's job (no limits are set)
 
 
 def die_with_parent(parent: int, signum: int) -> None:
     """Ask the kernel for `signum` once the parent dies; exit now if it is already gone.
     (The parent is the thread that started this process: it must outlive it.)"""
-    try:
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signum, 0, 0, 0)
-    except (OSError, AttributeError):  # not Linux: the parent's pipes still end the process
-        pass
+    prctl = _prctl()
+    if prctl is not None:  # else not Linux: the parent's pipes still end the process
+        prctl(PR_SET_PDEATHSIG, signum, 0, 0, 0)
     if os.getppid() != parent:
         os._exit(0)
 
 
 def set_name(name: bytes) -> None:
     """This process's name in /proc/PID/comm and ps (15 bytes at most); nothing if not Linux."""
+    prctl = _prctl()
+    if prctl is not None:
+        prctl(PR_SET_NAME, name[:15], 0, 0, 0)
+
+
+@functools.cache
+def _prctl() -> Any:
+    """libc's prctl(2) or None, looked up once: a ready child inherits it from the template
+    (looking it up in the child cost about 0.25 ms of each job)."""
     try:
         import ctypes
 
-        ctypes.CDLL(None).prctl(PR_SET_NAME, ctypes.c_char_p(name[:15]), 0, 0, 0)
+        return ctypes.CDLL(None, use_errno=True).prctl
     except (OSError, AttributeError):
-        pass
+        return None
 
 
 def limit_self(memory_limit: int, timeout: float) -> None:
@@ -77,12 +92,15 @@ def read_document(path: str) -> bytes:
         return handle.read()
 
 
-def run_job(job: Job) -> Answer:
-    """Read, hash and extract the job's file; every ending becomes an answer, none is raised."""
+def run_job(job: Job, data: bytes | None = None) -> Answer:
+    """Read (unless given its bytes), hash and extract the job's file; every ending becomes an
+    answer, none is raised."""
     try:
-        preload(job.engine)  # at once if preloaded; imported here otherwise
+        if job.engine != "pypdf":  # pypdf's own setup is configure_pypdf's, just below
+            preload(job.engine)  # at once if preloaded; imported here otherwise
         configure_pypdf(decompression_cap(job.memory_limit))
-        data = read_document(job.path)
+        if data is None:
+            data = read_document(job.path)
         # Hashed here, over the very bytes that are parsed: the parent never reads the file.
         digest = hashlib.sha256(data).hexdigest()
         text = extract_pages(
@@ -97,6 +115,15 @@ def run_job(job: Job) -> Answer:
         code, detail = classify(exc)
     # Out of the except block: the traceback and the frames holding the document are freed.
     return ExtractionError(code, detail=detail)
+
+
+def rehearse(engines: tuple[str, ...]) -> None:
+    """A job's whole path (job line, engine setup, hash, extraction, answer line) on the
+    built-in one-page document with each engine, no limits set: its lazy imports, caches and
+    (in a forked child) copy-on-write faults are paid before any real job."""
+    for engine in engines:
+        job = Job("", engine, REHEARSAL_TIMEOUT, REHEARSAL_MEMORY, max_pages=None, refuse=False)
+        encode_answer(run_job(decode_job(encode_job(job)), WARM_UP_PDF))
 
 
 def peak_rss() -> int:

@@ -10,8 +10,8 @@ import gc
 import signal
 import sys
 
-from .child_job import die_with_parent, limit_self, run_job, serve_job, write_all
-from .engines import preload, warm_up
+from .child_job import die_with_parent, limit_self, rehearse, run_job, serve_job, write_all
+from .engines import preload
 from .template_main import serve_template
 from .wire import READY, read_child_options
 
@@ -29,7 +29,7 @@ def main(argv: list[str]) -> None:
     for engine in engines:
         preload(engine)
     if options.warm_up or options.template:
-        warm_up(engines)
+        rehearse(engines)
     gc.collect()
     gc.freeze()  # start-up objects are never collected: later collections skip them
     if options.template:

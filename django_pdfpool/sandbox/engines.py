@@ -5,11 +5,11 @@ Failures are ExtractionErrors with a public code; `classify` gives any other exc
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import io
 import json
 import re
+import zlib
 from typing import Any
 
 from ..exceptions import ExtractionError
@@ -17,18 +17,33 @@ from .wire import DEFAULT_MAX_TEXT_BYTES, METADATA_CHARS, METADATA_KEYS
 
 HEADER_WINDOW = 1024  # readers accept "%PDF-" anywhere in the first kilobyte
 
-# A one-page document run through an engine at start-up so that a forked child has already
-# paid for pypdf's lazy imports and first-use caches before its real job arrives.
-WARM_UP_PDF = (
-    b"%PDF-1.4\n1 0 obj<</Type/Catalog/Pages 2 0 R>>endobj\n"
-    b"2 0 obj<</Type/Pages/Kids[3 0 R]/Count 1>>endobj\n"
-    b"3 0 obj<</Type/Page/Parent 2 0 R/MediaBox[0 0 200 200]/Contents 4 0 R"
-    b"/Resources<</Font<</F1 5 0 R>>>>>>endobj\n"
-    b"4 0 obj<</Length 36>>stream\nBT /F1 12 Tf 20 100 Td (warm) Tj ET\nendstream endobj\n"
-    b"5 0 obj<</Type/Font/Subtype/Type1/BaseFont/Helvetica/Encoding/WinAnsiEncoding>>endobj\n"
-    b"6 0 obj<</Title(warm)>>endobj\n"
-    b"trailer<</Root 1 0 R/Info 6 0 R>>\n%%EOF\n"
-)
+
+def _warm_up_pdf() -> bytes:
+    """A valid one-page PDF (xref table, Flate content, a standard font, /Info) whose text
+    both engines read: run at start-up through an engine so that a child has paid for its
+    lazy imports and first-use caches before its real job arrives."""
+    content = zlib.compress(b"BT /F1 12 Tf 20 100 Td (warm) Tj T* [(up)-250(text)] TJ ET")
+    objects = [
+        b"<</Type/Catalog/Pages 2 0 R>>",
+        b"<</Type/Pages/Kids[3 0 R]/Count 1>>",
+        b"<</Type/Page/Parent 2 0 R/MediaBox[0 0 200 200]/Contents 4 0 R"
+        b"/Resources<</Font<</F1 5 0 R>>>>>>",
+        b"<</Length %d/Filter/FlateDecode>>stream\n%s\nendstream" % (len(content), content),
+        b"<</Type/Font/Subtype/Type1/BaseFont/Helvetica/Encoding/WinAnsiEncoding>>",
+        b"<</Title(warm)/Producer(pdfpool)>>",
+    ]
+    out, offsets = bytearray(b"%PDF-1.4\n"), []
+    for number, body in enumerate(objects, 1):
+        offsets.append(len(out))
+        out += b"%d 0 obj\n%s\nendobj\n" % (number, body)
+    xref, size = len(out), len(objects) + 1
+    out += b"xref\n0 %d\n0000000000 65535 f \n" % size
+    out += b"".join(b"%010d 00000 n \n" % offset for offset in offsets)
+    out += b"trailer\n<</Size %d/Root 1 0 R/Info 6 0 R>>\nstartxref\n%d\n%%%%EOF\n" % (size, xref)
+    return bytes(out)
+
+
+WARM_UP_PDF = _warm_up_pdf()
 
 
 def preload(engine: str) -> None:
@@ -131,13 +146,6 @@ def fit(text: str, room: int) -> str:
         except ValueError:
             end -= 1
     return ""
-
-
-def warm_up(engines: tuple[str, ...]) -> None:
-    """Run the tiny built-in document through each engine; errors here are harmless."""
-    for engine in engines:
-        with contextlib.suppress(Exception):
-            extract_pages(engine, WARM_UP_PDF, max_pages=None, refuse=False)
 
 
 def check_header(data: bytes) -> None:

@@ -23,8 +23,7 @@ import time
 from collections import deque
 from typing import NoReturn
 
-from .child_job import serve_job, set_name, write_all
-from .engines import warm_up
+from .child_job import rehearse, serve_job, set_name, write_all
 from .wire import READY
 
 FORK_REQUEST = b"F"  # answer: a job's child
@@ -201,7 +200,7 @@ def _become_job_child(job_in: int, answer_out: int, engines: tuple[str, ...] | N
         os.dup2(null, 2)
         os.closerange(3, os.sysconf("SC_OPEN_MAX"))  # close_range(2): one call
         if engines is not None:  # named READY_NAME from birth (see fork)
-            warm_up(engines)  # its copy-on-write faults and caches paid before the job
+            rehearse(engines)  # its copy-on-write faults and caches paid before the job
             gc.freeze()
         serve_job(0, 1, renamed=engines is not None)
     except BaseException:
