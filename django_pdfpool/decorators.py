@@ -14,7 +14,7 @@ from typing import Any, TypeVar, cast, overload
 
 from asgiref.sync import async_to_sync, iscoroutinefunction, sync_to_async
 from django.core.exceptions import ImproperlyConfigured
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest
 
 from .conf import PoolSettings, get_settings
 from .door.django import release_ticket
@@ -23,7 +23,7 @@ from .door.rules import body_limit, too_large
 from .door.views import POOLED
 from .exceptions import DigestMismatch, ExtractionError, NoUpload, Refused, UploadRejected
 from .process_pool import get_pool
-from .responses import Answer, refusal_answer
+from .responses import Answer, arefusal_answer, refusal_answer
 from .sandbox.extract import Extraction, extract
 from .uploads import StagedUpload, stage, stage_chunks
 
@@ -96,7 +96,7 @@ def pdf_pooled(
                 try:
                     prepared = await pooled.aprepare(request)
                 except UploadRejected as rejected:
-                    return refusal_answer(request, rejected, pooled.answer)
+                    return await arefusal_answer(request, rejected, pooled.answer)
                 with discarded_on_error(prepared):
                     if hasattr(request, "auser"):
                         request.user = await request.auser()  # resolved once, off the DB later
@@ -107,7 +107,7 @@ def pdf_pooled(
                         caller = caller_of(request)
                 refused = await pooled.submit(request, caller, prepared)
                 if refused is not None:
-                    return refused
+                    return await arefusal_answer(request, refused, pooled.answer)
             return await view(request, *args, **kwargs)
 
         setattr(async_wrapper, POOLED, pooled)
@@ -129,7 +129,7 @@ def pdf_pooled(
                     caller = caller_of(request)  # here, not on a loop: it may touch the DB
             refused = async_to_sync(pooled.submit)(request, caller, prepared)
             if refused is not None:
-                return refused
+                return refusal_answer(request, refused, pooled.answer)
         return view(request, *args, **kwargs)
 
     setattr(sync_wrapper, POOLED, pooled)
@@ -243,8 +243,9 @@ class _UploadAdmission:
 
     async def submit(
         self, request: HttpRequest, caller: str, upload: StagedUpload
-    ) -> HttpResponse | None:
-        """Run or join the upload's job; set ``request.pdf``, or return the refusal's answer.
+    ) -> Refused | ExtractionError | None:
+        """Run or join the upload's job; set ``request.pdf``, or return the refusal (the
+        wrapper answers it in its own context: a project's refusal view may use the DB).
         The job owns the upload once ``run`` is called: the pool calls exactly one of the
         job (which deletes it when done) and ``discard``, so a caller that leaves never
         pulls it away. Until then (no pool, a bad setting) it is deleted here."""
@@ -256,7 +257,7 @@ class _UploadAdmission:
         try:
             result = await pool.run(key, caller, fn, on_drop=upload.discard)
         except (Refused, ExtractionError) as error:
-            return refusal_answer(request, error, self.answer)
+            return error
         request.pdf = result  # type: ignore[attr-defined]
         return None
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+from asgiref.sync import sync_to_async
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.utils.html import format_html
 
@@ -114,6 +115,16 @@ def answers_quickly(answer: Answer | None) -> bool:
     if answer is None:
         return get_settings().refusal_view is default_refusal_view
     return answer in (json_answer, html_answer, negotiated_answer)
+
+
+async def arefusal_answer(
+    request: HttpRequest, error: Failure, answer: Answer | None = None
+) -> HttpResponse:
+    """``refusal_answer`` from async code: a project's own answer runs in a worker thread,
+    since it may render templates or read the database."""
+    if answers_quickly(answer):
+        return refusal_answer(request, error, answer)
+    return await sync_to_async(refusal_answer, thread_sensitive=False)(request, error, answer)
 
 
 def refusal_answer(

@@ -386,3 +386,25 @@ def test_the_door_answers_on_the_event_loop_only_with_the_librarys_own_answers(p
     assert not answers_quickly(lambda request, status, code, message, retry_after: None)
     pdfpool(REFUSAL_VIEW="tests.test_door.project_refusal")
     assert not answers_quickly(None) and answers_quickly(json_answer)
+
+
+def db_refusal(request, exception):
+    """A refusal view that reads the database, as a project's may."""
+    from django.contrib.auth.models import User
+    from django.http import HttpResponse
+
+    return HttpResponse(f"{exception.code}: {User.objects.count()} users", status=499)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_refusal_view_may_read_the_database_from_async_views_too(pdfpool):
+    """For an async view (or the pool's refusal of a sync one, met on an event loop) the
+    project's refusal view runs in a worker thread, where the ORM may be used."""
+    pdfpool(REFUSAL_VIEW="tests.test_door.db_refusal", DOOR=False)  # the pool answers
+    no_upload = Client().post("/async/", {"x": "1"})  # the async view's own check
+    assert (no_upload.status_code, no_upload.content) == (499, b"no_upload: 0 users")
+    get_pool().close()  # the pool refuses (inside async_to_sync for the sync view)
+    for url in ("/sync/", "/async/"):
+        field = "document" if url == "/async/" else "file"
+        closed = Client().post(url, {field: pdfs_upload(pdfs.simple(["x"]))})
+        assert (closed.status_code, closed.content) == (499, b"closed: 0 users"), url

@@ -8,14 +8,13 @@ from __future__ import annotations
 import io
 from typing import Any
 
-from asgiref.sync import sync_to_async
 from django.core.handlers.asgi import ASGIRequest, get_script_prefix
 from django.http import HttpResponse
 
 from ..asgi import ASGIApp, Message, Receive, Scope, Send
 from ..conf import get_settings
 from ..exceptions import UploadRejected
-from ..responses import Answer, answers_quickly, refusal_answer
+from ..responses import Answer, arefusal_answer
 from .entry import apressure, judge
 from .headers import UploadHeaders
 from .rules import DOOR, Refusal, body_limit, too_large
@@ -103,13 +102,8 @@ async def send_refusal(
 ) -> None:
     """Answer ``refusal`` as the view's ``answer=`` or the ``REFUSAL_VIEW`` would,
     without reading the body; ``Connection: close`` tells the client not to send it."""
-    request = ASGIRequest(scope, io.BytesIO())
-    if answers_quickly(answer):  # the library's own answers: no thread hop
-        response = refusal_answer(request, refusal, answer)
-    else:  # the project's: it may render templates or touch the database
-        answering = sync_to_async(refusal_answer, thread_sensitive=False)
-        response = await answering(request, refusal, answer)
-    response["Connection"] = "close"
+    response = await arefusal_answer(ASGIRequest(scope, io.BytesIO()), refusal, answer)
+    response["Connection"] = "close"  # the body is not read: the client need not send it
     if not response.has_header("Content-Length"):
         response["Content-Length"] = str(len(response.content))
     await send_response(response, send)

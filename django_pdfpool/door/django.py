@@ -9,10 +9,10 @@ from django.http import HttpRequest, HttpResponse
 
 from ..conf import get_settings
 from ..exceptions import UploadRejected
-from ..responses import refusal_answer
+from ..responses import arefusal_answer, refusal_answer
 from .entry import apressure, judge, pressure_now
 from .headers import UploadHeaders
-from .rules import DOOR, Refusal, Ticket
+from .rules import DOOR, Ticket
 from .views import PooledView, pooled_view
 
 Entry = HttpResponse | Ticket | None
@@ -29,13 +29,14 @@ def _pooled_view(request: HttpRequest) -> PooledView | None:
     return pooled_view(request.path_info, getattr(request, "urlconf", None))
 
 
-def _entry(request: HttpRequest, view: PooledView, verdict: Refusal | Ticket | None) -> Entry:
-    if isinstance(verdict, Exception):
-        response = refusal_answer(request, verdict, view.answer)
-        response["Connection"] = "close"
-        return response
+def _let_in(request: HttpRequest, verdict: Ticket | None) -> Entry:
     request.META[DOOR] = verdict
     return verdict
+
+
+def _closing(response: HttpResponse) -> HttpResponse:
+    response["Connection"] = "close"  # the body is not read: the client need not send it
+    return response
 
 
 def enter(request: HttpRequest) -> Entry:
@@ -48,7 +49,9 @@ def enter(request: HttpRequest) -> Entry:
         verdict = judge(view, upload, pressure_now(view, upload))
     except UploadRejected as rejected:
         verdict = rejected
-    return _entry(request, view, verdict)
+    if isinstance(verdict, Exception):
+        return _closing(refusal_answer(request, verdict, view.answer))
+    return _let_in(request, verdict)
 
 
 async def aenter(request: HttpRequest) -> Entry:
@@ -61,7 +64,9 @@ async def aenter(request: HttpRequest) -> Entry:
         verdict = judge(view, upload, await apressure(view, upload))
     except UploadRejected as rejected:
         verdict = rejected
-    return _entry(request, view, verdict)
+    if isinstance(verdict, Exception):
+        return _closing(await arefusal_answer(request, verdict, view.answer))
+    return _let_in(request, verdict)
 
 
 def release_ticket(request: HttpRequest) -> None:
