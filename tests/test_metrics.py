@@ -199,7 +199,7 @@ CHILD = textwrap.dedent(
 
     def worker():
         asyncio.run(work(sys.argv[2], sys.argv[3]))
-        print(os.getpid(), flush=True)
+        os.write(1, b"%d\\n" % os.getpid())  # one write: two workers share the pipe
         sys.stdin.read()  # until the test closes our stdin
         sys.exit(0)  # a normal exit: atexit runs
 

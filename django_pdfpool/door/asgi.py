@@ -13,7 +13,7 @@ from django.http import HttpResponse
 
 from ..asgi import ASGIApp, Message, Receive, Scope, Send
 from ..conf import get_settings
-from ..exceptions import UploadRejected
+from ..exceptions import UploadRejected, UploadTooLarge
 from ..responses import Answer, arefusal_answer
 from .entry import apressure, judge
 from .headers import UploadHeaders
@@ -100,10 +100,13 @@ class _CountedBody:
 async def send_refusal(
     scope: Scope, send: Send, refusal: Refusal, answer: Answer | None = None
 ) -> None:
-    """Answer ``refusal`` as the view's ``answer=`` or the ``REFUSAL_VIEW`` would,
-    without reading the body; ``Connection: close`` tells the client not to send it."""
+    """Answer ``refusal`` as the view's ``answer=`` or the ``REFUSAL_VIEW`` would, without
+    reading the body. Only a 413 closes the connection: closing with a body still on its
+    way resets it, and a client that sent a small body anyway (no ``Expect``) would lose
+    the answer; the server then reads the rest and throws it away."""
     response = await arefusal_answer(ASGIRequest(scope, io.BytesIO()), refusal, answer)
-    response["Connection"] = "close"  # the body is not read: the client need not send it
+    if isinstance(refusal, UploadTooLarge):
+        response["Connection"] = "close"  # stop reading: the body is over the limit
     if not response.has_header("Content-Length"):
         response["Content-Length"] = str(len(response.content))
     await send_response(response, send)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from django.http import HttpRequest, HttpResponse
 
 from ..conf import get_settings
-from ..exceptions import UploadRejected
+from ..exceptions import UploadRejected, UploadTooLarge
 from ..responses import arefusal_answer, refusal_answer
 from .entry import apressure, judge, pressure_now
 from .headers import UploadHeaders
@@ -34,8 +34,9 @@ def _let_in(request: HttpRequest, verdict: Ticket | None) -> Entry:
     return verdict
 
 
-def _closing(response: HttpResponse) -> HttpResponse:
-    response["Connection"] = "close"  # the body is not read: the client need not send it
+def _closing(response: HttpResponse, refusal: Exception) -> HttpResponse:
+    if isinstance(refusal, UploadTooLarge):  # only then: see door.asgi.send_refusal
+        response["Connection"] = "close"
     return response
 
 
@@ -50,7 +51,7 @@ def enter(request: HttpRequest) -> Entry:
     except UploadRejected as rejected:
         verdict = rejected
     if isinstance(verdict, Exception):
-        return _closing(refusal_answer(request, verdict, view.answer))
+        return _closing(refusal_answer(request, verdict, view.answer), verdict)
     return _let_in(request, verdict)
 
 
@@ -65,7 +66,7 @@ async def aenter(request: HttpRequest) -> Entry:
     except UploadRejected as rejected:
         verdict = rejected
     if isinstance(verdict, Exception):
-        return _closing(await arefusal_answer(request, verdict, view.answer))
+        return _closing(await arefusal_answer(request, verdict, view.answer), verdict)
     return _let_in(request, verdict)
 
 
