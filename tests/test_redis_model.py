@@ -204,26 +204,15 @@ class TwoPoolModel(PoolModel):
         return totals
 
     def observed(self) -> dict[str, Any]:
-        first, second = self.pools
-        snap = first.snapshot()
-        with self.lock:
-            started, cancelled = list(self.started), sorted(self.cancelled)
-            noticed = [(k, str(e), self.raised.get(str(e)) is e) for k, e in self.noticed]
-        running = first.running()
-        return {
-            "running": (running, second.running()),
-            "queued": (first.queued(), second.queued()),
-            "waiting": {key: first.waiting(key) for key in KEYS},
-            "closed": (snap.closed, second.snapshot().closed),
-            "counts": (snap.running, snap.queued),
-            "jobs": sorted((j.key, j.caller, j.state, j.sharers) for j in snap.jobs),
-            "counters": self.counters_now(),
-            "started": started,
-            "cancelled": cancelled,
-            "noticed": noticed,
-            "calls": {wid: self.outcome(call) for wid, call in self.calls.items()},
-            "closers": [task.done() for task in self.closers],
-        }
+        """The base model's reading of the first pool, with the second pool's running,
+        queued and closed beside it, and every process's counters summed."""
+        second = self.pools[1]
+        seen = super().observed()
+        seen["running"] = (seen["running"], second.running())
+        seen["queued"] = (seen["queued"], second.queued())
+        seen["closed"] = (seen["closed"], second.snapshot().closed)
+        seen["counters"] = self.counters_now()
+        return seen
 
     def expected(self) -> dict[str, Any]:
         expected = super().expected()
