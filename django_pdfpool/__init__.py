@@ -27,6 +27,7 @@ if TYPE_CHECKING:
         UploadRejected,
         UploadTooLarge,
     )
+    from .pooled import aextract_pooled, extract_pooled
     from .process_pool import adrain_pool, drain_pool, get_pool
     from .responses import html_answer, json_answer
     from .sandbox.extract import Extraction, extract
@@ -43,6 +44,8 @@ _HOMES = {  # public name -> the module that defines it
     "pdf_pooled": "decorators",
     "extract_upload": "decorators",
     "StagedUpload": "uploads",
+    "extract_pooled": "pooled",
+    "aextract_pooled": "pooled",
     "json_answer": "responses",
     "html_answer": "responses",
     "PoolLifespan": "asgi",
@@ -83,8 +86,10 @@ __all__ = [
     "UploadRejected",
     "UploadTooLarge",
     "adrain_pool",
+    "aextract_pooled",
     "drain_pool",
     "extract",
+    "extract_pooled",
     "extract_upload",
     "get_pool",
     "html_answer",

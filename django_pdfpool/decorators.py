@@ -14,6 +14,7 @@ from typing import Any, TypeVar, cast, overload
 
 from asgiref.sync import async_to_sync, iscoroutinefunction, sync_to_async
 from django.core.exceptions import ImproperlyConfigured
+from django.core.files.uploadedfile import UploadedFile
 from django.http import HttpRequest
 
 from .conf import PoolSettings, get_settings
@@ -205,13 +206,8 @@ class _UploadAdmission:
                     f"Send the PDF as a multipart file field named {self.field!r}, "
                     "or as the request body with Content-Type: application/pdf."
                 )
-            if form_file.size is not None and form_file.size > conf.max_upload_size:
-                raise too_large(conf.max_upload_size)
-            staged = stage(form_file, conf.temp_dir)
-        if upload.digest is not None and upload.digest != staged.sha256:
-            staged.discard()
-            raise DigestMismatch("The PDF received does not match the digest its request declared.")
-        return staged
+            return stage_form_file(form_file, upload, conf)
+        return checked(staged, upload)
 
     async def aprepare(self, request: HttpRequest) -> StagedUpload:
         """``prepare`` in a worker thread (parsing and copying block); a copy staged after
@@ -249,17 +245,42 @@ class _UploadAdmission:
         The job owns the upload once ``run`` is called: the pool calls exactly one of the
         job (which deletes it when done) and ``discard``, so a caller that leaves never
         pulls it away. Until then (no pool, a bad setting) it is deleted here."""
-        with discarded_on_error(upload):
-            key = self.key(upload.sha256)
-            pool = get_pool()
-            fn = functools.partial(_run_then_discard, self.job, upload)
         release_ticket(request)  # from here the pool counts this call
         try:
-            result = await pool.run(key, caller, fn, on_drop=upload.discard)
+            result = await run_staged(upload, caller, self.job, self.job_name)
         except (Refused, ExtractionError) as error:
             return error
         request.pdf = result  # type: ignore[attr-defined]
         return None
+
+
+def stage_form_file(
+    form_file: UploadedFile[bytes], upload: UploadHeaders, conf: PoolSettings
+) -> StagedUpload:
+    """Stage a parsed upload (a form's file, or what a framework's parser made of a
+    body): 413 over ``MAX_UPLOAD_SIZE``, 400 when it does not match its declared digest."""
+    if form_file.size is not None and form_file.size > conf.max_upload_size:
+        raise too_large(conf.max_upload_size)
+    return checked(stage(form_file, conf.temp_dir), upload)
+
+
+def checked(staged: StagedUpload, upload: UploadHeaders) -> StagedUpload:
+    """``staged``, if it is what its request declared (``DigestMismatch`` else)."""
+    if upload.digest is not None and upload.digest != staged.sha256:
+        staged.discard()
+        raise DigestMismatch("The PDF received does not match the digest its request declared.")
+    return staged
+
+
+async def run_staged(upload: StagedUpload, caller: str, job: Job, job_name: str) -> Any:
+    """Run or join ``job`` on ``upload`` in the process's pool under its single-flight key
+    (``pool_key``); the job deletes the copy when done, else the pool's ``on_drop`` does.
+    Raises what the pool raises (``Refused``) and what the job raises."""
+    with discarded_on_error(upload):
+        key = _key(job, job_name, upload.sha256)
+        pool = get_pool()
+        fn = functools.partial(_run_then_discard, job, upload)
+    return await pool.run(key, caller, fn, on_drop=upload.discard)
 
 
 def _limited(chunks: Iterator[bytes], conf: PoolSettings) -> Iterator[bytes]:
