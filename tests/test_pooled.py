@@ -49,7 +49,8 @@ def test_a_path_is_extracted_under_the_pool_and_left_where_it_was(pdfpool, tmp_p
     result = extract_pooled(path, caller="task:1")
     assert isinstance(result, Extraction) and result.text == "from a task"
     assert result.sha256 == hashlib.sha256(data).hexdigest()
-    assert open(path, "rb").read() == data  # the caller's file: untouched
+    with open(path, "rb") as mine:
+        assert mine.read() == data  # the caller's file: untouched
     assert os.listdir(pdfpool()["TEMP_DIR"]) == []  # the job's copy: gone
     assert get_pool().snapshot().counters.started == 1
 
@@ -62,9 +63,8 @@ def test_bytes_and_files_of_any_storage(pdfpool, tmp_path, kind):
     elif kind == "open file":
         source = ContentFile(data, name="x.pdf")
     else:
-        storage = (
-            InMemoryStorage() if kind == "memory" else FileSystemStorage(location=tmp_path / "media")
-        )
+        media = tmp_path / "media"
+        storage = InMemoryStorage() if kind == "memory" else FileSystemStorage(location=media)
         name = storage.save("docs/in.pdf", ContentFile(data))
         source = FieldFile(None, FileField(storage=storage), name)
     result = extract_pooled(source, caller="task:files")
