@@ -86,6 +86,7 @@ def pdf_pooled(
     name = resolve_job_name(job, job_name)  # an ambiguous job fails here, at decoration
     if view is None:
         return functools.partial(pdf_pooled, field=field, job=job, job_name=name, answer=answer)
+    refuse_misplaced(view)
     pooled = _UploadAdmission(field, job, answer, name)
 
     if iscoroutinefunction(view):
@@ -135,6 +136,37 @@ def pdf_pooled(
 
     setattr(sync_wrapper, POOLED, pooled)
     return cast(View, sync_wrapper)
+
+
+def refuse_misplaced(view: Callable[..., Any]) -> None:
+    """Raise ImproperlyConfigured, at import, where ``@pdf_pooled`` could not see the
+    request it needs, saying where to put it instead."""
+    where = getattr(view, "__qualname__", None) or repr(view)
+    if getattr(view, "_ninja_operation", None) is not None:
+        raise ImproperlyConfigured(
+            f"@pdf_pooled is above @api.post on {where}: django-ninja registered the function "
+            "before it was decorated, so it would never run. Put the decorator below "
+            "@api.post, and use django_pdfpool.contrib.ninja.pdf_pooled (docs/ninja.md)."
+        )
+    view_class = getattr(view, "cls", None)
+    if inspect.isclass(view) or hasattr(view_class, "authentication_classes"):
+        raise ImproperlyConfigured(
+            f"@pdf_pooled wraps the DRF view {where} from outside: it would see the request "
+            "before DRF authenticates it (the caller would be the client's address, and a "
+            "request without credentials would be extracted before its 401). Use "
+            "django_pdfpool.contrib.drf.pdf_pooled on the handler, or below @api_view "
+            "(docs/drf.md)."
+        )
+    try:  # not following __wrapped__: method_decorator hands over a bound partial
+        parameters = list(inspect.signature(view, follow_wrapped=False).parameters)
+    except (TypeError, ValueError):
+        parameters = []
+    if parameters[:1] == ["self"]:
+        raise ImproperlyConfigured(
+            f"@pdf_pooled is on the method {where}, whose first argument is self, not the "
+            'request: decorate the class with method_decorator(pdf_pooled, name="post"), or '
+            "for DRF use django_pdfpool.contrib.drf.pdf_pooled on the handler (docs/usage.md)."
+        )
 
 
 def resolve_job_name(job: Job, job_name: str | None = None) -> str:

@@ -1,0 +1,175 @@
+"""django-ninja: ``@pdf_pooled`` below ``@api.post(...)``, on sync or async operations
+taking ``File(...)`` or a raw ``application/pdf`` body. It runs after ninja's
+authentication and parameter parsing: the caller is ``request.auth``'s when ninja
+authenticated, and refusals are raised as ``PdfPoolHttpError`` (a ninja ``HttpError``) to
+the API's exception handlers, with ``Retry-After`` as ninja's throttling sets it
+(docs/ninja.md)."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+from collections.abc import Callable
+from typing import Any, TypeVar, cast, overload
+
+from asgiref.sync import async_to_sync, iscoroutinefunction
+from django.core.exceptions import ImproperlyConfigured
+from django.http import HttpRequest, HttpResponse
+from ninja.decorators import decorate_view
+from ninja.errors import HttpError
+
+from ..conf import get_settings
+from ..decorators import Job, _UploadAdmission, discarded_on_error, extract_upload, resolve_job_name
+from ..door.views import POOLED
+from ..exceptions import UploadRejected
+from ..responses import Failure
+from .failures import describe
+
+__all__ = ["PdfPoolHttpError", "auth_caller", "pdf_pooled"]
+
+Operation = TypeVar("Operation", bound=Callable[..., Any])
+
+_RETRY = "pdfpool_retry_after"  # on the request: the Retry-After of the refusal raised
+
+
+class PdfPoolHttpError(HttpError):
+    """A refusal, an extraction error or a rejected upload, as ninja's ``HttpError`` (its
+    default handler answers ``{"detail": message}`` with ``status_code``); ``code``,
+    ``retry_after`` (whole seconds or None) and ``error`` (the library's exception) for
+    a handler of your own: ``@api.exception_handler(PdfPoolHttpError)``."""
+
+    def __init__(self, error: Failure) -> None:
+        said = describe(error)
+        super().__init__(said.status, said.message)
+        self.code = said.code
+        self.retry_after = said.retry_after
+        self.error = error
+
+
+def auth_caller(request: HttpRequest) -> str | None:
+    """The caller of what ninja's authentication returned (``request.auth``): a user is
+    ``user:<pk>`` (as the ``CALLER`` setting names users); anything else, a token say,
+    ``auth:<16 hex digits of its SHA-256>`` (no secret on the status page); None when
+    ninja did not authenticate the request."""
+    auth = getattr(request, "auth", None)
+    if auth is None or auth is False:
+        return None
+    if getattr(auth, "is_authenticated", False) and getattr(auth, "pk", None) is not None:
+        return f"user:{auth.pk}"
+    return "auth:" + hashlib.sha256(str(auth).encode()).hexdigest()[:16]
+
+
+@overload
+def pdf_pooled(operation: Operation, /) -> Operation: ...
+
+
+@overload
+def pdf_pooled(
+    operation: None = None,
+    /,
+    *,
+    field: str = "file",
+    job: Job = extract_upload,
+    job_name: str | None = None,
+) -> Callable[[Operation], Operation]: ...
+
+
+def pdf_pooled(
+    operation: Operation | None = None,
+    /,
+    *,
+    field: str = "file",
+    job: Job = extract_upload,
+    job_name: str | None = None,
+) -> Operation | Callable[[Operation], Operation]:
+    """Decorate a ninja operation (below ``@api.post``): a POST's PDF (the multipart file
+    ``field``, or the raw body) runs through the pool and ``request.pdf`` is the result."""
+    name = resolve_job_name(job, job_name)
+    if operation is None:
+        return functools.partial(pdf_pooled, field=field, job=job, job_name=name)
+    if getattr(operation, "_ninja_operation", None) is not None:
+        raise ImproperlyConfigured(
+            f"pdf_pooled is above @api.post on {operation.__qualname__}: ninja registered "
+            "the function before it was decorated. Put @pdf_pooled below @api.post."
+        )
+    admission = _UploadAdmission(field, job, None, name)
+    wrapper: Callable[..., Any]
+    if iscoroutinefunction(operation):
+
+        @functools.wraps(operation)
+        async def async_wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
+            request.pdf = None  # type: ignore[attr-defined]
+            if request.method == "POST":
+                try:
+                    prepared = await admission.aprepare(request)
+                except UploadRejected as rejected:
+                    raise _refusal(request, rejected) from rejected
+                with discarded_on_error(prepared):
+                    if auth_caller(request) is None and hasattr(request, "auser"):
+                        request.user = await request.auser()
+                    caller = auth_caller(request) or await _setting_caller(request)
+                refused = await admission.submit(request, caller, prepared)
+                if refused is not None:
+                    raise _refusal(request, refused) from refused
+            return await operation(request, *args, **kwargs)
+
+        wrapper = async_wrapper
+    else:
+
+        @functools.wraps(operation)
+        def sync_wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
+            request.pdf = None  # type: ignore[attr-defined]
+            if request.method == "POST":
+                try:
+                    prepared = admission.prepare(request)
+                except UploadRejected as rejected:
+                    raise _refusal(request, rejected) from rejected
+                with discarded_on_error(prepared):
+                    caller = auth_caller(request) or async_to_sync(_setting_caller)(request)
+                refused = async_to_sync(admission.submit)(request, caller, prepared)
+                if refused is not None:
+                    raise _refusal(request, refused) from refused
+            return operation(request, *args, **kwargs)
+
+        wrapper = sync_wrapper
+    setattr(wrapper, POOLED, admission)
+    return cast(Operation, decorate_view(_with_retry_after)(wrapper))
+
+
+async def _setting_caller(request: HttpRequest) -> str:
+    """The ``CALLER`` setting's caller (sync functions called here, as the decorator does)."""
+    caller_of = get_settings().caller
+    if iscoroutinefunction(caller_of):
+        return cast(str, await caller_of(request))
+    return cast(str, caller_of(request))
+
+
+def _refusal(request: HttpRequest, error: Failure) -> PdfPoolHttpError:
+    """The exception to raise, noting its retry time for ``_with_retry_after``."""
+    raised = PdfPoolHttpError(error)
+    setattr(request, _RETRY, raised.retry_after)
+    return raised
+
+
+def _with_retry_after(run: Callable[..., Any]) -> Callable[..., Any]:
+    """Wrap the operation's ``run`` (ninja's ``decorate_view``): the answer to a refusal
+    raised in it gets ``Retry-After`` unless the project's handler set one."""
+    if iscoroutinefunction(run):
+
+        async def arun(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
+            return _retry_header(request, await run(request, *args, **kwargs))
+
+        return arun
+
+    def srun(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
+        return _retry_header(request, run(request, *args, **kwargs))
+
+    return srun
+
+
+def _retry_header(request: HttpRequest, response: Any) -> Any:
+    seconds = getattr(request, _RETRY, None)
+    wanted = seconds is not None and isinstance(response, HttpResponse)
+    if wanted and not response.has_header("Retry-After"):
+        response["Retry-After"] = str(seconds)
+    return response
