@@ -62,9 +62,9 @@ def handled(exc, context):
 
 
 class Protected(APIView):
-    authentication_classes = [Token]
-    permission_classes = [IsAuthenticated]
-    parser_classes = [MultiPartParser, drf.PdfParser]
+    authentication_classes = (Token,)
+    permission_classes = (IsAuthenticated,)
+    parser_classes = (MultiPartParser, drf.PdfParser)
 
 
 class HeldAPIView(Protected):
@@ -98,9 +98,9 @@ def gated_function(request):
 
 
 class Documents(viewsets.ViewSet):
-    authentication_classes = [Token]
-    permission_classes = [IsAuthenticated]
-    parser_classes = [MultiPartParser, drf.PdfParser]
+    authentication_classes = (Token,)
+    permission_classes = (IsAuthenticated,)
+    parser_classes = (MultiPartParser, drf.PdfParser)
 
     @drf.pdf_pooled(job=held_job)
     def create(self, request):
