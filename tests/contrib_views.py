@@ -3,8 +3,7 @@ authentication of each framework (users that need no database)."""
 
 from __future__ import annotations
 
-from django.core.files.uploadedfile import UploadedFile
-from ninja import File, NinjaAPI
+from ninja import File, NinjaAPI, UploadedFile
 from ninja.security import HttpBearer
 from rest_framework import viewsets
 from rest_framework.authentication import BaseAuthentication
@@ -123,6 +122,13 @@ class Bearer(HttpBearer):
 
 
 api = NinjaAPI(urls_namespace="pdfpool-tests")
+
+
+@api.exception_handler(ninja.PdfPoolHttpError)
+def ninja_refused(request, exc: ninja.PdfPoolHttpError):
+    """The project's own handler for the pool's refusals."""
+    body = {"detail": exc.message, "code": exc.code, "handled_by": "project"}
+    return api.create_response(request, body, status=exc.status_code)
 
 
 def ninja_described(request) -> dict:

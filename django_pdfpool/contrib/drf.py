@@ -126,7 +126,7 @@ class PdfParser(FileUploadParser):
     ) -> DataAndFiles[Any, Any]:
         limit = get_settings().max_upload_size
         limited = cast(IO[bytes], _Limited(stream, limit))  # read() is all the parser uses
-        return cast(DataAndFiles[Any, Any], super().parse(limited, media_type, parser_context))
+        return cast("DataAndFiles[Any, Any]", super().parse(limited, media_type, parser_context))
 
 
 class _Limited:

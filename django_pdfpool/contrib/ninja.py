@@ -7,8 +7,10 @@ the API's exception handlers, with ``Retry-After`` as ninja's throttling sets it
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
+import inspect
 from collections.abc import Callable
 from typing import Any, TypeVar, cast, overload
 
@@ -133,6 +135,10 @@ def pdf_pooled(
 
         wrapper = sync_wrapper
     setattr(wrapper, POOLED, admission)
+    # ninja reads the parameters' annotations from the wrapper, in this module's globals:
+    # hand it the operation's own, resolved where it was written (postponed annotations)
+    with contextlib.suppress(NameError, TypeError, ValueError):
+        wrapper.__signature__ = inspect.signature(operation, eval_str=True)  # type: ignore[attr-defined]
     return cast(Operation, decorate_view(_with_retry_after)(wrapper))
 
 
