@@ -131,7 +131,7 @@ def test_the_decorator_above_api_post_fails_at_import():
     def op(request): ...
 
     registered = api.post("/op")(op)
-    with pytest.raises(ImproperlyConfigured, match="below @api.post"):
+    with pytest.raises(ImproperlyConfigured, match=r"below @api\.post"):
         ninja.pdf_pooled(registered)
-    with pytest.raises(ImproperlyConfigured, match="below @api.post"):
+    with pytest.raises(ImproperlyConfigured, match=r"below @api\.post"):
         django_pdfpool.pdf_pooled(registered)

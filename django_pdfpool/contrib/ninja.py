@@ -138,7 +138,7 @@ def pdf_pooled(
     # ninja reads the parameters' annotations from the wrapper, in this module's globals:
     # hand it the operation's own, resolved where it was written (postponed annotations)
     with contextlib.suppress(NameError, TypeError, ValueError):
-        wrapper.__signature__ = inspect.signature(operation, eval_str=True)  # type: ignore[attr-defined]
+        cast(Any, wrapper).__signature__ = inspect.signature(operation, eval_str=True)
     return cast(Operation, decorate_view(_with_retry_after)(wrapper))
 
 
