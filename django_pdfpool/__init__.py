@@ -27,7 +27,7 @@ if TYPE_CHECKING:
         UploadRejected,
         UploadTooLarge,
     )
-    from .pooled import aextract_pooled, extract_pooled
+    from .pooled import aextract_pooled, caller_of, extract_pooled
     from .process_pool import adrain_pool, drain_pool, get_pool
     from .responses import html_answer, json_answer
     from .sandbox.extract import Extraction, extract
@@ -45,6 +45,7 @@ _HOMES = {  # public name -> the module that defines it
     "extract_upload": "decorators",
     "StagedUpload": "uploads",
     "extract_pooled": "pooled",
+    "caller_of": "pooled",
     "aextract_pooled": "pooled",
     "json_answer": "responses",
     "html_answer": "responses",
@@ -87,6 +88,7 @@ __all__ = [
     "UploadTooLarge",
     "adrain_pool",
     "aextract_pooled",
+    "caller_of",
     "drain_pool",
     "extract",
     "extract_pooled",

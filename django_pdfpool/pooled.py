@@ -7,10 +7,11 @@ import asyncio
 import functools
 import os
 import stat
-from typing import Any, TypeAlias
+from typing import Any, TypeAlias, cast
 
-from asgiref.sync import async_to_sync
+from asgiref.sync import async_to_sync, iscoroutinefunction
 from django.core.files import File
+from django.http import HttpRequest
 
 from .conf import PoolSettings, get_settings
 from .decorators import Job, _limited, extract_upload, resolve_job_name, run_staged
@@ -59,6 +60,16 @@ async def aextract_pooled(
         copying.add_done_callback(_discard_made)
         raise
     return await run_staged(staged, who, job, name)
+
+
+def caller_of(request: HttpRequest) -> str:
+    """The caller the ``CALLER`` setting names for ``request``, as ``@pdf_pooled`` names it
+    (``user:<pk>``, ``ip:<address>`` by default): for views that call the pool themselves.
+    Synchronous code (an async ``CALLER`` function is run to completion here)."""
+    caller_function = get_settings().caller
+    if iscoroutinefunction(caller_function):
+        return cast(str, async_to_sync(caller_function)(request))
+    return cast(str, caller_function(request))
 
 
 def _discard_made(copying: asyncio.Future[StagedUpload]) -> None:
