@@ -10,6 +10,7 @@ import hashlib
 import os
 
 import pytest
+from django.conf import global_settings
 from django.core.exceptions import ImproperlyConfigured
 from django.test import Client
 from django.views import View
@@ -22,7 +23,7 @@ from django_pdfpool.contrib import drf
 from tests import pdfs
 from tests.conftest import held_requests, wait_until
 from tests.test_decorator import upload
-from tests.views import HELD, held_job
+from tests.views import HELD, PARSED, held_job
 
 pytestmark = pytest.mark.urls("tests.contrib_urls")
 
@@ -107,6 +108,31 @@ def test_a_full_pool_is_503_through_the_projects_handler(pdfpool):
     assert busy.status_code == 503
     assert int(busy["Retry-After"]) >= 1
     assert busy.json()["code"] == "busy" and busy.json()["handled_by"] == "project"
+
+
+def test_the_door_answers_drf_routes_through_the_projects_handler(pdfpool, settings):
+    """The door (AdmissionMiddleware here) refuses before DRF runs (no body parsed), and
+    answers as the view would: the route's DRF view, its exception handler and renderers."""
+    pdfpool(SLOTS=1, QUEUE=0, MAX_UPLOAD_SIZE=2000)
+    recording = "tests.views.RecordingUploadHandler"
+    settings.FILE_UPLOAD_HANDLERS = [recording, *global_settings.FILE_UPLOAD_HANDLERS]
+    PARSED.clear()
+    declared = send("/drf/documents/", b"%PDF-" + b"x" * 500_000)
+    assert declared.status_code == 413
+    assert declared.json()["handled_by"] == "project" and declared.json()["code"] == "too_large"
+    assert list(PARSED) == []  # refused from its header: the body was never parsed
+    HELD.reset()
+    with held_requests(1) as threads:
+        threads.submit(send, "/drf/function/held/", b"%PDF- one")
+        wait_until(lambda: len(HELD.runs) == 1)
+        PARSED.clear()  # the job's own upload was parsed; none of those below may be
+        for url in HELD_ROUTES:
+            busy = send(url, b"%PDF- two", user="carol")  # no digest: the door sheds it
+            assert busy.status_code == 503, busy.content
+            assert int(busy["Retry-After"]) >= 1
+            assert busy.json()["handled_by"] == "project" and busy.json()["code"] == "busy"
+            assert busy["Content-Type"] == "application/json"
+    assert len(HELD.runs) == 1 and list(PARSED) == []  # refused before the body
 
 
 def test_413_422_and_400_are_drf_exceptions_too(pdfpool):

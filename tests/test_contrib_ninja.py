@@ -104,6 +104,19 @@ def test_busy_unreadable_and_too_large_through_the_handlers(pdfpool):
     assert int(busy["Retry-After"]) >= 1
 
 
+def test_the_door_answers_ninja_routes_through_the_apis_handler(pdfpool):
+    pdfpool(SLOTS=1, QUEUE=0)
+    HELD.reset()
+    with held_requests(1) as threads:
+        threads.submit(send, "held", b"%PDF- the only slot")
+        wait_until(lambda: len(HELD.runs) == 1)
+        busy = send("extract", b"%PDF- another", "t-frank")  # the door sheds it
+    assert busy.status_code == 503
+    assert busy.json()["handled_by"] == "project" and busy.json()["code"] == "busy"
+    assert int(busy["Retry-After"]) >= 1
+    assert len(HELD.runs) == 1
+
+
 def test_the_default_handler_answers_detail_with_retry_after(pdfpool):
     """An API without a handler of its own: ninja's HttpError handler, our Retry-After."""
     from django.urls import path

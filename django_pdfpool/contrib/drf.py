@@ -12,9 +12,13 @@ from typing import IO, Any, TypeVar, cast, overload
 
 from asgiref.sync import async_to_sync, iscoroutinefunction
 from django.core.exceptions import ImproperlyConfigured
+from django.http import HttpRequest, HttpResponse
+from django.urls import resolve
 from rest_framework.exceptions import APIException, Throttled
 from rest_framework.parsers import DataAndFiles, FileUploadParser
 from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
 
 from ..conf import get_settings
 from ..decorators import (
@@ -30,7 +34,7 @@ from ..door.rules import body_limit, too_large
 from ..door.views import POOLED
 from ..exceptions import NoUpload, UploadRejected
 from ..responses import Failure
-from .failures import describe
+from .failures import describe, rebuilt
 
 __all__ = [
     "CallerThrottled",
@@ -41,6 +45,7 @@ __all__ = [
     "PdfUploadInvalid",
     "PoolUnavailable",
     "api_exception",
+    "door_answer",
     "pdf_pooled",
 ]
 
@@ -112,6 +117,32 @@ def api_exception(error: Failure) -> PdfPoolError:
     return found
 
 
+def door_answer(
+    request: HttpRequest, status: int, code: str, message: str, retry_after: float | None
+) -> HttpResponse:
+    """The door's answer for a DRF route (before the view runs): the DRF exception the
+    view would raise, answered by the route's own view class as DRF answers it (its
+    exception handler, content negotiation and renderers), rendered."""
+    return drf_answer(request, api_exception(rebuilt(status, code, message, retry_after)))
+
+
+def drf_answer(request: HttpRequest, exc: APIException) -> HttpResponse:
+    """``exc`` answered by the DRF view ``request`` resolves to (``APIView`` if none)."""
+    match = resolve(request.path_info, getattr(request, "urlconf", None))
+    view_class = getattr(match.func, "cls", None) or APIView
+    view: Any = view_class(**getattr(match.func, "initkwargs", {}))
+    view.action_map = getattr(match.func, "actions", None) or {}  # a ViewSet's routing
+    view.args, view.kwargs = match.args, match.kwargs
+    view.headers = view.default_response_headers
+    drf_request = view.initialize_request(request, *match.args, **match.kwargs)
+    view.request = drf_request
+    view.format_kwarg = view.get_format_suffix(**match.kwargs)
+    response = view.finalize_response(drf_request, view.handle_exception(exc))
+    if isinstance(response, Response):
+        response.render()
+    return cast(HttpResponse, response)
+
+
 class PdfParser(FileUploadParser):
     """A raw ``application/pdf`` body as ``request.data["file"]`` (no filename needed), read
     no further than ``MAX_UPLOAD_SIZE``: put it in a view's ``parser_classes``."""
@@ -174,7 +205,7 @@ def pdf_pooled(
     if handler is None:
         return functools.partial(pdf_pooled, field=field, job=job, job_name=name)
     _refuse_misplaced(handler)
-    admission = _UploadAdmission(field, job, None, name)
+    admission = _UploadAdmission(field, job, door_answer, name)  # the door answers as DRF
 
     @functools.wraps(handler)
     def wrapper(*args: Any, **kwargs: Any) -> Any:

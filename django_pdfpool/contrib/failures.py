@@ -6,7 +6,21 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..exceptions import CallerBusy, ExtractionError, PoolMisconfigured, Refused
+from ..exceptions import (
+    BadDigest,
+    CallerBusy,
+    CoordinatorUnavailable,
+    DigestMismatch,
+    ExtractionError,
+    NoUpload,
+    PoolBusy,
+    PoolClosed,
+    PoolMisconfigured,
+    Refused,
+    RunnerLost,
+    UploadRejected,
+    UploadTooLarge,
+)
 from ..responses import MISCONFIGURED, Failure
 
 
@@ -30,3 +44,25 @@ def describe(error: Failure) -> Described:
         message = MISCONFIGURED if isinstance(error, PoolMisconfigured) else str(error)
         return Described(status, error.code, message, max(1, math.ceil(error.retry_after)))
     return Described(error.status, error.code, str(error), None)
+
+
+_REFUSALS: dict[str, type[Refused]] = {
+    kind.code: kind for kind in (PoolBusy, CallerBusy, PoolClosed, PoolMisconfigured, RunnerLost)
+}
+_REFUSALS[CoordinatorUnavailable.code] = CoordinatorUnavailable
+_REJECTIONS: dict[str, type[UploadRejected]] = {
+    kind.code: kind for kind in (UploadTooLarge, NoUpload, BadDigest, DigestMismatch)
+}
+
+
+def rebuilt(status: int, code: str, message: str, retry_after: float | None) -> Failure:
+    """The library's exception behind an ``Answer``'s arguments (what the door hands a
+    view's ``answer=``), so that an integration answers the door's refusals as its view
+    answers the same exception."""
+    if status == 422:
+        return ExtractionError(code, message)
+    if status in (429, 503):
+        return _REFUSALS.get(code, CallerBusy if status == 429 else PoolBusy)(
+            message, retry_after or 0.0
+        )
+    return _REJECTIONS.get(code, UploadTooLarge if status == 413 else UploadRejected)(message)

@@ -17,17 +17,20 @@ from typing import Any, TypeVar, cast, overload
 from asgiref.sync import async_to_sync, iscoroutinefunction
 from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest, HttpResponse
+from django.urls import Resolver404, resolve
+from ninja import NinjaAPI
 from ninja.decorators import decorate_view
 from ninja.errors import HttpError
+from ninja.operation import PathView
 
 from ..conf import get_settings
 from ..decorators import Job, _UploadAdmission, discarded_on_error, extract_upload, resolve_job_name
 from ..door.views import POOLED
 from ..exceptions import UploadRejected
-from ..responses import Failure
-from .failures import describe
+from ..responses import Failure, json_answer
+from .failures import describe, rebuilt
 
-__all__ = ["PdfPoolHttpError", "auth_caller", "pdf_pooled"]
+__all__ = ["PdfPoolHttpError", "auth_caller", "door_answer", "pdf_pooled"]
 
 Operation = TypeVar("Operation", bound=Callable[..., Any])
 
@@ -94,7 +97,7 @@ def pdf_pooled(
             f"pdf_pooled is above @api.post on {operation.__qualname__}: ninja registered "
             "the function before it was decorated. Put @pdf_pooled below @api.post."
         )
-    admission = _UploadAdmission(field, job, None, name)
+    admission = _UploadAdmission(field, job, door_answer, name)  # the door answers as ninja
     wrapper: Callable[..., Any]
     if iscoroutinefunction(operation):
 
@@ -140,6 +143,36 @@ def pdf_pooled(
     with contextlib.suppress(NameError, TypeError, ValueError):
         cast(Any, wrapper).__signature__ = inspect.signature(operation, eval_str=True)
     return cast(Operation, decorate_view(_with_retry_after)(wrapper))
+
+
+def door_answer(
+    request: HttpRequest, status: int, code: str, message: str, retry_after: float | None
+) -> HttpResponse:
+    """The door's answer for a ninja route (before ninja runs): the ``PdfPoolHttpError``
+    the operation would raise, answered by its API's exception handlers, with
+    ``Retry-After``."""
+    error = rebuilt(status, code, message, retry_after)
+    api = _api_of(request)
+    if api is None:  # not a ninja route after all: the library's own JSON answer
+        return json_answer(request, status, code, message, retry_after)
+    response = api.on_exception(request, _refusal(request, error))
+    return cast(HttpResponse, _retry_header(request, response))
+
+
+def _api_of(request: HttpRequest) -> NinjaAPI | None:
+    """The API of the POST operation ``request`` resolves to: ninja's path view, the
+    object its URL's view function closes over, holds the operations."""
+    try:
+        match = resolve(request.path_info, getattr(request, "urlconf", None))
+    except Resolver404:
+        return None
+    for cell in getattr(match.func, "__closure__", None) or ():
+        path_view = cell.cell_contents
+        if isinstance(path_view, PathView):
+            for operation in path_view.operations:
+                if "POST" in operation.methods:
+                    return operation.api
+    return None
 
 
 async def _setting_caller(request: HttpRequest) -> str:
