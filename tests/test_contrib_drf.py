@@ -183,3 +183,21 @@ def test_misplaced_decorators_fail_at_import():
     with pytest.raises(ImproperlyConfigured, match="job_name"):
         drf.pdf_pooled(job=lambda upload: None)
     assert drf.pdf_pooled(job=held_job)
+
+
+def test_check_warns_of_framework_routes_pooled_by_the_plain_decorator(settings):
+    from django.core.management import call_command
+    from django.core.management.base import SystemCheckError
+
+    from django_pdfpool.checks import check_integrations
+
+    assert check_integrations() == []  # tests.contrib_urls: the integrations everywhere
+    settings.ROOT_URLCONF = "tests.contrib_misplaced_urls"
+    warned = {(w.id, w.msg.split()[2]) for w in check_integrations()}
+    assert warned == {
+        ("django_pdfpool.W101", "/plain/function/"),
+        ("django_pdfpool.W101", "/plain/apiview/"),
+        ("django_pdfpool.W101", "/ninja/plain"),
+    }
+    with pytest.raises(SystemCheckError, match="W101"):
+        call_command("check", "--fail-level", "WARNING")

@@ -3,10 +3,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from typing import Any, Protocol, cast
 
-from django.urls import Resolver404, resolve
+from django.urls import URLPattern, URLResolver, get_resolver, resolve
+from django.urls.exceptions import Resolver404
 
 from ..responses import Answer
 
@@ -70,4 +72,44 @@ def _closed_over(func: Callable[..., Any]) -> PooledView | None:
                     found = getattr(getattr(operation, "view_func", None), POOLED, None)
                     if found is not None:
                         return cast(PooledView, found)
+    return None
+
+
+def pooled_routes(urlconf: str | None = None) -> Iterator[tuple[str, Any, PooledView]]:
+    """Every route of the URLconf whose view is pooled: its pattern, view and pooled view."""
+
+    def walk(patterns: list[Any], prefix: str) -> Iterator[tuple[str, Any, PooledView]]:
+        for pattern in patterns:
+            if isinstance(pattern, URLResolver):
+                yield from walk(pattern.url_patterns, prefix + str(pattern.pattern))
+            elif isinstance(pattern, URLPattern):
+                found = pooled_view_of(pattern.callback)
+                if found is not None:
+                    yield prefix + str(pattern.pattern), pattern.callback, found
+
+    yield from walk(get_resolver(urlconf).url_patterns, "/")
+
+
+def framework_mismatches(urlconf: str | None = None) -> list[tuple[str, str]]:
+    """Routes of DRF or django-ninja pooled by ``django_pdfpool.pdf_pooled`` instead of
+    the framework's integration, with the integration to use (for ``manage.py check``):
+    such a route works, but answers refusals itself, not through the framework's handlers
+    (and names ninja's callers by ``request.user``, not ``request.auth``)."""
+    found = []
+    for route, view, pooled in pooled_routes(urlconf):
+        framework = _framework(view)
+        integration = f"django_pdfpool.contrib.{framework}"
+        if framework is not None and getattr(pooled.answer, "__module__", "") != integration:
+            found.append((route, integration))
+    return found
+
+
+def _framework(view: Any) -> str | None:
+    """``"drf"`` or ``"ninja"`` for a view either framework made (read, not imported)."""
+    if hasattr(getattr(view, "cls", None), "authentication_classes"):
+        return "drf"
+    for cell in getattr(view, "__closure__", None) or ():
+        with contextlib.suppress(ValueError):  # an empty cell
+            if type(cell.cell_contents).__module__.startswith("ninja."):
+                return "ninja"
     return None
