@@ -13,6 +13,7 @@ urlpatterns = [
     *project,
     path("drf/apiview/held/", views.HeldAPIView.as_view()),
     path("drf/apiview/extract/", views.ExtractAPIView.as_view()),
+    path("drf/apiview/default-parsers/", views.DefaultParsersAPIView.as_view()),
     path("drf/function/held/", views.held_function),
     path("drf/function/gated/", views.gated_function),
     *router.urls,

@@ -78,6 +78,17 @@ class ExtractAPIView(Protected):
         return Response(described(request))
 
 
+class DefaultParsersAPIView(APIView):
+    """DRF's default parsers: no PdfParser, so a raw PDF body is DRF's own 415."""
+
+    authentication_classes = (Token,)
+    permission_classes = (IsAuthenticated,)
+
+    @drf.pdf_pooled
+    def post(self, request):
+        return Response(described(request))
+
+
 @api_view(["POST"])
 @authentication_classes([Token])
 @permissions([IsAuthenticated])

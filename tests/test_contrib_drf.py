@@ -146,6 +146,15 @@ def test_413_422_and_400_are_drf_exceptions_too(pdfpool):
     assert os.listdir(pdfpool()["TEMP_DIR"]) == []
 
 
+def test_a_raw_body_without_pdf_parser_is_drfs_415_not_a_500(pdfpool):
+    response = send("/drf/apiview/default-parsers/", pdfs.simple(["raw"]), raw=True)
+    assert response.status_code == 415
+    assert "application/pdf" in response.json()["detail"]
+    assert get_pool().snapshot().counters.started == 0
+    multipart = send("/drf/apiview/default-parsers/", pdfs.simple(["multipart"]))
+    assert multipart.status_code == 200 and multipart.json()["pdf"]["text"] == "multipart"
+
+
 def test_a_raw_body_over_the_limit_without_a_length_is_cut_by_pdf_parser(pdfpool):
     """``PdfParser`` stops reading at MAX_UPLOAD_SIZE even where nothing declared a size
     (the view itself, undecorated, parses)."""
