@@ -210,3 +210,19 @@ def test_check_warns_of_framework_routes_pooled_by_the_plain_decorator(settings)
     }
     with pytest.raises(SystemCheckError, match="W101"):
         call_command("check", "--fail-level", "WARNING")
+
+
+def test_the_door_answers_a_browser_with_drfs_browsable_api(pdfpool, settings):
+    """Content negotiation at the door is the view's: a browser gets DRF's HTML page."""
+    settings.INSTALLED_APPS = [*settings.INSTALLED_APPS, "rest_framework"]
+    pdfpool(MAX_UPLOAD_SIZE=2000)
+    response = send(
+        "/drf/apiview/default-parsers/",
+        b"%PDF-",
+        raw=True,
+        HTTP_ACCEPT="text/html",
+        CONTENT_LENGTH="99999999",
+    )
+    assert response.status_code == 413
+    assert response["Content-Type"].startswith("text/html")
+    assert b"Django REST framework" in response.content
