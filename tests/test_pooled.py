@@ -177,3 +177,20 @@ def test_the_command_extracts_through_the_pool(pdfpool, tmp_path):
         out = io.StringIO()
         call_command("pdfpool", "extract", path, "--pool", "--caller", "other", stdout=out)
         assert "by the command" in out.getvalue()
+
+
+def test_a_cancelled_async_call_leaves_no_copy(pdfpool):
+    """Cancelled while its source is being copied (in a worker thread): the copy made
+    after the cancel is deleted by the callback, not left for garbage collection."""
+    data = b"%PDF-" + b"x" * (8 << 20)
+
+    async def main():
+        task = asyncio.ensure_future(aextract_pooled(data, caller="a:cancel"))
+        await asyncio.sleep(0)  # the copy has started in its thread
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(main())
+    wait_until(lambda: os.listdir(pdfpool()["TEMP_DIR"]) == [])
+    assert get_pool().snapshot().counters.started == 0
