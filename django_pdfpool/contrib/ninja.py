@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import hashlib
 import inspect
 from collections.abc import Callable
 from typing import Any, TypeVar, cast, overload
@@ -18,6 +17,7 @@ from asgiref.sync import async_to_sync, iscoroutinefunction
 from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest, HttpResponse
 from django.urls import Resolver404, resolve
+from django.utils.crypto import salted_hmac
 from ninja import NinjaAPI
 from ninja.decorators import decorate_view
 from ninja.errors import HttpError
@@ -34,6 +34,7 @@ __all__ = ["PdfPoolHttpError", "auth_caller", "door_answer", "pdf_pooled"]
 
 Operation = TypeVar("Operation", bound=Callable[..., Any])
 
+_SALT = "django_pdfpool.contrib.ninja.auth_caller"
 _RETRY = "pdfpool_retry_after"  # on the request: the Retry-After of the refusal raised
 
 
@@ -54,14 +55,14 @@ class PdfPoolHttpError(HttpError):
 def auth_caller(request: HttpRequest) -> str | None:
     """The caller of what ninja's authentication returned (``request.auth``): a user is
     ``user:<pk>`` (as the ``CALLER`` setting names users); anything else, a token say,
-    ``auth:<16 hex digits of its SHA-256>`` (no secret on the status page); None when
-    ninja did not authenticate the request."""
+    ``auth:<16 hex digits of its HMAC under SECRET_KEY>`` (no secret, nor a hash one could
+    test guesses against, on the status page); None when ninja did not authenticate."""
     auth = getattr(request, "auth", None)
     if auth is None or auth is False:
         return None
     if getattr(auth, "is_authenticated", False) and getattr(auth, "pk", None) is not None:
         return f"user:{auth.pk}"
-    return "auth:" + hashlib.sha256(str(auth).encode()).hexdigest()[:16]
+    return "auth:" + salted_hmac(_SALT, str(auth), algorithm="sha256").hexdigest()[:16]
 
 
 @overload
