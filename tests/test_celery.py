@@ -1,7 +1,8 @@
 """The Celery task of docs/celery.md, run by a real worker (``celery worker --pool solo``)
 with a real redis-server as its broker and as the Redis pool's coordinator: it extracts a
-stored file under the cluster's pool, leaves the file alone, and an upload of the same
-PDF to this process joins the task's job (the only slot is the task's)."""
+stored file under the cluster's pool, leaves the file alone; an upload of the same PDF to
+this process joins the task's job (the only slot is the task's); and with the slot held
+here, the task is refused and retried after the pool's Retry-After, as the docs write it."""
 
 from __future__ import annotations
 
@@ -17,13 +18,14 @@ from pathlib import Path
 import pytest
 from django.test import Client
 
-from django_pdfpool import get_pool
+from django_pdfpool import extract_pooled, get_pool
 from django_pdfpool.decorators import pool_key
 from django_pdfpool.door.headers import format_digest
 from tests import pdfs
-from tests.conftest import wait_until
+from tests.conftest import held_requests, wait_until
 from tests.test_decorator import JSON, upload
 from tests.test_docs import fences_of
+from tests.views import HELD, held_job
 
 pytest_plugins = ["tests.redis_fixtures"]
 
@@ -74,6 +76,7 @@ def worker(tmp_path, redis_server, namespace):
         "QUEUE": 0,
         "WAIT": 30,
         "LEASE": 2.0,
+        "TIMEOUT": 20.0,  # bounds the refusals' Retry-After: the retry below comes soon
         "WARM_CHILDREN": False,
     }
     broker = redis_server.url.rsplit("/", 1)[0] + "/1"
@@ -123,7 +126,7 @@ def test_a_worker_runs_the_docs_task_against_the_redis_pool(pdfpool, worker, tmp
     # the worker's job holds the cluster's only slot; this process's upload gets in only
     # by joining it (same key in two processes), declared so the door lets it in
     pdfpool(**pool)
-    data = pdfs.slow_pdf("shared by a task and an upload", 3)
+    data = pdfs.slow_pdf("shared by a task and an upload", 2)
     slow = tmp_path / "slow.pdf"
     slow.write_bytes(data)
     sha256 = hashlib.sha256(data).hexdigest()
@@ -139,3 +142,14 @@ def test_a_worker_runs_the_docs_task_against_the_redis_pool(pdfpool, worker, tmp
     assert tasked["text"].startswith("shared by a task and an upload")
     assert get_pool().snapshot().counters.joined == 1
     assert get_pool().snapshot().counters.started == 2  # the two tasks: the upload ran none
+
+    # the docs' retry: with the only slot held here, the task is refused (PoolBusy) and
+    # retried after the pool's Retry-After; once the slot is free, the retry runs
+    HELD.reset()
+    with held_requests(1) as threads:
+        threads.submit(extract_pooled, b"%PDF- holds the slot", caller="test:hold", job=held_job)
+        wait_until(lambda: HELD.runs != [])
+        retried = client.send_task("myapp.tasks.extract_text", args=[str(stored)])
+        wait_until(lambda: b"Retry in" in b"".join(log), SOON)
+        HELD.release.set()
+    assert retried.get(timeout=SOON)["text"] == "extracted by a worker"
