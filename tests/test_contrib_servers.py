@@ -139,8 +139,13 @@ def test_with_the_door_off_the_body_is_awaited(staged):
         assert not answered(sock, 3.0)
 
 
-def test_a_busy_pool_is_refused_before_the_body_on_a_drf_route(staged):
-    with uvicorn(APP, pdfpool=settings(staged), env=CONTRIB) as running:
+def test_a_busy_pool_is_refused_before_the_body_through_each_frameworks_handler(staged):
+    """A ViewSet action's job holds the only slot: uploads to an ``@api_view`` function and
+    a ninja operation are 503 before their bodies, answered by the framework's handler."""
+    with (
+        uvicorn(APP, pdfpool=settings(staged), env=CONTRIB) as running,
+        concurrent.futures.ThreadPoolExecutor(1) as threads,
+    ):
 
         def gated() -> httpx.Response:
             transport = httpx.HTTPTransport(local_address="127.0.6.3")
@@ -151,20 +156,20 @@ def test_a_busy_pool_is_refused_before_the_body_on_a_drf_route(staged):
                     headers={"authorization": "Token bob", "accept": "application/json"},
                 )
 
-        with concurrent.futures.ThreadPoolExecutor(1) as threads:
-            first = threads.submit(gated)
-            wait_for(lambda: _running(running.url) == 1, PATIENCE)
-            try:
+        first = threads.submit(gated)
+        wait_for(lambda: _running(running.url) == 1, PATIENCE)
+        try:
+            for route in ("/drf/function/held/", "/ninja/held"):
                 with connect(port_of(running.url), "127.0.6.4") as sock:
-                    sock.sendall(form_head("/ninja/held", LIMIT - MiB // 2))
-                    assert answered(sock, PATIENCE)
+                    sock.sendall(form_head(route, LIMIT - MiB // 2))
+                    assert answered(sock, PATIENCE), route  # no body byte sent
                     _, status, fields, body = read_answer(sock)
-                assert status == 503 and json.loads(body)["code"] == "busy"
-                assert json.loads(body)["handled_by"] == "project"  # ninja's handler
+                assert status == 503 and json.loads(body)["code"] == "busy", route
+                assert json.loads(body)["handled_by"] == "project", route
                 assert int(fields["retry-after"]) >= 1
-            finally:
-                (staged / "open").touch()
-            assert first.result(PATIENCE).status_code == 200
+        finally:
+            (staged / "open").touch()
+        assert first.result(PATIENCE).status_code == 200
 
 
 def _running(url: str) -> int:
