@@ -234,12 +234,16 @@ class _UploadAdmission:
         else:
             form_file = request.FILES.get(self.field)
             if form_file is None:
-                raise NoUpload(
-                    f"Send the PDF as a multipart file field named {self.field!r}, "
-                    "or as the request body with Content-Type: application/pdf."
-                )
+                raise self.no_upload()
             return stage_form_file(form_file, upload, conf)
         return checked(staged, upload)
+
+    def no_upload(self) -> NoUpload:
+        """The 400 for a POST without its PDF, worded once."""
+        return NoUpload(
+            f"Send the PDF as a multipart file field named {self.field!r}, "
+            "or as the request body with Content-Type: application/pdf."
+        )
 
     async def aprepare(self, request: HttpRequest) -> StagedUpload:
         """``prepare`` in a worker thread (parsing and copying block); a copy staged after

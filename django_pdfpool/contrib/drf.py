@@ -32,7 +32,7 @@ from ..decorators import (
 from ..door.headers import UploadHeaders
 from ..door.rules import body_limit, too_large
 from ..door.views import POOLED
-from ..exceptions import NoUpload, UploadRejected
+from ..exceptions import UploadRejected
 from ..responses import Failure
 from .failures import describe, rebuilt
 
@@ -256,10 +256,7 @@ def _admit(request: Request, admission: _UploadAdmission) -> None:
             raise too_large(conf.max_upload_size)
         form_file = request.FILES.get("file" if upload.raw else admission.field)
         if form_file is None:
-            raise NoUpload(
-                f"Send the PDF as a multipart file field named {admission.field!r}, or as "
-                "the request body with Content-Type: application/pdf."
-            )
+            raise admission.no_upload()
         staged = stage_form_file(form_file, upload, conf)
     except UploadRejected as rejected:
         raise api_exception(rejected) from rejected
