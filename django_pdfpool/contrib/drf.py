@@ -33,6 +33,7 @@ from ..door.headers import UploadHeaders
 from ..door.rules import body_limit, too_large
 from ..door.views import POOLED
 from ..exceptions import UploadRejected
+from ..pooled import caller_of
 from ..responses import Failure
 from .failures import describe, rebuilt
 
@@ -261,12 +262,7 @@ def _admit(request: Request, admission: _UploadAdmission) -> None:
     except UploadRejected as rejected:
         raise api_exception(rejected) from rejected
     with discarded_on_error(staged):
-        caller_of = get_settings().caller
-        caller = (
-            async_to_sync(caller_of)(request)
-            if iscoroutinefunction(caller_of)
-            else caller_of(request)
-        )
+        caller = caller_of(request)  # the CALLER setting, given DRF's authenticated request
     refused = async_to_sync(admission.submit)(request._request, caller, staged)
     if refused is not None:
         raise api_exception(refused) from refused

@@ -27,6 +27,7 @@ from ..conf import get_settings
 from ..decorators import Job, _UploadAdmission, discarded_on_error, extract_upload, resolve_job_name
 from ..door.views import POOLED
 from ..exceptions import UploadRejected
+from ..pooled import caller_of
 from ..responses import Failure, json_answer
 from .failures import describe, rebuilt
 
@@ -131,7 +132,7 @@ def pdf_pooled(
                 except UploadRejected as rejected:
                     raise _refusal(request, rejected) from rejected
                 with discarded_on_error(prepared):
-                    caller = auth_caller(request) or async_to_sync(_setting_caller)(request)
+                    caller = auth_caller(request) or caller_of(request)
                 refused = async_to_sync(admission.submit)(request, caller, prepared)
                 if refused is not None:
                     raise _refusal(request, refused) from refused
