@@ -178,11 +178,12 @@ def _api_of(request: HttpRequest) -> NinjaAPI | None:
 
 
 async def _setting_caller(request: HttpRequest) -> str:
-    """The ``CALLER`` setting's caller (sync functions called here, as the decorator does)."""
-    caller_of = get_settings().caller
-    if iscoroutinefunction(caller_of):
-        return cast(str, await caller_of(request))
-    return cast(str, caller_of(request))
+    """``caller_of`` on an async path: an async ``CALLER`` is awaited, a sync one called
+    here (``request.user`` is resolved already), as the decorator does."""
+    function = get_settings().caller
+    if iscoroutinefunction(function):
+        return cast(str, await function(request))
+    return cast(str, function(request))
 
 
 def _refusal(request: HttpRequest, error: Failure) -> PdfPoolHttpError:
