@@ -121,6 +121,11 @@ class Documents(viewsets.ViewSet):
     def gated(self, request):
         return Response(described(request))
 
+    @drf.pdf_pooled(job=held_job)  # above @action: the action's routing is kept
+    @action(detail=False, methods=["post"], url_path="above")
+    def above(self, request):
+        return Response(described(request))
+
 
 # --- django-ninja ------------------------------------------------------------
 

@@ -27,7 +27,12 @@ from tests.views import HELD, PARSED, held_job
 
 pytestmark = pytest.mark.urls("tests.contrib_urls")
 
-HELD_ROUTES = ["/drf/apiview/held/", "/drf/function/held/", "/drf/documents/"]
+HELD_ROUTES = [
+    "/drf/apiview/held/",  # APIView.post
+    "/drf/function/held/",  # @api_view
+    "/drf/documents/",  # ViewSet create
+    "/drf/documents/above/",  # a ViewSet @action, the decorator above it
+]
 SOON = 60
 
 
