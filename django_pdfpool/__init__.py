@@ -27,6 +27,7 @@ if TYPE_CHECKING:
         UploadRejected,
         UploadTooLarge,
     )
+    from .pooled import aextract_pooled, caller_of, extract_pooled
     from .process_pool import adrain_pool, drain_pool, get_pool
     from .responses import html_answer, json_answer
     from .sandbox.extract import Extraction, extract
@@ -43,6 +44,9 @@ _HOMES = {  # public name -> the module that defines it
     "pdf_pooled": "decorators",
     "extract_upload": "decorators",
     "StagedUpload": "uploads",
+    "extract_pooled": "pooled",
+    "caller_of": "pooled",
+    "aextract_pooled": "pooled",
     "json_answer": "responses",
     "html_answer": "responses",
     "PoolLifespan": "asgi",
@@ -83,8 +87,11 @@ __all__ = [
     "UploadRejected",
     "UploadTooLarge",
     "adrain_pool",
+    "aextract_pooled",
+    "caller_of",
     "drain_pool",
     "extract",
+    "extract_pooled",
     "extract_upload",
     "get_pool",
     "html_answer",

@@ -21,3 +21,23 @@ def check_settings(
         checks.Error(problem.msg, hint=problem.hint or None, id=problem.id)
         for problem in problems(raw_setting())
     ]
+
+
+@checks.register(checks.Tags.urls)
+def check_integrations(
+    app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
+) -> list[checks.CheckMessage]:
+    """A DRF or django-ninja route pooled by ``django_pdfpool.pdf_pooled``: a warning
+    naming the integration to use (docs/drf.md, docs/ninja.md)."""
+    from .door.views import framework_mismatches
+
+    return [
+        checks.Warning(
+            f"The route {route} is a {integration.rsplit('.', 1)[1]} view pooled by "
+            "django_pdfpool.pdf_pooled: its refusals bypass the framework's exception "
+            "handlers.",
+            hint=f"Use {integration}.pdf_pooled on the handler or operation.",
+            id="django_pdfpool.W101",
+        )
+        for route, integration in framework_mismatches()
+    ]

@@ -14,6 +14,7 @@ from typing import Any, TypeVar, cast, overload
 
 from asgiref.sync import async_to_sync, iscoroutinefunction, sync_to_async
 from django.core.exceptions import ImproperlyConfigured
+from django.core.files.uploadedfile import UploadedFile
 from django.http import HttpRequest
 
 from .conf import PoolSettings, get_settings
@@ -85,6 +86,7 @@ def pdf_pooled(
     name = resolve_job_name(job, job_name)  # an ambiguous job fails here, at decoration
     if view is None:
         return functools.partial(pdf_pooled, field=field, job=job, job_name=name, answer=answer)
+    refuse_misplaced(view)
     pooled = _UploadAdmission(field, job, answer, name)
 
     if iscoroutinefunction(view):
@@ -134,6 +136,37 @@ def pdf_pooled(
 
     setattr(sync_wrapper, POOLED, pooled)
     return cast(View, sync_wrapper)
+
+
+def refuse_misplaced(view: Callable[..., Any]) -> None:
+    """Raise ImproperlyConfigured, at import, where ``@pdf_pooled`` could not see the
+    request it needs, saying where to put it instead."""
+    where = getattr(view, "__qualname__", None) or repr(view)
+    if getattr(view, "_ninja_operation", None) is not None:
+        raise ImproperlyConfigured(
+            f"@pdf_pooled is above @api.post on {where}: django-ninja registered the function "
+            "before it was decorated, so it would never run. Put the decorator below "
+            "@api.post, and use django_pdfpool.contrib.ninja.pdf_pooled (docs/ninja.md)."
+        )
+    view_class = getattr(view, "cls", None)
+    if inspect.isclass(view) or hasattr(view_class, "authentication_classes"):
+        raise ImproperlyConfigured(
+            f"@pdf_pooled wraps the DRF view {where} from outside: it would see the request "
+            "before DRF authenticates it (the caller would be the client's address, and a "
+            "request without credentials would be extracted before its 401). Use "
+            "django_pdfpool.contrib.drf.pdf_pooled on the handler, or below @api_view "
+            "(docs/drf.md)."
+        )
+    try:  # not following __wrapped__: method_decorator hands over a bound partial
+        parameters = list(inspect.signature(view, follow_wrapped=False).parameters)
+    except (TypeError, ValueError):
+        parameters = []
+    if parameters[:1] == ["self"]:
+        raise ImproperlyConfigured(
+            f"@pdf_pooled is on the method {where}, whose first argument is self, not the "
+            'request: decorate the class with method_decorator(pdf_pooled, name="post"), or '
+            "for DRF use django_pdfpool.contrib.drf.pdf_pooled on the handler (docs/usage.md)."
+        )
 
 
 def resolve_job_name(job: Job, job_name: str | None = None) -> str:
@@ -201,17 +234,16 @@ class _UploadAdmission:
         else:
             form_file = request.FILES.get(self.field)
             if form_file is None:
-                raise NoUpload(
-                    f"Send the PDF as a multipart file field named {self.field!r}, "
-                    "or as the request body with Content-Type: application/pdf."
-                )
-            if form_file.size is not None and form_file.size > conf.max_upload_size:
-                raise too_large(conf.max_upload_size)
-            staged = stage(form_file, conf.temp_dir)
-        if upload.digest is not None and upload.digest != staged.sha256:
-            staged.discard()
-            raise DigestMismatch("The PDF received does not match the digest its request declared.")
-        return staged
+                raise self.no_upload()
+            return stage_form_file(form_file, upload, conf)
+        return checked(staged, upload)
+
+    def no_upload(self) -> NoUpload:
+        """The 400 for a POST without its PDF, worded once."""
+        return NoUpload(
+            f"Send the PDF as a multipart file field named {self.field!r}, "
+            "or as the request body with Content-Type: application/pdf."
+        )
 
     async def aprepare(self, request: HttpRequest) -> StagedUpload:
         """``prepare`` in a worker thread (parsing and copying block); a copy staged after
@@ -249,17 +281,42 @@ class _UploadAdmission:
         The job owns the upload once ``run`` is called: the pool calls exactly one of the
         job (which deletes it when done) and ``discard``, so a caller that leaves never
         pulls it away. Until then (no pool, a bad setting) it is deleted here."""
-        with discarded_on_error(upload):
-            key = self.key(upload.sha256)
-            pool = get_pool()
-            fn = functools.partial(_run_then_discard, self.job, upload)
         release_ticket(request)  # from here the pool counts this call
         try:
-            result = await pool.run(key, caller, fn, on_drop=upload.discard)
+            result = await run_staged(upload, caller, self.job, self.job_name)
         except (Refused, ExtractionError) as error:
             return error
         request.pdf = result  # type: ignore[attr-defined]
         return None
+
+
+def stage_form_file(
+    form_file: UploadedFile[bytes], upload: UploadHeaders, conf: PoolSettings
+) -> StagedUpload:
+    """Stage a parsed upload (a form's file, or what a framework's parser made of a
+    body): 413 over ``MAX_UPLOAD_SIZE``, 400 when it does not match its declared digest."""
+    if form_file.size is not None and form_file.size > conf.max_upload_size:
+        raise too_large(conf.max_upload_size)
+    return checked(stage(form_file, conf.temp_dir), upload)
+
+
+def checked(staged: StagedUpload, upload: UploadHeaders) -> StagedUpload:
+    """``staged``, if it is what its request declared (``DigestMismatch`` else)."""
+    if upload.digest is not None and upload.digest != staged.sha256:
+        staged.discard()
+        raise DigestMismatch("The PDF received does not match the digest its request declared.")
+    return staged
+
+
+async def run_staged(upload: StagedUpload, caller: str, job: Job, job_name: str) -> Any:
+    """Run or join ``job`` on ``upload`` in the process's pool under its single-flight key
+    (``pool_key``); the job deletes the copy when done, else the pool's ``on_drop`` does.
+    Raises what the pool raises (``Refused``) and what the job raises."""
+    with discarded_on_error(upload):
+        key = _key(job, job_name, upload.sha256)
+        pool = get_pool()
+        fn = functools.partial(_run_then_discard, job, upload)
+    return await pool.run(key, caller, fn, on_drop=upload.discard)
 
 
 def _limited(chunks: Iterator[bytes], conf: PoolSettings) -> Iterator[bytes]:

@@ -25,20 +25,26 @@ def _remove(path: str) -> None:
 
 @dataclass(eq=False)
 class StagedUpload:
-    """A job's own copy of an upload; deleted by ``discard()``, or at exit at the latest."""
+    """A file for a job. A copy the library made (``owned``) is deleted by ``discard()``,
+    or at exit at the latest; a file of yours (``owned=False``, the default) never is."""
 
     path: str
     sha256: str
     size: int
     name: str
-    _finalizer: weakref.finalize[[str], StagedUpload] = field(init=False, repr=False)
+    owned: bool = False
+    _finalizer: weakref.finalize[[str], StagedUpload] | None = field(
+        init=False, repr=False, default=None
+    )
 
     def __post_init__(self) -> None:
-        self._finalizer = weakref.finalize(self, _remove, self.path)
+        if self.owned:
+            self._finalizer = weakref.finalize(self, _remove, self.path)
 
     def discard(self) -> None:
-        """Delete the copy now (idempotent)."""
-        self._finalizer()
+        """Delete the copy now if the library made it (idempotent); else do nothing."""
+        if self._finalizer is not None:
+            self._finalizer()
 
 
 def stage(upload: UploadedFile[bytes], directory: str | None = None) -> StagedUpload:
@@ -62,7 +68,7 @@ def stage_chunks(
     except BaseException:
         _remove(path)
         raise
-    return StagedUpload(path, digest.hexdigest(), size, name)
+    return StagedUpload(path, digest.hexdigest(), size, name, owned=True)
 
 
 _STAGED = re.compile(r"pdfpool-(?:(\d+)-)?[^/]*\.pdf")  # the pid, where the name has one

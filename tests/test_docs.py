@@ -7,6 +7,7 @@ workflow) say what the project really runs."""
 from __future__ import annotations
 
 import ast
+import importlib
 import inspect
 import os
 import re
@@ -269,16 +270,29 @@ def test_python_in_the_docs_parses(where: str, block: Block) -> None:
     _tree(block)
 
 
+# the integrations' modules are public too: each has its own ``__all__`` (docs/reference.md)
+PUBLIC_MODULES = ("django_pdfpool.contrib.drf", "django_pdfpool.contrib.ninja")
+
+
+def public_names(module: str) -> set[str]:
+    if module == "django_pdfpool":
+        return set(django_pdfpool.__all__) | {"__version__"}
+    return set(importlib.import_module(module).__all__)
+
+
 def private_uses(tree: ast.AST) -> list[str]:
-    """Imports of django_pdfpool's submodules or of names outside ``__all__``, and
-    ``django_pdfpool.<name>`` attribute paths outside it."""
-    public = set(django_pdfpool.__all__) | {"__version__"}
+    """Imports of django_pdfpool's submodules (but the integrations') or of names outside
+    their ``__all__``, and ``django_pdfpool.<name>`` attribute paths outside it."""
+    public = public_names("django_pdfpool")
     found = []
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("django_pdfpool"):
-            if node.module != "django_pdfpool":
+            module = node.module or ""
+            if module != "django_pdfpool" and module not in PUBLIC_MODULES:
                 found.append(f"from {node.module} import ...")
-            found += [alias.name for alias in node.names if alias.name not in public]
+                continue
+            names = public_names(module)
+            found += [alias.name for alias in node.names if alias.name not in names]
         elif isinstance(node, ast.Import):
             found += [a.name for a in node.names if a.name.startswith("django_pdfpool.")]
         elif (
@@ -311,6 +325,10 @@ def test_the_api_reference_covers_every_public_name(site: Path) -> None:
     for name in django_pdfpool.__all__:
         assert f"::: django_pdfpool.{name}\n" in written, name
         assert f"django_pdfpool.{name}" in page.ids, f"{name} has no entry in the built page"
+    for module in PUBLIC_MODULES:
+        for name in public_names(module):
+            assert f"::: {module}.{name}\n" in written, f"{module}.{name}"
+            assert f"{module}.{name}" in page.ids, f"{module}.{name} has no entry"
 
 
 @pytest.mark.parametrize("name", django_pdfpool.__all__)

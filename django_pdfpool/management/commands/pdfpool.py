@@ -8,20 +8,23 @@ import asyncio
 import json
 import os
 import time
-from typing import Any, NoReturn
+from typing import Any, NoReturn, cast
 
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from ...conf import PoolSettings, get_settings
-from ...exceptions import ExtractionError
+from ...exceptions import ExtractionError, Refused, UploadRejected
+from ...pooled import extract_pooled
 from ...process_pool import drain_pool, drain_timeout, peek_pool
+from ...sandbox.extract import Extraction
 from ...sandbox.extract import configure as configure_extraction
 from ...sandbox.wire import ENGINES
 from ...status.page import fmt, status_data
 from .. import extract_report as extracting
 from .. import status_report
 
+POOL_CALLER = "command:pdfpool"  # the caller of `extract --pool` unless --caller names one
 EXIT_REFUSED = 3  # the command ran; the PDF was refused, or the drain ran out of time
 
 NO_POOL_HERE = (
@@ -85,6 +88,17 @@ class Command(BaseCommand):
         extract.add_argument("--text", action="store_true", help="all the text, not a preview")
         extract.add_argument(
             "--no-progress", action="store_true", help="no progress lines for large files"
+        )
+        extract.add_argument(
+            "--pool",
+            action="store_true",
+            help="through this process's pool (with BACKEND redis: the cluster's), as an "
+            "upload of the same file would run: its limits, its single-flight key",
+        )
+        extract.add_argument(
+            "--caller",
+            default=POOL_CALLER,
+            help=f"with --pool: the caller the job runs as (default {POOL_CALLER!r})",
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -160,6 +174,12 @@ class Command(BaseCommand):
         shown = extracting.safe(path)
         if size > conf.max_upload_size:
             self._refused(path, shown, extracting.too_large(size, conf), options["json"])
+        if options["pool"]:
+            if options["engine"] not in (None, conf.engine):
+                raise CommandError("--pool runs the pool's job, with the ENGINE setting.")
+            result = self._pooled(path, shown, options)
+            self._show(path, shown, size, conf, engine, result, options)
+            return
         progress = None
         if size >= extracting.PROGRESS_BYTES and not options["no_progress"]:
             self.stderr.write(
@@ -180,6 +200,33 @@ class Command(BaseCommand):
             self._refused(path, shown, error, options["json"])
         except (ImportError, ValueError) as error:  # an engine not installed, a bad limit
             raise CommandError(str(error)) from None
+        self._show(path, shown, size, conf, engine, result, options)
+
+    def _pooled(self, path: str, shown: str, options: dict[str, Any]) -> Extraction:
+        """``extract_pooled``: refused (exit 3) as an upload of the file would be."""
+        try:
+            return cast(Extraction, extract_pooled(path, caller=options["caller"]))
+        except ExtractionError as error:
+            self._refused(path, shown, error, options["json"])
+        except (Refused, UploadRejected) as refusal:
+            if options["json"]:
+                said = {"code": refusal.code, "message": str(refusal)}
+                self.stdout.write(json.dumps({"file": path, "error": said}))
+            raise CommandError(
+                f"{shown}: refused by the pool: {refusal.code}: {refusal}",
+                returncode=EXIT_REFUSED,
+            ) from None
+
+    def _show(
+        self,
+        path: str,
+        shown: str,
+        size: int,
+        conf: PoolSettings,
+        engine: str,
+        result: Extraction,
+        options: dict[str, Any],
+    ) -> None:
         if options["json"]:
             document = {"file": path, "size": size, "engine": engine, **result.as_dict()}
             self.stdout.write(json.dumps(document, indent=2))

@@ -1,0 +1,268 @@
+"""Django REST framework: ``@pdf_pooled`` on an APIView's or a ViewSet's handler, or below
+``@api_view``. It runs where DRF's throttles do, after authentication and permissions, takes
+the upload from ``request.FILES`` (the view's parsers: ``MultiPartParser``, ``PdfParser``),
+and raises refusals as DRF exceptions for the project's ``EXCEPTION_HANDLER`` (docs/drf.md)."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable
+from typing import IO, Any, TypeVar, cast, overload
+
+from asgiref.sync import async_to_sync, iscoroutinefunction
+from django.core.exceptions import ImproperlyConfigured
+from django.http import HttpRequest, HttpResponse
+from django.urls import resolve
+from rest_framework.exceptions import APIException, Throttled
+from rest_framework.parsers import DataAndFiles, FileUploadParser
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from ..conf import get_settings
+from ..decorators import (
+    Job,
+    _UploadAdmission,
+    discarded_on_error,
+    extract_upload,
+    resolve_job_name,
+    stage_form_file,
+)
+from ..door.headers import UploadHeaders
+from ..door.rules import body_limit, too_large
+from ..door.views import POOLED
+from ..exceptions import UploadRejected
+from ..pooled import caller_of
+from ..responses import Failure
+from .failures import describe, rebuilt
+
+__all__ = [
+    "CallerThrottled",
+    "PdfParser",
+    "PdfPoolError",
+    "PdfTooLarge",
+    "PdfUnreadable",
+    "PdfUploadInvalid",
+    "PoolUnavailable",
+    "api_exception",
+    "door_answer",
+    "pdf_pooled",
+]
+
+Handler = TypeVar("Handler", bound=Callable[..., Any])
+
+
+class PdfPoolError(APIException):
+    """Base of the DRF exceptions raised in a view's place; ``error`` is the library's own
+    exception (``PoolBusy``, ``CallerBusy``, ``ExtractionError``, ``UploadRejected``...)."""
+
+    error: Failure | None = None
+
+
+class PoolUnavailable(PdfPoolError):
+    """503: every place taken, waited too long, or the pool is closing; ``wait`` seconds."""
+
+    status_code = 503
+    default_detail = "The PDF service is busy."
+    default_code = "busy"
+
+    def __init__(self, detail: str, code: str, wait: int) -> None:
+        super().__init__(detail, code)
+        self.wait = wait
+
+
+class CallerThrottled(Throttled, PdfPoolError):
+    """429: this caller already has a PDF in progress; a ``Throttled``, with ``wait``."""
+
+    default_code = "caller_busy"
+
+
+class PdfTooLarge(PdfPoolError):
+    """413: the PDF is, or says it is, over ``MAX_UPLOAD_SIZE``."""
+
+    status_code = 413
+    default_detail = "This PDF is too large."
+    default_code = "too_large"
+
+
+class PdfUnreadable(PdfPoolError):
+    """422: the PDF could not be extracted (``not_a_pdf``, ``encrypted``, ``too_complex``...)."""
+
+    status_code = 422
+    default_detail = "This PDF cannot be read."
+    default_code = "crashed"
+
+
+class PdfUploadInvalid(PdfPoolError):
+    """400: no PDF in the request, or one that does not match its declared digest."""
+
+    status_code = 400
+    default_detail = "This upload cannot be accepted."
+    default_code = "bad_upload"
+
+
+def api_exception(error: Failure) -> PdfPoolError:
+    """The DRF exception for a refusal, an extraction error or a rejected upload, with the
+    same status, code and message as the decorator's answers."""
+    said = describe(error)
+    found: PdfPoolError
+    if said.status == 429:
+        found = CallerThrottled(wait=said.retry_after, detail=said.message, code=said.code)
+    elif said.status == 503:
+        found = PoolUnavailable(said.message, said.code, said.retry_after or 1)
+    else:
+        kind = {413: PdfTooLarge, 422: PdfUnreadable}.get(said.status, PdfUploadInvalid)
+        found = kind(said.message, said.code)
+    found.error = error
+    return found
+
+
+def door_answer(
+    request: HttpRequest, status: int, code: str, message: str, retry_after: float | None
+) -> HttpResponse:
+    """The door's answer for a DRF route (before the view runs): the DRF exception the
+    view would raise, answered by the route's own view class as DRF answers it (its
+    exception handler, content negotiation and renderers), rendered."""
+    return drf_answer(request, api_exception(rebuilt(status, code, message, retry_after)))
+
+
+def drf_answer(request: HttpRequest, exc: APIException) -> HttpResponse:
+    """``exc`` answered by the DRF view ``request`` resolves to (``APIView`` if none)."""
+    match = resolve(request.path_info, getattr(request, "urlconf", None))
+    view_class = getattr(match.func, "cls", None) or APIView
+    view: Any = view_class(**getattr(match.func, "initkwargs", {}))
+    view.action_map = getattr(match.func, "actions", None) or {}  # a ViewSet's routing
+    view.args, view.kwargs = match.args, match.kwargs
+    view.headers = view.default_response_headers
+    drf_request = view.initialize_request(request, *match.args, **match.kwargs)
+    view.request = drf_request
+    view.format_kwarg = view.get_format_suffix(**match.kwargs)
+    response = view.finalize_response(drf_request, view.handle_exception(exc))
+    if isinstance(response, Response):
+        response.render()
+    return cast(HttpResponse, response)
+
+
+class PdfParser(FileUploadParser):
+    """A raw ``application/pdf`` body as ``request.data["file"]`` (no filename needed), read
+    no further than ``MAX_UPLOAD_SIZE``: put it in a view's ``parser_classes``."""
+
+    media_type = "application/pdf"
+
+    def get_filename(self, stream: Any, media_type: Any, parser_context: Any) -> str:
+        return str(super().get_filename(stream, media_type, parser_context) or "upload.pdf")
+
+    def parse(
+        self, stream: IO[bytes], media_type: str | None = None, parser_context: Any = None
+    ) -> DataAndFiles[Any, Any]:
+        limit = get_settings().max_upload_size
+        limited = cast(IO[bytes], _Limited(stream, limit))  # read() is all the parser uses
+        return cast("DataAndFiles[Any, Any]", super().parse(limited, media_type, parser_context))
+
+
+class _Limited:
+    """A body stream that raises ``PdfTooLarge`` once more than ``limit`` bytes were read."""
+
+    def __init__(self, stream: IO[bytes], limit: int) -> None:
+        self.stream, self.limit, self.read_so_far = stream, limit, 0
+
+    def read(self, size: int = -1) -> bytes:
+        chunk = self.stream.read(size)
+        self.read_so_far += len(chunk)
+        if self.read_so_far > self.limit:
+            raise api_exception(too_large(self.limit))
+        return chunk
+
+
+@overload
+def pdf_pooled(handler: Handler, /) -> Handler: ...
+
+
+@overload
+def pdf_pooled(
+    handler: None = None,
+    /,
+    *,
+    field: str = "file",
+    job: Job = extract_upload,
+    job_name: str | None = None,
+) -> Callable[[Handler], Handler]: ...
+
+
+def pdf_pooled(
+    handler: Handler | None = None,
+    /,
+    *,
+    field: str = "file",
+    job: Job = extract_upload,
+    job_name: str | None = None,
+) -> Handler | Callable[[Handler], Handler]:
+    """Decorate a DRF handler, ``post(self, request)`` or an ``@api_view`` function (under
+    it): a POST's PDF (the multipart field ``field``, or a raw body that ``PdfParser``
+    parsed) runs through the pool as the request's DRF user, and ``request.pdf`` is the
+    result; what the view never sees is raised as a ``PdfPoolError``."""
+    name = resolve_job_name(job, job_name)
+    if handler is None:
+        return functools.partial(pdf_pooled, field=field, job=job, job_name=name)
+    _refuse_misplaced(handler)
+    admission = _UploadAdmission(field, job, door_answer, name)  # the door answers as DRF
+
+    @functools.wraps(handler)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        request = _request_among(args, handler)
+        request._request.pdf = None  # type: ignore[attr-defined]  # read as request.pdf
+        if request.method == "POST":
+            _admit(request, admission)
+        return handler(*args, **kwargs)
+
+    setattr(wrapper, POOLED, admission)
+    return cast(Handler, wrapper)
+
+
+def _refuse_misplaced(handler: Callable[..., Any]) -> None:
+    """Fail at import where the decorator could not see DRF's authenticated request."""
+    where = getattr(handler, "__qualname__", repr(handler))
+    if inspect.isclass(handler) or hasattr(handler, "cls"):
+        raise ImproperlyConfigured(
+            f"django_pdfpool.contrib.drf.pdf_pooled cannot decorate the view {where}: put "
+            "it on the handler (`post(self, request)`, a ViewSet action) or below @api_view."
+        )
+    if iscoroutinefunction(handler):
+        raise ImproperlyConfigured(
+            f"{where} is async: Django REST framework runs synchronous handlers only."
+        )
+
+
+def _request_among(args: tuple[Any, ...], handler: Callable[..., Any]) -> Request:
+    """The DRF request among a handler's first arguments (``request`` or ``self, request``)."""
+    for arg in args[:2]:
+        if isinstance(arg, Request):
+            return arg
+    raise ImproperlyConfigured(
+        f"{getattr(handler, '__qualname__', handler)} was called without a DRF Request: "
+        "django_pdfpool.contrib.drf.pdf_pooled goes on DRF handlers, below @api_view; "
+        "for a plain Django view use django_pdfpool.pdf_pooled."
+    )
+
+
+def _admit(request: Request, admission: _UploadAdmission) -> None:
+    """Stage the upload DRF parsed, run it through the pool as DRF's user; raise a
+    ``PdfPoolError`` for whatever is refused."""
+    conf = get_settings()
+    try:
+        upload = UploadHeaders.of(request._request.headers)
+        declared = upload.declared_size
+        if declared is not None and declared > body_limit(conf.max_upload_size, upload.raw):
+            raise too_large(conf.max_upload_size)
+        form_file = request.FILES.get("file" if upload.raw else admission.field)
+        if form_file is None:
+            raise admission.no_upload()
+        staged = stage_form_file(form_file, upload, conf)
+    except UploadRejected as rejected:
+        raise api_exception(rejected) from rejected
+    with discarded_on_error(staged):
+        caller = caller_of(request)  # the CALLER setting, given DRF's authenticated request
+    refused = async_to_sync(admission.submit)(request._request, caller, staged)
+    if refused is not None:
+        raise api_exception(refused) from refused

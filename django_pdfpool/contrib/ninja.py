@@ -1,0 +1,217 @@
+"""django-ninja: ``@pdf_pooled`` below ``@api.post(...)``, on sync or async operations
+taking ``File(...)`` or a raw ``application/pdf`` body. It runs after ninja's
+authentication and parameter parsing: the caller is ``request.auth``'s when ninja
+authenticated, and refusals are raised as ``PdfPoolHttpError`` (a ninja ``HttpError``) to
+the API's exception handlers, with ``Retry-After`` as ninja's throttling sets it
+(docs/ninja.md)."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import inspect
+from collections.abc import Callable
+from typing import Any, TypeVar, cast, overload
+
+from asgiref.sync import async_to_sync, iscoroutinefunction
+from django.core.exceptions import ImproperlyConfigured
+from django.http import HttpRequest, HttpResponse
+from django.urls import Resolver404, resolve
+from django.utils.crypto import salted_hmac
+from ninja import NinjaAPI
+from ninja.decorators import decorate_view
+from ninja.errors import HttpError
+from ninja.operation import PathView
+
+from ..conf import get_settings
+from ..decorators import Job, _UploadAdmission, discarded_on_error, extract_upload, resolve_job_name
+from ..door.views import POOLED
+from ..exceptions import UploadRejected
+from ..pooled import caller_of
+from ..responses import Failure, json_answer
+from .failures import describe, rebuilt
+
+__all__ = ["PdfPoolHttpError", "auth_caller", "door_answer", "pdf_pooled"]
+
+Operation = TypeVar("Operation", bound=Callable[..., Any])
+
+_SALT = "django_pdfpool.contrib.ninja.auth_caller"
+_RETRY = "pdfpool_retry_after"  # on the request: the Retry-After of the refusal raised
+
+
+class PdfPoolHttpError(HttpError):
+    """A refusal, an extraction error or a rejected upload, as ninja's ``HttpError`` (its
+    default handler answers ``{"detail": message}`` with ``status_code``); ``code``,
+    ``retry_after`` (whole seconds or None) and ``error`` (the library's exception) for
+    a handler of your own: ``@api.exception_handler(PdfPoolHttpError)``."""
+
+    def __init__(self, error: Failure) -> None:
+        said = describe(error)
+        super().__init__(said.status, said.message)
+        self.code = said.code
+        self.retry_after = said.retry_after
+        self.error = error
+
+
+def auth_caller(request: HttpRequest) -> str | None:
+    """The caller of what ninja's authentication returned (``request.auth``): a user is
+    ``user:<pk>`` (as the ``CALLER`` setting names users); anything else, a token say,
+    ``auth:<16 hex digits of its HMAC under SECRET_KEY>`` (no secret, nor a hash one could
+    test guesses against, on the status page); None when ninja did not authenticate."""
+    auth = getattr(request, "auth", None)
+    if auth is None or auth is False:
+        return None
+    if getattr(auth, "is_authenticated", False) and getattr(auth, "pk", None) is not None:
+        return f"user:{auth.pk}"
+    return "auth:" + salted_hmac(_SALT, str(auth), algorithm="sha256").hexdigest()[:16]
+
+
+@overload
+def pdf_pooled(operation: Operation, /) -> Operation: ...
+
+
+@overload
+def pdf_pooled(
+    operation: None = None,
+    /,
+    *,
+    field: str = "file",
+    job: Job = extract_upload,
+    job_name: str | None = None,
+) -> Callable[[Operation], Operation]: ...
+
+
+def pdf_pooled(
+    operation: Operation | None = None,
+    /,
+    *,
+    field: str = "file",
+    job: Job = extract_upload,
+    job_name: str | None = None,
+) -> Operation | Callable[[Operation], Operation]:
+    """Decorate a ninja operation (below ``@api.post``): a POST's PDF (the multipart file
+    ``field``, or the raw body) runs through the pool and ``request.pdf`` is the result."""
+    name = resolve_job_name(job, job_name)
+    if operation is None:
+        return functools.partial(pdf_pooled, field=field, job=job, job_name=name)
+    if getattr(operation, "_ninja_operation", None) is not None:
+        raise ImproperlyConfigured(
+            f"pdf_pooled is above @api.post on {operation.__qualname__}: ninja registered "
+            "the function before it was decorated. Put @pdf_pooled below @api.post."
+        )
+    admission = _UploadAdmission(field, job, door_answer, name)  # the door answers as ninja
+    wrapper: Callable[..., Any]
+    if iscoroutinefunction(operation):
+
+        @functools.wraps(operation)
+        async def async_wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
+            request.pdf = None  # type: ignore[attr-defined]
+            if request.method == "POST":
+                try:
+                    prepared = await admission.aprepare(request)
+                except UploadRejected as rejected:
+                    raise _refusal(request, rejected) from rejected
+                with discarded_on_error(prepared):
+                    if auth_caller(request) is None and hasattr(request, "auser"):
+                        request.user = await request.auser()
+                    caller = auth_caller(request) or await _setting_caller(request)
+                refused = await admission.submit(request, caller, prepared)
+                if refused is not None:
+                    raise _refusal(request, refused) from refused
+            return await operation(request, *args, **kwargs)
+
+        wrapper = async_wrapper
+    else:
+
+        @functools.wraps(operation)
+        def sync_wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
+            request.pdf = None  # type: ignore[attr-defined]
+            if request.method == "POST":
+                try:
+                    prepared = admission.prepare(request)
+                except UploadRejected as rejected:
+                    raise _refusal(request, rejected) from rejected
+                with discarded_on_error(prepared):
+                    caller = auth_caller(request) or caller_of(request)
+                refused = async_to_sync(admission.submit)(request, caller, prepared)
+                if refused is not None:
+                    raise _refusal(request, refused) from refused
+            return operation(request, *args, **kwargs)
+
+        wrapper = sync_wrapper
+    setattr(wrapper, POOLED, admission)
+    # ninja reads the parameters' annotations from the wrapper, in this module's globals:
+    # hand it the operation's own, resolved where it was written (postponed annotations)
+    with contextlib.suppress(NameError, TypeError, ValueError):
+        cast(Any, wrapper).__signature__ = inspect.signature(operation, eval_str=True)
+    return cast(Operation, decorate_view(_with_retry_after)(wrapper))
+
+
+def door_answer(
+    request: HttpRequest, status: int, code: str, message: str, retry_after: float | None
+) -> HttpResponse:
+    """The door's answer for a ninja route (before ninja runs): the ``PdfPoolHttpError``
+    the operation would raise, answered by its API's exception handlers, with
+    ``Retry-After``."""
+    error = rebuilt(status, code, message, retry_after)
+    api = _api_of(request)
+    if api is None:  # not a ninja route after all: the library's own JSON answer
+        return json_answer(request, status, code, message, retry_after)
+    response = api.on_exception(request, _refusal(request, error))
+    return cast(HttpResponse, _retry_header(request, response))
+
+
+def _api_of(request: HttpRequest) -> NinjaAPI | None:
+    """The API of the POST operation ``request`` resolves to: ninja's path view, the
+    object its URL's view function closes over, holds the operations."""
+    try:
+        match = resolve(request.path_info, getattr(request, "urlconf", None))
+    except Resolver404:
+        return None
+    for cell in getattr(match.func, "__closure__", None) or ():
+        path_view = cell.cell_contents
+        if isinstance(path_view, PathView):
+            for operation in path_view.operations:
+                if "POST" in operation.methods:
+                    return operation.api
+    return None
+
+
+async def _setting_caller(request: HttpRequest) -> str:
+    """``caller_of`` on an async path: an async ``CALLER`` is awaited, a sync one called
+    here (``request.user`` is resolved already), as the decorator does."""
+    function = get_settings().caller
+    if iscoroutinefunction(function):
+        return cast(str, await function(request))
+    return cast(str, function(request))
+
+
+def _refusal(request: HttpRequest, error: Failure) -> PdfPoolHttpError:
+    """The exception to raise, noting its retry time for ``_with_retry_after``."""
+    raised = PdfPoolHttpError(error)
+    setattr(request, _RETRY, raised.retry_after)
+    return raised
+
+
+def _with_retry_after(run: Callable[..., Any]) -> Callable[..., Any]:
+    """Wrap the operation's ``run`` (ninja's ``decorate_view``): the answer to a refusal
+    raised in it gets ``Retry-After`` unless the project's handler set one."""
+    if iscoroutinefunction(run):
+
+        async def arun(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
+            return _retry_header(request, await run(request, *args, **kwargs))
+
+        return arun
+
+    def srun(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
+        return _retry_header(request, run(request, *args, **kwargs))
+
+    return srun
+
+
+def _retry_header(request: HttpRequest, response: Any) -> Any:
+    seconds = getattr(request, _RETRY, None)
+    wanted = seconds is not None and isinstance(response, HttpResponse)
+    if wanted and not response.has_header("Retry-After"):
+        response["Retry-After"] = str(seconds)
+    return response

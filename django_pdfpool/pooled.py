@@ -1,0 +1,118 @@
+"""Extraction outside a view (a task, a command, a file in a model's ``FileField``) under
+the process's pool, with the limits and the single-flight keys of uploads (docs/usage.md)."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import os
+import stat
+from typing import Any, TypeAlias, cast
+
+from asgiref.sync import async_to_sync, iscoroutinefunction
+from django.core.files import File
+from django.http import HttpRequest
+
+from .conf import PoolSettings, get_settings
+from .decorators import Job, _limited, extract_upload, resolve_job_name, run_staged
+from .door.rules import too_large
+from .uploads import StagedUpload, stage_chunks
+
+Source: TypeAlias = "str | os.PathLike[str] | bytes | bytearray | memoryview | File[Any]"
+"""What ``extract_pooled`` reads: a path, a Django ``File`` or ``FieldFile`` (any storage)
+or the PDF's bytes. It is copied for the job; your file is never changed or deleted."""
+
+_CHUNK = 64 * 1024
+
+
+def extract_pooled(
+    source: Source, *, caller: str, job: Job = extract_upload, job_name: str | None = None
+) -> Any:
+    """Run ``job`` (by default the text extraction) on ``source`` in the process's pool, as
+    ``caller``: an upload of the same bytes to a ``@pdf_pooled`` view with the same job
+    shares the one run. Raises ``UploadTooLarge``, a ``Refused`` (``PoolBusy``,
+    ``CallerBusy``, ``PoolClosed``) or ``ExtractionError``. For synchronous code (a Celery
+    task, a command); in async code, ``await aextract_pooled(...)``."""
+    name = resolve_job_name(job, job_name)
+    who = _caller(caller)
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        pass
+    else:
+        raise RuntimeError("extract_pooled() is for synchronous code: await aextract_pooled().")
+    staged = stage_source(source, get_settings())
+    return async_to_sync(run_staged)(staged, who, job, name)
+
+
+async def aextract_pooled(
+    source: Source, *, caller: str, job: Job = extract_upload, job_name: str | None = None
+) -> Any:
+    """``extract_pooled`` for async code: the copy is made in a worker thread, and a caller
+    cancelled meanwhile leaves no copy behind."""
+    name = resolve_job_name(job, job_name)
+    who = _caller(caller)
+    conf = get_settings()
+    copying = asyncio.get_running_loop().run_in_executor(None, stage_source, source, conf)
+    try:
+        staged = await asyncio.shield(copying)
+    except asyncio.CancelledError:
+        copying.add_done_callback(_discard_made)
+        raise
+    return await run_staged(staged, who, job, name)
+
+
+def caller_of(request: HttpRequest) -> str:
+    """The caller the ``CALLER`` setting names for ``request``, as ``@pdf_pooled`` names it
+    (``user:<pk>``, ``ip:<address>`` by default): for views that call the pool themselves.
+    Synchronous code (an async ``CALLER`` function is run to completion here)."""
+    caller_function = get_settings().caller
+    if iscoroutinefunction(caller_function):
+        return cast(str, async_to_sync(caller_function)(request))
+    return cast(str, caller_function(request))
+
+
+def _discard_made(copying: asyncio.Future[StagedUpload]) -> None:
+    if not copying.cancelled() and copying.exception() is None:
+        copying.result().discard()
+
+
+def _caller(caller: object) -> str:
+    if not isinstance(caller, str) or not caller:
+        raise TypeError(f"caller must be a non-empty string, not {caller!r}.")
+    return caller
+
+
+def stage_source(source: Source, conf: PoolSettings) -> StagedUpload:
+    """A copy of ``source`` for one job, hashed on the way; ``UploadTooLarge`` past
+    ``MAX_UPLOAD_SIZE`` (checked before copying where the size is known)."""
+    limit = conf.max_upload_size
+    if isinstance(source, bytes | bytearray | memoryview):
+        if len(source) > limit:
+            raise too_large(limit)
+        return stage_chunks([bytes(source)], "upload.pdf", conf.temp_dir)
+    if isinstance(source, File):
+        return _stage_file(source, conf)
+    path = os.fspath(source)
+    info = os.stat(path)
+    if not stat.S_ISREG(info.st_mode):
+        raise ValueError(f"{path!r} is not a regular file.")
+    if info.st_size > limit:
+        raise too_large(limit)
+    with open(path, "rb") as file:
+        chunks = _limited(iter(functools.partial(file.read, _CHUNK), b""), conf)
+        return stage_chunks(chunks, os.path.basename(path), conf.temp_dir)
+
+
+def _stage_file(source: File[Any], conf: PoolSettings) -> StagedUpload:
+    """A Django ``File``: opened (and closed again) if it is closed, else read from the
+    start and left open, as ``File.chunks()`` does."""
+    if not source.name and source.closed:
+        raise ValueError("The file has no name and is not open: there is nothing to read.")
+    if source.size is not None and source.size > conf.max_upload_size:
+        raise too_large(conf.max_upload_size)
+    name = os.path.basename(source.name or "upload.pdf")
+    if source.closed:
+        with source.open("rb") as opened:
+            return stage_chunks(_limited(opened.chunks(), conf), name, conf.temp_dir)
+    return stage_chunks(_limited(source.chunks(), conf), name, conf.temp_dir)

@@ -1,0 +1,196 @@
+"""``extract_pooled`` / ``aextract_pooled``: extraction outside a view under the process's
+pool (a path, bytes, a Django File or FieldFile of any storage), sharing single-flight
+keys with uploads; the caller's files are never deleted; ``pdfpool extract --pool``."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import hashlib
+import io
+import os
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from django.core.files.base import ContentFile
+from django.core.files.storage import FileSystemStorage, InMemoryStorage
+from django.core.management import call_command
+from django.core.management.base import CommandError
+from django.db.models.fields.files import FieldFile, FileField
+from django.test import Client
+
+from django_pdfpool import (
+    CallerBusy,
+    Extraction,
+    StagedUpload,
+    UploadTooLarge,
+    aextract_pooled,
+    extract_pooled,
+    extract_upload,
+    get_pool,
+)
+from tests import pdfs
+from tests.conftest import held_requests, wait_until
+from tests.test_decorator import JSON, held_key, post, upload
+from tests.views import HELD, held_job
+
+SOON = 60
+
+
+def stored(tmp_path, data: bytes, name: str = "stored.pdf") -> str:
+    path = tmp_path / name
+    path.write_bytes(data)
+    return str(path)
+
+
+def test_a_path_is_extracted_under_the_pool_and_left_where_it_was(pdfpool, tmp_path):
+    data = pdfs.simple(["from a task"])
+    path = stored(tmp_path, data)
+    result = extract_pooled(path, caller="task:1")
+    assert isinstance(result, Extraction) and result.text == "from a task"
+    assert result.sha256 == hashlib.sha256(data).hexdigest()
+    with open(path, "rb") as mine:
+        assert mine.read() == data  # the caller's file: untouched
+    assert os.listdir(pdfpool()["TEMP_DIR"]) == []  # the job's copy: gone
+    assert get_pool().snapshot().counters.started == 1
+
+
+@pytest.mark.parametrize("kind", ["bytes", "filesystem", "memory", "open file"])
+def test_bytes_and_files_of_any_storage(pdfpool, tmp_path, kind):
+    data = pdfs.simple([f"kept in {kind}"])
+    if kind == "bytes":
+        source = data
+    elif kind == "open file":
+        source = ContentFile(data, name="x.pdf")
+    else:
+        media = tmp_path / "media"
+        storage = InMemoryStorage() if kind == "memory" else FileSystemStorage(location=media)
+        name = storage.save("docs/in.pdf", ContentFile(data))
+        source = FieldFile(None, FileField(storage=storage), name)
+    result = extract_pooled(source, caller="task:files")
+    assert result.text == f"kept in {kind}"
+    if kind in ("filesystem", "memory"):
+        assert source.storage.exists(source.name)  # never deleted
+    if kind == "filesystem":
+        assert source.closed  # opened for the copy, closed again
+    assert os.listdir(pdfpool()["TEMP_DIR"]) == []
+
+
+def test_a_staged_upload_of_a_stored_file_never_deletes_it(pdfpool, tmp_path):
+    """``extract_upload(StagedUpload(path=<your file>))`` once deleted it on GC."""
+    data = pdfs.simple(["stored for good"])
+    path = stored(tmp_path, data)
+    mine = StagedUpload(path, hashlib.sha256(data).hexdigest(), len(data), "stored.pdf")
+    assert asyncio.run(extract_upload(mine)).text == "stored for good"
+    mine.discard()
+    del mine
+    gc.collect()
+    assert os.path.exists(path)
+
+
+def test_an_upload_and_a_task_for_the_same_bytes_share_one_job(pdfpool):
+    """Everything is taken by the upload's job (SLOTS=1, QUEUE=0): the task runs only if it
+    joins it, which it does only with the same key."""
+    pdfpool(SLOTS=1, QUEUE=0)
+    HELD.reset(extract=True)
+    data = pdfs.simple(["shared by a view and a task"])
+    with held_requests(2) as threads:
+        viewed = threads.submit(post, "/held/sync/", data, "10.0.9.1")
+        wait_until(lambda: HELD.runs != [])
+        tasked = threads.submit(extract_pooled, data, caller="task:2", job=held_job)
+        wait_until(lambda: get_pool().waiting(held_key(data)) == 1)
+        HELD.release.set()
+        response, result = viewed.result(SOON), tasked.result(SOON)
+    assert response.status_code == 200
+    assert response.json()["pdf"]["text"] == result.text == "shared by a view and a task"
+    counters = get_pool().snapshot().counters
+    assert (counters.started, counters.joined) == (1, 1)
+    assert HELD.runs == [hashlib.sha256(data).hexdigest()]
+
+
+def test_the_default_job_shares_its_key_with_uploads_too(pdfpool):
+    """A slow extraction started by a task holds the only place; the identical upload is
+    answered 200 only by joining it (a different key would be 503 busy)."""
+    pdfpool(SLOTS=1, QUEUE=0, SHED_UNDECLARED=False)
+    data = pdfs.slow_pdf("task first", 1)
+    with ThreadPoolExecutor(1) as threads:
+        tasked = threads.submit(extract_pooled, data, caller="task:3")
+        wait_until(lambda: get_pool().running() == 1, SOON)
+        response = Client(REMOTE_ADDR="10.0.9.2").post("/sync/", {"file": upload(data)}, **JSON)
+        result = tasked.result(SOON)
+    assert response.status_code == 200, response.content
+    assert response.json()["pdf"]["sha256"] == result.sha256
+    assert get_pool().snapshot().counters.joined == 1
+
+
+def test_the_limits_apply(pdfpool):
+    pdfpool(MAX_UPLOAD_SIZE=1000, SLOTS=1, QUEUE=0)
+    with pytest.raises(UploadTooLarge):
+        extract_pooled(b"%PDF-" + b"x" * 2000, caller="task:4")
+    with pytest.raises(UploadTooLarge):  # a file that grows past its size is cut too
+        extract_pooled(io.BytesIO(b"x" * 2000).getvalue(), caller="task:4")
+    assert os.listdir(pdfpool()["TEMP_DIR"]) == []
+    HELD.reset()
+    with held_requests(1) as threads:
+        threads.submit(extract_pooled, b"%PDF- one", caller="task:5", job=held_job)
+        wait_until(lambda: get_pool().running() == 1)
+        with pytest.raises(CallerBusy) as refused:
+            extract_pooled(b"%PDF- two", caller="task:5", job=held_job)
+        assert refused.value.retry_after > 0
+    with pytest.raises(TypeError):
+        extract_pooled(b"%PDF-", caller="")
+
+
+def test_the_async_api(pdfpool, tmp_path):
+    data = pdfs.simple(["awaited"])
+
+    async def main():
+        return await asyncio.gather(
+            aextract_pooled(data, caller="a:1"),
+            aextract_pooled(stored(tmp_path, data), caller="a:2"),
+        )
+
+    first, second = asyncio.run(main())
+    assert first.text == second.text == "awaited"
+    with pytest.raises(RuntimeError, match="aextract_pooled"):
+        asyncio.run(_sync_in_async(data))
+
+
+async def _sync_in_async(data):
+    return extract_pooled(data, caller="a:3")
+
+
+def test_the_command_extracts_through_the_pool(pdfpool, tmp_path):
+    path = stored(tmp_path, pdfs.simple(["by the command"]))
+    out = io.StringIO()
+    call_command("pdfpool", "extract", path, "--pool", stdout=out)
+    assert "by the command" in out.getvalue()
+    assert get_pool().snapshot().counters.started == 1
+    pdfpool(SLOTS=2, QUEUE=0)
+    HELD.reset()
+    with held_requests(1) as threads:
+        threads.submit(extract_pooled, b"%PDF- held", caller="command:pdfpool", job=held_job)
+        wait_until(lambda: get_pool().running() == 1)
+        with pytest.raises(CommandError, match="caller_busy") as refused:
+            call_command("pdfpool", "extract", path, "--pool", stdout=io.StringIO())
+        assert refused.value.returncode == 3
+        out = io.StringIO()
+        call_command("pdfpool", "extract", path, "--pool", "--caller", "other", stdout=out)
+        assert "by the command" in out.getvalue()
+
+
+def test_a_cancelled_async_call_leaves_no_copy(pdfpool):
+    """Cancelled while its source is being copied (in a worker thread): the copy made
+    after the cancel is deleted by the callback, not left for garbage collection."""
+    data = b"%PDF-" + b"x" * (8 << 20)
+
+    async def main():
+        task = asyncio.ensure_future(aextract_pooled(data, caller="a:cancel"))
+        await asyncio.sleep(0)  # the copy has started in its thread
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(main())
+    wait_until(lambda: os.listdir(pdfpool()["TEMP_DIR"]) == [])
+    assert get_pool().snapshot().counters.started == 0
