@@ -9,11 +9,14 @@ from .exceptions import ExtractionError
 from .sandbox.extract import (
     PAGE_SEPARATOR,
     Extraction,
+    SandboxLayers,
     child_starts,
     configure,
     extract,
     idle_pids,
     prewarm,
+    register_engine,
+    sandbox_layers,
     shutdown,
 )
 from .sandbox.template import ChildStarts
@@ -23,10 +26,13 @@ __all__ = [
     "ChildStarts",
     "Extraction",
     "ExtractionError",
+    "SandboxLayers",
     "child_starts",
     "configure",
     "extract",
     "idle_pids",
     "prewarm",
+    "register_engine",
+    "sandbox_layers",
     "shutdown",
 ]

@@ -24,7 +24,7 @@ from django_pdfpool.sandbox.child_process import BASE_ENV
 from django_pdfpool.sandbox.engines import TextBudget, extract_pages, fit, json_size
 from django_pdfpool.sandbox.wire import DEFAULT_MAX_TEXT_BYTES, answer_limit
 from tests import pdfs
-from tests.conftest import until
+from tests.conftest import until, wait_until
 
 LIMITS = {"timeout": 20.0, "memory_limit": 512 << 20}
 ROOT = Path(__file__).resolve().parents[1]
@@ -320,3 +320,156 @@ def test_sharers_get_equal_results_none_can_change(tmp_path):
     with pytest.raises(TypeError):
         first.metadata["Title"] = "mine"  # type: ignore[index]
     assert second.pages == ("shared page", "second")
+
+
+# --- issue 21: a child nothing can escape -----------------------------------------------------
+
+from tests.escape_kit import ENGINE as KIT  # noqa: E402
+from tests.escape_kit import document as kit_document  # noqa: E402
+
+
+@pytest.fixture
+def targets(tmp_path, monkeypatch):
+    """What the kit aims at: another process of the server's user (with a secret in its
+    environment and a pipe as its stdout), the server itself, a loopback listener, a
+    directory to create a file in, and a file of the server's user the job was not given."""
+    monkeypatch.setenv("PDFPOOL_SERVER_SECRET", "hunter2")
+    victim = subprocess.Popen(
+        ["sleep", "120"], stdout=subprocess.PIPE, env={"VICTIM_SECRET": "s3cret"}
+    )
+    listener = __import__("socket").create_server(("127.0.0.1", 0))
+    listener.setblocking(False)
+    directory = tmp_path / "open-to-the-server"
+    directory.mkdir()
+    secret = tmp_path / "secret.txt"
+    secret.write_text("the server's own file")
+    extraction.register_engine(KIT)
+    yield {
+        "victim": victim.pid,
+        "server": os.getpid(),
+        "port": listener.getsockname()[1],
+        "directory": str(directory),
+        "secret": str(secret),
+        "listener": listener,
+        "victim_proc": victim,
+    }
+    victim.kill()
+    victim.wait()
+    listener.close()
+    extraction.configure(sandbox=True)
+
+
+def run_kit(targets: dict, warm: bool, **extra) -> dict[str, str]:
+    aims = {k: v for k, v in targets.items() if k not in ("listener", "victim_proc")}
+    data = kit_document(**aims, **extra)
+    for _ in range(50):  # a forked child once the template has the kit preloaded
+        result = run(data, engine=KIT, warm=warm)
+        if result.child_start == ("forked" if warm else "cold"):
+            return json.loads(result.pages[0])
+        wait_until(lambda: bool(extraction.idle_pids()), timeout=30)
+    raise AssertionError("no forked child took the kit")
+
+
+def connections(listener) -> int:
+    count = 0
+    while True:
+        try:
+            listener.accept()[0].close()
+            count += 1
+        except BlockingIOError:
+            return count
+
+
+@pytest.mark.parametrize("warm", [True, False], ids=["forked", "cold"])
+@pytest.mark.parametrize("sandbox", [True, False], ids=["sandboxed", "sandbox-off"])
+def test_the_escape_kit_gets_nowhere_unless_the_sandbox_is_off(targets, warm, sandbox):
+    """Signal another process and the server, read their environ, open another process's fd
+    for writing, ptrace the parent, connect to loopback, create a file, run a program (and
+    execve itself), read a file not given: every attempt refused in a sandboxed child; with
+    the sandbox off (as before issue 21) the same kit gets out, so the test can fail."""
+    extraction.configure(sandbox=sandbox)
+    report = run_kit(targets, warm)
+    print(report)
+    expected = {
+        "signal", "environ", "open_fd", "server_environ", "signal_server", "ptrace_parent",
+        "connect", "create", "exec", "execve", "read",
+    }  # fmt: skip
+    assert set(report) == expected
+    created = list(Path(targets["directory"]).iterdir())
+    reached = connections(targets["listener"])
+    if sandbox:
+        assert all(outcome.startswith("refused") for outcome in report.values()), report
+        assert created == [] and reached == 0
+    else:
+        assert all(outcome.startswith("escaped") for outcome in report.values()), report
+        assert created and reached  # (the first run may have been cold: as many as runs)
+    assert targets["victim_proc"].poll() is None  # SIGCONT harms nobody: it lives on
+
+
+def test_the_layers_are_reported_and_a_sandboxed_child_shows_them():
+    layers = extraction.sandbox_layers()
+    assert layers.enabled and layers.level == "full", layers
+    assert layers.landlock_abi >= 6 and not layers.missing
+    extraction.configure(warm=False)
+    try:
+        seen = inspect_a_busy_child()
+    finally:
+        extraction.configure(warm=True)
+    assert seen["NoNewPrivs"] == "1" and seen["Seccomp"] == "2", seen
+    assert int(seen["Seccomp_filters"]) >= 2  # the start-up filter and the job's
+
+
+def inspect_a_busy_child() -> dict[str, str]:
+    from tests.procs import child_pids, rlimits
+
+    async def scenario() -> dict[str, str]:
+        mine = child_pids() - set(extraction.idle_pids())
+        task = asyncio.ensure_future(extract(pdfs.slow_pdf("busy", 3), **LIMITS))
+        while True:
+            for pid in child_pids() - mine - set(extraction.idle_pids()):
+                if rlimits(pid).get("Max address space") == str(LIMITS["memory_limit"]):
+                    lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+                    task.cancel()
+                    return dict(line.split(":\t", 1) for line in lines if ":\t" in line)
+            assert not task.done()
+            await asyncio.sleep(0.01)
+
+    return asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("sandbox", [True, False], ids=["sandboxed", "sandbox-off"])
+def test_another_jobs_child_cannot_forge_this_jobs_answer(targets, sandbox, tmp_path):
+    """The forgery of issue 21, end to end: while a victim's job runs, a hostile document in
+    another job's child writes a forged answer into /proc/<victim's child>/fd/1. Sandboxed:
+    refused, the victim gets its own text. Off: the victim gets the forged pages."""
+    from tests.procs import child_pids, rlimits
+
+    extraction.configure(sandbox=sandbox)
+
+    async def scenario():
+        mine = child_pids() - set(extraction.idle_pids())
+        victim = asyncio.ensure_future(extract(pdfs.slow_pdf("victim", 4), **LIMITS))
+        pid = None
+        while pid is None:
+            assert not victim.done()
+            for candidate in child_pids() - mine - set(extraction.idle_pids()):
+                if rlimits(candidate).get("Max address space") == str(LIMITS["memory_limit"]):
+                    pid = candidate
+            await asyncio.sleep(0.01)
+        data = kit_document(forge=pid)
+        attacker = await extract(data, engine=KIT, **LIMITS)
+        try:
+            outcome = await victim
+        except ExtractionError as error:
+            outcome = error
+        return json.loads(attacker.pages[0]), outcome
+
+    report, outcome = asyncio.run(scenario())
+    print(report, outcome)
+    if sandbox:
+        assert report["forge"].startswith("refused"), report
+        assert isinstance(outcome, Extraction) and "victim" in outcome.text
+    else:
+        assert report["forge"].startswith("escaped"), report
+        assert isinstance(outcome, Extraction)
+        assert outcome.pages == ("FORGED by another process",) and outcome.sha256 == "0" * 64

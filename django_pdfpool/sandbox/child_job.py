@@ -16,6 +16,7 @@ import time
 from typing import Any, NoReturn
 
 from ..exceptions import ExtractionError
+from .confine import confine_job, status_fd
 from .engines import (
     WARM_UP_PDF,
     classify,
@@ -127,12 +128,18 @@ def rehearse(engines: tuple[str, ...]) -> None:
 
 
 def peak_rss() -> int:
-    """Bytes: VmHWM, this process's own peak (ru_maxrss would count the parent's at spawn)."""
+    """Bytes: VmHWM, this process's own peak (ru_maxrss would count the parent's at spawn);
+    read through the descriptor opened before the job's sandbox, which cannot open /proc."""
     try:
-        with open("/proc/self/status", "rb") as status:
-            for line in status:
-                if line.startswith(b"VmHWM:"):
-                    return int(line.split()[1]) * 1024
+        fd = status_fd()
+        if fd is not None:
+            status = os.pread(fd, 1 << 14, 0)
+        else:
+            with open("/proc/self/status", "rb") as file:
+                status = file.read()
+        for line in status.splitlines():
+            if line.startswith(b"VmHWM:"):
+                return int(line.split()[1]) * 1024
     except (OSError, ValueError, IndexError, MemoryError):
         pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
@@ -166,9 +173,14 @@ def serve_job(stdin: int = 0, stdout: int = 1, renamed: bool = False) -> NoRetur
         set_name(JOB_NAME)
     started = time.perf_counter()
     job = decode_job(line)
+    try:
+        confine_job(job.path)  # before a byte of the PDF is read
+        refused = None
+    except OSError:  # a required layer could not be had: the PDF is not read
+        refused = ExtractionError("crashed", detail="sandbox layer unavailable")
     limit_self(job.memory_limit, job.timeout)
     write_all(stdout, STARTED)
-    answer = run_job(job)
+    answer = run_job(job) if refused is None else refused
     answer.elapsed = time.perf_counter() - started
     answer.peak_rss = peak_rss()
     try:
