@@ -473,3 +473,55 @@ def test_another_jobs_child_cannot_forge_this_jobs_answer(targets, sandbox, tmp_
         assert report["forge"].startswith("escaped"), report
         assert isinstance(outcome, Extraction)
         assert outcome.pages == ("FORGED by another process",) and outcome.sha256 == "0" * 64
+
+
+# --- issue 21: honest about the host ----------------------------------------------------------
+
+
+@pytest.fixture
+def restore_sandbox():
+    yield
+    extraction.configure(sandbox=True, require="none")
+
+
+def test_the_status_data_command_and_checks_show_the_layers(pdfpool, restore_sandbox):
+    from django_pdfpool.checks import check_sandbox
+    from django_pdfpool.management.status_report import annotate, render
+    from django_pdfpool.status.page import status_data
+
+    pdfpool()
+    data = status_data()
+    assert data["sandbox"]["level"] == "full" and not data["sandbox"]["refusing"]
+    assert set(data["sandbox"]["layers"].values()) == {"on"}
+    text = render(annotate(data, fresh=True))
+    assert "Extraction sandbox on this host: level full" in text and "landlock_signal" in text
+    assert check_sandbox() == []
+    pdfpool(SANDBOX=False)
+    warnings = check_sandbox()
+    assert {m.id for m in warnings} == {"django_pdfpool.W021"} and len(warnings) == 7
+    assert status_data()["sandbox"]["level"].startswith("off")
+
+
+def test_below_the_required_level_extractions_are_refused(pdfpool, restore_sandbox, caplog):
+    """SANDBOX_REQUIRE fails closed: below it the check is an error, extract() raises
+    SandboxUnavailable (503 through a view, a fixed sentence), the reason is logged."""
+    from django.test import Client
+
+    from django_pdfpool.checks import check_sandbox
+    from django_pdfpool.exceptions import SandboxUnavailable
+
+    pdfpool(SANDBOX=False, SANDBOX_REQUIRE="basic")
+    assert "django_pdfpool.E021" in {m.id for m in check_sandbox()}
+    with pytest.raises(SandboxUnavailable):
+        run(pdfs.simple(["never read"]))
+    response = Client().post(
+        "/sync/",
+        {"file": __import__("io").BytesIO(pdfs.simple(["never read"]))},
+        headers={"accept": "application/json"},
+    )
+    assert response.status_code == 503 and response.json()["error"] == "sandbox_unavailable"
+    assert "SANDBOX_REQUIRE" not in response.content.decode()
+    assert "SANDBOX_REQUIRE is 'basic'" in caplog.text
+    pdfpool(SANDBOX=True, SANDBOX_REQUIRE="full")  # this host gives every layer
+    assert check_sandbox() == []
+    assert run(pdfs.simple(["read"])).text == "read"

@@ -11,6 +11,7 @@ Landlock through landlockpy, seccomp through libseccomp (pyseccomp); see docs/se
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import os
@@ -25,9 +26,9 @@ SECCOMP, LANDLOCK_FS, LANDLOCK_NET, LANDLOCK_SIGNAL = (
     "landlock_net",
     "landlock_signal",
 )
-LAYERS = (NO_NEW_PRIVS, NOT_DUMPABLE, SECCOMP, LANDLOCK_FS, LANDLOCK_NET, LANDLOCK_SIGNAL, NAMESPACES)
 _BASIC = (NO_NEW_PRIVS, NOT_DUMPABLE, SECCOMP)
 _LANDLOCK = (*_BASIC, LANDLOCK_FS, LANDLOCK_NET, LANDLOCK_SIGNAL)
+LAYERS = (*_LANDLOCK, NAMESPACES)
 LEVELS: dict[str, tuple[str, ...]] = {  # PDFPOOL["SANDBOX_REQUIRE"]: the layers each demands
     "none": (),
     "basic": _BASIC,
@@ -38,7 +39,8 @@ LANDLOCK_ABI = {LANDLOCK_FS: 1, LANDLOCK_NET: 4, LANDLOCK_SIGNAL: 6}  # the ABI 
 EXIT_SANDBOX = 71  # a child that could not put on a layer it was told to require
 
 PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS = 4, 38
-CLONE_NEWIPC, CLONE_NEWUSER, CLONE_NEWNET, CLONE_THREAD = 0x08000000, 0x10000000, 0x40000000, 0x10000
+CLONE_NEWIPC, CLONE_NEWUSER, CLONE_NEWNET = 0x08000000, 0x10000000, 0x40000000
+CLONE_THREAD = 0x10000
 # What an engine never needs, refused with EPERM from start-up on (the template too).
 PROCESS_DENIED = (
     "socket", "socketpair", "connect", "bind", "listen", "accept", "accept4",
@@ -93,8 +95,7 @@ _state = _State()
 
 
 def _libc() -> Any:
-    libc = ctypes.CDLL(None, use_errno=True)
-    return libc
+    return ctypes.CDLL(None, use_errno=True)
 
 
 def _fail(layer: str, reason: str) -> None:
@@ -169,10 +170,8 @@ def read_roots() -> tuple[str, ...]:
 
 def _import_bindings() -> None:
     for module in ("landlockpy", "pyseccomp"):
-        try:
+        with contextlib.suppress(Exception):  # missing, or no libseccomp: so is the layer
             __import__(module)
-        except Exception:  # noqa: BLE001 - missing, or no libseccomp: the layer is missing
-            pass
 
 
 def _landlock(job_path: str | None) -> None:
@@ -220,8 +219,8 @@ def _landlock(job_path: str | None) -> None:
 def _seccomp_process() -> None:
     """The start-up filter (PROCESS_DENIED) loaded; the job's (JOB_DENIED) built for later."""
     try:
-        import pyseccomp as seccomp
-    except Exception:  # noqa: BLE001 - not installed, or (RuntimeError) no libseccomp
+        import pyseccomp as seccomp  # type: ignore[import-untyped]
+    except Exception:  # not installed, or (RuntimeError) no libseccomp
         return _fail(SECCOMP, "pyseccomp or libseccomp is not installed")
     try:
         process = seccomp.SyscallFilter(seccomp.ALLOW)
@@ -247,7 +246,5 @@ def _seccomp_process() -> None:
 
 def _deny(seccomp: Any, syscall_filter: Any, name: str) -> None:
     """EPERM for `name`, unless this architecture has no such system call."""
-    try:
+    with contextlib.suppress(OSError, ValueError, RuntimeError):
         syscall_filter.add_rule(seccomp.ERRNO(errno.EPERM), name)
-    except (OSError, ValueError, RuntimeError):
-        pass

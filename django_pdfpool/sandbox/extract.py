@@ -10,6 +10,7 @@ import concurrent.futures
 import contextlib
 import functools
 import json
+import logging
 import os
 import signal
 import stat
@@ -185,6 +186,25 @@ def _probe(python: str, env: tuple[str, ...], sandbox: str) -> SandboxLayers:
     return SandboxLayers(layers, missing, abi, level)
 
 
+SANDBOX_REFUSAL = "Extraction is unavailable on this server."  # what a client is told
+_logger = logging.getLogger("django_pdfpool.sandbox")
+_logged: set[tuple[object, ...]] = set()
+
+
+def _log_insufficient(layers: SandboxLayers) -> None:
+    """The operators' reason for SandboxUnavailable, logged at ERROR once per finding."""
+    finding = (layers.level, layers.required, tuple(sorted(layers.missing.items())))
+    if finding in _logged:
+        return
+    _logged.add(finding)
+    _logger.error(
+        "Extractions refused: the sandbox reaches level %r, SANDBOX_REQUIRE is %r; missing: %s",
+        layers.level,
+        layers.required,
+        ", ".join(f"{k} ({v})" for k, v in sorted(layers.missing.items())) or "-",
+    )
+
+
 def _rank(level: str) -> int:
     return list(LEVELS).index(level)
 
@@ -262,10 +282,8 @@ async def extract(
     if _required != "none":
         layers = await asyncio.to_thread(sandbox_layers)  # probed once: at once after that
         if not layers.sufficient:
-            raise SandboxUnavailable(
-                f"sandbox level {layers.level!r} < required {_required!r}; "
-                f"missing: {', '.join(sorted(set(LEVELS[_required]) - set(layers.layers)))}"
-            )
+            _log_insufficient(layers)
+            raise SandboxUnavailable(SANDBOX_REFUSAL)
     if isinstance(max_text_bytes, bool) or not isinstance(max_text_bytes, int):
         raise ValueError("max_text_bytes must be an integer >= 1")
     if max_text_bytes < 1:
