@@ -24,6 +24,7 @@ if TYPE_CHECKING:
         PoolClosed,
         PoolMisconfigured,
         Refused,
+        SandboxUnavailable,
         UploadRejected,
         UploadTooLarge,
     )
@@ -57,6 +58,7 @@ _HOMES = {  # public name -> the module that defines it
     "CallerBusy": "exceptions",
     "PoolClosed": "exceptions",
     "PoolMisconfigured": "exceptions",
+    "SandboxUnavailable": "exceptions",
     "UploadRejected": "exceptions",
     "UploadTooLarge": "exceptions",
     "NoUpload": "exceptions",
@@ -79,6 +81,7 @@ __all__ = [
     "PoolLifespan",
     "PoolMisconfigured",
     "Refused",
+    "SandboxUnavailable",
     "StagedUpload",
     "UploadRejected",
     "UploadTooLarge",

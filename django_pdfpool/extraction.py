@@ -9,7 +9,6 @@ from .exceptions import ExtractionError
 from .sandbox.extract import (
     PAGE_SEPARATOR,
     Extraction,
-    SandboxLayers,
     child_starts,
     configure,
     extract,
@@ -19,6 +18,7 @@ from .sandbox.extract import (
     sandbox_layers,
     shutdown,
 )
+from .sandbox.layers import SandboxLayers
 from .sandbox.template import ChildStarts
 
 __all__ = [

@@ -73,13 +73,6 @@ class Applied:
     landlock_abi: int = 0
     missing: dict[str, str] = field(default_factory=dict)  # layer -> why not
 
-    def level(self) -> str:
-        """The highest level of LEVELS these layers meet."""
-        return max(
-            (name for name, need in LEVELS.items() if set(need) <= self.layers),
-            key=lambda name: len(LEVELS[name]),
-        )
-
 
 @dataclass
 class _State:

@@ -9,12 +9,9 @@ import asyncio
 import concurrent.futures
 import contextlib
 import functools
-import json
-import logging
 import os
 import signal
 import stat
-import subprocess
 import tempfile
 import threading
 import time
@@ -23,14 +20,13 @@ from dataclasses import dataclass, field, fields, replace
 from functools import partial
 from typing import Any, Literal, NoReturn
 
-from ..exceptions import ExtractionError, SandboxUnavailable
-from .child_process import CHILD_MODULE, COLD, JobRun, Outcome, child_env
-from .confine import LAYERS, LEVELS
+from ..exceptions import ExtractionError
+from .child_process import COLD, JobRun, Outcome
+from .layers import HostLayers, SandboxLayers
 from .template import ChildStarts, Template
 from .wire import (
     DEFAULT_MAX_TEXT_BYTES,
     ENGINES,
-    PROBE_OPTION,
     SANDBOX_OFF,
     Extracted,
     Job,
@@ -115,31 +111,11 @@ class Extraction:
         return cls(**{name: value for name, value in values.items() if name != "text"})
 
 
-@dataclass(frozen=True)
-class SandboxLayers:
-    """The sandbox layers a job's child gets on this host (probed once per process), and the
-    level they reach (none < basic < landlock < full; docs/security.md)."""
-
-    layers: tuple[str, ...]  # of confine.LAYERS
-    missing: Mapping[str, str]  # layer -> why this host does not give it
-    landlock_abi: int  # 0: no Landlock
-    level: str  # the highest of confine.LEVELS the layers meet
-    enabled: bool = True  # False: turned off (configure(sandbox=False)): no layer is put on
-    required: str = "none"  # the level extractions are refused below
-
-    @property
-    def sufficient(self) -> bool:
-        """Whether extractions may run: the layers meet the required level."""
-        return set(LEVELS[self.required]) <= set(self.layers)
-
-
 _template = Template()  # the process's template, forking warm children
+_host = HostLayers()  # the sandbox this host gives children, and the level required
 _tmp_dir: str | None = None
 _UNSET: Any = object()
 _registered: set[str] = set()  # engines registered by register_engine ("module:function")
-_required = "none"  # the sandbox level below which extract() refuses (SandboxUnavailable)
-_probed: dict[tuple[str, tuple[str, ...], str], SandboxLayers] = {}  # per interpreter, env
-_probe_lock = threading.Lock()
 
 
 def register_engine(engine: str) -> None:
@@ -153,60 +129,8 @@ def register_engine(engine: str) -> None:
 
 def sandbox_layers() -> SandboxLayers:
     """What the sandbox gives a job's child on this host, as a probe child found it (started
-    once per process and configuration, about 0.1 s)."""
-    python, env, sandbox = _template.python, _template.env, _template.sandbox
-    key = (python, env, sandbox)
-    with _probe_lock:
-        if key not in _probed:
-            _probed[key] = _probe(python, env, sandbox)
-        found = _probed[key]
-    return replace(found, required=_required)
-
-
-def _probe(python: str, env: tuple[str, ...], sandbox: str) -> SandboxLayers:
-    if sandbox == SANDBOX_OFF:
-        missing = dict.fromkeys(LAYERS, "the sandbox is turned off")
-        return SandboxLayers((), missing, 0, "none", enabled=False)
-    try:
-        proc = subprocess.run(
-            [python, "-P", "-m", CHILD_MODULE, PROBE_OPTION],
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            env=child_env(env),
-            timeout=60,
-            check=False,
-        )
-        found = json.loads(proc.stdout.splitlines()[-1])
-        layers = tuple(layer for layer in LAYERS if layer in found["layers"])
-        missing = {str(k): str(v) for k, v in found["missing"].items() if k not in layers}
-        abi = int(found["landlock_abi"])
-    except (OSError, ValueError, KeyError, IndexError, TypeError, subprocess.SubprocessError):
-        layers, missing, abi = (), dict.fromkeys(LAYERS, "the probe child failed"), 0
-    level = max((n for n, need in LEVELS.items() if set(need) <= set(layers)), key=_rank)
-    return SandboxLayers(layers, missing, abi, level)
-
-
-SANDBOX_REFUSAL = "Extraction is unavailable on this server."  # what a client is told
-_logger = logging.getLogger("django_pdfpool.sandbox")
-_logged: set[tuple[object, ...]] = set()
-
-
-def _log_insufficient(layers: SandboxLayers) -> None:
-    """The operators' reason for SandboxUnavailable, logged at ERROR once per finding."""
-    finding = (layers.level, layers.required, tuple(sorted(layers.missing.items())))
-    if finding in _logged:
-        return
-    _logged.add(finding)
-    _logger.error(
-        "Extractions refused: the sandbox reaches level %r, SANDBOX_REQUIRE is %r; missing: %s",
-        layers.level,
-        layers.required,
-        ", ".join(f"{k} ({v})" for k, v in sorted(layers.missing.items())) or "-",
-    )
-
-
-def _rank(level: str) -> int:
-    return list(LEVELS).index(level)
+    once per process and configuration, about 0.1 s), and the level required."""
+    return _host.layers(_template.python, _template.env, _template.sandbox)
 
 
 def configure(
@@ -224,15 +148,13 @@ def configure(
     get besides the minimum (`child_process.BASE_ENV`), whether children sandbox themselves
     (False: for tests that show what the layers stop) and the sandbox level (of
     `confine.LEVELS`) below which `extract()` refuses with SandboxUnavailable."""
-    global _tmp_dir, _required
+    global _tmp_dir
     if require is not None:
-        if require not in LEVELS:
-            raise ValueError(f"require must be one of {tuple(LEVELS)}")
-        _required = require
+        _host.require(require)
     level = None
     if sandbox is not None or require is not None:
         enabled = _template.sandbox != SANDBOX_OFF if sandbox is None else sandbox
-        level = _required if enabled else SANDBOX_OFF
+        level = _host.required if enabled else SANDBOX_OFF
     names = None
     if child_env is not None:
         names = tuple(child_env)
@@ -279,11 +201,8 @@ async def extract(
     `memory_limit` bytes and `timeout` seconds, cut to `max_text_bytes` of UTF-8 (then
     `truncated` and `text_truncated`); every failure raises ExtractionError."""
     _check(timeout, memory_limit, max_pages, engine, on_too_many_pages)
-    if _required != "none":
-        layers = await asyncio.to_thread(sandbox_layers)  # probed once: at once after that
-        if not layers.sufficient:
-            _log_insufficient(layers)
-            raise SandboxUnavailable(SANDBOX_REFUSAL)
+    if _host.required != "none":  # probed once: at once after that
+        await asyncio.to_thread(lambda: _host.check(sandbox_layers()))
     if isinstance(max_text_bytes, bool) or not isinstance(max_text_bytes, int):
         raise ValueError("max_text_bytes must be an integer >= 1")
     if max_text_bytes < 1:
