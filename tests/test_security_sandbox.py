@@ -344,6 +344,7 @@ def targets(tmp_path, monkeypatch):
     secret = tmp_path / "secret.txt"
     secret.write_text("the server's own file")
     extraction.register_engine(KIT)
+    extraction.configure(warm=True)  # a test before may have left the template off
     yield {
         "victim": victim.pid,
         "server": os.getpid(),

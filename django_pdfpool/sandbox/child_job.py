@@ -16,7 +16,7 @@ import time
 from typing import Any, NoReturn
 
 from ..exceptions import ExtractionError
-from .confine import confine_job, status_fd
+from .confine import confine_job, prepare_job, status_fd
 from .engines import (
     WARM_UP_PDF,
     classify,
@@ -166,6 +166,7 @@ def read_line(fd: int) -> bytes:
 def serve_job(stdin: int = 0, stdout: int = 1, renamed: bool = False) -> NoReturn:
     """Wait for the job line, limit this process, say STARTED, answer, exit (no teardown).
     `renamed`: a ready child, named so while waiting, takes JOB_NAME with its job."""
+    prepare_job()  # the job's sandbox, but for its file: a ready child builds it while it waits
     line = read_line(stdin)
     if not line.strip():  # EOF: the parent is gone or discarded this child
         os._exit(0)

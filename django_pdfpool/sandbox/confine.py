@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import functools
 import os
 import sys
 from dataclasses import dataclass, field
@@ -38,7 +39,9 @@ LEVELS: dict[str, tuple[str, ...]] = {  # PDFPOOL["SANDBOX_REQUIRE"]: the layers
 LANDLOCK_ABI = {LANDLOCK_FS: 1, LANDLOCK_NET: 4, LANDLOCK_SIGNAL: 6}  # the ABI each needs
 EXIT_SANDBOX = 71  # a child that could not put on a layer it was told to require
 
-PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS = 4, 38
+PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 4, 38, 22, 2
+SYS_CREATE_RULESET, SYS_ADD_RULE, SYS_RESTRICT_SELF = 444, 445, 446  # on every architecture
+RULE_PATH_BENEATH = 1
 CLONE_NEWIPC, CLONE_NEWUSER, CLONE_NEWNET = 0x08000000, 0x10000000, 0x40000000
 CLONE_THREAD = 0x10000
 # What an engine never needs, refused with EPERM from start-up on (the template too).
@@ -80,15 +83,24 @@ class _State:
     require: tuple[str, ...] = ()
     applied: Applied = field(default_factory=Applied)
     read_roots: tuple[str, ...] = ()
-    job_filter: Any = None  # a pyseccomp.SyscallFilter built once, loaded in each job's child
+    job_bpf: Any = None  # the job's seccomp filter, compiled once, loaded in each job's child
+    job_fprog_struct: Any = None
+    job_fprog: Any = None  # a reference to it, as prctl takes it
+    plan: _Plan | None = None  # the job's Landlock ruleset, prepared at start-up
+    job_ruleset_fd: int | None = None  # made by prepare_job, enforced by confine_job
     status_fd: int | None = None  # /proc/self/status, opened before the job's domain
+    prepared: bool = False  # prepare_job ran (in this job's child)
+    prepare_error: OSError | None = None
 
 
 _state = _State()
 
 
+@functools.cache
 def _libc() -> Any:
-    return ctypes.CDLL(None, use_errno=True)
+    libc = ctypes.CDLL(None, use_errno=True)  # looked up once: children inherit it
+    libc.syscall.restype = ctypes.c_long
+    return libc
 
 
 def _fail(layer: str, reason: str) -> None:
@@ -117,26 +129,86 @@ def confine_process(require: tuple[str, ...] = ()) -> Applied:
     else:
         _fail(NAMESPACES, os.strerror(ctypes.get_errno()))
     _state.read_roots = read_roots()
-    _landlock(job_path=None)
+    _landlock()
     _seccomp_process()
     return _state.applied
 
 
+def prepare_job() -> None:
+    """In a job's child before its job line (a ready child: while it waits): the job's Landlock
+    ruleset made with the read roots (their descriptors, opened at start-up, then closed),
+    /proc/self/status opened, the job's seccomp filter loaded (nothing before the job needs
+    what it refuses). Plain system calls on structures built at start-up: a forked child
+    touches little memory of its own (each page it touches first is a copy)."""
+    if not _state.enabled or _state.prepared:
+        return
+    _state.prepared = True
+    plan = _state.plan
+    try:
+        if plan is not None:
+            size = ctypes.c_size_t(ctypes.sizeof(plan.attr))
+            _state.job_ruleset_fd = _syscall(SYS_CREATE_RULESET, ctypes.byref(plan.attr), size, 0)
+            for rule in plan.root_rules:
+                ruleset = _state.job_ruleset_fd
+                _syscall(SYS_ADD_RULE, ruleset, RULE_PATH_BENEATH, ctypes.byref(rule), 0)
+            for fd in plan.root_fds:
+                os.close(fd)
+            plan.root_fds = []
+        _state.status_fd = os.open("/proc/self/status", os.O_RDONLY | os.O_CLOEXEC)
+        fprog = _state.job_fprog
+        if fprog is not None and _libc().prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, fprog, 0, 0):
+            _raise_errno()
+    except OSError as exc:  # raised again by confine_job: the job is refused
+        _state.prepare_error = exc
+
+
 def confine_job(path: str) -> None:
-    """In a job's child, after its job line: a Landlock domain of its own reading only the
-    read roots and `path`, and the job's seccomp filter. Raises OSError if a required layer
-    cannot be put on (nothing of the PDF has been read)."""
+    """In a job's child, after its job line: what prepare_job has not done, then its own
+    Landlock domain: reading only the read roots and `path`. Raises OSError where start-up
+    could put it on but the job cannot have it (fail closed: no byte of the PDF is read)."""
     if not _state.enabled:
         return
-    _state.status_fd = os.open("/proc/self/status", os.O_RDONLY | os.O_CLOEXEC)
-    _landlock(job_path=path)
-    if _state.job_filter is not None:
+    prepare_job()
+    if _state.prepare_error is not None:
+        raise _state.prepare_error
+    ruleset_fd, _state.job_ruleset_fd = _state.job_ruleset_fd, None
+    plan = _state.plan
+    if ruleset_fd is None or plan is None:
+        return
+    directory = os.path.dirname(os.path.abspath(path))
+    if any(_beneath(directory, root) for root in _roots()):
+        # beneath a read root the job's neighbours (other staged PDFs) would be readable
+        os.close(ruleset_fd)
+        with _job_ruleset(tuple(r for r in _roots() if not _beneath(directory, r))) as ruleset:
+            from landlockpy import AccessFS
+
+            ruleset.allow_path(path, AccessFS.READ_FILE)
+            ruleset.restrict(no_new_privs=True)
+        return
+    try:
+        job_fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
         try:
-            _state.job_filter.load()
-        except OSError as exc:
-            if SECCOMP in _state.require:
-                raise
-            _state.applied.missing.setdefault(SECCOMP, exc.strerror or "load failed")
+            plan.file_rule.parent_fd = job_fd
+            rule = ctypes.byref(plan.file_rule)
+            _syscall(SYS_ADD_RULE, ruleset_fd, RULE_PATH_BENEATH, rule, 0)
+        finally:
+            os.close(job_fd)
+        _syscall(SYS_RESTRICT_SELF, ruleset_fd, 0)
+    finally:
+        os.close(ruleset_fd)
+
+
+def kept_fds() -> list[int]:
+    """Descriptors a forked child keeps when it closes the template's (the read roots')."""
+    return [] if _state.plan is None else sorted(_state.plan.root_fds)
+
+
+def _roots() -> tuple[str, ...]:
+    return _state.read_roots
+
+
+def _beneath(directory: str, root: str) -> bool:
+    return directory == root or directory.startswith(root + os.sep)
 
 
 def applied() -> Applied:
@@ -151,14 +223,16 @@ def status_fd() -> int | None:
 
 def read_roots() -> tuple[str, ...]:
     """What a job's child may read: the interpreter's prefixes, sys.path (a checkout: only
-    this package's directory, not the project beside it) and the shared libraries."""
+    this package's directory, not the project beside it) and the shared libraries; none
+    beneath another (one rule each)."""
     package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     checkout = os.path.dirname(package)
     roots = {sys.prefix, sys.base_prefix, sys.exec_prefix, package, *LIBRARY_DIRS}
     for entry in sys.path:
         if entry and os.path.abspath(entry) != checkout:
             roots.add(os.path.abspath(entry))
-    return tuple(sorted(root for root in roots if os.path.exists(root)))
+    found = sorted(root for root in roots if os.path.exists(root))
+    return tuple(r for r in found if not any(o != r and _beneath(r, o) for o in found))
 
 
 def _import_bindings() -> None:
@@ -167,46 +241,125 @@ def _import_bindings() -> None:
             __import__(module)
 
 
-def _landlock(job_path: str | None) -> None:
-    """The start-up domain (job_path None: no write but /dev/null, no exec, no TCP, scoped)
-    or a job's (reads only the roots and the job's file)."""
+def _landlock() -> None:
+    """The start-up domain: no write but /dev/null, no exec, no TCP bind or connect, signals
+    and abstract unix sockets scoped to the domain (reads are left to each job's domain)."""
     try:
         import landlockpy
-        from landlockpy import AccessFS, AccessNet, Scope
+        from landlockpy import AccessFS
     except ImportError:
         return _fail(LANDLOCK_FS, "landlockpy is not installed")
     abi = landlockpy.abi_version()
     _state.applied.landlock_abi = abi
     if abi < 1:
         return _fail(LANDLOCK_FS, "the kernel offers no Landlock")
-    every = landlockpy.fs_for_abi(abi)
     read = AccessFS.READ_FILE | AccessFS.READ_DIR
-    handled = every if job_path is not None else every & ~read
     try:
-        with landlockpy.Ruleset(
-            handled_fs=handled,
-            handled_net=AccessNet.BIND_TCP | AccessNet.CONNECT_TCP,
-            scoped=Scope.SIGNAL | Scope.ABSTRACT_UNIX_SOCKET,
-        ) as ruleset:
-            if job_path is None:
-                for path in WRITABLE:
-                    ruleset.allow_path(path, AccessFS.WRITE_FILE | AccessFS.IOCTL_DEV)
-            else:
-                for root in _state.read_roots:
-                    allowed = read if os.path.isdir(root) else AccessFS.READ_FILE
-                    ruleset.allow_path(root, allowed)
-                ruleset.allow_path(job_path, AccessFS.READ_FILE)
+        with _ruleset(landlockpy, landlockpy.fs_for_abi(abi) & ~read) as ruleset:
+            for path in WRITABLE:
+                ruleset.allow_path(path, AccessFS.WRITE_FILE | AccessFS.IOCTL_DEV)
             ruleset.restrict(no_new_privs=True)
     except OSError as exc:
-        if job_path is not None and LANDLOCK_FS in _state.require:
-            raise
         return _fail(LANDLOCK_FS, exc.strerror or "restrict failed")
+    _state.plan = _plan(abi)
     for layer, needs in LANDLOCK_ABI.items():
         if abi >= needs:
             _state.applied.layers.add(layer)
         else:
             _fail(layer, f"Landlock ABI {abi} < {needs}")
     return None
+
+
+def _job_ruleset(roots: tuple[str, ...]) -> Any:
+    """A job's own ruleset, not yet enforced: every right handled, reading allowed beneath
+    `roots` (one that cannot be opened is skipped); the job's file is added by confine_job."""
+    import landlockpy
+    from landlockpy import AccessFS
+
+    read = AccessFS.READ_FILE | AccessFS.READ_DIR
+    ruleset = _ruleset(landlockpy, landlockpy.fs_for_abi(_state.applied.landlock_abi))
+    for root in roots:
+        with contextlib.suppress(OSError):
+            ruleset.allow_path(root, read if os.path.isdir(root) else AccessFS.READ_FILE)
+    return ruleset
+
+
+class _SockFprog(ctypes.Structure):
+    """struct sock_fprog: a seccomp filter's BPF program."""
+
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+
+class _RulesetAttr(ctypes.Structure):
+    """struct landlock_ruleset_attr up to ABI 6's `scoped` (zeros where the ABI lacks it)."""
+
+    _fields_ = [
+        ("handled_access_fs", ctypes.c_uint64),
+        ("handled_access_net", ctypes.c_uint64),
+        ("scoped", ctypes.c_uint64),
+    ]
+
+
+class _PathBeneath(ctypes.Structure):
+    """struct landlock_path_beneath_attr (packed)."""
+
+    _pack_ = 1
+    _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
+
+
+@dataclass
+class _Plan:
+    """A job's Landlock ruleset as start-up prepares it: what it handles and the rules of
+    the read roots, on descriptors opened once (inherited by every fork)."""
+
+    attr: _RulesetAttr
+    root_fds: list[int]
+    root_rules: list[_PathBeneath]
+    file_rule: _PathBeneath  # the job's file: parent_fd set by confine_job
+
+
+def _plan(abi: int) -> _Plan:
+    """Opened and built once, so that a job's child makes only system calls."""
+    import landlockpy
+    from landlockpy import AccessFS, AccessNet, Scope
+
+    net = int(AccessNet.BIND_TCP | AccessNet.CONNECT_TCP) if abi >= 4 else 0
+    scoped = int(Scope.SIGNAL | Scope.ABSTRACT_UNIX_SOCKET) if abi >= 6 else 0
+    attr = _RulesetAttr(int(landlockpy.fs_for_abi(abi)), net, scoped)
+    read, read_file = int(AccessFS.READ_FILE | AccessFS.READ_DIR), int(AccessFS.READ_FILE)
+    fds, rules = [], []
+    for root in _state.read_roots:
+        try:
+            fd = os.open(root, os.O_PATH | os.O_CLOEXEC)
+        except OSError:
+            continue
+        fds.append(fd)
+        rules.append(_PathBeneath(read if os.path.isdir(root) else read_file, fd))
+    return _Plan(attr, fds, rules, _PathBeneath(read_file, -1))
+
+
+def _syscall(number: int, *args: Any) -> int:
+    result = int(_libc().syscall(number, *args))
+    if result < 0:
+        _raise_errno()
+    return result
+
+
+def _raise_errno() -> None:
+    number = ctypes.get_errno()
+    raise OSError(number, os.strerror(number))
+
+
+def _ruleset(landlockpy: Any, handled_fs: Any) -> Any:
+    """A ruleset handling `handled_fs`, TCP bind and connect, and both scopes (what the ABI
+    has of them: landlockpy drops the rest)."""
+    from landlockpy import AccessNet, Scope
+
+    return landlockpy.Ruleset(
+        handled_fs=handled_fs,
+        handled_net=AccessNet.BIND_TCP | AccessNet.CONNECT_TCP,
+        scoped=Scope.SIGNAL | Scope.ABSTRACT_UNIX_SOCKET,
+    )
 
 
 def _seccomp_process() -> None:
@@ -230,11 +383,34 @@ def _seccomp_process() -> None:
             seccomp.Arg(0, seccomp.MASKED_EQ, CLONE_THREAD, 0),
         )
         job.add_rule(seccomp.ERRNO(errno.ENOSYS), "clone3")
-        _state.job_filter = job
+        program = _compiled(job)
+        _state.job_bpf = ctypes.create_string_buffer(program, len(program))
+        fprog = _SockFprog(len(program) // 8, ctypes.addressof(_state.job_bpf))
+        _state.job_fprog = ctypes.byref(fprog)
+        _state.job_fprog_struct = fprog
     except OSError as exc:
         return _fail(SECCOMP, exc.strerror or "seccomp failed")
     _state.applied.layers.add(SECCOMP)
     return None
+
+
+def _compiled(syscall_filter: Any) -> bytes:
+    """The filter's BPF program, as libseccomp would load it (read back through a pipe:
+    a few hundred bytes)."""
+    read, write = os.pipe()
+    try:
+        with open(write, "wb", closefd=False) as file:
+            syscall_filter.export_bpf(file)
+        os.close(write)
+        write = -1
+        program = b""
+        while chunk := os.read(read, 1 << 16):
+            program += chunk
+        return program
+    finally:
+        os.close(read)
+        if write >= 0:
+            os.close(write)
 
 
 def _deny(seccomp: Any, syscall_filter: Any, name: str) -> None:
