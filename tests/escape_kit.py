@@ -21,7 +21,8 @@ PTRACE_SEIZE, PTRACE_DETACH = 0x4206, 17
 def document(**targets: object) -> bytes:
     """victim (a pid to signal, whose environ and fd 1 to reach), server (the server's pid,
     whose environ holds a secret), port (a loopback listener), directory (where to create a
-    file), secret (a file of the server's user the job was not given), forge (a job's child
+    file), secret (a file of the server's user the job was not given), neighbour (another
+    caller's staged PDF, beside the job's own), forge (a job's child
     whose answer pipe to write a forged answer into)."""
     return b"%PDF-kit\n" + json.dumps(targets).encode()
 
@@ -138,6 +139,8 @@ def run(data: bytes) -> list[str]:
     report["execve"] = attempt(_execve)
     if "secret" in targets:
         report["read"] = attempt(lambda: _read(targets["secret"]))
+    if "neighbour" in targets:
+        report["neighbour"] = attempt(lambda: _read(targets["neighbour"]))
     if "forge" in targets:
         report["forge"] = attempt(lambda: _forge(targets["forge"]))
     return [json.dumps(report)]

@@ -14,11 +14,12 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
-import functools
 import os
 import sys
 from dataclasses import dataclass, field
 from typing import Any
+
+from . import kernel
 
 NO_NEW_PRIVS, NOT_DUMPABLE, NAMESPACES = "no_new_privs", "not_dumpable", "namespaces"
 SECCOMP, LANDLOCK_FS, LANDLOCK_NET, LANDLOCK_SIGNAL = (
@@ -39,11 +40,6 @@ LEVELS: dict[str, tuple[str, ...]] = {  # PDFPOOL["SANDBOX_REQUIRE"]: the layers
 LANDLOCK_ABI = {LANDLOCK_FS: 1, LANDLOCK_NET: 4, LANDLOCK_SIGNAL: 6}  # the ABI each needs
 EXIT_SANDBOX = 71  # a child that could not put on a layer it was told to require
 
-PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 4, 38, 22, 2
-SYS_CREATE_RULESET, SYS_ADD_RULE, SYS_RESTRICT_SELF = 444, 445, 446  # on every architecture
-RULE_PATH_BENEATH = 1
-CLONE_NEWIPC, CLONE_NEWUSER, CLONE_NEWNET = 0x08000000, 0x10000000, 0x40000000
-CLONE_THREAD = 0x10000
 # What an engine never needs, refused with EPERM from start-up on (the template too).
 PROCESS_DENIED = (
     "socket", "socketpair", "connect", "bind", "listen", "accept", "accept4",
@@ -96,13 +92,6 @@ class _State:
 _state = _State()
 
 
-@functools.cache
-def _libc() -> Any:
-    libc = ctypes.CDLL(None, use_errno=True)  # looked up once: children inherit it
-    libc.syscall.restype = ctypes.c_long
-    return libc
-
-
 def _fail(layer: str, reason: str) -> None:
     _state.applied.missing.setdefault(layer, reason)
     if layer in _state.require:
@@ -121,10 +110,10 @@ def confine_process(require: tuple[str, ...] = ()) -> Applied:
     had ends the process (EXIT_SANDBOX). Call single-threaded, after the imports."""
     _state.enabled, _state.require = True, require
     _import_bindings()  # before any layer: pyseccomp looks for libseccomp with subprocesses
-    libc = _libc()
-    _prctl(libc, PR_SET_NO_NEW_PRIVS, 1, NO_NEW_PRIVS)
-    _prctl(libc, PR_SET_DUMPABLE, 0, NOT_DUMPABLE)
-    if libc.unshare(CLONE_NEWUSER | CLONE_NEWNET | CLONE_NEWIPC) == 0:
+    libc = kernel.libc()
+    _prctl(libc, kernel.PR_SET_NO_NEW_PRIVS, 1, NO_NEW_PRIVS)
+    _prctl(libc, kernel.PR_SET_DUMPABLE, 0, NOT_DUMPABLE)
+    if libc.unshare(kernel.CLONE_NEWUSER | kernel.CLONE_NEWNET | kernel.CLONE_NEWIPC) == 0:
         _state.applied.layers.add(NAMESPACES)
     else:
         _fail(NAMESPACES, os.strerror(ctypes.get_errno()))
@@ -146,18 +135,15 @@ def prepare_job() -> None:
     plan = _state.plan
     try:
         if plan is not None:
-            size = ctypes.c_size_t(ctypes.sizeof(plan.attr))
-            _state.job_ruleset_fd = _syscall(SYS_CREATE_RULESET, ctypes.byref(plan.attr), size, 0)
+            _state.job_ruleset_fd = ruleset = kernel.create_ruleset(plan.attr)
             for rule in plan.root_rules:
-                ruleset = _state.job_ruleset_fd
-                _syscall(SYS_ADD_RULE, ruleset, RULE_PATH_BENEATH, ctypes.byref(rule), 0)
+                kernel.add_rule(ruleset, rule)
             for fd in plan.root_fds:
                 os.close(fd)
             plan.root_fds = []
         _state.status_fd = os.open("/proc/self/status", os.O_RDONLY | os.O_CLOEXEC)
-        fprog = _state.job_fprog
-        if fprog is not None and _libc().prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, fprog, 0, 0):
-            _raise_errno()
+        if _state.job_fprog is not None:
+            kernel.load_filter(_state.job_fprog)
     except OSError as exc:  # raised again by confine_job: the job is refused
         _state.prepare_error = exc
 
@@ -189,11 +175,10 @@ def confine_job(path: str) -> None:
         job_fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
         try:
             plan.file_rule.parent_fd = job_fd
-            rule = ctypes.byref(plan.file_rule)
-            _syscall(SYS_ADD_RULE, ruleset_fd, RULE_PATH_BENEATH, rule, 0)
+            kernel.add_rule(ruleset_fd, plan.file_rule)
         finally:
             os.close(job_fd)
-        _syscall(SYS_RESTRICT_SELF, ruleset_fd, 0)
+        kernel.restrict_self(ruleset_fd)
     finally:
         os.close(ruleset_fd)
 
@@ -284,38 +269,15 @@ def _job_ruleset(roots: tuple[str, ...]) -> Any:
     return ruleset
 
 
-class _SockFprog(ctypes.Structure):
-    """struct sock_fprog: a seccomp filter's BPF program."""
-
-    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
-
-
-class _RulesetAttr(ctypes.Structure):
-    """struct landlock_ruleset_attr up to ABI 6's `scoped` (zeros where the ABI lacks it)."""
-
-    _fields_ = [
-        ("handled_access_fs", ctypes.c_uint64),
-        ("handled_access_net", ctypes.c_uint64),
-        ("scoped", ctypes.c_uint64),
-    ]
-
-
-class _PathBeneath(ctypes.Structure):
-    """struct landlock_path_beneath_attr (packed)."""
-
-    _pack_ = 1
-    _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
-
-
 @dataclass
 class _Plan:
     """A job's Landlock ruleset as start-up prepares it: what it handles and the rules of
     the read roots, on descriptors opened once (inherited by every fork)."""
 
-    attr: _RulesetAttr
+    attr: kernel.RulesetAttr
     root_fds: list[int]
-    root_rules: list[_PathBeneath]
-    file_rule: _PathBeneath  # the job's file: parent_fd set by confine_job
+    root_rules: list[kernel.PathBeneath]
+    file_rule: kernel.PathBeneath  # the job's file: parent_fd set by confine_job
 
 
 def _plan(abi: int) -> _Plan:
@@ -325,7 +287,7 @@ def _plan(abi: int) -> _Plan:
 
     net = int(AccessNet.BIND_TCP | AccessNet.CONNECT_TCP) if abi >= 4 else 0
     scoped = int(Scope.SIGNAL | Scope.ABSTRACT_UNIX_SOCKET) if abi >= 6 else 0
-    attr = _RulesetAttr(int(landlockpy.fs_for_abi(abi)), net, scoped)
+    attr = kernel.RulesetAttr(int(landlockpy.fs_for_abi(abi)), net, scoped)
     read, read_file = int(AccessFS.READ_FILE | AccessFS.READ_DIR), int(AccessFS.READ_FILE)
     fds, rules = [], []
     for root in _state.read_roots:
@@ -334,20 +296,8 @@ def _plan(abi: int) -> _Plan:
         except OSError:
             continue
         fds.append(fd)
-        rules.append(_PathBeneath(read if os.path.isdir(root) else read_file, fd))
-    return _Plan(attr, fds, rules, _PathBeneath(read_file, -1))
-
-
-def _syscall(number: int, *args: Any) -> int:
-    result = int(_libc().syscall(number, *args))
-    if result < 0:
-        _raise_errno()
-    return result
-
-
-def _raise_errno() -> None:
-    number = ctypes.get_errno()
-    raise OSError(number, os.strerror(number))
+        rules.append(kernel.PathBeneath(read if os.path.isdir(root) else read_file, fd))
+    return _Plan(attr, fds, rules, kernel.PathBeneath(read_file, -1))
 
 
 def _ruleset(landlockpy: Any, handled_fs: Any) -> Any:
@@ -376,16 +326,16 @@ def _seccomp_process() -> None:
         job = seccomp.SyscallFilter(seccomp.ALLOW)
         for name in JOB_DENIED:
             _deny(seccomp, job, name)
-        # clone() without CLONE_THREAD is a fork; clone3 answers ENOSYS (glibc falls back).
+        # clone() without kernel.CLONE_THREAD is a fork; clone3 answers ENOSYS (glibc falls back).
         job.add_rule(
             seccomp.ERRNO(errno.EPERM),
             "clone",
-            seccomp.Arg(0, seccomp.MASKED_EQ, CLONE_THREAD, 0),
+            seccomp.Arg(0, seccomp.MASKED_EQ, kernel.CLONE_THREAD, 0),
         )
         job.add_rule(seccomp.ERRNO(errno.ENOSYS), "clone3")
         program = _compiled(job)
         _state.job_bpf = ctypes.create_string_buffer(program, len(program))
-        fprog = _SockFprog(len(program) // 8, ctypes.addressof(_state.job_bpf))
+        fprog = kernel.SockFprog(len(program) // 8, ctypes.addressof(_state.job_bpf))
         _state.job_fprog = ctypes.byref(fprog)
         _state.job_fprog_struct = fprog
     except OSError as exc:
