@@ -441,6 +441,8 @@ def test_the_layers_are_reported_and_a_sandboxed_child_shows_them():
         extraction.configure(warm=True)
     assert seen["NoNewPrivs"] == "1" and seen["Seccomp"] == "2", seen
     assert int(seen["Seccomp_filters"]) >= 2  # the start-up filter and the job's
+    for kind in ("user", "net", "ipc"):  # namespaces of its own, not the server's
+        assert seen[f"ns/{kind}"] != os.readlink(f"/proc/self/ns/{kind}"), kind
 
 
 def inspect_a_busy_child() -> dict[str, str]:
@@ -453,8 +455,11 @@ def inspect_a_busy_child() -> dict[str, str]:
             for pid in child_pids() - mine - set(extraction.idle_pids()):
                 if rlimits(pid).get("Max address space") == str(LIMITS["memory_limit"]):
                     lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+                    found = dict(line.split(":\t", 1) for line in lines if ":\t" in line)
+                    for kind in ("user", "net", "ipc"):
+                        found[f"ns/{kind}"] = os.readlink(f"/proc/{pid}/ns/{kind}")
                     task.cancel()
-                    return dict(line.split(":\t", 1) for line in lines if ":\t" in line)
+                    return found
             assert not task.done()
             await asyncio.sleep(0.01)
 
