@@ -620,3 +620,43 @@ def test_twelve_sharers_of_a_text_bomb_cost_the_example_server_a_bound(tmp_path)
     assert all(b"\\u" not in head for _, _, head in answers)
     assert peak <= BOMB_PEAK_BOUND, peak
     assert after <= BOMB_AFTER_BOUND, after
+
+
+CONTAINER = """#!{python}
+# Stands in for the interpreter on a host whose seccomp profile (a container's default, say)
+# refuses unshare and the Landlock calls: the filter is put on, then the real one runs.
+import errno, os, sys
+import pyseccomp as seccomp
+refuse = seccomp.SyscallFilter(seccomp.ALLOW)
+refuse.add_rule(seccomp.ERRNO(errno.EPERM), "unshare")
+for name in ("landlock_create_ruleset", "landlock_add_rule", "landlock_restrict_self"):
+    refuse.add_rule(seccomp.ERRNO(errno.ENOSYS), name)
+refuse.load()
+os.execv({python!r}, [{python!r}, *sys.argv[1:]])
+"""
+
+
+def test_a_host_with_fewer_layers_is_reported_as_it_is_and_still_extracts(
+    tmp_path, restore_sandbox
+):
+    """Degrading, honestly: where unshare and Landlock are refused, the probe says so (level
+    basic, each missing layer with its reason), jobs still run with the layers there are, and
+    a required level above that is refused."""
+    from django_pdfpool.exceptions import SandboxUnavailable
+
+    container = tmp_path / "python"
+    container.write_text(CONTAINER.format(python=sys.executable))
+    container.chmod(0o755)
+    extraction.configure(python=str(container), warm=False)
+    try:
+        layers = extraction.sandbox_layers()
+        assert layers.level == "basic", layers
+        assert set(layers.missing) == {"namespaces", "landlock_fs", "landlock_net",
+                                       "landlock_signal"}  # fmt: skip
+        assert layers.landlock_abi == 0 and "Landlock" in layers.missing["landlock_fs"]
+        assert run(pdfs.simple(["still read"]), warm=False).text == "still read"
+        extraction.configure(require="landlock")
+        with pytest.raises(SandboxUnavailable):
+            run(pdfs.simple(["refused"]), warm=False)
+    finally:
+        extraction.configure(python=sys.executable, warm=True, require="none")

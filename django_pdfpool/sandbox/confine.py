@@ -233,11 +233,11 @@ def _landlock() -> None:
         import landlockpy
         from landlockpy import AccessFS
     except ImportError:
-        return _fail(LANDLOCK_FS, "landlockpy is not installed")
+        return _landlock_missing("landlockpy is not installed")
     abi = landlockpy.abi_version()
     _state.applied.landlock_abi = abi
     if abi < 1:
-        return _fail(LANDLOCK_FS, "the kernel offers no Landlock")
+        return _landlock_missing("the kernel offers no Landlock")
     read = AccessFS.READ_FILE | AccessFS.READ_DIR
     try:
         with _ruleset(landlockpy, landlockpy.fs_for_abi(abi) & ~read) as ruleset:
@@ -245,7 +245,7 @@ def _landlock() -> None:
                 ruleset.allow_path(path, AccessFS.WRITE_FILE | AccessFS.IOCTL_DEV)
             ruleset.restrict(no_new_privs=True)
     except OSError as exc:
-        return _fail(LANDLOCK_FS, exc.strerror or "restrict failed")
+        return _landlock_missing(exc.strerror or "restrict failed")
     _state.plan = _plan(abi)
     for layer, needs in LANDLOCK_ABI.items():
         if abi >= needs:
@@ -253,6 +253,11 @@ def _landlock() -> None:
         else:
             _fail(layer, f"Landlock ABI {abi} < {needs}")
     return None
+
+
+def _landlock_missing(reason: str) -> None:
+    for layer in LANDLOCK_ABI:
+        _fail(layer, reason)
 
 
 def _job_ruleset(roots: tuple[str, ...]) -> Any:

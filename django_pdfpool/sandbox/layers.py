@@ -59,9 +59,15 @@ class HostLayers:
         """What children started with these get (a probe child the first time)."""
         key = (python, env, sandbox)
         with self._lock:
-            if key not in self._found:
+            first = key not in self._found
+            if first:
                 self._found[key] = probe(python, env, sandbox)
             found = self._found[key]
+        if first and found.missing and found.enabled:  # said once, where no check runs too
+            _logger.warning(
+                "The extraction sandbox lacks on this host: %s",
+                ", ".join(f"{k} ({v})" for k, v in sorted(found.missing.items())),
+            )
         return replace(found, required=self.required)
 
     def check(self, found: SandboxLayers) -> None:
