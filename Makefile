@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 # pyenv's other interpreters, for the nox matrix
 PYENV_BINS := $(subst $(eval) ,:,$(wildcard $(HOME)/.pyenv/versions/3.12*/bin $(HOME)/.pyenv/versions/3.13*/bin))
 
-.PHONY: venv test test-matrix lint typecheck docs dist bench bench-load soak browser-deps redis-deps demo demo-cluster clean
+.PHONY: venv test test-matrix lint typecheck docs dist bench bench-load soak browser-deps redis-deps sandbox-deps demo demo-cluster clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -32,9 +32,19 @@ redis-deps:
 	      || echo "warning: could not install redis-server: the Redis tests will skip"; \
 	  else echo "note: redis-server is missing and cannot be installed here: the Redis tests will skip"; fi; }
 
+# libseccomp for the children's seccomp layer (pyseccomp loads it; Debian images have it,
+# as apt needs it); installed when we are root with apt, else the sandbox tests skip (fail
+# under CI=true).
+sandbox-deps:
+	@ldconfig -p 2>/dev/null | grep -q 'libseccomp\.so\.2' || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libseccomp2 >/dev/null) \
+	      || echo "warning: could not install libseccomp2: the seccomp layer will be missing"; \
+	  else echo "note: libseccomp.so.2 is missing: the seccomp layer will be missing"; fi; }
+
 # Every test, then the given conformance test once more against the Redis pool
 # (tests.redis_server starts a throwaway redis-server and sets PDFPOOL_TEST_REDIS_URL).
-test: $(STAMP) browser-deps redis-deps
+test: $(STAMP) browser-deps redis-deps sandbox-deps
 	$(BIN)/ruff check .
 	$(MAKE) --no-print-directory typecheck docs dist
 	$(BIN)/python -m pytest

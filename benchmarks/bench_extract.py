@@ -2,6 +2,7 @@
 forking on demand, and the template with ready children.
 
     .venv/bin/python benchmarks/bench_extract.py [CORPUS_DIR] [--repeat N] [--burst N]
+    .venv/bin/python benchmarks/bench_extract.py --sandbox-only   # the sandbox's cost alone
 
 - **single**: one job at a time, per file, N runs per mode; before each run the mode's idle
   process is ready (a spare, or the template; for "ready", a ready child done rehearsing and
@@ -17,8 +18,11 @@ hits them alike. "spare" is the design before the template (one spare child, war
 replaced in the background once taken), rebuilt here from the cold child's own parts.
 "template" is the template with no ready children (every job's child forked on request, as
 first committed); "ready" the template keeping ready children (forked, warmed up, waiting:
-the current design). In process, bursts run in SLOTS threads (the GIL lets one parse at a
-time): that column shows what the same burst costs without children.
+the current design). "bare" is "ready" with the children's sandbox off (no Landlock, seccomp,
+namespaces, no-new-privs or not-dumpable): "ready" against "bare" is what the sandbox costs a
+forked job, in milliseconds too; cold children are timed with and without it as well. In
+process, bursts run in SLOTS threads (the GIL lets one parse at a time): that column shows
+what the same burst costs without children.
 """
 
 from __future__ import annotations
@@ -44,12 +48,14 @@ from django_pdfpool.sandbox import extract as sandbox
 from django_pdfpool.sandbox.child_process import Child, Handle, drop
 from django_pdfpool.sandbox.engines import WARM_UP_PDF
 from django_pdfpool.sandbox.template import Template
+from django_pdfpool.sandbox.wire import SANDBOX_OFF
 
 ROOT = Path(__file__).resolve().parents[1]
 LIMITS = {"timeout": 60.0, "memory_limit": 1 << 30}
 BIG = "009-pdflatex-geotopo/GeoTopo-komprimiert.pdf"  # the 117-page file
 SMALL_MAX = 200_000  # bytes: the corpus' small files
-MODES = ("in", "spare", "template", "ready")
+MODES = ("in", "spare", "template", "ready", "bare")
+COLD_RUNS = 10  # cold jobs per sandbox setting, alternating
 
 
 class Spares:
@@ -132,10 +138,15 @@ class Bench:
     def __init__(self) -> None:
         on_demand = Template()
         on_demand.max_ready = 0
+        bare, on_demand_bare = Template(), Template()
+        bare.sandbox = on_demand_bare.sandbox = SANDBOX_OFF
+        on_demand_bare.max_ready = 0
         self.sources: dict[str, Any] = {
             "spare": Spares(),
             "template": on_demand,
             "ready": Template(),
+            "bare": bare,
+            "template, bare": on_demand_bare,  # for sandbox_pairs only
         }
 
     async def use(self, mode: str, single: bool = False) -> None:
@@ -150,7 +161,7 @@ class Bench:
             source.prewarm()
         while source.pid() is None:
             await asyncio.sleep(0.005)
-        if mode == "ready" and single:  # a ready child waits, as after a job a while ago
+        if mode in ("ready", "bare") and single:  # a ready child waits, as after a job
             if len(source.idle_pids()) < 2:  # none (they leave after 5 s idle): have one made
                 with contextlib.suppress(ExtractionError):
                     await extract(WARM_UP_PDF, **LIMITS)
@@ -229,11 +240,14 @@ async def bench(corpus: Path, repeat: int, burst_jobs: int) -> dict[str, Any]:
     bench = Bench()
     base = {p: statistics.median(timed(p) for _ in range(5)) for p in small + big}
     single: dict[str, dict[str, list[float]]] = {m: {} for m in MODES}
+    seconds_of: dict[str, list[float]] = {m: [] for m in MODES}  # small files, absolute
     for path in small + big:
         for _ in range(repeat if path in small else max(2, repeat // 3)):
             for mode in MODES:
                 seconds = await bench.single(mode, path)
                 single[mode].setdefault(path.name, []).append(seconds / base[path])
+                if path in small:
+                    seconds_of[mode].append(seconds)
     print("  single: done", file=sys.stderr, flush=True)
     bursts: dict[tuple, dict[str, list[float]]] = {}
     for name, files, jobs in (("small", small, burst_jobs), ("117 pages", big, 8)):
@@ -245,6 +259,17 @@ async def bench(corpus: Path, repeat: int, burst_jobs: int) -> dict[str, Any]:
                         ratios[mode].append(seconds / base[path])
             bursts[(name, slots)] = ratios
             print(f"  burst {name} x{slots}: done", file=sys.stderr, flush=True)
+    cold: dict[str, list[float]] = {"sandboxed": [], "bare": []}
+    for _ in range(COLD_RUNS):  # a new interpreter per job, with its layers and without
+        for name, level in (("sandboxed", "none"), ("bare", SANDBOX_OFF)):
+            bench.sources["ready"].sandbox = level  # cold children take the source's level
+            sandbox._template = bench.sources["ready"]
+            start = time.perf_counter()
+            with contextlib.suppress(ExtractionError):
+                await extract(small[0], warm=False, **LIMITS)
+            cold[name].append(time.perf_counter() - start)
+    bench.sources["ready"].sandbox = "none"
+    print("  cold: done", file=sys.stderr, flush=True)
     rss = {}
     for mode in ("spare", "template", "ready"):
         await bench.use(mode)
@@ -259,8 +284,13 @@ async def bench(corpus: Path, repeat: int, burst_jobs: int) -> dict[str, Any]:
     rss["ready, at rest"] = pss(ready.pid())
     rss["ready, between jobs"] = sum(busy)
     starts = {m: bench.sources[m].status() for m in ("template", "ready")}
+    pairs = await sandbox_pairs(bench)
     bench.close()
     return {
+        "pairs": pairs,
+        "confine": await asyncio.to_thread(confine_times),
+        "seconds": seconds_of,
+        "cold": cold,
         "single": single,
         "bursts": bursts,
         "rss": rss,
@@ -272,8 +302,9 @@ async def bench(corpus: Path, repeat: int, burst_jobs: int) -> dict[str, Any]:
 
 def table(found: dict[str, Any]) -> str:
     lines = [
-        "| measure (ratio to in-process pypdf, per job) | in-process | spare | template | ready |",
-        "|---|---:|---:|---:|---:|",
+        "| measure (ratio to in-process pypdf, per job) | in-process | spare | template | ready "
+        "| ready, no sandbox |",
+        "|---|---:|---:|---:|---:|---:|",
     ]
 
     def row(label: str, by_mode: dict[str, list[float]], stat: str) -> None:
@@ -306,12 +337,136 @@ def table(found: dict[str, Any]) -> str:
         + f"ready {mb['ready']:.0f} MiB (the one idle process of each design); "
         + f"PSS of ready's template at rest {mb['ready, at rest']:.0f} MiB, "
         + f"of it and its one ready child between jobs {mb['ready, between jobs']:.0f} MiB.\n"
-        + f"Children: {found['starts']}."
+        + f"Children: {found['starts']}.\n"
+        + sandbox_cost(found)
+        + "\n"
+        + sandbox_table(found["pairs"], found["confine"])
     )
+
+
+def sandbox_cost(found: dict[str, Any]) -> str:
+    """What the sandbox adds to a job, in milliseconds: forked (ready against bare, single
+    jobs on the small files) and cold (a new interpreter with its layers and without)."""
+    seconds, cold = found["seconds"], found["cold"]
+    ready, bare = (statistics.median(seconds[m]) * 1000 for m in ("ready", "bare"))
+    with_, without = (statistics.median(cold[m]) * 1000 for m in ("sandboxed", "bare"))
+    return (
+        f"Sandbox, forked job (single, small files, median): {ready:.2f} ms sandboxed, "
+        f"{bare:.2f} ms without: {ready - bare:+.2f} ms. Cold job: {with_:.0f} ms sandboxed, "
+        f"{without:.0f} ms without: {with_ - without:+.0f} ms ({len(cold['bare'])} each)."
+    )
+
+
+CONFINE_PROBE = """
+import os, sys, time
+from django_pdfpool.sandbox import confine
+path = sys.argv[2]  # a staged upload's place
+confine.confine_process()
+times = []
+for _ in range(int(sys.argv[1])):
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # as a job's child: its own domain and filter, timed
+        start = time.perf_counter()
+        confine.prepare_job()
+        confine.confine_job(path)
+        os.write(write, repr(time.perf_counter() - start).encode())
+        os._exit(0)
+    os.close(write)
+    times.append(float(os.read(read, 64)))
+    os.close(read)
+    os.waitpid(pid, 0)
+print(" ".join(map(repr, times)))
+"""
+PAIRS = 100  # trivial forked jobs per setting, alternating
+
+
+async def sandbox_pairs(bench: Bench) -> dict[str, list[float]]:
+    """The built-in one-page document through a ready child, and through a child forked on
+    request (no ready child), sandboxed and bare by turns."""
+    found: dict[str, list[float]] = {"ready": [], "bare": [], "template": [], "template, bare": []}
+    for _ in range(PAIRS):
+        for mode in found:
+            await bench.use(mode, single=True)
+            await settled(bench)  # no ready child of another source rehearsing beside it
+            start = time.perf_counter()
+            await extract(WARM_UP_PDF, **LIMITS)
+            found[mode].append(time.perf_counter() - start)
+    return found
+
+
+async def settled(bench: Bench) -> None:
+    """Until every ready child of every template is done rehearsing (one forked after the
+    previous job would otherwise run beside the next, on another source's bill)."""
+    for name in ("ready", "bare"):
+        for pid in bench.sources[name].idle_pids()[1:]:
+            await waiting_for_job(pid)
+
+
+def confine_times(runs: int = 200) -> list[float]:
+    """Seconds `confine_job` takes in a forked child of a confined process (its whole cost)."""
+    import subprocess
+    import tempfile
+
+    from django_pdfpool.sandbox.child_process import child_env
+
+    with tempfile.NamedTemporaryFile(suffix=".pdf") as job:  # where uploads are staged
+        out = subprocess.run(
+            [sys.executable, "-c", CONFINE_PROBE, str(runs), job.name],
+            capture_output=True,
+            text=True,
+            env=child_env(),
+            check=True,
+        ).stdout
+    return [float(value) for value in out.split()]
+
+
+def sandbox_only() -> None:
+    """The sandbox's cost per forked job, alone (minutes less than the whole benchmark)."""
+    load = os.getloadavg()[0]
+
+    async def run() -> dict[str, list[float]]:
+        bench = Bench()
+        try:
+            return await sandbox_pairs(bench)
+        finally:
+            bench.close()
+
+    pairs = asyncio.run(run())
+    confine = confine_times()
+    print(sandbox_table(pairs, confine))
+    print(f"load average {load:.2f} before, {os.getloadavg()[0]:.2f} after; {os.cpu_count()} CPUs.")
+
+
+def sandbox_table(pairs: dict[str, list[float]], confine: list[float]) -> str:
+    median = {m: statistics.median(pairs[m]) * 1000 for m in pairs}
+    p95 = {m: pct(pairs[m], 0.95) * 1000 for m in pairs}
+    inside = statistics.median(confine) * 1e6
+    lines = [f"Built-in one-page document, {PAIRS} jobs each, alternating (ms):"]
+    for label, on, off in (
+        ("ready child", "ready", "bare"),
+        ("forked on request", "template", "template, bare"),
+    ):
+        lines.append(
+            f"  {label}: median {median[on]:.2f} sandboxed, {median[off]:.2f} without "
+            f"({median[on] - median[off]:+.2f}); p95 {p95[on]:.2f} / {p95[off]:.2f} "
+            f"({p95[on] - p95[off]:+.2f})."
+        )
+    lines.append(
+        f"prepare_job() + confine_job() in a forked child of a confined process (the whole "
+        f"per-job sandbox, all of it on the job's path): median {inside:.0f} us, p95 "
+        f"{pct(confine, 0.95) * 1e6:.0f} us ({len(confine)} children)."
+    )
+    return "\n".join(lines)
 
 
 def main() -> None:
     args = sys.argv[1:]
+    if "--sandbox-only" in args:
+        logging.getLogger("pypdf").setLevel(logging.ERROR)
+        extraction.configure(warm=False)
+        sandbox_only()
+        return
     repeat, burst_jobs = 6, 40
     if "--repeat" in args:
         repeat = int(args.pop(args.index("--repeat") + 1))

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
         PoolClosed,
         PoolMisconfigured,
         Refused,
+        SandboxUnavailable,
         UploadRejected,
         UploadTooLarge,
     )
@@ -61,6 +62,7 @@ _HOMES = {  # public name -> the module that defines it
     "CallerBusy": "exceptions",
     "PoolClosed": "exceptions",
     "PoolMisconfigured": "exceptions",
+    "SandboxUnavailable": "exceptions",
     "UploadRejected": "exceptions",
     "UploadTooLarge": "exceptions",
     "NoUpload": "exceptions",
@@ -83,6 +85,7 @@ __all__ = [
     "PoolLifespan",
     "PoolMisconfigured",
     "Refused",
+    "SandboxUnavailable",
     "StagedUpload",
     "UploadRejected",
     "UploadTooLarge",

@@ -41,3 +41,37 @@ def check_integrations(
         )
         for route, integration in framework_mismatches()
     ]
+
+
+@checks.register()
+def check_sandbox(
+    app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
+) -> list[checks.CheckMessage]:
+    """W021 for each sandbox layer this host does not give a job's child; E021 when that
+    falls below SANDBOX_REQUIRE (extractions are then refused). Asks a probe child once."""
+    from .conf import get_settings
+    from .extraction import configure, sandbox_layers
+
+    if problems(raw_setting()):
+        return []  # check_settings reports them
+    conf = get_settings()
+    configure(sandbox=conf.sandbox, require=conf.sandbox_require, child_env=conf.child_env)
+    found = sandbox_layers()
+    messages: list[checks.CheckMessage] = [
+        checks.Warning(
+            f"The extraction sandbox lacks the layer {layer!r}: {why}.",
+            hint="See docs/security.md for what each layer stops and how to get it.",
+            id="django_pdfpool.W021",
+        )
+        for layer, why in found.missing.items()
+    ]
+    if not found.sufficient:
+        messages.append(
+            checks.Error(
+                f"PDFPOOL['SANDBOX_REQUIRE'] is {found.required!r} but this host gives "
+                f"{found.level!r}: every extraction will be refused (503).",
+                hint="Lower SANDBOX_REQUIRE, or run where the missing layers are offered.",
+                id="django_pdfpool.E021",
+            )
+        )
+    return messages

@@ -23,6 +23,7 @@ from django.dispatch import receiver
 from django.utils.module_loading import import_string
 
 from .admission.redis.modes import FALLBACKS
+from .sandbox.confine import LEVELS
 from .sandbox.wire import ENGINES
 
 MiB = 1024 * 1024
@@ -50,6 +51,11 @@ DEFAULTS: dict[str, Any] = {
     "MAX_TEXT_BYTES": 8 * MiB,  # text (UTF-8) one job may return; more is cut, truncated
     "CHILD_ENV": (),  # names of environment variables children inherit besides the minimum
     "IPV6_PREFIX": 64,  # anonymous IPv6 callers are one caller per prefix of this length
+    # children sandbox themselves with every layer the host offers (docs/security.md); False
+    # turns every layer off. SANDBOX_REQUIRE: the level below which extractions are refused
+    # (503 sandbox_unavailable): "none", "basic", "landlock" or "full"
+    "SANDBOX": True,
+    "SANDBOX_REQUIRE": "none",
     # Several worker processes or hosts: coordinate the same limits in Redis
     "BACKEND": "local",  # "local" (this process's pool) or "redis"
     "REDIS_URL": None,  # redis://host:port/db, required with BACKEND "redis"
@@ -92,6 +98,8 @@ class PoolSettings:
     max_text_bytes: int
     child_env: tuple[str, ...]
     ipv6_prefix: int
+    sandbox: bool
+    sandbox_require: str
     backend: str
     redis_url: str | None
     namespace: str
@@ -146,6 +154,8 @@ _RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
         "a list of environment variable names",
     ),
     "IPV6_PREFIX": (lambda v: _is_int(v) and 1 <= v <= 128, "an integer from 1 to 128"),
+    "SANDBOX": (lambda v: isinstance(v, bool), "True or False"),
+    "SANDBOX_REQUIRE": (lambda v: v in LEVELS, "one of " + ", ".join(map(repr, LEVELS))),
     "TEMP_DIR": (
         lambda v: v is None or (isinstance(v, str) and os.path.isdir(v)),
         "None or an existing directory",
@@ -274,6 +284,8 @@ def get_settings() -> PoolSettings:
         max_text_bytes=merged["MAX_TEXT_BYTES"],
         child_env=tuple(merged["CHILD_ENV"]),
         ipv6_prefix=merged["IPV6_PREFIX"],
+        sandbox=merged["SANDBOX"],
+        sandbox_require=merged["SANDBOX_REQUIRE"],
         backend=merged["BACKEND"],
         redis_url=merged["REDIS_URL"],
         namespace=merged["NAMESPACE"],

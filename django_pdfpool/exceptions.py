@@ -25,6 +25,7 @@ __all__ = [
     "RemoteJobError",
     "ResultTooLarge",
     "RunnerLost",
+    "SandboxUnavailable",
     "UploadRejected",
     "UploadTooLarge",
 ]
@@ -79,6 +80,13 @@ class PoolMisconfigured(Refused):
     message names the namespace and what differs. A deployment error, logged once."""
 
     code = "misconfigured"
+
+
+class SandboxUnavailable(Refused):
+    """This host gives a job's child fewer sandbox layers than PDFPOOL["SANDBOX_REQUIRE"]
+    demands: extractions are refused (503), fail closed, until it does (docs/security.md)."""
+
+    code = "sandbox_unavailable"
 
 
 class UploadRejected(Exception):

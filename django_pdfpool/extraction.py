@@ -14,8 +14,11 @@ from .sandbox.extract import (
     extract,
     idle_pids,
     prewarm,
+    register_engine,
+    sandbox_layers,
     shutdown,
 )
+from .sandbox.layers import SandboxLayers
 from .sandbox.template import ChildStarts
 
 __all__ = [
@@ -23,10 +26,13 @@ __all__ = [
     "ChildStarts",
     "Extraction",
     "ExtractionError",
+    "SandboxLayers",
     "child_starts",
     "configure",
     "extract",
     "idle_pids",
     "prewarm",
+    "register_engine",
+    "sandbox_layers",
     "shutdown",
 ]

@@ -44,6 +44,8 @@ def get_pool() -> AdmissionPool:
                 warm=current.warm_children,
                 tmp_dir=current.temp_dir,
                 child_env=current.child_env,
+                sandbox=current.sandbox,
+                require=current.sandbox_require,
             )
             recorder.start()  # the status chart then covers the time before anyone looked
             _built_from = current

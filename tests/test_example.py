@@ -37,7 +37,6 @@ FIELDS = [
     "page_count",
     "pages",
     "metadata",
-    "text",
     "truncated",
     "text_truncated",
     "elapsed",
@@ -205,7 +204,9 @@ def test_a_generated_pdf_through_the_api(server, client):
     body = response.json()
     assert list(body) == FIELDS
     assert body["pages"] == ["Hello from the API", "Page two"]
-    assert body["text"] == "Hello from the API\n\nPage two"
+    joined = api_post(client, server.url, data, params={"text": "1"})  # the text once
+    assert list(joined.json()) == [f if f != "pages" else "text" for f in FIELDS]
+    assert joined.json()["text"] == "Hello from the API\n\nPage two"
     assert (body["page_count"], body["truncated"]) == (2, False)
     assert body["metadata"]["Title"] == "API test"
     assert body["sha256"] == hashlib.sha256(data).hexdigest()
@@ -330,8 +331,8 @@ def test_a_full_pool_queues_then_refuses_with_a_retry_time(state):
             assert f"Try again in <strong>{page.headers['retry-after']} second" in page.text
 
             done, after = await holding, await waiting
-            assert done.status_code == 200 and done.json()["text"].startswith("held")
-            assert after.status_code == 200 and after.json()["text"] == "queued"
+            assert done.status_code == 200 and done.json()["pages"][0].startswith("held")
+            assert after.status_code == 200 and after.json()["pages"] == ["queued"]
             assert (await job_state(c, url, held))["state"] == "none"
 
     with serve(state[0], SLOTS=1, QUEUE=1, WAIT=30) as tight:
@@ -402,7 +403,7 @@ def test_sigterm_lets_the_extraction_in_flight_finish(state):
         response = asyncio.run(scenario(server))
         # uvicorn shuts down gracefully, then ends by the signal it caught
         assert server.process.wait(timeout=30) in (0, -signal.SIGTERM)
-    assert response.status_code == 200 and response.json()["text"].startswith("in flight")
+    assert response.status_code == 200 and response.json()["pages"][0].startswith("in flight")
     log = b"".join(server.log).decode()
     assert "Application shutdown complete." in log and "Finished server process" in log
     assert "drain timed out" not in log and "Traceback" not in log

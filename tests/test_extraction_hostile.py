@@ -212,9 +212,14 @@ def test_child_killed_by_a_signal(signum, expected, copies):
         task = asyncio.create_task(extract(pdfs.cpu_bomb(), timeout=5.0, memory_limit=MEMORY))
         for _ in range(500):
             await asyncio.sleep(0.01)
-            pids = child_pids() - before
-            if pids and rlimits(min(pids)).get("Max address space") == str(MEMORY):
-                os.kill(min(pids), signum)
+            # the job's child: the one with its limits set (not a ready one, waiting)
+            working = [
+                pid
+                for pid in sorted(child_pids() - before)
+                if rlimits(pid).get("Max address space") == str(MEMORY)
+            ]
+            if working:
+                os.kill(working[0], signum)
                 break
         with pytest.raises(ExtractionError) as caught:
             await task

@@ -47,7 +47,7 @@ def inspect_while_busy(warm_call: bool) -> dict:
     seen: dict = {}
 
     async def scenario():
-        mine = set(child_pids())
+        mine = set(child_pids()) - set(extraction.idle_pids())  # a ready child may take it
         task = asyncio.ensure_future(extract(pdfs.slow_pdf("busy", 3), warm=warm_call, **LIMITS))
 
         def working() -> int | None:
@@ -63,7 +63,7 @@ def inspect_while_busy(warm_call: bool) -> dict:
             pid=pid,
             limits=rlimits(pid),
             fds=sorted(os.listdir(f"/proc/{pid}/fd"), key=int),
-            targets=[os.readlink(f"/proc/{pid}/fd/{fd}") for fd in (0, 1, 2)],
+            targets=[os.readlink(f"/proc/{pid}/fd/{fd}") for fd in (0, 1, 2, 3)],
             environ=Path(f"/proc/{pid}/environ").read_bytes(),
             status=status(pid),
             session=os.getsid(pid),
@@ -82,7 +82,9 @@ def test_a_forked_child_is_as_isolated_as_a_cold_one(warm):
     assert extraction.child_starts().template_pid == warm
     assert forked["pid"] in forked_children(warm) or not Path(f"/proc/{forked['pid']}").exists()
     for seen in (forked, cold):
-        assert seen["fds"] == ["0", "1", "2"], seen["fds"]  # nothing inherited
+        # nothing inherited; 3 is its own /proc status, opened before its job's sandbox
+        assert seen["fds"] == ["0", "1", "2", "3"], seen["fds"]
+        assert seen["targets"][3] == f"/proc/{seen['pid']}/status"
         assert seen["targets"][0].startswith("pipe:") and seen["targets"][1].startswith("pipe:")
         assert seen["targets"][2] == "/dev/null"
         assert seen["limits"]["Max address space"] == str(MEMORY)

@@ -6,6 +6,7 @@ outliving its parent, nor letting its children do so."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import subprocess
@@ -171,7 +172,8 @@ def test_pdfium_jobs_make_the_template_preload_it(template):
 
 
 SCRIPT = """
-import asyncio, os, signal, sys, time
+import asyncio, json, os, signal, sys, time
+from pathlib import Path
 from django_pdfpool import extraction
 from tests import pdfs
 extraction.prewarm()
@@ -187,7 +189,10 @@ async def main():
     template = extraction.child_starts().template_pid
     while extraction.idle_pids() == [template]:  # the ready child made after it
         await asyncio.sleep(0.01)
-    print(template, flush=True)
+    # read while this process holds everything alive: the job's child and the ready one
+    children = Path(f"/proc/{template}/task/{template}/children").read_text().split()
+    print(json.dumps({"template": template, "forked": [int(p) for p in children]}), flush=True)
+    await asyncio.to_thread(sys.stdin.readline)  # the test has seen them: now end
     if how == "sigkill":
         os.kill(os.getpid(), signal.SIGKILL)
     elif how == "os_exit":
@@ -211,16 +216,17 @@ def test_nothing_outlives_the_parent(how):
     proc = subprocess.Popen(
         [sys.executable, "-c", textwrap.dedent(SCRIPT), how.replace(" ", "_")],
         cwd=ROOT,
+        stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )
-    template = int(proc.stdout.readline())
-    forked = [
-        int(p) for p in Path(f"/proc/{template}/task/{template}/children").read_text().split()
-    ]
-    # the job's child and the ready one made after it (if it has not ended yet: all the same)
-    assert forked, proc.communicate(timeout=60)
-    proc.communicate(timeout=60)
+    line = proc.stdout.readline()  # the script waits on stdin after it: all alive here
+    assert line, proc.communicate(timeout=60)
+    seen = json.loads(line)
+    template, forked = seen["template"], seen["forked"]
+    # the job's child and the ready one made after it (at least the job's)
+    assert forked and not any(map(gone, [template, *forked])), seen
+    proc.communicate(b"end\n", timeout=60)
     pids = [template, *forked]
     try:  # "did not hang": generous on a loaded machine
         wait_until(lambda: all(map(gone, pids)), timeout=30)

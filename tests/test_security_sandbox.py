@@ -11,6 +11,7 @@ import os
 import pickle
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -24,7 +25,7 @@ from django_pdfpool.sandbox.child_process import BASE_ENV
 from django_pdfpool.sandbox.engines import TextBudget, extract_pages, fit, json_size
 from django_pdfpool.sandbox.wire import DEFAULT_MAX_TEXT_BYTES, answer_limit
 from tests import pdfs
-from tests.conftest import until
+from tests.conftest import until, wait_until
 
 LIMITS = {"timeout": 20.0, "memory_limit": 512 << 20}
 ROOT = Path(__file__).resolve().parents[1]
@@ -320,3 +321,342 @@ def test_sharers_get_equal_results_none_can_change(tmp_path):
     with pytest.raises(TypeError):
         first.metadata["Title"] = "mine"  # type: ignore[index]
     assert second.pages == ("shared page", "second")
+
+
+# --- issue 21: a child nothing can escape -----------------------------------------------------
+
+from tests.escape_kit import ENGINE as KIT  # noqa: E402
+from tests.escape_kit import document as kit_document  # noqa: E402
+
+
+def require_full_sandbox() -> None:
+    """Skip where this host does not give every layer (a container's default seccomp profile
+    refuses namespaces, say); under CI=true fail instead: CI's kernel has them all."""
+    from tests.ci_strict import in_ci
+
+    layers = extraction.sandbox_layers()
+    if layers.level != "full":
+        reason = f"this host gives the sandbox level {layers.level!r}: {dict(layers.missing)}"
+        if in_ci():
+            pytest.fail(reason)
+        pytest.skip(reason)
+
+
+@pytest.fixture
+def targets(tmp_path, monkeypatch):
+    """What the kit aims at: another process of the server's user (with a secret in its
+    environment and a pipe as its stdout), the server itself, a loopback listener, a
+    directory to create a file in, and a file of the server's user the job was not given."""
+    monkeypatch.setenv("PDFPOOL_SERVER_SECRET", "hunter2")
+    victim = subprocess.Popen(
+        ["sleep", "120"], stdout=subprocess.PIPE, env={"VICTIM_SECRET": "s3cret"}
+    )
+    listener = __import__("socket").create_server(("127.0.0.1", 0))
+    listener.setblocking(False)
+    directory = tmp_path / "open-to-the-server"
+    directory.mkdir()
+    secret = tmp_path / "secret.txt"
+    secret.write_text("the server's own file")
+    # another caller's staged PDF, beside the kit's own copy (byte sources go to tempfile's)
+    neighbour_fd, neighbour = tempfile.mkstemp(prefix="pdfpool-", suffix=".pdf")
+    os.write(neighbour_fd, b"%PDF- another caller's upload")
+    os.close(neighbour_fd)
+    extraction.register_engine(KIT)
+    extraction.configure(warm=True)  # a test before may have left the template off
+    yield {
+        "victim": victim.pid,
+        "server": os.getpid(),
+        "port": listener.getsockname()[1],
+        "directory": str(directory),
+        "secret": str(secret),
+        "neighbour": neighbour,
+        "listener": listener,
+        "victim_proc": victim,
+    }
+    victim.kill()
+    victim.wait()
+    listener.close()
+    os.unlink(neighbour)
+    extraction.configure(sandbox=True)
+
+
+def run_kit(targets: dict, warm: bool, **extra) -> dict[str, str]:
+    aims = {k: v for k, v in targets.items() if k not in ("listener", "victim_proc")}
+    data = kit_document(**aims, **extra)
+    for _ in range(50):  # a forked child once the template has the kit preloaded
+        result = run(data, engine=KIT, warm=warm)
+        if result.child_start == ("forked" if warm else "cold"):
+            return json.loads(result.pages[0])
+        wait_until(lambda: bool(extraction.idle_pids()), timeout=30)
+    raise AssertionError("no forked child took the kit")
+
+
+def connections(listener) -> int:
+    count = 0
+    while True:
+        try:
+            listener.accept()[0].close()
+            count += 1
+        except BlockingIOError:
+            return count
+
+
+@pytest.mark.parametrize("warm", [True, False], ids=["forked", "cold"])
+@pytest.mark.parametrize("sandbox", [True, False], ids=["sandboxed", "sandbox-off"])
+def test_the_escape_kit_gets_nowhere_unless_the_sandbox_is_off(targets, warm, sandbox):
+    """Signal another process and the server, read their environ, open another process's fd
+    for writing, ptrace the parent, connect to loopback, create a file, run a program (and
+    execve itself), read a file not given: every attempt refused in a sandboxed child; with
+    the sandbox off (as before issue 21) the same kit gets out, so the test can fail."""
+    if sandbox:
+        require_full_sandbox()
+    extraction.configure(sandbox=sandbox)
+    report = run_kit(targets, warm)
+    print(report)
+    expected = {
+        "signal", "environ", "open_fd", "server_environ", "signal_server", "ptrace_parent",
+        "connect", "create", "exec", "execve", "read", "neighbour",
+    }  # fmt: skip
+    assert set(report) == expected
+    created = list(Path(targets["directory"]).iterdir())
+    reached = connections(targets["listener"])
+    if sandbox:
+        assert all(outcome.startswith("refused") for outcome in report.values()), report
+        assert created == [] and reached == 0
+    else:
+        assert all(outcome.startswith("escaped") for outcome in report.values()), report
+        assert created and reached  # (the first run may have been cold: as many as runs)
+    assert targets["victim_proc"].poll() is None  # SIGCONT harms nobody: it lives on
+
+
+def test_the_layers_are_reported_and_a_sandboxed_child_shows_them():
+    require_full_sandbox()
+    layers = extraction.sandbox_layers()
+    assert layers.enabled and layers.level == "full", layers
+    assert layers.landlock_abi >= 6 and not layers.missing
+    extraction.configure(warm=False)
+    try:
+        seen = inspect_a_busy_child()
+    finally:
+        extraction.configure(warm=True)
+    assert seen["NoNewPrivs"] == "1" and seen["Seccomp"] == "2", seen
+    assert int(seen["Seccomp_filters"]) >= 2  # the start-up filter and the job's
+    for kind in ("user", "net", "ipc"):  # namespaces of its own, not the server's
+        assert seen[f"ns/{kind}"] != os.readlink(f"/proc/self/ns/{kind}"), kind
+
+
+def inspect_a_busy_child() -> dict[str, str]:
+    from tests.procs import child_pids, rlimits
+
+    async def scenario() -> dict[str, str]:
+        mine = child_pids() - set(extraction.idle_pids())
+        task = asyncio.ensure_future(extract(pdfs.slow_pdf("busy", 3), **LIMITS))
+        while True:
+            for pid in child_pids() - mine - set(extraction.idle_pids()):
+                if rlimits(pid).get("Max address space") == str(LIMITS["memory_limit"]):
+                    lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+                    found = dict(line.split(":\t", 1) for line in lines if ":\t" in line)
+                    for kind in ("user", "net", "ipc"):
+                        found[f"ns/{kind}"] = os.readlink(f"/proc/{pid}/ns/{kind}")
+                    task.cancel()
+                    return found
+            assert not task.done()
+            await asyncio.sleep(0.01)
+
+    return asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("sandbox", [True, False], ids=["sandboxed", "sandbox-off"])
+def test_another_jobs_child_cannot_forge_this_jobs_answer(targets, sandbox, tmp_path):
+    """The forgery of issue 21, end to end: while a victim's job runs, a hostile document in
+    another job's child writes a forged answer into /proc/<victim's child>/fd/1. Sandboxed:
+    refused, the victim gets its own text. Off: the victim gets the forged pages."""
+    from tests.procs import child_pids, rlimits
+
+    if sandbox:
+        require_full_sandbox()
+    extraction.configure(sandbox=sandbox)
+
+    async def scenario():
+        mine = child_pids() - set(extraction.idle_pids())
+        victim = asyncio.ensure_future(extract(pdfs.slow_pdf("victim", 4), **LIMITS))
+        pid = None
+        while pid is None:
+            assert not victim.done()
+            for candidate in child_pids() - mine - set(extraction.idle_pids()):
+                if rlimits(candidate).get("Max address space") == str(LIMITS["memory_limit"]):
+                    pid = candidate
+            await asyncio.sleep(0.01)
+        data = kit_document(forge=pid)
+        attacker = await extract(data, engine=KIT, **LIMITS)
+        try:
+            outcome = await victim
+        except ExtractionError as error:
+            outcome = error
+        return json.loads(attacker.pages[0]), outcome
+
+    report, outcome = asyncio.run(scenario())
+    print(report, outcome)
+    if sandbox:
+        assert report["forge"].startswith("refused"), report
+        assert isinstance(outcome, Extraction) and "victim" in outcome.text
+    else:
+        assert report["forge"].startswith("escaped"), report
+        assert isinstance(outcome, Extraction)
+        assert outcome.pages == ("FORGED by another process",) and outcome.sha256 == "0" * 64
+
+
+# --- issue 21: honest about the host ----------------------------------------------------------
+
+
+@pytest.fixture
+def restore_sandbox():
+    yield
+    extraction.configure(sandbox=True, require="none")
+
+
+def test_the_status_data_command_and_checks_show_the_layers(pdfpool, restore_sandbox):
+    from django_pdfpool.checks import check_sandbox
+    from django_pdfpool.management.status_report import annotate, render
+    from django_pdfpool.status.page import status_data
+
+    pdfpool()
+    data = status_data()
+    assert data["sandbox"]["level"] == "full" and not data["sandbox"]["refusing"]
+    assert set(data["sandbox"]["layers"].values()) == {"on"}
+    text = render(annotate(data, fresh=True))
+    assert "Extraction sandbox on this host: level full" in text and "landlock_signal" in text
+    assert check_sandbox() == []
+    pdfpool(SANDBOX=False)
+    warnings = check_sandbox()
+    assert {m.id for m in warnings} == {"django_pdfpool.W021"} and len(warnings) == 7
+    assert status_data()["sandbox"]["level"].startswith("off")
+
+
+def test_below_the_required_level_extractions_are_refused(pdfpool, restore_sandbox, caplog):
+    """SANDBOX_REQUIRE fails closed: below it the check is an error, extract() raises
+    SandboxUnavailable (503 through a view, a fixed sentence), the reason is logged."""
+    from django.test import Client
+
+    from django_pdfpool.checks import check_sandbox
+    from django_pdfpool.exceptions import SandboxUnavailable
+
+    pdfpool(SANDBOX=False, SANDBOX_REQUIRE="basic")
+    assert "django_pdfpool.E021" in {m.id for m in check_sandbox()}
+    with pytest.raises(SandboxUnavailable):
+        run(pdfs.simple(["never read"]))
+    response = Client().post(
+        "/sync/",
+        {"file": __import__("io").BytesIO(pdfs.simple(["never read"]))},
+        headers={"accept": "application/json"},
+    )
+    assert response.status_code == 503 and response.json()["error"] == "sandbox_unavailable"
+    assert "SANDBOX_REQUIRE" not in response.content.decode()
+    assert "SANDBOX_REQUIRE is 'basic'" in caplog.text
+    pdfpool(SANDBOX=True, SANDBOX_REQUIRE="full")  # this host gives every layer
+    assert check_sandbox() == []
+    assert run(pdfs.simple(["read"])).text == "read"
+
+
+# --- issue 21: results with a bound -----------------------------------------------------------
+
+BOMB_CALLERS = 12
+BOMB_PEAK_BOUND = 96 << 20  # the server's peak resident set over idle, 12 sharers of the bomb
+BOMB_AFTER_BOUND = 32 << 20  # what it may keep once every answer is sent
+
+
+def vm(pid: int, field: bytes) -> int:
+    from tests.procs import status_kb
+
+    value = status_kb(pid, field)
+    assert value is not None, field
+    return value * 1024
+
+
+def test_twelve_sharers_of_a_text_bomb_cost_the_example_server_a_bound(tmp_path):
+    """The example's API under uvicorn: 12 callers upload the 17 KB text bomb at once (one
+    job, shared). Each answer is its 8 MiB of text once, as UTF-8, streamed: the server's
+    peak RSS grows by at most 96 MiB over idle, and gives most of it back after."""
+    import httpx
+
+    from tests.test_example import SCRIPT, prepare, serve
+
+    data = pdfs.text_bomb()
+    assert len(data) < 20_000
+    prepare(tmp_path)
+    with serve(tmp_path, TIMEOUT=120, QUEUE=BOMB_CALLERS) as server:  # the door admits all
+        with httpx.Client(timeout=60) as client:  # imports and caches paid before idle
+            files = {"file": ("warm.pdf", pdfs.simple(["warm"]), "application/pdf")}
+            warm = client.post(server.url + "/api/extract/", files=files, headers=SCRIPT)
+            assert warm.status_code == 200, warm.text
+        idle = vm(server.pid, b"VmRSS")
+        Path(f"/proc/{server.pid}/clear_refs").write_text("5")  # VmHWM := VmRSS
+
+        async def one(client: httpx.AsyncClient) -> tuple[int, int, bytes]:
+            files = {"file": ("bomb.pdf", data, "application/pdf")}
+            async with client.stream(
+                "POST", server.url + "/api/extract/", files=files, headers=SCRIPT
+            ) as response:
+                size, head = 0, b""
+                async for chunk in response.aiter_bytes():
+                    size += len(chunk)
+                    head = head or chunk[:200]
+                return response.status_code, size, head
+
+        async def all_of_them():
+            async with httpx.AsyncClient(timeout=180) as client:
+                return await asyncio.gather(*(one(client) for _ in range(BOMB_CALLERS)))
+
+        answers = asyncio.run(all_of_them())
+        peak = vm(server.pid, b"VmHWM") - idle
+        time.sleep(1.0)  # the last responses' buffers released
+        after = vm(server.pid, b"VmRSS") - idle
+    print(f"idle {idle >> 20} MiB, peak +{peak / 2**20:.1f} MiB, after +{after / 2**20:.1f} MiB")
+    assert [status for status, _, _ in answers] == [200] * BOMB_CALLERS
+    sizes = {size for _, size, _ in answers}
+    assert len(sizes) == 1 and DEFAULT_MAX_TEXT_BYTES <= sizes.pop() <= answer_limit(
+        DEFAULT_MAX_TEXT_BYTES
+    )  # the text once, as UTF-8 (as \\u escapes it would be 3 times as long)
+    assert all(b"\\u" not in head for _, _, head in answers)
+    assert peak <= BOMB_PEAK_BOUND, peak
+    assert after <= BOMB_AFTER_BOUND, after
+
+
+CONTAINER = """#!{python}
+# Stands in for the interpreter on a host whose seccomp profile (a container's default, say)
+# refuses unshare and the Landlock calls: the filter is put on, then the real one runs.
+import errno, os, sys
+import pyseccomp as seccomp
+refuse = seccomp.SyscallFilter(seccomp.ALLOW)
+refuse.add_rule(seccomp.ERRNO(errno.EPERM), "unshare")
+for name in ("landlock_create_ruleset", "landlock_add_rule", "landlock_restrict_self"):
+    refuse.add_rule(seccomp.ERRNO(errno.ENOSYS), name)
+refuse.load()
+os.execv({python!r}, [{python!r}, *sys.argv[1:]])
+"""
+
+
+def test_a_host_with_fewer_layers_is_reported_as_it_is_and_still_extracts(
+    tmp_path, restore_sandbox
+):
+    """Degrading, honestly: where unshare and Landlock are refused, the probe says so (level
+    basic, each missing layer with its reason), jobs still run with the layers there are, and
+    a required level above that is refused."""
+    from django_pdfpool.exceptions import SandboxUnavailable
+
+    container = tmp_path / "python"
+    container.write_text(CONTAINER.format(python=sys.executable))
+    container.chmod(0o755)
+    extraction.configure(python=str(container), warm=False)
+    try:
+        layers = extraction.sandbox_layers()
+        assert layers.level == "basic", layers
+        assert set(layers.missing) == {"namespaces", "landlock_fs", "landlock_net",
+                                       "landlock_signal"}  # fmt: skip
+        assert layers.landlock_abi == 0 and "Landlock" in layers.missing["landlock_fs"]
+        assert run(pdfs.simple(["still read"]), warm=False).text == "still read"
+        extraction.configure(require="landlock")
+        with pytest.raises(SandboxUnavailable):
+            run(pdfs.simple(["refused"]), warm=False)
+    finally:
+        extraction.configure(python=sys.executable, warm=True, require="none")

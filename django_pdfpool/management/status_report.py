@@ -108,9 +108,20 @@ def render(data: dict[str, Any]) -> str:
     lines += ["", *_jobs(data["jobs"])]
     if cluster is not None and cluster["mode"] == "redis":
         lines += ["", *_processes(cluster)]
+    if data.get("sandbox"):
+        lines += ["", *_sandbox(data["sandbox"])]
     if not data["fresh"] or data["scope"] == "cluster":
         lines += ["", *_counters(data)]
     return "\n".join(lines) + "\n"
+
+
+def _sandbox(sandbox: dict[str, Any]) -> list[str]:
+    refusing = " (not met: extractions are refused)" if sandbox["refusing"] else ""
+    head = (
+        f"Extraction sandbox on this host: level {sandbox['level']}, required "
+        f"{sandbox['required']}{refusing}, Landlock ABI {sandbox['landlock_abi']}."
+    )
+    return [head, *_table(["LAYER", "STATE"], list(sandbox["layers"].items()))]
 
 
 def _jobs(jobs: list[dict[str, Any]]) -> list[str]:

@@ -16,6 +16,7 @@ import time
 from typing import Any, NoReturn
 
 from ..exceptions import ExtractionError
+from .confine import confine_job, prepare_job, status_fd
 from .engines import (
     WARM_UP_PDF,
     classify,
@@ -127,12 +128,18 @@ def rehearse(engines: tuple[str, ...]) -> None:
 
 
 def peak_rss() -> int:
-    """Bytes: VmHWM, this process's own peak (ru_maxrss would count the parent's at spawn)."""
+    """Bytes: VmHWM, this process's own peak (ru_maxrss would count the parent's at spawn);
+    read through the descriptor opened before the job's sandbox, which cannot open /proc."""
     try:
-        with open("/proc/self/status", "rb") as status:
-            for line in status:
-                if line.startswith(b"VmHWM:"):
-                    return int(line.split()[1]) * 1024
+        fd = status_fd()
+        if fd is not None:
+            status = os.pread(fd, 1 << 14, 0)
+        else:
+            with open("/proc/self/status", "rb") as file:
+                status = file.read()
+        for line in status.splitlines():
+            if line.startswith(b"VmHWM:"):
+                return int(line.split()[1]) * 1024
     except (OSError, ValueError, IndexError, MemoryError):
         pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
@@ -159,6 +166,7 @@ def read_line(fd: int) -> bytes:
 def serve_job(stdin: int = 0, stdout: int = 1, renamed: bool = False) -> NoReturn:
     """Wait for the job line, limit this process, say STARTED, answer, exit (no teardown).
     `renamed`: a ready child, named so while waiting, takes JOB_NAME with its job."""
+    prepare_job()  # the job's sandbox, but for its file: a ready child builds it while it waits
     line = read_line(stdin)
     if not line.strip():  # EOF: the parent is gone or discarded this child
         os._exit(0)
@@ -166,9 +174,14 @@ def serve_job(stdin: int = 0, stdout: int = 1, renamed: bool = False) -> NoRetur
         set_name(JOB_NAME)
     started = time.perf_counter()
     job = decode_job(line)
+    try:
+        confine_job(job.path)  # before a byte of the PDF is read
+        refused = None
+    except OSError:  # a required layer could not be had: the PDF is not read
+        refused = ExtractionError("crashed", detail="sandbox layer unavailable")
     limit_self(job.memory_limit, job.timeout)
     write_all(stdout, STARTED)
-    answer = run_job(job)
+    answer = run_job(job) if refused is None else refused
     answer.elapsed = time.perf_counter() - started
     answer.peak_rss = peak_rss()
     try:

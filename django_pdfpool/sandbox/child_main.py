@@ -6,14 +6,17 @@ A cold child imports its engines, says READY, then does one job (child_job) and 
 
 from __future__ import annotations
 
+import dataclasses
 import gc
+import json
 import signal
 import sys
 
+from . import confine
 from .child_job import die_with_parent, limit_self, rehearse, run_job, serve_job, write_all
 from .engines import preload
 from .template_main import serve_template
-from .wire import READY, read_child_options
+from .wire import READY, SANDBOX_OFF, read_child_options
 
 __all__ = ["limit_self", "main", "run_job"]  # run_job: benchmarks/variants.py calls it
 
@@ -32,10 +35,24 @@ def main(argv: list[str]) -> None:
         rehearse(engines)
     gc.collect()
     gc.freeze()  # start-up objects are never collected: later collections skip them
+    if options.sandbox != SANDBOX_OFF:  # once, for every child forked from here on
+        confine.confine_process(confine.LEVELS[options.sandbox])
+    if options.probe:
+        probe()
     if options.template:
         serve_template(engines, *options.ready)
     write_all(sys.stdout.fileno(), READY)
     serve_job(0, 1)
+
+
+def probe() -> None:
+    """The layers a job's child gets on this host, as one JSON line on stdout; then exit."""
+    confine.confine_job(sys.executable)
+    applied = dataclasses.asdict(confine.applied())
+    applied["layers"] = sorted(applied["layers"])
+    write_all(sys.stdout.fileno(), json.dumps(applied).encode() + b"\n")
+    sys.stdout.flush()
+    raise SystemExit(0)
 
 
 if __name__ == "__main__":

@@ -165,11 +165,17 @@ class Child(Handle):
         env: tuple[str, ...] = (),
         template: int | None = None,
         ready: tuple[int, float] = (0, 0.0),
+        sandbox: str = "none",
     ) -> None:
         # -P: the cwd does not go on sys.path. stderr goes nowhere: pypdf can log thousands of
         # lines, and a full pipe would hang the child.
         options = child_options(
-            preload, warm_up, template=template is not None, parent=os.getpid(), ready=ready
+            preload,
+            warm_up,
+            template=template is not None,
+            parent=os.getpid(),
+            ready=ready,
+            sandbox=sandbox,
         )
         self.proc = subprocess.Popen(
             [python, "-P", "-m", CHILD_MODULE, *options],

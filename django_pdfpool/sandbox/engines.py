@@ -6,6 +6,7 @@ Failures are ExtractionErrors with a public code; `classify` gives any other exc
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import io
 import json
 import re
@@ -52,8 +53,16 @@ def preload(engine: str) -> None:
         configure_pypdf()
     elif engine == "pypdfium2":
         import pypdfium2  # type: ignore[import-untyped]  # noqa: F401
+    elif ":" in engine:  # registered in the parent (extract.register_engine)
+        registered(engine)
     else:
         raise ValueError(f"unknown engine {engine!r}")
+
+
+def registered(engine: str) -> Any:
+    """The function a registered engine ("module:function") names: bytes in, pages out."""
+    module, _, name = engine.partition(":")
+    return getattr(importlib.import_module(module), name)
 
 
 _OUTPUT_CAPS = (  # pypdf.Configuration fields capping what one stream may grow to
@@ -168,6 +177,12 @@ def extract_pages(
     budget = TextBudget(max_text_bytes)
     if engine == "pypdfium2":
         found = _run_pdfium(data, max_pages, refuse, budget)
+    elif ":" in engine:
+        pages = registered(engine)(data)
+        for page in pages:
+            if not budget.add(page):
+                break
+        found = {"page_count": len(pages), "metadata": {}, "truncated": False}
     else:
         found = _run_pypdf(data, max_pages, refuse, budget)
     found["pages"] = budget.pages

@@ -22,10 +22,12 @@ from typing import Any, Literal, NoReturn
 
 from ..exceptions import ExtractionError
 from .child_process import COLD, JobRun, Outcome
+from .layers import HostLayers, SandboxLayers
 from .template import ChildStarts, Template
 from .wire import (
     DEFAULT_MAX_TEXT_BYTES,
     ENGINES,
+    SANDBOX_OFF,
     Extracted,
     Job,
     answer_limit,
@@ -110,8 +112,25 @@ class Extraction:
 
 
 _template = Template()  # the process's template, forking warm children
+_host = HostLayers()  # the sandbox this host gives children, and the level required
 _tmp_dir: str | None = None
 _UNSET: Any = object()
+_registered: set[str] = set()  # engines registered by register_engine ("module:function")
+
+
+def register_engine(engine: str) -> None:
+    """Allow `engine` ("module:function": bytes in, a list of page texts out), which children
+    import and call in place of pypdf: for tests and experiments; never a user's input."""
+    module, colon, name = engine.partition(":")
+    if not (colon and module and name.isidentifier()):
+        raise ValueError("an engine is registered as 'module:function'")
+    _registered.add(engine)
+
+
+def sandbox_layers() -> SandboxLayers:
+    """What the sandbox gives a job's child on this host, as a probe child found it (started
+    once per process and configuration, about 0.1 s), and the level required."""
+    return _host.layers(_template.python, _template.env, _template.sandbox)
 
 
 def configure(
@@ -120,18 +139,28 @@ def configure(
     tmp_dir: str | os.PathLike[str] | None = _UNSET,
     python: str | None = None,
     child_env: tuple[str, ...] | list[str] | None = None,
+    sandbox: bool | None = None,
+    require: str | None = None,
 ) -> None:
     """Whether children are forked from a warm template (False: each job starts a new
     interpreter), the directory for temporary copies of byte sources (None: tempfile's
-    default), the interpreter children run on, and the names of environment variables they
-    get besides the minimum (`child_process.BASE_ENV`)."""
+    default), the interpreter children run on, the names of environment variables they
+    get besides the minimum (`child_process.BASE_ENV`), whether children sandbox themselves
+    (False: for tests that show what the layers stop) and the sandbox level (of
+    `confine.LEVELS`) below which `extract()` refuses with SandboxUnavailable."""
     global _tmp_dir
+    if require is not None:
+        _host.require(require)
+    level = None
+    if sandbox is not None or require is not None:
+        enabled = _template.sandbox != SANDBOX_OFF if sandbox is None else sandbox
+        level = _host.required if enabled else SANDBOX_OFF
     names = None
     if child_env is not None:
         names = tuple(child_env)
         if not all(isinstance(n, str) and n and "=" not in n for n in names):
             raise ValueError("child_env must be names of environment variables")
-    _template.configure(enabled=warm, python=python, env=names)
+    _template.configure(enabled=warm, python=python, env=names, sandbox=level)
     if tmp_dir is not _UNSET:
         _tmp_dir = None if tmp_dir is None else os.fspath(tmp_dir)
 
@@ -172,6 +201,8 @@ async def extract(
     `memory_limit` bytes and `timeout` seconds, cut to `max_text_bytes` of UTF-8 (then
     `truncated` and `text_truncated`); every failure raises ExtractionError."""
     _check(timeout, memory_limit, max_pages, engine, on_too_many_pages)
+    if _host.required != "none":  # probed once: at once after that
+        await asyncio.to_thread(lambda: _host.check(sandbox_layers()))
     if isinstance(max_text_bytes, bool) or not isinstance(max_text_bytes, int):
         raise ValueError("max_text_bytes must be an integer >= 1")
     if max_text_bytes < 1:
@@ -214,7 +245,7 @@ def _check(
         raise ValueError("memory_limit must be > 0 bytes")
     if max_pages is not None and max_pages < 1:
         raise ValueError("max_pages must be None or >= 1")
-    if engine not in ENGINES:
+    if engine not in ENGINES and engine not in _registered:
         raise ValueError(f"engine must be one of {ENGINES}")
     if on_too_many_pages not in ("truncate", "refuse"):
         raise ValueError("on_too_many_pages must be 'truncate' or 'refuse'")

@@ -150,6 +150,7 @@ class Template:
         self.python = sys.executable
         self.env: tuple[str, ...] = ()  # names of variables children get besides the minimum
         self.preload: tuple[str, ...] = ()  # engines beyond pypdf that jobs have asked for
+        self.sandbox = "none"  # the level children must reach (confine.LEVELS), or "off"
         self.max_ready, self.ready_idle = MAX_READY, READY_IDLE  # read when a template starts
         self._reset()
         os.register_at_fork(after_in_child=self._after_fork)
@@ -178,7 +179,8 @@ class Template:
                 self._retire(running)
         with self._lock:
             self._cold += 1
-        return Child(self.python, preload=(engine,) if engine != "pypdf" else (), env=self.env)
+        preload = (engine,) if engine != "pypdf" else ()
+        return Child(self.python, preload=preload, env=self.env, sandbox=self.sandbox)
 
     def configure(
         self,
@@ -186,12 +188,14 @@ class Template:
         enabled: bool | None = None,
         python: str | None = None,
         env: tuple[str, ...] | None = None,
+        sandbox: str | None = None,
     ) -> None:
         """Change what templates start with (the running one is replaced), or turn them off."""
         with self._lock:
             python, env = python or self.python, self.env if env is None else env
-            changed = (python, env) != (self.python, self.env)
-            self.python, self.env = python, env
+            sandbox = sandbox or self.sandbox
+            changed = (python, env, sandbox) != (self.python, self.env, self.sandbox)
+            self.python, self.env, self.sandbox = python, env, sandbox
             if enabled is not None:
                 changed = changed or enabled != self.enabled
                 self.enabled = enabled
@@ -286,11 +290,16 @@ class Template:
                 if not self.enabled:
                     self._thread = None
                     return
-                spec = (self.python, self.env, self.preload)
+                spec = (self.python, self.env, self.preload, self.sandbox)
             running, born, died = self._launch(*spec), time.monotonic(), True
             if running is not None:
                 with self._lock:
-                    current = self.enabled and spec == (self.python, self.env, self.preload)
+                    current = self.enabled and spec == (
+                        self.python,
+                        self.env,
+                        self.preload,
+                        self.sandbox,
+                    )
                     if current:
                         self._running, self._starts = running, self._starts + 1
                 while current and running.child.alive():  # until it dies, or a change
@@ -306,13 +315,20 @@ class Template:
                 self._sleep(min(30.0, 0.25 * 2**failures))
 
     def _launch(
-        self, python: str, env: tuple[str, ...], preload: tuple[str, ...]
+        self, python: str, env: tuple[str, ...], preload: tuple[str, ...], sandbox: str
     ) -> _Running | None:
         """A ready template, or None if it could not start or get ready in time."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             ready = (self.max_ready, self.ready_idle)
-            child = Child(python, preload=preload, env=env, template=theirs.fileno(), ready=ready)
+            child = Child(
+                python,
+                preload=preload,
+                env=env,
+                template=theirs.fileno(),
+                ready=ready,
+                sandbox=sandbox,
+            )
         except OSError:
             ours.close()
             return None

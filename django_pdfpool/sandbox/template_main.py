@@ -24,6 +24,7 @@ from collections import deque
 from typing import NoReturn
 
 from .child_job import rehearse, serve_job, set_name, write_all
+from .confine import kept_fds
 from .wire import READY
 
 FORK_REQUEST = b"F"  # answer: a job's child
@@ -198,7 +199,10 @@ def _become_job_child(job_in: int, answer_out: int, engines: tuple[str, ...] | N
         os.dup2(job_in, 0)
         os.dup2(answer_out, 1)
         os.dup2(null, 2)
-        os.closerange(3, os.sysconf("SC_OPEN_MAX"))  # close_range(2): one call
+        low = 3  # close_range(2) around the descriptors the job's sandbox is prepared on
+        for kept in (*kept_fds(), os.sysconf("SC_OPEN_MAX")):
+            os.closerange(low, kept)
+            low = kept + 1
         if engines is not None:  # named READY_NAME from birth (see fork)
             rehearse(engines)  # its copy-on-write faults and caches paid before the job
             gc.freeze()

@@ -13,6 +13,8 @@ from typing import Any, NamedTuple, cast
 from ..exceptions import EXTRACTION_MESSAGES, ExtractionError
 
 ENGINES = ("pypdf", "pypdfium2")  # pypdf is imported by every child; others on request
+# Besides these, an engine registered in the parent (extract.register_engine) is named by the
+# "module:function" that a child imports and calls: the tests' escape kit is one.
 READY = b"ready\n"  # the child's first line: imports done, waiting for its job
 STARTED = b"started\n"  # its second: the job is read and the limits are set
 DEFAULT_MAX_TEXT_BYTES = 8 << 20  # of the pages' text a job may return (PDFPOOL's default)
@@ -28,6 +30,9 @@ WARM_UP_OPTION = "--warm-up"  # run a tiny document through the engines before R
 TEMPLATE_OPTION = "--template"  # fork one child per request instead of doing a job
 PARENT_OPTION = "--parent"  # followed by the parent's pid: die with it
 READY_OPTION = "--ready"  # the template's "N,SECONDS": keep up to N ready children, SECONDS idle
+SANDBOX_OPTION = "--sandbox"  # followed by the level the child must reach (confine.LEVELS), or
+SANDBOX_OFF = "off"  # no layer at all (tests that show what the layers stop); absent: "none"
+PROBE_OPTION = "--probe"  # put on every layer, print what was had as JSON, exit
 _LONE_SURROGATES = re.compile("[\ud800-\udfff]")
 
 
@@ -39,6 +44,8 @@ class ChildOptions(NamedTuple):
     template: bool = False
     parent: int | None = None
     ready: tuple[int, float] = (0, 0.0)  # the template's ready children: most, idle seconds
+    sandbox: str = "none"  # the sandbox level it must reach, or SANDBOX_OFF
+    probe: bool = False
 
 
 def child_options(
@@ -48,10 +55,14 @@ def child_options(
     template: bool = False,
     parent: int | None = None,
     ready: tuple[int, float] = (0, 0.0),
+    sandbox: str = "none",
 ) -> list[str]:
     """The child's command-line options: engines to import at start-up, whether to warm up,
-    whether it is the template (and its ready children), and the parent to die with."""
+    whether it is the template (and its ready children), its sandbox level, and the parent to
+    die with."""
     options = [part for engine in preload for part in (PRELOAD_OPTION, engine)]
+    if sandbox != "none":
+        options += [SANDBOX_OPTION, sandbox]
     if warm_up:
         options.append(WARM_UP_OPTION)
     if template:
@@ -68,8 +79,15 @@ def read_child_options(argv: list[str]) -> ChildOptions:
     most, idle = next((argv[i + 1] for i, a in enumerate(argv) if a == READY_OPTION), "0,0").split(
         ","
     )
+    sandbox = next((argv[i + 1] for i, a in enumerate(argv) if a == SANDBOX_OPTION), "none")
     return ChildOptions(
-        preload, WARM_UP_OPTION in argv, TEMPLATE_OPTION in argv, parent, (int(most), float(idle))
+        preload,
+        WARM_UP_OPTION in argv,
+        TEMPLATE_OPTION in argv,
+        parent,
+        (int(most), float(idle)),
+        sandbox,
+        PROBE_OPTION in argv,
     )
 
 

@@ -19,7 +19,7 @@ from django.db import DatabaseError
 
 from ..admission.snapshot import ClusterSnapshot
 from ..conf import get_settings
-from ..extraction import child_starts
+from ..extraction import child_starts, sandbox_layers
 from ..process_pool import get_pool, recorder
 
 SHORT_HEX = 12  # hex digits of a key's digest shown on the page; the full key is a tooltip
@@ -88,6 +88,7 @@ def status_data() -> dict[str, Any]:
         backend=conf.backend,
         cluster=_cluster(cluster),
         children=_children(),
+        sandbox=sandbox_status(),
     )
     return data
 
@@ -131,6 +132,21 @@ def _children() -> dict[str, Any]:
         "template": template,
         "ready": starts.ready,
         "restarts": max(0, starts.template_starts - 1),
+    }
+
+
+def sandbox_status() -> dict[str, Any]:
+    """The sandbox a job's child gets on this host, for the page's "sandbox" block and the
+    command: the level reached and required, and each layer, "on" or why it is missing."""
+    found = sandbox_layers()
+    layers = {layer: "on" for layer in found.layers}
+    layers.update((layer, f"missing: {why}") for layer, why in found.missing.items())
+    return {
+        "level": found.level if found.enabled else "off (SANDBOX is False)",
+        "required": found.required,
+        "refusing": not found.sufficient,
+        "landlock_abi": found.landlock_abi,
+        "layers": layers,
     }
 
 

@@ -24,6 +24,7 @@ from django_pdfpool import Extraction, get_pool, json_answer, pdf_pooled
 from django_pdfpool.conf import get_settings
 from django_pdfpool.decorators import pool_key
 
+from . import results
 from .answers import friendly_texts, problem
 
 _DIGEST = "0" * 64  # stands for the digest in the job-state URL given to the script
@@ -91,16 +92,18 @@ def scripts_only(view: Any) -> Any:
 @csrf_exempt
 @scripts_only
 @pdf_pooled(answer=json_answer)
-async def api_extract(request: HttpRequest) -> JsonResponse:
-    """POST a PDF as the multipart field ``file``: the Extraction's fields as JSON, or
-    the refusal or error as JSON (``error``, ``message``, ``retry_after``)."""
+async def api_extract(request: HttpRequest) -> HttpResponse:
+    """POST a PDF as the multipart field ``file``: the Extraction's fields as UTF-8 JSON
+    with its ``pages`` (``?text=1``: their joined ``text`` instead), streamed; or the
+    refusal or error as JSON (``error``, ``message``, ``retry_after``)."""
     if request.method != "POST":
         return JsonResponse(
             {"error": "method_not_allowed", "message": "POST the PDF as the multipart field file."},
             status=405,
             headers={"Allow": "POST"},
         )
-    return JsonResponse(request.pdf.as_dict())  # type: ignore[attr-defined]
+    joined = request.GET.get("text", "") not in ("", "0")
+    return results.answer(request, request.pdf, text=joined)  # type: ignore[attr-defined]
 
 
 @require_GET

@@ -58,6 +58,13 @@
         return Array.from(new Uint8Array(digest), (b) => b.toString(16).padStart(2, "0")).join("");
     }
 
+    // The API sends the pages only (the text once): the joined text's length, separators
+    // ("\n\n" between pages) included, as the server-rendered page counts it.
+    function characters(pages) {
+        const separators = 2 * Math.max(0, pages.length - 1);
+        return pages.reduce((sum, page) => sum + page.length, separators);
+    }
+
     function report(text) {
         progressText.textContent = text;
         progress.hidden = false;
@@ -134,7 +141,7 @@
                 "dl",
                 { class: "facts" },
                 fact("Pages", "page_count", pdf.page_count),
-                fact("Characters", "characters", pdf.text.length),
+                fact("Characters", "characters", characters(pdf.pages)),
                 fact("Extraction time", "elapsed", seconds(pdf.elapsed)),
                 fact("Peak memory", "peak_rss", bytes(pdf.peak_rss)),
             ),

@@ -1,0 +1,374 @@
+"""Child side: the sandbox layers a child puts on itself (once at start-up, then per job) and
+the record of which ones this host gave it.
+
+Set once (the template or a cold child, after its imports, inherited by every fork): no new
+privileges, not dumpable, new user/network/IPC namespaces, a Landlock domain with no write,
+no exec, no TCP and signals and abstract sockets scoped, and a seccomp filter. Per job (after
+the job line, before the PDF): a Landlock domain of its own reading only the interpreter, its
+packages and the job's file, and a seccomp filter with no signal to anyone and no new process.
+Landlock through landlockpy, seccomp through libseccomp (pyseccomp); see docs/security.md.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import os
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import kernel
+
+NO_NEW_PRIVS, NOT_DUMPABLE, NAMESPACES = "no_new_privs", "not_dumpable", "namespaces"
+SECCOMP, LANDLOCK_FS, LANDLOCK_NET, LANDLOCK_SIGNAL = (
+    "seccomp",
+    "landlock_fs",
+    "landlock_net",
+    "landlock_signal",
+)
+_BASIC = (NO_NEW_PRIVS, NOT_DUMPABLE, SECCOMP)
+_LANDLOCK = (*_BASIC, LANDLOCK_FS, LANDLOCK_NET, LANDLOCK_SIGNAL)
+LAYERS = (*_LANDLOCK, NAMESPACES)
+LEVELS: dict[str, tuple[str, ...]] = {  # PDFPOOL["SANDBOX_REQUIRE"]: the layers each demands
+    "none": (),
+    "basic": _BASIC,
+    "landlock": _LANDLOCK,
+    "full": (*_LANDLOCK, NAMESPACES),
+}
+LANDLOCK_ABI = {LANDLOCK_FS: 1, LANDLOCK_NET: 4, LANDLOCK_SIGNAL: 6}  # the ABI each needs
+EXIT_SANDBOX = 71  # a child that could not put on a layer it was told to require
+
+# What an engine never needs, refused with EPERM from start-up on (the template too).
+PROCESS_DENIED = (
+    "socket", "socketpair", "connect", "bind", "listen", "accept", "accept4",
+    "ptrace", "process_vm_readv", "process_vm_writev", "pidfd_getfd", "kcmp",
+    "execve", "execveat", "mount", "umount2", "pivot_root", "chroot", "setns", "unshare",
+    "open_tree", "move_mount", "fsopen", "fsmount", "fsconfig", "fspick", "mount_setattr",
+    "bpf", "perf_event_open", "keyctl", "add_key", "request_key", "userfaultfd",
+    "io_uring_setup", "io_uring_enter", "io_uring_register", "name_to_handle_at",
+    "open_by_handle_at", "kexec_load", "kexec_file_load", "init_module", "finit_module",
+    "delete_module", "process_madvise", "quotactl", "swapon", "swapoff", "reboot", "acct",
+    "personality",
+)  # fmt: skip
+# Refused to a job's child besides: signals to anyone (the kernel's SIGXCPU and alarm still
+# come), pidfds, and new processes (a thread is still allowed).
+JOB_DENIED = (
+    "kill", "tkill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo",
+    "pidfd_send_signal", "pidfd_open", "fork", "vfork",
+)  # fmt: skip
+# Read-only beneath these, besides the interpreter's prefixes and sys.path: the shared
+# libraries a lazily imported extension module may load.
+LIBRARY_DIRS = ("/lib", "/lib64", "/usr/lib", "/usr/lib64", "/usr/local/lib", "/etc/ld.so.cache")
+WRITABLE = ("/dev/null",)  # the one file a child may open for writing (before its job)
+
+
+@dataclass
+class Applied:
+    """The layers a child put on itself, and the Landlock ABI it found (0: none)."""
+
+    layers: set[str] = field(default_factory=set)
+    landlock_abi: int = 0
+    missing: dict[str, str] = field(default_factory=dict)  # layer -> why not
+
+
+@dataclass
+class _State:
+    enabled: bool = False
+    require: tuple[str, ...] = ()
+    applied: Applied = field(default_factory=Applied)
+    read_roots: tuple[str, ...] = ()
+    job_bpf: Any = None  # the job's seccomp filter, compiled once, loaded in each job's child
+    job_fprog_struct: Any = None
+    job_fprog: Any = None  # a reference to it, as prctl takes it
+    plan: _Plan | None = None  # the job's Landlock ruleset, prepared at start-up
+    job_ruleset_fd: int | None = None  # made by prepare_job, enforced by confine_job
+    status_fd: int | None = None  # /proc/self/status, opened before the job's domain
+    prepared: bool = False  # prepare_job ran (in this job's child)
+    prepare_error: OSError | None = None
+
+
+_state = _State()
+
+
+def _fail(layer: str, reason: str) -> None:
+    _state.applied.missing.setdefault(layer, reason)
+    if layer in _state.require:
+        os._exit(EXIT_SANDBOX)
+
+
+def _prctl(libc: Any, option: int, value: int, layer: str) -> None:
+    if libc.prctl(option, value, 0, 0, 0) == 0:
+        _state.applied.layers.add(layer)
+    else:
+        _fail(layer, os.strerror(ctypes.get_errno()))
+
+
+def confine_process(require: tuple[str, ...] = ()) -> Applied:
+    """Put on every layer set once for the process; a layer named in `require` that cannot be
+    had ends the process (EXIT_SANDBOX). Call single-threaded, after the imports."""
+    _state.enabled, _state.require = True, require
+    _import_bindings()  # before any layer: pyseccomp looks for libseccomp with subprocesses
+    libc = kernel.libc()
+    _prctl(libc, kernel.PR_SET_NO_NEW_PRIVS, 1, NO_NEW_PRIVS)
+    _prctl(libc, kernel.PR_SET_DUMPABLE, 0, NOT_DUMPABLE)
+    if libc.unshare(kernel.CLONE_NEWUSER | kernel.CLONE_NEWNET | kernel.CLONE_NEWIPC) == 0:
+        _state.applied.layers.add(NAMESPACES)
+    else:
+        _fail(NAMESPACES, os.strerror(ctypes.get_errno()))
+    _state.read_roots = read_roots()
+    _landlock()
+    _seccomp_process()
+    return _state.applied
+
+
+def prepare_job() -> None:
+    """In a job's child before its job line (a ready child: while it waits): the job's Landlock
+    ruleset made with the read roots (their descriptors, opened at start-up, then closed),
+    /proc/self/status opened, the job's seccomp filter loaded (nothing before the job needs
+    what it refuses). Plain system calls on structures built at start-up: a forked child
+    touches little memory of its own (each page it touches first is a copy)."""
+    if not _state.enabled or _state.prepared:
+        return
+    _state.prepared = True
+    plan = _state.plan
+    try:
+        if plan is not None:
+            _state.job_ruleset_fd = ruleset = kernel.create_ruleset(plan.attr)
+            for rule in plan.root_rules:
+                kernel.add_rule(ruleset, rule)
+            for fd in plan.root_fds:
+                os.close(fd)
+            plan.root_fds = []
+        _state.status_fd = os.open("/proc/self/status", os.O_RDONLY | os.O_CLOEXEC)
+        if _state.job_fprog is not None:
+            kernel.load_filter(_state.job_fprog)
+    except OSError as exc:  # raised again by confine_job: the job is refused
+        _state.prepare_error = exc
+
+
+def confine_job(path: str) -> None:
+    """In a job's child, after its job line: what prepare_job has not done, then its own
+    Landlock domain: reading only the read roots and `path`. Raises OSError where start-up
+    could put it on but the job cannot have it (fail closed: no byte of the PDF is read)."""
+    if not _state.enabled:
+        return
+    prepare_job()
+    if _state.prepare_error is not None:
+        raise _state.prepare_error
+    ruleset_fd, _state.job_ruleset_fd = _state.job_ruleset_fd, None
+    plan = _state.plan
+    if ruleset_fd is None or plan is None:
+        return
+    directory = os.path.dirname(os.path.abspath(path))
+    if any(_beneath(directory, root) for root in _roots()):
+        # beneath a read root the job's neighbours (other staged PDFs) would be readable
+        os.close(ruleset_fd)
+        with _job_ruleset(tuple(r for r in _roots() if not _beneath(directory, r))) as ruleset:
+            from landlockpy import AccessFS
+
+            ruleset.allow_path(path, AccessFS.READ_FILE)
+            ruleset.restrict(no_new_privs=True)
+        return
+    try:
+        job_fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+        try:
+            plan.file_rule.parent_fd = job_fd
+            kernel.add_rule(ruleset_fd, plan.file_rule)
+        finally:
+            os.close(job_fd)
+        kernel.restrict_self(ruleset_fd)
+    finally:
+        os.close(ruleset_fd)
+
+
+def kept_fds() -> list[int]:
+    """Descriptors a forked child keeps when it closes the template's (the read roots')."""
+    return [] if _state.plan is None else sorted(_state.plan.root_fds)
+
+
+def _roots() -> tuple[str, ...]:
+    return _state.read_roots
+
+
+def _beneath(directory: str, root: str) -> bool:
+    return directory == root or directory.startswith(root + os.sep)
+
+
+def applied() -> Applied:
+    """The layers this process put on itself so far."""
+    return _state.applied
+
+
+def status_fd() -> int | None:
+    """/proc/self/status opened before the job's domain (which cannot open it), or None."""
+    return _state.status_fd
+
+
+def read_roots() -> tuple[str, ...]:
+    """What a job's child may read: the interpreter's prefixes, sys.path (a checkout: only
+    this package's directory, not the project beside it) and the shared libraries; none
+    beneath another (one rule each)."""
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    checkout = os.path.dirname(package)
+    roots = {sys.prefix, sys.base_prefix, sys.exec_prefix, package, *LIBRARY_DIRS}
+    for entry in sys.path:
+        if entry and os.path.abspath(entry) != checkout:
+            roots.add(os.path.abspath(entry))
+    found = sorted(root for root in roots if os.path.exists(root))
+    return tuple(r for r in found if not any(o != r and _beneath(r, o) for o in found))
+
+
+def _import_bindings() -> None:
+    for module in ("landlockpy", "pyseccomp"):
+        with contextlib.suppress(Exception):  # missing, or no libseccomp: so is the layer
+            __import__(module)
+
+
+def _landlock() -> None:
+    """The start-up domain: no write but /dev/null, no exec, no TCP bind or connect, signals
+    and abstract unix sockets scoped to the domain (reads are left to each job's domain)."""
+    try:
+        import landlockpy
+        from landlockpy import AccessFS
+    except ImportError:
+        return _landlock_missing("landlockpy is not installed")
+    abi = landlockpy.abi_version()
+    _state.applied.landlock_abi = abi
+    if abi < 1:
+        return _landlock_missing("the kernel offers no Landlock")
+    read = AccessFS.READ_FILE | AccessFS.READ_DIR
+    try:
+        with _ruleset(landlockpy, landlockpy.fs_for_abi(abi) & ~read) as ruleset:
+            for path in WRITABLE:
+                ruleset.allow_path(path, AccessFS.WRITE_FILE | AccessFS.IOCTL_DEV)
+            ruleset.restrict(no_new_privs=True)
+    except OSError as exc:
+        return _landlock_missing(exc.strerror or "restrict failed")
+    _state.plan = _plan(abi)
+    for layer, needs in LANDLOCK_ABI.items():
+        if abi >= needs:
+            _state.applied.layers.add(layer)
+        else:
+            _fail(layer, f"Landlock ABI {abi} < {needs}")
+    return None
+
+
+def _landlock_missing(reason: str) -> None:
+    for layer in LANDLOCK_ABI:
+        _fail(layer, reason)
+
+
+def _job_ruleset(roots: tuple[str, ...]) -> Any:
+    """A job's own ruleset, not yet enforced: every right handled, reading allowed beneath
+    `roots` (one that cannot be opened is skipped); the job's file is added by confine_job."""
+    import landlockpy
+    from landlockpy import AccessFS
+
+    read = AccessFS.READ_FILE | AccessFS.READ_DIR
+    ruleset = _ruleset(landlockpy, landlockpy.fs_for_abi(_state.applied.landlock_abi))
+    for root in roots:
+        with contextlib.suppress(OSError):
+            ruleset.allow_path(root, read if os.path.isdir(root) else AccessFS.READ_FILE)
+    return ruleset
+
+
+@dataclass
+class _Plan:
+    """A job's Landlock ruleset as start-up prepares it: what it handles and the rules of
+    the read roots, on descriptors opened once (inherited by every fork)."""
+
+    attr: kernel.RulesetAttr
+    root_fds: list[int]
+    root_rules: list[kernel.PathBeneath]
+    file_rule: kernel.PathBeneath  # the job's file: parent_fd set by confine_job
+
+
+def _plan(abi: int) -> _Plan:
+    """Opened and built once, so that a job's child makes only system calls."""
+    import landlockpy
+    from landlockpy import AccessFS, AccessNet, Scope
+
+    net = int(AccessNet.BIND_TCP | AccessNet.CONNECT_TCP) if abi >= 4 else 0
+    scoped = int(Scope.SIGNAL | Scope.ABSTRACT_UNIX_SOCKET) if abi >= 6 else 0
+    attr = kernel.RulesetAttr(int(landlockpy.fs_for_abi(abi)), net, scoped)
+    read, read_file = int(AccessFS.READ_FILE | AccessFS.READ_DIR), int(AccessFS.READ_FILE)
+    fds, rules = [], []
+    for root in _state.read_roots:
+        try:
+            fd = os.open(root, os.O_PATH | os.O_CLOEXEC)
+        except OSError:
+            continue
+        fds.append(fd)
+        rules.append(kernel.PathBeneath(read if os.path.isdir(root) else read_file, fd))
+    return _Plan(attr, fds, rules, kernel.PathBeneath(read_file, -1))
+
+
+def _ruleset(landlockpy: Any, handled_fs: Any) -> Any:
+    """A ruleset handling `handled_fs`, TCP bind and connect, and both scopes (what the ABI
+    has of them: landlockpy drops the rest)."""
+    from landlockpy import AccessNet, Scope
+
+    return landlockpy.Ruleset(
+        handled_fs=handled_fs,
+        handled_net=AccessNet.BIND_TCP | AccessNet.CONNECT_TCP,
+        scoped=Scope.SIGNAL | Scope.ABSTRACT_UNIX_SOCKET,
+    )
+
+
+def _seccomp_process() -> None:
+    """The start-up filter (PROCESS_DENIED) loaded; the job's (JOB_DENIED) built for later."""
+    try:
+        import pyseccomp as seccomp  # type: ignore[import-untyped]
+    except Exception:  # not installed, or (RuntimeError) no libseccomp
+        return _fail(SECCOMP, "pyseccomp or libseccomp is not installed")
+    try:
+        process = seccomp.SyscallFilter(seccomp.ALLOW)
+        for name in PROCESS_DENIED:
+            _deny(seccomp, process, name)
+        process.load()
+        job = seccomp.SyscallFilter(seccomp.ALLOW)
+        for name in JOB_DENIED:
+            _deny(seccomp, job, name)
+        # clone() without kernel.CLONE_THREAD is a fork; clone3 answers ENOSYS (glibc falls back).
+        job.add_rule(
+            seccomp.ERRNO(errno.EPERM),
+            "clone",
+            seccomp.Arg(0, seccomp.MASKED_EQ, kernel.CLONE_THREAD, 0),
+        )
+        job.add_rule(seccomp.ERRNO(errno.ENOSYS), "clone3")
+        program = _compiled(job)
+        _state.job_bpf = ctypes.create_string_buffer(program, len(program))
+        fprog = kernel.SockFprog(len(program) // 8, ctypes.addressof(_state.job_bpf))
+        _state.job_fprog = ctypes.byref(fprog)
+        _state.job_fprog_struct = fprog
+    except OSError as exc:
+        return _fail(SECCOMP, exc.strerror or "seccomp failed")
+    _state.applied.layers.add(SECCOMP)
+    return None
+
+
+def _compiled(syscall_filter: Any) -> bytes:
+    """The filter's BPF program, as libseccomp would load it (read back through a pipe:
+    a few hundred bytes)."""
+    read, write = os.pipe()
+    try:
+        with open(write, "wb", closefd=False) as file:
+            syscall_filter.export_bpf(file)
+        os.close(write)
+        write = -1
+        program = b""
+        while chunk := os.read(read, 1 << 16):
+            program += chunk
+        return program
+    finally:
+        os.close(read)
+        if write >= 0:
+            os.close(write)
+
+
+def _deny(seccomp: Any, syscall_filter: Any, name: str) -> None:
+    """EPERM for `name`, unless this architecture has no such system call."""
+    with contextlib.suppress(OSError, ValueError, RuntimeError):
+        syscall_filter.add_rule(seccomp.ERRNO(errno.EPERM), name)

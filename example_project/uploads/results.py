@@ -1,0 +1,72 @@
+"""The API's answer for an extraction: its text once (the pages, or their joined text on
+request) as UTF-8 JSON, streamed a slice at a time, so that however many callers share a
+text bomb, the answers in flight hold a few slices each and no copy of the text."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Iterator
+
+from django.core.handlers.asgi import ASGIRequest
+from django.http import HttpRequest, StreamingHttpResponse
+
+from django_pdfpool import Extraction
+from django_pdfpool.extraction import PAGE_SEPARATOR
+
+SLICE = 1 << 16  # characters of text per chunk: at most 4 x 64 KiB of UTF-8 (6 x if escaped)
+
+
+def answer(request: HttpRequest, pdf: Extraction, *, text: bool) -> StreamingHttpResponse:
+    """The streamed JSON answer: ``pages`` (a list), or with ``text`` the joined ``text``."""
+    chunks = chunked(pdf, text=text)
+    # Under ASGI Django would read a plain iterator whole before sending it: give it an
+    # asynchronous one, which it sends chunk by chunk as the client takes them.
+    content = _async(chunks) if isinstance(request, ASGIRequest) else chunks
+    return StreamingHttpResponse(content, content_type="application/json")
+
+
+def chunked(pdf: Extraction, *, text: bool) -> Iterator[bytes]:
+    """The JSON object, in the order of ``Extraction.as_dict()``, a slice of text at a time."""
+    yield b'{"sha256":%s,"page_count":%d,' % (_json(pdf.sha256), pdf.page_count)
+    if text:
+        yield b'"text":"'
+        for index, page in enumerate(pdf.pages):
+            if index:
+                yield _escaped(PAGE_SEPARATOR)
+            yield from _slices(page)
+        yield b'"'
+    else:
+        yield b'"pages":['
+        for index, page in enumerate(pdf.pages):
+            yield b',"' if index else b'"'
+            yield from _slices(page)
+            yield b'"'
+        yield b"]"
+    rest = {
+        "metadata": dict(pdf.metadata),
+        "truncated": pdf.truncated,
+        "text_truncated": pdf.text_truncated,
+        "elapsed": pdf.elapsed,
+        "peak_rss": pdf.peak_rss,
+    }
+    yield b"," + _json(rest)[1:]
+
+
+def _slices(page: str) -> Iterator[bytes]:
+    for start in range(0, len(page), SLICE):
+        yield _escaped(page[start : start + SLICE])
+
+
+def _escaped(text: str) -> bytes:
+    """A JSON string's inside: UTF-8, only what JSON requires escaped (a lone surrogate, which
+    a hostile child could send as an escape, becomes '?')."""
+    return json.dumps(text, ensure_ascii=False)[1:-1].encode("utf-8", "replace")
+
+
+def _json(value: object) -> bytes:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "replace")
+
+
+async def _async(chunks: Iterator[bytes]) -> AsyncIterator[bytes]:
+    for chunk in chunks:
+        yield chunk

@@ -1,0 +1,146 @@
+"""A test-only engine (registered by the tests, never shipped): what code run by a hostile PDF
+inside a job's child would try. Each attempt reports "refused: ERRNO" or "escaped: ...".
+
+The "document" is b"%PDF-kit\\n" and a JSON object naming the targets (see `document`).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import json
+import os
+import signal
+import socket
+import subprocess
+
+ENGINE = "tests.escape_kit:run"
+PTRACE_SEIZE, PTRACE_DETACH = 0x4206, 17
+
+
+def document(**targets: object) -> bytes:
+    """victim (a pid to signal, whose environ and fd 1 to reach), server (the server's pid,
+    whose environ holds a secret), port (a loopback listener), directory (where to create a
+    file), secret (a file of the server's user the job was not given), neighbour (another
+    caller's staged PDF, beside the job's own), forge (a job's child
+    whose answer pipe to write a forged answer into)."""
+    return b"%PDF-kit\n" + json.dumps(targets).encode()
+
+
+def _refused(exc: OSError) -> str:
+    return f"refused: {errno.errorcode.get(exc.errno or 0, exc.errno)}"
+
+
+def attempt(action) -> str:  # type: ignore[no-untyped-def]
+    try:
+        return f"escaped: {action()}"
+    except OSError as exc:
+        return _refused(exc)
+    except Exception as exc:  # reported, never raised: the other attempts go on
+        return f"error: {type(exc).__name__}"
+
+
+def _signal(pid: int) -> str:
+    os.kill(pid, signal.SIGCONT)  # harmless to a running process, but it is delivered
+    return f"signalled {pid}"
+
+
+def _environ(pid: int) -> str:
+    with open(f"/proc/{pid}/environ", "rb") as file:
+        return f"{len(file.read())} bytes of environ"
+
+
+def _open_fd(pid: int) -> str:
+    fd = os.open(f"/proc/{pid}/fd/1", os.O_WRONLY | os.O_NONBLOCK)
+    os.close(fd)
+    return f"opened fd 1 of {pid} for writing"
+
+
+def _ptrace_parent() -> str:
+    libc = ctypes.CDLL(None, use_errno=True)
+    parent = os.getppid()
+    if libc.ptrace(PTRACE_SEIZE, parent, 0, 0) != 0:
+        number = ctypes.get_errno()
+        raise OSError(number, os.strerror(number))
+    libc.ptrace(PTRACE_DETACH, parent, 0, 0)  # or detached when this process exits
+    return f"seized {parent}"
+
+
+def _connect(port: int) -> str:
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as connection:
+        connection.sendall(b"escaped\n")
+    return f"connected to 127.0.0.1:{port}"
+
+
+def _create(directory: str) -> str:
+    path = os.path.join(directory, f"created-by-{os.getpid()}")
+    os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+    return f"created {path}"
+
+
+def _exec() -> str:
+    out = subprocess.run(["/bin/echo", "ran"], capture_output=True, timeout=10, check=False)
+    return f"ran /bin/echo: {out.stdout!r}"
+
+
+def _execve() -> str:
+    """execve itself (not the fork before it): ENOENT means the call reached the kernel."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    argv = (ctypes.c_char_p * 2)(b"/nonexistent-pdfpool", None)
+    libc.execve(b"/nonexistent-pdfpool", argv, None)
+    number = ctypes.get_errno()
+    if number == errno.ENOENT:
+        return "execve reached the file system (ENOENT)"
+    raise OSError(number, os.strerror(number))
+
+
+def _read(path: str) -> str:
+    with open(path, "rb") as file:
+        return f"read {len(file.read())} bytes of {path}"
+
+
+def _forge(pid: int) -> str:
+    fd = os.open(f"/proc/{pid}/fd/1", os.O_WRONLY | os.O_NONBLOCK)
+    forged = {
+        "ok": True,
+        "sha256": "0" * 64,
+        "page_count": 1,
+        "pages": ["FORGED by another process"],
+        "metadata": {},
+        "truncated": False,
+        "elapsed": 0.0,
+        "peak_rss": 0,
+    }
+    try:
+        os.write(fd, b"started\n" + json.dumps(forged).encode() + b"\n")
+    finally:
+        os.close(fd)
+    return f"forged the answer of {pid}"
+
+
+def run(data: bytes) -> list[str]:
+    """Every attempt the targets allow; the report is the one page, as JSON."""
+    targets = json.loads(data.split(b"\n", 1)[1])
+    report: dict[str, str] = {}
+    if "victim" in targets:
+        victim = targets["victim"]
+        report["signal"] = attempt(lambda: _signal(victim))
+        report["environ"] = attempt(lambda: _environ(victim))
+        report["open_fd"] = attempt(lambda: _open_fd(victim))
+    if "server" in targets:
+        report["server_environ"] = attempt(lambda: _environ(targets["server"]))
+        report["signal_server"] = attempt(lambda: _signal(targets["server"]))
+    report["ptrace_parent"] = attempt(_ptrace_parent)
+    if "port" in targets:
+        report["connect"] = attempt(lambda: _connect(targets["port"]))
+    if "directory" in targets:
+        report["create"] = attempt(lambda: _create(targets["directory"]))
+    report["exec"] = attempt(_exec)
+    report["execve"] = attempt(_execve)
+    if "secret" in targets:
+        report["read"] = attempt(lambda: _read(targets["secret"]))
+    if "neighbour" in targets:
+        report["neighbour"] = attempt(lambda: _read(targets["neighbour"]))
+    if "forge" in targets:
+        report["forge"] = attempt(lambda: _forge(targets["forge"]))
+    return [json.dumps(report)]
