@@ -195,7 +195,7 @@ def test_granian_serves_the_example_and_drains_at_sigterm(state):
         assert server.process.wait(timeout=60) == 0, server.text()
     assert isinstance(response, httpx.Response), (response, server.text())
     assert response.status_code == 200, response.text
-    assert response.json()["text"].startswith("in flight under granian")
+    assert response.json()["pages"][0].startswith("in flight under granian")
     assert "drain timed out" not in server.text() and "Traceback" not in server.text()
 
 
@@ -207,4 +207,4 @@ def test_granian_serves_an_upload(state):
     with granian("demo.asgi:application", env=demo_env(state), cwd=PROJECT) as server:
         response = asyncio.run(one(server.url))
     assert response.status_code == 200, server.text()
-    assert response.json()["text"] == "served by granian"
+    assert response.json()["pages"] == ["served by granian"]

@@ -117,7 +117,7 @@ async def upload_then_sigterm(server: Running, data: bytes) -> httpx.Response | 
     async with addressed("127.0.0.7") as client:
         first = await api_post_async(client, server.url, pdfs.simple(["served"]))
         assert first.status_code == 200, server.text()
-        assert first.json()["text"] == "served"
+        assert first.json()["pages"] == ["served"]
         request = asyncio.create_task(api_post_async(client, server.url, data))
         await until_state(client, server.url, data, "running")
         server.process.send_signal(signal.SIGTERM)
@@ -135,7 +135,7 @@ def test_sigterm_lets_the_extraction_in_flight_finish(name: str, state: Path) ->
         assert server.process.wait(timeout=60) in (0, -signal.SIGTERM), server.text()
     assert isinstance(response, httpx.Response), (response, server.text())
     assert response.status_code == 200, response.text
-    assert response.json()["text"].startswith(f"in flight under {name}")
+    assert response.json()["pages"][0].startswith(f"in flight under {name}")
     assert "drain timed out" not in server.text() and "Traceback" not in server.text()
 
 
@@ -150,4 +150,4 @@ def test_daphne_serves_the_example_through_pool_lifespan(state: Path) -> None:
     with serving("daphne", state) as server:
         response = asyncio.run(one_upload(server.url))
     assert response.status_code == 200, server.text()
-    assert response.json()["text"] == "served by daphne"
+    assert response.json()["pages"] == ["served by daphne"]
