@@ -128,6 +128,10 @@ def test_one_reading_of_the_request_as_django_reads_it():
                 "repr-digest": ",".join([format_digest(sha(b"x")), format_digest(sha(b"y"))]),
             }
         )
+    with pytest.raises(RepeatedHeader):  # joined by a WSGI server
+        UploadHeaders.of({"content-type": "multipart/form-data; boundary=b,application/pdf"})
+    quoted = UploadHeaders.of({"content-type": 'multipart/form-data; boundary="a,b"'})
+    assert not quoted.raw  # a comma in a quoted boundary is one header
     assert UploadHeaders.of([pdf, ("content-length", "811, 811")]).declared_size == 811
     assert (
         UploadHeaders.of([pdf, ("content-length", "811"), ("content-length", "811")]).declared_size
@@ -141,6 +145,45 @@ def test_one_reading_of_the_request_as_django_reads_it():
         UploadHeaders.of(
             [("Content-Type", "application/pdf"), ("content-type", "application/pdf; x")]
         )
+
+
+# --- callers by address ---------------------------------------------------------------
+
+
+def test_callers_by_address_are_normalized(pdfpool):
+    """One host, one caller: a port or brackets stripped, IPv4 carried in IPv6 (mapped,
+    NAT64's 64:ff9b::/96, IPv4-compatible) read as its IPv4 address, never one /64."""
+    from django_pdfpool.callers import address_caller
+
+    pdfpool()
+    for form in ("2.2.2.2", "2.2.2.2:443", "::ffff:2.2.2.2", "[::ffff:2.2.2.2]:80", "::2.2.2.2"):
+        assert address_caller(form) == "ip:2.2.2.2", form
+    assert address_caller("64:ff9b::a00:1") == address_caller("[64:ff9b::10.0.0.1]:8080")
+    assert address_caller("64:ff9b::a00:1") == "ip:10.0.0.1"
+    assert address_caller("::10.0.0.1") != address_caller("::10.0.0.2")  # not one /64
+    v6 = "ip:2001:db8::/64"
+    assert address_caller("[2001:db8::1]") == address_caller("[2001:db8::1]:443") == v6
+    assert address_caller("2001:db8::1") == v6
+    assert address_caller("::1") == "ip:::/64"  # loopback: not an IPv4 address
+    assert address_caller("unknown") == "ip:unknown"
+
+
+def test_a_caller_function_tells_the_door_it_cannot_know_yet(pdfpool, rf):
+    """Before authentication (the ASGI door) a request with a session cookie or an
+    Authorization header may be a user's: ``user_or_ip`` says None, and the door neither
+    answers 429 for it nor counts it by address, but for the budget's one per caller."""
+    from django_pdfpool.callers import ASKING, user_or_ip
+
+    pdfpool()
+    anonymous = rf.post("/sync/", REMOTE_ADDR="10.7.0.1")
+    cookie = rf.post("/sync/", REMOTE_ADDR="10.7.0.1", HTTP_COOKIE="sessionid=abc")
+    bearer = rf.post("/sync/", REMOTE_ADDR="10.7.0.1", HTTP_AUTHORIZATION="Bearer x")
+    for request in (anonymous, cookie, bearer):
+        request.META[ASKING] = True
+    assert user_or_ip(anonymous) == "ip:10.7.0.1"
+    assert user_or_ip(cookie) is None and user_or_ip(bearer) is None
+    del cookie.META[ASKING]  # the decorator asks after authentication: always an answer
+    assert user_or_ip(cookie) == "ip:10.7.0.1"
 
 
 # --- the decision --------------------------------------------------------------------

@@ -4,6 +4,9 @@ upload's key and that caller, then the decision under this project's settings.""
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any
+
 from asgiref.sync import iscoroutinefunction, sync_to_async
 from django.http import HttpRequest
 
@@ -103,3 +106,19 @@ async def apressure(view: PooledView, upload: UploadHeaders, who: Who) -> Pressu
     if pool.blocking_reads:
         return await sync_to_async(pool.pressure, thread_sensitive=False)(key, caller)
     return pool.pressure(key, caller)
+
+
+def door_status() -> dict[str, Any]:
+    """This process's door, JSON-ready: the bodies arriving (caller, place or budget,
+    bytes so far, age, seconds left), what was shed past the budget, what timed out."""
+    conf = get_settings()
+    ARRIVING.expire(terms(conf))  # a body past its deadline holds nothing, read or not
+    return {
+        "held": [dataclasses.asdict(held) for held in ARRIVING.held(terms(conf))],
+        "shed": ARRIVING.shed,
+        "timed_out": ARRIVING.timed_out,
+        "budget": conf.door_budget,
+        "budget_bytes": conf.door_budget_bytes,
+        "body_timeout": conf.body_timeout,
+        "body_min_rate": conf.body_min_rate,
+    }

@@ -46,7 +46,10 @@ class UploadHeaders:
         """Read ``headers``; ``UploadRejected`` for what neither Django nor the door can
         read alike: a malformed digest, a repeated header, a chunked multipart form."""
         values = _collect(headers)
-        content_type = _one(values, "content-type").split(";", 1)[0].strip().lower()
+        content_type = _one(values, "content-type")
+        if "," in _unquoted(content_type):  # two, joined by a server: one media type has none
+            raise RepeatedHeader("The Content-Type header was sent more than once.")
+        content_type = content_type.split(";", 1)[0].strip().lower()
         raw = content_type == PDF_TYPE
         chunked = "chunked" in ",".join(values.get("transfer-encoding", ())).lower()
         if chunked and content_type.startswith("multipart/"):
@@ -83,6 +86,21 @@ def _one(values: dict[str, list[str]], name: str) -> str:
     if len(found) > 1 and name in SINGLE and not equal_lengths:
         raise RepeatedHeader(f"The {name.title()} header was sent more than once.")
     return found[0] if found else ""
+
+
+def _unquoted(value: str) -> str:
+    """``value`` without its quoted strings (a quoted boundary may hold a comma)."""
+    out, quoted, escaped = [], False, False
+    for char in value:
+        if escaped:
+            escaped = False
+        elif quoted and char == "\\":
+            escaped = True
+        elif char == '"':
+            quoted = not quoted
+        elif not quoted:
+            out.append(char)
+    return "".join(out)
 
 
 def _length(value: str) -> int | None:
