@@ -16,14 +16,17 @@ if TYPE_CHECKING:
     from .door.asgi import PdfPoolDoor
     from .exceptions import (
         BadDigest,
+        BodyTimeout,
         CallerBusy,
         DigestMismatch,
         ExtractionError,
+        LengthRequired,
         NoUpload,
         PoolBusy,
         PoolClosed,
         PoolMisconfigured,
         Refused,
+        RepeatedHeader,
         UploadRejected,
         UploadTooLarge,
     )
@@ -62,16 +65,21 @@ _HOMES = {  # public name -> the module that defines it
     "NoUpload": "exceptions",
     "BadDigest": "exceptions",
     "DigestMismatch": "exceptions",
+    "RepeatedHeader": "exceptions",
+    "LengthRequired": "exceptions",
+    "BodyTimeout": "exceptions",
     "AdmissionPool": "admission.protocol",
 }
 
 __all__ = [
     "AdmissionPool",
     "BadDigest",
+    "BodyTimeout",
     "CallerBusy",
     "DigestMismatch",
     "Extraction",
     "ExtractionError",
+    "LengthRequired",
     "NoUpload",
     "PdfPoolDoor",
     "PoolBusy",
@@ -79,6 +87,7 @@ __all__ = [
     "PoolLifespan",
     "PoolMisconfigured",
     "Refused",
+    "RepeatedHeader",
     "StagedUpload",
     "UploadRejected",
     "UploadTooLarge",

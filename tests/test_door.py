@@ -713,3 +713,24 @@ def test_a_refusal_view_may_read_the_database_from_async_views_too(pdfpool):
         field = "document" if url == "/async/" else "file"
         closed = Client().post(url, {field: pdfs_upload(pdfs.simple(["x"]))})
         assert (closed.status_code, closed.content) == (499, b"closed: 0 users"), url
+
+
+def test_the_metrics_count_the_bodies_held_what_was_shed_and_what_timed_out(pdfpool):
+    from django_pdfpool.door.rules import ARRIVING
+    from django_pdfpool.status.metrics import render
+
+    pdfpool()
+    upload = headers(content_length="10")
+    shed, timed_out = ARRIVING.shed, ARRIVING.timed_out
+    place = verdict(upload, pressure(free=1), ARRIVING, who="ip:metrics-1")
+    budget = verdict(upload, pressure(free=0), ARRIVING, who="ip:metrics-2")
+    verdict(upload, pressure(free=0), ARRIVING, who="ip:metrics-2")  # a second: shed
+    text = render(get_pool().snapshot(), timeout=30.0, pid=1)
+    assert 'pdfpool_door_held{kind="place"} 1' in text
+    assert 'pdfpool_door_held{kind="budget"} 1' in text
+    assert f"pdfpool_door_shed_total {shed + 1}" in text
+    place.time_out()
+    budget.release()
+    text = render(get_pool().snapshot(), timeout=30.0, pid=1)
+    assert 'pdfpool_door_held{kind="place"} 0' in text
+    assert f"pdfpool_door_timed_out_total {timed_out + 1}" in text
