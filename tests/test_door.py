@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import hashlib
 import io
 import os
@@ -408,6 +409,17 @@ def test_a_closed_pool_gets_503_unread_and_other_views_pass(pdfpool):
     assert Client().post("/plain/", {"x": "1"}).status_code == 200  # not pooled: untouched
 
 
+@contextlib.contextmanager
+def opened_at_exit(settings: dict):
+    """The gated view's gate, opened when the block ends, failed or not: the request held
+    on it must end before ``held_requests`` waits for it."""
+    gate = os.path.join(settings["TEMP_DIR"], "open")
+    try:
+        yield gate
+    finally:
+        open(gate, "w").close()
+
+
 def digest_of(data: bytes) -> dict:
     return {"HTTP_PDF_DIGEST": format_digest(sha(data))}
 
@@ -417,8 +429,7 @@ def test_a_full_pool_refuses_unread_what_cannot_join_and_lets_joiners_in(pdfpool
     upload joins, declared or not (the undeclared one on the budget, hashed, then joined)."""
     settings = pdfpool(SLOTS=1, QUEUE=0)
     data = b"%PDF- gated"
-    gate = os.path.join(settings["TEMP_DIR"], "open")
-    with held_requests(3) as threads:
+    with held_requests(3) as threads, opened_at_exit(settings) as gate:
         first = threads.submit(post, "/gated/", data, "10.1.0.1")
         wait_until(lambda: get_pool().running() == 1)
         busy = unread_post("/gated/", 1000, "10.1.0.2", **digest_of(b"%PDF- other"))
@@ -437,9 +448,8 @@ def test_a_full_pool_refuses_unread_what_cannot_join_and_lets_joiners_in(pdfpool
 
 def test_past_the_budget_the_door_sheds_and_counts_it_apart(pdfpool):
     settings = pdfpool(SLOTS=1, QUEUE=0, DOOR_BUDGET=0)
-    gate = os.path.join(settings["TEMP_DIR"], "open")
     shed_before = ARRIVING.shed
-    with held_requests(1) as threads:
+    with held_requests(1) as threads, opened_at_exit(settings) as gate:
         first = threads.submit(post, "/gated/", b"%PDF- gated", "10.2.0.1")
         wait_until(lambda: get_pool().running() == 1)
         shed = unread_post("/gated/", 1000, "10.2.0.2")
@@ -454,8 +464,7 @@ def test_a_busy_caller_gets_429_from_the_headers(pdfpool):
     """The caller (by address here; the user under WSGI, after authentication) holds a
     job: another declared PDF gets the pool's 429 unread, counted as the pool's."""
     settings = pdfpool(SLOTS=2, QUEUE=0)
-    gate = os.path.join(settings["TEMP_DIR"], "open")
-    with held_requests(1) as threads:
+    with held_requests(1) as threads, opened_at_exit(settings) as gate:
         first = threads.submit(post, "/gated/", b"%PDF- mine", "10.3.0.1")
         wait_until(lambda: get_pool().running() == 1)
         mine = unread_post("/gated/", 1000, "10.3.0.1", **digest_of(b"%PDF- mine too"))
@@ -470,11 +479,10 @@ def test_under_wsgi_the_door_knows_the_signed_in_user(pdfpool):
     from django.contrib.auth.models import User
 
     settings = pdfpool(SLOTS=2, QUEUE=0)
-    gate = os.path.join(settings["TEMP_DIR"], "open")
     user = User.objects.create_user("door", password="pw")
     client = Client(REMOTE_ADDR="10.4.0.1")
     client.force_login(user)
-    with held_requests(1) as threads:
+    with held_requests(1) as threads, opened_at_exit(settings) as gate:
         first = threads.submit(client.post, "/gated/", {"file": pdfs_upload(b"%PDF- held")}, **JSON)
         wait_until(lambda: get_pool().running() == 1)
         assert get_pool().snapshot().jobs[0].caller == f"user:{user.pk}"
@@ -499,8 +507,7 @@ def test_under_wsgi_the_door_knows_the_signed_in_user(pdfpool):
 
 def test_door_digests_off_reads_the_body_instead_of_answering_from_a_digest(pdfpool):
     settings = pdfpool(SLOTS=1, QUEUE=0, DOOR_DIGESTS=False)
-    gate = os.path.join(settings["TEMP_DIR"], "open")
-    with held_requests(1) as threads:
+    with held_requests(1) as threads, opened_at_exit(settings) as gate:
         first = threads.submit(post, "/gated/", b"%PDF- gated", "10.5.0.1")
         wait_until(lambda: get_pool().running() == 1)
         body = UnreadBody(fail=False)
