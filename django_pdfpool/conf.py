@@ -45,8 +45,8 @@ DEFAULTS: dict[str, Any] = {
     "DOOR": True,
     # the door, with every place taken: bodies let in that may join a job in flight (one
     # per caller), at most this many at once and this many bytes declared (docs/door.md)
-    "DOOR_BUDGET": 8,
-    "DOOR_BUDGET_BYTES": 128 * MiB,
+    "DOOR_BUDGET": 64,
+    "DOOR_BUDGET_BYTES": 64 * MiB,
     "DOOR_DIGESTS": True,  # the door answers from a declared digest (False: reads the body)
     # a body let in must arrive within BODY_TIMEOUT s, plus 1 s per BODY_MIN_RATE bytes,
     # or it gets 408 and its place goes back (Apache's mod_reqtimeout body=20,MinRate=500)
