@@ -401,8 +401,8 @@ def targets(
     return found
 
 
-SLOW_TIMEOUT = 5.0  # BODY_TIMEOUT of the slow-body run (the default is 20 s)
-SLOW_TRICKLERS = 6 + 8 + 4  # more than the places (SLOTS + QUEUE) and the budget together
+SLOW_TIMEOUT = 10.0  # BODY_TIMEOUT of the slow-body run (the default is 20 s)
+SLOW_TRICKLERS = 6 + 64 + 6  # more than the places (SLOTS + QUEUE) and the budget together
 SLOW_CLIENTS = 4  # normal clients alongside
 
 
