@@ -187,6 +187,39 @@ def test_a_caller_function_tells_the_door_it_cannot_know_yet(pdfpool, rf):
     assert user_or_ip(cookie) == "ip:10.7.0.1"
 
 
+def users_only(request):
+    """A project's CALLER written for the decorator: it reads ``request.user``."""
+    return f"user:{request.user.pk}"
+
+
+def test_a_caller_function_that_needs_the_user_does_not_break_the_door(pdfpool, rf):
+    """Under ASGI the door asks before authentication: a function that reads
+    ``request.user`` raises there, and the door takes it as "cannot know yet"."""
+    from django_pdfpool.door.entry import awho, who_now
+
+    pdfpool(CALLER="tests.test_door.users_only")
+    request = rf.post("/sync/", REMOTE_ADDR="10.8.0.1")
+    assert who_now(request) == ("ip:10.8.0.1", False)
+    assert asyncio.run(awho(request)) == ("ip:10.8.0.1", False)
+
+
+def test_the_body_settings_are_validated():
+    from django_pdfpool.conf import problems
+
+    for bad in (
+        {"BODY_TIMEOUT": 0},
+        {"BODY_TIMEOUT": "20"},
+        {"BODY_MIN_RATE": 0},
+        {"BODY_MIN_RATE": 1.5},
+        {"DOOR_BUDGET": -1},
+        {"DOOR_BUDGET_BYTES": -1},
+        {"DOOR_DIGESTS": "yes"},
+    ):
+        assert [p.id for p in problems(bad)] == ["django_pdfpool.E003"], bad
+    assert problems({"BODY_TIMEOUT": 0.5, "BODY_MIN_RATE": 1, "DOOR_BUDGET": 0}) == []
+    assert [p.id for p in problems({"SHED_UNDECLARED": True})] == ["django_pdfpool.E002"]
+
+
 # --- the decision --------------------------------------------------------------------
 
 

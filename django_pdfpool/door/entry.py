@@ -5,6 +5,7 @@ upload's key and that caller, then the decision under this project's settings.""
 from __future__ import annotations
 
 import dataclasses
+import logging
 from typing import Any
 
 from asgiref.sync import iscoroutinefunction, sync_to_async
@@ -19,6 +20,8 @@ from ..process_pool import get_pool
 from .headers import UploadHeaders
 from .rules import ARRIVING, Refusal, Terms, Ticket, decide
 from .views import PooledView
+
+logger = logging.getLogger("django_pdfpool.door")
 
 Who = tuple[str, bool]
 """The caller id, and whether it is the caller (False: the address, the caller unknown yet)."""
@@ -62,6 +65,9 @@ def who_now(request: HttpRequest) -> Who:
 
             return _who(request, async_to_sync(caller_of)(request))
         return _who(request, caller_of(request))
+    except Exception:  # written for the decorator (it reads request.user, say): ask it there
+        logger.debug("CALLER could not tell the door who asks", exc_info=True)
+        return _who(request, None)
     finally:
         del request.META[ASKING]
 
@@ -76,6 +82,9 @@ async def awho(request: HttpRequest) -> Who:
         if caller_of in _QUICK_CALLERS:
             return _who(request, caller_of(request))
         return _who(request, await sync_to_async(caller_of, thread_sensitive=False)(request))
+    except Exception:  # as in who_now: the decorator asks again, after authentication
+        logger.debug("CALLER could not tell the door who asks", exc_info=True)
+        return _who(request, None)
     finally:
         del request.META[ASKING]
 
