@@ -170,7 +170,8 @@ class RedisPool:
 
     def count_refusal(self, refusal: PoolBusy | PoolClosed | CallerBusy) -> None:
         """Count a refusal the door gave in this pool's name: in this process's counters,
-        and a busy one in the cluster's too (closed is a process's own, as in the scripts)."""
+        and a busy or caller one in the cluster's too (closed is a process's own, as in
+        the scripts)."""
         name = delivery.counter_of(refusal)
         self._books.count(name)
         if name != "refused_closed" and self.mode == REDIS:
