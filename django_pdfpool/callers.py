@@ -1,16 +1,24 @@
 """Who is asking: functions from a request to a caller id, for one-job-per-caller.
 
 The decorator resolves ``request.user`` (with ``auser()`` on async paths) before
-calling these, so they only read attributes and must not query the database.
+calling these, so they only read attributes and must not query the database. The door
+calls them too, before the body, and under ASGI before authentication: a caller function
+returns None there to say it cannot know the caller yet (docs/door.md).
 """
 
 from __future__ import annotations
 
 import ipaddress
 
+from django.conf import settings
 from django.http import HttpRequest
 
 from .conf import get_settings
+
+ASKING = "django_pdfpool.door.asking"
+"""Set in ``request.META`` while the door asks the caller function, before the body."""
+
+NAT64 = ipaddress.IPv6Network("64:ff9b::/96")  # RFC 6052's well-known prefix
 
 
 def _user_id(request: HttpRequest) -> str | None:
@@ -21,33 +29,70 @@ def _user_id(request: HttpRequest) -> str | None:
     return None
 
 
+def cannot_know_yet(request: HttpRequest) -> bool:
+    """The door asks before authentication (no ``request.user`` yet) and the request may
+    carry credentials (a session cookie, an ``Authorization`` header): the caller may be
+    a user, not its address."""
+    if ASKING not in request.META or hasattr(request, "user"):
+        return False
+    return "HTTP_AUTHORIZATION" in request.META or settings.SESSION_COOKIE_NAME in request.COOKIES
+
+
+def _bare(address: str) -> str:
+    """``address`` without brackets or a port: ``[2001:db8::1]:443``, ``2.2.2.2:80``."""
+    address = address.strip()
+    if address.startswith("["):
+        return address[1:].split("]", 1)[0]
+    if address.count(":") == 1:  # IPv4 with a port (an IPv6 address has two colons or more)
+        return address.split(":", 1)[0]
+    return address
+
+
+def _as_ipv4(ip: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
+    """The IPv4 address an IPv6 address carries: IPv4-mapped (``::ffff:a.b.c.d``),
+    NAT64 (``64:ff9b::/96``) or IPv4-compatible (``::a.b.c.d``)."""
+    if ip.ipv4_mapped is not None:
+        return ip.ipv4_mapped
+    low = int(ip) & 0xFFFFFFFF
+    if ip in NAT64 or (int(ip) >> 32 == 0 and low > 1):
+        return ipaddress.IPv4Address(low)
+    return None
+
+
 def address_caller(address: str) -> str:
-    """``ip:<address>`` for IPv4 (IPv4-mapped IPv6 folded to it), ``ip:<network>/<n>`` for
-    IPv6 (its ``IPV6_PREFIX`` network: one host holds a whole /64); anything else as it is."""
+    """``ip:<address>`` for IPv4 (IPv4 carried in IPv6 read as IPv4), ``ip:<network>/<n>``
+    for IPv6 (its ``IPV6_PREFIX`` network: one host holds a whole /64); brackets and a port
+    stripped first; anything else as it is."""
     try:
-        ip = ipaddress.ip_address(address)
+        ip = ipaddress.ip_address(_bare(address).split("%", 1)[0])
     except ValueError:
         return f"ip:{address}"
     if isinstance(ip, ipaddress.IPv6Address):
-        if ip.ipv4_mapped is not None:
-            return f"ip:{ip.ipv4_mapped}"
+        ipv4 = _as_ipv4(ip)
+        if ipv4 is not None:
+            return f"ip:{ipv4}"
         network = ipaddress.IPv6Network((int(ip), get_settings().ipv6_prefix), strict=False)
         return f"ip:{network}"
     return f"ip:{ip}"
 
 
-def user_or_ip(request: HttpRequest) -> str:
-    """``user:<pk>`` for an authenticated user, else ``address_caller(REMOTE_ADDR)``.
+def user_or_ip(request: HttpRequest) -> str | None:
+    """``user:<pk>`` for an authenticated user, else ``address_caller(REMOTE_ADDR)``; None
+    when the door asks before authentication and the request may carry credentials.
 
     Forwarded headers are not trusted: behind a proxy every anonymous client
     would share the proxy's address. Use ``user_or_forwarded_ip`` there.
     """
+    if cannot_know_yet(request):
+        return None
     return _user_id(request) or address_caller(request.META.get("REMOTE_ADDR") or "unknown")
 
 
-def user_or_forwarded_ip(request: HttpRequest) -> str:
+def user_or_forwarded_ip(request: HttpRequest) -> str | None:
     """Like ``user_or_ip``, but for anonymous users behind one trusted reverse proxy:
     the last address of ``X-Forwarded-For`` (the one your proxy appended)."""
+    if cannot_know_yet(request):
+        return None
     forwarded = request.META.get("HTTP_X_FORWARDED_FOR", "")
     last = forwarded.rsplit(",", 1)[-1].strip()
     return _user_id(request) or address_caller(last or request.META.get("REMOTE_ADDR") or "unknown")

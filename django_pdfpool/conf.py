@@ -44,9 +44,15 @@ DEFAULTS: dict[str, Any] = {
     "REFUSAL_VIEW": "django_pdfpool.responses.default_refusal_view",
     # the door: decide on uploads to @pdf_pooled views from their headers (docs/door.md)
     "DOOR": True,
-    # the door, with every place taken: refuse uploads that do not declare their digest
-    # (they might have joined a job in flight) rather than read their bodies (docs/door.md)
-    "SHED_UNDECLARED": True,
+    # the door, with every place taken: bodies let in that may join a job in flight (one
+    # per caller), at most this many at once and this many bytes declared (docs/door.md)
+    "DOOR_BUDGET": 64,
+    "DOOR_BUDGET_BYTES": 64 * MiB,
+    "DOOR_DIGESTS": True,  # the door answers from a declared digest (False: reads the body)
+    # a body let in must arrive within BODY_TIMEOUT s, plus 1 s per BODY_MIN_RATE bytes,
+    # or it gets 408 and its place goes back (Apache's mod_reqtimeout body=20,MinRate=500)
+    "BODY_TIMEOUT": 20.0,
+    "BODY_MIN_RATE": 500,
     "TEMP_DIR": None,  # where uploads are staged for their job (None: the system's)
     "MAX_TEXT_BYTES": 8 * MiB,  # text (UTF-8) one job may return; more is cut, truncated
     "CHILD_ENV": (),  # names of environment variables children inherit besides the minimum
@@ -93,7 +99,11 @@ class PoolSettings:
     caller: Callable[..., Any]
     refusal_view: Callable[..., Any]
     door: bool
-    shed_undeclared: bool
+    door_budget: int
+    door_budget_bytes: int
+    door_digests: bool
+    body_timeout: float
+    body_min_rate: int
     temp_dir: str | None
     max_text_bytes: int
     child_env: tuple[str, ...]
@@ -138,7 +148,11 @@ _RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "CALLER": (lambda v: isinstance(v, str) or callable(v), "a dotted path or a callable"),
     "REFUSAL_VIEW": (lambda v: isinstance(v, str) or callable(v), "a dotted path or a callable"),
     "DOOR": (lambda v: isinstance(v, bool), "True or False"),
-    "SHED_UNDECLARED": (lambda v: isinstance(v, bool), "True or False"),
+    "DOOR_BUDGET": (lambda v: _is_int(v) and v >= 0, "an integer >= 0"),
+    "DOOR_BUDGET_BYTES": (lambda v: _is_int(v) and v >= 0, "bytes, an integer >= 0"),
+    "DOOR_DIGESTS": (lambda v: isinstance(v, bool), "True or False"),
+    "BODY_TIMEOUT": (lambda v: _is_number(v) and v > 0, "seconds > 0"),
+    "BODY_MIN_RATE": (lambda v: _is_int(v) and v >= 1, "bytes a second, an integer >= 1"),
     "BACKEND": (lambda v: v in BACKENDS, "one of " + ", ".join(map(repr, BACKENDS))),
     "REDIS_URL": (lambda v: v is None or isinstance(v, str), "a redis:// URL, or None"),
     "NAMESPACE": (
@@ -279,7 +293,11 @@ def get_settings() -> PoolSettings:
             import_string(refusal_view) if isinstance(refusal_view, str) else refusal_view
         ),
         door=merged["DOOR"],
-        shed_undeclared=merged["SHED_UNDECLARED"],
+        door_budget=merged["DOOR_BUDGET"],
+        door_budget_bytes=merged["DOOR_BUDGET_BYTES"],
+        door_digests=merged["DOOR_DIGESTS"],
+        body_timeout=float(merged["BODY_TIMEOUT"]),
+        body_min_rate=merged["BODY_MIN_RATE"],
         temp_dir=merged["TEMP_DIR"],
         max_text_bytes=merged["MAX_TEXT_BYTES"],
         child_env=tuple(merged["CHILD_ENV"]),

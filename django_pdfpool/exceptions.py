@@ -91,7 +91,7 @@ class SandboxUnavailable(Refused):
 
 class UploadRejected(Exception):
     """An upload refused for what it is, not for the pool's load; nothing ran for it.
-    ``status`` (400 or 413) and ``code`` say why; the message is safe to show a user."""
+    ``status`` (400, 408, 411 or 413) and ``code`` say why; the message is safe to show a user."""
 
     status = 400
     code = "bad_upload"
@@ -115,6 +115,28 @@ class BadDigest(UploadRejected):
     read as ``sha-256=:<base64>:``."""
 
     code = "bad_digest"
+
+
+class RepeatedHeader(UploadRejected):
+    """``Content-Type`` or a digest header sent twice: the door and Django could read the
+    request differently, so it is read by neither."""
+
+    code = "repeated_header"
+
+
+class LengthRequired(UploadRejected):
+    """A multipart form sent chunked: Django parses a form only with a ``Content-Length``."""
+
+    status = 411
+    code = "length_required"
+
+
+class BodyTimeout(UploadRejected):
+    """The body did not arrive within ``BODY_TIMEOUT`` (plus a second per ``BODY_MIN_RATE``
+    bytes): the place it held is given back and the connection closed."""
+
+    status = 408
+    code = "body_timeout"
 
 
 class DigestMismatch(UploadRejected):

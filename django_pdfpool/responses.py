@@ -19,7 +19,10 @@ TITLES: dict[str | int, str] = {  # by code, else by status
     "no_upload": "No PDF received",
     "digest_mismatch": "The PDF does not match its digest",
     "bad_digest": "The digest header cannot be read",
+    "repeated_header": "A header was sent twice",
     400: "This upload cannot be accepted",
+    408: "The upload took too long",
+    411: "The upload needs a Content-Length",
     413: "PDF too large",
     422: "This PDF cannot be read",
     429: "You already have a PDF in progress",
@@ -93,7 +96,7 @@ def error_answer(
     request: HttpRequest, error: Failure, answer: Answer = negotiated_answer
 ) -> HttpResponse:
     """The answer to a refusal, an extraction error or a rejected upload: PoolBusy and
-    PoolClosed 503, CallerBusy 429, ExtractionError 422, UploadRejected 400 or 413."""
+    PoolClosed 503, CallerBusy 429, ExtractionError 422, UploadRejected 400, 408, 411 or 413."""
     if isinstance(error, ExtractionError):
         return answer(request, 422, error.code, error.message, None)
     if isinstance(error, UploadRejected):

@@ -1,5 +1,5 @@
-"""Real servers (uvicorn, gunicorn) in a child process, on a free loopback port, for
-end-to-end tests."""
+"""Real servers (uvicorn, gunicorn sync and gthread, hypercorn, granian, runserver) in a
+child process, on a free loopback port, for end-to-end tests."""
 
 from __future__ import annotations
 
@@ -62,6 +62,60 @@ def gunicorn(
         yield server
 
 
+DOOR_ASGI = "tests.door_asgi:application"
+SERVED = ("uvicorn", "hypercorn", "granian", "gunicorn-sync", "gunicorn-gthread", "runserver")
+"""Every server the door's answers are tested under: ASGI ones serve ``PdfPoolDoor``,
+WSGI ones the test project, where ``AdmissionMiddleware`` is the door."""
+
+
+def free_port() -> int:
+    """A loopback port nobody listens on now (for servers that log no port of their own)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@contextmanager
+def serve(name: str, *, pdfpool: dict | None = None, timeout: float = 30.0) -> Iterator[Server]:
+    """One of ``SERVED`` on a free port, serving the door, until the block ends (SIGTERM)."""
+    if name == "uvicorn":
+        with uvicorn(DOOR_ASGI, pdfpool=pdfpool, timeout=timeout) as server:
+            yield server
+        return
+    port = free_port()
+    env = {"DJANGO_SETTINGS_MODULE": "tests.settings"}
+    bind = f"127.0.0.1:{port}"
+    commands = {
+        "hypercorn": f"hypercorn {DOOR_ASGI} --bind {bind}",
+        "granian": f"granian --interface asgi --host 127.0.0.1 --port {port} --workers 1 "
+        + DOOR_ASGI,
+        "gunicorn-sync": f"gunicorn tests.wsgi:application -b {bind} -k sync --workers 2",
+        "gunicorn-gthread": f"gunicorn tests.wsgi:application -b {bind} -k gthread "
+        "--threads 4 --workers 1",
+        "runserver": f"django runserver {bind} --noreload",
+    }
+    command = [sys.executable, "-m", *commands[name].split()]
+    ready = re.compile(rb"(?!)")  # never matches: readiness is a connection that succeeds
+    with _serve(command, ready, pdfpool, env, ROOT, 0, wait=False) as server:
+        server.url = f"http://127.0.0.1:{port}"
+        _until_listening(port, server, timeout)
+        yield server
+
+
+def _until_listening(port: int, server: Server, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if server.process.poll() is not None:
+            break
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    log = b"".join(server.log).decode(errors="replace")
+    raise RuntimeError(f"the server on port {port} did not start:\n{log}")
+
+
 @contextmanager
 def _serve(
     command: list[str],
@@ -70,8 +124,11 @@ def _serve(
     env: dict[str, str] | None,
     cwd: Path,
     timeout: float,
+    *,
+    wait: bool = True,
 ) -> Iterator[Server]:
-    """Run ``command`` until its log says it listens (``listening`` gives the port)."""
+    """Run ``command`` until its log says it listens (``listening`` gives the port); with
+    ``wait`` False, at once (the caller knows the port)."""
     environment = {**os.environ, **(env or {})}
     if pdfpool is not None:
         environment["PDFPOOL_JSON"] = json.dumps(pdfpool)
@@ -93,16 +150,16 @@ def _serve(
     reader = threading.Thread(target=drain, daemon=True)
     reader.start()
     try:
-        if not found.wait(timeout):
+        if wait and not found.wait(timeout):
             raise RuntimeError(
                 f"{command[2]} did not start:\n" + b"".join(log).decode(errors="replace")
             )
-        yield Server(process, port[0], log)
+        yield Server(process, port[0] if port else 0, log)
     finally:
         if process.poll() is None:
             process.send_signal(signal.SIGTERM)
             try:
-                process.wait(timeout)
+                process.wait(timeout or 30.0)
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()

@@ -335,9 +335,9 @@ def test_an_upload_declared_too_large_is_refused_before_django_parses_it(
 @pytest.mark.parametrize("kind", ["sync", "async"])
 def test_the_view_never_runs_for_an_upload_the_pool_refused_or_could_not_read(pdfpool, kind):
     """503, 429 and 422 are the decorator's own answers: a view (and whatever it does
-    besides answering) runs only for an upload whose job gave a result. (The door sheds
-    nothing here, so that the pool itself refuses.)"""
-    pdfpool(SLOTS=1, QUEUE=0, SHED_UNDECLARED=False)
+    besides answering) runs only for an upload whose job gave a result. (The door lets
+    these undeclared uploads in within its budget: the pool itself refuses.)"""
+    pdfpool(SLOTS=1, QUEUE=0)
     VIEW_RUNS.clear()
     url = f"/counted/{kind}/"
     with held_requests(3) as threads:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import hashlib
 import io
 import os
@@ -18,9 +19,17 @@ from django_pdfpool import get_pool
 from django_pdfpool.admission.ledger import Ledger
 from django_pdfpool.admission.local import Pool
 from django_pdfpool.admission.snapshot import Pressure
-from django_pdfpool.door.headers import UploadHeaders, format_digest, parse_digest
-from django_pdfpool.door.rules import MULTIPART_SLACK, Arrivals, Ticket, decide
-from django_pdfpool.exceptions import BadDigest, PoolBusy, PoolClosed, UploadTooLarge
+from django_pdfpool.door.headers import UploadHeaders, format_digest, is_post, parse_digest
+from django_pdfpool.door.rules import ARRIVING, MULTIPART_SLACK, Arrivals, Terms, Ticket, decide
+from django_pdfpool.exceptions import (
+    BadDigest,
+    CallerBusy,
+    LengthRequired,
+    PoolBusy,
+    PoolClosed,
+    RepeatedHeader,
+    UploadTooLarge,
+)
 from tests import pdfs
 from tests.conftest import held, held_requests, until, wait_until
 from tests.views import HELD
@@ -40,13 +49,24 @@ def headers(**values: str) -> UploadHeaders:
     return UploadHeaders.of({name.replace("_", "-"): value for name, value in values.items()})
 
 
-def pressure(closed=False, free=1, in_flight=False, retry_after=2.5) -> Pressure:
-    return Pressure(closed=closed, free=free, in_flight=in_flight, retry_after=retry_after)
+def pressure(
+    closed=False, free=1, in_flight=False, retry_after=2.5, caller_busy=False, caller_retry=9.0
+) -> Pressure:
+    return Pressure(closed, free, in_flight, retry_after, caller_busy, caller_retry)
 
 
-def verdict(upload, state, arrivals=None, key=None, limit=MiB, shed=True):
+TERMS = Terms(
+    max_upload_size=MiB, budget=4, budget_bytes=10 * MiB, body_timeout=20, body_min_rate=500
+)
+
+
+def decided(upload, state, arrivals=None, key=None, who="ip:10.0.0.1", known=True, terms=TERMS):
     arrivals = arrivals if arrivals is not None else Arrivals()
-    return decide(upload, key, state, arrivals, max_upload_size=limit, shed_undeclared=shed)
+    return decide(upload, key, state, arrivals, who=who, known=known, terms=terms)
+
+
+def verdict(*args, **kwargs):
+    return decided(*args, **kwargs)[0]
 
 
 # --- headers ------------------------------------------------------------------------
@@ -71,18 +91,16 @@ def test_the_headers_say_size_form_expectation_and_digest():
         content_length="12", content_type="application/pdf", repr_digest=format_digest(digest)
     )
     assert (raw.declared_size, raw.raw, raw.digest, raw.chunked) == (12, True, digest, False)
-    form = headers(
+    chunked = headers(
         transfer_encoding="chunked",
-        content_type="multipart/form-data; boundary=x",
+        content_type="application/pdf",
         expect="100-continue",
-        pdf_digest=format_digest(digest),
+        repr_digest=format_digest(digest),
     )
-    assert (form.declared_size, form.chunked, form.expects_continue, form.digest) == (
-        None,
-        True,
-        True,
-        digest,
-    )
+    assert (chunked.declared_size, chunked.chunked, chunked.expects_continue) == (None, True, True)
+    assert chunked.digest == digest
+    form = headers(content_type="multipart/form-data; boundary=x", pdf_digest=format_digest(digest))
+    assert form.digest == digest and not form.raw
     # a raw body's digest is in Repr-Digest or Content-Digest; Pdf-Digest is the form's
     assert headers(content_type="application/pdf", pdf_digest=format_digest(digest)).digest is None
     with pytest.raises(BadDigest):
@@ -91,6 +109,115 @@ def test_the_headers_say_size_form_expectation_and_digest():
             repr_digest=format_digest(digest),
             content_digest=format_digest(sha(b"y")),
         )
+
+
+def test_one_reading_of_the_request_as_django_reads_it():
+    """The method as Django compares it; a repeated Content-Type or digest header is a
+    400 (the door and Django would read them differently); a Content-Length list of
+    equal values is that value; a chunked multipart form is 411 from the headers."""
+    assert is_post("post") and is_post("POST") and not is_post("GET") and not is_post(None)
+    pdf, form = ("content-type", "application/pdf"), ("content-type", "multipart/form-data; b=x")
+    digest = ("repr-digest", format_digest(sha(b"x")))
+    with pytest.raises(RepeatedHeader):
+        UploadHeaders.of([form, pdf, digest])
+    with pytest.raises(RepeatedHeader):
+        UploadHeaders.of([pdf, digest, ("repr-digest", format_digest(sha(b"y")))])
+    with pytest.raises(RepeatedHeader):  # the same two, joined by a server (WSGI)
+        UploadHeaders.of(
+            {
+                "content-type": "application/pdf",
+                "repr-digest": ",".join([format_digest(sha(b"x")), format_digest(sha(b"y"))]),
+            }
+        )
+    with pytest.raises(RepeatedHeader):  # joined by a WSGI server
+        UploadHeaders.of({"content-type": "multipart/form-data; boundary=b,application/pdf"})
+    quoted = UploadHeaders.of({"content-type": 'multipart/form-data; boundary="a,b"'})
+    assert not quoted.raw  # a comma in a quoted boundary is one header
+    assert UploadHeaders.of([pdf, ("content-length", "811, 811")]).declared_size == 811
+    assert (
+        UploadHeaders.of([pdf, ("content-length", "811"), ("content-length", "811")]).declared_size
+        == 811
+    )
+    assert UploadHeaders.of([pdf, ("content-length", "811, 812")]).declared_size is None
+    with pytest.raises(LengthRequired) as chunked:
+        UploadHeaders.of([form, ("transfer-encoding", "chunked")])
+    assert chunked.value.status == 411
+    with pytest.raises(RepeatedHeader):  # Django's own mapping: repeated names keep one
+        UploadHeaders.of(
+            [("Content-Type", "application/pdf"), ("content-type", "application/pdf; x")]
+        )
+
+
+# --- callers by address ---------------------------------------------------------------
+
+
+def test_callers_by_address_are_normalized(pdfpool):
+    """One host, one caller: a port or brackets stripped, IPv4 carried in IPv6 (mapped,
+    NAT64's 64:ff9b::/96, IPv4-compatible) read as its IPv4 address, never one /64."""
+    from django_pdfpool.callers import address_caller
+
+    pdfpool()
+    for form in ("2.2.2.2", "2.2.2.2:443", "::ffff:2.2.2.2", "[::ffff:2.2.2.2]:80", "::2.2.2.2"):
+        assert address_caller(form) == "ip:2.2.2.2", form
+    assert address_caller("64:ff9b::a00:1") == address_caller("[64:ff9b::10.0.0.1]:8080")
+    assert address_caller("64:ff9b::a00:1") == "ip:10.0.0.1"
+    assert address_caller("::10.0.0.1") != address_caller("::10.0.0.2")  # not one /64
+    v6 = "ip:2001:db8::/64"
+    assert address_caller("[2001:db8::1]") == address_caller("[2001:db8::1]:443") == v6
+    assert address_caller("2001:db8::1") == v6
+    assert address_caller("::1") == "ip:::/64"  # loopback: not an IPv4 address
+    assert address_caller("unknown") == "ip:unknown"
+
+
+def test_a_caller_function_tells_the_door_it_cannot_know_yet(pdfpool, rf):
+    """Before authentication (the ASGI door) a request with a session cookie or an
+    Authorization header may be a user's: ``user_or_ip`` says None, and the door neither
+    answers 429 for it nor counts it by address, but for the budget's one per caller."""
+    from django_pdfpool.callers import ASKING, user_or_ip
+
+    pdfpool()
+    anonymous = rf.post("/sync/", REMOTE_ADDR="10.7.0.1")
+    cookie = rf.post("/sync/", REMOTE_ADDR="10.7.0.1", HTTP_COOKIE="sessionid=abc")
+    bearer = rf.post("/sync/", REMOTE_ADDR="10.7.0.1", HTTP_AUTHORIZATION="Bearer x")
+    for request in (anonymous, cookie, bearer):
+        request.META[ASKING] = True
+    assert user_or_ip(anonymous) == "ip:10.7.0.1"
+    assert user_or_ip(cookie) is None and user_or_ip(bearer) is None
+    del cookie.META[ASKING]  # the decorator asks after authentication: always an answer
+    assert user_or_ip(cookie) == "ip:10.7.0.1"
+
+
+def users_only(request):
+    """A project's CALLER written for the decorator: it reads ``request.user``."""
+    return f"user:{request.user.pk}"
+
+
+def test_a_caller_function_that_needs_the_user_does_not_break_the_door(pdfpool, rf):
+    """Under ASGI the door asks before authentication: a function that reads
+    ``request.user`` raises there, and the door takes it as "cannot know yet"."""
+    from django_pdfpool.door.entry import awho, who_now
+
+    pdfpool(CALLER="tests.test_door.users_only")
+    request = rf.post("/sync/", REMOTE_ADDR="10.8.0.1")
+    assert who_now(request) == ("ip:10.8.0.1", False)
+    assert asyncio.run(awho(request)) == ("ip:10.8.0.1", False)
+
+
+def test_the_body_settings_are_validated():
+    from django_pdfpool.conf import problems
+
+    for bad in (
+        {"BODY_TIMEOUT": 0},
+        {"BODY_TIMEOUT": "20"},
+        {"BODY_MIN_RATE": 0},
+        {"BODY_MIN_RATE": 1.5},
+        {"DOOR_BUDGET": -1},
+        {"DOOR_BUDGET_BYTES": -1},
+        {"DOOR_DIGESTS": "yes"},
+    ):
+        assert [p.id for p in problems(bad)] == ["django_pdfpool.E003"], bad
+    assert problems({"BODY_TIMEOUT": 0.5, "BODY_MIN_RATE": 1, "DOOR_BUDGET": 0}) == []
+    assert [p.id for p in problems({"SHED_UNDECLARED": True})] == ["django_pdfpool.E002"]
 
 
 # --- the decision --------------------------------------------------------------------
@@ -117,40 +244,116 @@ def test_a_declared_size_over_the_limit_is_413_with_the_forms_slack_only_for_for
     assert isinstance(verdict(headers(content_length=str(MiB), **raw), pressure()), Ticket)
 
 
-def test_a_full_pool_refuses_with_its_retry_estimate_unless_the_upload_joins():
+def test_a_full_pool_gives_its_own_busy_only_to_what_cannot_join():
+    """A declared key not in flight cannot join: the pool's 503 (not a shed). An undeclared
+    upload might: it goes in on the budget. A declared key in flight joins (budget too)."""
     full = pressure(free=0, retry_after=7.0)
-    busy = verdict(headers(content_length="10"), full)
-    assert isinstance(busy, PoolBusy) and busy.retry_after == 7.0
-    assert verdict(headers(content_length="10"), pressure(free=0, in_flight=True)) is None
-    # shedding off: an undeclared upload goes in (it may join); a declared one that
-    # cannot join is refused either way
-    assert verdict(headers(content_length="10"), full, shed=False) is None
-    declared = headers(content_length="10", pdf_digest=format_digest(sha(b"x")))
-    assert isinstance(verdict(declared, full, key="k", shed=False), PoolBusy)
+    busy, shed = decided(headers(content_length="10"), full, key="k")
+    assert isinstance(busy, PoolBusy) and busy.retry_after == 7.0 and not shed
+    undeclared = verdict(headers(content_length="10"), full)
+    assert isinstance(undeclared, Ticket) and undeclared.kind == "budget"
+    joiner = verdict(headers(content_length="10"), pressure(free=0, in_flight=True), key="k")
+    assert isinstance(joiner, Ticket) and joiner.kind == "budget"
 
 
-def test_a_burst_is_let_in_only_as_far_as_there_are_places():
+def test_the_budget_is_bounded_in_bodies_and_bytes_and_one_per_caller():
+    arrivals, full, upload = Arrivals(), pressure(free=0), headers(content_length=str(MiB))
+    first = verdict(upload, full, arrivals, who="ip:1")
+    again, shed = decided(upload, full, arrivals, who="ip:1")  # one per caller
+    assert isinstance(first, Ticket) and isinstance(again, PoolBusy) and shed
+    others = [verdict(upload, full, arrivals, who=f"ip:{i}") for i in range(2, 6)]
+    assert [isinstance(v, Ticket) for v in others] == [True, True, True, False]  # 4 bodies
+    assert arrivals.shed == 2
+    small = Terms(MiB, budget=10, budget_bytes=MiB + 10, body_timeout=20, body_min_rate=500)
+    arrivals = Arrivals()
+    assert isinstance(verdict(upload, full, arrivals, who="ip:a", terms=small), Ticket)
+    assert isinstance(
+        verdict(headers(content_length="10"), full, arrivals, who="ip:b", terms=small), Ticket
+    )
+    assert isinstance(
+        verdict(headers(content_length="10"), full, arrivals, who="ip:c", terms=small), PoolBusy
+    )
+    # chunked: its size is unknown, so it reserves the whole limit
+    chunked = headers(transfer_encoding="chunked", content_type="application/pdf")
+    assert isinstance(verdict(chunked, full, Arrivals(), terms=small), Ticket)
+    assert isinstance(
+        verdict(chunked, full, Arrivals(), terms=Terms(MiB, 10, MiB - 1, 20, 500)), PoolBusy
+    )
+
+
+def test_a_caller_with_a_job_in_flight_gets_the_pools_429():
+    """Rule 2 before rule 3: a declared other key gets 429 with the held job's Retry-After;
+    an undeclared upload may join (its own job, or another) and goes in on the budget, and
+    past the budget gets the 429 too, as a shed. A caller the door cannot know yet never
+    gets 429 from the door."""
+    busy = pressure(free=0, caller_busy=True, caller_retry=9.0)
+    refused, shed = decided(headers(content_length="10"), busy, key="other")
+    assert isinstance(refused, CallerBusy) and refused.retry_after == 9.0 and not shed
+    assert isinstance(
+        verdict(headers(content_length="10"), pressure(caller_busy=True), key="k"), CallerBusy
+    )
+    arrivals = Arrivals()
+    assert verdict(headers(content_length="10"), busy, arrivals).kind == "budget"
+    past, shed = decided(headers(content_length="10"), busy, arrivals)
+    assert isinstance(past, CallerBusy) and shed
+    # a free place is not taken by a busy caller's upload: it can only join
+    assert (
+        verdict(headers(content_length="10"), pressure(free=3, caller_busy=True)).kind == "budget"
+    )
+    unknown = verdict(headers(content_length="10"), busy, key="other", known=False)
+    assert isinstance(unknown, PoolBusy)
+
+
+def test_a_burst_is_let_in_only_as_far_as_there_are_places_and_the_budget():
     arrivals = Arrivals()
     upload = headers(content_length="10")
-    verdicts = [verdict(upload, pressure(free=6), arrivals) for _ in range(200)]
-    tickets = [v for v in verdicts if isinstance(v, Ticket)]
-    assert len(tickets) == 6 and arrivals.count == 6
-    assert all(isinstance(v, PoolBusy) for v in verdicts[6:])
-    tickets[0].release()
-    tickets[0].release()  # idempotent
-    assert arrivals.count == 5
-    assert isinstance(verdict(upload, pressure(free=6), arrivals), Ticket)
+    verdicts = [verdict(upload, pressure(free=6), arrivals, who=f"ip:{i}") for i in range(200)]
+    places = [v for v in verdicts if isinstance(v, Ticket) and v.kind == "place"]
+    budget = [v for v in verdicts if isinstance(v, Ticket) and v.kind == "budget"]
+    assert (len(places), len(budget), arrivals.count) == (6, TERMS.budget, 6 + TERMS.budget)
+    assert all(isinstance(v, PoolBusy) for v in verdicts[6 + TERMS.budget :])
+    assert arrivals.shed == 200 - 6 - TERMS.budget
+    places[0].release()
+    places[0].release()  # idempotent
+    assert arrivals.count == 5 + TERMS.budget
+    assert verdict(upload, pressure(free=6), arrivals, who="ip:new").kind == "place"
+
+
+def test_one_caller_takes_one_place():
+    """Six connections from one address took six places: now the second goes to the
+    budget (it can only join the first) and the third is shed."""
+    arrivals, upload = Arrivals(), headers(content_length="10")
+    kinds = [verdict(upload, pressure(free=6), arrivals, who="ip:one") for _ in range(3)]
+    assert [getattr(k, "kind", None) for k in kinds] == ["place", "budget", None]
 
 
 def test_an_upload_right_behind_an_identical_arriving_one_joins_it():
     arrivals = Arrivals()
     declared = headers(content_length="10", pdf_digest=format_digest(sha(b"x")))
-    first = verdict(declared, pressure(free=1), arrivals, key="job:x")
-    assert isinstance(first, Ticket)
-    assert verdict(declared, pressure(free=1), arrivals, key="job:x") is None  # joins it
-    assert isinstance(verdict(declared, pressure(free=1), arrivals, key="job:y"), PoolBusy)
+    first = verdict(declared, pressure(free=1), arrivals, key="job:x", who="ip:1")
+    assert isinstance(first, Ticket) and first.kind == "place"
+    behind = verdict(declared, pressure(free=1), arrivals, key="job:x", who="ip:2")
+    assert behind.kind == "budget"  # it joins: no place
+    assert isinstance(
+        verdict(declared, pressure(free=1), arrivals, key="job:y", who="ip:3"), PoolBusy
+    )
     first.release()
+    behind.release()
     assert not arrivals.carries("job:x")
+
+
+def test_a_body_has_a_deadline_extended_by_its_rate_and_then_holds_nothing():
+    """mod_reqtimeout's body=20,MinRate=500: 20 s, plus one per 500 bytes received."""
+    arrivals = Arrivals()
+    ticket = verdict(headers(content_length="10"), pressure(free=1), arrivals)
+    assert ticket.deadline(TERMS) == ticket.started + 20
+    ticket.received = 5000
+    assert ticket.deadline(TERMS) == ticket.started + 30
+    assert arrivals.expire(TERMS, now=ticket.started + 29.9) == [] and arrivals.count == 1
+    assert arrivals.expire(TERMS, now=ticket.started + 30) == [ticket]
+    assert arrivals.count == 0 and ticket.released and arrivals.timed_out == 1
+    # the place it held is free for the next upload
+    assert verdict(headers(content_length="10"), pressure(free=1), arrivals).kind == "place"
 
 
 def test_retry_after_is_never_below_what_the_pool_knows():
@@ -165,7 +368,7 @@ def test_retry_after_is_never_below_what_the_pool_knows():
 
 
 def test_a_callers_retry_time_grows_with_its_running_job(pdfpool):
-    pdfpool(SLOTS=2, QUEUE=0, SHED_UNDECLARED=False)
+    pdfpool(SLOTS=2, QUEUE=0)
     with held_requests(2) as threads:
         held = threads.submit(post, "/held/sync/", b"%PDF- long", "10.9.0.1")
         wait_until(
@@ -183,14 +386,17 @@ def test_a_callers_retry_time_grows_with_its_running_job(pdfpool):
 class UnreadBody(io.RawIOBase):
     """A request body that fails the test if anything reads it."""
 
-    def __init__(self) -> None:
+    def __init__(self, fail: bool = True) -> None:
         self.touched = threading.Event()
+        self.fail = fail
 
     def readable(self) -> bool:
         return True
 
     def readinto(self, buffer) -> int:
         self.touched.set()
+        if not self.fail:  # only noted (a test client in another thread would get the raise)
+            return 0
         raise AssertionError("the door read the body of an upload it should refuse")
 
 
@@ -220,10 +426,12 @@ def unread_post(url, size, ip="10.0.0.9", **extra):
 
 
 def test_a_declared_size_over_the_limit_gets_413_unread(pdfpool):
+    """Under WSGI the answer carries no hop-by-hop header (PEP 3333; wsgiref 500s on one):
+    whether to close is the server's."""
     pdfpool(MAX_UPLOAD_SIZE=MiB)
     response = unread_post("/sync/", 200 * MiB)
     assert response.status_code == 413 and response.json()["error"] == "too_large"
-    assert response["Connection"] == "close"
+    assert not response.has_header("Connection")
 
 
 def test_a_closed_pool_gets_503_unread_and_other_views_pass(pdfpool):
@@ -234,25 +442,157 @@ def test_a_closed_pool_gets_503_unread_and_other_views_pass(pdfpool):
     assert Client().post("/plain/", {"x": "1"}).status_code == 200  # not pooled: untouched
 
 
-def test_a_full_pool_refuses_unread_and_a_declared_joiner_goes_in(pdfpool, tmp_path):
+@contextlib.contextmanager
+def opened_at_exit(settings: dict):
+    """The gated view's gate, opened when the block ends, failed or not: the request held
+    on it must end before ``held_requests`` waits for it."""
+    gate = os.path.join(settings["TEMP_DIR"], "open")
+    try:
+        yield gate
+    finally:
+        open(gate, "w").close()
+
+
+def digest_of(data: bytes) -> dict:
+    return {"HTTP_PDF_DIGEST": format_digest(sha(data))}
+
+
+def test_a_full_pool_refuses_unread_what_cannot_join_and_lets_joiners_in(pdfpool, tmp_path):
+    """SLOTS 1, QUEUE 0, a job running: a declared other PDF gets 503 unread; an identical
+    upload joins, declared or not (the undeclared one on the budget, hashed, then joined)."""
     settings = pdfpool(SLOTS=1, QUEUE=0)
     data = b"%PDF- gated"
-    gate = os.path.join(settings["TEMP_DIR"], "open")
-    with held_requests(2) as threads:
+    with held_requests(3) as threads, opened_at_exit(settings) as gate:
         first = threads.submit(post, "/gated/", data, "10.1.0.1")
         wait_until(lambda: get_pool().running() == 1)
-        busy = unread_post("/gated/", 1000, "10.1.0.2")
+        busy = unread_post("/gated/", 1000, "10.1.0.2", **digest_of(b"%PDF- other"))
         assert busy.status_code == 503 and busy.json()["error"] == "busy"
         assert int(busy["Retry-After"]) >= 1 and busy.json()["retry_after"] >= 1
-        joiner = threads.submit(
-            post, "/gated/", data, "10.1.0.3", HTTP_PDF_DIGEST=format_digest(sha(data))
-        )
-        wait_until(lambda: get_pool().waiting(get_pool().snapshot().jobs[0].key) == 1)
+        declared = threads.submit(post, "/gated/", data, "10.1.0.3", **digest_of(data))
+        undeclared = threads.submit(post, "/gated/", data, "10.1.0.4")
+        wait_until(lambda: get_pool().waiting(get_pool().snapshot().jobs[0].key) == 2)
         open(gate, "w").close()
-        answers = [first.result(SOON), joiner.result(SOON)]
-    assert [a.status_code for a in answers] == [200, 200]
-    assert answers[0].json() == answers[1].json()
-    assert get_pool().snapshot().counters.started == 1
+        answers = [first.result(SOON), declared.result(SOON), undeclared.result(SOON)]
+    assert [a.status_code for a in answers] == [200, 200, 200]
+    assert answers[0].json() == answers[1].json() == answers[2].json()
+    counters = get_pool().snapshot().counters
+    assert (counters.started, counters.joined, counters.refused_busy) == (1, 2, 1)
+
+
+def test_past_the_budget_the_door_sheds_and_counts_it_apart(pdfpool):
+    settings = pdfpool(SLOTS=1, QUEUE=0, DOOR_BUDGET=0)
+    shed_before = ARRIVING.shed
+    with held_requests(1) as threads, opened_at_exit(settings) as gate:
+        first = threads.submit(post, "/gated/", b"%PDF- gated", "10.2.0.1")
+        wait_until(lambda: get_pool().running() == 1)
+        shed = unread_post("/gated/", 1000, "10.2.0.2")
+        assert shed.status_code == 503 and shed.json()["error"] == "busy"
+        open(gate, "w").close()
+        assert first.result(SOON).status_code == 200
+    assert ARRIVING.shed == shed_before + 1
+    assert get_pool().snapshot().counters.refused_busy == 0  # not the pool's refusal
+
+
+def test_a_busy_caller_gets_429_from_the_headers(pdfpool):
+    """The caller (by address here; the user under WSGI, after authentication) holds a
+    job: another declared PDF gets the pool's 429 unread, counted as the pool's."""
+    settings = pdfpool(SLOTS=2, QUEUE=0)
+    with held_requests(1) as threads, opened_at_exit(settings) as gate:
+        first = threads.submit(post, "/gated/", b"%PDF- mine", "10.3.0.1")
+        wait_until(lambda: get_pool().running() == 1)
+        mine = unread_post("/gated/", 1000, "10.3.0.1", **digest_of(b"%PDF- mine too"))
+        assert mine.status_code == 429 and mine.json()["error"] == "caller_busy"
+        open(gate, "w").close()
+        assert first.result(SOON).status_code == 200
+    assert get_pool().snapshot().counters.refused_caller == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_under_wsgi_the_door_knows_the_signed_in_user(pdfpool):
+    from django.contrib.auth.models import User
+
+    settings = pdfpool(SLOTS=2, QUEUE=0)
+    user = User.objects.create_user("door", password="pw")
+    client = Client(REMOTE_ADDR="10.4.0.1")
+    client.force_login(user)
+    with held_requests(1) as threads, opened_at_exit(settings) as gate:
+        first = threads.submit(client.post, "/gated/", {"file": pdfs_upload(b"%PDF- held")}, **JSON)
+        wait_until(lambda: get_pool().running() == 1)
+        assert get_pool().snapshot().jobs[0].caller == f"user:{user.pk}"
+        body = UnreadBody()
+        mine = client.generic(
+            "POST",
+            "/gated/",
+            **{
+                "wsgi.input": body,
+                "CONTENT_LENGTH": "1000",
+                "CONTENT_TYPE": "multipart/form-data; boundary=x",
+                "REMOTE_ADDR": "10.4.0.2",  # another address, the same user
+                **JSON,
+                **digest_of(b"%PDF- other"),
+            },
+        )
+        assert not body.touched.is_set()
+        assert mine.status_code == 429
+        open(gate, "w").close()
+        assert first.result(SOON).status_code == 200
+
+
+def test_door_digests_off_reads_the_body_instead_of_answering_from_a_digest(pdfpool):
+    settings = pdfpool(SLOTS=1, QUEUE=0, DOOR_DIGESTS=False)
+    with held_requests(1) as threads, opened_at_exit(settings) as gate:
+        first = threads.submit(post, "/gated/", b"%PDF- gated", "10.5.0.1")
+        wait_until(lambda: get_pool().running() == 1)
+        body = UnreadBody(fail=False)
+        environ = {"wsgi.input": body, "CONTENT_LENGTH": "1000", **digest_of(b"%PDF- other")}
+        environ["CONTENT_TYPE"] = "multipart/form-data; boundary=x"
+        let_in = Client(REMOTE_ADDR="10.5.0.2").generic("POST", "/gated/", **environ, **JSON)
+        assert body.touched.is_set() and let_in.status_code == 400  # read: no PDF in it
+        open(gate, "w").close()
+        assert first.result(SOON).status_code == 200
+
+
+class SlowBody(io.RawIOBase):
+    """A body that sends one byte per read, ``pause`` seconds apart: a trickle."""
+
+    def __init__(self, size: int, pause: float) -> None:
+        self.left, self.pause = size, pause
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        if not self.left:
+            return 0
+        import time
+
+        time.sleep(self.pause)
+        buffer[0] = ord("x")
+        self.left -= 1
+        return 1
+
+
+def test_a_trickling_body_under_wsgi_gets_408_and_gives_its_place_back(pdfpool):
+    pdfpool(SLOTS=1, QUEUE=0, BODY_TIMEOUT=0.5, BODY_MIN_RATE=1000)
+    timed_out = ARRIVING.timed_out
+    environ = {
+        "wsgi.input": SlowBody(10_000, 0.05),
+        "CONTENT_LENGTH": "10000",
+        "CONTENT_TYPE": "application/pdf",
+        **JSON,
+    }
+    response = Client(REMOTE_ADDR="10.6.0.1").generic("POST", "/sync/", **environ)
+    assert response.status_code == 408 and response.json()["error"] == "body_timeout"
+    assert ARRIVING.count == 0 and ARRIVING.timed_out == timed_out + 1
+    assert get_pool().snapshot().counters.started == 0
+
+
+def test_a_lowercase_post_and_a_chunked_form_meet_the_door(pdfpool):
+    pdfpool(MAX_UPLOAD_SIZE=MiB)
+    lower = unread_post("/sync/", 200 * MiB, REQUEST_METHOD="post")
+    assert lower.status_code == 413
+    chunked = unread_post("/sync/", 10, HTTP_TRANSFER_ENCODING="chunked")
+    assert chunked.status_code == 411 and chunked.json()["error"] == "length_required"
 
 
 def test_a_raw_pdf_body_is_extracted(pdfpool):
@@ -353,6 +693,11 @@ def check_pressure(pool) -> None:
         await until(lambda: pool.queued() == 1)
         full = pool.pressure(None)
         assert full.free == 0 and full.retry_after > 0
+        assert pool.pressure("k2", "c1").caller_busy  # c1 holds k1: 429 for another key
+        assert pool.pressure(None, "c1").caller_busy
+        assert not pool.pressure("k1", "c1").caller_busy  # its own key: it joins
+        assert not pool.pressure("k2", "c9").caller_busy and not pool.pressure("k2").caller_busy
+        assert pool.pressure("k2", "c1").caller_retry_after > 0
         pool.count_refusal(PoolBusy("at the door"))
         await until(lambda: pool.snapshot().counters.refused_busy == 1)  # Redis: soon
         gate.set()
@@ -408,3 +753,24 @@ def test_a_refusal_view_may_read_the_database_from_async_views_too(pdfpool):
         field = "document" if url == "/async/" else "file"
         closed = Client().post(url, {field: pdfs_upload(pdfs.simple(["x"]))})
         assert (closed.status_code, closed.content) == (499, b"closed: 0 users"), url
+
+
+def test_the_metrics_count_the_bodies_held_what_was_shed_and_what_timed_out(pdfpool):
+    from django_pdfpool.door.rules import ARRIVING
+    from django_pdfpool.status.metrics import render
+
+    pdfpool()
+    upload = headers(content_length="10")
+    shed, timed_out = ARRIVING.shed, ARRIVING.timed_out
+    place = verdict(upload, pressure(free=1), ARRIVING, who="ip:metrics-1")
+    budget = verdict(upload, pressure(free=0), ARRIVING, who="ip:metrics-2")
+    verdict(upload, pressure(free=0), ARRIVING, who="ip:metrics-2")  # a second: shed
+    text = render(get_pool().snapshot(), timeout=30.0, pid=1)
+    assert 'pdfpool_door_held{kind="place"} 1' in text
+    assert 'pdfpool_door_held{kind="budget"} 1' in text
+    assert f"pdfpool_door_shed_total {shed + 1}" in text
+    place.time_out()
+    budget.release()
+    text = render(get_pool().snapshot(), timeout=30.0, pid=1)
+    assert 'pdfpool_door_held{kind="place"} 0' in text
+    assert f"pdfpool_door_timed_out_total {timed_out + 1}" in text

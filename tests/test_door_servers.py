@@ -8,6 +8,7 @@ import concurrent.futures
 import hashlib
 import json
 import select
+import signal
 import socket
 import time
 from collections.abc import Iterator
@@ -178,7 +179,14 @@ def test_a_chunked_upload_over_the_limit_gets_413_before_limit_plus_1_mib(server
 def test_a_saturated_pool_refuses_an_expect_100_upload_without_100_continue(server, staged):
     with gated_job(server.url, staged, b"%PDF- gated"):
         with connect(port_of(server.url), "127.0.5.2") as sock:
-            sock.sendall(form_head("/sync/", 900 * 1024, expect="100-continue"))
+            sock.sendall(
+                form_head(
+                    "/sync/",
+                    900 * 1024,
+                    expect="100-continue",
+                    pdf_digest=format_digest(hashlib.sha256(b"%PDF- not in flight").hexdigest()),
+                )
+            )
             raw, status, fields, body = read_answer(sock)
         assert b"100 Continue" not in raw
         assert status == 503 and json.loads(body)["error"] == "busy"
@@ -198,7 +206,16 @@ def test_a_client_that_sends_its_body_at_once_gets_the_refusal_not_a_reset(serve
     with gated_job(server.url, staged, b"%PDF- gated for the reset"):
         for _ in range(5):  # a reset, when it happens, is a race: give it chances
             with connect(port_of(server.url), "127.0.5.7") as sock:
-                sock.sendall(form_head("/sync/", len(body)) + body)
+                sock.sendall(
+                    form_head(
+                        "/sync/",
+                        len(body),
+                        pdf_digest=format_digest(
+                            hashlib.sha256(b"%PDF- not in flight").hexdigest()
+                        ),
+                    )
+                    + body
+                )
                 _, status, fields, answer = read_answer(sock)
                 assert status == 503 and json.loads(answer)["error"] == "busy"
                 assert fields.get("connection") != "close"
@@ -206,38 +223,76 @@ def test_a_client_that_sends_its_body_at_once_gets_the_refusal_not_a_reset(serve
                 assert read_answer(sock)[1] == 200  # the same connection, kept
 
 
-def test_a_declared_digest_of_the_job_in_flight_joins_while_saturated(server, staged):
-    data = b"%PDF- shared by two"
+def test_identical_uploads_join_while_saturated_declared_or_not(server, staged):
+    """SLOTS 1, QUEUE 0, a job running: an identical upload joins it, whether it declares
+    its digest (the door knows) or not (let in on the budget, hashed, then joined). The
+    door used to shed the undeclared twin with 503."""
+    data = b"%PDF- shared by three"
     before = snapshot(server.url)["counters"]
-    with gated_job(server.url, staged, data) as first:
-        transport = httpx.HTTPTransport(local_address="127.0.5.4")
-        with (
-            httpx.Client(transport=transport, timeout=60) as client,
-            concurrent.futures.ThreadPoolExecutor(1) as threads,
+    with (
+        concurrent.futures.ThreadPoolExecutor(2) as threads,
+        gated_job(server.url, staged, data) as first,
+    ):
+        joiners = []
+        for address, extra in (
+            ("127.0.5.4", {"pdf-digest": format_digest(hashlib.sha256(data).hexdigest())}),
+            ("127.0.5.5", {}),
         ):
-            declared = {
-                "accept": "application/json",
-                "pdf-digest": format_digest(hashlib.sha256(data).hexdigest()),
-            }
-            joiner = threads.submit(
-                client.post,
-                f"{server.url}/gated/",
-                files={"file": ("a.pdf", data)},
-                headers=declared,
+            transport = httpx.HTTPTransport(local_address=address)
+            client = httpx.Client(transport=transport, timeout=60)
+            joiners.append(
+                threads.submit(
+                    client.post,
+                    f"{server.url}/gated/",
+                    files={"file": ("a.pdf", data)},
+                    headers={"accept": "application/json", **extra},
+                )
             )
-            wait_for(
-                lambda: snapshot(server.url)["counters"]["joined"] == before["joined"] + 1, PATIENCE
-            )
-            undeclared = client.post(
-                f"{server.url}/gated/",
-                files={"file": ("a.pdf", data)},
-                headers={"accept": "application/json"},
-            )
-            assert undeclared.status_code == 503  # the shedding rule: it did not say
-            (staged / "open").touch()
-            joined = joiner.result(PATIENCE)
-    assert first.result().status_code == joined.status_code == 200
-    assert first.result().json() == joined.json()
+        wait_for(
+            lambda: snapshot(server.url)["counters"]["joined"] == before["joined"] + 2,
+            PATIENCE,
+        )
+        (staged / "open").touch()
+        joined = [joiner.result(PATIENCE) for joiner in joiners]
+    assert [r.status_code for r in (first.result(), *joined)] == [200, 200, 200]
+    assert first.result().json() == joined[0].json() == joined[1].json()
+
+
+def test_an_undeclared_twin_with_expect_gets_100_continue_and_joins(server, staged):
+    data = b"%PDF- expecting to join"
+    body = (
+        b'--b\r\nContent-Disposition: form-data; name="file"; filename="a.pdf"\r\n\r\n'
+        + data
+        + b"\r\n--b--\r\n"
+    )
+    before = snapshot(server.url)["counters"]
+    with gated_job(server.url, staged, data), connect(port_of(server.url), "127.0.5.8") as sock:
+        sock.sendall(form_head("/gated/", len(body), expect="100-continue"))
+        assert answered(sock, PATIENCE)
+        assert sock.recv(100).startswith(b"HTTP/1.1 100 Continue")  # let in
+        sock.sendall(body)
+        wait_for(
+            lambda: snapshot(server.url)["counters"]["joined"] == before["joined"] + 1,
+            PATIENCE,
+        )
+        (staged / "open").touch()
+        _, status, _, answer = read_answer(sock)
+    assert status == 200 and json.loads(answer)["pdf"]["sha256"] == hashlib.sha256(data).hexdigest()
+
+
+def test_sigterm_does_not_wait_on_a_silent_client(staged):
+    """A client that sends its headers and no body: uvicorn waits for the request at
+    SIGTERM (it has no body timeout), the door's deadline ends it with 408."""
+    with uvicorn("tests.door_asgi:application", pdfpool=settings(staged, BODY_TIMEOUT=2)) as up:
+        with connect(port_of(up.url), "127.0.5.10") as silent:
+            silent.sendall(form_head("/sync/", 1000))
+            wait_for(lambda: snapshot(up.url)["door"]["held"], PATIENCE)
+            up.process.send_signal(signal.SIGTERM)
+            started = time.monotonic()
+            up.process.wait(PATIENCE)  # raises if it hangs
+            assert time.monotonic() - started < PATIENCE
+            _raw, status, fields, _ = read_answer(silent)
+        assert status == 408 and fields["connection"] == "close"
 
 
 def test_a_raw_body_upload_extracts_and_a_lying_digest_runs_nothing(server):
@@ -276,7 +331,15 @@ def test_gunicorn_refuses_from_the_headers_too(staged):
         assert status == 413 and json.loads(body)["error"] == "too_large"
         with gated_job(url, staged, b"%PDF- gated wsgi"):
             with connect(port_of(url), "127.0.5.6") as sock:
-                sock.sendall(form_head("/sync/", 900 * 1024))
+                sock.sendall(
+                    form_head(
+                        "/sync/",
+                        900 * 1024,
+                        pdf_digest=format_digest(
+                            hashlib.sha256(b"%PDF- not in flight").hexdigest()
+                        ),
+                    )
+                )
                 assert answered(sock, PATIENCE)  # before any body byte
                 _, status, _, body = read_answer(sock)
             assert status == 503 and json.loads(body)["error"] == "busy"

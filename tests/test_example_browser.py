@@ -176,3 +176,21 @@ def test_without_javascript_the_form_still_answers_on_the_page(server, browser, 
     page.screenshot(path=OUTPUT / "example-refused-no-js.png")
     assert held.result(timeout=30).status_code == 200
     assert waiting.result(timeout=30).status_code == 200
+
+
+def test_the_upload_page_declares_the_files_sha256(server, browser):
+    """The page hashes the file with Web Crypto and declares it (``Pdf-Digest``), so the
+    door can let a joiner in and refuse what cannot join before the body."""
+    from django_pdfpool.door.headers import format_digest
+
+    data = pdfs.simple(["declared by the browser"])
+    page = browser.new_context().new_page()
+    posted = []
+    page.on("request", lambda request: request.method == "POST" and posted.append(request))
+    page.goto(server.url + "/")
+    pick(page, "declared.pdf", data)
+    page.click("button[type=submit]")
+    page.locator("#result .filename").wait_for()
+    (request,) = posted
+    assert request.headers["pdf-digest"] == format_digest(hashlib.sha256(data).hexdigest())
+    page.context.close()

@@ -276,7 +276,7 @@ def test_ipv4_mapped_addresses_are_their_ipv4_caller(pdfpool, caller):
 
 @pytest.mark.parametrize("caller", [user_or_ip, user_or_forwarded_ip])
 def test_an_address_that_does_not_parse_is_kept_as_it_is(pdfpool, caller):
-    for odd in ("unknown", "203.0.113.7:8080", "not an address", "[2001:db8::1]"):
+    for odd in ("unknown", "not an address"):  # a port or brackets: tests/test_door.py
         request = anonymous(odd, odd if caller is user_or_forwarded_ip else None)
         assert caller(request) == f"ip:{odd}"
 

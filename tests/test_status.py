@@ -227,9 +227,12 @@ def test_the_json_fields_are_the_documented_ones(pdfpool, users):
     snapshot_fields = set(PoolSnapshot.__dataclass_fields__)
     assert set(data) == snapshot_fields | {
         "pid", "host", "timeout", "memory_limit", "max_upload_size", "engine", "history",
-        "backend", "cluster", "children", "sandbox",
+        "backend", "cluster", "children", "sandbox", "door",
     }  # fmt: skip
     assert data["scope"] == "process" and data["counted_since"] <= data["taken_at"]
+    assert set(data["door"]) == {
+        "held", "shed", "timed_out", "budget", "budget_bytes", "body_timeout", "body_min_rate",
+    }  # fmt: skip
     assert set(data["children"]) == {"forked", "cold", "template", "ready", "restarts"}
     assert set(data["sandbox"]) == {"level", "required", "refusing", "landlock_abi", "layers"}
     assert set(data["history"]) == {"interval", "window", "t", "running", "queued", "refused"}

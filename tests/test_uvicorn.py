@@ -66,7 +66,7 @@ def server(staged):
 
 def test_identical_uploads_from_many_clients_run_one_child(server):
     """More identical uploads than places: those that declare their digest all get in
-    (the rest would be shed at the door: SHED_UNDECLARED) and share one child."""
+    (within the door's budget: one each) and share one child."""
     data = slow_pdf("identical", megabytes=2)
     clients = 8
 

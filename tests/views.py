@@ -135,7 +135,9 @@ def plain(request):
 
 def snapshot(request):
     """The server's pool, for end-to-end tests that watch it from outside."""
-    return JsonResponse(get_pool().snapshot().as_dict())
+    from django_pdfpool.door.entry import door_status
+
+    return JsonResponse({**get_pool().snapshot().as_dict(), "door": door_status()})
 
 
 def teapot_answer(request, status, code, message, retry_after):

@@ -42,8 +42,10 @@ def waited_too_long(wait: float | None, retry_after: float) -> PoolBusy:
     return PoolBusy(f"The job waited {limit} for a free worker and was given up.", retry_after)
 
 
-def counter_of(refusal: PoolBusy | PoolClosed) -> str:
+def counter_of(refusal: PoolBusy | PoolClosed | CallerBusy) -> str:
     """The counter a refusal given for a pool (by a door, say) counts in."""
+    if isinstance(refusal, CallerBusy):
+        return "refused_caller"
     return "refused_closed" if isinstance(refusal, PoolClosed) else "refused_busy"
 
 

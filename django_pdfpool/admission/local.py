@@ -15,7 +15,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from ..exceptions import PoolBusy, PoolClosed
+from ..exceptions import CallerBusy, PoolBusy, PoolClosed
 from . import delivery
 from .delivery import call_dropped, deliver, report_failure
 from .jobloop import call_in_job_loop
@@ -86,16 +86,22 @@ class Pool:
 
     blocking_reads = False  # ``pressure`` reads memory only
 
-    def pressure(self, key: str | None = None) -> Pressure:
+    def pressure(self, key: str | None = None, caller: str | None = None) -> Pressure:
         """What a door decides on before a body is read (see ``AdmissionPool``)."""
         with self._lock:
             free = max(0, self.slots + self.queue_size - self._running - len(self._queue))
             in_flight = key is not None and key in self._jobs
-            return Pressure(self._closed, free, in_flight, self._expected_start())
+            held = self._callers.get(caller or "")  # rule 2 unless it joins its own job
+            busy = (False, 0.0) if held is None or held.key == key else (True, self._held_end(held))
+            return Pressure(self._closed, free, in_flight, self._expected_start(), *busy)
 
-    def count_refusal(self, refusal: PoolBusy | PoolClosed) -> None:
+    def count_refusal(self, refusal: PoolBusy | PoolClosed | CallerBusy) -> None:
         """Count a refusal the door gave in this pool's name."""
         self._books.count(delivery.counter_of(refusal))
+
+    def _held_end(self, held: LocalJob) -> float:  # rule 2's Retry-After; under the lock
+        ahead = self._queue.index(held) if held.state == "queued" else 0
+        return self._books.expected_end(held.running_for(time.monotonic()), ahead)
 
     def _expected_start(self) -> float:
         """When a new job could likely take a slot. Under the lock."""
@@ -173,9 +179,7 @@ class Pool:
         held = self._callers.get(caller)
         if held is not None:  # Rule 2: one job per caller, even if its starter left.
             self._books.count("refused_caller")
-            ahead = self._queue.index(held) if held.state == "queued" else 0
-            retry = self._books.expected_end(held.running_for(time.monotonic()), ahead)
-            raise delivery.caller_busy(retry)
+            raise delivery.caller_busy(self._held_end(held))
         if self._running >= self.slots and len(self._queue) >= self.queue_size:
             self._books.count("refused_busy")  # Rule 3: a full queue refuses at once.
             raise delivery.queue_full(self._expected_start())

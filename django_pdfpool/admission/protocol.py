@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, runtime_checkable
 
-from ..exceptions import PoolBusy, PoolClosed
+from ..exceptions import CallerBusy, PoolBusy, PoolClosed
 from .snapshot import ClusterSnapshot, PoolSnapshot, Pressure
 
 JobFn = Callable[[], Awaitable[Any]]
@@ -46,12 +46,13 @@ class AdmissionPool(Protocol):
         """Callers sharing ``key``'s job, not counting the one that started it."""
         ...
 
-    def pressure(self, key: str | None = None) -> Pressure:
-        """Closed or not, free places, whether ``key``'s job is in flight, and when a
-        place is likely free: read before a request's body (the pool stays the authority)."""
+    def pressure(self, key: str | None = None, caller: str | None = None) -> Pressure:
+        """Closed or not, free places, whether ``key``'s job is in flight, when a place is
+        likely free, and whether ``caller`` holds a job for another key: read before a
+        request's body (the pool stays the authority)."""
         ...
 
-    def count_refusal(self, refusal: PoolBusy | PoolClosed) -> None:
+    def count_refusal(self, refusal: PoolBusy | PoolClosed | CallerBusy) -> None:
         """Count a refusal given in the pool's name without a call to ``run`` (the door's,
         before a body is read), so that the pool's counters tell every refusal."""
         ...

@@ -1,11 +1,14 @@
 """``PdfPoolDoor``: the door as ASGI middleware, in front of Django's handler, which reads
 a whole body before any Django middleware runs. It decides from the headers before the
 first ``receive()`` (so uvicorn never sends ``100 Continue`` to a refused upload), then
-counts the body's bytes as they arrive and answers 413 at the limit (docs/door.md)."""
+counts the body's bytes as they arrive: 413 at the limit, 408 past the body's deadline,
+each with the connection closed (docs/door.md)."""
 
 from __future__ import annotations
 
+import asyncio
 import io
+import time
 from typing import Any
 
 from django.core.handlers.asgi import ASGIRequest, get_script_prefix
@@ -13,12 +16,14 @@ from django.http import HttpResponse
 
 from ..asgi import ASGIApp, Message, Receive, Scope, Send
 from ..conf import get_settings
-from ..exceptions import UploadRejected, UploadTooLarge
+from ..exceptions import BodyTimeout, UploadRejected, UploadTooLarge
 from ..responses import Answer, arefusal_answer
-from .entry import apressure, judge
-from .headers import UploadHeaders
-from .rules import DOOR, Refusal, body_limit, too_large
+from .entry import apressure, awho, judge, terms
+from .headers import UploadHeaders, is_post
+from .rules import DOOR, Refusal, Terms, Ticket, body_limit, too_large
 from .views import pooled_view
+
+TIMED_OUT = "The upload's body did not arrive in time."
 
 
 class PdfPoolDoor:
@@ -30,32 +35,33 @@ class PdfPoolDoor:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope.get("method") != "POST" or DOOR in scope:
+        if scope["type"] != "http" or not is_post(scope.get("method")) or DOOR in scope:
             await self.app(scope, receive, send)
             return
         view = pooled_view(path_info(scope)) if get_settings().door else None
         if view is None:
             await self.app(scope, receive, send)
             return
-        headers = {
-            name.decode("latin-1").lower(): value.decode("latin-1")
+        headers = [
+            (name.decode("latin-1"), value.decode("latin-1"))
             for name, value in scope.get("headers", ())
-        }
+        ]
+        verdict: Refusal | Ticket
         try:
             upload = UploadHeaders.of(headers)
-            verdict = judge(view, upload, await apressure(view, upload))
+            who = await awho(ASGIRequest(scope, io.BytesIO()))
+            verdict = judge(view, upload, await apressure(view, upload, who), who)
         except UploadRejected as rejected:
             verdict = rejected
-        if isinstance(verdict, Exception):
+        if not isinstance(verdict, Ticket):
             await send_refusal(scope, send, verdict, view.answer)
             return
         limit = body_limit(get_settings().max_upload_size, upload.raw)
-        body = _CountedBody(scope, receive, send, limit, view.answer)
+        body = _CountedBody(scope, receive, send, limit, view.answer, verdict, terms())
         try:
             await self.app({**scope, DOOR: verdict}, body.receive, body.send)
         finally:
-            if verdict is not None:
-                verdict.release()
+            verdict.release()
 
 
 def path_info(scope: Scope) -> str:
@@ -66,31 +72,60 @@ def path_info(scope: Scope) -> str:
 
 
 class _CountedBody:
-    """``receive`` and ``send`` for one request let in: past ``limit`` body bytes, answer
-    413 at once, tell the app the client left, and drop what the app sends after."""
+    """``receive`` and ``send`` for one request let in: past ``limit`` body bytes answer
+    413, past the ticket's deadline 408 (its place goes back), tell the app the client
+    left, and drop what the app sends after. Once the body is in, messages pass."""
 
-    __slots__ = ("_answer", "_receive", "_scope", "_send", "answered", "limit", "received")
+    __slots__ = (
+        "_answer",
+        "_receive",
+        "_scope",
+        "_send",
+        "_terms",
+        "answered",
+        "complete",
+        "limit",
+        "ticket",
+    )
 
     def __init__(
-        self, scope: Scope, receive: Receive, send: Send, limit: int, answer: Answer | None
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        limit: int,
+        answer: Answer | None,
+        ticket: Ticket,
+        terms: Terms,
     ) -> None:
         self._scope, self._receive, self._send = scope, receive, send
-        self.limit, self.received, self.answered = limit, 0, False
-        self._answer = answer
+        self.limit, self.answered, self.complete = limit, False, False
+        self._answer, self.ticket, self._terms = answer, ticket, terms
 
     async def receive(self) -> Message:
         if self.answered:
             return {"type": "http.disconnect"}
-        message = await self._receive()
+        if self.complete:
+            return await self._receive()  # Django listening for a disconnect
+        left = self.ticket.deadline(self._terms) - time.monotonic()
+        try:
+            if left <= 0:
+                raise TimeoutError
+            message = await asyncio.wait_for(self._receive(), left)
+        except TimeoutError:
+            self.ticket.time_out()
+            return await self._refuse(BodyTimeout(TIMED_OUT))
         if message["type"] == "http.request":
-            self.received += len(message.get("body", b""))
-            if self.received > self.limit:
-                conf = get_settings()
-                refusal = too_large(conf.max_upload_size)
-                await send_refusal(self._scope, self._send, refusal, self._answer)
-                self.answered = True
-                return {"type": "http.disconnect"}  # Django's handler stops reading here
+            self.ticket.received += len(message.get("body", b""))
+            if self.ticket.received > self.limit:
+                return await self._refuse(too_large(get_settings().max_upload_size))
+            self.complete = not message.get("more_body", False)
         return message
+
+    async def _refuse(self, refusal: Refusal) -> Message:
+        await send_refusal(self._scope, self._send, refusal, self._answer)
+        self.answered = True
+        return {"type": "http.disconnect"}  # Django's handler stops reading here
 
     async def send(self, message: Message) -> None:
         if not self.answered:
@@ -103,10 +138,11 @@ async def send_refusal(
     """Answer ``refusal`` as the view's ``answer=`` or the ``REFUSAL_VIEW`` would, without
     reading the body. Only a 413 closes the connection: closing with a body still on its
     way resets it, and a client that sent a small body anyway (no ``Expect``) would lose
-    the answer; the server then reads the rest and throws it away."""
+    the answer; the server then reads the rest and throws it away. A 408 closes it too:
+    what is left of that body is not coming."""
     response = await arefusal_answer(ASGIRequest(scope, io.BytesIO()), refusal, answer)
-    if isinstance(refusal, UploadTooLarge):
-        response["Connection"] = "close"  # stop reading: the body is over the limit
+    if isinstance(refusal, UploadTooLarge | BodyTimeout):
+        response["Connection"] = "close"  # stop reading: the body is over the limit, or late
     if not response.has_header("Content-Length"):
         response["Content-Length"] = str(len(response.content))
     await send_response(response, send)

@@ -1,41 +1,52 @@
 """The door inside Django, for ``AdmissionMiddleware``: under WSGI it decides before
-``request.FILES`` or ``request.body`` is touched; under ASGI without ``PdfPoolDoor`` it
-still spares a refused upload its parsing, staging and hashing. Also ``release_ticket``,
-called by ``@pdf_pooled`` as its call reaches the pool."""
+``request.FILES`` or ``request.body`` is touched (after authentication, so the caller is
+known), and times the body as it is read; under ASGI without ``PdfPoolDoor`` it still spares
+a refused upload its parsing, staging and hashing. Also ``release_ticket``, called by
+``@pdf_pooled`` as its call reaches the pool."""
 
 from __future__ import annotations
+
+import time
+from typing import Any
 
 from django.http import HttpRequest, HttpResponse
 
 from ..conf import get_settings
-from ..exceptions import UploadRejected, UploadTooLarge
+from ..exceptions import BodyTimeout, UploadRejected, UploadTooLarge
 from ..responses import arefusal_answer, refusal_answer
-from .entry import apressure, judge, pressure_now
-from .headers import UploadHeaders
-from .rules import DOOR, Ticket
+from .entry import apressure, awho, judge, pressure_now, terms, who_now
+from .headers import UploadHeaders, is_post
+from .rules import DOOR, Refusal, Terms, Ticket
 from .views import PooledView, pooled_view
 
 Entry = HttpResponse | Ticket | None
-"""A refusal's answer, or the request goes in (with the place it took, if any)."""
+"""A refusal's answer, or the request goes in (with its ticket; None: not the door's)."""
+
+TIMED_OUT = "The upload's body did not arrive in time."
 
 
 def _pooled_view(request: HttpRequest) -> PooledView | None:
     """The pooled view of a POST the door has not decided yet, if any."""
     scope = getattr(request, "scope", None)
-    if request.method != "POST" or DOOR in request.META or (scope and DOOR in scope):
+    if not is_post(request.method) or DOOR in request.META or (scope and DOOR in scope):
         return None
     if not get_settings().door:
         return None
     return pooled_view(request.path_info, getattr(request, "urlconf", None))
 
 
-def _let_in(request: HttpRequest, verdict: Ticket | None) -> Entry:
-    request.META[DOOR] = verdict
-    return verdict
+def _let_in(request: HttpRequest, ticket: Ticket) -> Entry:
+    request.META[DOOR] = ticket
+    stream = getattr(request, "_stream", None)
+    if stream is not None and not hasattr(request, "scope"):  # WSGI: the body is still unread
+        request._stream = TimedStream(stream, ticket, terms())  # type: ignore[assignment]
+    return ticket
 
 
-def _closing(response: HttpResponse, refusal: Exception) -> HttpResponse:
-    if isinstance(refusal, UploadTooLarge):  # only then: see door.asgi.send_refusal
+def _closing(request: HttpRequest, response: HttpResponse, refusal: Exception) -> HttpResponse:
+    """Under ASGI, a 413 or 408 closes the connection (see ``door.asgi.send_refusal``);
+    under WSGI ``Connection`` is the server's (PEP 3333: wsgiref refuses it with a 500)."""
+    if isinstance(refusal, UploadTooLarge | BodyTimeout) and hasattr(request, "scope"):
         response["Connection"] = "close"
     return response
 
@@ -45,13 +56,15 @@ def enter(request: HttpRequest) -> Entry:
     view = _pooled_view(request)
     if view is None:
         return None
+    verdict: Refusal | Ticket
     try:
         upload = UploadHeaders.of(request.headers)
-        verdict = judge(view, upload, pressure_now(view, upload))
+        who = who_now(request)
+        verdict = judge(view, upload, pressure_now(view, upload, who), who)
     except UploadRejected as rejected:
         verdict = rejected
-    if isinstance(verdict, Exception):
-        return _closing(refusal_answer(request, verdict, view.answer), verdict)
+    if not isinstance(verdict, Ticket):
+        return _closing(request, refusal_answer(request, verdict, view.answer), verdict)
     return _let_in(request, verdict)
 
 
@@ -60,13 +73,18 @@ async def aenter(request: HttpRequest) -> Entry:
     view = _pooled_view(request)
     if view is None:
         return None
+    verdict: Refusal | Ticket
     try:
         upload = UploadHeaders.of(request.headers)
-        verdict = judge(view, upload, await apressure(view, upload))
+        if hasattr(request, "auser"):
+            request.user = await request.auser()  # resolved once, as the decorator does
+        who = await awho(request)
+        verdict = judge(view, upload, await apressure(view, upload, who), who)
     except UploadRejected as rejected:
         verdict = rejected
-    if isinstance(verdict, Exception):
-        return _closing(await arefusal_answer(request, verdict, view.answer), verdict)
+    if not isinstance(verdict, Ticket):
+        response = await arefusal_answer(request, verdict, view.answer)
+        return _closing(request, response, verdict)
     return _let_in(request, verdict)
 
 
@@ -76,3 +94,33 @@ def release_ticket(request: HttpRequest) -> None:
     ticket = (scope or {}).get(DOOR) or request.META.get(DOOR)
     if ticket is not None:
         ticket.release()
+
+
+class TimedStream:
+    """A WSGI body read against its ticket's deadline: each read counts its bytes, and
+    one past the deadline raises ``BodyTimeout`` (408). A read the client never answers
+    blocks in the server; the ticket's place is given back at the deadline all the same."""
+
+    def __init__(self, stream: Any, ticket: Ticket, terms: Terms) -> None:
+        self._stream, self._ticket, self._terms = stream, ticket, terms
+
+    def _check(self) -> None:
+        if time.monotonic() >= self._ticket.deadline(self._terms):
+            self._ticket.time_out()
+            raise BodyTimeout(TIMED_OUT)
+
+    def _counted(self, data: bytes) -> bytes:
+        self._ticket.received += len(data)
+        self._check()
+        return data
+
+    def read(self, size: int = -1) -> bytes:
+        self._check()
+        return self._counted(self._stream.read(size))
+
+    def readline(self, size: int = -1) -> bytes:
+        self._check()
+        return self._counted(self._stream.readline(size))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)

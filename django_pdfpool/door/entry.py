@@ -1,51 +1,133 @@
-"""The steps both adapters take between reading the headers and answering: the pool's
-pressure for the upload's key, then the decision under this project's settings."""
+"""The steps both adapters take between reading the headers and answering: who asks (the
+``CALLER`` function, which may say it cannot know yet), the pool's pressure for the
+upload's key and that caller, then the decision under this project's settings."""
 
 from __future__ import annotations
 
-from asgiref.sync import sync_to_async
+import dataclasses
+import logging
+from typing import Any
+
+from asgiref.sync import iscoroutinefunction, sync_to_async
+from django.http import HttpRequest
 
 from ..admission.protocol import AdmissionPool
 from ..admission.snapshot import Pressure
-from ..conf import get_settings
-from ..exceptions import PoolBusy, PoolClosed
+from ..callers import ASKING, address_caller, user_or_forwarded_ip, user_or_ip
+from ..conf import PoolSettings, get_settings
+from ..exceptions import CallerBusy, PoolBusy, PoolClosed
 from ..process_pool import get_pool
 from .headers import UploadHeaders
-from .rules import ARRIVING, Refusal, Ticket, decide
+from .rules import ARRIVING, Refusal, Terms, Ticket, decide
 from .views import PooledView
+
+logger = logging.getLogger("django_pdfpool.door")
+
+Who = tuple[str, bool]
+"""The caller id, and whether it is the caller (False: the address, the caller unknown yet)."""
+
+_QUICK_CALLERS = (user_or_ip, user_or_forwarded_ip)  # read attributes only: fine on a loop
+
+
+def terms(conf: PoolSettings | None = None) -> Terms:
+    """The door's terms from the settings."""
+    conf = conf or get_settings()
+    return Terms(
+        max_upload_size=conf.max_upload_size,
+        budget=conf.door_budget,
+        budget_bytes=conf.door_budget_bytes,
+        body_timeout=conf.body_timeout,
+        body_min_rate=conf.body_min_rate,
+    )
 
 
 def key_of(view: PooledView, upload: UploadHeaders) -> str | None:
-    """The single-flight key the upload declares (through its digest), if any."""
-    return None if upload.digest is None else view.key(upload.digest)
+    """The single-flight key the upload declares (through its digest), if the door may
+    answer from it (``DOOR_DIGESTS``)."""
+    if upload.digest is None or not get_settings().door_digests:
+        return None
+    return view.key(upload.digest)
 
 
-def judge(view: PooledView, upload: UploadHeaders, pressure: Pressure) -> Refusal | Ticket | None:
+def _who(request: HttpRequest, caller: str | None) -> Who:
+    if caller is None:
+        return address_caller(request.META.get("REMOTE_ADDR") or "unknown"), False
+    return caller, True
+
+
+def who_now(request: HttpRequest) -> Who:
+    """The caller, asked from a sync request's thread (where it may read the database)."""
+    caller_of = get_settings().caller
+    request.META[ASKING] = True
+    try:
+        if iscoroutinefunction(caller_of):
+            from asgiref.sync import async_to_sync
+
+            return _who(request, async_to_sync(caller_of)(request))
+        return _who(request, caller_of(request))
+    except Exception:  # written for the decorator (it reads request.user, say): ask it there
+        logger.debug("CALLER could not tell the door who asks", exc_info=True)
+        return _who(request, None)
+    finally:
+        del request.META[ASKING]
+
+
+async def awho(request: HttpRequest) -> Who:
+    """The caller, asked from an event loop: a project's sync function runs in a thread."""
+    caller_of = get_settings().caller
+    request.META[ASKING] = True
+    try:
+        if iscoroutinefunction(caller_of):
+            return _who(request, await caller_of(request))
+        if caller_of in _QUICK_CALLERS:
+            return _who(request, caller_of(request))
+        return _who(request, await sync_to_async(caller_of, thread_sensitive=False)(request))
+    except Exception:  # as in who_now: the decorator asks again, after authentication
+        logger.debug("CALLER could not tell the door who asks", exc_info=True)
+        return _who(request, None)
+    finally:
+        del request.META[ASKING]
+
+
+def judge(
+    view: PooledView, upload: UploadHeaders, pressure: Pressure, who: Who
+) -> Refusal | Ticket:
     """``decide`` with this project's settings and this process's arrivals; a refusal
-    in the pool's name counts in the pool's counters."""
-    conf = get_settings()
-    verdict = decide(
-        upload,
-        key_of(view, upload),
-        pressure,
-        ARRIVING,
-        max_upload_size=conf.max_upload_size,
-        shed_undeclared=conf.shed_undeclared,
+    in the pool's name counts in the pool's counters, a shed in the door's."""
+    verdict, shed = decide(
+        upload, key_of(view, upload), pressure, ARRIVING, who=who[0], known=who[1], terms=terms()
     )
-    if isinstance(verdict, PoolBusy | PoolClosed):
+    if not shed and isinstance(verdict, PoolBusy | PoolClosed | CallerBusy):
         get_pool().count_refusal(verdict)
     return verdict
 
 
-def pressure_now(view: PooledView, upload: UploadHeaders) -> Pressure:
-    """The pool's pressure for the upload, read here (a sync request's thread)."""
-    return get_pool().pressure(key_of(view, upload))
+def pressure_now(view: PooledView, upload: UploadHeaders, who: Who) -> Pressure:
+    """The pool's pressure for the upload and its caller, read here (a sync thread)."""
+    return get_pool().pressure(key_of(view, upload), who[0] if who[1] else None)
 
 
-async def apressure(view: PooledView, upload: UploadHeaders) -> Pressure:
-    """The pool's pressure for the upload, off the event loop when reading it waits on
-    the network (a Redis pool)."""
+async def apressure(view: PooledView, upload: UploadHeaders, who: Who) -> Pressure:
+    """The pool's pressure for the upload and its caller, off the event loop when
+    reading it waits on the network (a Redis pool)."""
     pool: AdmissionPool = get_pool()
+    key, caller = key_of(view, upload), who[0] if who[1] else None
     if pool.blocking_reads:
-        return await sync_to_async(pool.pressure, thread_sensitive=False)(key_of(view, upload))
-    return pool.pressure(key_of(view, upload))
+        return await sync_to_async(pool.pressure, thread_sensitive=False)(key, caller)
+    return pool.pressure(key, caller)
+
+
+def door_status() -> dict[str, Any]:
+    """This process's door, JSON-ready: the bodies arriving (caller, place or budget,
+    bytes so far, age, seconds left), what was shed past the budget, what timed out."""
+    conf = get_settings()
+    ARRIVING.expire(terms(conf))  # a body past its deadline holds nothing, read or not
+    return {
+        "held": [dataclasses.asdict(held) for held in ARRIVING.held(terms(conf))],
+        "shed": ARRIVING.shed,
+        "timed_out": ARRIVING.timed_out,
+        "budget": conf.door_budget,
+        "budget_bytes": conf.door_budget_bytes,
+        "body_timeout": conf.body_timeout,
+        "body_min_rate": conf.body_min_rate,
+    }

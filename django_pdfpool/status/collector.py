@@ -27,7 +27,7 @@ except ImportError as error:  # pragma: no cover - the extra is not installed
 from ..admission.protocol import AdmissionPool
 from ..conf import get_settings
 from ..process_pool import get_pool, peek_pool
-from .definitions import METRICS, PID_LABEL, MetricDefinition, Reading
+from .definitions import METRICS, PID_LABEL, DoorFigures, MetricDefinition, Reading
 
 __all__ = ["PoolCollector", "ProcessExporter", "multiprocess_mode", "register_metrics"]
 
@@ -48,7 +48,7 @@ def _timeout() -> float:
 
 
 def _read(pool: AdmissionPool, timeout: Callable[[], float]) -> Reading:
-    return Reading(pool.snapshot(), timeout(), os.getpid())
+    return Reading(pool.snapshot(), timeout(), os.getpid(), DoorFigures.now())
 
 
 def _read_own(pool: AdmissionPool, timeout: Callable[[], float]) -> Reading:
@@ -56,7 +56,7 @@ def _read_own(pool: AdmissionPool, timeout: Callable[[], float]) -> Reading:
     cluster's): multiprocess mode sums the processes' counters itself."""
     cluster = pool.cluster_snapshot()
     snapshot = pool.snapshot() if cluster is None else cluster.local
-    return Reading(snapshot, timeout(), os.getpid())
+    return Reading(snapshot, timeout(), os.getpid(), DoorFigures.now())
 
 
 class PoolCollector:

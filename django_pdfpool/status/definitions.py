@@ -9,8 +9,10 @@ from dataclasses import dataclass
 from typing import Literal
 
 from ..admission.snapshot import DurationSummary, PoolSnapshot
+from ..door.entry import terms
+from ..door.rules import ARRIVING
 
-__all__ = ["METRICS", "PID_LABEL", "MetricDefinition", "Reading", "Sample"]
+__all__ = ["METRICS", "PID_LABEL", "DoorFigures", "MetricDefinition", "Reading", "Sample"]
 
 #: The label naming a process. prometheus_client's multiprocess mode adds it to every gauge
 #: itself, so a metric labelled by it alone has no label of its own there.
@@ -21,13 +23,31 @@ Sample = tuple[str, float]
 
 
 @dataclass(frozen=True)
+class DoorFigures:
+    """This process's door: bodies arriving on a place or the budget, what it shed past
+    the budget and what timed out (docs/door.md)."""
+
+    places: int = 0
+    budget: int = 0
+    shed: int = 0
+    timed_out: int = 0
+
+    @classmethod
+    def now(cls) -> DoorFigures:
+        held = [entry.kind for entry in ARRIVING.held(terms())]
+        places, budget = held.count("place"), held.count("budget")
+        return cls(places, budget, ARRIVING.shed, ARRIVING.timed_out)
+
+
+@dataclass(frozen=True)
 class Reading:
     """What the metrics are read from: one snapshot of a process's pool, the job timeout
-    (``PDFPOOL["TIMEOUT"]``) and the process's id."""
+    (``PDFPOOL["TIMEOUT"]``), the process's id and its door's figures."""
 
     snapshot: PoolSnapshot
     timeout: float
     pid: int
+    door: DoorFigures = DoorFigures()
 
 
 @dataclass(frozen=True)
@@ -101,5 +121,26 @@ METRICS: tuple[MetricDefinition, ...] = (
         lambda s: s.queue_wait,
     ),
     _stats("pdfpool_run_seconds", "Run time of recently finished jobs.", lambda s: s.run_time),
+    MetricDefinition(
+        "pdfpool_door_held",
+        "gauge",
+        "Bodies the door let in that are still arriving, on a place or the budget.",
+        "kind",
+        lambda r: [("place", float(r.door.places)), ("budget", float(r.door.budget))],
+    ),
+    MetricDefinition(
+        "pdfpool_door_shed_total",
+        "counter",
+        "Uploads the door refused from the headers past its budget (they might have joined).",
+        None,
+        lambda r: [("", float(r.door.shed))],
+    ),
+    MetricDefinition(
+        "pdfpool_door_timed_out_total",
+        "counter",
+        "Bodies let in that missed their deadline (408; their place given back).",
+        None,
+        lambda r: [("", float(r.door.timed_out))],
+    ),
 )
 """Every metric, in the order they are exposed."""

@@ -13,14 +13,14 @@ from django.views.decorators.http import require_GET
 from ..admission.snapshot import PoolSnapshot
 from ..conf import get_settings
 from ..process_pool import get_pool
-from .definitions import METRICS, Reading
+from .definitions import METRICS, DoorFigures, Reading
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
 def render(snapshot: PoolSnapshot, *, timeout: float, pid: int) -> str:
     """The exposition text for one snapshot (names are stable; see the docs)."""
-    reading = Reading(snapshot, timeout, pid)
+    reading = Reading(snapshot, timeout, pid, DoorFigures.now())
     lines: list[str] = []
     for metric in METRICS:
         lines.append(f"# HELP {metric.name} {metric.help}")

@@ -19,6 +19,7 @@ from django.db import DatabaseError
 
 from ..admission.snapshot import ClusterSnapshot
 from ..conf import get_settings
+from ..door.entry import door_status
 from ..extraction import child_starts, sandbox_layers
 from ..process_pool import get_pool, recorder
 
@@ -89,6 +90,7 @@ def status_data() -> dict[str, Any]:
         cluster=_cluster(cluster),
         children=_children(),
         sandbox=sandbox_status(),
+        door=door_status(),
     )
     return data
 
@@ -276,6 +278,14 @@ def status_context(data: dict[str, Any]) -> dict[str, Any]:
         ],
         "chart": chart(data),
         "chart_size": (CHART_W, CHART_H),
+        "door_held": [
+            {
+                **held,
+                "age_text": fmt(held["age"], "seconds"),
+                "left_text": fmt(max(0.0, held["left"]), "seconds"),
+            }
+            for held in data["door"]["held"]
+        ],
     }
 
 

@@ -7,7 +7,8 @@ Everything a person may want to change comes from the environment:
   ``PDFPOOL_ENGINE``, ``PDFPOOL_WARM_CHILDREN``, ``PDFPOOL_TEMP_DIR``, and for
   ``make demo-cluster`` ``PDFPOOL_BACKEND``, ``PDFPOOL_REDIS_URL``, ``PDFPOOL_NAMESPACE``,
   ``PDFPOOL_LEASE``, ``PDFPOOL_REDIS_FALLBACK``; ``PDFPOOL_DOOR``,
-  ``PDFPOOL_SHED_UNDECLARED``) become the
+  ``PDFPOOL_DOOR_DIGESTS``, ``PDFPOOL_DOOR_BUDGET``, ``PDFPOOL_BODY_TIMEOUT``,
+  ``PDFPOOL_BODY_MIN_RATE``) become the
   PDFPOOL setting. They are parsed here but validated by django-pdfpool's system
   checks, so ``PDFPOOL_SLOTS=0 make demo`` stops at ``migrate`` naming the problem.
 - ``DEMO_STATE_DIR`` (default: this project's folder) holds what the demo creates
@@ -101,7 +102,10 @@ _PDFPOOL_ENV: dict[str, Callable[[str], Any]] = {
     "LEASE": _seconds,
     "REDIS_FALLBACK": str,
     "DOOR": _flag,  # "0": no admission before the body (benchmarks/bench_load.py compares)
-    "SHED_UNDECLARED": _flag,
+    "DOOR_DIGESTS": _flag,  # "0": the door reads the body rather than answer from a digest
+    "DOOR_BUDGET": _integer,
+    "BODY_TIMEOUT": _seconds,
+    "BODY_MIN_RATE": _integer,
 }
 
 

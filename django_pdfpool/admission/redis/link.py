@@ -248,15 +248,17 @@ class Link:
         total = sum(int(value) for name, value in fields.items() if name.startswith("w:"))
         return max(0, total - int(fields.get("sw", 0) or 0))
 
-    def pressure(self, key: str | None) -> tuple[int, int, bool]:
-        """Running and queued jobs in every process, and whether ``key``'s job is in
-        flight: one round trip."""
+    def pressure(self, key: str | None, caller: str | None = None) -> tuple[int, int, bool, bool]:
+        """Running and queued jobs in every process, whether ``key``'s job is in flight,
+        and whether ``caller`` holds a job for another key: one round trip."""
         pipe = self.sync().pipeline(transaction=False)
         pipe.scard(self.prefix + "running")
         pipe.llen(self.prefix + "queue")
         pipe.exists(self.prefix + "job:" + (key or ""))
-        running, queued, exists = pipe.execute()
-        return int(running), int(queued), key is not None and bool(exists)
+        pipe.hget(self.prefix + "callers", caller or "")
+        running, queued, exists, held = pipe.execute()
+        busy = caller is not None and held is not None and held != key
+        return int(running), int(queued), key is not None and bool(exists), busy
 
     def view(self) -> Any:
         """Everything in flight, with the process leases (``view.lua``)."""

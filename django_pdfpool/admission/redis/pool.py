@@ -21,7 +21,7 @@ from typing import Any, cast
 from redis.connection import parse_url
 from redis.exceptions import RedisError
 
-from ...exceptions import CoordinatorUnavailable, PoolBusy, PoolClosed
+from ...exceptions import CallerBusy, CoordinatorUnavailable, PoolBusy, PoolClosed
 from .. import delivery
 from ..delivery import call_dropped
 from ..jobloop import call_in_job_loop, get_job_loop
@@ -151,26 +151,30 @@ class RedisPool:
 
     blocking_reads = True  # ``pressure`` asks Redis
 
-    def pressure(self, key: str | None = None) -> Pressure:
+    def pressure(self, key: str | None = None, caller: str | None = None) -> Pressure:
         """Closed or not, free places in the cluster, whether ``key``'s job is in flight
-        anywhere, and when a place is likely free (this process's while Redis fails)."""
+        anywhere, when a place is likely free, whether ``caller`` holds a job for another
+        key (this process's while Redis fails)."""
         closed = self._closing.closed
         if self.mode == REDIS:
             try:
-                running, queued, in_flight = self._side.link.pressure(key)
+                running, queued, in_flight, busy = self._side.link.pressure(key, caller)
             except RedisError as error:
                 call_in_job_loop(self._side.health.failed, error)
             else:
                 free = max(0, self.slots + self.queue_size - running - queued)
-                return Pressure(closed, free, in_flight, self._books.expected_start(queued))
-        return dataclasses.replace(self._local.pressure(key), closed=closed)
+                start = self._books.expected_start(queued)
+                end = self._books.expected_end(None, queued) if busy else 0.0
+                return Pressure(closed, free, in_flight, start, busy, end)
+        return dataclasses.replace(self._local.pressure(key, caller), closed=closed)
 
-    def count_refusal(self, refusal: PoolBusy | PoolClosed) -> None:
+    def count_refusal(self, refusal: PoolBusy | PoolClosed | CallerBusy) -> None:
         """Count a refusal the door gave in this pool's name: in this process's counters,
-        and a busy one in the cluster's too (closed is a process's own, as in the scripts)."""
+        and a busy or caller one in the cluster's too (closed is a process's own, as in
+        the scripts)."""
         name = delivery.counter_of(refusal)
         self._books.count(name)
-        if name == "refused_busy" and self.mode == REDIS:
+        if name != "refused_closed" and self.mode == REDIS:
             side = self._side
             call_in_job_loop(lambda: side.tasks.quietly(side.link.call("refused", name)))
 

@@ -1,6 +1,9 @@
 // The upload page, enhanced: the file goes to the JSON API while the page polls the
 // job's state (queued, with how many ahead, or running) from /api/jobs/<sha256>/,
 // then shows the result, or a refusal with a countdown to its retry button, in place.
+// The file's SHA-256, computed here, is declared in a Pdf-Digest header (RFC 9530's
+// syntax), so that with every place taken the server's door lets in an upload that would
+// join a job in flight and refuses one that would not before its body is sent.
 // Without this script the form posts to the page, which answers the same things.
 "use strict";
 
@@ -31,12 +34,14 @@
         if (!digest) report(`Uploading and extracting ${file.name}…`);
         let response = null;
         let body = null;
+        // a header no other site can make a browser send (see views.scripts_only)
+        const headers = { Accept: "application/json", "X-Requested-With": "fetch" };
+        if (digest) headers["Pdf-Digest"] = declared(digest);
         try {
             response = await fetch(form.dataset.api, {
                 method: "POST",
                 body: new FormData(form),
-                // a header no other site can make a browser send (see views.scripts_only)
-                headers: { Accept: "application/json", "X-Requested-With": "fetch" },
+                headers,
             });
             body = await response.json().catch(() => null);
         } catch {
@@ -63,6 +68,12 @@
     function characters(pages) {
         const separators = 2 * Math.max(0, pages.length - 1);
         return pages.reduce((sum, page) => sum + page.length, separators);
+    }
+
+    // "sha-256=:<base64>:" for a hex digest: what the door reads in Pdf-Digest.
+    function declared(hex) {
+        const bytes = hex.match(/../g).map((pair) => parseInt(pair, 16));
+        return `sha-256=:${btoa(String.fromCharCode(...bytes))}:`;
     }
 
     function report(text) {
