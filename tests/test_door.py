@@ -11,6 +11,7 @@ import hashlib
 import io
 import os
 import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from django.test import Client
@@ -58,6 +59,9 @@ def pressure(
 TERMS = Terms(
     max_upload_size=MiB, budget=4, budget_bytes=10 * MiB, body_timeout=20, body_min_rate=500
 )
+
+
+NO_BUDGET = Terms(max_upload_size=MiB, budget=0, budget_bytes=0, body_timeout=20, body_min_rate=500)
 
 
 def decided(upload, state, arrivals=None, key=None, who="ip:10.0.0.1", known=True, terms=TERMS):
@@ -263,7 +267,8 @@ def test_the_budget_is_bounded_in_bodies_and_bytes_and_one_per_caller():
     assert isinstance(first, Ticket) and isinstance(again, PoolBusy) and shed
     others = [verdict(upload, full, arrivals, who=f"ip:{i}") for i in range(2, 6)]
     assert [isinstance(v, Ticket) for v in others] == [True, True, True, False]  # 4 bodies
-    assert arrivals.shed == 2
+    assert decided(upload, full, arrivals, who="ip:6")[1]  # a shed, which the caller counts
+    assert arrivals.own("ip:1") is first and arrivals.own("ip:6") is None
     small = Terms(MiB, budget=10, budget_bytes=MiB + 10, body_timeout=20, body_min_rate=500)
     arrivals = Arrivals()
     assert isinstance(verdict(upload, full, arrivals, who="ip:a", terms=small), Ticket)
@@ -304,15 +309,36 @@ def test_a_caller_with_a_job_in_flight_gets_the_pools_429():
     assert isinstance(unknown, PoolBusy)
 
 
+def test_a_released_ticket_wakes_who_waits_for_it_on_a_thread_or_a_loop():
+    """A caller's next upload waits for the body it has arriving: in a sync request's
+    thread, or as a future on its own loop woken by whichever thread releases it."""
+    ticket = Arrivals().budget("ip:1", None, 10, TERMS)
+    assert ticket is not None and not ticket.wait_released(0.01)  # not released: times out
+
+    async def waits() -> bool:
+        return await ticket.areleased(SOON)
+
+    with contextlib.ExitStack() as stack:
+        threads = stack.enter_context(ThreadPoolExecutor(2))
+        on_a_loop = threads.submit(asyncio.run, waits())
+        on_a_thread = threads.submit(ticket.wait_released, SOON)
+        wait_until(lambda: len(ticket._watchers) == 2)
+        ticket.release()
+        assert on_a_loop.result(SOON) is True and on_a_thread.result(SOON) is True
+    assert ticket.wait_released(0) and asyncio.run(ticket.areleased(0))  # released: at once
+    late = Arrivals().budget("ip:2", None, 10, TERMS)
+    assert late is not None and asyncio.run(late.areleased(0.01)) is False
+
+
 def test_a_burst_is_let_in_only_as_far_as_there_are_places_and_the_budget():
     arrivals = Arrivals()
     upload = headers(content_length="10")
-    verdicts = [verdict(upload, pressure(free=6), arrivals, who=f"ip:{i}") for i in range(200)]
+    decisions = [decided(upload, pressure(free=6), arrivals, who=f"ip:{i}") for i in range(200)]
+    verdicts = [v for v, _ in decisions]
     places = [v for v in verdicts if isinstance(v, Ticket) and v.kind == "place"]
     budget = [v for v in verdicts if isinstance(v, Ticket) and v.kind == "budget"]
     assert (len(places), len(budget), arrivals.count) == (6, TERMS.budget, 6 + TERMS.budget)
-    assert all(isinstance(v, PoolBusy) for v in verdicts[6 + TERMS.budget :])
-    assert arrivals.shed == 200 - 6 - TERMS.budget
+    assert all(isinstance(v, PoolBusy) and shed for v, shed in decisions[6 + TERMS.budget :])
     places[0].release()
     places[0].release()  # idempotent
     assert arrivals.count == 5 + TERMS.budget
@@ -491,6 +517,77 @@ def test_past_the_budget_the_door_sheds_and_counts_it_apart(pdfpool):
         assert first.result(SOON).status_code == 200
     assert ARRIVING.shed == shed_before + 1
     assert get_pool().snapshot().counters.refused_busy == 0  # not the pool's refusal
+
+
+class GatedBody(io.RawIOBase):
+    """A body held back until ``gate`` is set: a caller's upload still arriving."""
+
+    def __init__(self, data: bytes, gate: threading.Event) -> None:
+        self.data, self.gate = io.BytesIO(data), gate
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        self.gate.wait(SOON)
+        return self.data.readinto(buffer)
+
+
+def gated_post(url: str, data: bytes, gate: threading.Event, ip: str):
+    """A multipart upload of ``data`` whose body arrives once ``gate`` is set."""
+    from django.test.client import BOUNDARY, MULTIPART_CONTENT, encode_multipart
+
+    body = encode_multipart(BOUNDARY, {"file": pdfs_upload(data)})
+    environ = {
+        "wsgi.input": GatedBody(body, gate),
+        "CONTENT_LENGTH": str(len(body)),
+        "CONTENT_TYPE": MULTIPART_CONTENT,
+        **JSON,
+    }
+    return Client(REMOTE_ADDR=ip).generic("POST", url, **environ)
+
+
+def test_a_callers_next_upload_waits_for_its_body_arriving_then_joins(pdfpool):
+    """One body per caller arrives at a time, but a caller's second upload is not shed
+    for it: it waits, holding nothing, until the first body reaches the pool, then gets
+    the pool's answer (here: both join the job in flight). Nothing counts as shed."""
+    settings = pdfpool(SLOTS=1, QUEUE=0, DOOR_BUDGET=4)
+    data, gate, shed = b"%PDF- gated twins", threading.Event(), ARRIVING.shed
+    with held_requests(3) as threads, opened_at_exit(settings) as opened:
+        first = threads.submit(post, "/gated/", data, "10.4.0.1")
+        wait_until(lambda: get_pool().running() == 1)
+        arriving = threads.submit(gated_post, "/gated/", data, gate, "10.4.0.2")
+        wait_until(lambda: ARRIVING.own("ip:10.4.0.2") is not None)
+        second = threads.submit(post, "/gated/", data, "10.4.0.2")
+        own = ARRIVING.own("ip:10.4.0.2")
+        wait_until(lambda: own is not None and len(own._watchers) == 1)  # the second waits
+        assert not second.done()
+        gate.set()
+        key = get_pool().snapshot().jobs[0].key
+        wait_until(lambda: get_pool().waiting(key) == 2)  # the twin and the second joined
+        open(opened, "w").close()
+        answers = [first.result(SOON), arriving.result(SOON), second.result(SOON)]
+    assert [a.status_code for a in answers] == [200, 200, 200]
+    assert ARRIVING.shed == shed and get_pool().snapshot().counters.joined == 2
+
+
+def test_a_callers_wait_for_its_own_body_is_bounded_then_shed(pdfpool):
+    """A caller whose body never arrives: its next upload waits at most BODY_TIMEOUT,
+    then is shed from the headers (counted as a shed), unread."""
+    settings = pdfpool(SLOTS=1, QUEUE=0, BODY_TIMEOUT=1.0)
+    gate, shed = threading.Event(), ARRIVING.shed
+    with held_requests(2) as threads, opened_at_exit(settings) as opened:
+        first = threads.submit(post, "/gated/", b"%PDF- running", "10.5.0.1")
+        wait_until(lambda: get_pool().running() == 1)
+        silent = threads.submit(gated_post, "/gated/", b"%PDF- silent", gate, "10.5.0.2")
+        wait_until(lambda: ARRIVING.own("ip:10.5.0.2") is not None)
+        second = unread_post("/gated/", 1000, "10.5.0.2")
+        assert second.status_code == 503 and second.json()["error"] == "busy"
+        assert ARRIVING.shed == shed + 1
+        gate.set()
+        open(opened, "w").close()
+        assert first.result(SOON).status_code == 200
+        assert silent.result(SOON).status_code in (408, 503)
 
 
 def test_a_busy_caller_gets_429_from_the_headers(pdfpool):
@@ -764,7 +861,8 @@ def test_the_metrics_count_the_bodies_held_what_was_shed_and_what_timed_out(pdfp
     shed, timed_out = ARRIVING.shed, ARRIVING.timed_out
     place = verdict(upload, pressure(free=1), ARRIVING, who="ip:metrics-1")
     budget = verdict(upload, pressure(free=0), ARRIVING, who="ip:metrics-2")
-    verdict(upload, pressure(free=0), ARRIVING, who="ip:metrics-2")  # a second: shed
+    verdict(upload, pressure(free=0), ARRIVING, who="ip:metrics-3", terms=NO_BUDGET)
+    ARRIVING.count_shed()  # what the door's entry counts for that shed
     text = render(get_pool().snapshot(), timeout=30.0, pid=1)
     assert 'pdfpool_door_held{kind="place"} 1' in text
     assert 'pdfpool_door_held{kind="budget"} 1' in text

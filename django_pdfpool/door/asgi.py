@@ -18,7 +18,7 @@ from ..asgi import ASGIApp, Message, Receive, Scope, Send
 from ..conf import get_settings
 from ..exceptions import BodyTimeout, UploadRejected, UploadTooLarge
 from ..responses import Answer, arefusal_answer
-from .entry import apressure, awho, judge, terms
+from .entry import aadmit, awho, terms
 from .headers import UploadHeaders, is_post
 from .rules import DOOR, Refusal, Terms, Ticket, body_limit, too_large
 from .views import pooled_view
@@ -50,7 +50,7 @@ class PdfPoolDoor:
         try:
             upload = UploadHeaders.of(headers)
             who = await awho(ASGIRequest(scope, io.BytesIO()))
-            verdict = judge(view, upload, await apressure(view, upload, who), who)
+            verdict = await aadmit(view, upload, who)
         except UploadRejected as rejected:
             verdict = rejected
         if not isinstance(verdict, Ticket):

@@ -14,7 +14,7 @@ from django.http import HttpRequest, HttpResponse
 from ..conf import get_settings
 from ..exceptions import BodyTimeout, UploadRejected, UploadTooLarge
 from ..responses import arefusal_answer, refusal_answer
-from .entry import apressure, awho, judge, pressure_now, terms, who_now
+from .entry import aadmit, admit_now, awho, terms, who_now
 from .headers import UploadHeaders, is_post
 from .rules import DOOR, Refusal, Terms, Ticket
 from .views import PooledView, pooled_view
@@ -60,7 +60,7 @@ def enter(request: HttpRequest) -> Entry:
     try:
         upload = UploadHeaders.of(request.headers)
         who = who_now(request)
-        verdict = judge(view, upload, pressure_now(view, upload, who), who)
+        verdict = admit_now(view, upload, who)
     except UploadRejected as rejected:
         verdict = rejected
     if not isinstance(verdict, Ticket):
@@ -79,7 +79,7 @@ async def aenter(request: HttpRequest) -> Entry:
         if hasattr(request, "auser"):
             request.user = await request.auser()  # resolved once, as the decorator does
         who = await awho(request)
-        verdict = judge(view, upload, await apressure(view, upload, who), who)
+        verdict = await aadmit(view, upload, who)
     except UploadRejected as rejected:
         verdict = rejected
     if not isinstance(verdict, Ticket):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 from typing import Any
 
 from asgiref.sync import iscoroutinefunction, sync_to_async
@@ -91,15 +92,47 @@ async def awho(request: HttpRequest) -> Who:
 
 def judge(
     view: PooledView, upload: UploadHeaders, pressure: Pressure, who: Who
-) -> Refusal | Ticket:
+) -> tuple[Refusal | Ticket, Ticket | None]:
     """``decide`` with this project's settings and this process's arrivals; a refusal
-    in the pool's name counts in the pool's counters, a shed in the door's."""
+    in the pool's name counts in the pool's counters, a shed in the door's. A shed while
+    the caller has a body of its own arriving is not final: that body comes second."""
     verdict, shed = decide(
         upload, key_of(view, upload), pressure, ARRIVING, who=who[0], known=who[1], terms=terms()
     )
-    if not shed and isinstance(verdict, PoolBusy | PoolClosed | CallerBusy):
+    if shed:
+        own = ARRIVING.own(who[0])
+        if own is not None:
+            return verdict, own
+        ARRIVING.count_shed()
+    elif isinstance(verdict, PoolBusy | PoolClosed | CallerBusy):
         get_pool().count_refusal(verdict)
-    return verdict
+    return verdict, None
+
+
+def admit_now(view: PooledView, upload: UploadHeaders, who: Who) -> Refusal | Ticket:
+    """The door's verdict for a sync request. One body per caller arrives at a time: a
+    caller's next upload that could only be shed waits (up to ``BODY_TIMEOUT``, holding
+    nothing) for the one it has arriving to reach the pool, then is decided again."""
+    give_up = time.monotonic() + get_settings().body_timeout
+    while True:
+        verdict, own = judge(view, upload, pressure_now(view, upload, who), who)
+        if own is None:
+            return verdict
+        if not own.wait_released(give_up - time.monotonic()):
+            ARRIVING.count_shed()
+            return verdict
+
+
+async def aadmit(view: PooledView, upload: UploadHeaders, who: Who) -> Refusal | Ticket:
+    """``admit_now`` on an event loop: the wait is a future on this loop, no thread."""
+    give_up = time.monotonic() + get_settings().body_timeout
+    while True:
+        verdict, own = judge(view, upload, await apressure(view, upload, who), who)
+        if own is None:
+            return verdict
+        if not await own.areleased(give_up - time.monotonic()):
+            ARRIVING.count_shed()
+            return verdict
 
 
 def pressure_now(view: PooledView, upload: UploadHeaders, who: Who) -> Pressure:

@@ -12,9 +12,12 @@ which its place goes back, whether or not the body ever arrives.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -69,13 +72,16 @@ class Ticket:
     """One arriving body's place or budget entry; ``release()`` (idempotent) when its
     call reaches the pool, its request ends, or its deadline passes."""
 
-    __slots__ = ("_arrivals", "_lock", "key", "kind", "received", "reserved", "started", "who")
+    __slots__ = (
+        "_arrivals", "_lock", "_watchers", "key", "kind", "received", "reserved", "started", "who",
+    )  # fmt: skip
 
     def __init__(
         self, arrivals: Arrivals, who: str, kind: Kind, key: str | None, reserved: int
     ) -> None:
         self._arrivals: Arrivals | None = arrivals
-        self._lock = threading.Lock()  # guards _arrivals
+        self._lock = threading.Lock()  # guards _arrivals and _watchers
+        self._watchers: list[Callable[[], object]] = []  # called once, at the release
         self.who, self.kind, self.key, self.reserved = who, kind, key, reserved
         self.received = 0  # body bytes so far, counted by the adapter
         self.started = time.monotonic()
@@ -98,11 +104,63 @@ class Ticket:
             with arrivals._lock:
                 arrivals.timed_out += 1
 
+    def _watch(self, watcher: Callable[[], object]) -> bool:
+        """Call ``watcher`` at the release; False (and no call) if it is released already."""
+        with self._lock:
+            if self._arrivals is not None:
+                self._watchers.append(watcher)
+                return True
+        return False
+
+    def _unwatch(self, watcher: Callable[[], object]) -> None:
+        with self._lock:
+            if watcher in self._watchers:
+                self._watchers.remove(watcher)
+
+    def wait_released(self, timeout: float) -> bool:
+        """Block up to ``timeout`` seconds for the release (a sync request's thread)."""
+        gone = threading.Event()
+        if not self._watch(gone.set):
+            return True
+        if gone.wait(max(0.0, timeout)):
+            return True
+        self._unwatch(gone.set)
+        return self.released
+
+    async def areleased(self, timeout: float) -> bool:
+        """Await the release up to ``timeout`` seconds on this loop, woken by whichever
+        thread releases it (no thread waits)."""
+        loop = asyncio.get_running_loop()
+        gone: asyncio.Future[None] = loop.create_future()
+
+        def wake() -> None:
+            if not gone.done():
+                gone.set_result(None)
+
+        def watcher() -> None:
+            loop.call_soon_threadsafe(wake)
+
+        if not self._watch(watcher):
+            return True
+        try:
+            await asyncio.wait_for(gone, max(0.0, timeout))
+        except TimeoutError:
+            self._unwatch(watcher)
+            return self.released
+        except BaseException:  # cancelled: the client left
+            self._unwatch(watcher)
+            raise
+        return True
+
     def _let_go(self) -> Arrivals | None:
         with self._lock:
             arrivals, self._arrivals = self._arrivals, None
+            watchers, self._watchers = self._watchers, []
         if arrivals is not None:
             arrivals._release(self)
+        for watcher in watchers:
+            with contextlib.suppress(RuntimeError):  # a waiter's loop that has closed
+                watcher()
         return arrivals
 
 
@@ -133,6 +191,11 @@ class Arrivals:
         """Whether a body holding a place has a key nobody knows yet (it may start any job)."""
         with self._lock:
             return any(t.kind == "place" and t.key is None for t in self._tickets)
+
+    def own(self, who: str) -> Ticket | None:
+        """The body ``who`` has arriving, if any (one per caller: a second waits for it)."""
+        with self._lock:
+            return next((t for t in self._tickets if t.who == who), None)
 
     def holds_place(self, who: str) -> bool:
         """Whether ``who`` has a body arriving on a place."""
@@ -213,9 +276,10 @@ def decide(
     terms: Terms,
 ) -> tuple[Refusal | Ticket, bool]:
     """The pool's answer, or a ticket for the body; and whether a refusal is a shed (the
-    budget's, not the pool's). ``key``: the single-flight key the upload declares, if any
-    (and trusted); ``who``: the caller, or the address when ``known`` is False (the caller
-    function could not tell before the body)."""
+    budget's, not the pool's; the caller counts it, or first waits for its own body).
+    ``key``: the single-flight key the upload declares, if any (and trusted); ``who``: the
+    caller, or the address when ``known`` is False (the caller function could not tell
+    before the body)."""
     if pressure.closed:
         return delivery.closing(), False
     declared = upload.declared_size
@@ -230,7 +294,6 @@ def decide(
         entry = arrivals.budget(who, key, size, terms)
         if entry is not None:
             return entry, False
-        arrivals.count_shed()
         if busy:
             return delivery.caller_busy(pressure.caller_retry_after), True
         return delivery.queue_full(pressure.retry_after), True
