@@ -250,7 +250,9 @@ def test_no_key_outlives_its_job_by_more_than_the_lease(make_pool, redis_server,
         gate.set()
         assert await asyncio.gather(starter, sharer) == ["r", "r"]
         left = namespace_keys(redis_server.url, namespace)
-        assert all(key.endswith((":procs", ":terms")) for key in left), left  # no job, no result
+        assert all(key.endswith((":procs", ":terms", ":tick")) for key in left), (
+            left
+        )  # no job, no result
         await until(lambda: namespace_keys(redis_server.url, namespace) == [], timeout=1.5)
 
     run(scenario)

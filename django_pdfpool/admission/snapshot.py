@@ -26,6 +26,8 @@ class Pressure:
     free: int  # slots and queue places not taken
     in_flight: bool  # a job for the key asked about is in flight (it can be joined)
     retry_after: float  # seconds until a place is likely free
+    caller_busy: bool = False  # the caller asked about holds a job for another key (429)
+    caller_retry_after: float = 0.0  # the Retry-After that 429 would carry
 
 
 @dataclass(frozen=True)
@@ -161,3 +163,7 @@ class ClusterSnapshot:
     cluster: PoolSnapshot
     local: PoolSnapshot
     processes: tuple[ProcessHold, ...]
+    trouble: str | None = None  # while not "redis": "unreachable", or "refused" (writes)
+    redis_error: str = ""  # the last Redis failure, as the log said it
+    unreachable: int = 0  # times this process fell back because Redis did not answer
+    refused_writes: int = 0  # ... because Redis refused a write (OOM, READONLY, NOPERM)

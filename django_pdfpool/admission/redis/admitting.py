@@ -12,14 +12,14 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
-from ...exceptions import CoordinatorUnavailable, PoolMisconfigured
+from ...exceptions import PoolMisconfigured
 from .. import delivery
 from ..delivery import call_dropped, deliver
 from ..ledger import Ledger
 from ..protocol import DropFn, JobFn
 from .calls import ScriptCalls
 from .events import EventRouter
-from .health import Health
+from .health import Health, unavailable
 from .lifecycle import JobLifecycle
 from .link import Link
 from .modes import REDIS
@@ -92,16 +92,14 @@ class Admitter:
                     job_id,
                     has_fn,
                     terms.fingerprint,
+                    terms.deployment,
                 )
                 reply = AdmitReply.of(raw)
             except RedisError as error:
                 if await self._health.judge(error):  # only a connection dropped: Redis is
                     call_dropped(on_drop)  # up, and whether the script ran is unknown
                     self._books.count("refused_busy")
-                    retry = CoordinatorUnavailable(
-                        "The service lost its coordinator for a moment; try again.", 1.0
-                    )
-                    deliver([waiter], None, retry)
+                    deliver([waiter], None, unavailable("dropped", 1.0))
                     return
                 waiter.handed_back = True  # the caller takes it to the fallback, or (gone) _leave
                 deliver([waiter], GO_LOCAL, None)
@@ -187,12 +185,22 @@ class Admitter:
         ]
         if "fingerprint" in differs:
             named.append("the settings that change results differ (fingerprint)")
-        error = PoolMisconfigured(
-            f"The PDF pool's processes sharing the Redis namespace {self._link.namespace!r} "
-            f"have other settings than this one: {'; '.join(named)}. Give them all the same "
-            "settings, or each deployment a namespace of its own.",
-            terms.lease,
-        )
+        if "deployment" in differs:
+            error = PoolMisconfigured(
+                f"Another deployment uses the Redis namespace {self._link.namespace!r}: its "
+                "processes have another SECRET_KEY (or PDFPOOL['DEPLOYMENT']) than this one, "
+                "so their pools are kept apart, not merged. Give each deployment a NAMESPACE "
+                "of its own (or, for one deployment, the same SECRET_KEY everywhere).",
+                terms.lease,
+            )
+        else:
+            error = PoolMisconfigured(
+                f"The PDF pool's processes sharing the Redis namespace "
+                f"{self._link.namespace!r} have other settings than this one: "
+                f"{'; '.join(named)}. Give them all the same settings, or each deployment a "
+                "namespace of its own.",
+                terms.lease,
+            )
         if not self._told_mismatch:
             self._told_mismatch = True
             logger.error("PDF pool refuses every job: %s", error)

@@ -1,7 +1,9 @@
 """Whether this process coordinates through Redis or falls back: the one owner of the mode.
 
 A failed call switches to the fallback (one warning), ends what cannot wait for Redis, and
-starts one PING per ``probe_every`` until Redis answers again (docs/cluster.md)."""
+starts one probe per ``probe_every`` (a PING and a write) until Redis takes writes again
+(docs/cluster.md). Redis unreachable and Redis refusing writes (out of memory, a read-only
+replica, an ACL without the rights) are told apart, counted apart and worded apart."""
 
 from __future__ import annotations
 
@@ -12,11 +14,39 @@ from collections.abc import Awaitable, Callable
 
 from redis import exceptions as redis_errors
 
+from ...exceptions import CoordinatorUnavailable
 from .link import Link
 from .modes import LOCAL_FALLBACK, REDIS, REFUSING
 from .records import Background, Terms
 
 logger = logging.getLogger("django_pdfpool.redis")
+
+UNREACHABLE, REFUSED = "unreachable", "refused"  # why Redis fails: Health.trouble
+
+# What a caller refused for want of Redis is told, worded once (CoordinatorUnavailable, 503)
+_UNAVAILABLE = {
+    UNREACHABLE: "The service cannot reach its coordinator; try again shortly.",
+    REFUSED: "The service's coordinator does not take new work at the moment; try again shortly.",
+    "dropped": "The service lost its coordinator for a moment; try again.",
+    "waiting": "The service lost its coordinator while this job waited; try again shortly.",
+}
+
+
+def unavailable(why: str, retry_after: float) -> CoordinatorUnavailable:
+    """The refusal for a call Redis cannot coordinate: ``why`` is ``Health.trouble``, or
+    ``"dropped"`` (its connection dropped mid-call), or ``"waiting"`` (queued when Redis
+    failed)."""
+    return CoordinatorUnavailable(_UNAVAILABLE.get(why, _UNAVAILABLE[UNREACHABLE]), retry_after)
+
+
+def trouble_of(error: BaseException) -> str:
+    """``REFUSED`` when Redis answered with an error (OOM, READONLY, NOPERM, a wrong
+    password, ...), ``UNREACHABLE`` when it did not answer at all."""
+    if isinstance(error, redis_errors.AuthenticationError | redis_errors.AuthorizationError):
+        return REFUSED
+    if isinstance(error, redis_errors.ConnectionError | redis_errors.TimeoutError | OSError):
+        return UNREACHABLE
+    return REFUSED
 
 
 class Health:
@@ -40,6 +70,9 @@ class Health:
         self._on_up = on_up  # Redis is back: tell it at once what runs here
         self._is_retired = is_retired
         self.mode = REDIS
+        self.trouble: str | None = None  # UNREACHABLE or REFUSED while not REDIS
+        self.last_error = ""  # the last failure, for the status page
+        self.failures = {UNREACHABLE: 0, REFUSED: 0}  # switches to the fallback, by cause
         self.last_ok = time.monotonic()  # when Redis last answered a beat
         self._probe: asyncio.Task[None] | None = None
         self._confirming: asyncio.Task[bool] | None = None  # is a failure only a dropped link?
@@ -97,11 +130,14 @@ class Health:
             return
         local = self._terms.fallback == "local"
         self.mode = LOCAL_FALLBACK if local else REFUSING
+        self.trouble = trouble_of(error)
+        self.failures[self.trouble] += 1
+        self.last_error = f"{type(error).__name__}: {error}"
         logger.warning(
-            "PDF pool: Redis at %s failed (%s: %s); %s",
+            "PDF pool: Redis at %s %s (%s); %s",
             self._link.where,
-            type(error).__name__,
-            error,
+            "refused a write" if self.trouble == REFUSED else "failed",
+            self.last_error,
             "new jobs run in this process's own pool, with per-process limits"
             if local
             else "new jobs are refused (503) until it is back",
@@ -121,15 +157,17 @@ class Health:
                 await asyncio.sleep(self._terms.probe_every)
                 try:
                     await self._link.reset()
-                    await self._link.ping()
+                    await self._link.probe()
                     await self._listen()
-                except redis_errors.RedisError:
+                except redis_errors.RedisError as error:
+                    self.trouble = trouble_of(error)  # it may change: back, but read-only
+                    self.last_error = f"{type(error).__name__}: {error}"
                     continue
                 logger.warning(
                     "PDF pool: Redis at %s is back; limits are shared again", self._link.where
                 )
                 self.ok()
-                self.mode = REDIS
+                self.mode, self.trouble = REDIS, None
                 await self._on_up()
                 return
         finally:

@@ -13,14 +13,14 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
-from ...exceptions import CoordinatorUnavailable, RunnerLost
+from ...exceptions import RunnerLost
 from .. import delivery
 from ..delivery import call_dropped, deliver, report_failure
 from ..ledger import Ledger
 from ..records import run_job
 from .calls import ScriptCalls
 from .codec import decode_outcome, encode_outcome
-from .health import Health
+from .health import Health, unavailable
 from .link import Link
 from .records import Background, Closing, RedisJob, Terms
 from .table import JobTable
@@ -132,10 +132,7 @@ class JobLifecycle:
         if kind == "closed":
             return delivery.stopped()
         if kind == "unavailable":
-            return CoordinatorUnavailable(
-                "The service lost its coordinator while this job waited; try again shortly.",
-                self._terms.probe_every,
-            )
+            return unavailable("waiting", self._terms.probe_every)
         if kind == "expired":
             return RunnerLost("The job's result expired before it could be read; try again.")
         return None if kind == "dropped" else RunnerLost(LOST)

@@ -18,28 +18,45 @@ from typing import Any
 
 import redis
 import redis.asyncio as aredis
+import redis.asyncio.sentinel as aredis_sentinel
+import redis.sentinel
 from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
-from redis.exceptions import RedisError
+from redis.connection import parse_url
+from redis.exceptions import RedisError, ResponseError
 from redis.retry import Retry
 
 from ...exceptions import BlockingCallWarning
 from ..jobloop import on_job_loop
-from .scripts import MUTATING, SOURCES, Event
+from .scripts import MUTATING, SOURCES, Event, PressureReply
 from .urls import presentable
+from .view import whole
 
 logger = logging.getLogger("django_pdfpool.redis")
 
 MAX_CONNECTIONS = 16  # per pool, on the job loop; callers beyond wait for one
 
 
+Sentinels = tuple[tuple[str, int], ...]
+
+
 class Link:
-    """The connections of one pool (one process id, one namespace) to one Redis."""
+    """The connections of one pool (one process id, one namespace) to one Redis: the one
+    at ``url`` or, with ``sentinels``, the primary the Sentinels name for the URL's host
+    (the service name; the URL gives the rest: credentials, database, TLS)."""
 
     def __init__(
-        self, url: str, namespace: str, process: str, *, lease: float, slots: int, timeout: float
+        self,
+        url: str,
+        namespace: str,
+        process: str,
+        *,
+        lease: float,
+        slots: int,
+        timeout: float,
+        sentinels: Sentinels = (),
     ) -> None:
-        self.url, self.namespace = url, namespace
+        self.url, self.namespace, self.sentinels = url, namespace, sentinels
         self.prefix = "{" + namespace + "}:"
         self.process = process
         self.procs_key = self.prefix + "procs"
@@ -70,20 +87,30 @@ class Link:
     def client(self) -> aredis.Redis:
         """The asyncio client; made on first use, on the job loop."""
         if self._client is None:
-            pool = aredis.BlockingConnectionPool.from_url(
-                self.url,
-                max_connections=MAX_CONNECTIONS,
-                timeout=self._timeout,
-                decode_responses=True,
-                socket_timeout=self._timeout,
-                socket_connect_timeout=self._timeout,
-                retry=AsyncRetry(NoBackoff(), 0),
-            )
-            self._client = aredis.Redis(connection_pool=pool)
+            options: dict[str, Any] = {
+                "decode_responses": True,
+                "socket_timeout": self._timeout,
+                "socket_connect_timeout": self._timeout,
+                "retry": AsyncRetry(NoBackoff(), 0),
+            }
+            if self.sentinels:
+                self._client = _sentinel(aredis_sentinel.Sentinel, self, options).master_for(
+                    self._service()
+                )
+            else:
+                pool = aredis.BlockingConnectionPool.from_url(
+                    self.url, max_connections=MAX_CONNECTIONS, timeout=self._timeout, **options
+                )
+                self._client = aredis.Redis(connection_pool=pool)
             self._scripts = {
-                name: self._client.register_script(SOURCES[name]) for name in (*MUTATING, "collect")
+                name: self._client.register_script(SOURCES[name])
+                for name in (*MUTATING, "collect", "probe")
             }
         return self._client
+
+    def _service(self) -> str:
+        """The Sentinel service name: the URL's host."""
+        return str(parse_url(self.url)["host"])  # type: ignore[no-untyped-call]
 
     async def call(self, name: str, *args: Any) -> Any:
         """Run a mutating script as this process; its reply as Redis gives it."""
@@ -100,6 +127,11 @@ class Link:
 
     async def ping(self) -> None:
         await self.client().ping()
+
+    async def probe(self) -> None:
+        """PING, then a write in the namespace (``probe.lua``): Redis takes writes again."""
+        await self.client().ping()
+        await self._scripts["probe"](keys=[self.procs_key])
 
     async def subscribe(
         self, on_event: Callable[[Event], None], on_error: Callable[[BaseException], None]
@@ -226,37 +258,58 @@ class Link:
             )
         with self._sync_lock:
             if self._sync is None:
-                self._sync = redis.Redis.from_url(
-                    self.url,
-                    decode_responses=True,
-                    socket_timeout=self._timeout,
-                    socket_connect_timeout=self._timeout,
-                    retry=Retry(NoBackoff(), 1),  # reads only: once more on a stale connection
-                )
-                self._sync_scripts = {"view": self._sync.register_script(SOURCES["view"])}
+                options: dict[str, Any] = {
+                    "decode_responses": True,
+                    "socket_timeout": self._timeout,
+                    "socket_connect_timeout": self._timeout,
+                    "retry": Retry(NoBackoff(), 1),  # reads only: once more on a stale connection
+                }
+                if self.sentinels:
+                    sentinel = _sentinel(redis.sentinel.Sentinel, self, options)
+                    self._sync = sentinel.master_for(self._service())
+                else:
+                    self._sync = redis.Redis.from_url(self.url, **options)
+                self._sync_scripts = {
+                    name: self._sync.register_script(SOURCES[name]) for name in ("view", "pressure")
+                }
             return self._sync
 
     def running(self) -> int:
-        return int(self.sync().scard(self.prefix + "running"))
+        return self._count("scard", "running")
 
     def queued(self) -> int:
-        return int(self.sync().llen(self.prefix + "queue"))
+        return self._count("llen", "queue")
+
+    def _count(self, command: str, name: str) -> int:
+        """SCARD or LLEN of a state key; 0 if it holds another type (bad data, which the
+        next script deletes): a read never fails on what Redis holds."""
+        try:
+            return int(getattr(self.sync(), command)(self.prefix + name))
+        except ResponseError as error:
+            if not str(error).startswith("WRONGTYPE"):
+                raise
+            return 0
 
     def waiting(self, key: str) -> int:
-        """Callers waiting on ``key``'s job in every process, less its starter."""
-        fields: dict[str, str] = self.sync().hgetall(self.prefix + "job:" + key)  # type: ignore[assignment]
-        total = sum(int(value) for name, value in fields.items() if name.startswith("w:"))
-        return max(0, total - int(fields.get("sw", 0) or 0))
+        """Callers waiting on ``key``'s job in every process, less its starter (counts
+        that are not whole numbers skipped)."""
+        try:
+            fields: dict[str, str] = self.sync().hgetall(self.prefix + "job:" + key)  # type: ignore[assignment]
+        except ResponseError as error:
+            if not str(error).startswith("WRONGTYPE"):
+                raise
+            return 0
+        counts = [whole(value) for name, value in fields.items() if name.startswith("w:")]
+        total = sum(n for n in counts if n is not None and n > 0)
+        return max(0, total - max(0, whole(fields.get("sw")) or 0))
 
-    def pressure(self, key: str | None) -> tuple[int, int, bool]:
-        """Running and queued jobs in every process, and whether ``key``'s job is in
-        flight: one round trip."""
-        pipe = self.sync().pipeline(transaction=False)
-        pipe.scard(self.prefix + "running")
-        pipe.llen(self.prefix + "queue")
-        pipe.exists(self.prefix + "job:" + (key or ""))
-        running, queued, exists = pipe.execute()
-        return int(running), int(queued), key is not None and bool(exists)
+    def pressure(self, key: str | None, caller: str | None) -> PressureReply:
+        """Running and queued jobs in every process, whether ``key``'s job is in flight,
+        and whether ``caller`` is busy with another: one round trip (``pressure.lua``)."""
+        client = self.sync()
+        args = [key or "", caller or ""]
+        raw = self._sync_scripts["pressure"](keys=[self.procs_key], args=args, client=client)
+        return PressureReply.of(raw)
 
     def view(self) -> Any:
         """Everything in flight, with the process leases (``view.lua``)."""
@@ -267,6 +320,19 @@ class Link:
         """Every key of the namespace (SCAN; for tests and diagnostics)."""
         pattern = _glob_escape(self.prefix) + "*"
         return sorted(self.sync().scan_iter(match=pattern, count=1000))
+
+
+def _sentinel(make: Callable[..., Any], link: Link, options: dict[str, Any]) -> Any:
+    """A Sentinel client (redis-py's, sync or asyncio) for ``link``: the Sentinels are
+    asked with the same timeouts; the primary is reached with the URL's credentials,
+    database and TLS (``rediss://``, its ``ssl_*`` query parameters)."""
+    parsed = dict(parse_url(link.url))  # type: ignore[no-untyped-call]
+    for name in ("host", "port", "path", "connection_class"):
+        parsed.pop(name, None)
+    if link.url.lower().startswith("rediss://"):
+        parsed["ssl"] = True
+    timeouts = {name: options[name] for name in ("socket_timeout", "socket_connect_timeout")}
+    return make(list(link.sentinels), sentinel_kwargs=timeouts, **parsed, **options)
 
 
 def _glob_escape(text: str) -> str:

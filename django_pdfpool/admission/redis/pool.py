@@ -21,7 +21,7 @@ from typing import Any, cast
 from redis.connection import parse_url
 from redis.exceptions import RedisError
 
-from ...exceptions import CoordinatorUnavailable, PoolBusy, PoolClosed
+from ...exceptions import PoolBusy, PoolClosed
 from .. import delivery
 from ..delivery import call_dropped
 from ..jobloop import call_in_job_loop, get_job_loop
@@ -32,6 +32,8 @@ from ..records import Waiter
 from ..snapshot import ClusterSnapshot, Counters, JobInfo, PoolSnapshot, Pressure, ProcessHold
 from .admitting import GO_LOCAL
 from .codec import Decode, Encode
+from .health import UNREACHABLE, unavailable
+from .link import Sentinels
 from .modes import FALLBACKS, REDIS
 from .process import ProcessSide
 from .records import Closing, RedisWaiter, Terms
@@ -53,6 +55,10 @@ class RedisPool:
     seconds a Redis call may take before Redis counts as failing. ``fingerprint``: an
     opaque string (the settings that change results); processes of one namespace whose
     limits or fingerprint differ are refused with ``PoolMisconfigured``, never merged.
+    ``deployment``: an opaque string naming the deployment (never a secret: Django's side
+    passes an HMAC of a fixed label under SECRET_KEY); two deployments that share a Redis
+    and a namespace by accident are refused likewise. ``sentinels``: ``(host, port)`` of
+    Redis Sentinels; the URL's host is then the service name of the primary.
     """
 
     def __init__(
@@ -71,6 +77,8 @@ class RedisPool:
         fallback: str = "refuse",
         timeout: float = 1.0,
         fingerprint: str = "",
+        deployment: str = "",
+        sentinels: Iterable[tuple[str, int]] = (),
         run_time_ceiling: float | None = None,
     ) -> None:
         # checks them as Pool does
@@ -87,6 +95,9 @@ class RedisPool:
             raise ValueError(f"timeout must be a number of seconds > 0, not {timeout!r}")
         if not isinstance(fingerprint, str) or len(fingerprint) > 1024:
             raise ValueError("fingerprint must be a string of at most 1024 characters")
+        if not isinstance(deployment, str) or len(deployment) > 256:
+            raise ValueError("deployment must be a string of at most 256 characters")
+        self._sentinels: Sentinels = tuple((str(host), int(port)) for host, port in sentinels)
         parse_url(url)  # type: ignore[no-untyped-call]  # ValueError for anything but redis://, rediss:// and unix://
         self.slots, self.queue_size, self.wait = slots, queue, wait
         self.lease, self.namespace, self.fallback = float(lease), namespace, fallback
@@ -103,6 +114,7 @@ class RedisPool:
             decode=decode,
             max_result_bytes=max_result_bytes,
             fingerprint=fingerprint,
+            deployment=deployment,
         )
         self._books = Ledger(slots, run_time_ceiling)  # this process's counters and durations
         self._closing = Closing()  # written here, read by the job loop
@@ -118,6 +130,7 @@ class RedisPool:
             books=self._books,
             closing=self._closing,
             fallback=self._local if self.fallback == "local" else None,
+            sentinels=self._sentinels,
         )
 
     @property
@@ -151,18 +164,31 @@ class RedisPool:
 
     blocking_reads = True  # ``pressure`` asks Redis
 
-    def pressure(self, key: str | None = None) -> Pressure:
+    def pressure(self, key: str | None = None, caller: str | None = None) -> Pressure:
         """Closed or not, free places in the cluster, whether ``key``'s job is in flight
-        anywhere, and when a place is likely free (this process's while Redis fails)."""
+        anywhere, whether ``caller`` holds a job for another key (the 429 ``run`` would
+        give, with its Retry-After), and when a place is likely free: one round trip
+        (this process's reading while Redis fails)."""
         closed = self._closing.closed
         if self.mode == REDIS:
             try:
-                running, queued, in_flight = self._side.link.pressure(key)
+                found = self._side.link.pressure(key, caller)
             except RedisError as error:
                 call_in_job_loop(self._side.health.failed, error)
             else:
-                free = max(0, self.slots + self.queue_size - running - queued)
-                return Pressure(closed, free, in_flight, self._books.expected_start(queued))
+                free = max(0, self.slots + self.queue_size - found.running - found.queued)
+                retry = 0.0
+                if found.caller_busy:
+                    running_for = found.age if found.state == "running" else None
+                    retry = self._books.expected_end(running_for, found.ahead)
+                return Pressure(
+                    closed,
+                    free,
+                    found.in_flight,
+                    self._books.expected_start(found.queued),
+                    caller_busy=found.caller_busy,
+                    caller_retry_after=retry,
+                )
         return dataclasses.replace(self._local.pressure(key), closed=closed)
 
     def count_refusal(self, refusal: PoolBusy | PoolClosed) -> None:
@@ -211,7 +237,12 @@ class RedisPool:
                 call_in_job_loop(self._side.health.failed, error)
             else:
                 cluster, processes = view.with_books(self._snapshot(view.jobs)), view.processes
+        health = self._side.health
         return ClusterSnapshot(
+            trouble=health.trouble,
+            redis_error=health.last_error,
+            unreachable=health.failures["unreachable"],
+            refused_writes=health.failures["refused"],
             mode=self.mode,
             url=self._side.link.where,
             namespace=self.namespace,
@@ -268,10 +299,7 @@ class RedisPool:
             return await self._local.run(key, caller, fn, on_drop=on_drop)
         self._books.count("refused_busy")
         call_dropped(on_drop)
-        raise CoordinatorUnavailable(
-            "The service cannot reach its coordinator; try again shortly.",
-            self._terms.probe_every,
-        )
+        raise unavailable(self._side.health.trouble or UNREACHABLE, self._terms.probe_every)
 
     async def _leave(self, waiter: RedisWaiter) -> None:
         """Have the job loop take ``waiter`` off its job, in Redis too; wait for it,

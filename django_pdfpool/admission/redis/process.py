@@ -23,7 +23,7 @@ from .events import EventRouter
 from .health import Health
 from .heartbeat import Heartbeat
 from .lifecycle import JobLifecycle
-from .link import Link
+from .link import Link, Sentinels
 from .modes import REDIS
 from .records import Background, Closing, RedisWaiter, Terms
 from .table import JobTable
@@ -42,6 +42,7 @@ class ProcessSide:
         books: Ledger,
         closing: Closing,
         fallback: Pool | None,
+        sentinels: Sentinels = (),
     ) -> None:
         self._terms, self._closing = terms, closing
         self._fallback = fallback  # the pool new calls go to while Redis fails, if any
@@ -54,6 +55,7 @@ class ProcessSide:
             lease=terms.lease,
             slots=terms.slots,
             timeout=terms.timeout,
+            sentinels=sentinels,
         )
         self.tasks = Background()
         self.retired = False  # for good: unregistered from Redis, connections closed

@@ -31,6 +31,7 @@ class Terms:
     decode: Decode | None
     max_result_bytes: int
     fingerprint: str = ""  # opaque: the settings that change results, same in every process
+    deployment: str = ""  # opaque: who this deployment is (never a secret), same likewise
 
     @property
     def wait_ms(self) -> str:

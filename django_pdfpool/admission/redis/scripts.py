@@ -8,7 +8,7 @@ from importlib.resources import files
 from typing import Any, NamedTuple
 
 MUTATING = ("admit", "leave", "finish", "expire", "drop", "beat", "unregister", "refused")
-READING = ("collect", "view")
+READING = ("collect", "view", "pressure", "probe")
 
 
 def _read(name: str) -> str:
@@ -93,6 +93,28 @@ class EventsReply(NamedTuple):
     @classmethod
     def of(cls, reply: Any) -> EventsReply:
         return cls(events_of(reply[0]))
+
+
+class PressureReply(NamedTuple):
+    """``pressure.lua``'s answer: the cluster's running and queued jobs, whether the key's
+    job is in flight, and whether the caller is busy with another (its held job's state,
+    seconds since it queued or started, and jobs ahead of it)."""
+
+    running: int
+    queued: int
+    in_flight: bool
+    caller_busy: bool
+    state: str
+    age: float
+    ahead: int
+
+    @classmethod
+    def of(cls, reply: Any) -> PressureReply:
+        running, queued, in_flight, busy, state, age_ms, ahead = reply
+        return cls(
+            int(running), int(queued), bool(in_flight), bool(busy), str(state),
+            int(age_ms) / 1000, int(ahead),
+        )  # fmt: skip
 
 
 class JobReport(NamedTuple):
