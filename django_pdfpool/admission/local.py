@@ -86,12 +86,24 @@ class Pool:
 
     blocking_reads = False  # ``pressure`` reads memory only
 
-    def pressure(self, key: str | None = None) -> Pressure:
+    def pressure(self, key: str | None = None, caller: str | None = None) -> Pressure:
         """What a door decides on before a body is read (see ``AdmissionPool``)."""
         with self._lock:
             free = max(0, self.slots + self.queue_size - self._running - len(self._queue))
             in_flight = key is not None and key in self._jobs
-            return Pressure(self._closed, free, in_flight, self._expected_start())
+            held = None if caller is None or in_flight else self._callers.get(caller)
+            retry = 0.0
+            if held is not None:  # rule 2, as _admit gives it
+                ahead = self._queue.index(held) if held.state == "queued" else 0
+                retry = self._books.expected_end(held.running_for(time.monotonic()), ahead)
+            return Pressure(
+                self._closed,
+                free,
+                in_flight,
+                self._expected_start(),
+                caller_busy=held is not None,
+                caller_retry_after=retry,
+            )
 
     def count_refusal(self, refusal: PoolBusy | PoolClosed) -> None:
         """Count a refusal the door gave in this pool's name."""
