@@ -1,8 +1,8 @@
 """``RedisPool``: the admission rules across every process that shares a Redis namespace.
 
 The callers' side, usable from any thread and any event loop: a call is handed to this
-process's job loop (``process.ProcessSide``) and answered on the caller's own loop. The
-design (scripts, events, leases, fallbacks) is explained in docs/cluster.md.
+process's job loop (``side.ProcessSide``, the state machine) and answered on the caller's
+own loop. The design (scripts, events, leases, fallbacks) is explained in docs/cluster.md.
 """
 
 from __future__ import annotations
@@ -30,13 +30,10 @@ from ..local import Pool
 from ..protocol import DropFn, ErrorObserver, JobFn
 from ..records import Waiter
 from ..snapshot import ClusterSnapshot, Counters, JobInfo, PoolSnapshot, Pressure, ProcessHold
-from .admitting import GO_LOCAL
 from .codec import Decode, Encode
-from .health import UNREACHABLE, unavailable
 from .link import Sentinels
 from .modes import FALLBACKS, REDIS
-from .process import ProcessSide
-from .records import Closing, RedisWaiter, Terms
+from .side import GO_LOCAL, UNREACHABLE, Closing, ProcessSide, RedisWaiter, Terms, unavailable
 from .view import parse_view
 
 __all__ = ["MAX_RESULT_BYTES", "RedisPool"]
@@ -141,25 +138,25 @@ class RedisPool:
     @property
     def mode(self) -> str:
         """``"redis"``, or while Redis fails ``"local-fallback"`` / ``"refusing"``."""
-        return self._side.health.mode
+        return self._side.mode
 
     # --- reading ------------------------------------------------------------
 
     def running(self) -> int:
         """Jobs holding a slot, in every process (this process's while Redis fails)."""
-        link, table = self._side.link, self._side.table
-        return self._read(link.running, lambda: self._local.running() + table.owned("running"))
+        side = self._side
+        return self._read(side.link.running, lambda: self._local.running() + side.owned("running"))
 
     def queued(self) -> int:
         """Jobs waiting for a slot, in every process (this process's while Redis fails)."""
-        link, table = self._side.link, self._side.table
-        return self._read(link.queued, lambda: self._local.queued() + table.owned("queued"))
+        side = self._side
+        return self._read(side.link.queued, lambda: self._local.queued() + side.owned("queued"))
 
     def waiting(self, key: str) -> int:
         """Callers sharing ``key``'s job in every process, not counting its starter."""
-        link, table = self._side.link, self._side.table
+        side = self._side
         return self._read(
-            lambda: link.waiting(key), lambda: table.sharers(key) + self._local.waiting(key)
+            lambda: side.link.waiting(key), lambda: side.sharers(key) + self._local.waiting(key)
         )
 
     blocking_reads = True  # ``pressure`` asks Redis
@@ -174,7 +171,7 @@ class RedisPool:
             try:
                 found = self._side.link.pressure(key, caller)
             except RedisError as error:
-                call_in_job_loop(self._side.health.failed, error)
+                call_in_job_loop(self._side.failed, error)
             else:
                 free = max(0, self.slots + self.queue_size - found.running - found.queued)
                 retry = 0.0
@@ -197,8 +194,7 @@ class RedisPool:
         name = delivery.counter_of(refusal)
         self._books.count(name)
         if name == "refused_busy" and self.mode == REDIS:
-            side = self._side
-            call_in_job_loop(lambda: side.tasks.quietly(side.link.call("refused", name)))
+            call_in_job_loop(self._side.count_refused, name)
 
     def _read(self, shared: Callable[[], int], here: Callable[[], int]) -> int:
         """One brief blocking read from Redis (any thread); this process's figure
@@ -207,13 +203,13 @@ class RedisPool:
             try:
                 return shared()
             except RedisError as error:
-                call_in_job_loop(self._side.health.failed, error)
+                call_in_job_loop(self._side.failed, error)
         return here()
 
     def idle(self) -> bool:
         """Nothing in flight in this process: no job run or queued here, no caller of
         this process waiting (``running()``/``queued()`` count every process)."""
-        return not self._side.table.busy() and self._local.idle()
+        return not self._side.busy() and self._local.idle()
 
     def snapshot(self) -> PoolSnapshot:
         """Every job in flight in the namespace, with the cluster's counters and figures
@@ -223,7 +219,7 @@ class RedisPool:
     def local_snapshot(self) -> PoolSnapshot:
         """The jobs this process runs or queues, its fallback pool's included."""
         fallback = self._local.snapshot()
-        jobs = [*self._side.table.owned_infos(time.monotonic(), time.time()), *fallback.jobs]
+        jobs = [*self._side.owned_infos(time.monotonic(), time.time()), *fallback.jobs]
         return self._snapshot(jobs, extra=fallback.counters)
 
     def cluster_snapshot(self) -> ClusterSnapshot:
@@ -234,15 +230,15 @@ class RedisPool:
             try:
                 view = parse_view(self._side.link.view(), time.time())
             except RedisError as error:
-                call_in_job_loop(self._side.health.failed, error)
+                call_in_job_loop(self._side.failed, error)
             else:
                 cluster, processes = view.with_books(self._snapshot(view.jobs)), view.processes
-        health = self._side.health
+        side = self._side
         return ClusterSnapshot(
-            trouble=health.trouble,
-            redis_error=health.last_error,
-            unreachable=health.failures["unreachable"],
-            refused_writes=health.failures["refused"],
+            trouble=side.trouble,
+            redis_error=side.last_error,
+            unreachable=side.failures["unreachable"],
+            refused_writes=side.failures["refused"],
             mode=self.mode,
             url=self._side.link.where,
             namespace=self.namespace,
@@ -299,7 +295,7 @@ class RedisPool:
             return await self._local.run(key, caller, fn, on_drop=on_drop)
         self._books.count("refused_busy")
         call_dropped(on_drop)
-        raise unavailable(self._side.health.trouble or UNREACHABLE, self._terms.probe_every)
+        raise unavailable(self._side.trouble or UNREACHABLE, self._terms.probe_every)
 
     async def _leave(self, waiter: RedisWaiter) -> None:
         """Have the job loop take ``waiter`` off its job, in Redis too; wait for it,
