@@ -7,23 +7,29 @@
 reap()
 local ours = {slots = ARGV[3], queue = ARGV[4], wait = ARGV[5], lease = ARGV[2],
   fingerprint = ARGV[10], deployment = ARGV[11]}
+local mine = cjson.encode(ours)
 local differs = {}
 local recorded = redis.call('HGETALL', TERMS)
+local recorded_mine = nil
 for i = 1, #recorded, 2 do
-  local proc = recorded[i]
-  local read, theirs = pcall(cjson.decode, recorded[i + 1])
-  if proc ~= ME and redis.call('ZSCORE', PROCS, proc) and read and type(theirs) == 'table' then
-    if #differs == 0 then
-      for _, name in ipairs(TERM_NAMES) do
-        local value = theirs[name]
-        if type(value) ~= 'string' or value ~= ours[name] then
-          differs[#differs + 1] = name
-          differs[#differs + 1] = type(value) == 'string' and value or ''
+  local proc, text = recorded[i], recorded[i + 1]
+  if proc == ME then
+    recorded_mine = text
+  elseif text ~= mine then  -- the same text is the same terms; else read them
+    local read, theirs = pcall(cjson.decode, text)
+    if redis.call('ZSCORE', PROCS, proc) and read and type(theirs) == 'table' then
+      if #differs == 0 then
+        for _, name in ipairs(TERM_NAMES) do
+          local value = theirs[name]
+          if type(value) ~= 'string' or value ~= ours[name] then
+            differs[#differs + 1] = name
+            differs[#differs + 1] = type(value) == 'string' and value or ''
+          end
         end
       end
+    else  -- a process gone, or an entry that is not terms: cleaned
+      redis.call('HDEL', TERMS, proc)
     end
-  elseif proc ~= ME then  -- a process gone, or an entry that is not terms: cleaned
-    redis.call('HDEL', TERMS, proc)
   end
 end
 if #differs > 0 then  -- never merge two deployments: refuse, and do not register
@@ -31,7 +37,7 @@ if #differs > 0 then  -- never merge two deployments: refuse, and do not registe
   touch()
   return {'mismatch', '', '', '', '0', '0', events, differs}
 end
-redis.call('HSET', TERMS, ME, cjson.encode(ours))
+if recorded_mine ~= mine then redis.call('HSET', TERMS, ME, mine) end
 renew()
 local KEY, CALLER, ID = ARGV[6], ARGV[7], ARGV[8]
 local job = load(KEY)
@@ -64,8 +70,8 @@ if held then  -- rule 2: one job per caller, even if its starter left
   redis.call('HDEL', CALLERS, CALLER)
 end
 local running = redis.call('SCARD', RUNNING)
-if running >= SLOTS then  -- full: only if every member is a job that holds a slot
-  tidy()
+if running >= SLOTS and queued >= tonumber(ARGV[4]) then  -- full: unless some name no job
+  unghost()
   running, queued = redis.call('SCARD', RUNNING), redis.call('LLEN', QUEUE)
 end
 if running >= SLOTS and queued >= tonumber(ARGV[4]) then  -- rule 3: a full queue refuses

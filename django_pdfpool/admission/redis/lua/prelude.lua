@@ -30,8 +30,7 @@ end
 -- The first write of every mutating script, before anything changes: a Redis that refuses
 -- writes (out of memory under noeviction, a read-only replica) refuses the script here,
 -- whole, never half-run. TICK also dates the last script, for reap().
-local LAST_TICK = nil
-if redis.call('TYPE', TICK)['ok'] == 'string' then LAST_TICK = whole(redis.call('GET', TICK)) end
+local LAST_TICK = whole(redis.pcall('GET', TICK))  -- nil: none, or not a number
 redis.call('SET', TICK, NOW, 'PX', KEEP)
 
 -- Bad data (written by hand, by another program, by a bug): a key of the namespace that
@@ -40,30 +39,43 @@ redis.call('SET', TICK, NOW, 'PX', KEEP)
 -- still runs (``reindex``, ``restore``). Until they have (one lease), REBUILD is set: no
 -- job starts and new calls are refused as busy, so that no limit is broken meanwhile.
 local REBUILD = P .. 'rebuild'
-local function damaged() redis.call('SET', REBUILD, NOW, 'PX', LEASE) end
-local function rebuilding() return redis.call('EXISTS', REBUILD) == 1 end
+local rebuild_ttl = redis.call('PTTL', REBUILD)
+if rebuild_ttl == -1 or rebuild_ttl > LEASE then  -- not ours: no TTL, or too long a one
+  redis.call('DEL', REBUILD)
+  rebuild_ttl = -2
+end
+local REBUILDING = rebuild_ttl >= 0
+local function damaged()
+  redis.call('SET', REBUILD, NOW, 'PX', LEASE)
+  REBUILDING = true
+end
+local function rebuilding() return REBUILDING end
 
--- Whether `key` holds `want`; a key holding another type is deleted.
+-- Whether `key` holds `want` (false: nothing there); a key holding another type is
+-- deleted, and true returned for it in the second result.
 local function shaped(key, want)
   local found = redis.call('TYPE', key)['ok']
-  if found == want or found == 'none' then return found == want end
+  if found == want or found == 'none' then return found == want, false end
   redis.call('DEL', key)
-  return false
+  return false, true
 end
-local SHAPES = {[PROCS] = 'zset', [RUNNING] = 'set', [QUEUE] = 'list', [CALLERS] = 'hash',
-  [TERMS] = 'hash', [STATS] = 'hash', [QWAITS] = 'list', [RUNS] = 'list'}
-for key, want in pairs(SHAPES) do
-  local held = redis.call('EXISTS', key) == 1
-  if not shaped(key, want) and held and (key == RUNNING or key == QUEUE or key == CALLERS) then
-    damaged()  -- what ran, queued or held a caller is known again after the owners' beats
-  end
+for _, key in ipairs({RUNNING, QUEUE, CALLERS}) do  -- what ran, queued or held a caller
+  local _, deleted = shaped(key, key == CALLERS and 'hash' or key == QUEUE and 'list' or 'set')
+  if deleted then damaged() end  -- is known again after the owners' beats
 end
-local rebuild_ttl = redis.call('PTTL', REBUILD)
-if rebuild_ttl == -1 or rebuild_ttl > LEASE then redis.call('DEL', REBUILD) end  -- not ours
+shaped(PROCS, 'zset')
+shaped(TERMS, 'hash')
+local books_shaped = false  -- the books' keys are checked once, by the first tally
 
 -- Count `n` in the cluster's counter `name` and, with `list`, one duration `ms` in it.
 -- The only writer of the books: each event is counted by the script that decides it.
 local function tally(name, n, list, ms)
+  if not books_shaped then
+    shaped(STATS, 'hash')
+    shaped(QWAITS, 'list')
+    shaped(RUNS, 'list')
+    books_shaped = true
+  end
   if not whole(redis.call('HGET', STATS, 'since')) then redis.call('HSET', STATS, 'since', NOW) end
   local counted = redis.pcall('HINCRBY', STATS, name, n)
   if type(counted) == 'table' and counted.err then redis.call('HSET', STATS, name, n) end
@@ -146,8 +158,7 @@ end
 
 -- Members of the running set and the queue that are not jobs in that state: removed; a
 -- process named by a job (its owner, or waiting on it) without a lease gets one lease, in
--- which it renews it or is reaped with what it holds (run where a full pool would refuse,
--- and by every beat).
+-- which it renews it or is reaped with what it holds (run by every beat).
 local function tidy()
   local function adopt(job)
     redis.call('ZADD', PROCS, 'NX', NOW + LEASE, job.owner)
@@ -162,6 +173,21 @@ local function tidy()
     local job = load(key)
     if not job or job.state ~= 'queued' then redis.call('LREM', QUEUE, 0, key) end
     if job then adopt(job) end
+  end
+end
+
+-- Members of the running set and the queue that name no job: removed (where a full pool
+-- would refuse, at most once a beat: TIDIED; the beat's tidy() does the rest).
+local TIDIED = P .. 'tidied'
+local function unghost()
+  if not redis.call('SET', TIDIED, NOW, 'NX', 'PX', math.max(1, math.floor(LEASE / 3))) then
+    return
+  end
+  for _, key in ipairs(redis.call('SMEMBERS', RUNNING)) do
+    if redis.call('EXISTS', jobkey(key)) == 0 then redis.call('SREM', RUNNING, key) end
+  end
+  for _, key in ipairs(redis.call('LRANGE', QUEUE, 0, -1)) do
+    if redis.call('EXISTS', jobkey(key)) == 0 then redis.call('LREM', QUEUE, 0, key) end
   end
 end
 
@@ -307,7 +333,7 @@ local function touch(jk)
     redis.call('PEXPIRE', key, KEEP)
   end
   if jk then redis.call('PEXPIRE', jk, KEEP) end
-  if redis.call('EXISTS', PROCS) == 0 then redis.call('DEL', TERMS, TICK, REBUILD) end
+  if redis.call('EXISTS', PROCS) == 0 then redis.call('DEL', TERMS, TICK, REBUILD, TIDIED) end
 end
 
 local function renew() redis.call('ZADD', PROCS, NOW + LEASE, ME) end
