@@ -201,7 +201,9 @@ def test_an_acl_user_refused_is_told_as_refused(own_redis, password, rights, sai
 @pytest.fixture
 def sentinel_set() -> Iterator[SentinelSet]:
     if not (available() and sentinel_available()):
-        pytest.skip("redis-sentinel is not installed (apt-get install redis-sentinel)")
+        pytest.skip(
+            "redis-sentinel is not installed beside redis-server (apt-get install redis-sentinel)"
+        )
     watched = SentinelSet().start()
     yield watched
     watched.stop()
