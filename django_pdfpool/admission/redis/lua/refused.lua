@@ -2,4 +2,5 @@
 -- request's headers): counted in the cluster's books like the scripts' own.
 -- ARGV: ME LEASE SLOTS NAME (a counter: refused_busy) -> {}
 tally(ARGV[4], 1)
+if redis.call('EXISTS', PROCS) == 0 then redis.call('DEL', TICK) end  -- nobody to date
 return {}
