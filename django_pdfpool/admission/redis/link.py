@@ -72,7 +72,7 @@ def events_of(flat: list[str]) -> list[Event]:
 class AdmitReply(NamedTuple):
     """``admit.lua``'s answer. ``status``: ``joined`` (``job_id``, ``state``, ``owner`` are
     the shared job's), ``started``/``queued`` (this call's job), ``caller`` (the caller's
-    held job, ``age`` seconds since it queued or started), ``busy``, ``nojob``, or
+    held job, ``age`` seconds since it queued or started), ``busy``, ``rebuilding``, ``nojob``, or
     ``mismatch`` (``differs``: each term this process does not share, with the namespace's)."""
 
     status: str

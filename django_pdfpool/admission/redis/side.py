@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 from redis import exceptions as redis_errors
 from redis.exceptions import RedisError
 
-from ...exceptions import CoordinatorUnavailable, PoolMisconfigured, RunnerLost
+from ...exceptions import CoordinatorUnavailable, PoolBusy, PoolMisconfigured, RunnerLost
 from .. import delivery
 from ..delivery import call_dropped, deliver, report_failure
 from ..ledger import Ledger
@@ -63,6 +63,7 @@ _UNAVAILABLE = {  # CoordinatorUnavailable (503), by why Redis cannot coordinate
     "dropped": "The service lost its coordinator for a moment; try again.",
     "waiting": "The service lost its coordinator while this job waited; try again shortly.",
 }
+REBUILDING = "The service is recounting its work after a fault; try again shortly."
 LOST = "The worker running this job stopped before it finished; try again."
 EXPIRED = "The job's result expired before it could be read; try again."
 
@@ -407,6 +408,9 @@ class ProcessSide:
         if reply.status == "busy":  # rule 3: a full queue
             self._books.count("refused_busy")
             return delivery.queue_full(self._books.expected_start(reply.queued))
+        if reply.status == "rebuilding":  # bad data took state: the beats count it again
+            self._books.count("refused_busy")
+            return PoolBusy(REBUILDING, self._terms.lease)
         if reply.status == "mismatch":
             self._books.count("refused_busy")
             return self._mismatch(reply.differs)

@@ -1,7 +1,8 @@
 -- Rules 1-3 for a new call. ARGV: ME LEASE SLOTS QUEUE WAIT_MS(-1: none) KEY CALLER ID HAS_FN
 -- FINGERPRINT DEPLOYMENT -> {status, id, state, owner, age_ms, queued, events}; status is
 -- joined (the job's id, state, owner), started or queued (this call's job), caller (the
--- held job's id, state, owner and age), busy, nojob (nothing to join, no fn), or mismatch
+-- held job's id, state, owner and age), busy, rebuilding (for a lease after bad data took
+-- state: see prelude.lua), nojob (nothing to join, no fn), or mismatch
 -- (ME's terms are not those of a live process of the namespace: another deployment, or
 -- other settings; then {name, theirs}* follows events, and ME is not registered).
 reap()
@@ -55,7 +56,7 @@ end
 if rebuilding() then  -- state was lost to bad data a moment ago: nothing new until rebuilt
   tally('refused_busy', 1)
   touch()
-  return {'busy', '', '', '', '0', tostring(queued), events}
+  return {'rebuilding', '', '', '', '0', tostring(queued), events}
 end
 local held = redis.call('HGET', CALLERS, CALLER)
 if held then  -- rule 2: one job per caller, even if its starter left
