@@ -24,13 +24,14 @@ browser-deps:
 	      || echo "warning: could not install chromium: browser tests will skip"; \
 	  else echo "note: /usr/bin/chromium is missing and cannot be installed here: browser tests will skip"; fi; }
 
-# Debian's redis-server for the Redis pool's tests, which start servers of their own.
+# Debian's redis-server and redis-sentinel for the Redis pool's tests, which start servers
+# of their own (never the system's services).
 redis-deps:
-	@command -v redis-server >/dev/null || { \
+	@{ command -v redis-server && command -v redis-sentinel; } >/dev/null || { \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null) \
-	      || echo "warning: could not install redis-server: the Redis tests will skip"; \
-	  else echo "note: redis-server is missing and cannot be installed here: the Redis tests will skip"; fi; }
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server redis-sentinel >/dev/null) \
+	      || echo "warning: could not install redis-server/redis-sentinel: the Redis tests will skip"; \
+	  else echo "note: redis-server or redis-sentinel is missing and cannot be installed here: the Redis tests will skip"; fi; }
 
 # libseccomp for the children's seccomp layer (pyseccomp loads it; Debian images have it,
 # as apt needs it); installed when we are root with apt, else the sandbox tests skip (fail

@@ -8,7 +8,7 @@ from typing import Any
 from django.apps import AppConfig
 from django.core import checks
 
-from .conf import problems, raw_setting
+from .conf import DEFAULTS, problems, raw_setting
 
 
 @checks.register()
@@ -75,3 +75,25 @@ def check_sandbox(
             )
         )
     return messages
+
+
+@checks.register()
+def check_redis_namespace(
+    app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
+) -> list[checks.CheckMessage]:
+    """W001: the Redis backend with the default NAMESPACE, which every deployment on the
+    same Redis would share (they are refused, not merged: docs/cluster.md)."""
+    raw = raw_setting()
+    if not isinstance(raw, dict) or raw.get("BACKEND") != "redis":
+        return []
+    if raw.get("NAMESPACE", DEFAULTS["NAMESPACE"]) != DEFAULTS["NAMESPACE"]:
+        return []
+    return [
+        checks.Warning(
+            f"PDFPOOL['BACKEND'] is 'redis' with the default NAMESPACE "
+            f"{DEFAULTS['NAMESPACE']!r}: another deployment on the same Redis with the "
+            "defaults would be refused (PoolMisconfigured) while yours runs, or refuse yours.",
+            hint="Give each deployment a NAMESPACE of its own, e.g. 'myproject-pdf'.",
+            id="django_pdfpool.W001",
+        )
+    ]

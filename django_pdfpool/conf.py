@@ -69,6 +69,8 @@ DEFAULTS: dict[str, Any] = {
     "LEASE": 5.0,  # seconds after which a dead process's slots and holds are freed
     "REDIS_FALLBACK": "refuse",  # Redis failing: "refuse" (503) or "local" (this process)
     "REDIS_TIMEOUT": 1.0,  # seconds a Redis call may take before Redis counts as failing
+    "REDIS_SENTINELS": None,  # ["host:port", ...]: REDIS_URL's host is then the service name
+    "DEPLOYMENT": None,  # tells deployments sharing a Redis apart; None: from SECRET_KEY
 }
 
 BACKENDS = ("local", "redis")
@@ -116,6 +118,17 @@ class PoolSettings:
     lease: float
     redis_fallback: str
     redis_timeout: float
+    redis_sentinels: tuple[tuple[str, int], ...]
+    deployment: str | None
+
+    def deployment_tag(self) -> str:
+        """What tells this deployment from another sharing its Redis and namespace (the
+        Redis pool refuses to merge them): an HMAC of a fixed label under SECRET_KEY, or
+        under DEPLOYMENT when it is set. Never the secret itself."""
+        from django.utils.crypto import salted_hmac
+
+        secret = self.deployment  # None: SECRET_KEY
+        return salted_hmac("django_pdfpool.redis", "deployment", secret=secret).hexdigest()[:32]
 
     def results_tag(self) -> str:
         """A short digest of the settings that change what the default job returns (its
@@ -127,6 +140,14 @@ class PoolSettings:
 
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_address(value: Any) -> bool:
+    """``host:port`` with a port number (a Sentinel's address)."""
+    if not isinstance(value, str):
+        return False
+    host, _, port = value.rpartition(":")
+    return bool(host) and port.isdigit() and 0 < int(port) < 65536
 
 
 def _is_number(value: Any) -> bool:
@@ -162,6 +183,16 @@ _RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "LEASE": (lambda v: _is_number(v) and v >= 0.1, "seconds >= 0.1"),
     "REDIS_FALLBACK": (lambda v: v in FALLBACKS, "one of " + ", ".join(map(repr, FALLBACKS))),
     "REDIS_TIMEOUT": (lambda v: _is_number(v) and v > 0, "seconds > 0"),
+    "REDIS_SENTINELS": (
+        lambda v: (
+            v is None or (isinstance(v, list | tuple) and bool(v) and all(map(_is_address, v)))
+        ),
+        'None or a non-empty list of "host:port" strings',
+    ),
+    "DEPLOYMENT": (
+        lambda v: v is None or (isinstance(v, str) and 0 < len(v) <= 200),
+        "None or a non-empty string",
+    ),
     "MAX_TEXT_BYTES": (lambda v: _is_int(v) and v >= 1024, "bytes, an integer >= 1024"),
     "CHILD_ENV": (
         lambda v: isinstance(v, list | tuple) and all(isinstance(n, str) and n for n in v),
@@ -310,6 +341,13 @@ def get_settings() -> PoolSettings:
         lease=float(merged["LEASE"]),
         redis_fallback=merged["REDIS_FALLBACK"],
         redis_timeout=float(merged["REDIS_TIMEOUT"]),
+        redis_sentinels=tuple(
+            (host.strip("[]"), int(port))
+            for host, _, port in (
+                address.rpartition(":") for address in merged["REDIS_SENTINELS"] or ()
+            )
+        ),
+        deployment=merged["DEPLOYMENT"],
     )
 
 

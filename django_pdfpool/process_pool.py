@@ -86,6 +86,8 @@ def _build(conf: PoolSettings) -> AdmissionPool:
         encode=_encode_result,
         decode=_decode_result,
         fingerprint=conf.results_tag(),  # processes that differ are refused, not merged
+        deployment=conf.deployment_tag(),  # so are two deployments on one namespace
+        sentinels=conf.redis_sentinels,
         run_time_ceiling=conf.timeout,
     )
 

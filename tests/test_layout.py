@@ -1,5 +1,6 @@
 """The package's shape, as docs/architecture.md draws it: three layers whose imports run one
-way, no import circle, no module over 400 lines.
+way, and no import circle. (Module size is not a rule: a module is one concept and its size
+follows the concept; the old 400-line limit is withdrawn, CONTRIBUTING.md.)
 
 Read from the source with ``ast`` (every import counts: module-level, inside functions and
 under ``TYPE_CHECKING``), so a lazy import cannot hide a wrong dependency.
@@ -13,7 +14,6 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "django_pdfpool"
-MAX_LINES = 400
 
 ADMISSION = "django_pdfpool.admission"
 SANDBOX = "django_pdfpool.sandbox"
@@ -73,12 +73,6 @@ def test_the_layout_is_what_the_architecture_page_draws():
     assert any(_in(ADMISSION + ".redis", m) for m in MODULES)
     assert any(_in(SANDBOX, m) for m in MODULES)
     assert len(MODULES) > 30  # the walk found the package
-
-
-@pytest.mark.parametrize("name", sorted(MODULES))
-def test_no_module_is_over_the_line_limit(name):
-    lines = len(MODULES[name].read_text().splitlines())
-    assert lines <= MAX_LINES, f"{name} has {lines} lines: split it by concern"
 
 
 @pytest.mark.parametrize("name", sorted(m for m in MODULES if _in(ADMISSION, m)))

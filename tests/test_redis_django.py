@@ -47,3 +47,19 @@ def test_the_redis_backend_serves_the_decorator(pdfpool, redis_server, namespace
     pdf = response.json()["pdf"]
     assert "through redis" in pdf["text"] and pdf["page_count"] == 1
     assert pool.snapshot().counters.completed == 1
+
+
+def test_sentinels_are_a_setting(pdfpool, redis_server, namespace):
+    """REDIS_SENTINELS: "host:port" strings; REDIS_URL's host is then the service name."""
+    pdfpool(BACKEND="redis", REDIS_SENTINELS="127.0.0.1:26379")  # not a list
+    assert "django_pdfpool.E003" in [error.id for error in check_settings()]
+    pdfpool(BACKEND="redis", REDIS_SENTINELS=["no-port"])
+    assert "django_pdfpool.E003" in [error.id for error in check_settings()]
+    pdfpool(
+        BACKEND="redis",
+        REDIS_URL="redis://primary/0",
+        NAMESPACE=namespace,
+        REDIS_SENTINELS=["127.0.0.1:26379", "[::1]:26380"],
+    )
+    assert check_settings() == []
+    assert get_settings().redis_sentinels == (("127.0.0.1", 26379), ("::1", 26380))

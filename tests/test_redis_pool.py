@@ -250,7 +250,9 @@ def test_no_key_outlives_its_job_by_more_than_the_lease(make_pool, redis_server,
         gate.set()
         assert await asyncio.gather(starter, sharer) == ["r", "r"]
         left = namespace_keys(redis_server.url, namespace)
-        assert all(key.endswith((":procs", ":terms")) for key in left), left  # no job, no result
+        assert all(key.endswith((":procs", ":terms", ":tick")) for key in left), (
+            left
+        )  # no job, no result
         await until(lambda: namespace_keys(redis_server.url, namespace) == [], timeout=1.5)
 
     run(scenario)
@@ -416,3 +418,33 @@ def test_close_refuses_new_calls_and_lets_running_jobs_finish(make_pool):
         assert await running == "done"
 
     asyncio.run(asyncio.wait_for(scenario(), 20))
+
+
+def test_pressure_tells_a_busy_caller_as_run_would(make_pool):
+    """``pressure(key, caller)``: one round trip says whether ``caller`` holds a job for
+    another key anywhere (run would answer 429, with this Retry-After); a caller joining
+    the key's own job, or holding nothing, is not busy."""
+    here, there = make_pool(1, 2, 10.0), make_pool(1, 2, 10.0)
+    gate = threading.Event()
+
+    async def scenario():
+        running = asyncio.create_task(here.run("k1", "c1", held("K1", gate)))
+        await until(lambda: here.running() == 1)
+        queued = asyncio.create_task(here.run("k2", "c2", held("K2", gate)))
+        await until(lambda: here.queued() == 1)
+        busy = there.pressure("other", "c1")
+        assert busy.caller_busy and busy.caller_retry_after > 0 and not busy.in_flight
+        with pytest.raises(CallerBusy) as refused:
+            await there.run("other", "c1", held("X", gate))
+        assert abs(refused.value.retry_after - busy.caller_retry_after) < 1.0
+        behind = there.pressure("other", "c2")  # its job is queued: busy too, later free
+        assert behind.caller_busy and behind.caller_retry_after >= busy.caller_retry_after
+        assert not there.pressure("k1", "c1").caller_busy  # its own key: it would join
+        assert not there.pressure("k1", "c9").caller_busy and there.pressure("k1").in_flight
+        free = there.pressure("other", "nobody")
+        assert (free.caller_busy, free.caller_retry_after, free.free) == (False, 0.0, 1)
+        gate.set()
+        assert await asyncio.gather(running, queued) == ["K1", "K2"]
+        assert not there.pressure("other", "c1").caller_busy
+
+    run(scenario)

@@ -214,3 +214,93 @@ def test_a_client_is_never_told_the_deployment_details_of_a_misconfigured_pool(r
         body = response.content.decode()
         assert response.status_code == 503 and "misconfigured" in body
         assert "prod-pdf" not in body and "slots" not in body
+
+
+# --- issue 23: two deployments on one Redis and namespace are refused, not merged -----------
+
+
+def _admins_of_two_deployments(first: RedisPool, second: RedisPool) -> BaseException | str:
+    """Deployment A's admin (caller "1") runs a slow job; deployment B's admin, also
+    caller "1" in a database of its own, uploads another file: what B's admin gets."""
+    gate = threading.Event()
+
+    async def scenario():
+        slow = asyncio.create_task(first.run("a-file", "1", held("A", gate)))
+        while first.running() < 1:
+            await asyncio.sleep(0.002)
+        try:
+            return await second.run("b-file", "1", held("B", gate))
+        except Refused as refused:
+            return refused
+        finally:
+            gate.set()
+            assert await slow == "A"
+            await asyncio.gather(first.stop(), second.stop())  # both leave the namespace
+
+    return run(scenario)
+
+
+def test_two_deployments_sharing_the_defaults_are_refused_not_merged(make_pool, caplog):
+    """The issue's report: with the layer off (one deployment tag for both, as before), B's
+    admin gets A's caller_busy (429); with a tag per deployment, B is refused as
+    misconfigured, loudly, and never shares A's slots, callers or results."""
+    caplog.set_level(logging.ERROR, logger="django_pdfpool.redis")
+    merged = _admins_of_two_deployments(make_pool(deployment=""), make_pool(deployment=""))
+    assert type(merged).__name__ == "CallerBusy"  # the attack, with the layer off
+    apart = _admins_of_two_deployments(make_pool(deployment="A"), make_pool(deployment="B"))
+    assert isinstance(apart, PoolMisconfigured) and apart.code == "misconfigured"
+    assert "Another deployment uses the Redis namespace" in str(apart)
+    assert "SECRET_KEY" in str(apart) and "NAMESPACE" in str(apart)
+    assert any("Another deployment" in r.getMessage() for r in caplog.records)
+
+
+def test_the_same_deployment_shares_its_namespace(make_pool):
+    gate = threading.Event()
+    first, second = make_pool(deployment="A"), make_pool(deployment="A")
+
+    async def scenario():
+        running = asyncio.create_task(first.run("k", "c1", held("K", gate)))
+        while first.running() < 1:
+            await asyncio.sleep(0.002)
+        joined = asyncio.create_task(second.run("k", "c2", None))
+        while second.waiting("k") < 1:
+            await asyncio.sleep(0.002)
+        gate.set()
+        assert await running == await joined == "K"
+
+    run(scenario)
+
+
+def test_the_deployment_tag_comes_from_the_secret_key_without_showing_it(settings):
+    from django_pdfpool.conf import get_settings
+
+    settings.PDFPOOL = {}
+    settings.SECRET_KEY = "first-deployment-secret-key-" + "x" * 30
+    first = get_settings().deployment_tag()
+    settings.SECRET_KEY = "second-deployment-secret-key-" + "y" * 30
+    get_settings.cache_clear()
+    second = get_settings().deployment_tag()
+    assert first != second and len(first) == len(second) == 32
+    assert "secret" not in first and "x" * 6 not in first
+    settings.PDFPOOL = {"DEPLOYMENT": "shop"}  # an explicit name: the key may rotate
+    named = get_settings().deployment_tag()
+    settings.SECRET_KEY = "third-deployment-secret-key-" + "z" * 30
+    get_settings.cache_clear()
+    assert get_settings().deployment_tag() == named not in (first, second)
+
+
+@pytest.mark.parametrize(
+    ("value", "warned"),
+    [
+        ({"BACKEND": "redis", "REDIS_URL": "redis://h/0"}, True),
+        ({"BACKEND": "redis", "REDIS_URL": "redis://h/0", "NAMESPACE": "pdfpool"}, True),
+        ({"BACKEND": "redis", "REDIS_URL": "redis://h/0", "NAMESPACE": "shop-pdf"}, False),
+        ({"NAMESPACE": "pdfpool"}, False),  # the local backend: no Redis to share
+    ],
+)
+def test_a_check_warns_of_the_default_namespace_with_redis(settings, value, warned):
+    from django_pdfpool.checks import check_redis_namespace
+
+    settings.PDFPOOL = value
+    found = [message.id for message in check_redis_namespace()]
+    assert found == (["django_pdfpool.W001"] if warned else [])

@@ -47,9 +47,10 @@ class AdmissionPool(Protocol):
         ...
 
     def pressure(self, key: str | None = None, caller: str | None = None) -> Pressure:
-        """Closed or not, free places, whether ``key``'s job is in flight, when a place is
-        likely free, and whether ``caller`` holds a job for another key: read before a
-        request's body (the pool stays the authority)."""
+        """Closed or not, free places, whether ``key``'s job is in flight, whether
+        ``caller`` holds a job for another key (``caller_busy``, with the Retry-After of that
+        429), and when a place is likely free: read before a request's body (the pool stays
+        the authority)."""
         ...
 
     def count_refusal(self, refusal: PoolBusy | PoolClosed | CallerBusy) -> None:

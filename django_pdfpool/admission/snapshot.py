@@ -165,3 +165,7 @@ class ClusterSnapshot:
     cluster: PoolSnapshot
     local: PoolSnapshot
     processes: tuple[ProcessHold, ...]
+    trouble: str | None = None  # while not "redis": "unreachable", or "refused" (writes)
+    redis_error: str = ""  # the last Redis failure, as the log said it
+    unreachable: int = 0  # times this process fell back because Redis did not answer
+    refused_writes: int = 0  # ... because Redis refused a write (OOM, READONLY, NOPERM)

@@ -103,6 +103,10 @@ def _cluster(cluster: ClusterSnapshot | None) -> dict[str, Any] | None:
     local = cluster.local
     return {
         "mode": cluster.mode,
+        "trouble": cluster.trouble,
+        "redis_error": cluster.redis_error,
+        "unreachable": cluster.unreachable,
+        "refused_writes": cluster.refused_writes,
         "namespace": cluster.namespace,
         "url": cluster.url,
         "process": cluster.process,
@@ -228,8 +232,11 @@ def scope_sentence(data: dict[str, Any]) -> str:
             '"This process" column is this process\'s own.'
         )
     if not shared:
+        failing = (
+            "refuses its writes" if cluster.get("trouble") == "refused" else "is not answering"
+        )
         return (
-            "Its pool is coordinated in Redis, but Redis is not answering: every figure below "
+            f"Its pool is coordinated in Redis, but Redis {failing}: every figure below "
             "is this process's."
         )
     return (

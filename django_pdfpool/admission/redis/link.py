@@ -1,8 +1,11 @@
-"""``RedisPool``'s connections to Redis: an asyncio client on the job loop for the scripts
-and the process's event channel, a small synchronous one for reads from any thread.
+"""The link to Redis: the Lua scripts and the reply of each as a named structure, and the
+connections (an asyncio client on the job loop for the scripts and the process's event
+channel, a small synchronous one for reads from any thread; or the same through Sentinel).
 
-Scripts are never retried (one whose reply was lost may have run); a failed call raises
-``RedisError`` and the pool decides what that means (docs/cluster.md).
+Every change of shared state is one script, run atomically in Redis: the rules hold across
+processes without any lock of ours. Scripts are never retried (one whose reply was lost may
+have run); a failed call raises ``RedisError`` and the side decides what that means
+(docs/cluster.md).
 """
 
 from __future__ import annotations
@@ -14,32 +17,188 @@ import logging
 import threading
 import warnings
 from collections.abc import Callable
-from typing import Any
+from importlib.resources import files
+from typing import Any, NamedTuple
 
 import redis
 import redis.asyncio as aredis
+import redis.asyncio.sentinel as aredis_sentinel
+import redis.sentinel
 from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
-from redis.exceptions import RedisError
+from redis.connection import parse_url
+from redis.exceptions import RedisError, ResponseError
 from redis.retry import Retry
 
 from ...exceptions import BlockingCallWarning
 from ..jobloop import on_job_loop
-from .scripts import MUTATING, SOURCES, Event
 from .urls import presentable
+from .view import whole
 
 logger = logging.getLogger("django_pdfpool.redis")
+
+# --- the scripts (lua/*.lua, read once at import) and their replies -----------------------
+
+MUTATING = ("admit", "leave", "finish", "expire", "drop", "beat", "unregister", "refused")
+READING = ("collect", "view", "pressure", "probe")
+
+
+def _read(name: str) -> str:
+    return files(__package__).joinpath("lua", f"{name}.lua").read_text(encoding="utf-8")
+
+
+_PRELUDE = _read("prelude")
+SOURCES: dict[str, str] = {
+    **{name: _PRELUDE + _read(name) for name in MUTATING},  # each after the shared prelude
+    **{name: _read(name) for name in READING},
+}
+
+
+class Event(NamedTuple):
+    """What a script tells a process about one job: ``start`` (it took a slot), ``done``
+    (its outcome waits in Redis), ``busy`` (waited longer than ``wait``), ``lost`` (its
+    owner's lease ended), ``dropped`` (every waiter left a queued job), ``closed``."""
+
+    kind: str
+    key: str
+    job_id: str
+
+
+def events_of(flat: list[str]) -> list[Event]:
+    """The events a script returns for the calling process: ``[kind, key, id, ...]``."""
+    return [Event(*flat[i : i + 3]) for i in range(0, len(flat), 3)]
+
+
+class AdmitReply(NamedTuple):
+    """``admit.lua``'s answer. ``status``: ``joined`` (``job_id``, ``state``, ``owner`` are
+    the shared job's), ``started``/``queued`` (this call's job), ``caller`` (the caller's
+    held job, ``age`` seconds since it queued or started), ``busy``, ``rebuilding``, ``nojob``, or
+    ``mismatch`` (``differs``: each term this process does not share, with the namespace's)."""
+
+    status: str
+    job_id: str
+    state: str
+    owner: str
+    age: float
+    queued: int  # jobs in the queue when the script ran
+    events: list[Event]
+    differs: dict[str, str] = {}  # noqa: RUF012 - never mutated; mismatch only
+
+    @classmethod
+    def of(cls, reply: Any) -> AdmitReply:
+        status, job_id, state, owner, age_ms, queued, events, *rest = reply
+        flat = rest[0] if rest else []
+        differs = {flat[i]: flat[i + 1] for i in range(0, len(flat), 2)}
+        age = int(age_ms) / 1000
+        return cls(status, job_id, state, owner, age, int(queued), events_of(events), differs)
+
+
+class StatusReply(NamedTuple):
+    """``leave.lua``'s and ``finish.lua``'s answer: ``ok``, ``gone`` (the job is not in
+    Redis any more) or, from finish, ``need`` (send the outcome: sharers elsewhere wait)."""
+
+    status: str
+    events: list[Event]
+
+    @classmethod
+    def of(cls, reply: Any) -> StatusReply:
+        return cls(reply[0], events_of(reply[1]))
+
+
+class ExpireReply(NamedTuple):
+    """``expire.lua``'s answer: seconds left before the job's deadline (negative: it is not
+    queued with one; 0: it expired now)."""
+
+    left: float
+    events: list[Event]
+
+    @classmethod
+    def of(cls, reply: Any) -> ExpireReply:
+        return cls(int(reply[0]) / 1000, events_of(reply[1]))
+
+
+class EventsReply(NamedTuple):
+    """``drop.lua``'s and ``unregister.lua``'s answer: only events."""
+
+    events: list[Event]
+
+    @classmethod
+    def of(cls, reply: Any) -> EventsReply:
+        return cls(events_of(reply[0]))
+
+
+class PressureReply(NamedTuple):
+    """``pressure.lua``'s answer: the cluster's running and queued jobs, whether the key's
+    job is in flight, and whether the caller is busy with another (its held job's state,
+    seconds since it queued or started, and jobs ahead of it)."""
+
+    running: int
+    queued: int
+    in_flight: bool
+    caller_busy: bool
+    state: str
+    age: float
+    ahead: int
+
+    @classmethod
+    def of(cls, reply: Any) -> PressureReply:
+        running, queued, in_flight, busy, state, age_ms, ahead = reply
+        return cls(
+            int(running), int(queued), bool(in_flight), bool(busy), str(state),
+            int(age_ms) / 1000, int(ahead),
+        )  # fmt: skip
+
+
+class JobReport(NamedTuple):
+    """One job as the beat found it: ``queued``, ``running``, ``gone`` or ``done`` (with
+    ``data``, the outcome an awaited job left for this process)."""
+
+    state: str
+    data: str
+
+
+class BeatReply(NamedTuple):
+    """``beat.lua``'s answer: when the next other lease ends (seconds; None: no other
+    process), one report per job sent, in order, and events."""
+
+    next_lease_end: float | None
+    reports: list[JobReport]
+    events: list[Event]
+
+    @classmethod
+    def of(cls, reply: Any) -> BeatReply:
+        next_ms, flat, events = reply
+        reports = [JobReport(flat[i], flat[i + 1]) for i in range(0, len(flat), 2)]
+        ends = None if int(next_ms) < 0 else int(next_ms) / 1000
+        return cls(ends, reports, events_of(events))
+
+
+# --- the connections ------------------------------------------------------------------------
+
 
 MAX_CONNECTIONS = 16  # per pool, on the job loop; callers beyond wait for one
 
 
+Sentinels = tuple[tuple[str, int], ...]
+
+
 class Link:
-    """The connections of one pool (one process id, one namespace) to one Redis."""
+    """The connections of one pool (one process id, one namespace) to one Redis: the one
+    at ``url`` or, with ``sentinels``, the primary the Sentinels name for the URL's host
+    (the service name; the URL gives the rest: credentials, database, TLS)."""
 
     def __init__(
-        self, url: str, namespace: str, process: str, *, lease: float, slots: int, timeout: float
+        self,
+        url: str,
+        namespace: str,
+        process: str,
+        *,
+        lease: float,
+        slots: int,
+        timeout: float,
+        sentinels: Sentinels = (),
     ) -> None:
-        self.url, self.namespace = url, namespace
+        self.url, self.namespace, self.sentinels = url, namespace, sentinels
         self.prefix = "{" + namespace + "}:"
         self.process = process
         self.procs_key = self.prefix + "procs"
@@ -70,20 +229,30 @@ class Link:
     def client(self) -> aredis.Redis:
         """The asyncio client; made on first use, on the job loop."""
         if self._client is None:
-            pool = aredis.BlockingConnectionPool.from_url(
-                self.url,
-                max_connections=MAX_CONNECTIONS,
-                timeout=self._timeout,
-                decode_responses=True,
-                socket_timeout=self._timeout,
-                socket_connect_timeout=self._timeout,
-                retry=AsyncRetry(NoBackoff(), 0),
-            )
-            self._client = aredis.Redis(connection_pool=pool)
+            options: dict[str, Any] = {
+                "decode_responses": True,
+                "socket_timeout": self._timeout,
+                "socket_connect_timeout": self._timeout,
+                "retry": AsyncRetry(NoBackoff(), 0),
+            }
+            if self.sentinels:
+                self._client = _sentinel(aredis_sentinel.Sentinel, self, options).master_for(
+                    self._service()
+                )
+            else:
+                pool = aredis.BlockingConnectionPool.from_url(
+                    self.url, max_connections=MAX_CONNECTIONS, timeout=self._timeout, **options
+                )
+                self._client = aredis.Redis(connection_pool=pool)
             self._scripts = {
-                name: self._client.register_script(SOURCES[name]) for name in (*MUTATING, "collect")
+                name: self._client.register_script(SOURCES[name])
+                for name in (*MUTATING, "collect", "probe")
             }
         return self._client
+
+    def _service(self) -> str:
+        """The Sentinel service name: the URL's host."""
+        return str(parse_url(self.url)["host"])  # type: ignore[no-untyped-call]
 
     async def call(self, name: str, *args: Any) -> Any:
         """Run a mutating script as this process; its reply as Redis gives it."""
@@ -100,6 +269,11 @@ class Link:
 
     async def ping(self) -> None:
         await self.client().ping()
+
+    async def probe(self) -> None:
+        """PING, then a write in the namespace (``probe.lua``): Redis takes writes again."""
+        await self.client().ping()
+        await self._scripts["probe"](keys=[self.procs_key])
 
     async def subscribe(
         self, on_event: Callable[[Event], None], on_error: Callable[[BaseException], None]
@@ -226,39 +400,58 @@ class Link:
             )
         with self._sync_lock:
             if self._sync is None:
-                self._sync = redis.Redis.from_url(
-                    self.url,
-                    decode_responses=True,
-                    socket_timeout=self._timeout,
-                    socket_connect_timeout=self._timeout,
-                    retry=Retry(NoBackoff(), 1),  # reads only: once more on a stale connection
-                )
-                self._sync_scripts = {"view": self._sync.register_script(SOURCES["view"])}
+                options: dict[str, Any] = {
+                    "decode_responses": True,
+                    "socket_timeout": self._timeout,
+                    "socket_connect_timeout": self._timeout,
+                    "retry": Retry(NoBackoff(), 1),  # reads only: once more on a stale connection
+                }
+                if self.sentinels:
+                    sentinel = _sentinel(redis.sentinel.Sentinel, self, options)
+                    self._sync = sentinel.master_for(self._service())
+                else:
+                    self._sync = redis.Redis.from_url(self.url, **options)
+                self._sync_scripts = {
+                    name: self._sync.register_script(SOURCES[name]) for name in ("view", "pressure")
+                }
             return self._sync
 
     def running(self) -> int:
-        return int(self.sync().scard(self.prefix + "running"))
+        return self._count("scard", "running")
 
     def queued(self) -> int:
-        return int(self.sync().llen(self.prefix + "queue"))
+        return self._count("llen", "queue")
+
+    def _count(self, command: str, name: str) -> int:
+        """SCARD or LLEN of a state key; 0 if it holds another type (bad data, which the
+        next script deletes): a read never fails on what Redis holds."""
+        try:
+            return int(getattr(self.sync(), command)(self.prefix + name))
+        except ResponseError as error:
+            if not str(error).startswith("WRONGTYPE"):
+                raise
+            return 0
 
     def waiting(self, key: str) -> int:
-        """Callers waiting on ``key``'s job in every process, less its starter."""
-        fields: dict[str, str] = self.sync().hgetall(self.prefix + "job:" + key)  # type: ignore[assignment]
-        total = sum(int(value) for name, value in fields.items() if name.startswith("w:"))
-        return max(0, total - int(fields.get("sw", 0) or 0))
+        """Callers waiting on ``key``'s job in every process, less its starter (counts
+        that are not whole numbers skipped)."""
+        try:
+            fields: dict[str, str] = self.sync().hgetall(self.prefix + "job:" + key)  # type: ignore[assignment]
+        except ResponseError as error:
+            if not str(error).startswith("WRONGTYPE"):
+                raise
+            return 0
+        counts = [whole(value) for name, value in fields.items() if name.startswith("w:")]
+        total = sum(n for n in counts if n is not None and n > 0)
+        return max(0, total - max(0, whole(fields.get("sw")) or 0))
 
-    def pressure(self, key: str | None, caller: str | None = None) -> tuple[int, int, bool, bool]:
+    def pressure(self, key: str | None, caller: str | None) -> PressureReply:
         """Running and queued jobs in every process, whether ``key``'s job is in flight,
-        and whether ``caller`` holds a job for another key: one round trip."""
-        pipe = self.sync().pipeline(transaction=False)
-        pipe.scard(self.prefix + "running")
-        pipe.llen(self.prefix + "queue")
-        pipe.exists(self.prefix + "job:" + (key or ""))
-        pipe.hget(self.prefix + "callers", caller or "")
-        running, queued, exists, held = pipe.execute()
-        busy = caller is not None and held is not None and held != key
-        return int(running), int(queued), key is not None and bool(exists), busy
+        and whether ``caller`` is busy with another: one round trip (``pressure.lua``)."""
+        client = self.sync()
+        args = [key or "", caller or ""]
+        raw = self._sync_scripts["pressure"](keys=[self.procs_key], args=args, client=client)
+        return PressureReply.of(raw)
 
     def view(self) -> Any:
         """Everything in flight, with the process leases (``view.lua``)."""
@@ -269,6 +462,19 @@ class Link:
         """Every key of the namespace (SCAN; for tests and diagnostics)."""
         pattern = _glob_escape(self.prefix) + "*"
         return sorted(self.sync().scan_iter(match=pattern, count=1000))
+
+
+def _sentinel(make: Callable[..., Any], link: Link, options: dict[str, Any]) -> Any:
+    """A Sentinel client (redis-py's, sync or asyncio) for ``link``: the Sentinels are
+    asked with the same timeouts; the primary is reached with the URL's credentials,
+    database and TLS (``rediss://``, its ``ssl_*`` query parameters)."""
+    parsed = dict(parse_url(link.url))  # type: ignore[no-untyped-call]
+    for name in ("host", "port", "path", "connection_class"):
+        parsed.pop(name, None)
+    if link.url.lower().startswith("rediss://"):
+        parsed["ssl"] = True
+    timeouts = {name: options[name] for name in ("socket_timeout", "socket_connect_timeout")}
+    return make(list(link.sentinels), sentinel_kwargs=timeouts, **parsed, **options)
 
 
 def _glob_escape(text: str) -> str:

@@ -1,8 +1,8 @@
 """``RedisPool``: the admission rules across every process that shares a Redis namespace.
 
 The callers' side, usable from any thread and any event loop: a call is handed to this
-process's job loop (``process.ProcessSide``) and answered on the caller's own loop. The
-design (scripts, events, leases, fallbacks) is explained in docs/cluster.md.
+process's job loop (``side.ProcessSide``, the state machine) and answered on the caller's
+own loop. The design (scripts, events, leases, fallbacks) is explained in docs/cluster.md.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Any, cast
 from redis.connection import parse_url
 from redis.exceptions import RedisError
 
-from ...exceptions import CallerBusy, CoordinatorUnavailable, PoolBusy, PoolClosed
+from ...exceptions import CallerBusy, PoolBusy, PoolClosed
 from .. import delivery
 from ..delivery import call_dropped
 from ..jobloop import call_in_job_loop, get_job_loop
@@ -30,11 +30,10 @@ from ..local import Pool
 from ..protocol import DropFn, ErrorObserver, JobFn
 from ..records import Waiter
 from ..snapshot import ClusterSnapshot, Counters, JobInfo, PoolSnapshot, Pressure, ProcessHold
-from .admitting import GO_LOCAL
 from .codec import Decode, Encode
+from .link import Sentinels
 from .modes import FALLBACKS, REDIS
-from .process import ProcessSide
-from .records import Closing, RedisWaiter, Terms
+from .side import GO_LOCAL, UNREACHABLE, Closing, ProcessSide, RedisWaiter, Terms, unavailable
 from .view import parse_view
 
 __all__ = ["MAX_RESULT_BYTES", "RedisPool"]
@@ -53,6 +52,10 @@ class RedisPool:
     seconds a Redis call may take before Redis counts as failing. ``fingerprint``: an
     opaque string (the settings that change results); processes of one namespace whose
     limits or fingerprint differ are refused with ``PoolMisconfigured``, never merged.
+    ``deployment``: an opaque string naming the deployment (never a secret: Django's side
+    passes an HMAC of a fixed label under SECRET_KEY); two deployments that share a Redis
+    and a namespace by accident are refused likewise. ``sentinels``: ``(host, port)`` of
+    Redis Sentinels; the URL's host is then the service name of the primary.
     """
 
     def __init__(
@@ -71,6 +74,8 @@ class RedisPool:
         fallback: str = "refuse",
         timeout: float = 1.0,
         fingerprint: str = "",
+        deployment: str = "",
+        sentinels: Iterable[tuple[str, int]] = (),
         run_time_ceiling: float | None = None,
     ) -> None:
         # checks them as Pool does
@@ -87,6 +92,9 @@ class RedisPool:
             raise ValueError(f"timeout must be a number of seconds > 0, not {timeout!r}")
         if not isinstance(fingerprint, str) or len(fingerprint) > 1024:
             raise ValueError("fingerprint must be a string of at most 1024 characters")
+        if not isinstance(deployment, str) or len(deployment) > 256:
+            raise ValueError("deployment must be a string of at most 256 characters")
+        self._sentinels: Sentinels = tuple((str(host), int(port)) for host, port in sentinels)
         parse_url(url)  # type: ignore[no-untyped-call]  # ValueError for anything but redis://, rediss:// and unix://
         self.slots, self.queue_size, self.wait = slots, queue, wait
         self.lease, self.namespace, self.fallback = float(lease), namespace, fallback
@@ -103,6 +111,7 @@ class RedisPool:
             decode=decode,
             max_result_bytes=max_result_bytes,
             fingerprint=fingerprint,
+            deployment=deployment,
         )
         self._books = Ledger(slots, run_time_ceiling)  # this process's counters and durations
         self._closing = Closing()  # written here, read by the job loop
@@ -118,6 +127,7 @@ class RedisPool:
             books=self._books,
             closing=self._closing,
             fallback=self._local if self.fallback == "local" else None,
+            sentinels=self._sentinels,
         )
 
     @property
@@ -128,45 +138,55 @@ class RedisPool:
     @property
     def mode(self) -> str:
         """``"redis"``, or while Redis fails ``"local-fallback"`` / ``"refusing"``."""
-        return self._side.health.mode
+        return self._side.mode
 
     # --- reading ------------------------------------------------------------
 
     def running(self) -> int:
         """Jobs holding a slot, in every process (this process's while Redis fails)."""
-        link, table = self._side.link, self._side.table
-        return self._read(link.running, lambda: self._local.running() + table.owned("running"))
+        side = self._side
+        return self._read(side.link.running, lambda: self._local.running() + side.owned("running"))
 
     def queued(self) -> int:
         """Jobs waiting for a slot, in every process (this process's while Redis fails)."""
-        link, table = self._side.link, self._side.table
-        return self._read(link.queued, lambda: self._local.queued() + table.owned("queued"))
+        side = self._side
+        return self._read(side.link.queued, lambda: self._local.queued() + side.owned("queued"))
 
     def waiting(self, key: str) -> int:
         """Callers sharing ``key``'s job in every process, not counting its starter."""
-        link, table = self._side.link, self._side.table
+        side = self._side
         return self._read(
-            lambda: link.waiting(key), lambda: table.sharers(key) + self._local.waiting(key)
+            lambda: side.link.waiting(key), lambda: side.sharers(key) + self._local.waiting(key)
         )
 
     blocking_reads = True  # ``pressure`` asks Redis
 
     def pressure(self, key: str | None = None, caller: str | None = None) -> Pressure:
         """Closed or not, free places in the cluster, whether ``key``'s job is in flight
-        anywhere, when a place is likely free, whether ``caller`` holds a job for another
-        key (this process's while Redis fails)."""
+        anywhere, whether ``caller`` holds a job for another key (the 429 ``run`` would
+        give, with its Retry-After), and when a place is likely free: one round trip
+        (this process's reading while Redis fails)."""
         closed = self._closing.closed
         if self.mode == REDIS:
             try:
-                running, queued, in_flight, busy = self._side.link.pressure(key, caller)
+                found = self._side.link.pressure(key, caller)
             except RedisError as error:
-                call_in_job_loop(self._side.health.failed, error)
+                call_in_job_loop(self._side.failed, error)
             else:
-                free = max(0, self.slots + self.queue_size - running - queued)
-                start = self._books.expected_start(queued)
-                end = self._books.expected_end(None, queued) if busy else 0.0
-                return Pressure(closed, free, in_flight, start, busy, end)
-        return dataclasses.replace(self._local.pressure(key, caller), closed=closed)
+                free = max(0, self.slots + self.queue_size - found.running - found.queued)
+                retry = 0.0
+                if found.caller_busy:
+                    running_for = found.age if found.state == "running" else None
+                    retry = self._books.expected_end(running_for, found.ahead)
+                return Pressure(
+                    closed,
+                    free,
+                    found.in_flight,
+                    self._books.expected_start(found.queued),
+                    caller_busy=found.caller_busy,
+                    caller_retry_after=retry,
+                )
+        return dataclasses.replace(self._local.pressure(key), closed=closed)
 
     def count_refusal(self, refusal: PoolBusy | PoolClosed | CallerBusy) -> None:
         """Count a refusal the door gave in this pool's name: in this process's counters,
@@ -175,8 +195,7 @@ class RedisPool:
         name = delivery.counter_of(refusal)
         self._books.count(name)
         if name != "refused_closed" and self.mode == REDIS:
-            side = self._side
-            call_in_job_loop(lambda: side.tasks.quietly(side.link.call("refused", name)))
+            call_in_job_loop(self._side.count_refused, name)
 
     def _read(self, shared: Callable[[], int], here: Callable[[], int]) -> int:
         """One brief blocking read from Redis (any thread); this process's figure
@@ -185,13 +204,13 @@ class RedisPool:
             try:
                 return shared()
             except RedisError as error:
-                call_in_job_loop(self._side.health.failed, error)
+                call_in_job_loop(self._side.failed, error)
         return here()
 
     def idle(self) -> bool:
         """Nothing in flight in this process: no job run or queued here, no caller of
         this process waiting (``running()``/``queued()`` count every process)."""
-        return not self._side.table.busy() and self._local.idle()
+        return not self._side.busy() and self._local.idle()
 
     def snapshot(self) -> PoolSnapshot:
         """Every job in flight in the namespace, with the cluster's counters and figures
@@ -201,7 +220,7 @@ class RedisPool:
     def local_snapshot(self) -> PoolSnapshot:
         """The jobs this process runs or queues, its fallback pool's included."""
         fallback = self._local.snapshot()
-        jobs = [*self._side.table.owned_infos(time.monotonic(), time.time()), *fallback.jobs]
+        jobs = [*self._side.owned_infos(time.monotonic(), time.time()), *fallback.jobs]
         return self._snapshot(jobs, extra=fallback.counters)
 
     def cluster_snapshot(self) -> ClusterSnapshot:
@@ -212,10 +231,15 @@ class RedisPool:
             try:
                 view = parse_view(self._side.link.view(), time.time())
             except RedisError as error:
-                call_in_job_loop(self._side.health.failed, error)
+                call_in_job_loop(self._side.failed, error)
             else:
                 cluster, processes = view.with_books(self._snapshot(view.jobs)), view.processes
+        side = self._side
         return ClusterSnapshot(
+            trouble=side.trouble,
+            redis_error=side.last_error,
+            unreachable=side.failures["unreachable"],
+            refused_writes=side.failures["refused"],
             mode=self.mode,
             url=self._side.link.where,
             namespace=self.namespace,
@@ -272,10 +296,7 @@ class RedisPool:
             return await self._local.run(key, caller, fn, on_drop=on_drop)
         self._books.count("refused_busy")
         call_dropped(on_drop)
-        raise CoordinatorUnavailable(
-            "The service cannot reach its coordinator; try again shortly.",
-            self._terms.probe_every,
-        )
+        raise unavailable(self._side.trouble or UNREACHABLE, self._terms.probe_every)
 
     async def _leave(self, waiter: RedisWaiter) -> None:
         """Have the job loop take ``waiter`` off its job, in Redis too; wait for it,

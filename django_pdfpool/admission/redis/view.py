@@ -4,6 +4,7 @@ books (the counters and recent durations the scripts keep in Redis)."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,31 +41,36 @@ class View:
 
 def parse_view(reply: Any, wall: float) -> View:
     """Read ``view.lua``'s reply; ``wall`` (this host's clock) dates the jobs,
-    so that ages come from one clock (Redis's) and dates from the reader's."""
+    so that ages come from one clock (Redis's) and dates from the reader's. A field that
+    is not what the scripts write (bad data in Redis) is skipped, never an error."""
     now = int(reply[0]) / 1000
     leases = reply[1]
     flat = reply[2]
     jobs: list[JobInfo] = []
     owners: dict[str, str] = {}
     waits: dict[str, int] = {}
-    for i in range(0, len(flat), 2):
+    for i in range(0, len(flat) - 1, 2):
         key, pairs = flat[i], flat[i + 1]
-        fields = dict(zip(pairs[::2], pairs[1::2], strict=True))
-        if not fields:
-            continue
-        running = fields.get("state") == "running" and "st" in fields
-        started = int(fields["st"]) / 1000 if running else None
+        fields = dict(zip(pairs[::2], pairs[1::2], strict=False))
+        queued_ms = whole(fields.get("qt"))
+        if queued_ms is None or key in owners:
+            continue  # not a job as the scripts write one (or listed twice)
+        started_ms = whole(fields.get("st")) if fields.get("state") == "running" else None
         sharers = 0
         for name, value in fields.items():
-            if name.startswith("w:"):
-                sharers += int(value)
-                waits[name[2:]] = waits.get(name[2:], 0) + int(value)
-        queued = int(fields.get("qt", 0)) / 1000
+            count = whole(value)
+            if name.startswith("w:") and count is not None and count > 0:
+                sharers += count
+                waits[name[2:]] = waits.get(name[2:], 0) + count
+        started = None if started_ms is None else started_ms / 1000
         caller = fields.get("caller", "")
-        jobs.append(JobInfo.at(key, caller, sharers, queued, started, now, wall))
+        jobs.append(JobInfo.at(key, caller, sharers, queued_ms / 1000, started, now, wall))
         owners[key] = fields.get("owner", "")
     holders: list[ProcessHold] = []
-    ends = {leases[i]: int(float(leases[i + 1])) / 1000 for i in range(0, len(leases), 2)}
+    ends: dict[str, float] = {}
+    for i in range(0, len(leases) - 1, 2):
+        with contextlib.suppress(ValueError, OverflowError):
+            ends[leases[i]] = int(float(leases[i + 1])) / 1000
     for process in sorted(set(ends) | set(owners.values()) | set(waits)):
         host, _, rest = process.partition(":")
         pid = rest.partition(":")[0]
@@ -84,15 +90,29 @@ def parse_view(reply: Any, wall: float) -> View:
     return View(now=now, jobs=tuple(jobs), owners=owners, processes=tuple(holders), **books)
 
 
+def whole(value: Any) -> int | None:
+    """A count or a time (ms) as the scripts store it, or None for anything else."""
+    if not isinstance(value, str | int) or isinstance(value, bool):
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        return None
+
+
 def _books(reply: Any, now: float, wall: float) -> dict[str, Any]:
     """The cluster's books from ``view.lua``: the ``stats`` hash, then the queue waits
-    and run times in ms."""
+    and run times in ms (values that are not whole numbers skipped)."""
     flat, waits, runs = reply
-    stats = {flat[i]: int(flat[i + 1]) for i in range(0, len(flat), 2)}
+    stats = {
+        flat[i]: n for i in range(0, len(flat) - 1, 2) if (n := whole(flat[i + 1])) is not None
+    }
     since = stats.get("since")
     return {
-        "counters": Counters(**{name: n for name, n in stats.items() if name in _COUNTERS}),
-        "queue_wait": DurationSummary.of(int(ms) / 1000 for ms in waits),
-        "run_time": DurationSummary.of(int(ms) / 1000 for ms in runs),
+        "counters": Counters(
+            **{name: n for name, n in stats.items() if name in _COUNTERS and n >= 0}
+        ),
+        "queue_wait": DurationSummary.of(ms / 1000 for ms in map(whole, waits) if ms is not None),
+        "run_time": DurationSummary.of(ms / 1000 for ms in map(whole, runs) if ms is not None),
         "since": None if since is None else wall - (now - since / 1000),
     }

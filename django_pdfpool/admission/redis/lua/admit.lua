@@ -1,30 +1,44 @@
 -- Rules 1-3 for a new call. ARGV: ME LEASE SLOTS QUEUE WAIT_MS(-1: none) KEY CALLER ID HAS_FN
--- FINGERPRINT -> {status, id, state, owner, age_ms, queued, events}; status is joined (the
--- job's id, state, owner), started or queued (this call's job), caller (the held job's id,
--- state, owner and age), busy, nojob (nothing to join, no fn), or mismatch (ME's terms are
--- not those the namespace's live processes share; then {name, theirs}* follows events).
+-- FINGERPRINT DEPLOYMENT -> {status, id, state, owner, age_ms, queued, events}; status is
+-- joined (the job's id, state, owner), started or queued (this call's job), caller (the
+-- held job's id, state, owner and age), busy, rebuilding (for a lease after bad data took
+-- state: see prelude.lua), nojob (nothing to join, no fn), or mismatch
+-- (ME's terms are not those of a live process of the namespace: another deployment, or
+-- other settings; then {name, theirs}* follows events, and ME is not registered).
 reap()
-local ours = {'slots', ARGV[3], 'queue', ARGV[4], 'wait', ARGV[5], 'lease', ARGV[2],
-  'fingerprint', ARGV[10]}
-local others = redis.call('ZCARD', PROCS) - (redis.call('ZSCORE', PROCS, ME) and 1 or 0)
+local ours = {slots = ARGV[3], queue = ARGV[4], wait = ARGV[5], lease = ARGV[2],
+  fingerprint = ARGV[10], deployment = ARGV[11]}
+local mine = cjson.encode(ours)
+local differs = {}
 local recorded = redis.call('HGETALL', TERMS)
-if others == 0 or #recorded == 0 then  -- the first live process sets the terms
-  redis.call('HSET', TERMS, unpack(ours))
-else
-  local theirs, differs = {}, {}
-  for i = 1, #recorded, 2 do theirs[recorded[i]] = recorded[i + 1] end
-  for i = 1, #ours, 2 do
-    if theirs[ours[i]] ~= ours[i + 1] then
-      differs[#differs + 1] = ours[i]
-      differs[#differs + 1] = theirs[ours[i]] or ''
+local recorded_mine = nil
+for i = 1, #recorded, 2 do
+  local proc, text = recorded[i], recorded[i + 1]
+  if proc == ME then
+    recorded_mine = text
+  elseif text ~= mine then  -- the same text is the same terms; else read them
+    local read, theirs = pcall(cjson.decode, text)
+    if redis.call('ZSCORE', PROCS, proc) and read and type(theirs) == 'table' then
+      if #differs == 0 then
+        for _, name in ipairs(TERM_NAMES) do
+          local value = theirs[name]
+          if type(value) ~= 'string' or value ~= ours[name] then
+            differs[#differs + 1] = name
+            differs[#differs + 1] = type(value) == 'string' and value or ''
+          end
+        end
+      end
+    else  -- a process gone, or an entry that is not terms: cleaned
+      redis.call('HDEL', TERMS, proc)
     end
   end
-  if #differs > 0 then  -- never merge two deployments: refuse, and do not register
-    tally('refused_busy', 1)
-    touch()
-    return {'mismatch', '', '', '', '0', '0', events, differs}
-  end
 end
+if #differs > 0 then  -- never merge two deployments: refuse, and do not register
+  tally('refused_busy', 1)
+  touch()
+  return {'mismatch', '', '', '', '0', '0', events, differs}
+end
+if recorded_mine ~= mine then redis.call('HSET', TERMS, ME, mine) end
 renew()
 local KEY, CALLER, ID = ARGV[6], ARGV[7], ARGV[8]
 local job = load(KEY)
@@ -39,6 +53,11 @@ if ARGV[9] ~= '1' then
   touch()
   return {'nojob', '', '', '', '0', tostring(queued), events}
 end
+if rebuilding() then  -- state was lost to bad data a moment ago: nothing new until rebuilt
+  tally('refused_busy', 1)
+  touch()
+  return {'rebuilding', '', '', '', '0', tostring(queued), events}
+end
 local held = redis.call('HGET', CALLERS, CALLER)
 if held then  -- rule 2: one job per caller, even if its starter left
   local other = load(held)
@@ -52,6 +71,10 @@ if held then  -- rule 2: one job per caller, even if its starter left
   redis.call('HDEL', CALLERS, CALLER)
 end
 local running = redis.call('SCARD', RUNNING)
+if running >= SLOTS and queued >= tonumber(ARGV[4]) then  -- full: unless some name no job
+  unghost()
+  running, queued = redis.call('SCARD', RUNNING), redis.call('LLEN', QUEUE)
+end
 if running >= SLOTS and queued >= tonumber(ARGV[4]) then  -- rule 3: a full queue refuses
   tally('refused_busy', 1)
   touch()

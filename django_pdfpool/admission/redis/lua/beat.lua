@@ -32,12 +32,13 @@ for i = 0, m - 1 do
   local state, data = 'gone', ''
   if job and job.id == id then
     state = job.state
+    if role ~= 'a' then reindex(job) end
   elseif role == 'r' and not job then
     restore(key, id, ARGV[at + 3], tonumber(ARGV[at + 4]), ARGV[at + 5], tonumber(ARGV[at + 6]))
     state = 'running'
   elseif role == 'a' then
     local rk = P .. 'res:' .. id
-    if redis.call('HDEL', rk, 'r:' .. ME) == 1 then
+    if shaped(rk, 'hash') and redis.call('HDEL', rk, 'r:' .. ME) == 1 then
       state, data = 'done', redis.call('HGET', rk, 'd') or ''
       if redis.call('HLEN', rk) <= 1 then redis.call('DEL', rk) end
     end
@@ -46,6 +47,7 @@ for i = 0, m - 1 do
   states[#states + 1] = data
 end
 for i = 6 + STRIDE * m, #ARGV do mine[ARGV[i]] = true end
+tidy()
 for _, key in ipairs(in_flight()) do
   local job = load(key)
   if job then

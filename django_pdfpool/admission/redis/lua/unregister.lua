@@ -12,6 +12,7 @@ for _, key in ipairs(in_flight()) do
   end
 end
 redis.call('ZREM', PROCS, ME)
+redis.call('HDEL', TERMS, ME)
 promote()
 touch()
 return {events}

@@ -1,0 +1,969 @@
+"""This process's side of a Redis-coordinated pool: one state machine on the job loop.
+
+``ProcessSide`` owns this process's table of jobs; admits calls (``admit.lua``) and takes
+leaving callers off their jobs (``leave.lua``); runs each job's life (a slot, then
+``finish.lua``; ``expire.lua`` for the wait, ``drop.lua``, ``collect.lua``); acts on events;
+renews the lease (``beat.lua``); and knows whether Redis answers (the mode and the probe).
+Each section below follows one script; docs/cluster.md explains the design. Made afresh in
+a forked child: a process id, connections and a job loop are never inherited.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import logging
+import os
+import secrets
+import socket
+import threading
+import time
+from collections.abc import Callable, Coroutine, Iterator
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from redis import exceptions as redis_errors
+from redis.exceptions import RedisError
+
+from ...exceptions import CoordinatorUnavailable, PoolBusy, PoolMisconfigured, RunnerLost
+from .. import delivery
+from ..delivery import call_dropped, deliver, report_failure
+from ..ledger import Ledger
+from ..local import Pool
+from ..protocol import DropFn, ErrorObserver, JobFn
+from ..records import JobRecord, Waiter, run_job
+from ..snapshot import JobInfo
+from .codec import Decode, Encode, decode_outcome, encode_outcome
+from .link import (
+    AdmitReply,
+    BeatReply,
+    Event,
+    EventsReply,
+    ExpireReply,
+    JobReport,
+    Link,
+    Sentinels,
+    StatusReply,
+)
+from .modes import LOCAL_FALLBACK, REDIS, REFUSING
+
+logger = logging.getLogger("django_pdfpool.redis")
+
+Reply = TypeVar("Reply", BeatReply, EventsReply, ExpireReply, StatusReply)
+GO_LOCAL = object()  # an admission's answer: Redis failed, take the fallback path
+
+# --- what callers are told, worded once ----------------------------------------------------
+
+UNREACHABLE, REFUSED = "unreachable", "refused"  # why Redis fails: ProcessSide.trouble
+
+_UNAVAILABLE = {  # CoordinatorUnavailable (503), by why Redis cannot coordinate the call
+    UNREACHABLE: "The service cannot reach its coordinator; try again shortly.",
+    REFUSED: "The service's coordinator does not take new work at the moment; try again shortly.",
+    "dropped": "The service lost its coordinator for a moment; try again.",
+    "waiting": "The service lost its coordinator while this job waited; try again shortly.",
+}
+REBUILDING = "The service is recounting its work after a fault; try again shortly."
+LOST = "The worker running this job stopped before it finished; try again."
+EXPIRED = "The job's result expired before it could be read; try again."
+
+
+def unavailable(why: str, retry_after: float) -> CoordinatorUnavailable:
+    """The refusal for a call Redis cannot coordinate: ``why`` is a ``trouble``, or
+    ``"dropped"`` (its connection dropped mid-call), or ``"waiting"`` (queued when Redis
+    failed)."""
+    return CoordinatorUnavailable(_UNAVAILABLE.get(why, _UNAVAILABLE[UNREACHABLE]), retry_after)
+
+
+def trouble_of(error: BaseException) -> str:
+    """``REFUSED`` when Redis answered with an error (OOM, READONLY, NOPERM, a wrong
+    password, ...), ``UNREACHABLE`` when it did not answer at all."""
+    if isinstance(error, redis_errors.AuthenticationError | redis_errors.AuthorizationError):
+        return REFUSED
+    if isinstance(error, redis_errors.ConnectionError | redis_errors.TimeoutError | OSError):
+        return UNREACHABLE
+    return REFUSED
+
+
+# --- the records ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Terms:
+    """A Redis pool's settings, as the side reads them."""
+
+    slots: int
+    queue_size: int
+    wait: float | None
+    lease: float
+    fallback: str
+    timeout: float
+    on_error: ErrorObserver
+    encode: Encode | None
+    decode: Decode | None
+    max_result_bytes: int
+    fingerprint: str = ""  # opaque: the settings that change results, same in every process
+    deployment: str = ""  # opaque: who this deployment is (never a secret), same likewise
+
+    @property
+    def wait_ms(self) -> str:
+        """``wait`` as the scripts take it: milliseconds, -1 for none."""
+        return "-1" if self.wait is None else str(round(self.wait * 1000))
+
+    @property
+    def beat_every(self) -> float:
+        """Seconds between two renewals of the lease: three per lease."""
+        return self.lease / 3
+
+    @property
+    def probe_every(self) -> float:
+        """Seconds between two probes while Redis fails."""
+        return min(1.0, self.lease / 2)
+
+
+@dataclass
+class Closing:
+    """Whether the pool stopped accepting (``closed``) and is cancelling (``stopping``).
+    Written by the pool's ``close``/``stop`` from any thread; read by the job loop."""
+
+    closed: bool = False
+    stopping: bool = False
+
+
+class RedisWaiter(Waiter):
+    """A call of this process; ``admission``, ``job`` and ``handed_back`` are set on the
+    job loop. ``on_drop`` is the call's until its admission gives it to a job or calls it."""
+
+    __slots__ = ("admission", "handed_back", "job", "on_drop")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, on_drop: DropFn | None) -> None:
+        super().__init__(loop)
+        self.on_drop = on_drop
+        self.admission: asyncio.Task[None] | None = None
+        self.job: RedisJob | None = None
+        self.handed_back = False  # Redis failed: the call goes to the fallback (GO_LOCAL)
+
+
+class RedisJob(JobRecord):
+    """A job this process runs or queues (``owned``) or waits on. Every field is the job
+    loop's (``ProcessSide`` alone reads and sets them)."""
+
+    __slots__ = (
+        "collecting",
+        "finishing",
+        "gone_seen",
+        "id",
+        "inflight",
+        "local_hold",
+        "owned",
+        "timer",
+    )
+
+    def __init__(self, key: str, job_id: str, state: str) -> None:
+        super().__init__(key)
+        self.id, self.state = job_id, state
+        self.owned = False
+        self.collecting = False  # its outcome is being read from Redis
+        self.finishing = False  # its task ended: never to be counted again (see beat.lua)
+        self.gone_seen = False  # the last beat did not find it in Redis
+        self.inflight = 0  # scripts about it on their way: the beat does not judge it then
+        self.timer: asyncio.TimerHandle | None = None  # its queue deadline, while queued
+        # Redis failed while it ran: the fallback pool counts it until this ends it
+        self.local_hold: Callable[[Any, BaseException | None], None] | None = None
+
+
+# --- the state machine ---------------------------------------------------------------------
+
+
+class ProcessSide:
+    """The job loop's side of a ``RedisPool`` in this process. Job loop only, but for
+    ``mode`` and the readings marked "any thread" (under ``_lock``)."""
+
+    def __init__(
+        self,
+        terms: Terms,
+        *,
+        url: str,
+        namespace: str,
+        books: Ledger,
+        closing: Closing,
+        fallback: Pool | None,
+        sentinels: Sentinels = (),
+    ) -> None:
+        self._terms, self._closing, self._books = terms, closing, books
+        self._fallback = fallback  # the pool new calls go to while Redis fails, if any
+        self.pid = os.getpid()
+        self.process = f"{socket.gethostname()}:{self.pid}:{secrets.token_hex(3)}"
+        self.link = Link(
+            url,
+            namespace,
+            self.process,
+            lease=terms.lease,
+            slots=terms.slots,
+            timeout=terms.timeout,
+            sentinels=sentinels,
+        )
+        self._tasks: set[asyncio.Task[Any]] = set()  # background tasks, referenced till done
+        self.retired = False  # for good: unregistered from Redis, connections closed
+        self._idle_waiters: list[Waiter] = []  # drain/stop waiting for nothing in flight
+        self._release_timer: asyncio.TimerHandle | None = None  # idle: let go of Redis
+        self._told_mismatch = False  # the deployment error is logged once per process
+        # The table. ``_jobs`` and ``admissions`` are read from any thread: under ``_lock``.
+        self._lock = threading.Lock()
+        self._jobs: dict[str, RedisJob] = {}  # in flight here, by id
+        self.admissions: set[asyncio.Task[None]] = set()  # admissions under way
+        self._seq = 0  # numbers the job ids this process makes (see beat.lua)
+        self._pending: set[str] = set()  # ids of jobs being admitted with an fn
+        self._dropping: set[str] = set()  # ids of our jobs being dropped
+        # events ahead of their admission's reply: id -> (first seen, events)
+        self._early: dict[str, tuple[float, list[Event]]] = {}
+        # outcomes of jobs that ended here, for a join whose reply comes after the end
+        self._finished: dict[str, tuple[float, Any, BaseException | None]] = {}
+        # Health: the mode (any thread reads it), why Redis fails, the probe.
+        self.mode = REDIS
+        self.trouble: str | None = None  # UNREACHABLE or REFUSED while not REDIS
+        self.last_error = ""  # the last failure, for the status page
+        self.failures = {UNREACHABLE: 0, REFUSED: 0}  # switches to the fallback, by cause
+        self._last_ok = time.monotonic()  # when Redis last answered a beat
+        self._probe: asyncio.Task[None] | None = None
+        self._confirming: asyncio.Task[bool] | None = None  # is a failure only a dropped link?
+        # The beat. A finish waits for the beat in flight, whose arguments may name the job
+        # as running: sent after it, the beat would count the finished job again (beat.lua).
+        self._beat_task: asyncio.Task[None] | None = None
+        self._no_beat = asyncio.Event()  # set while no beat is on its way
+        self._no_beat.set()
+        self._beats = 0  # beats on their way
+
+    # --- entries from the callers' side (any thread, through call_soon_threadsafe) --------
+
+    def begin(
+        self, waiter: RedisWaiter, key: str, caller: str, fn: JobFn | None, on_drop: DropFn | None
+    ) -> None:
+        """Start admitting a call; its waiter learns the outcome."""
+        if self.retired:  # closed between the caller's check and now
+            call_dropped(on_drop)
+            deliver([waiter], None, delivery.closing())
+            return
+        if self._release_timer is not None:
+            self._release_timer.cancel()
+            self._release_timer = None
+        task = self.spawn(self._admit(waiter, key, caller, fn, on_drop))
+        waiter.admission = task
+        with self._lock:
+            self.admissions.add(task)
+        task.add_done_callback(self._admitted)
+
+    def leave(self, waiter: RedisWaiter, done: concurrent.futures.Future[None]) -> None:
+        """Take a caller that gave up off its job, here and in Redis; ``done`` once done."""
+        self.spawn(self._leave(waiter, done))
+
+    def add_idle_waiter(self, waiter: Waiter) -> None:
+        self._idle_waiters.append(waiter)
+        self._settle()
+
+    def count_refused(self, name: str) -> None:
+        """Count a refusal the door gave, in the cluster's books (``refused.lua``)."""
+        self.quietly(self.link.call("refused", name))
+
+    # --- readings from any thread ----------------------------------------------------------
+
+    def busy(self) -> bool:
+        """Anything in flight here: a job, or an admission under way."""
+        with self._lock:
+            return bool(self._jobs or self.admissions)
+
+    def jobs(self) -> list[RedisJob]:
+        with self._lock:
+            return list(self._jobs.values())
+
+    def owned(self, state: str) -> int:
+        with self._lock:
+            return sum(job.owned and job.state == state for job in self._jobs.values())
+
+    def owned_infos(self, now: float, wall: float) -> list[JobInfo]:
+        with self._lock:
+            return [job.info(now, wall) for job in self._jobs.values() if job.owned]
+
+    def sharers(self, key: str) -> int:
+        """This process's callers sharing ``key``'s job, less its starter."""
+        with self._lock:
+            return sum(job.sharers() for job in self._jobs.values() if job.key == key)
+
+    # --- rules 1-3: admission (admit.lua) ---------------------------------------------------
+
+    async def _admit(
+        self, waiter: RedisWaiter, key: str, caller: str, fn: JobFn | None, on_drop: DropFn | None
+    ) -> None:
+        self._seq += 1
+        job_id = f"{self._seq}.{secrets.token_hex(4)}"  # numbered: see beat.lua
+        if fn is not None:
+            self._pending.add(job_id)
+        try:
+            try:
+                if self.mode != REDIS:
+                    raise RedisError("Redis failed a moment ago")
+                await self._listen()
+                terms = self._terms
+                raw = await self.link.call(
+                    "admit",
+                    str(terms.queue_size),
+                    terms.wait_ms,
+                    key,
+                    caller,
+                    job_id,
+                    "1" if fn is not None else "0",
+                    terms.fingerprint,
+                    terms.deployment,
+                )
+                reply = AdmitReply.of(raw)
+            except RedisError as error:
+                if await self._judge(error):  # only a connection dropped: Redis is up,
+                    call_dropped(on_drop)  # and whether the script ran is unknown
+                    self._books.count("refused_busy")
+                    deliver([waiter], None, unavailable("dropped", 1.0))
+                    return
+                waiter.handed_back = True  # the caller takes it to the fallback, or (gone) leaves
+                deliver([waiter], GO_LOCAL, None)
+                return
+            except Exception as error:  # a bug: the caller must hear of it, not hang
+                logger.exception("admitting a job failed")
+                call_dropped(on_drop)
+                deliver([waiter], None, error)
+                return
+            self._register(waiter, key, caller, fn, on_drop, job_id, reply)
+        finally:
+            self._pending.discard(job_id)
+        for known in (job_id, reply.job_id):
+            self._handle(self._early.pop(known, (0.0, []))[1])
+        self._handle(reply.events)
+
+    def _admitted(self, task: asyncio.Task[None]) -> None:
+        """An admission ended: the early events no admission can claim any more are acted
+        on (all of them once none is in flight, else those older than any reply can be)."""
+        with self._lock:
+            self.admissions.discard(task)
+            idle = not self.admissions
+        if idle:
+            stale, self._early = self._early, {}
+            self._finished.clear()
+        else:
+            old = time.monotonic() - 2 * self._terms.timeout
+            stale = {job_id: early for job_id, early in self._early.items() if early[0] < old}
+            for job_id in stale:
+                del self._early[job_id]
+            for job_id in [i for i, (at, _, _) in self._finished.items() if at < old]:
+                del self._finished[job_id]
+        for event in (event for _, events in stale.values() for event in events):
+            if event.job_id in self._jobs:
+                self._on_event(event)
+            else:
+                self._unclaimed(event)
+        self._settle()
+
+    def _register(
+        self,
+        waiter: RedisWaiter,
+        key: str,
+        caller: str,
+        fn: JobFn | None,
+        on_drop: DropFn | None,
+        job_id: str,
+        reply: AdmitReply,
+    ) -> None:
+        """Follow the admit script's answer (the rules are applied there)."""
+        if reply.status == "joined":  # rule 1
+            call_dropped(on_drop)  # joined: this call's fn is not needed
+            self._books.count("joined")
+            ended = self._finished.get(reply.job_id)  # it ended here while the reply travelled
+            if ended is not None:
+                deliver([waiter], ended[1], ended[2])
+                return
+            job = self._jobs.get(reply.job_id) or self._add(
+                RedisJob(key, reply.job_id, reply.state)
+            )
+            lost = not job.owned and reply.job_id not in self._pending
+            if reply.owner == self.process and lost:  # ours, from a call whose reply was lost
+                self.spawn(self._drop(job, "lost"))
+            job.waiters.add(waiter)
+            waiter.job = job
+        elif reply.status in ("started", "queued"):  # rule 3: a slot, or a queue place
+            job = self._jobs.get(job_id) or self._add(RedisJob(key, job_id, "queued"))
+            job.owned, job.caller, job.fn, job.on_drop = True, caller, fn, on_drop
+            job.starter = waiter
+            job.waiters.add(waiter)
+            waiter.job = job
+            if reply.status == "started":
+                self._start(job)
+            elif self._terms.wait is not None:  # Redis's clock decides when it has passed
+                self._arm(job, self._terms.wait)
+        else:
+            call_dropped(on_drop)
+            deliver([waiter], None, self._refusal(key, reply))
+
+    def _refusal(self, key: str, reply: AdmitReply) -> BaseException:
+        if reply.status == "caller":  # rule 2
+            self._books.count("refused_caller")
+            running_for = reply.age if reply.state == "running" else None
+            return delivery.caller_busy(self._books.expected_end(running_for, reply.queued))
+        if reply.status == "busy":  # rule 3: a full queue
+            self._books.count("refused_busy")
+            return delivery.queue_full(self._books.expected_start(reply.queued))
+        if reply.status == "rebuilding":  # bad data took state: the beats count it again
+            self._books.count("refused_busy")
+            return PoolBusy(REBUILDING, self._terms.lease)
+        if reply.status == "mismatch":
+            self._books.count("refused_busy")
+            return self._mismatch(reply.differs)
+        return delivery.nothing_to_join(key)
+
+    def _mismatch(self, differs: dict[str, str]) -> PoolMisconfigured:
+        """A live process of the namespace has other terms: a deployment error."""
+        terms = self._terms
+        ours: dict[str, tuple[str, Callable[[str], str]]] = {
+            "slots": (str(terms.slots), str),
+            "queue": (str(terms.queue_size), str),
+            "wait": (terms.wait_ms, _seconds),
+            "lease": (str(round(terms.lease * 1000)), _seconds),
+        }
+        named = [
+            f"{name} {show(mine)} here, {show(differs[name])} there"
+            for name, (mine, show) in ours.items()
+            if name in differs
+        ]
+        if "fingerprint" in differs:
+            named.append("the settings that change results differ (fingerprint)")
+        namespace = self.link.namespace
+        if "deployment" in differs:
+            message = (
+                f"Another deployment uses the Redis namespace {namespace!r}: its processes "
+                "have another SECRET_KEY (or PDFPOOL['DEPLOYMENT']) than this one, so their "
+                "pools are kept apart, not merged. Give each deployment a NAMESPACE of its "
+                "own (or, for one deployment, the same SECRET_KEY everywhere)."
+            )
+        else:
+            message = (
+                f"The PDF pool's processes sharing the Redis namespace {namespace!r} have "
+                f"other settings than this one: {'; '.join(named)}. Give them all the same "
+                "settings, or each deployment a namespace of its own."
+            )
+        error = PoolMisconfigured(message, terms.lease)
+        if not self._told_mismatch:
+            self._told_mismatch = True
+            logger.error("PDF pool refuses every job: %s", error)
+        return error
+
+    # --- rule 4: leaving (leave.lua) --------------------------------------------------------
+
+    async def _leave(self, waiter: RedisWaiter, done: concurrent.futures.Future[Any]) -> None:
+        try:
+            if waiter.admission is not None and not waiter.admission.done():
+                await asyncio.wait([waiter.admission])
+            job = waiter.job
+            if job is None and waiter.handed_back:  # it left before the fallback took it
+                call_dropped(waiter.on_drop)
+                return
+            if job is None or waiter not in job.waiters:
+                return  # refused, or answered as it left
+            job.waiters.discard(waiter)
+            starter = waiter is job.starter
+            if starter:
+                job.starter = None
+            with _about(job):
+                await self._script(
+                    StatusReply.of, "leave", job.key, job.id, "1", "1" if starter else "0"
+                )
+            if not job.owned and not job.waiters and self._holds(job):
+                self._remove(job)  # nobody here waits on it any more
+        finally:
+            done.set_result(None)
+            self._settle()
+
+    # --- a job's life: a slot, then finish.lua (rule 5) ---------------------------------------
+
+    def _start(self, job: RedisJob) -> None:
+        """Run an owned job that has its slot, as a task on this loop."""
+        if job.timer is not None:
+            job.timer.cancel()
+            job.timer = None
+        job.state = "running"
+        job.started_mono = time.monotonic()
+        self._books.started(job.started_mono - job.queued_mono)
+        job.task = asyncio.get_running_loop().create_task(run_job(job))
+        job.task.add_done_callback(lambda task: self.spawn(self._finish(job, task)))
+
+    async def _finish(self, job: RedisJob, task: asyncio.Task[Any]) -> None:
+        """Free the slot and the caller in Redis (handing the outcome to sharers in other
+        processes), then answer this process's sharers."""
+        job.finishing = True
+        result, error = delivery.outcome_of(task, self._closing.stopping)
+        call_dropped(job.release())  # stopped before fn was called: on_drop instead
+        outcome = "cancelled" if task.cancelled() else "failed" if error else "completed"
+        took = time.monotonic() - (job.started_mono or job.queued_mono)
+        self._books.ended(outcome, took)
+        took_ms = str(max(0, round(took * 1000)))
+        try:
+            with _about(job):
+                await self._no_beat.wait()
+                reply = await self._script(
+                    StatusReply.of, "finish", job.key, job.id, "", outcome, took_ms
+                )
+                if reply is not None and reply.status == "need":  # sharers elsewhere: send it
+                    terms = self._terms
+                    data = encode_outcome(
+                        result, error, encode=terms.encode, limit=terms.max_result_bytes
+                    )
+                    await self._no_beat.wait()
+                    await self._script(
+                        StatusReply.of, "finish", job.key, job.id, data, outcome, took_ms
+                    )
+        except Exception:  # a bug: the callers here are answered all the same, and the
+            # beat frees the slot in Redis of a job this process no longer knows
+            logger.exception("finishing job %s in Redis failed", job.key)
+        self._answer(job, result, error)
+        if error is not None and not task.cancelled():
+            report_failure(self._terms.on_error, job.key, error)
+
+    def _answer(self, job: RedisJob, result: Any, error: BaseException | None) -> None:
+        """Hand the outcome to this process's sharers; the job is over here."""
+        self._remove(job)
+        self._remember(job.id, result, error)
+        waiters, job.waiters = job.waiters, set()
+        deliver(waiters, result, error)
+        if job.local_hold is not None:  # the fallback pool counted it: its joiners too
+            job.local_hold(result, error)
+            job.local_hold = None
+        self._settle()
+
+    # --- endings without a result: an event's kind, or "unavailable" (drop.lua) ------------
+
+    def _end(self, job: RedisJob, kind: str) -> None:
+        """A job ends here without a result: refuse or fail its waiters, let go of what
+        an owned job that never ran owned. A running job of ours runs on (its finish answers)."""
+        if job.owned and job.state == "running":
+            return
+        self._remove(job)
+        waiters, job.waiters = job.waiters, set()
+        if job.owned:
+            call_dropped(job.release())
+            if kind == "dropped":
+                self._books.count("abandoned")
+        error: BaseException | None = None
+        if kind == "busy":  # rule 3: waited longer than `wait` (Redis's clock said so)
+            waited = [time.monotonic() - job.queued_mono] if job.owned else []
+            self._books.gave_up(waited, len(waiters))
+            retry_after = self._books.expected_start(self._terms.queue_size)
+            error = delivery.waited_too_long(self._terms.wait, retry_after)
+        elif kind == "closed":
+            error = delivery.stopped()
+        elif kind == "unavailable":
+            error = unavailable("waiting", self._terms.probe_every)
+        elif kind == "expired":
+            error = RunnerLost(EXPIRED)
+        elif kind != "dropped":  # nobody waits on a dropped job
+            error = RunnerLost(LOST)
+        if error is not None:
+            self._remember(job.id, None, error)
+            if waiters:
+                deliver(waiters, None, error)
+        self._settle()
+
+    async def _drop(self, job: RedisJob, kind: str) -> None:
+        """End a job of ours that will never run, here and in Redis."""
+        self._dropping.add(job.id)
+        try:
+            self._end(job, kind)
+            await self._script(EventsReply.of, "drop", job.key, job.id, kind)
+        finally:
+            self._dropping.discard(job.id)
+
+    # --- rule 3's wait (expire.lua): Redis's clock decides; a `busy` event ends the job ------
+
+    def _arm(self, job: RedisJob, delay: float) -> None:
+        job.timer = asyncio.get_running_loop().call_later(delay, self._on_timer, job)
+
+    def _on_timer(self, job: RedisJob) -> None:
+        job.timer = None
+        if self._holds(job) and job.state == "queued":
+            self.spawn(self._expire(job))
+
+    async def _expire(self, job: RedisJob) -> None:
+        with _about(job):
+            reply = await self._script(ExpireReply.of, "expire", job.key, job.id)
+        waiting = self._holds(job) and job.state == "queued"
+        if reply is not None and reply.left > 0 and waiting:
+            self._arm(job, reply.left)
+
+    # --- an awaited job's outcome, from another process (collect.lua) ------------------------
+
+    async def _collect(self, job: RedisJob) -> None:
+        """Read a finished job's outcome, once, and answer this process's sharers."""
+        if job.collecting:
+            return
+        job.collecting = True
+        try:
+            with _about(job):
+                data = await self.link.collect(job.id)
+        except RedisError as error:
+            job.collecting = False
+            self.failed(error)
+            return
+        if self._holds(job):
+            self._settle_remote(job, data)
+
+    def _settle_remote(self, job: RedisJob, data: str | None) -> None:
+        """Answer this process's sharers with an outcome read from Redis."""
+        if not data:
+            self._end(job, "expired")
+            return
+        try:
+            result, error = decode_outcome(data, decode=self._terms.decode)
+        except Exception as exc:  # a broken decode hook, or a corrupt value
+            result, error = None, exc
+        self._answer(job, result, error)
+
+    # --- events: from a script's reply or this process's channel ---------------------------
+
+    def _handle(self, events: list[Event]) -> None:
+        for event in events:
+            self._on_event(event)
+
+    def _on_event(self, event: Event) -> None:
+        """``start``, ``done`` and the endings (``link.Event``). One about a job whose
+        admission has no reply yet waits for it (``_early``)."""
+        job = self._jobs.get(event.job_id)
+        if job is None or (not job.owned and event.job_id in self._pending):
+            if self.admissions:  # its admission's reply may still be on its way
+                self._early.setdefault(event.job_id, (time.monotonic(), []))[1].append(event)
+            elif job is None:
+                self._unclaimed(event)
+            return
+        if event.kind == "start":
+            if job.owned and job.state == "queued":
+                self._start(job)
+        elif event.kind == "done":
+            if not job.owned:
+                self.spawn(self._collect(job))
+        else:
+            self._end(job, event.kind)
+
+    def _unclaimed(self, event: Event) -> None:
+        """An event about a job this process no longer knows."""
+        if event.kind == "done":  # nobody here waits any more: take our copy off the shelf
+            self.quietly(self.link.collect(event.job_id))
+        elif event.kind == "start":  # ours, left from a call whose reply was lost: free it
+            self.spawn(self._script(EventsReply.of, "drop", event.key, event.job_id, "lost"))
+
+    # --- the lease (beat.lua): the only poll, and a bounded one ----------------------------
+
+    def _ensure_beat(self) -> None:
+        """Beat while any job is in the table."""
+        if self._beat_task is None:
+            self._beat_task = self.spawn(self._beat_loop())
+
+    async def _beat_loop(self) -> None:
+        delay = self._terms.beat_every
+        try:
+            while self._jobs:
+                await asyncio.sleep(delay)
+                delay = self._terms.beat_every
+                if self.mode != REDIS:
+                    if time.monotonic() - self._last_ok > self._terms.lease:
+                        for job in self.jobs():
+                            if not job.owned:  # its outcome cannot reach us any more
+                                self._end(job, "unavailable")
+                    continue
+                next_lease_end = await self._beat_once()
+                if next_lease_end is not None:  # wake when it ends, to reap it at once
+                    delay = min(delay, max(0.02, next_lease_end + 0.02))
+        finally:
+            self._beat_task = None
+
+    async def _beat_once(self) -> float | None:
+        """One beat now (also when Redis is back, before new work can arrive): return
+        when the next other lease ends (seconds), None if none or Redis failed."""
+        jobs = self.jobs()
+        if not jobs:
+            return None  # nothing to tell Redis (an idle process stays out of its table)
+        now = time.monotonic()
+        args = [str(self._seq), str(len(jobs))]
+        for job in jobs:
+            args += _job_args(job, now)
+        args += [*self._pending, *self._dropping]
+        self._beats += 1
+        self._no_beat.clear()
+        try:
+            reply = await self._script(BeatReply.of, "beat", *args)
+        finally:
+            self._beats -= 1
+            if not self._beats:
+                self._no_beat.set()
+        if reply is None:
+            return None
+        self._last_ok = time.monotonic()
+        for job, report in zip(jobs, reply.reports, strict=True):
+            self._reconcile(job, report)
+        return reply.next_lease_end
+
+    def _reconcile(self, job: RedisJob, report: JobReport) -> None:
+        """Bring a job in step with what Redis reports (a vanished one after two beats,
+        so that an event still on its way wins)."""
+        if not self._holds(job) or job.inflight:
+            return
+        if report.state == "done":
+            job.collecting = True
+            self._settle_remote(job, report.data)
+            return
+        if report.state != "gone":
+            job.gone_seen = False
+            if job.owned and report.state == "running" and job.state == "queued":
+                self._start(job)  # its start event was lost
+            elif not job.owned:
+                job.state = report.state
+            return
+        if job.owned and job.state == "running":
+            return  # its key is another job's now (see beat.lua): it finishes here
+        if job.gone_seen:
+            self._end(job, "lost")
+        job.gone_seen = True
+
+    # --- health: the mode, the fallback, the probe --------------------------------------------
+
+    def failed(self, error: BaseException) -> None:
+        """Redis failed a call: unless a fresh connection answers at once (only that
+        connection was dropped), switch to the fallback until a probe succeeds."""
+        self._judge(error)
+
+    def _judge(self, error: BaseException) -> asyncio.Future[bool]:
+        """Whether Redis still answers after ``error`` (else the fallback is on): one
+        judgement shared by every failure that arrives meanwhile."""
+        if self.mode != REDIS or self.retired:
+            judged: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+            judged.set_result(self.mode == REDIS)
+            return judged
+        if self._confirming is None:
+            self._confirming = self.spawn(self._confirm(error))
+        return self._confirming
+
+    async def _confirm(self, error: BaseException) -> bool:
+        try:
+            dropped = isinstance(error, redis_errors.ConnectionError)
+            if dropped and not isinstance(error, redis_errors.TimeoutError):
+                try:
+                    await self.link.refresh_idle()
+                    await self.link.ping()
+                    await self._listen()  # the channel's connection may be the dropped one
+                except RedisError:
+                    pass
+                else:
+                    logger.info(
+                        "PDF pool: a connection to Redis at %s was dropped (%s); a fresh one "
+                        "answers",
+                        self.link.where,
+                        error,
+                    )
+                    self._confirming = None  # from here on, a failure is a new one
+                    await self._beat_once()  # Redis may have restarted: tell it what runs here
+                    return True
+            self._fall_back(error)
+            return False
+        finally:
+            self._confirming = None
+
+    def _fall_back(self, error: BaseException) -> None:
+        """Redis failed: the fallback mode (one warning); this process's queued jobs cannot
+        get a slot from Redis, and its running jobs go on, counted by the fallback pool
+        (their slots, keys and callers); then probe until Redis takes writes again."""
+        if self.mode != REDIS or self.retired:
+            return
+        local = self._terms.fallback == "local"
+        self.mode = LOCAL_FALLBACK if local else REFUSING
+        self.trouble = trouble_of(error)
+        self.failures[self.trouble] += 1
+        self.last_error = f"{type(error).__name__}: {error}"
+        logger.warning(
+            "PDF pool: Redis at %s %s (%s); %s",
+            self.link.where,
+            "refused a write" if self.trouble == REFUSED else "failed",
+            self.last_error,
+            "new jobs run in this process's own pool, with per-process limits"
+            if local
+            else "new jobs are refused (503) until it is back",
+        )
+        self.quietly(self.link.reset())
+        for job in self.jobs():
+            if job.owned and job.state == "queued":
+                self._end(job, "unavailable")
+            elif job.owned and self._fallback is not None and job.local_hold is None:
+                job.local_hold = self._fallback.hold(job.key, job.caller)
+        if self._probe is None:
+            self._probe = self.spawn(self._watch())
+
+    async def _watch(self) -> None:
+        """One probe per ``probe_every``: a PING and writes (``probe.lua``)."""
+        try:
+            while not self.retired:
+                await asyncio.sleep(self._terms.probe_every)
+                try:
+                    await self.link.reset()
+                    await self.link.probe()
+                    await self._listen()
+                except RedisError as error:
+                    self.trouble = trouble_of(error)  # it may change: back, but read-only
+                    self.last_error = f"{type(error).__name__}: {error}"
+                    continue
+                logger.warning(
+                    "PDF pool: Redis at %s is back; limits are shared again", self.link.where
+                )
+                self._last_ok = time.monotonic()
+                self.mode, self.trouble = REDIS, None
+                await self._beat_once()  # tell Redis at once what runs here
+                return
+        finally:
+            self._probe = None
+
+    async def _listen(self) -> None:
+        """Subscribe to this process's channel, unless subscribed."""
+        await self.link.subscribe(self._on_event, self.failed)
+
+    # --- the scripts, as this process: a reply, its events, or a failure ----------------------
+
+    async def _script(self, parse: Callable[[Any], Reply], name: str, *args: str) -> Reply | None:
+        """Run a mutating script (not ``admit``: its failure is judged there); hand its
+        events on; a Redis failure turns into the fallback and None."""
+        if self.mode != REDIS:
+            return None
+        try:
+            reply = parse(await self.link.call(name, *args))
+        except RedisError as error:
+            self.failed(error)
+            return None
+        self._handle(reply.events)
+        return reply
+
+    # --- the table's bookkeeping --------------------------------------------------------------
+
+    def _add(self, job: RedisJob) -> RedisJob:
+        with self._lock:
+            self._jobs[job.id] = job
+        self._ensure_beat()
+        return job
+
+    def _remove(self, job: RedisJob) -> None:
+        if job.timer is not None:
+            job.timer.cancel()
+            job.timer = None
+        with self._lock:
+            if self._jobs.get(job.id) is job:
+                del self._jobs[job.id]
+
+    def _holds(self, job: RedisJob) -> bool:
+        """Whether ``job`` is still the table's (not ended, not replaced)."""
+        return self._jobs.get(job.id) is job
+
+    def _remember(self, job_id: str, result: Any, error: BaseException | None) -> None:
+        """A job ended here: keep its outcome while a join's reply may still be on its way."""
+        if self.admissions:
+            self._finished[job_id] = (time.monotonic(), result, error)
+
+    # --- idle, stopping, retiring -----------------------------------------------------------
+
+    def _settle(self) -> None:
+        """When nothing is in flight here: wake drain/stop, and after ``lease`` idle
+        seconds let go of the process table entry and the channel."""
+        if self.busy():
+            return
+        idle, self._idle_waiters = self._idle_waiters, []
+        deliver(idle, None, None)
+        if not self._closing.closed and self._release_timer is None and self.mode == REDIS:
+            loop = asyncio.get_running_loop()
+            self._release_timer = loop.call_later(self._terms.lease, self._release_if_idle)
+
+    def _release_if_idle(self) -> None:
+        self._release_timer = None
+
+        def still_idle() -> bool:
+            return not (self.busy() or self._closing.closed)
+
+        if still_idle():
+            self.quietly(self.link.release(still_idle))
+
+    async def stop_jobs(self) -> None:
+        """Cancel this process's running jobs, drop its queued ones, leave the others'."""
+        while self.admissions:
+            await asyncio.wait(set(self.admissions))
+        calls: list[Coroutine[Any, Any, object]] = []
+        for job in self.jobs():
+            if job.owned and job.state == "running":
+                waiters, job.waiters = job.waiters, set()
+                deliver(waiters, None, delivery.stopped())
+                if job.task is not None:
+                    job.task.cancel()
+            elif job.owned:
+                calls.append(self._drop(job, "closed"))
+            else:
+                count = len(job.waiters)
+                self._end(job, "closed")
+                calls.append(
+                    self._script(StatusReply.of, "leave", job.key, job.id, str(count), "0")
+                )
+        await asyncio.gather(*calls)
+
+    async def retire(self) -> None:
+        """Leave Redis for good: unregister, stop the beat and the probe, close."""
+        if self.retired:
+            return
+        if self._release_timer is not None:
+            self._release_timer.cancel()
+            self._release_timer = None
+        if self.link.used:
+            await self._script(EventsReply.of, "unregister")
+        self.retired = True
+        for task in (self._probe, self._beat_task):
+            if task is not None:
+                task.cancel()
+        await self.link.close()
+
+    # --- background tasks -----------------------------------------------------------------
+
+    def spawn(self, coroutine: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
+        """A task on the job loop, kept referenced until it ends."""
+        task = asyncio.get_running_loop().create_task(coroutine)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    def quietly(self, coroutine: Coroutine[Any, Any, Any]) -> None:
+        """Spawn a call whose Redis failure changes nothing (clean-ups)."""
+        self.spawn(_quietly(coroutine))
+
+
+@contextlib.contextmanager
+def _about(job: RedisJob) -> Iterator[None]:
+    """A script about ``job`` is on its way: the beat does not judge the job meanwhile."""
+    job.inflight += 1
+    try:
+        yield
+    finally:
+        job.inflight -= 1
+
+
+async def _quietly(coroutine: Coroutine[Any, Any, Any]) -> None:
+    with contextlib.suppress(RedisError):
+        await coroutine
+
+
+def _job_args(job: RedisJob, now: float) -> list[str]:
+    """One job as beat.lua takes it: KEY ID ROLE CALLER WAITERS STARTER AGE_MS."""
+    running_for = job.running_for(now)
+    if not job.owned:
+        return [job.key, job.id, "a", "", "0", "0", "0"]
+    if running_for is None or job.finishing:  # queued, or over: never counted again
+        return [job.key, job.id, "o", "", "0", "0", "0"]
+    starter = "1" if job.starter in job.waiters else "0"
+    age = str(round(running_for * 1000))
+    return [job.key, job.id, "r", job.caller, str(len(job.waiters)), starter, age]
+
+
+def _seconds(ms: str) -> str:
+    """A duration as the scripts keep it (ms; -1: none), for a message."""
+    return "none" if ms in ("", "-1") else f"{int(ms) / 1000:g} s"
