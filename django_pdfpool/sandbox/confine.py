@@ -220,10 +220,35 @@ def read_roots() -> tuple[str, ...]:
     return tuple(r for r in found if not any(o != r and _beneath(r, o) for o in found))
 
 
+# The libraries pyseccomp asks ctypes.util.find_library for, by their stable sonames: found
+# with dlopen alone, where find_library runs ldconfig (and gcc) in subprocesses, forks that
+# cost a cold child ~9 ms and would be processes of its own.
+_SONAMES = {"c": "libc.so.6", "seccomp": "libseccomp.so.2"}
+
+
 def _import_bindings() -> None:
-    for module in ("landlockpy", "pyseccomp"):
-        with contextlib.suppress(Exception):  # missing, or no libseccomp: so is the layer
-            __import__(module)
+    import ctypes.util
+
+    real = ctypes.util.find_library
+
+    def find_library(name: str) -> str | None:
+        soname = _SONAMES.get(name)
+        if soname is not None:
+            try:
+                ctypes.CDLL(soname)
+            except OSError:
+                pass
+            else:
+                return soname
+        return real(name)
+
+    ctypes.util.find_library = find_library
+    try:
+        for module in ("landlockpy", "pyseccomp"):
+            with contextlib.suppress(Exception):  # missing, or no libseccomp: so is the layer
+                __import__(module)
+    finally:
+        ctypes.util.find_library = real
 
 
 def _landlock() -> None:
