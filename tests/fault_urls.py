@@ -15,6 +15,7 @@ from django.urls import path
 
 from django_pdfpool import extraction
 from django_pdfpool.admission.jobloop import get_job_loop
+from django_pdfpool.door.entry import door_status
 from django_pdfpool.process_pool import peek_pool
 from django_pdfpool.sandbox import child_process
 from tests.urls import urlpatterns as base
@@ -30,7 +31,8 @@ def _job_loop_tasks() -> int:
 
 
 def state(request: HttpRequest) -> JsonResponse:
-    """Job-loop tasks, extraction threads, unreaped children, the idle template, and the pool."""
+    """Job-loop tasks, extraction threads, unreaped children, the idle template, the pool
+    and the door."""
     pool = peek_pool()
     threads = [t.name for t in threading.enumerate() if t.name.startswith("pdfpool-extract")]
     with child_process._live_lock:
@@ -42,6 +44,7 @@ def state(request: HttpRequest) -> JsonResponse:
             "unreaped_children": unreaped,
             "idle": extraction.idle_pids(),
             "pool": None if pool is None else pool.snapshot().as_dict(),
+            "door": door_status(),
         }
     )
 

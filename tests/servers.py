@@ -3,6 +3,7 @@ child process, on a free loopback port, for end-to-end tests."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -133,7 +134,12 @@ def _serve(
     if pdfpool is not None:
         environment["PDFPOOL_JSON"] = json.dumps(pdfpool)
     process = subprocess.Popen(
-        command, cwd=cwd, env=environment, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL
+        command,
+        cwd=cwd,
+        env=environment,
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        start_new_session=True,  # its workers too are ended with it (end_group)
     )
     log: list[bytes] = []
     found = threading.Event()
@@ -163,7 +169,15 @@ def _serve(
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
+        end_group(process)
         reader.join(5)
+
+
+def end_group(process: subprocess.Popen) -> None:
+    """SIGKILL whatever is left of a server started in a session of its own (a worker
+    that outlived a killed master, say): nothing of a test's server outlives the test."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGKILL)
 
 
 def wait_for(condition, timeout: float = 10.0, interval: float = 0.01) -> None:

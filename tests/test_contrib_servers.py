@@ -24,7 +24,7 @@ import pytest
 from tests import pdfs
 from tests.pdfs import slow_pdf
 from tests.redis_server import free_port
-from tests.servers import ROOT, uvicorn, wait_for
+from tests.servers import ROOT, end_group, uvicorn, wait_for
 from tests.test_door_servers import (
     LIMIT,
     PATIENCE,
@@ -65,7 +65,12 @@ def granian(
         command = [sys.executable, "-m", "granian", "--interface", "asgi", "--host", "127.0.0.1"]
         command += ["--port", str(port), "--workers", "1", app]
         process = subprocess.Popen(
-            command, cwd=cwd, env=environment, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+            command,
+            cwd=cwd,
+            env=environment,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its worker is ended with it (end_group)
         )
         log: list[bytes] = []
         up = threading.Event()
@@ -85,6 +90,7 @@ def granian(
             if process.poll() is None:
                 process.kill()
             process.wait(timeout=30)
+            end_group(process)
     raise RuntimeError("granian did not start:\n" + b"".join(log).decode(errors="replace"))
 
 

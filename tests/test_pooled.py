@@ -111,7 +111,7 @@ def test_an_upload_and_a_task_for_the_same_bytes_share_one_job(pdfpool):
 def test_the_default_job_shares_its_key_with_uploads_too(pdfpool):
     """A slow extraction started by a task holds the only place; the identical upload is
     answered 200 only by joining it (a different key would be 503 busy)."""
-    pdfpool(SLOTS=1, QUEUE=0, SHED_UNDECLARED=False)
+    pdfpool(SLOTS=1, QUEUE=0)
     data = pdfs.slow_pdf("task first", 1)
     with ThreadPoolExecutor(1) as threads:
         tasked = threads.submit(extract_pooled, data, caller="task:3")
