@@ -118,7 +118,7 @@ def test_a_full_pool_is_503_through_the_projects_handler(pdfpool):
 def test_the_door_answers_drf_routes_through_the_projects_handler(pdfpool, settings):
     """The door (AdmissionMiddleware here) refuses before DRF runs (no body parsed), and
     answers as the view would: the route's DRF view, its exception handler and renderers."""
-    pdfpool(SLOTS=1, QUEUE=0, MAX_UPLOAD_SIZE=2000)
+    pdfpool(SLOTS=1, QUEUE=0, MAX_UPLOAD_SIZE=2000, DOOR_BUDGET=0)  # no body that may join
     recording = "tests.views.RecordingUploadHandler"
     settings.FILE_UPLOAD_HANDLERS = [recording, *global_settings.FILE_UPLOAD_HANDLERS]
     PARSED.clear()
@@ -132,7 +132,7 @@ def test_the_door_answers_drf_routes_through_the_projects_handler(pdfpool, setti
         wait_until(lambda: len(HELD.runs) == 1)
         PARSED.clear()  # the job's own upload was parsed; none of those below may be
         for url in HELD_ROUTES:
-            busy = send(url, b"%PDF- two", user="carol")  # no digest: the door sheds it
+            busy = send(url, b"%PDF- two", user="carol")  # may join, but no budget: shed
             assert busy.status_code == 503, busy.content
             assert int(busy["Retry-After"]) >= 1
             assert busy.json()["handled_by"] == "project" and busy.json()["code"] == "busy"

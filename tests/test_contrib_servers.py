@@ -147,9 +147,10 @@ def test_with_the_door_off_the_body_is_awaited(staged):
 
 def test_a_busy_pool_is_refused_before_the_body_through_each_frameworks_handler(staged):
     """A ViewSet action's job holds the only slot: uploads to an ``@api_view`` function and
-    a ninja operation are 503 before their bodies, answered by the framework's handler."""
+    a ninja operation (no budget for bodies that may join) are 503 before their bodies,
+    answered by the framework's handler."""
     with (
-        uvicorn(APP, pdfpool=settings(staged), env=CONTRIB) as running,
+        uvicorn(APP, pdfpool=settings(staged, DOOR_BUDGET=0), env=CONTRIB) as running,
         concurrent.futures.ThreadPoolExecutor(1) as threads,
     ):
 
