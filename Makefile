@@ -52,7 +52,7 @@ test: $(STAMP) browser-deps redis-deps sandbox-deps
 	PDFPOOL_TEST_POOL=tests.redis_factory:make_pool $(BIN)/python -m tests.redis_server \
 	  $(BIN)/python -m pytest tests/test_pool_conformance.py -p no:cacheprovider
 
-test-matrix: $(STAMP) browser-deps redis-deps
+test-matrix: $(STAMP) browser-deps redis-deps sandbox-deps
 	PATH="$(PYENV_BINS):$$PATH" $(BIN)/nox
 
 lint: $(STAMP)

@@ -790,11 +790,12 @@ def check_pressure(pool) -> None:
         await until(lambda: pool.queued() == 1)
         full = pool.pressure(None)
         assert full.free == 0 and full.retry_after > 0
-        assert pool.pressure("k2", "c1").caller_busy  # c1 holds k1: 429 for another key
+        assert pool.pressure("k3", "c1").caller_busy  # c1 holds k1: 429 for another key
         assert pool.pressure(None, "c1").caller_busy
         assert not pool.pressure("k1", "c1").caller_busy  # its own key: it joins
-        assert not pool.pressure("k2", "c9").caller_busy and not pool.pressure("k2").caller_busy
-        assert pool.pressure("k2", "c1").caller_retry_after > 0
+        assert not pool.pressure("k2", "c1").caller_busy  # a job in flight: it joins too
+        assert not pool.pressure("k3", "c9").caller_busy and not pool.pressure("k3").caller_busy
+        assert pool.pressure("k3", "c1").caller_retry_after > 0
         pool.count_refusal(PoolBusy("at the door"))
         await until(lambda: pool.snapshot().counters.refused_busy == 1)  # Redis: soon
         gate.set()

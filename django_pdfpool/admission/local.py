@@ -91,7 +91,7 @@ class Pool:
         with self._lock:
             free = max(0, self.slots + self.queue_size - self._running - len(self._queue))
             in_flight = key is not None and key in self._jobs
-            held = self._callers.get(caller or "")  # rule 2 unless it joins its own job
+            held = None if in_flight else self._callers.get(caller or "")  # else it joins
             busy = (False, 0.0) if held is None or held.key == key else (True, self._held_end(held))
             return Pressure(self._closed, free, in_flight, self._expected_start(), *busy)
 

@@ -26,8 +26,8 @@ class Pressure:
     free: int  # slots and queue places not taken
     in_flight: bool  # a job for the key asked about is in flight (it can be joined)
     retry_after: float  # seconds until a place is likely free
-    # ``caller`` (when asked about) has a job in flight for a key other than ``key``: the
-    # pool would answer 429 caller_busy (rule 2) to anything that does not join
+    # ``caller`` (when asked about) has a job in flight for a key other than ``key``, and
+    # ``key``'s job is not in flight to join: the pool would answer 429 caller_busy (rule 2)
     caller_busy: bool = False
     caller_retry_after: float = 0.0  # the Retry-After that 429 would carry
 

@@ -186,7 +186,7 @@ class RedisPool:
                     caller_busy=found.caller_busy,
                     caller_retry_after=retry,
                 )
-        return dataclasses.replace(self._local.pressure(key), closed=closed)
+        return dataclasses.replace(self._local.pressure(key, caller), closed=closed)
 
     def count_refusal(self, refusal: PoolBusy | PoolClosed | CallerBusy) -> None:
         """Count a refusal the door gave in this pool's name: in this process's counters,
