@@ -85,6 +85,8 @@ VARIANTS = {
     "noshed": Variant("/api/extract/", {"PDFPOOL_SHED_UNDECLARED": "0"}),
     "door-noanswer": Variant("/bench/pooled/", {}),
     "declared-noanswer": Variant("/bench/pooled/", {}, declare=True),
+    "door-nomiddleware": Variant("/api/extract/", {"BENCH_MIDDLEWARE": "none"}),
+    "door-switch": Variant("/api/extract/", {"BENCH_SWITCH_INTERVAL": "0.0005"}),
     "naive": Variant("/bench/naive/", {}, runs="naive"),
     "executor": Variant("/bench/executor/", {}, runs="executor"),
 }
