@@ -10,6 +10,7 @@ import concurrent.futures
 import contextlib
 import functools
 import os
+import queue
 import signal
 import stat
 import tempfile
@@ -118,6 +119,44 @@ _UNSET: Any = object()
 _registered: set[str] = set()  # engines registered by register_engine ("module:function")
 
 
+class _Starter:
+    """Starts each job's worker thread from a thread of its own: ``Thread.start()`` waits
+    until the new thread runs, which on a busy machine held the caller's event loop for
+    milliseconds per job (docs/performance.md, issue 24); handing it over does not wait."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._queue: queue.SimpleQueue[tuple[threading.Thread, concurrent.futures.Future[Any]]]
+        self._reset()
+        os.register_at_fork(after_in_child=self._reset)
+
+    def _reset(self) -> None:
+        self._queue = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+
+    def start(self, thread: threading.Thread, future: concurrent.futures.Future[Any]) -> None:
+        """Have `thread` started soon; `future` gets the error if it cannot be."""
+        with self._lock:
+            if self._thread is None:  # once per process: this start waits, the others not
+                starter = threading.Thread(target=self._serve, daemon=True, name="pdfpool-starter")
+                starter.start()
+                self._thread = starter
+            self._queue.put((thread, future))
+
+    def _serve(self) -> None:
+        while True:
+            thread, future = self._queue.get()
+            try:
+                thread.start()
+            except BaseException as exc:  # no thread to be had: the job fails, nobody hangs
+                if future.set_running_or_notify_cancel():
+                    future.set_exception(exc)
+            del thread, future
+
+
+_starter = _Starter()
+
+
 def register_engine(engine: str) -> None:
     """Allow `engine` ("module:function": bytes in, a list of page texts out), which children
     import and call in place of pypdf: for tests and experiments; never a user's input."""
@@ -219,12 +258,13 @@ async def extract(
     )
     run = JobRun()
     future: concurrent.futures.Future[Outcome] = concurrent.futures.Future()
-    threading.Thread(
+    worker = threading.Thread(
         target=_work,
         args=(future, run, source, job, deadline, warm),
         daemon=True,
         name="pdfpool-extract",
-    ).start()
+    )
+    _starter.start(worker, future)
     try:
         outcome = await asyncio.wrap_future(future)
     except asyncio.CancelledError:
