@@ -10,7 +10,6 @@ import concurrent.futures
 import contextlib
 import functools
 import os
-import queue
 import signal
 import stat
 import tempfile
@@ -22,7 +21,7 @@ from functools import partial
 from typing import Any, Literal, NoReturn
 
 from ..exceptions import ExtractionError
-from .child_process import COLD, JobRun, Outcome
+from .child_process import COLD, JobRun, Outcome, start_thread
 from .layers import HostLayers, SandboxLayers
 from .template import ChildStarts, Template
 from .wire import (
@@ -119,44 +118,6 @@ _UNSET: Any = object()
 _registered: set[str] = set()  # engines registered by register_engine ("module:function")
 
 
-class _Starter:
-    """Starts each job's worker thread from a thread of its own: ``Thread.start()`` waits
-    until the new thread runs, which on a busy machine held the caller's event loop for
-    milliseconds per job (docs/performance.md, issue 24); handing it over does not wait."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._queue: queue.SimpleQueue[tuple[threading.Thread, concurrent.futures.Future[Any]]]
-        self._reset()
-        os.register_at_fork(after_in_child=self._reset)
-
-    def _reset(self) -> None:
-        self._queue = queue.SimpleQueue()
-        self._thread: threading.Thread | None = None
-
-    def start(self, thread: threading.Thread, future: concurrent.futures.Future[Any]) -> None:
-        """Have `thread` started soon; `future` gets the error if it cannot be."""
-        with self._lock:
-            if self._thread is None:  # once per process: this start waits, the others not
-                starter = threading.Thread(target=self._serve, daemon=True, name="pdfpool-starter")
-                starter.start()
-                self._thread = starter
-            self._queue.put((thread, future))
-
-    def _serve(self) -> None:
-        while True:
-            thread, future = self._queue.get()
-            try:
-                thread.start()
-            except BaseException as exc:  # no thread to be had: the job fails, nobody hangs
-                if future.set_running_or_notify_cancel():
-                    future.set_exception(exc)
-            del thread, future
-
-
-_starter = _Starter()
-
-
 def register_engine(engine: str) -> None:
     """Allow `engine` ("module:function": bytes in, a list of page texts out), which children
     import and call in place of pypdf: for tests and experiments; never a user's input."""
@@ -242,9 +203,11 @@ async def extract(
     _check(timeout, memory_limit, max_pages, engine, on_too_many_pages)
     if _host.required != "none":  # probed once: at once after that
         await asyncio.to_thread(lambda: _host.check(sandbox_layers()))
-    if isinstance(max_text_bytes, bool) or not isinstance(max_text_bytes, int):
-        raise ValueError("max_text_bytes must be an integer >= 1")
-    if max_text_bytes < 1:
+    if (
+        isinstance(max_text_bytes, bool)
+        or not isinstance(max_text_bytes, int)
+        or max_text_bytes < 1
+    ):
         raise ValueError("max_text_bytes must be an integer >= 1")
     deadline = time.monotonic() + timeout
     job = Job(
@@ -264,7 +227,7 @@ async def extract(
         daemon=True,
         name="pdfpool-extract",
     )
-    _starter.start(worker, future)
+    start_thread(worker, future)  # not here: Thread.start() waits until the thread runs
     try:
         outcome = await asyncio.wrap_future(future)
     except asyncio.CancelledError:
