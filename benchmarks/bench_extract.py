@@ -3,6 +3,14 @@ forking on demand, and the template with ready children.
 
     .venv/bin/python benchmarks/bench_extract.py [CORPUS_DIR] [--repeat N] [--burst N]
     .venv/bin/python benchmarks/bench_extract.py --sandbox-only   # the sandbox's cost alone
+    .venv/bin/python benchmarks/bench_extract.py CORPUS --targets  # issue 24's ratios alone
+
+- **targets** (``--targets``, issue 24): on the small files, in one run, modes alternating:
+  single jobs in process and through a ready child; two jobs at a time through the pool's
+  children (SLOTS=2); and, for the physical limit on this machine, two in-process *processes*
+  running the same files at the same time. Every time is divided by the in-process single-job
+  median of its file (those in-process jobs, interleaved with the rest), and the ratios are
+  printed against the issue's targets (single 1.15x, two at a time 1.3x median, 1.6x p95).
 
 - **single**: one job at a time, per file, N runs per mode; before each run the mode's idle
   process is ready (a spare, or the template; for "ready", a ready child done rehearsing and
@@ -460,6 +468,155 @@ def sandbox_table(pairs: dict[str, list[float]], confine: list[float]) -> str:
     return "\n".join(lines)
 
 
+TWIN = """
+import io, json, sys, time, logging
+from pypdf import PdfReader
+logging.getLogger("pypdf").setLevel(logging.ERROR)
+def run(path):
+    start = time.perf_counter()
+    try:
+        reader = PdfReader(io.BytesIO(open(path, "rb").read()))
+        [page.extract_text() for page in reader.pages]
+        _ = reader.metadata
+    except Exception:
+        pass
+    return time.perf_counter() - start
+paths = sys.argv[1:]
+for path in paths * 3:  # warmed up as the benchmark's own process is
+    run(path)
+print("ready", flush=True)
+for line in sys.stdin:  # a list of paths to run back to back, as a SLOTS=2 worker would
+    print(json.dumps([run(path) for path in json.loads(line)]), flush=True)
+"""
+
+
+class Twins:
+    """Two long-lived in-process pypdf *processes* (not threads), warmed up on the files:
+    what two jobs at a time cost with no child, no pipe and no fork, on this machine."""
+
+    def __init__(self, paths: list[Path]) -> None:
+        import subprocess
+
+        self.procs = [
+            subprocess.Popen(
+                [sys.executable, "-c", TWIN, *map(str, paths)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            for _ in range(2)
+        ]
+        for proc in self.procs:
+            assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+
+    def burst(self, paths: list[Path]) -> list[tuple[Path, float]]:
+        """Both processes run their half of `paths` at the same time: (file, seconds)."""
+        halves = [paths[0::2], paths[1::2]]
+        for proc, half in zip(self.procs, halves, strict=True):
+            assert proc.stdin is not None
+            proc.stdin.write(json.dumps([str(p) for p in half]) + "\n")
+            proc.stdin.flush()
+        found: list[tuple[Path, float]] = []
+        for proc, half in zip(self.procs, halves, strict=True):
+            assert proc.stdout is not None
+            found.extend(zip(half, json.loads(proc.stdout.readline()), strict=True))
+        return found
+
+    def close(self) -> None:
+        for proc in self.procs:
+            proc.kill()
+            proc.wait()
+
+
+SINGLE_TARGET, PAIR_MEDIAN_TARGET, PAIR_P95_TARGET = 1.15, 1.3, 1.6
+
+
+async def targets_run(corpus: Path, repeat: int, burst_jobs: int) -> dict[str, Any]:
+    """Issue 24's figures in one run (see the module's docstring)."""
+    entries = json.loads((corpus / "files.json").read_text())["data"]
+    paths = [corpus / e["path"] for e in entries if (corpus / e["path"]).exists()]
+    small = [p for p in paths if p.stat().st_size <= SMALL_MAX]
+    for path in small * 3:
+        timed(path)
+    bench, twins = Bench(), Twins(small)
+    raw: dict[str, list[tuple[Path, float]]] = {}
+    ratios: dict[str, list[float]] = {
+        "single, in process": [],
+        "single, ready child": [],
+        "two at a time, pool's children": [],
+        "two at a time, in-process processes": [],
+        "two at a time, in-process threads": [],
+    }
+    seconds: dict[str, list[float]] = {"in": [], "ready": []}
+    labels = {"in": "single, in process", "ready": "single, ready child"}
+    try:
+        for _ in range(repeat):
+            for path in small:
+                for mode, label in labels.items():
+                    took = await bench.single(mode, path)
+                    seconds[mode].append(took)
+                    raw.setdefault(label, []).append((path, took))
+        for _ in range(max(1, burst_jobs // len(small))):  # rounds, modes alternating
+            for label, run in (
+                ("two at a time, pool's children", bench.burst("ready", 2, small, len(small))),
+                ("two at a time, in-process processes", asyncio.to_thread(twins.burst, small)),
+                ("two at a time, in-process threads", bench.burst("in", 2, small, len(small))),
+            ):
+                raw.setdefault(label, []).extend(await run)
+    finally:
+        twins.close()
+        bench.close()
+    # The base: each file's median in-process single job, from the runs interleaved with the
+    # others above (a base taken apart, in a quiet or a noisy moment, would skew every ratio).
+    base = {p: statistics.median(t for q, t in raw["single, in process"] if q == p) for p in small}
+    for label, found in raw.items():
+        ratios[label] = [took / base[path] for path, took in found]
+    return {"ratios": ratios, "seconds": seconds, "base": base}
+
+
+def targets_table(found: dict[str, Any], load: tuple[float, float]) -> str:
+    ratios = found["ratios"]
+    lines = [
+        "| small files, ratio to in-process single job | jobs | median | p95 |",
+        "|---|---:|---:|---:|",
+    ]
+    for label, values in ratios.items():
+        median, p95 = statistics.median(values), pct(values, 0.95)
+        lines.append(f"| {label} | {len(values)} | {median:.2f} | {p95:.2f} |")
+    single = statistics.median(ratios["single, ready child"])
+    floor = statistics.median(ratios["single, in process"])
+    pair = ratios["two at a time, pool's children"]
+    limit = ratios["two at a time, in-process processes"]
+    pair_median, pair_p95 = statistics.median(pair), pct(pair, 0.95)
+    checks = [
+        (
+            f"single job <= {SINGLE_TARGET}x in process",
+            single <= SINGLE_TARGET,
+            f"{single:.2f}x (in process, interleaved the same way: {floor:.2f}x)",
+        ),
+        (
+            f"two at a time: median <= {PAIR_MEDIAN_TARGET}x",
+            pair_median <= PAIR_MEDIAN_TARGET,
+            f"{pair_median:.2f}x (two in-process processes: {statistics.median(limit):.2f}x)",
+        ),
+        (
+            f"two at a time: p95 <= {PAIR_P95_TARGET}x",
+            pair_p95 <= PAIR_P95_TARGET,
+            f"{pair_p95:.2f}x (two in-process processes: {pct(limit, 0.95):.2f}x)",
+        ),
+    ]
+    base_ms = statistics.median(found["base"].values()) * 1000
+    ms = {m: statistics.median(v) * 1000 for m, v in found["seconds"].items()}
+    lines.append(
+        f"\nIn-process median of the {len(found['base'])} small files {base_ms:.1f} ms; single "
+        f"jobs, median over all runs: in process {ms['in']:.2f} ms, ready child {ms['ready']:.2f} "
+        f"ms ({ms['ready'] - ms['in']:+.2f} ms). Load average {load[0]:.2f} before, "
+        f"{load[1]:.2f} after; {os.cpu_count()} CPUs."
+    )
+    lines += [f"{'MET   ' if met else 'MISSED'} {label}: {detail}" for label, met, detail in checks]
+    return "\n".join(lines)
+
+
 def main() -> None:
     args = sys.argv[1:]
     if "--sandbox-only" in args:
@@ -474,14 +631,30 @@ def main() -> None:
     if "--burst" in args:
         burst_jobs = int(args.pop(args.index("--burst") + 1))
         args.remove("--burst")
+    only_targets = "--targets" in args
+    if only_targets:
+        args.remove("--targets")
     corpus = Path(args[0]) if args else ROOT.parent / "shared" / "corpus"
     if not (corpus / "files.json").exists():
         sys.exit(f"no corpus at {corpus}")
     logging.getLogger("pypdf").setLevel(logging.ERROR)  # same quiet pypdf as in the child
     extraction.configure(warm=False)  # the module's own template stays off: Bench swaps
     started, load = time.perf_counter(), os.getloadavg()[0]
+    if only_targets:
+        found = asyncio.run(targets_run(corpus, repeat, burst_jobs))
+        print(targets_table(found, (load, os.getloadavg()[0])))
+        print(
+            f"{repeat} single runs per small file and mode; {time.perf_counter() - started:.0f} s."
+        )
+        return
     found = asyncio.run(bench(corpus, repeat, burst_jobs))
     print(table(found))
+    print("\nIssue 24's targets (small files; the same process, right after):")
+    print(
+        targets_table(
+            asyncio.run(targets_run(corpus, repeat, burst_jobs)), (load, os.getloadavg()[0])
+        )
+    )
     print(
         f"\n{repeat} single runs per small file and mode, bursts of {burst_jobs} jobs; "
         f"{time.perf_counter() - started:.0f} s in all; load average {load:.2f} before, "

@@ -90,6 +90,8 @@ VARIANTS = {
     "nodigests": Variant("/api/extract/", {"PDFPOOL_DOOR_DIGESTS": "0"}, declare=True),
     "door-noanswer": Variant("/bench/pooled/", {}),
     "declared-noanswer": Variant("/bench/pooled/", {}, declare=True),
+    "door-nomiddleware": Variant("/api/extract/", {"BENCH_MIDDLEWARE": "none"}),
+    "door-switch": Variant("/api/extract/", {"BENCH_SWITCH_INTERVAL": "0.0005"}),
     "naive": Variant("/bench/naive/", {}, runs="naive"),
     "executor": Variant("/bench/executor/", {}, runs="executor"),
 }

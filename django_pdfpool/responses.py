@@ -3,8 +3,10 @@ Only codes and messages meant for users reach the client, never a traceback or a
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
+from typing import cast
 
 from asgiref.sync import sync_to_async
 from django.http import HttpRequest, HttpResponse, JsonResponse
@@ -97,14 +99,43 @@ def error_answer(
 ) -> HttpResponse:
     """The answer to a refusal, an extraction error or a rejected upload: PoolBusy and
     PoolClosed 503, CallerBusy 429, ExtractionError 422, UploadRejected 400, 408, 411 or 413."""
+    return answer(request, *_answered(error))
+
+
+def _answered(error: Failure) -> tuple[int, str, str, float | None]:
+    """What ``error`` is answered with: status, code, message, retry time."""
     if isinstance(error, ExtractionError):
-        return answer(request, 422, error.code, error.message, None)
+        return 422, error.code, error.message, None
     if isinstance(error, UploadRejected):
-        return answer(request, error.status, error.code, str(error), None)
+        return error.status, error.code, str(error), None
     status = 429 if isinstance(error, CallerBusy) else 503
     # a deployment error's details (namespace, settings) are for the operators' log only
     message = MISCONFIGURED if isinstance(error, PoolMisconfigured) else str(error)
-    return answer(request, status, error.code, message, error.retry_after)
+    return status, error.code, message, error.retry_after
+
+
+AsgiAnswer = tuple[int, tuple[tuple[bytes, bytes], ...], bytes]
+"""A complete answer as ASGI parts: status, headers (``Content-Length`` included), body."""
+
+
+def prebuilt_answer(error: Failure, answer: Answer | None) -> AsgiAnswer | None:
+    """The answer ``error_answer(request, error, answer)`` gives, as ASGI parts built once per
+    distinct answer, when ``answer`` reads nothing of the request (``json_answer``,
+    ``html_answer``); else None. For the door, which refuses hundreds of uploads a second
+    with a handful of distinct answers (issue 24: building each cost the event loop)."""
+    if answer is not json_answer and answer is not html_answer:
+        return None
+    status, code, message, retry_after = _answered(error)
+    return _built(answer, status, code, message, _retry_seconds(retry_after))
+
+
+@functools.lru_cache(maxsize=256)  # distinct answers: codes x messages x retry seconds
+def _built(answer: Answer, status: int, code: str, message: str, seconds: int | None) -> AsgiAnswer:
+    response = answer(cast(HttpRequest, None), status, code, message, seconds)  # not read
+    headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in response.items()]
+    if not response.has_header("Content-Length"):
+        headers.append((b"Content-Length", str(len(response.content)).encode("latin-1")))
+    return response.status_code, tuple(headers), response.content
 
 
 def default_refusal_view(request: HttpRequest, exception: Failure) -> HttpResponse:

@@ -57,6 +57,50 @@ def run(source, **options):
     return asyncio.run(extract(source, **{**LIMITS, **options}))
 
 
+def test_extract_does_not_wait_on_its_loop_for_the_worker_thread_to_start(copies):
+    """``extract()`` hands its worker thread to the starter: the caller's loop does not wait
+    in ``Thread.start()`` (which waits until the new thread runs) for any job."""
+    loop_thread = threading.get_ident()
+    started_on: list[int] = []
+    original = threading.Thread.start
+
+    def recording(thread: threading.Thread) -> None:
+        if thread.name == "pdfpool-extract":
+            started_on.append(threading.get_ident())
+        original(thread)
+
+    async def jobs() -> list[Extraction]:
+        return await asyncio.gather(
+            *(extract(pdfs.simple([f"job {i}"]), **LIMITS) for i in range(3))
+        )
+
+    threading.Thread.start = recording  # type: ignore[method-assign]
+    try:
+        results = asyncio.run(jobs())
+    finally:
+        threading.Thread.start = original  # type: ignore[method-assign]
+    assert [r.pages for r in results] == [(f"job {i}",) for i in range(3)]
+    assert len(started_on) == 3 and loop_thread not in started_on
+    assert any(t.name == "pdfpool-starter" for t in threading.enumerate())
+
+
+def test_a_worker_thread_that_cannot_start_fails_its_job_instead_of_hanging(copies):
+    """No thread to be had (``RuntimeError: can't start new thread``): the job raises."""
+    original = threading.Thread.start
+
+    def refusing(thread: threading.Thread) -> None:
+        if thread.name == "pdfpool-extract":
+            raise RuntimeError("can't start new thread")
+        original(thread)
+
+    threading.Thread.start = refusing  # type: ignore[method-assign]
+    try:
+        with pytest.raises(RuntimeError, match="can't start new thread"):
+            asyncio.run(asyncio.wait_for(extract(pdfs.simple(["x"]), **LIMITS), 30))
+    finally:
+        threading.Thread.start = original  # type: ignore[method-assign]
+
+
 def test_result_fields(copies):
     data = pdfs.simple(["Hello world", "Second page"], title="A title")
     result = run(data)

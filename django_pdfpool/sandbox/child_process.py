@@ -9,6 +9,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
+import queue
 import select
 import signal
 import site
@@ -16,8 +17,10 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from .wire import READY, child_options, holds_answer, job_started
 
@@ -341,6 +344,35 @@ class JobRun:
             self.cancelled = True
             if self._child is not None:
                 self._child.kill()
+
+
+class _Starter:
+    """``start_thread``: a job's worker thread started off the caller's loop (issue 24)."""
+
+    def __init__(self) -> None:  # and again in a forked child
+        self._lock, self._running = threading.Lock(), False
+        self._queue: queue.SimpleQueue[tuple[threading.Thread, Future[Any]]] = queue.SimpleQueue()
+
+    def start(self, thread: threading.Thread, future: Future[Any]) -> None:
+        with self._lock:  # Thread.start() waits until the new thread runs: not on a loop
+            if not self._running:  # once per process: this start waits, no other does
+                threading.Thread(target=self._serve, daemon=True, name="pdfpool-starter").start()
+                self._running = True
+            self._queue.put((thread, future))
+
+    def _serve(self) -> None:
+        while True:
+            thread, future = self._queue.get()
+            try:
+                thread.start()
+            except BaseException as exc:  # no thread to be had: the job fails, nobody hangs
+                if future.set_running_or_notify_cancel():
+                    future.set_exception(exc)
+
+
+_starter = _Starter()
+start_thread = _starter.start
+os.register_at_fork(after_in_child=lambda: _Starter.__init__(_starter))
 
 
 def drop(child: Handle) -> None:

@@ -21,7 +21,7 @@ from functools import partial
 from typing import Any, Literal, NoReturn
 
 from ..exceptions import ExtractionError
-from .child_process import COLD, JobRun, Outcome
+from .child_process import COLD, JobRun, Outcome, start_thread
 from .layers import HostLayers, SandboxLayers
 from .template import ChildStarts, Template
 from .wire import (
@@ -203,9 +203,11 @@ async def extract(
     _check(timeout, memory_limit, max_pages, engine, on_too_many_pages)
     if _host.required != "none":  # probed once: at once after that
         await asyncio.to_thread(lambda: _host.check(sandbox_layers()))
-    if isinstance(max_text_bytes, bool) or not isinstance(max_text_bytes, int):
-        raise ValueError("max_text_bytes must be an integer >= 1")
-    if max_text_bytes < 1:
+    if (
+        isinstance(max_text_bytes, bool)
+        or not isinstance(max_text_bytes, int)
+        or max_text_bytes < 1
+    ):
         raise ValueError("max_text_bytes must be an integer >= 1")
     deadline = time.monotonic() + timeout
     job = Job(
@@ -219,12 +221,13 @@ async def extract(
     )
     run = JobRun()
     future: concurrent.futures.Future[Outcome] = concurrent.futures.Future()
-    threading.Thread(
+    worker = threading.Thread(
         target=_work,
         args=(future, run, source, job, deadline, warm),
         daemon=True,
         name="pdfpool-extract",
-    ).start()
+    )
+    start_thread(worker, future)  # not here: Thread.start() waits until the thread runs
     try:
         outcome = await asyncio.wrap_future(future)
     except asyncio.CancelledError:
