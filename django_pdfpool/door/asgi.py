@@ -17,7 +17,7 @@ from django.http import HttpResponse
 from ..asgi import ASGIApp, Message, Receive, Scope, Send
 from ..conf import get_settings
 from ..exceptions import BodyTimeout, UploadRejected, UploadTooLarge
-from ..responses import Answer, arefusal_answer
+from ..responses import Answer, arefusal_answer, prebuilt_answer
 from .entry import aadmit, awho, terms
 from .headers import UploadHeaders, is_post
 from .rules import DOOR, Refusal, Terms, Ticket, body_limit, too_large
@@ -139,9 +139,17 @@ async def send_refusal(
     reading the body. Only a 413 closes the connection: closing with a body still on its
     way resets it, and a client that sent a small body anyway (no ``Expect``) would lose
     the answer; the server then reads the rest and throws it away. A 408 closes it too:
-    what is left of that body is not coming."""
+    what is left of that body is not coming. An answer that reads nothing of the request is
+    built once per distinct answer (``prebuilt_answer``)."""
+    closing = isinstance(refusal, UploadTooLarge | BodyTimeout)
+    built = None if closing else prebuilt_answer(refusal, answer)
+    if built is not None:
+        status, headers, body = built
+        await send({"type": "http.response.start", "status": status, "headers": list(headers)})
+        await send({"type": "http.response.body", "body": body})
+        return
     response = await arefusal_answer(ASGIRequest(scope, io.BytesIO()), refusal, answer)
-    if isinstance(refusal, UploadTooLarge | BodyTimeout):
+    if closing:
         response["Connection"] = "close"  # stop reading: the body is over the limit, or late
     if not response.has_header("Content-Length"):
         response["Content-Length"] = str(len(response.content))
