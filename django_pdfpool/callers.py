@@ -30,11 +30,16 @@ def _user_id(request: HttpRequest) -> str | None:
 
 
 def cannot_know_yet(request: HttpRequest) -> bool:
-    """The door asks before authentication (no ``request.user`` yet) and the request may
-    carry credentials (a session cookie, an ``Authorization`` header): the caller may be
+    """The door asks, and the request carries credentials nobody has read yet: before
+    Django's authentication (no ``request.user``) a session cookie or an ``Authorization``
+    header; after it, an ``Authorization`` header on an anonymous user, which a framework's
+    own authentication (DRF's, ninja's tokens) reads later, in the view. The caller may be
     a user, not its address."""
-    if ASKING not in request.META or hasattr(request, "user"):
+    if ASKING not in request.META:
         return False
+    if hasattr(request, "user"):
+        anonymous = not request.user.is_authenticated
+        return anonymous and "HTTP_AUTHORIZATION" in request.META
     return "HTTP_AUTHORIZATION" in request.META or settings.SESSION_COOKIE_NAME in request.COOKIES
 
 

@@ -53,6 +53,7 @@ DEFAULTS: dict[str, Any] = {
     # or it gets 408 and its place goes back (Apache's mod_reqtimeout body=20,MinRate=500)
     "BODY_TIMEOUT": 20.0,
     "BODY_MIN_RATE": 500,
+    "BODY_TIMEOUT_MAX": 300.0,  # ... and within this many seconds in all, however fast
     "TEMP_DIR": None,  # where uploads are staged for their job (None: the system's)
     "MAX_TEXT_BYTES": 8 * MiB,  # text (UTF-8) one job may return; more is cut, truncated
     "CHILD_ENV": (),  # names of environment variables children inherit besides the minimum
@@ -106,6 +107,7 @@ class PoolSettings:
     door_digests: bool
     body_timeout: float
     body_min_rate: int
+    body_timeout_max: float
     temp_dir: str | None
     max_text_bytes: int
     child_env: tuple[str, ...]
@@ -174,6 +176,7 @@ _RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "DOOR_DIGESTS": (lambda v: isinstance(v, bool), "True or False"),
     "BODY_TIMEOUT": (lambda v: _is_number(v) and v > 0, "seconds > 0"),
     "BODY_MIN_RATE": (lambda v: _is_int(v) and v >= 1, "bytes a second, an integer >= 1"),
+    "BODY_TIMEOUT_MAX": (lambda v: _is_number(v) and v > 0, "seconds > 0"),
     "BACKEND": (lambda v: v in BACKENDS, "one of " + ", ".join(map(repr, BACKENDS))),
     "REDIS_URL": (lambda v: v is None or isinstance(v, str), "a redis:// URL, or None"),
     "NAMESPACE": (
@@ -329,6 +332,7 @@ def get_settings() -> PoolSettings:
         door_digests=merged["DOOR_DIGESTS"],
         body_timeout=float(merged["BODY_TIMEOUT"]),
         body_min_rate=merged["BODY_MIN_RATE"],
+        body_timeout_max=float(merged["BODY_TIMEOUT_MAX"]),
         temp_dir=merged["TEMP_DIR"],
         max_text_bytes=merged["MAX_TEXT_BYTES"],
         child_env=tuple(merged["CHILD_ENV"]),

@@ -189,6 +189,13 @@ def test_a_caller_function_tells_the_door_it_cannot_know_yet(pdfpool, rf):
     assert user_or_ip(cookie) is None and user_or_ip(bearer) is None
     del cookie.META[ASKING]  # the decorator asks after authentication: always an answer
     assert user_or_ip(cookie) == "ip:10.7.0.1"
+    from django.contrib.auth.models import AnonymousUser
+
+    token = rf.post("/sync/", REMOTE_ADDR="10.7.0.1", HTTP_AUTHORIZATION="Token t")
+    token.user, anonymous.user = AnonymousUser(), AnonymousUser()  # after Django's auth
+    token.META[ASKING] = True
+    assert user_or_ip(token) is None  # a framework's token, read later in the view
+    assert user_or_ip(anonymous) == "ip:10.7.0.1"
 
 
 def users_only(request):
@@ -380,6 +387,20 @@ def test_a_body_has_a_deadline_extended_by_its_rate_and_then_holds_nothing():
     assert arrivals.count == 0 and ticket.released and arrivals.timed_out == 1
     # the place it held is free for the next upload
     assert verdict(headers(content_length="10"), pressure(free=1), arrivals).kind == "place"
+
+
+def test_a_trickle_just_above_the_rate_holds_its_place_body_timeout_max_at_most():
+    """A 50 MiB body at 501 bytes a second would earn 29 hours; the cap is the bound."""
+    capped = Terms(MiB, budget=4, budget_bytes=MiB, body_timeout=20, body_min_rate=500,
+                   body_timeout_max=300)  # fmt: skip
+    ticket = verdict(headers(content_length="10"), pressure(free=1), Arrivals(), terms=capped)
+    ticket.received = 50 * MiB
+    assert ticket.deadline(capped) == ticket.started + 300
+    ticket.received = 1000
+    assert ticket.deadline(capped) == ticket.started + 22  # below the cap: the rate's
+    from django_pdfpool.conf import problems
+
+    assert [p.id for p in problems({"BODY_TIMEOUT_MAX": 0})] == ["django_pdfpool.E003"]
 
 
 def test_retry_after_is_never_below_what_the_pool_knows():

@@ -232,6 +232,7 @@ def test_the_json_fields_are_the_documented_ones(pdfpool, users):
     assert data["scope"] == "process" and data["counted_since"] <= data["taken_at"]
     assert set(data["door"]) == {
         "held", "shed", "timed_out", "budget", "budget_bytes", "body_timeout", "body_min_rate",
+        "body_timeout_max",
     }  # fmt: skip
     assert set(data["children"]) == {"forked", "cold", "template", "ready", "restarts"}
     assert set(data["sandbox"]) == {"level", "required", "refusing", "landlock_abi", "layers"}

@@ -20,11 +20,8 @@ from ..exceptions import BodyTimeout, UploadRejected, UploadTooLarge
 from ..responses import Answer, arefusal_answer, prebuilt_answer
 from .entry import aadmit, awho, terms
 from .headers import UploadHeaders, is_post
-from .rules import DOOR, Refusal, Terms, Ticket, body_limit, too_large
+from .rules import DOOR, TIMED_OUT, Refusal, Terms, Ticket, body_limit, too_large
 from .views import pooled_view
-
-TIMED_OUT = "The upload's body did not arrive in time."
-
 
 class PdfPoolDoor:
     """``application = PdfPoolDoor(PoolLifespan(get_asgi_application()))``: uploads to

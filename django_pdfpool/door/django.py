@@ -16,14 +16,11 @@ from ..exceptions import BodyTimeout, UploadRejected, UploadTooLarge
 from ..responses import arefusal_answer, refusal_answer
 from .entry import aadmit, admit_now, awho, terms, who_now
 from .headers import UploadHeaders, is_post
-from .rules import DOOR, Refusal, Terms, Ticket
+from .rules import DOOR, TIMED_OUT, Refusal, Terms, Ticket
 from .views import PooledView, pooled_view
 
 Entry = HttpResponse | Ticket | None
 """A refusal's answer, or the request goes in (with its ticket; None: not the door's)."""
-
-TIMED_OUT = "The upload's body did not arrive in time."
-
 
 def _pooled_view(request: HttpRequest) -> PooledView | None:
     """The pooled view of a POST the door has not decided yet, if any."""

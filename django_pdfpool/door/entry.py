@@ -39,6 +39,7 @@ def terms(conf: PoolSettings | None = None) -> Terms:
         budget_bytes=conf.door_budget_bytes,
         body_timeout=conf.body_timeout,
         body_min_rate=conf.body_min_rate,
+        body_timeout_max=conf.body_timeout_max,
     )
 
 
@@ -163,4 +164,5 @@ def door_status() -> dict[str, Any]:
         "budget_bytes": conf.door_budget_bytes,
         "body_timeout": conf.body_timeout,
         "body_min_rate": conf.body_min_rate,
+        "body_timeout_max": conf.body_timeout_max,
     }

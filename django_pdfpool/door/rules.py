@@ -6,8 +6,8 @@ The door applies the pool's rules earlier, never other rules: 503 closed, 413, 4
 caller with a job in flight, 503 busy only for what certainly cannot join. An upload that
 might join (its key unknown before its body) is let in within a bounded budget of bodies
 in flight; past it the door sheds, and counts that apart from the pool's refusals. Every
-ticket has a deadline (``BODY_TIMEOUT`` plus a second per ``BODY_MIN_RATE`` bytes), past
-which its place goes back, whether or not the body ever arrives.
+ticket has a deadline (``BODY_TIMEOUT`` plus a second per ``BODY_MIN_RATE`` bytes, at most
+``BODY_TIMEOUT_MAX``), past which its place goes back, whether or not the body ever arrives.
 """
 
 from __future__ import annotations
@@ -41,6 +41,10 @@ def body_limit(max_upload_size: int, raw: bool) -> int:
     return max_upload_size if raw else max_upload_size + MULTIPART_SLACK
 
 
+TIMED_OUT = "The upload's body did not arrive in time."
+"""The 408's message, for both adapters."""
+
+
 def too_large(max_upload_size: int) -> UploadTooLarge:
     """The 413 for an upload over ``MAX_UPLOAD_SIZE``, worded once."""
     return UploadTooLarge(f"PDFs up to {max_upload_size / 1024 / 1024:g} MiB are accepted.")
@@ -55,6 +59,7 @@ class Terms:
     budget_bytes: int  # their declared bytes together
     body_timeout: float  # seconds a body has, before its rate extends it
     body_min_rate: int  # bytes a second that earn another second
+    body_timeout_max: float = 300.0  # seconds a body has in all, however fast it comes
 
 
 @dataclass(frozen=True)
@@ -87,8 +92,10 @@ class Ticket:
         self.started = time.monotonic()
 
     def deadline(self, terms: Terms) -> float:
-        """When the body must be in (monotonic): mod_reqtimeout's ``body=T,MinRate=R``."""
-        return self.started + terms.body_timeout + self.received / terms.body_min_rate
+        """When the body must be in (monotonic): mod_reqtimeout's ``body=T-M,MinRate=R``,
+        so that a trickle just above the rate holds its place ``M`` seconds at most."""
+        earned = terms.body_timeout + self.received / terms.body_min_rate
+        return self.started + min(earned, terms.body_timeout_max)
 
     @property
     def released(self) -> bool:
