@@ -23,6 +23,7 @@ from .headers import UploadHeaders, is_post
 from .rules import DOOR, TIMED_OUT, Refusal, Terms, Ticket, body_limit, too_large
 from .views import pooled_view
 
+
 class PdfPoolDoor:
     """``application = PdfPoolDoor(PoolLifespan(get_asgi_application()))``: uploads to
     ``@pdf_pooled`` views are refused before their body when the pool cannot take them;
