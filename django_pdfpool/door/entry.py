@@ -155,7 +155,6 @@ def door_status() -> dict[str, Any]:
     """This process's door, JSON-ready: the bodies arriving (caller, place or budget,
     bytes so far, age, seconds left), what was shed past the budget, what timed out."""
     conf = get_settings()
-    ARRIVING.expire(terms(conf))  # a body past its deadline holds nothing, read or not
     return {
         "held": [dataclasses.asdict(held) for held in ARRIVING.held(terms(conf))],
         "shed": ARRIVING.shed,

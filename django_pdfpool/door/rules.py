@@ -250,7 +250,9 @@ class Arrivals:
         return overdue
 
     def held(self, terms: Terms) -> list[HeldInfo]:
-        """The bodies arriving now, oldest first."""
+        """The bodies arriving now, oldest first; one past its deadline holds nothing, read
+        or not, so it is released first (every reader agrees: status page, metrics)."""
+        self.expire(terms)
         now = time.monotonic()
         with self._lock:
             tickets = sorted(self._tickets, key=lambda t: t.started)
