@@ -22,6 +22,7 @@ from .views import PooledView, pooled_view
 Entry = HttpResponse | Ticket | None
 """A refusal's answer, or the request goes in (with its ticket; None: not the door's)."""
 
+
 def _pooled_view(request: HttpRequest) -> PooledView | None:
     """The pooled view of a POST the door has not decided yet, if any."""
     scope = getattr(request, "scope", None)
