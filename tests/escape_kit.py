@@ -10,12 +10,23 @@ import ctypes
 import errno
 import json
 import os
+import platform
+import resource
 import signal
 import socket
 import subprocess
 
 ENGINE = "tests.escape_kit:run"
 PTRACE_SEIZE, PTRACE_DETACH = 0x4206, 17
+VICTIM_NOFILE = 64  # what the kit lowers the victim's open-files limit to
+IOPRIO_WHO_PROCESS = 1
+# System calls the os module has no wrapper for, by architecture.
+NUMBERS = {
+    "x86_64": {"ioprio_get": 252, "ioprio_set": 251, "sched_setattr": 314,
+               "migrate_pages": 256, "move_pages": 279},
+    "aarch64": {"ioprio_get": 31, "ioprio_set": 30, "sched_setattr": 274,
+                "migrate_pages": 238, "move_pages": 239},
+}  # fmt: skip
 
 
 def document(**targets: object) -> bytes:
@@ -23,7 +34,8 @@ def document(**targets: object) -> bytes:
     whose environ holds a secret), port (a loopback listener), directory (where to create a
     file), secret (a file of the server's user the job was not given), neighbour (another
     caller's staged PDF, beside the job's own), forge (a job's child
-    whose answer pipe to write a forged answer into)."""
+    whose answer pipe to write a forged answer into), planted (a file in a directory on the
+    child's PYTHONPATH that holds no package the child needs: a project's settings, say)."""
     return b"%PDF-kit\n" + json.dumps(targets).encode()
 
 
@@ -99,6 +111,84 @@ def _read(path: str) -> str:
         return f"read {len(file.read())} bytes of {path}"
 
 
+def _syscall(name: str, *args: object) -> int:
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    result = int(libc.syscall(ctypes.c_long(NUMBERS[platform.machine()][name]), *args))
+    if result < 0:
+        number = ctypes.get_errno()
+        raise OSError(number, os.strerror(number))
+    return result
+
+
+def _prlimit_victim(pid: int) -> str:
+    """The victim's open-files limit lowered (harmless to a sleep; RLIMIT_CPU would kill)."""
+    _, hard = resource.prlimit(pid, resource.RLIMIT_NOFILE)
+    resource.prlimit(pid, resource.RLIMIT_NOFILE, (VICTIM_NOFILE, hard))
+    return f"set the open-files limit of {pid} to {VICTIM_NOFILE}"
+
+
+def _prlimit_same(pid: int) -> str:
+    """The server's CPU limit set to what it is: the call that could kill it, made harmless."""
+    resource.prlimit(pid, resource.RLIMIT_CPU, resource.prlimit(pid, resource.RLIMIT_CPU))
+    return f"set the CPU limit of {pid}"
+
+
+def _renice(pid: int) -> str:
+    os.setpriority(os.PRIO_PROCESS, pid, os.getpriority(os.PRIO_PROCESS, pid))
+    return f"reniced {pid}"
+
+
+def _affinity(pid: int) -> str:
+    os.sched_setaffinity(pid, os.sched_getaffinity(pid))
+    return f"set the CPUs of {pid}"
+
+
+def _scheduler(pid: int) -> str:
+    os.sched_setscheduler(pid, os.SCHED_OTHER, os.sched_param(0))
+    return f"set the scheduler of {pid}"
+
+
+def _sched_param(pid: int) -> str:
+    os.sched_setparam(pid, os.sched_param(0))
+    return f"set the scheduling parameters of {pid}"
+
+
+class _SchedAttr(ctypes.Structure):
+    _fields_ = [
+        ("size", ctypes.c_uint32),
+        ("policy", ctypes.c_uint32),
+        ("flags", ctypes.c_uint64),
+        ("nice", ctypes.c_int32),
+        ("priority", ctypes.c_uint32),
+        ("deadline", ctypes.c_uint64 * 3),
+    ]
+
+
+def _sched_attr(pid: int) -> str:
+    nice = os.getpriority(os.PRIO_PROCESS, pid)
+    attr = _SchedAttr(ctypes.sizeof(_SchedAttr), os.SCHED_OTHER, 0, nice, 0)
+    _syscall("sched_setattr", pid, ctypes.byref(attr), 0)
+    return f"set the scheduling attributes of {pid}"
+
+
+def _ioprio(pid: int) -> str:
+    priority = _syscall("ioprio_get", IOPRIO_WHO_PROCESS, pid)
+    _syscall("ioprio_set", IOPRIO_WHO_PROCESS, pid, priority)
+    return f"set the I/O priority of {pid}"
+
+
+def _move_pages(pid: int) -> str:
+    _syscall("move_pages", pid, ctypes.c_ulong(0), None, None, None, 0)  # none: no harm
+    return f"moved pages of {pid}"
+
+
+def _migrate_pages(pid: int) -> str:
+    nodes = ctypes.c_ulong(1)  # node 0 to node 0
+    _syscall("migrate_pages", pid, ctypes.c_ulong(64), ctypes.byref(nodes), ctypes.byref(nodes))
+    return f"migrated pages of {pid}"
+
+
 def _forge(pid: int) -> str:
     fd = os.open(f"/proc/{pid}/fd/1", os.O_WRONLY | os.O_NONBLOCK)
     forged = {
@@ -127,9 +217,19 @@ def run(data: bytes) -> list[str]:
         report["signal"] = attempt(lambda: _signal(victim))
         report["environ"] = attempt(lambda: _environ(victim))
         report["open_fd"] = attempt(lambda: _open_fd(victim))
+        report["prlimit"] = attempt(lambda: _prlimit_victim(victim))
+        report["affinity"] = attempt(lambda: _affinity(victim))
+        report["scheduler"] = attempt(lambda: _scheduler(victim))
+        report["sched_param"] = attempt(lambda: _sched_param(victim))
+        report["sched_attr"] = attempt(lambda: _sched_attr(victim))
+        report["ioprio"] = attempt(lambda: _ioprio(victim))
+        report["move_pages"] = attempt(lambda: _move_pages(victim))
+        report["migrate_pages"] = attempt(lambda: _migrate_pages(victim))
     if "server" in targets:
         report["server_environ"] = attempt(lambda: _environ(targets["server"]))
         report["signal_server"] = attempt(lambda: _signal(targets["server"]))
+        report["prlimit_server"] = attempt(lambda: _prlimit_same(targets["server"]))
+        report["renice_server"] = attempt(lambda: _renice(targets["server"]))
     report["ptrace_parent"] = attempt(_ptrace_parent)
     if "port" in targets:
         report["connect"] = attempt(lambda: _connect(targets["port"]))
@@ -141,6 +241,8 @@ def run(data: bytes) -> list[str]:
         report["read"] = attempt(lambda: _read(targets["secret"]))
     if "neighbour" in targets:
         report["neighbour"] = attempt(lambda: _read(targets["neighbour"]))
+    if "planted" in targets:
+        report["planted"] = attempt(lambda: _read(targets["planted"]))
     if "forge" in targets:
         report["forge"] = attempt(lambda: _forge(targets["forge"]))
     return [json.dumps(report)]

@@ -127,11 +127,8 @@ def _stat(pid: int) -> list[bytes]:
     return stat[stat.rfind(b")") + 2 :].split()
 
 
-ANSWERED = len(READY) + len(STARTED)  # bytes a child writes before its answer
-
-
 def _wchar(pid: int) -> int | None:
-    """Bytes the process has written so far (/proc/PID/io)."""
+    """Bytes the process has written so far, to anything (/proc/PID/io); None if unreadable."""
     try:
         with open(f"/proc/{pid}/io", "rb") as file:
             for line in file:
@@ -142,6 +139,12 @@ def _wchar(pid: int) -> int | None:
     return None
 
 
+def seccomp_filters(pid: int) -> int | None:
+    """Seccomp filters on the process (/proc/PID/status, readable by anyone); None if gone."""
+    found = status_kb(pid, b"Seccomp_filters")  # a count, not kB: the same line format
+    return found
+
+
 class Sampler:
     """Counts the server's extraction children every few milliseconds, in a thread.
 
@@ -149,8 +152,14 @@ class Sampler:
     and exits at once, and the pool frees the slot as soon as the answer is read, before
     the child is gone, so on a busy CPU the next job's child may start while an answered
     one is still on its way out (seen: SLOTS + 1 processes for a few ms). A child counts as
-    answered once it is exiting (PF_EXITING) or has written more than "ready" and "started"
-    (its stderr is /dev/null, and these documents make pypdf write nothing there anyway).
+    answered once it is exiting (PF_EXITING) or has written (/proc/PID/io's wchar) more
+    than "started" beyond what it wrote before its job: a forked child's counters start at
+    zero with its fork; a cold child writes "ready" and, sandboxed, its seccomp program
+    through a pipe (~200 bytes) at start-up, so its count is taken once its job filter is
+    on (the last thing before its job line; /proc/PID/status's Seccomp_filters). Whatever
+    the sampler cannot read or saw too late counts as at work: it makes the peak higher,
+    never lower. Its stderr is /dev/null, and these documents make pypdf write nothing
+    there. Idle processes (the template, a cold spare) have not answered: they count.
     ``peak_all`` counts every extraction process; ``pids`` holds every one seen at work.
     A template's ready children (forked ahead, named READY_NAME until their job line
     arrives) are idle, not at work: counted in ``peak_all`` only.
@@ -158,8 +167,30 @@ class Sampler:
 
     def __init__(self, pid: int) -> None:
         self.pid, self.peak, self.peak_all, self.pids = pid, 0, 0, set()
+        self._inherited = seccomp_filters(pid) or 0  # the server's own filters
+        self._before_job: dict[int, int | None] = {}  # pid -> bytes written before its job
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _at_work(self, pid: int) -> bool:
+        """Read before the process can be reaped: filters, then stat, then io."""
+        filters = seccomp_filters(pid)
+        fields = _stat(pid)
+        if filters is None or not fields or fields[0] == b"Z" or int(fields[6]) & PF_EXITING:
+            return False
+        written = _wchar(pid)
+        if pid not in self._before_job:
+            if int(fields[1]) != self.pid:  # a template's child: counted from its fork
+                self._before_job[pid] = 0
+            elif filters >= self._inherited + 2:  # its job's filter is on: counted from here
+                self._before_job[pid] = written
+            elif filters > self._inherited:  # sandboxed, starting up: not answered
+                return True
+        # no seccomp layer (yet: a sandboxed child before its layers has written nothing)
+        before = self._before_job.get(pid, len(READY))
+        if written is None or before is None:
+            return True
+        return written <= before + len(STARTED)
 
     def _sample(self) -> None:
         while not self._stop.is_set():
@@ -170,11 +201,7 @@ class Sampler:
                 if name(child.pid) == READY_NAME:
                     continue
                 seen.add(child.pid)
-                fields, written = _stat(child.pid), _wchar(child.pid)
-                if not fields or fields[0] == b"Z" or int(fields[6]) & PF_EXITING:
-                    continue
-                if written is not None and written <= ANSWERED:
-                    working += 1
+                working += self._at_work(child.pid)
             self.peak = max(self.peak, working)
             self.peak_all = max(self.peak_all, len(children))
             self.pids.update(seen)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import socket
 import threading
 import time
@@ -268,6 +269,62 @@ def test_the_local_fallback_counts_the_jobs_running_when_redis_failed(own_redis)
     run(scenario)
 
 
+def test_a_call_made_as_the_local_fallback_begins_joins_the_running_job(own_redis):
+    """Callers read the mode on their own threads and go straight to the fallback pool: the
+    jobs running from Redis mode must be that pool's before the mode says "local-fallback".
+    A logging handler holds the job loop at the fallback's warning (just after the switch)
+    until another thread's call for the running key is in the fallback pool; before the
+    fix it ran the key a second time there (test_redis_faults' "a key running twice")."""
+    namespace = f"t-{uuid4().hex[:12]}"
+    pool = pools_in(own_redis, namespace)[0](1, 1, 10.0, fallback="local")
+    gate, calls, answers = threading.Event(), [], []
+
+    def call_again() -> None:
+        try:
+            answers.append(
+                asyncio.run(asyncio.wait_for(pool.run("k", "b", held("b", gate, calls)), 30))
+            )
+        except BaseException as error:  # the assertion below shows it
+            answers.append(error)
+
+    again = threading.Thread(target=call_again)
+
+    def in_the_fallback() -> bool:
+        jobs = pool.local_snapshot().jobs
+        return pool.waiting("k") >= 1 or any(job.caller == "b" for job in jobs)
+
+    class AtTheSwitch(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if "this process's own pool" in record.getMessage() and not again.is_alive():
+                again.start()
+                deadline = time.monotonic() + PATIENCE
+                while not in_the_fallback() and time.monotonic() < deadline:
+                    time.sleep(0.002)
+
+    handler = AtTheSwitch(logging.WARNING)
+    logger = logging.getLogger("django_pdfpool.redis")
+    logger.addHandler(handler)
+
+    async def scenario():
+        running = asyncio.create_task(pool.run("k", "a", held("a", gate, calls)))
+        await until(lambda: _own_jobs(pool) == [("k", "running")])
+        own_redis.kill()
+        await until(lambda: pool.mode == "local-fallback" and again.is_alive(), PATIENCE)
+        await until(in_the_fallback, PATIENCE)
+        assert calls == ["a"], "the running key ran again in the fallback pool"
+        gate.set()
+        assert await running == "a"
+        await until(lambda: not again.is_alive(), PATIENCE)
+        assert answers == ["a"], "the call did not join the running job"
+        await pool.stop()
+
+    try:
+        run(scenario)
+    finally:
+        logger.removeHandler(handler)
+        gate.set()
+
+
 # --- 6. Redis restarted empty under a running job ----------------------------------------
 
 
@@ -279,7 +336,9 @@ def test_a_running_job_is_counted_again_after_redis_restarts_empty(own_redis):
 
     async def scenario():
         running = asyncio.create_task(here.run("k", "a", held("K", gate, calls)))
-        await until(lambda: here.running() == 1)
+        # the pool's own reading (its admit reply read, the job running here), not Redis's:
+        # restarted before that reply is read, the admission itself fails
+        await until(lambda: _own_jobs(here) == [("k", "running")])
         own_redis.restart()  # empty
         # within about a lease, Redis counts the job again: it holds the one slot
         await until(lambda: here.mode == "redis" and _running_keys(own_redis, namespace) == {"k"})
@@ -293,6 +352,11 @@ def test_a_running_job_is_counted_again_after_redis_restarts_empty(own_redis):
 
     run(scenario)
     assert namespace_keys(own_redis.url, namespace) == []
+
+
+def _own_jobs(pool: RedisPool) -> list[tuple[str, str]]:
+    """The jobs ``pool`` runs or queues in this process, as its own table has them."""
+    return [(job.key, job.state) for job in pool.local_snapshot().jobs]
 
 
 def _running_keys(server: RedisServer, namespace: str) -> set[str]:

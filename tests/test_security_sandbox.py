@@ -361,7 +361,15 @@ def targets(tmp_path, monkeypatch):
     neighbour_fd, neighbour = tempfile.mkstemp(prefix="pdfpool-", suffix=".pdf")
     os.write(neighbour_fd, b"%PDF- another caller's upload")
     os.close(neighbour_fd)
+    # a project on the children's PYTHONPATH (PYTHONPATH=/app, as in many Docker images)
+    project = tmp_path / "app"
+    project.mkdir()
+    (project / "settings.py").write_text('SECRET_KEY = "the project\'s own"\n')
+    monkeypatch.setenv(
+        "PYTHONPATH", os.pathsep.join(p for p in (str(project), os.environ.get("PYTHONPATH")) if p)
+    )
     extraction.register_engine(KIT)
+    extraction.configure(warm=False)  # the template and spares of the old PYTHONPATH go
     extraction.configure(warm=True)  # a test before may have left the template off
     yield {
         "victim": victim.pid,
@@ -370,6 +378,7 @@ def targets(tmp_path, monkeypatch):
         "directory": str(directory),
         "secret": str(secret),
         "neighbour": neighbour,
+        "planted": str(project / "settings.py"),
         "listener": listener,
         "victim_proc": victim,
     }
@@ -377,7 +386,9 @@ def targets(tmp_path, monkeypatch):
     victim.wait()
     listener.close()
     os.unlink(neighbour)
-    extraction.configure(sandbox=True)
+    monkeypatch.undo()  # the old PYTHONPATH back, for the children that come next
+    extraction.configure(sandbox=True, warm=False)
+    extraction.configure(warm=True)
 
 
 def run_kit(targets: dict, warm: bool, **extra) -> dict[str, str]:
@@ -405,27 +416,38 @@ def connections(listener) -> int:
 @pytest.mark.parametrize("sandbox", [True, False], ids=["sandboxed", "sandbox-off"])
 def test_the_escape_kit_gets_nowhere_unless_the_sandbox_is_off(targets, warm, sandbox):
     """Signal another process and the server, read their environ, open another process's fd
-    for writing, ptrace the parent, connect to loopback, create a file, run a program (and
-    execve itself), read a file not given: every attempt refused in a sandboxed child; with
-    the sandbox off (as before issue 21) the same kit gets out, so the test can fail."""
+    for writing, change another process's limits, priority, scheduling, CPUs, I/O priority
+    or memory placement (the victim's, the server's), ptrace the parent, connect to loopback,
+    create a file, run a program (and execve itself), read a file not given or one in a
+    project on PYTHONPATH: every attempt refused in a sandboxed child; with the sandbox off
+    (as before issue 21) the same kit gets out, so the test can fail."""
+    from tests.escape_kit import VICTIM_NOFILE
+    from tests.procs import rlimits
+
     if sandbox:
         require_full_sandbox()
     extraction.configure(sandbox=sandbox)
+    victim_nofile = rlimits(targets["victim"])["Max open files"]
     report = run_kit(targets, warm)
     print(report)
     expected = {
         "signal", "environ", "open_fd", "server_environ", "signal_server", "ptrace_parent",
-        "connect", "create", "exec", "execve", "read", "neighbour",
+        "connect", "create", "exec", "execve", "read", "neighbour", "planted",
+        "prlimit", "affinity", "scheduler", "sched_param", "sched_attr", "ioprio",
+        "move_pages", "migrate_pages", "prlimit_server", "renice_server",
     }  # fmt: skip
     assert set(report) == expected
     created = list(Path(targets["directory"]).iterdir())
     reached = connections(targets["listener"])
+    nofile = rlimits(targets["victim"])["Max open files"]
     if sandbox:
         assert all(outcome.startswith("refused") for outcome in report.values()), report
         assert created == [] and reached == 0
+        assert nofile == victim_nofile  # its limit as it was
     else:
         assert all(outcome.startswith("escaped") for outcome in report.values()), report
         assert created and reached  # (the first run may have been cold: as many as runs)
+        assert nofile == str(VICTIM_NOFILE)  # the call did change another process
     assert targets["victim_proc"].poll() is None  # SIGCONT harms nobody: it lives on
 
 

@@ -5,7 +5,8 @@ Set once (the template or a cold child, after its imports, inherited by every fo
 privileges, not dumpable, new user/network/IPC namespaces, a Landlock domain with no write,
 no exec, no TCP and signals and abstract sockets scoped, and a seccomp filter. Per job (after
 the job line, before the PDF): a Landlock domain of its own reading only the interpreter, its
-packages and the job's file, and a seccomp filter with no signal to anyone and no new process.
+packages and the job's file, and a seccomp filter with no signal to anyone, no new process and
+no limit, priority or scheduling change to another process.
 Landlock through landlockpy, seccomp through libseccomp (pyseccomp); see docs/security.md.
 """
 
@@ -57,10 +58,24 @@ PROCESS_DENIED = (
 JOB_DENIED = (
     "kill", "tkill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo",
     "pidfd_send_signal", "pidfd_open", "fork", "vfork",
+    "setpriority", "ioprio_set",  # "who" 0 can mean the caller's whole group or user
 )  # fmt: skip
-# Read-only beneath these, besides the interpreter's prefixes and sys.path: the shared
-# libraries a lazily imported extension module may load.
+# Refused to a job's child when their first argument (a pid) is not 0, itself: acting on
+# another process of the same user (the kernel checks the uid, which the user namespace
+# leaves as it was): its limits (RLIMIT_CPU killed a busy one), scheduling, memory placement.
+# Its own limits (set after the job line: glibc's setrlimit is prlimit64(0, ...)) still can.
+JOB_SELF_ONLY = (
+    "prlimit64", "sched_setaffinity", "sched_setscheduler", "sched_setparam",
+    "sched_setattr", "migrate_pages", "move_pages",
+)  # fmt: skip
+# Read-only beneath these, besides the interpreter's prefixes and site directories: the
+# shared libraries a lazily imported extension module may load.
 LIBRARY_DIRS = ("/lib", "/lib64", "/usr/lib", "/usr/lib64", "/usr/local/lib", "/etc/ld.so.cache")
+# The packages a child imports, readable by each job wherever they are installed (a checkout,
+# PYTHONPATH, site-packages): this one, the engines and the sandbox bindings.
+ENGINE_PACKAGES = (
+    "django_pdfpool", "pypdf", "pypdfium2", "pypdfium2_raw", "landlockpy", "pyseccomp",
+)  # fmt: skip
 WRITABLE = ("/dev/null",)  # the one file a child may open for writing (before its job)
 
 
@@ -207,22 +222,46 @@ def status_fd() -> int | None:
 
 
 def read_roots() -> tuple[str, ...]:
-    """What a job's child may read: the interpreter's prefixes, sys.path (a checkout: only
-    this package's directory, not the project beside it) and the shared libraries; none
-    beneath another (one rule each)."""
-    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    checkout = os.path.dirname(package)
-    roots = {sys.prefix, sys.base_prefix, sys.exec_prefix, package, *LIBRARY_DIRS}
-    for entry in sys.path:
-        if entry and os.path.abspath(entry) != checkout:
-            roots.add(os.path.abspath(entry))
-    found = sorted(root for root in roots if os.path.exists(root))
+    """What a job's child may read: the interpreter's prefixes, the standard library and
+    site directories, the packages a child imports (ENGINE_PACKAGES, wherever they are) and
+    the shared libraries; none beneath another (one rule each). Never the other sys.path
+    (PYTHONPATH) entries: with PYTHONPATH=/app a job would read the project's settings, .env
+    and database."""
+    import site
+    import sysconfig
+
+    roots = {sys.prefix, sys.base_prefix, sys.exec_prefix, *LIBRARY_DIRS}
+    paths = sysconfig.get_paths()
+    roots.update(paths[name] for name in ("stdlib", "platstdlib", "purelib", "platlib"))
+    roots.update(site.getsitepackages())
+    if site.ENABLE_USER_SITE:
+        roots.add(site.getusersitepackages())
+    for name in ENGINE_PACKAGES:
+        roots.update(_package_paths(name))
+    found = sorted(os.path.abspath(root) for root in roots if root and os.path.exists(root))
     return tuple(r for r in found if not any(o != r and _beneath(r, o) for o in found))
 
 
-# The libraries pyseccomp asks ctypes.util.find_library for, by their stable sonames: found
-# with dlopen alone, where find_library runs ldconfig (and gcc) in subprocesses, forks that
-# cost a cold child ~9 ms and would be processes of its own.
+def _package_paths(name: str) -> list[str]:
+    """Where the top-level package `name` lives (its directories; a single module: its file),
+    imported or not (a lazily imported engine is found without importing it); [] if absent."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return []
+    if spec is None:
+        return []
+    if spec.submodule_search_locations is not None:
+        return list(spec.submodule_search_locations)
+    return [spec.origin] if spec.origin and os.path.isabs(spec.origin) else []
+
+
+# The libraries pyseccomp (at import) and landlockpy (at its first call) ask
+# ctypes.util.find_library for, by their stable sonames: found with dlopen alone, where
+# find_library runs ldconfig (and gcc) in subprocesses, forks that cost a cold child ~9 ms
+# and would be processes of its own.
 _SONAMES = {"c": "libc.so.6", "seccomp": "libseccomp.so.2"}
 
 
@@ -247,6 +286,10 @@ def _import_bindings() -> None:
         for module in ("landlockpy", "pyseccomp"):
             with contextlib.suppress(Exception):  # missing, or no libseccomp: so is the layer
                 __import__(module)
+        with contextlib.suppress(Exception):  # landlockpy finds libc at its first call
+            import landlockpy
+
+            landlockpy.abi_version()
     finally:
         ctypes.util.find_library = real
 
@@ -356,6 +399,8 @@ def _seccomp_process() -> None:
         job = seccomp.SyscallFilter(seccomp.ALLOW)
         for name in JOB_DENIED:
             _deny(seccomp, job, name)
+        for name in JOB_SELF_ONLY:
+            _deny(seccomp, job, name, seccomp.Arg(0, seccomp.NE, 0))
         # clone() without kernel.CLONE_THREAD is a fork; clone3 answers ENOSYS (glibc falls back).
         job.add_rule(
             seccomp.ERRNO(errno.EPERM),
@@ -393,7 +438,8 @@ def _compiled(syscall_filter: Any) -> bytes:
             os.close(write)
 
 
-def _deny(seccomp: Any, syscall_filter: Any, name: str) -> None:
-    """EPERM for `name`, unless this architecture has no such system call."""
+def _deny(seccomp: Any, syscall_filter: Any, name: str, *args: Any) -> None:
+    """EPERM for `name` (where `args` compare true), unless this architecture has no such
+    system call."""
     with contextlib.suppress(OSError, ValueError, RuntimeError):
-        syscall_filter.add_rule(seccomp.ERRNO(errno.EPERM), name)
+        syscall_filter.add_rule(seccomp.ERRNO(errno.EPERM), name, *args)

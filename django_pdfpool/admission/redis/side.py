@@ -776,6 +776,10 @@ class ProcessSide:
         if self.mode != REDIS or self.retired:
             return
         local = self._terms.fallback == "local"
+        if self._fallback is not None:  # counted there before any caller can see the mode:
+            for job in self.jobs():  # a caller thread reads it and admits there at once
+                if job.owned and job.state == "running" and job.local_hold is None:
+                    job.local_hold = self._fallback.hold(job.key, job.caller)
         self.mode = LOCAL_FALLBACK if local else REFUSING
         self.trouble = trouble_of(error)
         self.failures[self.trouble] += 1
@@ -793,8 +797,6 @@ class ProcessSide:
         for job in self.jobs():
             if job.owned and job.state == "queued":
                 self._end(job, "unavailable")
-            elif job.owned and self._fallback is not None and job.local_hold is None:
-                job.local_hold = self._fallback.hold(job.key, job.caller)
         if self._probe is None:
             self._probe = self.spawn(self._watch())
 
