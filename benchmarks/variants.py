@@ -43,9 +43,9 @@ from django.views.decorators.csrf import csrf_exempt
 
 from django_pdfpool import pdf_pooled
 from django_pdfpool.conf import get_settings
+from django_pdfpool.configured import peek_pool
 from django_pdfpool.exceptions import EXTRACTION_MESSAGES as MESSAGES
 from django_pdfpool.extraction import PAGE_SEPARATOR, ExtractionError, extract
-from django_pdfpool.process_pool import peek_pool
 from django_pdfpool.sandbox.child_main import run_job
 from django_pdfpool.sandbox.wire import Extracted, Job
 from django_pdfpool.uploads import StagedUpload, stage

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from .admission.protocol import AdmissionPool
     from .asgi import PoolLifespan
+    from .configured import adrain_pool, drain_pool, get_pool
     from .decorators import extract_upload, pdf_pooled
     from .door.asgi import PdfPoolDoor
     from .exceptions import (
@@ -32,7 +33,6 @@ if TYPE_CHECKING:
         UploadTooLarge,
     )
     from .pooled import aextract_pooled, caller_of, extract_pooled
-    from .process_pool import adrain_pool, drain_pool, get_pool
     from .responses import html_answer, json_answer
     from .sandbox.extract import Extraction, extract
     from .status.collector import register_metrics
@@ -42,9 +42,9 @@ if TYPE_CHECKING:
 __version__ = "0.1.0.dev0"
 
 _HOMES = {  # public name -> the module that defines it
-    "get_pool": "process_pool",
-    "drain_pool": "process_pool",
-    "adrain_pool": "process_pool",
+    "get_pool": "configured",
+    "drain_pool": "configured",
+    "adrain_pool": "configured",
     "pdf_pooled": "decorators",
     "extract_upload": "decorators",
     "StagedUpload": "uploads",

@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable
 from types import FrameType
 from typing import Any
 
-from .process_pool import adrain_pool, peek_pool
+from .configured import adrain_pool, peek_pool
 from .sandbox.extract import shutdown as shutdown_extraction
 
 Scope = dict[str, Any]

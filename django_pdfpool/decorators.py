@@ -18,12 +18,12 @@ from django.core.files.uploadedfile import UploadedFile
 from django.http import HttpRequest
 
 from .conf import PoolSettings, get_settings
+from .configured import get_pool
 from .door.django import release_ticket
 from .door.headers import UploadHeaders
 from .door.rules import body_limit, too_large
 from .door.views import POOLED
 from .exceptions import DigestMismatch, ExtractionError, NoUpload, Refused, UploadRejected
-from .process_pool import get_pool
 from .responses import Answer, arefusal_answer, refusal_answer
 from .sandbox.extract import Extraction, extract
 from .uploads import StagedUpload, stage, stage_chunks

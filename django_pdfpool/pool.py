@@ -20,7 +20,7 @@ from .exceptions import (
 )
 
 if TYPE_CHECKING:
-    from .admission.redis.pool import RedisPool
+    from .admission.redis.redis_pool import RedisPool
 
 __all__ = [
     "AdmissionPool",
@@ -41,7 +41,7 @@ __all__ = [
 
 def __getattr__(name: str) -> Any:
     if name == "RedisPool":
-        from .admission.redis.pool import RedisPool
+        from .admission.redis.redis_pool import RedisPool
 
         return RedisPool
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

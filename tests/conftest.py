@@ -14,7 +14,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from django_pdfpool import process_pool
+from django_pdfpool import configured
 from tests.ci_strict import pytest_runtest_makereport  # noqa: F401 (CI=true: see there)
 from tests.views import HELD
 
@@ -33,7 +33,7 @@ def pdfpool(settings, tmp_path) -> Callable[..., dict]:
     HELD.reset()
     yield configure
     HELD.release.set()  # never leave a held job behind for the next test
-    pool = process_pool.peek_pool()
+    pool = configured.peek_pool()
     if pool is not None:
         wait_until(lambda: pool.running() == 0 and pool.queued() == 0)
 

@@ -15,8 +15,8 @@ from django.urls import path
 
 from django_pdfpool import extraction
 from django_pdfpool.admission.jobloop import get_job_loop
+from django_pdfpool.configured import peek_pool
 from django_pdfpool.door.entry import door_status
-from django_pdfpool.process_pool import peek_pool
 from django_pdfpool.sandbox import child_process
 from tests.urls import urlpatterns as base
 

@@ -542,7 +542,7 @@ def test_the_import_paths_kept_from_before_the_layout_still_work():
     for name in ("Refused", "PoolBusy", "CallerBusy", "PoolClosed"):
         assert getattr(pool, name) is getattr(django_pdfpool, name)
     assert pool.Pool.__module__ == "django_pdfpool.admission.local"
-    assert pool.RedisPool.__module__ == "django_pdfpool.admission.redis.pool"
+    assert pool.RedisPool.__module__ == "django_pdfpool.admission.redis.redis_pool"
     for name in ("extract", "Extraction", "ExtractionError"):
         assert getattr(extraction, name) is getattr(django_pdfpool, name)
     assert asgi.PoolLifespan is django_pdfpool.PoolLifespan

@@ -312,7 +312,7 @@ def test_the_docs_import_only_public_names(where: str, block: Block) -> None:
 
 def test_the_import_check_catches_a_submodule_and_a_private_name() -> None:
     code = "from django_pdfpool.responses import json_answer\nfrom django_pdfpool import _HOMES\n"
-    code += "import django_pdfpool.process_pool\ndjango_pdfpool.conf.get_settings()\n"
+    code += "import django_pdfpool.configured\ndjango_pdfpool.conf.get_settings()\n"
     assert len(private_uses(ast.parse(code))) == 4
 
 

@@ -22,7 +22,7 @@ from prometheus_client.django import PrometheusDjangoView
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.parser import text_string_to_metric_families
 
-from django_pdfpool import process_pool
+from django_pdfpool import configured
 from django_pdfpool.admission.local import Pool
 from django_pdfpool.admission.snapshot import ClusterSnapshot
 from django_pdfpool.status import collector as collector_module
@@ -66,10 +66,10 @@ def run_jobs(pool, n: int) -> None:
 
 def test_the_collector_and_the_endpoint_render_the_one_list_of_definitions(pdfpool):
     pdfpool(SLOTS=3, QUEUE=1, WAIT=7, TIMEOUT=12)
-    run_jobs(process_pool.get_pool(), 2)
+    run_jobs(configured.get_pool(), 2)
     registry = CollectorRegistry()
     registry.register(PoolCollector())
-    pool = process_pool.get_pool()
+    pool = configured.get_pool()
     hand_made = parse(render(pool.snapshot(), timeout=12.0, pid=os.getpid()))
     collected = scrape(registry)
     assert collected == hand_made  # same families, types, help texts, labels and values
@@ -110,7 +110,7 @@ def test_registered_metrics_appear_in_the_default_registry_served_by_django(pdfp
     monkeypatch.setattr(PrometheusDjangoView, "registry", registry)
     first = register_metrics(registry)
     assert register_metrics(registry) is first and isinstance(first, PoolCollector)
-    run_jobs(process_pool.get_pool(), 1)
+    run_jobs(configured.get_pool(), 1)
     response = Client().get("/metrics")
     assert response.status_code == 200
     samples = parse(response.content.decode())[1]
@@ -175,7 +175,7 @@ CHILD = textwrap.dedent(
     import django
     django.setup()
     from django_pdfpool.exceptions import CallerBusy, ExtractionError
-    from django_pdfpool.process_pool import get_pool
+    from django_pdfpool.configured import get_pool
     from django_pdfpool.sandbox.extract import extract
     from django_pdfpool.status.collector import register_metrics
 

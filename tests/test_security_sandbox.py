@@ -283,7 +283,7 @@ def test_an_extraction_round_trips_json_pickle_and_copies():
 
 
 def test_the_redis_codec_round_trips_an_extraction():
-    from django_pdfpool.process_pool import _decode_result, _encode_result
+    from django_pdfpool.configured import _decode_result, _encode_result
 
     pdf = an_extraction()
     wire = json.loads(json.dumps(_encode_result(pdf)))

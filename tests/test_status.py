@@ -18,7 +18,7 @@ from django.contrib.auth.models import Permission
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client
 
-from django_pdfpool import get_pool, process_pool
+from django_pdfpool import configured, get_pool
 from django_pdfpool.admission import history
 from django_pdfpool.admission.history import Recorder
 from django_pdfpool.admission.snapshot import Counters, DurationSummary, PoolSnapshot
@@ -391,9 +391,9 @@ def test_a_forked_child_starts_with_an_empty_stopped_recorder():
 
 
 def test_viewing_the_page_starts_the_process_recorder(pdfpool, users):
-    process_pool.recorder.stop()
+    configured.recorder.stop()
     client_for(users["superuser"]).get(URL, {"format": "json"})
-    assert process_pool.recorder._ticking
+    assert configured.recorder._ticking
 
 
 # --- the optional Prometheus endpoint ----------------------------------------------------

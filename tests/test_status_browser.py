@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from django.contrib.auth.models import Permission
 
-from django_pdfpool import get_pool, process_pool
+from django_pdfpool import configured, get_pool
 from django_pdfpool.admission import history
 from django_pdfpool.status import page as status_page
 from tests.conftest import wait_until
@@ -54,7 +54,7 @@ def operator(django_user_model, settings):
 def fast_history(monkeypatch):
     """A recorder sampling 25 times a second, so a test of seconds fills the chart
     (its window, 8 s, is what the chart says it shows)."""
-    recorder = history.Recorder(process_pool.peek_pool, interval=0.04, size=200)
+    recorder = history.Recorder(configured.peek_pool, interval=0.04, size=200)
     monkeypatch.setattr(status_page, "recorder", recorder)
     recorder.start()
     yield recorder

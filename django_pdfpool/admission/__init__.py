@@ -1,6 +1,6 @@
 """The admission rules: slots, queue, wait, single-flight and one job per caller.
 
-No Django, no PDFs. ``local.Pool`` keeps them in one process, ``redis.pool.RedisPool``
+No Django, no PDFs. ``local.Pool`` keeps them in one process, ``redis.redis_pool.RedisPool``
 across every process sharing a Redis namespace; both are ``protocol.AdmissionPool``s and
 share their records, delivery and books (``records``, ``delivery``, ``ledger``).
 """

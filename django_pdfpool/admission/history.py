@@ -1,6 +1,6 @@
 """The pool's last few minutes, for the status page's chart: a ``Recorder`` samples a pool
 on the job loop into a bounded ring (no thread of its own, no Django). Each process has
-its own (``process_pool.recorder``); a forked child starts with an empty, stopped one."""
+its own (``configured.recorder``); a forked child starts with an empty, stopped one."""
 
 from __future__ import annotations
 

@@ -16,8 +16,8 @@ from ..admission.protocol import AdmissionPool
 from ..admission.snapshot import Pressure
 from ..callers import ASKING, address_caller, user_or_forwarded_ip, user_or_ip
 from ..conf import PoolSettings, get_settings
+from ..configured import get_pool
 from ..exceptions import CallerBusy, PoolBusy, PoolClosed
-from ..process_pool import get_pool
 from .headers import UploadHeaders
 from .rules import ARRIVING, Refusal, Terms, Ticket, decide
 from .views import PooledView

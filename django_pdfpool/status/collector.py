@@ -26,7 +26,7 @@ except ImportError as error:  # pragma: no cover - the extra is not installed
 
 from ..admission.protocol import AdmissionPool
 from ..conf import get_settings
-from ..process_pool import get_pool, peek_pool
+from ..configured import get_pool, peek_pool
 from .definitions import METRICS, PID_LABEL, DoorFigures, MetricDefinition, Reading
 
 __all__ = ["PoolCollector", "ProcessExporter", "multiprocess_mode", "register_metrics"]

@@ -12,7 +12,7 @@ from django.views.decorators.http import require_GET
 
 from ..admission.snapshot import PoolSnapshot
 from ..conf import get_settings
-from ..process_pool import get_pool
+from ..configured import get_pool
 from .definitions import METRICS, DoorFigures, Reading
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"

@@ -14,9 +14,9 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from ...conf import PoolSettings, get_settings
+from ...configured import drain_pool, drain_timeout, peek_pool
 from ...exceptions import ExtractionError, Refused, UploadRejected
 from ...pooled import extract_pooled
-from ...process_pool import drain_pool, drain_timeout, peek_pool
 from ...sandbox.extract import Extraction
 from ...sandbox.extract import configure as configure_extraction
 from ...sandbox.wire import ENGINES

@@ -71,7 +71,7 @@ def _build(conf: PoolSettings) -> AdmissionPool:
             on_error=_log_job_error,
             run_time_ceiling=conf.timeout,
         )
-    from .admission.redis.pool import RedisPool
+    from .admission.redis.redis_pool import RedisPool
 
     return RedisPool(
         conf.slots,
