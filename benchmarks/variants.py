@@ -10,7 +10,7 @@ the URLconf; see bench_load.py). Its URLs are the example's (``/api/extract/`` i
   as many at once as there are requests;
 - ``/bench/executor/``: what most people write: a ``ProcessPoolExecutor(max_workers=SLOTS)``
   (bounded workers, an unbounded queue, no sharing) running the very function the child
-  runs (``django_pdfpool.sandbox.child_main.run_job``: read, hash, pypdf) on the staged upload, in
+  runs (``sandbox.child_job.extract_job``: read, hash, pypdf) on the staged upload, in
   long-lived workers without the child's limits;
 - ``/bench/health/``: a cheap page, polled during the run to see whether the server still
   answers everything else;
@@ -46,8 +46,8 @@ from django_pdfpool.conf import get_settings
 from django_pdfpool.configured import peek_pool
 from django_pdfpool.exceptions import EXTRACTION_MESSAGES as MESSAGES
 from django_pdfpool.extraction import PAGE_SEPARATOR, ExtractionError, extract
-from django_pdfpool.sandbox.child_main import run_job
-from django_pdfpool.sandbox.wire import Extracted, Job
+from django_pdfpool.sandbox.child_job import extract_job
+from django_pdfpool.sandbox.wire import Extracted, ExtractionJob
 from django_pdfpool.uploads import StagedUpload, stage
 
 _runs = {"naive": 0, "executor": 0}
@@ -119,7 +119,7 @@ async def pooled_executor(request: HttpRequest) -> JsonResponse:
     if upload is None:
         return _no_upload()
     conf = get_settings()
-    job = Job(
+    job = ExtractionJob(
         path=upload.path,
         engine=conf.engine,
         timeout=conf.timeout,  # not enforced: the executor's workers have no limits
@@ -130,7 +130,7 @@ async def pooled_executor(request: HttpRequest) -> JsonResponse:
     )
     try:
         loop = asyncio.get_running_loop()
-        answer = await loop.run_in_executor(executor(), run_job, job)
+        answer = await loop.run_in_executor(executor(), extract_job, job)
     finally:
         upload.discard()
     _count("executor")

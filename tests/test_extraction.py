@@ -27,7 +27,7 @@ from django_pdfpool.sandbox.wire import (
     READY,
     STARTED,
     Extracted,
-    Job,
+    ExtractionJob,
     child_options,
     decode_answer,
     decode_job,
@@ -313,8 +313,8 @@ def run_child(job_line: bytes, *options: str) -> subprocess.CompletedProcess[byt
     return subprocess.run(argv, input=job_line, capture_output=True, timeout=60)
 
 
-def a_job(path, max_pages: int | None = None, refuse: bool = False) -> Job:
-    return Job(
+def a_job(path, max_pages: int | None = None, refuse: bool = False) -> ExtractionJob:
+    return ExtractionJob(
         path=str(path),
         engine="pypdf",
         timeout=LIMITS["timeout"],

@@ -277,11 +277,11 @@ def test_the_rehearsal_runs_a_whole_job_on_a_valid_document(engine):
     ready children and spares run goes through a whole job's path without an error."""
     if engine == "pypdfium2":
         pytest.importorskip("pypdfium2")
-    from django_pdfpool.sandbox.child_job import rehearse, run_job
+    from django_pdfpool.sandbox.child_job import extract_job, rehearse
     from django_pdfpool.sandbox.engines import WARM_UP_PDF
-    from django_pdfpool.sandbox.wire import Extracted, Job
+    from django_pdfpool.sandbox.wire import Extracted, ExtractionJob
 
-    answer = run_job(Job("", engine, 10.0, 256 << 20, None, False), WARM_UP_PDF)
+    answer = extract_job(ExtractionJob("", engine, 10.0, 256 << 20, None, False), WARM_UP_PDF)
     assert isinstance(answer, Extracted), answer
     assert answer.page_count == 1 and "warm" in answer.pages[0]
     assert answer.metadata["Title"] == "warm"

@@ -21,7 +21,7 @@ from .delivery import call_dropped, deliver, report_failure
 from .jobloop import call_in_job_loop
 from .ledger import Ledger
 from .protocol import DropFn, ErrorObserver, JobFn
-from .records import JobRecord, Waiter, check_terms, run_job
+from .records import JobRecord, Waiter, check_terms, run_fn
 from .snapshot import ClusterSnapshot, PoolSnapshot, Pressure
 
 
@@ -210,7 +210,7 @@ class Pool:
 
     def _spawn(self, job: LocalJob) -> None:
         """On the job loop: run the job as a task; its ending is handled in ``_finish``."""
-        job.task = asyncio.get_running_loop().create_task(run_job(job))
+        job.task = asyncio.get_running_loop().create_task(run_fn(job))
         job.task.add_done_callback(lambda task: self._finish(job, task))
 
     def _finish(self, job: LocalJob, task: asyncio.Task[Any]) -> None:

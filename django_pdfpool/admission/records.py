@@ -87,7 +87,7 @@ class JobRecord:
         )
 
 
-async def run_job(job: JobRecord) -> Any:
+async def run_fn(job: JobRecord) -> Any:
     """A job's task: note that ``fn`` was called (see ``release``), then call it.
     An error, even in calling ``fn``, stays inside the task as the job's failure; only a
     cancellation of the job itself (``stop()``) ends it as cancelled."""

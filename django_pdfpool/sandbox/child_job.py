@@ -25,7 +25,15 @@ from .engines import (
     extract_pages,
     preload,
 )
-from .wire import STARTED, Answer, Extracted, Job, decode_job, encode_answer, encode_job
+from .wire import (
+    STARTED,
+    ChildAnswer,
+    Extracted,
+    ExtractionJob,
+    decode_job,
+    encode_answer,
+    encode_job,
+)
 
 CPU_MARGIN = 1  # seconds of CPU time granted beyond the job's timeout before SIGXCPU
 ALARM_MARGIN = 2  # seconds of wall time beyond the timeout before the child's own SIGALRM
@@ -93,7 +101,7 @@ def read_document(path: str) -> bytes:
         return handle.read()
 
 
-def run_job(job: Job, data: bytes | None = None) -> Answer:
+def extract_job(job: ExtractionJob, data: bytes | None = None) -> ChildAnswer:
     """Read (unless given its bytes), hash and extract the job's file; every ending becomes an
     answer, none is raised."""
     try:
@@ -123,8 +131,10 @@ def rehearse(engines: tuple[str, ...]) -> None:
     built-in one-page document with each engine, no limits set: its lazy imports, caches and
     (in a forked child) copy-on-write faults are paid before any real job."""
     for engine in engines:
-        job = Job("", engine, REHEARSAL_TIMEOUT, REHEARSAL_MEMORY, max_pages=None, refuse=False)
-        encode_answer(run_job(decode_job(encode_job(job)), WARM_UP_PDF))
+        job = ExtractionJob(
+            "", engine, REHEARSAL_TIMEOUT, REHEARSAL_MEMORY, max_pages=None, refuse=False
+        )
+        encode_answer(extract_job(decode_job(encode_job(job)), WARM_UP_PDF))
 
 
 def peak_rss() -> int:
@@ -181,7 +191,7 @@ def serve_job(stdin: int = 0, stdout: int = 1, renamed: bool = False) -> NoRetur
         refused = ExtractionError("crashed", detail="sandbox layer unavailable")
     limit_self(job.memory_limit, job.timeout)
     write_all(stdout, STARTED)
-    answer = run_job(job) if refused is None else refused
+    answer = extract_job(job) if refused is None else refused
     answer.elapsed = time.perf_counter() - started
     answer.peak_rss = peak_rss()
     try:

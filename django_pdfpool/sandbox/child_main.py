@@ -13,12 +13,12 @@ import signal
 import sys
 
 from . import confine
-from .child_job import die_with_parent, limit_self, rehearse, run_job, serve_job, write_all
+from .child_job import die_with_parent, rehearse, serve_job, write_all
 from .engines import preload
 from .template_main import serve_template
 from .wire import READY, SANDBOX_OFF, read_child_options
 
-__all__ = ["limit_self", "main", "run_job"]  # run_job: benchmarks/variants.py calls it
+__all__ = ["main"]
 
 
 def main(argv: list[str]) -> None:

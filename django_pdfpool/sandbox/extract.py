@@ -29,7 +29,7 @@ from .wire import (
     ENGINES,
     SANDBOX_OFF,
     Extracted,
-    Job,
+    ExtractionJob,
     answer_limit,
     decode_answer,
     encode_job,
@@ -210,7 +210,7 @@ async def extract(
     ):
         raise ValueError("max_text_bytes must be an integer >= 1")
     deadline = time.monotonic() + timeout
-    job = Job(
+    job = ExtractionJob(
         path="",  # set by the worker thread, once the source is a file
         engine=engine,
         timeout=timeout,
@@ -263,7 +263,7 @@ def _work(
     future: concurrent.futures.Future[Outcome],
     run: JobRun,
     source: Any,
-    job: Job,
+    job: ExtractionJob,
     deadline: float,
     warm: bool,
 ) -> None:

@@ -92,7 +92,7 @@ def read_child_options(argv: list[str]) -> ChildOptions:
 
 
 @dataclass(frozen=True)
-class Job:
+class ExtractionJob:
     """One extraction as the parent hands it to a child: the file and the limits to obey."""
 
     path: str  # a regular file: the child reads it, the parent never does
@@ -104,15 +104,15 @@ class Job:
     max_text_bytes: int = DEFAULT_MAX_TEXT_BYTES  # the pages' JSON, see engines.TextBudget
 
 
-def encode_job(job: Job) -> bytes:
+def encode_job(job: ExtractionJob) -> bytes:
     """The job line the parent writes to the child's stdin."""
     return (json.dumps(asdict(job)) + "\n").encode()
 
 
-def decode_job(line: bytes) -> Job:
+def decode_job(line: bytes) -> ExtractionJob:
     """The job the child reads from its stdin (the parent's line: trusted)."""
     fields = json.loads(line)
-    return Job(
+    return ExtractionJob(
         path=fields["path"],
         engine=fields["engine"],
         timeout=float(fields["timeout"]),
@@ -142,10 +142,10 @@ class Extracted:
     peak_rss: int = 0  # bytes: likewise
 
 
-Answer = Extracted | ExtractionError  # a failure travels as the error's code and figures
+ChildAnswer = Extracted | ExtractionError  # a failure travels as the error's code and figures
 
 
-def encode_answer(answer: Answer) -> bytes:
+def encode_answer(answer: ChildAnswer) -> bytes:
     """The child's answer line; lone surrogates (seen in broken /ToUnicode maps) become U+FFFD."""
     if isinstance(answer, ExtractionError):
         fields: dict[str, Any] = {"ok": False, "code": answer.code, "detail": answer.detail}
@@ -167,7 +167,7 @@ def encode_answer(answer: Answer) -> bytes:
         return _LONE_SURROGATES.sub("\ufffd", line).encode("utf-8")
 
 
-def decode_answer(output: bytes | bytearray) -> Answer | None:
+def decode_answer(output: bytes | bytearray) -> ChildAnswer | None:
     """The answer in all a child wrote (its last line), or None if there is no well-formed one.
     A bytearray is consumed: emptied once decoded to text, before the JSON is parsed."""
     if not output.endswith(b"\n"):

@@ -32,7 +32,7 @@ from ..delivery import call_dropped, deliver, report_failure
 from ..ledger import Ledger
 from ..local import Pool
 from ..protocol import DropFn, ErrorObserver, JobFn
-from ..records import JobRecord, Waiter, run_job
+from ..records import JobRecord, Waiter, run_fn
 from ..snapshot import JobInfo
 from .codec import Decode, Encode, decode_outcome, encode_outcome
 from .link import (
@@ -488,7 +488,7 @@ class ProcessSide:
         job.state = "running"
         job.started_mono = time.monotonic()
         self._books.started(job.started_mono - job.queued_mono)
-        job.task = asyncio.get_running_loop().create_task(run_job(job))
+        job.task = asyncio.get_running_loop().create_task(run_fn(job))
         job.task.add_done_callback(lambda task: self.spawn(self._finish(job, task)))
 
     async def _finish(self, job: RedisJob, task: asyncio.Task[Any]) -> None:

@@ -15,7 +15,7 @@ _COUNTERS = frozenset(each.name for each in dataclasses.fields(Counters))
 
 
 @dataclass(frozen=True)
-class View:
+class ClusterReading:
     """A parsed ``view.lua`` reply; times in seconds on the Redis clock, but ``since``."""
 
     now: float
@@ -39,7 +39,7 @@ class View:
         )
 
 
-def parse_view(reply: Any, wall: float) -> View:
+def parse_view(reply: Any, wall: float) -> ClusterReading:
     """Read ``view.lua``'s reply; ``wall`` (this host's clock) dates the jobs,
     so that ages come from one clock (Redis's) and dates from the reader's. A field that
     is not what the scripts write (bad data in Redis) is skipped, never an error."""
@@ -87,7 +87,9 @@ def parse_view(reply: Any, wall: float) -> View:
             )
         )
     books = _books(reply[3:], now, wall) if len(reply) > 3 else {}
-    return View(now=now, jobs=tuple(jobs), owners=owners, processes=tuple(holders), **books)
+    return ClusterReading(
+        now=now, jobs=tuple(jobs), owners=owners, processes=tuple(holders), **books
+    )
 
 
 def whole(value: Any) -> int | None:
