@@ -1,12 +1,17 @@
 """django-pdfpool: admit expensive PDF work through a small scheduler.
 
-The public names, loaded on first use so that ``import django_pdfpool`` imports no Django
-and needs no settings. Where each lives: docs/architecture.md.
+The one map of public names: this module's, and those of ``django_pdfpool.pool`` and
+``django_pdfpool.extraction`` (modules served from here, typed by their ``.pyi``). Each is
+loaded on first use, so that ``import django_pdfpool`` imports no Django and needs no
+settings. Where each lives: docs/architecture.md.
 """
 
 from __future__ import annotations
 
+import sys
+import warnings
 from importlib import import_module
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -77,6 +82,44 @@ _HOMES = {  # public name -> the module that defines it
     "AdmissionPool": "admission.protocol",
 }
 
+_PATHS = {  # the other public modules, served from here (no file of their own) -> their names
+    "pool": {  # the admission pools and their refusals, outside Django too (docs/pool.md)
+        "Pool": "admission.local",
+        "RedisPool": "admission.redis.redis_pool",  # imported on first use: redis-py is an extra
+        "AdmissionPool": "admission.protocol",
+        "DropFn": "admission.protocol",
+        "ErrorObserver": "admission.protocol",
+        "JobFn": "admission.protocol",
+        "Refused": "exceptions",
+        "PoolBusy": "exceptions",
+        "CallerBusy": "exceptions",
+        "PoolClosed": "exceptions",
+        "PoolMisconfigured": "exceptions",
+        "CoordinatorUnavailable": "exceptions",
+        "RunnerLost": "exceptions",
+    },
+    "extraction": {  # text extraction in the sandbox, and its process-wide controls
+        "extract": "sandbox.extract",
+        "Extraction": "sandbox.extract",
+        "PAGE_SEPARATOR": "sandbox.extract",
+        "configure": "sandbox.extract",
+        "prewarm": "sandbox.extract",
+        "shutdown": "sandbox.extract",
+        "register_engine": "sandbox.extract",
+        "child_starts": "sandbox.extract",
+        "idle_pids": "sandbox.extract",
+        "sandbox_layers": "sandbox.extract",
+        "ChildStarts": "sandbox.template",
+        "SandboxLayers": "sandbox.layers",
+        "ExtractionError": "exceptions",
+    },
+}
+
+_MOVED = {  # module renamed in 0.1.0 -> its new name; the old path warns for one release
+    "process_pool": "configured",
+    "admission.redis.pool": "admission.redis.redis_pool",
+}
+
 __all__ = [
     "AdmissionPool",
     "BadDigest",
@@ -114,10 +157,59 @@ __all__ = [
 ]
 
 
+class _PublicPath(ModuleType):
+    """A public module with no file: each name read from its home on first use."""
+
+    def __init__(self, name: str, homes: dict[str, str]) -> None:
+        super().__init__(f"{__name__}.{name}", f"Public names: {', '.join(sorted(homes))}.")
+        self._homes = homes
+        self.__all__ = sorted(homes)
+
+    def __getattr__(self, name: str) -> Any:
+        if name not in self._homes:
+            raise AttributeError(f"module {self.__name__!r} has no attribute {name!r}")
+        return getattr(import_module(f"{__name__}.{self._homes[name]}"), name)
+
+    def __dir__(self) -> list[str]:
+        return sorted({*super().__dir__(), *self.__all__})
+
+
+class _MovedPath(ModuleType):
+    """A renamed module's old path: each name of the new module, with a DeprecationWarning."""
+
+    def __init__(self, old: str, new: str) -> None:
+        super().__init__(f"{__name__}.{old}", f"Deprecated: renamed {__name__}.{new}.")
+        self._new = f"{__name__}.{new}"
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):  # probes (__file__, __path__, ...) are not uses
+            raise AttributeError(name)
+        warnings.warn(
+            f"{self.__name__} is renamed {self._new}; the old path goes in the next release",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return getattr(import_module(self._new), name)
+
+
+def _install(module: ModuleType) -> ModuleType:
+    """``module`` importable by its name (``import``, ``from ... import``, import_module)."""
+    return sys.modules.setdefault(module.__name__, module)
+
+
+_SERVED = {name: _install(_PublicPath(name, homes)) for name, homes in _PATHS.items()}
+for _old, _new in _MOVED.items():
+    _install(_MovedPath(_old, _new))
+
+
 def __getattr__(name: str) -> Any:
-    """A public name, read from its home module (imported on first use)."""
+    """A public name, read from its home module (imported on first use); or a public path."""
     if name in _HOMES:
         return getattr(import_module(f"{__name__}.{_HOMES[name]}"), name)
+    if name in _SERVED:
+        return _SERVED[name]
+    if name in _MOVED:
+        return sys.modules[f"{__name__}.{name}"]
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

@@ -1,9 +1,5 @@
-"""The public home of text extraction: ``from django_pdfpool.extraction import extract``.
-
-The sandbox itself is ``django_pdfpool.sandbox``; this module names what users call.
-"""
-
-from __future__ import annotations
+"""Types of ``django_pdfpool.extraction``, a module ``__init__`` serves from its map of public
+names (``_PATHS``; tests/test_public_paths.py holds this file to that map)."""
 
 from .exceptions import ExtractionError
 from .sandbox.extract import (
