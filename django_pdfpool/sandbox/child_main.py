@@ -38,14 +38,14 @@ def main(argv: list[str]) -> None:
     if options.sandbox != SANDBOX_OFF:  # once, for every child forked from here on
         confine.confine_process(confine.LEVELS[options.sandbox])
     if options.probe:
-        probe()
+        report_layers()
     if options.template:
         serve_template(engines, *options.ready)
     write_all(sys.stdout.fileno(), READY)
     serve_job(0, 1)
 
 
-def probe() -> None:
+def report_layers() -> None:
     """The layers a job's child gets on this host, as one JSON line on stdout; then exit."""
     confine.confine_job(sys.executable)
     applied = dataclasses.asdict(confine.applied())
