@@ -11,6 +11,7 @@ from __future__ import annotations
 import sys
 import warnings
 from importlib import import_module
+from importlib.machinery import ModuleSpec
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
@@ -193,7 +194,10 @@ class _MovedPath(ModuleType):
 
 
 def _install(module: ModuleType) -> ModuleType:
-    """``module`` importable by its name (``import``, ``from ... import``, import_module)."""
+    """``module`` importable by its name (``import``, ``from ... import``, import_module),
+    with a spec so that ``importlib.util.find_spec`` finds it too."""
+    module.__spec__ = ModuleSpec(module.__name__, None)
+    module.__package__ = module.__name__.rpartition(".")[0]
     return sys.modules.setdefault(module.__name__, module)
 
 

@@ -61,6 +61,8 @@ from django_pdfpool import extraction
 from django_pdfpool.extraction import *
 import importlib
 assert importlib.import_module("django_pdfpool.extraction").extract is extract
+import importlib.util
+assert importlib.util.find_spec("django_pdfpool.pool").name == "django_pdfpool.pool"
 assert django_pdfpool.pool.Pool is Pool and extraction.PAGE_SEPARATOR is PAGE_SEPARATOR
 assert not any(m.partition(".")[0] in ("django", "redis") for m in sys.modules), "eager"
 from django_pdfpool.pool import RedisPool
