@@ -204,6 +204,7 @@ def _install(module: ModuleType) -> ModuleType:
 _SERVED = {name: _install(_PublicPath(name, homes)) for name, homes in _PATHS.items()}
 for _old, _new in _MOVED.items():
     _install(_MovedPath(_old, _new))
+del _old, _new
 
 
 def __getattr__(name: str) -> Any:
