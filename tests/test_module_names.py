@@ -69,3 +69,40 @@ def test_each_public_top_level_name_is_defined_in_one_module() -> None:
 def test_the_check_catches_a_name_defined_twice() -> None:
     tree = ast.parse("Job = int\nclass Answer: ...\ndef run_job(): ...\n_private = 1\n")
     assert _top_level_names(tree) == {"Job", "Answer", "run_job"}
+
+
+def _imported_modules(path: Path, root: Path) -> set[str]:
+    """Every module ``path`` imports (relative imports resolved), with each imported name."""
+    package = ".".join(path.relative_to(root).with_suffix("").parts[:-1])
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = package.split(".")[: len(package.split(".")) - node.level + 1]
+            module = ".".join([*base, node.module or ""]) if node.level else node.module or ""
+            names.add(module.rstrip("."))
+            names.update(f"{module.rstrip('.')}.{alias.name}" for alias in node.names)
+    return names
+
+
+def test_nothing_imports_a_renamed_module_by_its_old_name() -> None:
+    """The old paths (``django_pdfpool._MOVED``) are for users, for one release: the package,
+    its tests, benchmarks and example import the new ones."""
+    import django_pdfpool
+
+    old = {f"django_pdfpool.{name}" for name in django_pdfpool._MOVED}
+    root = PACKAGE.parent
+    found = []
+    for folder in ("django_pdfpool", "tests", "benchmarks", "example_project"):
+        for path in sorted((root / folder).rglob("*.py")):
+            if path.name == "test_public_paths.py":  # tests the old paths on purpose
+                continue
+            text = path.read_text()
+            found += [f"{path.relative_to(root)}: {name}" for name in old if f"{name}." in text]
+            found += [
+                f"{path.relative_to(root)}: {name}"
+                for name in _imported_modules(path, root)
+                if name in old or any(name.startswith(f"{each}.") for each in old)
+            ]
+    assert found == []
