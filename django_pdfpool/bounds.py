@@ -43,13 +43,15 @@ def is_number(value: Any) -> bool:
     return (is_int(value) or isinstance(value, float)) and math.isfinite(value)
 
 
-def _shown(number: float) -> str:
-    return f"{number // MiB} MiB" if is_int(number) and number >= MiB and number % MiB == 0 else f"{number}"
+def shown(number: float) -> str:
+    """A number as the docs write it: whole MiB as ``"128 MiB"``."""
+    whole_mib = is_int(number) and number >= MiB and number % MiB == 0
+    return f"{number // MiB} MiB" if whole_mib else f"{number}"
 
 
 def integer(low: int, high: int | None = None, *, unit: str = "") -> Bound:
     """An int from ``low`` (to ``high``); ``unit`` ("bytes") comes first in the words."""
-    words = f"an integer from {low} to {high}" if high is not None else f"an integer >= {_shown(low)}"
+    words = f"an integer >= {shown(low)}" if high is None else f"an integer from {low} to {high}"
     return Bound(
         lambda v: is_int(v) and v >= low and (high is None or v <= high),
         f"{unit}, {words}" if unit else words,
@@ -59,9 +61,9 @@ def integer(low: int, high: int | None = None, *, unit: str = "") -> Bound:
 def seconds(*, at_least: float | None = None, above: float | None = None) -> Bound:
     """A finite number of seconds, ``>= at_least`` or ``> above``."""
     if above is not None:
-        return Bound(lambda v: is_number(v) and v > above, f"seconds > {_shown(above)}")
+        return Bound(lambda v: is_number(v) and v > above, f"seconds > {shown(above)}")
     assert at_least is not None
-    return Bound(lambda v: is_number(v) and v >= at_least, f"seconds >= {_shown(at_least)}")
+    return Bound(lambda v: is_number(v) and v >= at_least, f"seconds >= {shown(at_least)}")
 
 
 def one_of(choices: Iterable[str]) -> Bound:

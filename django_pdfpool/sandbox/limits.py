@@ -8,13 +8,18 @@ from ..bounds import Bound, integer, one_of, or_none, seconds
 from .confine import LEVELS
 from .wire import ENGINES
 
+
+def _is_name(name: object) -> bool:
+    return isinstance(name, str) and name != "" and "=" not in name
+
+
 TIMEOUT = seconds(above=0)  # a job's run, in the child
 MEMORY_LIMIT = integer(1, unit="bytes")  # of the child's address space
 MAX_PAGES = or_none(integer(1))  # pages read at most; None: all
 ENGINE = one_of(ENGINES)  # besides engines registered for tests (extract.register_engine)
 MAX_TEXT_BYTES = integer(1, unit="bytes")  # of text a job returns
 CHILD_ENV = Bound(  # variables the children inherit besides the minimum
-    lambda v: isinstance(v, list | tuple) and all(isinstance(n, str) and n and "=" not in n for n in v),
+    lambda v: isinstance(v, list | tuple) and all(_is_name(n) for n in v),
     "a list of environment variable names",
 )
 REQUIRE = one_of(LEVELS)  # the sandbox level below which extractions are refused

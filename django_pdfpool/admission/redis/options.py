@@ -13,4 +13,3 @@ NAMESPACE = Bound(  # the keys are "{NAMESPACE}:...": the braces are a Redis has
 )
 FALLBACK = one_of(FALLBACKS)  # while Redis fails
 TIMEOUT = seconds(above=0)  # a Redis call may take this long before Redis counts as failing
-
