@@ -32,7 +32,7 @@ from .sandbox import limits as job
 
 __all__ = [
     "DEFAULTS", "SECTIONS", "SETTINGS", "PoolSettings", "Problem", "Setting", "get_settings",
-    "problems", "raw_setting",
+    "problems", "raw_setting", "setting", "table_of",
 ]  # fmt: skip
 
 BACKENDS = ("local", "redis")
@@ -451,7 +451,12 @@ class PoolSettings:
         return hashlib.sha256(repr(values).encode()).hexdigest()[:12]
 
 
-SETTINGS: dict[str, Setting] = {f.name.upper(): f.metadata["setting"] for f in fields(PoolSettings)}
+def table_of(cls: type[Any]) -> dict[str, Setting]:
+    """The PDFPOOL keys a settings dataclass declares with ``setting()``, in its order."""
+    return {f.name.upper(): f.metadata["setting"] for f in fields(cls) if "setting" in f.metadata}
+
+
+SETTINGS = table_of(PoolSettings)
 """The table: every PDFPOOL key and its declaration, in the order of ``PoolSettings``."""
 
 DEFAULTS: dict[str, Any] = {key: declared.default for key, declared in SETTINGS.items()}

@@ -243,7 +243,7 @@ def _check(
     limits.TIMEOUT.require("timeout", timeout)
     limits.MEMORY_LIMIT.require("memory_limit", memory_limit)
     limits.MAX_PAGES.require("max_pages", max_pages)
-    if engine not in _registered:
+    if not (isinstance(engine, str) and engine in _registered):
         limits.ENGINE.require("engine", engine)
     limits.MAX_TEXT_BYTES.require("max_text_bytes", max_text_bytes)
     if on_too_many_pages not in ("truncate", "refuse"):
