@@ -157,7 +157,7 @@ DIRECTORY = Bound(
     lambda v: v is None or (isinstance(v, str) and os.path.isdir(v)),
     "None or an existing directory",
 )
-NAME = Bound(
+DEPLOYMENT_NAME = Bound(
     lambda v: v is None or (isinstance(v, str) and 0 < len(v) <= 200), "None or a non-empty string"
 )
 
@@ -427,7 +427,7 @@ class PoolSettings:
     )
     deployment: str | None = setting(
         None,
-        NAME,
+        DEPLOYMENT_NAME,
         "a name telling this deployment from others on the same Redis and `NAMESPACE`, which "
         "are refused rather than merged; `None`: derived from `SECRET_KEY` (an HMAC, never "
         "the key). Check `W001` warns of the default `NAMESPACE` with Redis.",
@@ -476,10 +476,10 @@ def problems(raw: Any) -> list[Problem]:
         Problem(
             "django_pdfpool.E002",
             f"PDFPOOL has an unknown key {key!r}.",
-            "Known keys: " + ", ".join(DEFAULTS) + ".",
+            "Known keys: " + ", ".join(SETTINGS) + ".",
         )
         for key in raw
-        if key not in DEFAULTS
+        if key not in SETTINGS
     ]
     for key, declared in SETTINGS.items():
         if key not in raw:
