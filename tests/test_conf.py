@@ -233,3 +233,21 @@ def test_the_site_is_built_with_the_hook():
     config = yaml.safe_load((ROOT / "mkdocs.yml").read_text())
     assert "mkdocs_hooks.py" in config["hooks"]
     assert any("settings.md" in str(entry) for entry in config["nav"])
+
+
+def _written_keys(text: str) -> set[str]:
+    """The PDFPOOL keys a page names: ``PDFPOOL["KEY"]`` and the keys of ``PDFPOOL = {...}``."""
+    found = set(re.findall(r"PDFPOOL\[['\"]([A-Z0-9_]+)['\"]\]", text))
+    for literal in re.findall(r"PDFPOOL = \{(.*?)\}", text, flags=re.S):
+        found |= set(re.findall(r"['\"]([A-Z0-9_]+)['\"]\s*:", literal))
+    return found
+
+
+def test_the_keys_the_docs_name_are_keys_of_the_table():
+    pages = [*(ROOT / "docs").glob("*.md"), ROOT / "README.md"]
+    named = {page.name: _written_keys(page.read_text()) for page in pages}
+    assert set().union(*named.values()) >= {"SLOTS", "CALLER", "BACKEND"}  # the scan works
+    assert {
+        page: keys - set(SETTINGS) for page, keys in named.items() if keys - set(SETTINGS)
+    } == {}
+    assert _written_keys('PDFPOOL = {"SLOTZ": 2}\nPDFPOOL["QUEUES"]') == {"SLOTZ", "QUEUES"}
