@@ -17,7 +17,8 @@ PACKAGE = Path(__file__).resolve().parent.parent / "django_pdfpool"
 
 ADMISSION = "django_pdfpool.admission"
 SANDBOX = "django_pdfpool.sandbox"
-SHARED = {"django_pdfpool", "django_pdfpool.exceptions"}  # what every layer may import
+# what every layer may import
+SHARED = {"django_pdfpool", "django_pdfpool.exceptions", "django_pdfpool.bounds"}
 
 
 def _modules() -> dict[str, Path]:

@@ -11,6 +11,7 @@ import time
 from typing import Any
 
 from ..exceptions import JobFault
+from .limits import QUEUE, SLOTS, WAIT
 from .protocol import DropFn, JobFn
 from .snapshot import JobInfo
 
@@ -106,9 +107,6 @@ async def run_fn(job: JobRecord) -> Any:
 
 def check_terms(slots: int, queue: int, wait: float | None) -> None:
     """ValueError unless ``slots``, ``queue`` and ``wait`` make a pool: both pools' check."""
-    if not isinstance(slots, int) or slots < 1:
-        raise ValueError(f"slots must be an integer >= 1, not {slots!r}")
-    if not isinstance(queue, int) or queue < 0:
-        raise ValueError(f"queue must be an integer >= 0, not {queue!r}")
-    if wait is not None and not (wait >= 0):  # also refuses NaN
-        raise ValueError(f"wait must be a number of seconds >= 0 or None, not {wait!r}")
+    SLOTS.require("slots", slots)
+    QUEUE.require("queue", queue)
+    WAIT.require("wait", wait)  # also refuses NaN

@@ -21,12 +21,12 @@ from functools import partial
 from typing import Any, Literal, NoReturn
 
 from ..exceptions import ExtractionError
+from . import limits
 from .child_process import COLD, JobRun, Outcome, start_thread
 from .layers import HostLayers, SandboxLayers
 from .template import ChildStarts, Template
 from .wire import (
     DEFAULT_MAX_TEXT_BYTES,
-    ENGINES,
     SANDBOX_OFF,
     Extracted,
     ExtractionJob,
@@ -157,9 +157,8 @@ def configure(
         level = _host.required if enabled else SANDBOX_OFF
     names = None
     if child_env is not None:
+        limits.CHILD_ENV.require("child_env", child_env)
         names = tuple(child_env)
-        if not all(isinstance(n, str) and n and "=" not in n for n in names):
-            raise ValueError("child_env must be names of environment variables")
     _template.configure(enabled=warm, python=python, env=names, sandbox=level)
     if tmp_dir is not _UNSET:
         _tmp_dir = None if tmp_dir is None else os.fspath(tmp_dir)
@@ -200,15 +199,9 @@ async def extract(
     """The text of `source` (a path the caller keeps, or bytes), read in a child limited to
     `memory_limit` bytes and `timeout` seconds, cut to `max_text_bytes` of UTF-8 (then
     `truncated` and `text_truncated`); every failure raises ExtractionError."""
-    _check(timeout, memory_limit, max_pages, engine, on_too_many_pages)
+    _check(timeout, memory_limit, max_pages, engine, on_too_many_pages, max_text_bytes)
     if _host.required != "none":  # probed once: at once after that
         await asyncio.to_thread(lambda: _host.check(sandbox_layers()))
-    if (
-        isinstance(max_text_bytes, bool)
-        or not isinstance(max_text_bytes, int)
-        or max_text_bytes < 1
-    ):
-        raise ValueError("max_text_bytes must be an integer >= 1")
     deadline = time.monotonic() + timeout
     job = ExtractionJob(
         path="",  # set by the worker thread, once the source is a file
@@ -239,17 +232,20 @@ async def extract(
 
 
 def _check(
-    timeout: float, memory_limit: int, max_pages: int | None, engine: str, on_too_many_pages: str
+    timeout: float,
+    memory_limit: int,
+    max_pages: int | None,
+    engine: str,
+    on_too_many_pages: str,
+    max_text_bytes: int,
 ) -> None:
     """ValueError for a bad argument, ImportError for an engine that is not installed."""
-    if not timeout > 0:
-        raise ValueError("timeout must be > 0 seconds")
-    if not memory_limit > 0:
-        raise ValueError("memory_limit must be > 0 bytes")
-    if max_pages is not None and max_pages < 1:
-        raise ValueError("max_pages must be None or >= 1")
-    if engine not in ENGINES and engine not in _registered:
-        raise ValueError(f"engine must be one of {ENGINES}")
+    limits.TIMEOUT.require("timeout", timeout)
+    limits.MEMORY_LIMIT.require("memory_limit", memory_limit)
+    limits.MAX_PAGES.require("max_pages", max_pages)
+    if not (isinstance(engine, str) and engine in _registered):
+        limits.ENGINE.require("engine", engine)
+    limits.MAX_TEXT_BYTES.require("max_text_bytes", max_text_bytes)
     if on_too_many_pages not in ("truncate", "refuse"):
         raise ValueError("on_too_many_pages must be 'truncate' or 'refuse'")
     if engine == "pypdfium2":

@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from ..exceptions import SandboxUnavailable
 from .child_process import CHILD_MODULE, child_env
 from .confine import LAYERS, LEVELS
+from .limits import REQUIRE
 from .wire import PROBE_OPTION, SANDBOX_OFF
 
 SANDBOX_REFUSAL = "Extraction is unavailable on this server."  # what a client is told
@@ -51,8 +52,7 @@ class HostLayers:
 
     def require(self, level: str) -> None:
         """Refuse extractions below `level` (one of confine.LEVELS) from now on."""
-        if level not in LEVELS:
-            raise ValueError(f"require must be one of {tuple(LEVELS)}")
+        REQUIRE.require("require", level)
         self.required = level
 
     def layers(self, python: str, env: tuple[str, ...], sandbox: str) -> SandboxLayers:

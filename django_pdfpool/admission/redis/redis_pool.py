@@ -11,7 +11,6 @@ import asyncio
 import concurrent.futures
 import contextlib
 import dataclasses
-import math
 import os
 import time
 import weakref
@@ -32,7 +31,8 @@ from ..records import Waiter
 from ..snapshot import ClusterSnapshot, Counters, JobInfo, PoolSnapshot, Pressure, ProcessHold
 from .codec import Decode, Encode
 from .link import Sentinels
-from .modes import FALLBACKS, REDIS
+from .modes import REDIS
+from .options import FALLBACK, LEASE, NAMESPACE, TIMEOUT
 from .side import GO_LOCAL, UNREACHABLE, Closing, ProcessSide, RedisWaiter, Terms, unavailable
 from .view import parse_view
 
@@ -80,16 +80,12 @@ class RedisPool:
     ) -> None:
         # checks them as Pool does
         self._local = Pool(slots, queue, wait, on_error=on_error, run_time_ceiling=run_time_ceiling)
-        if not isinstance(lease, int | float) or not math.isfinite(lease) or lease < 0.1:
-            raise ValueError(f"lease must be a number of seconds >= 0.1, not {lease!r}")
-        if not isinstance(namespace, str) or not namespace or set(namespace) & set("{}"):
-            raise ValueError(f"namespace must be a non-empty string without braces: {namespace!r}")
-        if fallback not in FALLBACKS:
-            raise ValueError(f"fallback must be one of {FALLBACKS}, not {fallback!r}")
+        LEASE.require("lease", lease)
+        NAMESPACE.require("namespace", namespace)
+        FALLBACK.require("fallback", fallback)
         if not isinstance(max_result_bytes, int) or max_result_bytes < 1024:
             raise ValueError(f"max_result_bytes must be an integer >= 1024: {max_result_bytes!r}")
-        if not isinstance(timeout, int | float) or not timeout > 0:
-            raise ValueError(f"timeout must be a number of seconds > 0, not {timeout!r}")
+        TIMEOUT.require("timeout", timeout)
         if not isinstance(fingerprint, str) or len(fingerprint) > 1024:
             raise ValueError("fingerprint must be a string of at most 1024 characters")
         if not isinstance(deployment, str) or len(deployment) > 256:

@@ -1,0 +1,63 @@
+"""The system checks of the PDFPOOL setting (checks.py): every problem of ``conf.problems``
+is one error with the same id, message and hint, and ``get_settings()`` raises on the same
+ones with the same words where checks do not run."""
+
+from __future__ import annotations
+
+import pytest
+from django.core import checks
+from django.core.exceptions import ImproperlyConfigured
+
+from django_pdfpool.checks import check_redis_namespace, check_sandbox, check_settings
+from django_pdfpool.conf import DEFAULTS, get_settings, problems
+
+MANY_WRONG = {
+    "SLOTZ": 2,  # E002
+    "SLOTS": 0,  # E003
+    "WAIT": "soon",  # E003
+    "CALLER": "no.such.module.caller",  # E004
+    "BACKEND": "redis",  # E007: no REDIS_URL
+}
+
+
+def test_every_problem_is_one_error_with_its_id_message_and_hint(settings):
+    settings.PDFPOOL = MANY_WRONG
+    found = problems(MANY_WRONG)
+    errors = check_settings()
+    assert [type(e) for e in errors] == [checks.Error] * len(found)
+    assert [(e.id, e.msg, e.hint) for e in errors] == [(p.id, p.msg, p.hint or None) for p in found]
+    assert sorted({e.id for e in errors}) == [
+        "django_pdfpool.E002", "django_pdfpool.E003", "django_pdfpool.E004",
+        "django_pdfpool.E007",
+    ]  # fmt: skip
+
+
+def test_the_settings_refuse_to_build_with_the_checks_words(settings):
+    settings.PDFPOOL = MANY_WRONG
+    with pytest.raises(ImproperlyConfigured) as refused:
+        get_settings()
+    for error in check_settings():
+        assert f"[{error.id}] {error.msg}" in str(refused.value)
+
+
+def test_good_settings_have_no_problem(settings):
+    settings.PDFPOOL = {"SLOTS": 1, "QUEUE": 0, "WAIT": None, "DOOR": False}
+    assert check_settings() == []
+    assert get_settings().slots == 1
+
+
+def test_a_wrong_setting_is_reported_once_not_again_by_the_sandbox_check(settings):
+    settings.PDFPOOL = {"SANDBOX_REQUIRE": "everything"}
+    assert [e.id for e in check_settings()] == ["django_pdfpool.E003"]
+    assert check_sandbox() == []
+
+
+@pytest.mark.parametrize(
+    ("namespace", "warned"), [(None, True), (DEFAULTS["NAMESPACE"], True), ("mine", False)]
+)
+def test_w001_reads_the_default_namespace_from_the_table(settings, namespace, warned):
+    value = {"BACKEND": "redis", "REDIS_URL": "redis://127.0.0.1:1/0"}
+    if namespace is not None:
+        value["NAMESPACE"] = namespace
+    settings.PDFPOOL = value
+    assert [w.id for w in check_redis_namespace()] == (["django_pdfpool.W001"] if warned else [])
