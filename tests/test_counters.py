@@ -168,21 +168,14 @@ def test_the_page_and_the_chart_hold_no_counter_name_of_their_own():
     assert set(history.REFUSALS) == {c for c in Counter if c.reason is not None}
 
 
-def test_the_docs_name_every_counter():
-    """docs/status.md's JSON fields, and docs/metrics.md's rows of the two counter metrics
-    (each label value listed)."""
-    status = (DOCS / "status.md").read_text()
-    rows = {
-        line.split("`")[1]: line
-        for line in (DOCS / "metrics.md").read_text().splitlines()
-        if line.startswith("| `pdfpool_")
-    }
-    for counter in Counter:
-        assert f"`{counter}`" in status, counter
-        metric, value = (
-            ("jobs", counter.value) if counter.reason is None else ("refused", counter.reason)
-        )
-        assert re.search(rf"\b{value}\b", rows[f"pdfpool_{metric}_total"]), counter
+def test_the_docs_point_to_the_one_table_of_counters():
+    """docs/status.md (the JSON fields) and the metrics' rows send the reader to the
+    generated table (below) instead of listing the counters again."""
+    assert "metrics.md#the-counters" in (DOCS / "status.md").read_text()
+    metrics = (DOCS / "metrics.md").read_text()
+    for metric in ("pdfpool_jobs_total", "pdfpool_refused_total"):
+        row = next(line for line in metrics.splitlines() if line.startswith(f"| `{metric}`"))
+        assert "(#the-counters)" in row, metric
 
 
 def test_history_sample_is_the_old_name_of_history_point():
@@ -192,6 +185,47 @@ def test_history_sample_is_the_old_name_of_history_point():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert history.HistoryPoint(1.0, 0, 0, 0).refused == 0
+
+
+# --- the docs' table of counters, generated --------------------------------------------
+
+BEGIN = "<!-- counters: generated from Counter by `python -m tests.test_counters`; do not edit -->"
+END = "<!-- end of counters -->"
+COUNTED_IN_REDIS = {
+    CountedBy.LUA: "script",
+    CountedBy.PYTHON: "process, sent to Redis",
+    CountedBy.PROCESS: "this process only",
+}
+
+
+def counters_table() -> str:
+    rows = [
+        "| counter | on the status page | what it counts | metric sample | in Redis |",
+        "|---------|--------------------|----------------|---------------|----------|",
+    ]
+    for c in Counter:
+        sample = f'`pdfpool_jobs_total{{event="{c}"}}`'
+        if c.reason is not None:
+            sample = f'`pdfpool_refused_total{{reason="{c.reason}"}}`'
+        where = COUNTED_IN_REDIS[c.counted_by]
+        rows.append(f"| `{c}` | {c.label} | {c.meaning} | {sample} | {where} |")
+    return "\n".join(rows)
+
+
+def docs_with_table(text: str) -> str:
+    head, rest = text.split(BEGIN + "\n", 1)
+    _, tail = rest.split(END, 1)
+    return f"{head}{BEGIN}\n{counters_table()}\n{END}{tail}"
+
+
+def test_the_docs_table_of_counters_is_the_enum():
+    text = (DOCS / "metrics.md").read_text()
+    assert text == docs_with_table(text), "run `python -m tests.test_counters` to rewrite it"
+
+
+if __name__ == "__main__":  # rewrite docs/metrics.md's table from Counter
+    path = DOCS / "metrics.md"
+    path.write_text(docs_with_table(path.read_text()))
 
 
 # --- through a real Redis: the names the scripts write in the cluster's books -----------
