@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 import redis
 
+import django_pdfpool
 from django_pdfpool import get_pool
 from django_pdfpool.admission import history
 from django_pdfpool.admission.counters import CountedBy, Counter
@@ -37,9 +38,9 @@ from tests.conftest import until
 
 pytest_plugins = ["tests.redis_fixtures"]
 
-PACKAGE = Path(__file__).resolve().parents[1] / "django_pdfpool"
+PACKAGE = Path(django_pdfpool.__file__).resolve().parent  # wherever this test file lives
 LUA = PACKAGE / "admission" / "redis" / "lua"
-DOCS = Path(__file__).resolve().parents[1] / "docs"
+DOCS = PACKAGE.parent / "docs"
 URL = "/admin/django_pdfpool/poolstatus/"
 
 # The one tally() whose name is not a literal, per script: what Python hands it.
