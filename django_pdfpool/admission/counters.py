@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from enum import Enum, StrEnum
 
+from ..exceptions import CallerBusy, PoolBusy, PoolClosed, Refused
+
 
 class CountedBy(Enum):
     """Who counts a counter in a Redis-coordinated pool's cluster-wide books (the ``stats``
@@ -19,21 +21,27 @@ class CountedBy(Enum):
 
 
 class Counter(StrEnum):
-    """One counter. A refusal counts once per refused caller; ``reason`` is its code in
-    ``pdfpool_refused_total{reason}``, None for a job event (``pdfpool_jobs_total{event}``)."""
+    """One counter. A refusal counter counts the callers refused with ``refusal`` (or a
+    subclass), once per caller; its ``reason``, that refusal's ``code``, is its label in
+    ``pdfpool_refused_total{reason}``. A job event has neither (``pdfpool_jobs_total{event}``)."""
 
     label: str
     meaning: str
     counted_by: CountedBy
-    reason: str | None
+    refusal: type[Refused] | None
 
     def __new__(
-        cls, name: str, label: str, meaning: str, counted_by: CountedBy, reason: str | None = None
+        cls,
+        name: str,
+        label: str,
+        meaning: str,
+        counted_by: CountedBy,
+        refusal: type[Refused] | None = None,
     ) -> Counter:
         member = str.__new__(cls, name)
         member._value_ = name
         member.label, member.meaning = label, meaning
-        member.counted_by, member.reason = counted_by, reason
+        member.counted_by, member.refusal = counted_by, refusal
         return member
 
     STARTED = "started", "Started", "jobs that took a slot", CountedBy.LUA
@@ -47,22 +55,32 @@ class Counter(StrEnum):
         "Refused: busy",
         "queue full, or waited longer than wait (503)",
         CountedBy.LUA,
-        "busy",
+        PoolBusy,
     )
     REFUSED_CALLER = (
         "refused_caller",
         "Refused: caller",
         "caller already had a job in flight (429)",
         CountedBy.LUA,
-        "caller_busy",
+        CallerBusy,
     )
     REFUSED_CLOSED = (
         "refused_closed",
         "Refused: closed",
         "the pool was draining or stopped (503)",
         CountedBy.PROCESS,
-        "closed",
+        PoolClosed,
     )
+
+    @property
+    def reason(self) -> str | None:
+        """A refusal's code (``PoolBusy.code``...); None for a job event."""
+        return None if self.refusal is None else self.refusal.code
+
+    @classmethod
+    def refused(cls, refusal: PoolBusy | PoolClosed | CallerBusy) -> Counter:
+        """The counter a refusal counts in (a ``CoordinatorUnavailable`` is a ``PoolBusy``)."""
+        return next(c for c in cls if c.refusal is not None and isinstance(refusal, c.refusal))
 
     @classmethod
     def ended(cls, cancelled: bool, error: BaseException | None) -> Counter:

@@ -45,9 +45,7 @@ def waited_too_long(wait: float | None, retry_after: float) -> PoolBusy:
 
 def counter_of(refusal: PoolBusy | PoolClosed | CallerBusy) -> Counter:
     """The counter a refusal given for a pool (by a door, say) counts in."""
-    if isinstance(refusal, CallerBusy):
-        return Counter.REFUSED_CALLER
-    return Counter.REFUSED_CLOSED if isinstance(refusal, PoolClosed) else Counter.REFUSED_BUSY
+    return Counter.refused(refusal)
 
 
 def nothing_to_join(key: str) -> ValueError:
