@@ -357,7 +357,7 @@ def test_the_recorder_keeps_refusals_per_sample_in_a_bounded_ring():
     pools[0] = FakePool(refused=5)
     assert recorder.sample().refused == 0  # a baseline, not a burst of old refusals
     pools[0].refused, pools[0].running, pools[0].queued = 8, 2, 1
-    assert recorder.sample() == history.Sample(1000.0, 2, 1, 3)
+    assert recorder.sample() == history.HistoryPoint(1000.0, 2, 1, 3)
     pools[0] = FakePool(refused=2)  # rebuilt: counts from zero
     assert recorder.sample().refused == 2
     pools[0].refused = 2

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..exceptions import CallerBusy, PoolBusy, PoolClosed
+from .counters import Counter
 from .protocol import DropFn, ErrorObserver
 from .records import Waiter
 
@@ -42,11 +43,9 @@ def waited_too_long(wait: float | None, retry_after: float) -> PoolBusy:
     return PoolBusy(f"The job waited {limit} for a free worker and was given up.", retry_after)
 
 
-def counter_of(refusal: PoolBusy | PoolClosed | CallerBusy) -> str:
+def counter_of(refusal: PoolBusy | PoolClosed | CallerBusy) -> Counter:
     """The counter a refusal given for a pool (by a door, say) counts in."""
-    if isinstance(refusal, CallerBusy):
-        return "refused_caller"
-    return "refused_closed" if isinstance(refusal, PoolClosed) else "refused_busy"
+    return Counter.refused(refusal)
 
 
 def nothing_to_join(key: str) -> ValueError:

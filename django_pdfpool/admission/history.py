@@ -9,16 +9,18 @@ import logging
 import os
 import threading
 import time
+import warnings
 import weakref
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from .counters import Counter
 from .jobloop import call_in_job_loop
 from .snapshot import PoolSnapshot
 
-__all__ = ["Recorder", "Sample"]
+__all__ = ["HistoryPoint", "Recorder"]
 
 logger = logging.getLogger("django_pdfpool.history")
 
@@ -30,8 +32,9 @@ class Snapshots(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
-class Sample:
-    """The pool at one moment (``t``, wall clock), and refusals since the sample before."""
+class HistoryPoint:
+    """One point of the chart: the pool at one moment (``t``, wall clock), and the callers
+    refused (every ``Counter`` with a ``reason``) since the point before."""
 
     t: float
     running: int
@@ -40,11 +43,11 @@ class Sample:
 
 
 Books = tuple[str, float | None]  # whose counters a snapshot gives, and since when
+REFUSALS = tuple(counter for counter in Counter if counter.reason is not None)
 
 
 def _refusals(snapshot: PoolSnapshot) -> int:
-    counters = snapshot.counters
-    return counters.refused_busy + counters.refused_caller + counters.refused_closed
+    return sum(snapshot.counters[counter] for counter in REFUSALS)
 
 
 def _same_books(a: Books, b: Books) -> bool:
@@ -64,7 +67,7 @@ class Recorder:
             raise ValueError("interval must be > 0 and size >= 2")
         self.read, self.interval, self.size = read, interval, size
         self._lock = threading.Lock()
-        self._samples: deque[Sample] = deque(maxlen=size)
+        self._samples: deque[HistoryPoint] = deque(maxlen=size)
         self._last: tuple[Snapshots, Books, int] | None = None  # pool, books, refusals
         self._generation = 0  # bumped by start() and stop(): older tick chains end
         self._ticking = False
@@ -93,7 +96,7 @@ class Recorder:
             self._ticking = False
             self._generation += 1
 
-    def sample(self) -> Sample | None:
+    def sample(self) -> HistoryPoint | None:
         """Take one sample now (from any thread); None when there is no pool yet."""
         source = self.read()
         if source is None:
@@ -111,11 +114,11 @@ class Recorder:
             else:  # other books (Redis failing or back, or the cluster's restarted)
                 refused = 0  # a baseline again, not their whole count as a burst
             self._last = (source, books, total)
-            sample = Sample(snapshot.taken_at, snapshot.running, snapshot.queued, refused)
+            sample = HistoryPoint(snapshot.taken_at, snapshot.running, snapshot.queued, refused)
             self._samples.append(sample)
         return sample
 
-    def samples(self) -> list[Sample]:
+    def samples(self) -> list[HistoryPoint]:
         """The samples held, oldest first."""
         with self._lock:
             return list(self._samples)
@@ -161,6 +164,18 @@ class Recorder:
 
 
 _recorders: weakref.WeakSet[Recorder] = weakref.WeakSet()
+
+
+def __getattr__(name: str) -> Any:
+    """``Sample``, the old name of ``HistoryPoint``, for one release."""
+    if name == "Sample":
+        warnings.warn(
+            "django_pdfpool.admission.history.Sample is renamed HistoryPoint",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return HistoryPoint
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _forget_after_fork() -> None:

@@ -7,12 +7,12 @@ so a pool may call it under its own lock.
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 import time
 from collections import deque
 from collections.abc import Iterable, Sequence
 
+from .counters import Counter
 from .snapshot import Counters, DurationSummary, JobInfo, PoolSnapshot
 
 RECENT = 256  # how many recent durations the summaries and estimates cover
@@ -48,22 +48,22 @@ class Ledger:
         self.slots, self.ceiling = slots, ceiling
         self.born = time.time()  # the books count from here (wall clock)
         self._lock = threading.Lock()  # guards the three fields below
-        self._counts = dict.fromkeys((f.name for f in dataclasses.fields(Counters)), 0)
+        self._counts = dict.fromkeys(Counter, 0)
         self._queue_waits = RecentDurations()
         self._run_times = RecentDurations()
 
-    def count(self, name: str, n: int = 1) -> None:
+    def count(self, counter: Counter, n: int = 1) -> None:
         with self._lock:
-            self._counts[name] += n
+            self._counts[counter] += n
 
     def started(self, queued_for: float) -> None:
         """A job took a slot after ``queued_for`` seconds in the queue."""
         with self._lock:
-            self._counts["started"] += 1
+            self._counts[Counter.STARTED] += 1
             self._queue_waits.add(queued_for)
 
-    def ended(self, outcome: str, took: float) -> None:
-        """A job that held a slot ended: "completed", "failed" or "cancelled"."""
+    def ended(self, outcome: Counter, took: float) -> None:
+        """A job that held a slot ended: ``Counter.ended``'s outcome, after ``took`` s."""
         with self._lock:
             self._counts[outcome] += 1
             self._run_times.add(took)
@@ -72,7 +72,7 @@ class Ledger:
         """Queued jobs that waited ``waited`` seconds each were refused (``callers`` in
         all): their waits count in the queue-wait figures, as a started job's do."""
         with self._lock:
-            self._counts["refused_busy"] += callers
+            self._counts[Counter.REFUSED_BUSY] += callers
             for seconds in waited:
                 self._queue_waits.add(seconds)
 
@@ -132,7 +132,7 @@ class Ledger:
         if queued is None:
             queued = len(jobs) - running
         with self._lock:
-            counters = Counters(**self._counts)
+            counters = Counters(**{c.value: n for c, n in self._counts.items()})
             queue_wait = DurationSummary.of(self._queue_waits.samples)
             run_time = DurationSummary.of(self._run_times.samples)
         return PoolSnapshot(

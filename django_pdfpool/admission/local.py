@@ -17,6 +17,7 @@ from typing import Any
 
 from ..exceptions import CallerBusy, PoolBusy, PoolClosed
 from . import delivery
+from .counters import Counter
 from .delivery import call_dropped, deliver, report_failure
 from .jobloop import call_in_job_loop
 from .ledger import Ledger
@@ -167,21 +168,21 @@ class Pool:
     ) -> LocalJob:
         """Apply the rules, in order, to a new call; return the job it now waits for."""
         if self._closed:  # Rule 0: closed.
-            self._books.count("refused_closed")
+            self._books.count(Counter.REFUSED_CLOSED)
             raise delivery.closing()
         job = self._jobs.get(key)
         if job is not None:  # Rule 1: join; no slot, no queue place, any caller.
             job.waiters.add(waiter)
-            self._books.count("joined")
+            self._books.count(Counter.JOINED)
             return job
         if fn is None:
             raise delivery.nothing_to_join(key)
         held = self._callers.get(caller)
         if held is not None:  # Rule 2: one job per caller, even if its starter left.
-            self._books.count("refused_caller")
+            self._books.count(Counter.REFUSED_CALLER)
             raise delivery.caller_busy(self._held_end(held))
         if self._running >= self.slots and len(self._queue) >= self.queue_size:
-            self._books.count("refused_busy")  # Rule 3: a full queue refuses at once.
+            self._books.count(Counter.REFUSED_BUSY)  # Rule 3: a full queue refuses at once.
             raise delivery.queue_full(self._expected_start())
         job = LocalJob(key, caller, fn, on_drop, waiter)
         self._jobs[key] = job
@@ -216,13 +217,13 @@ class Pool:
     def _finish(self, job: LocalJob, task: asyncio.Task[Any]) -> None:
         """On the job loop: the job's task ended; its outcome to every sharer."""
         result, error = delivery.outcome_of(task, self._stopping)
-        outcome = "cancelled" if task.cancelled() else "failed" if error else "completed"
+        outcome = Counter.ended(task.cancelled(), error)
         self._end(job, result, error, outcome)
         if error is not None and not task.cancelled():
             report_failure(self._on_error, job.key, error)
 
     def _end(
-        self, job: LocalJob, result: Any, error: BaseException | None, outcome: str | None
+        self, job: LocalJob, result: Any, error: BaseException | None, outcome: Counter | None
     ) -> None:
         """On the job loop: free the slot and the caller, forget the key (rule 5: no
         cache), start what the queue holds, and hand the outcome to every sharer."""
@@ -328,7 +329,7 @@ class Pool:
                 return
             dropped: list[DropFn | None] = []
             self._forget_queued(job, dropped)
-            self._books.count("abandoned")
+            self._books.count(Counter.ABANDONED)
             idle = self._take_idle_waiters()
         call_dropped(*dropped)
         deliver(idle, None, None)

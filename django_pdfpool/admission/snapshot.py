@@ -11,10 +11,12 @@ import dataclasses
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+from .counters import Counter
 
 JobState = Literal["queued", "running"]
-Scope = Literal["process", "cluster"]
+BooksScope = Literal["process", "cluster"]  # whose counters: a process's or the cluster's
 
 
 @dataclass(frozen=True)
@@ -50,28 +52,44 @@ class DurationSummary:
         return cls(len(values), sum(values) / len(values), p95, values[-1])
 
 
-@dataclass(frozen=True)
-class Counters:
-    """Events since the pool was built. A refusal counts once per refused caller."""
+class CountersBase:
+    """What every ``Counters`` has besides its fields: reading by ``Counter`` and sums."""
 
-    started: int = 0  # jobs that took a slot
-    joined: int = 0  # callers that shared a job instead of starting one
-    completed: int = 0  # jobs that returned a result
-    failed: int = 0  # jobs that raised
-    cancelled: int = 0  # running jobs cancelled by stop()
-    abandoned: int = 0  # queued jobs whose every waiter left
-    refused_busy: int = 0  # queue full, or waited longer than `wait`
-    refused_caller: int = 0  # caller already had a job in flight
-    refused_closed: int = 0  # drain() or stop() had begun
+    __slots__ = ()
 
-    def plus(self, other: Counters) -> Counters:
-        """Both counts added, field by field."""
-        return Counters(
-            **{f.name: getattr(self, f.name) + getattr(other, f.name) for f in _COUNTER_FIELDS}
-        )
+    def __getitem__(self, counter: Counter) -> int:
+        return int(getattr(self, counter.value))
+
+    def as_dict(self) -> dict[str, int]:
+        """Name -> count, in ``Counter`` order (JSON-ready)."""
+        return {c.value: self[c] for c in Counter}
+
+    def plus(self, other: CountersBase) -> Counters:
+        """Both counts added, counter by counter."""
+        return Counters(**{c.value: self[c] + other[c] for c in Counter})
 
 
-_COUNTER_FIELDS = dataclasses.fields(Counters)
+if TYPE_CHECKING:
+
+    class Counters(CountersBase):
+        """For type checkers: a frozen dataclass with one ``int`` field per ``Counter``."""
+
+        def __init__(self, **counts: int) -> None: ...
+        def __getattr__(self, name: str) -> int: ...
+
+else:
+    Counters = dataclasses.make_dataclass(
+        "Counters",
+        [(counter.value, int, dataclasses.field(default=0)) for counter in Counter],
+        bases=(CountersBase,),
+        frozen=True,
+        namespace={
+            "__doc__": "Events since the pool was built, one field per ``Counter`` (its "
+            "name): ``counters.joined`` or ``counters[Counter.JOINED]``. A refusal counts "
+            "once per refused caller.",
+            "__module__": __name__,
+        },
+    )
 
 
 @dataclass(frozen=True)
@@ -130,7 +148,7 @@ class PoolSnapshot:
     queue_wait: DurationSummary  # over recently started jobs
     run_time: DurationSummary  # over recently finished jobs
     taken_at: float  # wall clock
-    scope: Scope = "process"
+    scope: BooksScope = "process"
     counted_since: float | None = None
 
     def as_dict(self) -> dict[str, Any]:

@@ -8,18 +8,19 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
+from ..admission.counters import Counter
 from ..admission.snapshot import DurationSummary, PoolSnapshot
 from ..door.entry import terms
 from ..door.rules import ARRIVING
 
-__all__ = ["METRICS", "PID_LABEL", "DoorFigures", "MetricDefinition", "Reading", "Sample"]
+__all__ = ["METRICS", "PID_LABEL", "DoorFigures", "MetricDefinition", "MetricSample", "Reading"]
 
 #: The label naming a process. prometheus_client's multiprocess mode adds it to every gauge
 #: itself, so a metric labelled by it alone has no label of its own there.
 PID_LABEL = "pid"
 
-Sample = tuple[str, float]
-"""One sample: the label's value ("" for a metric without a label) and the value."""
+MetricSample = tuple[str, float]
+"""One sample of a metric: its label's value ("" for a metric without a label) and value."""
 
 
 @dataclass(frozen=True)
@@ -59,11 +60,11 @@ class MetricDefinition:
     kind: Literal["gauge", "counter"]
     help: str
     label: str | None
-    read: Callable[[Reading], list[Sample]]
+    read: Callable[[Reading], list[MetricSample]]
 
 
-EVENTS = ("started", "joined", "completed", "failed", "cancelled", "abandoned")
-REASONS = {"busy": "refused_busy", "caller_busy": "refused_caller", "closed": "refused_closed"}
+EVENTS = tuple(counter for counter in Counter if counter.reason is None)  # {event="started"}
+REFUSALS = tuple(counter for counter in Counter if counter.reason is not None)  # {reason="busy"}
 STATS = ("mean", "p95", "max")
 
 
@@ -74,7 +75,7 @@ def _gauge(name: str, help_: str, value: Callable[[Reading], float]) -> MetricDe
 def _stats(
     name: str, help_: str, summary: Callable[[PoolSnapshot], DurationSummary]
 ) -> MetricDefinition:
-    def read(r: Reading) -> list[Sample]:
+    def read(r: Reading) -> list[MetricSample]:
         return [(stat, float(getattr(summary(r.snapshot), stat))) for stat in STATS]
 
     return MetricDefinition(name, "gauge", help_, "stat", read)
@@ -106,14 +107,14 @@ METRICS: tuple[MetricDefinition, ...] = (
         "counter",
         "Job events since the pool was built.",
         "event",
-        lambda r: [(e, float(getattr(r.snapshot.counters, e))) for e in EVENTS],
+        lambda r: [(str(e), float(r.snapshot.counters[e])) for e in EVENTS],
     ),
     MetricDefinition(
         "pdfpool_refused_total",
         "counter",
         "Refused callers since the pool was built, by reason.",
         "reason",
-        lambda r: [(code, float(getattr(r.snapshot.counters, f))) for code, f in REASONS.items()],
+        lambda r: [(str(c.reason), float(r.snapshot.counters[c])) for c in REFUSALS],
     ),
     _stats(
         "pdfpool_queue_wait_seconds",

@@ -17,6 +17,7 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.db import DatabaseError
 
+from ..admission.counters import CountedBy, Counter
 from ..admission.snapshot import ClusterSnapshot
 from ..conf import get_settings
 from ..configured import get_pool, recorder
@@ -35,19 +36,11 @@ CONFIG = [  # (label, field, format)
     ("Max upload", "max_upload_size", "bytes"),
     ("Engine", "engine", "text"),
 ]
-COUNTERS = [  # (label, field under "counters", what it counts)
-    ("Started", "started", "jobs that took a slot"),
-    ("Joined", "joined", "callers that shared a job in flight"),
-    ("Completed", "completed", "jobs that returned a result"),
-    ("Failed", "failed", "jobs that raised"),
-    ("Cancelled", "cancelled", "running jobs cancelled by stop()"),
-    ("Abandoned", "abandoned", "queued jobs every waiter left"),
-    ("Refused: busy", "refused_busy", "queue full, or waited longer than wait (503)"),
-    ("Refused: caller", "refused_caller", "caller already had a job in flight (429)"),
-    ("Refused: closed", "refused_closed", "the pool was draining or stopped (503)"),
-]
+COUNTERS = [(c.label, c.value, c.meaning) for c in Counter]  # (label, field under "counters", help)
 PROCESS_ONLY = {  # counted by each process alone, never in Redis: no cluster-wide figure
-    "refused_closed": "each process refuses alone while it drains: see this process's column"
+    c.value: "each process counts it alone, never in Redis: see this process's column"
+    for c in Counter
+    if c.counted_by is CountedBy.PROCESS
 }
 DURATIONS = [("Queue wait", "queue_wait"), ("Run time", "run_time")]  # columns
 DURATION_ROWS = [("Jobs", "count", "int"), ("Mean", "mean", "figure")]  # "figure": a duration
@@ -114,7 +107,7 @@ def _cluster(cluster: ClusterSnapshot | None) -> dict[str, Any] | None:
         "local": {
             "running": local.running,
             "queued": local.queued,
-            "counters": dataclasses.asdict(local.counters),
+            "counters": local.counters.as_dict(),
             "queue_wait": dataclasses.asdict(local.queue_wait),
             "run_time": dataclasses.asdict(local.run_time),
             "counted_since": local.counted_since,

@@ -22,6 +22,7 @@ from redis.exceptions import RedisError
 
 from ...exceptions import CallerBusy, PoolBusy, PoolClosed
 from .. import delivery
+from ..counters import CountedBy, Counter
 from ..delivery import call_dropped
 from ..jobloop import call_in_job_loop, get_job_loop
 from ..ledger import Ledger
@@ -188,10 +189,10 @@ class RedisPool:
         """Count a refusal the door gave in this pool's name: in this process's counters,
         and a busy or caller one in the cluster's too (closed is a process's own, as in
         the scripts)."""
-        name = delivery.counter_of(refusal)
-        self._books.count(name)
-        if name != "refused_closed" and self.mode == REDIS:
-            call_in_job_loop(self._side.count_refused, name)
+        counter = delivery.counter_of(refusal)
+        self._books.count(counter)
+        if counter.counted_by is not CountedBy.PROCESS and self.mode == REDIS:
+            call_in_job_loop(self._side.count_refused, counter)
 
     def _read(self, shared: Callable[[], int], here: Callable[[], int]) -> int:
         """One brief blocking read from Redis (any thread); this process's figure
@@ -265,7 +266,7 @@ class RedisPool:
         in flight for ``key`` in any process; return its result or raise its error.
         Exactly one of ``fn()`` and ``on_drop()`` is eventually called (see ``Pool``)."""
         if self._closing.closed:  # rule 0, per process: see drain()
-            self._books.count("refused_closed")
+            self._books.count(Counter.REFUSED_CLOSED)
             call_dropped(on_drop)
             raise delivery.closing()
         if self.mode != REDIS:
@@ -290,7 +291,7 @@ class RedisPool:
     ) -> Any:
         if self.fallback == "local":
             return await self._local.run(key, caller, fn, on_drop=on_drop)
-        self._books.count("refused_busy")
+        self._books.count(Counter.REFUSED_BUSY)
         call_dropped(on_drop)
         raise unavailable(self._side.trouble or UNREACHABLE, self._terms.probe_every)
 

@@ -28,6 +28,7 @@ from redis.exceptions import RedisError
 
 from ...exceptions import CoordinatorUnavailable, PoolBusy, PoolMisconfigured, RunnerLost
 from .. import delivery
+from ..counters import Counter
 from ..delivery import call_dropped, deliver, report_failure
 from ..ledger import Ledger
 from ..local import Pool
@@ -261,9 +262,9 @@ class ProcessSide:
         self._idle_waiters.append(waiter)
         self._settle()
 
-    def count_refused(self, name: str) -> None:
+    def count_refused(self, counter: Counter) -> None:
         """Count a refusal the door gave, in the cluster's books (``refused.lua``)."""
-        self.quietly(self.link.call("refused", name))
+        self.quietly(self.link.call("refused", counter))
 
     # --- readings from any thread ----------------------------------------------------------
 
@@ -319,7 +320,7 @@ class ProcessSide:
             except RedisError as error:
                 if await self._judge(error):  # only a connection dropped: Redis is up,
                     call_dropped(on_drop)  # and whether the script ran is unknown
-                    self._books.count("refused_busy")
+                    self._books.count(Counter.REFUSED_BUSY)
                     deliver([waiter], None, unavailable("dropped", 1.0))
                     return
                 waiter.handed_back = True  # the caller takes it to the fallback, or (gone) leaves
@@ -373,7 +374,7 @@ class ProcessSide:
         """Follow the admit script's answer (the rules are applied there)."""
         if reply.status == "joined":  # rule 1
             call_dropped(on_drop)  # joined: this call's fn is not needed
-            self._books.count("joined")
+            self._books.count(Counter.JOINED)
             ended = self._finished.get(reply.job_id)  # it ended here while the reply travelled
             if ended is not None:
                 deliver([waiter], ended[1], ended[2])
@@ -402,17 +403,17 @@ class ProcessSide:
 
     def _refusal(self, key: str, reply: AdmitReply) -> BaseException:
         if reply.status == "caller":  # rule 2
-            self._books.count("refused_caller")
+            self._books.count(Counter.REFUSED_CALLER)
             running_for = reply.age if reply.state == "running" else None
             return delivery.caller_busy(self._books.expected_end(running_for, reply.queued))
         if reply.status == "busy":  # rule 3: a full queue
-            self._books.count("refused_busy")
+            self._books.count(Counter.REFUSED_BUSY)
             return delivery.queue_full(self._books.expected_start(reply.queued))
         if reply.status == "rebuilding":  # bad data took state: the beats count it again
-            self._books.count("refused_busy")
+            self._books.count(Counter.REFUSED_BUSY)
             return PoolBusy(REBUILDING, self._terms.lease)
         if reply.status == "mismatch":
-            self._books.count("refused_busy")
+            self._books.count(Counter.REFUSED_BUSY)
             return self._mismatch(reply.differs)
         return delivery.nothing_to_join(key)
 
@@ -497,7 +498,7 @@ class ProcessSide:
         job.finishing = True
         result, error = delivery.outcome_of(task, self._closing.stopping)
         call_dropped(job.release())  # stopped before fn was called: on_drop instead
-        outcome = "cancelled" if task.cancelled() else "failed" if error else "completed"
+        outcome = Counter.ended(task.cancelled(), error)
         took = time.monotonic() - (job.started_mono or job.queued_mono)
         self._books.ended(outcome, took)
         took_ms = str(max(0, round(took * 1000)))
@@ -546,7 +547,7 @@ class ProcessSide:
         if job.owned:
             call_dropped(job.release())
             if kind == "dropped":
-                self._books.count("abandoned")
+                self._books.count(Counter.ABANDONED)
         error: BaseException | None = None
         if kind == "busy":  # rule 3: waited longer than `wait` (Redis's clock said so)
             waited = [time.monotonic() - job.queued_mono] if job.owned else []

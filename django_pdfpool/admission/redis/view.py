@@ -9,9 +9,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..counters import Counter
 from ..snapshot import Counters, DurationSummary, JobInfo, PoolSnapshot, ProcessHold
-
-_COUNTERS = frozenset(each.name for each in dataclasses.fields(Counters))
 
 
 @dataclass(frozen=True)
@@ -111,9 +110,7 @@ def _books(reply: Any, now: float, wall: float) -> dict[str, Any]:
     }
     since = stats.get("since")
     return {
-        "counters": Counters(
-            **{name: n for name, n in stats.items() if name in _COUNTERS and n >= 0}
-        ),
+        "counters": Counters(**{c.value: n for c in Counter if (n := stats.get(c, -1)) >= 0}),
         "queue_wait": DurationSummary.of(ms / 1000 for ms in map(whole, waits) if ms is not None),
         "run_time": DurationSummary.of(ms / 1000 for ms in map(whole, runs) if ms is not None),
         "since": None if since is None else wall - (now - since / 1000),

@@ -68,6 +68,7 @@ shaped(TERMS, 'hash')
 local books_shaped = false  -- the books' keys are checked once, by the first tally
 
 -- Count `n` in the cluster's counter `name` and, with `list`, one duration `ms` in it.
+-- `name` is a Counter of django_pdfpool/admission/counters.py (tests/test_counters.py checks).
 -- The only writer of the books: each event is counted by the script that decides it.
 local function tally(name, n, list, ms)
   if not books_shaped then
