@@ -32,9 +32,11 @@ __all__ = [
 
 
 class Refused(Exception):
-    """Base of every refusal. ``code`` is short and machine-readable;
-    ``retry_after`` is the pool's estimate, in seconds, of when trying again may work."""
+    """Base of every refusal. ``code`` is short and machine-readable; ``status`` is the
+    HTTP status it is answered with (503, 429 for ``CallerBusy``); ``retry_after`` is the
+    pool's estimate, in seconds, of when trying again may work."""
 
+    status = 503
     code = "refused"
 
     def __init__(self, message: str = "", retry_after: float = 0.0) -> None:
@@ -51,6 +53,7 @@ class PoolBusy(Refused):
 class CallerBusy(Refused):
     """This caller already has a job in flight."""
 
+    status = 429
     code = "caller_busy"
 
 
@@ -189,7 +192,10 @@ EXTRACTION_MESSAGES = {
 class ExtractionError(Exception):
     """A PDF that could not be extracted. `message` is safe to show a user; `detail` is not
     for users but never holds a path or a traceback (an exception name, a signal name).
-    `elapsed` and `peak_rss` are the child's own figures when it lived to report them."""
+    `elapsed` and `peak_rss` are the child's own figures when it lived to report them.
+    Answered 422."""
+
+    status = 422
 
     def __init__(
         self,

@@ -20,9 +20,10 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from ..callers import caller_of
 from ..conf import get_settings
 from ..decorators import (
-    Job,
+    UploadJob,
     _UploadAdmission,
     discarded_on_error,
     extract_upload,
@@ -33,9 +34,7 @@ from ..door.headers import UploadHeaders
 from ..door.rules import body_limit, too_large
 from ..door.views import POOLED
 from ..exceptions import UploadRejected
-from ..pooled import caller_of
-from ..responses import Failure
-from .failures import describe, rebuilt
+from ..responses import Failure, describe
 
 __all__ = [
     "CallerThrottled",
@@ -118,13 +117,11 @@ def api_exception(error: Failure) -> PdfPoolError:
     return found
 
 
-def door_answer(
-    request: HttpRequest, status: int, code: str, message: str, retry_after: float | None
-) -> HttpResponse:
+def door_answer(request: HttpRequest, exception: Failure) -> HttpResponse:
     """The door's answer for a DRF route (before the view runs): the DRF exception the
     view would raise, answered by the route's own view class as DRF answers it (its
     exception handler, content negotiation and renderers), rendered."""
-    return drf_answer(request, api_exception(rebuilt(status, code, message, retry_after)))
+    return drf_answer(request, api_exception(exception))
 
 
 def drf_answer(request: HttpRequest, exc: APIException) -> HttpResponse:
@@ -185,7 +182,7 @@ def pdf_pooled(
     /,
     *,
     field: str = "file",
-    job: Job = extract_upload,
+    job: UploadJob = extract_upload,
     job_name: str | None = None,
 ) -> Callable[[Handler], Handler]: ...
 
@@ -195,7 +192,7 @@ def pdf_pooled(
     /,
     *,
     field: str = "file",
-    job: Job = extract_upload,
+    job: UploadJob = extract_upload,
     job_name: str | None = None,
 ) -> Handler | Callable[[Handler], Handler]:
     """Decorate a DRF handler, ``post(self, request)`` or an ``@api_view`` function (under

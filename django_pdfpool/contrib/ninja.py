@@ -23,13 +23,17 @@ from ninja.decorators import decorate_view
 from ninja.errors import HttpError
 from ninja.operation import PathView
 
-from ..conf import get_settings
-from ..decorators import Job, _UploadAdmission, discarded_on_error, extract_upload, resolve_job_name
+from ..callers import acaller_of, caller_of
+from ..decorators import (
+    UploadJob,
+    _UploadAdmission,
+    discarded_on_error,
+    extract_upload,
+    resolve_job_name,
+)
 from ..door.views import POOLED
 from ..exceptions import UploadRejected
-from ..pooled import caller_of
-from ..responses import Failure, json_answer
-from .failures import describe, rebuilt
+from ..responses import Failure, describe, json_answer
 
 __all__ = ["PdfPoolHttpError", "auth_caller", "door_answer", "pdf_pooled"]
 
@@ -76,7 +80,7 @@ def pdf_pooled(
     /,
     *,
     field: str = "file",
-    job: Job = extract_upload,
+    job: UploadJob = extract_upload,
     job_name: str | None = None,
 ) -> Callable[[Operation], Operation]: ...
 
@@ -86,7 +90,7 @@ def pdf_pooled(
     /,
     *,
     field: str = "file",
-    job: Job = extract_upload,
+    job: UploadJob = extract_upload,
     job_name: str | None = None,
 ) -> Operation | Callable[[Operation], Operation]:
     """Decorate a ninja operation (below ``@api.post``): a POST's PDF (the multipart file
@@ -112,9 +116,7 @@ def pdf_pooled(
                 except UploadRejected as rejected:
                     raise _refusal(request, rejected) from rejected
                 with discarded_on_error(prepared):
-                    if auth_caller(request) is None and hasattr(request, "auser"):
-                        request.user = await request.auser()
-                    caller = auth_caller(request) or await _setting_caller(request)
+                    caller = auth_caller(request) or await acaller_of(request)
                 refused = await admission.submit(request, caller, prepared)
                 if refused is not None:
                     raise _refusal(request, refused) from refused
@@ -147,17 +149,14 @@ def pdf_pooled(
     return cast(Operation, decorate_view(_with_retry_after)(wrapper))
 
 
-def door_answer(
-    request: HttpRequest, status: int, code: str, message: str, retry_after: float | None
-) -> HttpResponse:
+def door_answer(request: HttpRequest, exception: Failure) -> HttpResponse:
     """The door's answer for a ninja route (before ninja runs): the ``PdfPoolHttpError``
     the operation would raise, answered by its API's exception handlers, with
     ``Retry-After``."""
-    error = rebuilt(status, code, message, retry_after)
     api = _api_of(request)
     if api is None:  # not a ninja route after all: the library's own JSON answer
-        return json_answer(request, status, code, message, retry_after)
-    response = api.on_exception(request, _refusal(request, error))
+        return json_answer(request, exception)
+    response = api.on_exception(request, _refusal(request, exception))
     return cast(HttpResponse, _retry_header(request, response))
 
 
@@ -175,15 +174,6 @@ def _api_of(request: HttpRequest) -> NinjaAPI | None:
                 if "POST" in operation.methods:
                     return operation.api
     return None
-
-
-async def _setting_caller(request: HttpRequest) -> str:
-    """``caller_of`` on an async path: an async ``CALLER`` is awaited, a sync one called
-    here (``request.user`` is resolved already), as the decorator does."""
-    function = get_settings().caller
-    if iscoroutinefunction(function):
-        return cast(str, await function(request))
-    return cast(str, function(request))
 
 
 def _refusal(request: HttpRequest, error: Failure) -> PdfPoolHttpError:

@@ -10,7 +10,7 @@ from typing import Any, Protocol, cast
 from django.urls import URLPattern, URLResolver, get_resolver, resolve
 from django.urls.exceptions import Resolver404
 
-from ..responses import Answer
+from ..responses import RefusalView
 
 POOLED = "pdfpool_admission"
 """The attribute ``@pdf_pooled`` sets on the view it returns: what the door needs of it."""
@@ -20,7 +20,7 @@ class PooledView(Protocol):
     """What the door asks of a pooled view: the single-flight key of an upload, and the
     view's own ``answer=``, if it has one (else ``REFUSAL_VIEW`` answers)."""
 
-    answer: Answer | None
+    answer: RefusalView | None
 
     def key(self, sha256: str) -> str: ...
 
