@@ -192,6 +192,7 @@ def refusal_view(answer: RefusalView | OldAnswer) -> RefusalView:
         retry = exception.retry_after if isinstance(exception, Refused) else None
         return old(request, said.status, said.code, said.message, retry)
 
+    del adapted.__wrapped__  # its own signature is the new shape: adapted once, not twice
     return adapted
 
 

@@ -94,7 +94,8 @@ class PdfUnreadable(PdfPoolError):
 
 
 class PdfUploadInvalid(PdfPoolError):
-    """400: no PDF in the request, or one that does not match its declared digest."""
+    """400: no PDF in the request, or one that does not match its declared digest (408:
+    the body came too slowly; 411: a form sent chunked)."""
 
     status_code = 400
     default_detail = "This upload cannot be accepted."
@@ -113,6 +114,7 @@ def api_exception(error: Failure) -> PdfPoolError:
     else:
         kind = {413: PdfTooLarge, 422: PdfUnreadable}.get(said.status, PdfUploadInvalid)
         found = kind(said.message, said.code)
+        found.status_code = said.status  # 408 and 411 are PdfUploadInvalid too, not 400
     found.error = error
     return found
 
