@@ -219,3 +219,12 @@ def test_the_door_prebuilds_only_the_answers_that_read_no_request():
     assert prebuilt_answer(error, html_answer) is not None
     for reads_the_request in (error_answer, new_shape, None):
         assert prebuilt_answer(error, reads_the_request) is None
+
+
+def test_negotiated_answer_is_error_answer_and_warns():
+    import django_pdfpool.responses as responses
+
+    with pytest.warns(DeprecationWarning, match="error_answer"):
+        assert responses.negotiated_answer is error_answer
+    with pytest.raises(AttributeError):
+        responses.no_such_answer  # noqa: B018
