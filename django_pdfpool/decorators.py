@@ -15,7 +15,7 @@ from typing import Any, TypeVar, cast, overload
 from asgiref.sync import async_to_sync, iscoroutinefunction, sync_to_async
 from django.core.exceptions import ImproperlyConfigured
 from django.core.files.uploadedfile import UploadedFile
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest
 
 from .callers import acaller_of, caller_of
 from .conf import PoolSettings, get_settings
@@ -25,7 +25,7 @@ from .door.rules import body_limit, too_large
 from .door.views import POOLED
 from .exceptions import DigestMismatch, ExtractionError, NoUpload, Refused, UploadRejected
 from .process_pool import get_pool
-from .responses import RefusalView, arefusal_answer, refusal_answer, refusal_view
+from .responses import Failure, RefusalView, arefusal_answer, refusal_answer, refusal_view
 from .sandbox.extract import Extraction, extract
 from .uploads import StagedUpload, stage, stage_chunks
 
@@ -98,7 +98,9 @@ def pdf_pooled(
         @functools.wraps(view)
         async def async_wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
             refused = await pooled.aadmit(request)
-            return refused if refused is not None else await view(request, *args, **kwargs)
+            if refused is not None:
+                return await arefusal_answer(request, refused, pooled.answer)
+            return await view(request, *args, **kwargs)
 
         wrapper: Callable[..., Any] = async_wrapper
     else:
@@ -106,7 +108,9 @@ def pdf_pooled(
         @functools.wraps(view)
         def sync_wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
             refused = pooled.admit(request)
-            return refused if refused is not None else view(request, *args, **kwargs)
+            if refused is not None:
+                return refusal_answer(request, refused, pooled.answer)
+            return view(request, *args, **kwargs)
 
         wrapper = sync_wrapper
     setattr(wrapper, POOLED, pooled)
@@ -195,23 +199,24 @@ class _UploadAdmission:
     answer: RefusalView | None  # None: the REFUSAL_VIEW setting answers
     job_name: str  # the job's stable name: the first part of every key
 
-    def admit(self, request: HttpRequest) -> HttpResponse | None:
+    own_caller: Callable[[HttpRequest], str | None] | None = None  # asked before CALLER
+
+    def admit(self, request: HttpRequest) -> Failure | None:
         """A sync view's POST through the pool: None lets the view run (with ``request.pdf``
-        set), else the answer in its place. The caller is asked here, in the request's
-        thread, where it may read the database."""
+        set), else the failure to answer in its place. The caller is asked here, in the
+        request's thread, where it may read the database."""
         request.pdf = None  # type: ignore[attr-defined]
         if request.method != "POST":
             return None
         try:
             upload = self.prepare(request)
         except UploadRejected as rejected:
-            return refusal_answer(request, rejected, self.answer)
+            return rejected
         with discarded_on_error(upload):
-            caller = caller_of(request)
-        refused = async_to_sync(self.submit)(request, caller, upload)
-        return None if refused is None else refusal_answer(request, refused, self.answer)
+            caller = self._own_caller(request) or caller_of(request)
+        return async_to_sync(self.submit)(request, caller, upload)
 
-    async def aadmit(self, request: HttpRequest) -> HttpResponse | None:
+    async def aadmit(self, request: HttpRequest) -> Failure | None:
         """``admit`` for an async view: staging in a worker thread, the caller asked as
         ``acaller_of`` asks (``request.user`` resolved first)."""
         request.pdf = None  # type: ignore[attr-defined]
@@ -220,11 +225,13 @@ class _UploadAdmission:
         try:
             upload = await self.aprepare(request)
         except UploadRejected as rejected:
-            return await arefusal_answer(request, rejected, self.answer)
+            return rejected
         with discarded_on_error(upload):
-            caller = await acaller_of(request)
-        refused = await self.submit(request, caller, upload)
-        return None if refused is None else await arefusal_answer(request, refused, self.answer)
+            caller = self._own_caller(request) or await acaller_of(request)
+        return await self.submit(request, caller, upload)
+
+    def _own_caller(self, request: HttpRequest) -> str | None:
+        return None if self.own_caller is None else self.own_caller(request)
 
     def prepare(self, request: HttpRequest) -> StagedUpload:
         """Check the upload's size and presence, stage a copy the job will own, and check

@@ -13,7 +13,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any, TypeVar, cast, overload
 
-from asgiref.sync import async_to_sync, iscoroutinefunction
+from asgiref.sync import iscoroutinefunction
 from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest, HttpResponse
 from django.urls import Resolver404, resolve
@@ -23,16 +23,8 @@ from ninja.decorators import decorate_view
 from ninja.errors import HttpError
 from ninja.operation import PathView
 
-from ..callers import acaller_of, caller_of
-from ..decorators import (
-    UploadJob,
-    _UploadAdmission,
-    discarded_on_error,
-    extract_upload,
-    resolve_job_name,
-)
+from ..decorators import UploadJob, _UploadAdmission, extract_upload, resolve_job_name
 from ..door.views import POOLED
-from ..exceptions import UploadRejected
 from ..responses import Failure, describe, json_answer
 
 __all__ = ["PdfPoolHttpError", "auth_caller", "door_answer", "pdf_pooled"]
@@ -103,23 +95,15 @@ def pdf_pooled(
             f"pdf_pooled is above @api.post on {operation.__qualname__}: ninja registered "
             "the function before it was decorated. Put @pdf_pooled below @api.post."
         )
-    admission = _UploadAdmission(field, job, door_answer, name)  # the door answers as ninja
+    admission = _UploadAdmission(field, job, door_answer, name, auth_caller)  # request.auth first
     wrapper: Callable[..., Any]
     if iscoroutinefunction(operation):
 
         @functools.wraps(operation)
         async def async_wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
-            request.pdf = None  # type: ignore[attr-defined]
-            if request.method == "POST":
-                try:
-                    prepared = await admission.aprepare(request)
-                except UploadRejected as rejected:
-                    raise _refusal(request, rejected) from rejected
-                with discarded_on_error(prepared):
-                    caller = auth_caller(request) or await acaller_of(request)
-                refused = await admission.submit(request, caller, prepared)
-                if refused is not None:
-                    raise _refusal(request, refused) from refused
+            refused = await admission.aadmit(request)
+            if refused is not None:
+                raise _refusal(request, refused) from refused
             return await operation(request, *args, **kwargs)
 
         wrapper = async_wrapper
@@ -127,17 +111,9 @@ def pdf_pooled(
 
         @functools.wraps(operation)
         def sync_wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
-            request.pdf = None  # type: ignore[attr-defined]
-            if request.method == "POST":
-                try:
-                    prepared = admission.prepare(request)
-                except UploadRejected as rejected:
-                    raise _refusal(request, rejected) from rejected
-                with discarded_on_error(prepared):
-                    caller = auth_caller(request) or caller_of(request)
-                refused = async_to_sync(admission.submit)(request, caller, prepared)
-                if refused is not None:
-                    raise _refusal(request, refused) from refused
+            refused = admission.admit(request)
+            if refused is not None:
+                raise _refusal(request, refused) from refused
             return operation(request, *args, **kwargs)
 
         wrapper = sync_wrapper
