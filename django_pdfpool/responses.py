@@ -57,13 +57,17 @@ def describe(error: Failure) -> Described:
     """The status (the exception class's ``status``: 503, 429 ``CallerBusy``, 422
     ``ExtractionError``, 400/408/411/413 ``UploadRejected``), code, message and retry time
     of ``error``: what every answer, the library's or an integration's, says of it."""
+    return Described(*_told(error))
+
+
+def _told(error: Failure) -> tuple[int, str, str, int | None]:
     if isinstance(error, ExtractionError):
-        return Described(error.status, error.code, error.message, None)
+        return error.status, error.code, error.message, None
     if isinstance(error, UploadRejected):
-        return Described(error.status, error.code, str(error), None)
+        return error.status, error.code, str(error), None
     # a deployment error's details (namespace, settings) are for the operators' log only
     message = MISCONFIGURED if isinstance(error, PoolMisconfigured) else str(error)
-    return Described(error.status, error.code, message, max(1, math.ceil(error.retry_after)))
+    return error.status, error.code, message, max(1, math.ceil(error.retry_after))
 
 
 def _json(said: Described) -> HttpResponse:
@@ -153,12 +157,18 @@ def prebuilt_answer(error: Failure, answer: RefusalView | None) -> AsgiAnswer | 
     ``html_answer``); else None. For the door, which refuses hundreds of uploads a second
     with a handful of distinct answers (issue 24: building each cost the event loop)."""
     build = _json if answer is json_answer else _html if answer is html_answer else None
-    return None if build is None else _built(build, describe(error))
+    return None if build is None else _built(build, *_told(error))
 
 
 @functools.lru_cache(maxsize=256)  # distinct answers: codes x messages x retry seconds
-def _built(build: Callable[[Described], HttpResponse], said: Described) -> AsgiAnswer:
-    response = build(said)
+def _built(
+    build: Callable[[Described], HttpResponse],
+    status: int,
+    code: str,
+    message: str,
+    seconds: int | None,
+) -> AsgiAnswer:
+    response = build(Described(status, code, message, seconds))
     headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in response.items()]
     if not response.has_header("Content-Length"):
         headers.append((b"Content-Length", str(len(response.content)).encode("latin-1")))
