@@ -228,3 +228,26 @@ def test_negotiated_answer_is_error_answer_and_warns():
         assert responses.negotiated_answer is error_answer
     with pytest.raises(AttributeError):
         responses.no_such_answer  # noqa: B018
+
+
+@pytest.mark.urls("tests.contrib_urls")
+def test_the_integrations_door_answers_read_the_route_once_resolved(pdfpool, rf):
+    """``door_answer`` finds the route's view (DRF) or API (ninja) from the request's
+    ``resolver_match`` when it is set, resolving the URL only when it is not."""
+    from django.urls import resolve
+
+    from django_pdfpool.contrib import drf, ninja
+
+    error = PoolBusy("full", 1.0)
+    request = rf.post("/nowhere/", HTTP_ACCEPT="application/json")
+    assert "handled_by" not in json.loads(ninja.door_answer(request, error).content)
+    request.resolver_match = resolve("/ninja/extract")
+    assert json.loads(ninja.door_answer(request, error).content)["handled_by"] == "project"
+    resolved = rf.post("/ninja/extract", HTTP_ACCEPT="application/json")
+    assert json.loads(ninja.door_answer(resolved, error).content)["handled_by"] == "project"
+    request = rf.post("/nowhere/", HTTP_ACCEPT="application/json")
+    request.resolver_match = resolve("/drf/apiview/held/")
+    response = drf.door_answer(request, error)
+    assert response.status_code == 503 and response["Retry-After"] == "1"
+    assert "POST" in response["Allow"]  # the route's own view class answered
+    assert "POST" not in drf.door_answer(rf.post("/nowhere/"), error)["Allow"]  # APIView's

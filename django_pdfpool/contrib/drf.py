@@ -13,7 +13,6 @@ from typing import IO, Any, TypeVar, cast, overload
 from asgiref.sync import async_to_sync, iscoroutinefunction
 from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest, HttpResponse
-from django.urls import resolve
 from rest_framework.exceptions import APIException, Throttled
 from rest_framework.parsers import DataAndFiles, FileUploadParser
 from rest_framework.request import Request
@@ -32,7 +31,7 @@ from ..decorators import (
 )
 from ..door.headers import UploadHeaders
 from ..door.rules import body_limit, too_large
-from ..door.views import POOLED
+from ..door.views import POOLED, route_of
 from ..exceptions import UploadRejected
 from ..responses import Failure, describe
 
@@ -128,15 +127,17 @@ def door_answer(request: HttpRequest, exception: Failure) -> HttpResponse:
 
 def drf_answer(request: HttpRequest, exc: APIException) -> HttpResponse:
     """``exc`` answered by the DRF view ``request`` resolves to (``APIView`` if none)."""
-    match = resolve(request.path_info, getattr(request, "urlconf", None))
-    view_class = getattr(match.func, "cls", None) or APIView
-    view: Any = view_class(**getattr(match.func, "initkwargs", {}))
-    view.action_map = getattr(match.func, "actions", None) or {}  # a ViewSet's routing
-    view.args, view.kwargs = match.args, match.kwargs
+    match = route_of(request)
+    func = match.func if match is not None else None
+    args, kwargs = (match.args, match.kwargs) if match is not None else ((), {})
+    view_class = getattr(func, "cls", None) or APIView
+    view: Any = view_class(**getattr(func, "initkwargs", {}))
+    view.action_map = getattr(func, "actions", None) or {}  # a ViewSet's routing
+    view.args, view.kwargs = args, kwargs
     view.headers = view.default_response_headers
-    drf_request = view.initialize_request(request, *match.args, **match.kwargs)
+    drf_request = view.initialize_request(request, *args, **kwargs)
     view.request = drf_request
-    view.format_kwarg = view.get_format_suffix(**match.kwargs)
+    view.format_kwarg = view.get_format_suffix(**kwargs)
     response = view.finalize_response(drf_request, view.handle_exception(exc))
     if isinstance(response, Response):
         response.render()

@@ -16,7 +16,6 @@ from typing import Any, TypeVar, cast, overload
 from asgiref.sync import iscoroutinefunction
 from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest, HttpResponse
-from django.urls import Resolver404, resolve
 from django.utils.crypto import salted_hmac
 from ninja import NinjaAPI
 from ninja.decorators import decorate_view
@@ -24,7 +23,7 @@ from ninja.errors import HttpError
 from ninja.operation import PathView
 
 from ..decorators import UploadJob, _UploadAdmission, extract_upload, resolve_job_name
-from ..door.views import POOLED
+from ..door.views import POOLED, route_of
 from ..responses import Failure, describe, json_answer
 
 __all__ = ["PdfPoolHttpError", "auth_caller", "door_answer", "pdf_pooled"]
@@ -139,11 +138,8 @@ def door_answer(request: HttpRequest, exception: Failure) -> HttpResponse:
 def _api_of(request: HttpRequest) -> NinjaAPI | None:
     """The API of the POST operation ``request`` resolves to: ninja's path view, the
     object its URL's view function closes over, holds the operations."""
-    try:
-        match = resolve(request.path_info, getattr(request, "urlconf", None))
-    except Resolver404:
-        return None
-    for cell in getattr(match.func, "__closure__", None) or ():
+    match = route_of(request)
+    for cell in getattr(match.func if match else None, "__closure__", None) or ():
         path_view = cell.cell_contents
         if isinstance(path_view, PathView):
             for operation in path_view.operations:
