@@ -23,7 +23,7 @@ from .door.django import release_ticket
 from .door.headers import UploadHeaders
 from .door.rules import body_limit, too_large
 from .door.views import POOLED
-from .exceptions import DigestMismatch, ExtractionError, NoUpload, Refused, UploadRejected
+from .exceptions import DigestMismatch, ExtractionError, NoUpload, Refused, UploadRejected, Wording
 from .process_pool import get_pool
 from .responses import Failure, RefusalView, arefusal_answer, refusal_answer, refusal_view
 from .sandbox.extract import Extraction, extract
@@ -253,10 +253,7 @@ class _UploadAdmission:
 
     def no_upload(self) -> NoUpload:
         """The 400 for a POST without its PDF, worded once."""
-        return NoUpload(
-            f"Send the PDF as a multipart file field named {self.field!r}, "
-            "or as the request body with Content-Type: application/pdf."
-        )
+        return NoUpload(Wording.NO_UPLOAD.format(field=self.field))
 
     async def aprepare(self, request: HttpRequest) -> StagedUpload:
         """``prepare`` in a worker thread (parsing and copying block); a copy staged after
@@ -317,7 +314,7 @@ def checked(staged: StagedUpload, upload: UploadHeaders) -> StagedUpload:
     """``staged``, if it is what its request declared (``DigestMismatch`` else)."""
     if upload.digest is not None and upload.digest != staged.sha256:
         staged.discard()
-        raise DigestMismatch("The PDF received does not match the digest its request declared.")
+        raise DigestMismatch(Wording.DIGEST_MISMATCH)
     return staged
 
 

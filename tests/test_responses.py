@@ -251,3 +251,31 @@ def test_the_integrations_door_answers_read_the_route_once_resolved(pdfpool, rf)
     assert response.status_code == 503 and response["Retry-After"] == "1"
     assert "POST" in response["Allow"]  # the route's own view class answered
     assert "POST" not in drf.door_answer(rf.post("/nowhere/"), error)["Allow"]  # APIView's
+
+
+REFUSALS = {
+    "Refused", "PoolBusy", "CallerBusy", "PoolClosed", "RunnerLost", "CoordinatorUnavailable",
+    "PoolMisconfigured", "SandboxUnavailable", "UploadRejected", "UploadTooLarge", "NoUpload",
+    "BadDigest", "RepeatedHeader", "LengthRequired", "BodyTimeout", "DigestMismatch",
+}  # fmt: skip
+
+
+def test_every_refusal_is_worded_in_exceptions_only():
+    """No module but ``exceptions`` words a refusal: each is raised with a ``Wording``
+    sentence (or a message made elsewhere), never a string written where it is raised."""
+    import ast
+    from pathlib import Path
+
+    import django_pdfpool
+
+    package = Path(django_pdfpool.__file__).parent
+    worded_here = []
+    for module in sorted(package.rglob("*.py")):
+        if module.name == "exceptions.py" and module.parent == package:
+            continue
+        for node in ast.walk(ast.parse(module.read_text())):
+            if not (isinstance(node, ast.Call) and getattr(node.func, "id", None) in REFUSALS):
+                continue
+            if node.args and isinstance(node.args[0], ast.Constant | ast.JoinedStr):
+                worded_here.append(f"{module.relative_to(package)}:{node.lineno}")
+    assert worded_here == []
