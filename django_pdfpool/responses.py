@@ -101,7 +101,8 @@ def _with_retry(response: HttpResponse, seconds: int | None) -> HttpResponse:
 
 def json_answer(request: HttpRequest, exception: Failure, *old: Any) -> HttpResponse:
     """``{"error": code, "message": message, "retry_after": seconds}``, whatever the client
-    accepts (for APIs), with a ``Retry-After`` header where there is a retry time."""
+    accepts (for APIs), with a ``Retry-After`` header where there is a retry time.
+    (``old``: the deprecated call ``json_answer(request, status, code, message, retry)``.)"""
     return _json(_old_described(old, exception) if old else describe(exception))
 
 
