@@ -25,7 +25,7 @@ from .door.rules import body_limit, too_large
 from .door.views import POOLED
 from .exceptions import DigestMismatch, ExtractionError, NoUpload, Refused, UploadRejected, Wording
 from .process_pool import get_pool
-from .responses import Failure, RefusalView, arefusal_answer, refusal_answer, refusal_view
+from .responses import Failure, RefusalView, arefusal_answer, as_refusal_view, refusal_answer
 from .sandbox.extract import Extraction, extract
 from .uploads import StagedUpload, stage, stage_chunks
 
@@ -87,7 +87,7 @@ def pdf_pooled(
     """
     name = resolve_job_name(job, job_name)  # an ambiguous job fails here, at decoration
     if answer is not None:
-        answer = refusal_view(answer)  # the old five-argument shape, adapted (deprecated)
+        answer = as_refusal_view(answer)  # the old five-argument shape, adapted (deprecated)
     if view is None:
         return functools.partial(pdf_pooled, field=field, job=job, job_name=name, answer=answer)
     refuse_misplaced(view)

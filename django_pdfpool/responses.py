@@ -189,7 +189,7 @@ _OLD_SHAPE = (
 )
 
 
-def refusal_view(answer: RefusalView | OldAnswer) -> RefusalView:
+def as_refusal_view(answer: RefusalView | OldAnswer) -> RefusalView:
     """``answer`` in the one hook shape: a five-argument function is adapted (with a
     ``DeprecationWarning``, once, where it is given), anything else returned as it is."""
     if not _takes_five(answer):

@@ -31,11 +31,11 @@ from django_pdfpool import (
 from django_pdfpool.responses import (
     MISCONFIGURED,
     Described,
+    as_refusal_view,
     describe,
     error_answer,
     prebuilt_answer,
     refusal_answer,
-    refusal_view,
 )
 
 # every kind of failure, and what a client is told of it: as tested by the entries' tests
@@ -135,8 +135,8 @@ def old_shape(request, status, code, message, retry_after):
 def test_answer_takes_the_new_shape_without_a_warning():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert refusal_view(new_shape) is new_shape
-        assert refusal_view(json_answer) is json_answer
+        assert as_refusal_view(new_shape) is new_shape
+        assert as_refusal_view(json_answer) is json_answer
         pdf_pooled(answer=new_shape)(lambda request: None)
 
 
@@ -144,9 +144,9 @@ def test_the_old_five_argument_answer_warns_where_it_is_given_and_still_answers(
     with pytest.warns(
         DeprecationWarning, match=r"answer\(request, status, code, message, retry_after\)"
     ) as caught:
-        adapted = refusal_view(old_shape)
+        adapted = as_refusal_view(old_shape)
     assert adapted is not old_shape and adapted.__name__ == "old_shape"
-    assert refusal_view(adapted) is adapted  # adapted once
+    assert as_refusal_view(adapted) is adapted  # adapted once
     response = adapted(rf.post("/"), CallerBusy("yours", 0.25))
     assert json.loads(response.content) == {
         "shape": "old",
