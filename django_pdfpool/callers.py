@@ -1,15 +1,18 @@
-"""Who is asking: functions from a request to a caller id, for one-job-per-caller.
+"""Who is asking: functions from a request to a caller id, for one-job-per-caller, and
+the one way every entry asks the ``CALLER`` setting (``caller_of``, ``acaller_of``).
 
-The decorator resolves ``request.user`` (with ``auser()`` on async paths) before
-calling these, so they only read attributes and must not query the database. The door
-calls them too, before the body, and under ASGI before authentication: a caller function
-returns None there to say it cannot know the caller yet (docs/door.md).
+``acaller_of`` resolves ``request.user`` (with ``auser()``) before calling the setting's
+function, so the library's own only read attributes. The door asks too, before the body,
+and under ASGI before authentication: a caller function returns None there to say it
+cannot know the caller yet (docs/door.md).
 """
 
 from __future__ import annotations
 
 import ipaddress
+from typing import cast
 
+from asgiref.sync import async_to_sync, iscoroutinefunction, sync_to_async
 from django.conf import settings
 from django.http import HttpRequest
 
@@ -101,3 +104,31 @@ def user_or_forwarded_ip(request: HttpRequest) -> str | None:
     forwarded = request.META.get("HTTP_X_FORWARDED_FOR", "")
     last = forwarded.rsplit(",", 1)[-1].strip()
     return _user_id(request) or address_caller(last or request.META.get("REMOTE_ADDR") or "unknown")
+
+
+_QUICK = (user_or_ip, user_or_forwarded_ip)  # read attributes only: fine on an event loop
+
+
+def caller_of(request: HttpRequest) -> str:
+    """The caller the ``CALLER`` setting names for ``request`` (``user:<pk>``,
+    ``ip:<address>`` by default), asked from synchronous code, where it may read the
+    database (an async ``CALLER`` is run to completion here). Every sync entry asks this:
+    ``@pdf_pooled``, the integrations, the door; and views that call the pool themselves."""
+    function = get_settings().caller
+    if iscoroutinefunction(function):
+        return cast(str, async_to_sync(function)(request))
+    return cast(str, function(request))
+
+
+async def acaller_of(request: HttpRequest) -> str:
+    """``caller_of`` from an event loop: ``request.user`` resolved first (``auser()``), an
+    async ``CALLER`` awaited, a project's sync one run in a worker thread (it may read the
+    database; the library's own are called here)."""
+    if hasattr(request, "auser"):
+        request.user = await request.auser()  # resolved once, not on the loop later
+    function = get_settings().caller
+    if iscoroutinefunction(function):
+        return cast(str, await function(request))
+    if function in _QUICK:
+        return cast(str, function(request))
+    return cast(str, await sync_to_async(function, thread_sensitive=False)(request))

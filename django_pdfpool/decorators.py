@@ -17,19 +17,21 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.files.uploadedfile import UploadedFile
 from django.http import HttpRequest
 
+from .callers import acaller_of, caller_of
 from .conf import PoolSettings, get_settings
 from .configured import get_pool
 from .door.django import release_ticket
 from .door.headers import UploadHeaders
 from .door.rules import body_limit, too_large
 from .door.views import POOLED
-from .exceptions import DigestMismatch, ExtractionError, NoUpload, Refused, UploadRejected
-from .responses import Answer, arefusal_answer, refusal_answer
+from .exceptions import DigestMismatch, ExtractionError, NoUpload, Refused, UploadRejected, Wording
+from .configured import get_pool
+from .responses import Failure, RefusalView, arefusal_answer, as_refusal_view, refusal_answer
 from .sandbox.extract import Extraction, extract
 from .uploads import StagedUpload, stage, stage_chunks
 
-View = TypeVar("View", bound=Callable[..., Any])
-Job = Callable[[StagedUpload], Awaitable[Any]]
+ViewFunc = TypeVar("ViewFunc", bound=Callable[..., Any])
+UploadJob = Callable[[StagedUpload], Awaitable[Any]]
 """``job(upload)``: runs on the pool's job loop; what it returns becomes ``request.pdf``."""
 
 _CHUNK = 64 * 1024  # bytes read at a time from a raw PDF body
@@ -50,7 +52,7 @@ async def extract_upload(upload: StagedUpload) -> Extraction:
 
 
 @overload
-def pdf_pooled(view: View, /) -> View: ...
+def pdf_pooled(view: ViewFunc, /) -> ViewFunc: ...
 
 
 @overload
@@ -59,31 +61,34 @@ def pdf_pooled(
     /,
     *,
     field: str = "file",
-    job: Job = extract_upload,
+    job: UploadJob = extract_upload,
     job_name: str | None = None,
-    answer: Answer | None = None,
-) -> Callable[[View], View]: ...
+    answer: RefusalView | None = None,
+) -> Callable[[ViewFunc], ViewFunc]: ...
 
 
 def pdf_pooled(
-    view: View | None = None,
+    view: ViewFunc | None = None,
     /,
     *,
     field: str = "file",
-    job: Job = extract_upload,
+    job: UploadJob = extract_upload,
     job_name: str | None = None,
-    answer: Answer | None = None,
-) -> View | Callable[[View], View]:
+    answer: RefusalView | None = None,
+) -> ViewFunc | Callable[[ViewFunc], ViewFunc]:
     """Decorate a sync or async view, bare or with ``field=``, ``job=``, ``answer=``.
 
     The PDF comes as the multipart file field ``field``, or as the whole body with
     ``Content-Type: application/pdf``. ``job(upload)`` makes ``request.pdf`` (identical
     uploads to one job share a run); ``job_name`` names the job in its keys (required
-    for lambdas, closures, partials); ``answer(request, status, code, message,
-    retry_after)`` answers what the view never sees (400, 413, 422, 429, 503) for this
-    view only; by default the ``REFUSAL_VIEW`` setting does.
+    for lambdas, closures, partials); ``answer(request, exception)`` answers what the view
+    never sees (400, 413, 422, 429, 503) for this view only, as ``REFUSAL_VIEW`` does for
+    every view by default (the old ``answer(request, status, code, message, retry_after)``
+    still works, deprecated).
     """
     name = resolve_job_name(job, job_name)  # an ambiguous job fails here, at decoration
+    if answer is not None:
+        answer = as_refusal_view(answer)  # the old five-argument shape, adapted (deprecated)
     if view is None:
         return functools.partial(pdf_pooled, field=field, job=job, job_name=name, answer=answer)
     refuse_misplaced(view)
@@ -93,49 +98,24 @@ def pdf_pooled(
 
         @functools.wraps(view)
         async def async_wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
-            request.pdf = None  # type: ignore[attr-defined]
-            if request.method == "POST":
-                try:
-                    prepared = await pooled.aprepare(request)
-                except UploadRejected as rejected:
-                    return await arefusal_answer(request, rejected, pooled.answer)
-                with discarded_on_error(prepared):
-                    if hasattr(request, "auser"):
-                        request.user = await request.auser()  # resolved once, off the DB later
-                    caller_of = get_settings().caller
-                    if iscoroutinefunction(caller_of):
-                        caller = await caller_of(request)
-                    else:
-                        caller = caller_of(request)
-                refused = await pooled.submit(request, caller, prepared)
-                if refused is not None:
-                    return await arefusal_answer(request, refused, pooled.answer)
+            refused = await pooled.aadmit(request)
+            if refused is not None:
+                return await arefusal_answer(request, refused, pooled.answer)
             return await view(request, *args, **kwargs)
 
-        setattr(async_wrapper, POOLED, pooled)
-        return cast(View, async_wrapper)
+        wrapper: Callable[..., Any] = async_wrapper
+    else:
 
-    @functools.wraps(view)
-    def sync_wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
-        request.pdf = None  # type: ignore[attr-defined]
-        if request.method == "POST":
-            try:
-                prepared = pooled.prepare(request)
-            except UploadRejected as rejected:
-                return refusal_answer(request, rejected, pooled.answer)
-            with discarded_on_error(prepared):
-                caller_of = get_settings().caller
-                if iscoroutinefunction(caller_of):
-                    caller = async_to_sync(caller_of)(request)
-                else:
-                    caller = caller_of(request)  # here, not on a loop: it may touch the DB
-            refused = async_to_sync(pooled.submit)(request, caller, prepared)
+        @functools.wraps(view)
+        def sync_wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
+            refused = pooled.admit(request)
             if refused is not None:
                 return refusal_answer(request, refused, pooled.answer)
-        return view(request, *args, **kwargs)
+            return view(request, *args, **kwargs)
 
-    setattr(sync_wrapper, POOLED, pooled)
-    return cast(View, sync_wrapper)
+        wrapper = sync_wrapper
+    setattr(wrapper, POOLED, pooled)
+    return cast(ViewFunc, wrapper)
 
 
 def refuse_misplaced(view: Callable[..., Any]) -> None:
@@ -169,7 +149,7 @@ def refuse_misplaced(view: Callable[..., Any]) -> None:
         )
 
 
-def resolve_job_name(job: Job, job_name: str | None = None) -> str:
+def resolve_job_name(job: UploadJob, job_name: str | None = None) -> str:
     """The name that starts the job's keys: ``job_name``, else the job's dotted path
     when that names one function only; an ambiguous job raises ImproperlyConfigured."""
     if job_name is not None:
@@ -189,13 +169,13 @@ def resolve_job_name(job: Job, job_name: str | None = None) -> str:
     return f"{job.__module__}.{qualname}"
 
 
-def pool_key(sha256: str, job: Job = extract_upload, job_name: str | None = None) -> str:
+def pool_key(sha256: str, job: UploadJob = extract_upload, job_name: str | None = None) -> str:
     """The single-flight key of an upload with this digest to this job, as the decorator
     makes it: ``<job name>:<sha256>``; for the default job ``<name>:<settings tag>:<sha256>``."""
     return _key(job, resolve_job_name(job, job_name), sha256)
 
 
-def _key(job: Job, name: str, sha256: str) -> str:
+def _key(job: UploadJob, name: str, sha256: str) -> str:
     if job is extract_upload:
         return f"{name}:{get_settings().results_tag()}:{sha256}"
     return f"{name}:{sha256}"
@@ -216,9 +196,43 @@ class _UploadAdmission:
     """What one decorated view does with a POST, for its sync and async wrappers."""
 
     field: str
-    job: Job
-    answer: Answer | None  # None: the REFUSAL_VIEW setting answers
+    job: UploadJob
+    answer: RefusalView | None  # None: the REFUSAL_VIEW setting answers
     job_name: str  # the job's stable name: the first part of every key
+
+    own_caller: Callable[[HttpRequest], str | None] | None = None  # asked before CALLER
+
+    def admit(self, request: HttpRequest) -> Failure | None:
+        """A sync view's POST through the pool: None lets the view run (with ``request.pdf``
+        set), else the failure to answer in its place. The caller is asked here, in the
+        request's thread, where it may read the database."""
+        request.pdf = None  # type: ignore[attr-defined]
+        if request.method != "POST":
+            return None
+        try:
+            upload = self.prepare(request)
+        except UploadRejected as rejected:
+            return rejected
+        with discarded_on_error(upload):
+            caller = self._own_caller(request) or caller_of(request)
+        return async_to_sync(self.submit)(request, caller, upload)
+
+    async def aadmit(self, request: HttpRequest) -> Failure | None:
+        """``admit`` for an async view: staging in a worker thread, the caller asked as
+        ``acaller_of`` asks (``request.user`` resolved first)."""
+        request.pdf = None  # type: ignore[attr-defined]
+        if request.method != "POST":
+            return None
+        try:
+            upload = await self.aprepare(request)
+        except UploadRejected as rejected:
+            return rejected
+        with discarded_on_error(upload):
+            caller = self._own_caller(request) or await acaller_of(request)
+        return await self.submit(request, caller, upload)
+
+    def _own_caller(self, request: HttpRequest) -> str | None:
+        return None if self.own_caller is None else self.own_caller(request)
 
     def prepare(self, request: HttpRequest) -> StagedUpload:
         """Check the upload's size and presence, stage a copy the job will own, and check
@@ -240,10 +254,7 @@ class _UploadAdmission:
 
     def no_upload(self) -> NoUpload:
         """The 400 for a POST without its PDF, worded once."""
-        return NoUpload(
-            f"Send the PDF as a multipart file field named {self.field!r}, "
-            "or as the request body with Content-Type: application/pdf."
-        )
+        return NoUpload(Wording.NO_UPLOAD.format(field=self.field))
 
     async def aprepare(self, request: HttpRequest) -> StagedUpload:
         """``prepare`` in a worker thread (parsing and copying block); a copy staged after
@@ -304,11 +315,11 @@ def checked(staged: StagedUpload, upload: UploadHeaders) -> StagedUpload:
     """``staged``, if it is what its request declared (``DigestMismatch`` else)."""
     if upload.digest is not None and upload.digest != staged.sha256:
         staged.discard()
-        raise DigestMismatch("The PDF received does not match the digest its request declared.")
+        raise DigestMismatch(Wording.DIGEST_MISMATCH)
     return staged
 
 
-async def run_staged(upload: StagedUpload, caller: str, job: Job, job_name: str) -> Any:
+async def run_staged(upload: StagedUpload, caller: str, job: UploadJob, job_name: str) -> Any:
     """Run or join ``job`` on ``upload`` in the process's pool under its single-flight key
     (``pool_key``); the job deletes the copy when done, else the pool's ``on_drop`` does.
     Raises what the pool raises (``Refused``) and what the job raises."""
@@ -329,7 +340,7 @@ def _limited(chunks: Iterator[bytes], conf: PoolSettings) -> Iterator[bytes]:
         yield chunk
 
 
-async def _run_then_discard(job: Job, upload: StagedUpload) -> Any:
+async def _run_then_discard(job: UploadJob, upload: StagedUpload) -> Any:
     """Run ``job`` on the upload, then delete the upload whatever the ending."""
     try:
         return await job(upload)

@@ -28,13 +28,60 @@ __all__ = [
     "SandboxUnavailable",
     "UploadRejected",
     "UploadTooLarge",
+    "Wording",
 ]
 
 
-class Refused(Exception):
-    """Base of every refusal. ``code`` is short and machine-readable;
-    ``retry_after`` is the pool's estimate, in seconds, of when trying again may work."""
+class Wording:
+    """What a client is told of each refusal, worded once: the pools, the sandbox, the door
+    and the decorator raise with these sentences (``{...}`` filled in where they raise);
+    ``responses.describe`` answers them. ``EXTRACTION_MESSAGES`` words the 422s."""
 
+    # the pools' own (503 busy / closed, 429 caller_busy), both pools alike
+    CLOSING = "The service is shutting down and takes no new work."
+    STOPPED = "The service was stopped before this job could finish."
+    CALLER_BUSY = "You already have a job in progress; wait for it to finish."
+    QUEUE_FULL = "Every worker is busy and the queue is full."
+    WAITED = "The job waited {limit} for a free worker and was given up."
+    # the Redis pool's (503 unavailable, busy, runner_lost)
+    UNREACHABLE = "The service cannot reach its coordinator; try again shortly."
+    NOT_TAKING = (
+        "The service's coordinator does not take new work at the moment; try again shortly."
+    )
+    DROPPED = "The service lost its coordinator for a moment; try again."
+    LOST_WAITING = "The service lost its coordinator while this job waited; try again shortly."
+    REBUILDING = "The service is recounting its work after a fault; try again shortly."
+    RUNNER_LOST = "The worker running this job stopped before it finished; try again."
+    EXPIRED = "The job's result expired before it could be read; try again."
+    # the sandbox's (503 sandbox_unavailable)
+    SANDBOX = "Extraction is unavailable on this server."
+    # the upload's (400, 408, 411, 413), from the door and the decorator
+    TOO_LARGE = "PDFs up to {mib:g} MiB are accepted."
+    TIMED_OUT = "The upload's body did not arrive in time."
+    NO_UPLOAD = (
+        "Send the PDF as a multipart file field named {field!r}, "
+        "or as the request body with Content-Type: application/pdf."
+    )
+    DIGEST_MISMATCH = "The PDF received does not match the digest its request declared."
+    LENGTH_REQUIRED = (
+        "A multipart upload needs a Content-Length: send it unchunked, or send the "
+        "PDF itself with Content-Type: application/pdf."
+    )
+    REPEATED_HEADER = "The {header} header was sent more than once."
+    TWO_DIGESTS = "The request declares two different digests for one PDF."
+    TWO_SHA256 = "The {header} header declares two different sha-256 values."
+    DIGEST_LIST = "The {header} header is not a list of algorithm=:digest: pairs."
+    DIGEST_FORM = "The {header} header's sha-256 must be :<base64>: (RFC 9530)."
+    DIGEST_BASE64 = "The {header} header's sha-256 is not valid base64."
+    DIGEST_LENGTH = "The {header} header's sha-256 is not 32 bytes long."
+
+
+class Refused(Exception):
+    """Base of every refusal. ``code`` is short and machine-readable; ``status`` is the
+    HTTP status it is answered with (503, 429 for ``CallerBusy``); ``retry_after`` is the
+    pool's estimate, in seconds, of when trying again may work."""
+
+    status = 503
     code = "refused"
 
     def __init__(self, message: str = "", retry_after: float = 0.0) -> None:
@@ -51,6 +98,7 @@ class PoolBusy(Refused):
 class CallerBusy(Refused):
     """This caller already has a job in flight."""
 
+    status = 429
     code = "caller_busy"
 
 
@@ -189,7 +237,10 @@ EXTRACTION_MESSAGES = {
 class ExtractionError(Exception):
     """A PDF that could not be extracted. `message` is safe to show a user; `detail` is not
     for users but never holds a path or a traceback (an exception name, a signal name).
-    `elapsed` and `peak_rss` are the child's own figures when it lived to report them."""
+    `elapsed` and `peak_rss` are the child's own figures when it lived to report them.
+    Answered 422."""
+
+    status = 422
 
     def __init__(
         self,

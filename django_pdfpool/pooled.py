@@ -7,14 +7,14 @@ import asyncio
 import functools
 import os
 import stat
-from typing import Any, TypeAlias, cast
+from typing import Any, TypeAlias
 
-from asgiref.sync import async_to_sync, iscoroutinefunction
+from asgiref.sync import async_to_sync
 from django.core.files import File
-from django.http import HttpRequest
 
+from .callers import caller_of as caller_of  # public here too: django_pdfpool.caller_of
 from .conf import PoolSettings, get_settings
-from .decorators import Job, _limited, extract_upload, resolve_job_name, run_staged
+from .decorators import UploadJob, _limited, extract_upload, resolve_job_name, run_staged
 from .door.rules import too_large
 from .uploads import StagedUpload, stage_chunks
 
@@ -26,7 +26,7 @@ _CHUNK = 64 * 1024
 
 
 def extract_pooled(
-    source: Source, *, caller: str, job: Job = extract_upload, job_name: str | None = None
+    source: Source, *, caller: str, job: UploadJob = extract_upload, job_name: str | None = None
 ) -> Any:
     """Run ``job`` (by default the text extraction) on ``source`` in the process's pool, as
     ``caller``: an upload of the same bytes to a ``@pdf_pooled`` view with the same job
@@ -46,7 +46,7 @@ def extract_pooled(
 
 
 async def aextract_pooled(
-    source: Source, *, caller: str, job: Job = extract_upload, job_name: str | None = None
+    source: Source, *, caller: str, job: UploadJob = extract_upload, job_name: str | None = None
 ) -> Any:
     """``extract_pooled`` for async code: the copy is made in a worker thread, and a caller
     cancelled meanwhile leaves no copy behind."""
@@ -60,16 +60,6 @@ async def aextract_pooled(
         copying.add_done_callback(_discard_made)
         raise
     return await run_staged(staged, who, job, name)
-
-
-def caller_of(request: HttpRequest) -> str:
-    """The caller the ``CALLER`` setting names for ``request``, as ``@pdf_pooled`` names it
-    (``user:<pk>``, ``ip:<address>`` by default): for views that call the pool themselves.
-    Synchronous code (an async ``CALLER`` function is run to completion here)."""
-    caller_function = get_settings().caller
-    if iscoroutinefunction(caller_function):
-        return cast(str, async_to_sync(caller_function)(request))
-    return cast(str, caller_function(request))
 
 
 def _discard_made(copying: asyncio.Future[StagedUpload]) -> None:

@@ -1,23 +1,35 @@
-"""Answers a client can act on, as JSON or HTML, for the decorator and the middleware.
-Only codes and messages meant for users reach the client, never a traceback or a path."""
+"""A refusal, from exception to response, in one module: what a client is told of each
+failure (``describe``), the library's answers (JSON, HTML, either as the client prefers),
+and the one path every entry takes, ``refusal_answer``: the view's ``answer=``, else the
+``REFUSAL_VIEW`` setting, each a ``(request, exception) -> HttpResponse``. Only codes and
+messages meant for users reach the client, never a traceback or a path."""
 
 from __future__ import annotations
 
 import functools
+import inspect
 import math
+import warnings
 from collections.abc import Callable
-from typing import cast
+from typing import Any, NamedTuple
 
 from asgiref.sync import sync_to_async
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.utils.html import format_html
 
 from .conf import get_settings
-from .exceptions import CallerBusy, ExtractionError, PoolMisconfigured, Refused, UploadRejected
+from .exceptions import ExtractionError, PoolMisconfigured, Refused, UploadRejected
+
+Failure = Refused | ExtractionError | UploadRejected
+"""Everything the app answers in a view's place."""
+
+RefusalView = Callable[[HttpRequest, Failure], HttpResponse]
+"""``view(request, exception) -> HttpResponse``: how a failure is answered. The
+``REFUSAL_VIEW`` setting is one; ``@pdf_pooled(answer=...)`` takes one for one view."""
 
 MISCONFIGURED = "The PDF service is misconfigured; its operators have been told."
 
-TITLES: dict[str | int, str] = {  # by code, else by status
+TITLES: dict[str | int, str] = {  # the HTML page's title: by code, else by status
     "no_upload": "No PDF received",
     "digest_mismatch": "The PDF does not match its digest",
     "bad_digest": "The digest header cannot be read",
@@ -32,127 +44,102 @@ TITLES: dict[str | int, str] = {  # by code, else by status
 }
 
 
-Answer = Callable[[HttpRequest, int, str, str, "float | None"], HttpResponse]
-"""``answer(request, status, code, message, retry_after)``: how a view answers what it
-could not do. ``@pdf_pooled(answer=...)`` takes one, to answer in a project's own pages."""
+class Described(NamedTuple):
+    """A failure as a client is told it; ``retry_after`` in whole seconds (at least 1)."""
+
+    status: int
+    code: str
+    message: str
+    retry_after: int | None
 
 
-def _retry_seconds(retry_after: float | None) -> int | None:
-    """``Retry-After`` is whole seconds, at least 1."""
-    return None if retry_after is None else max(1, math.ceil(retry_after))
+def describe(error: Failure) -> Described:
+    """The status (the exception class's ``status``: 503, 429 ``CallerBusy``, 422
+    ``ExtractionError``, 400/408/411/413 ``UploadRejected``), code, message and retry time
+    of ``error``: what every answer, the library's or an integration's, says of it."""
+    return Described(*_told(error))
 
 
-def json_answer(
-    request: HttpRequest, status: int, code: str, message: str, retry_after: float | None = None
-) -> HttpResponse:
-    """``{"error": code, "message": message, "retry_after": seconds}``, whatever the client
-    accepts (for APIs), with a ``Retry-After`` header where there is a retry time."""
-    seconds = _retry_seconds(retry_after)
-    body: dict[str, object] = {"error": code, "message": message}
-    if seconds is not None:
-        body["retry_after"] = seconds
-    return _with_retry(JsonResponse(body, status=status), seconds)
+def _told(error: Failure) -> tuple[int, str, str, int | None]:
+    if isinstance(error, ExtractionError):
+        return error.status, error.code, error.message, None
+    if isinstance(error, UploadRejected):
+        return error.status, error.code, str(error), None
+    # a deployment error's details (namespace, settings) are for the operators' log only
+    message = MISCONFIGURED if isinstance(error, PoolMisconfigured) else str(error)
+    return error.status, error.code, message, max(1, math.ceil(error.retry_after))
 
 
-def html_answer(
-    request: HttpRequest, status: int, code: str, message: str, retry_after: float | None = None
-) -> HttpResponse:
-    """A small standalone HTML page saying the same."""
-    seconds = _retry_seconds(retry_after)
-    title = TITLES.get(code) or TITLES.get(status, "Error")
-    retry = "" if seconds is None else f" Try again in {seconds} s."
+def _json(said: Described) -> HttpResponse:
+    body: dict[str, object] = {"error": said.code, "message": said.message}
+    if said.retry_after is not None:
+        body["retry_after"] = said.retry_after
+    return _with_retry(JsonResponse(body, status=said.status), said.retry_after)
+
+
+def _html(said: Described) -> HttpResponse:
+    title = TITLES.get(said.code) or TITLES.get(said.status, "Error")
+    retry = "" if said.retry_after is None else f" Try again in {said.retry_after} s."
     page = format_html(
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
         "<title>{}</title></head><body><h1>{}</h1><p>{}{}</p>"
         "<p><small>code: {}</small></p></body></html>",
         title,
         title,
-        message,
+        said.message,
         retry,
-        code,
+        said.code,
     )
-    return _with_retry(HttpResponse(page, status=status), seconds)
-
-
-def negotiated_answer(
-    request: HttpRequest, status: int, code: str, message: str, retry_after: float | None = None
-) -> HttpResponse:
-    """The default: JSON for clients that accept JSON (``*/*`` included), else HTML."""
-    preferred = request.get_preferred_type(["application/json", "text/html"])
-    chosen = json_answer if preferred == "application/json" else html_answer
-    return chosen(request, status, code, message, retry_after)
+    return _with_retry(HttpResponse(page, status=said.status), said.retry_after)
 
 
 def _with_retry(response: HttpResponse, seconds: int | None) -> HttpResponse:
-    """``response`` with a ``Retry-After`` header when there is a retry time."""
     if seconds is not None:
         response["Retry-After"] = str(seconds)
     return response
 
 
-Failure = Refused | ExtractionError | UploadRejected
-"""Everything the app answers in a view's place."""
+def json_answer(request: HttpRequest, exception: Failure, *old: Any) -> HttpResponse:
+    """``{"error": code, "message": message, "retry_after": seconds}``, whatever the client
+    accepts (for APIs), with a ``Retry-After`` header where there is a retry time.
+    (``old``: the deprecated call ``json_answer(request, status, code, message, retry)``.)"""
+    return _json(_old_described(old, exception) if old else describe(exception))
 
 
-def error_answer(
-    request: HttpRequest, error: Failure, answer: Answer = negotiated_answer
+def html_answer(request: HttpRequest, exception: Failure, *old: Any) -> HttpResponse:
+    """A small standalone HTML page saying the same."""
+    return _html(_old_described(old, exception) if old else describe(exception))
+
+
+def error_answer(request: HttpRequest, exception: Failure) -> HttpResponse:
+    """The default answer (the default ``REFUSAL_VIEW``): JSON for clients that accept JSON
+    (``*/*`` included), else HTML."""
+    preferred = request.get_preferred_type(["application/json", "text/html"])
+    return (json_answer if preferred == "application/json" else html_answer)(request, exception)
+
+
+default_refusal_view = error_answer  # the REFUSAL_VIEW setting's default, by its dotted path
+
+_QUICK = (json_answer, html_answer, error_answer)  # quick and pure: no template, no database
+
+
+def answers_quickly(answer: RefusalView | None) -> bool:
+    """Whether ``refusal_answer(..., answer)`` runs one of this module's own answers only:
+    safe to call on an event loop."""
+    return (answer or get_settings().refusal_view) in _QUICK
+
+
+def refusal_answer(
+    request: HttpRequest, error: Failure, answer: RefusalView | None = None
 ) -> HttpResponse:
-    """The answer to a refusal, an extraction error or a rejected upload: PoolBusy and
-    PoolClosed 503, CallerBusy 429, ExtractionError 422, UploadRejected 400, 408, 411 or 413."""
-    return answer(request, *_answered(error))
-
-
-def _answered(error: Failure) -> tuple[int, str, str, float | None]:
-    """What ``error`` is answered with: status, code, message, retry time."""
-    if isinstance(error, ExtractionError):
-        return 422, error.code, error.message, None
-    if isinstance(error, UploadRejected):
-        return error.status, error.code, str(error), None
-    status = 429 if isinstance(error, CallerBusy) else 503
-    # a deployment error's details (namespace, settings) are for the operators' log only
-    message = MISCONFIGURED if isinstance(error, PoolMisconfigured) else str(error)
-    return status, error.code, message, error.retry_after
-
-
-AsgiAnswer = tuple[int, tuple[tuple[bytes, bytes], ...], bytes]
-"""A complete answer as ASGI parts: status, headers (``Content-Length`` included), body."""
-
-
-def prebuilt_answer(error: Failure, answer: Answer | None) -> AsgiAnswer | None:
-    """The answer ``error_answer(request, error, answer)`` gives, as ASGI parts built once per
-    distinct answer, when ``answer`` reads nothing of the request (``json_answer``,
-    ``html_answer``); else None. For the door, which refuses hundreds of uploads a second
-    with a handful of distinct answers (issue 24: building each cost the event loop)."""
-    if answer is not json_answer and answer is not html_answer:
-        return None
-    status, code, message, retry_after = _answered(error)
-    return _built(answer, status, code, message, _retry_seconds(retry_after))
-
-
-@functools.lru_cache(maxsize=256)  # distinct answers: codes x messages x retry seconds
-def _built(answer: Answer, status: int, code: str, message: str, seconds: int | None) -> AsgiAnswer:
-    response = answer(cast(HttpRequest, None), status, code, message, seconds)  # not read
-    headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in response.items()]
-    if not response.has_header("Content-Length"):
-        headers.append((b"Content-Length", str(len(response.content)).encode("latin-1")))
-    return response.status_code, tuple(headers), response.content
-
-
-def default_refusal_view(request: HttpRequest, exception: Failure) -> HttpResponse:
-    """The default ``REFUSAL_VIEW``: JSON or HTML, as the client prefers."""
-    return error_answer(request, exception)
-
-
-def answers_quickly(answer: Answer | None) -> bool:
-    """Whether ``refusal_answer(..., answer)`` runs only this module's own answers, quick
-    and pure (no template, no database): safe to call on an event loop."""
-    if answer is None:
-        return get_settings().refusal_view is default_refusal_view
-    return answer in (json_answer, html_answer, negotiated_answer)
+    """The answer in a view's place: ``answer`` (a view's ``answer=``) when given, else the
+    project's ``REFUSAL_VIEW``. Every entry answers through here (or its async twin)."""
+    response: HttpResponse = (answer or get_settings().refusal_view)(request, error)
+    return response
 
 
 async def arefusal_answer(
-    request: HttpRequest, error: Failure, answer: Answer | None = None
+    request: HttpRequest, error: Failure, answer: RefusalView | None = None
 ) -> HttpResponse:
     """``refusal_answer`` from async code: a project's own answer runs in a worker thread,
     since it may render templates or read the database."""
@@ -161,12 +148,100 @@ async def arefusal_answer(
     return await sync_to_async(refusal_answer, thread_sensitive=False)(request, error, answer)
 
 
-def refusal_answer(
-    request: HttpRequest, error: Failure, answer: Answer | None = None
-) -> HttpResponse:
-    """The answer in a view's place: ``answer`` (a decorator's ``answer=``) when given,
-    else the project's ``REFUSAL_VIEW``."""
-    if answer is not None:
-        return error_answer(request, error, answer)
-    response: HttpResponse = get_settings().refusal_view(request, error)
-    return response
+AsgiAnswer = tuple[int, tuple[tuple[bytes, bytes], ...], bytes]
+"""A complete answer as ASGI parts: status, headers (``Content-Length`` included), body."""
+
+
+def prebuilt_answer(error: Failure, answer: RefusalView | None) -> AsgiAnswer | None:
+    """What ``refusal_answer(request, error, answer)`` gives, as ASGI parts built once per
+    distinct answer, when ``answer`` reads nothing of the request (``json_answer``,
+    ``html_answer``); else None. For the door, which refuses hundreds of uploads a second
+    with a handful of distinct answers (issue 24: building each cost the event loop)."""
+    build = _json if answer is json_answer else _html if answer is html_answer else None
+    return None if build is None else _built(build, *_told(error))
+
+
+@functools.lru_cache(maxsize=256)  # distinct answers: codes x messages x retry seconds
+def _built(
+    build: Callable[[Described], HttpResponse],
+    status: int,
+    code: str,
+    message: str,
+    seconds: int | None,
+) -> AsgiAnswer:
+    response = build(Described(status, code, message, seconds))
+    headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in response.items()]
+    if not response.has_header("Content-Length"):
+        headers.append((b"Content-Length", str(len(response.content)).encode("latin-1")))
+    return response.status_code, tuple(headers), response.content
+
+
+# --- the five-argument answer=, deprecated (one release) ------------------------------------
+
+OldAnswer = Callable[[HttpRequest, int, str, str, "float | None"], HttpResponse]
+"""The old ``answer(request, status, code, message, retry_after)``: still taken, with a
+``DeprecationWarning``, until the next release."""
+
+_OLD_SHAPE = (
+    "answer(request, status, code, message, retry_after) is deprecated: take "
+    "(request, exception) as REFUSAL_VIEW does (responses.describe(exception) gives the "
+    "status, code, message and retry time). The old shape stops working in the next release."
+)
+
+
+def as_refusal_view(answer: RefusalView | OldAnswer) -> RefusalView:
+    """``answer`` in the one hook shape: a five-argument function is adapted (with a
+    ``DeprecationWarning``, once, where it is given), anything else returned as it is."""
+    if not _takes_five(answer):
+        return answer  # type: ignore[return-value]
+    warnings.warn(_OLD_SHAPE, DeprecationWarning, stacklevel=3)
+    old: OldAnswer = answer  # type: ignore[assignment]
+
+    @functools.wraps(old)
+    def adapted(request: HttpRequest, exception: Failure) -> HttpResponse:
+        said = describe(exception)
+        retry = exception.retry_after if isinstance(exception, Refused) else None
+        return old(request, said.status, said.code, said.message, retry)
+
+    del adapted.__wrapped__  # its own signature is the new shape: adapted once, not twice
+    return adapted
+
+
+def _takes_five(answer: Callable[..., Any]) -> bool:
+    """Whether ``answer`` needs the old five arguments: it cannot take two, and can five."""
+    try:
+        signature = inspect.signature(answer)
+    except (TypeError, ValueError):
+        return False
+    try:
+        signature.bind(None, None)
+        return False
+    except TypeError:
+        pass
+    try:
+        signature.bind(None, None, None, None, None)
+        return True
+    except TypeError:
+        return False
+
+
+def __getattr__(name: str) -> Any:
+    """``negotiated_answer``, the default answer's name before ``error_answer`` (deprecated)."""
+    if name == "negotiated_answer":
+        warnings.warn(
+            "django_pdfpool.responses.negotiated_answer is error_answer now; the old name "
+            "goes in the next release.",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return error_answer
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _old_described(old: tuple[Any, ...], status: Any) -> Described:
+    """``json_answer(request, status, code, message, retry_after)``, called the old way."""
+    warnings.warn(_OLD_SHAPE, DeprecationWarning, stacklevel=3)
+    code, message, *rest = old
+    retry_after = rest[0] if rest else None
+    seconds = None if retry_after is None else max(1, math.ceil(retry_after))
+    return Described(int(status), code, message, seconds)

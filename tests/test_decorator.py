@@ -477,13 +477,12 @@ def test_json_answer_answers_json_even_to_browsers(pdfpool):
 @pytest.mark.parametrize("kind", ["json", "html"])
 def test_a_prebuilt_answer_is_byte_for_byte_the_answer_built_for_the_request(pdfpool, kind):
     """What the door sends from ``prebuilt_answer`` (built once per distinct answer) is what
-    ``error_answer`` builds for each request: status, every header, the body."""
+    ``answer`` builds for each request: status, every header, the body."""
     from django_pdfpool.exceptions import CallerBusy, ExtractionError, PoolBusy, PoolClosed
     from django_pdfpool.responses import (
         error_answer,
         html_answer,
         json_answer,
-        negotiated_answer,
         prebuilt_answer,
     )
 
@@ -493,7 +492,7 @@ def test_a_prebuilt_answer_is_byte_for_byte_the_answer_built_for_the_request(pdf
     errors.append(ExtractionError("encrypted"))
     for error in errors:
         built = prebuilt_answer(error, answer)
-        response = error_answer(request, error, answer)
+        response = answer(request, error)
         assert built is not None
         status, headers, body = built
         assert status == response.status_code and body == response.content
@@ -502,7 +501,7 @@ def test_a_prebuilt_answer_is_byte_for_byte_the_answer_built_for_the_request(pdf
         assert {k.decode().lower(): v.decode() for k, v in headers} == expected
         assert prebuilt_answer(error, answer) is built  # built once
     # answers that read the request (the client's Accept, a project's page) are not prebuilt
-    assert prebuilt_answer(errors[0], negotiated_answer) is None
+    assert prebuilt_answer(errors[0], error_answer) is None
     assert prebuilt_answer(errors[0], None) is None
 
 

@@ -842,11 +842,11 @@ def test_the_door_answers_on_the_event_loop_only_with_the_librarys_own_answers(p
     the ASGI door runs those in a thread, and only those (bench_load: a thread hop per
     refusal cost the example's API 35 ms at p99 in a burst)."""
     from django_pdfpool import html_answer, json_answer
-    from django_pdfpool.responses import answers_quickly, negotiated_answer
+    from django_pdfpool.responses import answers_quickly, error_answer
 
     pdfpool()
     assert answers_quickly(None) and answers_quickly(json_answer) and answers_quickly(html_answer)
-    assert answers_quickly(negotiated_answer)
+    assert answers_quickly(error_answer)
     assert not answers_quickly(lambda request, status, code, message, retry_after: None)
     pdfpool(REFUSAL_VIEW="tests.test_door.project_refusal")
     assert not answers_quickly(None) and answers_quickly(json_answer)

@@ -140,9 +140,12 @@ def snapshot(request):
     return JsonResponse({**get_pool().snapshot().as_dict(), "door": door_status()})
 
 
-def teapot_answer(request, status, code, message, retry_after):
+def teapot_answer(request, exception):
     """A project's own answer function: proves @pdf_pooled hands it every answer."""
-    return JsonResponse({"mine": code, "status": status, "retry": retry_after}, status=418)
+    retry = getattr(exception, "retry_after", None)
+    return JsonResponse(
+        {"mine": exception.code, "status": exception.status, "retry": retry}, status=418
+    )
 
 
 @pdf_pooled(answer=json_answer)

@@ -11,7 +11,7 @@ import logging
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from ..exceptions import CallerBusy, PoolBusy, PoolClosed
+from ..exceptions import CallerBusy, PoolBusy, PoolClosed, Wording
 from .counters import Counter
 from .protocol import DropFn, ErrorObserver
 from .records import Waiter
@@ -23,24 +23,24 @@ logger = logging.getLogger("django_pdfpool.pool")
 
 
 def closing() -> PoolClosed:
-    return PoolClosed("The service is shutting down and takes no new work.")
+    return PoolClosed(Wording.CLOSING)
 
 
 def stopped() -> PoolClosed:
-    return PoolClosed("The service was stopped before this job could finish.")
+    return PoolClosed(Wording.STOPPED)
 
 
 def caller_busy(retry_after: float) -> CallerBusy:
-    return CallerBusy("You already have a job in progress; wait for it to finish.", retry_after)
+    return CallerBusy(Wording.CALLER_BUSY, retry_after)
 
 
 def queue_full(retry_after: float) -> PoolBusy:
-    return PoolBusy("Every worker is busy and the queue is full.", retry_after)
+    return PoolBusy(Wording.QUEUE_FULL, retry_after)
 
 
 def waited_too_long(wait: float | None, retry_after: float) -> PoolBusy:
     limit = f"{wait:g} s" if wait is not None else "too long"
-    return PoolBusy(f"The job waited {limit} for a free worker and was given up.", retry_after)
+    return PoolBusy(Wording.WAITED.format(limit=limit), retry_after)
 
 
 def counter_of(refusal: PoolBusy | PoolClosed | CallerBusy) -> Counter:

@@ -13,16 +13,16 @@ from typing import IO, Any, TypeVar, cast, overload
 from asgiref.sync import async_to_sync, iscoroutinefunction
 from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest, HttpResponse
-from django.urls import resolve
 from rest_framework.exceptions import APIException, Throttled
 from rest_framework.parsers import DataAndFiles, FileUploadParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from ..callers import caller_of
 from ..conf import get_settings
 from ..decorators import (
-    Job,
+    UploadJob,
     _UploadAdmission,
     discarded_on_error,
     extract_upload,
@@ -31,11 +31,9 @@ from ..decorators import (
 )
 from ..door.headers import UploadHeaders
 from ..door.rules import body_limit, too_large
-from ..door.views import POOLED
+from ..door.views import POOLED, route_of
 from ..exceptions import UploadRejected
-from ..pooled import caller_of
-from ..responses import Failure
-from .failures import describe, rebuilt
+from ..responses import Failure, describe
 
 __all__ = [
     "CallerThrottled",
@@ -95,7 +93,8 @@ class PdfUnreadable(PdfPoolError):
 
 
 class PdfUploadInvalid(PdfPoolError):
-    """400: no PDF in the request, or one that does not match its declared digest."""
+    """400: no PDF in the request, or one that does not match its declared digest (408:
+    the body came too slowly; 411: a form sent chunked)."""
 
     status_code = 400
     default_detail = "This upload cannot be accepted."
@@ -114,30 +113,31 @@ def api_exception(error: Failure) -> PdfPoolError:
     else:
         kind = {413: PdfTooLarge, 422: PdfUnreadable}.get(said.status, PdfUploadInvalid)
         found = kind(said.message, said.code)
+        found.status_code = said.status  # 408 and 411 are PdfUploadInvalid too, not 400
     found.error = error
     return found
 
 
-def door_answer(
-    request: HttpRequest, status: int, code: str, message: str, retry_after: float | None
-) -> HttpResponse:
+def door_answer(request: HttpRequest, exception: Failure) -> HttpResponse:
     """The door's answer for a DRF route (before the view runs): the DRF exception the
     view would raise, answered by the route's own view class as DRF answers it (its
     exception handler, content negotiation and renderers), rendered."""
-    return drf_answer(request, api_exception(rebuilt(status, code, message, retry_after)))
+    return drf_answer(request, api_exception(exception))
 
 
 def drf_answer(request: HttpRequest, exc: APIException) -> HttpResponse:
     """``exc`` answered by the DRF view ``request`` resolves to (``APIView`` if none)."""
-    match = resolve(request.path_info, getattr(request, "urlconf", None))
-    view_class = getattr(match.func, "cls", None) or APIView
-    view: Any = view_class(**getattr(match.func, "initkwargs", {}))
-    view.action_map = getattr(match.func, "actions", None) or {}  # a ViewSet's routing
-    view.args, view.kwargs = match.args, match.kwargs
+    match = route_of(request)
+    func = match.func if match is not None else None
+    args, kwargs = (match.args, match.kwargs) if match is not None else ((), {})
+    view_class = getattr(func, "cls", None) or APIView
+    view: Any = view_class(**getattr(func, "initkwargs", {}))
+    view.action_map = getattr(func, "actions", None) or {}  # a ViewSet's routing
+    view.args, view.kwargs = args, kwargs
     view.headers = view.default_response_headers
-    drf_request = view.initialize_request(request, *match.args, **match.kwargs)
+    drf_request = view.initialize_request(request, *args, **kwargs)
     view.request = drf_request
-    view.format_kwarg = view.get_format_suffix(**match.kwargs)
+    view.format_kwarg = view.get_format_suffix(**kwargs)
     response = view.finalize_response(drf_request, view.handle_exception(exc))
     if isinstance(response, Response):
         response.render()
@@ -185,7 +185,7 @@ def pdf_pooled(
     /,
     *,
     field: str = "file",
-    job: Job = extract_upload,
+    job: UploadJob = extract_upload,
     job_name: str | None = None,
 ) -> Callable[[Handler], Handler]: ...
 
@@ -195,7 +195,7 @@ def pdf_pooled(
     /,
     *,
     field: str = "file",
-    job: Job = extract_upload,
+    job: UploadJob = extract_upload,
     job_name: str | None = None,
 ) -> Handler | Callable[[Handler], Handler]:
     """Decorate a DRF handler, ``post(self, request)`` or an ``@api_view`` function (under

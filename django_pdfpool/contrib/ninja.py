@@ -13,23 +13,18 @@ import inspect
 from collections.abc import Callable
 from typing import Any, TypeVar, cast, overload
 
-from asgiref.sync import async_to_sync, iscoroutinefunction
+from asgiref.sync import iscoroutinefunction
 from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest, HttpResponse
-from django.urls import Resolver404, resolve
 from django.utils.crypto import salted_hmac
 from ninja import NinjaAPI
 from ninja.decorators import decorate_view
 from ninja.errors import HttpError
 from ninja.operation import PathView
 
-from ..conf import get_settings
-from ..decorators import Job, _UploadAdmission, discarded_on_error, extract_upload, resolve_job_name
-from ..door.views import POOLED
-from ..exceptions import UploadRejected
-from ..pooled import caller_of
-from ..responses import Failure, json_answer
-from .failures import describe, rebuilt
+from ..decorators import UploadJob, _UploadAdmission, extract_upload, resolve_job_name
+from ..door.views import POOLED, route_of
+from ..responses import Failure, describe, json_answer
 
 __all__ = ["PdfPoolHttpError", "auth_caller", "door_answer", "pdf_pooled"]
 
@@ -76,7 +71,7 @@ def pdf_pooled(
     /,
     *,
     field: str = "file",
-    job: Job = extract_upload,
+    job: UploadJob = extract_upload,
     job_name: str | None = None,
 ) -> Callable[[Operation], Operation]: ...
 
@@ -86,7 +81,7 @@ def pdf_pooled(
     /,
     *,
     field: str = "file",
-    job: Job = extract_upload,
+    job: UploadJob = extract_upload,
     job_name: str | None = None,
 ) -> Operation | Callable[[Operation], Operation]:
     """Decorate a ninja operation (below ``@api.post``): a POST's PDF (the multipart file
@@ -99,25 +94,15 @@ def pdf_pooled(
             f"pdf_pooled is above @api.post on {operation.__qualname__}: ninja registered "
             "the function before it was decorated. Put @pdf_pooled below @api.post."
         )
-    admission = _UploadAdmission(field, job, door_answer, name)  # the door answers as ninja
+    admission = _UploadAdmission(field, job, door_answer, name, auth_caller)  # request.auth first
     wrapper: Callable[..., Any]
     if iscoroutinefunction(operation):
 
         @functools.wraps(operation)
         async def async_wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
-            request.pdf = None  # type: ignore[attr-defined]
-            if request.method == "POST":
-                try:
-                    prepared = await admission.aprepare(request)
-                except UploadRejected as rejected:
-                    raise _refusal(request, rejected) from rejected
-                with discarded_on_error(prepared):
-                    if auth_caller(request) is None and hasattr(request, "auser"):
-                        request.user = await request.auser()
-                    caller = auth_caller(request) or await _setting_caller(request)
-                refused = await admission.submit(request, caller, prepared)
-                if refused is not None:
-                    raise _refusal(request, refused) from refused
+            refused = await admission.aadmit(request)
+            if refused is not None:
+                raise _refusal(request, refused) from refused
             return await operation(request, *args, **kwargs)
 
         wrapper = async_wrapper
@@ -125,17 +110,9 @@ def pdf_pooled(
 
         @functools.wraps(operation)
         def sync_wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
-            request.pdf = None  # type: ignore[attr-defined]
-            if request.method == "POST":
-                try:
-                    prepared = admission.prepare(request)
-                except UploadRejected as rejected:
-                    raise _refusal(request, rejected) from rejected
-                with discarded_on_error(prepared):
-                    caller = auth_caller(request) or caller_of(request)
-                refused = async_to_sync(admission.submit)(request, caller, prepared)
-                if refused is not None:
-                    raise _refusal(request, refused) from refused
+            refused = admission.admit(request)
+            if refused is not None:
+                raise _refusal(request, refused) from refused
             return operation(request, *args, **kwargs)
 
         wrapper = sync_wrapper
@@ -147,43 +124,28 @@ def pdf_pooled(
     return cast(Operation, decorate_view(_with_retry_after)(wrapper))
 
 
-def door_answer(
-    request: HttpRequest, status: int, code: str, message: str, retry_after: float | None
-) -> HttpResponse:
+def door_answer(request: HttpRequest, exception: Failure) -> HttpResponse:
     """The door's answer for a ninja route (before ninja runs): the ``PdfPoolHttpError``
     the operation would raise, answered by its API's exception handlers, with
     ``Retry-After``."""
-    error = rebuilt(status, code, message, retry_after)
     api = _api_of(request)
     if api is None:  # not a ninja route after all: the library's own JSON answer
-        return json_answer(request, status, code, message, retry_after)
-    response = api.on_exception(request, _refusal(request, error))
+        return json_answer(request, exception)
+    response = api.on_exception(request, _refusal(request, exception))
     return cast(HttpResponse, _retry_header(request, response))
 
 
 def _api_of(request: HttpRequest) -> NinjaAPI | None:
     """The API of the POST operation ``request`` resolves to: ninja's path view, the
     object its URL's view function closes over, holds the operations."""
-    try:
-        match = resolve(request.path_info, getattr(request, "urlconf", None))
-    except Resolver404:
-        return None
-    for cell in getattr(match.func, "__closure__", None) or ():
+    match = route_of(request)
+    for cell in getattr(match.func if match else None, "__closure__", None) or ():
         path_view = cell.cell_contents
         if isinstance(path_view, PathView):
             for operation in path_view.operations:
                 if "POST" in operation.methods:
                     return operation.api
     return None
-
-
-async def _setting_caller(request: HttpRequest) -> str:
-    """``caller_of`` on an async path: an async ``CALLER`` is awaited, a sync one called
-    here (``request.user`` is resolved already), as the decorator does."""
-    function = get_settings().caller
-    if iscoroutinefunction(function):
-        return cast(str, await function(request))
-    return cast(str, function(request))
 
 
 def _refusal(request: HttpRequest, error: Failure) -> PdfPoolHttpError:

@@ -17,7 +17,7 @@ from django.http import HttpResponse
 from ..asgi import ASGIApp, Message, Receive, Scope, Send
 from ..conf import get_settings
 from ..exceptions import BodyTimeout, UploadRejected, UploadTooLarge
-from ..responses import Answer, arefusal_answer, prebuilt_answer
+from ..responses import RefusalView, arefusal_answer, prebuilt_answer
 from .entry import aadmit, awho, terms
 from .headers import UploadHeaders, is_post
 from .rules import DOOR, TIMED_OUT, Refusal, Terms, Ticket, body_limit, too_large
@@ -92,7 +92,7 @@ class _CountedBody:
         receive: Receive,
         send: Send,
         limit: int,
-        answer: Answer | None,
+        answer: RefusalView | None,
         ticket: Ticket,
         terms: Terms,
     ) -> None:
@@ -131,7 +131,7 @@ class _CountedBody:
 
 
 async def send_refusal(
-    scope: Scope, send: Send, refusal: Refusal, answer: Answer | None = None
+    scope: Scope, send: Send, refusal: Refusal, answer: RefusalView | None = None
 ) -> None:
     """Answer ``refusal`` as the view's ``answer=`` or the ``REFUSAL_VIEW`` would, without
     reading the body. Only a 413 closes the connection: closing with a body still on its

@@ -9,12 +9,12 @@ import logging
 import time
 from typing import Any
 
-from asgiref.sync import iscoroutinefunction, sync_to_async
+from asgiref.sync import sync_to_async
 from django.http import HttpRequest
 
 from ..admission.protocol import AdmissionPool
 from ..admission.snapshot import Pressure
-from ..callers import ASKING, address_caller, user_or_forwarded_ip, user_or_ip
+from ..callers import ASKING, acaller_of, address_caller, caller_of
 from ..conf import PoolSettings, get_settings
 from ..configured import get_pool
 from ..exceptions import CallerBusy, PoolBusy, PoolClosed
@@ -26,8 +26,6 @@ logger = logging.getLogger("django_pdfpool.door")
 
 Who = tuple[str, bool]
 """The caller id, and whether it is the caller (False: the address, the caller unknown yet)."""
-
-_QUICK_CALLERS = (user_or_ip, user_or_forwarded_ip)  # read attributes only: fine on a loop
 
 
 def terms(conf: PoolSettings | None = None) -> Terms:
@@ -59,13 +57,8 @@ def _who(request: HttpRequest, caller: str | None) -> Who:
 
 def who_now(request: HttpRequest) -> Who:
     """The caller, asked from a sync request's thread (where it may read the database)."""
-    caller_of = get_settings().caller
     request.META[ASKING] = True
     try:
-        if iscoroutinefunction(caller_of):
-            from asgiref.sync import async_to_sync
-
-            return _who(request, async_to_sync(caller_of)(request))
         return _who(request, caller_of(request))
     except Exception:  # written for the decorator (it reads request.user, say): ask it there
         logger.debug("CALLER could not tell the door who asks", exc_info=True)
@@ -75,15 +68,11 @@ def who_now(request: HttpRequest) -> Who:
 
 
 async def awho(request: HttpRequest) -> Who:
-    """The caller, asked from an event loop: a project's sync function runs in a thread."""
-    caller_of = get_settings().caller
+    """The caller, asked from an event loop (``acaller_of``: a project's sync function
+    runs in a thread)."""
     request.META[ASKING] = True
     try:
-        if iscoroutinefunction(caller_of):
-            return _who(request, await caller_of(request))
-        if caller_of in _QUICK_CALLERS:
-            return _who(request, caller_of(request))
-        return _who(request, await sync_to_async(caller_of, thread_sensitive=False)(request))
+        return _who(request, await acaller_of(request))
     except Exception:  # as in who_now: the decorator asks again, after authentication
         logger.debug("CALLER could not tell the door who asks", exc_info=True)
         return _who(request, None)

@@ -14,7 +14,7 @@ import binascii
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from ..exceptions import BadDigest, LengthRequired, RepeatedHeader
+from ..exceptions import BadDigest, LengthRequired, RepeatedHeader, Wording
 
 PDF_TYPE = "application/pdf"
 RAW_DIGESTS = ("repr-digest", "content-digest")  # RFC 9530, for a raw PDF body
@@ -48,19 +48,16 @@ class UploadHeaders:
         values = _collect(headers)
         content_type = _one(values, "content-type")
         if "," in _unquoted(content_type):  # two, joined by a server: one media type has none
-            raise RepeatedHeader("The Content-Type header was sent more than once.")
+            raise RepeatedHeader(Wording.REPEATED_HEADER.format(header="Content-Type"))
         content_type = content_type.split(";", 1)[0].strip().lower()
         raw = content_type == PDF_TYPE
         chunked = "chunked" in ",".join(values.get("transfer-encoding", ())).lower()
         if chunked and content_type.startswith("multipart/"):
-            raise LengthRequired(
-                "A multipart upload needs a Content-Length: send it unchunked, or send the "
-                "PDF itself with Content-Type: application/pdf."
-            )
+            raise LengthRequired(Wording.LENGTH_REQUIRED)
         names = RAW_DIGESTS if raw else (FILE_DIGEST,)
         digests = {d for name in names if (d := parse_digest(_one(values, name), name))}
         if len(digests) > 1:
-            raise BadDigest("The request declares two different digests for one PDF.")
+            raise BadDigest(Wording.TWO_DIGESTS)
         return cls(
             declared_size=_length(_one(values, "content-length")),
             chunked=chunked,
@@ -84,7 +81,7 @@ def _one(values: dict[str, list[str]], name: str) -> str:
     found = values.get(name, ())
     equal_lengths = name == "content-length" and len({v.strip() for v in found}) == 1
     if len(found) > 1 and name in SINGLE and not equal_lengths:
-        raise RepeatedHeader(f"The {name.title()} header was sent more than once.")
+        raise RepeatedHeader(Wording.REPEATED_HEADER.format(header=name.title()))
     return found[0] if found else ""
 
 
@@ -122,20 +119,20 @@ def parse_digest(value: str, header: str = "Repr-Digest") -> str | None:
     for member in value.split(","):
         name, sep, item = member.strip().partition("=")
         if not sep or not name:
-            raise BadDigest(f"The {header} header is not a list of algorithm=:digest: pairs.")
+            raise BadDigest(Wording.DIGEST_LIST.format(header=header))
         if name.strip().lower() != SHA256:
             continue
         item = item.strip()
         if len(item) < 2 or item[0] != ":" or item[-1] != ":":
-            raise BadDigest(f"The {header} header's sha-256 must be :<base64>: (RFC 9530).")
+            raise BadDigest(Wording.DIGEST_FORM.format(header=header))
         try:
             raw = base64.b64decode(item[1:-1], validate=True)
         except (binascii.Error, ValueError):
-            raise BadDigest(f"The {header} header's sha-256 is not valid base64.") from None
+            raise BadDigest(Wording.DIGEST_BASE64.format(header=header)) from None
         if len(raw) != 32:
-            raise BadDigest(f"The {header} header's sha-256 is not 32 bytes long.")
+            raise BadDigest(Wording.DIGEST_LENGTH.format(header=header))
         if found is not None and found != raw.hex():
-            raise RepeatedHeader(f"The {header} header declares two different sha-256 values.")
+            raise RepeatedHeader(Wording.TWO_SHA256.format(header=header))
         found = raw.hex()
     return found
 

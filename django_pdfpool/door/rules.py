@@ -23,7 +23,7 @@ from typing import Literal
 
 from ..admission import delivery
 from ..admission.snapshot import Pressure
-from ..exceptions import CallerBusy, PoolBusy, PoolClosed, UploadRejected, UploadTooLarge
+from ..exceptions import CallerBusy, PoolBusy, PoolClosed, UploadRejected, UploadTooLarge, Wording
 from .headers import UploadHeaders
 
 Refusal = PoolClosed | PoolBusy | CallerBusy | UploadRejected
@@ -41,13 +41,13 @@ def body_limit(max_upload_size: int, raw: bool) -> int:
     return max_upload_size if raw else max_upload_size + MULTIPART_SLACK
 
 
-TIMED_OUT = "The upload's body did not arrive in time."
+TIMED_OUT = Wording.TIMED_OUT
 """The 408's message, for both adapters."""
 
 
 def too_large(max_upload_size: int) -> UploadTooLarge:
     """The 413 for an upload over ``MAX_UPLOAD_SIZE``, worded once."""
-    return UploadTooLarge(f"PDFs up to {max_upload_size / 1024 / 1024:g} MiB are accepted.")
+    return UploadTooLarge(Wording.TOO_LARGE.format(mib=max_upload_size / 1024 / 1024))
 
 
 @dataclass(frozen=True)

@@ -7,10 +7,11 @@ import contextlib
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol, cast
 
-from django.urls import URLPattern, URLResolver, get_resolver, resolve
+from django.http import HttpRequest
+from django.urls import ResolverMatch, URLPattern, URLResolver, get_resolver, resolve
 from django.urls.exceptions import Resolver404
 
-from ..responses import Answer
+from ..responses import RefusalView
 
 POOLED = "pdfpool_admission"
 """The attribute ``@pdf_pooled`` sets on the view it returns: what the door needs of it."""
@@ -20,7 +21,7 @@ class PooledView(Protocol):
     """What the door asks of a pooled view: the single-flight key of an upload, and the
     view's own ``answer=``, if it has one (else ``REFUSAL_VIEW`` answers)."""
 
-    answer: Answer | None
+    answer: RefusalView | None
 
     def key(self, sha256: str) -> str: ...
 
@@ -32,6 +33,18 @@ def pooled_view(path_info: str, urlconf: str | None = None) -> PooledView | None
     except Resolver404:
         return None
     return pooled_view_of(match.func)
+
+
+def route_of(request: HttpRequest) -> ResolverMatch | None:
+    """The route ``request`` resolves to, for an answer that reads its view (DRF's, ninja's):
+    ``request.resolver_match`` where it is set already, else resolved here; None if none."""
+    match: ResolverMatch | None = getattr(request, "resolver_match", None)
+    if match is not None:
+        return match
+    try:
+        return resolve(request.path_info, getattr(request, "urlconf", None))
+    except Resolver404:
+        return None
 
 
 def pooled_view_of(func: Callable[..., Any]) -> PooledView | None:

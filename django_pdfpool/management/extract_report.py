@@ -14,7 +14,7 @@ from typing import Any
 from django.core.management.base import CommandError
 
 from ..conf import PoolSettings
-from ..exceptions import ExtractionError
+from ..exceptions import ExtractionError, Wording
 from ..sandbox.extract import Extraction, extract
 from ..status.page import fmt
 
@@ -108,7 +108,7 @@ def too_large(size: int, conf: PoolSettings) -> ExtractionError:
     limit = conf.max_upload_size
     return ExtractionError(
         "too_large",
-        f"PDFs up to {limit / 1024 / 1024:g} MiB are accepted.",
+        Wording.TOO_LARGE.format(mib=limit / 1024 / 1024),
         detail=f"{size} bytes, over MAX_UPLOAD_SIZE ({limit} bytes)",
     )
 

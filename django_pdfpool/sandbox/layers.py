@@ -11,13 +11,13 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-from ..exceptions import SandboxUnavailable
+from ..exceptions import SandboxUnavailable, Wording
 from .child_process import CHILD_MODULE, child_env
 from .confine import LAYERS, LEVELS
 from .limits import REQUIRE
 from .wire import PROBE_OPTION, SANDBOX_OFF
 
-SANDBOX_REFUSAL = "Extraction is unavailable on this server."  # what a client is told
+SANDBOX_REFUSAL = Wording.SANDBOX  # what a client is told
 PROBE_TIMEOUT = 60.0  # seconds a probe child may take (an interpreter start on a busy host)
 _logger = logging.getLogger("django_pdfpool.sandbox")
 

@@ -8,10 +8,9 @@ a friendly message on the upload page itself, with the retry time.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
-from django_pdfpool.responses import TITLES
+from django_pdfpool.responses import TITLES, Failure, describe
 
 # What people read for the pool's refusals; an unreadable PDF's own message is
 # already meant for users. The page's script shows the same texts (json_script).
@@ -28,14 +27,14 @@ def friendly_texts() -> dict[str, dict[str, str]]:
     return {"titles": titles, "messages": FRIENDLY}
 
 
-def problem(status: int, code: str, message: str, retry_after: float | None) -> dict[str, Any]:
+def problem(exception: Failure) -> dict[str, Any]:
     """The template's ``problem``: what went wrong, in words for people, and when to retry."""
-    seconds = None if retry_after is None else max(1, math.ceil(retry_after))
+    said = describe(exception)
     return {
-        "status": status,
-        "code": code,
-        "title": TITLES.get(status, "Something went wrong"),
-        "message": FRIENDLY.get(code) or message or "Please try again.",
-        "retry_after": seconds,
-        "kind": "busy" if status in (429, 503) else "error",
+        "status": said.status,
+        "code": said.code,
+        "title": TITLES.get(said.status, "Something went wrong"),
+        "message": FRIENDLY.get(said.code) or said.message or "Please try again.",
+        "retry_after": said.retry_after,
+        "kind": "busy" if said.status in (429, 503) else "error",
     }

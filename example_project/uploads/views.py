@@ -13,7 +13,7 @@ from __future__ import annotations
 from functools import wraps
 from typing import Any
 
-from asgiref.sync import iscoroutinefunction, sync_to_async
+from asgiref.sync import sync_to_async
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.urls import reverse
@@ -21,8 +21,10 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_http_methods
 
 from django_pdfpool import Extraction, get_pool, json_answer, pdf_pooled
+from django_pdfpool.callers import acaller_of
 from django_pdfpool.conf import get_settings
 from django_pdfpool.decorators import pool_key
+from django_pdfpool.responses import Failure
 
 from . import results
 from .answers import friendly_texts, problem
@@ -49,12 +51,10 @@ def upload_page(
     return render(request, "uploads/index.html", context, status=status)
 
 
-def page_answer(
-    request: HttpRequest, status: int, code: str, message: str, retry_after: float | None
-) -> HttpResponse:
+def page_answer(request: HttpRequest, exception: Failure) -> HttpResponse:
     """``@pdf_pooled``'s answers for people: the upload page with a friendly message."""
-    shown = problem(status, code, message, retry_after)
-    response = upload_page(request, problem=shown, status=status)
+    shown = problem(exception)
+    response = upload_page(request, problem=shown, status=shown["status"])
     if shown["retry_after"] is not None:
         response["Retry-After"] = str(shown["retry_after"])
     return response
@@ -114,7 +114,7 @@ async def job_state(request: HttpRequest, sha256: str) -> JsonResponse:
     that started it; one that joined another's is told ``none``; staff are told of any).
     With several server processes a poll may ask one that does not have the job."""
     user = await request.auser()
-    caller = None if user.is_staff else await _caller(request, user)
+    caller = None if user.is_staff else await acaller_of(request)  # as @pdf_pooled asks
     # a Redis pool's snapshot reads Redis: not on this event loop
     snapshot = await sync_to_async(get_pool().snapshot, thread_sensitive=False)()
     key = pool_key(sha256)
@@ -132,12 +132,3 @@ async def job_state(request: HttpRequest, sha256: str) -> JsonResponse:
             if job.state == "queued":
                 body["ahead"] = queue.index(job)
     return JsonResponse(body, headers={"Cache-Control": "no-store"})
-
-
-async def _caller(request: HttpRequest, user: Any) -> str:
-    """The asking caller, as ``@pdf_pooled`` names it (the CALLER setting)."""
-    request.user = user
-    caller_of = get_settings().caller
-    if iscoroutinefunction(caller_of):
-        return await caller_of(request)
-    return caller_of(request)

@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 from redis import exceptions as redis_errors
 from redis.exceptions import RedisError
 
-from ...exceptions import CoordinatorUnavailable, PoolBusy, PoolMisconfigured, RunnerLost
+from ...exceptions import CoordinatorUnavailable, PoolBusy, PoolMisconfigured, RunnerLost, Wording
 from .. import delivery
 from ..counters import Counter
 from ..delivery import call_dropped, deliver, report_failure
@@ -59,14 +59,12 @@ GO_LOCAL = object()  # an admission's answer: Redis failed, take the fallback pa
 UNREACHABLE, REFUSED = "unreachable", "refused"  # why Redis fails: ProcessSide.trouble
 
 _UNAVAILABLE = {  # CoordinatorUnavailable (503), by why Redis cannot coordinate the call
-    UNREACHABLE: "The service cannot reach its coordinator; try again shortly.",
-    REFUSED: "The service's coordinator does not take new work at the moment; try again shortly.",
-    "dropped": "The service lost its coordinator for a moment; try again.",
-    "waiting": "The service lost its coordinator while this job waited; try again shortly.",
+    UNREACHABLE: Wording.UNREACHABLE,
+    REFUSED: Wording.NOT_TAKING,
+    "dropped": Wording.DROPPED,
+    "waiting": Wording.LOST_WAITING,
 }
-REBUILDING = "The service is recounting its work after a fault; try again shortly."
-LOST = "The worker running this job stopped before it finished; try again."
-EXPIRED = "The job's result expired before it could be read; try again."
+REBUILDING, LOST, EXPIRED = Wording.REBUILDING, Wording.RUNNER_LOST, Wording.EXPIRED
 
 
 def unavailable(why: str, retry_after: float) -> CoordinatorUnavailable:

@@ -1,0 +1,153 @@
+"""``callers``: the caller is resolved once, by ``caller_of`` (sync) and ``acaller_of``
+(async), whatever the ``CALLER`` setting is (a sync function that reads the database, or an
+async one), and every entry asks through them: ``@pdf_pooled`` on sync and async views,
+the DRF and ninja integrations, ``django_pdfpool.caller_of`` and the door."""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+from pathlib import Path
+from typing import ClassVar
+
+import pytest
+from django.contrib.auth.models import User
+from django.http import JsonResponse
+from django.test import Client, override_settings
+from django.urls import path
+from ninja import NinjaAPI
+from rest_framework.parsers import MultiPartParser
+from rest_framework.permissions import AllowAny
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+import django_pdfpool
+from django_pdfpool import get_pool, pdf_pooled
+from django_pdfpool.callers import acaller_of, caller_of
+from django_pdfpool.contrib import drf, ninja
+from django_pdfpool.door.entry import awho, who_now
+from tests.conftest import held_requests, wait_until
+from tests.test_decorator import upload
+from tests.views import HELD, held_job
+
+SOON = 60
+
+
+def db_caller(request):
+    """A project's sync CALLER, which reads the database (so never on an event loop)."""
+    User.objects.exists()
+    return "who:" + request.headers.get("X-Who", "nobody")
+
+
+async def async_caller(request):
+    """A project's async CALLER."""
+    await asyncio.sleep(0)
+    return "who:" + request.headers.get("X-Who", "nobody")
+
+
+@pdf_pooled(job=held_job)
+def plain_sync(request):
+    return JsonResponse({"ran": True})
+
+
+@pdf_pooled(job=held_job)
+async def plain_async(request):
+    return JsonResponse({"ran": True})
+
+
+api = NinjaAPI(urls_namespace="pdfpool-callers")
+
+
+@api.post("/sync")
+@ninja.pdf_pooled(job=held_job)
+def ninja_sync(request):
+    return {"ran": True}
+
+
+@api.post("/async")
+@ninja.pdf_pooled(job=held_job)
+async def ninja_async(request):
+    return {"ran": True}
+
+
+class Open(APIView):
+    authentication_classes = ()
+    permission_classes = (AllowAny,)
+    parser_classes = (MultiPartParser,)
+
+    @drf.pdf_pooled(job=held_job)
+    def post(self, request):
+        return Response({"ran": True})
+
+
+class Routes:
+    urlpatterns: ClassVar = [
+        path("plain/sync/", plain_sync),
+        path("plain/async/", plain_async),
+        path("ninja/", api.urls),
+        path("drf/", Open.as_view()),
+    ]
+
+
+ENTRIES = ["/plain/sync/", "/plain/async/", "/ninja/sync", "/ninja/async", "/drf/"]
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("setting", ["db_caller", "async_caller"])
+@pytest.mark.parametrize("entry", ENTRIES)
+@pytest.mark.parametrize("door", [True, False])
+def test_every_view_entry_names_the_caller_as_the_setting_does(pdfpool, setting, entry, door):
+    """The job runs as the CALLER setting's caller, at every entry, for a sync CALLER that
+    reads the database (run in a thread on async paths) and an async one."""
+    pdfpool(CALLER=f"tests.test_callers.{setting}", DOOR=door)
+    User.objects.create(username="someone")
+    with override_settings(ROOT_URLCONF=Routes), held_requests(1) as threads:
+        sent = threads.submit(
+            Client(HTTP_X_WHO="alice").post, entry, {"file": upload(entry.encode() + b"%PDF-")}
+        )
+        wait_until(lambda: len(HELD.runs) == 1 or sent.done())
+        assert not sent.done(), sent.result().content
+        assert {job.caller for job in get_pool().snapshot().jobs} == {"who:alice"}
+        HELD.release.set()
+        assert sent.result(SOON).status_code == 200
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("setting", ["db_caller", "async_caller"])
+def test_the_sync_and_async_pair_and_the_door_agree(pdfpool, rf, setting):
+    pdfpool(CALLER=f"tests.test_callers.{setting}")
+    request = rf.post("/", HTTP_X_WHO="bob")
+    assert caller_of(request) == django_pdfpool.caller_of(request) == "who:bob"
+    assert asyncio.run(acaller_of(request)) == "who:bob"
+    assert who_now(request) == asyncio.run(awho(request)) == ("who:bob", True)
+
+
+def test_acaller_of_resolves_the_user_first_and_calls_the_librarys_own_on_the_loop(pdfpool, rf):
+    """The default CALLER reads ``request.user``: ``acaller_of`` resolves it with
+    ``auser()`` before (as Django's own async paths must), and no thread is needed."""
+    request = rf.post("/", REMOTE_ADDR="10.9.0.1")
+    user = type("Anonymous", (), {"is_authenticated": False, "pk": None})()
+
+    async def auser():
+        return user
+
+    request.auser = auser
+    assert asyncio.run(acaller_of(request)) == "ip:10.9.0.1"
+    assert request.user is user
+
+
+def test_only_callers_reads_the_caller_setting():
+    """Caller resolution is written once: no other module reads ``get_settings().caller``."""
+    package = Path(django_pdfpool.__file__).parent
+    readers = set()
+    for module in package.rglob("*.py"):
+        for node in ast.walk(ast.parse(module.read_text())):
+            if isinstance(node, ast.Attribute) and node.attr == "caller":
+                value = node.value
+                settings_call = (
+                    isinstance(value, ast.Call)
+                    and getattr(value.func, "id", None) == "get_settings"
+                )
+                if settings_call or (isinstance(value, ast.Name) and value.id == "conf"):
+                    readers.add(module.relative_to(package).as_posix())
+    assert readers == {"callers.py"}

@@ -1,0 +1,281 @@
+"""``responses``: the one path from a refusal to a response. What a client is told of each
+failure (status, code, message, Retry-After), the library's answers, the one hook shape
+``(request, exception)`` for ``REFUSAL_VIEW`` and ``answer=``, the old five-argument
+``answer=`` still taken with a DeprecationWarning, and the door's prebuilt answers."""
+
+from __future__ import annotations
+
+import json
+import warnings
+from typing import ClassVar
+
+import pytest
+from django.http import JsonResponse
+from django.test import Client, RequestFactory, override_settings
+from django.urls import path
+
+from django_pdfpool import (
+    BodyTimeout,
+    CallerBusy,
+    ExtractionError,
+    LengthRequired,
+    NoUpload,
+    PoolBusy,
+    PoolClosed,
+    PoolMisconfigured,
+    UploadTooLarge,
+    html_answer,
+    json_answer,
+    pdf_pooled,
+)
+from django_pdfpool.responses import (
+    MISCONFIGURED,
+    Described,
+    as_refusal_view,
+    describe,
+    error_answer,
+    prebuilt_answer,
+    refusal_answer,
+)
+
+# every kind of failure, and what a client is told of it: as tested by the entries' tests
+TOLD = [
+    (PoolBusy("full", 1.5), Described(503, "busy", "full", 2)),
+    (PoolClosed("closing"), Described(503, "closed", "closing", 1)),
+    (CallerBusy("yours", 0.2), Described(429, "caller_busy", "yours", 1)),
+    (
+        PoolMisconfigured("ns 'prod' slots 3 vs 2", 5.0),
+        Described(503, "misconfigured", MISCONFIGURED, 5),
+    ),
+    (
+        ExtractionError("encrypted"),
+        Described(422, "encrypted", "This PDF is protected by a password.", None),
+    ),
+    (UploadTooLarge("PDFs up to 1 MiB"), Described(413, "too_large", "PDFs up to 1 MiB", None)),
+    (NoUpload("send one"), Described(400, "no_upload", "send one", None)),
+    (LengthRequired("a length"), Described(411, "length_required", "a length", None)),
+    (BodyTimeout("late"), Described(408, "body_timeout", "late", None)),
+]
+
+
+@pytest.mark.parametrize("error,told", TOLD, ids=lambda v: type(v).__name__)
+def test_each_failure_is_told_with_its_status_code_message_and_retry(error, told):
+    assert describe(error) == told
+
+
+@pytest.mark.parametrize("error,told", TOLD, ids=lambda v: type(v).__name__)
+def test_every_answer_of_the_library_says_what_describe_says(rf, error, told):
+    for answer, accept in ((json_answer, "text/html"), (html_answer, "application/json")):
+        response = answer(rf.post("/", HTTP_ACCEPT=accept), error)
+        assert response.status_code == told.status
+        assert response.get("Retry-After") == (
+            None if told.retry_after is None else str(told.retry_after)
+        )
+        assert told.code in response.content.decode()
+    as_json = json.loads(json_answer(rf.post("/"), error).content)
+    assert as_json == {
+        "error": told.code,
+        "message": told.message,
+        **({} if told.retry_after is None else {"retry_after": told.retry_after}),
+    }
+    # the default answers JSON to who accepts it, HTML to a browser
+    assert (
+        error_answer(rf.post("/", HTTP_ACCEPT="application/json"), error)["Content-Type"]
+        == "application/json"
+    )
+    assert error_answer(rf.post("/", HTTP_ACCEPT="text/html"), error)["Content-Type"].startswith(
+        "text/html"
+    )
+
+
+def test_the_integrations_tell_what_describe_tells():
+    from django_pdfpool.contrib.drf import api_exception
+    from django_pdfpool.contrib.ninja import PdfPoolHttpError
+
+    for error, told in TOLD:
+        drf = api_exception(error)
+        assert (drf.status_code, drf.get_codes()) == (told.status, told.code)
+        assert str(drf.detail).startswith(told.message)  # DRF's Throttled adds its own words
+        if told.retry_after is not None:
+            assert drf.wait == told.retry_after
+        ninja = PdfPoolHttpError(error)
+        assert (ninja.status_code, ninja.code, ninja.message) == (
+            told.status,
+            told.code,
+            told.message,
+        )
+        assert ninja.retry_after == told.retry_after
+
+
+def project_refusal(request, exception):
+    return JsonResponse({"project": exception.code}, status=499)
+
+
+def test_one_path_answer_else_the_refusal_view_setting(pdfpool, rf):
+    request = rf.post("/", HTTP_ACCEPT="application/json")
+    error = PoolBusy("full", 1.0)
+    assert json.loads(refusal_answer(request, error).content)["error"] == "busy"  # the default view
+    pdfpool(REFUSAL_VIEW="tests.test_responses.project_refusal")
+    assert json.loads(refusal_answer(request, error).content) == {"project": "busy"}
+    assert refusal_answer(request, error, html_answer).status_code == 503  # answer= wins
+
+
+def new_shape(request, exception):
+    return JsonResponse(
+        {"shape": "new", "code": exception.code, "status": exception.status}, status=418
+    )
+
+
+def old_shape(request, status, code, message, retry_after):
+    return JsonResponse(
+        {"shape": "old", "code": code, "status": status, "retry": retry_after}, status=418
+    )
+
+
+def test_answer_takes_the_new_shape_without_a_warning():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert as_refusal_view(new_shape) is new_shape
+        assert as_refusal_view(json_answer) is json_answer
+        pdf_pooled(answer=new_shape)(lambda request: None)
+
+
+def test_the_old_five_argument_answer_warns_where_it_is_given_and_still_answers(rf):
+    with pytest.warns(
+        DeprecationWarning, match=r"answer\(request, status, code, message, retry_after\)"
+    ) as caught:
+        adapted = as_refusal_view(old_shape)
+    assert adapted is not old_shape and adapted.__name__ == "old_shape"
+    assert as_refusal_view(adapted) is adapted  # adapted once
+    response = adapted(rf.post("/"), CallerBusy("yours", 0.25))
+    assert json.loads(response.content) == {
+        "shape": "old",
+        "code": "caller_busy",
+        "status": 429,
+        "retry": 0.25,
+    }
+    assert json.loads(adapted(rf.post("/"), NoUpload("none")).content)["retry"] is None
+    with pytest.warns(DeprecationWarning) as caught:
+
+        @pdf_pooled(answer=old_shape)
+        def view(request):  # pragma: no cover - never reached
+            raise AssertionError
+
+    assert caught[0].filename == __file__  # the warning points at the decorated view
+
+
+def test_the_library_answers_called_the_old_way_warn_and_answer_the_same(rf):
+    request = rf.post("/")
+    with pytest.warns(DeprecationWarning):
+        old = json_answer(request, 503, "busy", "full", 1.5)
+    new = json_answer(request, PoolBusy("full", 1.5))
+    assert (old.status_code, old.content, old["Retry-After"]) == (new.status_code, new.content, "2")
+    with pytest.warns(DeprecationWarning):
+        page = html_answer(request, 413, "too_large", "big")
+    assert page.content == html_answer(request, UploadTooLarge("big")).content
+
+
+@pdf_pooled(answer=new_shape)
+def new_shape_view(request):
+    return JsonResponse({"ran": True})
+
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore", DeprecationWarning)
+
+    @pdf_pooled(answer=old_shape)
+    async def old_shape_view(request):
+        return JsonResponse({"ran": True})
+
+
+class Routes:
+    urlpatterns: ClassVar = [path("new/", new_shape_view), path("old/", old_shape_view)]
+
+
+@pytest.mark.parametrize("door", [True, False])
+def test_both_shapes_answer_every_refusal_of_a_view_the_pool_and_the_door(pdfpool, door):
+    pdfpool(DOOR=door, MAX_UPLOAD_SIZE=1000)
+    with override_settings(ROOT_URLCONF=Routes):
+        for url in ("/new/", "/old/"):
+            missing = Client().post(url, {"other": "x"})
+            assert missing.status_code == 418 and missing.json()["code"] == "no_upload"
+            assert missing.json()["status"] == 400
+            big = Client().post(url, b"%PDF-" + b"x" * 2000, content_type="application/pdf")
+            assert big.status_code == 418 and big.json()["code"] == "too_large"  # the door's, if on
+            assert big.json()["status"] == 413
+            unreadable = Client().post(url, b"not a pdf", content_type="application/pdf")
+            assert unreadable.status_code == 418 and unreadable.json()["code"] == "not_a_pdf"
+            assert unreadable.json()["status"] == 422
+
+
+def test_the_door_prebuilds_only_the_answers_that_read_no_request():
+    error = PoolBusy("full", 1.0)
+    built = prebuilt_answer(error, json_answer)
+    assert built is not None and built is prebuilt_answer(PoolBusy("full", 1.0), json_answer)
+    status, headers, body = built
+    response = json_answer(RequestFactory().post("/"), error)
+    assert (status, body) == (503, response.content)
+    assert (b"Retry-After", b"1") in headers
+    assert prebuilt_answer(error, html_answer) is not None
+    for reads_the_request in (error_answer, new_shape, None):
+        assert prebuilt_answer(error, reads_the_request) is None
+
+
+def test_negotiated_answer_is_error_answer_and_warns():
+    import django_pdfpool.responses as responses
+
+    with pytest.warns(DeprecationWarning, match="error_answer"):
+        assert responses.negotiated_answer is error_answer
+    with pytest.raises(AttributeError):
+        responses.no_such_answer  # noqa: B018
+
+
+@pytest.mark.urls("tests.contrib_urls")
+def test_the_integrations_door_answers_read_the_route_once_resolved(pdfpool, rf):
+    """``door_answer`` finds the route's view (DRF) or API (ninja) from the request's
+    ``resolver_match`` when it is set, resolving the URL only when it is not."""
+    from django.urls import resolve
+
+    from django_pdfpool.contrib import drf, ninja
+
+    error = PoolBusy("full", 1.0)
+    request = rf.post("/nowhere/", HTTP_ACCEPT="application/json")
+    assert "handled_by" not in json.loads(ninja.door_answer(request, error).content)
+    request.resolver_match = resolve("/ninja/extract")
+    assert json.loads(ninja.door_answer(request, error).content)["handled_by"] == "project"
+    resolved = rf.post("/ninja/extract", HTTP_ACCEPT="application/json")
+    assert json.loads(ninja.door_answer(resolved, error).content)["handled_by"] == "project"
+    request = rf.post("/nowhere/", HTTP_ACCEPT="application/json")
+    request.resolver_match = resolve("/drf/apiview/held/")
+    response = drf.door_answer(request, error)
+    assert response.status_code == 503 and response["Retry-After"] == "1"
+    assert "POST" in response["Allow"]  # the route's own view class answered
+    assert "POST" not in drf.door_answer(rf.post("/nowhere/"), error)["Allow"]  # APIView's
+
+
+REFUSALS = {
+    "Refused", "PoolBusy", "CallerBusy", "PoolClosed", "RunnerLost", "CoordinatorUnavailable",
+    "PoolMisconfigured", "SandboxUnavailable", "UploadRejected", "UploadTooLarge", "NoUpload",
+    "BadDigest", "RepeatedHeader", "LengthRequired", "BodyTimeout", "DigestMismatch",
+}  # fmt: skip
+
+
+def test_every_refusal_is_worded_in_exceptions_only():
+    """No module but ``exceptions`` words a refusal: each is raised with a ``Wording``
+    sentence (or a message made elsewhere), never a string written where it is raised."""
+    import ast
+    from pathlib import Path
+
+    import django_pdfpool
+
+    package = Path(django_pdfpool.__file__).parent
+    worded_here = []
+    for module in sorted(package.rglob("*.py")):
+        if module.name == "exceptions.py" and module.parent == package:
+            continue
+        for node in ast.walk(ast.parse(module.read_text())):
+            if not (isinstance(node, ast.Call) and getattr(node.func, "id", None) in REFUSALS):
+                continue
+            if node.args and isinstance(node.args[0], ast.Constant | ast.JoinedStr):
+                worded_here.append(f"{module.relative_to(package)}:{node.lineno}")
+    assert worded_here == []
