@@ -25,7 +25,6 @@ from .door.headers import UploadHeaders
 from .door.rules import body_limit, too_large
 from .door.views import POOLED
 from .exceptions import DigestMismatch, ExtractionError, NoUpload, Refused, UploadRejected, Wording
-from .configured import get_pool
 from .responses import Failure, RefusalView, arefusal_answer, as_refusal_view, refusal_answer
 from .sandbox.extract import Extraction, extract
 from .uploads import StagedUpload, stage, stage_chunks

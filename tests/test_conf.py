@@ -142,7 +142,7 @@ def test_the_pool_refuses_exactly_the_sizes_the_settings_refuse(value):
 
 @pytest.mark.parametrize("value", SAMPLES, ids=repr)
 def test_the_redis_pool_refuses_what_the_settings_refuse(value):
-    from django_pdfpool.admission.redis.pool import RedisPool
+    from django_pdfpool.admission.redis.redis_pool import RedisPool
 
     for key, option in (("LEASE", "lease"), ("NAMESPACE", "namespace"),
                         ("REDIS_FALLBACK", "fallback"), ("REDIS_TIMEOUT", "timeout")):  # fmt: skip
