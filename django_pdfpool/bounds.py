@@ -1,8 +1,8 @@
 """What a value must be, said once: a test and the words for it ("an integer >= 1").
 
 A leaf every layer may import, like ``exceptions``: each layer declares the bounds of its
-own arguments here once (``admission.limits``, ``admission.redis.options``,
-``sandbox.limits``), checks its arguments with them, and the settings table
+own arguments here once (``admission.pool_limits``, ``admission.redis.options``,
+``sandbox.job_limits``), checks its arguments with them, and the settings table
 (``conf.PoolSettings``) refers to the same objects, so a setting and the argument it
 becomes can never be checked differently.
 """

@@ -25,10 +25,10 @@ from django.core.signals import setting_changed
 from django.dispatch import receiver
 from django.utils.module_loading import import_string
 
-from .admission import limits as pool
+from .admission import pool_limits as pool
 from .admission.redis import options as redis
 from .bounds import FLAG, Bound, MiB, integer, one_of, seconds
-from .sandbox import limits as job
+from .sandbox import job_limits as job
 
 __all__ = [
     "DEFAULTS", "SECTIONS", "SETTINGS", "PoolSettings", "Problem", "Setting", "get_settings",
@@ -200,7 +200,7 @@ class PoolSettings:
     )
     memory_limit: int = setting(
         512 * MiB,
-        integer(128 * MiB, unit="bytes"),  # above sandbox.limits.MEMORY_LIMIT: see the help
+        integer(128 * MiB, unit="bytes"),  # above sandbox.job_limits.MEMORY_LIMIT: see the help
         "bytes of address space for one child (`RLIMIT_AS`); a PDF that needs more gets 422 "
         "`too_large`. A child with pypdf imported already maps about 45 MiB.",
         LIMITS,
@@ -222,7 +222,7 @@ class PoolSettings:
     )
     max_text_bytes: int = setting(
         8 * MiB,
-        integer(1024, unit="bytes"),  # above sandbox.limits.MAX_TEXT_BYTES: a useful floor
+        integer(1024, unit="bytes"),  # above sandbox.job_limits.MAX_TEXT_BYTES: a useful floor
         "bytes of text (UTF-8) one extraction may return. The child cuts the text there "
         "(`truncated` and `text_truncated` are `True`) and the parent reads at most this plus "
         'about 1.6 MiB of answer, so one hostile PDF cannot grow the server: a 17 KB "text '
@@ -406,7 +406,7 @@ class PoolSettings:
     )
     redis_timeout: float = setting(
         1.0,
-        redis.TIMEOUT,
+        redis.CALL_TIMEOUT,
         "seconds a Redis call may take before Redis counts as failing.",
         CLUSTER,
         convert=float,

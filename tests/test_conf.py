@@ -18,7 +18,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 import mkdocs_hooks
 from django_pdfpool import conf
-from django_pdfpool.admission import limits as pool_limits
+from django_pdfpool.admission import pool_limits
 from django_pdfpool.admission.local import Pool
 from django_pdfpool.admission.redis import options as redis_options
 from django_pdfpool.bounds import integer
@@ -33,7 +33,7 @@ from django_pdfpool.conf import (
     table_of,
 )
 from django_pdfpool.sandbox import extract as sandbox
-from django_pdfpool.sandbox import limits as job_limits
+from django_pdfpool.sandbox import job_limits
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "settings.md"
@@ -110,7 +110,7 @@ SHARED_BOUNDS = {
     "NAMESPACE": redis_options.NAMESPACE,
     "LEASE": redis_options.LEASE,
     "REDIS_FALLBACK": redis_options.FALLBACK,
-    "REDIS_TIMEOUT": redis_options.TIMEOUT,
+    "REDIS_TIMEOUT": redis_options.CALL_TIMEOUT,
     "TIMEOUT": job_limits.TIMEOUT,
     "MAX_PAGES": job_limits.MAX_PAGES,
     "ENGINE": job_limits.ENGINE,

@@ -89,3 +89,7 @@ class Counter(StrEnum):
 
 
 __all__ = ["CountedBy", "Counter"]
+
+
+REFUSALS = tuple(counter for counter in Counter if counter.reason is not None)
+"""The counters of refusals, in the enum's order (the chart's total, the metric's reasons)."""

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from .counters import Counter
+from .counters import REFUSALS
 from .jobloop import call_in_job_loop
 from .snapshot import PoolSnapshot
 
@@ -43,7 +43,6 @@ class HistoryPoint:
 
 
 Books = tuple[str, float | None]  # whose counters a snapshot gives, and since when
-REFUSALS = tuple(counter for counter in Counter if counter.reason is not None)
 
 
 def _refusals(snapshot: PoolSnapshot) -> int:

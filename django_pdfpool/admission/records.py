@@ -11,7 +11,7 @@ import time
 from typing import Any
 
 from ..exceptions import JobFault
-from .limits import QUEUE, SLOTS, WAIT
+from .pool_limits import QUEUE, SLOTS, WAIT
 from .protocol import DropFn, JobFn
 from .snapshot import JobInfo
 

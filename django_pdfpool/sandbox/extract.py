@@ -21,7 +21,7 @@ from functools import partial
 from typing import Any, Literal, NoReturn
 
 from ..exceptions import ExtractionError
-from . import limits
+from . import job_limits as limits
 from .child_process import COLD, JobRun, Outcome, start_thread
 from .layers import HostLayers, SandboxLayers
 from .template import ChildStarts, Template

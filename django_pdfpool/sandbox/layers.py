@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from ..exceptions import SandboxUnavailable, Wording
 from .child_process import CHILD_MODULE, child_env
 from .confine import LAYERS, LEVELS
-from .limits import REQUIRE
+from .job_limits import REQUIRE
 from .wire import PROBE_OPTION, SANDBOX_OFF
 
 SANDBOX_REFUSAL = Wording.SANDBOX  # what a client is told

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from ..admission.counters import Counter
+from ..admission.counters import REFUSALS, Counter
 from ..admission.snapshot import DurationSummary, PoolSnapshot
 from ..door.entry import terms
 from ..door.rules import ARRIVING
@@ -64,7 +64,6 @@ class MetricDefinition:
 
 
 EVENTS = tuple(counter for counter in Counter if counter.reason is None)  # {event="started"}
-REFUSALS = tuple(counter for counter in Counter if counter.reason is not None)  # {reason="busy"}
 STATS = ("mean", "p95", "max")
 
 

@@ -12,4 +12,4 @@ NAMESPACE = Bound(  # the keys are "{NAMESPACE}:...": the braces are a Redis has
     "a non-empty string without braces",
 )
 FALLBACK = one_of(FALLBACKS)  # while Redis fails
-TIMEOUT = seconds(above=0)  # a Redis call may take this long before Redis counts as failing
+CALL_TIMEOUT = seconds(above=0)  # a Redis call may take this long before Redis counts as failing

@@ -33,7 +33,7 @@ from ..snapshot import ClusterSnapshot, Counters, JobInfo, PoolSnapshot, Pressur
 from .codec import Decode, Encode
 from .link import Sentinels
 from .modes import REDIS
-from .options import FALLBACK, LEASE, NAMESPACE, TIMEOUT
+from .options import CALL_TIMEOUT, FALLBACK, LEASE, NAMESPACE
 from .side import GO_LOCAL, UNREACHABLE, Closing, ProcessSide, RedisWaiter, Terms, unavailable
 from .view import parse_view
 
@@ -86,7 +86,7 @@ class RedisPool:
         FALLBACK.require("fallback", fallback)
         if not isinstance(max_result_bytes, int) or max_result_bytes < 1024:
             raise ValueError(f"max_result_bytes must be an integer >= 1024: {max_result_bytes!r}")
-        TIMEOUT.require("timeout", timeout)
+        CALL_TIMEOUT.require("timeout", timeout)
         if not isinstance(fingerprint, str) or len(fingerprint) > 1024:
             raise ValueError("fingerprint must be a string of at most 1024 characters")
         if not isinstance(deployment, str) or len(deployment) > 256:

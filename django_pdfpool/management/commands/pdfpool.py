@@ -36,7 +36,7 @@ NO_POOL_HERE = (
 )
 
 
-def seconds(value: str) -> float:
+def seconds_argument(value: str) -> float:
     """An argparse type: a number of seconds >= 0."""
     try:
         number = float(value)
@@ -73,7 +73,7 @@ class Command(BaseCommand):
         )
         drain.add_argument(
             "--timeout",
-            type=seconds,
+            type=seconds_argument,
             default=None,
             help="seconds to wait before stopping what is left (default WAIT + TIMEOUT + 5)",
         )
