@@ -421,7 +421,8 @@ def against(name: str, f: dict[str, Any], base: str, b: dict[str, Any]) -> list[
     found = []
     for label, key, better in (
         ("health p99", "health_p99", "lower"),
-        ("refusal p99", "early_p99", "lower"),
+        ("refusal p99", "refusal_p99", "lower"),
+        ("burst refusal p99", "burst_refusal_p99", "lower"),
         ("extractions/s", "ok_per_s", "higher"),
     ):
         mine, theirs = f[key], b[key]
