@@ -1,6 +1,6 @@
 """Thread hand-offs per request of the example project under ASGI (issue 24).
 
-``python benchmarks/count_hops.py [PATH ...]`` builds the load benchmark's application
+``python benchmarks/count_hops.py [--json] [PATH ...]`` builds the load benchmark's application
 (``benchmarks/variants_asgi.py``: the example's settings, middleware and door) in this
 process and sends each PATH (default: ``/bench/health/``, ``/``) through it a few times,
 counting per request, after a warm-up:
@@ -16,6 +16,7 @@ The counting wraps asgiref's and threading's entry points in this diagnostic pro
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import sys
 import tempfile
@@ -112,7 +113,12 @@ def main() -> None:
 
     call_command("migrate", verbosity=0)
     _counting()
-    paths = sys.argv[1:] or ["/bench/health/", "/"]
+    args = sys.argv[1:]
+    as_json = "--json" in args
+    paths = [a for a in args if a != "--json"] or ["/bench/health/", "/"]
+    if as_json:  # one line, for tests/test_example_middleware.py
+        print(json.dumps(asyncio.run(count(paths))))
+        return
     print("middleware:", ", ".join(m.rsplit(".", 1)[-1] for m in settings.MIDDLEWARE))
     print("| path | status | sync_to_async | async_to_sync | Thread.start |")
     print("|---|---:|---:|---:|---:|")
