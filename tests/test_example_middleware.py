@@ -24,7 +24,13 @@ HANDLER_HOPS = 2  # Django's ASGIHandler: request_started, then response.close()
 def hops(**env: str) -> dict[str, dict[str, float]]:
     """Hand-offs per request, counted by benchmarks/count_hops.py in its own process."""
     done = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "count_hops.py"), "--json", "/", "/bench/health/"],
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "count_hops.py"),
+            "--json",
+            "/",
+            "/bench/health/",
+        ],
         cwd=ROOT,
         env={**os.environ, "DJANGO_SETTINGS_MODULE": "benchmarks.variants_settings", **env},
         capture_output=True,

@@ -75,7 +75,9 @@ def test_a_waiting_thread_is_not_at_work_and_leaves_after_its_idle_time(idle_for
     idle_for(5.0)
 
     async def jobs() -> list:
-        return await asyncio.gather(*(extract(pdfs.simple([f"job {i}"]), **LIMITS) for i in range(3)))
+        return await asyncio.gather(
+            *(extract(pdfs.simple([f"job {i}"]), **LIMITS) for i in range(3))
+        )
 
     results = asyncio.run(jobs())
     assert [r.pages for r in results] == [(f"job {i}",) for i in range(3)]
