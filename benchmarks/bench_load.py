@@ -416,7 +416,9 @@ def targets(
     return found
 
 
-def against(name: str, f: dict[str, Any], base: str, b: dict[str, Any]) -> list[tuple[str, bool, str]]:
+def against(
+    name: str, f: dict[str, Any], base: str, b: dict[str, Any]
+) -> list[tuple[str, bool, str]]:
     """Issue 24's "no worse" figures of ``name`` against ``base`` from the same run."""
     found = []
     for label, key, better in (

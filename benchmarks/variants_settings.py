@@ -10,8 +10,9 @@ ROOT_URLCONF = "benchmarks.variants"
 
 # Diagnostic variants of bench_load.py (issue 24): the same server with no Django middleware
 # at all (``BENCH_MIDDLEWARE=none``), with Django's and WhiteNoise's middleware as they ship
-# (``BENCH_MIDDLEWARE=classic``: the example before issue 24's fix), or with the interpreter's GIL switch interval changed
-# (``BENCH_SWITCH_INTERVAL`` seconds), to tell the middleware's thread hops from the GIL's.
+# (``BENCH_MIDDLEWARE=classic``: the example before issue 24's fix), or with the
+# interpreter's GIL switch interval changed (``BENCH_SWITCH_INTERVAL`` seconds), to tell
+# the middleware's thread hops from the GIL's.
 import os as _os  # noqa: E402
 import sys as _sys  # noqa: E402
 

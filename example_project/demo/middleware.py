@@ -81,9 +81,9 @@ class CsrfViewMiddleware(OnTheLoop, csrf.CsrfViewMiddleware):
         self, request: HttpRequest, callback: Any, args: Any, kwargs: Any
     ) -> HttpResponseBase | None:
         check = csrf.CsrfViewMiddleware.process_view
-        if request.method in SAFE_METHODS or getattr(callback, "csrf_exempt", False):
-            if not settings.CSRF_USE_SESSIONS:
-                return check(self, request, callback, args, kwargs)
+        no_form = request.method in SAFE_METHODS or getattr(callback, "csrf_exempt", False)
+        if no_form and not settings.CSRF_USE_SESSIONS:
+            return check(self, request, callback, args, kwargs)
         return await sync_to_async(check, thread_sensitive=True)(
             self, request, callback, args, kwargs
         )
