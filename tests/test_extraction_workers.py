@@ -84,3 +84,21 @@ def test_a_waiting_thread_is_not_at_work_and_leaves_after_its_idle_time(idle_for
     until(lambda: not named("pdfpool-extract"), timeout=3.0)  # at rest, while still kept
     assert named("pdfpool-idle")
     until(lambda: not named("pdfpool-idle"))  # and the kept ones leave
+
+
+def test_a_kept_thread_holds_nothing_of_its_last_job(idle_for):
+    """A waiting thread keeps no reference to the bytes of the job it ran (an upload can be
+    as large as MAX_UPLOAD_SIZE): neither of its first job nor of a later one."""
+    import gc
+    import weakref
+
+    idle_for(30.0)
+    until(lambda: not named("pdfpool-idle"))  # the job gets a new thread: its first one
+    for text in ("first", "second"):
+        source = memoryview(pdfs.simple([text]))  # bytes take no weak reference
+        watched = weakref.ref(source)
+        assert asyncio.run(extract(source, **LIMITS)).pages == (text,)
+        del source
+        until(lambda: bool(named("pdfpool-idle")))
+        gc.collect()
+        assert watched() is None, text

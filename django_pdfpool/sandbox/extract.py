@@ -255,11 +255,14 @@ class _Workers:
                 self._waiting -= 1
                 self._queue.put(work)  # under the lock: a thread leaving sees it
                 return
-        thread = threading.Thread(target=self._serve, args=(work,), daemon=True, name=self.WORKING)
+        # In a list the thread empties: its args would keep the first job (its bytes) alive.
+        thread = threading.Thread(
+            target=self._serve, args=([work],), daemon=True, name=self.WORKING
+        )
         start_thread(thread, future)
 
-    def _serve(self, work: Callable[[], None]) -> None:
-        me = threading.current_thread()
+    def _serve(self, first: list[Callable[[], None]]) -> None:
+        me, work = threading.current_thread(), first.pop()
         while True:
             me.name = self.WORKING
             work()
