@@ -53,7 +53,7 @@ from pypdf import PdfReader
 from django_pdfpool import extraction
 from django_pdfpool.extraction import ExtractionError, extract
 from django_pdfpool.sandbox import extract as sandbox
-from django_pdfpool.sandbox.child_process import Child, Handle, drop
+from django_pdfpool.sandbox.child_process import Child, Handle, drop, start_thread
 from django_pdfpool.sandbox.engines import WARM_UP_PDF
 from django_pdfpool.sandbox.template import Template
 from django_pdfpool.sandbox.wire import SANDBOX_OFF
@@ -531,6 +531,11 @@ class Twins:
 SINGLE_TARGET, PAIR_MEDIAN_TARGET, PAIR_P95_TARGET = 1.15, 1.3, 1.6
 
 
+def fresh(work: Any, future: Any) -> None:
+    """A job's worker thread as before issue 24's kept workers: a new one per job."""
+    start_thread(threading.Thread(target=work, daemon=True, name="pdfpool-extract"), future)
+
+
 async def targets_run(corpus: Path, repeat: int, burst_jobs: int) -> dict[str, Any]:
     """Issue 24's figures in one run (see the module's docstring)."""
     entries = json.loads((corpus / "files.json").read_text())["data"]
@@ -543,19 +548,27 @@ async def targets_run(corpus: Path, repeat: int, burst_jobs: int) -> dict[str, A
     ratios: dict[str, list[float]] = {
         "single, in process": [],
         "single, ready child": [],
+        "single, ready child, a thread per job (before)": [],
         "two at a time, pool's children": [],
         "two at a time, in-process processes": [],
         "two at a time, in-process threads": [],
     }
-    seconds: dict[str, list[float]] = {"in": [], "ready": []}
-    labels = {"in": "single, in process", "ready": "single, ready child"}
+    seconds: dict[str, list[float]] = {"in": [], "ready": [], "fresh": []}
+    labels = {
+        "in": "single, in process",
+        "ready": "single, ready child",
+        "fresh": "single, ready child, a thread per job (before)",
+    }
+    kept = sandbox._workers.run
     try:
         for _ in range(repeat):
             for path in small:
                 for mode, label in labels.items():
-                    took = await bench.single(mode, path)
+                    sandbox._workers.run = fresh if mode == "fresh" else kept  # type: ignore[method-assign]
+                    took = await bench.single("ready" if mode == "fresh" else mode, path)
                     seconds[mode].append(took)
                     raw.setdefault(label, []).append((path, took))
+        sandbox._workers.run = kept  # type: ignore[method-assign]
         for _ in range(max(1, burst_jobs // len(small))):  # rounds, modes alternating
             for label, run in (
                 ("two at a time, pool's children", bench.burst("ready", 2, small, len(small))),
@@ -610,7 +623,8 @@ def targets_table(found: dict[str, Any], load: tuple[float, float]) -> str:
     lines.append(
         f"\nIn-process median of the {len(found['base'])} small files {base_ms:.1f} ms; single "
         f"jobs, median over all runs: in process {ms['in']:.2f} ms, ready child {ms['ready']:.2f} "
-        f"ms ({ms['ready'] - ms['in']:+.2f} ms). Load average {load[0]:.2f} before, "
+        f"ms ({ms['ready'] - ms['in']:+.2f} ms), with a thread per job {ms['fresh']:.2f} ms "
+        f"({ms['fresh'] - ms['in']:+.2f} ms). Load average {load[0]:.2f} before, "
         f"{load[1]:.2f} after; {os.cpu_count()} CPUs."
     )
     lines += [f"{'MET   ' if met else 'MISSED'} {label}: {detail}" for label, met, detail in checks]

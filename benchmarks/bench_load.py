@@ -92,6 +92,8 @@ VARIANTS = {
     "declared-noanswer": Variant("/bench/pooled/", {}, declare=True),
     "door-nomiddleware": Variant("/api/extract/", {"BENCH_MIDDLEWARE": "none"}),
     "door-switch": Variant("/api/extract/", {"BENCH_SWITCH_INTERVAL": "0.0005"}),
+    # the example before issue 24: Django's middleware as it ships, WhiteNoise's (sync only)
+    "door-classic": Variant("/api/extract/", {"BENCH_MIDDLEWARE": "classic"}),
     "naive": Variant("/bench/naive/", {}, runs="naive"),
     "executor": Variant("/bench/executor/", {}, runs="executor"),
 }
@@ -100,6 +102,7 @@ DEFAULT_VARIANTS = "door,nodoor,declared"
 # The issue's targets
 REFUSAL_P99_MS = 50.0
 BURST_SHARE = 0.9  # the door serves at least this share of what the door off serves
+HEALTH_UNDER_LOAD = 3.0  # issue 24: health p99 under load at most this times idle
 FLOOR_GETS, FLOOR_EVERY, FLOOR_ROUNDS = 10, 0.05, 40  # GETs alongside the burst
 
 
@@ -373,6 +376,16 @@ def targets(
             "from the headers",
         ),
     ]
+    idle, loaded = f["health_idle_p99"], f["health_p99"]
+    found.append(
+        (
+            f"{name}: health p99 under load at most {HEALTH_UNDER_LOAD:g}x idle (issue 24)",
+            None not in (idle, loaded) and loaded <= HEALTH_UNDER_LOAD * idle,
+            "no figures"
+            if None in (idle, loaded)
+            else f"{loaded:.1f} ms vs {idle:.1f} ms idle: {loaded / idle:.1f}x",
+        )
+    )
     floor, burst_p99 = f["floor_p99"], f["burst_early_p99"]
     found.append(
         (
@@ -400,6 +413,30 @@ def targets(
                 f"{f['burst_ok']} vs {off['burst_ok']}",
             ),
         ]
+    return found
+
+
+def against(
+    name: str, f: dict[str, Any], base: str, b: dict[str, Any]
+) -> list[tuple[str, bool, str]]:
+    """Issue 24's "no worse" figures of ``name`` against ``base`` from the same run."""
+    found = []
+    for label, key, better in (
+        ("health p99", "health_p99", "lower"),
+        ("refusal p99", "refusal_p99", "lower"),
+        ("burst refusal p99", "burst_refusal_p99", "lower"),
+        ("extractions/s", "ok_per_s", "higher"),
+    ):
+        mine, theirs = f[key], b[key]
+        if None in (mine, theirs) or not theirs:
+            found.append((f"{name} vs {base}: {label}", False, "no figures"))
+            continue
+        met = mine <= theirs if better == "lower" else mine >= theirs
+        if key != "health_p99":
+            label += " no worse"
+        found.append(
+            (f"{name} vs {base}: {label}", met, f"{mine:.2f} vs {theirs:.2f}: {mine / theirs:.2f}x")
+        )
     return found
 
 
@@ -554,6 +591,11 @@ def main(argv: list[str] | None = None) -> int:
                 name, results[name], None if name == "nodoor" else off
             ):
                 print(f"{'MET   ' if met else 'MISSED'} {target}: {detail}")
+    if "door" in results and "door-classic" in results:  # issue 24's fix against before it
+        for target, met, detail in against(
+            "door", results["door"], "door-classic", results["door-classic"]
+        ):
+            print(f"{'MET   ' if met else 'MISSED'} {target}: {detail}")
     if args.json:
         args.json.write_text(json.dumps(results, indent=1, default=dict))
     return 0

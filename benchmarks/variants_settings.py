@@ -9,12 +9,27 @@ from demo.settings import *  # noqa: F403
 ROOT_URLCONF = "benchmarks.variants"
 
 # Diagnostic variants of bench_load.py (issue 24): the same server with no Django middleware
-# at all (``BENCH_MIDDLEWARE=none``), or with the interpreter's GIL switch interval changed
-# (``BENCH_SWITCH_INTERVAL`` seconds), to tell the middleware's thread hops from the GIL's.
+# at all (``BENCH_MIDDLEWARE=none``), with Django's and WhiteNoise's middleware as they ship
+# (``BENCH_MIDDLEWARE=classic``: the example before issue 24's fix), or with the
+# interpreter's GIL switch interval changed (``BENCH_SWITCH_INTERVAL`` seconds), to tell
+# the middleware's thread hops from the GIL's.
 import os as _os  # noqa: E402
 import sys as _sys  # noqa: E402
 
 if _os.environ.get("BENCH_MIDDLEWARE") == "none":
     MIDDLEWARE: list[str] = []
+elif _os.environ.get("BENCH_MIDDLEWARE") == "classic":  # the example before issue 24's fix
+    MIDDLEWARE = [
+        "django.middleware.security.SecurityMiddleware",
+        "whitenoise.middleware.WhiteNoiseMiddleware",
+        "django.contrib.sessions.middleware.SessionMiddleware",
+        "django.middleware.common.CommonMiddleware",
+        "django.middleware.csrf.CsrfViewMiddleware",
+        "django.contrib.auth.middleware.AuthenticationMiddleware",
+        "django.contrib.messages.middleware.MessageMiddleware",
+        "django.middleware.clickjacking.XFrameOptionsMiddleware",
+        "django_pdfpool.middleware.AdmissionMiddleware",
+    ]
+    WHITENOISE_USE_FINDERS = True
 if _interval := _os.environ.get("BENCH_SWITCH_INTERVAL"):
     _sys.setswitchinterval(float(_interval))

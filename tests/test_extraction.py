@@ -57,9 +57,18 @@ def run(source, **options):
     return asyncio.run(extract(source, **{**LIMITS, **options}))
 
 
+def no_idle_workers(timeout: float = 30.0) -> None:
+    """Until the threads kept from earlier jobs (``pdfpool-idle``) have left."""
+    deadline = time.monotonic() + timeout
+    while any(t.name == "pdfpool-idle" for t in threading.enumerate()):
+        assert time.monotonic() < deadline, "idle worker threads did not leave"
+        time.sleep(0.05)
+
+
 def test_extract_does_not_wait_on_its_loop_for_the_worker_thread_to_start(copies):
     """``extract()`` hands its worker thread to the starter: the caller's loop does not wait
     in ``Thread.start()`` (which waits until the new thread runs) for any job."""
+    no_idle_workers()  # else a kept thread takes a job and none is started
     loop_thread = threading.get_ident()
     started_on: list[int] = []
     original = threading.Thread.start
@@ -86,6 +95,7 @@ def test_extract_does_not_wait_on_its_loop_for_the_worker_thread_to_start(copies
 
 def test_a_worker_thread_that_cannot_start_fails_its_job_instead_of_hanging(copies):
     """No thread to be had (``RuntimeError: can't start new thread``): the job raises."""
+    no_idle_workers()
     original = threading.Thread.start
 
     def refusing(thread: threading.Thread) -> None:

@@ -5,6 +5,7 @@ Failures are ExtractionErrors with a public code; `classify` gives any other exc
 
 from __future__ import annotations
 
+import codecs
 import dataclasses
 import importlib
 import io
@@ -47,10 +48,17 @@ def _warm_up_pdf() -> bytes:
 WARM_UP_PDF = _warm_up_pdf()
 
 
+# The codecs pypdf decodes text with, looked up (their modules imported) at start: else each
+# forked job's child imports the ones its file needs, which the template never did (issue 24).
+PYPDF_CODECS = ("charmap", "latin-1", "ascii", "utf-16", "utf-16-be", "utf-16-le", "cp1252")
+
+
 def preload(engine: str) -> None:
     """Import an engine before the job is read (pypdf also gets its job-independent settings)."""
     if engine == "pypdf":
         configure_pypdf()
+        for name in PYPDF_CODECS:
+            codecs.lookup(name)
     elif engine == "pypdfium2":
         import pypdfium2  # type: ignore[import-untyped]  # noqa: F401
     elif ":" in engine:  # registered in the parent (extract.register_engine)

@@ -10,12 +10,13 @@ import concurrent.futures
 import contextlib
 import functools
 import os
+import queue
 import signal
 import stat
 import tempfile
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from functools import partial
 from typing import Any, Literal, NoReturn
@@ -214,13 +215,7 @@ async def extract(
     )
     run = JobRun()
     future: concurrent.futures.Future[Outcome] = concurrent.futures.Future()
-    worker = threading.Thread(
-        target=_work,
-        args=(future, run, source, job, deadline, warm),
-        daemon=True,
-        name="pdfpool-extract",
-    )
-    start_thread(worker, future)  # not here: Thread.start() waits until the thread runs
+    _workers.run(partial(_work, future, run, source, job, deadline, warm), future)
     try:
         outcome = await asyncio.wrap_future(future)
     except asyncio.CancelledError:
@@ -229,6 +224,58 @@ async def extract(
             await asyncio.wrap_future(future)  # the thread reaps and removes the copy
         raise
     return _conclude(outcome, engine)
+
+
+class _Workers:
+    """The threads that hold jobs' conversations with their children, kept ``idle`` seconds
+    between jobs: a thread started per job cost two wake-ups (the starter's, the new
+    thread's), each waiting for a CPU on a busy host (issue 24). Named WORKING while they
+    hold a job, IDLE while they wait for one."""
+
+    WORKING, IDLE = "pdfpool-extract", "pdfpool-idle"
+
+    def __init__(self, idle: float = 2.0) -> None:  # and again in a forked child
+        self.idle = idle
+        self._lock = threading.Lock()
+        self._waiting = 0  # threads waiting for a job on the queue
+        self._queue: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+
+    def run(self, work: Callable[[], None], future: concurrent.futures.Future[Any]) -> None:
+        """``work`` on a waiting thread, or on a new one (started off the caller's loop:
+        ``Thread.start()`` waits until the thread runs)."""
+        with self._lock:
+            if self._waiting:
+                self._waiting -= 1
+                self._queue.put(work)  # under the lock: a thread leaving sees it
+                return
+        # In a list the thread empties: its args would keep the first job (its bytes) alive.
+        thread = threading.Thread(
+            target=self._serve, args=([work],), daemon=True, name=self.WORKING
+        )
+        start_thread(thread, future)
+
+    def _serve(self, first: list[Callable[[], None]]) -> None:
+        me, work = threading.current_thread(), first.pop()
+        while True:
+            me.name = self.WORKING
+            work()
+            del work
+            me.name = self.IDLE
+            with self._lock:
+                self._waiting += 1
+            while True:
+                try:
+                    work = self._queue.get(timeout=self.idle)
+                    break
+                except queue.Empty:
+                    with self._lock:
+                        if self._queue.empty():  # nobody counted on this thread: it leaves
+                            self._waiting -= 1
+                            return
+
+
+_workers = _Workers()
+os.register_at_fork(after_in_child=lambda: _Workers.__init__(_workers, _workers.idle))
 
 
 def _check(

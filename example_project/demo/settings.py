@@ -133,19 +133,24 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
+    "servestatic",
     "django_pdfpool",
     "uploads",
 ]
 
+# Every middleware here runs on the event loop under ASGI: Django's own from demo.middleware
+# (their hooks that do no I/O without a thread hand-off), ServeStatic's (async) for the static
+# files, the pool's (sync and async). Django's classes as they ship would cost 14 hand-offs
+# to a thread per request (docs/performance.md, "The server under load").
 MIDDLEWARE = [
-    "django.middleware.security.SecurityMiddleware",
-    "whitenoise.middleware.WhiteNoiseMiddleware",
-    "django.contrib.sessions.middleware.SessionMiddleware",
-    "django.middleware.common.CommonMiddleware",
-    "django.middleware.csrf.CsrfViewMiddleware",
-    "django.contrib.auth.middleware.AuthenticationMiddleware",
-    "django.contrib.messages.middleware.MessageMiddleware",
-    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "demo.middleware.SecurityMiddleware",
+    "servestatic.middleware.ServeStaticMiddleware",
+    "demo.middleware.SessionMiddleware",
+    "demo.middleware.CommonMiddleware",
+    "demo.middleware.CsrfViewMiddleware",
+    "demo.middleware.AuthenticationMiddleware",
+    "demo.middleware.MessageMiddleware",
+    "demo.middleware.XFrameOptionsMiddleware",
     # Views that call get_pool().run() themselves get the same refusal answers.
     "django_pdfpool.middleware.AdmissionMiddleware",
 ]
@@ -181,10 +186,10 @@ TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
 
-# WhiteNoise serves the admin's and the upload page's files straight from the apps
-# (no collectstatic, no CDN), also with DEBUG off under uvicorn.
+# ServeStatic (an async fork of WhiteNoise) serves the admin's and the upload page's files
+# straight from the apps (no collectstatic, no CDN), also with DEBUG off under uvicorn.
 STATIC_URL = "static/"
-WHITENOISE_USE_FINDERS = True
+SERVESTATIC_USE_FINDERS = True
 
 PDFPOOL = pdfpool_from_env(os.environ)
 
