@@ -9,7 +9,6 @@ settings. Where each lives: docs/architecture.md.
 from __future__ import annotations
 
 import sys
-import warnings
 from importlib import import_module
 from importlib.machinery import ModuleSpec
 from types import ModuleType
@@ -116,7 +115,7 @@ _PATHS = {  # the other public modules, served from here (no file of their own) 
     },
 }
 
-_MOVED = {  # module renamed in 0.1.0 -> its new name; the old path warns for one release
+RENAMED = {  # modules renamed before the first release: the old paths are gone (changelog)
     "process_pool": "configured",
     "admission.redis.pool": "admission.redis.redis_pool",
 }
@@ -175,24 +174,6 @@ class _PublicPath(ModuleType):
         return sorted({*super().__dir__(), *self.__all__})
 
 
-class _MovedPath(ModuleType):
-    """A renamed module's old path: each name of the new module, with a DeprecationWarning."""
-
-    def __init__(self, old: str, new: str) -> None:
-        super().__init__(f"{__name__}.{old}", f"Deprecated: renamed {__name__}.{new}.")
-        self._new = f"{__name__}.{new}"
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("__"):  # probes (__file__, __path__, ...) are not uses
-            raise AttributeError(name)
-        warnings.warn(
-            f"{self.__name__} is renamed {self._new}; the old path goes in the next release",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return getattr(import_module(self._new), name)
-
-
 def _install(module: ModuleType) -> ModuleType:
     """``module`` importable by its name (``import``, ``from ... import``, import_module),
     with a spec so that ``importlib.util.find_spec`` finds it too."""
@@ -202,9 +183,6 @@ def _install(module: ModuleType) -> ModuleType:
 
 
 _SERVED = {name: _install(_PublicPath(name, homes)) for name, homes in _PATHS.items()}
-for _old, _new in _MOVED.items():
-    _install(_MovedPath(_old, _new))
-del _old, _new
 
 
 def __getattr__(name: str) -> Any:
@@ -213,8 +191,6 @@ def __getattr__(name: str) -> Any:
         return getattr(import_module(f"{__name__}.{_HOMES[name]}"), name)
     if name in _SERVED:
         return _SERVED[name]
-    if name in _MOVED:
-        return sys.modules[f"{__name__}.{name}"]
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

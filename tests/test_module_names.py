@@ -87,11 +87,11 @@ def _imported_modules(path: Path, root: Path) -> set[str]:
 
 
 def test_nothing_imports_a_renamed_module_by_its_old_name() -> None:
-    """The old paths (``django_pdfpool._MOVED``) are for users, for one release: the package,
-    its tests, benchmarks and example import the new ones."""
+    """The old paths (``django_pdfpool.RENAMED``) are gone: nothing in the package, its tests,
+    benchmarks or example names them."""
     import django_pdfpool
 
-    old = {f"django_pdfpool.{name}" for name in django_pdfpool._MOVED}
+    old = {f"django_pdfpool.{name}" for name in django_pdfpool.RENAMED}
     root = PACKAGE.parent
     found = []
     for folder in ("django_pdfpool", "tests", "benchmarks", "example_project"):

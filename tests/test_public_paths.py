@@ -113,26 +113,21 @@ def test_a_type_checker_sees_the_served_modules_types(tmp_path: Path) -> None:
     assert 'Revealed type is "str"' in done.stdout, done.stdout
 
 
-@pytest.mark.parametrize("old,new", sorted(django_pdfpool._MOVED.items()))
-def test_a_renamed_modules_old_path_works_with_a_deprecation_warning(old: str, new: str) -> None:
-    moved = importlib.import_module(f"django_pdfpool.{old}")
-    target = _home(new)
-    for name in target.__all__:
-        with pytest.warns(DeprecationWarning, match=f"django_pdfpool.{new}"):
-            assert getattr(moved, name) is getattr(target, name)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        assert not hasattr(moved, "__file__")  # tools probe modules: that is no use
+@pytest.mark.parametrize("old,new", sorted(django_pdfpool.RENAMED.items()))
+def test_a_renamed_modules_old_path_is_gone(old: str, new: str) -> None:
+    """Renamed before the first release, so no alias: the old path does not import, the new does."""
+    assert f"django_pdfpool.{old}" not in sys.modules
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module(f"django_pdfpool.{old}")
+    assert _home(new).__all__
 
 
-@pytest.mark.parametrize("old,new", sorted(django_pdfpool._MOVED.items()))
-def test_a_renamed_modules_old_import_statement_warns(old: str, new: str) -> None:
+@pytest.mark.parametrize("old,new", sorted(django_pdfpool.RENAMED.items()))
+def test_a_renamed_modules_old_import_statement_fails(old: str, new: str) -> None:
     name = _home(new).__all__[0]
     done = _python(f"from django_pdfpool.{old} import {name}")
     assert done.returncode != 0
-    assert f"DeprecationWarning: django_pdfpool.{old} is renamed django_pdfpool.{new}" in (
-        done.stderr
-    )
+    assert "ModuleNotFoundError" in done.stderr, done.stderr
 
 
 NOT_PATHS = re.compile(r"django_pdfpool\.([EW]\d{3}|view_pool_status)$")  # checks, permission
