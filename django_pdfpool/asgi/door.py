@@ -14,14 +14,14 @@ from typing import Any
 from django.core.handlers.asgi import ASGIRequest, get_script_prefix
 from django.http import HttpResponse
 
-from ..asgi import ASGIApp, Message, Receive, Scope, Send
 from ..conf import get_settings
+from ..door.entry import aadmit, awho, terms
+from ..door.headers import UploadHeaders, is_post
+from ..door.rules import DOOR, TIMED_OUT, Refusal, Terms, Ticket, body_limit, too_large
+from ..door.views import pooled_view
 from ..exceptions import BodyTimeout, UploadRejected, UploadTooLarge
 from ..responses import Answer, arefusal_answer, prebuilt_answer
-from .entry import aadmit, awho, terms
-from .headers import UploadHeaders, is_post
-from .rules import DOOR, TIMED_OUT, Refusal, Terms, Ticket, body_limit, too_large
-from .views import pooled_view
+from .types import ASGIApp, Message, Receive, Scope, Send
 
 
 class PdfPoolDoor:

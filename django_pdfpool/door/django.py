@@ -42,7 +42,7 @@ def _let_in(request: HttpRequest, ticket: Ticket) -> Entry:
 
 
 def _closing(request: HttpRequest, response: HttpResponse, refusal: Exception) -> HttpResponse:
-    """Under ASGI, a 413 or 408 closes the connection (see ``door.asgi.send_refusal``);
+    """Under ASGI, a 413 or 408 closes the connection (see ``asgi.door.send_refusal``);
     under WSGI ``Connection`` is the server's (PEP 3333: wsgiref refuses it with a 500)."""
     if isinstance(refusal, UploadTooLarge | BodyTimeout) and hasattr(request, "scope"):
         response["Connection"] = "close"
