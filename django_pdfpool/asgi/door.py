@@ -15,9 +15,11 @@ from django.core.handlers.asgi import ASGIRequest, get_script_prefix
 from django.http import HttpResponse
 
 from ..conf import get_settings
-from ..door.entry import aadmit, awho, terms
+from ..door import entry
+from ..door.entry import terms
 from ..door.headers import UploadHeaders, is_post
 from ..door.rules import DOOR, TIMED_OUT, Refusal, Terms, Ticket, body_limit, too_large
+from ..door.steps import arun
 from ..door.views import pooled_view
 from ..exceptions import BodyTimeout, UploadRejected, UploadTooLarge
 from ..responses import Answer, arefusal_answer, prebuilt_answer
@@ -47,10 +49,10 @@ class PdfPoolDoor:
         verdict: Refusal | Ticket
         try:
             upload = UploadHeaders.of(headers)
-            who = await awho(ASGIRequest(scope, io.BytesIO()))
-            verdict = await aadmit(view, upload, who)
         except UploadRejected as rejected:
             verdict = rejected
+        else:
+            verdict = await arun(entry.verdict(view, upload, ASGIRequest(scope, io.BytesIO())))
         if not isinstance(verdict, Ticket):
             await send_refusal(scope, send, verdict, view.answer)
             return
