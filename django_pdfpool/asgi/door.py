@@ -18,10 +18,19 @@ from ..conf import get_settings
 from ..door import entry
 from ..door.entry import terms
 from ..door.headers import UploadHeaders, is_post
-from ..door.rules import DOOR, TIMED_OUT, Refusal, Terms, Ticket, body_limit, too_large
+from ..door.rules import (
+    DOOR,
+    TIMED_OUT,
+    Refusal,
+    Terms,
+    Ticket,
+    body_limit,
+    closes_connection,
+    too_large,
+)
 from ..door.steps import arun
 from ..door.views import pooled_view
-from ..exceptions import BodyTimeout, UploadRejected, UploadTooLarge
+from ..exceptions import BodyTimeout, UploadRejected
 from ..responses import Answer, arefusal_answer, prebuilt_answer
 from .types import ASGIApp, Message, Receive, Scope, Send
 
@@ -136,12 +145,10 @@ async def send_refusal(
     scope: Scope, send: Send, refusal: Refusal, answer: Answer | None = None
 ) -> None:
     """Answer ``refusal`` as the view's ``answer=`` or the ``REFUSAL_VIEW`` would, without
-    reading the body. Only a 413 closes the connection: closing with a body still on its
-    way resets it, and a client that sent a small body anyway (no ``Expect``) would lose
-    the answer; the server then reads the rest and throws it away. A 408 closes it too:
-    what is left of that body is not coming. An answer that reads nothing of the request is
-    built once per distinct answer (``prebuilt_answer``)."""
-    closing = isinstance(refusal, UploadTooLarge | BodyTimeout)
+    reading the body. A 413 or a 408 closes the connection (``closes_connection``); after
+    any other the server reads the rest of the body and throws it away. An answer that
+    reads nothing of the request is built once per distinct answer (``prebuilt_answer``)."""
+    closing = closes_connection(refusal)
     built = None if closing else prebuilt_answer(refusal, answer)
     if built is not None:
         status, headers, body = built

@@ -13,12 +13,12 @@ from typing import Any
 from django.http import HttpRequest, HttpResponse
 
 from ..conf import get_settings
-from ..exceptions import BodyTimeout, UploadRejected, UploadTooLarge
+from ..exceptions import BodyTimeout, UploadRejected
 from ..responses import arefusal_answer, refusal_answer
 from . import entry
 from .entry import terms
 from .headers import UploadHeaders, is_post
-from .rules import DOOR, TIMED_OUT, Refusal, Terms, Ticket
+from .rules import DOOR, TIMED_OUT, Refusal, Terms, Ticket, closes_connection
 from .steps import Call, Steps
 from .views import PooledView, pooled_view
 
@@ -47,7 +47,7 @@ def _let_in(request: HttpRequest, ticket: Ticket) -> Entry:
 def _closing(request: HttpRequest, response: HttpResponse, refusal: Exception) -> HttpResponse:
     """Under ASGI, a 413 or 408 closes the connection (see ``asgi.door.send_refusal``);
     under WSGI ``Connection`` is the server's (PEP 3333: wsgiref refuses it with a 500)."""
-    if isinstance(refusal, UploadTooLarge | BodyTimeout) and hasattr(request, "scope"):
+    if closes_connection(refusal) and hasattr(request, "scope"):
         response["Connection"] = "close"
     return response
 

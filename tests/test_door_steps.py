@@ -1,0 +1,132 @@
+"""``door.steps``: the door's logic written once and run on a thread (``run``) or an event
+loop (``arun``). Each runner does only its own side of each call, sends the value back,
+and raises a call's exception (a cancel too) inside the step function where it yielded,
+so that its ``except`` and ``finally`` (the ticket given back) run on both paths."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+
+from django_pdfpool.door.steps import Call, Steps, arun, run
+
+
+class Boom(Exception):
+    pass
+
+
+def _sync_side(log: list[str], value: int) -> int:
+    log.append("sync")
+    return value
+
+
+async def _async_side(log: list[str], value: int) -> int:
+    await asyncio.sleep(0)  # really suspends: arun awaits it on the loop
+    log.append("async")
+    return value
+
+
+def adding(log: list[str]) -> Steps[int]:
+    total = 0
+    for value in (1, 2, 3):
+        total += yield Call(lambda v=value: _sync_side(log, v), lambda v=value: _async_side(log, v))
+    return total
+
+
+def test_each_runner_does_its_own_side_and_sends_the_values_back():
+    log: list[str] = []
+    assert run(adding(log)) == 6
+    assert log == ["sync"] * 3
+    log.clear()
+    assert asyncio.run(arun(adding(log))) == 6
+    assert log == ["async"] * 3
+
+
+def _raising() -> int:
+    raise Boom("from the call")
+
+
+async def _araising() -> int:
+    raise Boom("from the call")
+
+
+def catching(seen: list[str]) -> Steps[str]:
+    try:
+        yield Call(_raising, _araising)
+    except Boom as error:
+        seen.append(str(error))
+        return "caught where it yielded"
+    return "not raised"
+
+
+def test_a_calls_exception_is_raised_inside_the_step_function_on_both_paths():
+    seen: list[str] = []
+    assert run(catching(seen)) == "caught where it yielded"
+    assert asyncio.run(arun(catching(seen))) == "caught where it yielded"
+    assert seen == ["from the call", "from the call"]
+
+
+def releasing(released: list[object], call: Call[object]) -> Steps[object]:
+    """Gives its place back whatever happens, and notes what ended it (None: a value)."""
+    try:
+        value = yield call
+    except BaseException as error:  # the call's own exception, not a GeneratorExit later
+        released.append(type(error))
+        raise
+    released.append(None)
+    return value
+
+
+def test_an_uncaught_exception_propagates_after_the_step_functions_finally():
+    released: list[object] = []
+    with pytest.raises(Boom):
+        run(releasing(released, Call(_raising, _araising)))
+    with pytest.raises(Boom):
+        asyncio.run(arun(releasing(released, Call(_raising, _araising))))
+    assert released == [Boom, Boom]
+
+
+def test_a_cancel_while_awaiting_runs_the_step_functions_finally_then_cancels():
+    released: list[object] = []
+
+    async def main() -> None:
+        waiting = asyncio.Event()
+
+        async def forever() -> object:
+            waiting.set()
+            await asyncio.Event().wait()
+
+        task = asyncio.ensure_future(arun(releasing(released, Call(object, forever))))
+        await asyncio.wait_for(waiting.wait(), 30)
+        assert released == []
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(main())
+    assert released == [asyncio.CancelledError]
+
+
+def test_a_blocking_call_runs_off_the_loop_and_a_quick_one_on_it():
+    def thread() -> int | None:
+        return threading.get_ident()
+
+    async def main() -> tuple[object, object, int]:
+        def both() -> Steps[tuple[object, object]]:
+            blocking = yield Call.blocking(thread)
+            quick = yield Call.quick(thread)
+            return blocking, quick
+
+        blocking, quick = await arun(both())
+        return blocking, quick, threading.get_ident()
+
+    blocking, quick, loop_thread = asyncio.run(main())
+    assert quick == loop_thread
+    assert blocking != loop_thread
+    assert run(iter_once(Call.blocking(thread))) == threading.get_ident()  # sync: right here
+
+
+def iter_once(call: Call[object]) -> Steps[object]:
+    return (yield call)
