@@ -1,6 +1,7 @@
 """The steps both adapters take between reading the headers and answering: who asks (the
 ``CALLER`` function, which may say it cannot know yet), the pool's pressure for the
-upload's key and that caller, then the decision under this project's settings."""
+upload's key and that caller, then the decision under this project's settings. Written
+once (``verdict``, a step function) for a sync thread and an event loop (``door.steps``)."""
 
 from __future__ import annotations
 
@@ -123,13 +124,13 @@ def verdict(
     who = yield Call(partial(who_now, request), partial(_awho_resolved, request))
     give_up = time.monotonic() + get_settings().body_timeout
     while True:
-        verdict, own = judge(view, upload, (yield pressure(view, upload, who)), who)
+        decided, own = judge(view, upload, (yield pressure(view, upload, who)), who)
         if own is None:
-            return verdict
+            return decided
         left = give_up - time.monotonic()
         if not (yield Call(partial(own.wait_released, left), partial(own.areleased, left))):
             ARRIVING.count_shed()
-            return verdict
+            return decided
 
 
 async def _awho_resolved(request: HttpRequest) -> Who:
