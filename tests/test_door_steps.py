@@ -6,7 +6,9 @@ so that its ``except`` and ``finally`` (the ticket given back) run on both paths
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -130,3 +132,55 @@ def test_a_blocking_call_runs_off_the_loop_and_a_quick_one_on_it():
 
 def iter_once(call: Call[object]) -> Steps[object]:
     return (yield call)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_under_asgi_the_door_knows_the_signed_in_user_as_under_wsgi(pdfpool, settings):
+    """``AdmissionMiddleware`` on an event loop (Django's AsyncClient) runs the same steps as
+    on a thread: the user is resolved before the caller is asked (on the loop, a lazy user
+    cannot be read), so the user's second PDF from another address gets the pool's 429 from
+    its headers, its body never parsed (tests/test_door.py has the WSGI side)."""
+    from django.conf import global_settings
+    from django.contrib.auth.models import User
+    from django.core.files.uploadedfile import SimpleUploadedFile
+    from django.test import AsyncClient, Client
+
+    from django_pdfpool import get_pool
+    from django_pdfpool.door.headers import format_digest
+    from tests.conftest import held_requests, wait_until
+    from tests.views import PARSED
+
+    conf = pdfpool(SLOTS=2, QUEUE=0)
+    settings.FILE_UPLOAD_HANDLERS = [
+        "tests.views.RecordingUploadHandler",
+        *global_settings.FILE_UPLOAD_HANDLERS,
+    ]
+    user = User.objects.create_user("door-async", password="pw")
+    gate = Path(conf["TEMP_DIR"]) / "open"
+    json = {"HTTP_ACCEPT": "application/json"}
+
+    def upload(data: bytes) -> dict:
+        return {"file": SimpleUploadedFile("doc.pdf", data, content_type="application/pdf")}
+
+    held = Client(REMOTE_ADDR="10.6.0.1")
+    held.force_login(user)
+    with held_requests(1) as threads:
+        try:
+            first = threads.submit(held.post, "/gated/", upload(b"%PDF- held"), **json)
+            wait_until(lambda: get_pool().running() == 1)
+            assert get_pool().snapshot().jobs[0].caller == f"user:{user.pk}"
+            PARSED.clear()
+
+            async def second():
+                client = AsyncClient(REMOTE_ADDR="10.6.0.2")  # another address, the same user
+                await client.aforce_login(user)
+                other = hashlib.sha256(b"%PDF- other").hexdigest()
+                sent = {"Accept": "application/json", "Pdf-Digest": format_digest(other)}
+                return await client.post("/gated/", upload(b"%PDF- other"), headers=sent)
+
+            mine = asyncio.run(second())
+            assert mine.status_code == 429 and mine.json()["error"] == "caller_busy"
+            assert PARSED == []  # the door answered from the headers
+        finally:
+            gate.write_text("")
+        assert first.result(30).status_code == 200
