@@ -1,6 +1,7 @@
 """Retired path: the door's ASGI wrapper is ``django_pdfpool.PdfPoolDoor`` (its module:
 ``django_pdfpool.asgi.door``). Its names still load from here, with a DeprecationWarning,
-for one release."""
+for one release. (A package, not a module, so that git sees the old module's move to
+``asgi/door.py`` as a rename.)"""
 
 from __future__ import annotations
 
