@@ -184,3 +184,43 @@ def test_under_asgi_the_door_knows_the_signed_in_user_as_under_wsgi(pdfpool, set
         finally:
             gate.write_text("")
         assert first.result(30).status_code == 200
+
+
+class _NotedPool:
+    """A real local pool whose pressure reads note the thread they ran in."""
+
+    def __init__(self, blocking: bool) -> None:
+        from django_pdfpool.admission.local import Pool
+
+        self.pool, self.blocking_reads, self.threads = Pool(1, 1, 10.0), blocking, []
+
+    def pressure(self, key=None, caller=None):
+        self.threads.append(threading.get_ident())
+        return self.pool.pressure(key, caller)
+
+
+@pytest.mark.parametrize("blocking", [True, False], ids=["redis-like", "local"])
+def test_the_pools_pressure_is_read_off_the_loop_only_when_reading_waits(
+    pdfpool, monkeypatch, blocking
+):
+    """A pool whose reads wait on the network (``blocking_reads``: the Redis pool) is read
+    in a thread by the async path; a local pool's memory read stays on the loop."""
+    from django_pdfpool.door import entry
+    from django_pdfpool.door.headers import UploadHeaders
+    from django_pdfpool.door.views import pooled_view
+
+    pdfpool()
+    noted = _NotedPool(blocking)
+    monkeypatch.setattr(entry, "get_pool", lambda: noted)
+    view = pooled_view("/gated/")
+    assert view is not None
+    upload = UploadHeaders.of({"content-type": "application/pdf", "content-length": "10"})
+
+    async def read() -> int:
+        await arun(iter_once(entry.pressure(view, upload, ("ip:10.7.0.1", True))))
+        return threading.get_ident()
+
+    loop_thread = asyncio.run(read())
+    assert (noted.threads[0] != loop_thread) is blocking
+    run(iter_once(entry.pressure(view, upload, ("ip:10.7.0.1", True))))
+    assert noted.threads[1] == threading.get_ident()  # sync: read right here
