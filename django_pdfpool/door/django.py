@@ -7,6 +7,7 @@ a refused upload its parsing, staging and hashing. Also ``release_ticket``, call
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
@@ -94,18 +95,18 @@ class TimedStream:
             self._ticket.time_out()
             raise BodyTimeout(TIMED_OUT)
 
-    def _counted(self, data: bytes) -> bytes:
+    def _timed(self, read: Callable[[int], bytes], size: int) -> bytes:
+        self._check()
+        data = read(size)
         self._ticket.received += len(data)
         self._check()
         return data
 
     def read(self, size: int = -1) -> bytes:
-        self._check()
-        return self._counted(self._stream.read(size))
+        return self._timed(self._stream.read, size)
 
     def readline(self, size: int = -1) -> bytes:
-        self._check()
-        return self._counted(self._stream.readline(size))
+        return self._timed(self._stream.readline, size)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._stream, name)
