@@ -13,7 +13,7 @@ from django.http import HttpRequest, HttpResponse
 
 from .door.django import entering
 from .door.rules import Ticket
-from .door.steps import Call, Steps, arun, run
+from .door.steps import Call, Steps, arun_steps, run_steps
 from .exceptions import ExtractionError, Refused
 from .responses import refusal_answer
 
@@ -39,10 +39,10 @@ class AdmissionMiddleware:
     def __call__(self, request: HttpRequest) -> HttpResponse | Awaitable[HttpResponse]:
         if self.async_mode:
             return self.__acall__(request)
-        return run(self._through(request))
+        return run_steps(self._through(request))
 
     async def __acall__(self, request: HttpRequest) -> HttpResponse:
-        return await arun(self._through(request))
+        return await arun_steps(self._through(request))
 
     def _through(self, request: HttpRequest) -> Steps[HttpResponse]:
         """The door, then the view, sync or async: a refusal's answer, or the view's

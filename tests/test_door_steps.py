@@ -1,5 +1,5 @@
-"""``door.steps``: the door's logic written once and run on a thread (``run``) or an event
-loop (``arun``). Each runner does only its own side of each call, sends the value back,
+"""``door.steps``: the door's logic written once and run on a thread (``run_steps``) or an event
+loop (``arun_steps``). Each runner does only its own side of each call, sends the value back,
 and raises a call's exception (a cancel too) inside the step function where it yielded,
 so that its ``except`` and ``finally`` (the ticket given back) run on both paths."""
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from django_pdfpool.door.steps import Call, Steps, arun, run
+from django_pdfpool.door.steps import Call, Steps, arun_steps, run_steps
 
 
 class Boom(Exception):
@@ -25,7 +25,7 @@ def _sync_side(log: list[str], value: int) -> int:
 
 
 async def _async_side(log: list[str], value: int) -> int:
-    await asyncio.sleep(0)  # really suspends: arun awaits it on the loop
+    await asyncio.sleep(0)  # really suspends: arun_steps awaits it on the loop
     log.append("async")
     return value
 
@@ -39,10 +39,10 @@ def adding(log: list[str]) -> Steps[int]:
 
 def test_each_runner_does_its_own_side_and_sends_the_values_back():
     log: list[str] = []
-    assert run(adding(log)) == 6
+    assert run_steps(adding(log)) == 6
     assert log == ["sync"] * 3
     log.clear()
-    assert asyncio.run(arun(adding(log))) == 6
+    assert asyncio.run(arun_steps(adding(log))) == 6
     assert log == ["async"] * 3
 
 
@@ -65,8 +65,8 @@ def catching(seen: list[str]) -> Steps[str]:
 
 def test_a_calls_exception_is_raised_inside_the_step_function_on_both_paths():
     seen: list[str] = []
-    assert run(catching(seen)) == "caught where it yielded"
-    assert asyncio.run(arun(catching(seen))) == "caught where it yielded"
+    assert run_steps(catching(seen)) == "caught where it yielded"
+    assert asyncio.run(arun_steps(catching(seen))) == "caught where it yielded"
     assert seen == ["from the call", "from the call"]
 
 
@@ -84,9 +84,9 @@ def releasing(released: list[object], call: Call[object]) -> Steps[object]:
 def test_an_uncaught_exception_propagates_after_the_step_functions_finally():
     released: list[object] = []
     with pytest.raises(Boom):
-        run(releasing(released, Call(_raising, _araising)))
+        run_steps(releasing(released, Call(_raising, _araising)))
     with pytest.raises(Boom):
-        asyncio.run(arun(releasing(released, Call(_raising, _araising))))
+        asyncio.run(arun_steps(releasing(released, Call(_raising, _araising))))
     assert released == [Boom, Boom]
 
 
@@ -100,7 +100,7 @@ def test_a_cancel_while_awaiting_runs_the_step_functions_finally_then_cancels():
             waiting.set()
             await asyncio.Event().wait()
 
-        task = asyncio.ensure_future(arun(releasing(released, Call(object, forever))))
+        task = asyncio.ensure_future(arun_steps(releasing(released, Call(object, forever))))
         await asyncio.wait_for(waiting.wait(), 30)
         assert released == []
         task.cancel()
@@ -121,13 +121,13 @@ def test_a_blocking_call_runs_off_the_loop_and_a_quick_one_on_it():
             quick = yield Call.quick(thread)
             return blocking, quick
 
-        blocking, quick = await arun(both())
+        blocking, quick = await arun_steps(both())
         return blocking, quick, threading.get_ident()
 
     blocking, quick, loop_thread = asyncio.run(main())
     assert quick == loop_thread
     assert blocking != loop_thread
-    assert run(iter_once(Call.blocking(thread))) == threading.get_ident()  # sync: right here
+    assert run_steps(iter_once(Call.blocking(thread))) == threading.get_ident()  # sync: right here
 
 
 def iter_once(call: Call[object]) -> Steps[object]:
@@ -217,10 +217,10 @@ def test_the_pools_pressure_is_read_off_the_loop_only_when_reading_waits(
     upload = UploadHeaders.of({"content-type": "application/pdf", "content-length": "10"})
 
     async def read() -> int:
-        await arun(iter_once(entry.pressure(view, upload, ("ip:10.7.0.1", True))))
+        await arun_steps(iter_once(entry.pressure(view, upload, ("ip:10.7.0.1", True))))
         return threading.get_ident()
 
     loop_thread = asyncio.run(read())
     assert (noted.threads[0] != loop_thread) is blocking
-    run(iter_once(entry.pressure(view, upload, ("ip:10.7.0.1", True))))
+    run_steps(iter_once(entry.pressure(view, upload, ("ip:10.7.0.1", True))))
     assert noted.threads[1] == threading.get_ident()  # sync: read right here

@@ -28,7 +28,7 @@ from ..door.rules import (
     closes_connection,
     too_large,
 )
-from ..door.steps import arun
+from ..door.steps import arun_steps
 from ..door.views import pooled_view
 from ..exceptions import BodyTimeout, UploadRejected
 from ..responses import Answer, arefusal_answer, prebuilt_answer
@@ -61,7 +61,8 @@ class PdfPoolDoor:
         except UploadRejected as rejected:
             verdict = rejected
         else:
-            verdict = await arun(entry.verdict(view, upload, ASGIRequest(scope, io.BytesIO())))
+            request = ASGIRequest(scope, io.BytesIO())
+            verdict = await arun_steps(entry.verdict(view, upload, request))
         if not isinstance(verdict, Ticket):
             await send_refusal(scope, send, verdict, view.answer)
             return

@@ -54,7 +54,7 @@ def _closing(request: HttpRequest, response: HttpResponse, refusal: Exception) -
 
 
 def entering(request: HttpRequest) -> Steps[Entry]:
-    """The door for a request, sync or async (``steps.run``, ``steps.arun``): a pooled
+    """The door for a request, sync or async (``steps.run_steps``, ``steps.arun_steps``): a pooled
     view's upload gets the pool's verdict from its headers, then a refusal's answer or its
     ticket; any other request is not the door's."""
     view = _pooled_view(request)

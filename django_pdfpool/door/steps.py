@@ -1,7 +1,7 @@
 """The door's logic written once for a sync thread and an event loop alike (sans IO): a
 step function is a generator that yields each piece of IO as a ``Call``, its sync side and
-its async side; ``run`` does the sync sides on this thread, ``arun`` awaits the async ones.
-(psycopg writes its protocol the same way: generators, and a sync and an async wait.)"""
+its async side; ``run_steps`` does the sync sides on this thread, ``arun_steps`` awaits the
+async ones. (psycopg writes its protocol the same way: generators, a sync and an async wait.)"""
 
 from __future__ import annotations
 
@@ -75,7 +75,7 @@ class _Done:
     value: Any
 
 
-def run(steps: Steps[T]) -> T:
+def run_steps(steps: Steps[T]) -> T:
     """Run ``steps`` on this thread: each call's sync side."""
     step = _Outcome().resume(steps)
     while isinstance(step, Call):
@@ -83,7 +83,7 @@ def run(steps: Steps[T]) -> T:
     return cast(T, step.value)
 
 
-async def arun(steps: Steps[T]) -> T:
+async def arun_steps(steps: Steps[T]) -> T:
     """Run ``steps`` on this event loop: each call's async side, awaited."""
     step = _Outcome().resume(steps)
     while isinstance(step, Call):
