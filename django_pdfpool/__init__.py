@@ -16,10 +16,9 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .admission.protocol import AdmissionPool
-    from .asgi import PoolLifespan
+    from .asgi import PdfPoolDoor, PoolLifespan
     from .configured import adrain_pool, drain_pool, get_pool
     from .decorators import extract_upload, pdf_pooled
-    from .door.asgi import PdfPoolDoor
     from .exceptions import (
         BadDigest,
         BodyTimeout,
@@ -59,7 +58,7 @@ _HOMES = {  # public name -> the module that defines it
     "json_answer": "responses",
     "html_answer": "responses",
     "PoolLifespan": "asgi",
-    "PdfPoolDoor": "door.asgi",
+    "PdfPoolDoor": "asgi",
     "metrics_view": "status.metrics",
     "register_metrics": "status.collector",
     "extract": "sandbox.extract",

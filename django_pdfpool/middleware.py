@@ -5,17 +5,21 @@ answers to refusals and extraction errors raised by views that call the pool the
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import cast
 
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.http import HttpRequest, HttpResponse
 
-from .door.django import aenter, enter
+from .door.django import entering
 from .door.rules import Ticket
+from .door.steps import Call, Steps, arun_steps, run_steps
 from .exceptions import ExtractionError, Refused
 from .responses import refusal_answer
 
 GetResponse = Callable[[HttpRequest], HttpResponse | Awaitable[HttpResponse]]
+Sync = Callable[[], HttpResponse]  # get_response, as a sync chain calls it
+Async = Callable[[], Awaitable[HttpResponse]]  # and an async one
 
 
 class AdmissionMiddleware:
@@ -35,21 +39,21 @@ class AdmissionMiddleware:
     def __call__(self, request: HttpRequest) -> HttpResponse | Awaitable[HttpResponse]:
         if self.async_mode:
             return self.__acall__(request)
-        entry = enter(request)
-        if isinstance(entry, HttpResponse):
-            return entry
-        try:
-            return cast(HttpResponse, self.get_response(request))
-        finally:
-            if isinstance(entry, Ticket):
-                entry.release()
+        return run_steps(self._through(request))
 
     async def __acall__(self, request: HttpRequest) -> HttpResponse:
-        entry = await aenter(request)
+        return await arun_steps(self._through(request))
+
+    def _through(self, request: HttpRequest) -> Steps[HttpResponse]:
+        """The door, then the view, sync or async: a refusal's answer, or the view's
+        response with the door's place given back (its call counts in the pool by then)."""
+        entry = yield from entering(request)
         if isinstance(entry, HttpResponse):
             return entry
+        respond = partial(self.get_response, request)
         try:
-            return await cast(Awaitable[HttpResponse], self.get_response(request))
+            response: HttpResponse = yield Call(cast(Sync, respond), cast(Async, respond))
+            return response
         finally:
             if isinstance(entry, Ticket):
                 entry.release()

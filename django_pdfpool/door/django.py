@@ -7,16 +7,20 @@ a refused upload its parsing, staging and hashing. Also ``release_ticket``, call
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from django.http import HttpRequest, HttpResponse
 
 from ..conf import get_settings
-from ..exceptions import BodyTimeout, UploadRejected, UploadTooLarge
+from ..exceptions import BodyTimeout, UploadRejected
 from ..responses import arefusal_answer, refusal_answer
-from .entry import aadmit, admit_now, awho, terms, who_now
+from . import entry
+from .entry import terms
 from .headers import UploadHeaders, is_post
-from .rules import DOOR, TIMED_OUT, Refusal, Terms, Ticket
+from .rules import DOOR, TIMED_OUT, Refusal, Terms, Ticket, closes_connection
+from .steps import Call, Steps
 from .views import PooledView, pooled_view
 
 Entry = HttpResponse | Ticket | None
@@ -42,48 +46,32 @@ def _let_in(request: HttpRequest, ticket: Ticket) -> Entry:
 
 
 def _closing(request: HttpRequest, response: HttpResponse, refusal: Exception) -> HttpResponse:
-    """Under ASGI, a 413 or 408 closes the connection (see ``door.asgi.send_refusal``);
+    """Under ASGI, a 413 or 408 closes the connection (see ``asgi.door.send_refusal``);
     under WSGI ``Connection`` is the server's (PEP 3333: wsgiref refuses it with a 500)."""
-    if isinstance(refusal, UploadTooLarge | BodyTimeout) and hasattr(request, "scope"):
+    if closes_connection(refusal) and hasattr(request, "scope"):
         response["Connection"] = "close"
     return response
 
 
-def enter(request: HttpRequest) -> Entry:
-    """The door for a sync request (a blocking read of a Redis pool is fine here)."""
+def entering(request: HttpRequest) -> Steps[Entry]:
+    """The door for a request, sync or async (``steps.run_steps``, ``steps.arun_steps``): a pooled
+    view's upload gets the pool's verdict from its headers, then a refusal's answer or its
+    ticket; any other request is not the door's."""
     view = _pooled_view(request)
     if view is None:
         return None
     verdict: Refusal | Ticket
     try:
         upload = UploadHeaders.of(request.headers)
-        who = who_now(request)
-        verdict = admit_now(view, upload, who)
     except UploadRejected as rejected:
         verdict = rejected
-    if not isinstance(verdict, Ticket):
-        return _closing(request, refusal_answer(request, verdict, view.answer), verdict)
-    return _let_in(request, verdict)
-
-
-async def aenter(request: HttpRequest) -> Entry:
-    """The door for an async request: a Redis pool is read off the event loop."""
-    view = _pooled_view(request)
-    if view is None:
-        return None
-    verdict: Refusal | Ticket
-    try:
-        upload = UploadHeaders.of(request.headers)
-        if hasattr(request, "auser"):
-            request.user = await request.auser()  # resolved once, as the decorator does
-        who = await awho(request)
-        verdict = await aadmit(view, upload, who)
-    except UploadRejected as rejected:
-        verdict = rejected
-    if not isinstance(verdict, Ticket):
-        response = await arefusal_answer(request, verdict, view.answer)
-        return _closing(request, response, verdict)
-    return _let_in(request, verdict)
+    else:
+        verdict = yield from entry.verdict(view, upload, request)
+    if isinstance(verdict, Ticket):
+        return _let_in(request, verdict)
+    answer = partial(refusal_answer, request, verdict, view.answer)
+    response = yield Call(answer, partial(arefusal_answer, request, verdict, view.answer))
+    return _closing(request, response, verdict)
 
 
 def release_ticket(request: HttpRequest) -> None:
@@ -107,18 +95,18 @@ class TimedStream:
             self._ticket.time_out()
             raise BodyTimeout(TIMED_OUT)
 
-    def _counted(self, data: bytes) -> bytes:
+    def _timed(self, read: Callable[[int], bytes], size: int) -> bytes:
+        self._check()
+        data = read(size)
         self._ticket.received += len(data)
         self._check()
         return data
 
     def read(self, size: int = -1) -> bytes:
-        self._check()
-        return self._counted(self._stream.read(size))
+        return self._timed(self._stream.read, size)
 
     def readline(self, size: int = -1) -> bytes:
-        self._check()
-        return self._counted(self._stream.readline(size))
+        return self._timed(self._stream.readline, size)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._stream, name)

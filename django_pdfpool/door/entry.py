@@ -1,12 +1,14 @@
 """The steps both adapters take between reading the headers and answering: who asks (the
 ``CALLER`` function, which may say it cannot know yet), the pool's pressure for the
-upload's key and that caller, then the decision under this project's settings."""
+upload's key and that caller, then the decision under this project's settings. Written
+once (``verdict``, a step function) for a sync thread and an event loop (``door.steps``)."""
 
 from __future__ import annotations
 
 import dataclasses
 import logging
 import time
+from functools import partial
 from typing import Any
 
 from asgiref.sync import sync_to_async
@@ -20,6 +22,7 @@ from ..configured import get_pool
 from ..exceptions import CallerBusy, PoolBusy, PoolClosed
 from .headers import UploadHeaders
 from .rules import ARRIVING, Refusal, Terms, Ticket, decide
+from .steps import Call, Steps
 from .views import PooledView
 
 logger = logging.getLogger("django_pdfpool.door")
@@ -99,45 +102,40 @@ def judge(
     return verdict, None
 
 
-def admit_now(view: PooledView, upload: UploadHeaders, who: Who) -> Refusal | Ticket:
-    """The door's verdict for a sync request. One body per caller arrives at a time: a
+def verdict(
+    view: PooledView, upload: UploadHeaders, request: HttpRequest
+) -> Steps[Refusal | Ticket]:
+    """The door's verdict on an upload, for either adapter to run (sync or async): who
+    asks, the pool's pressure, then ``judge``. One body per caller arrives at a time: a
     caller's next upload that could only be shed waits (up to ``BODY_TIMEOUT``, holding
-    nothing) for the one it has arriving to reach the pool, then is decided again."""
+    nothing: a thread blocks, an event loop awaits a future) for the one it has arriving
+    to reach the pool, then is decided again."""
+    who = yield Call(partial(who_now, request), partial(_awho_resolved, request))
     give_up = time.monotonic() + get_settings().body_timeout
     while True:
-        verdict, own = judge(view, upload, pressure_now(view, upload, who), who)
+        decided, own = judge(view, upload, (yield pressure(view, upload, who)), who)
         if own is None:
-            return verdict
-        if not own.wait_released(give_up - time.monotonic()):
+            return decided
+        left = give_up - time.monotonic()
+        if not (yield Call(partial(own.wait_released, left), partial(own.areleased, left))):
             ARRIVING.count_shed()
-            return verdict
+            return decided
 
 
-async def aadmit(view: PooledView, upload: UploadHeaders, who: Who) -> Refusal | Ticket:
-    """``admit_now`` on an event loop: the wait is a future on this loop, no thread."""
-    give_up = time.monotonic() + get_settings().body_timeout
-    while True:
-        verdict, own = judge(view, upload, await apressure(view, upload, who), who)
-        if own is None:
-            return verdict
-        if not await own.areleased(give_up - time.monotonic()):
-            ARRIVING.count_shed()
-            return verdict
+async def _awho_resolved(request: HttpRequest) -> Who:
+    """``awho``, after ``request.user`` is resolved once, as the decorator does (a sync
+    request's lazy user is read where it is needed)."""
+    if hasattr(request, "auser"):
+        request.user = await request.auser()
+    return await awho(request)
 
 
-def pressure_now(view: PooledView, upload: UploadHeaders, who: Who) -> Pressure:
-    """The pool's pressure for the upload and its caller, read here (a sync thread)."""
-    return get_pool().pressure(key_of(view, upload), who[0] if who[1] else None)
-
-
-async def apressure(view: PooledView, upload: UploadHeaders, who: Who) -> Pressure:
-    """The pool's pressure for the upload and its caller, off the event loop when
+def pressure(view: PooledView, upload: UploadHeaders, who: Who) -> Call[Pressure]:
+    """The pool's pressure for the upload and its caller; read off the event loop when
     reading it waits on the network (a Redis pool)."""
     pool: AdmissionPool = get_pool()
-    key, caller = key_of(view, upload), who[0] if who[1] else None
-    if pool.blocking_reads:
-        return await sync_to_async(pool.pressure, thread_sensitive=False)(key, caller)
-    return pool.pressure(key, caller)
+    read = partial(pool.pressure, key_of(view, upload), who[0] if who[1] else None)
+    return Call.blocking(read) if pool.blocking_reads else Call.quick(read)
 
 
 def door_status() -> dict[str, Any]:

@@ -23,7 +23,15 @@ from typing import Literal
 
 from ..admission import delivery
 from ..admission.snapshot import Pressure
-from ..exceptions import CallerBusy, PoolBusy, PoolClosed, UploadRejected, UploadTooLarge, Wording
+from ..exceptions import (
+    BodyTimeout,
+    CallerBusy,
+    PoolBusy,
+    PoolClosed,
+    UploadRejected,
+    UploadTooLarge,
+    Wording,
+)
 from .headers import UploadHeaders
 
 Refusal = PoolClosed | PoolBusy | CallerBusy | UploadRejected
@@ -43,6 +51,13 @@ def body_limit(max_upload_size: int, raw: bool) -> int:
 
 TIMED_OUT = Wording.TIMED_OUT
 """The 408's message, for both adapters."""
+
+
+def closes_connection(refusal: Exception) -> bool:
+    """Whether an ASGI answer to ``refusal`` closes the connection: a 413 (the rest of the
+    body is over the limit) or a 408 (the rest is not coming). Any other keeps it open: a
+    client that sent a small body anyway would lose the answer to a reset."""
+    return isinstance(refusal, UploadTooLarge | BodyTimeout)
 
 
 def too_large(max_upload_size: int) -> UploadTooLarge:

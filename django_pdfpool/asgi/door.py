@@ -14,14 +14,25 @@ from typing import Any
 from django.core.handlers.asgi import ASGIRequest, get_script_prefix
 from django.http import HttpResponse
 
-from ..asgi import ASGIApp, Message, Receive, Scope, Send
 from ..conf import get_settings
-from ..exceptions import BodyTimeout, UploadRejected, UploadTooLarge
+from ..door import entry
+from ..door.entry import terms
+from ..door.headers import UploadHeaders, is_post
+from ..door.rules import (
+    DOOR,
+    TIMED_OUT,
+    Refusal,
+    Terms,
+    Ticket,
+    body_limit,
+    closes_connection,
+    too_large,
+)
+from ..door.steps import arun_steps
+from ..door.views import pooled_view
+from ..exceptions import BodyTimeout, UploadRejected
 from ..responses import RefusalView, arefusal_answer, prebuilt_answer
-from .entry import aadmit, awho, terms
-from .headers import UploadHeaders, is_post
-from .rules import DOOR, TIMED_OUT, Refusal, Terms, Ticket, body_limit, too_large
-from .views import pooled_view
+from .types import ASGIApp, Message, Receive, Scope, Send
 
 
 class PdfPoolDoor:
@@ -47,10 +58,11 @@ class PdfPoolDoor:
         verdict: Refusal | Ticket
         try:
             upload = UploadHeaders.of(headers)
-            who = await awho(ASGIRequest(scope, io.BytesIO()))
-            verdict = await aadmit(view, upload, who)
         except UploadRejected as rejected:
             verdict = rejected
+        else:
+            request = ASGIRequest(scope, io.BytesIO())
+            verdict = await arun_steps(entry.verdict(view, upload, request))
         if not isinstance(verdict, Ticket):
             await send_refusal(scope, send, verdict, view.answer)
             return
@@ -134,12 +146,10 @@ async def send_refusal(
     scope: Scope, send: Send, refusal: Refusal, answer: RefusalView | None = None
 ) -> None:
     """Answer ``refusal`` as the view's ``answer=`` or the ``REFUSAL_VIEW`` would, without
-    reading the body. Only a 413 closes the connection: closing with a body still on its
-    way resets it, and a client that sent a small body anyway (no ``Expect``) would lose
-    the answer; the server then reads the rest and throws it away. A 408 closes it too:
-    what is left of that body is not coming. An answer that reads nothing of the request is
-    built once per distinct answer (``prebuilt_answer``)."""
-    closing = isinstance(refusal, UploadTooLarge | BodyTimeout)
+    reading the body. A 413 or a 408 closes the connection (``closes_connection``); after
+    any other the server reads the rest of the body and throws it away. An answer that
+    reads nothing of the request is built once per distinct answer (``prebuilt_answer``)."""
+    closing = closes_connection(refusal)
     built = None if closing else prebuilt_answer(refusal, answer)
     if built is not None:
         status, headers, body = built

@@ -9,18 +9,13 @@ import contextlib
 import logging
 import signal
 import threading
-from collections.abc import Awaitable, Callable
 from types import FrameType
 from typing import Any
 
-from .configured import adrain_pool, peek_pool
-from .sandbox.extract import shutdown as shutdown_extraction
+from ..configured import adrain_pool, peek_pool
+from ..sandbox.extract import shutdown as shutdown_extraction
+from .types import ASGIApp, Receive, Scope, Send
 
-Scope = dict[str, Any]
-Message = dict[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 Handler = Any  # what signal.getsignal returns: a callable, SIG_DFL, SIG_IGN or None
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
