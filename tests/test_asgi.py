@@ -1,6 +1,6 @@
 """``django_pdfpool.asgi``: the two ASGI wrappers together (``lifespan``, ``door``), the ASGI
-types in one module (``types``), the paths the docs promise, and the retired
-``django_pdfpool.door.asgi`` (a DeprecationWarning, the same objects)."""
+types in one module (``types``), the paths the docs promise, and the old
+``django_pdfpool.door.asgi`` gone."""
 
 from __future__ import annotations
 
@@ -53,24 +53,17 @@ def test_the_asgi_types_are_declared_once_in_their_module():
 
 
 @pytest.mark.parametrize("name", ["PdfPoolDoor", "send_refusal", "send_response", "path_info"])
-def test_the_retired_door_asgi_path_still_works_with_a_deprecation_warning(name):
-    from django_pdfpool.door import asgi as retired
-
-    with pytest.warns(DeprecationWarning, match="django_pdfpool.asgi.door") as caught:
-        found = getattr(retired, name)
-    assert found is getattr(door, name)
-    assert caught[0].filename == __file__  # the warning names the code that imports it
+def test_the_door_asgi_path_is_gone(name):
+    """Moved to ``django_pdfpool.asgi.door`` before the first release: no alias is left."""
+    with pytest.raises(ModuleNotFoundError):
+        exec(f"from django_pdfpool.door.asgi import {name}")
+    assert getattr(door, name).__module__ == "django_pdfpool.asgi.door"
 
 
-def test_from_the_retired_path_import_warns_at_the_importer():
-    with pytest.warns(DeprecationWarning) as caught:
-        from django_pdfpool.door.asgi import PdfPoolDoor
-    assert PdfPoolDoor is django_pdfpool.PdfPoolDoor
-    assert caught[0].filename == __file__
-    from django_pdfpool.door import asgi as retired
-
-    with pytest.raises(AttributeError):
-        retired.NoSuchName  # noqa: B018
+def test_the_door_package_holds_no_asgi_wrapper():
+    assert not (PACKAGE / "door" / "asgi.py").exists()
+    assert not (PACKAGE / "door" / "asgi").exists()
+    assert django_pdfpool.PdfPoolDoor is door.PdfPoolDoor
 
 
 def test_the_promised_paths_warn_nothing():

@@ -64,6 +64,4 @@ def test_a_type_checker_sees_the_public_api_typed(tmp_path):
     assert "pk: int" in configured and "Coroutine" in configured
     assert pool == '"django_pdfpool.admission.protocol.AdmissionPool"'
     assert extract.endswith('Coroutine[Any, Any, django_pdfpool.sandbox.extract.Extraction]"')
-    assert (
-        door == '"def (app: ...) -> django_pdfpool.door.asgi.PdfPoolDoor"' or "PdfPoolDoor" in door
-    )
+    assert "PdfPoolDoor" in door

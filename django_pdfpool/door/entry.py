@@ -11,7 +11,6 @@ import time
 from functools import partial
 from typing import Any
 
-from asgiref.sync import sync_to_async
 from django.http import HttpRequest
 
 from ..admission.protocol import AdmissionPool
