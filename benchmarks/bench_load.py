@@ -81,6 +81,7 @@ class Variant:
     env: dict[str, str]
     declare: bool = False  # clients declare each upload's digest
     runs: str = "pdfpool"  # its count in /bench/stats/
+    health: str = "/bench/health/"  # the page the probe polls
 
 
 VARIANTS = {
@@ -94,6 +95,9 @@ VARIANTS = {
     "door-switch": Variant("/api/extract/", {"BENCH_SWITCH_INTERVAL": "0.0005"}),
     # the example before issue 24: Django's middleware as it ships, WhiteNoise's (sync only)
     "door-classic": Variant("/api/extract/", {"BENCH_MIDDLEWARE": "classic"}),
+    "door-nogc": Variant("/api/extract/", {"BENCH_NO_GC": "1"}, health="/bench/raw-health/"),
+    # the probe answered by the benchmark's ASGI wrapper, before Django: the server's floor
+    "door-rawhealth": Variant("/api/extract/", {}, health="/bench/raw-health/"),
     "naive": Variant("/bench/naive/", {}, runs="naive"),
     "executor": Variant("/bench/executor/", {}, runs="executor"),
 }
@@ -154,7 +158,7 @@ def bench_variant(variant: Variant, corpus: dict[str, bytes], args: argparse.Nam
     mix, declare = Mix(corpus), variant.declare
     try:
         with uvicorn("benchmarks.variants_asgi:application", env=env, cwd=EXAMPLE) as server:
-            url, health_url = server.url + variant.path, server.url + "/bench/health/"
+            url, health_url = server.url + variant.path, server.url + variant.health
             small = multipart("warm.pdf", corpus["001-trivial/minimal-document.pdf"])
             for _ in range(3):  # the pool and its spare, or the workers, exist before the clock
                 assert asyncio.run(post(url, "warm", small, declare)).status == 200

@@ -5,6 +5,8 @@ two response headers, what the server did with its body before answering:
 - ``bench-asked-body``: 1 if the application called ``receive()`` before it answered
   (under uvicorn that first call is what sends ``100 Continue``), else 0;
 - ``bench-body-read``: the body bytes the application had received when it answered;
+- ``/bench/raw-health/`` is answered here, before Django (``door-rawhealth``): what the
+  server process gives a request that needs nothing of Django, the floor of ``/bench/health/``;
 - ``bench-app-ms``: milliseconds from the request's arrival at the application to its
   answer (the rest of a client's wait is the server's before that: accepting, parsing,
   waiting for the event loop or a CPU).
@@ -20,6 +22,7 @@ from typing import Any
 from demo.asgi import application as example
 
 Message = dict[str, Any]
+RAW_HEADERS = [(b"content-type", b"application/json"), (b"content-length", b"12")]
 
 
 class BodyCount:
@@ -33,6 +36,10 @@ class BodyCount:
             await self.app(scope, receive, send)
             return
         asked, read, arrived = False, 0, time.perf_counter()
+        if scope["path"] == "/bench/raw-health/":
+            await send({"type": "http.response.start", "status": 200, "headers": RAW_HEADERS})
+            await send({"type": "http.response.body", "body": b'{"ok": true}'})
+            return
 
         async def counted() -> Message:
             nonlocal asked, read

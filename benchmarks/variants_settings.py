@@ -33,3 +33,10 @@ elif _os.environ.get("BENCH_MIDDLEWARE") == "classic":  # the example before iss
     WHITENOISE_USE_FINDERS = True
 if _interval := _os.environ.get("BENCH_SWITCH_INTERVAL"):
     _sys.setswitchinterval(float(_interval))
+
+# ``door-nogc``: the cyclic garbage collector off (gc.disable), to tell whether its full
+# collections are the health page's tail
+if _os.environ.get("BENCH_NO_GC"):
+    import gc as _gc
+
+    _gc.disable()
