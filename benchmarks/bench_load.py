@@ -95,6 +95,8 @@ VARIANTS = {
     "door-switch": Variant("/api/extract/", {"BENCH_SWITCH_INTERVAL": "0.0005"}),
     # the example before issue 24: Django's middleware as it ships, WhiteNoise's (sync only)
     "door-classic": Variant("/api/extract/", {"BENCH_MIDDLEWARE": "classic"}),
+    # one extraction at a time: a CPU of the two left to the server (docs/performance.md)
+    "door-slots1": Variant("/api/extract/", {"PDFPOOL_SLOTS": "1"}),
     "door-nogc": Variant("/api/extract/", {"BENCH_NO_GC": "1"}, health="/bench/raw-health/"),
     # the probe answered by the benchmark's ASGI wrapper, before Django: the server's floor
     "door-rawhealth": Variant("/api/extract/", {}, health="/bench/raw-health/"),
