@@ -44,13 +44,13 @@ sandbox-deps:
 	  else echo "note: libseccomp.so.2 is missing: the seccomp layer will be missing"; fi; }
 
 # Every test, then the given conformance test once more against the Redis pool
-# (tests.redis_server starts a throwaway redis-server and sets PDFPOOL_TEST_REDIS_URL).
+# (tests.support.redis_server starts a throwaway redis-server and sets PDFPOOL_TEST_REDIS_URL).
 test: $(STAMP) browser-deps redis-deps sandbox-deps
 	$(BIN)/ruff check .
 	$(MAKE) --no-print-directory typecheck docs dist
 	$(BIN)/python -m pytest
-	PDFPOOL_TEST_POOL=tests.redis_factory:make_pool $(BIN)/python -m tests.redis_server \
-	  $(BIN)/python -m pytest tests/test_pool_conformance.py -p no:cacheprovider
+	PDFPOOL_TEST_POOL=tests.support.redis_factory:make_pool $(BIN)/python -m tests.support.redis_server \
+	  $(BIN)/python -m pytest tests/admission/test_pool_conformance.py -p no:cacheprovider
 
 test-matrix: $(STAMP) browser-deps redis-deps sandbox-deps
 	PATH="$(PYENV_BINS):$$PATH" $(BIN)/nox
@@ -67,7 +67,7 @@ typecheck: $(STAMP)
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
-# The sdist and the wheel into dist/, checked by twine; tests/test_wheel.py installs the wheel
+# The sdist and the wheel into dist/, checked by twine; tests/e2e/test_wheel.py installs the wheel
 dist: $(STAMP)
 	rm -rf dist
 	$(BIN)/python -m build --sdist --wheel --outdir dist . >/dev/null

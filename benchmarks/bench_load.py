@@ -54,7 +54,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.servers, benchmarks.*
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.support.servers, benchmarks.*
 
 from benchmarks.loadkit import (
     DEFAULT_CORPUS,
@@ -145,7 +145,7 @@ class Result:
 def bench_variant(variant: Variant, corpus: dict[str, bytes], args: argparse.Namespace) -> Result:
     import psutil  # type: ignore[import-untyped]
 
-    from tests.servers import uvicorn
+    from tests.support.servers import uvicorn
 
     state = Path(tempfile.mkdtemp(prefix="pdfpool-bench-"))
     (staged := state / "staged").mkdir()
@@ -484,7 +484,7 @@ async def trickle(port: int, local: str, stop: float) -> tuple[int, float]:
 
 def slow_body(corpus: dict[str, bytes], args: argparse.Namespace) -> int:
     """More trickling clients than places and budget, normal uploads alongside."""
-    from tests.servers import uvicorn
+    from tests.support.servers import uvicorn
 
     state = Path(tempfile.mkdtemp(prefix="pdfpool-bench-"))
     (staged := state / "staged").mkdir()

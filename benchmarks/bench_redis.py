@@ -1,7 +1,7 @@
 """What sharing the pool through Redis costs, and what it buys.
 
 ``python benchmarks/bench_redis.py [--quick] [--no-uvicorn]`` starts its own
-redis-server (``tests.redis_server``: a free port, no persistence) and prints:
+redis-server (``tests.support.redis_server``: a free port, no persistence) and prints:
 
 1. Per-job cost: sequential no-op jobs through ``Pool`` (in process) and through
    ``RedisPool`` (one admit script, one finish script, two thread hand-offs), and
@@ -9,7 +9,7 @@ redis-server (``tests.redis_server``: a free port, no persistence) and prints:
    outcome travels as JSON through Redis).
 2. Refusals: ``PoolBusy`` (slots and queue full) and ``CallerBusy``, one at a time
    (latency) and from 64 concurrent callers (refusals per second).
-3. The point of it all: three uvicorn workers (``tests.asgi``) take the same burst
+3. The point of it all: three uvicorn workers (``tests.project.asgi``) take the same burst
    of distinct slow PDFs, once with local pools and once with the Redis pool, while
    the extraction children on the host are counted: local pools allow 3 x SLOTS at
    once, the Redis pool SLOTS (``PDFPOOL["BACKEND"] = "redis"``).
@@ -42,8 +42,8 @@ from django_pdfpool.pool import (  # noqa: E402
     PoolBusy,
     RedisPool,
 )
-from tests.pdfs import slow_pdf  # noqa: E402
-from tests.redis_server import RedisServer, free_port  # noqa: E402
+from tests.support.pdfs import slow_pdf  # noqa: E402
+from tests.support.redis_server import RedisServer, free_port  # noqa: E402
 
 SLOTS, QUEUE = 2, 4
 
@@ -234,7 +234,7 @@ def burst(url: str, pdfs: list[bytes]) -> tuple[list[int], int, float]:
 
 
 def serve(
-    settings: dict[str, Any], app: str = "tests.asgi:application", **env_extra: str
+    settings: dict[str, Any], app: str = "tests.project.asgi:application", **env_extra: str
 ) -> tuple[subprocess.Popen[bytes], str]:
     import httpx
 
@@ -280,7 +280,7 @@ def side_by_side(redis_url: str, quick: bool) -> None:
     print("| pools | peak extraction children on the host | 200 / 503 / other | wall |")
     print("|---|---|---|---|")
     for label, settings in (("local pools", base), ("Redis pool", wired)):
-        process, url = serve(settings, "tests.asgi:application")
+        process, url = serve(settings, "tests.project.asgi:application")
         try:
             pdfs = [slow_pdf(f"{label}-{i}-{uuid4().hex}") for i in range(clients)]
             statuses, peak, wall = burst(url, pdfs)

@@ -116,7 +116,7 @@ def main() -> None:
     args = sys.argv[1:]
     as_json = "--json" in args
     paths = [a for a in args if a != "--json"] or ["/bench/health/", "/"]
-    if as_json:  # one line, for tests/test_example_middleware.py
+    if as_json:  # one line, for tests/e2e/test_example_middleware.py
         print(json.dumps(asyncio.run(count(paths))))
         return
     print("middleware:", ", ".join(m.rsplit(".", 1)[-1] for m in settings.MIDDLEWARE))

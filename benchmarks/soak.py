@@ -52,7 +52,7 @@ class SoakMix(Mix):
 
     def __init__(self, corpus: dict[str, bytes]) -> None:
         super().__init__(corpus)
-        from tests import pdfs
+        from tests.support import pdfs
 
         self.hostile = {
             "flate_bomb": pdfs.flate_bomb(),
@@ -132,7 +132,7 @@ def window_mean(samples: list[dict], start: float, end: float) -> float:
 
 
 def soak(args: argparse.Namespace, corpus: dict[str, bytes]) -> bool:
-    from tests.servers import uvicorn
+    from tests.support.servers import uvicorn
 
     state = Path(tempfile.mkdtemp(prefix="pdfpool-soak-"))
     staged = state / "staged"

@@ -1,5 +1,5 @@
 """Shared fixtures and helpers: a fresh pool per test, staging into the test's own directory,
-waits on observable state, threads for held requests; and, from tests/ci_strict.py, the
+waits on observable state, threads for held requests; and, from tests/support/ci_strict.py, the
 hook that makes a missing chromium, redis-server or corpus a failure under CI=true."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from contextlib import contextmanager
 import pytest
 
 from django_pdfpool import configured
-from tests.ci_strict import pytest_runtest_makereport  # noqa: F401 (CI=true: see there)
-from tests.views import HELD
+from tests.project.views import HELD
+from tests.support.ci_strict import pytest_runtest_makereport  # noqa: F401 (CI=true: see there)
 
 
 @pytest.fixture

@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import ClassVar
 
 import pytest
-from django.contrib.auth.models import User
+from django.contrib.auth.models import AnonymousUser, User
 from django.http import JsonResponse
-from django.test import Client, override_settings
+from django.test import Client, RequestFactory, override_settings
 from django.urls import path
 from ninja import NinjaAPI
 from rest_framework.parsers import MultiPartParser
@@ -23,12 +23,12 @@ from rest_framework.views import APIView
 
 import django_pdfpool
 from django_pdfpool import get_pool, pdf_pooled
-from django_pdfpool.callers import acaller_of, caller_of
+from django_pdfpool.callers import acaller_of, caller_of, user_or_forwarded_ip, user_or_ip
 from django_pdfpool.contrib import drf, ninja
 from django_pdfpool.door.entry import awho, who_now
 from tests.conftest import held_requests, wait_until
-from tests.test_decorator import upload
-from tests.views import HELD, held_job
+from tests.project.views import HELD, held_job
+from tests.test_decorators import upload
 
 SOON = 60
 
@@ -151,3 +151,46 @@ def test_only_callers_reads_the_caller_setting():
                 if settings_call or (isinstance(value, ast.Name) and value.id == "conf"):
                     readers.add(module.relative_to(package).as_posix())
     assert readers == {"callers.py"}
+
+
+def anonymous(remote: str, forwarded: str | None = None):
+    extra = {"HTTP_X_FORWARDED_FOR": forwarded} if forwarded is not None else {}
+    request = RequestFactory().post("/", REMOTE_ADDR=remote, **extra)
+    request.user = AnonymousUser()
+    return request
+
+
+@pytest.mark.parametrize("caller", [user_or_ip, user_or_forwarded_ip])
+def test_ipv6_callers_are_grouped_by_their_prefix(pdfpool, caller):
+    def of(address: str) -> str:
+        return caller(anonymous(address, address if caller is user_or_forwarded_ip else None))
+
+    one_host = {of(f"2001:db8:1:2:{i:x}::{i:x}") for i in range(1, 50)}
+    assert one_host == {"ip:2001:db8:1:2::/64"}
+    assert of("2001:db8:1:3::1") != of("2001:db8:1:2::1")  # another /64, another caller
+    assert of("2001:DB8:1:2:0:0:0:1") == of("2001:db8:1:2::1")  # one spelling
+    pdfpool(IPV6_PREFIX=48)
+    assert of("2001:db8:1:3::1") == of("2001:db8:1:2::1") == "ip:2001:db8:1::/48"
+    pdfpool(IPV6_PREFIX=128)
+    assert of("2001:db8:1:3::1") == "ip:2001:db8:1:3::1/128"
+
+
+@pytest.mark.parametrize("caller", [user_or_ip, user_or_forwarded_ip])
+def test_ipv4_mapped_addresses_are_their_ipv4_caller(pdfpool, caller):
+    def of(address: str) -> str:
+        return caller(anonymous(address, address if caller is user_or_forwarded_ip else None))
+
+    assert of("::ffff:203.0.113.7") == of("203.0.113.7") == "ip:203.0.113.7"
+
+
+@pytest.mark.parametrize("caller", [user_or_ip, user_or_forwarded_ip])
+def test_an_address_that_does_not_parse_is_kept_as_it_is(pdfpool, caller):
+    for odd in ("unknown", "not an address"):  # a port or brackets: tests/door/test_django.py
+        request = anonymous(odd, odd if caller is user_or_forwarded_ip else None)
+        assert caller(request) == f"ip:{odd}"
+
+
+def test_forwarded_ipv6_behind_the_proxy_is_grouped_too(pdfpool):
+    request = anonymous("10.0.0.1", "198.51.100.1, 2001:db8:7:7::9")
+    assert user_or_forwarded_ip(request) == "ip:2001:db8:7:7::/64"
+    assert user_or_ip(request) == "ip:10.0.0.1"

@@ -76,7 +76,7 @@ def test_a_bad_value_of_every_key_is_e003_naming_what_it_must_be(settings, key):
 
 
 def test_the_messages_stay_as_they_were():
-    """The words of the checks users already know (tests/test_example.py reads two of them)."""
+    """The words of the checks users already know (tests/e2e/test_example.py reads two of them)."""
     found = {p.msg for p in problems({"SLOTS": 0, "WAIT": "soon", "MEMORY_LIMIT": 1024})}
     assert found == {
         "PDFPOOL['SLOTS'] must be an integer >= 1, not 0.",

@@ -36,7 +36,7 @@ from django_pdfpool.status.definitions import METRICS
 from django_pdfpool.status.metrics import render
 from tests.conftest import until
 
-pytest_plugins = ["tests.redis_fixtures"]
+pytest_plugins = ["tests.support.redis_fixtures"]
 
 PACKAGE = Path(django_pdfpool.__file__).resolve().parent  # wherever this test file lives
 LUA = PACKAGE / "admission" / "redis" / "lua"

@@ -17,8 +17,8 @@ import pytest
 from django.test import Client, RequestFactory, override_settings
 
 from django_pdfpool import CallerBusy
-from tests import pdfs
-from tests.test_decorator import upload
+from tests.support import pdfs
+from tests.test_decorators import upload
 from tests.test_docs import Block, fences_of
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"

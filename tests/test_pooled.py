@@ -29,10 +29,10 @@ from django_pdfpool import (
     extract_upload,
     get_pool,
 )
-from tests import pdfs
 from tests.conftest import held_requests, wait_until
-from tests.test_decorator import JSON, held_key, post, upload
-from tests.views import HELD, held_job
+from tests.project.views import HELD, held_job
+from tests.support import pdfs
+from tests.test_decorators import JSON, held_key, post, upload
 
 SOON = 60
 

@@ -230,7 +230,7 @@ def test_negotiated_answer_is_error_answer_and_warns():
         responses.no_such_answer  # noqa: B018
 
 
-@pytest.mark.urls("tests.contrib_urls")
+@pytest.mark.urls("tests.project.contrib_urls")
 def test_the_integrations_door_answers_read_the_route_once_resolved(pdfpool, rf):
     """``door_answer`` finds the route's view (DRF) or API (ninja) from the request's
     ``resolver_match`` when it is set, resolving the URL only when it is not."""

@@ -1,0 +1,363 @@
+"""Redis failing, lost, restarted empty or slow under running jobs, each against real redis-servers:
+the local fallback counts what runs, a caller leaving while admission fails still gets on_drop,
+an exception that cannot be encoded still answers everyone, a forward clock step past the
+lease, reads while the pool stops, one dropped connection."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from uuid import uuid4
+
+import pytest
+import redis
+
+from django_pdfpool.admission.history import Recorder
+from django_pdfpool.admission.jobloop import get_job_loop
+from django_pdfpool.exceptions import CoordinatorUnavailable, RemoteJobError
+from django_pdfpool.pool import RedisPool
+from tests.conftest import held, until
+from tests.support.outages import _answer, run
+from tests.support.redis_server import RedisServer, namespace_keys, pools_in
+
+pytest_plugins = ["tests.support.redis_fixtures"]
+
+
+pytestmark = pytest.mark.timeout(90)
+
+
+PATIENCE = 10.0  # seconds: "did not hang", on a busy 2-core machine
+
+
+@contextlib.contextmanager
+def silent_redis() -> Iterator[str]:
+    """A listener that accepts connections and never answers: Redis hung."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(64)
+    accepted: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        listener.settimeout(0.1)
+        while not stop.is_set():
+            with contextlib.suppress(OSError):
+                accepted.append(listener.accept()[0])
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        yield f"redis://127.0.0.1:{listener.getsockname()[1]}/0"
+    finally:
+        stop.set()
+        thread.join(5)
+        for conn in accepted:
+            conn.close()
+        listener.close()
+
+
+class Unprintable(Exception):
+    def __str__(self) -> str:
+        raise ValueError("no text for this one")
+
+
+def _own_jobs(pool: RedisPool) -> list[tuple[str, str]]:
+    """The jobs ``pool`` runs or queues in this process, as its own table has them."""
+    return [(job.key, job.state) for job in pool.local_snapshot().jobs]
+
+
+def _running_keys(server: RedisServer, namespace: str) -> set[str]:
+    with (
+        contextlib.suppress(redis.RedisError),
+        redis.Redis.from_url(server.url, decode_responses=True) as client,
+    ):
+        return set(client.smembers("{" + namespace + "}:running"))
+    return set()
+
+
+def _job_loop_lag() -> float:
+    """Seconds the job loop takes to run a callback handed to it now."""
+    done = threading.Event()
+    started = time.monotonic()
+    get_job_loop().call_soon_threadsafe(done.set)
+    assert done.wait(PATIENCE)
+    return time.monotonic() - started
+
+
+def _errors_reading_while_stopping(pool: RedisPool) -> list[BaseException]:
+    errors: list[BaseException] = []
+    stop = threading.Event()
+
+    def read() -> None:
+        while not stop.is_set():
+            try:
+                pool.queued()
+                pool.running()
+                pool.snapshot()
+            except BaseException as error:  # any crash is the failure
+                errors.append(error)
+                return
+
+    run(lambda: pool.run("k", "c", _answer))  # the pool has connections to close
+    reader = threading.Thread(target=read)
+    reader.start()
+    try:
+        asyncio.run(asyncio.wait_for(pool.stop(), 10))
+    finally:
+        stop.set()
+        reader.join(10)
+    return errors
+
+
+@pytest.mark.parametrize("fallback", ["refuse", "local"])
+def test_a_caller_leaving_while_admission_fails_still_gets_on_drop(fallback):
+    calls, drops = [], []
+    with silent_redis() as url:
+        pool = RedisPool(1, 1, 5.0, url=url, namespace="silent", timeout=0.5, fallback=fallback)
+
+        async def scenario():
+            fn = held("never", threading.Event(), calls)
+            with pytest.raises(TimeoutError):
+                await asyncio.wait_for(pool.run("k", "c", fn, on_drop=lambda: drops.append(1)), 0.1)
+            await until(lambda: calls or drops)
+            await pool.stop()
+
+        run(scenario)
+    assert (len(calls), len(drops)) == (0, 1), "exactly one of fn() and on_drop()"
+
+
+def test_a_job_whose_exception_cannot_be_shown_still_answers_everyone(make_pool):
+    here, there = make_pool(1, 1, 5.0), make_pool(1, 1, 5.0)
+    gate = threading.Event()
+
+    async def fails():
+        while not gate.is_set():
+            await asyncio.sleep(0.002)
+        raise Unprintable()
+
+    async def scenario():
+        starter = asyncio.create_task(here.run("k", "a", fails))
+        await until(lambda: here.running() == 1)
+        sharer = asyncio.create_task(there.run("k", "b", None))
+        await until(lambda: there.waiting("k") == 1)
+        gate.set()
+        with pytest.raises(Unprintable):
+            await starter
+        with pytest.raises(RemoteJobError) as remote:
+            await sharer
+        assert "Unprintable" in remote.value.type_name
+        await until(lambda: here.running() == 0)
+        assert await asyncio.wait_for(there.run("next", "c", _answer), 10) == 42
+
+    run(scenario)
+
+
+def test_the_local_fallback_counts_the_jobs_running_when_redis_failed(own_redis):
+    namespace = f"t-{uuid4().hex[:12]}"
+    make = pools_in(own_redis, namespace)[0]
+    pool = make(1, 1, 10.0, fallback="local")
+    gate, calls = threading.Event(), []
+
+    async def scenario():
+        running = asyncio.create_task(pool.run("k", "a", held("K", gate, calls)))
+        await until(lambda: pool.running() == 1)
+        own_redis.kill()
+        await until(lambda: pool.mode == "local-fallback")
+        joiner = asyncio.create_task(pool.run("k", "b", held("again", gate, calls)))
+        other = asyncio.create_task(pool.run("j", "c", held("J", gate, calls)))
+        await until(lambda: pool.queued() == 1)  # the one slot is the running job's
+        assert calls == ["K"], "the same key ran twice, or more than SLOTS ran"
+        gate.set()
+        assert await asyncio.gather(running, joiner, other) == ["K", "K", "J"]
+        assert calls == ["K", "J"]
+        await pool.stop()
+
+    run(scenario)
+
+
+def test_a_call_made_as_the_local_fallback_begins_joins_the_running_job(own_redis):
+    """Callers read the mode on their own threads and go straight to the fallback pool: the
+    jobs running from Redis mode must be that pool's before the mode says "local-fallback".
+    A logging handler holds the job loop at the fallback's warning (just after the switch)
+    until another thread's call for the running key is in the fallback pool; before the
+    fix it ran the key a second time there (test_redis_faults' "a key running twice")."""
+    namespace = f"t-{uuid4().hex[:12]}"
+    pool = pools_in(own_redis, namespace)[0](1, 1, 10.0, fallback="local")
+    gate, calls, answers = threading.Event(), [], []
+
+    def call_again() -> None:
+        try:
+            answers.append(
+                asyncio.run(asyncio.wait_for(pool.run("k", "b", held("b", gate, calls)), 30))
+            )
+        except BaseException as error:  # the assertion below shows it
+            answers.append(error)
+
+    again = threading.Thread(target=call_again)
+
+    def in_the_fallback() -> bool:
+        jobs = pool.local_snapshot().jobs
+        return pool.waiting("k") >= 1 or any(job.caller == "b" for job in jobs)
+
+    class AtTheSwitch(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if "this process's own pool" in record.getMessage() and not again.is_alive():
+                again.start()
+                deadline = time.monotonic() + PATIENCE
+                while not in_the_fallback() and time.monotonic() < deadline:
+                    time.sleep(0.002)
+
+    handler = AtTheSwitch(logging.WARNING)
+    logger = logging.getLogger("django_pdfpool.redis")
+    logger.addHandler(handler)
+
+    async def scenario():
+        running = asyncio.create_task(pool.run("k", "a", held("a", gate, calls)))
+        await until(lambda: _own_jobs(pool) == [("k", "running")])
+        own_redis.kill()
+        await until(lambda: pool.mode == "local-fallback" and again.is_alive(), PATIENCE)
+        await until(in_the_fallback, PATIENCE)
+        assert calls == ["a"], "the running key ran again in the fallback pool"
+        gate.set()
+        assert await running == "a"
+        await until(lambda: not again.is_alive(), PATIENCE)
+        assert answers == ["a"], "the call did not join the running job"
+        await pool.stop()
+
+    try:
+        run(scenario)
+    finally:
+        logger.removeHandler(handler)
+        gate.set()
+
+
+def test_a_running_job_is_counted_again_after_redis_restarts_empty(own_redis):
+    namespace = f"t-{uuid4().hex[:12]}"
+    make = pools_in(own_redis, namespace)[0]
+    here, there = make(1, 1, 10.0), make(1, 1, 10.0)
+    gate, calls = threading.Event(), []
+
+    async def scenario():
+        running = asyncio.create_task(here.run("k", "a", held("K", gate, calls)))
+        # the pool's own reading (its admit reply read, the job running here), not Redis's:
+        # restarted before that reply is read, the admission itself fails
+        await until(lambda: _own_jobs(here) == [("k", "running")])
+        own_redis.restart()  # empty
+        # within about a lease, Redis counts the job again: it holds the one slot
+        await until(lambda: here.mode == "redis" and _running_keys(own_redis, namespace) == {"k"})
+        joiner = asyncio.create_task(there.run("k", "b", held("again", gate, calls)))
+        other = asyncio.create_task(there.run("j", "c", held("J", gate, calls)))
+        await until(lambda: there.queued() == 1 and there.waiting("k") >= 1)
+        assert calls == ["K"], "the same key ran twice, or more than SLOTS ran"
+        gate.set()
+        assert await asyncio.gather(running, joiner, other) == ["K", "K", "J"]
+        await asyncio.gather(here.stop(), there.stop())
+
+    run(scenario)
+    assert namespace_keys(own_redis.url, namespace) == []
+
+
+def test_the_history_recorder_never_stalls_the_job_loop_on_a_slow_redis(own_redis):
+    pool = RedisPool(1, 1, 5.0, url=own_redis.url, namespace=f"t-{uuid4().hex[:12]}")
+    recorder = Recorder(lambda: pool, interval=0.05, size=100)
+    admin = redis.Redis.from_url(own_redis.url)
+    lags: list[float] = []
+    try:
+        recorder.start()
+        deadline = time.monotonic() + PATIENCE
+        while len(recorder.samples()) < 2:  # sampling, Redis answering at once
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        admin.execute_command("CLIENT", "PAUSE", 800, "ALL")  # Redis answers in 0.8 s
+        end = time.monotonic() + 1.2
+        while time.monotonic() < end:
+            lags.append(_job_loop_lag())
+    finally:
+        recorder.stop()
+        admin.execute_command("CLIENT", "UNPAUSE")
+        admin.close()
+        asyncio.run(pool.stop())
+    assert max(lags) < 0.3, f"the job loop stalled {max(lags):.2f} s"
+
+
+def test_a_running_job_redis_lost_without_restarting_is_counted_again(make_pool, redis_server):
+    """A failover to a replica that missed the last writes: no connection breaks, the job's
+    keys are simply gone. The next beat (lease/3) counts the running job again."""
+    here, there = make_pool(1, 1, 10.0), make_pool(1, 1, 10.0)
+    gate, calls = threading.Event(), []
+    namespace = here.namespace
+    prefix = "{" + namespace + "}:"
+
+    async def scenario():
+        running = asyncio.create_task(here.run("k", "a", held("K", gate, calls)))
+        await until(lambda: here.running() == 1)
+        with redis.Redis.from_url(redis_server.url, decode_responses=True) as client:
+            client.delete(prefix + "job:k", prefix + "running", prefix + "callers")
+        assert _running_keys(redis_server, namespace) == set()
+        await until(lambda: _running_keys(redis_server, namespace) == {"k"})
+        joiner = asyncio.create_task(there.run("k", "b", held("again", gate, calls)))
+        await until(lambda: there.waiting("k") >= 1)
+        gate.set()
+        assert await asyncio.gather(running, joiner) == ["K", "K"]
+        assert calls == ["K"]
+
+    run(scenario)
+
+
+def test_a_forward_clock_step_past_the_lease_is_survived_as_documented(make_pool, redis_server):
+    """Redis's TIME jumping more than a lease ahead ends every lease at once (here: every
+    lease set to have ended, the same effect). The bound in docs/cluster.md: holds are
+    freed and sharers in other processes get RunnerLost; the job itself runs on, is counted
+    again by its owner's next beat, and answers its own callers."""
+    here, there = make_pool(1, 1, 10.0), make_pool(1, 1, 10.0)
+    gate, calls = threading.Event(), []
+    namespace = here.namespace
+
+    async def scenario():
+        running = asyncio.create_task(here.run("k", "a", held("K", gate, calls)))
+        await until(lambda: here.running() == 1)
+        sharer = asyncio.create_task(there.run("k", "b", None))
+        await until(lambda: there.waiting("k") == 1)
+        with redis.Redis.from_url(redis_server.url, decode_responses=True) as client:
+            procs = "{" + namespace + "}:procs"
+            client.zadd(procs, dict.fromkeys(client.zrange(procs, 0, -1), 0))
+        with pytest.raises(Exception) as lost:
+            await sharer
+        assert type(lost.value).__name__ == "RunnerLost"
+        await until(lambda: _running_keys(redis_server, namespace) == {"k"})
+        gate.set()
+        assert await running == "K" and calls == ["K"]
+
+    run(scenario)
+
+
+def test_reads_from_another_thread_while_the_pool_stops_never_crash(make_pool):
+    """A status page read during a rolling restart: the read answers (from Redis, or from
+    this process's figures), it never dies on a connection closed under it."""
+    for _ in range(20):
+        assert _errors_reading_while_stopping(make_pool(1, 1, 5.0)) == []
+
+
+def test_one_dropped_connection_is_not_redis_failing(make_pool, redis_server, caplog):
+    """Redis closing a client (CLIENT KILL, its idle `timeout`, a proxy) breaks one call at
+    most; a fresh connection answers, so the pool stays coordinated and warns nobody."""
+    pool = make_pool(1, 1, 5.0)
+
+    async def scenario():
+        assert await pool.run("a", "c", _answer) == 42  # connections made, now idle
+        with redis.Redis.from_url(redis_server.url) as admin:
+            admin.execute_command("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")
+            admin.execute_command("CLIENT", "KILL", "TYPE", "pubsub")
+        answers = []
+        for key in ("b", "c", "d"):
+            with contextlib.suppress(CoordinatorUnavailable):  # at most one call is lost
+                answers.append(await pool.run(key, "c", _answer))
+        assert len(answers) >= 2 and pool.mode == "redis"
+
+    run(scenario)
+    assert "failed" not in caplog.text

@@ -1,0 +1,405 @@
+"""The local pool beyond the conformance file: each queued job's own wait, wait=None, a fn that
+returns no awaitable, the job loop (jobs on the pool's loop, waiters woken on theirs, many
+threads and loops), no task or timer left behind, drain and stop, and a base exception in a
+job."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import functools
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from django_pdfpool.admission.jobloop import get_job_loop
+from django_pdfpool.pool import Pool, PoolBusy, PoolClosed
+from tests.support.gates import LONG, Gate, job, run, until
+
+QUICK = 0.5  # seconds: "at once" answers well within this
+
+
+@pytest.fixture(autouse=True)
+def _open_gates():
+    yield
+    for gate in Gate.made:
+        gate.open()
+    Gate.made.clear()
+
+
+def eventually(read, expected, timeout=LONG):
+    """Poll ``read()`` from a plain thread until it returns ``expected``."""
+    deadline = time.monotonic() + timeout
+    while (value := read()) != expected and time.monotonic() < deadline:
+        time.sleep(0.001)
+    return value
+
+
+def on_job_loop(read):
+    """Call ``read()`` on the job loop's own thread and return what it returns."""
+    answer: concurrent.futures.Future = concurrent.futures.Future()
+
+    def call():
+        try:
+            answer.set_result(read())
+        except BaseException as exc:  # reported to the test
+            answer.set_exception(exc)
+
+    get_job_loop().call_soon_threadsafe(call)
+    return answer.result(LONG)
+
+
+def job_loop_tasks() -> set[asyncio.Task]:
+    return on_job_loop(lambda: set(asyncio.all_tasks(get_job_loop())))
+
+
+def live_timers(pool: Pool) -> list[asyncio.TimerHandle]:
+    """Timers of ``pool`` still armed on the job loop."""
+    loop = get_job_loop()
+    # loop._scheduled is CPython's private heap of TimerHandles; a cancelled handle
+    # lingers there until the loop pops it, so cancelled ones are filtered out.
+    return on_job_loop(
+        lambda: [
+            handle
+            for handle in loop._scheduled
+            if not handle.cancelled() and getattr(handle._callback, "__self__", None) is pool
+        ]
+    )
+
+
+def test_each_queued_job_waits_its_own_wait():
+    wait = 0.1
+
+    async def scenario():
+        pool = Pool(slots=1, queue=3, wait=wait)
+        gate = Gate()
+        held = asyncio.create_task(pool.run("a", "ca", job("A", gate)))
+        await until(lambda: pool.running() == 1)
+        queued, refused_after = [], {}
+
+        async def queue_one(i):
+            began = time.monotonic()
+            with pytest.raises(PoolBusy):
+                await pool.run(f"q{i}", f"c{i}", job(i))
+            refused_after[i] = time.monotonic() - began
+
+        def admitted(key, task):
+            return task.done() or any(j.key == key for j in pool.snapshot().jobs)
+
+        for i in range(3):  # queued 30 ms apart: deadlines 30 ms apart
+            task = asyncio.create_task(queue_one(i))
+            queued.append(task)
+            await until(functools.partial(admitted, f"q{i}", task))
+            await asyncio.sleep(0.03)
+        await asyncio.wait_for(asyncio.gather(*queued), LONG)
+        assert all(seconds >= wait * 0.9 for seconds in refused_after.values())
+        assert pool.snapshot().counters.refused_busy == 3
+        gate.open()
+        assert await held == "A"
+
+    run(scenario)
+
+
+def test_wait_none_queues_without_a_time_limit():
+    async def scenario():
+        pool = Pool(slots=1, queue=1, wait=None)
+        gate = Gate()
+        held = asyncio.create_task(pool.run("a", "ca", job("A", gate)))
+        await until(lambda: pool.running() == 1)
+        queued = asyncio.create_task(pool.run("b", "cb", job("B")))
+        await until(lambda: pool.queued() == 1)
+        assert live_timers(pool) == []  # nothing will ever expire it
+        await asyncio.sleep(0.2)
+        assert (pool.queued(), queued.done()) == (1, False)
+        gate.open()
+        assert await asyncio.gather(held, queued) == ["A", "B"]
+
+    run(scenario)
+
+
+def test_a_fn_returning_a_non_awaitable_fails_with_type_error_for_every_sharer():
+    async def scenario():
+        pool = Pool(slots=1, queue=1, wait=None, on_error=lambda key, exc: None)
+        gate = Gate()
+        held = asyncio.create_task(pool.run("a", "ca", job("A", gate)))
+        await until(lambda: pool.running() == 1)
+        starter = asyncio.create_task(pool.run("k", "cb", lambda: 42))
+        await until(lambda: pool.queued() == 1)
+        sharer = asyncio.create_task(pool.run("k", "cc", None))
+        await until(lambda: pool.waiting("k") == 1)
+        gate.open()
+        for task in (starter, sharer):
+            with pytest.raises(TypeError):
+                await task
+        assert await held == "A"
+        assert (pool.running(), pool.queued()) == (0, 0)
+        assert await pool.run("k", "cb", job("fine")) == "fine"
+
+    run(scenario)
+
+
+def test_the_job_runs_on_the_pools_loop_thread_not_the_callers():
+    where = {}
+
+    async def fn():
+        where["thread"] = threading.get_ident()
+        where["loop"] = asyncio.get_running_loop()
+        return "done"
+
+    async def scenario():
+        pool = Pool(slots=1, queue=0, wait=None)
+        assert await pool.run("k", "c", fn) == "done"
+        assert where["thread"] != threading.get_ident()
+        assert where["loop"] is not asyncio.get_running_loop()
+        assert where["loop"] is get_job_loop()
+
+    run(scenario)
+
+
+def test_waiters_are_woken_through_their_own_loop():
+    # In debug mode a loop refuses (RuntimeError) call_soon from another thread, so a
+    # future settled straight from the job loop's thread would leave its waiter asleep.
+    async def scenario():
+        pool = Pool(slots=1, queue=0, wait=None)
+        gate = Gate()
+        tasks = [asyncio.create_task(pool.run("k", "a", job("r", gate)))]
+        await until(lambda: pool.running() == 1)
+        tasks.append(asyncio.create_task(pool.run("k", "b", None)))
+        await until(lambda: pool.waiting("k") == 1)
+        gate.open()
+        assert await asyncio.wait_for(asyncio.gather(*tasks), LONG) == ["r", "r"]
+
+    asyncio.run(scenario(), debug=True)
+
+
+def test_many_threads_each_with_its_own_loop_share_one_pool():
+    pool = Pool(slots=2, queue=8, wait=None)
+    gate, calls, lock = Gate(), [], threading.Lock()
+    results, errors, loops = {}, {}, {}
+
+    def make(key):
+        async def fn():
+            with lock:
+                calls.append(key)
+            await gate.wait()
+            return f"r-{key}"
+
+        return fn
+
+    def client(i):
+        key = f"k{i % 3}"
+
+        async def go():
+            loops[i] = asyncio.get_running_loop()
+            result = await pool.run(key, f"c{i}", make(key))
+            assert asyncio.get_running_loop() is loops[i]
+            return result
+
+        try:
+            results[i] = asyncio.run(asyncio.wait_for(go(), 30))
+        except BaseException as exc:  # reported below
+            errors[i] = exc
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(8)]
+    for thread in threads:
+        thread.start()
+    admitted = eventually(
+        lambda: (pool.running(), pool.queued(), sum(pool.waiting(f"k{j}") for j in range(3))),
+        (2, 1, 5),
+    )
+    assert admitted == (2, 1, 5)
+    gate.open()
+    for thread in threads:
+        thread.join(LONG)
+    assert not any(thread.is_alive() for thread in threads)
+    assert errors == {}
+    assert results == {i: f"r-k{i % 3}" for i in range(8)}
+    assert sorted(calls) == ["k0", "k1", "k2"]
+    assert len(set(loops.values())) == 8
+    assert (pool.running(), pool.queued()) == (0, 0)
+
+
+def test_a_waiter_that_gives_up_leaves_no_task_or_timer_behind():
+    before = job_loop_tasks()
+
+    async def scenario():
+        pool = Pool(slots=1, queue=2, wait=30.0)
+        gate = Gate()
+        held = asyncio.create_task(pool.run("a", "ca", job("A", gate)))
+        await until(lambda: pool.running() == 1)
+        # queued, then abandoned by its only waiter: its timer must go
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(pool.run("b", "cb", job("B")), timeout=0.05)
+        assert pool.queued() == 0
+        # queued, then started: its timer must go too
+        started = asyncio.create_task(pool.run("c", "cc", job("C", gate)))
+        await until(lambda: pool.queued() == 1)
+        assert await asyncio.to_thread(eventually, lambda: len(live_timers(pool)), 1) == 1
+        held.cancel()  # the starter of a running job leaves; the job runs on
+        with pytest.raises(asyncio.CancelledError):
+            await held
+        gate.open()
+        assert await started == "C"
+        await until(lambda: pool.running() == 0)
+        return pool
+
+    pool = run(scenario)
+    assert eventually(lambda: live_timers(pool), []) == []
+    assert eventually(lambda: job_loop_tasks() - before, set()) == set()
+    assert pool.snapshot().counters.abandoned == 1
+
+
+def test_an_expired_job_leaves_no_timer_behind():
+    async def scenario():
+        pool = Pool(slots=1, queue=1, wait=0.02)
+        gate = Gate()
+        held = asyncio.create_task(pool.run("a", "ca", job("A", gate)))
+        await until(lambda: pool.running() == 1)
+        with pytest.raises(PoolBusy):
+            await pool.run("b", "cb", job("B"))
+        gate.open()
+        assert await held == "A"
+        return pool
+
+    pool = run(scenario)
+    assert eventually(lambda: live_timers(pool), []) == []
+
+
+def test_drain_while_idle_returns_at_once():
+    async def scenario():
+        pool = Pool()
+        began = time.monotonic()
+        await pool.drain()
+        assert time.monotonic() - began < QUICK
+        with pytest.raises(PoolClosed):
+            await pool.run("k", "c", job(1))
+
+    run(scenario)
+
+
+def test_stop_while_idle_returns_at_once():
+    async def scenario():
+        pool = Pool()
+        began = time.monotonic()
+        await pool.stop()
+        await pool.stop()
+        assert time.monotonic() - began < QUICK
+        with pytest.raises(PoolClosed):
+            await pool.run("k", "c", job(1))
+
+    run(scenario)
+
+
+def test_drain_refuses_joins():
+    async def scenario():
+        pool = Pool(slots=1, queue=0, wait=None)
+        gate = Gate()
+        held = asyncio.create_task(pool.run("k", "a", job("A", gate)))
+        await until(lambda: pool.running() == 1)
+        draining = asyncio.create_task(pool.drain())
+        await until(lambda: pool.snapshot().closed)
+        with pytest.raises(PoolClosed):
+            await pool.run("k", "b", None)
+        gate.open()
+        await asyncio.wait_for(draining, LONG)
+        assert await held == "A"
+
+    run(scenario)
+
+
+def test_drain_then_stop_cancels_what_still_runs():
+    async def scenario():
+        pool = Pool(slots=1, queue=1, wait=None)
+        gate, started = Gate(), threading.Event()
+        running = asyncio.create_task(pool.run("a", "ca", job("A", gate, started)))
+        await until(started.is_set)
+        sharer = asyncio.create_task(pool.run("a", "cs", None))
+        queued = asyncio.create_task(pool.run("b", "cb", job("B")))
+        await until(lambda: pool.queued() == 1 and pool.waiting("a") == 1)
+        draining = asyncio.create_task(pool.drain())
+        await asyncio.sleep(0.02)
+        assert not draining.done()
+        await asyncio.wait_for(pool.stop(), LONG)
+        await asyncio.wait_for(draining, LONG)
+        for task in (running, sharer, queued):
+            with pytest.raises(PoolClosed):
+                await task
+        assert (pool.running(), pool.queued(), pool.snapshot().jobs) == (0, 0, ())
+        assert pool.snapshot().counters.cancelled == 1
+
+    run(scenario)
+
+
+def test_a_job_stopped_before_its_fn_ran_still_calls_on_drop():
+    async def scenario():
+        pool = Pool(slots=1, queue=0, wait=None)
+        called = []
+
+        async def fn():
+            called.append("fn")
+            await asyncio.sleep(10)
+
+        hold = threading.Event()  # holds the job loop, so that its next turn runs
+        get_job_loop().call_soon_threadsafe(hold.wait, LONG)  # the spawn, then the cancel
+        try:
+            task = asyncio.create_task(
+                pool.run("k", "c", fn, on_drop=lambda: called.append("drop"))
+            )
+            await until(lambda: pool.running() == 1)
+            stopping = asyncio.create_task(pool.stop())
+            await until(lambda: pool.snapshot().closed)
+        finally:
+            hold.set()
+        await asyncio.wait_for(stopping, LONG)
+        with pytest.raises(PoolClosed):
+            await task
+        await until(lambda: called, timeout=1.0)
+        assert called in (["fn"], ["drop"])
+
+    run(scenario)
+
+
+@pytest.mark.parametrize("raised", ["KeyboardInterrupt", "SystemExit"])
+def test_a_job_raising_a_base_exception_does_not_kill_the_job_loop(raised):
+    # Run in a child process: the job loop is one per process, and this may break it.
+    script = textwrap.dedent(
+        f"""
+        import asyncio
+        from django_pdfpool.pool import Pool
+
+        async def bad():
+            raise {raised}
+
+        async def good():
+            return "still working"
+
+        async def main():
+            pool = Pool(slots=1, queue=0, wait=None, on_error=lambda key, exc: None)
+            try:
+                await asyncio.wait_for(pool.run("k", "a", bad), 2)
+            except asyncio.TimeoutError:
+                print("the caller hung")
+            except BaseException as exc:
+                print("the caller got", type(exc).__name__)
+            try:
+                print(await asyncio.wait_for(pool.run("k2", "b", good), 2))
+            except BaseException as exc:
+                print("the next job got", type(exc).__name__)
+
+        asyncio.run(main())
+        """
+    )
+    child = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=Path(__file__).resolve().parents[2],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert "the caller hung" not in child.stdout
+    assert "still working" in child.stdout, child.stdout + child.stderr

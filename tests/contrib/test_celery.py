@@ -1,0 +1,155 @@
+"""The Celery task of docs/celery.md, run by a real worker (``celery worker --pool solo``)
+with a real redis-server as its broker and as the Redis pool's coordinator: it extracts a
+stored file under the cluster's pool, leaves the file alone; an upload of the same PDF to
+this process joins the task's job (the only slot is the task's); and with the slot held
+here, the task is refused and retried after the pool's Retry-After, as the docs write it."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+from django.test import Client
+
+from django_pdfpool import extract_pooled, get_pool
+from django_pdfpool.decorators import pool_key
+from django_pdfpool.door.headers import format_digest
+from tests.conftest import held_requests, wait_until
+from tests.project.views import HELD, held_job
+from tests.support import pdfs
+from tests.test_decorators import JSON, upload
+from tests.test_docs import fences_of
+
+pytest_plugins = ["tests.support.redis_fixtures"]
+
+celery = pytest.importorskip("celery")
+
+ROOT = Path(__file__).resolve().parents[2]
+SOON = 90
+
+PROJECT = """
+import os
+
+import django
+
+django.setup()
+
+from celery import Celery
+
+app = Celery("proj", broker=os.environ["BROKER"], backend=os.environ["BROKER"])
+
+import myapp.tasks  # noqa: E402,F401 (registers the shared task)
+"""
+
+
+def docs_task() -> str:
+    """The code block docs/celery.md titles ``myapp/tasks.py``."""
+    for block in fences_of(ROOT / "docs" / "celery.md").blocks:
+        if block.title == "myapp/tasks.py":
+            return block.body
+    raise AssertionError("docs/celery.md has no myapp/tasks.py block")
+
+
+@pytest.fixture
+def worker(tmp_path, redis_server, namespace):
+    """A Celery worker (solo pool) running the docs' task, its pool the Redis pool of
+    ``namespace``; yields (the broker URL, the pool settings it uses)."""
+    project = tmp_path / "project"
+    (project / "myapp").mkdir(parents=True)
+    (project / "myapp" / "__init__.py").write_text("")
+    (project / "myapp" / "tasks.py").write_text(docs_task())
+    (project / "proj.py").write_text(PROJECT)
+    staged = tmp_path / "worker-staged"
+    staged.mkdir()
+    pool = {
+        "BACKEND": "redis",
+        "REDIS_URL": redis_server.url,
+        "NAMESPACE": namespace,
+        "SLOTS": 1,
+        "QUEUE": 0,
+        "WAIT": 30,
+        "LEASE": 2.0,
+        "TIMEOUT": 20.0,  # bounds the refusals' Retry-After: the retry below comes soon
+        "WARM_CHILDREN": False,
+    }
+    broker = redis_server.url.rsplit("/", 1)[0] + "/1"
+    env = {
+        **os.environ,
+        "BROKER": broker,
+        "DJANGO_SETTINGS_MODULE": "tests.project.settings",
+        "PYTHONPATH": os.pathsep.join([str(project), str(ROOT)]),
+        "PDFPOOL_JSON": json.dumps({**pool, "TEMP_DIR": str(staged)}),
+    }
+    command = [sys.executable, "-m", "celery", "-A", "proj", "worker", "--pool", "solo"]
+    command += ["--loglevel", "info", "--without-gossip", "--without-mingle"]
+    process = subprocess.Popen(
+        command, cwd=project, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
+    log: list[bytes] = []
+    ready = threading.Event()
+
+    def read() -> None:
+        for line in process.stdout:
+            log.append(line)
+            if b" ready." in line:
+                ready.set()
+
+    threading.Thread(target=read, daemon=True).start()
+    try:
+        assert ready.wait(SOON), b"".join(log).decode(errors="replace")
+        yield broker, pool, log
+    finally:
+        process.send_signal(signal.SIGTERM)  # a warm shutdown
+        try:
+            process.wait(30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def test_a_worker_runs_the_docs_task_against_the_redis_pool(pdfpool, worker, tmp_path):
+    broker, pool, log = worker
+    client = celery.Celery("client", broker=broker, backend=broker)
+    stored = tmp_path / "stored.pdf"
+    stored.write_bytes(pdfs.simple(["extracted by a worker"]))
+    done = client.send_task("myapp.tasks.extract_text", args=[str(stored)]).get(timeout=SOON)
+    assert done["text"] == "extracted by a worker", b"".join(log).decode(errors="replace")
+    assert stored.exists()  # the task's file: never deleted
+
+    # the worker's job holds the cluster's only slot; this process's upload gets in only
+    # by joining it (same key in two processes), declared so the door lets it in
+    pdfpool(**pool)
+    data = pdfs.slow_pdf("shared by a task and an upload", 2)
+    slow = tmp_path / "slow.pdf"
+    slow.write_bytes(data)
+    sha256 = hashlib.sha256(data).hexdigest()
+    pending = client.send_task("myapp.tasks.extract_text", args=[str(slow)])
+    wait_until(lambda: get_pool().pressure(pool_key(sha256)).in_flight, SOON)
+    response = Client(REMOTE_ADDR="10.0.10.1").post(
+        "/sync/", {"file": upload(data)}, HTTP_PDF_DIGEST=format_digest(sha256), **JSON
+    )
+    assert response.status_code == 200, response.content
+    assert response.json()["pdf"]["sha256"] == sha256
+    tasked = pending.get(timeout=SOON)
+    assert tasked["sha256"] == sha256
+    assert tasked["text"].startswith("shared by a task and an upload")
+    assert get_pool().snapshot().counters.joined == 1
+    assert get_pool().snapshot().counters.started == 2  # the two tasks: the upload ran none
+
+    # the docs' retry: with the only slot held here, the task is refused (PoolBusy) and
+    # retried after the pool's Retry-After; once the slot is free, the retry runs
+    HELD.reset()
+    with held_requests(1) as threads:
+        threads.submit(extract_pooled, b"%PDF- holds the slot", caller="test:hold", job=held_job)
+        wait_until(lambda: HELD.runs != [])
+        retried = client.send_task("myapp.tasks.extract_text", args=[str(stored)])
+        wait_until(lambda: b"Retry in" in b"".join(log), SOON)
+        HELD.release.set()
+    assert retried.get(timeout=SOON)["text"] == "extracted by a worker"

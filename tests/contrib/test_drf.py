@@ -1,0 +1,233 @@
+"""``django_pdfpool.contrib.drf`` with the real Django REST framework, through Django's test
+client: APIView handlers, ``@api_view`` functions and ViewSet actions; the caller is DRF's
+authenticated user; a request without credentials is 401 before any work; refusals pass
+through the project's ``EXCEPTION_HANDLER``; multipart and raw bodies leave
+``request.data`` readable; a misplaced decorator fails at import."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+
+import pytest
+from django.conf import global_settings
+from django.core.exceptions import ImproperlyConfigured
+from django.test import Client
+from django.views import View
+from rest_framework.decorators import api_view
+from rest_framework.views import APIView
+
+import django_pdfpool
+from django_pdfpool import get_pool
+from django_pdfpool.contrib import drf
+from tests.conftest import held_requests, wait_until
+from tests.project.views import HELD, PARSED, held_job
+from tests.support import pdfs
+from tests.test_decorators import upload
+
+pytestmark = pytest.mark.urls("tests.project.contrib_urls")
+
+HELD_ROUTES = [
+    "/drf/apiview/held/",  # APIView.post
+    "/drf/function/held/",  # @api_view
+    "/drf/documents/",  # ViewSet create
+    "/drf/documents/above/",  # a ViewSet @action, the decorator above it
+]
+SOON = 60
+
+
+@pytest.fixture(autouse=True)
+def project_handler(settings):
+    settings.REST_FRAMEWORK = {"EXCEPTION_HANDLER": "tests.project.contrib_views.handled"}
+
+
+def send(url, data, user="alice", raw=False, ip="10.0.7.1", **extra):
+    client = Client(REMOTE_ADDR=ip)
+    headers = {"HTTP_ACCEPT": "application/json", **extra}
+    if user is not None:
+        headers["HTTP_AUTHORIZATION"] = f"Token {user}"
+    if raw:
+        return client.post(url, data, content_type="application/pdf", **headers)
+    return client.post(url, {"file": upload(data)}, **headers)
+
+
+@pytest.mark.parametrize("raw", [False, True], ids=["multipart", "raw"])
+@pytest.mark.parametrize("url", [*HELD_ROUTES, "/drf/apiview/extract/"])
+def test_each_route_kind_serves_multipart_and_raw_bodies(pdfpool, url, raw):
+    HELD.reset()
+    HELD.release.set()
+    data = pdfs.simple([f"through {url}"])
+    response = send(url, data, raw=raw)
+    assert response.status_code == 200, response.content
+    body = response.json()
+    assert body["pdf"]["sha256"] == hashlib.sha256(data).hexdigest()
+    if "extract" in url:
+        assert body["pdf"]["text"] == f"through {url}"
+    assert body["data"] == ["file"]  # request.data, parsed by the view's own parsers
+    assert body["user"] == "alice"
+    assert os.listdir(pdfpool()["TEMP_DIR"]) == []
+
+
+@pytest.mark.parametrize("url", HELD_ROUTES)
+def test_the_caller_is_drfs_user_not_the_address(pdfpool, url):
+    """Two token users behind one address each get a job; the same user's second upload
+    is 429 through DRF's handler, with Retry-After from ``wait``."""
+    HELD.reset()
+    with held_requests(2) as threads:
+        first = threads.submit(send, url, b"%PDF- alice's")
+        wait_until(lambda: len(HELD.runs) == 1)
+        second = threads.submit(send, url, b"%PDF- bob's", user="bob")
+        wait_until(lambda: len(HELD.runs) == 2)
+        again = send(url, b"%PDF- alice's second", raw=True)
+        assert again.status_code == 429, again.content
+        assert int(again["Retry-After"]) >= 1
+        body = again.json()
+        assert body["handled_by"] == "project" and body["code"] == "caller_busy"
+        assert "already" in body["detail"]
+        HELD.release.set()
+        assert first.result(SOON).json()["user"] == "alice"
+        assert second.result(SOON).json()["user"] == "bob"
+
+
+@pytest.mark.parametrize("url", HELD_ROUTES)
+def test_a_request_without_a_token_is_401_before_any_extraction(pdfpool, url):
+    HELD.reset()
+    HELD.release.set()
+    response = send(url, pdfs.simple(["nobody"]), user=None)
+    assert response.status_code == 401
+    assert response["WWW-Authenticate"] == "Token"
+    assert HELD.runs == []
+    assert get_pool().snapshot().counters.started == 0
+    assert os.listdir(pdfpool()["TEMP_DIR"]) == []
+
+
+def test_a_full_pool_is_503_through_the_projects_handler(pdfpool):
+    """With the door off (it answers before DRF, through REFUSAL_VIEW), the pool's 503
+    comes from the decorator, as a DRF exception."""
+    pdfpool(SLOTS=1, QUEUE=0, DOOR=False)
+    HELD.reset()
+    with held_requests(1) as threads:
+        threads.submit(send, "/drf/function/held/", b"%PDF- one")
+        wait_until(lambda: len(HELD.runs) == 1)
+        busy = send("/drf/documents/", b"%PDF- two", user="carol")
+    assert busy.status_code == 503
+    assert int(busy["Retry-After"]) >= 1
+    assert busy.json()["code"] == "busy" and busy.json()["handled_by"] == "project"
+
+
+def test_the_door_answers_drf_routes_through_the_projects_handler(pdfpool, settings):
+    """The door (AdmissionMiddleware here) refuses before DRF runs (no body parsed), and
+    answers as the view would: the route's DRF view, its exception handler and renderers."""
+    pdfpool(SLOTS=1, QUEUE=0, MAX_UPLOAD_SIZE=2000, DOOR_BUDGET=0)  # no body that may join
+    recording = "tests.project.views.RecordingUploadHandler"
+    settings.FILE_UPLOAD_HANDLERS = [recording, *global_settings.FILE_UPLOAD_HANDLERS]
+    PARSED.clear()
+    declared = send("/drf/documents/", b"%PDF-" + b"x" * 500_000)
+    assert declared.status_code == 413
+    assert declared.json()["handled_by"] == "project" and declared.json()["code"] == "too_large"
+    assert list(PARSED) == []  # refused from its header: the body was never parsed
+    HELD.reset()
+    with held_requests(1) as threads:
+        threads.submit(send, "/drf/function/held/", b"%PDF- one")
+        wait_until(lambda: len(HELD.runs) == 1)
+        PARSED.clear()  # the job's own upload was parsed; none of those below may be
+        for url in HELD_ROUTES:
+            busy = send(url, b"%PDF- two", user="carol")  # may join, but no budget: shed
+            assert busy.status_code == 503, busy.content
+            assert int(busy["Retry-After"]) >= 1
+            assert busy.json()["handled_by"] == "project" and busy.json()["code"] == "busy"
+            assert busy["Content-Type"] == "application/json"
+    assert len(HELD.runs) == 1 and list(PARSED) == []  # refused before the body
+
+
+def test_413_422_and_400_are_drf_exceptions_too(pdfpool):
+    pdfpool(MAX_UPLOAD_SIZE=2000, DOOR=False)
+    too_large = send("/drf/apiview/extract/", b"%PDF-" + b"x" * 5000, raw=True)
+    assert too_large.status_code == 413 and too_large.json()["code"] == "too_large"
+    unreadable = send("/drf/apiview/extract/", b"not a pdf at all")
+    assert unreadable.status_code == 422 and unreadable.json()["code"] == "not_a_pdf"
+    empty = Client().post("/drf/apiview/extract/", {"other": "x"}, HTTP_AUTHORIZATION="Token dave")
+    assert empty.status_code == 400 and empty.json()["code"] == "no_upload"
+    assert os.listdir(pdfpool()["TEMP_DIR"]) == []
+
+
+def test_a_raw_body_without_pdf_parser_is_drfs_415_not_a_500(pdfpool):
+    response = send("/drf/apiview/default-parsers/", pdfs.simple(["raw"]), raw=True)
+    assert response.status_code == 415
+    assert "application/pdf" in response.json()["detail"]
+    assert get_pool().snapshot().counters.started == 0
+    multipart = send("/drf/apiview/default-parsers/", pdfs.simple(["multipart"]))
+    assert multipart.status_code == 200 and multipart.json()["pdf"]["text"] == "multipart"
+
+
+def test_a_raw_body_over_the_limit_without_a_length_is_cut_by_pdf_parser(pdfpool):
+    """``PdfParser`` stops reading at MAX_UPLOAD_SIZE even where nothing declared a size
+    (the view itself, undecorated, parses)."""
+    pdfpool(MAX_UPLOAD_SIZE=2000)
+    request = drf.PdfParser()
+    from io import BytesIO
+
+    from rest_framework.test import APIRequestFactory
+
+    django_request = APIRequestFactory().post("/", b"x", content_type="application/pdf")
+    with pytest.raises(drf.PdfTooLarge):
+        request.parse(BytesIO(b"y" * 5000), "application/pdf", {"request": django_request})
+
+
+def _post(self, request): ...
+
+
+def test_misplaced_decorators_fail_at_import():
+    with pytest.raises(ImproperlyConfigured, match="method_decorator"):
+        django_pdfpool.pdf_pooled(_post)
+    with pytest.raises(ImproperlyConfigured, match="before DRF authenticates"):
+        django_pdfpool.pdf_pooled(api_view(["POST"])(lambda request: None))
+    with pytest.raises(ImproperlyConfigured, match="before DRF authenticates"):
+        django_pdfpool.pdf_pooled(APIView.as_view())
+    with pytest.raises(ImproperlyConfigured, match="below @api_view"):
+        drf.pdf_pooled(api_view(["POST"])(lambda request: None))
+    with pytest.raises(ImproperlyConfigured, match="synchronous"):
+
+        async def handler(self, request): ...
+
+        drf.pdf_pooled(handler)
+    # a plain Django class-based view wrapped whole still works: no DRF authentication
+    assert getattr(django_pdfpool.pdf_pooled(View.as_view()), "pdfpool_admission", None)
+    # the job name is still checked first
+    with pytest.raises(ImproperlyConfigured, match="job_name"):
+        drf.pdf_pooled(job=lambda upload: None)
+    assert drf.pdf_pooled(job=held_job)
+
+
+def test_check_warns_of_framework_routes_pooled_by_the_plain_decorator(settings):
+    from django.core.management import call_command
+    from django.core.management.base import SystemCheckError
+
+    from django_pdfpool.checks import check_integrations
+
+    assert check_integrations() == []  # tests.project.contrib_urls: the integrations everywhere
+    settings.ROOT_URLCONF = "tests.project.contrib_misplaced_urls"
+    warned = {(w.id, w.msg.split()[2]) for w in check_integrations()}
+    assert warned == {
+        ("django_pdfpool.W101", "/plain/function/"),
+        ("django_pdfpool.W101", "/plain/apiview/"),
+        ("django_pdfpool.W101", "/ninja/plain"),
+    }
+    with pytest.raises(SystemCheckError, match="W101"):
+        call_command("check", "--fail-level", "WARNING")
+
+
+def test_the_door_answers_a_browser_with_drfs_browsable_api(pdfpool, settings):
+    """Content negotiation at the door is the view's: a browser gets DRF's HTML page."""
+    settings.INSTALLED_APPS = [*settings.INSTALLED_APPS, "rest_framework"]
+    pdfpool(MAX_UPLOAD_SIZE=2000)
+    response = send(
+        "/drf/apiview/default-parsers/",
+        b"%PDF-",
+        raw=True,
+        HTTP_ACCEPT="text/html",
+        CONTENT_LENGTH="99999999",
+    )
+    assert response.status_code == 413
+    assert response["Content-Type"].startswith("text/html")
+    assert b"Django REST framework" in response.content

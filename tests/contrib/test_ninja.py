@@ -1,0 +1,150 @@
+"""``django_pdfpool.contrib.ninja`` with the real django-ninja, through Django's test client:
+async and sync operations with ``File(...)`` and raw bodies; the caller from
+``request.auth``; 401 before any work; refusals through the API's exception handlers with
+``Retry-After``; the decorator above ``@api.post`` fails at import."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+from django.test import Client
+from ninja import NinjaAPI
+
+import django_pdfpool
+from django_pdfpool import get_pool
+from django_pdfpool.contrib import ninja
+from tests.conftest import held_requests, wait_until
+from tests.project.views import HELD
+from tests.support import pdfs
+from tests.test_decorators import upload
+
+pytestmark = pytest.mark.urls("tests.project.contrib_urls")
+SOON = 60
+
+
+def send(path, data, token="t-alice", raw=False, ip="10.0.8.1"):
+    client = Client(REMOTE_ADDR=ip)
+    headers = {} if token is None else {"HTTP_AUTHORIZATION": f"Bearer {token}"}
+    if raw:
+        return client.post(f"/ninja/{path}", data, content_type="application/pdf", **headers)
+    return client.post(f"/ninja/{path}", {"file": upload(data)}, **headers)
+
+
+def test_an_async_operation_with_file_and_a_sync_one_with_a_raw_body(pdfpool):
+    extracted = send("extract", pdfs.simple(["ninja, async, multipart"]))
+    assert extracted.status_code == 200, extracted.content
+    assert extracted.json() == {"pdf": {"text": "ninja, async, multipart"}, "auth": "t-alice"}
+    raw = send("raw", pdfs.simple(["ninja, sync, raw"]), raw=True)
+    assert raw.status_code == 200, raw.content
+    assert raw.json()["pdf"] == {"text": "ninja, sync, raw"}
+    assert os.listdir(pdfpool()["TEMP_DIR"]) == []
+
+
+def test_the_caller_is_request_auth(pdfpool):
+    """Two tokens behind one address each get a job; one token's second upload is 429
+    through the API's handler, with Retry-After."""
+    HELD.reset()
+    with held_requests(2) as threads:
+        first = threads.submit(send, "held", b"%PDF- alice")
+        wait_until(lambda: len(HELD.runs) == 1)
+        second = threads.submit(send, "held", b"%PDF- bob", "t-bob")
+        wait_until(lambda: len(HELD.runs) == 2)
+        again = send("held", b"%PDF- alice again")
+        assert again.status_code == 429, again.content
+        assert int(again["Retry-After"]) >= 1
+        assert again.json()["code"] == "caller_busy"
+        assert again.json()["handled_by"] == "project"  # api.exception_handler's answer
+        callers = {job.caller for job in get_pool().snapshot().jobs}
+        assert callers == {
+            ninja.auth_caller(_Authed("t-alice")),
+            ninja.auth_caller(_Authed("t-bob")),
+        }
+        assert not any("t-alice" in caller for caller in callers)  # no token on show
+        HELD.release.set()
+        assert first.result(SOON).status_code == second.result(SOON).status_code == 200
+
+
+class _Authed:
+    def __init__(self, auth):
+        self.auth = auth
+
+
+def test_without_ninja_auth_the_caller_setting_names_the_caller(pdfpool):
+    HELD.reset()
+    with held_requests(1) as threads:
+        threads.submit(send, "anonymous", b"%PDF- anonymous", None, False, "10.0.8.9")
+        wait_until(lambda: len(HELD.runs) == 1)
+        assert {job.caller for job in get_pool().snapshot().jobs} == {"ip:10.0.8.9"}
+
+
+def test_a_request_without_a_token_is_401_before_any_extraction(pdfpool):
+    HELD.reset()
+    HELD.release.set()
+    response = send("held", pdfs.simple(["nobody"]), token=None)
+    assert response.status_code == 401
+    assert HELD.runs == [] and get_pool().snapshot().counters.started == 0
+    assert os.listdir(pdfpool()["TEMP_DIR"]) == []
+
+
+def test_busy_unreadable_and_too_large_through_the_handlers(pdfpool):
+    pdfpool(SLOTS=1, QUEUE=0, DOOR=False, MAX_UPLOAD_SIZE=4000)
+    unreadable = send("extract", b"not a pdf")
+    assert unreadable.status_code == 422 and unreadable.json()["code"] == "not_a_pdf"
+    assert "Retry-After" not in unreadable
+    too_large = send("raw", b"%PDF-" + b"x" * 8000, raw=True)
+    assert too_large.status_code == 413 and too_large.json()["code"] == "too_large"
+    HELD.reset()
+    with held_requests(1) as threads:
+        threads.submit(send, "held", b"%PDF- the only slot")
+        wait_until(lambda: len(HELD.runs) == 1)
+        busy = send("held", b"%PDF- another", "t-erin")
+    assert busy.status_code == 503 and busy.json()["code"] == "busy"
+    assert int(busy["Retry-After"]) >= 1
+
+
+def test_the_door_answers_ninja_routes_through_the_apis_handler(pdfpool):
+    pdfpool(SLOTS=1, QUEUE=0)
+    HELD.reset()
+    with held_requests(1) as threads:
+        threads.submit(send, "held", b"%PDF- the only slot")
+        wait_until(lambda: len(HELD.runs) == 1)
+        busy = send("extract", b"%PDF- another", "t-frank")  # the door sheds it
+    assert busy.status_code == 503
+    assert busy.json()["handled_by"] == "project" and busy.json()["code"] == "busy"
+    assert int(busy["Retry-After"]) >= 1
+    assert len(HELD.runs) == 1
+
+
+def test_the_default_handler_answers_detail_with_retry_after(pdfpool):
+    """An API without a handler of its own: ninja's HttpError handler, our Retry-After."""
+    from django.urls import path
+
+    bare = NinjaAPI(urls_namespace="pdfpool-bare")
+
+    @bare.post("/x")
+    @ninja.pdf_pooled
+    def x(request):
+        return {"ok": True}
+
+    from django.test import override_settings
+
+    urls = type("urls", (), {"urlpatterns": [path("bare/", bare.urls)]})
+    with override_settings(ROOT_URLCONF=urls):
+        response = Client().post("/bare/x", {"other": "x"})
+    assert response.status_code == 400
+    assert response.json() == {"detail": response.json()["detail"]}
+    assert "multipart file field" in response.json()["detail"]
+
+
+def test_the_decorator_above_api_post_fails_at_import():
+    api = NinjaAPI(urls_namespace="pdfpool-misplaced")
+
+    def op(request): ...
+
+    registered = api.post("/op")(op)
+    with pytest.raises(ImproperlyConfigured, match=r"below @api\.post"):
+        ninja.pdf_pooled(registered)
+    with pytest.raises(ImproperlyConfigured, match=r"below @api\.post"):
+        django_pdfpool.pdf_pooled(registered)

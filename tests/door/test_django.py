@@ -1,0 +1,469 @@
+"""``door.django.TimedStream``: a WSGI body read against its ticket's deadline. Each read
+(``read`` and ``readline`` alike) counts its bytes, and the bytes earn time
+(``BODY_MIN_RATE``): a body that keeps coming may outlast ``BODY_TIMEOUT``; one that
+stops gets 408 and its place back."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import threading
+
+import pytest
+from django.test import Client
+
+from django_pdfpool import get_pool
+from django_pdfpool.door.django import TimedStream
+from django_pdfpool.door.headers import format_digest
+from django_pdfpool.door.rules import ARRIVING, Arrivals, Terms
+from django_pdfpool.exceptions import (
+    BodyTimeout,
+)
+from tests.conftest import held_requests, wait_until
+from tests.support import pdfs
+from tests.support.door import JSON, SOON, MiB, headers, pdfs_upload, post, pressure, sha, verdict
+
+TERMS = Terms(
+    max_upload_size=10_000, budget=1, budget_bytes=10_000, body_timeout=0.5, body_min_rate=100
+)
+
+
+def test_every_read_counts_its_bytes_and_the_bytes_earn_time():
+    arrivals = Arrivals()
+    ticket = arrivals.place(1, "ip:10.8.0.1", None)
+    assert ticket is not None
+    stream = TimedStream(io.BytesIO(b"line\n" + b"x" * 995), ticket, TERMS)
+    assert stream.readline() == b"line\n"
+    assert stream.read(595) == b"x" * 595
+    assert ticket.received == 600  # 6 s earned at 100 bytes a second
+    ticket.started -= 2.0  # two seconds on, past BODY_TIMEOUT (0.5 s) but not past 6.5 s
+    assert stream.read() == b"x" * 400  # still in time: the bytes so far earned it
+    assert ticket.received == 1000 and not ticket.released
+
+
+def test_a_body_past_its_deadline_gets_408_and_gives_its_place_back():
+    arrivals = Arrivals()
+    ticket = arrivals.place(1, "ip:10.8.0.2", None)
+    assert ticket is not None
+    stream = TimedStream(io.BytesIO(b"x" * 1000), ticket, TERMS)
+    assert stream.read(10) == b"x" * 10  # 0.1 s earned
+    ticket.started -= 1.0  # past 0.5 + 0.1 s
+    with pytest.raises(BodyTimeout):
+        stream.readline()
+    assert ticket.released and arrivals.timed_out == 1
+    assert arrivals.place(1, "ip:10.8.0.3", None) is not None  # the place is free again
+
+
+pytest_plugins = ["tests.support.redis_fixtures"]
+
+
+NO_BUDGET = Terms(max_upload_size=MiB, budget=0, budget_bytes=0, body_timeout=20, body_min_rate=500)
+
+
+class UnreadBody(io.RawIOBase):
+    """A request body that fails the test if anything reads it."""
+
+    def __init__(self, fail: bool = True) -> None:
+        self.touched = threading.Event()
+        self.fail = fail
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        self.touched.set()
+        if not self.fail:  # only noted (a test client in another thread would get the raise)
+            return 0
+        raise AssertionError("the door read the body of an upload it should refuse")
+
+
+def unread_post(url, size, ip="10.0.0.9", **extra):
+    """A POST declaring ``size`` bytes whose body must not be read."""
+    body = UnreadBody()
+    environ = {
+        "wsgi.input": body,
+        "CONTENT_LENGTH": str(size),
+        "CONTENT_TYPE": "multipart/form-data; boundary=x",
+        **JSON,
+        **extra,
+    }
+    response = Client(REMOTE_ADDR=ip).generic("POST", url, **environ)
+    assert not body.touched.is_set()
+    return response
+
+
+@contextlib.contextmanager
+def opened_at_exit(settings: dict):
+    """The gated view's gate, opened when the block ends, failed or not: the request held
+    on it must end before ``held_requests`` waits for it."""
+    gate = os.path.join(settings["TEMP_DIR"], "open")
+    try:
+        yield gate
+    finally:
+        open(gate, "w").close()
+
+
+def digest_of(data: bytes) -> dict:
+    return {"HTTP_PDF_DIGEST": format_digest(sha(data))}
+
+
+class GatedBody(io.RawIOBase):
+    """A body held back until ``gate`` is set: a caller's upload still arriving."""
+
+    def __init__(self, data: bytes, gate: threading.Event) -> None:
+        self.data, self.gate = io.BytesIO(data), gate
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        self.gate.wait(SOON)
+        return self.data.readinto(buffer)
+
+
+def gated_post(url: str, data: bytes, gate: threading.Event, ip: str):
+    """A multipart upload of ``data`` whose body arrives once ``gate`` is set."""
+    from django.test.client import BOUNDARY, MULTIPART_CONTENT, encode_multipart
+
+    body = encode_multipart(BOUNDARY, {"file": pdfs_upload(data)})
+    environ = {
+        "wsgi.input": GatedBody(body, gate),
+        "CONTENT_LENGTH": str(len(body)),
+        "CONTENT_TYPE": MULTIPART_CONTENT,
+        **JSON,
+    }
+    return Client(REMOTE_ADDR=ip).generic("POST", url, **environ)
+
+
+class SlowBody(io.RawIOBase):
+    """A body that sends one byte per read, ``pause`` seconds apart: a trickle."""
+
+    def __init__(self, size: int, pause: float) -> None:
+        self.left, self.pause = size, pause
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        if not self.left:
+            return 0
+        import time
+
+        time.sleep(self.pause)
+        buffer[0] = ord("x")
+        self.left -= 1
+        return 1
+
+
+def project_refusal(request, exception):
+    from django.http import HttpResponse
+
+    return HttpResponse(f"refused: {type(exception).__name__} {exception.code}", status=499)
+
+
+def db_refusal(request, exception):
+    """A refusal view that reads the database, as a project's may."""
+    from django.contrib.auth.models import User
+    from django.http import HttpResponse
+
+    return HttpResponse(f"{exception.code}: {User.objects.count()} users", status=499)
+
+
+def test_a_declared_size_over_the_limit_gets_413_unread(pdfpool):
+    """Under WSGI the answer carries no hop-by-hop header (PEP 3333; wsgiref 500s on one):
+    whether to close is the server's."""
+    pdfpool(MAX_UPLOAD_SIZE=MiB)
+    response = unread_post("/sync/", 200 * MiB)
+    assert response.status_code == 413 and response.json()["error"] == "too_large"
+    assert not response.has_header("Connection")
+
+
+def test_a_closed_pool_gets_503_unread_and_other_views_pass(pdfpool):
+    pdfpool()
+    get_pool().close()
+    response = unread_post("/sync/", 1000)
+    assert response.status_code == 503 and response.json()["error"] == "closed"
+    assert Client().post("/plain/", {"x": "1"}).status_code == 200  # not pooled: untouched
+
+
+def test_a_full_pool_refuses_unread_what_cannot_join_and_lets_joiners_in(pdfpool, tmp_path):
+    """SLOTS 1, QUEUE 0, a job running: a declared other PDF gets 503 unread; an identical
+    upload joins, declared or not (the undeclared one on the budget, hashed, then joined)."""
+    settings = pdfpool(SLOTS=1, QUEUE=0)
+    data = b"%PDF- gated"
+    with held_requests(3) as threads, opened_at_exit(settings) as gate:
+        first = threads.submit(post, "/gated/", data, "10.1.0.1")
+        wait_until(lambda: get_pool().running() == 1)
+        busy = unread_post("/gated/", 1000, "10.1.0.2", **digest_of(b"%PDF- other"))
+        assert busy.status_code == 503 and busy.json()["error"] == "busy"
+        assert int(busy["Retry-After"]) >= 1 and busy.json()["retry_after"] >= 1
+        declared = threads.submit(post, "/gated/", data, "10.1.0.3", **digest_of(data))
+        undeclared = threads.submit(post, "/gated/", data, "10.1.0.4")
+        wait_until(lambda: get_pool().waiting(get_pool().snapshot().jobs[0].key) == 2)
+        open(gate, "w").close()
+        answers = [first.result(SOON), declared.result(SOON), undeclared.result(SOON)]
+    assert [a.status_code for a in answers] == [200, 200, 200]
+    assert answers[0].json() == answers[1].json() == answers[2].json()
+    counters = get_pool().snapshot().counters
+    assert (counters.started, counters.joined, counters.refused_busy) == (1, 2, 1)
+
+
+def test_past_the_budget_the_door_sheds_and_counts_it_apart(pdfpool):
+    settings = pdfpool(SLOTS=1, QUEUE=0, DOOR_BUDGET=0)
+    shed_before = ARRIVING.shed
+    with held_requests(1) as threads, opened_at_exit(settings) as gate:
+        first = threads.submit(post, "/gated/", b"%PDF- gated", "10.2.0.1")
+        wait_until(lambda: get_pool().running() == 1)
+        shed = unread_post("/gated/", 1000, "10.2.0.2")
+        assert shed.status_code == 503 and shed.json()["error"] == "busy"
+        open(gate, "w").close()
+        assert first.result(SOON).status_code == 200
+    assert ARRIVING.shed == shed_before + 1
+    assert get_pool().snapshot().counters.refused_busy == 0  # not the pool's refusal
+
+
+def test_a_callers_next_upload_waits_for_its_body_arriving_then_joins(pdfpool):
+    """One body per caller arrives at a time, but a caller's second upload is not shed
+    for it: it waits, holding nothing, until the first body reaches the pool, then gets
+    the pool's answer (here: both join the job in flight). Nothing counts as shed."""
+    settings = pdfpool(SLOTS=1, QUEUE=0, DOOR_BUDGET=4)
+    data, gate, shed = b"%PDF- gated twins", threading.Event(), ARRIVING.shed
+    with held_requests(3) as threads, opened_at_exit(settings) as opened:
+        first = threads.submit(post, "/gated/", data, "10.4.0.1")
+        wait_until(lambda: get_pool().running() == 1)
+        arriving = threads.submit(gated_post, "/gated/", data, gate, "10.4.0.2")
+        wait_until(lambda: ARRIVING.own("ip:10.4.0.2") is not None)
+        second = threads.submit(post, "/gated/", data, "10.4.0.2")
+        own = ARRIVING.own("ip:10.4.0.2")
+        wait_until(lambda: own is not None and len(own._watchers) == 1)  # the second waits
+        assert not second.done()
+        gate.set()
+        key = get_pool().snapshot().jobs[0].key
+        wait_until(lambda: get_pool().waiting(key) == 2)  # the twin and the second joined
+        open(opened, "w").close()
+        answers = [first.result(SOON), arriving.result(SOON), second.result(SOON)]
+    assert [a.status_code for a in answers] == [200, 200, 200]
+    assert ARRIVING.shed == shed and get_pool().snapshot().counters.joined == 2
+
+
+def test_a_callers_wait_for_its_own_body_is_bounded_then_shed(pdfpool):
+    """A caller whose body never arrives: its next upload waits at most BODY_TIMEOUT,
+    then is shed from the headers (counted as a shed), unread."""
+    settings = pdfpool(SLOTS=1, QUEUE=0, BODY_TIMEOUT=1.0)
+    gate, shed = threading.Event(), ARRIVING.shed
+    with held_requests(2) as threads, opened_at_exit(settings) as opened:
+        first = threads.submit(post, "/gated/", b"%PDF- running", "10.5.0.1")
+        wait_until(lambda: get_pool().running() == 1)
+        silent = threads.submit(gated_post, "/gated/", b"%PDF- silent", gate, "10.5.0.2")
+        wait_until(lambda: ARRIVING.own("ip:10.5.0.2") is not None)
+        second = unread_post("/gated/", 1000, "10.5.0.2")
+        assert second.status_code == 503 and second.json()["error"] == "busy"
+        assert ARRIVING.shed == shed + 1
+        gate.set()
+        open(opened, "w").close()
+        assert first.result(SOON).status_code == 200
+        assert silent.result(SOON).status_code in (200, 408, 503)  # in time or not: a race
+
+
+def test_a_busy_caller_gets_429_from_the_headers(pdfpool):
+    """The caller (by address here; the user under WSGI, after authentication) holds a
+    job: another declared PDF gets the pool's 429 unread, counted as the pool's."""
+    settings = pdfpool(SLOTS=2, QUEUE=0)
+    with held_requests(1) as threads, opened_at_exit(settings) as gate:
+        first = threads.submit(post, "/gated/", b"%PDF- mine", "10.3.0.1")
+        wait_until(lambda: get_pool().running() == 1)
+        mine = unread_post("/gated/", 1000, "10.3.0.1", **digest_of(b"%PDF- mine too"))
+        assert mine.status_code == 429 and mine.json()["error"] == "caller_busy"
+        open(gate, "w").close()
+        assert first.result(SOON).status_code == 200
+    assert get_pool().snapshot().counters.refused_caller == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_under_wsgi_the_door_knows_the_signed_in_user(pdfpool):
+    from django.contrib.auth.models import User
+
+    settings = pdfpool(SLOTS=2, QUEUE=0)
+    user = User.objects.create_user("door", password="pw")
+    client = Client(REMOTE_ADDR="10.4.0.1")
+    client.force_login(user)
+    with held_requests(1) as threads, opened_at_exit(settings) as gate:
+        first = threads.submit(client.post, "/gated/", {"file": pdfs_upload(b"%PDF- held")}, **JSON)
+        wait_until(lambda: get_pool().running() == 1)
+        assert get_pool().snapshot().jobs[0].caller == f"user:{user.pk}"
+        body = UnreadBody()
+        mine = client.generic(
+            "POST",
+            "/gated/",
+            **{
+                "wsgi.input": body,
+                "CONTENT_LENGTH": "1000",
+                "CONTENT_TYPE": "multipart/form-data; boundary=x",
+                "REMOTE_ADDR": "10.4.0.2",  # another address, the same user
+                **JSON,
+                **digest_of(b"%PDF- other"),
+            },
+        )
+        assert not body.touched.is_set()
+        assert mine.status_code == 429
+        open(gate, "w").close()
+        assert first.result(SOON).status_code == 200
+
+
+def test_door_digests_off_reads_the_body_instead_of_answering_from_a_digest(pdfpool):
+    settings = pdfpool(SLOTS=1, QUEUE=0, DOOR_DIGESTS=False)
+    with held_requests(1) as threads, opened_at_exit(settings) as gate:
+        first = threads.submit(post, "/gated/", b"%PDF- gated", "10.5.0.1")
+        wait_until(lambda: get_pool().running() == 1)
+        body = UnreadBody(fail=False)
+        environ = {"wsgi.input": body, "CONTENT_LENGTH": "1000", **digest_of(b"%PDF- other")}
+        environ["CONTENT_TYPE"] = "multipart/form-data; boundary=x"
+        let_in = Client(REMOTE_ADDR="10.5.0.2").generic("POST", "/gated/", **environ, **JSON)
+        assert body.touched.is_set() and let_in.status_code == 400  # read: no PDF in it
+        open(gate, "w").close()
+        assert first.result(SOON).status_code == 200
+
+
+def test_a_trickling_body_under_wsgi_gets_408_and_gives_its_place_back(pdfpool):
+    pdfpool(SLOTS=1, QUEUE=0, BODY_TIMEOUT=0.5, BODY_MIN_RATE=1000)
+    timed_out = ARRIVING.timed_out
+    environ = {
+        "wsgi.input": SlowBody(10_000, 0.05),
+        "CONTENT_LENGTH": "10000",
+        "CONTENT_TYPE": "application/pdf",
+        **JSON,
+    }
+    response = Client(REMOTE_ADDR="10.6.0.1").generic("POST", "/sync/", **environ)
+    assert response.status_code == 408 and response.json()["error"] == "body_timeout"
+    assert ARRIVING.count == 0 and ARRIVING.timed_out == timed_out + 1
+    assert get_pool().snapshot().counters.started == 0
+
+
+def test_a_lowercase_post_and_a_chunked_form_meet_the_door(pdfpool):
+    pdfpool(MAX_UPLOAD_SIZE=MiB)
+    lower = unread_post("/sync/", 200 * MiB, REQUEST_METHOD="post")
+    assert lower.status_code == 413
+    chunked = unread_post("/sync/", 10, HTTP_TRANSFER_ENCODING="chunked")
+    assert chunked.status_code == 411 and chunked.json()["error"] == "length_required"
+
+
+def test_a_raw_pdf_body_is_extracted(pdfpool):
+    pdfpool()
+    data = pdfs.simple(["raw body"])
+    response = Client().post(
+        "/sync/",
+        data,
+        content_type="application/pdf",
+        **JSON,
+        HTTP_REPR_DIGEST=format_digest(sha(data)),
+    )
+    assert response.status_code == 200
+    assert "raw body" in response.json()["pdf"]["text"]
+
+
+def test_a_lying_digest_is_400_and_runs_nothing(pdfpool):
+    pdfpool()
+    data = pdfs.simple(["lie"])
+    for form in ("raw", "multipart"):
+        if form == "raw":
+            response = Client().post(
+                "/sync/",
+                data,
+                content_type="application/pdf",
+                **JSON,
+                HTTP_CONTENT_DIGEST=format_digest(sha(b"other")),
+            )
+        else:
+            response = post("/sync/", data, HTTP_PDF_DIGEST=format_digest(sha(b"other")))
+        assert response.status_code == 400 and response.json()["error"] == "digest_mismatch"
+    counters = get_pool().snapshot().counters
+    assert counters.started == counters.joined == 0
+    assert os.listdir(pdfpool()["TEMP_DIR"]) == []
+
+
+def test_an_unreadable_digest_is_400_before_the_body(pdfpool):
+    pdfpool()
+    response = unread_post("/sync/", 1000, HTTP_PDF_DIGEST="sha-256=:nope:")
+    assert response.status_code == 400 and response.json()["error"] == "bad_digest"
+
+
+def test_a_raw_body_over_the_limit_is_413(pdfpool):
+    pdfpool(MAX_UPLOAD_SIZE=1024)
+    response = Client().post(
+        "/sync/", b"%PDF-" + b"x" * 2048, content_type="application/pdf", **JSON
+    )
+    assert response.status_code == 413
+    assert os.listdir(pdfpool(MAX_UPLOAD_SIZE=1024)["TEMP_DIR"]) == []
+
+
+def test_the_door_off_reads_every_body(pdfpool):
+    pdfpool(DOOR=False)
+    get_pool().close()
+    with pytest.raises(AssertionError, match="read the body"):
+        unread_post("/sync/", 1000)
+
+
+def test_refusal_view_answers_for_the_decorator_the_middleware_and_the_door(pdfpool):
+    pdfpool(REFUSAL_VIEW="tests.door.test_django.project_refusal", MAX_UPLOAD_SIZE=MiB)
+    no_upload = Client().post("/sync/", {"x": "1"})  # the decorator's own check
+    assert (no_upload.status_code, no_upload.content) == (499, b"refused: NoUpload no_upload")
+    door = unread_post("/sync/", 200 * MiB)
+    assert (door.status_code, door.content) == (499, b"refused: UploadTooLarge too_large")
+    get_pool().close()
+    direct = Client().post("/direct/sync/?key=k", {})  # AdmissionMiddleware
+    assert (direct.status_code, direct.content) == (499, b"refused: PoolClosed closed")
+    # a view's own answer= still wins over the setting
+    own = unread_post("/own-answers/", 1000)
+    assert own.status_code == 418 and own.json()["mine"] == "closed"
+
+
+def test_the_door_answers_on_the_event_loop_only_with_the_librarys_own_answers(pdfpool):
+    """A project's refusal view or ``answer=`` may render templates or read the database:
+    the ASGI door runs those in a thread, and only those (bench_load: a thread hop per
+    refusal cost the example's API 35 ms at p99 in a burst)."""
+    from django_pdfpool import html_answer, json_answer
+    from django_pdfpool.responses import answers_quickly, error_answer
+
+    pdfpool()
+    assert answers_quickly(None) and answers_quickly(json_answer) and answers_quickly(html_answer)
+    assert answers_quickly(error_answer)
+    assert not answers_quickly(lambda request, status, code, message, retry_after: None)
+    pdfpool(REFUSAL_VIEW="tests.door.test_django.project_refusal")
+    assert not answers_quickly(None) and answers_quickly(json_answer)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_refusal_view_may_read_the_database_from_async_views_too(pdfpool):
+    """For an async view (or the pool's refusal of a sync one, met on an event loop) the
+    project's refusal view runs in a worker thread, where the ORM may be used."""
+    pdfpool(REFUSAL_VIEW="tests.door.test_django.db_refusal", DOOR=False)  # the pool answers
+    no_upload = Client().post("/async/", {"x": "1"})  # the async view's own check
+    assert (no_upload.status_code, no_upload.content) == (499, b"no_upload: 0 users")
+    get_pool().close()  # the pool refuses (inside async_to_sync for the sync view)
+    for url in ("/sync/", "/async/"):
+        field = "document" if url == "/async/" else "file"
+        closed = Client().post(url, {field: pdfs_upload(pdfs.simple(["x"]))})
+        assert (closed.status_code, closed.content) == (499, b"closed: 0 users"), url
+
+
+def test_the_metrics_count_the_bodies_held_what_was_shed_and_what_timed_out(pdfpool):
+    from django_pdfpool.door.rules import ARRIVING
+    from django_pdfpool.status.metrics import render
+
+    pdfpool()
+    upload = headers(content_length="10")
+    shed, timed_out = ARRIVING.shed, ARRIVING.timed_out
+    place = verdict(upload, pressure(free=1), ARRIVING, who="ip:metrics-1")
+    budget = verdict(upload, pressure(free=0), ARRIVING, who="ip:metrics-2")
+    verdict(upload, pressure(free=0), ARRIVING, who="ip:metrics-3", terms=NO_BUDGET)
+    ARRIVING.count_shed()  # what the door's entry counts for that shed
+    text = render(get_pool().snapshot(), timeout=30.0, pid=1)
+    assert 'pdfpool_door_held{kind="place"} 1' in text
+    assert 'pdfpool_door_held{kind="budget"} 1' in text
+    assert f"pdfpool_door_shed_total {shed + 1}" in text
+    place.time_out()
+    budget.release()
+    text = render(get_pool().snapshot(), timeout=30.0, pid=1)
+    assert 'pdfpool_door_held{kind="place"} 0' in text
+    assert f"pdfpool_door_timed_out_total {timed_out + 1}" in text

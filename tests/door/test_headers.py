@@ -1,0 +1,94 @@
+"""The door's reading of a request's headers: the digest (RFC 9530), size, form, expectation,
+once, as Django reads them."""
+
+from __future__ import annotations
+
+import base64
+
+import pytest
+
+from django_pdfpool.door.headers import UploadHeaders, format_digest, is_post, parse_digest
+from django_pdfpool.exceptions import (
+    BadDigest,
+    LengthRequired,
+    RepeatedHeader,
+)
+from tests.support.door import headers, sha
+
+pytest_plugins = ["tests.support.redis_fixtures"]
+
+
+def test_a_digest_is_read_as_rfc_9530_says():
+    digest = sha(b"%PDF-1.7")
+    assert parse_digest(format_digest(digest)) == digest
+    assert (
+        parse_digest(f"sha-512=:{base64.b64encode(b'x' * 64).decode()}:, " + format_digest(digest))
+        == digest
+    )
+    assert parse_digest("sha-512=:AAAA:") is None  # only other algorithms: nothing declared
+    for bad in ["sha-256=abc", "sha-256=:not base64!:", "sha-256=:AAAA:", "nonsense"]:
+        with pytest.raises(BadDigest):
+            parse_digest(bad)
+
+
+def test_the_headers_say_size_form_expectation_and_digest():
+    digest = sha(b"x")
+    raw = headers(
+        content_length="12", content_type="application/pdf", repr_digest=format_digest(digest)
+    )
+    assert (raw.declared_size, raw.raw, raw.digest, raw.chunked) == (12, True, digest, False)
+    chunked = headers(
+        transfer_encoding="chunked",
+        content_type="application/pdf",
+        expect="100-continue",
+        repr_digest=format_digest(digest),
+    )
+    assert (chunked.declared_size, chunked.chunked, chunked.expects_continue) == (None, True, True)
+    assert chunked.digest == digest
+    form = headers(content_type="multipart/form-data; boundary=x", pdf_digest=format_digest(digest))
+    assert form.digest == digest and not form.raw
+    # a raw body's digest is in Repr-Digest or Content-Digest; Pdf-Digest is the form's
+    assert headers(content_type="application/pdf", pdf_digest=format_digest(digest)).digest is None
+    with pytest.raises(BadDigest):
+        headers(
+            content_type="application/pdf",
+            repr_digest=format_digest(digest),
+            content_digest=format_digest(sha(b"y")),
+        )
+
+
+def test_one_reading_of_the_request_as_django_reads_it():
+    """The method as Django compares it; a repeated Content-Type or digest header is a
+    400 (the door and Django would read them differently); a Content-Length list of
+    equal values is that value; a chunked multipart form is 411 from the headers."""
+    assert is_post("post") and is_post("POST") and not is_post("GET") and not is_post(None)
+    pdf, form = ("content-type", "application/pdf"), ("content-type", "multipart/form-data; b=x")
+    digest = ("repr-digest", format_digest(sha(b"x")))
+    with pytest.raises(RepeatedHeader):
+        UploadHeaders.of([form, pdf, digest])
+    with pytest.raises(RepeatedHeader):
+        UploadHeaders.of([pdf, digest, ("repr-digest", format_digest(sha(b"y")))])
+    with pytest.raises(RepeatedHeader):  # the same two, joined by a server (WSGI)
+        UploadHeaders.of(
+            {
+                "content-type": "application/pdf",
+                "repr-digest": ",".join([format_digest(sha(b"x")), format_digest(sha(b"y"))]),
+            }
+        )
+    with pytest.raises(RepeatedHeader):  # joined by a WSGI server
+        UploadHeaders.of({"content-type": "multipart/form-data; boundary=b,application/pdf"})
+    quoted = UploadHeaders.of({"content-type": 'multipart/form-data; boundary="a,b"'})
+    assert not quoted.raw  # a comma in a quoted boundary is one header
+    assert UploadHeaders.of([pdf, ("content-length", "811, 811")]).declared_size == 811
+    assert (
+        UploadHeaders.of([pdf, ("content-length", "811"), ("content-length", "811")]).declared_size
+        == 811
+    )
+    assert UploadHeaders.of([pdf, ("content-length", "811, 812")]).declared_size is None
+    with pytest.raises(LengthRequired) as chunked:
+        UploadHeaders.of([form, ("transfer-encoding", "chunked")])
+    assert chunked.value.status == 411
+    with pytest.raises(RepeatedHeader):  # Django's own mapping: repeated names keep one
+        UploadHeaders.of(
+            [("Content-Type", "application/pdf"), ("content-type", "application/pdf; x")]
+        )

@@ -1,0 +1,57 @@
+"""What each pool tells the door before a body is read (``pressure()``), local and Redis."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+from django_pdfpool.admission.local import Pool
+from django_pdfpool.admission.snapshot import Pressure
+from django_pdfpool.exceptions import (
+    PoolBusy,
+)
+from tests.conftest import held, until
+
+pytest_plugins = ["tests.support.redis_fixtures"]
+
+
+def check_pressure(pool) -> None:
+    """One slot, one queue place: free places, the key in flight, closed; a door refusal
+    counted in the pool's counters."""
+    gate = threading.Event()
+
+    async def scenario():
+        assert pool.pressure("k1") == Pressure(False, 2, False, pool.pressure().retry_after)
+        running = asyncio.ensure_future(pool.run("k1", "c1", held("r1", gate)))
+        await until(lambda: pool.running() == 1)
+        after_one = pool.pressure("k1")
+        assert (after_one.free, after_one.in_flight) == (1, True)
+        assert pool.pressure("k2").in_flight is False
+        queued = asyncio.ensure_future(pool.run("k2", "c2", held("r2", gate)))
+        await until(lambda: pool.queued() == 1)
+        full = pool.pressure(None)
+        assert full.free == 0 and full.retry_after > 0
+        assert pool.pressure("k3", "c1").caller_busy  # c1 holds k1: 429 for another key
+        assert pool.pressure(None, "c1").caller_busy
+        assert not pool.pressure("k1", "c1").caller_busy  # its own key: it joins
+        assert not pool.pressure("k2", "c1").caller_busy  # a job in flight: it joins too
+        assert not pool.pressure("k3", "c9").caller_busy and not pool.pressure("k3").caller_busy
+        assert pool.pressure("k3", "c1").caller_retry_after > 0
+        pool.count_refusal(PoolBusy("at the door"))
+        await until(lambda: pool.snapshot().counters.refused_busy == 1)  # Redis: soon
+        gate.set()
+        assert await running == "r1" and await queued == "r2"
+        pool.close()
+        assert pool.pressure().closed
+
+    asyncio.run(scenario())
+
+
+def test_the_local_pool_tells_the_door_its_pressure():
+    check_pressure(Pool(1, 1, 10.0))
+
+
+def test_the_redis_pool_tells_the_door_the_clusters_pressure(make_pool):
+    pool = make_pool(1, 1, 10.0)
+    assert pool.blocking_reads
+    check_pressure(pool)

@@ -1,0 +1,293 @@
+"""The door's rules one by one (``decide()`` and the arrivals): closed first, size, a full
+pool, the budget, one job per caller, joins, bodies' deadlines, Retry-After."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from concurrent.futures import ThreadPoolExecutor
+
+from django_pdfpool import get_pool
+from django_pdfpool.admission.ledger import Ledger
+from django_pdfpool.door.headers import format_digest
+from django_pdfpool.door.rules import MULTIPART_SLACK, Arrivals, Terms, Ticket
+from django_pdfpool.exceptions import (
+    CallerBusy,
+    PoolBusy,
+    PoolClosed,
+    UploadTooLarge,
+)
+from tests.conftest import held_requests, wait_until
+from tests.project.views import HELD
+from tests.support.door import SOON, TERMS, MiB, decided, headers, post, pressure, sha, verdict
+
+pytest_plugins = ["tests.support.redis_fixtures"]
+
+
+def users_only(request):
+    """A project's CALLER written for the decorator: it reads ``request.user``."""
+    return f"user:{request.user.pk}"
+
+
+def test_callers_by_address_are_normalized(pdfpool):
+    """One host, one caller: a port or brackets stripped, IPv4 carried in IPv6 (mapped,
+    NAT64's 64:ff9b::/96, IPv4-compatible) read as its IPv4 address, never one /64."""
+    from django_pdfpool.callers import address_caller
+
+    pdfpool()
+    for form in ("2.2.2.2", "2.2.2.2:443", "::ffff:2.2.2.2", "[::ffff:2.2.2.2]:80", "::2.2.2.2"):
+        assert address_caller(form) == "ip:2.2.2.2", form
+    assert address_caller("64:ff9b::a00:1") == address_caller("[64:ff9b::10.0.0.1]:8080")
+    assert address_caller("64:ff9b::a00:1") == "ip:10.0.0.1"
+    assert address_caller("::10.0.0.1") != address_caller("::10.0.0.2")  # not one /64
+    v6 = "ip:2001:db8::/64"
+    assert address_caller("[2001:db8::1]") == address_caller("[2001:db8::1]:443") == v6
+    assert address_caller("2001:db8::1") == v6
+    assert address_caller("::1") == "ip:::/64"  # loopback: not an IPv4 address
+    assert address_caller("unknown") == "ip:unknown"
+
+
+def test_a_caller_function_tells_the_door_it_cannot_know_yet(pdfpool, rf):
+    """Before authentication (the ASGI door) a request with a session cookie or an
+    Authorization header may be a user's: ``user_or_ip`` says None, and the door neither
+    answers 429 for it nor counts it by address, but for the budget's one per caller."""
+    from django_pdfpool.callers import ASKING, user_or_ip
+
+    pdfpool()
+    anonymous = rf.post("/sync/", REMOTE_ADDR="10.7.0.1")
+    cookie = rf.post("/sync/", REMOTE_ADDR="10.7.0.1", HTTP_COOKIE="sessionid=abc")
+    bearer = rf.post("/sync/", REMOTE_ADDR="10.7.0.1", HTTP_AUTHORIZATION="Bearer x")
+    for request in (anonymous, cookie, bearer):
+        request.META[ASKING] = True
+    assert user_or_ip(anonymous) == "ip:10.7.0.1"
+    assert user_or_ip(cookie) is None and user_or_ip(bearer) is None
+    del cookie.META[ASKING]  # the decorator asks after authentication: always an answer
+    assert user_or_ip(cookie) == "ip:10.7.0.1"
+    from django.contrib.auth.models import AnonymousUser
+
+    token = rf.post("/sync/", REMOTE_ADDR="10.7.0.1", HTTP_AUTHORIZATION="Token t")
+    token.user, anonymous.user = AnonymousUser(), AnonymousUser()  # after Django's auth
+    token.META[ASKING] = True
+    assert user_or_ip(token) is None  # a framework's token, read later in the view
+    assert user_or_ip(anonymous) == "ip:10.7.0.1"
+
+
+def test_a_caller_function_that_needs_the_user_does_not_break_the_door(pdfpool, rf):
+    """Under ASGI the door asks before authentication: a function that reads
+    ``request.user`` raises there, and the door takes it as "cannot know yet"."""
+    from django_pdfpool.door.entry import awho, who_now
+
+    pdfpool(CALLER="tests.door.test_rules.users_only")
+    request = rf.post("/sync/", REMOTE_ADDR="10.8.0.1")
+    assert who_now(request) == ("ip:10.8.0.1", False)
+    assert asyncio.run(awho(request)) == ("ip:10.8.0.1", False)
+
+
+def test_the_body_settings_are_validated():
+    from django_pdfpool.conf import problems
+
+    for bad in (
+        {"BODY_TIMEOUT": 0},
+        {"BODY_TIMEOUT": "20"},
+        {"BODY_MIN_RATE": 0},
+        {"BODY_MIN_RATE": 1.5},
+        {"DOOR_BUDGET": -1},
+        {"DOOR_BUDGET_BYTES": -1},
+        {"DOOR_DIGESTS": "yes"},
+    ):
+        assert [p.id for p in problems(bad)] == ["django_pdfpool.E003"], bad
+    assert problems({"BODY_TIMEOUT": 0.5, "BODY_MIN_RATE": 1, "DOOR_BUDGET": 0}) == []
+    assert [p.id for p in problems({"SHED_UNDECLARED": True})] == ["django_pdfpool.E002"]
+
+
+def test_a_closed_pool_refuses_first():
+    assert isinstance(
+        verdict(headers(content_length="10"), pressure(closed=True, free=6)), PoolClosed
+    )
+
+
+def test_a_declared_size_over_the_limit_is_413_with_the_forms_slack_only_for_forms():
+    form, raw = {"content_type": "multipart/form-data"}, {"content_type": "application/pdf"}
+    assert isinstance(
+        verdict(headers(content_length=str(MiB + MULTIPART_SLACK + 1), **form), pressure()),
+        UploadTooLarge,
+    )
+    assert isinstance(
+        verdict(headers(content_length=str(MiB + MULTIPART_SLACK), **form), pressure()), Ticket
+    )
+    assert isinstance(
+        verdict(headers(content_length=str(MiB + 1), **raw), pressure()), UploadTooLarge
+    )
+    assert isinstance(verdict(headers(content_length=str(MiB), **raw), pressure()), Ticket)
+
+
+def test_a_full_pool_gives_its_own_busy_only_to_what_cannot_join():
+    """A declared key not in flight cannot join: the pool's 503 (not a shed). An undeclared
+    upload might: it goes in on the budget. A declared key in flight joins (budget too)."""
+    full = pressure(free=0, retry_after=7.0)
+    busy, shed = decided(headers(content_length="10"), full, key="k")
+    assert isinstance(busy, PoolBusy) and busy.retry_after == 7.0 and not shed
+    undeclared = verdict(headers(content_length="10"), full)
+    assert isinstance(undeclared, Ticket) and undeclared.kind == "budget"
+    joiner = verdict(headers(content_length="10"), pressure(free=0, in_flight=True), key="k")
+    assert isinstance(joiner, Ticket) and joiner.kind == "budget"
+
+
+def test_the_budget_is_bounded_in_bodies_and_bytes_and_one_per_caller():
+    arrivals, full, upload = Arrivals(), pressure(free=0), headers(content_length=str(MiB))
+    first = verdict(upload, full, arrivals, who="ip:1")
+    again, shed = decided(upload, full, arrivals, who="ip:1")  # one per caller
+    assert isinstance(first, Ticket) and isinstance(again, PoolBusy) and shed
+    others = [verdict(upload, full, arrivals, who=f"ip:{i}") for i in range(2, 6)]
+    assert [isinstance(v, Ticket) for v in others] == [True, True, True, False]  # 4 bodies
+    assert decided(upload, full, arrivals, who="ip:6")[1]  # a shed, which the caller counts
+    assert arrivals.own("ip:1") is first and arrivals.own("ip:6") is None
+    small = Terms(MiB, budget=10, budget_bytes=MiB + 10, body_timeout=20, body_min_rate=500)
+    arrivals = Arrivals()
+    assert isinstance(verdict(upload, full, arrivals, who="ip:a", terms=small), Ticket)
+    assert isinstance(
+        verdict(headers(content_length="10"), full, arrivals, who="ip:b", terms=small), Ticket
+    )
+    assert isinstance(
+        verdict(headers(content_length="10"), full, arrivals, who="ip:c", terms=small), PoolBusy
+    )
+    # chunked: its size is unknown, so it reserves the whole limit
+    chunked = headers(transfer_encoding="chunked", content_type="application/pdf")
+    assert isinstance(verdict(chunked, full, Arrivals(), terms=small), Ticket)
+    assert isinstance(
+        verdict(chunked, full, Arrivals(), terms=Terms(MiB, 10, MiB - 1, 20, 500)), PoolBusy
+    )
+
+
+def test_a_caller_with_a_job_in_flight_gets_the_pools_429():
+    """Rule 2 before rule 3: a declared other key gets 429 with the held job's Retry-After;
+    an undeclared upload may join (its own job, or another) and goes in on the budget, and
+    past the budget gets the 429 too, as a shed. A caller the door cannot know yet never
+    gets 429 from the door."""
+    busy = pressure(free=0, caller_busy=True, caller_retry=9.0)
+    refused, shed = decided(headers(content_length="10"), busy, key="other")
+    assert isinstance(refused, CallerBusy) and refused.retry_after == 9.0 and not shed
+    assert isinstance(
+        verdict(headers(content_length="10"), pressure(caller_busy=True), key="k"), CallerBusy
+    )
+    arrivals = Arrivals()
+    assert verdict(headers(content_length="10"), busy, arrivals).kind == "budget"
+    past, shed = decided(headers(content_length="10"), busy, arrivals)
+    assert isinstance(past, CallerBusy) and shed
+    # a free place is not taken by a busy caller's upload: it can only join
+    assert (
+        verdict(headers(content_length="10"), pressure(free=3, caller_busy=True)).kind == "budget"
+    )
+    unknown = verdict(headers(content_length="10"), busy, key="other", known=False)
+    assert isinstance(unknown, PoolBusy)
+
+
+def test_a_released_ticket_wakes_who_waits_for_it_on_a_thread_or_a_loop():
+    """A caller's next upload waits for the body it has arriving: in a sync request's
+    thread, or as a future on its own loop woken by whichever thread releases it."""
+    ticket = Arrivals().budget("ip:1", None, 10, TERMS)
+    assert ticket is not None and not ticket.wait_released(0.01)  # not released: times out
+
+    async def waits() -> bool:
+        return await ticket.areleased(SOON)
+
+    with contextlib.ExitStack() as stack:
+        threads = stack.enter_context(ThreadPoolExecutor(2))
+        on_a_loop = threads.submit(asyncio.run, waits())
+        on_a_thread = threads.submit(ticket.wait_released, SOON)
+        wait_until(lambda: len(ticket._watchers) == 2)
+        ticket.release()
+        assert on_a_loop.result(SOON) is True and on_a_thread.result(SOON) is True
+    assert ticket.wait_released(0) and asyncio.run(ticket.areleased(0))  # released: at once
+    late = Arrivals().budget("ip:2", None, 10, TERMS)
+    assert late is not None and asyncio.run(late.areleased(0.01)) is False
+
+
+def test_a_burst_is_let_in_only_as_far_as_there_are_places_and_the_budget():
+    arrivals = Arrivals()
+    upload = headers(content_length="10")
+    decisions = [decided(upload, pressure(free=6), arrivals, who=f"ip:{i}") for i in range(200)]
+    verdicts = [v for v, _ in decisions]
+    places = [v for v in verdicts if isinstance(v, Ticket) and v.kind == "place"]
+    budget = [v for v in verdicts if isinstance(v, Ticket) and v.kind == "budget"]
+    assert (len(places), len(budget), arrivals.count) == (6, TERMS.budget, 6 + TERMS.budget)
+    assert all(isinstance(v, PoolBusy) and shed for v, shed in decisions[6 + TERMS.budget :])
+    places[0].release()
+    places[0].release()  # idempotent
+    assert arrivals.count == 5 + TERMS.budget
+    assert verdict(upload, pressure(free=6), arrivals, who="ip:new").kind == "place"
+
+
+def test_one_caller_takes_one_place():
+    """Six connections from one address took six places: now the second goes to the
+    budget (it can only join the first) and the third is shed."""
+    arrivals, upload = Arrivals(), headers(content_length="10")
+    kinds = [verdict(upload, pressure(free=6), arrivals, who="ip:one") for _ in range(3)]
+    assert [getattr(k, "kind", None) for k in kinds] == ["place", "budget", None]
+
+
+def test_an_upload_right_behind_an_identical_arriving_one_joins_it():
+    arrivals = Arrivals()
+    declared = headers(content_length="10", pdf_digest=format_digest(sha(b"x")))
+    first = verdict(declared, pressure(free=1), arrivals, key="job:x", who="ip:1")
+    assert isinstance(first, Ticket) and first.kind == "place"
+    behind = verdict(declared, pressure(free=1), arrivals, key="job:x", who="ip:2")
+    assert behind.kind == "budget"  # it joins: no place
+    assert isinstance(
+        verdict(declared, pressure(free=1), arrivals, key="job:y", who="ip:3"), PoolBusy
+    )
+    first.release()
+    behind.release()
+    assert not arrivals.carries("job:x")
+
+
+def test_a_body_has_a_deadline_extended_by_its_rate_and_then_holds_nothing():
+    """mod_reqtimeout's body=20,MinRate=500: 20 s, plus one per 500 bytes received."""
+    arrivals = Arrivals()
+    ticket = verdict(headers(content_length="10"), pressure(free=1), arrivals)
+    assert ticket.deadline(TERMS) == ticket.started + 20
+    ticket.received = 5000
+    assert ticket.deadline(TERMS) == ticket.started + 30
+    assert arrivals.expire(TERMS, now=ticket.started + 29.9) == [] and arrivals.count == 1
+    assert arrivals.expire(TERMS, now=ticket.started + 30) == [ticket]
+    assert arrivals.count == 0 and ticket.released and arrivals.timed_out == 1
+    # the place it held is free for the next upload
+    assert verdict(headers(content_length="10"), pressure(free=1), arrivals).kind == "place"
+
+
+def test_a_trickle_just_above_the_rate_holds_its_place_body_timeout_max_at_most():
+    """A 50 MiB body at 501 bytes a second would earn 29 hours; the cap is the bound."""
+    capped = Terms(MiB, budget=4, budget_bytes=MiB, body_timeout=20, body_min_rate=500,
+                   body_timeout_max=300)  # fmt: skip
+    ticket = verdict(headers(content_length="10"), pressure(free=1), Arrivals(), terms=capped)
+    ticket.received = 50 * MiB
+    assert ticket.deadline(capped) == ticket.started + 300
+    ticket.received = 1000
+    assert ticket.deadline(capped) == ticket.started + 22  # below the cap: the rate's
+    from django_pdfpool.conf import problems
+
+    assert [p.id for p in problems({"BODY_TIMEOUT_MAX": 0})] == ["django_pdfpool.E003"]
+
+
+def test_retry_after_is_never_below_what_the_pool_knows():
+    """A job has run 15 s and none has finished: its caller is told about as long again,
+    not a constant; never past the timeout; the queue's estimate counts running jobs."""
+    books = Ledger(slots=1, ceiling=30.0)
+    assert books.expected_end(15.0, 0) == 15.0
+    assert Ledger(slots=1, ceiling=20.0).expected_end(15.0, 0) == 5.0  # the timeout's left
+    assert books.expected_start(0, [15.0]) == 15.0
+    books.ended("completed", 2.0)  # the typical job takes 2 s: this one is overdue
+    assert books.expected_end(15.0, 0) == 15.0 and books.expected_end(0.5, 0) == 1.5
+
+
+def test_a_callers_retry_time_grows_with_its_running_job(pdfpool):
+    pdfpool(SLOTS=2, QUEUE=0)
+    with held_requests(2) as threads:
+        held = threads.submit(post, "/held/sync/", b"%PDF- long", "10.9.0.1")
+        wait_until(
+            lambda: get_pool().snapshot().jobs and get_pool().snapshot().jobs[0].running_for > 1.5
+        )
+        mine = post("/held/sync/", b"%PDF- another", "10.9.0.1")
+        HELD.release.set()
+        assert held.result(SOON).status_code == 200
+    assert mine.status_code == 429 and int(mine["Retry-After"]) >= 2

@@ -1,0 +1,217 @@
+"""The contrib routes on real servers, over raw sockets: a 67 MB upload to each route kind
+(DRF APIView, ``@api_view``, ViewSet action and create, django-ninja operation) is refused
+413 before its body under uvicorn and granian, and read whole with the door off; the door
+refuses a busy pool on a DRF route before the body. granian (``--interface asgi``) also
+serves the example project's upload and drains at SIGTERM with an extraction in flight."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.e2e.test_door_servers import (
+    LIMIT,
+    PATIENCE,
+    MiB,
+    answered,
+    connect,
+    form_head,
+    port_of,
+    read_answer,
+    settings,
+)
+from tests.e2e.test_example import PROJECT, addressed, api_post_async, demo_env, manage
+from tests.e2e.test_servers import Running, upload_then_sigterm
+from tests.support import pdfs
+from tests.support.pdfs import slow_pdf
+from tests.support.redis_server import free_port
+from tests.support.servers import ROOT, end_group, uvicorn, wait_for
+
+APP = "tests.project.contrib_asgi:application"
+CONTRIB = {"DJANGO_SETTINGS_MODULE": "tests.project.contrib_settings"}
+ROUTES = [
+    "/drf/apiview/held/",  # APIView.post
+    "/drf/function/held/",  # @api_view
+    "/drf/documents/",  # ViewSet create
+    "/drf/documents/gated/",  # ViewSet @action
+    "/ninja/held",  # django-ninja operation
+]
+HUGE = 67 * MiB
+
+
+@contextmanager
+def granian(
+    app: str, pdfpool: dict | None = None, env: dict | None = None, cwd: Path = ROOT
+) -> Iterator[Running]:
+    """granian serving ``app`` (ASGI, one worker) on a free loopback port; killed afterwards
+    if the test did not stop it. It logs to stdout."""
+    environment = {**os.environ, **(env or {})}
+    if pdfpool is not None:
+        environment["PDFPOOL_JSON"] = json.dumps(pdfpool)
+    for _attempt in range(3):  # a port found free may be taken before granian binds it
+        port = free_port()
+        command = [sys.executable, "-m", "granian", "--interface", "asgi", "--host", "127.0.0.1"]
+        command += ["--port", str(port), "--workers", "1", app]
+        process = subprocess.Popen(
+            command,
+            cwd=cwd,
+            env=environment,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its worker is ended with it (end_group)
+        )
+        log: list[bytes] = []
+        up = threading.Event()
+
+        def read(process=process, log=log, up=up) -> None:
+            for line in process.stdout:
+                log.append(line)
+                if re.search(rb"Started worker-1", line):
+                    up.set()
+
+        threading.Thread(target=read, daemon=True).start()
+        try:
+            if up.wait(30) and _answers(f"http://127.0.0.1:{port}"):
+                yield Running(process, f"http://127.0.0.1:{port}", log)
+                return
+        finally:
+            if process.poll() is None:
+                process.kill()
+            process.wait(timeout=30)
+            end_group(process)
+    raise RuntimeError("granian did not start:\n" + b"".join(log).decode(errors="replace"))
+
+
+def _answers(url: str) -> bool:
+    def up() -> bool:
+        try:
+            return httpx.get(url + "/", timeout=2).status_code > 0
+        except httpx.HTTPError:
+            return False
+
+    try:
+        wait_for(up, PATIENCE)
+    except AssertionError:
+        return False
+    return True
+
+
+@pytest.fixture
+def staged(tmp_path) -> Path:
+    path = tmp_path / "staged"
+    path.mkdir()
+    return path
+
+
+def refused_before_the_body(url: str, route: str) -> None:
+    with connect(port_of(url), "127.0.6.1") as sock:
+        sock.sendall(form_head(route, HUGE, authorization="Token alice"))
+        assert answered(sock, PATIENCE), route  # not a byte of the body sent
+        _raw, status, fields, body = read_answer(sock)
+    assert status == 413, (route, body)
+    answer = json.loads(body)  # the framework's answer, through the project's handler
+    assert answer["code"] == "too_large" and answer["handled_by"] == "project", route
+    assert "detail" in answer and fields["connection"] == "close"
+
+
+@pytest.mark.parametrize("server", ["uvicorn", "granian"])
+def test_a_67_mb_upload_is_refused_before_its_body_on_each_route_kind(staged, server):
+    run = uvicorn if server == "uvicorn" else granian
+    with run(APP, pdfpool=settings(staged), env=CONTRIB) as running:
+        for route in ROUTES:
+            refused_before_the_body(running.url, route)
+
+
+def test_with_the_door_off_the_body_is_awaited(staged):
+    """The layer off: no answer comes until the body does (the server waits for it)."""
+    off = settings(staged, DOOR=False)
+    with (
+        uvicorn(APP, pdfpool=off, env=CONTRIB) as running,
+        connect(port_of(running.url), "127.0.6.2") as sock,
+    ):
+        sock.sendall(form_head("/drf/documents/", HUGE, authorization="Token alice"))
+        assert not answered(sock, 3.0)
+
+
+def test_a_busy_pool_is_refused_before_the_body_through_each_frameworks_handler(staged):
+    """A ViewSet action's job holds the only slot: uploads to an ``@api_view`` function and
+    a ninja operation (no budget for bodies that may join) are 503 before their bodies,
+    answered by the framework's handler."""
+    with (
+        uvicorn(APP, pdfpool=settings(staged, DOOR_BUDGET=0), env=CONTRIB) as running,
+        concurrent.futures.ThreadPoolExecutor(1) as threads,
+    ):
+
+        def gated() -> httpx.Response:
+            transport = httpx.HTTPTransport(local_address="127.0.6.3")
+            with httpx.Client(transport=transport, timeout=60) as client:
+                return client.post(
+                    f"{running.url}/drf/documents/gated/",
+                    files={"file": ("a.pdf", b"%PDF- gated")},
+                    headers={"authorization": "Token bob", "accept": "application/json"},
+                )
+
+        first = threads.submit(gated)
+        wait_for(lambda: _running(running.url) == 1, PATIENCE)
+        try:
+            for route in ("/drf/function/held/", "/ninja/held"):
+                with connect(port_of(running.url), "127.0.6.4") as sock:
+                    sock.sendall(form_head(route, LIMIT - MiB // 2))
+                    assert answered(sock, PATIENCE), route  # no body byte sent
+                    _, status, fields, body = read_answer(sock)
+                assert status == 503 and json.loads(body)["code"] == "busy", route
+                assert json.loads(body)["handled_by"] == "project", route
+                assert int(fields["retry-after"]) >= 1
+        finally:
+            (staged / "open").touch()
+        assert first.result(PATIENCE).status_code == 200
+
+
+def _running(url: str) -> int:
+    return int(httpx.get(f"{url}/snapshot/", timeout=PATIENCE).json()["running"])
+
+
+# --- granian serving the example project ---------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def state(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    directory = tmp_path_factory.mktemp("granian-state")
+    migrated = manage(directory, "migrate", "--noinput")
+    assert migrated.returncode == 0, migrated.stderr
+    return directory
+
+
+def test_granian_serves_the_example_and_drains_at_sigterm(state):
+    data = slow_pdf("in flight under granian", 1)
+    env = demo_env(state, SLOTS=1)
+    with granian("demo.asgi:application", env=env, cwd=PROJECT) as server:
+        response = asyncio.run(upload_then_sigterm(server, data))
+        assert server.process.wait(timeout=60) == 0, server.text()
+    assert isinstance(response, httpx.Response), (response, server.text())
+    assert response.status_code == 200, response.text
+    assert response.json()["pages"][0].startswith("in flight under granian")
+    assert "drain timed out" not in server.text() and "Traceback" not in server.text()
+
+
+def test_granian_serves_an_upload(state):
+    async def one(url: str) -> httpx.Response:
+        async with addressed("127.0.6.9") as client:
+            return await api_post_async(client, url, pdfs.simple(["served by granian"]))
+
+    with granian("demo.asgi:application", env=demo_env(state), cwd=PROJECT) as server:
+        response = asyncio.run(one(server.url))
+    assert response.status_code == 200, server.text()
+    assert response.json()["pages"] == ["served by granian"]

@@ -1,0 +1,264 @@
+"""The door's answers under every server (uvicorn, hypercorn, granian serving ``PdfPoolDoor``;
+gunicorn sync and gthread and runserver serving the WSGI project, where
+``AdmissionMiddleware`` is the door), spoken to over raw sockets: what is answered before
+the body is answered with no body byte sent."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from django_pdfpool.door.headers import format_digest
+from tests.e2e.test_door_servers import answered, connect, form_head, head, port_of, read_answer
+from tests.support.servers import SERVED, serve, wait_for
+
+MiB = 1024 * 1024
+PATIENCE = 15.0  # seconds an answer may take on a loaded machine: only "did not hang"
+DEADLINE = 3.0  # BODY_TIMEOUT of these servers
+CONCURRENT = [name for name in SERVED if name != "gunicorn-sync"]  # one process, many requests
+
+
+@pytest.fixture(scope="module", params=SERVED)
+def server(request, tmp_path_factory):
+    staged = tmp_path_factory.mktemp(f"staged-{request.param}")
+    settings = {
+        "SLOTS": 1,
+        "QUEUE": 0,
+        "WAIT": 30,
+        "MAX_UPLOAD_SIZE": MiB,
+        "TEMP_DIR": str(staged),
+        "WARM_CHILDREN": False,
+        "BODY_TIMEOUT": DEADLINE,
+        "BODY_MIN_RATE": 1000,
+        "DOOR_BUDGET": 2,
+    }
+    with serve(request.param, pdfpool=settings) as running:
+        running.name = request.param  # type: ignore[attr-defined]
+        running.staged = staged  # type: ignore[attr-defined]
+        yield running
+
+
+def concurrent_only(server) -> None:
+    if server.name not in CONCURRENT:
+        pytest.skip("gunicorn's sync worker serves one request at a time, each its own pool")
+
+
+def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def form(data: bytes) -> bytes:
+    return (
+        b'--b\r\nContent-Disposition: form-data; name="file"; filename="a.pdf"\r\n'
+        b"Content-Type: application/pdf\r\n\r\n" + data + b"\r\n--b--\r\n"
+    )
+
+
+def snapshot(url: str) -> dict:
+    return httpx.get(f"{url}/snapshot/", timeout=PATIENCE).json()
+
+
+def post_form(url: str, data: bytes, address: str, **headers: str) -> httpx.Response:
+    transport = httpx.HTTPTransport(local_address=address)
+    with httpx.Client(transport=transport, timeout=60) as client:
+        return client.post(
+            f"{url}/gated/",
+            content=form(data),
+            headers={
+                "content-type": "multipart/form-data; boundary=b",
+                **{name.replace("_", "-"): value for name, value in headers.items()},
+            },
+        )
+
+
+@contextlib.contextmanager
+def gated(server, data: bytes, address: str) -> Iterator[object]:
+    """An upload holding the only slot (from ``address``) until the block ends."""
+    import concurrent.futures
+
+    gate: Path = server.staged / "open"
+    gate.unlink(missing_ok=True)
+    with concurrent.futures.ThreadPoolExecutor(1) as threads:
+        first = threads.submit(post_form, server.url, data, address, accept="application/json")
+        try:
+            wait_for(lambda: snapshot(server.url)["running"] == 1, PATIENCE)
+            yield first
+        finally:
+            gate.touch()
+            assert first.result(PATIENCE).status_code == 200
+
+
+def refused_unread(server, request: bytes, address: str = "127.0.6.1"):
+    """The answer to ``request`` (headers only: no body byte is ever sent)."""
+    with connect(port_of(server.url), address) as sock:
+        sock.sendall(request)
+        assert answered(sock, PATIENCE)
+        _raw, status, fields, body = read_answer(sock)
+    return status, fields, body
+
+
+def error_of(body: bytes) -> str | None:
+    try:
+        return json.loads(body).get("error")
+    except ValueError:
+        return None  # the server's own answer, not Django's
+
+
+def test_a_declared_size_over_the_limit_is_413_before_the_body(server):
+    """runserver included: no hop-by-hop header from the app (wsgiref made that a 500)."""
+    status, _, body = refused_unread(server, form_head("/sync/", 200 * MiB))
+    assert status == 413 and error_of(body) == "too_large"
+
+
+def test_a_lowercase_post_meets_the_door(server):
+    request = form_head("/sync/", 200 * MiB).replace(b"POST ", b"post ", 1)
+    status, _, body = refused_unread(server, request)
+    if server.name.startswith("gunicorn"):  # gunicorn refuses the method itself
+        assert status == 400 and error_of(body) is None
+    else:
+        assert status == 413 and error_of(body) == "too_large"
+
+
+def test_a_repeated_content_type_is_400_before_the_body(server):
+    if server.name == "runserver":
+        pytest.skip("wsgiref passes the first Content-Type only: Django and the door read one")
+    request = head(
+        "/sync/",
+        content_type="multipart/form-data; boundary=b",
+        content_length="1000",
+        pdf_digest=format_digest(sha(b"x")),
+    ).replace(b"\r\n\r\n", b"\r\nContent-Type: application/pdf\r\n\r\n")
+    status, _, body = refused_unread(server, request)
+    expected = None if server.name.startswith("gunicorn") else "repeated_header"  # its own 400
+    assert status == 400 and error_of(body) == expected
+
+
+def test_a_content_length_list_of_equal_values_is_read_as_that_value(server):
+    request = head(
+        "/sync/",
+        content_type="multipart/form-data; boundary=b",
+        content_length=f"{200 * MiB}, {200 * MiB}",
+    )
+    status, _, body = refused_unread(server, request)
+    if error_of(body) is None:  # the server refuses the list itself (gunicorn, hypercorn)
+        assert status == 400
+    else:
+        assert status == 413 and error_of(body) == "too_large"
+
+
+def test_a_chunked_multipart_upload_is_411_from_the_headers(server):
+    request = head(
+        "/sync/", content_type="multipart/form-data; boundary=b", transfer_encoding="chunked"
+    )
+    status, _, body = refused_unread(server, request)
+    assert status == 411 and error_of(body) == "length_required"
+
+
+def test_a_declared_digest_that_lies_runs_and_joins_nothing(server):
+    data, other = b"%PDF- what it says", b"%PDF- what it is"
+    before = snapshot(server.url)["counters"]
+    answer = post_form(
+        server.url,
+        other,
+        "127.0.6.2",
+        accept="application/json",
+        pdf_digest=format_digest(sha(data)),
+    )
+    assert answer.status_code == 400 and answer.json()["error"] == "digest_mismatch"
+    after = snapshot(server.url)["counters"]
+    assert (after["started"], after["joined"]) == (before["started"], before["joined"])
+
+
+def test_an_undeclared_twin_joins_with_every_place_taken(server):
+    """SLOTS 1, QUEUE 0, a job running: an identical upload that declares nothing is let
+    in on the budget, hashed, and joins; a different one gets the pool's 503 once read."""
+    concurrent_only(server)
+    data = b"%PDF- the twin " + server.name.encode()
+    before = snapshot(server.url)["counters"]
+    import concurrent.futures
+
+    with (
+        concurrent.futures.ThreadPoolExecutor(1) as threads,
+        gated(server, data, "127.0.6.10"),
+    ):
+        twin = threads.submit(post_form, server.url, data, "127.0.6.11", accept="application/json")
+        wait_for(
+            lambda: snapshot(server.url)["counters"]["joined"] == before["joined"] + 1, PATIENCE
+        )
+        other = post_form(server.url, b"%PDF- other", "127.0.6.12", accept="application/json")
+        assert other.status_code == 503 and other.json()["error"] == "busy"
+    assert twin.result(PATIENCE).status_code == 200
+
+
+def test_a_busy_caller_gets_429_from_the_headers(server):
+    concurrent_only(server)
+    with gated(server, b"%PDF- mine " + server.name.encode(), "127.0.6.20"):
+        request = form_head("/gated/", 1000, pdf_digest=format_digest(sha(b"%PDF- mine too")))
+        status, fields, body = refused_unread(server, request, "127.0.6.20")
+        assert status == 429 and error_of(body) == "caller_busy"
+        assert int(fields["retry-after"]) >= 1
+
+
+def test_past_the_budget_the_door_answers_from_the_headers(server):
+    """Two silent undeclared uploads fill the budget (2); the third gets 503 unread."""
+    concurrent_only(server)
+    with gated(server, b"%PDF- budget " + server.name.encode(), "127.0.6.30"):
+        holders = [connect(port_of(server.url), f"127.0.6.{31 + i}") for i in range(2)]
+        try:
+            for sock in holders:
+                sock.sendall(form_head("/gated/", 1000))
+            wait_for(
+                lambda: len(snapshot(server.url).get("door", {}).get("held", [])) == 2, PATIENCE
+            )
+            status, _, body = refused_unread(server, form_head("/gated/", 1000), "127.0.6.33")
+            assert status == 503 and error_of(body) == "busy"
+            assert snapshot(server.url)["door"]["shed"] >= 1
+        finally:
+            for sock in holders:
+                sock.close()
+
+
+def test_a_silent_body_gives_its_place_back_at_the_deadline(server):
+    """A client sends its headers and nothing: it holds the only place until the deadline,
+    then the place is free again (ASGI: it gets 408 and its connection is closed)."""
+    concurrent_only(server)
+    with connect(port_of(server.url), "127.0.6.40") as silent:
+        silent.sendall(form_head("/gated/", 1000))
+        wait_for(lambda: len(snapshot(server.url).get("door", {}).get("held", [])) == 1, PATIENCE)
+        (held,) = snapshot(server.url)["door"]["held"]  # who holds the place, shown
+        assert (held["caller"], held["kind"], held["received"]) == ("ip:127.0.6.40", "place", 0)
+        assert 0 <= held["age"] < DEADLINE + PATIENCE
+        started = time.monotonic()
+        if server.name in ("uvicorn", "hypercorn", "granian"):
+            _raw, status, fields, body = read_answer(silent)
+            assert status == 408 and error_of(body) == "body_timeout"
+            assert fields.get("connection") == "close"
+            assert silent.recv(1) == b""  # closed
+        wait_for(lambda: not snapshot(server.url).get("door", {}).get("held"), PATIENCE + DEADLINE)
+        assert time.monotonic() - started < PATIENCE + DEADLINE  # did not hang
+    (server.staged / "open").touch()
+    answer = post_form(
+        server.url, b"%PDF- next", "127.0.6.41", pdf_digest=format_digest(sha(b"%PDF- next"))
+    )
+    assert answer.status_code == 200
+
+
+def test_a_trickling_body_gets_408_at_the_deadline(server):
+    if server.name not in ("uvicorn", "hypercorn", "granian"):
+        pytest.skip("a WSGI server blocks in its read: the place is given back, no 408 sent")
+    with connect(port_of(server.url), "127.0.6.50") as sock:
+        sock.sendall(form_head("/gated/", 100_000))
+        started = time.monotonic()
+        while not answered(sock, 0.2):
+            sock.sendall(b"x")  # 5 bytes a second, far below BODY_MIN_RATE
+            assert time.monotonic() - started < PATIENCE + DEADLINE
+        _raw, status, _, body = read_answer(sock)
+    assert status == 408 and error_of(body) == "body_timeout"
+    assert time.monotonic() - started >= DEADLINE * 0.9

@@ -1,0 +1,153 @@
+"""The example project under each server docs/deployment.md describes, as it documents them:
+each serves one upload, and at SIGTERM with an extraction in flight gunicorn (threaded, and
+with uvicorn workers) and hypercorn let it finish and exit cleanly. daphne, which speaks no
+lifespan, serves an upload through ``PoolLifespan``. (uvicorn alone:
+tests/e2e/test_example.py; runserver is not a production server.)"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.e2e.test_example import (
+    PROJECT,
+    addressed,
+    api_post_async,
+    demo_env,
+    manage,
+    until_state,
+)
+from tests.support import pdfs
+from tests.support.pdfs import slow_pdf
+
+GRACE = "60"  # seconds a server waits for open requests at SIGTERM: longer than any job here
+
+SERVERS: dict[str, tuple[list[str], str]] = {  # name -> (command, its "listening" line)
+    "gunicorn": (
+        f"gunicorn demo.wsgi:application --bind 127.0.0.1:0 --workers 1 --threads 4 "
+        f"--graceful-timeout {GRACE}".split(),
+        r"Listening at: http://127\.0\.0\.1:(\d+)",
+    ),
+    "gunicorn-uvicorn": (
+        f"gunicorn demo.asgi:application --bind 127.0.0.1:0 --workers 1 "
+        f"--worker-class uvicorn.workers.UvicornWorker --graceful-timeout {GRACE}".split(),
+        r"Listening at: http://127\.0\.0\.1:(\d+)",
+    ),
+    "hypercorn": (
+        f"hypercorn demo.asgi:application --bind 127.0.0.1:0 --graceful-timeout {GRACE}".split(),
+        r"Running on http://127\.0\.0\.1:(\d+)",
+    ),
+    "daphne": (
+        ["daphne", "demo.asgi:application", "--bind", "127.0.0.1", "--port", "0"],
+        r"Listening on TCP address 127\.0\.0\.1:(\d+)",
+    ),
+}
+
+
+class Running:
+    """A server process, its base URL and everything it logged so far."""
+
+    def __init__(self, process: subprocess.Popen[bytes], url: str, log: list[bytes]) -> None:
+        self.process = process
+        self.url = url
+        self.log = log
+
+    def text(self) -> str:
+        return b"".join(self.log).decode(errors="replace")
+
+
+@contextmanager
+def serving(name: str, state: Path) -> Iterator[Running]:
+    """``name`` serving the example project on a free loopback port; killed afterwards if
+    the test did not stop it."""
+    command, listening = SERVERS[name]
+    env = {**os.environ, **demo_env(state, SLOTS=1)}
+    process = subprocess.Popen(
+        [sys.executable, "-m", *command],
+        cwd=PROJECT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    log: list[bytes] = []
+    found = threading.Event()
+    port: list[str] = []
+
+    def read() -> None:  # keep reading: a full pipe would block the server
+        assert process.stdout is not None
+        for line in process.stdout:
+            log.append(line)
+            match = re.search(listening.encode(), line)
+            if match and not found.is_set():
+                port.append(match.group(1).decode())
+                found.set()
+
+    threading.Thread(target=read, daemon=True).start()
+    try:
+        if not found.wait(30):
+            raise RuntimeError(f"{name} did not start:\n" + b"".join(log).decode())
+        yield Running(process, f"http://127.0.0.1:{port[0]}", log)
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def state(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    directory = tmp_path_factory.mktemp("servers-state")
+    migrated = manage(directory, "migrate", "--noinput")
+    assert migrated.returncode == 0, migrated.stderr
+    return directory
+
+
+async def upload_then_sigterm(server: Running, data: bytes) -> httpx.Response | Exception:
+    """Upload ``data``; once its extraction runs, SIGTERM the server (its master process)."""
+    async with addressed("127.0.0.7") as client:
+        first = await api_post_async(client, server.url, pdfs.simple(["served"]))
+        assert first.status_code == 200, server.text()
+        assert first.json()["pages"] == ["served"]
+        request = asyncio.create_task(api_post_async(client, server.url, data))
+        await until_state(client, server.url, data, "running")
+        server.process.send_signal(signal.SIGTERM)
+        try:
+            return await request
+        except httpx.HTTPError as error:
+            return error
+
+
+@pytest.mark.parametrize("name", ["gunicorn", "gunicorn-uvicorn", "hypercorn"])
+def test_sigterm_lets_the_extraction_in_flight_finish(name: str, state: Path) -> None:
+    data = slow_pdf(f"in flight under {name}", 1)
+    with serving(name, state) as server:
+        response = asyncio.run(upload_then_sigterm(server, data))
+        assert server.process.wait(timeout=60) in (0, -signal.SIGTERM), server.text()
+    assert isinstance(response, httpx.Response), (response, server.text())
+    assert response.status_code == 200, response.text
+    assert response.json()["pages"][0].startswith(f"in flight under {name}")
+    assert "drain timed out" not in server.text() and "Traceback" not in server.text()
+
+
+def test_daphne_serves_the_example_through_pool_lifespan(state: Path) -> None:
+    """daphne sends no lifespan events; PoolLifespan passes every request through to Django.
+    (What daphne does at SIGTERM, dropping the requests in flight, is docs/deployment.md's.)"""
+
+    async def one_upload(url: str) -> httpx.Response:
+        async with addressed("127.0.0.8") as client:
+            return await api_post_async(client, url, pdfs.simple(["served by daphne"]))
+
+    with serving("daphne", state) as server:
+        response = asyncio.run(one_upload(server.url))
+    assert response.status_code == 200, server.text()
+    assert response.json()["pages"] == ["served by daphne"]

@@ -1,0 +1,351 @@
+"""``manage.py pdfpool``: ``status``, ``drain`` and ``extract``, through call_command in this
+process and through real ``python -m django`` processes; real extraction children, and a
+real redis-server for the cluster's status."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import io
+import json
+import os
+import subprocess
+import sys
+import threading
+import zlib
+from pathlib import Path
+
+import pytest
+from django.core.files.uploadedfile import SimpleUploadedFile
+from django.core.management import call_command
+from django.core.management.base import CommandError
+from django.test import Client
+
+from django_pdfpool import PoolClosed, get_pool
+from django_pdfpool.management import extract_report, status_report
+from django_pdfpool.management.commands import pdfpool as command
+from tests.conftest import held, held_requests, wait_until
+from tests.project.views import HELD
+from tests.support import pdfs
+from tests.support.procs import child_pids, leftovers
+from tests.support.redis_server import LEASE, free_port
+
+pytest_plugins = ["tests.support.redis_fixtures"]
+
+ROOT = Path(__file__).resolve().parents[2]
+SOON = 60  # seconds: bounds for what should end at once, so that a regression fails
+
+
+def run(*args: str, **options) -> tuple[str, str]:
+    """call_command('pdfpool', *args): its stdout and stderr."""
+    out, err = io.StringIO(), io.StringIO()
+    call_command("pdfpool", *args, stdout=out, stderr=err, **options)
+    return out.getvalue(), err.getvalue()
+
+
+def manage(*args: str, pdfpool: dict | None = None, cwd: Path | None = None):
+    """``python -m django pdfpool ...`` in a process of its own, on the test settings."""
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "tests.project.settings",
+        "PYTHONPATH": str(ROOT),
+        "PDFPOOL_JSON": json.dumps({"WARM_CHILDREN": False, **(pdfpool or {})}),
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "django", "pdfpool", *args],
+        cwd=cwd or ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=SOON,
+    )
+
+
+def write(tmp_path: Path, name: str, data: bytes) -> str:
+    path = tmp_path / name
+    path.write_bytes(data)
+    return str(path)
+
+
+def post(url: str, data: bytes, ip: str):
+    upload = SimpleUploadedFile("doc.pdf", data, content_type="application/pdf")
+    return Client(REMOTE_ADDR=ip).post(url, {"file": upload}, HTTP_ACCEPT="application/json")
+
+
+def holding(pool, key: str, caller: str, gate: threading.Event) -> threading.Thread:
+    """A thread running a job that waits for ``gate``, once the pool runs it."""
+    thread = threading.Thread(target=lambda: asyncio.run(pool.run(key, caller, held(1, gate))))
+    thread.start()
+    wait_until(lambda: pool.running() == 1)
+    return thread
+
+
+# --- status ---------------------------------------------------------------------------------
+
+
+def test_status_shows_this_processs_pool_with_its_job_and_counters(pdfpool):
+    pdfpool(SLOTS=3, QUEUE=5)
+    pool, gate = get_pool(), threading.Event()
+    thread = holding(pool, "tests.job:" + "ab" * 32, "ip:203.0.113.7", gate)
+    try:
+        text, _ = run("status")
+        data = json.loads(run("status", json=True)[0])
+    finally:
+        gate.set()
+        thread.join(SOON)
+    assert f"PDF pool of process {os.getpid()}" in text
+    prose = " ".join(text.split())  # the note is wrapped
+    assert "these are the figures of process" in prose and "built just now" not in prose
+    assert "Running  1 of 3 slots" in text
+    assert "running  job:abababababab" in text and "ip:203.0.113.7" in text
+    assert "Counters of process" in text  # a pool that ran work: its counters are shown
+    assert data["scope"] == "process" and data["fresh"] is False
+    assert (data["pid"], data["slots"], data["queue"], data["running"]) == (os.getpid(), 3, 5, 1)
+    assert [job["state"] for job in data["jobs"]] == ["running"]
+    assert data["counters"]["started"] == 1
+
+
+def test_status_from_the_shell_says_its_local_pool_is_its_own_and_empty(tmp_path):
+    """A real ``python -m django`` process: the local backend's pool there is that process's,
+    built by the command, and the output says so instead of passing for the workers'."""
+    shown = manage("status", cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    prose = " ".join(shown.stdout.split())  # the note is wrapped
+    assert "That is this command's process, whose pool was built just now" in prose
+    assert "Jobs in flight: none." in shown.stdout
+    assert "Counters of process" not in shown.stdout  # nothing ran: nothing to count
+    read = manage("status", "--json", pdfpool={"SLOTS": 4}, cwd=tmp_path)
+    data = json.loads(read.stdout)
+    assert data["scope"] == "process" and data["fresh"] is True
+    assert data["pid"] != os.getpid() and (data["slots"], data["running"]) == (4, 0)
+    assert "built just now" in data["note"]
+
+
+def test_status_with_redis_reads_the_cluster_from_another_process(make_pool, namespace, tmp_path):
+    """A job held by a pool in this process; the command, in its own process, sees it in
+    Redis, and the process holding it; and leaves no key of its own behind (make_pool
+    checks the namespace is empty afterwards)."""
+    other = make_pool(2, 4, 10.0)
+    gate = threading.Event()
+    key = "django_pdfpool.decorators.extract_upload:tag:" + "cd" * 32
+    thread = holding(other, key, "ip:198.51.100.4", gate)
+    settings = {
+        "BACKEND": "redis",
+        "REDIS_URL": other._url,
+        "NAMESPACE": namespace,
+        "LEASE": LEASE,
+    }
+    try:
+        text = manage("status", pdfpool=settings, cwd=tmp_path)
+        as_json = manage("status", "--json", pdfpool=settings, cwd=tmp_path)
+    finally:
+        gate.set()
+        thread.join(SOON)
+    assert text.returncode == 0, text.stderr
+    assert f"namespace {namespace}" in text.stdout and "mode redis" in text.stdout
+    assert "cluster-wide, read from Redis" in " ".join(text.stdout.split())
+    assert "running  extract_upload:tag:cdcdcdcdcdcd" in text.stdout
+    assert other.process in text.stdout  # the process holding the job
+    data = json.loads(as_json.stdout)
+    assert data["fresh"] is True and data["cluster"]["mode"] == "redis"
+    if data["scope"] == "cluster":  # counters kept in Redis: the cluster's, shown
+        assert data["note"] == status_report.REDIS_BOOKS_NOTE
+        assert "Counters of the cluster:" in text.stdout
+    else:  # the command's own counters: nothing ran here, left out
+        assert "Counters and durations are process" in data["note"]
+        assert "Counters of" not in text.stdout
+    assert data["running"] == 1 and [job["key"] for job in data["jobs"]] == [key]
+    holds = {hold["process"]: hold for hold in data["cluster"]["processes"]}
+    assert holds[other.process]["running"] == [key]
+    local = data["cluster"]["local"]  # the command's own process: it holds nothing
+    assert (local["running"], local["queued"]) == (0, 0)
+
+
+def test_status_with_redis_unreachable_fails_instead_of_showing_an_idle_cluster(tmp_path):
+    settings = {"BACKEND": "redis", "REDIS_URL": f"redis://127.0.0.1:{free_port()}/0"}
+    shown = manage("status", pdfpool=settings, cwd=tmp_path)
+    assert shown.returncode == 1
+    assert "does not answer" in shown.stderr and "cannot be read" in shown.stderr
+    assert shown.stdout == ""
+
+
+# --- drain ----------------------------------------------------------------------------------
+
+
+def test_drain_from_the_shell_refuses_to_pretend(tmp_path):
+    """A separate process has no pool: it can drain nothing, and says so with exit 1."""
+    shown = manage("drain", cwd=tmp_path)
+    assert shown.returncode == 1
+    assert "cannot drain the pools of other processes" in shown.stderr
+
+
+def test_drain_through_call_command_without_a_pool_has_nothing_to_do(monkeypatch):
+    monkeypatch.setattr(command, "peek_pool", lambda: None)
+    out, _ = run("drain")
+    assert f"No pool was built in process {os.getpid()}: nothing to drain." in out
+
+
+def test_drain_lets_a_running_extraction_finish_then_refuses_new_work(pdfpool):
+    """In a process that owns the pool: call_command drains it. The held job (a real
+    extraction once let go) finishes and answers; the pool then accepts nothing."""
+    pdfpool(SLOTS=1)
+    HELD.reset(extract=True)
+    pool = get_pool()
+    with held_requests(2) as threads:
+        request = threads.submit(post, "/held/sync/", pdfs.simple(["drained text"]), "10.0.0.1")
+        wait_until(lambda: pool.running() == 1)
+        drain = threads.submit(run, "drain", timeout=60)  # as a shutdown hook would
+        wait_until(lambda: pool.snapshot().closed)
+        assert not drain.done()  # waiting for the job
+        late = post("/sync/", pdfs.simple(["too late"]), "10.0.0.2")
+        assert late.status_code == 503 and late.json()["error"] == PoolClosed.code
+        HELD.release.set()
+        out, _ = drain.result(timeout=SOON)
+        answer = request.result(timeout=SOON)
+    assert "1 running and 0 queued jobs" in out and "Drained in" in out
+    assert answer.status_code == 200 and "drained text" in answer.json()["pdf"]["text"]
+    assert pool.snapshot().counters.completed == 1
+
+
+def test_drain_that_runs_out_of_time_stops_the_extraction_and_its_child(pdfpool):
+    pdfpool(SLOTS=1, TIMEOUT=120.0)
+    pool, before = get_pool(), child_pids()
+    with held_requests(1) as threads:
+        request = threads.submit(post, "/sync/", pdfs.slow_pdf("drain", megabytes=40), "10.0.0.3")
+        wait_until(lambda: pool.running() == 1 and child_pids() - before)
+        with pytest.raises(CommandError, match="ran out of time") as refused:
+            run("drain", "--timeout", "0.2")
+        answer = request.result(timeout=SOON)
+    assert refused.value.returncode == command.EXIT_REFUSED
+    assert answer.status_code == 503 and answer.json()["error"] == PoolClosed.code
+    assert pool.snapshot().counters.cancelled == 1
+    assert leftovers(before) == set()  # the child was killed and reaped
+
+
+def test_drain_refuses_to_block_an_event_loop(pdfpool):
+    get_pool()
+
+    async def from_async_code() -> None:
+        run("drain")
+
+    with pytest.raises(CommandError, match=r"await django_pdfpool\.adrain_pool"):
+        asyncio.run(from_async_code())
+    assert not get_pool().snapshot().closed
+
+
+def test_drain_timeout_must_be_seconds():
+    with pytest.raises(CommandError, match="expected seconds >= 0"):
+        run("drain", "--timeout", "-1")
+
+
+# --- extract --------------------------------------------------------------------------------
+
+
+def test_extract_prints_the_text_and_figures_from_a_real_child(pdfpool, tmp_path):
+    data = pdfs.simple(["first page text", "second page text"], title="Quarterly report")
+    path = write(tmp_path, "report.pdf", data)
+    before = child_pids()
+    out, err = run("extract", path)
+    assert hashlib.sha256(data).hexdigest() in out
+    assert "2 in the document, 2 extracted" in out and "truncated      no" in out
+    assert "meta Title     Quarterly report" in out
+    assert "first page text\n\nsecond page text" in out
+    assert "engine pypdf, timeout 30 s, memory limit 512 MiB" in out
+    assert err == ""  # a small file: no progress lines
+    assert leftovers(before) == set()  # a cold child, reaped; no template left behind
+
+
+def test_extract_json_and_the_settings_limits(pdfpool, tmp_path):
+    pdfpool(MAX_PAGES=1)
+    path = write(tmp_path, "three.pdf", pdfs.simple(["one", "two", "three"]))
+    data = json.loads(run("extract", path, "--json")[0])
+    assert (data["page_count"], data["pages"], data["truncated"]) == (3, ["one"], True)
+    assert data["file"] == path and data["engine"] == "pypdf"
+
+
+def test_extract_the_timeout_setting_ends_a_slow_pdf(pdfpool, tmp_path):
+    pdfpool(TIMEOUT=0.5)
+    path = write(tmp_path, "slow.pdf", pdfs.cpu_bomb())
+    with pytest.raises(CommandError, match="too_complex") as refused:
+        run("extract", path)
+    assert refused.value.returncode == command.EXIT_REFUSED
+
+
+def test_extract_prints_the_error_code_and_exits_3(pdfpool, tmp_path):
+    path = write(tmp_path, "locked.pdf", pdfs.aes256_unknown_password())
+    with pytest.raises(CommandError, match="encrypted: This PDF is protected by a password"):
+        run("extract", path)
+    out = io.StringIO()
+    with pytest.raises(CommandError) as refused:
+        call_command("pdfpool", "extract", path, "--json", stdout=out)
+    assert refused.value.returncode == 3
+    assert json.loads(out.getvalue())["error"]["code"] == "encrypted"
+    html = write(tmp_path, "page.pdf", pdfs.html())
+    with pytest.raises(CommandError, match="not_a_pdf"):
+        run("extract", html)
+
+
+def test_extract_refuses_a_file_over_max_upload_size_before_any_child(pdfpool, tmp_path):
+    pdfpool(MAX_UPLOAD_SIZE=100)
+    path = write(tmp_path, "big.pdf", pdfs.simple(["x" * 50]))
+    before = child_pids()
+    with pytest.raises(CommandError, match=r"too_large: PDFs up to .* MiB are accepted") as refused:
+        run("extract", path)
+    assert refused.value.returncode == 3 and not child_pids() - before  # none started
+
+
+def test_extract_engine_option(pdfpool, tmp_path):
+    pytest.importorskip("pypdfium2")
+    path = write(tmp_path, "doc.pdf", pdfs.simple(["engine choice"]))
+    data = json.loads(run("extract", path, "--engine", "pypdfium2", "--json")[0])
+    assert data["engine"] == "pypdfium2" and "engine choice" in data["text"]
+    with pytest.raises(CommandError, match="invalid choice"):
+        run("extract", path, "--engine", "poppler")
+
+
+def test_extract_a_missing_file_is_a_command_error(tmp_path):
+    with pytest.raises(CommandError, match="No such file") as failed:
+        run("extract", str(tmp_path / "absent.pdf"))
+    assert failed.value.returncode == 1
+
+
+def test_extract_escapes_what_would_drive_the_terminal(pdfpool, tmp_path):
+    title = "\x1b]0;owned\x07\x1b[31mred\u202etxt.exe"
+    hexed = ("\ufeff" + title).encode("utf-16-be").hex().encode()
+    objects = pdfs.document([pdfs.text_ops("body")])
+    objects.append(b"<< /Title <%s> >>" % hexed)
+    data = pdfs.assemble(objects, trailer=b"/Root 1 0 R /Info %d 0 R" % len(objects))
+    out, _ = run("extract", write(tmp_path, "title.pdf", data))
+    assert "\x1b" not in out and "\x07" not in out and "\u202e" not in out
+    assert "\\x1b[31mred\\u202etxt.exe" in out
+
+
+def large_slow_pdf() -> bytes:
+    """Over a MiB on disk (incompressible filler nobody reads) and a few seconds of work."""
+    ops = b"BT /F1 12 Tf (large) Tj " + b"1 0 0 1 72 720 Tm (a) Tj " * ((4 << 20) // 25) + b"ET"
+    objects = pdfs.document([b""])
+    objects[4] = pdfs.stream(zlib.compress(ops, 6), b"/Filter /FlateDecode ")
+    objects.append(pdfs.stream(os.urandom(extract_report.PROGRESS_BYTES)))
+    return pdfs.assemble(objects)
+
+
+def test_extract_a_large_file_shows_progress_on_stderr(tmp_path):
+    """A real ``python -m django`` process: progress lines go to stderr while the child
+    works, the result to stdout."""
+    path = write(tmp_path, "large.pdf", large_slow_pdf())
+    shown = manage("extract", path, cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    lines = shown.stderr.splitlines()
+    assert lines[0].startswith(f"{path} (1 MiB): extracting with engine pypdf")
+    assert any("still extracting, " in line for line in lines[1:]), lines
+    assert "large" in shown.stdout and "1 in the document, 1 extracted" in shown.stdout
+    quiet = manage("extract", path, "--no-progress", "--json", cwd=tmp_path)
+    assert quiet.returncode == 0 and quiet.stderr == ""
+    assert json.loads(quiet.stdout)["page_count"] == 1
+
+
+def test_extract_from_the_shell_exits_3_with_the_code_on_stderr(tmp_path):
+    path = write(tmp_path, "locked.pdf", pdfs.aes256_unknown_password())
+    shown = manage("extract", path, cwd=tmp_path)
+    assert shown.returncode == 3
+    assert "encrypted: This PDF is protected by a password." in shown.stderr

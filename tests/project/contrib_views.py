@@ -1,0 +1,183 @@
+"""DRF and django-ninja views the contrib tests drive: every route kind, with a token
+authentication of each framework (users that need no database)."""
+
+from __future__ import annotations
+
+from ninja import File, NinjaAPI, UploadedFile
+from ninja.security import HttpBearer
+from rest_framework import viewsets
+from rest_framework.authentication import BaseAuthentication
+from rest_framework.decorators import action, api_view, authentication_classes, parser_classes
+from rest_framework.decorators import permission_classes as permissions
+from rest_framework.parsers import MultiPartParser
+from rest_framework.permissions import IsAuthenticated
+from rest_framework.response import Response
+from rest_framework.views import APIView, exception_handler
+
+from django_pdfpool.contrib import drf, ninja
+from tests.project.views import gated_job, held_job
+
+# --- DRF ---------------------------------------------------------------------
+
+
+class TokenUser:
+    """A user DRF's authentication returns: ``Token <name>`` is the user ``name``."""
+
+    is_authenticated = True
+    is_anonymous = False
+
+    def __init__(self, name: str) -> None:
+        self.pk = self.username = name
+
+
+class Token(BaseAuthentication):
+    """``Authorization: Token <name>``; without it DRF answers 401 (``authenticate_header``)."""
+
+    def authenticate(self, request):
+        header = request.META.get("HTTP_AUTHORIZATION", "")
+        if not header.startswith("Token "):
+            return None
+        return TokenUser(header.removeprefix("Token ")), header
+
+    def authenticate_header(self, request):
+        return "Token"
+
+
+def described(request) -> dict:
+    pdf = request.pdf
+    if pdf is None:
+        return {"pdf": None}
+    body = pdf if isinstance(pdf, dict) else {"text": pdf.text, "sha256": pdf.sha256}
+    return {"pdf": body, "data": sorted(request.data.keys()), "user": request.user.pk}
+
+
+def handled(exc, context):
+    """The project's EXCEPTION_HANDLER: DRF's, marked, so a test sees it answered."""
+    response = exception_handler(exc, context)
+    if response is not None and isinstance(exc, drf.PdfPoolError):
+        response.data["handled_by"] = "project"
+        response.data["code"] = exc.error.code
+    return response
+
+
+class Protected(APIView):
+    authentication_classes = (Token,)
+    permission_classes = (IsAuthenticated,)
+    parser_classes = (MultiPartParser, drf.PdfParser)
+
+
+class HeldAPIView(Protected):
+    @drf.pdf_pooled(job=held_job)
+    def post(self, request):
+        return Response(described(request))
+
+
+class ExtractAPIView(Protected):
+    @drf.pdf_pooled
+    def post(self, request):
+        return Response(described(request))
+
+
+class DefaultParsersAPIView(APIView):
+    """DRF's default parsers: no PdfParser, so a raw PDF body is DRF's own 415."""
+
+    authentication_classes = (Token,)
+    permission_classes = (IsAuthenticated,)
+
+    @drf.pdf_pooled
+    def post(self, request):
+        return Response(described(request))
+
+
+@api_view(["POST"])
+@authentication_classes([Token])
+@permissions([IsAuthenticated])
+@parser_classes([MultiPartParser, drf.PdfParser])
+@drf.pdf_pooled(job=held_job)
+def held_function(request):
+    return Response(described(request))
+
+
+@api_view(["POST"])
+@authentication_classes([Token])
+@permissions([IsAuthenticated])
+@parser_classes([MultiPartParser, drf.PdfParser])
+@drf.pdf_pooled(job=gated_job)
+def gated_function(request):
+    return Response(described(request))
+
+
+class Documents(viewsets.ViewSet):
+    authentication_classes = (Token,)
+    permission_classes = (IsAuthenticated,)
+    parser_classes = (MultiPartParser, drf.PdfParser)
+
+    @drf.pdf_pooled(job=held_job)
+    def create(self, request):
+        return Response(described(request))
+
+    @action(detail=False, methods=["post"])
+    @drf.pdf_pooled(job=gated_job)
+    def gated(self, request):
+        return Response(described(request))
+
+    @drf.pdf_pooled(job=held_job)  # above @action: the action's routing is kept
+    @action(detail=False, methods=["post"], url_path="above")
+    def above(self, request):
+        return Response(described(request))
+
+
+# --- django-ninja ------------------------------------------------------------
+
+
+class Bearer(HttpBearer):
+    """``Authorization: Bearer t-<anything>``: the token is what ``request.auth`` holds."""
+
+    def authenticate(self, request, token):
+        return token if token.startswith("t-") else None
+
+
+api = NinjaAPI(urls_namespace="pdfpool-tests")
+
+
+@api.exception_handler(ninja.PdfPoolHttpError)
+def ninja_refused(request, exc: ninja.PdfPoolHttpError):
+    """The project's own handler for the pool's refusals."""
+    body = {"detail": exc.message, "code": exc.code, "handled_by": "project"}
+    return api.create_response(request, body, status=exc.status_code)
+
+
+def ninja_described(request) -> dict:
+    pdf = request.pdf
+    body = pdf if isinstance(pdf, dict) or pdf is None else {"text": pdf.text}
+    return {"pdf": body, "auth": request.auth}
+
+
+@api.post("/held", auth=Bearer())
+@ninja.pdf_pooled(job=held_job)
+async def ninja_held(request, file: File[UploadedFile]):
+    return ninja_described(request) | {"file_name": file.name}
+
+
+@api.post("/raw", auth=Bearer())
+@ninja.pdf_pooled
+def ninja_raw(request):
+    return ninja_described(request)
+
+
+@api.post("/extract", auth=Bearer())
+@ninja.pdf_pooled
+async def ninja_extract(request, file: File[UploadedFile]):
+    return ninja_described(request)
+
+
+@api.post("/gated", auth=Bearer())
+@ninja.pdf_pooled(job=gated_job)
+async def ninja_gated(request, file: File[UploadedFile]):
+    return ninja_described(request)
+
+
+@api.post("/anonymous")
+@ninja.pdf_pooled(job=held_job)
+async def ninja_anonymous(request, file: File[UploadedFile]):
+    return ninja_described(request) | {"auth": None}

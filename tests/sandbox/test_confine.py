@@ -1,0 +1,311 @@
+"""The children's confinement: the escape kit gets nowhere unless the sandbox is off, the
+layers are reported (status, command, checks), another job's child cannot forge an answer,
+below the required level extractions are refused, a host with fewer layers still extracts."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from django_pdfpool import extraction
+from django_pdfpool.extraction import Extraction, ExtractionError, extract
+from tests.conftest import wait_until
+from tests.support import pdfs
+from tests.support.escape_kit import ENGINE as KIT
+from tests.support.escape_kit import document as kit_document
+from tests.support.sandbox import LIMITS, run
+
+
+def require_full_sandbox() -> None:
+    """Skip where this host does not give every layer (a container's default seccomp profile
+    refuses namespaces, say); under CI=true fail instead: CI's kernel has them all."""
+    from tests.support.ci_strict import in_ci
+
+    layers = extraction.sandbox_layers()
+    if layers.level != "full":
+        reason = f"this host gives the sandbox level {layers.level!r}: {dict(layers.missing)}"
+        if in_ci():
+            pytest.fail(reason)
+        pytest.skip(reason)
+
+
+@pytest.fixture
+def targets(tmp_path, monkeypatch):
+    """What the kit aims at: another process of the server's user (with a secret in its
+    environment and a pipe as its stdout), the server itself, a loopback listener, a
+    directory to create a file in, and a file of the server's user the job was not given."""
+    monkeypatch.setenv("PDFPOOL_SERVER_SECRET", "hunter2")
+    victim = subprocess.Popen(
+        ["sleep", "120"], stdout=subprocess.PIPE, env={"VICTIM_SECRET": "s3cret"}
+    )
+    listener = __import__("socket").create_server(("127.0.0.1", 0))
+    listener.setblocking(False)
+    directory = tmp_path / "open-to-the-server"
+    directory.mkdir()
+    secret = tmp_path / "secret.txt"
+    secret.write_text("the server's own file")
+    # another caller's staged PDF, beside the kit's own copy (byte sources go to tempfile's)
+    neighbour_fd, neighbour = tempfile.mkstemp(prefix="pdfpool-", suffix=".pdf")
+    os.write(neighbour_fd, b"%PDF- another caller's upload")
+    os.close(neighbour_fd)
+    # a project on the children's PYTHONPATH (PYTHONPATH=/app, as in many Docker images)
+    project = tmp_path / "app"
+    project.mkdir()
+    (project / "settings.py").write_text('SECRET_KEY = "the project\'s own"\n')
+    monkeypatch.setenv(
+        "PYTHONPATH", os.pathsep.join(p for p in (str(project), os.environ.get("PYTHONPATH")) if p)
+    )
+    extraction.register_engine(KIT)
+    extraction.configure(warm=False)  # the template and spares of the old PYTHONPATH go
+    extraction.configure(warm=True)  # a test before may have left the template off
+    yield {
+        "victim": victim.pid,
+        "server": os.getpid(),
+        "port": listener.getsockname()[1],
+        "directory": str(directory),
+        "secret": str(secret),
+        "neighbour": neighbour,
+        "planted": str(project / "settings.py"),
+        "listener": listener,
+        "victim_proc": victim,
+    }
+    victim.kill()
+    victim.wait()
+    listener.close()
+    os.unlink(neighbour)
+    monkeypatch.undo()  # the old PYTHONPATH back, for the children that come next
+    extraction.configure(sandbox=True, warm=False)
+    extraction.configure(warm=True)
+
+
+def run_kit(targets: dict, warm: bool, **extra) -> dict[str, str]:
+    aims = {k: v for k, v in targets.items() if k not in ("listener", "victim_proc")}
+    data = kit_document(**aims, **extra)
+    for _ in range(50):  # a forked child once the template has the kit preloaded
+        result = run(data, engine=KIT, warm=warm)
+        if result.child_start == ("forked" if warm else "cold"):
+            return json.loads(result.pages[0])
+        wait_until(lambda: bool(extraction.idle_pids()), timeout=30)
+    raise AssertionError("no forked child took the kit")
+
+
+def connections(listener) -> int:
+    count = 0
+    while True:
+        try:
+            listener.accept()[0].close()
+            count += 1
+        except BlockingIOError:
+            return count
+
+
+def inspect_a_busy_child() -> dict[str, str]:
+    from tests.support.procs import child_pids, rlimits
+
+    async def scenario() -> dict[str, str]:
+        mine = child_pids() - set(extraction.idle_pids())
+        task = asyncio.ensure_future(extract(pdfs.slow_pdf("busy", 3), **LIMITS))
+        while True:
+            for pid in child_pids() - mine - set(extraction.idle_pids()):
+                if rlimits(pid).get("Max address space") == str(LIMITS["memory_limit"]):
+                    lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+                    found = dict(line.split(":\t", 1) for line in lines if ":\t" in line)
+                    for kind in ("user", "net", "ipc"):
+                        found[f"ns/{kind}"] = os.readlink(f"/proc/{pid}/ns/{kind}")
+                    task.cancel()
+                    return found
+            assert not task.done()
+            await asyncio.sleep(0.01)
+
+    return asyncio.run(scenario())
+
+
+@pytest.fixture
+def restore_sandbox():
+    yield
+    extraction.configure(sandbox=True, require="none")
+
+
+CONTAINER = """#!{python}
+# Stands in for the interpreter on a host whose seccomp profile (a container's default, say)
+# refuses unshare and the Landlock calls: the filter is put on, then the real one runs.
+import errno, os, sys
+import pyseccomp as seccomp
+refuse = seccomp.SyscallFilter(seccomp.ALLOW)
+refuse.add_rule(seccomp.ERRNO(errno.EPERM), "unshare")
+for name in ("landlock_create_ruleset", "landlock_add_rule", "landlock_restrict_self"):
+    refuse.add_rule(seccomp.ERRNO(errno.ENOSYS), name)
+refuse.load()
+os.execv({python!r}, [{python!r}, *sys.argv[1:]])
+"""
+
+
+@pytest.mark.parametrize("warm", [True, False], ids=["forked", "cold"])
+@pytest.mark.parametrize("sandbox", [True, False], ids=["sandboxed", "sandbox-off"])
+def test_the_escape_kit_gets_nowhere_unless_the_sandbox_is_off(targets, warm, sandbox):
+    """Signal another process and the server, read their environ, open another process's fd
+    for writing, change another process's limits, priority, scheduling, CPUs, I/O priority
+    or memory placement (the victim's, the server's), ptrace the parent, connect to loopback,
+    create a file, run a program (and execve itself), read a file not given or one in a
+    project on PYTHONPATH: every attempt refused in a sandboxed child; with the sandbox off
+    (as before issue 21) the same kit gets out, so the test can fail."""
+    from tests.support.escape_kit import VICTIM_NOFILE
+    from tests.support.procs import rlimits
+
+    if sandbox:
+        require_full_sandbox()
+    extraction.configure(sandbox=sandbox)
+    victim_nofile = rlimits(targets["victim"])["Max open files"]
+    report = run_kit(targets, warm)
+    print(report)
+    expected = {
+        "signal", "environ", "open_fd", "server_environ", "signal_server", "ptrace_parent",
+        "connect", "create", "exec", "execve", "read", "neighbour", "planted",
+        "prlimit", "affinity", "scheduler", "sched_param", "sched_attr", "ioprio",
+        "move_pages", "migrate_pages", "prlimit_server", "renice_server",
+    }  # fmt: skip
+    assert set(report) == expected
+    created = list(Path(targets["directory"]).iterdir())
+    reached = connections(targets["listener"])
+    nofile = rlimits(targets["victim"])["Max open files"]
+    if sandbox:
+        assert all(outcome.startswith("refused") for outcome in report.values()), report
+        assert created == [] and reached == 0
+        assert nofile == victim_nofile  # its limit as it was
+    else:
+        assert all(outcome.startswith("escaped") for outcome in report.values()), report
+        assert created and reached  # (the first run may have been cold: as many as runs)
+        assert nofile == str(VICTIM_NOFILE)  # the call did change another process
+    assert targets["victim_proc"].poll() is None  # SIGCONT harms nobody: it lives on
+
+
+def test_the_layers_are_reported_and_a_sandboxed_child_shows_them():
+    require_full_sandbox()
+    layers = extraction.sandbox_layers()
+    assert layers.enabled and layers.level == "full", layers
+    assert layers.landlock_abi >= 6 and not layers.missing
+    extraction.configure(warm=False)
+    try:
+        seen = inspect_a_busy_child()
+    finally:
+        extraction.configure(warm=True)
+    assert seen["NoNewPrivs"] == "1" and seen["Seccomp"] == "2", seen
+    assert int(seen["Seccomp_filters"]) >= 2  # the start-up filter and the job's
+    for kind in ("user", "net", "ipc"):  # namespaces of its own, not the server's
+        assert seen[f"ns/{kind}"] != os.readlink(f"/proc/self/ns/{kind}"), kind
+
+
+@pytest.mark.parametrize("sandbox", [True, False], ids=["sandboxed", "sandbox-off"])
+def test_another_jobs_child_cannot_forge_this_jobs_answer(targets, sandbox, tmp_path):
+    """The forgery of issue 21, end to end: while a victim's job runs, a hostile document in
+    another job's child writes a forged answer into /proc/<victim's child>/fd/1. Sandboxed:
+    refused, the victim gets its own text. Off: the victim gets the forged pages."""
+    from tests.support.procs import child_pids, rlimits
+
+    if sandbox:
+        require_full_sandbox()
+    extraction.configure(sandbox=sandbox)
+
+    async def scenario():
+        mine = child_pids() - set(extraction.idle_pids())
+        victim = asyncio.ensure_future(extract(pdfs.slow_pdf("victim", 4), **LIMITS))
+        pid = None
+        while pid is None:
+            assert not victim.done()
+            for candidate in child_pids() - mine - set(extraction.idle_pids()):
+                if rlimits(candidate).get("Max address space") == str(LIMITS["memory_limit"]):
+                    pid = candidate
+            await asyncio.sleep(0.01)
+        data = kit_document(forge=pid)
+        attacker = await extract(data, engine=KIT, **LIMITS)
+        try:
+            outcome = await victim
+        except ExtractionError as error:
+            outcome = error
+        return json.loads(attacker.pages[0]), outcome
+
+    report, outcome = asyncio.run(scenario())
+    print(report, outcome)
+    if sandbox:
+        assert report["forge"].startswith("refused"), report
+        assert isinstance(outcome, Extraction) and "victim" in outcome.text
+    else:
+        assert report["forge"].startswith("escaped"), report
+        assert isinstance(outcome, Extraction)
+        assert outcome.pages == ("FORGED by another process",) and outcome.sha256 == "0" * 64
+
+
+def test_the_status_data_command_and_checks_show_the_layers(pdfpool, restore_sandbox):
+    from django_pdfpool.checks import check_sandbox
+    from django_pdfpool.management.status_report import annotate, render
+    from django_pdfpool.status.page import status_data
+
+    pdfpool()
+    data = status_data()
+    assert data["sandbox"]["level"] == "full" and not data["sandbox"]["refusing"]
+    assert set(data["sandbox"]["layers"].values()) == {"on"}
+    text = render(annotate(data, fresh=True))
+    assert "Extraction sandbox on this host: level full" in text and "landlock_signal" in text
+    assert check_sandbox() == []
+    pdfpool(SANDBOX=False)
+    warnings = check_sandbox()
+    assert {m.id for m in warnings} == {"django_pdfpool.W021"} and len(warnings) == 7
+    assert status_data()["sandbox"]["level"].startswith("off")
+
+
+def test_below_the_required_level_extractions_are_refused(pdfpool, restore_sandbox, caplog):
+    """SANDBOX_REQUIRE fails closed: below it the check is an error, extract() raises
+    SandboxUnavailable (503 through a view, a fixed sentence), the reason is logged."""
+    from django.test import Client
+
+    from django_pdfpool.checks import check_sandbox
+    from django_pdfpool.exceptions import SandboxUnavailable
+
+    pdfpool(SANDBOX=False, SANDBOX_REQUIRE="basic")
+    assert "django_pdfpool.E021" in {m.id for m in check_sandbox()}
+    with pytest.raises(SandboxUnavailable):
+        run(pdfs.simple(["never read"]))
+    response = Client().post(
+        "/sync/",
+        {"file": __import__("io").BytesIO(pdfs.simple(["never read"]))},
+        headers={"accept": "application/json"},
+    )
+    assert response.status_code == 503 and response.json()["error"] == "sandbox_unavailable"
+    assert "SANDBOX_REQUIRE" not in response.content.decode()
+    assert "SANDBOX_REQUIRE is 'basic'" in caplog.text
+    pdfpool(SANDBOX=True, SANDBOX_REQUIRE="full")  # this host gives every layer
+    assert check_sandbox() == []
+    assert run(pdfs.simple(["read"])).text == "read"
+
+
+def test_a_host_with_fewer_layers_is_reported_as_it_is_and_still_extracts(
+    tmp_path, restore_sandbox
+):
+    """Degrading, honestly: where unshare and Landlock are refused, the probe says so (level
+    basic, each missing layer with its reason), jobs still run with the layers there are, and
+    a required level above that is refused."""
+    from django_pdfpool.exceptions import SandboxUnavailable
+
+    container = tmp_path / "python"
+    container.write_text(CONTAINER.format(python=sys.executable))
+    container.chmod(0o755)
+    extraction.configure(python=str(container), warm=False)
+    try:
+        layers = extraction.sandbox_layers()
+        assert layers.level == "basic", layers
+        assert set(layers.missing) == {"namespaces", "landlock_fs", "landlock_net",
+                                       "landlock_signal"}  # fmt: skip
+        assert layers.landlock_abi == 0 and "Landlock" in layers.missing["landlock_fs"]
+        assert run(pdfs.simple(["still read"]), warm=False).text == "still read"
+        extraction.configure(require="landlock")
+        with pytest.raises(SandboxUnavailable):
+            run(pdfs.simple(["refused"]), warm=False)
+    finally:
+        extraction.configure(python=sys.executable, warm=True, require="none")

@@ -1,0 +1,134 @@
+"""Children forked from the template: as isolated as cold ones (limits, descriptors,
+environment, signal handling, session), and a template killed mid-burst costs no job."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import threading
+from pathlib import Path
+
+import pytest
+
+from django_pdfpool import extraction
+from django_pdfpool.extraction import extract
+from tests.conftest import wait_until
+from tests.support import pdfs
+from tests.support.procs import child_pids, leftovers, rlimits
+
+MEMORY = 300 << 20
+LIMITS = {"timeout": 30.0, "memory_limit": MEMORY}
+
+
+@pytest.fixture
+def warm(tmp_path):
+    extraction.configure(warm=True, tmp_dir=tmp_path)
+    extraction.prewarm()
+    wait_until(lambda: extraction.idle_pids() != [], timeout=30)
+    before = child_pids()
+    yield extraction.idle_pids()[0]
+    assert leftovers(before) == set()
+    assert list(tmp_path.iterdir()) == []
+    extraction.configure(tmp_dir=None)
+
+
+def forked_children(template: int) -> list[int]:
+    return [int(p) for p in Path(f"/proc/{template}/task/{template}/children").read_text().split()]
+
+
+def status(pid: int) -> dict[str, str]:
+    lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    return dict(line.split(":\t", 1) for line in lines if ":\t" in line)
+
+
+def inspect_while_busy(warm_call: bool) -> dict:
+    """Start a job of seconds, look at its child once it has set its limits, then cancel."""
+    seen: dict = {}
+
+    async def scenario():
+        mine = set(child_pids()) - set(extraction.idle_pids())  # a ready child may take it
+        task = asyncio.ensure_future(extract(pdfs.slow_pdf("busy", 3), warm=warm_call, **LIMITS))
+
+        def working() -> int | None:
+            for pid in child_pids() - mine - set(extraction.idle_pids()):
+                if rlimits(pid).get("Max address space") == str(MEMORY):
+                    return pid
+            return None
+
+        while (pid := working()) is None:
+            assert not task.done()
+            await asyncio.sleep(0.01)
+        seen.update(
+            pid=pid,
+            limits=rlimits(pid),
+            fds=sorted(os.listdir(f"/proc/{pid}/fd"), key=int),
+            targets=[os.readlink(f"/proc/{pid}/fd/{fd}") for fd in (0, 1, 2, 3)],
+            environ=Path(f"/proc/{pid}/environ").read_bytes(),
+            status=status(pid),
+            session=os.getsid(pid),
+        )
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(scenario())
+    return seen
+
+
+def test_a_forked_child_is_as_isolated_as_a_cold_one(warm):
+    forked = inspect_while_busy(warm_call=True)
+    cold = inspect_while_busy(warm_call=False)
+    assert extraction.child_starts().template_pid == warm
+    assert forked["pid"] in forked_children(warm) or not Path(f"/proc/{forked['pid']}").exists()
+    for seen in (forked, cold):
+        # nothing inherited; 3 is its own /proc status, opened before its job's sandbox
+        assert seen["fds"] == ["0", "1", "2", "3"], seen["fds"]
+        assert seen["targets"][3] == f"/proc/{seen['pid']}/status"
+        assert seen["targets"][0].startswith("pipe:") and seen["targets"][1].startswith("pipe:")
+        assert seen["targets"][2] == "/dev/null"
+        assert seen["limits"]["Max address space"] == str(MEMORY)
+        assert seen["limits"]["Max cpu time"] != "unlimited"
+        assert seen["limits"]["Max core file size"] == "0"
+        assert seen["session"] == seen["pid"]  # its own session and process group
+    assert forked["environ"] == Path(f"/proc/{warm}/environ").read_bytes()
+    assert sorted(forked["environ"].split(b"\0")) == sorted(cold["environ"].split(b"\0"))
+    for mask in ("SigCgt", "SigIgn", "SigBlk"):  # the template's own SIGTERM handler is gone
+        assert forked["status"][mask] == cold["status"][mask], mask
+    assert not int(forked["status"]["SigCgt"], 16) & (1 << (signal.SIGTERM - 1))
+
+
+def test_a_template_killed_mid_burst_costs_no_job(warm):
+    """SLOTS=4 jobs back to back, 24 in all; the template is SIGKILLed once some have been
+    forked: every job still gets its own text (forked before, cold meanwhile, forked again
+    once the new template is ready)."""
+    before = extraction.child_starts()
+    documents = [pdfs.slow_pdf(f"job-{i}", megabytes=1) for i in range(24)]
+    killed = threading.Event()
+
+    async def burst():
+        queue = list(enumerate(documents))
+        results: dict[int, str] = {}
+
+        async def worker():
+            while queue:
+                i, data = queue.pop(0)
+                results[i] = (await extract(data, **LIMITS)).text
+                if i == 5 and not killed.is_set():  # mid-burst: forked children are running
+                    assert forked_children(warm), "no forked child running at the kill"
+                    os.kill(warm, signal.SIGKILL)
+                    killed.set()
+
+        await asyncio.gather(*(worker() for _ in range(4)))
+        return results
+
+    results = asyncio.run(burst())
+    assert killed.is_set()
+    assert sorted(results) == list(range(24))
+    for i, text in results.items():
+        assert f"job-{i}" in text
+    after = extraction.child_starts()
+    assert after.forked + after.cold - before.forked - before.cold >= 24
+    wait_until(lambda: extraction.idle_pids() not in ([], [warm]), timeout=30)
+    assert after.template_starts >= before.template_starts
+    assert extraction.child_starts().template_starts == before.template_starts + 1

@@ -1,0 +1,288 @@
+"""The template: started lazily, forks every warm job's child (a ready one, forked and warmed up
+ahead, when it has one), restarted when it dies (jobs meanwhile cold), the only idle process
+once no job came for a few seconds, turned off by a setting, ended by shutdown(), and never
+outliving its parent, nor letting its children do so."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from django_pdfpool import extraction
+from django_pdfpool.extraction import extract
+from django_pdfpool.sandbox import extract as sandbox
+from tests.conftest import wait_until
+from tests.support import pdfs
+from tests.support.procs import CHILD_MARK, READY_NAME, child_pids, leftovers, name
+
+LIMITS = {"timeout": 10.0, "memory_limit": 256 << 20}
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def gone(pid: int) -> bool:
+    """Exited and reaped (or, for another process's child, at least exited)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+    except FileNotFoundError:
+        return True
+    return stat[stat.rfind(b")") + 2 :].startswith(b"Z") and pid not in child_pids()
+
+
+def the_template() -> int:
+    wait_until(lambda: extraction.child_starts().template_pid is not None, timeout=30)
+    pid = extraction.child_starts().template_pid
+    assert pid is not None and extraction.idle_pids()[0] == pid
+    return pid
+
+
+READY_IDLE = 1.0  # seconds: the ready children's idle time in these tests (default 5)
+
+
+@pytest.fixture
+def template():
+    extraction.shutdown()
+    sandbox._template.ready_idle = READY_IDLE  # read when a template starts
+    before = child_pids()
+    yield extraction.configure
+    extraction.shutdown()
+    assert leftovers(before) == set()
+    sandbox._template.ready_idle = type(sandbox._template)().ready_idle
+    extraction.configure(warm=True)
+
+
+def ready_children(template: int) -> list[int]:
+    """The template's children that wait for a job, by their name, oldest first."""
+    children = Path(f"/proc/{template}/task/{template}/children").read_text().split()
+    return [int(pid) for pid in children if name(int(pid)) == READY_NAME]
+
+
+def run(data=None, **options):
+    data = pdfs.simple(["warm"]) if data is None else data
+    return asyncio.run(extract(data, **{**LIMITS, **options}))
+
+
+def test_the_template_starts_lazily_and_forks_each_job_a_child(template):
+    template(warm=True)
+    assert extraction.idle_pids() == []  # nothing before the first job
+    assert run().child_start == "cold"  # the first job does not wait for the template
+    pid = the_template()
+    cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    assert CHILD_MARK in cmdline and b"--template" in cmdline
+    before = extraction.child_starts()
+    for _ in range(3):
+        assert run().child_start == "forked"
+    after = extraction.child_starts()
+    assert (after.forked - before.forked, after.cold - before.cold) == (3, 0)
+    assert after.template_pid == pid == the_template()  # the same template throughout
+
+
+def test_prewarm_starts_the_template_before_any_job(template):
+    template(warm=True)
+    extraction.prewarm()
+    pid = the_template()
+    assert run().child_start == "forked" and extraction.idle_pids()[0] == pid
+
+
+def test_a_dead_template_is_restarted_and_jobs_meanwhile_run_cold(template):
+    template(warm=True)
+    extraction.prewarm()
+    dead = the_template()
+    starts = extraction.child_starts().template_starts
+    os.kill(dead, signal.SIGKILL)
+    wait_until(lambda: dead not in extraction.idle_pids())
+    assert run().text == "warm"  # forked if the new one is ready already, cold otherwise
+    assert the_template() != dead
+    assert extraction.child_starts().template_starts == starts + 1
+    assert run().child_start == "forked"
+
+
+def test_ready_children_follow_demand_and_are_gone_at_rest(template):
+    """A job leaves one ready child (forked, warmed up, waiting); a burst leaves as many as
+    ran at once (at most MAX_READY); a job takes the oldest and a fresh one is made; after
+    `ready_idle` seconds without a job only the template is left, whatever the burst was.
+    The burst's jobs take a second's work each, so that they run at once on a busy host too
+    (tiny ones ended there before the next began: 3 at once), and the children run niced:
+    forking and warming four takes seconds there, so they idle 20 s here (the other tests'
+    1 s would drop them while they come)."""
+    idle = sandbox._template.ready_idle = 20.0  # read when it starts; the fixture resets it
+    template(warm=True)
+    extraction.prewarm()
+    pid = the_template()
+    assert extraction.idle_pids() == [pid] and ready_children(pid) == []
+    assert run().child_start == "forked"  # forked at once: nothing was ready
+    wait_until(lambda: len(ready_children(pid)) == 1)
+    assert extraction.idle_pids() == [pid, *ready_children(pid)]
+    assert extraction.child_starts().ready == 1
+
+    async def burst():
+        long = {**LIMITS, "timeout": 120.0}  # a second's work each: all 8 run at once
+        jobs = [extract(pdfs.slow_pdf(f"b{i}"), **long) for i in range(8)]
+        return await asyncio.gather(*jobs)
+
+    results = asyncio.run(burst())
+    assert [r.text.split(maxsplit=1)[0] for r in results] == [f"b{i}" for i in range(8)]
+    assert {r.child_start for r in results} == {"forked"}
+    most = sandbox._template.max_ready
+    wait_until(lambda: len(ready_children(pid)) == most, timeout=idle)  # as many as allowed
+    ready = ready_children(pid)
+    assert sorted(extraction.idle_pids()) == sorted([pid, *ready])
+    assert run().text == "warm"
+    wait_until(
+        lambda: len(ready_children(pid)) == most and ready[0] not in ready_children(pid),
+        timeout=idle,
+    )
+    assert ready[1:] == ready_children(pid)[:-1]  # the oldest took the job; a new one came
+    wait_until(lambda: extraction.idle_pids() == [pid], timeout=idle + 10)
+    wait_until(lambda: child_pids() == {pid} or all(map(gone, child_pids() - {pid})))
+    assert extraction.child_starts().ready == 0
+
+
+def test_warm_off(template):
+    before = child_pids()
+    template(warm=False)
+    extraction.prewarm()
+    assert run().child_start == "cold"
+    wait_until(lambda: not child_pids() - before)  # no template was started
+    assert extraction.idle_pids() == []
+    template(warm=True)
+    assert run(warm=False).child_start == "cold"  # and per call, whatever the setting
+
+
+def test_shutdown_ends_the_template(template):
+    template(warm=True)
+    extraction.prewarm()
+    pid = the_template()
+    extraction.shutdown()
+    assert extraction.idle_pids() == [] and gone(pid)
+    assert not extraction.child_starts().enabled
+
+
+def test_pdfium_jobs_make_the_template_preload_it(template):
+    pytest.importorskip("pypdfium2")
+    template(warm=True)
+    run(engine="pypdfium2")
+    wait_until(
+        lambda: (
+            extraction.idle_pids()
+            and b"pypdfium2" in Path(f"/proc/{extraction.idle_pids()[0]}/cmdline").read_bytes()
+        ),
+        timeout=30,
+    )
+    assert run(engine="pypdfium2").child_start == "forked"
+    assert run(engine="pypdf").child_start == "forked"  # it serves either engine
+
+
+SCRIPT = """
+import asyncio, json, os, signal, sys, time
+from pathlib import Path
+from django_pdfpool import extraction
+from tests.support import pdfs
+extraction.prewarm()
+while not extraction.idle_pids():
+    time.sleep(0.01)
+how = sys.argv[1]
+async def main():
+    # a job the server will not see the end of: a forked child, busy for seconds
+    task = asyncio.ensure_future(extraction.extract(pdfs.cpu_bomb(), timeout=30,
+                                                    memory_limit=1 << 30))
+    while extraction.child_starts().forked == 0:
+        await asyncio.sleep(0.01)
+    template = extraction.child_starts().template_pid
+    while extraction.idle_pids() == [template]:  # the ready child made after it
+        await asyncio.sleep(0.01)
+    # read while this process holds everything alive: the job's child and the ready one
+    children = Path(f"/proc/{template}/task/{template}/children").read_text().split()
+    print(json.dumps({"template": template, "forked": [int(p) for p in children]}), flush=True)
+    await asyncio.to_thread(sys.stdin.readline)  # the test has seen them: now end
+    if how == "sigkill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    elif how == "os_exit":
+        os._exit(0)
+    task.cancel()
+asyncio.run(main())
+"""
+
+
+def describe(pids: list[int]) -> str:
+    return "; ".join(
+        f"{pid}: {Path(f'/proc/{pid}/stat').read_text()}" for pid in pids if not gone(pid)
+    )
+
+
+@pytest.mark.parametrize("how", ["normal exit", "os_exit", "sigkill"])
+def test_nothing_outlives_the_parent(how):
+    """atexit ends the template and every child; without atexit (SIGKILL, os._exit, or a
+    server that re-raises SIGTERM) the template gets SIGTERM from the kernel and end of
+    input, and kills its children (the job's and the ready one) before it exits."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(SCRIPT), how.replace(" ", "_")],
+        cwd=ROOT,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    line = proc.stdout.readline()  # the script waits on stdin after it: all alive here
+    assert line, proc.communicate(timeout=60)
+    seen = json.loads(line)
+    template, forked = seen["template"], seen["forked"]
+    # the job's child and the ready one made after it (at least the job's)
+    assert forked and not any(map(gone, [template, *forked])), seen
+    proc.communicate(b"end\n", timeout=60)
+    pids = [template, *forked]
+    try:  # "did not hang": generous on a loaded machine
+        wait_until(lambda: all(map(gone, pids)), timeout=30)
+    except AssertionError:
+        raise AssertionError(f"still there: {describe(pids)}") from None
+
+
+FORK_SCRIPT = """
+import asyncio, os, time
+from django_pdfpool import extraction
+from tests.support import pdfs
+extraction.prewarm()
+while not extraction.idle_pids():
+    time.sleep(0.01)
+template = extraction.idle_pids()[0]
+pid = os.fork()  # as a pre-forking server does with its workers
+if pid == 0:
+    ok = extraction.idle_pids() == []  # the parent's template is not the worker's to use
+    text = asyncio.run(extraction.extract(pdfs.simple(["forked"]), timeout=10,
+                                          memory_limit=256 << 20)).text
+    print("worker", ok, text, flush=True)
+    os._exit(0)
+os.waitpid(pid, 0)
+print("parent", extraction.idle_pids() == [template] and os.path.exists(f"/proc/{template}"))
+"""
+
+
+def test_a_forked_worker_leaves_the_parents_template_alone():
+    proc = subprocess.run(
+        [sys.executable, "-c", FORK_SCRIPT], cwd=ROOT, capture_output=True, timeout=60, text=True
+    )
+    assert proc.stdout.split("\n")[:2] == ["worker True forked", "parent True"], proc.stderr
+
+
+@pytest.mark.parametrize("engine", ["pypdf", "pypdfium2"])
+def test_the_rehearsal_runs_a_whole_job_on_a_valid_document(engine):
+    """The warm-up document is a PDF both engines read (a broken one left pypdf's text path
+    cold in every warmed child: about 0.1x of a small job), and the rehearsal that templates,
+    ready children and spares run goes through a whole job's path without an error."""
+    if engine == "pypdfium2":
+        pytest.importorskip("pypdfium2")
+    from django_pdfpool.sandbox.child_job import extract_job, rehearse
+    from django_pdfpool.sandbox.engines import WARM_UP_PDF
+    from django_pdfpool.sandbox.wire import Extracted, ExtractionJob
+
+    answer = extract_job(ExtractionJob("", engine, 10.0, 256 << 20, None, False), WARM_UP_PDF)
+    assert isinstance(answer, Extracted), answer
+    assert answer.page_count == 1 and "warm" in answer.pages[0]
+    assert answer.metadata["Title"] == "warm"
+    rehearse((engine,))

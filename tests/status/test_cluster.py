@@ -1,0 +1,170 @@
+"""The status page of a Redis-coordinated pool: its counters, recent-job figures and chart
+are the cluster's (counted in Redis by the scripts that decide each event), and the page
+says so; this process's own figures stand in a column of their own.
+
+Two real worker processes (``tests.support.redis_worker``) share a namespace on a real
+redis-server with the Django process serving the page, which only reads."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+from uuid import uuid4
+
+import pytest
+import redis
+from django.test import Client
+
+from django_pdfpool import get_pool
+from django_pdfpool.admission.snapshot import Counters
+from tests.status.test_page import URL, page_fields
+from tests.support.redis_server import RedisServer, namespace_keys
+from tests.support.redis_worker import Worker
+
+pytest_plugins = ["tests.support.redis_fixtures"]
+pytestmark = [pytest.mark.django_db, pytest.mark.timeout(90)]
+
+TERMS = {"slots": 1, "queue": 2, "wait": 3.0}  # every process of the namespace shares them
+LEASE = 5.0  # long: a loaded machine delaying a beat must not end a lease here
+
+
+@pytest.fixture(scope="module")
+def workers() -> Iterator[list[Worker]]:
+    started = [Worker() for _ in range(2)]
+    yield [worker.ready() for worker in started]
+    for worker in started:
+        worker.close()
+
+
+def until(condition: Any, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.005)
+
+
+class Namespace:
+    """A namespace with a pool in each worker; ``ask``/``run`` talk to one of them."""
+
+    def __init__(self, server: RedisServer, workers: list[Worker]) -> None:
+        self.url, self.name = server.url, f"s-{uuid4().hex[:10]}"
+        self.redis = redis.Redis.from_url(self.url, decode_responses=True)
+        self.workers = workers
+        for worker in workers:
+            worker.ask("pool", name=self.name, namespace=self.name, url=self.url,
+                       lease=LEASE, **TERMS)  # fmt: skip
+
+    def run(self, worker: Worker, key: str, caller: str, **job: Any) -> str:
+        return worker.send("run", pool=self.name, key=key, caller=caller, job=job)
+
+    def join(self, worker: Worker, key: str, caller: str) -> str:
+        return worker.send("run", pool=self.name, key=key, caller=caller, job=None)
+
+    def open(self, gate: str) -> None:
+        self.redis.set(f"test:{self.name}:gate:{gate}", 1)
+
+    def counts(self) -> tuple[int, int]:
+        running, queued, _ = self.workers[0].ask("counts", pool=self.name)
+        return running, queued
+
+    def waiting(self, key: str) -> int:
+        fields = self.redis.hgetall(f"{{{self.name}}}:job:{key}")
+        return sum(int(v) for name, v in fields.items() if name.startswith("w:"))
+
+    def finish(self) -> None:
+        for worker in self.workers:
+            worker.ask("drain", pool=self.name, timeout=15)
+        assert namespace_keys(self.url, self.name) == []
+        for pattern in (f"test:{self.name}:*", f"{{{self.name}}}:*"):
+            for key in self.redis.scan_iter(match=pattern):
+                self.redis.delete(key)
+        self.redis.close()
+
+
+@pytest.fixture
+def namespace_of_workers(redis_server, workers) -> Iterator[Namespace]:
+    space = Namespace(redis_server, workers)
+    yield space
+    space.finish()
+
+
+def error_of(worker: Worker, cid: str) -> str | None:
+    return worker.answer(cid, timeout=20).get("error")
+
+
+def test_the_page_counts_what_every_process_did(
+    pdfpool, admin_client: Client, namespace_of_workers: Namespace
+):
+    ns, (a, b) = namespace_of_workers, namespace_of_workers.workers
+    url = ns.url
+    pdfpool(BACKEND="redis", REDIS_URL=url, NAMESPACE=ns.name, LEASE=LEASE,
+            SLOTS=1, QUEUE=2, WAIT=3.0)  # fmt: skip
+    assert get_pool().cluster_snapshot() is not None
+
+    first = ns.run(a, "k1", "c1", gate="g1")  # A starts k1
+    until(lambda: ns.counts() == (1, 0))
+    shared = ns.join(b, "k1", "c2")  # B shares it
+    until(lambda: ns.waiting("k1") == 2)
+    waits = [ns.run(b, "k2", "c3", gate="g2")]  # B queues k2
+    until(lambda: ns.counts() == (1, 1))
+    left = ns.run(a, "k6", "c6", gate="g6")  # A queues k6, then its caller leaves
+    until(lambda: ns.counts() == (1, 2))
+    a.ask("cancel", of=left)
+    until(lambda: ns.counts() == (1, 1))
+    waits.append(ns.run(a, "k7", "c7", gate="g7"))  # A queues k7: the queue is full
+    until(lambda: ns.counts() == (1, 2))
+    assert error_of(a, ns.run(a, "k3", "c4")) == "PoolBusy"  # refused: a full queue
+    assert error_of(b, ns.run(b, "k4", "c1")) == "CallerBusy"  # refused: c1 runs k1
+    assert [error_of(w, cid) for w, cid in zip((b, a), waits, strict=True)] == ["PoolBusy"] * 2
+    ns.open("g1")  # k1 completes, for both its callers
+    assert a.answer(first, timeout=20).get("ok") == "k1", a.answer(first)
+    assert b.answer(shared).get("ok") == "k1", b.answer(shared)
+    assert error_of(a, ns.run(a, "k5", "c5", error="boom")) == "LookupError"  # failed
+
+    data = admin_client.get(URL, {"format": "json"}).json()
+    cluster_wide = Counters(started=2, joined=1, completed=1, failed=1, abandoned=1,
+                            refused_busy=3, refused_caller=1)  # fmt: skip
+    assert data["scope"] == "cluster" and data["counters"] == vars(cluster_wide)
+    assert data["cluster"]["local"]["counters"] == vars(Counters())  # this one only read
+    assert data["queue_wait"]["count"] == 4  # k1 and k5 started; k2 and k7 gave up
+    assert data["queue_wait"]["max"] >= 3.0  # they waited WAIT
+    assert data["run_time"]["count"] == 2  # k1, k5
+    assert data["counted_since"] <= data["taken_at"]
+
+    page = admin_client.get(URL).content.decode()
+    fields = page_fields(page)
+    for name, value in vars(cluster_wide).items():
+        local = f"cluster.local.counters.{name}"
+        assert fields[local] == "0", name
+        if name == "refused_closed":  # counted by each process alone: no cluster figure
+            assert f"counters.{name}" not in fields
+        else:
+            assert fields[f"counters.{name}"] == str(value), name
+    assert fields["queue_wait.count"] == "4" and fields["run_time.count"] == "2"
+    assert "below are cluster-wide" in page and "Counted in Redis since" in page
+    assert '<th class="num">Cluster</th><th class="num">This process</th>' in page
+
+    books = [f"{{{ns.name}}}:{name}" for name in ("stats", "qwait", "runs")]
+    assert all(ns.redis.pttl(key) > 24 * 3600 * 1000 for key in books)  # they outlive jobs
+
+
+def test_redis_counts_each_event_once_however_many_processes_share_it(
+    pdfpool, namespace_of_workers: Namespace
+):
+    """A job shared by callers in both workers: one start, one end, each sharer a join;
+    the outcome, sent to Redis in two steps (``need``, then the data), counts once."""
+    ns, (a, b) = namespace_of_workers, namespace_of_workers.workers
+    pdfpool(BACKEND="redis", REDIS_URL=ns.url, NAMESPACE=ns.name, LEASE=LEASE,
+            SLOTS=1, QUEUE=2, WAIT=3.0)  # fmt: skip
+    first = ns.run(a, "k", "c1", gate="g")
+    until(lambda: ns.counts() == (1, 0))
+    joins = [ns.join(b, "k", f"j{i}") for i in range(3)] + [ns.join(a, "k", "j3")]
+    until(lambda: ns.waiting("k") == 5)
+    ns.open("g")
+    assert a.answer(first, timeout=20)["ok"] == "k"
+    assert [(b if i < 3 else a).answer(cid)["ok"] for i, cid in enumerate(joins)] == ["k"] * 4
+    snap = get_pool().snapshot()
+    assert snap.scope == "cluster"
+    assert (snap.counters.started, snap.counters.joined, snap.counters.completed) == (1, 4, 1)
+    assert (snap.queue_wait.count, snap.run_time.count) == (1, 1)

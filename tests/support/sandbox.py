@@ -1,0 +1,13 @@
+"""Helpers of the sandbox tests: running an extraction, children's state in /proc."""
+
+from __future__ import annotations
+
+import asyncio
+
+from django_pdfpool.extraction import extract
+
+LIMITS = {"timeout": 20.0, "memory_limit": 512 << 20}
+
+
+def run(source, **options):
+    return asyncio.run(extract(source, **{**LIMITS, **options}))

@@ -1,0 +1,206 @@
+"""Real servers (uvicorn, gunicorn sync and gthread, hypercorn, granian, runserver) in a
+child process, on a free loopback port, for end-to-end tests."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+_LISTENING = re.compile(rb"Uvicorn running on http://127\.0\.0\.1:(\d+)")
+_GUNICORN_LISTENING = re.compile(rb"Listening at: http://127\.0\.0\.1:(\d+)")
+
+
+class Server:
+    """A running uvicorn; ``url`` is its base address, ``process`` its Popen."""
+
+    def __init__(self, process: subprocess.Popen, port: int, log: list[bytes]) -> None:
+        self.process = process
+        self.url = f"http://127.0.0.1:{port}"
+        self.log = log
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+
+@contextmanager
+def uvicorn(
+    app: str = "tests.project.asgi:application",
+    *,
+    pdfpool: dict | None = None,
+    env: dict[str, str] | None = None,
+    cwd: Path = ROOT,
+    timeout: float = 30.0,
+) -> Iterator[Server]:
+    """Serve ``app`` with uvicorn on 127.0.0.1 and a free port; stop it (SIGTERM) afterwards."""
+    command = [sys.executable, "-m", "uvicorn", app, "--host", "127.0.0.1", "--port", "0"]
+    command += ["--lifespan", "on", "--no-access-log"]
+    with _serve(command, _LISTENING, pdfpool, env, cwd, timeout) as server:
+        yield server
+
+
+@contextmanager
+def gunicorn(
+    app: str = "tests.project.wsgi:application",
+    *,
+    pdfpool: dict | None = None,
+    timeout: float = 30.0,
+) -> Iterator[Server]:
+    """Serve the WSGI ``app`` with gunicorn (one worker, four threads) on a free port."""
+    command = [sys.executable, "-m", "gunicorn", app, "-b", "127.0.0.1:0", "-k", "gthread"]
+    command += ["--threads", "4", "--workers", "1"]
+    env = {"DJANGO_SETTINGS_MODULE": "tests.project.settings"}
+    with _serve(command, _GUNICORN_LISTENING, pdfpool, env, ROOT, timeout) as server:
+        yield server
+
+
+DOOR_ASGI = "tests.project.door_asgi:application"
+SERVED = ("uvicorn", "hypercorn", "granian", "gunicorn-sync", "gunicorn-gthread", "runserver")
+"""Every server the door's answers are tested under: ASGI ones serve ``PdfPoolDoor``,
+WSGI ones the test project, where ``AdmissionMiddleware`` is the door."""
+
+
+def free_port() -> int:
+    """A loopback port nobody listens on now (for servers that log no port of their own)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@contextmanager
+def serve(name: str, *, pdfpool: dict | None = None, timeout: float = 30.0) -> Iterator[Server]:
+    """One of ``SERVED`` on a free port, serving the door, until the block ends (SIGTERM)."""
+    if name == "uvicorn":
+        with uvicorn(DOOR_ASGI, pdfpool=pdfpool, timeout=timeout) as server:
+            yield server
+        return
+    port = free_port()
+    env = {"DJANGO_SETTINGS_MODULE": "tests.project.settings"}
+    bind = f"127.0.0.1:{port}"
+    commands = {
+        "hypercorn": f"hypercorn {DOOR_ASGI} --bind {bind}",
+        "granian": f"granian --interface asgi --host 127.0.0.1 --port {port} --workers 1 "
+        + DOOR_ASGI,
+        "gunicorn-sync": f"gunicorn tests.project.wsgi:application -b {bind} -k sync --workers 2",
+        "gunicorn-gthread": f"gunicorn tests.project.wsgi:application -b {bind} -k gthread "
+        "--threads 4 --workers 1",
+        "runserver": f"django runserver {bind} --noreload",
+    }
+    command = [sys.executable, "-m", *commands[name].split()]
+    ready = re.compile(rb"(?!)")  # never matches: readiness is a connection that succeeds
+    with _serve(command, ready, pdfpool, env, ROOT, 0, wait=False) as server:
+        server.url = f"http://127.0.0.1:{port}"
+        _until_listening(port, server, timeout)
+        yield server
+
+
+def _until_listening(port: int, server: Server, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if server.process.poll() is not None:
+            break
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    log = b"".join(server.log).decode(errors="replace")
+    raise RuntimeError(f"the server on port {port} did not start:\n{log}")
+
+
+@contextmanager
+def _serve(
+    command: list[str],
+    listening: re.Pattern[bytes],
+    pdfpool: dict | None,
+    env: dict[str, str] | None,
+    cwd: Path,
+    timeout: float,
+    *,
+    wait: bool = True,
+) -> Iterator[Server]:
+    """Run ``command`` until its log says it listens (``listening`` gives the port); with
+    ``wait`` False, at once (the caller knows the port)."""
+    environment = {**os.environ, **(env or {})}
+    if pdfpool is not None:
+        environment["PDFPOOL_JSON"] = json.dumps(pdfpool)
+    process = subprocess.Popen(
+        command,
+        cwd=cwd,
+        env=environment,
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        start_new_session=True,  # its workers too are ended with it (end_group)
+    )
+    log: list[bytes] = []
+    found = threading.Event()
+    port: list[int] = []
+
+    def drain() -> None:  # keep reading: a full pipe would block the server
+        for line in process.stderr:
+            log.append(line)
+            match = listening.search(line)
+            if match and not found.is_set():
+                port.append(int(match.group(1)))
+                found.set()
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    try:
+        if wait and not found.wait(timeout):
+            raise RuntimeError(
+                f"{command[2]} did not start:\n" + b"".join(log).decode(errors="replace")
+            )
+        yield Server(process, port[0] if port else 0, log)
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout or 30.0)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        end_group(process)
+        reader.join(5)
+
+
+def end_group(process: subprocess.Popen) -> None:
+    """SIGKILL whatever is left of a server started in a session of its own (a worker
+    that outlived a killed master, say): nothing of a test's server outlives the test."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGKILL)
+
+
+def wait_for(condition, timeout: float = 10.0, interval: float = 0.01) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        time.sleep(interval)
+
+
+def read_all_sent(pid: int, port: int, address: str) -> bool:
+    """The server listening on ``port`` has read every byte that the connection from
+    ``address`` sent it: the receive queue of the server's end is empty (/proc/PID/net/tcp
+    lists the TCP sockets of ``pid``'s network namespace; an accepted connection is there
+    with its queue even before the server reads it)."""
+    local = f"{socket.inet_aton('127.0.0.1')[::-1].hex().upper()}:{port:04X}"
+    remote = socket.inet_aton(address)[::-1].hex().upper() + ":"
+    with open(f"/proc/{pid}/net/tcp") as table:
+        for line in table.readlines()[1:]:
+            fields = line.split()
+            if fields[1] == local and fields[2].startswith(remote) and fields[3] == "01":
+                return int(fields[4].split(":")[1], 16) == 0
+    return False  # not (yet) an established connection of the server's

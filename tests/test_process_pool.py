@@ -1,0 +1,57 @@
+"""Draining the process's pool on shutdown: finish what runs and waits, refuse the new,
+and stop what outlives the drain timeout."""
+
+from __future__ import annotations
+
+import asyncio
+
+from django_pdfpool import adrain_pool, drain_pool, get_pool
+from tests.conftest import held_requests, wait_until
+from tests.project.views import HELD
+from tests.test_decorators import post
+
+
+def test_drain_finishes_running_and_queued_then_refuses(pdfpool):
+    pdfpool(SLOTS=1, QUEUE=1)
+    with held_requests(4) as threads:
+        running = threads.submit(post, "/held/sync/", b"%PDF- a", "10.0.8.1")
+        wait_until(lambda: get_pool().running() == 1)
+        queued = threads.submit(post, "/held/sync/", b"%PDF- b", "10.0.8.2")
+        wait_until(lambda: get_pool().queued() == 1)
+        draining = threads.submit(drain_pool, 30)
+        wait_until(lambda: get_pool().snapshot().closed)
+        refused = threads.submit(post, "/held/sync/", b"%PDF- c", "10.0.8.3").result(30)
+        assert not draining.done()
+        HELD.release.set()
+        assert draining.result(timeout=30) is True
+        assert running.result(timeout=30).status_code == 200
+        assert queued.result(timeout=30).status_code == 200
+    assert refused.status_code == 503 and refused.json()["error"] == "closed"
+    assert (get_pool().running(), get_pool().queued()) == (0, 0)
+
+
+def test_a_drain_that_times_out_stops_what_is_left(pdfpool):
+    pdfpool(SLOTS=1, QUEUE=1)
+    with held_requests(2) as threads:
+        running = threads.submit(post, "/held/sync/", b"%PDF- a", "10.0.9.1")
+        wait_until(lambda: get_pool().running() == 1)
+        queued = threads.submit(post, "/held/sync/", b"%PDF- b", "10.0.9.2")
+        wait_until(lambda: get_pool().queued() == 1)
+        assert asyncio.run(adrain_pool(timeout=0.2)) is False  # held: never finishes
+        first, second = running.result(timeout=30), queued.result(timeout=30)
+    assert (first.status_code, second.status_code) == (503, 503)
+    assert first.json()["error"] == second.json()["error"] == "closed"
+    assert len(HELD.runs) == 1  # the queued one never ran
+    assert (get_pool().running(), get_pool().queued()) == (0, 0)
+
+
+def test_drain_pool_refuses_to_run_on_an_event_loop(pdfpool):
+    async def inside_a_loop():
+        drain_pool(1)
+
+    try:
+        asyncio.run(inside_a_loop())
+    except RuntimeError as error:
+        assert "await adrain_pool" in str(error)
+    else:
+        raise AssertionError("drain_pool ran on an event loop")

@@ -1,0 +1,65 @@
+"""The Redis backend from Django: settings and checks, get_pool() building a RedisPool,
+and @pdf_pooled extracting through it (the Extraction crossing Redis as JSON)."""
+
+from __future__ import annotations
+
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+from django.test import Client
+
+from django_pdfpool import get_pool
+from django_pdfpool.checks import check_settings
+from django_pdfpool.conf import get_settings
+from tests.support import pdfs
+from tests.test_decorators import JSON, upload
+
+pytest_plugins = ["tests.support.redis_fixtures"]
+
+
+@pytest.mark.parametrize(
+    ("value", "check_id"),
+    [
+        ({"BACKEND": "memcached"}, "django_pdfpool.E003"),
+        ({"BACKEND": "redis"}, "django_pdfpool.E007"),
+        ({"BACKEND": "redis", "REDIS_URL": "http://localhost"}, "django_pdfpool.E007"),
+        ({"NAMESPACE": "a{b}"}, "django_pdfpool.E003"),
+        ({"LEASE": 0}, "django_pdfpool.E003"),
+        ({"REDIS_FALLBACK": "ignore"}, "django_pdfpool.E003"),
+    ],
+)
+def test_bad_redis_settings_fire_checks(settings, value, check_id):
+    settings.PDFPOOL = value
+    assert check_id in [error.id for error in check_settings()]
+    with pytest.raises(ImproperlyConfigured, match=check_id):
+        get_settings()
+
+
+def test_the_redis_backend_serves_the_decorator(pdfpool, redis_server, namespace):
+    from django_pdfpool.pool import RedisPool
+
+    pdfpool(BACKEND="redis", REDIS_URL=redis_server.url, NAMESPACE=namespace, LEASE=2.0)
+    assert check_settings() == []
+    pool = get_pool()
+    assert isinstance(pool, RedisPool) and pool.mode == "redis"
+    data = pdfs.simple(["through redis"], title="Clustered")
+    response = Client().post("/sync/", {"file": upload(data)}, **JSON)
+    assert response.status_code == 200, response.content
+    pdf = response.json()["pdf"]
+    assert "through redis" in pdf["text"] and pdf["page_count"] == 1
+    assert pool.snapshot().counters.completed == 1
+
+
+def test_sentinels_are_a_setting(pdfpool, redis_server, namespace):
+    """REDIS_SENTINELS: "host:port" strings; REDIS_URL's host is then the service name."""
+    pdfpool(BACKEND="redis", REDIS_SENTINELS="127.0.0.1:26379")  # not a list
+    assert "django_pdfpool.E003" in [error.id for error in check_settings()]
+    pdfpool(BACKEND="redis", REDIS_SENTINELS=["no-port"])
+    assert "django_pdfpool.E003" in [error.id for error in check_settings()]
+    pdfpool(
+        BACKEND="redis",
+        REDIS_URL="redis://primary/0",
+        NAMESPACE=namespace,
+        REDIS_SENTINELS=["127.0.0.1:26379", "[::1]:26380"],
+    )
+    assert check_settings() == []
+    assert get_settings().redis_sentinels == (("127.0.0.1", 26379), ("::1", 26380))

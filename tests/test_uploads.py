@@ -1,0 +1,102 @@
+"""Staged uploads: nothing staged outlives its request (a caller that raises, a pool that
+cannot be had) or its process (named with its pid; start-up sweeps dead processes' copies)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+from django.test import AsyncClient, Client
+
+from django_pdfpool import decorators
+from tests.project.views import HELD
+from tests.support.uploads import JSON, upload
+
+
+def staged(pdfpool_settings: dict) -> list[str]:
+    return os.listdir(pdfpool_settings["TEMP_DIR"])
+
+
+def raising_caller(request):
+    raise RuntimeError("the project's caller function failed")
+
+
+async def araising_caller(request):
+    raise RuntimeError("the project's async caller function failed")
+
+
+def _dead_pid() -> int:
+    ended = subprocess.Popen([sys.executable, "-c", "pass"])
+    ended.wait()
+    return ended.pid
+
+
+@pytest.mark.parametrize("caller", [raising_caller, araising_caller])
+def test_a_raising_caller_leaves_no_staged_copy_sync_view(pdfpool, caller):
+    conf = pdfpool(CALLER=caller)
+    with pytest.raises(RuntimeError, match="caller function failed") as raised:
+        Client().post("/sync/", {"file": upload(b"%PDF- caller fails")}, **JSON)
+    assert staged(conf) == []  # right away: no gc.collect(), the traceback still alive
+    assert raised.value is not None
+
+
+@pytest.mark.parametrize("caller", [raising_caller, araising_caller])
+def test_a_raising_caller_leaves_no_staged_copy_async_view(pdfpool, caller):
+    conf = pdfpool(CALLER=caller)
+    client = AsyncClient()
+    with pytest.raises(RuntimeError, match="caller function failed") as raised:
+        asyncio.run(client.post("/async/", {"document": upload(b"%PDF- async caller fails")}))
+    assert staged(conf) == []
+    assert raised.value is not None
+
+
+def test_a_pool_that_cannot_be_had_leaves_no_staged_copy(pdfpool, monkeypatch):
+    conf = pdfpool()
+
+    def no_pool():
+        raise ImproperlyConfigured("no pool today")
+
+    monkeypatch.setattr(decorators, "get_pool", no_pool)
+    with pytest.raises(ImproperlyConfigured) as raised:
+        Client().post("/sync/", {"file": upload(b"%PDF- no pool")}, **JSON)
+    assert staged(conf) == [] and raised.value is not None
+
+
+def test_a_staged_copy_is_named_with_its_process(pdfpool):
+    conf = pdfpool()
+    HELD.release.set()
+    response = Client().post("/held/sync/", {"file": upload(b"%PDF- named")}, **JSON)
+    assert response.status_code == 200
+    assert os.path.basename(HELD.paths[0]).startswith(f"pdfpool-{os.getpid()}-")
+    assert staged(conf) == []
+
+
+def test_start_up_sweeps_stale_copies_of_dead_processes_only(tmp_path):
+    folder = tmp_path / "staged"
+    folder.mkdir()
+    dead = folder / f"pdfpool-{_dead_pid()}-abc123.pdf"
+    alive = folder / f"pdfpool-{os.getpid()}-def456.pdf"  # this test's process: alive
+    old = folder / "pdfpool-k2j4h5g6.pdf"  # no pid in the name (older versions): by age
+    fresh = folder / "pdfpool-a1b2c3d4.pdf"
+    other = folder / "notes.pdf"
+    for file in (dead, alive, old, fresh, other):
+        file.write_bytes(b"%PDF- staged")
+    hour_ago = time.time() - 3600
+    os.utime(old, (hour_ago, hour_ago))
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.project.settings"}
+    env["PDFPOOL_JSON"] = json.dumps({"TEMP_DIR": str(folder), "WAIT": 5, "TIMEOUT": 5})
+    started = subprocess.run(
+        [sys.executable, "-c", "import django; django.setup()"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert started.returncode == 0, started.stderr
+    assert sorted(p.name for p in folder.iterdir()) == sorted(p.name for p in (alive, fresh, other))

@@ -1,9 +1,0 @@
-"""The test project as a WSGI application, for the real WSGI server test (gunicorn)."""
-
-import os
-
-from django.core.wsgi import get_wsgi_application
-
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.settings")
-
-application = get_wsgi_application()
