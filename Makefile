@@ -52,6 +52,13 @@ test: $(STAMP) browser-deps redis-deps sandbox-deps
 	PDFPOOL_TEST_POOL=tests.support.redis_factory:make_pool $(BIN)/python -m tests.support.redis_server \
 	  $(BIN)/python -m pytest tests/admission/test_pool_conformance.py -p no:cacheprovider
 
+# A mutation run of the pool's rules (tools/mutate_rules.py): one single-line change at a
+# time to each rule of the two pools and the door's decide(), the rule's test folder run
+# against each; every mutant must be caught. Minutes; not part of `make test`.
+.PHONY: mutants
+mutants: $(STAMP) redis-deps
+	$(BIN)/python tools/mutate_rules.py
+
 test-matrix: $(STAMP) browser-deps redis-deps sandbox-deps
 	PATH="$(PYENV_BINS):$$PATH" $(BIN)/nox
 

@@ -9,13 +9,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import json
-import os
-import re
-import subprocess
-import sys
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -33,11 +26,10 @@ from tests.e2e.test_door_servers import (
     settings,
 )
 from tests.e2e.test_example import PROJECT, addressed, api_post_async, demo_env, manage
-from tests.e2e.test_servers import Running, upload_then_sigterm
+from tests.e2e.test_servers import upload_then_sigterm
 from tests.support import pdfs
 from tests.support.pdfs import slow_pdf
-from tests.support.redis_server import free_port
-from tests.support.servers import ROOT, end_group, uvicorn, wait_for
+from tests.support.servers import granian, uvicorn, wait_for
 
 APP = "tests.project.contrib_asgi:application"
 CONTRIB = {"DJANGO_SETTINGS_MODULE": "tests.project.contrib_settings"}
@@ -49,63 +41,6 @@ ROUTES = [
     "/ninja/held",  # django-ninja operation
 ]
 HUGE = 67 * MiB
-
-
-@contextmanager
-def granian(
-    app: str, pdfpool: dict | None = None, env: dict | None = None, cwd: Path = ROOT
-) -> Iterator[Running]:
-    """granian serving ``app`` (ASGI, one worker) on a free loopback port; killed afterwards
-    if the test did not stop it. It logs to stdout."""
-    environment = {**os.environ, **(env or {})}
-    if pdfpool is not None:
-        environment["PDFPOOL_JSON"] = json.dumps(pdfpool)
-    for _attempt in range(3):  # a port found free may be taken before granian binds it
-        port = free_port()
-        command = [sys.executable, "-m", "granian", "--interface", "asgi", "--host", "127.0.0.1"]
-        command += ["--port", str(port), "--workers", "1", app]
-        process = subprocess.Popen(
-            command,
-            cwd=cwd,
-            env=environment,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # its worker is ended with it (end_group)
-        )
-        log: list[bytes] = []
-        up = threading.Event()
-
-        def read(process=process, log=log, up=up) -> None:
-            for line in process.stdout:
-                log.append(line)
-                if re.search(rb"Started worker-1", line):
-                    up.set()
-
-        threading.Thread(target=read, daemon=True).start()
-        try:
-            if up.wait(30) and _answers(f"http://127.0.0.1:{port}"):
-                yield Running(process, f"http://127.0.0.1:{port}", log)
-                return
-        finally:
-            if process.poll() is None:
-                process.kill()
-            process.wait(timeout=30)
-            end_group(process)
-    raise RuntimeError("granian did not start:\n" + b"".join(log).decode(errors="replace"))
-
-
-def _answers(url: str) -> bool:
-    def up() -> bool:
-        try:
-            return httpx.get(url + "/", timeout=2).status_code > 0
-        except httpx.HTTPError:
-            return False
-
-    try:
-        wait_for(up, PATIENCE)
-    except AssertionError:
-        return False
-    return True
 
 
 @pytest.fixture

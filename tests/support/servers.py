@@ -34,6 +34,10 @@ class Server:
     def pid(self) -> int:
         return self.process.pid
 
+    def text(self) -> str:
+        """Everything the server logged so far."""
+        return b"".join(self.log).decode(errors="replace")
+
 
 @contextmanager
 def uvicorn(
@@ -82,42 +86,79 @@ def free_port() -> int:
 @contextmanager
 def serve(name: str, *, pdfpool: dict | None = None, timeout: float = 30.0) -> Iterator[Server]:
     """One of ``SERVED`` on a free port, serving the door, until the block ends (SIGTERM)."""
-    if name == "uvicorn":
-        with uvicorn(DOOR_ASGI, pdfpool=pdfpool, timeout=timeout) as server:
+    env = {"DJANGO_SETTINGS_MODULE": "tests.project.settings"}
+    if name in ("uvicorn", "granian"):
+        run = uvicorn if name == "uvicorn" else granian
+        with run(DOOR_ASGI, pdfpool=pdfpool, env=env, timeout=timeout) as server:
             yield server
         return
     port = free_port()
-    env = {"DJANGO_SETTINGS_MODULE": "tests.project.settings"}
     bind = f"127.0.0.1:{port}"
     commands = {
         "hypercorn": f"hypercorn {DOOR_ASGI} --bind {bind}",
-        "granian": f"granian --interface asgi --host 127.0.0.1 --port {port} --workers 1 "
-        + DOOR_ASGI,
         "gunicorn-sync": f"gunicorn tests.project.wsgi:application -b {bind} -k sync --workers 2",
         "gunicorn-gthread": f"gunicorn tests.project.wsgi:application -b {bind} -k gthread "
         "--threads 4 --workers 1",
         "runserver": f"django runserver {bind} --noreload",
     }
     command = [sys.executable, "-m", *commands[name].split()]
-    ready = re.compile(rb"(?!)")  # never matches: readiness is a connection that succeeds
-    with _serve(command, ready, pdfpool, env, ROOT, 0, wait=False) as server:
+    with _serve(command, _NEVER, pdfpool, env, ROOT, 0, wait=False) as server:
         server.url = f"http://127.0.0.1:{port}"
         _until_listening(port, server, timeout)
         yield server
 
 
-def _until_listening(port: int, server: Server, timeout: float) -> None:
+@contextmanager
+def granian(
+    app: str = DOOR_ASGI,
+    *,
+    pdfpool: dict | None = None,
+    env: dict[str, str] | None = None,
+    cwd: Path = ROOT,
+    timeout: float = 30.0,
+) -> Iterator[Server]:
+    """Serve the ASGI ``app`` with granian (one worker) on a free port, once its worker has
+    started; stop it (SIGTERM) afterwards. Its log (stdout and stderr) is ``server.log``."""
+    for _attempt in range(3):  # a port found free may be taken before granian binds it
+        port = free_port()
+        command = [sys.executable, "-m", "granian", "--interface", "asgi", "--host", "127.0.0.1"]
+        command += ["--port", str(port), "--workers", "1", app]
+        with _serve(command, _NEVER, pdfpool, env, cwd, timeout, wait=False, merged=True) as server:
+            server.url = f"http://127.0.0.1:{port}"
+            if _listening(port, server, timeout) and _logged(server, b"Started worker", timeout):
+                yield server
+                return
+    raise RuntimeError(f"granian did not start:\n{server.text()}")
+
+
+_NEVER = re.compile(rb"(?!)")  # never matches: readiness is a connection that succeeds
+
+
+def _listening(port: int, server: Server, timeout: float) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if server.process.poll() is not None:
-            break
+            return False
         try:
             socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return
+            return True
         except OSError:
             time.sleep(0.05)
-    log = b"".join(server.log).decode(errors="replace")
-    raise RuntimeError(f"the server on port {port} did not start:\n{log}")
+    return False
+
+
+def _logged(server: Server, line: bytes, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and server.process.poll() is None:
+        if any(line in logged for logged in list(server.log)):
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def _until_listening(port: int, server: Server, timeout: float) -> None:
+    if not _listening(port, server, timeout):
+        raise RuntimeError(f"the server on port {port} did not start:\n{server.text()}")
 
 
 @contextmanager
@@ -130,9 +171,11 @@ def _serve(
     timeout: float,
     *,
     wait: bool = True,
+    merged: bool = False,
 ) -> Iterator[Server]:
     """Run ``command`` until its log says it listens (``listening`` gives the port); with
-    ``wait`` False, at once (the caller knows the port)."""
+    ``wait`` False, at once (the caller knows the port). ``merged``: its stdout is logged
+    too (granian logs there)."""
     environment = {**os.environ, **(env or {})}
     if pdfpool is not None:
         environment["PDFPOOL_JSON"] = json.dumps(pdfpool)
@@ -140,8 +183,8 @@ def _serve(
         command,
         cwd=cwd,
         env=environment,
-        stderr=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
+        stdout=subprocess.PIPE if merged else subprocess.DEVNULL,
+        stderr=subprocess.STDOUT if merged else subprocess.PIPE,
         start_new_session=True,  # its workers too are ended with it (end_group)
     )
     log: list[bytes] = []
@@ -149,7 +192,7 @@ def _serve(
     port: list[int] = []
 
     def drain() -> None:  # keep reading: a full pipe would block the server
-        for line in process.stderr:
+        for line in process.stdout if merged else process.stderr:
             log.append(line)
             match = listening.search(line)
             if match and not found.is_set():

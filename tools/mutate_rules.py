@@ -1,0 +1,358 @@
+"""Mutation run of the pool's rules: one single-line change at a time to each rule of the
+local pool (admission/local.py), the Redis pool (side.py and its Lua scripts) and the door's
+``decide()``; the rule's test folder is run (``-x``) against each, and the table says which
+mutants the tests caught and which survived. ``make mutants``; not part of ``make test``.
+
+    python tools/mutate_rules.py [--only WORD] [--list] [--no-baseline]
+
+A mutant survives when its folder passes with it: a rule without a test that breaks when
+the rule breaks. The source is restored after each mutant, however the run ends.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PKG = "django_pdfpool"
+LOCAL, DELIVERY = f"{PKG}/admission/local.py", f"{PKG}/admission/delivery.py"
+SIDE, LUA = f"{PKG}/admission/redis/side.py", f"{PKG}/admission/redis/lua"
+RULES = f"{PKG}/door/rules.py"
+
+
+@dataclass(frozen=True)
+class Mutant:
+    rule: str
+    path: str
+    old: str  # found exactly once in the file; the change is to one line of it
+    new: str
+    suite: str  # "local", "redis" or "door"
+
+
+MUTANTS = [
+    # --- the local pool ---------------------------------------------------------------------
+    Mutant(
+        "slots",
+        LOCAL,
+        "        if self._running < self.slots:\n            self._start(job)",
+        "        if self._running <= self.slots:\n            self._start(job)",
+        "local",
+    ),
+    Mutant(
+        "queue",
+        LOCAL,
+        "and len(self._queue) >= self.queue_size:",
+        "and len(self._queue) > self.queue_size:",
+        "local",
+    ),
+    Mutant(
+        "wait",
+        LOCAL,
+        "            if self.wait is not None:\n                job.deadline",
+        "            if self.wait is None:\n                job.deadline",
+        "local",
+    ),
+    Mutant(
+        "single-flight join",
+        LOCAL,
+        "if job is not None:  # Rule 1",
+        "if job is not None and False:  # Rule 1",
+        "local",
+    ),
+    Mutant(
+        "join takes no slot or queue place",
+        LOCAL,
+        "if job is not None:  # Rule 1",
+        "if job is not None and len(self._queue) < self.queue_size:  # Rule 1",
+        "local",
+    ),
+    Mutant(
+        "join even for a caller with a job in flight",
+        LOCAL,
+        "if job is not None:  # Rule 1",
+        "if job is not None and caller not in self._callers:  # Rule 1",
+        "local",
+    ),
+    Mutant(
+        "one job per caller",
+        LOCAL,
+        "if held is not None:  # Rule 2",
+        "if held is not None and held.state == 'queued':  # Rule 2",
+        "local",
+    ),
+    Mutant(
+        "caller away does not cancel",
+        LOCAL,
+        "            self._leave(job, waiter)\n",
+        "            self._leave(job, waiter); job.task and job.task.cancel()\n",
+        "local",
+    ),
+    Mutant(
+        "a queued job left by all gives up its place",
+        LOCAL,
+        'if job.state != "queued" or job.waiters:',
+        "if True:",
+        "local",
+    ),
+    Mutant(
+        "error reaches every sharer",
+        LOCAL,
+        "        deliver(waiters, result, error)\n",
+        "        deliver(waiters if error is None else list(waiters)[:1], result, error)\n",
+        "local",
+    ),
+    Mutant(
+        "error frees the slot",
+        LOCAL,
+        "            self._running -= 1\n",
+        "            self._running -= 0 if error else 1\n",
+        "local",
+    ),
+    Mutant(
+        "error frees the caller",
+        LOCAL,
+        "if self._callers.get(job.caller) is job:",
+        "if self._callers.get(job.caller) is job and error is None:",
+        "local",
+    ),
+    Mutant(
+        "unobserved fault logged",
+        DELIVERY,
+        'logger.warning("job %s failed',
+        'logger.debug("job %s failed',
+        "local",
+    ),
+    Mutant(
+        "drain waits for what runs",
+        LOCAL,
+        "        self.close()\n        await self._until_idle()",
+        "        self.close()\n        return",
+        "local",
+    ),
+    Mutant(
+        "stop cancels what runs",
+        LOCAL,
+        "            job.task.cancel()",
+        "            pass",
+        "local",
+    ),
+    # --- the Redis pool ---------------------------------------------------------------------
+    Mutant(
+        "slots", f"{LUA}/admit.lua", "if running < SLOTS then", "if running <= SLOTS then", "redis"
+    ),
+    Mutant(
+        "queue",
+        f"{LUA}/admit.lua",
+        "queued >= tonumber(ARGV[4]) then  -- rule 3",
+        "queued > tonumber(ARGV[4]) then  --",
+        "redis",
+    ),
+    Mutant("wait", f"{LUA}/admit.lua", "'dl', wait >= 0 and NOW + wait or 0)", "'dl', 0)", "redis"),
+    Mutant(
+        "single-flight join",
+        f"{LUA}/admit.lua",
+        "if job then  -- rule 1",
+        "if false then  -- rule 1",
+        "redis",
+    ),
+    Mutant(
+        "join takes no slot or queue place",
+        f"{LUA}/admit.lua",
+        "if job then  -- rule 1",
+        "if job and redis.call('SCARD', RUNNING) < SLOTS then  -- rule 1",
+        "redis",
+    ),
+    Mutant(
+        "join even for a caller with a job in flight",
+        f"{LUA}/admit.lua",
+        "if job then  -- rule 1",
+        "if job and not redis.call('HGET', CALLERS, ARGV[7]) then  -- rule 1",
+        "redis",
+    ),
+    Mutant(
+        "one job per caller",
+        f"{LUA}/admit.lua",
+        "if other and other.caller == CALLER then",
+        "if false then",
+        "redis",
+    ),
+    Mutant(
+        "caller away does not cancel",
+        SIDE,
+        "            job.waiters.discard(waiter)\n",
+        "            job.waiters.discard(waiter); job.task and job.task.cancel()\n",
+        "redis",
+    ),
+    Mutant(
+        "error reaches every sharer",
+        SIDE,
+        "        deliver(waiters, result, error)\n",
+        "        deliver(waiters if error is None else list(waiters)[:1], result, error)\n",
+        "redis",
+    ),
+    Mutant(
+        "error frees the slot and the caller",
+        f"{LUA}/finish.lua",
+        "forget(job)  -- rule 5",
+        "-- forget(job)  -- rule 5",
+        "redis",
+    ),
+    Mutant(
+        "unobserved fault logged",
+        SIDE,
+        "        if error is not None and not task.cancelled():\n            report_failure",
+        "        if error is not None and task.cancelled():\n            report_failure",
+        "redis",
+    ),
+    Mutant(
+        "stop cancels what runs",
+        SIDE,
+        "                    job.task.cancel()",
+        "                    pass",
+        "redis",
+    ),
+    # --- the door's decide() ----------------------------------------------------------------
+    Mutant("door: closed", RULES, "    if pressure.closed:\n", "    if False:\n", "door"),
+    Mutant(
+        "door: join takes no place",
+        RULES,
+        "if pressure.in_flight or arrivals.carries(key):",
+        "if arrivals.carries(key):",
+        "door",
+    ),
+    Mutant(
+        "door: one job per caller",
+        RULES,
+        "busy = known and pressure.caller_busy",
+        "busy = False",
+        "door",
+    ),
+    Mutant(
+        "door: a full pool refuses",
+        RULES,
+        "ticket = arrivals.place(pressure.free, who, key)",
+        "ticket = arrivals.place(pressure.free + 1, who, key)",
+        "door",
+    ),
+]
+
+# Each suite's tests: the folder (tests laid out like the package), or before that
+# layout, the files that held the same tests.
+NEW_LAYOUT = (ROOT / "tests" / "support").is_dir()
+CONFORMANCE = (
+    "tests/admission/test_pool_conformance.py" if NEW_LAYOUT else "tests/test_pool_conformance.py"
+)
+SUPPORT = "tests.support" if NEW_LAYOUT else "tests"
+SUITES: dict[str, list[str]] = (
+    {
+        "local": ["tests/admission", "--ignore=tests/admission/redis"],
+        "redis": ["tests/admission/redis"],
+        "door": ["tests/door"],
+    }
+    if NEW_LAYOUT
+    else {
+        "local": [
+            "tests/test_pool_conformance.py",
+            "tests/test_pool_extras.py",
+            "tests/test_pool_on_drop.py",
+            "tests/test_pool_model.py",
+            "tests/test_pool_protocol.py",
+            "tests/test_fault_cases.py",
+        ],
+        "redis": [
+            "tests/test_redis_pool.py",
+            "tests/test_redis_model.py",
+            "tests/test_redis_cluster.py",
+            "tests/test_redis_connections.py",
+            "tests/test_redis_faults.py",
+            "tests/test_redis_garbage.py",
+            "tests/test_redis_refused.py",
+            "tests/test_redis_django.py",
+            "tests/test_security_redis.py",
+            "tests/test_fault_cases.py",
+        ],
+        "door": ["tests/test_door.py"],
+    }
+)
+PYTEST = [
+    sys.executable,
+    "-m",
+    "pytest",
+    "-x",
+    "-q",
+    "-p",
+    "no:randomly",
+    "-p",
+    "no:cacheprovider",
+    "--timeout=90",
+]
+
+
+def run_suite(suite: str) -> bool:
+    """Whether the suite passes (the mutant survives)."""
+    commands = [PYTEST + SUITES[suite]]
+    if suite == "redis":  # the given conformance test against the Redis pool, first (fast)
+        commands.insert(0, [sys.executable, "-m", f"{SUPPORT}.redis_server", *PYTEST, CONFORMANCE])
+    env = {**os.environ, "PDFPOOL_TEST_POOL": f"{SUPPORT}.redis_factory:make_pool"}
+    for i, command in enumerate(commands):
+        e = env if suite == "redis" and i == 0 else os.environ
+        done = subprocess.run(command, cwd=ROOT, env=e, capture_output=True, text=True)
+        if done.returncode != 0:
+            return False
+    return True
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", help="run the mutants whose rule or suite contains this")
+    parser.add_argument("--list", action="store_true", help="list the mutants and exit")
+    parser.add_argument(
+        "--no-baseline", action="store_true", help="skip running each suite unmutated first"
+    )
+    args = parser.parse_args()
+    chosen = [m for m in MUTANTS if not args.only or args.only in f"{m.suite} {m.rule}"]
+    for m in chosen:
+        text = (ROOT / m.path).read_text()
+        if text.count(m.old) != 1:
+            print(f"mutant {m.suite}/{m.rule}: {m.old!r} is not once in {m.path}", file=sys.stderr)
+            return 2
+    if args.list:
+        for m in chosen:
+            print(f"{m.suite:6} {m.rule:45} {m.path}")
+        return 0
+    if not args.no_baseline:  # a suite failing unmutated would "catch" every mutant
+        for suite in sorted({m.suite for m in chosen}):
+            started = time.monotonic()
+            if not run_suite(suite):
+                print(f"the {suite} suite fails without a mutant: fix it first", file=sys.stderr)
+                return 2
+            print(f"baseline {suite}: passes ({time.monotonic() - started:.0f} s)", flush=True)
+    survived = 0
+    print(f"{'suite':6} {'rule':45} {'result':8} seconds  file")
+    for m in chosen:
+        path = ROOT / m.path
+        original = path.read_text()
+        started = time.monotonic()
+        try:
+            path.write_text(original.replace(m.old, m.new))
+            passed = run_suite(m.suite)
+        finally:
+            path.write_text(original)
+        survived += passed
+        result = "SURVIVED" if passed else "caught"
+        print(
+            f"{m.suite:6} {m.rule:45} {result:8} {time.monotonic() - started:7.0f}  {m.path}",
+            flush=True,
+        )
+    print(f"{len(chosen) - survived} caught, {survived} survived, of {len(chosen)}")
+    return 1 if survived else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
