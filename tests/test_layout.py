@@ -9,6 +9,7 @@ under ``TYPE_CHECKING``), so a lazy import cannot hide a wrong dependency.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -133,3 +134,98 @@ def test_there_is_no_import_circle():
         if node not in index:
             visit(node)
     assert circles == []
+
+
+# --- tests/ laid out like the package (CONTRIBUTING.md, "Where a rule's test lives") -------
+
+TESTS = PACKAGE.parent / "tests"
+# A glue module (the package's top level) is tested in tests/test_<module>.py; where that
+# file does not exist (yet), in the file named here.
+GLUE_TESTS = {
+    "admin": "tests/status/test_page.py",  # the admin's status page
+    "apps": "tests/test_uploads.py",  # ready(): the start-up sweep of stale uploads
+    "asgi": "tests/e2e/test_faults.py",  # PoolLifespan: the drain at shutdown, on uvicorn
+    "checks": "tests/test_decorators.py",
+    "conf": "tests/test_decorators.py",
+    "exceptions": "tests/admission/test_delivery.py",
+    "extraction": "tests/sandbox/test_extract.py",  # re-exports the sandbox's API
+    "middleware": "tests/test_decorators.py",
+    "models": "tests/status/test_page.py",  # the permission to see the status page
+    "pool": "tests/admission/test_protocol.py",  # re-exports both pools
+    "responses": "tests/test_decorators.py",
+}
+# A subpackage is tested in the folder of the same path under tests/, or in the one here.
+SUBPACKAGE_TESTS = {"management.commands": "tests/management"}
+# Folders of tests/ that mirror no subpackage, and top-level test files for no one module.
+NOT_MIRRORS = {"e2e", "support", "project"}
+PACKAGE_WIDE = {
+    "test_layout.py",
+    "test_docs.py",
+    "test_docs_code.py",
+    "test_typing.py",
+    "test_public_paths.py",
+    "test_counters.py",
+}
+# Words that name an audit or the history, not a subject.
+HISTORY = re.compile(r"security|issue|finding|audit|extras|cases|regression|fixes|session")
+
+
+def _test_files() -> list[Path]:
+    return sorted(p for p in TESTS.rglob("test_*.py"))
+
+
+GLUE = sorted(
+    m.removeprefix("django_pdfpool.")
+    for m, p in MODULES.items()
+    if p.parent == PACKAGE and p.name != "__init__.py"
+)
+SUBPACKAGES = sorted(
+    m.removeprefix("django_pdfpool.")
+    for m, p in MODULES.items()
+    if p.name == "__init__.py" and m != "django_pdfpool"
+)
+
+
+@pytest.mark.parametrize("module", GLUE)
+def test_every_glue_module_has_its_test_module(module):
+    own = TESTS / f"test_{module}.py"
+    named = GLUE_TESTS.get(module)
+    assert own.exists() or (named and (PACKAGE.parent / named).exists()), (
+        f"django_pdfpool/{module}.py: add tests/test_{module}.py (or a line to GLUE_TESTS)"
+    )
+
+
+@pytest.mark.parametrize("subpackage", SUBPACKAGES)
+def test_every_subpackage_has_its_test_folder(subpackage):
+    folder = PACKAGE.parent / SUBPACKAGE_TESTS.get(
+        subpackage, "tests/" + subpackage.replace(".", "/")
+    )
+    assert folder.is_dir() and any(folder.glob("test_*.py")), f"{subpackage}: no tests in {folder}"
+
+
+def test_every_test_folder_mirrors_a_subpackage_and_is_a_package():
+    for folder in sorted(p for p in TESTS.rglob("*") if p.is_dir() and p.name != "__pycache__"):
+        relative = folder.relative_to(TESTS)
+        assert (folder / "__init__.py").exists(), f"tests/{relative}: no __init__.py"
+        if relative.parts[0] in NOT_MIRRORS:
+            continue
+        assert (PACKAGE / relative / "__init__.py").exists(), (
+            f"tests/{relative} mirrors no subpackage of django_pdfpool"
+        )
+
+
+def test_top_level_test_files_are_named_for_a_glue_module():
+    for path in sorted(TESTS.glob("test_*.py")):
+        stem = path.stem.removeprefix("test_")
+        named = path.name in PACKAGE_WIDE or any(
+            stem == m or stem.startswith(m + "_") for m in GLUE
+        )
+        assert named, f"tests/{path.name}: name it for the glue module it tests, or move it"
+
+
+def test_no_test_file_is_named_for_an_audit_or_the_history():
+    for path in _test_files():
+        relative = path.relative_to(TESTS)
+        assert not HISTORY.search(str(relative)), f"tests/{relative}: name it for its subject"
+        first = (ast.get_docstring(ast.parse(path.read_text())) or "").split("\n")[0]
+        assert not re.match(r"(issue|finding)s? \d", first, re.I), f"tests/{relative}: {first}"
