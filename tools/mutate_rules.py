@@ -294,8 +294,8 @@ PYTEST = [
 ]
 
 
-def run_suite(suite: str) -> bool:
-    """Whether the suite passes (the mutant survives)."""
+def run_suite(suite: str) -> str | None:
+    """None if the suite passes (the mutant survives), else the first test that failed."""
     commands = [PYTEST + SUITES[suite]]
     if suite == "redis":  # the given conformance test against the Redis pool, first (fast)
         commands.insert(0, [sys.executable, "-m", f"{SUPPORT}.redis_server", *PYTEST, CONFORMANCE])
@@ -304,8 +304,14 @@ def run_suite(suite: str) -> bool:
         e = env if suite == "redis" and i == 0 else os.environ
         done = subprocess.run(command, cwd=ROOT, env=e, capture_output=True, text=True)
         if done.returncode != 0:
-            return False
-    return True
+            failed = [
+                line.split()[1]
+                for line in done.stdout.splitlines()
+                if line.startswith(("FAILED", "ERROR"))
+            ]
+            where = "(Redis) " if suite == "redis" and i == 0 else ""
+            return where + (failed[0] if failed else f"exit {done.returncode}")
+    return None
 
 
 def main() -> int:
@@ -329,12 +335,12 @@ def main() -> int:
     if not args.no_baseline:  # a suite failing unmutated would "catch" every mutant
         for suite in sorted({m.suite for m in chosen}):
             started = time.monotonic()
-            if not run_suite(suite):
+            if run_suite(suite) is not None:
                 print(f"the {suite} suite fails without a mutant: fix it first", file=sys.stderr)
                 return 2
             print(f"baseline {suite}: passes ({time.monotonic() - started:.0f} s)", flush=True)
     survived = 0
-    print(f"{'suite':6} {'rule':45} {'result':8} seconds  file")
+    print(f"{'suite':6} {'rule':45} {'result':8} seconds  file; caught by")
     for m in chosen:
         path = ROOT / m.path
         original = path.read_text()
