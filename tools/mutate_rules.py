@@ -335,8 +335,12 @@ def main() -> int:
     if not args.no_baseline:  # a suite failing unmutated would "catch" every mutant
         for suite in sorted({m.suite for m in chosen}):
             started = time.monotonic()
-            if run_suite(suite) is not None:
-                print(f"the {suite} suite fails without a mutant: fix it first", file=sys.stderr)
+            failed = run_suite(suite)
+            if failed is not None:
+                print(
+                    f"the {suite} suite fails without a mutant ({failed}): fix it first",
+                    file=sys.stderr,
+                )
                 return 2
             print(f"baseline {suite}: passes ({time.monotonic() - started:.0f} s)", flush=True)
     survived = 0
@@ -347,15 +351,14 @@ def main() -> int:
         started = time.monotonic()
         try:
             path.write_text(original.replace(m.old, m.new))
-            passed = run_suite(m.suite)
+            caught_by = run_suite(m.suite)
         finally:
             path.write_text(original)
-        survived += passed
-        result = "SURVIVED" if passed else "caught"
-        print(
-            f"{m.suite:6} {m.rule:45} {result:8} {time.monotonic() - started:7.0f}  {m.path}",
-            flush=True,
-        )
+        survived += caught_by is None
+        result = "SURVIVED" if caught_by is None else "caught"
+        took = time.monotonic() - started
+        where = m.path.removeprefix(f"{PKG}/")
+        print(f"{m.suite:6} {m.rule:45} {result:8} {took:7.0f}  {where}; {caught_by}", flush=True)
     print(f"{len(chosen) - survived} caught, {survived} survived, of {len(chosen)}")
     return 1 if survived else 0
 
