@@ -307,7 +307,7 @@ def run_suite(suite: str) -> str | None:
             failed = [
                 line.split()[1]
                 for line in done.stdout.splitlines()
-                if line.startswith(("FAILED", "ERROR"))
+                if line.startswith(("FAILED tests/", "ERROR tests/"))
             ]
             where = "(Redis) " if suite == "redis" and i == 0 else ""
             return where + (failed[0] if failed else f"exit {done.returncode}")
