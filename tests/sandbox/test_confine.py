@@ -203,7 +203,9 @@ def test_the_layers_are_reported_and_a_sandboxed_child_shows_them():
 
 
 @pytest.mark.parametrize("sandbox", [True, False], ids=["sandboxed", "sandbox-off"])
-def test_another_jobs_child_cannot_forge_this_jobs_answer(targets, sandbox, tmp_path):
+def test_another_jobs_child_cannot_forge_this_jobs_answer(
+    targets, sandbox, tmp_path, restore_sandbox
+):
     """The forgery of issue 21, end to end: while a victim's job runs, a hostile document in
     another job's child writes a forged answer into /proc/<victim's child>/fd/1. Sandboxed:
     refused, the victim gets its own text. Off: the victim gets the forged pages."""

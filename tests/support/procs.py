@@ -65,20 +65,36 @@ def status_kb(pid: int, field: bytes) -> int | None:
 
 
 class PeakWatcher:
-    """Samples the VmPeak (kernel-kept peak address space) of every extraction child."""
+    """Samples the VmPeak (kernel-kept peak address space) of every extraction child. With
+    ``limit``, of the children there ``before`` only those holding that address-space limit
+    (one that takes this job): not another test's spare, prepared with other limits."""
 
-    def __init__(self, interval: float = 0.005) -> None:
+    def __init__(
+        self,
+        interval: float = 0.005,
+        limit: int | None = None,
+        before: frozenset[int] = frozenset(),
+    ) -> None:
         self.peaks: dict[int, int] = {}
+        self._limit, self._before = limit, before
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, args=(interval,), daemon=True)
 
     def _watch(self, interval: float) -> None:
         while not self._stop.is_set():
             for pid in child_pids():
+                if pid in self._before and not self._holds_limit(pid):
+                    continue
                 peak = status_kb(pid, b"VmPeak")
                 if peak is not None:
                     self.peaks[pid] = max(self.peaks.get(pid, 0), peak * 1024)
             time.sleep(interval)
+
+    def _holds_limit(self, pid: int) -> bool:
+        try:
+            return rlimits(pid).get("Max address space") == str(self._limit)
+        except OSError:
+            return False
 
     def __enter__(self) -> PeakWatcher:
         self._thread.start()
