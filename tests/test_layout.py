@@ -144,15 +144,10 @@ TESTS = PACKAGE.parent / "tests"
 GLUE_TESTS = {
     "admin": "tests/status/test_page.py",  # the admin's status page
     "apps": "tests/test_uploads.py",  # ready(): the start-up sweep of stale uploads
-    "asgi": "tests/e2e/test_faults.py",  # PoolLifespan: the drain at shutdown, on uvicorn
-    "checks": "tests/test_decorators.py",
-    "conf": "tests/test_decorators.py",
+    "bounds": "tests/test_conf.py",  # the bounds the settings and the lower layers share
     "exceptions": "tests/admission/test_delivery.py",
-    "extraction": "tests/sandbox/test_extract.py",  # re-exports the sandbox's API
     "middleware": "tests/test_decorators.py",
     "models": "tests/status/test_page.py",  # the permission to see the status page
-    "pool": "tests/admission/test_protocol.py",  # re-exports both pools
-    "responses": "tests/test_decorators.py",
 }
 # A subpackage is tested in the folder of the same path under tests/, or in the one here.
 SUBPACKAGE_TESTS = {"management.commands": "tests/management"}
@@ -165,6 +160,7 @@ PACKAGE_WIDE = {
     "test_typing.py",
     "test_public_paths.py",
     "test_counters.py",
+    "test_module_names.py",
 }
 # Words that name an audit or the history, not a subject.
 HISTORY = re.compile(r"security|issue|finding|audit|extras|cases|regression|fixes|session")
