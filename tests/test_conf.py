@@ -37,7 +37,14 @@ from django_pdfpool.sandbox import job_limits
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "settings.md"
-NOT_A_SETTING = object()  # fails every check: not a number, a string, a bool or None
+class _NotASetting:
+    """A value every check refuses (not a number, a string, a bool or None), with a stable id."""
+
+    def __repr__(self) -> str:
+        return "NOT_A_SETTING"
+
+
+NOT_A_SETTING = _NotASetting()
 
 
 def test_every_key_of_the_table_is_a_typed_field_a_default_and_a_check():
