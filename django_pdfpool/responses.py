@@ -225,19 +225,6 @@ def _takes_five(answer: Callable[..., Any]) -> bool:
         return False
 
 
-def __getattr__(name: str) -> Any:
-    """``negotiated_answer``, the default answer's name before ``error_answer`` (deprecated)."""
-    if name == "negotiated_answer":
-        warnings.warn(
-            "django_pdfpool.responses.negotiated_answer is error_answer now; the old name "
-            "goes in the next release.",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return error_answer
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 def _old_described(old: tuple[Any, ...], status: Any) -> Described:
     """``json_answer(request, status, code, message, retry_after)``, called the old way."""
     warnings.warn(_OLD_SHAPE, DeprecationWarning, stacklevel=3)

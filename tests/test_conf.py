@@ -37,6 +37,8 @@ from django_pdfpool.sandbox import job_limits
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "settings.md"
+
+
 class _NotASetting:
     """A value every check refuses (not a number, a string, a bool or None), with a stable id."""
 

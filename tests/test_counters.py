@@ -183,10 +183,9 @@ def test_the_docs_point_to_the_one_table_of_counters():
         assert "(#the-counters)" in row, metric
 
 
-def test_history_sample_is_the_old_name_of_history_point():
-    with pytest.warns(DeprecationWarning, match="HistoryPoint"):
-        old = history.Sample
-    assert old is history.HistoryPoint
+def test_history_sample_is_renamed_history_point_with_no_alias():
+    """Renamed before the first release: the old name is gone (as moved modules are)."""
+    assert not hasattr(history, "Sample")
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert history.HistoryPoint(1.0, 0, 0, 0).refused == 0

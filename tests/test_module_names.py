@@ -22,7 +22,6 @@ SHARED_NAMES = {
     "pdf_pooled",  # decorators.py, contrib/drf.py, contrib/ninja.py
     "door_answer",  # contrib/drf.py, contrib/ninja.py
     # left for issue 25's other parts (counters, ASGI, refusals), named in report-names.md
-    "Sample",  # status/definitions.py, admission/history.py
     "Scope",  # asgi.py, admission/snapshot.py
     "Handler",  # asgi.py, contrib/drf.py
     "Terms",  # door/rules.py, admission/redis/side.py

@@ -9,7 +9,6 @@ import logging
 import os
 import threading
 import time
-import warnings
 import weakref
 from collections import deque
 from collections.abc import Callable
@@ -163,18 +162,6 @@ class Recorder:
 
 
 _recorders: weakref.WeakSet[Recorder] = weakref.WeakSet()
-
-
-def __getattr__(name: str) -> Any:
-    """``Sample``, the old name of ``HistoryPoint``, for one release."""
-    if name == "Sample":
-        warnings.warn(
-            "django_pdfpool.admission.history.Sample is renamed HistoryPoint",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return HistoryPoint
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _forget_after_fork() -> None:

@@ -71,11 +71,13 @@ def test_extract_does_not_wait_on_its_loop_for_the_worker_thread_to_start(copies
     no_idle_workers()  # else a kept thread takes a job and none is started
     loop_thread = threading.get_ident()
     started_on: list[int] = []
+    started_on_names: list[str] = []
     original = threading.Thread.start
 
     def recording(thread: threading.Thread) -> None:
         if thread.name == "pdfpool-extract":
             started_on.append(threading.get_ident())
+            started_on_names.append(threading.current_thread().name)
         original(thread)
 
     async def jobs() -> list[Extraction]:
@@ -90,7 +92,7 @@ def test_extract_does_not_wait_on_its_loop_for_the_worker_thread_to_start(copies
         threading.Thread.start = original  # type: ignore[method-assign]
     assert [r.pages for r in results] == [(f"job {i}",) for i in range(3)]
     assert len(started_on) == 3 and loop_thread not in started_on
-    assert any(t.name == "pdfpool-starter" for t in threading.enumerate())
+    assert all(name == "pdfpool-starter" for name in started_on_names)
 
 
 def test_a_worker_thread_that_cannot_start_fails_its_job_instead_of_hanging(copies):
