@@ -50,7 +50,7 @@ test: $(STAMP) browser-deps redis-deps sandbox-deps
 	$(MAKE) --no-print-directory typecheck docs dist
 	$(BIN)/python -m pytest
 	PDFPOOL_TEST_POOL=tests.support.redis_factory:make_pool $(BIN)/python -m tests.support.redis_server \
-	  $(BIN)/python -m pytest tests/admission/test_pool_conformance.py -p no:cacheprovider
+	  $(BIN)/python -m pytest tests/test_pool_conformance.py -p no:cacheprovider
 
 # A mutation run of the pool's rules (tools/mutate_rules.py): one single-line change at a
 # time to each rule of the two pools and the door's decide(), the rule's test folder run

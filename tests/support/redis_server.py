@@ -15,7 +15,7 @@ before they run.
 As a command, it runs another command beside a fresh server, with the server's URL
 in ``PDFPOOL_TEST_REDIS_URL`` (the Makefile's second conformance run)::
 
-    python -m tests.support.redis_server python -m pytest tests/admission/test_pool_conformance.py
+    python -m tests.support.redis_server python -m pytest tests/test_pool_conformance.py
 """
 
 from __future__ import annotations

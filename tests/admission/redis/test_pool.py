@@ -2,7 +2,7 @@
 processes would (each pool has its own process id, channel and lease), wake-ups,
 the beat's catch-up, snapshots, ownership, closing, and Redis failing.
 
-The rules themselves are pinned by tests/admission/test_pool_conformance.py, run a second
+The rules themselves are pinned by tests/test_pool_conformance.py, run a second
 time against RedisPool (see the Makefile); the cross-process behaviour with real
 OS processes is in test_redis_cluster.py."""
 
