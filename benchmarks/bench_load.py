@@ -42,9 +42,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -82,6 +84,7 @@ class Variant:
     declare: bool = False  # clients declare each upload's digest
     runs: str = "pdfpool"  # its count in /bench/stats/
     health: str = "/bench/health/"  # the page the probe polls
+    idle_children: bool = False  # the template and its children at SCHED_IDLE (inherited)
 
 
 VARIANTS = {
@@ -100,6 +103,9 @@ VARIANTS = {
     "door-nogc": Variant("/api/extract/", {"BENCH_NO_GC": "1"}, health="/bench/raw-health/"),
     # the probe answered by the benchmark's ASGI wrapper, before Django: the server's floor
     "door-rawhealth": Variant("/api/extract/", {}, health="/bench/raw-health/"),
+    # the extraction children at SCHED_IDLE: what the CPUs they take cost the server
+    "door-idlechildren": Variant("/api/extract/", {}, idle_children=True),
+    "door-nice19": Variant("/api/extract/", {"BENCH_RENICE": "19"}, idle_children=True),
     "naive": Variant("/bench/naive/", {}, runs="naive"),
     "executor": Variant("/bench/executor/", {}, runs="executor"),
 }
@@ -116,6 +122,44 @@ def get_json(url: str) -> Any:
     import httpx
 
     return httpx.get(url, timeout=30).json()
+
+
+lags: dict[str, dict[str, Any]] = {}  # --lagwatch: by variant
+
+
+def lag_figures(folder: Path, name: str, start: float, ended: float) -> dict[str, Any]:
+    """Lateness of the 1 ms sleeps during the load, in the server and beside it."""
+    found: dict[str, Any] = {}
+    for where in ("server", "outside"):
+        values: list[float] = []
+        slow = 0
+        with contextlib.suppress(FileNotFoundError):
+            for line in (folder / f"{name}-{where}.jsonl").read_text().splitlines():
+                record = json.loads(line)
+                if start <= record["t"] <= ended + 2:
+                    values += record.get("lags", [])
+                    slow += "lag_ms" in record
+        found[where] = {
+            "p50": round(percentile(values, 0.5) or 0, 2),
+            "p99": round(percentile(values, 0.99) or 0, 2),
+            "max": round(max(values, default=0), 2),
+            "over_10ms": sum(v >= 10 for v in values),
+            "wakeups": len(values),
+        }
+    return found
+
+
+def idle_children(pid: int, nice: str | None = None) -> None:
+    """SCHED_IDLE for the server's descendants (the template and its ready children): the
+    children it forks later inherit it."""
+    import psutil
+
+    for child in psutil.Process(pid).children(recursive=True):
+        with contextlib.suppress(psutil.Error, OSError):
+            if nice:
+                os.setpriority(os.PRIO_PROCESS, child.pid, int(nice))
+            else:
+                os.sched_setscheduler(child.pid, os.SCHED_IDLE, os.sched_param(0))
 
 
 def until_idle(base: str, timeout: float = 120.0) -> None:
@@ -142,7 +186,9 @@ class Result:
     orphans: list[str] = field(default_factory=list)  # descendants alive after the server
 
 
-def bench_variant(variant: Variant, corpus: dict[str, bytes], args: argparse.Namespace) -> Result:
+def bench_variant(
+    name: str, variant: Variant, corpus: dict[str, bytes], args: argparse.Namespace
+) -> Result:
     import psutil  # type: ignore[import-untyped]
 
     from tests.support.servers import uvicorn
@@ -157,6 +203,8 @@ def bench_variant(variant: Variant, corpus: dict[str, bytes], args: argparse.Nam
         PDFPOOL_TEMP_DIR=str(staged),  # default settings otherwise; staged here to check it
         **variant.env,
     )
+    if args.lagwatch:
+        env["BENCH_LAGWATCH"] = str(args.lagwatch / f"{name}-server.jsonl")
     mix, declare = Mix(corpus), variant.declare
     try:
         with uvicorn("benchmarks.variants_asgi:application", env=env, cwd=EXAMPLE) as server:
@@ -165,12 +213,24 @@ def bench_variant(variant: Variant, corpus: dict[str, bytes], args: argparse.Nam
             for _ in range(3):  # the pool and its spare, or the workers, exist before the clock
                 assert asyncio.run(post(url, "warm", small, declare)).status == 200
             time.sleep(1.0)
+            if variant.idle_children:
+                idle_children(server.pid, variant.env.get("BENCH_RENICE"))
             sampler = run_probe("tree", server.pid, args.sample)
             health = run_probe("health", health_url, time.time(), args.idle, 0.05)
             health_idle = json.loads(health.communicate()[0])
             before = get_json(server.url + "/bench/stats/")["runs"][variant.runs]
             start = time.time() + 1.0
             health = run_probe("health", health_url, start, args.seconds, 0.05)
+            if args.lagwatch:  # the same watcher beside the server: the machine's share
+                outside = args.lagwatch / f"{name}-outside.jsonl"
+                watcher = subprocess.Popen(
+                    [
+                        sys.executable,
+                        str(ROOT / "benchmarks" / "lagwatch.py"),
+                        str(outside),
+                        str(args.seconds + 1),
+                    ]
+                )
             before_cpu = CpuReading.take(server.pid)
             records, wall = asyncio.run(
                 offer_load(url, mix, args.clients, start, args.seconds, args.pause, declare)
@@ -178,6 +238,9 @@ def bench_variant(variant: Variant, corpus: dict[str, bytes], args: argparse.Nam
             cpu = before_cpu.until(CpuReading.take(server.pid))
             ended = time.time()
             health_load = json.loads(health.communicate()[0])
+            if args.lagwatch:
+                watcher.wait()
+                lags[name] = lag_figures(args.lagwatch, name, start, ended)
             runs = get_json(server.url + "/bench/stats/")["runs"][variant.runs] - before
             samples = json.loads(sampler.communicate("")[0])
             burst_records: list[Record] = []
@@ -554,6 +617,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--variants", default=DEFAULT_VARIANTS, help=", ".join(VARIANTS))
     parser.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS)
     parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument(
+        "--lagwatch", type=Path, help="watch wake-ups in and beside the server (lagwatch.py)"
+    )
     parser.add_argument("--slow-body", action="store_true", help="the slow-body run instead")
     args = parser.parse_args(argv)
     if args.quick:
@@ -577,9 +643,11 @@ def main(argv: list[str] | None = None) -> int:
     results = {}
     for name in names:
         print(f"{name}: {args.clients} clients for {args.seconds:g} s, then a burst", flush=True)
-        results[name] = figures(bench_variant(VARIANTS[name], corpus, args))
+        results[name] = figures(bench_variant(name, VARIANTS[name], corpus, args))
         print(f"  done: {dict(results[name]['statuses'])}", flush=True)
     print(f"after: {machine()}\n")
+    for name, found in lags.items():
+        print(f"{name}: a 1 ms sleep woke late by (ms) {found}")
     lines = table(results, ROWS, names[0])
     lines += statuses(results, "statuses", "answers") + statuses(
         results, "burst_statuses", "burst:"

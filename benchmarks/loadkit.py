@@ -90,20 +90,30 @@ def probe_health(url: str, start: float, seconds: float, interval: float) -> Non
     import httpx
 
     latencies: list[float | None] = []
+    # BENCH_PROBE_SPLIT=FILE: also (sent, latency, ms to the application, ms in it) per poll,
+    # from the headers the benchmark's wrapper adds (variants_asgi.py)
+    split: list[tuple[float, ...]] | None = [] if os.environ.get("BENCH_PROBE_SPLIT") else None
     with httpx.Client(timeout=30) as http:
         http.get(url)  # connect before the clock starts
         time.sleep(max(0.0, start - time.time()))
         due = time.monotonic()
         end = due + seconds
         while time.monotonic() < end:
-            began = time.perf_counter()
+            began, sent = time.perf_counter(), time.time()
             try:
-                ok = http.get(url).status_code == 200
+                answer = http.get(url)
+                ok = answer.status_code == 200
             except httpx.HTTPError:
                 ok = False
             latencies.append((time.perf_counter() - began) * 1000 if ok else None)
+            if ok and split is not None and "bench-at" in answer.headers:
+                at, app = float(answer.headers["bench-at"]), float(answer.headers["bench-app-ms"])
+                split.append((sent, latencies[-1], (at - sent) * 1000, app))
             due += interval
             time.sleep(max(0.0, due - time.monotonic()))
+    if split is not None:
+        with open(os.environ["BENCH_PROBE_SPLIT"], "a") as out:
+            out.write(json.dumps(split) + "\n")
     print(json.dumps(latencies))
 
 

@@ -16,6 +16,8 @@ The wrapper does nothing else, for every variant alike (see bench_load.py).
 
 from __future__ import annotations
 
+import asyncio
+import os
 import time
 from typing import Any
 
@@ -32,12 +34,17 @@ class BodyCount:
         self.app = app
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan" and (watched := os.environ.get("BENCH_LOOPWATCH")):
+            from benchmarks.lagwatch import watch_loop
+
+            watch_loop(asyncio.get_running_loop(), watched)
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        asked, read, arrived = False, 0, time.perf_counter()
+        asked, read, arrived, at = False, 0, time.perf_counter(), time.time()
         if scope["path"] == "/bench/raw-health/":
-            await send({"type": "http.response.start", "status": 200, "headers": RAW_HEADERS})
+            headers = [*RAW_HEADERS, (b"bench-at", repr(at).encode()), (b"bench-app-ms", b"0")]
+            await send({"type": "http.response.start", "status": 200, "headers": headers})
             await send({"type": "http.response.body", "body": b'{"ok": true}'})
             return
 
@@ -56,6 +63,7 @@ class BodyCount:
                     (b"bench-asked-body", b"1" if asked else b"0"),
                     (b"bench-body-read", str(read).encode()),
                     (b"bench-app-ms", f"{(time.perf_counter() - arrived) * 1000:.3f}".encode()),
+                    (b"bench-at", repr(at).encode()),
                 ]
                 message = {**message, "headers": headers}
             await send(message)

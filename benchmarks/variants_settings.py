@@ -40,3 +40,9 @@ if _os.environ.get("BENCH_NO_GC"):
     import gc as _gc
 
     _gc.disable()
+
+# ``BENCH_LAGWATCH=FILE``: how late a sleeping thread of the server wakes (benchmarks/lagwatch.py)
+if _watched := _os.environ.get("BENCH_LAGWATCH"):
+    from benchmarks.lagwatch import start as _start_watch
+
+    _start_watch(_watched)

@@ -1,6 +1,6 @@
 """Parent side: the handle on a job's process: start it, hand it a job, read its answer, reap it.
 
-Each child is in its own session (a process group, killed whole): a `Child` is our own
+Each child is in its own process group (killed whole), in the server's session: a `Child` is our own
 `subprocess.Popen`; a child forked by the template is a `template.ForkedChild`.
 """
 
@@ -155,7 +155,7 @@ class Handle:
 
 
 class Child(Handle):
-    """A child process of ours (`subprocess.Popen`, its own session): a cold job's child,
+    """A child process of ours (`subprocess.Popen`, its own process group): a cold job's child,
     or (`template=` its control socket, `ready=` its ready children) the template."""
 
     start = COLD
@@ -186,7 +186,7 @@ class Child(Handle):
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             close_fds=True,
-            start_new_session=True,
+            process_group=0,  # the server's session: see child_main.CHILD_NICE
             env=child_env(env),
             bufsize=0,
         )

@@ -53,6 +53,9 @@ PROCESS_DENIED = (
     "delete_module", "process_madvise", "quotactl", "swapon", "swapoff", "reboot", "acct",
     "personality",
 )  # fmt: skip
+# ioctl requests refused from start-up on: typing into the server's terminal (a child is in
+# the server's session, so it may have one; bubblewrap refuses the same without setsid).
+TERMINAL_DENIED = (kernel.TIOCSTI, kernel.TIOCLINUX)
 # Refused to a job's child besides: signals to anyone (the kernel's SIGXCPU and alarm still
 # come), pidfds, and new processes (a thread is still allowed).
 JOB_DENIED = (
@@ -395,6 +398,8 @@ def _seccomp_process() -> None:
         process = seccomp.SyscallFilter(seccomp.ALLOW)
         for name in PROCESS_DENIED:
             _deny(seccomp, process, name)
+        for request in TERMINAL_DENIED:  # the kernel reads the request as 32 bits
+            _deny(seccomp, process, "ioctl", seccomp.Arg(1, seccomp.MASKED_EQ, 0xFFFFFFFF, request))
         process.load()
         job = seccomp.SyscallFilter(seccomp.ALLOW)
         for name in JOB_DENIED:

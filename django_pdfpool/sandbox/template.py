@@ -71,7 +71,7 @@ class ForkedChild(Handle):
             with contextlib.suppress(OSError):
                 signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
             if running:
-                with contextlib.suppress(OSError):  # no group before the child's setsid()
+                with contextlib.suppress(OSError):  # no group before the child's setpgid()
                     os.killpg(self.pid, signal.SIGKILL)
 
     def reap(self) -> int | None:

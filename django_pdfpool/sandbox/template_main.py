@@ -189,12 +189,13 @@ def serve_template(engines: tuple[str, ...], most: int, idle: float) -> NoReturn
 
 
 def _become_job_child(job_in: int, answer_out: int, engines: tuple[str, ...] | None) -> NoReturn:
-    """In the new child: its own session, the job's pipes as stdin and stdout, stderr to
-    /dev/null, no other descriptor and default signal handling; warmed up on the built-in
-    document if `engines` (a ready child), then the job (its limits set once it is read)."""
+    """In the new child: its own process group (in the server's session), the job's pipes
+    as stdin and stdout, stderr to /dev/null, no other descriptor and default signal handling;
+    warmed up on the built-in document if `engines` (a ready child), then the job (its limits
+    set once it is read)."""
     try:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        os.setsid()
+        os.setpgid(0, 0)
         null = os.open(os.devnull, os.O_WRONLY)
         os.dup2(job_in, 0)
         os.dup2(answer_out, 1)

@@ -5,6 +5,7 @@ below the required level extractions are refused, a host with fewer layers still
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import subprocess
@@ -311,3 +312,92 @@ def test_a_host_with_fewer_layers_is_reported_as_it_is_and_still_extracts(
             run(pdfs.simple(["refused"]), warm=False)
     finally:
         extraction.configure(python=sys.executable, warm=True, require="none")
+
+
+def _placement(pid: int) -> tuple[int, int, int]:
+    """(session, process group, nice) of a live process, read while it runs."""
+    return os.getsid(pid), os.getpgid(pid), os.getpriority(os.PRIO_PROCESS, pid)
+
+
+@pytest.mark.parametrize("warm", [True, False], ids=["forked", "cold"])
+def test_a_childs_cpu_priority_is_the_lowest_and_counts_against_the_server(warm):
+    """Each job's child runs at nice CHILD_NICE in the server's session, in a process group of
+    its own (killed whole): under the kernel's autogroup a child in a session of its own
+    would compete with the whole server as an equal, whatever its nice (issue 24)."""
+    from django_pdfpool.sandbox.child_main import CHILD_NICE
+    from tests.support.procs import child_pids, rlimits
+
+    memory_limit = LIMITS["memory_limit"]
+    extraction.configure(warm=warm)
+    try:
+        if warm:  # the template starts with the first job, and is ready after it
+            asyncio.run(extract(pdfs.simple(["warm"]), **LIMITS))
+            wait_until(lambda: bool(extraction.idle_pids()), timeout=30)
+
+        async def scenario() -> tuple[int, tuple[int, int, int], str]:
+            mine = child_pids() - set(extraction.idle_pids())
+            task = asyncio.ensure_future(extract(pdfs.slow_pdf("busy", 2), **LIMITS))
+            seen = None
+            while seen is None:
+                for pid in child_pids() - mine - set(extraction.idle_pids()):
+                    with contextlib.suppress(OSError):  # the job's limits: it has the job
+                        if rlimits(pid).get("Max address space") == str(memory_limit):
+                            seen = pid, _placement(pid)
+                assert seen or not task.done(), "the job ended before its child was seen"
+                await asyncio.sleep(0.01)
+            return (*seen, (await task).child_start)
+
+        pid, (session, group, nice), start = asyncio.run(scenario())
+    finally:
+        extraction.configure(warm=True)
+    assert start == ("forked" if warm else "cold")
+    assert session == os.getsid(0)
+    assert group == pid
+    assert nice == CHILD_NICE
+
+
+TIOCSTI_PROBE = """
+import fcntl, os, sys, termios, tty
+from django_pdfpool.sandbox import confine
+master, terminal = os.openpty()
+os.setsid()
+fcntl.ioctl(terminal, termios.TIOCSCTTY, 0)  # this session's controlling terminal, as a
+tty.setraw(terminal)                          # server started from a shell has one
+if sys.argv[1] == "seccomp":
+    confine._import_bindings()
+    confine._seccomp_process()
+elif sys.argv[1] == "sandbox":
+    confine.confine_process()
+fd = os.open("/dev/tty", os.O_RDONLY | os.O_NOCTTY)
+try:
+    fcntl.ioctl(fd, termios.TIOCSTI, b"x")
+except OSError as exc:
+    print("refused", exc.errno)
+    raise SystemExit(0)
+os.set_blocking(terminal, False)
+print("typed", os.read(terminal, 10).decode())
+"""
+
+
+@pytest.mark.parametrize("layers", ["off", "seccomp", "sandbox"])
+def test_a_child_cannot_type_into_the_servers_terminal(layers):
+    """A child shares the server's session, and so its controlling terminal: TIOCSTI (and
+    TIOCLINUX) would push keystrokes into the shell that started the server. Refused by
+    the start-up seccomp filter and so by the sandbox; with neither, typed."""
+    from django_pdfpool.sandbox import kernel
+
+    if Path("/proc/sys/dev/tty/legacy_tiocsti").read_text().strip() == "0":
+        pytest.skip("this kernel refuses TIOCSTI to everyone (dev.tty.legacy_tiocsti = 0)")
+    if layers != "off":
+        require_full_sandbox()
+    import termios
+
+    assert kernel.TIOCSTI == termios.TIOCSTI
+    out = subprocess.run(
+        [sys.executable, "-c", TIOCSTI_PROBE, layers],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout.strip()
+    assert out == ("typed x" if layers == "off" else "refused 1"), out

@@ -67,6 +67,7 @@ def inspect_while_busy(warm_call: bool) -> dict:
             environ=Path(f"/proc/{pid}/environ").read_bytes(),
             status=status(pid),
             session=os.getsid(pid),
+            group=os.getpgid(pid),
         )
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
@@ -90,7 +91,8 @@ def test_a_forked_child_is_as_isolated_as_a_cold_one(warm):
         assert seen["limits"]["Max address space"] == str(MEMORY)
         assert seen["limits"]["Max cpu time"] != "unlimited"
         assert seen["limits"]["Max core file size"] == "0"
-        assert seen["session"] == seen["pid"]  # its own session and process group
+        assert seen["group"] == seen["pid"]  # its own process group, killed whole
+        assert seen["session"] == os.getsid(0)  # the server's session (child_main.CHILD_NICE)
     assert forked["environ"] == Path(f"/proc/{warm}/environ").read_bytes()
     assert sorted(forked["environ"].split(b"\0")) == sorted(cold["environ"].split(b"\0"))
     for mask in ("SigCgt", "SigIgn", "SigBlk"):  # the template's own SIGTERM handler is gone
