@@ -15,7 +15,10 @@ SLOTS 2, QUEUE 4, WAIT 10 s, a warm spare):
   **door-noanswer**
   and **declared-noanswer**, the same on ``/bench/pooled/``, the API without its
   ``answer=json_answer`` (the door then answers on the event loop, not in a thread);
-  **naive** and **executor** (no pool: see variants.py).
+  **naive** and **executor** (no pool: see variants.py); issue 24's, each the example with
+  one thing changed (see ``VARIANTS``), among them **door-newthreads** (without
+  ``KeptThreads``) and **door-httptools** (uvicorn's C parser and uvloop; every other
+  variant runs on h11 and asyncio, installed or not).
 
 Clients behave as curl does with ``Expect: 100-continue`` (``benchmarks/uploader.py``):
 headers first, the body only after ``100 Continue`` (or after 1 s without an answer), one
@@ -23,7 +26,9 @@ connection per upload. C clients, each from its own loopback address (another an
 caller), post back to back for T seconds; after a refusal (503, 429) a client waits 50 ms.
 Half the uploads are identical (one of three corpus files byte for byte), half distinct
 (a unique comment after ``%%EOF``). A separate process polls ``/bench/health/`` every 50 ms
-(a few seconds idle first), another samples the process tree's RSS. Then, the pool idle
+(a few seconds idle first), and polls a trivial server beside (``loadkit.serve_beside``, a
+process and session of its own) the same way: the machine's floor for any request under the
+load. Another samples the process tree's RSS. Then, the pool idle
 again, a **burst**: 200 uploads from 100 addresses, connected first and sent at once, with
 trivial GETs (``/bench/plain/``, through Django's middleware) sent alongside: the floor a
 refusal from the headers is compared with. ``--slow-body`` runs instead a slow-body load on
@@ -43,6 +48,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import importlib.util
 import json
 import os
 import shutil
@@ -65,6 +71,8 @@ from benchmarks.loadkit import (
     CpuReading,
     MiB,
     Mix,
+    beside,
+    cell,
     load_corpus,
     machine,
     multipart,
@@ -98,6 +106,12 @@ VARIANTS = {
     "door-switch": Variant("/api/extract/", {"BENCH_SWITCH_INTERVAL": "0.0005"}),
     # the example before issue 24: Django's middleware as it ships, WhiteNoise's (sync only)
     "door-classic": Variant("/api/extract/", {"BENCH_MIDDLEWARE": "classic"}),
+    # uvicorn[standard]'s C parser and uvloop (installed by ``make bench-deps``)
+    "door-httptools": Variant(
+        "/api/extract/", {"UVICORN_HTTP": "httptools", "UVICORN_LOOP": "uvloop"}
+    ),
+    # the example without KeptThreads: a thread started and joined for each request
+    "door-newthreads": Variant("/api/extract/", {"BENCH_THREADS": "new"}),
     # one extraction at a time: a CPU of the two left to the server (docs/performance.md)
     "door-slots1": Variant("/api/extract/", {"PDFPOOL_SLOTS": "1"}),
     "door-nogc": Variant("/api/extract/", {"BENCH_NO_GC": "1"}, health="/bench/raw-health/"),
@@ -110,6 +124,7 @@ VARIANTS = {
     "executor": Variant("/bench/executor/", {}, runs="executor"),
 }
 DEFAULT_VARIANTS = "door,nodoor,declared"
+FAST_SERVER = ("httptools", "uvloop")  # what door-httptools runs on
 
 # The issue's targets
 REFUSAL_P99_MS = 50.0
@@ -181,6 +196,8 @@ class Result:
     burst_wall: float
     burst_cpu: dict[str, float]
     floor: list[float] = field(default_factory=list)  # ms of trivial GETs during the burst
+    beside_idle: list[float | None] = field(default_factory=list)  # the trivial server beside
+    beside_load: list[float | None] = field(default_factory=list)
     load: list[Any] = field(default_factory=list)  # tree samples during the load
     leftovers: list[str] = field(default_factory=list)  # staged uploads left behind
     orphans: list[str] = field(default_factory=list)  # descendants alive after the server
@@ -201,11 +218,16 @@ def bench_variant(
         DEMO_STATE_DIR=str(state),
         DEMO_LOG_LEVEL="WARNING",
         PDFPOOL_TEMP_DIR=str(staged),  # default settings otherwise; staged here to check it
-        **variant.env,
+        # uvicorn's pure-Python parser and asyncio's loop, installed or not (comparable
+        # figures); ``door-httptools`` overrides both
+        UVICORN_HTTP="h11",
+        UVICORN_LOOP="asyncio",
     )
+    env.update(variant.env)
     if args.lagwatch:
         env["BENCH_LAGWATCH"] = str(args.lagwatch / f"{name}-server.jsonl")
     mix, declare = Mix(corpus), variant.declare
+    trivial, trivial_url = beside()
     try:
         with uvicorn("benchmarks.variants_asgi:application", env=env, cwd=EXAMPLE) as server:
             url, health_url = server.url + variant.path, server.url + variant.health
@@ -217,10 +239,13 @@ def bench_variant(
                 idle_children(server.pid, variant.env.get("BENCH_RENICE"))
             sampler = run_probe("tree", server.pid, args.sample)
             health = run_probe("health", health_url, time.time(), args.idle, 0.05)
+            floor_probe = run_probe("health", trivial_url, time.time(), args.idle, 0.05)
             health_idle = json.loads(health.communicate()[0])
+            beside_idle = json.loads(floor_probe.communicate()[0])
             before = get_json(server.url + "/bench/stats/")["runs"][variant.runs]
             start = time.time() + 1.0
             health = run_probe("health", health_url, start, args.seconds, 0.05)
+            floor_probe = run_probe("health", trivial_url, start, args.seconds, 0.05)
             if args.lagwatch:  # the same watcher beside the server: the machine's share
                 outside = args.lagwatch / f"{name}-outside.jsonl"
                 watcher = subprocess.Popen(
@@ -238,6 +263,7 @@ def bench_variant(
             cpu = before_cpu.until(CpuReading.take(server.pid))
             ended = time.time()
             health_load = json.loads(health.communicate()[0])
+            beside_load = json.loads(floor_probe.communicate()[0])
             if args.lagwatch:
                 watcher.wait()
                 lags[name] = lag_figures(args.lagwatch, name, start, ended)
@@ -257,10 +283,20 @@ def bench_variant(
         leftovers = [path.name for path in staged.iterdir()]
         orphans = outlived(descendants)
     finally:
+        trivial.communicate("")
         shutil.rmtree(state, ignore_errors=True)
     load = [s for s in samples if start <= s[0] <= ended]
     found = (records, wall, runs, health_idle, health_load, cpu, burst_records, burst_wall)
-    return Result(*found, burst_cpu, floor=floor, load=load, leftovers=leftovers, orphans=orphans)
+    return Result(
+        *found,
+        burst_cpu,
+        floor=floor,
+        beside_idle=beside_idle,
+        beside_load=beside_load,
+        load=load,
+        leftovers=leftovers,
+        orphans=orphans,
+    )
 
 
 async def get_ms(url: str, local: str) -> float:
@@ -350,6 +386,8 @@ def figures(result: Result) -> dict[str, Any]:
         "health_p50": percentile(health_load, 0.50),
         "health_p99": percentile(health_load, 0.99),
         "health_failed": sum(v is None for v in result.health_load),
+        "beside_idle_p99": percentile([v for v in result.beside_idle if v is not None], 0.99),
+        "beside_p99": percentile([v for v in result.beside_load if v is not None], 0.99),
         "saving": saving,
         "leftovers": len(result.leftovers),
         "orphans": len(result.orphans),
@@ -391,6 +429,8 @@ ROWS = [  # (label, key, format)
     ("health p99 ms, idle", "health_idle_p99", "{:.1f}"),
     ("health p50 ms, under load", "health_p50", "{:.1f}"),
     ("health p99 ms, under load", "health_p99", "{:.1f}"),
+    ("a trivial server beside: p99 ms, idle", "beside_idle_p99", "{:.1f}"),
+    ("a trivial server beside: p99 ms, under load (the machine's floor)", "beside_p99", "{:.1f}"),
     ("CPUs used: the server process", "cpu_server", "{:.2f}"),
     ("CPUs used: its children (extraction)", "cpu_children", "{:.2f}"),
     ("CPUs used: the load generator", "cpu_load", "{:.2f}"),
@@ -452,7 +492,9 @@ def targets(
             None not in (idle, loaded) and loaded <= HEALTH_UNDER_LOAD * idle,
             "no figures"
             if None in (idle, loaded)
-            else f"{loaded:.1f} ms vs {idle:.1f} ms idle: {loaded / idle:.1f}x",
+            else f"{loaded:.1f} ms vs {idle:.1f} ms idle: {loaded / idle:.1f}x (a trivial "
+            f"server beside, its own process: {cell(f['beside_p99'], '{:.1f}')} ms under "
+            f"load, {cell(f['beside_idle_p99'], '{:.1f}')} ms idle)",
         )
     )
     floor, burst_p99 = f["floor_p99"], f["burst_early_p99"]
@@ -632,6 +674,8 @@ def main(argv: list[str] | None = None) -> int:
         problem = "unset the PDFPOOL_* variables: the example would read them"
     elif unknown := [name for name in names if name not in VARIANTS]:
         problem = f"unknown variants {unknown}: choose among {', '.join(VARIANTS)}"
+    elif "door-httptools" in names and not all(map(importlib.util.find_spec, FAST_SERVER)):
+        problem = "door-httptools needs httptools and uvloop: pip install 'uvicorn[standard]'"
     if problem:
         print(problem, file=sys.stderr)
         return 2
@@ -665,11 +709,10 @@ def main(argv: list[str] | None = None) -> int:
                 name, results[name], None if name == "nodoor" else off
             ):
                 print(f"{'MET   ' if met else 'MISSED'} {target}: {detail}")
-    if "door" in results and "door-classic" in results:  # issue 24's fix against before it
-        for target, met, detail in against(
-            "door", results["door"], "door-classic", results["door-classic"]
-        ):
-            print(f"{'MET   ' if met else 'MISSED'} {target}: {detail}")
+    for base in ("door-classic", "door-newthreads"):  # issue 24's fixes against before them
+        if "door" in results and base in results:
+            for target, met, detail in against("door", results["door"], base, results[base]):
+                print(f"{'MET   ' if met else 'MISSED'} {target}: {detail}")
     if args.json:
         args.json.write_text(json.dumps(results, indent=1, default=dict))
     return 0

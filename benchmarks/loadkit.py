@@ -7,6 +7,7 @@ own), the CPU accounting of a server's process tree, and percentiles.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import json
@@ -115,6 +116,45 @@ def probe_health(url: str, start: float, seconds: float, interval: float) -> Non
         with open(os.environ["BENCH_PROBE_SPLIT"], "a") as out:
             out.write(json.dumps(split) + "\n")
     print(json.dumps(latencies))
+
+
+BESIDE_ANSWER = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 12\r\n\r\n"
+BESIDE_ANSWER += b'{"ok": true}'
+
+
+def serve_beside() -> None:
+    """A trivial HTTP/1.1 server (asyncio, keep-alive, one fixed answer) until stdin closes;
+    its port first on stdout. Probed during the load, it is what any request gets on this
+    machine under it, with no Django, uvicorn or pool: the floor of the health figures."""
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
+            while await reader.readuntil(b"\r\n\r\n"):
+                writer.write(BESIDE_ANSWER)
+                await writer.drain()
+        writer.close()
+
+    async def main() -> None:
+        server = await asyncio.start_server(answer, "127.0.0.1", 0)
+        print(server.sockets[0].getsockname()[1], flush=True)
+        await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
+        server.close()
+
+    asyncio.run(main())
+
+
+def beside() -> tuple[subprocess.Popen[str], str]:
+    """Start ``serve_beside`` in a session of its own (a service of its own, to the
+    scheduler's autogroup); stop it by closing its stdin. Its URL with it."""
+    process = subprocess.Popen(
+        [sys.executable, __file__, "beside"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    assert process.stdout is not None
+    return process, f"http://127.0.0.1:{int(process.stdout.readline())}/"
 
 
 def probe_tree(pid: int, interval: float) -> None:
@@ -283,5 +323,7 @@ if __name__ == "__main__":
     kind, *rest = sys.argv[1:]
     if kind == "health":
         probe_health(rest[0], float(rest[1]), float(rest[2]), float(rest[3]))
+    elif kind == "beside":
+        serve_beside()
     else:
         probe_tree(int(rest[0]), float(rest[1]))

@@ -12,6 +12,8 @@ two response headers, what the server did with its body before answering:
   waiting for the event loop or a CPU).
 
 The wrapper does nothing else, for every variant alike (see bench_load.py).
+``BENCH_THREADS=new`` (``door-newthreads``) leaves out the example's ``KeptThreads``: Django's
+handler then starts a thread for each request and joins it after, as it ships.
 """
 
 from __future__ import annotations
@@ -71,4 +73,15 @@ class BodyCount:
         await self.app(scope, counted, tagged)
 
 
-application = BodyCount(example)
+def _new_threads(app: Any) -> Any:
+    """The example's stack with ``KeptThreads`` left out (the door and lifespan kept)."""
+    from django_pdfpool import KeptThreads, PdfPoolDoor, PoolLifespan
+
+    assert isinstance(app, PdfPoolDoor) and isinstance(app.app, PoolLifespan)
+    assert isinstance(app.app.app, KeptThreads)
+    return PdfPoolDoor(PoolLifespan(app.app.app.app))
+
+
+application = BodyCount(
+    _new_threads(example) if os.environ.get("BENCH_THREADS") == "new" else example
+)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .admission.protocol import AdmissionPool
-    from .asgi import PdfPoolDoor, PoolLifespan
+    from .asgi import KeptThreads, PdfPoolDoor, PoolLifespan
     from .configured import adrain_pool, drain_pool, get_pool
     from .decorators import extract_upload, pdf_pooled
     from .exceptions import (
@@ -59,6 +59,7 @@ _HOMES = {  # public name -> the module that defines it
     "html_answer": "responses",
     "PoolLifespan": "asgi",
     "PdfPoolDoor": "asgi",
+    "KeptThreads": "asgi",
     "metrics_view": "status.metrics",
     "register_metrics": "status.collector",
     "extract": "sandbox.extract",
@@ -127,6 +128,7 @@ __all__ = [
     "DigestMismatch",
     "Extraction",
     "ExtractionError",
+    "KeptThreads",
     "LengthRequired",
     "NoUpload",
     "PdfPoolDoor",

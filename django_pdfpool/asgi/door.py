@@ -36,9 +36,9 @@ from .types import ASGIApp, Message, Receive, Scope, Send
 
 
 class PdfPoolDoor:
-    """``application = PdfPoolDoor(PoolLifespan(get_asgi_application()))``: uploads to
-    ``@pdf_pooled`` views are refused before their body when the pool cannot take them;
-    every other request goes to ``app`` untouched."""
+    """``application = PdfPoolDoor(PoolLifespan(KeptThreads(get_asgi_application())))``:
+    uploads to ``@pdf_pooled`` views are refused before their body when the pool cannot take
+    them; every other request goes to ``app`` untouched."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app

@@ -22,6 +22,7 @@ from .engines import (
     classify,
     configure_pypdf,
     decompression_cap,
+    encrypted_warm_ups,
     extract_pages,
     preload,
 )
@@ -126,15 +127,21 @@ def extract_job(job: ExtractionJob, data: bytes | None = None) -> ChildAnswer:
     return ExtractionError(code, detail=detail)
 
 
-def rehearse(engines: tuple[str, ...]) -> None:
+def rehearse(engines: tuple[str, ...], encrypted: bool = False) -> None:
     """A job's whole path (job line, engine setup, hash, extraction, answer line) on the
     built-in one-page document with each engine, no limits set: its lazy imports, caches and
-    (in a forked child) copy-on-write faults are paid before any real job."""
+    (in a forked child) copy-on-write faults are paid before any real job. ``encrypted`` (the
+    template, once): pypdf also reads the document encrypted each way, so that the children
+    forked from it find the ciphers set up."""
     for engine in engines:
         job = ExtractionJob(
             "", engine, REHEARSAL_TIMEOUT, REHEARSAL_MEMORY, max_pages=None, refuse=False
         )
-        encode_answer(extract_job(decode_job(encode_job(job)), WARM_UP_PDF))
+        documents = [WARM_UP_PDF]
+        if encrypted and engine == "pypdf":
+            documents += encrypted_warm_ups()
+        for document in documents:
+            encode_answer(extract_job(decode_job(encode_job(job)), document))
 
 
 def peak_rss() -> int:

@@ -40,7 +40,7 @@ def main(argv: list[str]) -> None:
     for engine in engines:
         preload(engine)
     if options.warm_up or options.template:
-        rehearse(engines)
+        rehearse(engines, encrypted=options.template)
     gc.collect()
     gc.freeze()  # start-up objects are never collected: later collections skip them
     if options.sandbox != SANDBOX_OFF:  # once, for every child forked from here on

@@ -47,6 +47,30 @@ def _warm_up_pdf() -> bytes:
 
 WARM_UP_PDF = _warm_up_pdf()
 
+# The encryptions of the warm-up document the template reads (empty user password): RC4 as
+# LibreOffice writes it, AES-128 and AES-256. Else each forked child set up its ciphers and
+# hashes on its first encrypted file, 1.7 ms on a 1.2 ms job (issue 24, docs/performance.md).
+WARM_UP_ENCRYPTIONS = ("RC4-128", "AES-128", "AES-256")
+
+
+def encrypted_warm_ups() -> list[bytes]:
+    """The warm-up document encrypted each way pypdf can write here: AES needs a crypto
+    library (``cryptography`` or ``pycryptodome``), without which it is left out."""
+    from pypdf import PdfWriter
+    from pypdf.errors import DependencyError
+
+    found = []
+    for algorithm in WARM_UP_ENCRYPTIONS:
+        writer = PdfWriter(clone_from=io.BytesIO(WARM_UP_PDF))
+        try:
+            writer.encrypt("", "pdfpool", algorithm=algorithm)
+        except DependencyError:
+            continue
+        out = io.BytesIO()
+        writer.write(out)
+        found.append(out.getvalue())
+    return found
+
 
 # The codecs pypdf decodes text with, looked up (their modules imported) at start: else each
 # forked job's child imports the ones its file needs, which the template never did (issue 24).

@@ -1,5 +1,5 @@
-"""``django_pdfpool.asgi``: the two ASGI wrappers together (``lifespan``, ``door``), the ASGI
-types in one module (``types``), the paths the docs promise, and the old
+"""``django_pdfpool.asgi``: the ASGI wrappers together (``lifespan``, ``door``, ``threads``),
+the ASGI types in one module (``types``), the paths the docs promise, and the old
 ``django_pdfpool.door.asgi`` gone."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pytest
 
 import django_pdfpool
 from django_pdfpool import asgi
-from django_pdfpool.asgi import door, lifespan, types
+from django_pdfpool.asgi import door, lifespan, threads, types
 
 PACKAGE = Path(django_pdfpool.__file__).parent
 TYPES = {"Scope", "Message", "Receive", "Send", "ASGIApp"}
@@ -25,7 +25,9 @@ def test_the_wrappers_live_together_and_load_from_every_promised_path():
     assert asgi.PdfPoolDoor is door.PdfPoolDoor is django_pdfpool.PdfPoolDoor
     assert lifespan.PoolLifespan.__module__ == "django_pdfpool.asgi.lifespan"
     assert door.PdfPoolDoor.__module__ == "django_pdfpool.asgi.door"
-    assert {"PoolLifespan", "PdfPoolDoor"} <= set(asgi.__all__)
+    assert asgi.KeptThreads is threads.KeptThreads is django_pdfpool.KeptThreads
+    assert threads.KeptThreads.__module__ == "django_pdfpool.asgi.threads"
+    assert {"PoolLifespan", "PdfPoolDoor", "KeptThreads"} <= set(asgi.__all__)
     with pytest.raises(AttributeError):
         asgi.NoSuchWrapper  # noqa: B018
 

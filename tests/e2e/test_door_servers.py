@@ -1,6 +1,7 @@
 """The door on real servers, spoken to with raw sockets: uvicorn serving
-``PdfPoolDoor(PoolLifespan(get_asgi_application()))`` (tests/project/door_asgi.py), and gunicorn
-serving the WSGI application, where ``AdmissionMiddleware`` is the door."""
+``PdfPoolDoor(PoolLifespan(KeptThreads(get_asgi_application())))``
+(tests/project/door_asgi.py), and gunicorn serving the WSGI application, where
+``AdmissionMiddleware`` is the door."""
 
 from __future__ import annotations
 

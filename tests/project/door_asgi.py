@@ -5,8 +5,8 @@ import os
 
 from django.core.asgi import get_asgi_application
 
-from django_pdfpool import PdfPoolDoor, PoolLifespan
+from django_pdfpool import KeptThreads, PdfPoolDoor, PoolLifespan
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.project.settings")
 
-application = PdfPoolDoor(PoolLifespan(get_asgi_application()))
+application = PdfPoolDoor(PoolLifespan(KeptThreads(get_asgi_application())))

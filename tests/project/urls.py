@@ -24,4 +24,5 @@ urlpatterns = [
     path("counted/extract/sync/", views.sync_counted_extract),
     path("counted/extract/async/", views.async_counted_extract),
     path("gated/", views.gated),
+    path("threaded/", views.threaded),
 ]

@@ -214,3 +214,23 @@ async def gated_job(upload: StagedUpload):
 @pdf_pooled(job=gated_job)
 def gated(request):
     return _describe(request)
+
+
+class Threads:
+    """What ``threaded`` saw: how many earlier requests each thread served (a thread-local
+    count) and, for ``?hold=1``, an event the view waits on (30 s at most: nothing hangs)."""
+
+    local = threading.local()
+    hold = threading.Event()
+    holding = threading.Event()
+
+
+def threaded(request):
+    """The thread a sync view runs on under ASGI, and how many requests it served before."""
+    before = getattr(Threads.local, "served", 0)
+    Threads.local.served = before + 1
+    if request.GET.get("hold"):
+        Threads.holding.set()
+        Threads.hold.wait(30)
+    thread = threading.current_thread()
+    return JsonResponse({"thread": thread.name, "ident": thread.ident, "before": before})

@@ -6,6 +6,7 @@ outliving its parent, nor letting its children do so."""
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import os
 import signal
@@ -286,3 +287,76 @@ def test_the_rehearsal_runs_a_whole_job_on_a_valid_document(engine):
     assert answer.page_count == 1 and "warm" in answer.pages[0]
     assert answer.metadata["Title"] == "warm"
     rehearse((engine,))
+
+
+ENCRYPTIONS = {"RC4-128": (2, 3), "AES-128": (4, 4), "AES-256": (5, 6)}  # /V, /R
+
+
+def test_the_warm_up_document_is_read_encrypted_each_way():
+    """RC4 (as LibreOffice writes it), AES-128 and AES-256, each with the empty user password:
+    a whole job reads each one's text, so the ciphers and hashes are set up."""
+    pytest.importorskip("cryptography")  # AES: pypdf needs a crypto library to write it
+    from pypdf import PdfReader
+
+    from django_pdfpool.sandbox.child_job import extract_job
+    from django_pdfpool.sandbox.engines import WARM_UP_ENCRYPTIONS, encrypted_warm_ups
+    from django_pdfpool.sandbox.wire import Extracted, ExtractionJob
+
+    documents = encrypted_warm_ups()
+    assert tuple(ENCRYPTIONS) == WARM_UP_ENCRYPTIONS and len(documents) == len(ENCRYPTIONS)
+    for document, (version, revision) in zip(documents, ENCRYPTIONS.values(), strict=True):
+        encryption = PdfReader(io.BytesIO(document)).trailer["/Encrypt"]
+        assert (encryption["/V"], encryption["/R"]) == (version, revision)
+        job = ExtractionJob("", "pypdf", 10.0, 256 << 20, None, False)
+        answer = extract_job(job, document)
+        assert isinstance(answer, Extracted) and "warm" in answer.pages[0], answer
+
+
+REHEARSALS_SCRIPT = """
+import json, sys
+from django_pdfpool.sandbox import child_job, child_main
+
+seen = []  # rehearse's ``encrypted``, then one entry per document a rehearsal reads
+
+
+def extract_job(job, document):
+    seen.append(len(document))
+    return child_job.ExtractionError("malformed")
+
+
+def rehearse(engines, encrypted=False):
+    seen.append(encrypted)
+    child_job.rehearse(engines, encrypted)
+
+
+child_job.extract_job, child_main.rehearse = extract_job, rehearse
+child_main.serve_template = child_main.serve_job = lambda *a, **k: sys.exit(0)
+child_main.confine.confine_process = lambda level: None
+child_main.os.setpriority = lambda *a: None
+child_main.write_all = lambda *a: None
+try:
+    child_main.main(sys.argv[1:])
+finally:
+    print(json.dumps(seen))
+"""
+
+
+@pytest.mark.parametrize(
+    "options, rehearsed",
+    [(["--template"], (True, 4)), (["--warm-up"], (False, 1)), ([], None)],
+    ids=["template", "cold-warmed", "cold"],
+)
+def test_only_the_template_rehearses_the_encrypted_documents(options, rehearsed):
+    """Once, before it forks: its children inherit the ciphers set up. A cold child warmed
+    up reads the plain document only (its start-up is on a job's path); one not warmed up
+    rehearses nothing."""
+    pytest.importorskip("cryptography")
+    proc = subprocess.run(
+        [sys.executable, "-c", REHEARSALS_SCRIPT, *options],
+        cwd=ROOT,
+        capture_output=True,
+        timeout=60,
+        text=True,
+    )
+    seen = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert ((seen[0], len(seen) - 1) if seen else None) == rehearsed, proc.stderr

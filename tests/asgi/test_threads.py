@@ -1,0 +1,136 @@
+"""``KeptThreads``: under Django's own ASGI handler, a request's sync code runs on a thread
+kept from earlier requests (without the wrapper, on a new thread each time); a thread still
+running a cancelled request's code is not lent to the next request; at most ``keep`` idle
+threads are kept; every other scope passes through."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from typing import Any
+
+import pytest
+from asgiref.testing import ApplicationCommunicator
+from django.core.asgi import get_asgi_application
+
+from django_pdfpool import KeptThreads
+from django_pdfpool.asgi.threads import THREAD_NAME
+from tests.project.views import Threads
+
+DEADLINE = 30.0
+
+
+def scope(query: str = "") -> dict[str, Any]:
+    return {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "GET",
+        "scheme": "http",
+        "path": "/threaded/",
+        "raw_path": b"/threaded/",
+        "query_string": query.encode(),
+        "root_path": "",
+        "headers": [(b"host", b"testserver")],
+        "client": ("127.0.0.1", 5000),
+        "server": ("testserver", 80),
+    }
+
+
+async def get(app: Any, query: str = "") -> dict[str, Any]:
+    """One request to the ``threaded`` view through ``app``: its JSON answer."""
+    talk = ApplicationCommunicator(app, scope(query))
+    await talk.send_input({"type": "http.request", "body": b"", "more_body": False})
+    start = await talk.receive_output(DEADLINE)
+    assert start["status"] == 200, start
+    body = await talk.receive_output(DEADLINE)
+    await talk.wait(DEADLINE)
+    return json.loads(body["body"])
+
+
+def wait_for(condition: Any, what: str) -> None:
+    deadline = time.monotonic() + DEADLINE
+    while not condition():
+        assert time.monotonic() < deadline, f"gave up waiting for {what}"
+        time.sleep(0.005)
+
+
+@pytest.fixture
+def released():
+    Threads.hold.clear()
+    Threads.holding.clear()
+    yield
+    Threads.hold.set()
+
+
+async def three(app: Any) -> list[dict[str, Any]]:
+    return [await get(app), await get(app), await get(app)]
+
+
+def test_requests_in_turn_run_their_sync_code_on_one_kept_thread():
+    kept = KeptThreads(get_asgi_application())
+    seen = asyncio.run(three(kept))
+    assert [answer["before"] for answer in seen] == [0, 1, 2]
+    assert {answer["ident"] for answer in seen} == {seen[0]["ident"]}
+    assert seen[0]["thread"].startswith(THREAD_NAME)
+    wait_for(lambda: kept.idle() == 1, "the thread to be idle again")
+
+
+def test_without_it_django_starts_a_thread_for_each_request():
+    """The layer off: the count a thread keeps is new each time, so the test above can fail."""
+    seen = asyncio.run(three(get_asgi_application()))
+    assert [answer["before"] for answer in seen] == [0, 0, 0]
+
+
+def test_a_thread_busy_with_a_cancelled_requests_code_is_not_lent_until_it_is_done(released):
+    kept = KeptThreads(get_asgi_application())
+
+    async def scenario() -> tuple[dict[str, Any], dict[str, Any]]:
+        first = await get(kept)
+        held = ApplicationCommunicator(kept, scope("hold=1"))
+        await held.send_input({"type": "http.request", "body": b"", "more_body": False})
+        await asyncio.get_running_loop().run_in_executor(None, Threads.holding.wait, DEADLINE)
+        held.future.cancel()  # the client went away: the view's thread runs on, held
+        await held.wait(DEADLINE)  # the application has ended
+        assert kept.idle() == 0
+        other = await get(kept)  # did not wait behind the held thread
+        return first, other
+
+    first, other = asyncio.run(scenario())
+    assert Threads.holding.is_set() and not Threads.hold.is_set()
+    assert other["ident"] != first["ident"] and other["before"] == 0
+    wait_for(lambda: kept.idle() == 1, "the other request's thread to be idle")
+    Threads.hold.set()
+    wait_for(lambda: kept.idle() == 2, "the held thread to be given back once done")
+
+
+def test_at_most_keep_idle_threads_are_kept_and_the_rest_end():
+    kept = KeptThreads(get_asgi_application(), keep=0)
+    before = {t for t in threading.enumerate() if t.name.startswith(THREAD_NAME)}
+    seen = asyncio.run(three(kept))
+    assert [answer["before"] for answer in seen] == [0, 0, 0]
+    assert kept.idle() == 0
+
+    def ended() -> bool:
+        return not {t for t in threading.enumerate() if t.name.startswith(THREAD_NAME)} - before
+
+    wait_for(ended, "the threads past keep to end")
+
+
+def test_other_scopes_go_to_the_app_untouched():
+    got: list[dict[str, Any]] = []
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        got.append(scope)
+
+    kept = KeptThreads(app)
+    asyncio.run(kept({"type": "lifespan"}, None, None))
+    assert got == [{"type": "lifespan"}] and kept.idle() == 0
+
+
+@pytest.mark.parametrize("keep", [-1, 1.5, True, "8", None])
+def test_keep_must_be_a_whole_number_of_threads(keep):
+    with pytest.raises(ValueError, match="keep must be a whole number"):
+        KeptThreads(get_asgi_application(), keep=keep)
