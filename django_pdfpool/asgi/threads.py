@@ -1,8 +1,6 @@
-"""``KeptThreads``, for ASGI servers: a request's thread-sensitive sync code (Django's signal
-receivers, sync middleware and views) runs on a thread kept from earlier requests, not on one
-Django's handler starts for the request and joins after it. Starting a thread holds the event
-loop until the new thread first runs: under load, a wait for a CPU that every other request on
-the loop waits out too (docs/performance.md)."""
+"""``KeptThreads``, for ASGI servers: a request's thread-sensitive sync code runs on a thread
+kept from earlier requests, not on one Django's handler starts (and joins) for it: a thread
+start holds the event loop until the new thread runs (docs/performance.md)."""
 
 from __future__ import annotations
 
@@ -36,7 +34,7 @@ class RequestThread(ThreadPoolExecutor):
             self.unfinished += 1
         try:
             future = super().submit(fn, *args, **kwargs)
-        except BaseException:  # shut down (the interpreter is exiting): nothing was queued
+        except BaseException:  # shut down at interpreter exit (one past keep is never lent)
             with self.kept._lock:
                 self.unfinished -= 1
             raise
@@ -54,10 +52,9 @@ class RequestThread(ThreadPoolExecutor):
 class KeptThreads:
     """ASGI middleware: ``PdfPoolDoor(PoolLifespan(KeptThreads(get_asgi_application())))``.
 
-    Each HTTP request borrows a thread and gives it back as soon as the thread has finished
-    what the request gave it (a cancelled request's sync code runs on to its end, as under
-    Django's own handler). At most ``keep`` idle threads are kept; a request that finds none
-    idle gets a new one. Every other scope goes to ``app`` untouched.
+    An HTTP request borrows a thread, given back once it has finished the request's calls; at
+    most ``keep`` wait for the next. Tasks a request starts must end with it: their
+    thread-sensitive calls after it raise RuntimeError (asgiref's rule; docs/deployment.md).
     """
 
     def __init__(self, app: ASGIApp, *, keep: int = 32) -> None:
@@ -72,20 +69,20 @@ class KeptThreads:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        thread = self._borrow()
+        lent = self._borrow()
         try:
             # Django's handler enters its own ThreadSensitiveContext(), which inside this one
-            # does nothing: its thread-sensitive calls go to this thread
-            async with ThreadSensitiveContext(executor=thread):
+            # does nothing: its thread-sensitive calls go to the lent thread
+            async with ThreadSensitiveContext(executor=lent):
                 await self.app(scope, receive, send)
         finally:
             with self._lock:
-                thread.lent = False
-                done = not thread.unfinished
+                lent.lent = False
+                done = not lent.unfinished
             if done:
-                self._idle_again(thread)
+                self._idle_again(lent)
 
-    def idle(self) -> int:
+    def waiting(self) -> int:
         """How many kept threads wait for a request now."""
         with self._lock:
             return len(self._idle)
@@ -93,16 +90,16 @@ class KeptThreads:
     def _borrow(self) -> RequestThread:
         with self._lock:
             if self._idle:
-                thread = self._idle.pop()
-                thread.lent = True
-                return thread
+                lent = self._idle.pop()
+                lent.lent = True
+                return lent
         return RequestThread(self)
 
-    def _idle_again(self, thread: RequestThread) -> None:
+    def _idle_again(self, lent: RequestThread) -> None:
         """Kept for the next request, or ended when ``keep`` threads already wait
         (``wait=False``: this may run on the thread itself, which cannot join itself)."""
         with self._lock:
             if len(self._idle) < self.keep:
-                self._idle.append(thread)
+                self._idle.append(lent)
                 return
-        thread.shutdown(wait=False)
+        lent.shutdown(wait=False)

@@ -131,16 +131,13 @@ def rehearse(engines: tuple[str, ...], encrypted: bool = False) -> None:
     """A job's whole path (job line, engine setup, hash, extraction, answer line) on the
     built-in one-page document with each engine, no limits set: its lazy imports, caches and
     (in a forked child) copy-on-write faults are paid before any real job. ``encrypted`` (the
-    template, once): pypdf also reads the document encrypted each way, so that the children
-    forked from it find the ciphers set up."""
+    template's, once): pypdf also reads it encrypted, so its forks find the ciphers set up."""
+    locked = encrypted_warm_ups() if encrypted else []
     for engine in engines:
         job = ExtractionJob(
             "", engine, REHEARSAL_TIMEOUT, REHEARSAL_MEMORY, max_pages=None, refuse=False
         )
-        documents = [WARM_UP_PDF]
-        if encrypted and engine == "pypdf":
-            documents += encrypted_warm_ups()
-        for document in documents:
+        for document in [WARM_UP_PDF, *(locked if engine == "pypdf" else ())]:
             encode_answer(extract_job(decode_job(encode_job(job)), document))
 
 

@@ -61,13 +61,12 @@ def encrypted_warm_ups() -> list[bytes]:
 
     found = []
     for algorithm in WARM_UP_ENCRYPTIONS:
-        writer = PdfWriter(clone_from=io.BytesIO(WARM_UP_PDF))
-        try:
+        writer, out = PdfWriter(clone_from=io.BytesIO(WARM_UP_PDF)), io.BytesIO()
+        try:  # AES-128's keys are RC4 and MD5: only writing it needs the library
             writer.encrypt("", "pdfpool", algorithm=algorithm)
+            writer.write(out)
         except DependencyError:
             continue
-        out = io.BytesIO()
-        writer.write(out)
         found.append(out.getvalue())
     return found
 

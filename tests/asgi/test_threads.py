@@ -1,7 +1,7 @@
 """``KeptThreads``: under Django's own ASGI handler, a request's sync code runs on a thread
 kept from earlier requests (without the wrapper, on a new thread each time); a thread still
-running a cancelled request's code is not lent to the next request; at most ``keep`` idle
-threads are kept; every other scope passes through."""
+running a request's code is not lent to the next; at most ``keep`` wait; a task outliving
+its request is refused thread-sensitive calls; every other scope passes through."""
 
 from __future__ import annotations
 
@@ -17,20 +17,20 @@ from django.core.asgi import get_asgi_application
 
 from django_pdfpool import KeptThreads
 from django_pdfpool.asgi.threads import THREAD_NAME
-from tests.project.views import Threads
+from tests.project.views import Orphans, Threads
 
 DEADLINE = 30.0
 
 
-def scope(query: str = "") -> dict[str, Any]:
+def scope(query: str = "", path: str = "/threaded/") -> dict[str, Any]:
     return {
         "type": "http",
         "asgi": {"version": "3.0"},
         "http_version": "1.1",
         "method": "GET",
         "scheme": "http",
-        "path": "/threaded/",
-        "raw_path": b"/threaded/",
+        "path": path,
+        "raw_path": path.encode(),
         "query_string": query.encode(),
         "root_path": "",
         "headers": [(b"host", b"testserver")],
@@ -75,7 +75,7 @@ def test_requests_in_turn_run_their_sync_code_on_one_kept_thread():
     assert [answer["before"] for answer in seen] == [0, 1, 2]
     assert {answer["ident"] for answer in seen} == {seen[0]["ident"]}
     assert seen[0]["thread"].startswith(THREAD_NAME)
-    wait_for(lambda: kept.idle() == 1, "the thread to be idle again")
+    wait_for(lambda: kept.waiting() == 1, "the thread to be idle again")
 
 
 def test_without_it_django_starts_a_thread_for_each_request():
@@ -84,7 +84,9 @@ def test_without_it_django_starts_a_thread_for_each_request():
     assert [answer["before"] for answer in seen] == [0, 0, 0]
 
 
-def test_a_thread_busy_with_a_cancelled_requests_code_is_not_lent_until_it_is_done(released):
+def test_a_thread_busy_with_a_cancelled_applications_code_is_not_lent_until_it_is_done(released):
+    """The server cancels the application (a shutdown's timeout): the view's sync code runs
+    on, holding its thread, which is given back only when that code ends."""
     kept = KeptThreads(get_asgi_application())
 
     async def scenario() -> tuple[dict[str, Any], dict[str, Any]]:
@@ -92,18 +94,60 @@ def test_a_thread_busy_with_a_cancelled_requests_code_is_not_lent_until_it_is_do
         held = ApplicationCommunicator(kept, scope("hold=1"))
         await held.send_input({"type": "http.request", "body": b"", "more_body": False})
         await asyncio.get_running_loop().run_in_executor(None, Threads.holding.wait, DEADLINE)
-        held.future.cancel()  # the client went away: the view's thread runs on, held
-        await held.wait(DEADLINE)  # the application has ended
-        assert kept.idle() == 0
+        held.future.cancel()
+        await held.wait(DEADLINE)  # the application has ended; its thread has not
+        assert kept.waiting() == 0
         other = await get(kept)  # did not wait behind the held thread
         return first, other
 
     first, other = asyncio.run(scenario())
     assert Threads.holding.is_set() and not Threads.hold.is_set()
     assert other["ident"] != first["ident"] and other["before"] == 0
-    wait_for(lambda: kept.idle() == 1, "the other request's thread to be idle")
+    wait_for(lambda: kept.waiting() == 1, "the other request's thread to be idle")
     Threads.hold.set()
-    wait_for(lambda: kept.idle() == 2, "the held thread to be given back once done")
+    wait_for(lambda: kept.waiting() == 2, "the held thread to be given back once done")
+
+
+def test_a_client_that_goes_away_ends_its_request_when_its_sync_code_does(released):
+    """A disconnect cancels the view's task (Django >= 5.0); Django then sends
+    ``request_finished`` on the request's thread, behind the view still running there, as
+    under Django's own handler. Meanwhile another request gets another thread."""
+    kept = KeptThreads(get_asgi_application())
+
+    async def scenario() -> None:
+        held = ApplicationCommunicator(kept, scope("hold=1"))
+        await held.send_input({"type": "http.request", "body": b"", "more_body": False})
+        await asyncio.get_running_loop().run_in_executor(None, Threads.holding.wait, DEADLINE)
+        await held.send_input({"type": "http.disconnect"})
+        other = await get(kept)  # did not wait behind the held thread
+        assert other["before"] == 0 and not held.future.done()
+        Threads.hold.set()
+        await held.wait(DEADLINE)
+
+    asyncio.run(scenario())
+    wait_for(lambda: kept.waiting() == 2, "both threads to wait again")
+
+
+def test_a_task_outliving_its_request_is_refused_thread_sensitive_calls():
+    """asgiref's rule for a context with an executor (docs/deployment.md): under Django's own
+    handler the same call runs, on a thread started for it."""
+
+    async def run(app: Any) -> object:
+        Orphans.go.clear()
+        Orphans.outcome.clear()
+        talk = ApplicationCommunicator(app, scope(path="/orphaned/"))
+        await talk.send_input({"type": "http.request", "body": b"", "more_body": False})
+        assert (await talk.receive_output(DEADLINE))["status"] == 200
+        await talk.receive_output(DEADLINE)
+        await talk.wait(DEADLINE)
+        Orphans.go.set()
+        assert Orphans.task is not None
+        await asyncio.wait_for(Orphans.task, DEADLINE)
+        return Orphans.outcome[0]
+
+    refused = asyncio.run(run(KeptThreads(get_asgi_application())))
+    assert isinstance(refused, RuntimeError), refused
+    assert isinstance(asyncio.run(run(get_asgi_application())), int)
 
 
 def test_at_most_keep_idle_threads_are_kept_and_the_rest_end():
@@ -111,7 +155,7 @@ def test_at_most_keep_idle_threads_are_kept_and_the_rest_end():
     before = {t for t in threading.enumerate() if t.name.startswith(THREAD_NAME)}
     seen = asyncio.run(three(kept))
     assert [answer["before"] for answer in seen] == [0, 0, 0]
-    assert kept.idle() == 0
+    assert kept.waiting() == 0
 
     def ended() -> bool:
         return not {t for t in threading.enumerate() if t.name.startswith(THREAD_NAME)} - before
@@ -127,7 +171,7 @@ def test_other_scopes_go_to_the_app_untouched():
 
     kept = KeptThreads(app)
     asyncio.run(kept({"type": "lifespan"}, None, None))
-    assert got == [{"type": "lifespan"}] and kept.idle() == 0
+    assert got == [{"type": "lifespan"}] and kept.waiting() == 0
 
 
 @pytest.mark.parametrize("keep", [-1, 1.5, True, "8", None])

@@ -25,4 +25,5 @@ urlpatterns = [
     path("counted/extract/async/", views.async_counted_extract),
     path("gated/", views.gated),
     path("threaded/", views.threaded),
+    path("orphaned/", views.orphaned),
 ]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
+from typing import ClassVar
 
 from django.core.files.uploadhandler import FileUploadHandler
 from django.http import HttpRequest, JsonResponse
@@ -234,3 +235,26 @@ def threaded(request):
         Threads.hold.wait(30)
     thread = threading.current_thread()
     return JsonResponse({"thread": thread.name, "ident": thread.ident, "before": before})
+
+
+class Orphans:
+    """``orphaned``'s task: what its thread-sensitive call after the request gave."""
+
+    go = threading.Event()
+    outcome: ClassVar[list[object]] = []
+    task: ClassVar[asyncio.Task[None] | None] = None
+
+
+async def orphaned(request):
+    """Starts a task that outlives the request, then makes a thread-sensitive call."""
+    from asgiref.sync import sync_to_async
+
+    async def later() -> None:
+        await asyncio.get_running_loop().run_in_executor(None, Orphans.go.wait, 30)
+        try:
+            Orphans.outcome.append(await sync_to_async(threading.get_ident)())
+        except RuntimeError as exc:
+            Orphans.outcome.append(exc)
+
+    Orphans.task = asyncio.create_task(later())
+    return JsonResponse({"started": True})

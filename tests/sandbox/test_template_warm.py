@@ -312,6 +312,32 @@ def test_the_warm_up_document_is_read_encrypted_each_way():
         assert isinstance(answer, Extracted) and "warm" in answer.pages[0], answer
 
 
+NO_CRYPTO_SCRIPT = """
+import sys
+sys.modules["cryptography"] = sys.modules["Crypto"] = None  # neither crypto library
+from pypdf import PdfReader
+import io
+from django_pdfpool.sandbox.child_job import rehearse
+from django_pdfpool.sandbox.engines import encrypted_warm_ups
+rehearse(("pypdf",), encrypted=True)  # the template's start-up: no DependencyError
+print([dict(PdfReader(io.BytesIO(d)).trailer["/Encrypt"])["/V"] for d in encrypted_warm_ups()])
+"""
+
+
+def test_without_a_crypto_library_the_template_warms_up_on_rc4_alone():
+    """pypdf writes AES only with ``cryptography`` or ``pycryptodome``, neither of which the
+    package requires: the AES documents are left out and the template still starts."""
+    proc = subprocess.run(
+        [sys.executable, "-c", NO_CRYPTO_SCRIPT],
+        cwd=ROOT,
+        capture_output=True,
+        timeout=60,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["[2]"], proc.stderr
+
+
 REHEARSALS_SCRIPT = """
 import json, sys
 from django_pdfpool.sandbox import child_job, child_main
@@ -358,5 +384,6 @@ def test_only_the_template_rehearses_the_encrypted_documents(options, rehearsed)
         timeout=60,
         text=True,
     )
+    assert proc.stdout.strip(), proc.stderr
     seen = json.loads(proc.stdout.strip().splitlines()[-1])
     assert ((seen[0], len(seen) - 1) if seen else None) == rehearsed, proc.stderr
