@@ -119,7 +119,10 @@ VARIANTS = {
     "door-rawhealth": Variant("/api/extract/", {}, health="/bench/raw-health/"),
     # the extraction children at SCHED_IDLE: what the CPUs they take cost the server
     "door-idlechildren": Variant("/api/extract/", {}, idle_children=True),
-    "door-nice19": Variant("/api/extract/", {"BENCH_RENICE": "19"}, idle_children=True),
+    # the children at another nice than the default (CHILD_NICE, 5)
+    "door-nice19": Variant("/api/extract/", {"PDFPOOL_CHILD_NICE": "19"}),
+    "door-nice10": Variant("/api/extract/", {"PDFPOOL_CHILD_NICE": "10"}),
+    "door-nice0": Variant("/api/extract/", {"PDFPOOL_CHILD_NICE": "0"}),
     "naive": Variant("/bench/naive/", {}, runs="naive"),
     "executor": Variant("/bench/executor/", {}, runs="executor"),
 }
@@ -164,17 +167,14 @@ def lag_figures(folder: Path, name: str, start: float, ended: float) -> dict[str
     return found
 
 
-def idle_children(pid: int, nice: str | None = None) -> None:
+def idle_children(pid: int) -> None:
     """SCHED_IDLE for the server's descendants (the template and its ready children): the
     children it forks later inherit it."""
     import psutil
 
     for child in psutil.Process(pid).children(recursive=True):
         with contextlib.suppress(psutil.Error, OSError):
-            if nice:
-                os.setpriority(os.PRIO_PROCESS, child.pid, int(nice))
-            else:
-                os.sched_setscheduler(child.pid, os.SCHED_IDLE, os.sched_param(0))
+            os.sched_setscheduler(child.pid, os.SCHED_IDLE, os.sched_param(0))
 
 
 def until_idle(base: str, timeout: float = 120.0) -> None:
@@ -236,7 +236,7 @@ def bench_variant(
                 assert asyncio.run(post(url, "warm", small, declare)).status == 200
             time.sleep(1.0)
             if variant.idle_children:
-                idle_children(server.pid, variant.env.get("BENCH_RENICE"))
+                idle_children(server.pid)
             sampler = run_probe("tree", server.pid, args.sample)
             health = run_probe("health", health_url, time.time(), args.idle, 0.05)
             floor_probe = run_probe("health", trivial_url, time.time(), args.idle, 0.05)

@@ -55,7 +55,12 @@ def check_sandbox(
     if problems(raw_setting()):
         return []  # check_settings reports them
     conf = get_settings()
-    configure(sandbox=conf.sandbox, require=conf.sandbox_require, child_env=conf.child_env)
+    configure(
+        sandbox=conf.sandbox,
+        require=conf.sandbox_require,
+        child_env=conf.child_env,
+        nice=conf.child_nice,
+    )
     found = sandbox_layers()
     messages: list[checks.CheckMessage] = [
         checks.Warning(

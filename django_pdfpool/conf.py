@@ -29,6 +29,7 @@ from .admission import pool_limits as pool
 from .admission.redis import options as redis
 from .bounds import FLAG, Bound, MiB, integer, one_of, seconds
 from .sandbox import job_limits as job
+from .sandbox.wire import DEFAULT_NICE
 
 __all__ = [
     "DEFAULTS", "SECTIONS", "SETTINGS", "PoolSettings", "Problem", "Setting", "get_settings",
@@ -245,6 +246,16 @@ class PoolSettings:
         "child in about a millisecond, instead of a new interpreter paying about 100 ms of "
         "start-up; `False`: every job starts a new interpreter. Each child still does one job "
         "and exits; a template that dies is restarted, jobs meanwhile start cold.",
+        EXTRACTION,
+    )
+    child_nice: int = setting(
+        DEFAULT_NICE,
+        job.CHILD_NICE,
+        "the extraction children's nice value, 0 (the server's own priority) to 19. Higher "
+        "keeps the server answering while it extracts; on a host whose CPUs other work at "
+        "nice 0 keeps busy, it also slows jobs towards their `TIMEOUT` (19: a share of 1 to 68 "
+        "against each such process; 5: 1 to 3). See "
+        "[performance](performance.md#the-childrens-nice-value-session-7).",
         EXTRACTION,
     )
     temp_dir: str | None = setting(

@@ -44,6 +44,7 @@ def get_pool() -> AdmissionPool:
                 warm=current.warm_children,
                 tmp_dir=current.temp_dir,
                 child_env=current.child_env,
+                nice=current.child_nice,
                 sandbox=current.sandbox,
                 require=current.sandbox_require,
             )

@@ -124,10 +124,11 @@ SHARED_BOUNDS = {
     "MAX_PAGES": job_limits.MAX_PAGES,
     "ENGINE": job_limits.ENGINE,
     "CHILD_ENV": job_limits.CHILD_ENV,
+    "CHILD_NICE": job_limits.CHILD_NICE,
     "SANDBOX_REQUIRE": job_limits.REQUIRE,
 }
-SAMPLES = [0, 1, -1, 2, 0.05, 0.1, 2.5, True, False, "2", "", "a{b}", None, math.nan, math.inf,
-           ("PATH",), ("A=B",), [], "refuse", "pypdf", "full", NOT_A_SETTING]  # fmt: skip
+SAMPLES = [0, 1, -1, 2, 19, 20, 0.05, 0.1, 2.5, True, False, "2", "", "a{b}", None, math.nan,
+           math.inf, ("PATH",), ("A=B",), [], "refuse", "pypdf", "full", NOT_A_SETTING]  # fmt: skip
 
 
 @pytest.mark.parametrize("key", list(SHARED_BOUNDS))
@@ -179,6 +180,9 @@ def test_extract_refuses_what_the_settings_refuse(value):
     if problems({"SANDBOX_REQUIRE": value}):
         with pytest.raises(ValueError, match=r"^require must be "):
             sandbox.configure(require=value)  # type: ignore[arg-type]
+    if problems({"CHILD_NICE": value}):
+        with pytest.raises(ValueError, match=r"^nice must be "):
+            sandbox.configure(nice=value)  # type: ignore[arg-type]
 
 
 def test_child_env_with_an_equals_sign_is_refused_by_the_check_not_at_first_use():

@@ -21,17 +21,17 @@ from .wire import READY, SANDBOX_OFF, read_child_options
 
 __all__ = ["main"]
 
-# Extraction children run at the lowest CPU priority, inherited by every fork of the template:
-# a request to the server always gets a CPU before a child's pypdf does. They stay in the
-# server's session (a process group of their own, no setsid) because the kernel's autogroup
-# weighs each session as a whole: a child in its own session would compete as an equal.
-CHILD_NICE = 19
+# Extraction children run at a lower CPU priority (options.nice, the CHILD_NICE setting),
+# inherited by every fork of the template: a request to the server gets a CPU before a
+# child's pypdf does. They stay in the server's session (a process group of their own, no
+# setsid) because the kernel's autogroup weighs each session as a whole: a child in its own
+# session would compete as an equal of the whole server, whatever its nice.
 
 
 def main(argv: list[str]) -> None:
     """Start up, then do one job, or serve forks as the template."""
     options = read_child_options(argv)
-    os.setpriority(os.PRIO_PROCESS, 0, CHILD_NICE)
+    os.setpriority(os.PRIO_PROCESS, 0, options.nice)
     if options.parent is not None:
         # A cold child dies at once with its parent (SIGKILL); the template gets SIGTERM,
         # so that it kills its own children first.

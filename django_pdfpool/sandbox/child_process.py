@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .wire import READY, child_options, holds_answer, job_started
+from .wire import DEFAULT_NICE, READY, child_options, holds_answer, job_started
 
 CHILD_MODULE = "django_pdfpool.sandbox.child_main"
 READ_CHUNK = 1 << 20
@@ -169,6 +169,7 @@ class Child(Handle):
         template: int | None = None,
         ready: tuple[int, float] = (0, 0.0),
         sandbox: str = "none",
+        nice: int = DEFAULT_NICE,
     ) -> None:
         # -P: the cwd does not go on sys.path. stderr goes nowhere: pypdf can log thousands of
         # lines, and a full pipe would hang the child.
@@ -179,6 +180,7 @@ class Child(Handle):
             parent=os.getpid(),
             ready=ready,
             sandbox=sandbox,
+            nice=nice,
         )
         self.proc = subprocess.Popen(
             [python, "-P", "-m", CHILD_MODULE, *options],
@@ -186,7 +188,7 @@ class Child(Handle):
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             close_fds=True,
-            process_group=0,  # the server's session: see child_main.CHILD_NICE
+            process_group=0,  # the server's session: see child_main (its nice)
             env=child_env(env),
             bufsize=0,
         )

@@ -142,14 +142,18 @@ def configure(
     child_env: tuple[str, ...] | list[str] | None = None,
     sandbox: bool | None = None,
     require: str | None = None,
+    nice: int | None = None,
 ) -> None:
     """Whether children are forked from a warm template (False: each job starts a new
     interpreter), the directory for temporary copies of byte sources (None: tempfile's
     default), the interpreter children run on, the names of environment variables they
     get besides the minimum (`child_process.BASE_ENV`), whether children sandbox themselves
-    (False: for tests that show what the layers stop) and the sandbox level (of
-    `confine.LEVELS`) below which `extract()` refuses with SandboxUnavailable."""
+    (False: for tests that show what the layers stop), the sandbox level (of
+    `confine.LEVELS`) below which `extract()` refuses with SandboxUnavailable, and the
+    children's nice value (0-19)."""
     global _tmp_dir
+    if nice is not None:  # checked before anything changes
+        limits.CHILD_NICE.require("nice", nice)
     if require is not None:
         _host.require(require)
     level = None
@@ -160,7 +164,7 @@ def configure(
     if child_env is not None:
         limits.CHILD_ENV.require("child_env", child_env)
         names = tuple(child_env)
-    _template.configure(enabled=warm, python=python, env=names, sandbox=level)
+    _template.configure(enabled=warm, python=python, env=names, sandbox=level, nice=nice)
     if tmp_dir is not _UNSET:
         _tmp_dir = None if tmp_dir is None else os.fspath(tmp_dir)
 

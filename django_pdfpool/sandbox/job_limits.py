@@ -1,6 +1,7 @@
 """What a job's limits and the sandbox's options must be, declared once: ``extract()`` and
 ``configure()`` check their arguments with these bounds, and the settings they come from
-(TIMEOUT, MAX_PAGES, ENGINE, CHILD_ENV, SANDBOX_REQUIRE) are checked with the same."""
+(TIMEOUT, MAX_PAGES, ENGINE, CHILD_ENV, CHILD_NICE, SANDBOX_REQUIRE) are checked with the
+same."""
 
 from __future__ import annotations
 
@@ -22,4 +23,5 @@ CHILD_ENV = Bound(  # variables the children inherit besides the minimum
     lambda v: isinstance(v, list | tuple) and all(_is_name(n) for n in v),
     "a list of environment variable names",
 )
+CHILD_NICE = integer(0, 19)  # the children's nice value: 0 is the server's own priority
 REQUIRE = one_of(LEVELS)  # the sandbox level below which extractions are refused

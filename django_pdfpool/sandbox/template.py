@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from .child_process import FORKED, Child, Handle, drop
 from .template_main import FORK_REQUEST, PID_FORMAT, PIDS_REQUEST, STATUS_FORMAT
+from .wire import DEFAULT_NICE
 
 START_TIMEOUT = 30.0  # seconds a template may take to get ready before it is given up
 FORK_TIMEOUT = 5.0  # seconds for its answer to a fork request before it is given up
@@ -151,6 +152,7 @@ class Template:
         self.env: tuple[str, ...] = ()  # names of variables children get besides the minimum
         self.preload: tuple[str, ...] = ()  # engines beyond pypdf that jobs have asked for
         self.sandbox = "none"  # the level children must reach (confine.LEVELS), or "off"
+        self.nice = DEFAULT_NICE  # the children's nice value (job_limits.CHILD_NICE)
         self.max_ready, self.ready_idle = MAX_READY, READY_IDLE  # read when a template starts
         self._reset()
         os.register_at_fork(after_in_child=self._after_fork)
@@ -180,7 +182,9 @@ class Template:
         with self._lock:
             self._cold += 1
         preload = (engine,) if engine != "pypdf" else ()
-        return Child(self.python, preload=preload, env=self.env, sandbox=self.sandbox)
+        return Child(
+            self.python, preload=preload, env=self.env, sandbox=self.sandbox, nice=self.nice
+        )
 
     def configure(
         self,
@@ -189,13 +193,15 @@ class Template:
         python: str | None = None,
         env: tuple[str, ...] | None = None,
         sandbox: str | None = None,
+        nice: int | None = None,
     ) -> None:
         """Change what templates start with (the running one is replaced), or turn them off."""
         with self._lock:
             python, env = python or self.python, self.env if env is None else env
-            sandbox = sandbox or self.sandbox
-            changed = (python, env, sandbox) != (self.python, self.env, self.sandbox)
-            self.python, self.env, self.sandbox = python, env, sandbox
+            sandbox, nice = sandbox or self.sandbox, self.nice if nice is None else nice
+            was = (self.python, self.env, self.sandbox, self.nice)
+            changed = (python, env, sandbox, nice) != was
+            self.python, self.env, self.sandbox, self.nice = python, env, sandbox, nice
             if enabled is not None:
                 changed = changed or enabled != self.enabled
                 self.enabled = enabled
@@ -290,7 +296,7 @@ class Template:
                 if not self.enabled:
                     self._thread = None
                     return
-                spec = (self.python, self.env, self.preload, self.sandbox)
+                spec = (self.python, self.env, self.preload, self.sandbox, self.nice)
             running, born, died = self._launch(*spec), time.monotonic(), True
             if running is not None:
                 with self._lock:
@@ -299,6 +305,7 @@ class Template:
                         self.env,
                         self.preload,
                         self.sandbox,
+                        self.nice,
                     )
                     if current:
                         self._running, self._starts = running, self._starts + 1
@@ -315,7 +322,7 @@ class Template:
                 self._sleep(min(30.0, 0.25 * 2**failures))
 
     def _launch(
-        self, python: str, env: tuple[str, ...], preload: tuple[str, ...], sandbox: str
+        self, python: str, env: tuple[str, ...], preload: tuple[str, ...], sandbox: str, nice: int
     ) -> _Running | None:
         """A ready template, or None if it could not start or get ready in time."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -328,6 +335,7 @@ class Template:
                 template=theirs.fileno(),
                 ready=ready,
                 sandbox=sandbox,
+                nice=nice,
             )
         except OSError:
             ours.close()

@@ -4,7 +4,8 @@ Everything a person may want to change comes from the environment:
 
 - ``PDFPOOL_SLOTS``, ``PDFPOOL_QUEUE``, ``PDFPOOL_WAIT``, ``PDFPOOL_TIMEOUT`` (and
   ``PDFPOOL_MEMORY_LIMIT``, ``PDFPOOL_MAX_UPLOAD_SIZE``, ``PDFPOOL_MAX_PAGES``,
-  ``PDFPOOL_ENGINE``, ``PDFPOOL_WARM_CHILDREN``, ``PDFPOOL_TEMP_DIR``, and for
+  ``PDFPOOL_ENGINE``, ``PDFPOOL_WARM_CHILDREN``, ``PDFPOOL_CHILD_NICE``,
+  ``PDFPOOL_TEMP_DIR``, and for
   ``make demo-cluster`` ``PDFPOOL_BACKEND``, ``PDFPOOL_REDIS_URL``, ``PDFPOOL_NAMESPACE``,
   ``PDFPOOL_LEASE``, ``PDFPOOL_REDIS_FALLBACK``; ``PDFPOOL_DOOR``,
   ``PDFPOOL_DOOR_DIGESTS``, ``PDFPOOL_DOOR_BUDGET``, ``PDFPOOL_BODY_TIMEOUT``,
@@ -95,6 +96,7 @@ _PDFPOOL_ENV: dict[str, Callable[[str], Any]] = {
     "MAX_PAGES": _optional_integer,
     "ENGINE": str,
     "WARM_CHILDREN": _flag,
+    "CHILD_NICE": _integer,
     "TEMP_DIR": str,
     "BACKEND": str,  # "redis" with PDFPOOL_REDIS_URL: `make demo-cluster`
     "REDIS_URL": str,

@@ -31,7 +31,8 @@ PROJECT = ROOT / "example_project"
 APP = "demo.asgi:application"  # what `make demo` serves
 CORPUS = ROOT.parent / "shared" / "corpus"
 POOL_KEYS = ["SLOTS", "QUEUE", "WAIT", "TIMEOUT", "MEMORY_LIMIT", "MAX_UPLOAD_SIZE"]
-POOL_KEYS += ["MAX_PAGES", "ENGINE", "WARM_CHILDREN", "TEMP_DIR", "DOOR", "DOOR_DIGESTS"]
+POOL_KEYS += ["MAX_PAGES", "ENGINE", "WARM_CHILDREN", "CHILD_NICE", "TEMP_DIR", "DOOR"]
+POOL_KEYS += ["DOOR_DIGESTS"]
 POOL_KEYS += ["DOOR_BUDGET", "BODY_TIMEOUT", "BODY_MIN_RATE"]
 FIELDS = [
     "sha256",

@@ -319,16 +319,18 @@ def _placement(pid: int) -> tuple[int, int, int]:
     return os.getsid(pid), os.getpgid(pid), os.getpriority(os.PRIO_PROCESS, pid)
 
 
+@pytest.mark.parametrize("nice", [None, 12], ids=["default", "configured"])
 @pytest.mark.parametrize("warm", [True, False], ids=["forked", "cold"])
-def test_a_childs_cpu_priority_is_the_lowest_and_counts_against_the_server(warm):
-    """Each job's child runs at nice CHILD_NICE in the server's session, in a process group of
-    its own (killed whole): under the kernel's autogroup a child in a session of its own
-    would compete with the whole server as an equal, whatever its nice (issue 24)."""
-    from django_pdfpool.sandbox.child_main import CHILD_NICE
+def test_a_childs_cpu_priority_is_lower_and_counts_against_the_server(warm, nice):
+    """Each job's child runs at the configured nice (``DEFAULT_NICE`` unless configured) in
+    the server's session, in a process group of its own (killed whole): under the kernel's
+    autogroup a child in a session of its own would compete with the whole server as an
+    equal, whatever its nice (issue 24)."""
+    from django_pdfpool.sandbox.wire import DEFAULT_NICE
     from tests.support.procs import child_pids, rlimits
 
     memory_limit = LIMITS["memory_limit"]
-    extraction.configure(warm=warm)
+    extraction.configure(warm=warm, nice=nice)
     try:
         if warm:  # the template starts with the first job, and is ready after it
             asyncio.run(extract(pdfs.simple(["warm"]), **LIMITS))
@@ -347,13 +349,23 @@ def test_a_childs_cpu_priority_is_the_lowest_and_counts_against_the_server(warm)
                 await asyncio.sleep(0.01)
             return (*seen, (await task).child_start)
 
-        pid, (session, group, nice), start = asyncio.run(scenario())
+        pid, (session, group, seen_nice), start = asyncio.run(scenario())
     finally:
-        extraction.configure(warm=True)
+        extraction.configure(warm=True, nice=DEFAULT_NICE)
     assert start == ("forked" if warm else "cold")
     assert session == os.getsid(0)
     assert group == pid
-    assert nice == CHILD_NICE
+    assert seen_nice == (DEFAULT_NICE if nice is None else nice) > 0
+
+
+@pytest.mark.parametrize("nice", [-1, 20, 5.0, True, "5"])
+def test_a_nice_value_outside_0_to_19_is_refused_and_changes_nothing(nice):
+    from django_pdfpool.sandbox import extract as sandbox
+
+    before = sandbox._template.nice
+    with pytest.raises(ValueError, match="nice must be an integer from 0 to 19"):
+        extraction.configure(nice=nice, warm=False)
+    assert sandbox._template.nice == before and sandbox._template.enabled
 
 
 TIOCSTI_PROBE = """

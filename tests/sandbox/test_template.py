@@ -92,7 +92,7 @@ def test_a_forked_child_is_as_isolated_as_a_cold_one(warm):
         assert seen["limits"]["Max cpu time"] != "unlimited"
         assert seen["limits"]["Max core file size"] == "0"
         assert seen["group"] == seen["pid"]  # its own process group, killed whole
-        assert seen["session"] == os.getsid(0)  # the server's session (child_main.CHILD_NICE)
+        assert seen["session"] == os.getsid(0)  # the server's session (see child_main)
     assert forked["environ"] == Path(f"/proc/{warm}/environ").read_bytes()
     assert sorted(forked["environ"].split(b"\0")) == sorted(cold["environ"].split(b"\0"))
     for mask in ("SigCgt", "SigIgn", "SigBlk"):  # the template's own SIGTERM handler is gone

@@ -193,7 +193,8 @@ class Command(BaseCommand):
                     f"{fmt(conf.timeout, 'seconds')} so far"
                 )
 
-        configure_extraction(child_env=conf.child_env)  # the environment children get
+        # the environment children get, and their priority
+        configure_extraction(child_env=conf.child_env, nice=conf.child_nice)
         try:
             result = extracting.run(path, conf, engine, progress)
         except ExtractionError as error:
