@@ -251,10 +251,11 @@ class PoolSettings:
     child_nice: int = setting(
         DEFAULT_NICE,
         job.CHILD_NICE,
-        "the extraction children's nice value, 0 (the server's own priority) to 19. Higher "
-        "keeps the server answering while it extracts; on a host whose CPUs other work at "
-        "nice 0 keeps busy, it also slows jobs towards their `TIMEOUT` (19: a share of 1 to 68 "
-        "against each such process; 5: 1 to 3). See "
+        "how much lower than the server's own the extraction children's CPU priority is: "
+        "added to the server's nice value (0: the same; the sum is capped at 19). Higher keeps "
+        "the server answering while it extracts; on a host whose CPUs other work at the "
+        "server's priority keeps busy, it also slows jobs towards their `TIMEOUT` (19: a share "
+        "of 1 to 68 against each such process; 5: 1 to 3). See "
         "[performance](performance.md#the-childrens-nice-value-session-7).",
         EXTRACTION,
     )

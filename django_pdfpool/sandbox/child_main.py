@@ -21,7 +21,8 @@ from .wire import READY, SANDBOX_OFF, read_child_options
 
 __all__ = ["main"]
 
-# Extraction children run at a lower CPU priority (options.nice, the CHILD_NICE setting),
+# Extraction children run at a lower CPU priority: options.nice (the CHILD_NICE setting) added
+# to the server's own (os.nice: lowering one's priority needs no privilege; capped at 19),
 # inherited by every fork of the template: a request to the server gets a CPU before a
 # child's pypdf does. They stay in the server's session (a process group of their own, no
 # setsid) because the kernel's autogroup weighs each session as a whole: a child in its own
@@ -31,7 +32,7 @@ __all__ = ["main"]
 def main(argv: list[str]) -> None:
     """Start up, then do one job, or serve forks as the template."""
     options = read_child_options(argv)
-    os.setpriority(os.PRIO_PROCESS, 0, options.nice)
+    os.nice(options.nice)
     if options.parent is not None:
         # A cold child dies at once with its parent (SIGKILL); the template gets SIGTERM,
         # so that it kills its own children first.

@@ -150,19 +150,20 @@ def configure(
     get besides the minimum (`child_process.BASE_ENV`), whether children sandbox themselves
     (False: for tests that show what the layers stop), the sandbox level (of
     `confine.LEVELS`) below which `extract()` refuses with SandboxUnavailable, and the
-    children's nice value (0-19)."""
+    children's nice, added to this process's own (0-19)."""
     global _tmp_dir
-    if nice is not None:  # checked before anything changes
+    if nice is not None:  # the arguments are checked before anything changes
         limits.CHILD_NICE.require("nice", nice)
+    if child_env is not None:
+        limits.CHILD_ENV.require("child_env", child_env)
     if require is not None:
-        _host.require(require)
+        _host.require(require)  # checks it, then sets it: the last to check
     level = None
     if sandbox is not None or require is not None:
         enabled = _template.sandbox != SANDBOX_OFF if sandbox is None else sandbox
         level = _host.required if enabled else SANDBOX_OFF
     names = None
     if child_env is not None:
-        limits.CHILD_ENV.require("child_env", child_env)
         names = tuple(child_env)
     _template.configure(enabled=warm, python=python, env=names, sandbox=level, nice=nice)
     if tmp_dir is not _UNSET:

@@ -23,5 +23,5 @@ CHILD_ENV = Bound(  # variables the children inherit besides the minimum
     lambda v: isinstance(v, list | tuple) and all(_is_name(n) for n in v),
     "a list of environment variable names",
 )
-CHILD_NICE = integer(0, 19)  # the children's nice value: 0 is the server's own priority
+CHILD_NICE = integer(0, 19)  # added to the server's nice for its children: 0, its own
 REQUIRE = one_of(LEVELS)  # the sandbox level below which extractions are refused

@@ -152,7 +152,7 @@ class Template:
         self.env: tuple[str, ...] = ()  # names of variables children get besides the minimum
         self.preload: tuple[str, ...] = ()  # engines beyond pypdf that jobs have asked for
         self.sandbox = "none"  # the level children must reach (confine.LEVELS), or "off"
-        self.nice = DEFAULT_NICE  # the children's nice value (job_limits.CHILD_NICE)
+        self.nice = DEFAULT_NICE  # the children's nice above the server's (job_limits.CHILD_NICE)
         self.max_ready, self.ready_idle = MAX_READY, READY_IDLE  # read when a template starts
         self._reset()
         os.register_at_fork(after_in_child=self._after_fork)

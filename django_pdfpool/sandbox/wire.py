@@ -33,7 +33,7 @@ READY_OPTION = "--ready"  # the template's "N,SECONDS": keep up to N ready child
 SANDBOX_OPTION = "--sandbox"  # followed by the level the child must reach (confine.LEVELS), or
 SANDBOX_OFF = "off"  # no layer at all (tests that show what the layers stop); absent: "none"
 PROBE_OPTION = "--probe"  # put on every layer, print what was had as JSON, exit
-NICE_OPTION = "--nice"  # followed by the child's nice value (absent: DEFAULT_NICE)
+NICE_OPTION = "--nice"  # followed by how much the child lowers its priority below its parent's
 # Below the server's threads (nice 0) but not starved by other work at nice 0 on a busy host:
 # a share of 1 to 3 against each such process. 19 starved jobs to their deadline (issue 24).
 DEFAULT_NICE = 5
@@ -69,8 +69,7 @@ def child_options(
     options = [part for engine in preload for part in (PRELOAD_OPTION, engine)]
     if sandbox != "none":
         options += [SANDBOX_OPTION, sandbox]
-    if nice != DEFAULT_NICE:
-        options += [NICE_OPTION, str(nice)]
+    options += [NICE_OPTION, str(nice)]
     if warm_up:
         options.append(WARM_UP_OPTION)
     if template:

@@ -23,6 +23,7 @@ from django_pdfpool.extraction import Extraction, ExtractionError, extract
 from django_pdfpool.sandbox.child_process import CHILD_MODULE
 from django_pdfpool.sandbox.engines import preload
 from django_pdfpool.sandbox.wire import (
+    DEFAULT_NICE,
     ENGINES,
     READY,
     STARTED,
@@ -374,15 +375,23 @@ def test_a_real_child_exits_quietly_at_eof():
 
 
 def test_the_child_command_line():
-    assert child_options((), False) == []
-    assert child_options(("pypdfium2",), True) == ["--preload", "pypdfium2", "--warm-up"]
-    assert child_options((), False, template=True, parent=7) == ["--template", "--parent", "7"]
+    nice = ["--nice", str(DEFAULT_NICE)]  # always said: a child of another install agrees
+    assert child_options((), False) == nice
+    assert child_options(("pypdfium2",), True) == ["--preload", "pypdfium2", *nice, "--warm-up"]
+    assert child_options((), False, template=True, parent=7) == [
+        *nice,
+        "--template",
+        "--parent",
+        "7",
+    ]
+    assert read_child_options(child_options((), False, nice=11)).nice == 11
+    assert read_child_options([]).nice == DEFAULT_NICE
     for preload_engines, warm_up in [((), False), ((), True), (("pypdfium2",), False)]:
         for template, parent in [(False, None), (True, 12)]:
             options = child_options(preload_engines, warm_up, template=template, parent=parent)
             assert read_child_options(options)[:4] == (preload_engines, warm_up, template, parent)
     options = child_options((), False, template=True, ready=(3, 2.5))
-    assert options == ["--template", "--ready", "3,2.5"]
+    assert options == [*nice, "--template", "--ready", "3,2.5"]
     assert read_child_options(options).ready == (3, 2.5)
 
 

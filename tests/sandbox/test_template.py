@@ -134,3 +134,28 @@ def test_a_template_killed_mid_burst_costs_no_job(warm):
     wait_until(lambda: extraction.idle_pids() not in ([], [warm]), timeout=30)
     assert after.template_starts >= before.template_starts
     assert extraction.child_starts().template_starts == before.template_starts + 1
+
+
+def test_a_change_of_nice_replaces_the_template_and_its_children_follow(warm):
+    """``configure(nice=)`` ends the running template; the next starts at the new value, and
+    a template that dies is started again at it."""
+    from django_pdfpool.sandbox import extract as sandbox
+    from django_pdfpool.sandbox.wire import DEFAULT_NICE
+
+    mine = os.getpriority(os.PRIO_PROCESS, 0)
+    extraction.prewarm()
+    wait_until(lambda: sandbox._template.pid() is not None, timeout=30)
+    first = sandbox._template.pid()
+    assert first is not None and os.getpriority(os.PRIO_PROCESS, first) == mine + DEFAULT_NICE
+    try:
+        extraction.configure(nice=2)
+        extraction.prewarm()
+        wait_until(lambda: sandbox._template.pid() not in (None, first), timeout=30)
+        second = sandbox._template.pid()
+        assert second is not None and os.getpriority(os.PRIO_PROCESS, second) == mine + 2
+        os.kill(second, signal.SIGKILL)
+        wait_until(lambda: sandbox._template.pid() not in (None, second), timeout=30)
+        third = sandbox._template.pid()
+        assert third is not None and os.getpriority(os.PRIO_PROCESS, third) == mine + 2
+    finally:
+        extraction.configure(nice=DEFAULT_NICE)
