@@ -601,7 +601,7 @@ async def targets_run(corpus: Path, repeat: int, burst_jobs: int) -> dict[str, A
     base = {p: statistics.median(t for q, t in raw["single, in process"] if q == p) for p in small}
     for label, found in raw.items():
         ratios[label] = [took / base[path] for path, took in found]
-    return {"ratios": ratios, "seconds": seconds, "base": base, "raw": raw}
+    return {"ratios": ratios, "seconds": seconds, "base": base}
 
 
 def targets_table(found: dict[str, Any], load: tuple[float, float]) -> str:

@@ -296,17 +296,11 @@ class Template:
                 if not self.enabled:
                     self._thread = None
                     return
-                spec = (self.python, self.env, self.preload, self.sandbox, self.nice)
+                spec = self._spec()
             running, born, died = self._launch(*spec), time.monotonic(), True
             if running is not None:
                 with self._lock:
-                    current = self.enabled and spec == (
-                        self.python,
-                        self.env,
-                        self.preload,
-                        self.sandbox,
-                        self.nice,
-                    )
+                    current = self.enabled and spec == self._spec()
                     if current:
                         self._running, self._starts = running, self._starts + 1
                 while current and running.child.alive():  # until it dies, or a change
@@ -320,6 +314,10 @@ class Template:
             failures = failures + 1 if young else 0
             if failures > 1:  # failed young twice running: back off, up to 30 s
                 self._sleep(min(30.0, 0.25 * 2**failures))
+
+    def _spec(self) -> tuple[str, tuple[str, ...], tuple[str, ...], str, int]:
+        """What a template starts with, as ``_launch`` takes it (read under ``_lock``)."""
+        return self.python, self.env, self.preload, self.sandbox, self.nice
 
     def _launch(
         self, python: str, env: tuple[str, ...], preload: tuple[str, ...], sandbox: str, nice: int
