@@ -209,9 +209,12 @@ def test_child_killed_by_a_signal(signum, expected, copies):
     """A signal from outside, once the child has its job, maps to a code; nothing is left."""
     before = child_pids()
 
+    timeout = 30.0  # generous: a child below the server's priority is slow to start on busy CPUs
+
     async def scenario():
-        task = asyncio.create_task(extract(pdfs.cpu_bomb(), timeout=5.0, memory_limit=MEMORY))
-        for _ in range(500):
+        task = asyncio.create_task(extract(pdfs.cpu_bomb(), timeout=timeout, memory_limit=MEMORY))
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
             await asyncio.sleep(0.01)
             # the job's child: the one with its limits set (not a ready one, waiting)
             working = [
@@ -229,7 +232,7 @@ def test_child_killed_by_a_signal(signum, expected, copies):
     started = time.monotonic()
     error = asyncio.run(scenario())
     assert (error.code, error.detail) == (expected, signal.Signals(signum).name)
-    assert time.monotonic() - started < 3.0  # did not wait for the deadline
+    assert time.monotonic() - started < timeout - 5  # did not wait for the deadline
     assert leftovers(before) == set()
     assert list(copies.iterdir()) == []
 

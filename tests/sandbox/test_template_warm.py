@@ -111,9 +111,9 @@ def test_ready_children_follow_demand_and_are_gone_at_rest(template):
     `ready_idle` seconds without a job only the template is left, whatever the burst was.
     The burst's jobs take a second's work each, so that they run at once on a busy host too
     (tiny ones ended there before the next began: 3 at once), and the children run niced:
-    forking and warming four takes seconds there, so they idle 20 s here (the other tests'
-    1 s would drop them while they come)."""
-    idle = sandbox._template.ready_idle = 20.0  # read when it starts; the fixture resets it
+    forking and warming four takes tens of seconds there, so they idle 60 s here (the other
+    tests' 1 s would drop them while they come)."""
+    idle = sandbox._template.ready_idle = 60.0  # read when it starts; the fixture resets it
     template(warm=True)
     extraction.prewarm()
     pid = the_template()
