@@ -123,6 +123,12 @@ VARIANTS = {
     "door-nice19": Variant("/api/extract/", {"PDFPOOL_CHILD_NICE": "19"}),
     "door-nice10": Variant("/api/extract/", {"PDFPOOL_CHILD_NICE": "10"}),
     "door-nice0": Variant("/api/extract/", {"PDFPOOL_CHILD_NICE": "0"}),
+    # every event-loop callback over 2 ms timed, with the collector's pauses (slowcb.py)
+    "door-slowcb": Variant("/api/extract/", {"BENCH_SLOW_CALLBACKS": "slowcb.jsonl"}),
+    # the API's answer streamed a chunk per page, all in one callback (before session 8)
+    "door-pagechunks": Variant("/api/extract/", {"BENCH_ANSWER": "pages"}),
+    # start-up's objects frozen out of the cyclic collector's passes (gc.freeze)
+    "door-gcfreeze": Variant("/api/extract/", {"BENCH_GC_FREEZE": "1"}),
     "naive": Variant("/bench/naive/", {}, runs="naive"),
     "executor": Variant("/bench/executor/", {}, runs="executor"),
 }
@@ -224,6 +230,9 @@ def bench_variant(
         UVICORN_LOOP="asyncio",
     )
     env.update(variant.env)
+    if slow := env.get("BENCH_SLOW_CALLBACKS"):  # in the folder the benchmark runs in
+        env["BENCH_SLOW_CALLBACKS"] = str(Path(slow).resolve())
+        print(f"{name}: slow callbacks in {Path(slow).resolve()}", file=sys.stderr)
     if args.lagwatch:
         env["BENCH_LAGWATCH"] = str(args.lagwatch / f"{name}-server.jsonl")
     mix, declare = Mix(corpus), variant.declare

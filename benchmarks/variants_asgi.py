@@ -12,6 +12,9 @@ two response headers, what the server did with its body before answering:
   waiting for the event loop or a CPU).
 
 The wrapper does nothing else, for every variant alike (see bench_load.py).
+``BENCH_ANSWER=pages`` (``door-pagechunks``) streams the API's answer as before session 8:
+a chunk per page, all in one callback. ``BENCH_GC_FREEZE=1`` (``door-gcfreeze``) freezes
+what start-up made (``gc.freeze()``).
 ``BENCH_THREADS=new`` (``door-newthreads``) leaves out the example's ``KeptThreads``: Django's
 handler then starts a thread for each request and joins it after, as it ships.
 """
@@ -81,6 +84,24 @@ def _new_threads(app: Any) -> Any:
     assert isinstance(app.app.app, KeptThreads)
     return PdfPoolDoor(PoolLifespan(app.app.app.app))
 
+
+if os.environ.get("BENCH_GC_FREEZE"):  # ``door-gcfreeze``: start-up's objects frozen
+    import gc
+
+    gc.collect()
+    gc.freeze()
+
+if os.environ.get("BENCH_ANSWER") == "pages":  # ``door-pagechunks``: the answer as before
+    from collections.abc import AsyncIterator, Iterator
+
+    from uploads import results
+
+    async def _each(chunks: Iterator[bytes]) -> AsyncIterator[bytes]:
+        for chunk in chunks:
+            yield chunk
+
+    results.CHUNK = 0  # a chunk per page (and per piece of JSON around them)
+    results._async = _each  # all sent in one callback
 
 application = BodyCount(
     _new_threads(example) if os.environ.get("BENCH_THREADS") == "new" else example

@@ -46,3 +46,9 @@ if _watched := _os.environ.get("BENCH_LAGWATCH"):
     from benchmarks.lagwatch import start as _start_watch
 
     _start_watch(_watched)
+
+# ``BENCH_SLOW_CALLBACKS=FILE``: every event-loop callback over 2 ms, timed (benchmarks/slowcb.py)
+if _slow := _os.environ.get("BENCH_SLOW_CALLBACKS"):
+    from benchmarks.slowcb import install as _install_slow
+
+    _install_slow(_slow)

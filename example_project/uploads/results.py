@@ -1,9 +1,12 @@
 """The API's answer for an extraction: its text once (the pages, or their joined text on
-request) as UTF-8 JSON, streamed a slice at a time, so that however many callers share a
-text bomb, the answers in flight hold a few slices each and no copy of the text."""
+request) as UTF-8 JSON, streamed a chunk at a time, so that however many callers share a
+text bomb, the answers in flight hold a few slices each and no copy of the text. Pages are
+joined into chunks of 64 KiB or more, one per turn of the event loop: a chunk per page sent a
+117-page answer as hundreds of writes in one callback (docs/performance.md, session 8)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator, Iterator
 
@@ -13,7 +16,8 @@ from django.http import HttpRequest, StreamingHttpResponse
 from django_pdfpool import Extraction
 from django_pdfpool.extraction import PAGE_SEPARATOR
 
-SLICE = 1 << 16  # characters of text per chunk: at most 4 x 64 KiB of UTF-8 (6 x if escaped)
+SLICE = 1 << 16  # characters of text per slice: at most 4 x 64 KiB of UTF-8 (6 x if escaped)
+CHUNK = 1 << 16  # bytes: pieces are joined until a chunk has at least this many
 
 
 def answer(request: HttpRequest, pdf: Extraction, *, text: bool) -> StreamingHttpResponse:
@@ -26,6 +30,20 @@ def answer(request: HttpRequest, pdf: Extraction, *, text: bool) -> StreamingHtt
 
 
 def chunked(pdf: Extraction, *, text: bool) -> Iterator[bytes]:
+    """The JSON object in chunks of at least CHUNK bytes (the last may be shorter)."""
+    held: list[bytes] = []
+    size = 0
+    for piece in _pieces(pdf, text=text):
+        held.append(piece)
+        size += len(piece)
+        if size >= CHUNK:
+            yield b"".join(held)
+            held, size = [], 0
+    if held:
+        yield b"".join(held)
+
+
+def _pieces(pdf: Extraction, *, text: bool) -> Iterator[bytes]:
     """The JSON object, in the order of ``Extraction.as_dict()``, a slice of text at a time."""
     yield b'{"sha256":%s,"page_count":%d,' % (_json(pdf.sha256), pdf.page_count)
     if text:
@@ -68,5 +86,8 @@ def _json(value: object) -> bytes:
 
 
 async def _async(chunks: Iterator[bytes]) -> AsyncIterator[bytes]:
-    for chunk in chunks:
+    """One chunk per turn of the loop: what else is ready (another request) runs between."""
+    for index, chunk in enumerate(chunks):
+        if index:
+            await asyncio.sleep(0)
         yield chunk

@@ -167,7 +167,7 @@ def test_limits_are_set_in_the_child_and_cancel_kills_it(copies):
     before = child_pids()
 
     async def scenario():
-        task = asyncio.create_task(extract(pdfs.cpu_bomb(), timeout=5.0, memory_limit=MEMORY))
+        task = asyncio.create_task(extract(pdfs.cpu_long(), timeout=5.0, memory_limit=MEMORY))
         limits = {}
         for _ in range(500):
             await asyncio.sleep(0.01)
@@ -212,7 +212,8 @@ def test_child_killed_by_a_signal(signum, expected, copies):
     timeout = 30.0  # generous: a child below the server's priority is slow to start on busy CPUs
 
     async def scenario():
-        task = asyncio.create_task(extract(pdfs.cpu_bomb(), timeout=timeout, memory_limit=MEMORY))
+        # seconds of work at flat memory: the cpu bomb could end on MEMORY before the poll
+        task = asyncio.create_task(extract(pdfs.cpu_long(), timeout=timeout, memory_limit=MEMORY))
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             await asyncio.sleep(0.01)

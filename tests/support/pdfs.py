@@ -158,6 +158,20 @@ def cpu_bomb(megabytes: int = 40) -> bytes:
     return assemble(objects)
 
 
+def cpu_long(pages: int = 2000) -> bytes:
+    """Pages that all draw one content stream of 256 KB of positioning operators and no text:
+    seconds of CPU (about 5 ms a page) at flat memory (under 40 MB), for tests that act on a
+    child while it works and must not see it end on its memory limit first."""
+    ops = b"BT /F1 12 Tf " + b"1 0 0 1 72 720 Tm " * (256 * 1024 // 18) + b"ET"
+    objects = document([b""])
+    objects[4] = stream(zlib.compress(ops, 6), b"/Filter /FlateDecode ")
+    kids = b" ".join(b"%d 0 R" % (6 + i) for i in range(pages))
+    objects[1] = b"<< /Type /Pages /Kids [%s] /Count %d >>" % (kids, pages)
+    page = b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 5 0 R"
+    objects += [page + b" /Resources << /Font << /F1 3 0 R >> >> >>"] * pages
+    return assemble(objects)
+
+
 def cyclic_kids() -> bytes:
     """Two /Pages nodes that list each other as kids."""
     objects = document([text_ops("cycle")])
