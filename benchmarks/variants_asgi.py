@@ -43,6 +43,10 @@ class BodyCount:
             from benchmarks.lagwatch import watch_loop
 
             watch_loop(asyncio.get_running_loop(), watched)
+        if scope["type"] == "lifespan" and (workers := os.environ.get("BENCH_EXECUTOR")):
+            from concurrent.futures import ThreadPoolExecutor
+
+            asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(int(workers)))
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
