@@ -123,7 +123,7 @@ VARIANTS = {
     "door-nice19": Variant("/api/extract/", {"PDFPOOL_CHILD_NICE": "19"}),
     "door-nice10": Variant("/api/extract/", {"PDFPOOL_CHILD_NICE": "10"}),
     "door-nice0": Variant("/api/extract/", {"PDFPOOL_CHILD_NICE": "0"}),
-    # every event-loop callback over 2 ms timed, with the collector's pauses (slowcb.py)
+    # every event-loop callback over 1 ms timed, with the collector's pauses (slowcb.py)
     "door-slowcb": Variant("/api/extract/", {"BENCH_SLOW_CALLBACKS": "slowcb.jsonl"}),
     # the API's answer streamed a chunk per page, all in one callback (before session 8)
     "door-pagechunks": Variant("/api/extract/", {"BENCH_ANSWER": "pages"}),

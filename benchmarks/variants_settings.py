@@ -47,7 +47,7 @@ if _watched := _os.environ.get("BENCH_LAGWATCH"):
 
     _start_watch(_watched)
 
-# ``BENCH_SLOW_CALLBACKS=FILE``: every event-loop callback over 2 ms, timed (benchmarks/slowcb.py)
+# ``BENCH_SLOW_CALLBACKS=FILE``: every event-loop callback over 1 ms, timed (benchmarks/slowcb.py)
 if _slow := _os.environ.get("BENCH_SLOW_CALLBACKS"):
     from benchmarks.slowcb import install as _install_slow
 
