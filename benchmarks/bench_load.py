@@ -127,6 +127,8 @@ VARIANTS = {
     "door-slowcb": Variant("/api/extract/", {"BENCH_SLOW_CALLBACKS": "slowcb.jsonl"}),
     # the API's answer streamed a chunk per page, all in one callback (before session 8)
     "door-pagechunks": Variant("/api/extract/", {"BENCH_ANSWER": "pages"}),
+    # ... in 64 KiB chunks, one per turn, but built on the loop for each sharer
+    "door-loopchunks": Variant("/api/extract/", {"BENCH_ANSWER": "loop"}),
     # the loop's default executor (uploads parsed, staged and hashed) with 2 threads, not 6
     "door-executor2": Variant("/api/extract/", {"BENCH_EXECUTOR": "2"}),
     # start-up's objects frozen out of the cyclic collector's passes (gc.freeze)

@@ -13,8 +13,9 @@ two response headers, what the server did with its body before answering:
 
 The wrapper does nothing else, for every variant alike (see bench_load.py).
 ``BENCH_ANSWER=pages`` (``door-pagechunks``) streams the API's answer as before session 8:
-a chunk per page, all in one callback. ``BENCH_GC_FREEZE=1`` (``door-gcfreeze``) freezes
-what start-up made (``gc.freeze()``).
+built on the loop for each sharer, a chunk per page, all in one callback; ``BENCH_ANSWER=loop``
+(``door-loopchunks``) in 64 KiB chunks, one per turn, but built on the loop for each sharer.
+``BENCH_GC_FREEZE=1`` (``door-gcfreeze``) freezes what start-up made (``gc.freeze()``).
 ``BENCH_THREADS=new`` (``door-newthreads``) leaves out the example's ``KeptThreads``: Django's
 handler then starts a thread for each request and joins it after, as it ships.
 """
@@ -95,17 +96,24 @@ if os.environ.get("BENCH_GC_FREEZE"):  # ``door-gcfreeze``: start-up's objects f
     gc.collect()
     gc.freeze()
 
-if os.environ.get("BENCH_ANSWER") == "pages":  # ``door-pagechunks``: the answer as before
-    from collections.abc import AsyncIterator, Iterator
+if os.environ.get("BENCH_ANSWER"):  # ``door-pagechunks``, ``door-loopchunks``: as before
+    from collections.abc import AsyncIterator
 
     from uploads import results
 
-    async def _each(chunks: Iterator[bytes]) -> AsyncIterator[bytes]:
-        for chunk in chunks:
-            yield chunk
+    from django_pdfpool import Extraction
 
-    results.CHUNK = 0  # a chunk per page (and per piece of JSON around them)
-    results._async = _each  # all sent in one callback
+    async def _pages(pdf: Extraction, text: bool) -> AsyncIterator[bytes]:
+        for piece in results._pieces(pdf, text=text):  # built on the loop, for each sharer
+            yield piece  # a chunk per page (and per piece of JSON around them)
+
+    async def _on_loop(pdf: Extraction, text: bool) -> AsyncIterator[bytes]:
+        for index, chunk in enumerate(results.chunked(pdf, text=text)):
+            if index:
+                await asyncio.sleep(0)
+            yield chunk  # 64 KiB chunks, one per turn, built on the loop for each sharer
+
+    results._async = _pages if os.environ["BENCH_ANSWER"] == "pages" else _on_loop
 
 application = BodyCount(
     _new_threads(example) if os.environ.get("BENCH_THREADS") == "new" else example

@@ -1,14 +1,18 @@
 """The API's answer for an extraction: its text once (the pages, or their joined text on
-request) as UTF-8 JSON, streamed a chunk at a time, so that however many callers share a
-text bomb, the answers in flight hold a few slices each and no copy of the text. Pages are
-joined into chunks of 64 KiB or more, one per turn of the event loop: a chunk per page sent a
-117-page answer as hundreds of writes in one callback (docs/performance.md, session 8)."""
+request) as UTF-8 JSON in chunks of 64 KiB or more, streamed. Under ASGI the chunks are built
+once per job, in a worker thread, and shared by its sharers (the event loop neither encodes
+nor copies text), then sent one per turn of the loop: a chunk per page, built on the loop for
+each sharer, had sent a 117-page answer as hundreds of writes in one callback
+(docs/performance.md, session 8)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import threading
+import weakref
 from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
 
 from django.core.handlers.asgi import ASGIRequest
 from django.http import HttpRequest, StreamingHttpResponse
@@ -22,10 +26,12 @@ CHUNK = 1 << 16  # bytes: pieces are joined until a chunk has at least this many
 
 def answer(request: HttpRequest, pdf: Extraction, *, text: bool) -> StreamingHttpResponse:
     """The streamed JSON answer: ``pages`` (a list), or with ``text`` the joined ``text``."""
-    chunks = chunked(pdf, text=text)
     # Under ASGI Django would read a plain iterator whole before sending it: give it an
     # asynchronous one, which it sends chunk by chunk as the client takes them.
-    content = _async(chunks) if isinstance(request, ASGIRequest) else chunks
+    if isinstance(request, ASGIRequest):
+        content: Iterator[bytes] | AsyncIterator[bytes] = _async(pdf, text)
+    else:  # a WSGI worker's thread builds them as it sends them
+        content = chunked(pdf, text=text)
     return StreamingHttpResponse(content, content_type="application/json")
 
 
@@ -85,9 +91,36 @@ def _json(value: object) -> bytes:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "replace")
 
 
-async def _async(chunks: Iterator[bytes]) -> AsyncIterator[bytes]:
-    """One chunk per turn of the loop: what else is ready (another request) runs between."""
+async def _async(pdf: Extraction, text: bool) -> AsyncIterator[bytes]:
+    """The shared chunks, one per turn of the loop: what else is ready runs between."""
+    chunks = await asyncio.to_thread(built, pdf, text)
     for index, chunk in enumerate(chunks):
         if index:
             await asyncio.sleep(0)
         yield chunk
+
+
+@dataclass
+class _Answers:
+    """One Extraction's answers, as long as it lives."""
+
+    lock: threading.Lock = field(default_factory=threading.Lock)  # held while one is built
+    chunks: dict[bool, tuple[bytes, ...]] = field(default_factory=dict)  # by text=; lock
+
+
+_answers: dict[int, _Answers] = {}  # by id() of a live Extraction; guarded by _guard
+_guard = threading.Lock()
+
+
+def built(pdf: Extraction, text: bool) -> tuple[bytes, ...]:
+    """The answer's chunks: built by the first sharer to ask, the others wait for them."""
+    with _guard:
+        answers = _answers.get(id(pdf))
+        if answers is None:
+            answers = _answers[id(pdf)] = _Answers()
+            # its callback takes no lock: a collection under _guard may run it
+            weakref.finalize(pdf, _answers.pop, id(pdf), None)
+    with answers.lock:
+        if text not in answers.chunks:
+            answers.chunks[text] = tuple(chunked(pdf, text=text))
+        return answers.chunks[text]

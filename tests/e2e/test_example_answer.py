@@ -1,12 +1,15 @@
 """The example API's streamed answer (``example_project/uploads/results.py``, issue 24): the
-Extraction's JSON, in chunks of 64 KiB or more rather than one per page, one chunk per turn of
-the event loop."""
+Extraction's JSON, in chunks of 64 KiB or more rather than one per page; under ASGI built once
+per job in a worker thread, shared by its sharers, sent one chunk per turn of the event loop."""
 
 from __future__ import annotations
 
 import asyncio
+import gc
 import importlib.util
 import json
+import sys
+import threading
 from pathlib import Path
 from types import ModuleType
 
@@ -19,7 +22,11 @@ def results() -> ModuleType:
     spec = importlib.util.spec_from_file_location("example_results", RESULTS)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    sys.modules[spec.name] = module  # where its dataclass is looked up while it is made
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        del sys.modules[spec.name]
     return module
 
 
@@ -62,7 +69,7 @@ def test_a_streamed_answer_lets_the_event_loop_turn_between_chunks():
     async def scenario() -> list[str]:
         seen: list[str] = []
         loop = asyncio.get_running_loop()
-        async for _ in module._async(module.chunked(pdf, text=False)):
+        async for _ in module._async(pdf, False):
             seen.append("chunk")
             loop.call_soon(seen.append, "other")
         return seen
@@ -71,3 +78,35 @@ def test_a_streamed_answer_lets_the_event_loop_turn_between_chunks():
     chunks = seen.count("chunk")
     assert chunks > 2
     assert seen[: 2 * chunks - 1] == ["chunk", "other"] * (chunks - 1) + ["chunk"]
+
+
+def test_sharers_get_one_answer_built_once_off_the_loop():
+    """Twelve sharers of one Extraction, at once, on one loop: the chunks are built once, in
+    a worker thread, and every sharer sends those same bytes; they go with the Extraction."""
+    module, pdf = results(), many_pages()
+    builders: list[threading.Thread] = []
+    chunked = module.chunked
+
+    def counted(pdf: Extraction, *, text: bool):  # the module's own, its builders recorded
+        builders.append(threading.current_thread())
+        return chunked(pdf, text=text)
+
+    module.chunked = counted
+
+    async def sharer(pdf: Extraction) -> list[bytes]:
+        return [chunk async for chunk in module._async(pdf, False)]
+
+    async def scenario(pdf: Extraction) -> tuple[list[list[bytes]], threading.Thread]:
+        answers = await asyncio.gather(*(sharer(pdf) for _ in range(12)))
+        return answers, threading.current_thread()
+
+    answers, loop_thread = asyncio.run(scenario(pdf))
+    assert len(builders) == 1 and builders[0] is not loop_thread
+    assert all(answer == answers[0] for answer in answers)
+    assert all(a is b for answer in answers for a, b in zip(answer, answers[0], strict=True))
+    assert json.loads(b"".join(answers[0])) == pdf.as_dict(text=False)
+    key = id(pdf)
+    assert key in module._answers
+    del pdf, answers
+    gc.collect()
+    assert key not in module._answers  # nothing kept once the Extraction is gone
