@@ -17,7 +17,7 @@ from django_pdfpool import extraction
 from django_pdfpool.exceptions import EXTRACTION_MESSAGES as MESSAGES
 from django_pdfpool.extraction import ExtractionError, extract
 from tests.support import pdfs
-from tests.support.procs import PeakWatcher, child_pids, leftovers, rlimits
+from tests.support.procs import PeakWatcher, child_pids, cpu_time, job_child, leftovers, rlimits
 
 TIMEOUT = 5.0  # generous: under load a quick refusal must still beat its deadline
 DEADLINE = {"timeout": 2.0}  # for the cases that are expected to run into it
@@ -171,9 +171,8 @@ def test_limits_are_set_in_the_child_and_cancel_kills_it(copies):
         limits = {}
         for _ in range(500):
             await asyncio.sleep(0.01)
-            pids = child_pids() - before
-            limits = rlimits(next(iter(pids))) if pids else {}
-            if limits.get("Max address space") == str(MEMORY):
+            if (pid := job_child(child_pids() - before, MEMORY)) is not None:
+                limits = rlimits(pid)
                 break
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
@@ -214,17 +213,16 @@ def test_child_killed_by_a_signal(signum, expected, copies):
     async def scenario():
         # seconds of work at flat memory: the cpu bomb could end on MEMORY before the poll
         task = asyncio.create_task(extract(pdfs.cpu_long(), timeout=timeout, memory_limit=MEMORY))
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        deadline, pid, used = time.monotonic() + timeout, None, 0.0
+        while time.monotonic() < deadline and not task.done():
             await asyncio.sleep(0.01)
-            # the job's child: the one with its limits set (not a ready one, waiting)
-            working = [
-                pid
-                for pid in sorted(child_pids() - before)
-                if rlimits(pid).get("Max address space") == str(MEMORY)
-            ]
-            if working:
-                os.kill(working[0], signum)
+            if pid is None:  # the job's child: its limits set (not a ready one, waiting)
+                if (pid := job_child(child_pids() - before, MEMORY)) is not None:
+                    used = cpu_time(pid) or 0.0
+            elif (now := cpu_time(pid)) is not None and now - used >= 0.05:
+                # at work on the PDF, so past STARTED: killed before it, the child would be
+                # taken for one lost before its job, and the job given to another
+                os.kill(pid, signum)
                 break
         with pytest.raises(ExtractionError) as caught:
             await task

@@ -15,7 +15,7 @@ from django_pdfpool import extraction
 from django_pdfpool.extraction import extract
 from tests.conftest import wait_until
 from tests.support import pdfs
-from tests.support.procs import child_pids, leftovers, rlimits
+from tests.support.procs import child_pids, job_child, leftovers, rlimits
 
 MEMORY = 300 << 20
 LIMITS = {"timeout": 30.0, "memory_limit": MEMORY}
@@ -50,11 +50,8 @@ def inspect_while_busy(warm_call: bool) -> dict:
         mine = set(child_pids()) - set(extraction.idle_pids())  # a ready child may take it
         task = asyncio.ensure_future(extract(pdfs.slow_pdf("busy", 3), warm=warm_call, **LIMITS))
 
-        def working() -> int | None:
-            for pid in child_pids() - mine - set(extraction.idle_pids()):
-                if rlimits(pid).get("Max address space") == str(MEMORY):
-                    return pid
-            return None
+        def working() -> int | None:  # once its limits are all set, the last one included
+            return job_child(child_pids() - mine - set(extraction.idle_pids()), MEMORY)
 
         while (pid := working()) is None:
             assert not task.done()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 import psutil
@@ -116,6 +117,28 @@ def rlimits(pid: int) -> dict[str, str]:
         name, soft = line[:26].strip(), line[26:47].strip()
         limits[name] = soft
     return limits
+
+
+def job_child(candidates: Iterable[int], memory: int) -> int | None:
+    """The child among ``candidates`` with its job's limits set: its address space
+    ``memory`` and a CPU limit, the last one it sets (after reading its job, just before it
+    says STARTED); None if there is none yet. A ready child has no limits."""
+    for pid in sorted(candidates):
+        limits = rlimits(pid)  # {} if gone meanwhile
+        if (
+            limits.get("Max address space") == str(memory)
+            and limits.get("Max cpu time", "unlimited") != "unlimited"
+        ):
+            return pid
+    return None
+
+
+def cpu_time(pid: int) -> float | None:
+    """Seconds of CPU the process has used (user and system); None if it is gone."""
+    stat = _stat(pid)
+    if not stat:
+        return None
+    return (int(stat[11]) + int(stat[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def extraction_children(pid: int) -> list[psutil.Process]:
