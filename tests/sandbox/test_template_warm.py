@@ -20,6 +20,7 @@ import pytest
 from django_pdfpool import extraction
 from django_pdfpool.extraction import extract
 from django_pdfpool.sandbox import extract as sandbox
+from django_pdfpool.sandbox import template as template_module
 from tests.conftest import wait_until
 from tests.support import pdfs
 from tests.support.procs import CHILD_MARK, READY_NAME, child_pids, leftovers, name
@@ -47,15 +48,23 @@ def the_template() -> int:
 READY_IDLE = 1.0  # seconds: the ready children's idle time in these tests (default 5)
 
 
+def shut_down() -> None:
+    """shutdown(), and its supervisor gone: one that had not seen it yet when templates were
+    turned on again (the fixture's end) would go on and start a template with the settings it
+    read then (another test's ready_idle), taken for the next test's own."""
+    extraction.shutdown()
+    wait_until(lambda: sandbox._template._thread is None, timeout=60)
+
+
 @pytest.fixture
 def template():
-    extraction.shutdown()
+    shut_down()
     sandbox._template.ready_idle = READY_IDLE  # read when a template starts
     before = child_pids()
     yield extraction.configure
-    extraction.shutdown()
+    shut_down()
     assert leftovers(before) == set()
-    sandbox._template.ready_idle = type(sandbox._template)().ready_idle
+    sandbox._template.ready_idle = template_module.READY_IDLE
     extraction.configure(warm=True)
 
 
