@@ -93,6 +93,11 @@ class Variant:
     runs: str = "pdfpool"  # its count in /bench/stats/
     health: str = "/bench/health/"  # the page the probe polls
     idle_children: bool = False  # the template and its children at SCHED_IDLE (inherited)
+    # EEVDF's requested slice (sched_setattr's sched_runtime, Linux 6.12+), in ms, for the
+    # template and its children (inherited by the children it forks later), for the server's
+    # threads (inherited by threads they start); 0: the kernel's default
+    children_slice: float = 0.0
+    server_slice: float = 0.0
 
 
 VARIANTS = {
@@ -119,6 +124,10 @@ VARIANTS = {
     "door-rawhealth": Variant("/api/extract/", {}, health="/bench/raw-health/"),
     # the extraction children at SCHED_IDLE: what the CPUs they take cost the server
     "door-idlechildren": Variant("/api/extract/", {}, idle_children=True),
+    # the children asking for 100 ms slices, the server's threads for 0.1 ms (the kernel's
+    # bounds): a waking thread of the server then preempts a child at once
+    "door-longslice": Variant("/api/extract/", {}, children_slice=100.0),
+    "door-shortslice": Variant("/api/extract/", {}, server_slice=0.1),
     # the children at another nice than the default (CHILD_NICE, 5)
     "door-nice19": Variant("/api/extract/", {"PDFPOOL_CHILD_NICE": "19"}),
     "door-nice10": Variant("/api/extract/", {"PDFPOOL_CHILD_NICE": "10"}),
@@ -187,6 +196,28 @@ def idle_children(pid: int) -> None:
             os.sched_setscheduler(child.pid, os.SCHED_IDLE, os.sched_param(0))
 
 
+SCHED_SETATTR = {"x86_64": 314, "aarch64": 274}  # sched_setattr(2)'s system call number
+
+
+def set_slice(pid: int, ms: float, *, tasks: bool = False) -> None:
+    """Ask for `ms`-long EEVDF slices for `pid` (every thread of it with ``tasks``), each at
+    its nice value; needs Linux 6.12+ (sched_setattr's sched_runtime for SCHED_OTHER)."""
+    import ctypes
+    import platform
+    import struct
+
+    number = SCHED_SETATTR.get(platform.machine())
+    if number is None:
+        sys.exit(f"sched_setattr: no system call number known for {platform.machine()}")
+    libc = ctypes.CDLL(None, use_errno=True)
+    tids = [int(t) for t in os.listdir(f"/proc/{pid}/task")] if tasks else [pid]
+    for tid in tids:  # struct sched_attr, its first version (48 bytes)
+        nice = os.getpriority(os.PRIO_PROCESS, tid)
+        attr = struct.pack("=IIQiIQQQ", 48, 0, 0, nice, 0, int(ms * 1e6), 0, 0)
+        if libc.syscall(number, tid, ctypes.create_string_buffer(attr), 0) != 0:
+            raise OSError(ctypes.get_errno(), f"sched_setattr({tid})")
+
+
 def until_idle(base: str, timeout: float = 120.0) -> None:
     """Wait until the pool has no job in flight (or ``timeout``)."""
     deadline = time.monotonic() + timeout
@@ -250,6 +281,14 @@ def bench_variant(
             time.sleep(1.0)
             if variant.idle_children:
                 idle_children(server.pid)
+            if variant.children_slice:
+                import psutil
+
+                for child in psutil.Process(server.pid).children(recursive=True):
+                    with contextlib.suppress(OSError):  # a ready child may have left
+                        set_slice(child.pid, variant.children_slice)
+            if variant.server_slice:
+                set_slice(server.pid, variant.server_slice, tasks=True)
             sampler = run_probe("tree", server.pid, args.sample)
             health = run_probe("health", health_url, time.time(), args.idle, 0.05)
             floor_probe = run_probe("health", trivial_url, time.time(), args.idle, 0.05)
