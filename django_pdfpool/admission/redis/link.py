@@ -297,7 +297,7 @@ class Link:
                         break
             except BaseException:
                 with contextlib.suppress(Exception):
-                    await pubsub.aclose()  # type: ignore[no-untyped-call]
+                    await pubsub.aclose()  # type: ignore[no-untyped-call, unused-ignore]  # typed in redis 8.2
                 raise
             self._pubsub = pubsub
             self._reader = asyncio.get_running_loop().create_task(
