@@ -282,8 +282,6 @@ def bench_variant(
             if variant.idle_children:
                 idle_children(server.pid)
             if variant.children_slice:
-                import psutil
-
                 for child in psutil.Process(server.pid).children(recursive=True):
                     with contextlib.suppress(OSError):  # a ready child may have left
                         set_slice(child.pid, variant.children_slice)
