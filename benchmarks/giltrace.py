@@ -124,9 +124,9 @@ def spans(script: str) -> tuple[list[Span], list[Span]]:
 def summary(
     holds: list[Span], waits: list[Span], names: dict[int, str], top: int
 ) -> dict[str, Any]:
-    """Per thread: GIL held and waited (ms), holds and waits over LONG_MS, the longest of
-    each; then the ``top`` longest waits, each with the threads that held the GIL in it and
-    the time nobody did."""
+    """Per thread: GIL held and waited (ms, times), holds and waits over LONG_MS, the
+    longest of each; then the ``top`` longest waits, each with the threads that held the
+    GIL in it and the time nobody did."""
     if not holds:
         return {"error": "no GIL hand-over recorded"}
     span = max(h.end for h in holds) - min(h.start for h in holds)
@@ -137,6 +137,7 @@ def summary(
         for s in items:
             row = threads[s.tid]
             row[f"{kind}_ms"] += s.ms
+            row[f"{kind}_times"] += 1
             row[f"{kind}_over_{LONG_MS:g}ms"] += s.ms >= LONG_MS
             row[f"longest_{kind}_ms"] = max(row[f"longest_{kind}_ms"], s.ms)
     by_start = sorted(holds, key=lambda s: s.start)

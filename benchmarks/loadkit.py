@@ -91,15 +91,18 @@ def probe_health(url: str, start: float, seconds: float, interval: float) -> Non
     import httpx
 
     latencies: list[float | None] = []
-    # BENCH_PROBE_SPLIT=FILE: also (sent, latency, ms to the application, ms in it) per poll,
-    # from the headers the benchmark's wrapper adds (variants_asgi.py)
+    # BENCH_PROBE_SPLIT=FILE: also (sent, latency, ms to the application, ms in it, ms the
+    # probe itself waited runnable for a CPU, ms of CPU it used) per poll, from the headers the
+    # benchmark's wrapper adds (variants_asgi.py) and the probe's own schedstat
     split: list[tuple[float, ...]] | None = [] if os.environ.get("BENCH_PROBE_SPLIT") else None
-    with httpx.Client(timeout=30) as http:
+    with httpx.Client(timeout=30) as http, open("/proc/thread-self/schedstat") as stat:
         http.get(url)  # connect before the clock starts
         time.sleep(max(0.0, start - time.time()))
         due = time.monotonic()
         end = due + seconds
         while time.monotonic() < end:
+            stat.seek(0)
+            ran, waited = (int(v) for v in stat.read().split()[:2])
             began, sent = time.perf_counter(), time.time()
             try:
                 answer = http.get(url)
@@ -107,9 +110,12 @@ def probe_health(url: str, start: float, seconds: float, interval: float) -> Non
             except httpx.HTTPError:
                 ok = False
             latencies.append((time.perf_counter() - began) * 1000 if ok else None)
+            stat.seek(0)
+            ran_after, waited_after = (int(v) for v in stat.read().split()[:2])
             if ok and split is not None and "bench-at" in answer.headers:
                 at, app = float(answer.headers["bench-at"]), float(answer.headers["bench-app-ms"])
-                split.append((sent, latencies[-1], (at - sent) * 1000, app))
+                own = ((waited_after - waited) / 1e6, (ran_after - ran) / 1e6)
+                split.append((sent, latencies[-1], (at - sent) * 1000, app, *own))
             due += interval
             time.sleep(max(0.0, due - time.monotonic()))
     if split is not None:

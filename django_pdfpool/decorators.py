@@ -27,13 +27,11 @@ from .door.views import POOLED
 from .exceptions import DigestMismatch, ExtractionError, NoUpload, Refused, UploadRejected, Wording
 from .responses import Failure, RefusalView, arefusal_answer, as_refusal_view, refusal_answer
 from .sandbox.extract import Extraction, extract
-from .uploads import StagedUpload, stage, stage_chunks
+from .uploads import StagedUpload, chunks_of, stage, stage_chunks
 
 ViewFunc = TypeVar("ViewFunc", bound=Callable[..., Any])
 UploadJob = Callable[[StagedUpload], Awaitable[Any]]
 """``job(upload)``: runs on the pool's job loop; what it returns becomes ``request.pdf``."""
-
-_CHUNK = 64 * 1024  # bytes read at a time from a raw PDF body
 
 
 async def extract_upload(upload: StagedUpload) -> Extraction:
@@ -242,7 +240,7 @@ class _UploadAdmission:
         if declared is not None and declared > body_limit(conf.max_upload_size, upload.raw):
             raise too_large(conf.max_upload_size)
         if upload.raw:
-            chunks = _limited(iter(functools.partial(request.read, _CHUNK), b""), conf)
+            chunks = _limited(chunks_of(request), conf)
             staged = stage_chunks(chunks, "upload.pdf", conf.temp_dir)
         else:
             form_file = request.FILES.get(self.field)

@@ -4,7 +4,6 @@ the process's pool, with the limits and the single-flight keys of uploads (docs/
 from __future__ import annotations
 
 import asyncio
-import functools
 import os
 import stat
 from typing import Any, TypeAlias
@@ -16,13 +15,11 @@ from .callers import caller_of as caller_of  # public here too: django_pdfpool.c
 from .conf import PoolSettings, get_settings
 from .decorators import UploadJob, _limited, extract_upload, resolve_job_name, run_staged
 from .door.rules import too_large
-from .uploads import StagedUpload, stage_chunks
+from .uploads import StagedUpload, chunks_of, stage_chunks
 
 Source: TypeAlias = "str | os.PathLike[str] | bytes | bytearray | memoryview | File[Any]"
 """What ``extract_pooled`` reads: a path, a Django ``File`` or ``FieldFile`` (any storage)
 or the PDF's bytes. It is copied for the job; your file is never changed or deleted."""
-
-_CHUNK = 64 * 1024
 
 
 def extract_pooled(
@@ -90,7 +87,7 @@ def stage_source(source: Source, conf: PoolSettings) -> StagedUpload:
     if info.st_size > limit:
         raise too_large(limit)
     with open(path, "rb") as file:
-        chunks = _limited(iter(functools.partial(file.read, _CHUNK), b""), conf)
+        chunks = _limited(chunks_of(file), conf)
         return stage_chunks(chunks, os.path.basename(path), conf.temp_dir)
 
 

@@ -5,16 +5,31 @@ of copies left by processes that died (docs/deployment.md)."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import os
 import re
 import tempfile
 import time
 import weakref
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from django.core.files.uploadedfile import UploadedFile
+
+STAGING_CHUNK = 64 * 1024  # bytes read at a time from a raw body or a file being staged
+
+
+class Readable(Protocol):
+    """What ``chunks_of`` reads: a request's body, an open file."""
+
+    def read(self, size: int, /) -> bytes: ...
+
+
+def chunks_of(source: Readable) -> Iterator[bytes]:
+    """``source``'s bytes from where it stands to its end, ``STAGING_CHUNK`` at a time."""
+    return iter(functools.partial(source.read, STAGING_CHUNK), b"")
 
 
 def _remove(path: str) -> None:

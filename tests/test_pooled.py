@@ -29,6 +29,7 @@ from django_pdfpool import (
     extract_upload,
     get_pool,
 )
+from django_pdfpool.uploads import STAGING_CHUNK
 from tests.conftest import held_requests, wait_until
 from tests.project.views import HELD, held_job
 from tests.support import pdfs
@@ -44,7 +45,7 @@ def stored(tmp_path, data: bytes, name: str = "stored.pdf") -> str:
 
 
 def test_a_path_is_extracted_under_the_pool_and_left_where_it_was(pdfpool, tmp_path):
-    data = pdfs.simple(["from a task"])
+    data = pdfs.padded("from a task", 3 * STAGING_CHUNK)  # copied whole, a chunk at a time
     path = stored(tmp_path, data)
     result = extract_pooled(path, caller="task:1")
     assert isinstance(result, Extraction) and result.text == "from a task"

@@ -20,6 +20,7 @@ from django_pdfpool.door.rules import ARRIVING, Arrivals, Terms
 from django_pdfpool.exceptions import (
     BodyTimeout,
 )
+from django_pdfpool.uploads import STAGING_CHUNK
 from tests.conftest import held_requests, wait_until
 from tests.support import pdfs
 from tests.support.door import JSON, SOON, MiB, headers, pdfs_upload, post, pressure, sha, verdict
@@ -349,8 +350,9 @@ def test_a_lowercase_post_and_a_chunked_form_meet_the_door(pdfpool):
 
 
 def test_a_raw_pdf_body_is_extracted(pdfpool):
+    """Read whole, a chunk at a time: a body of several chunks is staged as it came."""
     pdfpool()
-    data = pdfs.simple(["raw body"])
+    data = pdfs.padded("raw body", 3 * STAGING_CHUNK)
     response = Client().post(
         "/sync/",
         data,
@@ -358,8 +360,9 @@ def test_a_raw_pdf_body_is_extracted(pdfpool):
         **JSON,
         HTTP_REPR_DIGEST=format_digest(sha(data)),
     )
-    assert response.status_code == 200
-    assert "raw body" in response.json()["pdf"]["text"]
+    assert response.status_code == 200, response.content
+    pdf = response.json()["pdf"]
+    assert "raw body" in pdf["text"] and pdf["sha256"] == sha(data)
 
 
 def test_a_lying_digest_is_400_and_runs_nothing(pdfpool):

@@ -80,6 +80,12 @@ def simple(texts: list[str], title: str | None = None) -> bytes:
     return assemble(objects, trailer=b"/Root 1 0 R /Info %d 0 R" % len(objects))
 
 
+def padded(text: str, size: int) -> bytes:
+    """A valid one-page document showing ``text``, over ``size`` bytes long: an object no
+    page uses pads it (for reads that must go past their first chunk)."""
+    return assemble([*document([text_ops(text)]), stream(b"0" * size)])
+
+
 def reportlab_pdf(texts: list[str]) -> bytes:
     """A valid document written by reportlab (a real producer, compressed streams)."""
     from reportlab.pdfgen import canvas
