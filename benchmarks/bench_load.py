@@ -28,11 +28,14 @@ Half the uploads are identical (one of three corpus files byte for byte), half d
 (a unique comment after ``%%EOF``). A separate process polls ``/bench/health/`` every 50 ms
 (a few seconds idle first), and polls a trivial server beside (``loadkit.serve_beside``, a
 process and session of its own) the same way: the machine's floor for any request under the
-load. Another samples the process tree's RSS. Then, the pool idle
-again, a **burst**: 200 uploads from 100 addresses, connected first and sent at once, with
-trivial GETs (``/bench/plain/``, through Django's middleware) sent alongside: the floor a
-refusal from the headers is compared with. ``--slow-body`` runs instead a slow-body load on
-the door: more trickling clients than places and budget together, normal uploads alongside.
+load. Both probes run at ``SCHED_FIFO`` where the benchmark may set it (root), so that their
+own waits for a CPU, which clients of a real server do not share, stay out of its figures
+(``--plain-probes``: the ordinary priority, as before session 11). Another samples the
+process tree's RSS. Then, the pool idle again, a **burst**: 200 uploads from 100
+addresses, connected first and sent at once, with trivial GETs (``/bench/plain/``, through
+Django's middleware) sent alongside: the floor a refusal from the headers is compared with.
+``--slow-body`` runs instead a slow-body load on the door: more trickling clients than places
+and budget together, normal uploads alongside.
 
 Per variant: refusal p50/p99; refusals answered before the body (the door's) and after it;
 body bytes the server read for refused uploads (its own count, and what clients sent);
@@ -78,6 +81,7 @@ from benchmarks.loadkit import (
     multipart,
     outlived,
     percentile,
+    probes_first,
     run_probe,
     table,
 )
@@ -111,10 +115,13 @@ VARIANTS = {
     "door-switch": Variant("/api/extract/", {"BENCH_SWITCH_INTERVAL": "0.0005"}),
     # the example before issue 24: Django's middleware as it ships, WhiteNoise's (sync only)
     "door-classic": Variant("/api/extract/", {"BENCH_MIDDLEWARE": "classic"}),
-    # uvicorn[standard]'s C parser and uvloop (installed by ``make bench-deps``)
+    # uvicorn[standard]'s C parser and uvloop (pip install 'uvicorn[standard]')
     "door-httptools": Variant(
         "/api/extract/", {"UVICORN_HTTP": "httptools", "UVICORN_LOOP": "uvloop"}
     ),
+    # diagnostic: Django's database receivers of request_started/finished disconnected, so
+    # the health page makes no thread hop (connections are never closed: not for a server)
+    "door-nodbsignals": Variant("/api/extract/", {"BENCH_NO_DB_SIGNALS": "1"}),
     # the example without KeptThreads: a thread started and joined for each request
     "door-newthreads": Variant("/api/extract/", {"BENCH_THREADS": "new"}),
     # one extraction at a time: a CPU of the two left to the server (docs/performance.md)
@@ -288,14 +295,18 @@ def bench_variant(
             if variant.server_slice:
                 set_slice(server.pid, variant.server_slice, tasks=True)
             sampler = run_probe("tree", server.pid, args.sample)
-            health = run_probe("health", health_url, time.time(), args.idle, 0.05)
-            floor_probe = run_probe("health", trivial_url, time.time(), args.idle, 0.05)
+            health = run_probe("health", health_url, time.time(), args.idle, 0.05, fifo=args.fifo)
+            floor_probe = run_probe(
+                "health", trivial_url, time.time(), args.idle, 0.05, fifo=args.fifo
+            )
             health_idle = json.loads(health.communicate()[0])
             beside_idle = json.loads(floor_probe.communicate()[0])
             before = get_json(server.url + "/bench/stats/")["runs"][variant.runs]
             start = time.time() + 1.0
-            health = run_probe("health", health_url, start, args.seconds, 0.05)
-            floor_probe = run_probe("health", trivial_url, start, args.seconds, 0.05)
+            health = run_probe("health", health_url, start, args.seconds, 0.05, fifo=args.fifo)
+            floor_probe = run_probe(
+                "health", trivial_url, start, args.seconds, 0.05, fifo=args.fifo
+            )
             if args.lagwatch:  # the same watcher beside the server: the machine's share
                 outside = args.lagwatch / f"{name}-outside.jsonl"
                 watcher = subprocess.Popen(
@@ -713,6 +724,11 @@ def main(argv: list[str] | None = None) -> int:
         "--lagwatch", type=Path, help="watch wake-ups in and beside the server (lagwatch.py)"
     )
     parser.add_argument("--slow-body", action="store_true", help="the slow-body run instead")
+    parser.add_argument(
+        "--plain-probes",
+        action="store_true",
+        help="health probes at the ordinary priority (their own CPU waits then count)",
+    )
     args = parser.parse_args(argv)
     if args.quick:
         args.clients, args.seconds, args.idle = 8, 8.0, 2.0
@@ -734,6 +750,16 @@ def main(argv: list[str] | None = None) -> int:
         return slow_body(corpus, args)
     print(f"python benchmarks/bench_load.py {' '.join(argv or sys.argv[1:])}".strip())
     print(f"before: {machine()}", flush=True)
+    args.fifo = not args.plain_probes and probes_first()
+    print(
+        "health probes: "
+        + (
+            "SCHED_FIFO, so their own waits for a CPU stay out of the figures"
+            if args.fifo
+            else "ordinary priority: their own waits for a CPU count (--plain-probes, or not root)"
+        ),
+        flush=True,
+    )
     results = {}
     for name in names:
         print(f"{name}: {args.clients} clients for {args.seconds:g} s, then a burst", flush=True)

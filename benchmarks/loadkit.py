@@ -206,14 +206,39 @@ def probe_tree(pid: int, interval: float) -> None:
     print(json.dumps(samples))
 
 
-def run_probe(kind: str, *args: Any) -> subprocess.Popen[str]:
-    """Start a probe (``health`` or ``tree``); its JSON comes on stdout at the end."""
-    return subprocess.Popen(
+def run_probe(kind: str, *args: Any, fifo: bool = False) -> subprocess.Popen[str]:
+    """Start a probe (``health`` or ``tree``); its JSON comes on stdout at the end. With
+    ``fifo``, at ``SCHED_FIFO`` (set before its imports are done, so before its first poll)
+    where this process may (root, CAP_SYS_NICE): see ``probes_first``."""
+    process = subprocess.Popen(
         [sys.executable, __file__, kind, *map(str, args)],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
     )
+    if fifo:
+        with contextlib.suppress(PermissionError):
+            os.sched_setscheduler(process.pid, os.SCHED_FIFO, os.sched_param(PROBE_PRIORITY))
+    return process
+
+
+PROBE_PRIORITY = 2  # SCHED_FIFO's lowest but one: above every ordinary process
+
+
+def probes_first() -> bool:
+    """Whether probes can run at ``SCHED_FIFO`` here. A probe shares the machine with the
+    load it measures; at the ordinary priority its own waits for a CPU (up to 36 ms in one
+    poll, docs/performance.md) count as the server's. Clients of a real server are elsewhere."""
+    probe = subprocess.Popen(
+        [sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE
+    )
+    try:
+        os.sched_setscheduler(probe.pid, os.SCHED_FIFO, os.sched_param(PROBE_PRIORITY))
+        return True
+    except PermissionError:
+        return False
+    finally:
+        probe.communicate(b"")
 
 
 # --- CPU and processes --------------------------------------------------------------------

@@ -18,6 +18,9 @@ built on the loop for each sharer, a chunk per page, all in one callback; ``BENC
 ``BENCH_GC_FREEZE=1`` (``door-gcfreeze``) freezes what start-up made (``gc.freeze()``).
 ``BENCH_THREADS=new`` (``door-newthreads``) leaves out the example's ``KeptThreads``: Django's
 handler then starts a thread for each request and joins it after, as it ships.
+``BENCH_NO_DB_SIGNALS=1`` (``door-nodbsignals``, a diagnostic: database connections are then
+never closed) disconnects Django's sync receivers of ``request_started`` and
+``request_finished``, so a request that needs no thread makes no thread hop.
 """
 
 from __future__ import annotations
@@ -114,6 +117,22 @@ if os.environ.get("BENCH_ANSWER"):  # ``door-pagechunks``, ``door-loopchunks``: 
             yield chunk  # 64 KiB chunks, one per turn, built on the loop for each sharer
 
     results._async = _pages if os.environ["BENCH_ANSWER"] == "pages" else _on_loop
+
+if os.environ.get("BENCH_NO_DB_SIGNALS"):  # ``door-nodbsignals``: no request_started hop
+    from django.core import signals
+    from django.db import close_old_connections, reset_queries
+
+    signals.request_started.disconnect(reset_queries)
+    signals.request_started.disconnect(close_old_connections)
+    signals.request_finished.disconnect(close_old_connections)
+
+if os.environ.get("BENCH_NO_DB_SIGNALS"):  # ``door-nodbsignals``: no thread hop at the start
+    from django.core import signals
+    from django.db import close_old_connections, reset_queries
+
+    signals.request_started.disconnect(reset_queries)
+    signals.request_started.disconnect(close_old_connections)
+    signals.request_finished.disconnect(close_old_connections)
 
 application = BodyCount(
     _new_threads(example) if os.environ.get("BENCH_THREADS") == "new" else example
