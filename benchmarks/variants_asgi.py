@@ -118,14 +118,6 @@ if os.environ.get("BENCH_ANSWER"):  # ``door-pagechunks``, ``door-loopchunks``: 
 
     results._async = _pages if os.environ["BENCH_ANSWER"] == "pages" else _on_loop
 
-if os.environ.get("BENCH_NO_DB_SIGNALS"):  # ``door-nodbsignals``: no request_started hop
-    from django.core import signals
-    from django.db import close_old_connections, reset_queries
-
-    signals.request_started.disconnect(reset_queries)
-    signals.request_started.disconnect(close_old_connections)
-    signals.request_finished.disconnect(close_old_connections)
-
 if os.environ.get("BENCH_NO_DB_SIGNALS"):  # ``door-nodbsignals``: no thread hop at the start
     from django.core import signals
     from django.db import close_old_connections, reset_queries
