@@ -328,6 +328,12 @@ def machine() -> str:
     )
 
 
+def verdict(met: bool | None) -> str:
+    """A target's status as the benchmarks print it; None: the run gave nothing to compare
+    (no sample, or a figure the benchmark cannot hold to its target)."""
+    return "n/a   " if met is None else "MET   " if met else "MISSED"
+
+
 def cell(value: Any, fmt: str) -> str:
     return "-" if value is None else fmt.format(value)
 
