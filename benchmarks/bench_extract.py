@@ -52,8 +52,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks.*
+
 from pypdf import PdfReader
 
+from benchmarks.loadkit import verdict
 from django_pdfpool import extraction
 from django_pdfpool.extraction import ExtractionError, extract
 from django_pdfpool.sandbox import extract as sandbox
@@ -704,7 +707,7 @@ def targets_table(found: dict[str, Any], load: tuple[float, float]) -> str:
         f"over total in-process time: pool's children {total[PAIR]:.2f}x, processes forking a "
         f"child per job {total[FORKING]:.2f}x, in-process processes {total[PLAIN]:.2f}x."
     )
-    lines += [f"{'MET   ' if met else 'MISSED'} {label}: {detail}" for label, met, detail in checks]
+    lines += [f"{verdict(met)} {label}: {detail}" for label, met, detail in checks]
     return "\n".join(lines)
 
 
