@@ -1,6 +1,7 @@
 """What the load benchmarks share (bench_load.py, soak.py): the corpus and the mix of
 uploads, the probes (health polls and the process tree's memory, each in a process of its
-own), the CPU accounting of a server's process tree, and percentiles.
+own), the CPU accounting of a server's process tree, and percentiles; and the verdict
+words every benchmark prints against a target (bench_extract.py too).
 
 ``python benchmarks/loadkit.py health|tree ...`` runs one probe (bench_load starts them).
 """
