@@ -185,7 +185,7 @@ async def post(
         ("X-Requested-With", "bench"),  # the example's API refuses POSTs without it
     ]
     if declare:
-        from django_pdfpool.door.headers import format_digest
+        from django_pdfpool.record import format_digest
 
         headers.append(("Pdf-Digest", format_digest(sha256_of_form(body))))
     host, port = parts.hostname or "127.0.0.1", parts.port or 80

@@ -29,7 +29,7 @@ def check_integrations(
 ) -> list[checks.CheckMessage]:
     """A DRF or django-ninja route pooled by ``django_pdfpool.pdf_pooled``: a warning
     naming the integration to use (docs/drf.md, docs/ninja.md)."""
-    from .door.views import framework_mismatches
+    from .door import framework_mismatches
 
     return [
         checks.Warning(

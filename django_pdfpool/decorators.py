@@ -9,7 +9,6 @@ import functools
 import inspect
 import threading
 from collections.abc import Awaitable, Callable, Iterator
-from dataclasses import dataclass
 from typing import Any, TypeVar, cast, overload
 
 from asgiref.sync import async_to_sync, iscoroutinefunction, sync_to_async
@@ -20,12 +19,17 @@ from django.http import HttpRequest
 from .callers import acaller_of, caller_of
 from .conf import PoolSettings, get_settings
 from .configured import get_pool
-from .door.django import release_ticket
-from .door.headers import UploadHeaders
-from .door.rules import body_limit, too_large
-from .door.views import POOLED
-from .exceptions import DigestMismatch, ExtractionError, NoUpload, Refused, UploadRejected, Wording
-from .responses import Failure, RefusalView, arefusal_answer, as_refusal_view, refusal_answer
+from .exceptions import (
+    DigestMismatch,
+    ExtractionError,
+    NoUpload,
+    Refused,
+    UploadRejected,
+    UploadTooLarge,
+    Wording,
+)
+from .record import POOLED, AdmissionRecord, PooledView, UploadHeaders, record_of
+from .responses import Failure, RefusalView, arefusal_answer, refusal_answer
 from .sandbox.extract import Extraction, extract
 from .uploads import StagedUpload, chunks_of, stage, stage_chunks
 
@@ -80,22 +84,19 @@ def pdf_pooled(
     uploads to one job share a run); ``job_name`` names the job in its keys (required
     for lambdas, closures, partials); ``answer(request, exception)`` answers what the view
     never sees (400, 413, 422, 429, 503) for this view only, as ``REFUSAL_VIEW`` does for
-    every view by default (the old ``answer(request, status, code, message, retry_after)``
-    still works, deprecated).
+    every view by default.
     """
     name = resolve_job_name(job, job_name)  # an ambiguous job fails here, at decoration
-    if answer is not None:
-        answer = as_refusal_view(answer)  # the old five-argument shape, adapted (deprecated)
     if view is None:
         return functools.partial(pdf_pooled, field=field, job=job, job_name=name, answer=answer)
     refuse_misplaced(view)
-    pooled = _UploadAdmission(field, job, answer, name)
+    pooled = declared_view(field, job, name, answer)
 
     if iscoroutinefunction(view):
 
         @functools.wraps(view)
         async def async_wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
-            refused = await pooled.aadmit(request)
+            refused = await aadmit(pooled, request)
             if refused is not None:
                 return await arefusal_answer(request, refused, pooled.answer)
             return await view(request, *args, **kwargs)
@@ -105,7 +106,7 @@ def pdf_pooled(
 
         @functools.wraps(view)
         def sync_wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
-            refused = pooled.admit(request)
+            refused = admit(pooled, request)
             if refused is not None:
                 return refusal_answer(request, refused, pooled.answer)
             return view(request, *args, **kwargs)
@@ -166,16 +167,21 @@ def resolve_job_name(job: UploadJob, job_name: str | None = None) -> str:
     return f"{job.__module__}.{qualname}"
 
 
+def declared_view(
+    field: str,
+    job: UploadJob,
+    job_name: str,
+    answer: RefusalView | None,
+    own_caller: Callable[[HttpRequest], str | None] | None = None,
+) -> PooledView:
+    """The ``PooledView`` a decorator declares (the default job's keys carry its tag)."""
+    return PooledView(field, job, job_name, answer, own_caller, tagged=job is extract_upload)
+
+
 def pool_key(sha256: str, job: UploadJob = extract_upload, job_name: str | None = None) -> str:
     """The single-flight key of an upload with this digest to this job, as the decorator
     makes it: ``<job name>:<sha256>``; for the default job ``<name>:<settings tag>:<sha256>``."""
-    return _key(job, resolve_job_name(job, job_name), sha256)
-
-
-def _key(job: UploadJob, name: str, sha256: str) -> str:
-    if job is extract_upload:
-        return f"{name}:{get_settings().results_tag()}:{sha256}"
-    return f"{name}:{sha256}"
+    return declared_view("file", job, resolve_job_name(job, job_name), None).key(sha256)
 
 
 @contextlib.contextmanager
@@ -188,114 +194,113 @@ def discarded_on_error(upload: StagedUpload) -> Iterator[StagedUpload]:
         raise
 
 
-@dataclass(frozen=True)
-class _UploadAdmission:
-    """What one decorated view does with a POST, for its sync and async wrappers."""
-
-    field: str
-    job: UploadJob
-    answer: RefusalView | None  # None: the REFUSAL_VIEW setting answers
-    job_name: str  # the job's stable name: the first part of every key
-
-    own_caller: Callable[[HttpRequest], str | None] | None = None  # asked before CALLER
-
-    def admit(self, request: HttpRequest) -> Failure | None:
-        """A sync view's POST through the pool: None lets the view run (with ``request.pdf``
-        set), else the failure to answer in its place. The caller is asked here, in the
-        request's thread, where it may read the database."""
-        request.pdf = None  # type: ignore[attr-defined]
-        if request.method != "POST":
-            return None
-        try:
-            upload = self.prepare(request)
-        except UploadRejected as rejected:
-            return rejected
-        with discarded_on_error(upload):
-            caller = self._own_caller(request) or caller_of(request)
-        return async_to_sync(self.submit)(request, caller, upload)
-
-    async def aadmit(self, request: HttpRequest) -> Failure | None:
-        """``admit`` for an async view: staging in a worker thread, the caller asked as
-        ``acaller_of`` asks (``request.user`` resolved first)."""
-        request.pdf = None  # type: ignore[attr-defined]
-        if request.method != "POST":
-            return None
-        try:
-            upload = await self.aprepare(request)
-        except UploadRejected as rejected:
-            return rejected
-        with discarded_on_error(upload):
-            caller = self._own_caller(request) or await acaller_of(request)
-        return await self.submit(request, caller, upload)
-
-    def _own_caller(self, request: HttpRequest) -> str | None:
-        return None if self.own_caller is None else self.own_caller(request)
-
-    def prepare(self, request: HttpRequest) -> StagedUpload:
-        """Check the upload's size and presence, stage a copy the job will own, and check
-        it against its declared digest; ``UploadRejected`` says what is wrong."""
-        conf = get_settings()
-        upload = UploadHeaders.of(request.headers)
-        declared = upload.declared_size
-        if declared is not None and declared > body_limit(conf.max_upload_size, upload.raw):
-            raise too_large(conf.max_upload_size)
-        if upload.raw:
-            chunks = _limited(chunks_of(request), conf)
-            staged = stage_chunks(chunks, "upload.pdf", conf.temp_dir)
-        else:
-            form_file = request.FILES.get(self.field)
-            if form_file is None:
-                raise self.no_upload()
-            return stage_form_file(form_file, upload, conf)
-        return checked(staged, upload)
-
-    def no_upload(self) -> NoUpload:
-        """The 400 for a POST without its PDF, worded once."""
-        return NoUpload(Wording.NO_UPLOAD.format(field=self.field))
-
-    async def aprepare(self, request: HttpRequest) -> StagedUpload:
-        """``prepare`` in a worker thread (parsing and copying block); a copy staged after
-        the caller was cancelled is deleted by the thread that made it."""
-        lock = threading.Lock()
-        made: list[StagedUpload] = []
-        gone: list[bool] = []
-
-        def prepare_or_discard() -> StagedUpload:
-            prepared = self.prepare(request)
-            with lock:
-                if gone:
-                    prepared.discard()
-                made.append(prepared)
-            return prepared
-
-        try:
-            return await sync_to_async(prepare_or_discard, thread_sensitive=False)()
-        except asyncio.CancelledError:
-            with lock:
-                gone.append(True)
-                for prepared in made:
-                    prepared.discard()
-            raise
-
-    def key(self, sha256: str) -> str:
-        """The upload's single-flight key (``pool_key``)."""
-        return _key(self.job, self.job_name, sha256)
-
-    async def submit(
-        self, request: HttpRequest, caller: str, upload: StagedUpload
-    ) -> Refused | ExtractionError | None:
-        """Run or join the upload's job; set ``request.pdf``, or return the refusal (the
-        wrapper answers it in its own context: a project's refusal view may use the DB).
-        The job owns the upload once ``run`` is called: the pool calls exactly one of the
-        job (which deletes it when done) and ``discard``, so a caller that leaves never
-        pulls it away. Until then (no pool, a bad setting) it is deleted here."""
-        release_ticket(request)  # from here the pool counts this call
-        try:
-            result = await run_staged(upload, caller, self.job, self.job_name)
-        except (Refused, ExtractionError) as error:
-            return error
-        request.pdf = result  # type: ignore[attr-defined]
+def admit(view: PooledView, request: HttpRequest) -> Failure | None:
+    """A sync view's POST through the pool: None lets the view run (with ``request.pdf``
+    set), else the failure to answer in its place. The caller is asked here, in the
+    request's thread, where it may read the database, unless the record knows it."""
+    request.pdf = None  # type: ignore[attr-defined]
+    if request.method != "POST":
         return None
+    record = record_of(request)
+    try:
+        upload = prepare(view, request, record)
+    except UploadRejected as rejected:
+        return rejected
+    with discarded_on_error(upload):
+        caller = _known_caller(view, request, record) or caller_of(request)
+    return async_to_sync(submit)(request, record, caller, upload, view)
+
+
+async def aadmit(view: PooledView, request: HttpRequest) -> Failure | None:
+    """``admit`` for an async view: staging in a worker thread, the caller asked as
+    ``acaller_of`` asks (``request.user`` resolved first)."""
+    request.pdf = None  # type: ignore[attr-defined]
+    if request.method != "POST":
+        return None
+    record = record_of(request)
+    try:
+        upload = await _aprepare(view, request, record)
+    except UploadRejected as rejected:
+        return rejected
+    with discarded_on_error(upload):
+        caller = _known_caller(view, request, record) or await acaller_of(request)
+    return await submit(request, record, caller, upload, view)
+
+
+def _known_caller(view: PooledView, request: HttpRequest, record: AdmissionRecord) -> str | None:
+    """The view's own caller function's answer, else the one the door found, if any."""
+    own = view.own_caller(request) if view.own_caller is not None else None
+    return own or record.caller
+
+
+def prepare(view: PooledView, request: HttpRequest, record: AdmissionRecord) -> StagedUpload:
+    """Check the upload's size and presence, stage a copy the job will own, and check
+    it against its declared digest; ``UploadRejected`` says what is wrong."""
+    conf = get_settings()
+    upload = record.upload
+    if upload.declares_too_much(conf.max_upload_size):
+        raise UploadTooLarge.over(conf.max_upload_size)
+    if not upload.raw:
+        form_file = request.FILES.get(view.field)
+        if form_file is None:
+            raise no_upload(view.field)
+        return stage_form_file(form_file, upload, conf)
+    chunks = chunks_of(request)
+    return checked(stage_chunks(chunks, "upload.pdf", conf.temp_dir, conf.max_upload_size), upload)
+
+
+def no_upload(field: str) -> NoUpload:
+    """The 400 for a POST without its PDF, worded once."""
+    return NoUpload(Wording.NO_UPLOAD.format(field=field))
+
+
+async def _aprepare(
+    view: PooledView, request: HttpRequest, record: AdmissionRecord
+) -> StagedUpload:
+    """``prepare`` in a worker thread (parsing and copying block); a copy staged after
+    the caller was cancelled is deleted by the thread that made it."""
+    lock = threading.Lock()
+    made: list[StagedUpload] = []
+    gone: list[bool] = []
+
+    def prepare_or_discard() -> StagedUpload:
+        prepared = prepare(view, request, record)
+        with lock:
+            if gone:
+                prepared.discard()
+            made.append(prepared)
+        return prepared
+
+    try:
+        return await sync_to_async(prepare_or_discard, thread_sensitive=False)()
+    except asyncio.CancelledError:
+        with lock:
+            gone.append(True)
+            for prepared in made:
+                prepared.discard()
+        raise
+
+
+async def submit(
+    request: HttpRequest,
+    record: AdmissionRecord,
+    caller: str,
+    upload: StagedUpload,
+    view: PooledView,
+) -> Refused | ExtractionError | None:
+    """Run or join the upload's job; set ``request.pdf``, or return the refusal (the
+    wrapper answers it in its own context: a project's refusal view may use the DB).
+    The job owns the upload once ``run`` is called: the pool calls exactly one of the
+    job (which deletes it when done) and ``discard``, so a caller that leaves never
+    pulls it away. Until then (no pool, a bad setting) it is deleted here."""
+    record.caller = caller
+    record.release()  # from here the pool counts this call
+    try:
+        result = await run_staged(upload, caller, view)
+    except (Refused, ExtractionError) as error:
+        return error
+    request.pdf = result  # type: ignore[attr-defined]
+    return None
 
 
 def stage_form_file(
@@ -304,7 +309,7 @@ def stage_form_file(
     """Stage a parsed upload (a form's file, or what a framework's parser made of a
     body): 413 over ``MAX_UPLOAD_SIZE``, 400 when it does not match its declared digest."""
     if form_file.size is not None and form_file.size > conf.max_upload_size:
-        raise too_large(conf.max_upload_size)
+        raise UploadTooLarge.over(conf.max_upload_size)
     return checked(stage(form_file, conf.temp_dir), upload)
 
 
@@ -316,25 +321,15 @@ def checked(staged: StagedUpload, upload: UploadHeaders) -> StagedUpload:
     return staged
 
 
-async def run_staged(upload: StagedUpload, caller: str, job: UploadJob, job_name: str) -> Any:
-    """Run or join ``job`` on ``upload`` in the process's pool under its single-flight key
-    (``pool_key``); the job deletes the copy when done, else the pool's ``on_drop`` does.
-    Raises what the pool raises (``Refused``) and what the job raises."""
+async def run_staged(upload: StagedUpload, caller: str, view: PooledView) -> Any:
+    """Run or join the view's job on ``upload`` in the process's pool under its
+    single-flight key; the job deletes the copy when done, else the pool's ``on_drop``
+    does. Raises what the pool raises (``Refused``) and what the job raises."""
     with discarded_on_error(upload):
-        key = _key(job, job_name, upload.sha256)
+        key = view.key(upload.sha256)
         pool = get_pool()
-        fn = functools.partial(_run_then_discard, job, upload)
+        fn = functools.partial(_run_then_discard, view.job, upload)
     return await pool.run(key, caller, fn, on_drop=upload.discard)
-
-
-def _limited(chunks: Iterator[bytes], conf: PoolSettings) -> Iterator[bytes]:
-    """``chunks`` of a raw body, until they pass ``MAX_UPLOAD_SIZE``: then 413."""
-    total = 0
-    for chunk in chunks:
-        total += len(chunk)
-        if total > conf.max_upload_size:
-            raise too_large(conf.max_upload_size)
-        yield chunk
 
 
 async def _run_then_discard(job: UploadJob, upload: StagedUpload) -> Any:

@@ -151,6 +151,11 @@ class UploadTooLarge(UploadRejected):
     status = 413
     code = "too_large"
 
+    @classmethod
+    def over(cls, max_upload_size: int) -> UploadTooLarge:
+        """The 413 for an upload over ``max_upload_size`` bytes, worded once."""
+        return cls(Wording.TOO_LARGE.format(mib=max_upload_size / 1024 / 1024))
+
 
 class NoUpload(UploadRejected):
     """The request holds no PDF: no file field of the expected name, no PDF body."""

@@ -1,21 +1,36 @@
-"""``AdmissionMiddleware``: the door under WSGI (an upload to a ``@pdf_pooled`` view is
-refused from its headers, before its body is read, when the pool cannot take it), and the
-answers to refusals and extraction errors raised by views that call the pool themselves."""
+"""``AdmissionMiddleware``: the door inside Django. Under WSGI an upload to a pooled view is
+decided from its headers before ``request.FILES`` or ``request.body`` is touched (after
+authentication, so the caller is known), and its body is read against its deadline; under
+ASGI without ``PdfPoolDoor`` it still spares a refused upload its parsing, staging and
+hashing. It also answers refusals and extraction errors raised by views that call the pool
+themselves."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable
 from functools import partial
-from typing import cast
+from typing import Any, cast
 
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.http import HttpRequest, HttpResponse
 
-from .door.django import entering
-from .door.rules import Ticket
-from .door.steps import Call, Steps, arun_steps, run_steps
-from .exceptions import ExtractionError, Refused
-from .responses import refusal_answer
+from .conf import get_settings
+from .door import (
+    Call,
+    Steps,
+    Terms,
+    Ticket,
+    arun_steps,
+    closes_connection,
+    pooled_view,
+    run_steps,
+    terms,
+    through_door,
+)
+from .exceptions import BodyTimeout, ExtractionError, Refused, Wording
+from .record import RECORD, AdmissionRecord, is_post
+from .responses import arefusal_answer, refusal_answer
 
 GetResponse = Callable[[HttpRequest], HttpResponse | Awaitable[HttpResponse]]
 Sync = Callable[[], HttpResponse]  # get_response, as a sync chain calls it
@@ -47,19 +62,67 @@ class AdmissionMiddleware:
     def _through(self, request: HttpRequest) -> Steps[HttpResponse]:
         """The door, then the view, sync or async: a refusal's answer, or the view's
         response with the door's place given back (its call counts in the pool by then)."""
-        entry = yield from entering(request)
-        if isinstance(entry, HttpResponse):
-            return entry
-        respond = partial(self.get_response, request)
-        try:
+        scope = getattr(request, "scope", None) or {}
+        view = None
+        undecided = RECORD not in scope and RECORD not in request.META
+        if is_post(request.method) and undecided and get_settings().door:
+            view = pooled_view(request.path_info, getattr(request, "urlconf", None))
+        if view is None:
+            respond = partial(self.get_response, request)
             response: HttpResponse = yield Call(cast(Sync, respond), cast(Async, respond))
             return response
+        record = request.META[RECORD] = AdmissionRecord.read(request.headers)
+        decided = yield from through_door(request, record, view)
+        if not isinstance(decided, Ticket):
+            answer = partial(refusal_answer, request, decided, view.answer)
+            refused: HttpResponse = yield Call(
+                answer, partial(arefusal_answer, request, decided, view.answer)
+            )
+            if closes_connection(decided) and scope:  # under WSGI Connection is the server's
+                refused["Connection"] = "close"
+            return refused
+        stream = getattr(request, "_stream", None)
+        if stream is not None and not scope:  # WSGI: the body is still unread
+            request._stream = TimedStream(stream, decided, terms())  # type: ignore[assignment]
+        try:
+            respond = partial(self.get_response, request)
+            let_in: HttpResponse = yield Call(cast(Sync, respond), cast(Async, respond))
+            return let_in
         finally:
-            if isinstance(entry, Ticket):
-                entry.release()
+            decided.release()
 
     def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
         """The answer for a refusal or an extraction error; None lets anything else through."""
         if isinstance(exception, Refused | ExtractionError):
             return refusal_answer(request, exception)
         return None
+
+
+class TimedStream:
+    """A WSGI body read against its ticket's deadline: each read counts its bytes, and
+    one past the deadline raises ``BodyTimeout`` (408). A read the client never answers
+    blocks in the server; the ticket's place is given back at the deadline all the same."""
+
+    def __init__(self, stream: Any, ticket: Ticket, terms: Terms) -> None:
+        self._stream, self._ticket, self._terms = stream, ticket, terms
+
+    def _check(self) -> None:
+        if time.monotonic() >= self._ticket.deadline(self._terms):
+            self._ticket.time_out()
+            raise BodyTimeout(Wording.TIMED_OUT)
+
+    def _timed(self, read: Callable[[int], bytes], size: int) -> bytes:
+        self._check()
+        data = read(size)
+        self._ticket.received += len(data)
+        self._check()
+        return data
+
+    def read(self, size: int = -1) -> bytes:
+        return self._timed(self._stream.read, size)
+
+    def readline(self, size: int = -1) -> bytes:
+        return self._timed(self._stream.readline, size)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)

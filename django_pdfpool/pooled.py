@@ -13,8 +13,9 @@ from django.core.files import File
 
 from .callers import caller_of as caller_of  # public here too: django_pdfpool.caller_of
 from .conf import PoolSettings, get_settings
-from .decorators import UploadJob, _limited, extract_upload, resolve_job_name, run_staged
-from .door.rules import too_large
+from .decorators import UploadJob, declared_view, extract_upload, resolve_job_name, run_staged
+from .exceptions import UploadTooLarge
+from .record import PooledView
 from .uploads import StagedUpload, chunks_of, stage_chunks
 
 Source: TypeAlias = "str | os.PathLike[str] | bytes | bytearray | memoryview | File[Any]"
@@ -30,7 +31,7 @@ def extract_pooled(
     shares the one run. Raises ``UploadTooLarge``, a ``Refused`` (``PoolBusy``,
     ``CallerBusy``, ``PoolClosed``) or ``ExtractionError``. For synchronous code (a Celery
     task, a command); in async code, ``await aextract_pooled(...)``."""
-    name = resolve_job_name(job, job_name)
+    view = _view(job, job_name)
     who = _caller(caller)
     try:
         asyncio.get_running_loop()
@@ -39,7 +40,7 @@ def extract_pooled(
     else:
         raise RuntimeError("extract_pooled() is for synchronous code: await aextract_pooled().")
     staged = stage_source(source, get_settings())
-    return async_to_sync(run_staged)(staged, who, job, name)
+    return async_to_sync(run_staged)(staged, who, view)
 
 
 async def aextract_pooled(
@@ -47,7 +48,7 @@ async def aextract_pooled(
 ) -> Any:
     """``extract_pooled`` for async code: the copy is made in a worker thread, and a caller
     cancelled meanwhile leaves no copy behind."""
-    name = resolve_job_name(job, job_name)
+    view = _view(job, job_name)
     who = _caller(caller)
     conf = get_settings()
     copying = asyncio.get_running_loop().run_in_executor(None, stage_source, source, conf)
@@ -56,12 +57,17 @@ async def aextract_pooled(
     except asyncio.CancelledError:
         copying.add_done_callback(_discard_made)
         raise
-    return await run_staged(staged, who, job, name)
+    return await run_staged(staged, who, view)
 
 
 def _discard_made(copying: asyncio.Future[StagedUpload]) -> None:
     if not copying.cancelled() and copying.exception() is None:
         copying.result().discard()
+
+
+def _view(job: UploadJob, job_name: str | None) -> PooledView:
+    """The job as a pooled view declares it: its keys are those of uploads to that view."""
+    return declared_view("file", job, resolve_job_name(job, job_name), None)
 
 
 def _caller(caller: object) -> str:
@@ -76,7 +82,7 @@ def stage_source(source: Source, conf: PoolSettings) -> StagedUpload:
     limit = conf.max_upload_size
     if isinstance(source, bytes | bytearray | memoryview):
         if len(source) > limit:
-            raise too_large(limit)
+            raise UploadTooLarge.over(limit)
         return stage_chunks([bytes(source)], "upload.pdf", conf.temp_dir)
     if isinstance(source, File):
         return _stage_file(source, conf)
@@ -85,10 +91,9 @@ def stage_source(source: Source, conf: PoolSettings) -> StagedUpload:
     if not stat.S_ISREG(info.st_mode):
         raise ValueError(f"{path!r} is not a regular file.")
     if info.st_size > limit:
-        raise too_large(limit)
+        raise UploadTooLarge.over(limit)
     with open(path, "rb") as file:
-        chunks = _limited(chunks_of(file), conf)
-        return stage_chunks(chunks, os.path.basename(path), conf.temp_dir)
+        return stage_chunks(chunks_of(file), os.path.basename(path), conf.temp_dir, limit)
 
 
 def _stage_file(source: File[Any], conf: PoolSettings) -> StagedUpload:
@@ -96,10 +101,11 @@ def _stage_file(source: File[Any], conf: PoolSettings) -> StagedUpload:
     start and left open, as ``File.chunks()`` does."""
     if not source.name and source.closed:
         raise ValueError("The file has no name and is not open: there is nothing to read.")
-    if source.size is not None and source.size > conf.max_upload_size:
-        raise too_large(conf.max_upload_size)
+    limit = conf.max_upload_size
+    if source.size is not None and source.size > limit:
+        raise UploadTooLarge.over(limit)
     name = os.path.basename(source.name or "upload.pdf")
     if source.closed:
         with source.open("rb") as opened:
-            return stage_chunks(_limited(opened.chunks(), conf), name, conf.temp_dir)
-    return stage_chunks(_limited(source.chunks(), conf), name, conf.temp_dir)
+            return stage_chunks(opened.chunks(), name, conf.temp_dir, limit)
+    return stage_chunks(source.chunks(), name, conf.temp_dir, limit)

@@ -18,6 +18,8 @@ from typing import Protocol
 
 from django.core.files.uploadedfile import UploadedFile
 
+from .exceptions import UploadTooLarge
+
 STAGING_CHUNK = 64 * 1024  # bytes read at a time from a raw body or a file being staged
 
 
@@ -68,15 +70,21 @@ def stage(upload: UploadedFile[bytes], directory: str | None = None) -> StagedUp
 
 
 def stage_chunks(
-    chunks: Iterable[bytes], name: str = "upload.pdf", directory: str | None = None
+    chunks: Iterable[bytes],
+    name: str = "upload.pdf",
+    directory: str | None = None,
+    limit: int | None = None,
 ) -> StagedUpload:
-    """Copy ``chunks`` (a raw body's, say) into a new temporary file, hashing them; an
-    error while reading them (a limit) leaves no file behind."""
+    """Copy ``chunks`` (a raw body's, say) into a new temporary file, hashing them;
+    ``UploadTooLarge`` once they pass ``limit`` bytes. An error while reading them leaves
+    no file behind."""
     digest = hashlib.sha256()
     fd, path = tempfile.mkstemp(prefix=f"pdfpool-{os.getpid()}-", suffix=".pdf", dir=directory)
     try:
         with os.fdopen(fd, "wb") as out:
             for chunk in chunks:
+                if limit is not None and out.tell() + len(chunk) > limit:
+                    raise UploadTooLarge.over(limit)
                 digest.update(chunk)
                 out.write(chunk)
             size = out.tell()

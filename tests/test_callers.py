@@ -25,7 +25,7 @@ import django_pdfpool
 from django_pdfpool import get_pool, pdf_pooled
 from django_pdfpool.callers import acaller_of, caller_of, user_or_forwarded_ip, user_or_ip
 from django_pdfpool.contrib import drf, ninja
-from django_pdfpool.door.entry import awho, who_now
+from django_pdfpool.door import aask_caller, ask_caller
 from tests.conftest import held_requests, wait_until
 from tests.project.views import HELD, held_job
 from tests.test_decorators import upload
@@ -119,7 +119,7 @@ def test_the_sync_and_async_pair_and_the_door_agree(pdfpool, rf, setting):
     request = rf.post("/", HTTP_X_WHO="bob")
     assert caller_of(request) == django_pdfpool.caller_of(request) == "who:bob"
     assert asyncio.run(acaller_of(request)) == "who:bob"
-    assert who_now(request) == asyncio.run(awho(request)) == ("who:bob", True)
+    assert ask_caller(request) == asyncio.run(aask_caller(request)) == "who:bob"
 
 
 def test_acaller_of_resolves_the_user_first_and_calls_the_librarys_own_on_the_loop(pdfpool, rf):
@@ -185,7 +185,7 @@ def test_ipv4_mapped_addresses_are_their_ipv4_caller(pdfpool, caller):
 
 @pytest.mark.parametrize("caller", [user_or_ip, user_or_forwarded_ip])
 def test_an_address_that_does_not_parse_is_kept_as_it_is(pdfpool, caller):
-    for odd in ("unknown", "not an address"):  # a port or brackets: tests/door/test_django.py
+    for odd in ("unknown", "not an address"):  # a port or brackets: tests/test_middleware.py
         request = anonymous(odd, odd if caller is user_or_forwarded_ip else None)
         assert caller(request) == f"ip:{odd}"
 

@@ -24,7 +24,7 @@ from django_pdfpool import decorators, get_pool, pdf_pooled
 from django_pdfpool.callers import user_or_forwarded_ip, user_or_ip
 from django_pdfpool.checks import check_settings
 from django_pdfpool.conf import get_settings
-from django_pdfpool.door.headers import format_digest
+from django_pdfpool.record import format_digest
 from tests.conftest import held_requests, until, wait_until
 from tests.project.views import HELD, PARSED, VIEW_RUNS, _describe
 from tests.support import pdfs

@@ -161,7 +161,7 @@ def test_usage_refusal_view_renders_its_template(pdfpool):
 
 def test_the_drf_and_ninja_examples_decorate_at_import(pdfpool):
     drf = module("docs_drf", blocks("drf.md")[0])
-    assert drf.ExtractView.post.pdfpool_admission.field == "file"
+    assert drf.ExtractView.post.pdfpool_view.field == "file"
     assert drf.extract_function.cls.post  # api_view made the view
     ninja = module("docs_ninja", blocks("ninja.md")[0])
-    assert ninja.extract.pdfpool_admission and ninja.extract_raw.pdfpool_admission
+    assert ninja.extract.pdfpool_view and ninja.extract_raw.pdfpool_view

@@ -13,8 +13,6 @@ PACKAGE = Path(__file__).resolve().parent.parent / "django_pdfpool"
 
 SHARED_FILE_NAMES = {
     "__init__",  # every package has one
-    "asgi",  # the lifespan (asgi.py) and the door's ASGI wrapper (door/asgi.py): issue 25's
-    # ASGI work brings them together
 }
 
 SHARED_NAMES = {
@@ -23,10 +21,8 @@ SHARED_NAMES = {
     "door_answer",  # contrib/drf.py, contrib/ninja.py
     # left for issue 25's other parts (counters, ASGI, refusals), named in report-names.md
     "Scope",  # asgi.py, admission/snapshot.py
-    "Handler",  # asgi.py, contrib/drf.py
     "Terms",  # door/rules.py, admission/redis/side.py
     "render",  # management/status_report.py, status/metrics.py
-    "too_large",  # door/rules.py, management/extract_report.py
 }
 
 

@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PKG = "django_pdfpool"
 LOCAL, DELIVERY = f"{PKG}/admission/local.py", f"{PKG}/admission/delivery.py"
 SIDE, LUA = f"{PKG}/admission/redis/side.py", f"{PKG}/admission/redis/lua"
-RULES = f"{PKG}/door/rules.py"
+RULES = f"{PKG}/door.py"
 
 
 @dataclass(frozen=True)
@@ -249,7 +249,12 @@ SUPPORT = "tests.support"
 SUITES: dict[str, list[str]] = {
     "local": [CONFORMANCE, "tests/admission", "--ignore=tests/admission/redis"],
     "redis": ["tests/admission/redis"],
-    "door": ["tests/door"],
+    "door": [
+        "tests/test_door.py",
+        "tests/test_door_steps.py",
+        "tests/test_door_pressure.py",
+        "tests/test_middleware.py",
+    ],
 }
 PYTEST = [
     sys.executable,

@@ -23,16 +23,16 @@ from ..callers import caller_of
 from ..conf import get_settings
 from ..decorators import (
     UploadJob,
-    _UploadAdmission,
+    declared_view,
     discarded_on_error,
     extract_upload,
+    no_upload,
     resolve_job_name,
     stage_form_file,
+    submit,
 )
-from ..door.headers import UploadHeaders
-from ..door.rules import body_limit, too_large
-from ..door.views import POOLED, route_of
-from ..exceptions import UploadRejected
+from ..exceptions import UploadRejected, UploadTooLarge
+from ..record import POOLED, PooledView, record_of, route_of
 from ..responses import Failure, describe
 
 __all__ = [
@@ -171,7 +171,7 @@ class _Limited:
         chunk = self.stream.read(size)
         self.read_so_far += len(chunk)
         if self.read_so_far > self.limit:
-            raise api_exception(too_large(self.limit))
+            raise api_exception(UploadTooLarge.over(self.limit))
         return chunk
 
 
@@ -206,7 +206,7 @@ def pdf_pooled(
     if handler is None:
         return functools.partial(pdf_pooled, field=field, job=job, job_name=name)
     _refuse_misplaced(handler)
-    admission = _UploadAdmission(field, job, door_answer, name)  # the door answers as DRF
+    admission = declared_view(field, job, name, door_answer)  # the door answers as DRF
 
     @functools.wraps(handler)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -246,23 +246,23 @@ def _request_among(args: tuple[Any, ...], handler: Callable[..., Any]) -> Reques
     )
 
 
-def _admit(request: Request, admission: _UploadAdmission) -> None:
+def _admit(request: Request, view: PooledView) -> None:
     """Stage the upload DRF parsed, run it through the pool as DRF's user; raise a
     ``PdfPoolError`` for whatever is refused."""
     conf = get_settings()
+    record = record_of(request._request)
     try:
-        upload = UploadHeaders.of(request._request.headers)
-        declared = upload.declared_size
-        if declared is not None and declared > body_limit(conf.max_upload_size, upload.raw):
-            raise too_large(conf.max_upload_size)
-        form_file = request.FILES.get("file" if upload.raw else admission.field)
+        upload = record.upload
+        if upload.declares_too_much(conf.max_upload_size):
+            raise UploadTooLarge.over(conf.max_upload_size)
+        form_file = request.FILES.get("file" if upload.raw else view.field)
         if form_file is None:
-            raise admission.no_upload()
+            raise no_upload(view.field)
         staged = stage_form_file(form_file, upload, conf)
     except UploadRejected as rejected:
         raise api_exception(rejected) from rejected
     with discarded_on_error(staged):
         caller = caller_of(request)  # the CALLER setting, given DRF's authenticated request
-    refused = async_to_sync(admission.submit)(request._request, caller, staged)
+    refused = async_to_sync(submit)(request._request, record, caller, staged, view)
     if refused is not None:
         raise api_exception(refused) from refused

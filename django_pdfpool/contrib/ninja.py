@@ -22,8 +22,8 @@ from ninja.decorators import decorate_view
 from ninja.errors import HttpError
 from ninja.operation import PathView
 
-from ..decorators import UploadJob, _UploadAdmission, extract_upload, resolve_job_name
-from ..door.views import POOLED, route_of
+from ..decorators import UploadJob, aadmit, admit, declared_view, extract_upload, resolve_job_name
+from ..record import POOLED, route_of
 from ..responses import Failure, describe, json_answer
 
 __all__ = ["PdfPoolHttpError", "auth_caller", "door_answer", "pdf_pooled"]
@@ -94,13 +94,13 @@ def pdf_pooled(
             f"pdf_pooled is above @api.post on {operation.__qualname__}: ninja registered "
             "the function before it was decorated. Put @pdf_pooled below @api.post."
         )
-    admission = _UploadAdmission(field, job, door_answer, name, auth_caller)  # request.auth first
+    admission = declared_view(field, job, name, door_answer, auth_caller)  # request.auth first
     wrapper: Callable[..., Any]
     if iscoroutinefunction(operation):
 
         @functools.wraps(operation)
         async def async_wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
-            refused = await admission.aadmit(request)
+            refused = await aadmit(admission, request)
             if refused is not None:
                 raise _refusal(request, refused) from refused
             return await operation(request, *args, **kwargs)
@@ -110,7 +110,7 @@ def pdf_pooled(
 
         @functools.wraps(operation)
         def sync_wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
-            refused = admission.admit(request)
+            refused = admit(admission, request)
             if refused is not None:
                 raise _refusal(request, refused) from refused
             return operation(request, *args, **kwargs)

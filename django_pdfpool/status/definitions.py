@@ -10,8 +10,7 @@ from typing import Literal
 
 from ..admission.counters import REFUSALS, Counter
 from ..admission.snapshot import DurationSummary, PoolSnapshot
-from ..door.entry import terms
-from ..door.rules import ARRIVING
+from ..door import ARRIVING, terms
 
 __all__ = ["METRICS", "PID_LABEL", "DoorFigures", "MetricDefinition", "MetricSample", "Reading"]
 

@@ -21,7 +21,7 @@ from ..admission.counters import CountedBy, Counter
 from ..admission.snapshot import ClusterSnapshot
 from ..conf import get_settings
 from ..configured import get_pool, recorder
-from ..door.entry import door_status
+from ..door import door_status
 from ..extraction import child_starts, sandbox_layers
 
 SHORT_HEX = 12  # hex digits of a key's digest shown on the page; the full key is a tooltip

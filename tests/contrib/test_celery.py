@@ -20,7 +20,7 @@ from django.test import Client
 
 from django_pdfpool import extract_pooled, get_pool
 from django_pdfpool.decorators import pool_key
-from django_pdfpool.door.headers import format_digest
+from django_pdfpool.record import format_digest
 from tests.conftest import held_requests, wait_until
 from tests.project.views import HELD, held_job
 from tests.support import pdfs

@@ -192,7 +192,7 @@ def test_misplaced_decorators_fail_at_import():
 
         drf.pdf_pooled(handler)
     # a plain Django class-based view wrapped whole still works: no DRF authentication
-    assert getattr(django_pdfpool.pdf_pooled(View.as_view()), "pdfpool_admission", None)
+    assert getattr(django_pdfpool.pdf_pooled(View.as_view()), "pdfpool_view", None)
     # the job name is still checked first
     with pytest.raises(ImproperlyConfigured, match="job_name"):
         drf.pdf_pooled(job=lambda upload: None)

@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from django_pdfpool.door.headers import format_digest
+from django_pdfpool.record import format_digest
 from tests.e2e.test_door_servers import answered, connect, form_head, head, port_of, read_answer
 from tests.support.servers import SERVED, serve, wait_for
 

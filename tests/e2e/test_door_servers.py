@@ -19,7 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from django_pdfpool.door.headers import format_digest
+from django_pdfpool.record import format_digest
 from tests.support import pdfs
 from tests.support.servers import gunicorn, read_all_sent, uvicorn, wait_for
 

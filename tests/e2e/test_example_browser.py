@@ -181,7 +181,7 @@ def test_without_javascript_the_form_still_answers_on_the_page(server, browser, 
 def test_the_upload_page_declares_the_files_sha256(server, browser):
     """The page hashes the file with Web Crypto and declares it (``Pdf-Digest``), so the
     door can let a joiner in and refuse what cannot join before the body."""
-    from django_pdfpool.door.headers import format_digest
+    from django_pdfpool.record import format_digest
 
     data = pdfs.simple(["declared by the browser"])
     page = browser.new_context().new_page()

@@ -503,7 +503,7 @@ def stop_signals():
 def test_pool_lifespan_closes_the_pool_at_a_stop_signal_then_calls_the_servers_handler(
     monkeypatch, stop_signals
 ):
-    from django_pdfpool.asgi import lifespan as asgi
+    import django_pdfpool.asgi as asgi
 
     server_handler, calls = stop_signals
     pool, drained = FakePool(), []
@@ -530,7 +530,7 @@ def test_pool_lifespan_closes_the_pool_at_a_stop_signal_then_calls_the_servers_h
 
 
 def test_pool_lifespan_leaves_the_signals_alone_when_told(monkeypatch, stop_signals):
-    from django_pdfpool.asgi import lifespan as asgi
+    import django_pdfpool.asgi as asgi
 
     server_handler, _ = stop_signals
 

@@ -11,7 +11,7 @@ import time
 import httpx
 import pytest
 
-from django_pdfpool.door.headers import format_digest
+from django_pdfpool.record import format_digest
 from tests.support.pdfs import slow_pdf
 from tests.support.procs import Sampler, extraction_children
 from tests.support.servers import uvicorn

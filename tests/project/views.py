@@ -136,7 +136,7 @@ def plain(request):
 
 def snapshot(request):
     """The server's pool, for end-to-end tests that watch it from outside."""
-    from django_pdfpool.door.entry import door_status
+    from django_pdfpool.door import door_status
 
     return JsonResponse({**get_pool().snapshot().as_dict(), "door": door_status()})
 

@@ -7,8 +7,8 @@ import hashlib
 from django.test import Client
 
 from django_pdfpool.admission.snapshot import Pressure
-from django_pdfpool.door.headers import UploadHeaders
-from django_pdfpool.door.rules import Arrivals, Terms, decide
+from django_pdfpool.door import Arrivals, Terms, decide
+from django_pdfpool.record import UploadHeaders
 
 MiB = 1024 * 1024
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from django_pdfpool.door.steps import Call, Steps, arun_steps, run_steps
+from django_pdfpool.door import Call, Steps, arun_steps, run_steps
 
 
 class Boom(Exception):
@@ -139,14 +139,14 @@ def test_under_asgi_the_door_knows_the_signed_in_user_as_under_wsgi(pdfpool, set
     """``AdmissionMiddleware`` on an event loop (Django's AsyncClient) runs the same steps as
     on a thread: the user is resolved before the caller is asked (on the loop, a lazy user
     cannot be read), so the user's second PDF from another address gets the pool's 429 from
-    its headers, its body never parsed (tests/door/test_django.py has the WSGI side)."""
+    its headers, its body never parsed (tests/test_middleware.py has the WSGI side)."""
     from django.conf import global_settings
     from django.contrib.auth.models import User
     from django.core.files.uploadedfile import SimpleUploadedFile
     from django.test import AsyncClient, Client
 
     from django_pdfpool import get_pool
-    from django_pdfpool.door.headers import format_digest
+    from django_pdfpool.record import format_digest
     from tests.conftest import held_requests, wait_until
     from tests.project.views import PARSED
 
@@ -201,26 +201,28 @@ class _NotedPool:
 
 @pytest.mark.parametrize("blocking", [True, False], ids=["redis-like", "local"])
 def test_the_pools_pressure_is_read_off_the_loop_only_when_reading_waits(
-    pdfpool, monkeypatch, blocking
+    pdfpool, monkeypatch, rf, blocking
 ):
     """A pool whose reads wait on the network (``blocking_reads``: the Redis pool) is read
     in a thread by the async path; a local pool's memory read stays on the loop."""
-    from django_pdfpool.door import entry
-    from django_pdfpool.door.headers import UploadHeaders
-    from django_pdfpool.door.views import pooled_view
+    from django_pdfpool import door
+    from django_pdfpool.record import AdmissionRecord
 
     pdfpool()
     noted = _NotedPool(blocking)
-    monkeypatch.setattr(entry, "get_pool", lambda: noted)
-    view = pooled_view("/gated/")
+    monkeypatch.setattr(door, "get_pool", lambda: noted)
+    view = door.pooled_view("/gated/")
     assert view is not None
-    upload = UploadHeaders.of({"content-type": "application/pdf", "content-length": "10"})
+    request = rf.post("/gated/", REMOTE_ADDR="10.7.0.1")
+
+    def record() -> AdmissionRecord:
+        return AdmissionRecord.read({"content-type": "application/pdf", "content-length": "10"})
 
     async def read() -> int:
-        await arun_steps(iter_once(entry.pressure(view, upload, ("ip:10.7.0.1", True))))
+        (await arun_steps(door.through_door(request, record(), view))).release()
         return threading.get_ident()
 
     loop_thread = asyncio.run(read())
     assert (noted.threads[0] != loop_thread) is blocking
-    run_steps(iter_once(entry.pressure(view, upload, ("ip:10.7.0.1", True))))
+    run_steps(door.through_door(request, record(), view)).release()
     assert noted.threads[1] == threading.get_ident()  # sync: read right here

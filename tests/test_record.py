@@ -7,12 +7,12 @@ import base64
 
 import pytest
 
-from django_pdfpool.door.headers import UploadHeaders, format_digest, is_post, parse_digest
 from django_pdfpool.exceptions import (
     BadDigest,
     LengthRequired,
     RepeatedHeader,
 )
+from django_pdfpool.record import UploadHeaders, format_digest, is_post, parse_digest
 from tests.support.door import headers, sha
 
 pytest_plugins = ["tests.support.redis_fixtures"]

@@ -1,25 +1,39 @@
-"""One reading of a request, before its body: the door, ``AdmissionMiddleware`` and
-``@pdf_pooled`` read the method, ``Content-Type``, ``Content-Length``, ``Transfer-Encoding``
-and the digest headers here, as Django reads them (docs/door.md).
+"""One upload's admission record: its headers read once, who asks, and the door's ticket.
 
-``UploadHeaders.of`` takes the headers as (name, value) pairs as the server sent them (an
-ASGI scope's) or a mapping (WSGI's environ, where a server has already joined repeated
-headers with commas, as Django's ASGI handler does).
+The first entry that sees an upload (the door, the middleware, the decorator, an
+integration) builds the record and keeps it on the request (the ASGI scope, the WSGI
+environ); every later stage reads it there. The headers are read as Django reads them
+(docs/door.md): a repeated header, a malformed digest or a chunked form is rejected here,
+once, and the rejection travels in the record to whichever stage answers it.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping
 from dataclasses import dataclass
+from typing import Any, Protocol
 
-from ..exceptions import BadDigest, LengthRequired, RepeatedHeader, Wording
+from django.http import HttpRequest
+from django.urls import ResolverMatch, resolve
+from django.urls.exceptions import Resolver404
+
+from .conf import get_settings
+from .exceptions import BadDigest, LengthRequired, RepeatedHeader, UploadRejected, Wording
+from .responses import RefusalView
+
+RECORD = "django_pdfpool.record"
+"""The key of the ``AdmissionRecord`` in an ASGI scope or a request's ``META``."""
+
+POOLED = "pdfpool_view"
+"""The attribute ``@pdf_pooled`` sets on the view it returns: its ``PooledView``."""
 
 PDF_TYPE = "application/pdf"
 RAW_DIGESTS = ("repr-digest", "content-digest")  # RFC 9530, for a raw PDF body
 FILE_DIGEST = "pdf-digest"  # the same syntax, for the file field of a multipart form
 SHA256 = "sha-256"
+MULTIPART_SLACK = 64 * 1024  # bytes of form overhead allowed over MAX_UPLOAD_SIZE
 SINGLE = ("content-type", "content-length", *RAW_DIGESTS, FILE_DIGEST)
 """Headers that must come once: two of them could be read differently by two readers."""
 
@@ -43,7 +57,8 @@ class UploadHeaders:
 
     @classmethod
     def of(cls, headers: Headers) -> UploadHeaders:
-        """Read ``headers``; ``UploadRejected`` for what neither Django nor the door can
+        """Read ``headers`` (an ASGI scope's pairs, or a mapping whose repeats a server
+        joined with commas); ``UploadRejected`` for what neither Django nor the door can
         read alike: a malformed digest, a repeated header, a chunked multipart form."""
         values = _collect(headers)
         content_type = _one(values, "content-type")
@@ -65,6 +80,15 @@ class UploadHeaders:
             raw=raw,
             digest=digests.pop() if digests else None,
         )
+
+    def body_limit(self, max_upload_size: int) -> int:
+        """The most body bytes this upload may send: the PDF, plus a form's overhead."""
+        return max_upload_size if self.raw else max_upload_size + MULTIPART_SLACK
+
+    def declares_too_much(self, max_upload_size: int) -> bool:
+        """Its ``Content-Length`` is past ``body_limit``: 413 before a byte is read."""
+        size = self.declared_size
+        return size is not None and size > self.body_limit(max_upload_size)
 
 
 def _collect(headers: Headers) -> dict[str, list[str]]:
@@ -140,3 +164,86 @@ def parse_digest(value: str, header: str = "Repr-Digest") -> str | None:
 def format_digest(sha256_hex: str) -> str:
     """``sha-256=:<base64>:`` for a hex SHA-256: what a client sends."""
     return f"{SHA256}=:{base64.b64encode(bytes.fromhex(sha256_hex)).decode()}:"
+
+
+class Releasable(Protocol):
+    """What the record keeps of the door's place for a body: it goes back once."""
+
+    def release(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class PooledView:
+    """What ``@pdf_pooled`` (or an integration) declares of a view, for every stage before
+    it: the form field of the upload, the job and the stable name that starts its keys, the
+    view's own ``answer=`` (None: ``REFUSAL_VIEW``) and a caller function asked before
+    ``CALLER`` (ninja's ``request.auth``)."""
+
+    field: str
+    job: Callable[[Any], Awaitable[Any]]
+    job_name: str
+    answer: RefusalView | None
+    own_caller: Callable[[HttpRequest], str | None] | None = None
+    tagged: bool = False  # the default job: its key carries the settings' results tag
+
+    def key(self, sha256: str) -> str:
+        """The single-flight key of an upload with this digest: ``<job name>:<sha256>``,
+        ``<job name>:<results tag>:<sha256>`` for the default job."""
+        if self.tagged:
+            return f"{self.job_name}:{get_settings().results_tag()}:{sha256}"
+        return f"{self.job_name}:{sha256}"
+
+
+@dataclass(eq=False)
+class AdmissionRecord:
+    """One request's upload as the package knows it, built once. ``caller`` is None until
+    someone could tell who asks (before authentication the ``CALLER`` function may say it
+    cannot know yet); ``ticket`` is the door's place while the body arrives."""
+
+    headers: UploadHeaders | None  # None: rejected
+    rejected: UploadRejected | None  # why the headers cannot be taken
+    caller: str | None = None
+    ticket: Releasable | None = None
+
+    @classmethod
+    def read(cls, headers: Headers) -> AdmissionRecord:
+        try:
+            return cls(UploadHeaders.of(headers), None)
+        except UploadRejected as rejected:
+            return cls(None, rejected)
+
+    @property
+    def upload(self) -> UploadHeaders:
+        """The headers, or the rejection they earned, raised."""
+        if self.headers is None:
+            assert self.rejected is not None
+            raise self.rejected
+        return self.headers
+
+    def release(self) -> None:
+        """Give back the door's place: the call now counts in the pool."""
+        ticket, self.ticket = self.ticket, None
+        if ticket is not None:
+            ticket.release()
+
+
+def record_of(request: HttpRequest) -> AdmissionRecord:
+    """The request's record: the one the door left in its scope or environ, else one read
+    now from its headers and kept on it."""
+    scope: MutableMapping[str, Any] | None = getattr(request, "scope", None)
+    found: AdmissionRecord | None = (scope or {}).get(RECORD) or request.META.get(RECORD)
+    if found is None:
+        found = request.META[RECORD] = AdmissionRecord.read(request.headers)
+    return found
+
+
+def route_of(request: HttpRequest) -> ResolverMatch | None:
+    """The route ``request`` resolves to, for an answer that reads its view (DRF's, ninja's):
+    ``request.resolver_match`` where it is set already, else resolved here; None if none."""
+    match: ResolverMatch | None = getattr(request, "resolver_match", None)
+    if match is not None:
+        return match
+    try:
+        return resolve(request.path_info, getattr(request, "urlconf", None))
+    except Resolver404:
+        return None

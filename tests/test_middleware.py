@@ -14,12 +14,12 @@ import pytest
 from django.test import Client
 
 from django_pdfpool import get_pool
-from django_pdfpool.door.django import TimedStream
-from django_pdfpool.door.headers import format_digest
-from django_pdfpool.door.rules import ARRIVING, Arrivals, Terms
+from django_pdfpool.door import ARRIVING, Arrivals, Terms
 from django_pdfpool.exceptions import (
     BodyTimeout,
 )
+from django_pdfpool.middleware import TimedStream
+from django_pdfpool.record import format_digest
 from django_pdfpool.uploads import STAGING_CHUNK
 from tests.conftest import held_requests, wait_until
 from tests.support import pdfs
@@ -408,7 +408,7 @@ def test_the_door_off_reads_every_body(pdfpool):
 
 
 def test_refusal_view_answers_for_the_decorator_the_middleware_and_the_door(pdfpool):
-    pdfpool(REFUSAL_VIEW="tests.door.test_django.project_refusal", MAX_UPLOAD_SIZE=MiB)
+    pdfpool(REFUSAL_VIEW="tests.test_middleware.project_refusal", MAX_UPLOAD_SIZE=MiB)
     no_upload = Client().post("/sync/", {"x": "1"})  # the decorator's own check
     assert (no_upload.status_code, no_upload.content) == (499, b"refused: NoUpload no_upload")
     door = unread_post("/sync/", 200 * MiB)
@@ -432,7 +432,7 @@ def test_the_door_answers_on_the_event_loop_only_with_the_librarys_own_answers(p
     assert answers_quickly(None) and answers_quickly(json_answer) and answers_quickly(html_answer)
     assert answers_quickly(error_answer)
     assert not answers_quickly(lambda request, status, code, message, retry_after: None)
-    pdfpool(REFUSAL_VIEW="tests.door.test_django.project_refusal")
+    pdfpool(REFUSAL_VIEW="tests.test_middleware.project_refusal")
     assert not answers_quickly(None) and answers_quickly(json_answer)
 
 
@@ -440,7 +440,7 @@ def test_the_door_answers_on_the_event_loop_only_with_the_librarys_own_answers(p
 def test_a_refusal_view_may_read_the_database_from_async_views_too(pdfpool):
     """For an async view (or the pool's refusal of a sync one, met on an event loop) the
     project's refusal view runs in a worker thread, where the ORM may be used."""
-    pdfpool(REFUSAL_VIEW="tests.door.test_django.db_refusal", DOOR=False)  # the pool answers
+    pdfpool(REFUSAL_VIEW="tests.test_middleware.db_refusal", DOOR=False)  # the pool answers
     no_upload = Client().post("/async/", {"x": "1"})  # the async view's own check
     assert (no_upload.status_code, no_upload.content) == (499, b"no_upload: 0 users")
     get_pool().close()  # the pool refuses (inside async_to_sync for the sync view)
@@ -451,7 +451,7 @@ def test_a_refusal_view_may_read_the_database_from_async_views_too(pdfpool):
 
 
 def test_the_metrics_count_the_bodies_held_what_was_shed_and_what_timed_out(pdfpool):
-    from django_pdfpool.door.rules import ARRIVING
+    from django_pdfpool.door import ARRIVING
     from django_pdfpool.status.metrics import render
 
     pdfpool()

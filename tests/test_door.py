@@ -9,14 +9,14 @@ from concurrent.futures import ThreadPoolExecutor
 
 from django_pdfpool import get_pool
 from django_pdfpool.admission.ledger import Ledger
-from django_pdfpool.door.headers import format_digest
-from django_pdfpool.door.rules import MULTIPART_SLACK, Arrivals, Terms, Ticket
+from django_pdfpool.door import Arrivals, Terms, Ticket
 from django_pdfpool.exceptions import (
     CallerBusy,
     PoolBusy,
     PoolClosed,
     UploadTooLarge,
 )
+from django_pdfpool.record import MULTIPART_SLACK, format_digest
 from tests.conftest import held_requests, wait_until
 from tests.project.views import HELD
 from tests.support.door import SOON, TERMS, MiB, decided, headers, post, pressure, sha, verdict
@@ -75,12 +75,12 @@ def test_a_caller_function_tells_the_door_it_cannot_know_yet(pdfpool, rf):
 def test_a_caller_function_that_needs_the_user_does_not_break_the_door(pdfpool, rf):
     """Under ASGI the door asks before authentication: a function that reads
     ``request.user`` raises there, and the door takes it as "cannot know yet"."""
-    from django_pdfpool.door.entry import awho, who_now
+    from django_pdfpool.door import aask_caller, ask_caller
 
-    pdfpool(CALLER="tests.door.test_rules.users_only")
+    pdfpool(CALLER="tests.test_door.users_only")
     request = rf.post("/sync/", REMOTE_ADDR="10.8.0.1")
-    assert who_now(request) == ("ip:10.8.0.1", False)
-    assert asyncio.run(awho(request)) == ("ip:10.8.0.1", False)
+    assert ask_caller(request) is None  # not known yet: the door counts the address
+    assert asyncio.run(aask_caller(request)) is None
 
 
 def test_the_body_settings_are_validated():

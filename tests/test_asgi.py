@@ -16,7 +16,7 @@ from asgiref.testing import ApplicationCommunicator
 from django.core.asgi import get_asgi_application
 
 from django_pdfpool import KeptThreads
-from django_pdfpool.asgi.threads import THREAD_NAME
+from django_pdfpool.asgi import THREAD_NAME
 from tests.project.views import Orphans, Threads
 
 DEADLINE = 30.0
@@ -178,3 +178,32 @@ def test_other_scopes_go_to_the_app_untouched():
 def test_keep_must_be_a_whole_number_of_threads(keep):
     with pytest.raises(ValueError, match="keep must be a whole number"):
         KeptThreads(get_asgi_application(), keep=keep)
+
+
+def test_the_asgi_wrappers_and_their_types_live_in_one_module():
+    """``django_pdfpool.asgi`` is one module: the three wrappers and the ASGI types they
+    speak, each type assigned there and nowhere else in the glue."""
+    import ast
+    from pathlib import Path
+
+    import django_pdfpool
+    from django_pdfpool import asgi
+
+    package = Path(django_pdfpool.__file__).parent
+    assert Path(asgi.__file__) == package / "asgi.py" and not (package / "asgi").exists()
+    for name in ("PdfPoolDoor", "PoolLifespan", "KeptThreads"):
+        assert getattr(asgi, name).__module__ == "django_pdfpool.asgi"
+        assert getattr(django_pdfpool, name) is getattr(asgi, name)
+    declared: dict[str, list[str]] = {}
+    for path in package.rglob("*.py"):
+        if path.relative_to(package).parts[0] in {"admission", "sandbox"}:
+            continue  # the layers below know no ASGI (admission's Scope is another concept)
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.Assign):
+                for target in node.targets:
+                    if isinstance(target, ast.Name) and target.id in ASGI_TYPES:
+                        declared.setdefault(target.id, []).append(path.name)
+    assert declared == {name: ["asgi.py"] for name in ASGI_TYPES}
+
+
+ASGI_TYPES = {"Scope", "Message", "Receive", "Send", "ASGIApp"}

@@ -1,0 +1,357 @@
+"""The package's ASGI wrappers, for a project's ``asgi.py``:
+``application = PdfPoolDoor(PoolLifespan(KeptThreads(get_asgi_application())))``.
+
+``PdfPoolDoor`` is the door in front of Django's handler, which reads a whole body before
+any Django middleware runs: it decides from the headers before the first ``receive()`` (so
+uvicorn never sends ``100 Continue`` to a refused upload), then counts the body's bytes as
+they arrive: 413 at the limit, 408 past the body's deadline, each with the connection
+closed (docs/door.md). ``PoolLifespan`` stops accepting at a stop signal and drains at
+shutdown; ``KeptThreads`` runs a request's sync code on a kept thread, not a new one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import itertools
+import logging
+import signal
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from types import FrameType
+from typing import Any, TypeVar
+
+from asgiref.sync import ThreadSensitiveContext
+from django.core.handlers.asgi import ASGIRequest, get_script_prefix
+from django.http import HttpRequest, HttpResponse
+
+from .conf import get_settings
+from .configured import adrain_pool, peek_pool
+from .door import (
+    Refusal,
+    Terms,
+    Ticket,
+    arun_steps,
+    closes_connection,
+    pooled_view,
+    terms,
+    through_door,
+)
+from .exceptions import BodyTimeout, UploadTooLarge, Wording
+from .record import RECORD, AdmissionRecord, is_post
+from .responses import RefusalView, arefusal_answer, prebuilt_answer
+from .sandbox.extract import shutdown as shutdown_extraction
+
+# The ASGI types, in the shape django-stubs gives Django's own handler (``asgiref.typing``'s
+# TypedDicts do not fit under mypy strict, and the door adds a key of its own to a scope).
+Scope = dict[str, Any]
+Message = dict[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+logger = logging.getLogger("django_pdfpool")
+
+
+class PdfPoolDoor:
+    """``application = PdfPoolDoor(PoolLifespan(KeptThreads(get_asgi_application())))``:
+    uploads to ``@pdf_pooled`` views are refused before their body when the pool cannot take
+    them; every other request goes to ``app`` untouched."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not is_post(scope.get("method")) or RECORD in scope:
+            await self.app(scope, receive, send)
+            return
+        view = pooled_view(path_info(scope)) if get_settings().door else None
+        if view is None:
+            await self.app(scope, receive, send)
+            return
+        record = AdmissionRecord.read(
+            (name.decode("latin-1"), value.decode("latin-1"))
+            for name, value in scope.get("headers", ())
+        )
+        request = ASGIRequest(scope, io.BytesIO())  # the request before its body, asked once
+        decided = await arun_steps(through_door(request, record, view))
+        if not isinstance(decided, Ticket):
+            await send_refusal(request, send, decided, view.answer)
+            return
+        limit = record.upload.body_limit(get_settings().max_upload_size)
+        body = _CountedBody(request, receive, send, limit, view.answer, decided, terms())
+        try:
+            await self.app({**scope, RECORD: record}, body.receive, body.send)
+        finally:
+            decided.release()
+
+
+def path_info(scope: Scope) -> str:
+    """The path Django resolves, as ``ASGIRequest`` computes it."""
+    script_name = get_script_prefix(scope)
+    path: str = scope["path"]
+    return path.removeprefix(script_name) if script_name else path
+
+
+class _CountedBody:
+    """``receive`` and ``send`` for one request let in: past ``limit`` body bytes answer
+    413, past the ticket's deadline 408 (its place goes back), tell the app the client
+    left, and drop what the app sends after. Once the body is in, messages pass."""
+
+    __slots__ = (
+        "_answer", "_receive", "_request", "_send", "_terms", "answered", "complete", "limit",
+        "ticket",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        request: HttpRequest,
+        receive: Receive,
+        send: Send,
+        limit: int,
+        answer: RefusalView | None,
+        ticket: Ticket,
+        terms: Terms,
+    ) -> None:
+        self._request, self._receive, self._send = request, receive, send
+        self.limit, self.answered, self.complete = limit, False, False
+        self._answer, self.ticket, self._terms = answer, ticket, terms
+
+    async def receive(self) -> Message:
+        if self.answered:
+            return {"type": "http.disconnect"}
+        if self.complete:
+            return await self._receive()  # Django listening for a disconnect
+        left = self.ticket.deadline(self._terms) - time.monotonic()
+        try:
+            if left <= 0:
+                raise TimeoutError
+            message = await asyncio.wait_for(self._receive(), left)
+        except TimeoutError:
+            self.ticket.time_out()
+            return await self._refuse(BodyTimeout(Wording.TIMED_OUT))
+        if message["type"] == "http.request":
+            self.ticket.received += len(message.get("body", b""))
+            if self.ticket.received > self.limit:
+                return await self._refuse(UploadTooLarge.over(self._terms.max_upload_size))
+            self.complete = not message.get("more_body", False)
+        return message
+
+    async def _refuse(self, refusal: Refusal) -> Message:
+        await send_refusal(self._request, self._send, refusal, self._answer)
+        self.answered = True
+        return {"type": "http.disconnect"}  # Django's handler stops reading here
+
+    async def send(self, message: Message) -> None:
+        if not self.answered:
+            await self._send(message)
+
+
+async def send_refusal(
+    request: HttpRequest, send: Send, refusal: Refusal, answer: RefusalView | None = None
+) -> None:
+    """Answer ``refusal`` as the view's ``answer=`` or the ``REFUSAL_VIEW`` would, without
+    reading the body. A 413 or a 408 closes the connection (``closes_connection``); after
+    any other the server reads the rest of the body and throws it away. An answer that
+    reads nothing of the request is built once per distinct answer (``prebuilt_answer``)."""
+    closing = closes_connection(refusal)
+    built = None if closing else prebuilt_answer(refusal, answer)
+    if built is not None:
+        status, headers, body = built
+        await send({"type": "http.response.start", "status": status, "headers": list(headers)})
+        await send({"type": "http.response.body", "body": body})
+        return
+    response = await arefusal_answer(request, refusal, answer)
+    if closing:
+        response["Connection"] = "close"  # stop reading: the body is over the limit, or late
+    if not response.has_header("Content-Length"):
+        response["Content-Length"] = str(len(response.content))
+    await send_response(response, send)
+
+
+async def send_response(response: HttpResponse, send: Send) -> None:
+    """A complete (not streaming) Django response, as ASGI messages."""
+    headers: list[tuple[bytes, bytes]] = [
+        (name.encode("latin-1"), value.encode("latin-1")) for name, value in response.items()
+    ]
+    headers.extend(
+        (b"Set-Cookie", cookie.output(header="").strip().encode("latin-1"))
+        for cookie in response.cookies.values()
+    )
+    start: dict[str, Any] = {"type": "http.response.start", "status": response.status_code}
+    await send({**start, "headers": headers})
+    await send({"type": "http.response.body", "body": response.content})
+
+
+SignalHandler = Any  # what signal.getsignal returns: a callable, SIG_DFL, SIG_IGN or None
+
+SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+class PoolLifespan:
+    """ASGI middleware answering lifespan events; everything else goes to ``app``.
+
+    ``drain_timeout``: seconds the shutdown drain may take before what is left is
+    stopped (None: ``WAIT + TIMEOUT + 5``). ``close_on_signal=False`` leaves the
+    signal handlers alone: the pool then stops accepting only at ``lifespan.shutdown``.
+    """
+
+    def __init__(
+        self, app: ASGIApp, *, drain_timeout: float | None = None, close_on_signal: bool = True
+    ) -> None:
+        self.app = app
+        self.drain_timeout = drain_timeout
+        self.close_on_signal = close_on_signal
+        self._chained: dict[int, tuple[SignalHandler, SignalHandler]] = {}  # (ours, previous)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Lifespan events are answered here; every other scope goes to ``app``."""
+        if scope["type"] != "lifespan":
+            await self.app(scope, receive, send)
+            return
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                if self.close_on_signal:
+                    self._chain(asyncio.get_running_loop())
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                self._unchain()
+                await adrain_pool(self.drain_timeout)
+                # the warm template, killed and reaped before the server exits (uvicorn
+                # re-raises SIGTERM, so atexit hooks never run)
+                await asyncio.to_thread(shutdown_extraction)
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    def _chain(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Put our handler in front of the server's for each stop signal, from the main thread
+        only (nowhere else can handlers be set). Only a Python callable is chained: SIG_DFL
+        ends the process anyway; SIG_IGN or a C-level handler: nothing stops on that signal."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for number in SIGNALS:
+            previous = signal.getsignal(number)
+            if not callable(previous):
+                continue
+
+            def handler(signum: int, frame: FrameType | None, previous: Any = previous) -> None:
+                # Not pool.close() here: a Python signal handler runs between two bytecodes
+                # of the main thread, which may be holding the pool's lock at that moment.
+                with contextlib.suppress(RuntimeError):  # the loop is closed: nothing to close
+                    loop.call_soon_threadsafe(_close_pool, signum)
+                previous(signum, frame)
+
+            signal.signal(number, handler)
+            self._chained[number] = (handler, previous)
+
+    def _unchain(self) -> None:
+        """Put the previous handlers back, unless someone replaced ours meanwhile."""
+        chained, self._chained = self._chained, {}
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for number, (ours, previous) in chained.items():
+            if signal.getsignal(number) is ours:
+                signal.signal(number, previous)
+
+
+def _close_pool(signum: int) -> None:
+    """On the server's loop, just after a stop signal: refuse new work from now on."""
+    pool = peek_pool()
+    if pool is not None:
+        pool.close()
+        logger.info("%s: the PDF pool accepts no new work", signal.Signals(signum).name)
+
+
+Returned = TypeVar("Returned")  # what a submitted call returns
+
+THREAD_NAME = "pdfpool-request"
+NUMBERS = itertools.count(1)  # each kept thread's name: pdfpool-request-N_0
+
+
+class RequestThread(ThreadPoolExecutor):
+    """One thread, lent to one request at a time; counts the calls it has not finished."""
+
+    def __init__(self, kept: KeptThreads) -> None:
+        super().__init__(max_workers=1, thread_name_prefix=f"{THREAD_NAME}-{next(NUMBERS)}")
+        self.kept = kept
+        self.unfinished = 0  # guarded by kept._lock
+        self.lent = True  # guarded by kept._lock
+
+    def submit(self, fn: Callable[..., Returned], /, *args: Any, **kwargs: Any) -> Future[Returned]:
+        with self.kept._lock:
+            self.unfinished += 1
+        try:
+            future = super().submit(fn, *args, **kwargs)
+        except BaseException:  # shut down at interpreter exit (one past keep is never lent)
+            with self.kept._lock:
+                self.unfinished -= 1
+            raise
+        future.add_done_callback(self._finished)  # before asyncio's own callback is added
+        return future
+
+    def _finished(self, future: Future[Any]) -> None:
+        with self.kept._lock:
+            self.unfinished -= 1
+            done = not self.unfinished and not self.lent
+        if done:  # the request ended before this call did
+            self.kept._idle_again(self)
+
+
+class KeptThreads:
+    """ASGI middleware: ``PdfPoolDoor(PoolLifespan(KeptThreads(get_asgi_application())))``.
+
+    An HTTP request borrows a thread, given back once it has finished the request's calls; at
+    most ``keep`` wait for the next. Tasks a request starts must end with it: their
+    thread-sensitive calls after it raise RuntimeError (asgiref's rule; docs/deployment.md).
+    """
+
+    def __init__(self, app: ASGIApp, *, keep: int = 32) -> None:
+        if isinstance(keep, bool) or not isinstance(keep, int) or keep < 0:
+            raise ValueError(f"keep must be a whole number of threads, 0 or more, not {keep!r}")
+        self.app = app
+        self.keep = keep
+        self._lock = threading.Lock()
+        self._idle: list[RequestThread] = []  # guarded by _lock
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        lent = self._borrow()
+        try:
+            # Django's handler enters its own ThreadSensitiveContext(), which inside this one
+            # does nothing: its thread-sensitive calls go to the lent thread
+            async with ThreadSensitiveContext(executor=lent):
+                await self.app(scope, receive, send)
+        finally:
+            with self._lock:
+                lent.lent = False
+                done = not lent.unfinished
+            if done:
+                self._idle_again(lent)
+
+    def waiting(self) -> int:
+        """How many kept threads wait for a request now."""
+        with self._lock:
+            return len(self._idle)
+
+    def _borrow(self) -> RequestThread:
+        with self._lock:
+            if self._idle:
+                lent = self._idle.pop()
+                lent.lent = True
+                return lent
+        return RequestThread(self)
+
+    def _idle_again(self, lent: RequestThread) -> None:
+        """Kept for the next request, or ended when ``keep`` threads already wait
+        (``wait=False``: this may run on the thread itself, which cannot join itself)."""
+        with self._lock:
+            if len(self._idle) < self.keep:
+                self._idle.append(lent)
+                return
+        lent.shutdown(wait=False)

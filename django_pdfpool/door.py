@@ -1,0 +1,588 @@
+"""The door: the pool's answer to an upload from its headers, before its body is read.
+
+It applies the pool's rules earlier, never other rules: 503 closed, 413, 429 for a caller
+with a job in flight, 503 busy only for what certainly cannot join. An upload that might
+join (its key unknown before its body) is let in within a bounded budget of bodies in
+flight; past it the door sheds, and counts that apart from the pool's refusals. Every
+ticket has a deadline (``BODY_TIMEOUT`` plus a second per ``BODY_MIN_RATE`` bytes, at most
+``BODY_TIMEOUT_MAX``), past which its place goes back, whether or not the body ever
+arrives. ``decide`` is the rule; ``through_door`` asks what it needs (the caller, the
+pool's pressure) for ``PdfPoolDoor`` (ASGI) and ``AdmissionMiddleware`` (WSGI) alike,
+written once as a step function (sans IO: psycopg writes its protocol the same way).
+See docs/door.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import threading
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable, Generator, Iterator
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, Generic, Literal, TypeVar, cast
+
+from asgiref.sync import sync_to_async
+from django.http import HttpRequest
+from django.urls import URLPattern, URLResolver, get_resolver, resolve
+from django.urls.exceptions import Resolver404
+
+from .admission import delivery
+from .admission.snapshot import Pressure
+from .callers import ASKING, acaller_of, address_caller, caller_of
+from .conf import get_settings
+from .configured import get_pool
+from .exceptions import (
+    BodyTimeout,
+    CallerBusy,
+    PoolBusy,
+    PoolClosed,
+    UploadRejected,
+    UploadTooLarge,
+)
+from .record import POOLED, AdmissionRecord, PooledView, UploadHeaders
+
+logger = logging.getLogger("django_pdfpool.door")
+
+Refusal = PoolClosed | PoolBusy | CallerBusy | UploadRejected
+Kind = Literal["place", "budget"]
+T = TypeVar("T")
+
+
+def closes_connection(refusal: Exception) -> bool:
+    """Whether an answer to ``refusal`` closes the connection: a 413 (the rest of the body
+    is over the limit) or a 408 (the rest is not coming). Any other keeps it open: a client
+    that sent a small body anyway would lose the answer to a reset."""
+    return isinstance(refusal, UploadTooLarge | BodyTimeout)
+
+
+@dataclass(frozen=True)
+class Terms:
+    """The settings the door decides by."""
+
+    max_upload_size: int
+    budget: int  # bodies that may join, let in past the places
+    budget_bytes: int  # their declared bytes together
+    body_timeout: float  # seconds a body has, before its rate extends it
+    body_min_rate: int  # bytes a second that earn another second
+    body_timeout_max: float = 300.0  # seconds a body has in all, however fast it comes
+
+
+def terms() -> Terms:
+    """The door's terms from the settings."""
+    conf = get_settings()
+    return Terms(
+        max_upload_size=conf.max_upload_size,
+        budget=conf.door_budget,
+        budget_bytes=conf.door_budget_bytes,
+        body_timeout=conf.body_timeout,
+        body_min_rate=conf.body_min_rate,
+        body_timeout_max=conf.body_timeout_max,
+    )
+
+
+@dataclass(frozen=True)
+class HeldInfo:
+    """One body on its way in, for the status page and the metrics."""
+
+    caller: str
+    kind: Kind
+    received: int  # bytes so far
+    age: float  # seconds since it was let in
+    left: float  # seconds until its deadline
+
+
+class Ticket:
+    """One arriving body's place or budget entry; ``release()`` (idempotent) when its
+    call reaches the pool, its request ends, or its deadline passes."""
+
+    __slots__ = (
+        "_arrivals", "_lock", "_watchers", "key", "kind", "received", "reserved", "started", "who",
+    )  # fmt: skip
+
+    def __init__(
+        self, arrivals: Arrivals, who: str, kind: Kind, key: str | None, reserved: int
+    ) -> None:
+        self._lock = threading.Lock()
+        self._arrivals: Arrivals | None = arrivals  # guarded by _lock; None once released
+        self._watchers: list[Callable[[], object]] = []  # guarded by _lock; called at release
+        self.who, self.kind, self.key, self.reserved = who, kind, key, reserved
+        self.received = 0  # body bytes so far, counted by the request's one reader
+        self.started = time.monotonic()
+
+    def deadline(self, terms: Terms) -> float:
+        """When the body must be in (monotonic): mod_reqtimeout's ``body=T-M,MinRate=R``,
+        so that a trickle just above the rate holds its place ``M`` seconds at most."""
+        earned = terms.body_timeout + self.received / terms.body_min_rate
+        return self.started + min(earned, terms.body_timeout_max)
+
+    @property
+    def released(self) -> bool:
+        return self._arrivals is None
+
+    def release(self) -> None:
+        self._let_go()
+
+    def time_out(self) -> None:
+        """Release it as past its deadline (counted once, whoever notices first)."""
+        arrivals = self._let_go()
+        if arrivals is not None:
+            arrivals.count_timed_out()
+
+    def _watch(self, watcher: Callable[[], object]) -> bool:
+        """Call ``watcher`` at the release; False (and no call) if it is released already."""
+        with self._lock:
+            if self._arrivals is not None:
+                self._watchers.append(watcher)
+                return True
+        return False
+
+    def _unwatch(self, watcher: Callable[[], object]) -> None:
+        with self._lock:
+            if watcher in self._watchers:
+                self._watchers.remove(watcher)
+
+    def wait_released(self, timeout: float) -> bool:
+        """Block up to ``timeout`` seconds for the release (a sync request's thread)."""
+        gone = threading.Event()
+        if not self._watch(gone.set):
+            return True
+        if gone.wait(max(0.0, timeout)):
+            return True
+        self._unwatch(gone.set)
+        return self.released
+
+    async def areleased(self, timeout: float) -> bool:
+        """Await the release up to ``timeout`` seconds on this loop, woken by whichever
+        thread releases it (no thread waits)."""
+        loop = asyncio.get_running_loop()
+        gone: asyncio.Future[None] = loop.create_future()
+
+        def wake() -> None:
+            if not gone.done():
+                gone.set_result(None)
+
+        def watcher() -> None:
+            loop.call_soon_threadsafe(wake)
+
+        if not self._watch(watcher):
+            return True
+        try:
+            await asyncio.wait_for(gone, max(0.0, timeout))
+        except TimeoutError:
+            self._unwatch(watcher)
+            return self.released
+        except BaseException:  # cancelled: the client left
+            self._unwatch(watcher)
+            raise
+        return True
+
+    def _let_go(self) -> Arrivals | None:
+        with self._lock:
+            arrivals, self._arrivals = self._arrivals, None
+            watchers, self._watchers = self._watchers, []
+        if arrivals is not None:
+            arrivals.forget(self)
+        for watcher in watchers:
+            with contextlib.suppress(RuntimeError):  # a waiter's loop that has closed
+                watcher()
+        return arrivals
+
+
+class Arrivals:
+    """This process's bodies let in and still arriving: places (each a place the pool
+    will be asked for) and budget entries (bodies that may join), with the keys they
+    declared, what was shed and what timed out. Thread-safe."""
+
+    __slots__ = ("_keys", "_lock", "_tickets", "shed", "timed_out")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()  # guards every field
+        self._tickets: set[Ticket] = set()
+        self._keys: Counter[str] = Counter()  # declared keys of the bodies arriving
+        self.shed = 0  # refused from the headers past the budget (they might have joined)
+        self.timed_out = 0  # let in, then past their deadline
+
+    @property
+    def count(self) -> int:
+        return len(self._tickets)
+
+    def carries(self, key: str | None) -> bool:
+        """Whether a body arriving now declared ``key``: its job will be there to join."""
+        with self._lock:
+            return key is not None and key in self._keys
+
+    def may_start_unknown(self) -> bool:
+        """Whether a body holding a place has a key nobody knows yet (it may start any job)."""
+        with self._lock:
+            return any(t.kind == "place" and t.key is None for t in self._tickets)
+
+    def own(self, who: str) -> Ticket | None:
+        """The body ``who`` has arriving, if any (one per caller: a second waits for it)."""
+        with self._lock:
+            return next((t for t in self._tickets if t.who == who), None)
+
+    def holds_place(self, who: str) -> bool:
+        """Whether ``who`` has a body arriving on a place."""
+        with self._lock:
+            return any(t.kind == "place" and t.who == who for t in self._tickets)
+
+    def place(self, free: int, who: str, key: str | None) -> Ticket | None:
+        """A place if fewer than ``free`` are taken by arriving bodies and ``who`` holds
+        none (one job per caller: a second body of theirs can only join)."""
+        with self._lock:
+            places = [t for t in self._tickets if t.kind == "place"]
+            if len(places) >= free or any(t.who == who for t in places):
+                return None
+            return self._take(who, "place", key, 0)
+
+    def budget(self, who: str, key: str | None, size: int, terms: Terms) -> Ticket | None:
+        """A budget entry, if the count and the bytes allow and ``who`` holds none."""
+        with self._lock:
+            entries = [t for t in self._tickets if t.kind == "budget"]
+            if len(entries) >= terms.budget or any(t.who == who for t in entries):
+                return None
+            if sum(t.reserved for t in entries) + size > terms.budget_bytes:
+                return None
+            return self._take(who, "budget", key, size)
+
+    def _take(self, who: str, kind: Kind, key: str | None, size: int) -> Ticket:
+        ticket = Ticket(self, who, kind, key, size)
+        self._tickets.add(ticket)
+        if key is not None:
+            self._keys[key] += 1
+        return ticket
+
+    def count_shed(self) -> None:
+        with self._lock:
+            self.shed += 1
+
+    def count_timed_out(self) -> None:
+        with self._lock:
+            self.timed_out += 1
+
+    def expire(self, terms: Terms, now: float | None = None) -> list[Ticket]:
+        """Release every ticket past its deadline (so that a silent client holds nothing);
+        the adapters answer those requests 408 when they next look."""
+        now = time.monotonic() if now is None else now
+        with self._lock:
+            overdue = [t for t in self._tickets if t.deadline(terms) <= now]
+        for ticket in overdue:
+            ticket.time_out()
+        return overdue
+
+    def held(self, terms: Terms) -> list[HeldInfo]:
+        """The bodies arriving now, oldest first; one past its deadline holds nothing, read
+        or not, so it is released first (every reader agrees: status page, metrics)."""
+        self.expire(terms)
+        now = time.monotonic()
+        with self._lock:
+            tickets = sorted(self._tickets, key=lambda t: t.started)
+        return [
+            HeldInfo(t.who, t.kind, t.received, now - t.started, t.deadline(terms) - now)
+            for t in tickets
+        ]
+
+    def forget(self, ticket: Ticket) -> None:
+        """Drop a released ticket (``Ticket.release`` calls it)."""
+        with self._lock:
+            self._tickets.discard(ticket)
+            if ticket.key is not None:
+                self._keys[ticket.key] -= 1
+                if not self._keys[ticket.key]:
+                    del self._keys[ticket.key]
+
+
+ARRIVING = Arrivals()
+"""This process's bodies on their way in, for both adapters."""
+
+
+def decide(
+    upload: UploadHeaders,
+    key: str | None,
+    pressure: Pressure,
+    arrivals: Arrivals,
+    *,
+    who: str,
+    known: bool,
+    terms: Terms,
+) -> tuple[Refusal | Ticket, bool]:
+    """The pool's answer, or a ticket for the body; and whether a refusal is a shed (the
+    budget's, not the pool's; the caller counts it, or first waits for its own body).
+    ``key``: the single-flight key the upload declares, if any (and trusted); ``who``: the
+    caller, or the address when ``known`` is False (the caller function could not tell
+    before the body)."""
+    if pressure.closed:
+        return delivery.closing(), False
+    if upload.declares_too_much(terms.max_upload_size):
+        return UploadTooLarge.over(terms.max_upload_size), False
+    arrivals.expire(terms)
+    busy = known and pressure.caller_busy
+    declared = upload.declared_size
+    size = upload.body_limit(terms.max_upload_size) if declared is None else declared
+
+    def may_join() -> tuple[Refusal | Ticket, bool]:
+        entry = arrivals.budget(who, key, size, terms)
+        if entry is not None:
+            return entry, False
+        if busy:
+            return delivery.caller_busy(pressure.caller_retry_after), True
+        return delivery.queue_full(pressure.retry_after), True
+
+    if key is not None:
+        if pressure.in_flight or arrivals.carries(key):
+            return may_join()  # it joins: no slot, no queue place, any caller
+        if busy:
+            return delivery.caller_busy(pressure.caller_retry_after), False
+        ticket = arrivals.place(pressure.free, who, key)
+        if ticket is not None:
+            return ticket, False
+        if arrivals.may_start_unknown() or arrivals.holds_place(who):
+            return may_join()  # a body on its way may turn out to start this key's job
+        return delivery.queue_full(pressure.retry_after), False
+    if not busy:
+        ticket = arrivals.place(pressure.free, who, None)
+        if ticket is not None:
+            return ticket, False
+    return may_join()  # every place taken, or the caller busy: it can only join
+
+
+# --- the steps around the rule, run on a thread or an event loop ---------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Call(Generic[T]):
+    """One piece of IO a step function asks for: ``sync`` blocks this thread, ``async_``
+    is awaited on the event loop; both give the same ``T``."""
+
+    sync: Callable[[], T]
+    async_: Callable[[], Awaitable[T]]
+
+    @classmethod
+    def quick(cls, read: Callable[[], T]) -> Call[T]:
+        """``read`` as it is on either side: it never waits (fine on an event loop)."""
+
+        async def on_the_loop() -> T:
+            return read()
+
+        return cls(read, on_the_loop)
+
+    @classmethod
+    def blocking(cls, read: Callable[[], T]) -> Call[T]:
+        """``read``, which may wait (on the network, say): in a thread off the event loop."""
+        return cls(read, sync_to_async(read, thread_sensitive=False))
+
+
+Steps = Generator[Call[Any], Any, T]
+"""A step function's generator: it yields calls, is sent their values, returns a ``T``."""
+
+
+def run_steps(steps: Steps[T]) -> T:
+    """Run ``steps`` on this thread: each call's sync side, its value or its exception
+    (raised inside the step function, where it yielded) sent back."""
+    try:
+        call = next(steps)
+        while True:
+            try:
+                value = call.sync()
+            except BaseException as error:
+                call = steps.throw(error)
+            else:
+                call = steps.send(value)
+    except StopIteration as done:
+        return cast(T, done.value)
+
+
+async def arun_steps(steps: Steps[T]) -> T:
+    """Run ``steps`` on this event loop: each call's async side, awaited (a cancel too is
+    raised inside the step function)."""
+    try:
+        call = next(steps)
+        while True:
+            try:
+                value = await call.async_()
+            except BaseException as error:
+                call = steps.throw(error)
+            else:
+                call = steps.send(value)
+    except StopIteration as done:
+        return cast(T, done.value)
+
+
+def ask_caller(request: HttpRequest) -> str | None:
+    """The caller, asked from a sync request's thread (where it may read the database);
+    None when the ``CALLER`` function cannot tell before the body."""
+    request.META[ASKING] = True
+    try:
+        return caller_of(request)
+    except Exception:  # written for the view (it reads request.user, say): asked there
+        logger.debug("CALLER could not tell the door who asks", exc_info=True)
+        return None
+    finally:
+        del request.META[ASKING]
+
+
+async def aask_caller(request: HttpRequest) -> str | None:
+    """``ask_caller`` from an event loop (``acaller_of``: a project's sync function runs
+    in a thread; ``request.user`` resolved first, where authentication has run)."""
+    request.META[ASKING] = True
+    try:
+        return await acaller_of(request)
+    except Exception:  # as in ask_caller
+        logger.debug("CALLER could not tell the door who asks", exc_info=True)
+        return None
+    finally:
+        del request.META[ASKING]
+
+
+def through_door(
+    request: HttpRequest, record: AdmissionRecord, view: PooledView
+) -> Steps[Refusal | Ticket]:
+    """The door's answer for an upload to ``view``: who asks (kept in the record when
+    known), the pool's pressure, then ``decide``. A refusal in the pool's name counts in the
+    pool's counters, a shed in the door's. One body per caller arrives at a time: a caller's
+    next upload that could only be shed waits (up to ``BODY_TIMEOUT``, holding nothing) for
+    the one it has arriving to reach the pool, then is decided again."""
+    try:
+        upload = record.upload
+    except UploadRejected as rejected:
+        return rejected
+    record.caller = yield Call(partial(ask_caller, request), partial(aask_caller, request))
+    known = record.caller is not None
+    who = record.caller or address_caller(request.META.get("REMOTE_ADDR") or "unknown")
+    conf, pool = get_settings(), get_pool()
+    key = view.key(upload.digest) if upload.digest and conf.door_digests else None
+    read = partial(pool.pressure, key, record.caller)
+    door_terms = terms()
+    give_up = time.monotonic() + door_terms.body_timeout
+    while True:
+        pressure = yield Call.blocking(read) if pool.blocking_reads else Call.quick(read)
+        decided, shed = decide(
+            upload, key, pressure, ARRIVING, who=who, known=known, terms=door_terms
+        )
+        if isinstance(decided, Ticket):
+            record.ticket = decided
+            return decided
+        own = ARRIVING.own(who) if shed else None
+        if own is None:
+            if shed:
+                ARRIVING.count_shed()
+            elif isinstance(decided, PoolBusy | PoolClosed | CallerBusy):
+                pool.count_refusal(decided)
+            return decided
+        left = give_up - time.monotonic()
+        if not (yield Call(partial(own.wait_released, left), partial(own.areleased, left))):
+            ARRIVING.count_shed()
+            return decided
+
+
+def door_status() -> dict[str, Any]:
+    """This process's door, JSON-ready: the bodies arriving (caller, place or budget,
+    bytes so far, age, seconds left), what was shed past the budget, what timed out."""
+    door_terms = terms()
+    return {
+        "held": [dataclasses.asdict(held) for held in ARRIVING.held(door_terms)],
+        "shed": ARRIVING.shed,
+        "timed_out": ARRIVING.timed_out,
+        "budget": door_terms.budget,
+        "budget_bytes": door_terms.budget_bytes,
+        "body_timeout": door_terms.body_timeout,
+        "body_min_rate": door_terms.body_min_rate,
+        "body_timeout_max": door_terms.body_timeout_max,
+    }
+
+
+# --- which requests the door looks at ------------------------------------------------------
+
+
+def pooled_view(path_info: str, urlconf: str | None = None) -> PooledView | None:
+    """The pooled view ``path_info`` resolves to, or None (not found, or not pooled): a
+    POST whose URL Django's own resolver maps to a pooled view (no second list of URLs)."""
+    try:
+        match = resolve(path_info, urlconf)
+    except Resolver404:
+        return None
+    return pooled_view_of(match.func)
+
+
+def pooled_view_of(func: Callable[..., Any]) -> PooledView | None:
+    """``func``'s pooled view, wherever a framework keeps it: on the function itself; on
+    the POST handler of its class (a Django class-based view or DRF ``APIView``, where
+    ``method_decorator`` or ``@pdf_pooled`` put it; a DRF ViewSet's action for POST); in
+    the handler's closure (DRF's ``@api_view``); or among the operations the view serves
+    (django-ninja's path views). The door imports no framework: it reads what they keep."""
+    found = getattr(func, POOLED, None)
+    if found is not None:
+        return cast(PooledView, found)
+    view_class = getattr(func, "view_class", None) or getattr(func, "cls", None)
+    if view_class is not None:
+        actions = getattr(func, "actions", None)  # a DRF ViewSet's {"post": "create"}
+        name = actions.get("post") if isinstance(actions, dict) else "post"
+        handler = getattr(view_class, name, None) if isinstance(name, str) else None
+        if handler is None:
+            return None
+        return getattr(handler, POOLED, None) or _closed_over(handler)
+    return _closed_over(func)
+
+
+def _closed_over(func: Callable[..., Any]) -> PooledView | None:
+    """A pooled view ``func`` closes over: the function DRF's ``@api_view`` handler calls,
+    or the POST operation of the django-ninja path view whose wrapper ``func`` is."""
+    for cell in getattr(func, "__closure__", None) or ():
+        try:
+            held = cell.cell_contents
+        except ValueError:  # an empty cell
+            continue
+        found = getattr(held, POOLED, None) if callable(held) else None
+        if found is not None:
+            return cast(PooledView, found)
+        for operation in getattr(held, "operations", None) or ():
+            if "POST" in getattr(operation, "methods", ()):
+                found = getattr(getattr(operation, "view_func", None), POOLED, None)
+                if found is not None:
+                    return cast(PooledView, found)
+    return None
+
+
+def pooled_routes(urlconf: str | None = None) -> Iterator[tuple[str, Any, PooledView]]:
+    """Every route of the URLconf whose view is pooled: its pattern, view and pooled view."""
+
+    def walk(patterns: list[Any], prefix: str) -> Iterator[tuple[str, Any, PooledView]]:
+        for pattern in patterns:
+            if isinstance(pattern, URLResolver):
+                yield from walk(pattern.url_patterns, prefix + str(pattern.pattern))
+            elif isinstance(pattern, URLPattern):
+                found = pooled_view_of(pattern.callback)
+                if found is not None:
+                    yield prefix + str(pattern.pattern), pattern.callback, found
+
+    yield from walk(get_resolver(urlconf).url_patterns, "/")
+
+
+def framework_mismatches(urlconf: str | None = None) -> list[tuple[str, str]]:
+    """Routes of DRF or django-ninja pooled by ``django_pdfpool.pdf_pooled`` instead of
+    the framework's integration, with the integration to use (for ``manage.py check``):
+    such a route works, but answers refusals itself, not through the framework's handlers
+    (and names ninja's callers by ``request.user``, not ``request.auth``)."""
+    found = []
+    for route, view, pooled in pooled_routes(urlconf):
+        framework = _framework(view)
+        integration = f"django_pdfpool.contrib.{framework}"
+        if framework is not None and getattr(pooled.answer, "__module__", "") != integration:
+            found.append((route, integration))
+    return found
+
+
+def _framework(view: Any) -> str | None:
+    """``"drf"`` or ``"ninja"`` for a view either framework made (read, not imported)."""
+    if hasattr(getattr(view, "cls", None), "authentication_classes"):
+        return "drf"
+    for cell in getattr(view, "__closure__", None) or ():
+        with contextlib.suppress(ValueError):  # an empty cell
+            if type(cell.cell_contents).__module__.startswith("ninja."):
+                return "ninja"
+    return None
