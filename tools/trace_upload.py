@@ -64,7 +64,7 @@ from typing import Any
 # --- what is counted: edit here -----------------------------------------------------------
 
 COUNTED: dict[str, tuple[str, ...]] = {
-    "headers parsed": ("django_pdfpool.door.headers.UploadHeaders.of",),
+    "headers parsed": ("django_pdfpool.record.UploadHeaders.of",),
     "caller resolved": (
         "django_pdfpool.callers.caller_of",
         "django_pdfpool.callers.acaller_of",

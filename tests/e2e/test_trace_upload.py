@@ -51,7 +51,7 @@ def test_one_upload_on_the_local_pool_gives_sane_figures() -> None:
     assert figures["status"] == 200 and figures["warm_up_status"] == 200
     assert figures["modules_entered"] == len(figures["modules"]) > 0
     assert all(name.startswith("django_pdfpool") for name in figures["modules"])
-    assert "django_pdfpool.asgi.door" in figures["modules"]  # the door was on
+    assert "django_pdfpool.door" in figures["modules"]  # the door was on
     assert figures["calls"] == sum(figures["modules"].values()) == len(figures["sequence"])
     assert 0 < figures["module_changes"] < figures["calls"]
     for figure, counted in figures["counted"].items():  # the table names what exists
@@ -66,7 +66,7 @@ def test_a_name_that_no_longer_exists_is_reported_not_found(
 ) -> None:
     trace_upload = tool()
     renamed = {
-        "headers parsed": ("django_pdfpool.door.headers.UploadHeaders.renamed_away",),
+        "headers parsed": ("django_pdfpool.record.UploadHeaders.renamed_away",),
         "settings read": ("django_pdfpool.conf.get_settings", "django_pdfpool.nowhere.f"),
     }
     monkeypatch.setattr(trace_upload, "COUNTED", renamed)
@@ -77,7 +77,7 @@ def test_a_name_that_no_longer_exists_is_reported_not_found(
     tracer = trace_upload.Tracer(targets=targets, background=set())
     figures = trace_upload.figures_of(tracer, "local", 200, 200, True, None)
     assert figures.counted["headers parsed"]["not_found"] == [
-        "django_pdfpool.door.headers.UploadHeaders.renamed_away"
+        "django_pdfpool.record.UploadHeaders.renamed_away"
     ]
     assert figures.counted["settings read"]["not_found"] == ["django_pdfpool.nowhere.f"]
     assert "not found: django_pdfpool.nowhere.f" in trace_upload.report(figures)
