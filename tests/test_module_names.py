@@ -101,3 +101,21 @@ def test_nothing_imports_a_renamed_module_by_its_old_name() -> None:
                 if name in old or any(name.startswith(f"{each}.") for each in old)
             ]
     assert found == []
+
+
+def test_no_module_imports_a_private_name_of_another() -> None:
+    """A name with a leading underscore belongs to its module: what another module needs
+    is public where it is defined."""
+    found = []
+    for path in _modules():
+        for node in ast.walk(ast.parse(path.read_text())):
+            ours = isinstance(node, ast.ImportFrom) and (
+                node.level > 0 or (node.module or "").startswith("django_pdfpool")
+            )
+            if ours:
+                found.extend(
+                    f"{path.relative_to(PACKAGE)}: {alias.name}"
+                    for alias in node.names
+                    if alias.name.startswith("_") and not alias.name.startswith("__")
+                )
+    assert found == []
