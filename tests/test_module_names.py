@@ -24,7 +24,6 @@ SHARED_NAMES = {
     # left for issue 25's other parts (counters, ASGI, refusals), named in report-names.md
     "Scope",  # asgi.py, admission/snapshot.py
     "Handler",  # asgi.py, contrib/drf.py
-    "Terms",  # door/rules.py, admission/redis/side.py
     "render",  # management/status_report.py, status/metrics.py
     "too_large",  # door/rules.py, management/extract_report.py
 }

@@ -1,9 +1,5 @@
 """``RedisPool``: the admission rules across every process that shares a Redis namespace.
-
-The callers' side, usable from any thread and any event loop: a call is handed to this
-process's job loop (``side.ProcessSide``, the state machine) and answered on the caller's
-own loop. The design (scripts, events, leases, fallbacks) is explained in docs/cluster.md.
-"""
+The callers' side, from any thread and loop; ``side.ProcessSide`` runs on the job loop."""
 
 from __future__ import annotations
 
@@ -31,10 +27,10 @@ from ..protocol import DropFn, ErrorObserver, JobFn
 from ..records import Waiter
 from ..snapshot import ClusterSnapshot, Counters, JobInfo, PoolSnapshot, Pressure, ProcessHold
 from .codec import Decode, Encode
-from .link import Sentinels
+from .link import RedisPoolSettings
 from .modes import REDIS
 from .options import CALL_TIMEOUT, FALLBACK, LEASE, NAMESPACE
-from .side import GO_LOCAL, UNREACHABLE, Closing, ProcessSide, RedisWaiter, Terms, unavailable
+from .side import GO_LOCAL, UNREACHABLE, Closing, ProcessSide, RedisWaiter, unavailable
 from .view import parse_view
 
 __all__ = ["MAX_RESULT_BYTES", "RedisPool"]
@@ -45,19 +41,8 @@ _instances: weakref.WeakSet[RedisPool] = weakref.WeakSet()
 
 
 class RedisPool:
-    """``Pool``'s rules over every process using ``url`` and ``namespace``.
-
-    ``lease``: seconds a silent process keeps what it holds. ``encode``/``decode``:
-    a result to and from plain JSON values, for sharers in other processes.
-    ``fallback``: ``"refuse"`` or ``"local"`` while Redis fails. ``timeout``:
-    seconds a Redis call may take before Redis counts as failing. ``fingerprint``: an
-    opaque string (the settings that change results); processes of one namespace whose
-    limits or fingerprint differ are refused with ``PoolMisconfigured``, never merged.
-    ``deployment``: an opaque string naming the deployment (never a secret: Django's side
-    passes an HMAC of a fixed label under SECRET_KEY); two deployments that share a Redis
-    and a namespace by accident are refused likewise. ``sentinels``: ``(host, port)`` of
-    Redis Sentinels; the URL's host is then the service name of the primary.
-    """
+    """``Pool``'s rules over every process using ``url`` and ``namespace``; the other
+    arguments are explained in docs/cluster.md ("RedisPool's arguments")."""
 
     def __init__(
         self,
@@ -91,12 +76,13 @@ class RedisPool:
             raise ValueError("fingerprint must be a string of at most 1024 characters")
         if not isinstance(deployment, str) or len(deployment) > 256:
             raise ValueError("deployment must be a string of at most 256 characters")
-        self._sentinels: Sentinels = tuple((str(host), int(port)) for host, port in sentinels)
         parse_url(url)  # type: ignore[no-untyped-call]  # ValueError for anything but redis://, rediss:// and unix://
         self.slots, self.queue_size, self.wait = slots, queue, wait
         self.lease, self.namespace, self.fallback = float(lease), namespace, fallback
-        self._url = url
-        self._terms = Terms(
+        self._settings = RedisPoolSettings(
+            url=url,
+            namespace=namespace,
+            sentinels=tuple((str(host), int(port)) for host, port in sentinels),
             slots=slots,
             queue_size=queue,
             wait=wait,
@@ -110,22 +96,15 @@ class RedisPool:
             fingerprint=fingerprint,
             deployment=deployment,
         )
-        self._books = Ledger(slots, run_time_ceiling)  # this process's counters and durations
-        self._closing = Closing()  # written here, read by the job loop
-        self._side = self._new_side()
+        self._books = Ledger(slots, run_time_ceiling)  # this process's; thread-safe on its own
+        self._closing = Closing()  # see Closing
+        self._side = self._new_side()  # replaced in a forked child (the fork hook, any thread)
         _instances.add(self)
 
     def _new_side(self) -> ProcessSide:
         """This process's side: at construction, and afresh in a forked child."""
-        return ProcessSide(
-            self._terms,
-            url=self._url,
-            namespace=self.namespace,
-            books=self._books,
-            closing=self._closing,
-            fallback=self._local if self.fallback == "local" else None,
-            sentinels=self._sentinels,
-        )
+        fallback = self._local if self.fallback == "local" else None
+        return ProcessSide(self._settings, self._books, self._closing, fallback)
 
     @property
     def process(self) -> str:
@@ -293,7 +272,7 @@ class RedisPool:
             return await self._local.run(key, caller, fn, on_drop=on_drop)
         self._books.count(Counter.REFUSED_BUSY)
         call_dropped(on_drop)
-        raise unavailable(self._side.trouble or UNREACHABLE, self._terms.probe_every)
+        raise unavailable(self._side.trouble or UNREACHABLE, self._settings.probe_every)
 
     async def _leave(self, waiter: RedisWaiter) -> None:
         """Have the job loop take ``waiter`` off its job, in Redis too; wait for it,

@@ -25,10 +25,10 @@ from ..counters import Counter
 from ..delivery import call_dropped, deliver, report_failure
 from ..ledger import Ledger
 from ..local import Pool
-from ..protocol import DropFn, ErrorObserver, JobFn
+from ..protocol import DropFn, JobFn
 from ..records import JobRecord, Waiter, run_fn
 from ..snapshot import JobInfo
-from .codec import Decode, Encode, decode_outcome, encode_outcome
+from .codec import decode_outcome, encode_outcome
 from .link import (
     AdmitReply,
     BeatReply,
@@ -37,7 +37,7 @@ from .link import (
     ExpireReply,
     JobReport,
     Link,
-    Sentinels,
+    RedisPoolSettings,
     StatusReply,
 )
 from .modes import LOCAL_FALLBACK, REDIS, REFUSING
@@ -66,39 +66,6 @@ def trouble_of(error: BaseException) -> str:
     if isinstance(error, redis_errors.ConnectionError | redis_errors.TimeoutError | OSError):
         return REFUSED if isinstance(error, denied) else UNREACHABLE
     return REFUSED
-
-
-@dataclass(frozen=True)
-class RedisPoolSettings:
-    """What a ``RedisPool`` was built with, as its side reads it (frozen: any thread)."""
-
-    slots: int
-    queue_size: int
-    wait: float | None
-    lease: float
-    fallback: str
-    timeout: float
-    on_error: ErrorObserver
-    encode: Encode | None
-    decode: Decode | None
-    max_result_bytes: int
-    fingerprint: str = ""  # opaque: the settings that change results, same in every process
-    deployment: str = ""  # opaque: who this deployment is (never a secret), same likewise
-
-    @property
-    def wait_ms(self) -> str:
-        """``wait`` as the scripts take it: milliseconds, -1 for none."""
-        return "-1" if self.wait is None else str(round(self.wait * 1000))
-
-    @property
-    def beat_every(self) -> float:
-        """Seconds between two renewals of the lease: three per lease."""
-        return self.lease / 3
-
-    @property
-    def probe_every(self) -> float:
-        """Seconds between two probes while Redis fails."""
-        return min(1.0, self.lease / 2)
 
 
 @dataclass
@@ -156,15 +123,7 @@ class ProcessSide:
     unless its comment says otherwise."""
 
     def __init__(
-        self,
-        settings: RedisPoolSettings,
-        *,
-        url: str,
-        namespace: str,
-        books: Ledger,
-        closing: Closing,
-        fallback: Pool | None,
-        sentinels: Sentinels = (),
+        self, settings: RedisPoolSettings, books: Ledger, closing: Closing, fallback: Pool | None
     ) -> None:
         self._settings = settings  # frozen: any thread
         self._closing = closing  # see Closing
@@ -172,15 +131,7 @@ class ProcessSide:
         self._fallback = fallback  # set once; the pool new calls go to while Redis fails
         pid = os.getpid()
         self.process = f"{socket.gethostname()}:{pid}:{secrets.token_hex(3)}"  # set once
-        self.link = Link(  # set once; its reads are for any thread, the rest for the job loop
-            url,
-            namespace,
-            self.process,
-            lease=settings.lease,
-            slots=settings.slots,
-            timeout=settings.timeout,
-            sentinels=sentinels,
-        )
+        self.link = Link(settings, self.process)  # set once: reads from any thread
         self._tasks: set[asyncio.Task[Any]] = set()  # background tasks, referenced till done
         self.retired = False  # for good: unregistered from Redis, connections closed
         self._idle_waiters: list[Waiter] = []  # drain/stop waiting for nothing in flight
@@ -384,7 +335,8 @@ class ProcessSide:
 
     def _mismatch(self, differs: dict[str, str]) -> PoolMisconfigured:
         """A live process of the namespace has other terms: a deployment error."""
-        s, namespace = self._settings, self.link.namespace
+        s = self._settings
+        namespace = s.namespace
         ms = {"wait": s.wait_ms, "lease": str(round(s.lease * 1000))}
         mine = {"slots": str(s.slots), "queue": str(s.queue_size), **ms}
         named = [
