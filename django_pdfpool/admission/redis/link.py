@@ -208,22 +208,22 @@ class Link:
     (the service name; the URL gives the rest: credentials, database, TLS)."""
 
     def __init__(self, settings: RedisPoolSettings, process: str) -> None:
-        self.url, self.namespace = settings.url, settings.namespace  # set once: any thread
-        self.sentinels = settings.sentinels
-        namespace, lease, self._timeout = settings.namespace, settings.lease, settings.timeout
-        self.prefix = "{" + namespace + "}:"
+        s = settings  # set once, as every field down to _head: any thread reads them
+        self.url, self.namespace, self.sentinels = s.url, s.namespace, s.sentinels
+        self.prefix = "{" + s.namespace + "}:"
         self.process = process
         self.procs_key = self.prefix + "procs"
         self.channel = self.prefix + "ch:" + process
-        self._head = [process, str(round(lease * 1000)), str(settings.slots)]
-        self._client: aredis.Redis | None = None
+        self._timeout = s.timeout
+        self._head = [process, str(round(s.lease * 1000)), str(s.slots)]  # each script's ARGV
+        self._client: aredis.Redis | None = None  # job loop, as the next four
         self._scripts: dict[str, Any] = {}
-        self._pubsub: Any = None
-        self._reader: asyncio.Task[None] | None = None
-        self._subscribing: asyncio.Lock | None = None  # made on the job loop: see _gate
-        self._sync_lock = threading.Lock()
+        self._pubsub: Any = None  # under _subscribing
+        self._reader: asyncio.Task[None] | None = None  # under _subscribing
+        self._subscribing: asyncio.Lock | None = None  # made there by _gate
+        self._sync_lock = threading.Lock()  # guards the next two (any thread)
         self._sync: redis.Redis | None = None
-        self._sync_scripts: dict[str, Any] = {}
+        self._sync_scripts: dict[str, Any] = {}  # written with _sync; read after sync()
 
     @property
     def where(self) -> str:

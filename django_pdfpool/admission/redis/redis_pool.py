@@ -138,10 +138,8 @@ class RedisPool:
     blocking_reads = True  # ``pressure`` asks Redis
 
     def pressure(self, key: str | None = None, caller: str | None = None) -> Pressure:
-        """Closed or not, free places in the cluster, whether ``key``'s job is in flight
-        anywhere, whether ``caller`` holds a job for another key (the 429 ``run`` would
-        give, with its Retry-After), and when a place is likely free: one round trip
-        (this process's reading while Redis fails)."""
+        """``Pool.pressure`` for the cluster, in one round trip (this process's while Redis
+        fails)."""
         closed = self._closing.closed
         if self.mode == REDIS:
             try:
@@ -165,17 +163,14 @@ class RedisPool:
         return dataclasses.replace(self._local.pressure(key, caller), closed=closed)
 
     def count_refusal(self, refusal: PoolBusy | PoolClosed | CallerBusy) -> None:
-        """Count a refusal the door gave in this pool's name: in this process's counters,
-        and a busy or caller one in the cluster's too (closed is a process's own, as in
-        the scripts)."""
+        """Count a refusal the door gave: here, and a busy or caller one in Redis too."""
         counter = delivery.counter_of(refusal)
         self._books.count(counter)
         if counter.counted_by is not CountedBy.PROCESS and self.mode == REDIS:
             call_in_job_loop(self._side.count_refused, counter)
 
     def _read(self, shared: Callable[[], int], here: Callable[[], int]) -> int:
-        """One brief blocking read from Redis (any thread); this process's figure
-        while Redis fails, without waiting for it."""
+        """A brief blocking read from Redis (any thread); ``here()`` while Redis fails."""
         if self.mode == REDIS:
             try:
                 return shared()
@@ -184,13 +179,12 @@ class RedisPool:
         return here()
 
     def idle(self) -> bool:
-        """Nothing in flight in this process: no job run or queued here, no caller of
-        this process waiting (``running()``/``queued()`` count every process)."""
+        """Nothing in flight in this process (``running()``/``queued()`` count every one)."""
         return not self._side.busy() and self._local.idle()
 
     def snapshot(self) -> PoolSnapshot:
-        """Every job in flight in the namespace, with the cluster's counters and figures
-        while Redis answers (this process's jobs and figures while it fails)."""
+        """Every job in flight in the namespace, with the cluster's books (this process's
+        while Redis fails)."""
         return self.cluster_snapshot().cluster
 
     def local_snapshot(self) -> PoolSnapshot:
@@ -241,9 +235,8 @@ class RedisPool:
     async def run(
         self, key: str, caller: str, fn: JobFn | None, *, on_drop: DropFn | None = None
     ) -> Any:
-        """Run ``fn`` as the job for ``key`` on behalf of ``caller``, or share the job
-        in flight for ``key`` in any process; return its result or raise its error.
-        Exactly one of ``fn()`` and ``on_drop()`` is eventually called (see ``Pool``)."""
+        """``Pool.run`` across processes: a job for ``key`` in flight anywhere is shared;
+        exactly one of ``fn()`` and ``on_drop()`` is eventually called."""
         if self._closing.closed:  # rule 0, per process: see drain()
             self._books.count(Counter.REFUSED_CLOSED)
             call_dropped(on_drop)
@@ -275,8 +268,7 @@ class RedisPool:
         raise unavailable(self._side.trouble or UNREACHABLE, self._settings.probe_every)
 
     async def _leave(self, waiter: RedisWaiter) -> None:
-        """Have the job loop take ``waiter`` off its job, in Redis too; wait for it,
-        so that counts read right after a cancelled call are already right."""
+        """Take ``waiter`` off its job, in Redis too; waited for, so counts read next are right."""
         done: concurrent.futures.Future[None] = concurrent.futures.Future()
         get_job_loop().call_soon_threadsafe(self._side.leave, waiter, done)
         with contextlib.suppress(BaseException):  # cancelled again: the leave goes on
@@ -290,17 +282,15 @@ class RedisPool:
         self._local.close()
 
     async def drain(self) -> None:
-        """Stop accepting here; let this process's running and queued jobs (and its
-        callers waiting on others' jobs) finish, then let go of Redis. Other
-        processes keep their pools open: closing is per process."""
+        """Stop accepting here, let this process's jobs and callers finish, let go of Redis;
+        closing is per process."""
         self.close()
         await self._until_idle()
         await self._local.drain()
         await _on_job_loop(self._side.retire())
 
     async def stop(self) -> None:
-        """Stop accepting here; this process's queued jobs are dropped, its running
-        ones cancelled, its callers and every sharer of those jobs get PoolClosed."""
+        """Stop accepting here; drop this process's queued jobs, cancel its running ones."""
         self._closing.closed = self._closing.stopping = True
         await _on_job_loop(self._side.stop_jobs())
         await self._local.stop()

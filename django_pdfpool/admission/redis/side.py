@@ -129,8 +129,7 @@ class ProcessSide:
         self._closing = closing  # see Closing
         self._books = books  # thread-safe on its own
         self._fallback = fallback  # set once; the pool new calls go to while Redis fails
-        pid = os.getpid()
-        self.process = f"{socket.gethostname()}:{pid}:{secrets.token_hex(3)}"  # set once
+        self.process = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"  # set once
         self.link = Link(settings, self.process)  # set once: reads from any thread
         self._tasks: set[asyncio.Task[Any]] = set()  # background tasks, referenced till done
         self.retired = False  # for good: unregistered from Redis, connections closed
