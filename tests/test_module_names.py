@@ -19,9 +19,8 @@ SHARED_NAMES = {
     # each framework's adaptor of one concept, under the name its users know
     "pdf_pooled",  # decorators.py, contrib/drf.py, contrib/ninja.py
     "door_answer",  # contrib/drf.py, contrib/ninja.py
-    # left for issue 25's other parts (counters, ASGI, refusals), named in report-names.md
+    # two concepts under one word, still to be told apart
     "Scope",  # asgi.py, admission/snapshot.py
-    "Terms",  # door/rules.py, admission/redis/side.py
     "render",  # management/status_report.py, status/metrics.py
 }
 

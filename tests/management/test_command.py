@@ -131,7 +131,7 @@ def test_status_with_redis_reads_the_cluster_from_another_process(make_pool, nam
     thread = holding(other, key, "ip:198.51.100.4", gate)
     settings = {
         "BACKEND": "redis",
-        "REDIS_URL": other._url,
+        "REDIS_URL": other._settings.url,
         "NAMESPACE": namespace,
         "LEASE": LEASE,
     }

@@ -1,18 +1,6 @@
-"""A job's outcome as JSON, for sharers in other processes (``RedisPool``).
-
-A result travels as ``{"ok": value}``: ``encode(result)`` must give plain JSON
-values (the default is the result itself) and ``decode`` rebuilds it on the other
-side. An exception travels as ``{"error": {module, name, args, attrs, message}}``
-and comes back as itself when its class is a builtin exception or one of this
-package's own (``django_pdfpool.exceptions``: ``ExtractionError``, the refusals, ...):
-same type, same ``args``, same JSON-able attributes. Any other class becomes a
-``RemoteJobError`` naming the original type and message. Classes are only looked up
-in those two modules, never in a module named by the data: whoever can write to
-Redis must not be able to make a worker import code.
-
-An outcome larger than ``limit`` bytes, or a result that cannot be encoded,
-travels as an error (``ResultTooLarge`` / ``RemoteJobError``) instead.
-"""
+"""A job's outcome as JSON, for sharers in other processes: ``{"ok": encode(result)}`` or
+``{"error": {module, name, args, attrs, message}}``, rebuilt only as a builtin exception or
+one of ``django_pdfpool.exceptions`` (never a class the data names: docs/security.md)."""
 
 from __future__ import annotations
 
@@ -23,8 +11,6 @@ from typing import Any
 
 from ... import exceptions
 from ...exceptions import RemoteJobError, ResultTooLarge
-
-__all__ = ["RemoteJobError", "ResultTooLarge", "decode_outcome", "encode_outcome"]
 
 Encode = Callable[[Any], Any]
 Decode = Callable[[Any], Any]

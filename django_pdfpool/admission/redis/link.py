@@ -1,12 +1,5 @@
-"""The link to Redis: the Lua scripts and the reply of each as a named structure, and the
-connections (an asyncio client on the job loop for the scripts and the process's event
-channel, a small synchronous one for reads from any thread; or the same through Sentinel).
-
-Every change of shared state is one script, run atomically in Redis: the rules hold across
-processes without any lock of ours. Scripts are never retried (one whose reply was lost may
-have run); a failed call raises ``RedisError`` and the side decides what that means
-(docs/cluster.md).
-"""
+"""The link to Redis: the Lua scripts, each one's reply as a named tuple, and the connections
+(asyncio on the job loop, synchronous for reads from any thread). Scripts are never retried."""
 
 from __future__ import annotations
 
@@ -16,7 +9,8 @@ import json
 import logging
 import threading
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from importlib.resources import files
 from typing import Any, NamedTuple
 
@@ -32,12 +26,14 @@ from redis.retry import Retry
 
 from ...exceptions import BlockingCallWarning
 from ..jobloop import on_job_loop
+from ..protocol import ErrorObserver
+from .codec import Decode, Encode
 from .urls import presentable
 from .view import whole
 
 logger = logging.getLogger("django_pdfpool.redis")
 
-# --- the scripts (lua/*.lua, read once at import) and their replies -----------------------
+# --- the scripts (lua/*.lua, read once at import) and their replies (documented there) ----
 
 MUTATING = ("admit", "leave", "finish", "expire", "drop", "beat", "unregister", "refused")
 READING = ("collect", "view", "pressure", "probe")
@@ -55,9 +51,7 @@ SOURCES: dict[str, str] = {
 
 
 class Event(NamedTuple):
-    """What a script tells a process about one job: ``start`` (it took a slot), ``done``
-    (its outcome waits in Redis), ``busy`` (waited longer than ``wait``), ``lost`` (its
-    owner's lease ended), ``dropped`` (every waiter left a queued job), ``closed``."""
+    """What a script tells a process about one job (kinds: docs/cluster.md)."""
 
     kind: str
     key: str
@@ -70,10 +64,7 @@ def events_of(flat: list[str]) -> list[Event]:
 
 
 class AdmitReply(NamedTuple):
-    """``admit.lua``'s answer. ``status``: ``joined`` (``job_id``, ``state``, ``owner`` are
-    the shared job's), ``started``/``queued`` (this call's job), ``caller`` (the caller's
-    held job, ``age`` seconds since it queued or started), ``busy``, ``rebuilding``, ``nojob``, or
-    ``mismatch`` (``differs``: each term this process does not share, with the namespace's)."""
+    """``admit.lua``'s answer; ``age`` in seconds."""
 
     status: str
     job_id: str
@@ -94,8 +85,7 @@ class AdmitReply(NamedTuple):
 
 
 class StatusReply(NamedTuple):
-    """``leave.lua``'s and ``finish.lua``'s answer: ``ok``, ``gone`` (the job is not in
-    Redis any more) or, from finish, ``need`` (send the outcome: sharers elsewhere wait)."""
+    """``leave.lua``'s and ``finish.lua``'s answer."""
 
     status: str
     events: list[Event]
@@ -106,8 +96,7 @@ class StatusReply(NamedTuple):
 
 
 class ExpireReply(NamedTuple):
-    """``expire.lua``'s answer: seconds left before the job's deadline (negative: it is not
-    queued with one; 0: it expired now)."""
+    """``expire.lua``'s answer; ``left`` in seconds."""
 
     left: float
     events: list[Event]
@@ -128,9 +117,7 @@ class EventsReply(NamedTuple):
 
 
 class PressureReply(NamedTuple):
-    """``pressure.lua``'s answer: the cluster's running and queued jobs, whether the key's
-    job is in flight, and whether the caller is busy with another (its held job's state,
-    seconds since it queued or started, and jobs ahead of it)."""
+    """``pressure.lua``'s answer; ``age`` in seconds."""
 
     running: int
     queued: int
@@ -150,16 +137,14 @@ class PressureReply(NamedTuple):
 
 
 class JobReport(NamedTuple):
-    """One job as the beat found it: ``queued``, ``running``, ``gone`` or ``done`` (with
-    ``data``, the outcome an awaited job left for this process)."""
+    """One job as ``beat.lua`` found it (``data``: a ``done`` job's outcome)."""
 
     state: str
     data: str
 
 
 class BeatReply(NamedTuple):
-    """``beat.lua``'s answer: when the next other lease ends (seconds; None: no other
-    process), one report per job sent, in order, and events."""
+    """``beat.lua``'s answer; ``next_lease_end`` in seconds, None for no other process."""
 
     next_lease_end: float | None
     reports: list[JobReport]
@@ -173,13 +158,48 @@ class BeatReply(NamedTuple):
         return cls(ends, reports, events_of(events))
 
 
-# --- the connections ------------------------------------------------------------------------
+# --- the settings and the connections ------------------------------------------------------
+
+Sentinels = tuple[tuple[str, int], ...]
+
+
+@dataclass(frozen=True)
+class RedisPoolSettings:
+    """What a ``RedisPool`` was built with, as its side and link read it (frozen: any thread)."""
+
+    url: str
+    namespace: str
+    sentinels: Sentinels  # (host, port) each; then the URL's host names the primary
+    slots: int
+    queue_size: int
+    wait: float | None
+    lease: float
+    fallback: str
+    timeout: float
+    on_error: ErrorObserver
+    encode: Encode | None
+    decode: Decode | None
+    max_result_bytes: int
+    fingerprint: str = ""  # opaque: the settings that change results, same in every process
+    deployment: str = ""  # opaque: who this deployment is (never a secret), same likewise
+
+    @property
+    def wait_ms(self) -> str:
+        """``wait`` as the scripts take it: milliseconds, -1 for none."""
+        return "-1" if self.wait is None else str(round(self.wait * 1000))
+
+    @property
+    def beat_every(self) -> float:
+        """Seconds between two renewals of the lease: three per lease."""
+        return self.lease / 3
+
+    @property
+    def probe_every(self) -> float:
+        """Seconds between two probes while Redis fails."""
+        return min(1.0, self.lease / 2)
 
 
 MAX_CONNECTIONS = 16  # per pool, on the job loop; callers beyond wait for one
-
-
-Sentinels = tuple[tuple[str, int], ...]
 
 
 class Link:
@@ -187,32 +207,23 @@ class Link:
     at ``url`` or, with ``sentinels``, the primary the Sentinels name for the URL's host
     (the service name; the URL gives the rest: credentials, database, TLS)."""
 
-    def __init__(
-        self,
-        url: str,
-        namespace: str,
-        process: str,
-        *,
-        lease: float,
-        slots: int,
-        timeout: float,
-        sentinels: Sentinels = (),
-    ) -> None:
-        self.url, self.namespace, self.sentinels = url, namespace, sentinels
-        self.prefix = "{" + namespace + "}:"
+    def __init__(self, settings: RedisPoolSettings, process: str) -> None:
+        s = settings  # set once, as every field down to _head: any thread reads them
+        self.url, self.namespace, self.sentinels = s.url, s.namespace, s.sentinels
+        self.prefix = "{" + s.namespace + "}:"
         self.process = process
         self.procs_key = self.prefix + "procs"
         self.channel = self.prefix + "ch:" + process
-        self._head = [process, str(round(lease * 1000)), str(slots)]
-        self._timeout = timeout
-        self._client: aredis.Redis | None = None
+        self._timeout = s.timeout
+        self._head = [process, str(round(s.lease * 1000)), str(s.slots)]  # each script's ARGV
+        self._client: aredis.Redis | None = None  # job loop, as the next four
         self._scripts: dict[str, Any] = {}
-        self._pubsub: Any = None
-        self._reader: asyncio.Task[None] | None = None
-        self._subscribing: asyncio.Lock | None = None
-        self._sync_lock = threading.Lock()
+        self._pubsub: Any = None  # under _subscribing
+        self._reader: asyncio.Task[None] | None = None  # under _subscribing
+        self._subscribing: asyncio.Lock | None = None  # made there by _gate
+        self._sync_lock = threading.Lock()  # guards the next two (any thread)
         self._sync: redis.Redis | None = None
-        self._sync_scripts: dict[str, Any] = {}
+        self._sync_scripts: dict[str, Any] = {}  # written with _sync; read after sync()
 
     @property
     def where(self) -> str:
@@ -229,12 +240,7 @@ class Link:
     def client(self) -> aredis.Redis:
         """The asyncio client; made on first use, on the job loop."""
         if self._client is None:
-            options: dict[str, Any] = {
-                "decode_responses": True,
-                "socket_timeout": self._timeout,
-                "socket_connect_timeout": self._timeout,
-                "retry": AsyncRetry(NoBackoff(), 0),
-            }
+            options = self._options(AsyncRetry(NoBackoff(), 0))
             if self.sentinels:
                 self._client = _sentinel(aredis_sentinel.Sentinel, self, options).master_for(
                     self._service()
@@ -249,6 +255,16 @@ class Link:
                 for name in (*MUTATING, "collect", "probe")
             }
         return self._client
+
+    def _options(self, retry: Any) -> dict[str, Any]:
+        """A client's options: the call timeout, text replies, and ``retry``."""
+        timeout = self._timeout
+        return {
+            "decode_responses": True,
+            "socket_timeout": timeout,
+            "socket_connect_timeout": timeout,
+            "retry": retry,
+        }
 
     def _service(self) -> str:
         """The Sentinel service name: the URL's host."""
@@ -276,13 +292,11 @@ class Link:
         await self._scripts["probe"](keys=[self.procs_key])
 
     async def subscribe(
-        self, on_event: Callable[[Event], None], on_error: Callable[[BaseException], None]
+        self, on_event: Callable[[Event], None], on_error: Callable[[BaseException], object]
     ) -> None:
         """Listen on this process's channel, unless already listening. Returns once
         Redis confirmed the subscription: no event published after can be missed."""
-        if self._subscribing is None:
-            self._subscribing = asyncio.Lock()
-        async with self._subscribing:
+        async with self._gate():
             if self._reader is not None and not self._reader.done():
                 return
             await self._unsubscribe()
@@ -304,11 +318,17 @@ class Link:
                 self._read(pubsub, on_event, on_error)
             )
 
+    def _gate(self) -> asyncio.Lock:
+        """The lock of subscribing and releasing, made on first use on the job loop."""
+        if self._subscribing is None:
+            self._subscribing = asyncio.Lock()
+        return self._subscribing
+
     async def _read(
         self,
         pubsub: Any,
         on_event: Callable[[Event], None],
-        on_error: Callable[[BaseException], None],
+        on_error: Callable[[BaseException], object],
     ) -> None:
         try:
             while True:
@@ -326,9 +346,7 @@ class Link:
 
     async def unsubscribe(self) -> None:
         """Stop listening (idle, failing or closing); ``subscribe`` starts again."""
-        if self._subscribing is None:
-            self._subscribing = asyncio.Lock()
-        async with self._subscribing:
+        async with self._gate():
             await self._unsubscribe()
 
     async def _unsubscribe(self) -> None:
@@ -346,32 +364,28 @@ class Link:
         """Idle for a while: leave the process table, let go of the channel and of
         idle connections; unless ``still_idle()`` says a call began meanwhile. Under
         the lock that ``subscribe`` takes: a new admission waits until this is done."""
-        if self._subscribing is None:
-            self._subscribing = asyncio.Lock()
-        async with self._subscribing:
+        async with self._gate():
             if not still_idle():
                 return
             with contextlib.suppress(RedisError):
                 await self.call("unregister")
             await self._unsubscribe()
-        if self._client is not None:
-            with contextlib.suppress(Exception):
-                await self._client.connection_pool.disconnect(inuse_connections=False)
+        await self.refresh_idle()
 
     async def reset(self) -> None:
         """Redis failed: close every connection (a restarted server leaves them all
         stale), so that the next call, or the probe, opens fresh ones."""
         await self.unsubscribe()
-        if self._client is not None:
-            with contextlib.suppress(Exception):
-                await self._client.connection_pool.disconnect()
+        await self._disconnect(idle_only=False)
 
     async def refresh_idle(self) -> None:
-        """Close the idle connections (one was found dropped: its siblings may be too);
-        calls under way keep theirs."""
+        """Close the idle connections (one was dropped: its siblings may be too)."""
+        await self._disconnect(idle_only=True)
+
+    async def _disconnect(self, *, idle_only: bool) -> None:
         if self._client is not None:
             with contextlib.suppress(Exception):
-                await self._client.connection_pool.disconnect(inuse_connections=False)
+                await self._client.connection_pool.disconnect(inuse_connections=not idle_only)
 
     async def close(self) -> None:
         """For good (the pool was drained or stopped). A read under way in another thread
@@ -400,12 +414,7 @@ class Link:
             )
         with self._sync_lock:
             if self._sync is None:
-                options: dict[str, Any] = {
-                    "decode_responses": True,
-                    "socket_timeout": self._timeout,
-                    "socket_connect_timeout": self._timeout,
-                    "retry": Retry(NoBackoff(), 1),  # reads only: once more on a stale connection
-                }
+                options = self._options(Retry(NoBackoff(), 1))  # reads: again if stale
                 if self.sentinels:
                     sentinel = _sentinel(redis.sentinel.Sentinel, self, options)
                     self._sync = sentinel.master_for(self._service())
@@ -423,24 +432,17 @@ class Link:
         return self._count("llen", "queue")
 
     def _count(self, command: str, name: str) -> int:
-        """SCARD or LLEN of a state key; 0 if it holds another type (bad data, which the
-        next script deletes): a read never fails on what Redis holds."""
-        try:
+        """SCARD or LLEN of a state key (see ``_typed``)."""
+        with _typed():
             return int(getattr(self.sync(), command)(self.prefix + name))
-        except ResponseError as error:
-            if not str(error).startswith("WRONGTYPE"):
-                raise
-            return 0
+        return 0
 
     def waiting(self, key: str) -> int:
         """Callers waiting on ``key``'s job in every process, less its starter (counts
         that are not whole numbers skipped)."""
-        try:
-            fields: dict[str, str] = self.sync().hgetall(self.prefix + "job:" + key)  # type: ignore[assignment]
-        except ResponseError as error:
-            if not str(error).startswith("WRONGTYPE"):
-                raise
-            return 0
+        fields: dict[str, str] = {}
+        with _typed():
+            fields = self.sync().hgetall(self.prefix + "job:" + key)  # type: ignore[assignment]
         counts = [whole(value) for name, value in fields.items() if name.startswith("w:")]
         total = sum(n for n in counts if n is not None and n > 0)
         return max(0, total - max(0, whole(fields.get("sw")) or 0))
@@ -475,6 +477,17 @@ def _sentinel(make: Callable[..., Any], link: Link, options: dict[str, Any]) -> 
         parsed["ssl"] = True
     timeouts = {name: options[name] for name in ("socket_timeout", "socket_connect_timeout")}
     return make(list(link.sentinels), sentinel_kwargs=timeouts, **parsed, **options)
+
+
+@contextlib.contextmanager
+def _typed() -> Iterator[None]:
+    """A read of a key holding another type (bad data, which the next script deletes) reads
+    as nothing: a read never fails on what Redis holds."""
+    try:
+        yield
+    except ResponseError as error:
+        if not str(error).startswith("WRONGTYPE"):
+            raise
 
 
 def _glob_escape(text: str) -> str:

@@ -1,9 +1,5 @@
 """``RedisPool``: the admission rules across every process that shares a Redis namespace.
-
-The callers' side, usable from any thread and any event loop: a call is handed to this
-process's job loop (``side.ProcessSide``, the state machine) and answered on the caller's
-own loop. The design (scripts, events, leases, fallbacks) is explained in docs/cluster.md.
-"""
+The callers' side, from any thread and loop; ``side.ProcessSide`` runs on the job loop."""
 
 from __future__ import annotations
 
@@ -31,10 +27,10 @@ from ..protocol import DropFn, ErrorObserver, JobFn
 from ..records import Waiter
 from ..snapshot import ClusterSnapshot, Counters, JobInfo, PoolSnapshot, Pressure, ProcessHold
 from .codec import Decode, Encode
-from .link import Sentinels
+from .link import RedisPoolSettings
 from .modes import REDIS
 from .options import CALL_TIMEOUT, FALLBACK, LEASE, NAMESPACE
-from .side import GO_LOCAL, UNREACHABLE, Closing, ProcessSide, RedisWaiter, Terms, unavailable
+from .side import GO_LOCAL, UNREACHABLE, Closing, ProcessSide, RedisWaiter, unavailable
 from .view import parse_view
 
 __all__ = ["MAX_RESULT_BYTES", "RedisPool"]
@@ -45,19 +41,8 @@ _instances: weakref.WeakSet[RedisPool] = weakref.WeakSet()
 
 
 class RedisPool:
-    """``Pool``'s rules over every process using ``url`` and ``namespace``.
-
-    ``lease``: seconds a silent process keeps what it holds. ``encode``/``decode``:
-    a result to and from plain JSON values, for sharers in other processes.
-    ``fallback``: ``"refuse"`` or ``"local"`` while Redis fails. ``timeout``:
-    seconds a Redis call may take before Redis counts as failing. ``fingerprint``: an
-    opaque string (the settings that change results); processes of one namespace whose
-    limits or fingerprint differ are refused with ``PoolMisconfigured``, never merged.
-    ``deployment``: an opaque string naming the deployment (never a secret: Django's side
-    passes an HMAC of a fixed label under SECRET_KEY); two deployments that share a Redis
-    and a namespace by accident are refused likewise. ``sentinels``: ``(host, port)`` of
-    Redis Sentinels; the URL's host is then the service name of the primary.
-    """
+    """``Pool``'s rules over every process using ``url`` and ``namespace``; the other
+    arguments are explained in docs/cluster.md ("RedisPool's arguments")."""
 
     def __init__(
         self,
@@ -91,12 +76,13 @@ class RedisPool:
             raise ValueError("fingerprint must be a string of at most 1024 characters")
         if not isinstance(deployment, str) or len(deployment) > 256:
             raise ValueError("deployment must be a string of at most 256 characters")
-        self._sentinels: Sentinels = tuple((str(host), int(port)) for host, port in sentinels)
         parse_url(url)  # type: ignore[no-untyped-call]  # ValueError for anything but redis://, rediss:// and unix://
         self.slots, self.queue_size, self.wait = slots, queue, wait
         self.lease, self.namespace, self.fallback = float(lease), namespace, fallback
-        self._url = url
-        self._terms = Terms(
+        self._settings = RedisPoolSettings(
+            url=url,
+            namespace=namespace,
+            sentinels=tuple((str(host), int(port)) for host, port in sentinels),
             slots=slots,
             queue_size=queue,
             wait=wait,
@@ -110,22 +96,15 @@ class RedisPool:
             fingerprint=fingerprint,
             deployment=deployment,
         )
-        self._books = Ledger(slots, run_time_ceiling)  # this process's counters and durations
-        self._closing = Closing()  # written here, read by the job loop
-        self._side = self._new_side()
+        self._books = Ledger(slots, run_time_ceiling)  # this process's; thread-safe on its own
+        self._closing = Closing()  # see Closing
+        self._side = self._new_side()  # replaced in a forked child (the fork hook, any thread)
         _instances.add(self)
 
     def _new_side(self) -> ProcessSide:
         """This process's side: at construction, and afresh in a forked child."""
-        return ProcessSide(
-            self._terms,
-            url=self._url,
-            namespace=self.namespace,
-            books=self._books,
-            closing=self._closing,
-            fallback=self._local if self.fallback == "local" else None,
-            sentinels=self._sentinels,
-        )
+        fallback = self._local if self.fallback == "local" else None
+        return ProcessSide(self._settings, self._books, self._closing, fallback)
 
     @property
     def process(self) -> str:
@@ -159,10 +138,8 @@ class RedisPool:
     blocking_reads = True  # ``pressure`` asks Redis
 
     def pressure(self, key: str | None = None, caller: str | None = None) -> Pressure:
-        """Closed or not, free places in the cluster, whether ``key``'s job is in flight
-        anywhere, whether ``caller`` holds a job for another key (the 429 ``run`` would
-        give, with its Retry-After), and when a place is likely free: one round trip
-        (this process's reading while Redis fails)."""
+        """``Pool.pressure`` for the cluster, in one round trip (this process's while Redis
+        fails)."""
         closed = self._closing.closed
         if self.mode == REDIS:
             try:
@@ -186,17 +163,14 @@ class RedisPool:
         return dataclasses.replace(self._local.pressure(key, caller), closed=closed)
 
     def count_refusal(self, refusal: PoolBusy | PoolClosed | CallerBusy) -> None:
-        """Count a refusal the door gave in this pool's name: in this process's counters,
-        and a busy or caller one in the cluster's too (closed is a process's own, as in
-        the scripts)."""
+        """Count a refusal the door gave: here, and a busy or caller one in Redis too."""
         counter = delivery.counter_of(refusal)
         self._books.count(counter)
         if counter.counted_by is not CountedBy.PROCESS and self.mode == REDIS:
             call_in_job_loop(self._side.count_refused, counter)
 
     def _read(self, shared: Callable[[], int], here: Callable[[], int]) -> int:
-        """One brief blocking read from Redis (any thread); this process's figure
-        while Redis fails, without waiting for it."""
+        """A brief blocking read from Redis (any thread); ``here()`` while Redis fails."""
         if self.mode == REDIS:
             try:
                 return shared()
@@ -205,13 +179,12 @@ class RedisPool:
         return here()
 
     def idle(self) -> bool:
-        """Nothing in flight in this process: no job run or queued here, no caller of
-        this process waiting (``running()``/``queued()`` count every process)."""
+        """Nothing in flight in this process (``running()``/``queued()`` count every one)."""
         return not self._side.busy() and self._local.idle()
 
     def snapshot(self) -> PoolSnapshot:
-        """Every job in flight in the namespace, with the cluster's counters and figures
-        while Redis answers (this process's jobs and figures while it fails)."""
+        """Every job in flight in the namespace, with the cluster's books (this process's
+        while Redis fails)."""
         return self.cluster_snapshot().cluster
 
     def local_snapshot(self) -> PoolSnapshot:
@@ -262,9 +235,8 @@ class RedisPool:
     async def run(
         self, key: str, caller: str, fn: JobFn | None, *, on_drop: DropFn | None = None
     ) -> Any:
-        """Run ``fn`` as the job for ``key`` on behalf of ``caller``, or share the job
-        in flight for ``key`` in any process; return its result or raise its error.
-        Exactly one of ``fn()`` and ``on_drop()`` is eventually called (see ``Pool``)."""
+        """``Pool.run`` across processes: a job for ``key`` in flight anywhere is shared;
+        exactly one of ``fn()`` and ``on_drop()`` is eventually called."""
         if self._closing.closed:  # rule 0, per process: see drain()
             self._books.count(Counter.REFUSED_CLOSED)
             call_dropped(on_drop)
@@ -293,11 +265,10 @@ class RedisPool:
             return await self._local.run(key, caller, fn, on_drop=on_drop)
         self._books.count(Counter.REFUSED_BUSY)
         call_dropped(on_drop)
-        raise unavailable(self._side.trouble or UNREACHABLE, self._terms.probe_every)
+        raise unavailable(self._side.trouble or UNREACHABLE, self._settings.probe_every)
 
     async def _leave(self, waiter: RedisWaiter) -> None:
-        """Have the job loop take ``waiter`` off its job, in Redis too; wait for it,
-        so that counts read right after a cancelled call are already right."""
+        """Take ``waiter`` off its job, in Redis too; waited for, so counts read next are right."""
         done: concurrent.futures.Future[None] = concurrent.futures.Future()
         get_job_loop().call_soon_threadsafe(self._side.leave, waiter, done)
         with contextlib.suppress(BaseException):  # cancelled again: the leave goes on
@@ -311,17 +282,15 @@ class RedisPool:
         self._local.close()
 
     async def drain(self) -> None:
-        """Stop accepting here; let this process's running and queued jobs (and its
-        callers waiting on others' jobs) finish, then let go of Redis. Other
-        processes keep their pools open: closing is per process."""
+        """Stop accepting here, let this process's jobs and callers finish, let go of Redis;
+        closing is per process."""
         self.close()
         await self._until_idle()
         await self._local.drain()
         await _on_job_loop(self._side.retire())
 
     async def stop(self) -> None:
-        """Stop accepting here; this process's queued jobs are dropped, its running
-        ones cancelled, its callers and every sharer of those jobs get PoolClosed."""
+        """Stop accepting here; drop this process's queued jobs, cancel its running ones."""
         self._closing.closed = self._closing.stopping = True
         await _on_job_loop(self._side.stop_jobs())
         await self._local.stop()

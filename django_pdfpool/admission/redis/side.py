@@ -1,12 +1,5 @@
-"""This process's side of a Redis-coordinated pool: one state machine on the job loop.
-
-``ProcessSide`` owns this process's table of jobs; admits calls (``admit.lua``) and takes
-leaving callers off their jobs (``leave.lua``); runs each job's life (a slot, then
-``finish.lua``; ``expire.lua`` for the wait, ``drop.lua``, ``collect.lua``); acts on events;
-renews the lease (``beat.lua``); and knows whether Redis answers (the mode and the probe).
-Each section below follows one script; docs/cluster.md explains the design. Made afresh in
-a forked child: a process id, connections and a job loop are never inherited.
-"""
+"""This process's side of a Redis pool: its calls and jobs, kept in step with the scripts
+(``link``) on the job loop; docs/cluster.md explains the design. Made afresh after a fork."""
 
 from __future__ import annotations
 
@@ -32,10 +25,10 @@ from ..counters import Counter
 from ..delivery import call_dropped, deliver, report_failure
 from ..ledger import Ledger
 from ..local import Pool
-from ..protocol import DropFn, ErrorObserver, JobFn
+from ..protocol import DropFn, JobFn
 from ..records import JobRecord, Waiter, run_fn
 from ..snapshot import JobInfo
-from .codec import Decode, Encode, decode_outcome, encode_outcome
+from .codec import decode_outcome, encode_outcome
 from .link import (
     AdmitReply,
     BeatReply,
@@ -44,7 +37,7 @@ from .link import (
     ExpireReply,
     JobReport,
     Link,
-    Sentinels,
+    RedisPoolSettings,
     StatusReply,
 )
 from .modes import LOCAL_FALLBACK, REDIS, REFUSING
@@ -53,99 +46,53 @@ logger = logging.getLogger("django_pdfpool.redis")
 
 Reply = TypeVar("Reply", BeatReply, EventsReply, ExpireReply, StatusReply)
 GO_LOCAL = object()  # an admission's answer: Redis failed, take the fallback path
-
-# --- what callers are told, worded once ----------------------------------------------------
-
 UNREACHABLE, REFUSED = "unreachable", "refused"  # why Redis fails: ProcessSide.trouble
-
-_UNAVAILABLE = {  # CoordinatorUnavailable (503), by why Redis cannot coordinate the call
+_UNAVAILABLE = {  # CoordinatorUnavailable's wording, by why Redis cannot coordinate a call
     UNREACHABLE: Wording.UNREACHABLE,
     REFUSED: Wording.NOT_TAKING,
-    "dropped": Wording.DROPPED,
-    "waiting": Wording.LOST_WAITING,
+    "dropped": Wording.DROPPED,  # its connection dropped mid-call
+    "waiting": Wording.LOST_WAITING,  # it was queued when Redis failed
 }
-REBUILDING, LOST, EXPIRED = Wording.REBUILDING, Wording.RUNNER_LOST, Wording.EXPIRED
 
 
 def unavailable(why: str, retry_after: float) -> CoordinatorUnavailable:
-    """The refusal for a call Redis cannot coordinate: ``why`` is a ``trouble``, or
-    ``"dropped"`` (its connection dropped mid-call), or ``"waiting"`` (queued when Redis
-    failed)."""
+    """The 503 for a call Redis cannot coordinate, worded by ``why``."""
     return CoordinatorUnavailable(_UNAVAILABLE.get(why, _UNAVAILABLE[UNREACHABLE]), retry_after)
 
 
 def trouble_of(error: BaseException) -> str:
-    """``REFUSED`` when Redis answered with an error (OOM, READONLY, NOPERM, a wrong
-    password, ...), ``UNREACHABLE`` when it did not answer at all."""
-    if isinstance(error, redis_errors.AuthenticationError | redis_errors.AuthorizationError):
-        return REFUSED
+    """``UNREACHABLE`` when Redis did not answer, ``REFUSED`` when it answered an error."""
+    denied = redis_errors.AuthenticationError | redis_errors.AuthorizationError  # answered
     if isinstance(error, redis_errors.ConnectionError | redis_errors.TimeoutError | OSError):
-        return UNREACHABLE
+        return REFUSED if isinstance(error, denied) else UNREACHABLE
     return REFUSED
-
-
-# --- the records ---------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Terms:
-    """A Redis pool's settings, as the side reads them."""
-
-    slots: int
-    queue_size: int
-    wait: float | None
-    lease: float
-    fallback: str
-    timeout: float
-    on_error: ErrorObserver
-    encode: Encode | None
-    decode: Decode | None
-    max_result_bytes: int
-    fingerprint: str = ""  # opaque: the settings that change results, same in every process
-    deployment: str = ""  # opaque: who this deployment is (never a secret), same likewise
-
-    @property
-    def wait_ms(self) -> str:
-        """``wait`` as the scripts take it: milliseconds, -1 for none."""
-        return "-1" if self.wait is None else str(round(self.wait * 1000))
-
-    @property
-    def beat_every(self) -> float:
-        """Seconds between two renewals of the lease: three per lease."""
-        return self.lease / 3
-
-    @property
-    def probe_every(self) -> float:
-        """Seconds between two probes while Redis fails."""
-        return min(1.0, self.lease / 2)
 
 
 @dataclass
 class Closing:
-    """Whether the pool stopped accepting (``closed``) and is cancelling (``stopping``).
-    Written by the pool's ``close``/``stop`` from any thread; read by the job loop."""
+    """The pool's closing flags: plain bools, set from any thread, read on the job loop."""
 
-    closed: bool = False
-    stopping: bool = False
+    closed: bool = False  # set by close/drain/stop: no new call here
+    stopping: bool = False  # set by stop: running jobs are cancelled
 
 
 class RedisWaiter(Waiter):
-    """A call of this process; ``admission``, ``job`` and ``handed_back`` are set on the
-    job loop. ``on_drop`` is the call's until its admission gives it to a job or calls it."""
+    """One call of this process (``future`` on the caller's loop, as ``Waiter``'s)."""
 
     __slots__ = ("admission", "handed_back", "job", "on_drop")
 
     def __init__(self, loop: asyncio.AbstractEventLoop, on_drop: DropFn | None) -> None:
         super().__init__(loop)
-        self.on_drop = on_drop
-        self.admission: asyncio.Task[None] | None = None
-        self.job: RedisJob | None = None
-        self.handed_back = False  # Redis failed: the call goes to the fallback (GO_LOCAL)
+        self.on_drop = on_drop  # set before the job loop sees the waiter, read there
+        self.admission: asyncio.Task[None] | None = None  # job loop
+        self.job: RedisJob | None = None  # job loop: the job it waits on, once admitted
+        self.handed_back = False  # job loop: Redis failed, the call goes to the fallback
 
 
 class RedisJob(JobRecord):
-    """A job this process runs or queues (``owned``) or waits on. Every field is the job
-    loop's (``ProcessSide`` alone reads and sets them)."""
+    """A job this process runs or queues (``owned``) or waits on. Every field is written
+    on the job loop; other threads read ``owned``, ``state`` and the waiters under
+    ``ProcessSide._lock``, for counts a moment old."""
 
     __slots__ = (
         "collecting",
@@ -161,7 +108,7 @@ class RedisJob(JobRecord):
     def __init__(self, key: str, job_id: str, state: str) -> None:
         super().__init__(key)
         self.id, self.state = job_id, state
-        self.owned = False
+        self.owned = False  # this process runs or queues it (else it waits on another's)
         self.collecting = False  # its outcome is being read from Redis
         self.finishing = False  # its task ended: never to be counted again (see beat.lua)
         self.gone_seen = False  # the last beat did not find it in Redis
@@ -171,46 +118,27 @@ class RedisJob(JobRecord):
         self.local_hold: Callable[[Any, BaseException | None], None] | None = None
 
 
-# --- the state machine ---------------------------------------------------------------------
-
-
 class ProcessSide:
-    """The job loop's side of a ``RedisPool`` in this process. Job loop only, but for
-    ``mode`` and the readings marked "any thread" (under ``_lock``)."""
+    """This process's calls and jobs of one ``RedisPool``. Every field is the job loop's
+    unless its comment says otherwise."""
 
     def __init__(
-        self,
-        terms: Terms,
-        *,
-        url: str,
-        namespace: str,
-        books: Ledger,
-        closing: Closing,
-        fallback: Pool | None,
-        sentinels: Sentinels = (),
+        self, settings: RedisPoolSettings, books: Ledger, closing: Closing, fallback: Pool | None
     ) -> None:
-        self._terms, self._closing, self._books = terms, closing, books
-        self._fallback = fallback  # the pool new calls go to while Redis fails, if any
-        self.pid = os.getpid()
-        self.process = f"{socket.gethostname()}:{self.pid}:{secrets.token_hex(3)}"
-        self.link = Link(
-            url,
-            namespace,
-            self.process,
-            lease=terms.lease,
-            slots=terms.slots,
-            timeout=terms.timeout,
-            sentinels=sentinels,
-        )
+        self._settings = settings  # frozen: any thread
+        self._closing = closing  # see Closing
+        self._books = books  # thread-safe on its own
+        self._fallback = fallback  # set once; the pool new calls go to while Redis fails
+        self.process = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"  # set once
+        self.link = Link(settings, self.process)  # set once: reads from any thread
         self._tasks: set[asyncio.Task[Any]] = set()  # background tasks, referenced till done
         self.retired = False  # for good: unregistered from Redis, connections closed
         self._idle_waiters: list[Waiter] = []  # drain/stop waiting for nothing in flight
         self._release_timer: asyncio.TimerHandle | None = None  # idle: let go of Redis
         self._told_mismatch = False  # the deployment error is logged once per process
-        # The table. ``_jobs`` and ``admissions`` are read from any thread: under ``_lock``.
-        self._lock = threading.Lock()
-        self._jobs: dict[str, RedisJob] = {}  # in flight here, by id
-        self.admissions: set[asyncio.Task[None]] = set()  # admissions under way
+        self._lock = threading.Lock()  # for other threads' reads of the next two
+        self._jobs: dict[str, RedisJob] = {}  # written under _lock: in flight here, by id
+        self.admissions: set[asyncio.Task[None]] = set()  # written under _lock: under way
         self._seq = 0  # numbers the job ids this process makes (see beat.lua)
         self._pending: set[str] = set()  # ids of jobs being admitted with an fn
         self._dropping: set[str] = set()  # ids of our jobs being dropped
@@ -218,11 +146,10 @@ class ProcessSide:
         self._early: dict[str, tuple[float, list[Event]]] = {}
         # outcomes of jobs that ended here, for a join whose reply comes after the end
         self._finished: dict[str, tuple[float, Any, BaseException | None]] = {}
-        # Health: the mode (any thread reads it), why Redis fails, the probe.
-        self.mode = REDIS
-        self.trouble: str | None = None  # UNREACHABLE or REFUSED while not REDIS
-        self.last_error = ""  # the last failure, for the status page
-        self.failures = {UNREACHABLE: 0, REFUSED: 0}  # switches to the fallback, by cause
+        self.mode = REDIS  # any thread reads it (one str): REDIS, LOCAL_FALLBACK, REFUSING
+        self.trouble: str | None = None  # any thread reads: UNREACHABLE or REFUSED, not REDIS
+        self.last_error = ""  # any thread reads: the last failure, for the status page
+        self.failures = {UNREACHABLE: 0, REFUSED: 0}  # any thread reads: fallbacks, by cause
         self._last_ok = time.monotonic()  # when Redis last answered a beat
         self._probe: asyncio.Task[None] | None = None
         self._confirming: asyncio.Task[bool] | None = None  # is a failure only a dropped link?
@@ -243,9 +170,7 @@ class ProcessSide:
             call_dropped(on_drop)
             deliver([waiter], None, delivery.closing())
             return
-        if self._release_timer is not None:
-            self._release_timer.cancel()
-            self._release_timer = None
+        self._keep_redis()
         task = self.spawn(self._admit(waiter, key, caller, fn, on_drop))
         waiter.admission = task
         with self._lock:
@@ -302,21 +227,15 @@ class ProcessSide:
                 if self.mode != REDIS:
                     raise RedisError("Redis failed a moment ago")
                 await self._listen()
-                terms = self._terms
+                s = self._settings
+                has_fn = "1" if fn is not None else "0"
                 raw = await self.link.call(
-                    "admit",
-                    str(terms.queue_size),
-                    terms.wait_ms,
-                    key,
-                    caller,
-                    job_id,
-                    "1" if fn is not None else "0",
-                    terms.fingerprint,
-                    terms.deployment,
-                )
+                    "admit", str(s.queue_size), s.wait_ms, key, caller, job_id, has_fn,
+                    s.fingerprint, s.deployment,
+                )  # fmt: skip
                 reply = AdmitReply.of(raw)
             except RedisError as error:
-                if await self._judge(error):  # only a connection dropped: Redis is up,
+                if await self.failed(error):  # only a connection dropped: Redis is up,
                     call_dropped(on_drop)  # and whether the script ran is unknown
                     self._books.count(Counter.REFUSED_BUSY)
                     deliver([waiter], None, unavailable("dropped", 1.0))
@@ -337,8 +256,8 @@ class ProcessSide:
         self._handle(reply.events)
 
     def _admitted(self, task: asyncio.Task[None]) -> None:
-        """An admission ended: the early events no admission can claim any more are acted
-        on (all of them once none is in flight, else those older than any reply can be)."""
+        """An admission ended: act on the early events no admission can claim any more (all
+        of them once none is in flight, else those older than any reply can be)."""
         with self._lock:
             self.admissions.discard(task)
             idle = not self.admissions
@@ -346,7 +265,7 @@ class ProcessSide:
             stale, self._early = self._early, {}
             self._finished.clear()
         else:
-            old = time.monotonic() - 2 * self._terms.timeout
+            old = time.monotonic() - 2 * self._settings.timeout
             stale = {job_id: early for job_id, early in self._early.items() if early[0] < old}
             for job_id in stale:
                 del self._early[job_id]
@@ -393,8 +312,8 @@ class ProcessSide:
             waiter.job = job
             if reply.status == "started":
                 self._start(job)
-            elif self._terms.wait is not None:  # Redis's clock decides when it has passed
-                self._arm(job, self._terms.wait)
+            elif self._settings.wait is not None:  # Redis's clock decides when it has passed
+                self._arm(job, self._settings.wait)
         else:
             call_dropped(on_drop)
             deliver([waiter], None, self._refusal(key, reply))
@@ -404,34 +323,28 @@ class ProcessSide:
             self._books.count(Counter.REFUSED_CALLER)
             running_for = reply.age if reply.state == "running" else None
             return delivery.caller_busy(self._books.expected_end(running_for, reply.queued))
+        if reply.status not in ("busy", "rebuilding", "mismatch"):
+            return delivery.nothing_to_join(key)
+        self._books.count(Counter.REFUSED_BUSY)
         if reply.status == "busy":  # rule 3: a full queue
-            self._books.count(Counter.REFUSED_BUSY)
             return delivery.queue_full(self._books.expected_start(reply.queued))
         if reply.status == "rebuilding":  # bad data took state: the beats count it again
-            self._books.count(Counter.REFUSED_BUSY)
-            return PoolBusy(REBUILDING, self._terms.lease)
-        if reply.status == "mismatch":
-            self._books.count(Counter.REFUSED_BUSY)
-            return self._mismatch(reply.differs)
-        return delivery.nothing_to_join(key)
+            return PoolBusy(Wording.REBUILDING, self._settings.lease)
+        return self._mismatch(reply.differs)
 
     def _mismatch(self, differs: dict[str, str]) -> PoolMisconfigured:
         """A live process of the namespace has other terms: a deployment error."""
-        terms = self._terms
-        ours: dict[str, tuple[str, Callable[[str], str]]] = {
-            "slots": (str(terms.slots), str),
-            "queue": (str(terms.queue_size), str),
-            "wait": (terms.wait_ms, _seconds),
-            "lease": (str(round(terms.lease * 1000)), _seconds),
-        }
+        s = self._settings
+        namespace = s.namespace
+        ms = {"wait": s.wait_ms, "lease": str(round(s.lease * 1000))}
+        mine = {"slots": str(s.slots), "queue": str(s.queue_size), **ms}
         named = [
-            f"{name} {show(mine)} here, {show(differs[name])} there"
-            for name, (mine, show) in ours.items()
+            f"{name} {_shown(name, mine[name])} here, {_shown(name, differs[name])} there"
+            for name in mine
             if name in differs
         ]
         if "fingerprint" in differs:
             named.append("the settings that change results differ (fingerprint)")
-        namespace = self.link.namespace
         if "deployment" in differs:
             message = (
                 f"Another deployment uses the Redis namespace {namespace!r}: its processes "
@@ -445,7 +358,7 @@ class ProcessSide:
                 f"other settings than this one: {'; '.join(named)}. Give them all the same "
                 "settings, or each deployment a namespace of its own."
             )
-        error = PoolMisconfigured(message, terms.lease)
+        error = PoolMisconfigured(message, s.lease)
         if not self._told_mismatch:
             self._told_mismatch = True
             logger.error("PDF pool refuses every job: %s", error)
@@ -481,9 +394,7 @@ class ProcessSide:
 
     def _start(self, job: RedisJob) -> None:
         """Run an owned job that has its slot, as a task on this loop."""
-        if job.timer is not None:
-            job.timer.cancel()
-            job.timer = None
+        _disarm(job)
         job.state = "running"
         job.started_mono = time.monotonic()
         self._books.started(job.started_mono - job.queued_mono)
@@ -503,24 +414,19 @@ class ProcessSide:
         try:
             with _about(job):
                 await self._no_beat.wait()
-                reply = await self._script(
-                    StatusReply.of, "finish", job.key, job.id, "", outcome, took_ms
-                )
+                head = (job.key, job.id)
+                reply = await self._script(StatusReply.of, "finish", *head, "", outcome, took_ms)
                 if reply is not None and reply.status == "need":  # sharers elsewhere: send it
-                    terms = self._terms
-                    data = encode_outcome(
-                        result, error, encode=terms.encode, limit=terms.max_result_bytes
-                    )
+                    s = self._settings
+                    data = encode_outcome(result, error, encode=s.encode, limit=s.max_result_bytes)
                     await self._no_beat.wait()
-                    await self._script(
-                        StatusReply.of, "finish", job.key, job.id, data, outcome, took_ms
-                    )
+                    await self._script(StatusReply.of, "finish", *head, data, outcome, took_ms)
         except Exception:  # a bug: the callers here are answered all the same, and the
             # beat frees the slot in Redis of a job this process no longer knows
             logger.exception("finishing job %s in Redis failed", job.key)
         self._answer(job, result, error)
         if error is not None and not task.cancelled():
-            report_failure(self._terms.on_error, job.key, error)
+            report_failure(self._settings.on_error, job.key, error)
 
     def _answer(self, job: RedisJob, result: Any, error: BaseException | None) -> None:
         """Hand the outcome to this process's sharers; the job is over here."""
@@ -550,16 +456,16 @@ class ProcessSide:
         if kind == "busy":  # rule 3: waited longer than `wait` (Redis's clock said so)
             waited = [time.monotonic() - job.queued_mono] if job.owned else []
             self._books.gave_up(waited, len(waiters))
-            retry_after = self._books.expected_start(self._terms.queue_size)
-            error = delivery.waited_too_long(self._terms.wait, retry_after)
+            retry_after = self._books.expected_start(self._settings.queue_size)
+            error = delivery.waited_too_long(self._settings.wait, retry_after)
         elif kind == "closed":
             error = delivery.stopped()
         elif kind == "unavailable":
-            error = unavailable("waiting", self._terms.probe_every)
+            error = unavailable("waiting", self._settings.probe_every)
         elif kind == "expired":
-            error = RunnerLost(EXPIRED)
+            error = RunnerLost(Wording.EXPIRED)
         elif kind != "dropped":  # nobody waits on a dropped job
-            error = RunnerLost(LOST)
+            error = RunnerLost(Wording.RUNNER_LOST)
         if error is not None:
             self._remember(job.id, None, error)
             if waiters:
@@ -615,7 +521,7 @@ class ProcessSide:
             self._end(job, "expired")
             return
         try:
-            result, error = decode_outcome(data, decode=self._terms.decode)
+            result, error = decode_outcome(data, decode=self._settings.decode)
         except Exception as exc:  # a broken decode hook, or a corrupt value
             result, error = None, exc
         self._answer(job, result, error)
@@ -654,19 +560,15 @@ class ProcessSide:
 
     # --- the lease (beat.lua): the only poll, and a bounded one ----------------------------
 
-    def _ensure_beat(self) -> None:
-        """Beat while any job is in the table."""
-        if self._beat_task is None:
-            self._beat_task = self.spawn(self._beat_loop())
-
     async def _beat_loop(self) -> None:
-        delay = self._terms.beat_every
+        """Beat while any job is in the table."""
+        delay = self._settings.beat_every
         try:
             while self._jobs:
                 await asyncio.sleep(delay)
-                delay = self._terms.beat_every
+                delay = self._settings.beat_every
                 if self.mode != REDIS:
-                    if time.monotonic() - self._last_ok > self._terms.lease:
+                    if time.monotonic() - self._last_ok > self._settings.lease:
                         for job in self.jobs():
                             if not job.owned:  # its outcome cannot reach us any more
                                 self._end(job, "unavailable")
@@ -727,14 +629,9 @@ class ProcessSide:
 
     # --- health: the mode, the fallback, the probe --------------------------------------------
 
-    def failed(self, error: BaseException) -> None:
-        """Redis failed a call: unless a fresh connection answers at once (only that
-        connection was dropped), switch to the fallback until a probe succeeds."""
-        self._judge(error)
-
-    def _judge(self, error: BaseException) -> asyncio.Future[bool]:
-        """Whether Redis still answers after ``error`` (else the fallback is on): one
-        judgement shared by every failure that arrives meanwhile."""
+    def failed(self, error: BaseException) -> asyncio.Future[bool]:
+        """Redis failed a call: whether it still answers (a fresh connection does: only one
+        was dropped), else the fallback until a probe succeeds. One judgement at a time."""
         if self.mode != REDIS or self.retired:
             judged: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
             judged.set_result(self.mode == REDIS)
@@ -769,12 +666,11 @@ class ProcessSide:
             self._confirming = None
 
     def _fall_back(self, error: BaseException) -> None:
-        """Redis failed: the fallback mode (one warning); this process's queued jobs cannot
-        get a slot from Redis, and its running jobs go on, counted by the fallback pool
-        (their slots, keys and callers); then probe until Redis takes writes again."""
+        """Switch to the fallback (one warning): queued jobs end, running ones go on, held
+        by the fallback pool; then probe until Redis takes writes again."""
         if self.mode != REDIS or self.retired:
             return
-        local = self._terms.fallback == "local"
+        local = self._settings.fallback == "local"
         if self._fallback is not None:  # counted there before any caller can see the mode:
             for job in self.jobs():  # a caller thread reads it and admits there at once
                 if job.owned and job.state == "running" and job.local_hold is None:
@@ -803,7 +699,7 @@ class ProcessSide:
         """One probe per ``probe_every``: a PING and writes (``probe.lua``)."""
         try:
             while not self.retired:
-                await asyncio.sleep(self._terms.probe_every)
+                await asyncio.sleep(self._settings.probe_every)
                 try:
                     await self.link.reset()
                     await self.link.probe()
@@ -826,8 +722,6 @@ class ProcessSide:
         """Subscribe to this process's channel, unless subscribed."""
         await self.link.subscribe(self._on_event, self.failed)
 
-    # --- the scripts, as this process: a reply, its events, or a failure ----------------------
-
     async def _script(self, parse: Callable[[Any], Reply], name: str, *args: str) -> Reply | None:
         """Run a mutating script (not ``admit``: its failure is judged there); hand its
         events on; a Redis failure turns into the fallback and None."""
@@ -846,13 +740,12 @@ class ProcessSide:
     def _add(self, job: RedisJob) -> RedisJob:
         with self._lock:
             self._jobs[job.id] = job
-        self._ensure_beat()
+        if self._beat_task is None:
+            self._beat_task = self.spawn(self._beat_loop())
         return job
 
     def _remove(self, job: RedisJob) -> None:
-        if job.timer is not None:
-            job.timer.cancel()
-            job.timer = None
+        _disarm(job)
         with self._lock:
             if self._jobs.get(job.id) is job:
                 del self._jobs[job.id]
@@ -877,7 +770,13 @@ class ProcessSide:
         deliver(idle, None, None)
         if not self._closing.closed and self._release_timer is None and self.mode == REDIS:
             loop = asyncio.get_running_loop()
-            self._release_timer = loop.call_later(self._terms.lease, self._release_if_idle)
+            self._release_timer = loop.call_later(self._settings.lease, self._release_if_idle)
+
+    def _keep_redis(self) -> None:
+        """Cancel letting go of Redis: a call began, or the side retires."""
+        if self._release_timer is not None:
+            self._release_timer.cancel()
+            self._release_timer = None
 
     def _release_if_idle(self) -> None:
         self._release_timer = None
@@ -913,9 +812,7 @@ class ProcessSide:
         """Leave Redis for good: unregister, stop the beat and the probe, close."""
         if self.retired:
             return
-        if self._release_timer is not None:
-            self._release_timer.cancel()
-            self._release_timer = None
+        self._keep_redis()
         if self.link.used:
             await self._script(EventsReply.of, "unregister")
         self.retired = True
@@ -948,6 +845,12 @@ def _about(job: RedisJob) -> Iterator[None]:
         job.inflight -= 1
 
 
+def _disarm(job: RedisJob) -> None:
+    if job.timer is not None:
+        job.timer.cancel()
+        job.timer = None
+
+
 async def _quietly(coroutine: Coroutine[Any, Any, Any]) -> None:
     with contextlib.suppress(RedisError):
         await coroutine
@@ -965,6 +868,8 @@ def _job_args(job: RedisJob, now: float) -> list[str]:
     return [job.key, job.id, "r", job.caller, str(len(job.waiters)), starter, age]
 
 
-def _seconds(ms: str) -> str:
-    """A duration as the scripts keep it (ms; -1: none), for a message."""
-    return "none" if ms in ("", "-1") else f"{int(ms) / 1000:g} s"
+def _shown(term: str, value: str) -> str:
+    """A term as the scripts keep it, for a message (``wait`` and ``lease`` in ms; -1: none)."""
+    if term not in ("wait", "lease"):
+        return value
+    return "none" if value in ("", "-1") else f"{int(value) / 1000:g} s"

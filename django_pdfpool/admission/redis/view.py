@@ -1,6 +1,5 @@
-"""The status page's reading of a Redis-coordinated pool: ``view.lua``'s reply parsed into
-the jobs in flight in every process, one ``ProcessHold`` per process, and the cluster's
-books (the counters and recent durations the scripts keep in Redis)."""
+"""The status page's reading of a Redis pool: ``view.lua``'s reply as the jobs in flight, one
+``ProcessHold`` per process, and the cluster's books (counters and durations kept in Redis)."""
 
 from __future__ import annotations
 
@@ -17,9 +16,7 @@ from ..snapshot import Counters, DurationSummary, JobInfo, PoolSnapshot, Process
 class ClusterReading:
     """A parsed ``view.lua`` reply; times in seconds on the Redis clock, but ``since``."""
 
-    now: float
     jobs: tuple[JobInfo, ...]
-    owners: dict[str, str]  # job key -> owning process
     processes: tuple[ProcessHold, ...]
     counters: Counters = field(default_factory=Counters)  # every process's, counted in Redis
     queue_wait: DurationSummary = field(default_factory=DurationSummary)  # recent jobs'
@@ -39,9 +36,8 @@ class ClusterReading:
 
 
 def parse_view(reply: Any, wall: float) -> ClusterReading:
-    """Read ``view.lua``'s reply; ``wall`` (this host's clock) dates the jobs,
-    so that ages come from one clock (Redis's) and dates from the reader's. A field that
-    is not what the scripts write (bad data in Redis) is skipped, never an error."""
+    """Read ``view.lua``'s reply: ages on Redis's clock, dates on ``wall`` (this host's); a
+    field that is not what the scripts write (bad data) is skipped, never an error."""
     now = int(reply[0]) / 1000
     leases = reply[1]
     flat = reply[2]
@@ -86,9 +82,7 @@ def parse_view(reply: Any, wall: float) -> ClusterReading:
             )
         )
     books = _books(reply[3:], now, wall) if len(reply) > 3 else {}
-    return ClusterReading(
-        now=now, jobs=tuple(jobs), owners=owners, processes=tuple(holders), **books
-    )
+    return ClusterReading(jobs=tuple(jobs), processes=tuple(holders), **books)
 
 
 def whole(value: Any) -> int | None:
