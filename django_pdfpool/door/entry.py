@@ -16,7 +16,7 @@ from django.http import HttpRequest
 from ..admission.protocol import AdmissionPool
 from ..admission.snapshot import Pressure
 from ..callers import ASKING, acaller_of, address_caller, caller_of
-from ..conf import PoolSettings, get_settings
+from ..conf import DoorSettings, PoolSettings, get_settings
 from ..configured import get_pool
 from ..exceptions import CallerBusy, PoolBusy, PoolClosed
 from .headers import UploadHeaders
@@ -33,20 +33,22 @@ Who = tuple[str, bool]
 def terms(conf: PoolSettings | None = None) -> Terms:
     """The door's terms from the settings."""
     conf = conf or get_settings()
+    door = conf.door or DoorSettings.defaults()
     return Terms(
         max_upload_size=conf.max_upload_size,
-        budget=conf.door_budget,
-        budget_bytes=conf.door_budget_bytes,
-        body_timeout=conf.body_timeout,
-        body_min_rate=conf.body_min_rate,
-        body_timeout_max=conf.body_timeout_max,
+        budget=door.budget,
+        budget_bytes=door.budget_bytes,
+        body_timeout=door.body_timeout,
+        body_min_rate=door.body_min_rate,
+        body_timeout_max=door.body_timeout_max,
     )
 
 
 def key_of(view: PooledView, upload: UploadHeaders) -> str | None:
     """The single-flight key the upload declares (through its digest), if the door may
-    answer from it (``DOOR_DIGESTS``)."""
-    if upload.digest is None or not get_settings().door_digests:
+    answer from it (``DOOR["DIGESTS"]``)."""
+    door = get_settings().door
+    if upload.digest is None or door is None or not door.digests:
         return None
     return view.key(upload.digest)
 
@@ -110,7 +112,7 @@ def verdict(
     nothing: a thread blocks, an event loop awaits a future) for the one it has arriving
     to reach the pool, then is decided again."""
     who = yield Call(partial(who_now, request), partial(_awho_resolved, request))
-    give_up = time.monotonic() + get_settings().body_timeout
+    give_up = time.monotonic() + terms().body_timeout
     while True:
         decided, own = judge(view, upload, (yield pressure(view, upload, who)), who)
         if own is None:
@@ -141,13 +143,14 @@ def door_status() -> dict[str, Any]:
     """This process's door, JSON-ready: the bodies arriving (caller, place or budget,
     bytes so far, age, seconds left), what was shed past the budget, what timed out."""
     conf = get_settings()
+    door = conf.door or DoorSettings.defaults()
     return {
         "held": [dataclasses.asdict(held) for held in ARRIVING.held(terms(conf))],
         "shed": ARRIVING.shed,
         "timed_out": ARRIVING.timed_out,
-        "budget": conf.door_budget,
-        "budget_bytes": conf.door_budget_bytes,
-        "body_timeout": conf.body_timeout,
-        "body_min_rate": conf.body_min_rate,
-        "body_timeout_max": conf.body_timeout_max,
+        "budget": door.budget,
+        "budget_bytes": door.budget_bytes,
+        "body_timeout": door.body_timeout,
+        "body_min_rate": door.body_min_rate,
+        "body_timeout_max": door.body_timeout_max,
     }

@@ -47,11 +47,12 @@ from .link import (
     Sentinels,
     StatusReply,
 )
-from .modes import LOCAL_FALLBACK, REDIS, REFUSING
 
 logger = logging.getLogger("django_pdfpool.redis")
 
 Reply = TypeVar("Reply", BeatReply, EventsReply, ExpireReply, StatusReply)
+# the modes of a Redis-coordinated pool: in Redis, in the local fallback, refusing (Redis fails)
+REDIS, LOCAL_FALLBACK, REFUSING = "redis", "local-fallback", "refusing"
 GO_LOCAL = object()  # an admission's answer: Redis failed, take the fallback path
 
 # --- what callers are told, worded once ----------------------------------------------------
@@ -435,9 +436,9 @@ class ProcessSide:
         if "deployment" in differs:
             message = (
                 f"Another deployment uses the Redis namespace {namespace!r}: its processes "
-                "have another SECRET_KEY (or PDFPOOL['DEPLOYMENT']) than this one, so their "
-                "pools are kept apart, not merged. Give each deployment a NAMESPACE of its "
-                "own (or, for one deployment, the same SECRET_KEY everywhere)."
+                "have another SECRET_KEY (or PDFPOOL['REDIS']['DEPLOYMENT']) than this one, so "
+                "their pools are kept apart, not merged. Give each deployment a NAMESPACE of "
+                "its own (or, for one deployment, the same SECRET_KEY everywhere)."
             )
         else:
             message = (
