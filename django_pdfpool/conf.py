@@ -168,6 +168,7 @@ def _dict_or(*shorthands: Any) -> Bound:
     """A dict of a nested setting's keys (each checked with its own bound), or a shorthand:
     True for the defaults, False or None for off."""
     words = "".join(f"{shorthand!r}, " for shorthand in shorthands) + "or a dict"
+    words = words if shorthands else "a dict"
     return Bound(lambda v: isinstance(v, dict) or any(v is s for s in shorthands), words)
 
 

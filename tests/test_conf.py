@@ -80,7 +80,8 @@ def test_the_defaults_build_the_settings(settings):
     settings.PDFPOOL = {}
     built = get_settings()
     for key, declared in SETTINGS.items():
-        assert getattr(built, key.lower()) == declared.convert(declared.default), key
+        if not declared.group:  # a dict's own test is below
+            assert getattr(built, key.lower()) == declared.convert(declared.default), key
     assert (built.wait, built.timeout, built.redis) == (10.0, 30.0, None)
     assert built.door is not None and built.door.budget == 64 and built.sandbox.layers is True
     assert callable(built.caller) and callable(built.refusal_view)

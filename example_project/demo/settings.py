@@ -11,7 +11,8 @@ Everything a person may want to change comes from the environment:
   (``PDFPOOL_DOOR_BUDGET`` is ``PDFPOOL["DOOR"]["BUDGET"]``). ``PDFPOOL_TEMP_DIR`` is
   Django's ``FILE_UPLOAD_TEMP_DIR``; ``PDFPOOL_WARM_CHILDREN`` and ``PDFPOOL_CHILD_NICE``
   (benchmarks/bench_load.py turns them) are ``django_pdfpool.extraction.configure()``'s.
-  They are parsed here but validated by django-pdfpool's system checks, so ``PDFPOOL_SLOTS=0 make demo`` stops at ``migrate`` naming the problem.
+  They are parsed here but validated by django-pdfpool's system checks, so
+  ``PDFPOOL_SLOTS=0 make demo`` stops at ``migrate`` naming the problem.
 - ``DEMO_STATE_DIR`` (default: this project's folder) holds what the demo creates
   on first use: ``db.sqlite3``, ``.secret_key`` and ``.admin_password``.
 - ``DJANGO_SECRET_KEY`` (default: generated once into ``.secret_key``),
