@@ -15,7 +15,7 @@ import functools
 import hashlib
 import importlib.util
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from django.conf import settings
@@ -310,7 +310,7 @@ class SandboxSettings:
     )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PoolSettings:
     """The validated, merged PDFPOOL setting, and the table of its keys: each field is one
     key (its name in capitals), declared once with its default, bound and help."""
@@ -415,10 +415,7 @@ class PoolSettings:
         group=RedisSettings,
     )
 
-    @property
-    def temp_dir(self) -> str | None:
-        """Where uploads are staged for their job: Django's FILE_UPLOAD_TEMP_DIR."""
-        return settings.FILE_UPLOAD_TEMP_DIR
+    temp_dir: str | None = None  # not a key: Django's FILE_UPLOAD_TEMP_DIR (uploads staged)
 
     def deployment_tag(self) -> str:
         """What tells this deployment from another sharing its Redis and namespace (the
@@ -515,10 +512,10 @@ def get_settings() -> PoolSettings:
     if found:
         raise ImproperlyConfigured(" ".join(f"[{p.id}] {p.msg}" for p in found))
     built: PoolSettings = _build(PoolSettings, raw)
-    return built
+    return replace(built, temp_dir=settings.FILE_UPLOAD_TEMP_DIR)
 
 
 @receiver(setting_changed)
 def _reset(*, setting: str, **kwargs: Any) -> None:
-    if setting == "PDFPOOL":
+    if setting in ("PDFPOOL", "FILE_UPLOAD_TEMP_DIR"):
         get_settings.cache_clear()
