@@ -259,7 +259,7 @@ def test_the_status_data_command_and_checks_show_the_layers(pdfpool, restore_san
     text = render(annotate(data, fresh=True))
     assert "Extraction sandbox on this host: level full" in text and "landlock_signal" in text
     assert check_sandbox() == []
-    pdfpool(SANDBOX=False)
+    pdfpool(SANDBOX={"LAYERS": False})
     warnings = check_sandbox()
     assert {m.id for m in warnings} == {"django_pdfpool.W021"} and len(warnings) == 7
     assert status_data()["sandbox"]["level"].startswith("off")
