@@ -117,7 +117,7 @@ demo-cluster: $(STAMP) redis-deps
 	redis-server --bind 127.0.0.1 --port $(REDIS_PORT) --save "" --appendonly no \
 	  --daemonize yes --pidfile $(CURDIR)/.demo-redis.pid --logfile ""
 	cd example_project && trap 'kill $$(cat $(CURDIR)/.demo-redis.pid) 2>/dev/null; rm -f $(CURDIR)/.demo-redis.pid' EXIT INT TERM; \
-	  PDFPOOL_BACKEND=redis PDFPOOL_REDIS_URL=redis://127.0.0.1:$(REDIS_PORT)/0 \
+	  PDFPOOL_REDIS_URL=redis://127.0.0.1:$(REDIS_PORT)/0 \
 	  $(DEMO_PYTHON) -m uvicorn demo.asgi:application --host 127.0.0.1 --port $(PORT) \
 	  --workers 3 --lifespan on
 

@@ -1,8 +1,9 @@
 """mkdocs hooks: the settings page's tables, made from the settings table at build time.
 
-A line ``<!-- settings: SECTION -->`` in a page becomes the table of that section's PDFPOOL
-keys (``django_pdfpool.conf.SETTINGS``): key, default, what the check requires, and the
-help. So docs/settings.md can never disagree with the code (tests/test_conf.py).
+A line ``<!-- settings: PDFPOOL -->`` in a page becomes the table of the PDFPOOL keys
+(``django_pdfpool.conf.SETTINGS``), ``<!-- settings: DOOR -->`` (REDIS, SANDBOX) that of a
+nested dict's keys: key, default, what the check requires, and the help. So
+docs/settings.md can never disagree with the code (tests/test_conf.py).
 """
 
 from __future__ import annotations
@@ -11,9 +12,13 @@ import re
 from typing import Any
 
 from django_pdfpool.bounds import MiB, is_int, shown
-from django_pdfpool.conf import SECTIONS, SETTINGS
+from django_pdfpool.conf import SETTINGS, table_of
 
-MARKER = re.compile(r"^<!-- settings: (?P<section>[a-z]+) -->$", re.M)
+MARKER = re.compile(r"^<!-- settings: (?P<table>[A-Z]+) -->$", re.M)
+TABLES = {"PDFPOOL": SETTINGS} | {
+    key: table_of(declared.group) for key, declared in SETTINGS.items() if declared.group
+}
+"""Each table of the page: the PDFPOOL keys, then each nested dict's keys (DOOR...)."""
 
 
 def default_shown(value: Any) -> str:
@@ -25,10 +30,10 @@ def default_shown(value: Any) -> str:
     return f"`{value!r}`"
 
 
-def settings_table(section: str) -> str:
-    """The Markdown table of the keys of ``section``, in the table's order."""
-    if section not in SECTIONS:
-        raise ValueError(f"no settings section {section!r}; the sections are {SECTIONS}")
+def settings_table(name: str) -> str:
+    """The Markdown table of the keys of PDFPOOL or of its nested dict ``name``."""
+    if name not in TABLES:
+        raise ValueError(f"no settings table {name!r}; the tables are {list(TABLES)}")
     rows = [
         "| key | default | must be | meaning |",
         "|-----|---------|---------|---------|",
@@ -36,15 +41,14 @@ def settings_table(section: str) -> str:
     rows += [
         f"| `{key}` | {default_shown(declared.default)} | {declared.check.expected} "
         f"| {declared.help} |"
-        for key, declared in SETTINGS.items()
-        if declared.section == section
+        for key, declared in TABLES[name].items()
     ]
     return "\n".join(rows)
 
 
 def render(markdown: str) -> str:
     """``markdown`` with each settings marker replaced by its table."""
-    return MARKER.sub(lambda found: settings_table(found["section"]), markdown)
+    return MARKER.sub(lambda found: settings_table(found["table"]), markdown)
 
 
 def on_page_markdown(markdown: str, **kwargs: Any) -> str:

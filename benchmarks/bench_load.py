@@ -662,7 +662,7 @@ def slow_body(corpus: dict[str, bytes], args: argparse.Namespace) -> int:
         DEMO_STATE_DIR=str(state),
         DEMO_LOG_LEVEL="WARNING",
         PDFPOOL_TEMP_DIR=str(staged),
-        PDFPOOL_BODY_TIMEOUT=str(SLOW_TIMEOUT),
+        PDFPOOL_DOOR_BODY_TIMEOUT=str(SLOW_TIMEOUT),
     )
     mix = Mix(corpus)
     print(f"before: {machine()}", flush=True)

@@ -23,7 +23,7 @@ class PdfPoolConfig(AppConfig):
 
 
 def sweep_stale_uploads() -> list[str]:
-    """Delete the staged copies of dead processes in TEMP_DIR (``uploads.sweep``)."""
+    """Delete the staged copies of dead processes in FILE_UPLOAD_TEMP_DIR (``uploads.sweep``)."""
     from .conf import get_settings
     from .uploads import sweep
 

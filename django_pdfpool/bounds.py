@@ -1,10 +1,9 @@
 """What a value must be, said once: a test and the words for it ("an integer >= 1").
 
-A leaf every layer may import, like ``exceptions``: each layer declares the bounds of its
-own arguments here once (``admission.pool_limits``, ``admission.redis.options``,
-``sandbox.job_limits``), checks its arguments with them, and the settings table
-(``conf.PoolSettings``) refers to the same objects, so a setting and the argument it
-becomes can never be checked differently.
+A leaf every layer may import, like ``exceptions``: the bounds of the pools' and the
+sandbox's arguments are declared here once (below), those layers check their arguments with
+them, and the settings table (``conf``) refers to the same objects, so a setting and the
+argument it becomes can never be checked differently.
 """
 
 from __future__ import annotations
@@ -78,3 +77,27 @@ def or_none(bound: Bound) -> Bound:
 
 
 FLAG = Bound(lambda v: isinstance(v, bool), "True or False")
+
+
+# the lower layers' arguments (``records.check_terms``, ``RedisPool``, ``extract``, ``configure``)
+SLOTS = integer(1)  # jobs running at once
+QUEUE = integer(0)  # jobs waiting for a slot
+WAIT = or_none(seconds(at_least=0))  # seconds a queued job waits, then PoolBusy; None: no end
+TIMEOUT = seconds(above=0)  # a job's run, in the child
+MEMORY_LIMIT = integer(1, unit="bytes")  # of the child's address space
+MAX_PAGES = or_none(integer(1))  # pages read at most; None: all
+MAX_TEXT_BYTES = integer(1, unit="bytes")  # of text a job returns
+CHILD_ENV = Bound(  # variables the children inherit besides the minimum
+    lambda v: (
+        isinstance(v, list | tuple) and all(isinstance(n, str) and n and "=" not in n for n in v)
+    ),
+    "a list of environment variable names",
+)
+NICE = integer(0, 19)  # added to the server's nice for its children: 0, its own
+LEASE = seconds(at_least=0.1)  # a silent process keeps its slots and holds this long
+NAMESPACE = Bound(  # the keys are "{NAMESPACE}:...": the braces are a Redis hash tag
+    lambda v: isinstance(v, str) and v != "" and not set(v) & set("{}"),
+    "a non-empty string without braces",
+)
+FALLBACK = one_of(("refuse", "local"))  # while Redis fails: refuse new calls, or run them here
+CALL_TIMEOUT = seconds(above=0)  # a Redis call may take this long before Redis counts as failing

@@ -22,6 +22,7 @@ ASKING = "django_pdfpool.door.asking"
 """Set in ``request.META`` while the door asks the caller function, before the body."""
 
 NAT64 = ipaddress.IPv6Network("64:ff9b::/96")  # RFC 6052's well-known prefix
+IPV6_PREFIX = 64  # anonymous IPv6 callers: one caller per /64, the network one host holds
 
 
 def _user_id(request: HttpRequest) -> str | None:
@@ -67,10 +68,10 @@ def _as_ipv4(ip: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
     return None
 
 
-def address_caller(address: str) -> str:
+def address_caller(address: str, prefix: int = IPV6_PREFIX) -> str:
     """``ip:<address>`` for IPv4 (IPv4 carried in IPv6 read as IPv4), ``ip:<network>/<n>``
-    for IPv6 (its ``IPV6_PREFIX`` network: one host holds a whole /64); brackets and a port
-    stripped first; anything else as it is."""
+    for IPv6 (its network of ``prefix`` bits: one host holds a whole /64); brackets and a
+    port stripped first; anything else as it is."""
     try:
         ip = ipaddress.ip_address(_bare(address).split("%", 1)[0])
     except ValueError:
@@ -79,7 +80,7 @@ def address_caller(address: str) -> str:
         ipv4 = _as_ipv4(ip)
         if ipv4 is not None:
             return f"ip:{ipv4}"
-        network = ipaddress.IPv6Network((int(ip), get_settings().ipv6_prefix), strict=False)
+        network = ipaddress.IPv6Network((int(ip), prefix), strict=False)
         return f"ip:{network}"
     return f"ip:{ip}"
 

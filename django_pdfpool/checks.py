@@ -8,7 +8,7 @@ from typing import Any
 from django.apps import AppConfig
 from django.core import checks
 
-from .conf import DEFAULTS, problems, raw_setting
+from .conf import RedisSettings, problems, raw_setting, table_of
 
 
 @checks.register()
@@ -48,7 +48,7 @@ def check_sandbox(
     app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
 ) -> list[checks.CheckMessage]:
     """W021 for each sandbox layer this host does not give a job's child; E021 when that
-    falls below SANDBOX_REQUIRE (extractions are then refused). Asks a probe child once."""
+    falls below SANDBOX['REQUIRE'] (extractions are then refused). Asks a probe child once."""
     from .conf import get_settings
     from .extraction import configure, sandbox_layers
 
@@ -56,10 +56,7 @@ def check_sandbox(
         return []  # check_settings reports them
     conf = get_settings()
     configure(
-        sandbox=conf.sandbox,
-        require=conf.sandbox_require,
-        child_env=conf.child_env,
-        nice=conf.child_nice,
+        sandbox=conf.sandbox.layers, require=conf.sandbox.require, child_env=conf.sandbox.child_env
     )
     found = sandbox_layers()
     messages: list[checks.CheckMessage] = [
@@ -73,9 +70,9 @@ def check_sandbox(
     if not found.sufficient:
         messages.append(
             checks.Error(
-                f"PDFPOOL['SANDBOX_REQUIRE'] is {found.required!r} but this host gives "
+                f"PDFPOOL['SANDBOX']['REQUIRE'] is {found.required!r} but this host gives "
                 f"{found.level!r}: every extraction will be refused (503).",
-                hint="Lower SANDBOX_REQUIRE, or run where the missing layers are offered.",
+                hint="Lower SANDBOX['REQUIRE'], or run where the missing layers are offered.",
                 id="django_pdfpool.E021",
             )
         )
@@ -86,18 +83,18 @@ def check_sandbox(
 def check_redis_namespace(
     app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
 ) -> list[checks.CheckMessage]:
-    """W001: the Redis backend with the default NAMESPACE, which every deployment on the
+    """W001: the Redis pool with the default NAMESPACE, which every deployment on the
     same Redis would share (they are refused, not merged: docs/cluster.md)."""
     raw = raw_setting()
-    if not isinstance(raw, dict) or raw.get("BACKEND") != "redis":
-        return []
-    if raw.get("NAMESPACE", DEFAULTS["NAMESPACE"]) != DEFAULTS["NAMESPACE"]:
+    redis = raw.get("REDIS") if isinstance(raw, dict) else None
+    default = table_of(RedisSettings)["NAMESPACE"].default
+    if not isinstance(redis, dict) or redis.get("NAMESPACE", default) != default:
         return []
     return [
         checks.Warning(
-            f"PDFPOOL['BACKEND'] is 'redis' with the default NAMESPACE "
-            f"{DEFAULTS['NAMESPACE']!r}: another deployment on the same Redis with the "
-            "defaults would be refused (PoolMisconfigured) while yours runs, or refuse yours.",
+            f"PDFPOOL['REDIS'] has the default NAMESPACE {default!r}: another deployment on "
+            "the same Redis with the defaults would be refused (PoolMisconfigured) while "
+            "yours runs, or refuse yours.",
             hint="Give each deployment a NAMESPACE of its own, e.g. 'myproject-pdf'.",
             id="django_pdfpool.W001",
         )

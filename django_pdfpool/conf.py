@@ -1,22 +1,21 @@
-"""The PDFPOOL setting: one table of its keys, the validation, and one cached accessor.
+"""The PDFPOOL setting: the table of its keys, their validation and one cached accessor.
 
-Each key is declared once, as a field of ``PoolSettings`` made by ``setting()``: its
-default, its check (a ``bounds.Bound``, the lower layer's own where the value becomes an
-argument there), one line of help and its section of the settings page. ``DEFAULTS``,
-``SETTINGS``, ``problems()`` and docs/settings.md (mkdocs_hooks.py) are all made from
-those fields. ``get_settings()`` merges the project's ``PDFPOOL`` dict over the defaults
-and validates it; the cache resets on ``setting_changed`` so ``override_settings`` works.
-The same ``problems()`` feed the system checks and ``get_settings()``, because checks do
-not run in deployment.
+Each key is declared once, as a field of ``PoolSettings`` made by ``setting()``: its default,
+its bound (``bounds``: the lower layer's own where the value becomes an argument there) and
+one line of help. DOOR, REDIS and SANDBOX are dicts whose keys are declared the same way, as
+the fields of ``DoorSettings``, ``RedisSettings`` and ``SandboxSettings``. ``problems()``
+(the system checks, and ``get_settings()`` where checks do not run), ``get_settings()`` and
+docs/settings.md (mkdocs_hooks.py) are all made from those fields; ``MOVED`` names the home
+of each key that is gone, so an old key is an error that says where it went.
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
-import os
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields
+import importlib.util
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from django.conf import settings
@@ -25,22 +24,15 @@ from django.core.signals import setting_changed
 from django.dispatch import receiver
 from django.utils.module_loading import import_string
 
-from .admission import pool_limits as pool
-from .admission.redis import options as redis
-from .bounds import FLAG, Bound, MiB, integer, one_of, seconds
-from .sandbox import job_limits as job
-from .sandbox.wire import DEFAULT_NICE
+from . import bounds
+from .bounds import FLAG, Bound, MiB, integer, seconds
+from .sandbox.confine import REQUIRE
+from .sandbox.wire import ENGINE
 
 __all__ = [
-    "DEFAULTS", "SECTIONS", "SETTINGS", "PoolSettings", "Problem", "Setting", "get_settings",
-    "problems", "raw_setting", "setting", "table_of",
+    "DEFAULTS", "MOVED", "SETTINGS", "DoorSettings", "PoolSettings", "Problem", "RedisSettings",
+    "SandboxSettings", "Setting", "get_settings", "problems", "raw_setting", "setting", "table_of",
 ]  # fmt: skip
-
-BACKENDS = ("local", "redis")
-
-# the settings page's sections (docs/settings.md has a heading and a table for each)
-LIMITS, EXTRACTION, CALLERS, DOOR, CLUSTER = "limits", "extraction", "callers", "door", "redis"
-SECTIONS = (LIMITS, EXTRACTION, CALLERS, DOOR, CLUSTER)
 
 
 @dataclass(frozen=True)
@@ -52,20 +44,20 @@ class Problem:
     hint: str = ""
 
 
-More = Callable[[str, Any, Mapping[str, Any]], list["Problem"]]
-"""``more(key, value, raw)``: problems a valid-looking value still has (E004...)."""
+More = Callable[[str, Any], list[Problem]]
+"""``more(name, value)``: what a value that passed its bound still has wrong (E004...)."""
 
 
 @dataclass(frozen=True)
 class Setting:
-    """One key of PDFPOOL as the table declares it."""
+    """One key as the table declares it."""
 
     default: Any
     check: Bound  # a value that fails it is E003 "PDFPOOL[key] must be <expected>"
     help: str  # the settings page's "meaning" (Markdown, one line, no "|")
-    section: str  # of SECTIONS
-    convert: Callable[[Any], Any]  # a valid value -> the PoolSettings attribute
-    more: More | None  # what the check cannot see: an import, an extra, a URL
+    convert: Callable[[Any], Any]  # a valid value -> the attribute
+    more: More | None  # what the bound cannot see: an import, an extra, a URL
+    group: type[Any] | None  # a dict's dataclass (DOOR, REDIS, SANDBOX): its keys are its fields
 
 
 def _same(value: Any) -> Any:
@@ -76,15 +68,31 @@ def setting(
     default: Any,
     check: Bound,
     help: str,
-    section: str,
     *,
     convert: Callable[[Any], Any] = _same,
     more: More | None = None,
+    group: type[Any] | None = None,
 ) -> Any:
-    """A field of ``PoolSettings``: one PDFPOOL key, named as the field in capitals."""
-    assert section in SECTIONS, section
-    declared = Setting(default, check, help, section, convert, more)
-    return field(metadata={"setting": declared})
+    """A field of a settings dataclass: one key, named as the field in capitals."""
+    return field(metadata={"setting": Setting(default, check, help, convert, more, group)})
+
+
+def table_of(cls: type[Any]) -> dict[str, Setting]:
+    """The keys a settings dataclass declares with ``setting()``, in its order."""
+    return {f.name.upper(): f.metadata["setting"] for f in fields(cls) if "setting" in f.metadata}
+
+
+def _build(cls: type[Any], raw: dict[str, Any]) -> Any:
+    """``cls`` from a valid dict merged over its table's defaults; a dict key (DOOR...) is
+    its own dataclass built the same way, or None where False or None turns it off."""
+    values = {}
+    for key, declared in table_of(cls).items():
+        value = raw.get(key, declared.default)
+        if declared.group is not None:
+            off = value is None or value is False
+            value = None if off else _build(declared.group, value if value is not True else {})
+        values[key.lower()] = declared.convert(value)
+    return cls(**values)
 
 
 def _float(value: Any) -> float | None:
@@ -95,12 +103,6 @@ def _imported(value: Any) -> Any:
     return import_string(value) if isinstance(value, str) else value
 
 
-def _addresses(value: Any) -> tuple[tuple[str, int], ...]:
-    """``["host:port", ...]`` (or None) as ``((host, port), ...)``; ``[::1]`` loses its brackets."""
-    pairs = (address.rpartition(":") for address in value or ())
-    return tuple((host.strip("[]"), int(port)) for host, _, port in pairs)
-
-
 def _is_address(value: Any) -> bool:
     """``host:port`` with a port number (a Sentinel's address)."""
     if not isinstance(value, str):
@@ -109,259 +111,96 @@ def _is_address(value: Any) -> bool:
     return bool(host) and port.isdigit() and 0 < int(port) < 65536
 
 
-def _importable(module: str) -> bool:
-    import importlib.util
+def _addresses(value: Any) -> tuple[tuple[str, int], ...]:
+    """``["host:port", ...]`` as ``((host, port), ...)``; ``[::1]`` loses its brackets."""
+    pairs = (address.rpartition(":") for address in value)
+    return tuple((host.strip("[]"), int(port)) for host, _, port in pairs)
 
+
+def _installed(module: str) -> bool:
     return importlib.util.find_spec(module) is not None
 
 
 def _dotted(takes: str) -> More:
     """E004 for a dotted path that cannot be imported (a callable is taken as it is)."""
 
-    def more(key: str, path: Any, raw: Mapping[str, Any]) -> list[Problem]:
-        if not isinstance(path, str):
-            return []
+    def more(name: str, path: Any) -> list[Problem]:
         try:
-            import_string(path)
+            _imported(path)
         except ImportError as exc:
-            return [
-                Problem(
-                    "django_pdfpool.E004",
-                    f"PDFPOOL[{key!r}] = {path!r} cannot be imported: {exc}",
-                    f"Give the dotted path of a function taking {takes}.",
-                )
-            ]
+            msg = f"{name} = {path!r} cannot be imported: {exc}"
+            hint = f"Give the dotted path of a function taking {takes}."
+            return [Problem("django_pdfpool.E004", msg, hint)]
         return []
 
     return more
 
 
-def _engine_installed(key: str, engine: Any, raw: Mapping[str, Any]) -> list[Problem]:
-    if engine != "pypdfium2" or _importable("pypdfium2"):
+def _engine_installed(name: str, engine: Any) -> list[Problem]:
+    if engine != "pypdfium2" or _installed("pypdfium2"):
         return []
-    return [
-        Problem(
-            "django_pdfpool.E005",
-            "PDFPOOL['ENGINE'] is 'pypdfium2' but pypdfium2 is not installed.",
-            "pip install 'django-pdfpool[pdfium]'",
-        )
-    ]
+    msg = f"{name} is 'pypdfium2' but pypdfium2 is not installed."
+    return [Problem("django_pdfpool.E005", msg, "pip install 'django-pdfpool[pdfium]'")]
 
 
-def _redis_backend(key: str, backend: Any, raw: Mapping[str, Any]) -> list[Problem]:
-    return _redis_problems(raw.get("REDIS_URL")) if backend == "redis" else []
+def _redis_problems(name: str, redis: Any) -> list[Problem]:
+    """E006 without redis-py, E007 without a URL it parses: a REDIS dict needs both."""
+    if not isinstance(redis, dict):
+        return []  # None: this process's own pool
+    if not _installed("redis"):
+        msg = f"{name} is set but redis-py is not installed."
+        return [Problem("django_pdfpool.E006", msg, "pip install 'django-pdfpool[redis]'")]
+    from redis.connection import parse_url
+
+    url = redis.get("URL")
+    try:
+        parse_url(url if isinstance(url, str) else "")  # type: ignore[no-untyped-call]
+    except ValueError:
+        from .admission.redis.urls import presentable
+
+        shown = presentable(url) if isinstance(url, str) else repr(url)
+        msg = f"{name}['URL'] must be a redis://, rediss:// or unix:// URL, not {shown}."
+        return [Problem("django_pdfpool.E007", msg, "For example redis://127.0.0.1:6379/0")]
+    return []
 
 
-CALLABLE = Bound(lambda v: isinstance(v, str) or callable(v), "a dotted path or a callable")
-SECONDS = seconds(above=0)
-DIRECTORY = Bound(
-    lambda v: v is None or (isinstance(v, str) and os.path.isdir(v)),
-    "None or an existing directory",
-)
-DEPLOYMENT_NAME = Bound(
-    lambda v: v is None or (isinstance(v, str) and 0 < len(v) <= 200), "None or a non-empty string"
-)
+def _dict_or(*shorthands: Any) -> Bound:
+    """A dict of a nested setting's keys (each checked with its own bound), or a shorthand:
+    True for the defaults, False or None for off."""
+    words = "".join(f"{shorthand!r}, " for shorthand in shorthands) + "or a dict"
+    words = words if shorthands else "a dict"
+    return Bound(lambda v: isinstance(v, dict) or any(v is s for s in shorthands), words)
 
 
 @dataclass(frozen=True)
-class PoolSettings:
-    """The validated, merged PDFPOOL setting, and the table of its keys: each field is one
-    key (its name in capitals), declared once with its default, check, help and section."""
+class DoorSettings:
+    """PDFPOOL["DOOR"]: admission from the headers, before the body (docs/door.md)."""
 
-    # -- limits: what one process admits, and what one job may take
-    slots: int = setting(
-        2,
-        pool.SLOTS,
-        "extractions running at once in this process. Each may use up to `MEMORY_LIMIT`: "
-        "budget `SLOTS x MEMORY_LIMIT` plus the server.",
-        LIMITS,
-    )
-    queue: int = setting(
-        4,
-        pool.QUEUE,
-        "extractions waiting for a slot. With `0`, an upload arriving while every slot is "
-        "taken gets 503 at once.",
-        LIMITS,
-    )
-    wait: float | None = setting(
-        10.0,
-        pool.WAIT,
-        "seconds a queued extraction may wait for a slot, then every client sharing it gets "
-        "503 (`None`: wait as long as it takes).",
-        LIMITS,
-        convert=_float,
-    )
-    timeout: float = setting(
-        30.0,
-        job.TIMEOUT,
-        "seconds one extraction may run; the child's process group is killed at the deadline "
-        "and the clients get 422 `too_complex`.",
-        LIMITS,
-        convert=float,
-    )
-    memory_limit: int = setting(
-        512 * MiB,
-        integer(128 * MiB, unit="bytes"),  # above sandbox.job_limits.MEMORY_LIMIT: see the help
-        "bytes of address space for one child (`RLIMIT_AS`); a PDF that needs more gets 422 "
-        "`too_large`. A child with pypdf imported already maps about 45 MiB.",
-        LIMITS,
-    )
-    max_upload_size: int = setting(
-        50 * MiB,
-        integer(1, unit="bytes"),
-        "bytes; a larger upload gets 413 before any work (checked from `Content-Length` "
-        "before the body is parsed, then from the file's size). Django's own upload handlers "
-        "still apply.",
-        LIMITS,
-    )
-    max_pages: int | None = setting(
-        None,
-        job.MAX_PAGES,
-        "extract at most this many pages; the rest are cut off and `Extraction.truncated` is "
-        "`True` (`None`: every page).",
-        LIMITS,
-    )
-    max_text_bytes: int = setting(
-        8 * MiB,
-        integer(1024, unit="bytes"),  # above sandbox.job_limits.MAX_TEXT_BYTES: a useful floor
-        "bytes of text (UTF-8) one extraction may return. The child cuts the text there "
-        "(`truncated` and `text_truncated` are `True`) and the parent reads at most this plus "
-        'about 1.6 MiB of answer, so one hostile PDF cannot grow the server: a 17 KB "text '
-        'bomb" of 64 MB of text costs the parent about 12 MiB.',
-        LIMITS,
-    )
-    # -- extraction: how and where a job's child runs
-    engine: str = setting(
-        "pypdf",
-        job.ENGINE,
-        '`"pypdf"`, or `"pypdfium2"` with the `[pdfium]` extra (much faster; see '
-        "[security](security.md) for its different failure modes).",
-        EXTRACTION,
-        more=_engine_installed,
-    )
-    warm_children: bool = setting(
-        True,
-        FLAG,
-        "one template process (interpreter up, pypdf imported and run once) forks each job's "
-        "child in about a millisecond, instead of a new interpreter paying about 100 ms of "
-        "start-up; `False`: every job starts a new interpreter. Each child still does one job "
-        "and exits; a template that dies is restarted, jobs meanwhile start cold.",
-        EXTRACTION,
-    )
-    child_nice: int = setting(
-        DEFAULT_NICE,
-        job.CHILD_NICE,
-        "how much lower than the server's own the extraction children's CPU priority is: "
-        "added to the server's nice value (0: the same; the sum is capped at 19). Higher keeps "
-        "the server answering while it extracts; on a host whose CPUs other work at the "
-        "server's priority keeps busy, it also slows jobs towards their `TIMEOUT` (19: a share "
-        "of 1 to 68 against each such process; 5: 1 to 3). See "
-        "[performance](performance.md#the-childrens-nice-value-session-7).",
-        EXTRACTION,
-    )
-    temp_dir: str | None = setting(
-        None,
-        DIRECTORY,
-        "where uploads are staged for their job (`None`: the system's temporary directory). "
-        "One per host: copies are named `pdfpool-<pid>-*.pdf` and those of dead processes are "
-        "removed at start-up ([deployment](deployment.md#staged-uploads-after-a-crash)).",
-        EXTRACTION,
-    )
-    child_env: tuple[str, ...] = setting(
-        (),
-        job.CHILD_ENV,
-        "names of environment variables the extraction children inherit besides the minimum "
-        "(`PATH`, `LANG`, `LC_*`, `LD_LIBRARY_PATH`, `PYTHONHOME`, `PYTHONPATH`, "
-        "`PYTHONUSERBASE`, `PYTHONNOUSERSITE`). Nothing else of the server's environment "
-        "(secret keys, database URLs) reaches a child.",
-        EXTRACTION,
-        convert=tuple,
-    )
-    sandbox: bool = setting(
-        True,
-        FLAG,
-        "each extraction child confines itself with every layer this host offers (no new "
-        "privileges, not dumpable, namespaces, Landlock, seccomp: "
-        "[security](security.md#the-childs-sandbox)); `False` turns them all off (for "
-        "debugging an engine only: a hostile PDF's code could then reach the server's "
-        "processes, files and network).",
-        EXTRACTION,
-    )
-    sandbox_require: str = setting(
-        "none",
-        job.REQUIRE,
-        "the sandbox level below which extractions are refused (fail closed: 503 "
-        '`sandbox_unavailable`, the reason logged at ERROR, system check E021): `"none"`, '
-        '`"basic"` (no new privileges, not dumpable, seccomp), `"landlock"` (and '
-        'Landlock\'s file system, TCP and signal rules) or `"full"` (and new user, network '
-        "and IPC namespaces). A missing layer is warning W021 whatever this says.",
-        EXTRACTION,
-    )
-    # -- callers and answers
-    caller: Callable[..., Any] = setting(  # noqa: RUF009 - setting() is a dataclasses.field
-        "django_pdfpool.callers.user_or_ip",
-        CALLABLE,
-        "dotted path (or callable) from a request to a caller id for the one-job-per-caller "
-        "rule ([callers](installation.md#callers)).",
-        CALLERS,
-        convert=_imported,
-        more=_dotted("the request"),
-    )
-    ipv6_prefix: int = setting(
-        64,
-        integer(1, 128),
-        "anonymous IPv6 callers are one caller per network of this prefix length "
-        "([callers](installation.md#callers)).",
-        CALLERS,
-    )
-    refusal_view: Callable[..., Any] = setting(  # noqa: RUF009 - as caller
-        "django_pdfpool.responses.default_refusal_view",
-        CALLABLE,
-        "dotted path (or callable) of `view(request, exception) -> HttpResponse`, for every "
-        "answer given in a view's place (400, 413, 422, 429, 503) by the decorator, the "
-        "middleware and the door ([usage](usage.md#answers-the-view-never-sees)). A "
-        "decorator's `answer=` overrides it for that view.",
-        CALLERS,
-        convert=_imported,
-        more=_dotted("the request and the exception"),
-    )
-    # -- the door: admission from the headers, before the body (docs/door.md)
-    door: bool = setting(
-        True,
-        FLAG,
-        "decide on uploads to `@pdf_pooled` views from their headers, before their bodies "
-        "are read ([the door](door.md)).",
-        DOOR,
-    )
-    door_budget: int = setting(
+    budget: int = setting(
         64,
         integer(0),
         "with every place taken, bodies the door lets in because they may join a job in "
         "flight (one per caller); past it the door sheds from the headers and counts it apart "
         "([the door](door.md#joins-and-the-budget)).",
-        DOOR,
     )
-    door_budget_bytes: int = setting(
+    budget_bytes: int = setting(
         64 * MiB,
         integer(0, unit="bytes"),
         "the declared bytes of those bodies together (a chunked body counts as the whole limit).",
-        DOOR,
     )
-    door_digests: bool = setting(
+    digests: bool = setting(
         True,
         FLAG,
         "the door answers from a declared digest (at once: it joins, or 503/429); `False`: "
         "it reads the body instead ([what the answer reveals]"
         "(security.md#what-the-doors-answer-reveals)). Digests are verified either way.",
-        DOOR,
     )
     body_timeout: float = setting(
         20.0,
-        SECONDS,
+        seconds(above=0),
         "seconds a body let in by the door has to arrive, plus one per `BODY_MIN_RATE` bytes "
         "received; past it, 408 and its place goes back "
         "([nobody holds the door](door.md#nobody-holds-the-door)).",
-        DOOR,
         convert=float,
     )
     body_min_rate: int = setting(
@@ -369,90 +208,222 @@ class PoolSettings:
         integer(1, unit="bytes a second"),
         "bytes a second that earn a body another second: Apache mod_reqtimeout's "
         "`body=20,MinRate=500`.",
-        DOOR,
     )
     body_timeout_max: float = setting(
         300.0,
-        SECONDS,
+        seconds(above=0),
         "seconds a body has in all, however fast it comes: the most a trickle just above "
         "`BODY_MIN_RATE` holds a place; mod_reqtimeout's `body=20-300`.",
-        DOOR,
         convert=float,
     )
-    # -- several worker processes or hosts: the same limits in Redis (docs/cluster.md)
-    backend: str = setting(
-        "local",
-        one_of(BACKENDS),
-        '`"local"`: each process has its own pool. `"redis"`: every process sharing '
-        "`REDIS_URL` and `NAMESPACE` is one pool ([several workers and hosts](cluster.md)); "
-        "needs the `[redis]` extra.",
-        CLUSTER,
-        more=_redis_backend,
-    )
-    redis_url: str | None = setting(
+
+    @classmethod
+    def defaults(cls) -> DoorSettings:
+        """The door's terms with no DOOR dict: what the status page shows of a door off."""
+        built: DoorSettings = _build(cls, {})
+        return built
+
+
+@dataclass(frozen=True)
+class RedisSettings:
+    """PDFPOOL["REDIS"]: one pool for every process sharing URL and NAMESPACE (docs/cluster.md)."""
+
+    url: str = setting(
         None,
-        Bound(lambda v: v is None or isinstance(v, str), "a redis:// URL, or None"),
-        '`redis://`, `rediss://` or `unix://` URL; required with `BACKEND="redis"` (E007).',
-        CLUSTER,
+        Bound(lambda v: isinstance(v, str), "a redis://, rediss:// or unix:// URL"),
+        "`redis://`, `rediss://` or `unix://` URL; required (E007).",
     )
     namespace: str = setting(
         "pdfpool",
-        redis.NAMESPACE,
-        "prefix of the pool's Redis keys: one namespace, one set of limits.",
-        CLUSTER,
+        bounds.NAMESPACE,
+        "prefix of the pool's Redis keys: one namespace, one set of limits. Check `W001` "
+        "warns of the default.",
     )
     lease: float = setting(
         5.0,
-        redis.LEASE,
+        bounds.LEASE,
         "seconds after which a process that stopped renewing (killed, hung) loses its slots, "
         "queue places and caller holds; its sharers get 503.",
-        CLUSTER,
         convert=float,
     )
-    redis_fallback: str = setting(
+    fallback: str = setting(
         "refuse",
-        redis.FALLBACK,
+        bounds.FALLBACK,
         'while Redis fails: `"refuse"` new work with 503, or `"local"`: run it in this '
         "process's own pool (a warning is logged).",
-        CLUSTER,
     )
-    redis_timeout: float = setting(
+    timeout: float = setting(
         1.0,
-        redis.CALL_TIMEOUT,
+        bounds.CALL_TIMEOUT,
         "seconds a Redis call may take before Redis counts as failing.",
-        CLUSTER,
         convert=float,
     )
-    redis_sentinels: tuple[tuple[str, int], ...] = setting(
-        None,
+    sentinels: tuple[tuple[str, int], ...] = setting(
+        (),
         Bound(
-            lambda v: (
-                v is None or (isinstance(v, list | tuple) and bool(v) and all(map(_is_address, v)))
-            ),
-            'None or a non-empty list of "host:port" strings',
+            lambda v: isinstance(v, list | tuple) and all(map(_is_address, v)),
+            'a list of "host:port" strings',
         ),
-        '`["host:port", ...]`: find the primary through Redis Sentinel; `REDIS_URL`\'s host '
-        "is then the service name "
-        "([reaching Redis](cluster.md#reaching-redis-tls-acl-users-sentinel)).",
-        CLUSTER,
+        '`["host:port", ...]`: find the primary through Redis Sentinel; `URL`\'s host is then '
+        "the service name ([reaching Redis](cluster.md#reaching-redis-tls-acl-users-sentinel)).",
         convert=_addresses,
     )
     deployment: str | None = setting(
         None,
-        DEPLOYMENT_NAME,
+        Bound(lambda v: v is None or (isinstance(v, str) and 0 < len(v) <= 200), "None or a name"),
         "a name telling this deployment from others on the same Redis and `NAMESPACE`, which "
         "are refused rather than merged; `None`: derived from `SECRET_KEY` (an HMAC, never "
-        "the key). Check `W001` warns of the default `NAMESPACE` with Redis.",
-        CLUSTER,
+        "the key).",
     )
+
+
+@dataclass(frozen=True)
+class SandboxSettings:
+    """PDFPOOL["SANDBOX"]: how each extraction child confines itself (docs/security.md)."""
+
+    layers: bool = setting(
+        True,
+        FLAG,
+        "each extraction child confines itself with every layer this host offers (no new "
+        "privileges, not dumpable, namespaces, Landlock, seccomp: "
+        "[security](security.md#the-childs-sandbox)); `False` turns them all off (for "
+        "debugging an engine only: a hostile PDF's code could then reach the server's "
+        "processes, files and network).",
+    )
+    require: str = setting(
+        "none",
+        REQUIRE,
+        "the sandbox level below which extractions are refused (fail closed: 503 "
+        '`sandbox_unavailable`, the reason logged at ERROR, system check E021): `"none"`, '
+        '`"basic"` (no new privileges, not dumpable, seccomp), `"landlock"` (and '
+        'Landlock\'s file system, TCP and signal rules) or `"full"` (and new user, network '
+        "and IPC namespaces). A missing layer is warning W021 whatever this says.",
+    )
+    child_env: tuple[str, ...] = setting(
+        (),
+        bounds.CHILD_ENV,
+        "names of environment variables the extraction children inherit besides the minimum "
+        "(`PATH`, `LANG`, `LC_*`, `LD_LIBRARY_PATH`, `PYTHONHOME`, `PYTHONPATH`, "
+        "`PYTHONUSERBASE`, `PYTHONNOUSERSITE`). Nothing else of the server's environment "
+        "(secret keys, database URLs) reaches a child.",
+        convert=tuple,
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class PoolSettings:
+    """The validated, merged PDFPOOL setting, and the table of its keys: each field is one
+    key (its name in capitals), declared once with its default, bound and help."""
+
+    slots: int = setting(
+        2,
+        bounds.SLOTS,
+        "extractions running at once in this process. Each may use up to `MEMORY_LIMIT`: "
+        "budget `SLOTS x MEMORY_LIMIT` plus the server.",
+    )
+    queue: int = setting(
+        4,
+        bounds.QUEUE,
+        "extractions waiting for a slot. With `0`, an upload arriving while every slot is "
+        "taken gets 503 at once.",
+    )
+    wait: float | None = setting(
+        10.0,
+        bounds.WAIT,
+        "seconds a queued extraction may wait for a slot, then every client sharing it gets "
+        "503 (`None`: wait as long as it takes).",
+        convert=_float,
+    )
+    timeout: float = setting(
+        30.0,
+        bounds.TIMEOUT,
+        "seconds one extraction may run; the child's process group is killed at the deadline "
+        "and the clients get 422 `too_complex`.",
+        convert=float,
+    )
+    memory_limit: int = setting(
+        512 * MiB,
+        integer(128 * MiB, unit="bytes"),  # above bounds.MEMORY_LIMIT: see the help
+        "bytes of address space for one child (`RLIMIT_AS`); a PDF that needs more gets 422 "
+        "`too_large`. A child with pypdf imported already maps about 45 MiB.",
+    )
+    max_upload_size: int = setting(
+        50 * MiB,
+        integer(1, unit="bytes"),
+        "bytes; a larger upload gets 413 before any work (checked from `Content-Length` "
+        "before the body is parsed, then from the file's size). Django's own upload handlers "
+        "still apply; uploads are staged in Django's `FILE_UPLOAD_TEMP_DIR`.",
+    )
+    max_pages: int | None = setting(
+        None,
+        bounds.MAX_PAGES,
+        "extract at most this many pages; the rest are cut off and `Extraction.truncated` is "
+        "`True` (`None`: every page).",
+    )
+    max_text_bytes: int = setting(
+        8 * MiB,
+        integer(1024, unit="bytes"),  # above bounds.MAX_TEXT_BYTES: a useful floor
+        "bytes of text (UTF-8) one extraction may return. The child cuts the text there "
+        "(`truncated` and `text_truncated` are `True`) and the parent reads at most this plus "
+        'about 1.6 MiB of answer, so one hostile PDF cannot grow the server: a 17 KB "text '
+        'bomb" of 64 MB of text costs the parent about 12 MiB.',
+    )
+    engine: str = setting(
+        "pypdf",
+        ENGINE,
+        '`"pypdf"`, or `"pypdfium2"` with the `[pdfium]` extra (much faster; see '
+        "[security](security.md) for its different failure modes).",
+        more=_engine_installed,
+    )
+    sandbox: SandboxSettings = setting(  # noqa: RUF009 - setting() is a dataclasses.field
+        {},
+        _dict_or(),
+        "how each extraction child confines itself: [`SANDBOX`](#sandbox).",
+        group=SandboxSettings,
+    )
+    caller: Callable[..., Any] = setting(  # noqa: RUF009 - as sandbox
+        "django_pdfpool.callers.user_or_ip",
+        Bound(lambda v: isinstance(v, str) or callable(v), "a dotted path or a callable"),
+        "dotted path (or callable) from a request to a caller id for the one-job-per-caller "
+        "rule ([callers](installation.md#callers)).",
+        convert=_imported,
+        more=_dotted("the request"),
+    )
+    refusal_view: Callable[..., Any] = setting(  # noqa: RUF009 - as sandbox
+        "django_pdfpool.responses.default_refusal_view",
+        Bound(lambda v: isinstance(v, str) or callable(v), "a dotted path or a callable"),
+        "dotted path (or callable) of `view(request, exception) -> HttpResponse`, for every "
+        "answer given in a view's place (400, 413, 422, 429, 503) by the decorator, the "
+        "middleware and the door ([usage](usage.md#answers-the-view-never-sees)). A "
+        "decorator's `answer=` overrides it for that view.",
+        convert=_imported,
+        more=_dotted("the request and the exception"),
+    )
+    door: DoorSettings | None = setting(  # noqa: RUF009 - as sandbox
+        True,
+        _dict_or(True, False),
+        "decide on uploads to `@pdf_pooled` views from their headers, before their bodies "
+        "are read: [`DOOR`](#door) (`False`: no door).",
+        group=DoorSettings,
+    )
+    redis: RedisSettings | None = setting(  # noqa: RUF009 - as sandbox
+        None,
+        _dict_or(None),
+        "one pool for every process sharing its `URL` and `NAMESPACE`: [`REDIS`](#redis) "
+        "(`None`: each process has its own pool); needs the `[redis]` extra.",
+        more=_redis_problems,
+        group=RedisSettings,
+    )
+
+    temp_dir: str | None = None  # not a key: Django's FILE_UPLOAD_TEMP_DIR (uploads staged)
 
     def deployment_tag(self) -> str:
         """What tells this deployment from another sharing its Redis and namespace (the
         Redis pool refuses to merge them): an HMAC of a fixed label under SECRET_KEY, or
-        under DEPLOYMENT when it is set. Never the secret itself."""
+        under REDIS["DEPLOYMENT"] when it is set. Never the secret itself."""
         from django.utils.crypto import salted_hmac
 
-        secret = self.deployment  # None: SECRET_KEY
+        secret = self.redis.deployment if self.redis else None  # None: SECRET_KEY
         return salted_hmac("django_pdfpool.redis", "deployment", secret=secret).hexdigest()[:32]
 
     def results_tag(self) -> str:
@@ -463,15 +434,33 @@ class PoolSettings:
         return hashlib.sha256(repr(values).encode()).hexdigest()[:12]
 
 
-def table_of(cls: type[Any]) -> dict[str, Setting]:
-    """The PDFPOOL keys a settings dataclass declares with ``setting()``, in its order."""
-    return {f.name.upper(): f.metadata["setting"] for f in fields(cls) if "setting" in f.metadata}
-
-
 SETTINGS = table_of(PoolSettings)
 """The table: every PDFPOOL key and its declaration, in the order of ``PoolSettings``."""
 
 DEFAULTS: dict[str, Any] = {key: declared.default for key, declared in SETTINGS.items()}
+
+MOVED = {  # a key that is gone -> its home, which check E008 names
+    "DOOR_BUDGET": "PDFPOOL['DOOR']['BUDGET']",
+    "DOOR_BUDGET_BYTES": "PDFPOOL['DOOR']['BUDGET_BYTES']",
+    "DOOR_DIGESTS": "PDFPOOL['DOOR']['DIGESTS']",
+    "BODY_TIMEOUT": "PDFPOOL['DOOR']['BODY_TIMEOUT']",
+    "BODY_MIN_RATE": "PDFPOOL['DOOR']['BODY_MIN_RATE']",
+    "BODY_TIMEOUT_MAX": "PDFPOOL['DOOR']['BODY_TIMEOUT_MAX']",
+    "REDIS_URL": "PDFPOOL['REDIS']['URL']",
+    "NAMESPACE": "PDFPOOL['REDIS']['NAMESPACE']",
+    "LEASE": "PDFPOOL['REDIS']['LEASE']",
+    "REDIS_FALLBACK": "PDFPOOL['REDIS']['FALLBACK']",
+    "REDIS_TIMEOUT": "PDFPOOL['REDIS']['TIMEOUT']",
+    "REDIS_SENTINELS": "PDFPOOL['REDIS']['SENTINELS']",
+    "DEPLOYMENT": "PDFPOOL['REDIS']['DEPLOYMENT']",
+    "SANDBOX_REQUIRE": "PDFPOOL['SANDBOX']['REQUIRE']",
+    "CHILD_ENV": "PDFPOOL['SANDBOX']['CHILD_ENV']",
+    "BACKEND": "PDFPOOL['REDIS'] (a dict: the Redis pool; None: each process's own)",
+    "TEMP_DIR": "Django's FILE_UPLOAD_TEMP_DIR setting",
+    "CHILD_NICE": "the argument django_pdfpool.extraction.configure(nice=...)",
+    "WARM_CHILDREN": "the argument django_pdfpool.extraction.configure(warm=...)",
+    "IPV6_PREFIX": "django_pdfpool.callers.address_caller(address, prefix=...) in a CALLER",
+}
 
 
 def raw_setting() -> Any:
@@ -484,55 +473,35 @@ def problems(raw: Any) -> list[Problem]:
         return [
             Problem("django_pdfpool.E001", f"PDFPOOL must be a dict, not {type(raw).__name__}.")
         ]
-    found = [
-        Problem(
-            "django_pdfpool.E002",
-            f"PDFPOOL has an unknown key {key!r}.",
-            "Known keys: " + ", ".join(SETTINGS) + ".",
-        )
-        for key in raw
-        if key not in SETTINGS
-    ]
-    for key, declared in SETTINGS.items():
+    return _problems("PDFPOOL", raw, SETTINGS)
+
+
+def _problems(name: str, raw: dict[str, Any], table: dict[str, Setting]) -> list[Problem]:
+    """The problems of ``raw``, the dict ``name`` whose keys ``table`` declares."""
+    found = []
+    for key in raw:
+        if key in table:
+            continue
+        if name == "PDFPOOL" and key in MOVED:
+            moved = f"PDFPOOL[{key!r}] moved: use {MOVED[key]}."
+            found.append(Problem("django_pdfpool.E008", moved))
+        else:
+            hint = "Known keys: " + ", ".join(table) + "."
+            unknown = f"{name} has an unknown key {key!r}."
+            found.append(Problem("django_pdfpool.E002", unknown, hint))
+    for key, declared in table.items():
         if key not in raw:
             continue
-        value = raw[key]
+        value, where = raw[key], f"{name}[{key!r}]"
         if not declared.check(value):
-            message = f"PDFPOOL[{key!r}] must be {declared.check.expected}, not {value!r}."
-            found.append(Problem("django_pdfpool.E003", message))
-        elif declared.more is not None:
-            found.extend(declared.more(key, value, raw))
+            wrong = f"{where} must be {declared.check.expected}, not {value!r}."
+            found.append(Problem("django_pdfpool.E003", wrong))
+            continue
+        if declared.group is not None and isinstance(value, dict):
+            found.extend(_problems(where, value, table_of(declared.group)))
+        if declared.more is not None:
+            found.extend(declared.more(where, value))
     return found
-
-
-def _redis_problems(url: Any) -> list[Problem]:
-    if not _importable("redis"):
-        hint = "pip install 'django-pdfpool[redis]'"
-        return [
-            Problem(
-                "django_pdfpool.E006",
-                "PDFPOOL['BACKEND'] is 'redis' but redis-py is not installed.",
-                hint,
-            )
-        ]
-    from redis.connection import parse_url
-
-    try:
-        parse_url(url if isinstance(url, str) else "")  # type: ignore[no-untyped-call]
-    except ValueError:
-        from .admission.redis.urls import presentable
-
-        shown = presentable(url) if isinstance(url, str) else f"a {type(url).__name__}"
-        shown = "None" if url is None else shown
-        return [
-            Problem(
-                "django_pdfpool.E007",
-                "PDFPOOL['REDIS_URL'] must be a redis://, rediss:// or unix:// URL "
-                f"when BACKEND is 'redis', not {shown}.",
-                "For example redis://127.0.0.1:6379/0",
-            )
-        ]
-    return []
 
 
 @functools.cache
@@ -542,14 +511,11 @@ def get_settings() -> PoolSettings:
     found = problems(raw)
     if found:
         raise ImproperlyConfigured(" ".join(f"[{p.id}] {p.msg}" for p in found))
-    values = {
-        key.lower(): declared.convert(raw.get(key, declared.default))
-        for key, declared in SETTINGS.items()
-    }
-    return PoolSettings(**values)
+    built: PoolSettings = _build(PoolSettings, raw)
+    return replace(built, temp_dir=settings.FILE_UPLOAD_TEMP_DIR)
 
 
 @receiver(setting_changed)
 def _reset(*, setting: str, **kwargs: Any) -> None:
-    if setting == "PDFPOOL":
+    if setting in ("PDFPOOL", "FILE_UPLOAD_TEMP_DIR"):
         get_settings.cache_clear()

@@ -39,14 +39,11 @@ def get_pool() -> AdmissionPool:
             atexit.register(drain_pool)  # graceful by default where nothing else drains
         if _pool is None or (_built_from != current and _pool.idle()):
             _pool = _build(current)
-            # children forked from one warm template process, or started cold
             configure_extraction(
-                warm=current.warm_children,
                 tmp_dir=current.temp_dir,
-                child_env=current.child_env,
-                nice=current.child_nice,
-                sandbox=current.sandbox,
-                require=current.sandbox_require,
+                child_env=current.sandbox.child_env,
+                sandbox=current.sandbox.layers,
+                require=current.sandbox.require,
             )
             recorder.start()  # the status chart then covers the time before anyone looked
             _built_from = current
@@ -64,7 +61,8 @@ recorder = Recorder(peek_pool)
 
 def _build(conf: PoolSettings) -> AdmissionPool:
     """The pool the settings ask for: this process's own, or one coordinated in Redis."""
-    if conf.backend != "redis":
+    redis = conf.redis
+    if redis is None:
         return Pool(
             conf.slots,
             conf.queue,
@@ -78,17 +76,17 @@ def _build(conf: PoolSettings) -> AdmissionPool:
         conf.slots,
         conf.queue,
         conf.wait,
-        url=conf.redis_url or "",
-        namespace=conf.namespace,
-        lease=conf.lease,
-        fallback=conf.redis_fallback,
-        timeout=conf.redis_timeout,
+        url=redis.url,
+        namespace=redis.namespace,
+        lease=redis.lease,
+        fallback=redis.fallback,
+        timeout=redis.timeout,
         on_error=_log_job_error,
         encode=_encode_result,
         decode=_decode_result,
         fingerprint=conf.results_tag(),  # processes that differ are refused, not merged
         deployment=conf.deployment_tag(),  # so are two deployments on one namespace
-        sentinels=conf.redis_sentinels,
+        sentinels=redis.sentinels,
         run_time_ceiling=conf.timeout,
     )
 

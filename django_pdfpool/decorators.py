@@ -47,7 +47,6 @@ async def extract_upload(upload: StagedUpload) -> Extraction:
         memory_limit=conf.memory_limit,
         max_pages=conf.max_pages,
         engine=conf.engine,
-        warm=conf.warm_children,
         max_text_bytes=conf.max_text_bytes,
     )
 

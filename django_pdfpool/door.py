@@ -34,7 +34,7 @@ from django.urls.exceptions import Resolver404
 from .admission import delivery
 from .admission.snapshot import Pressure
 from .callers import ASKING, acaller_of, address_caller, caller_of
-from .conf import get_settings
+from .conf import DoorSettings, get_settings
 from .configured import get_pool
 from .exceptions import (
     BodyTimeout,
@@ -73,15 +73,17 @@ class Terms:
 
 
 def terms() -> Terms:
-    """The door's terms from the settings."""
+    """The door's terms from the settings (its defaults while it is off: the status page
+    still shows them)."""
     conf = get_settings()
+    door = conf.door or DoorSettings.defaults()
     return Terms(
         max_upload_size=conf.max_upload_size,
-        budget=conf.door_budget,
-        budget_bytes=conf.door_budget_bytes,
-        body_timeout=conf.body_timeout,
-        body_min_rate=conf.body_min_rate,
-        body_timeout_max=conf.body_timeout_max,
+        budget=door.budget,
+        budget_bytes=door.budget_bytes,
+        body_timeout=door.body_timeout,
+        body_min_rate=door.body_min_rate,
+        body_timeout_max=door.body_timeout_max,
     )
 
 
@@ -455,7 +457,8 @@ def through_door(
     known = record.caller is not None
     who = record.caller or address_caller(request.META.get("REMOTE_ADDR") or "unknown")
     conf, pool = get_settings(), get_pool()
-    key = view.key(upload.digest) if upload.digest and conf.door_digests else None
+    digests = conf.door is not None and conf.door.digests  # answer from a declared digest
+    key = view.key(upload.digest) if upload.digest and digests else None
     read = partial(pool.pressure, key, record.caller)
     door_terms = terms()
     give_up = time.monotonic() + door_terms.body_timeout

@@ -131,7 +131,7 @@ class PoolMisconfigured(Refused):
 
 
 class SandboxUnavailable(Refused):
-    """This host gives a job's child fewer sandbox layers than PDFPOOL["SANDBOX_REQUIRE"]
+    """This host gives a job's child fewer sandbox layers than ``PDFPOOL["SANDBOX"]["REQUIRE"]``
     demands: extractions are refused (503), fail closed, until it does (docs/security.md)."""
 
     code = "sandbox_unavailable"

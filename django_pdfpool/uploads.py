@@ -98,7 +98,7 @@ _STAGED = re.compile(r"pdfpool-(?:(\d+)-)?[^/]*\.pdf")  # the pid, where the nam
 
 
 def _gone(pid: int) -> bool:
-    """True if no process has this pid (on this host: TEMP_DIR must be the host's own)."""
+    """True if no process has this pid (on this host: the directory must be the host's own)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

@@ -14,24 +14,29 @@ from contextlib import contextmanager
 
 import pytest
 
-from django_pdfpool import configured
+from django_pdfpool import configured, extraction
 from tests.project.views import HELD
 from tests.support.ci_strict import pytest_runtest_makereport  # noqa: F401 (CI=true: see there)
 
 
 @pytest.fixture
 def pdfpool(settings, tmp_path) -> Callable[..., dict]:
-    """Set PDFPOOL for this test (a fresh pool); uploads are staged in tmp_path/staged."""
+    """Set PDFPOOL for this test (a fresh pool); uploads are staged in tmp_path/staged
+    (FILE_UPLOAD_TEMP_DIR: ``pdfpool.staged``) and jobs' children start cold."""
     staged = tmp_path / "staged"
     staged.mkdir()
+    settings.FILE_UPLOAD_TEMP_DIR = str(staged)
+    extraction.configure(warm=False)
 
     def configure(**values) -> dict:
-        settings.PDFPOOL = {"TEMP_DIR": str(staged), "WARM_CHILDREN": False, **values}
+        settings.PDFPOOL = values
         return settings.PDFPOOL
 
+    configure.staged = str(staged)  # type: ignore[attr-defined]
     configure()
     HELD.reset()
     yield configure
+    extraction.configure(warm=True)  # the sandbox's default, for tests without this fixture
     HELD.release.set()  # never leave a held job behind for the next test
     pool = configured.peek_pool()
     if pool is not None:

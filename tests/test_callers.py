@@ -23,7 +23,13 @@ from rest_framework.views import APIView
 
 import django_pdfpool
 from django_pdfpool import get_pool, pdf_pooled
-from django_pdfpool.callers import acaller_of, caller_of, user_or_forwarded_ip, user_or_ip
+from django_pdfpool.callers import (
+    acaller_of,
+    address_caller,
+    caller_of,
+    user_or_forwarded_ip,
+    user_or_ip,
+)
 from django_pdfpool.contrib import drf, ninja
 from django_pdfpool.door import aask_caller, ask_caller
 from tests.conftest import held_requests, wait_until
@@ -169,10 +175,9 @@ def test_ipv6_callers_are_grouped_by_their_prefix(pdfpool, caller):
     assert one_host == {"ip:2001:db8:1:2::/64"}
     assert of("2001:db8:1:3::1") != of("2001:db8:1:2::1")  # another /64, another caller
     assert of("2001:DB8:1:2:0:0:0:1") == of("2001:db8:1:2::1")  # one spelling
-    pdfpool(IPV6_PREFIX=48)
-    assert of("2001:db8:1:3::1") == of("2001:db8:1:2::1") == "ip:2001:db8:1::/48"
-    pdfpool(IPV6_PREFIX=128)
-    assert of("2001:db8:1:3::1") == "ip:2001:db8:1:3::1/128"
+    assert address_caller("2001:db8:1:3::1", prefix=48) == "ip:2001:db8:1::/48"
+    assert address_caller("2001:db8:1:2::1", prefix=48) == "ip:2001:db8:1::/48"
+    assert address_caller("2001:db8:1:3::1", prefix=128) == "ip:2001:db8:1:3::1/128"
 
 
 @pytest.mark.parametrize("caller", [user_or_ip, user_or_forwarded_ip])

@@ -9,14 +9,15 @@ from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
 
 from django_pdfpool.checks import check_redis_namespace, check_sandbox, check_settings
-from django_pdfpool.conf import DEFAULTS, get_settings, problems
+from django_pdfpool.conf import RedisSettings, get_settings, problems, table_of
 
 MANY_WRONG = {
     "SLOTZ": 2,  # E002
     "SLOTS": 0,  # E003
     "WAIT": "soon",  # E003
     "CALLER": "no.such.module.caller",  # E004
-    "BACKEND": "redis",  # E007: no REDIS_URL
+    "REDIS": {},  # E007: no URL
+    "DOOR_BUDGET": 3,  # E008: moved into DOOR
 }
 
 
@@ -28,7 +29,7 @@ def test_every_problem_is_one_error_with_its_id_message_and_hint(settings):
     assert [(e.id, e.msg, e.hint) for e in errors] == [(p.id, p.msg, p.hint or None) for p in found]
     assert sorted({e.id for e in errors}) == [
         "django_pdfpool.E002", "django_pdfpool.E003", "django_pdfpool.E004",
-        "django_pdfpool.E007",
+        "django_pdfpool.E007", "django_pdfpool.E008",
     ]  # fmt: skip
 
 
@@ -47,17 +48,28 @@ def test_good_settings_have_no_problem(settings):
 
 
 def test_a_wrong_setting_is_reported_once_not_again_by_the_sandbox_check(settings):
-    settings.PDFPOOL = {"SANDBOX_REQUIRE": "everything"}
+    settings.PDFPOOL = {"SANDBOX": {"REQUIRE": "everything"}}
     assert [e.id for e in check_settings()] == ["django_pdfpool.E003"]
     assert check_sandbox() == []
 
 
 @pytest.mark.parametrize(
-    ("namespace", "warned"), [(None, True), (DEFAULTS["NAMESPACE"], True), ("mine", False)]
+    ("namespace", "warned"),
+    [(None, True), (table_of(RedisSettings)["NAMESPACE"].default, True), ("mine", False)],
 )
 def test_w001_reads_the_default_namespace_from_the_table(settings, namespace, warned):
-    value = {"BACKEND": "redis", "REDIS_URL": "redis://127.0.0.1:1/0"}
+    value = {"URL": "redis://127.0.0.1:1/0"}
     if namespace is not None:
         value["NAMESPACE"] = namespace
-    settings.PDFPOOL = value
+    settings.PDFPOOL = {"REDIS": value}
     assert [w.id for w in check_redis_namespace()] == (["django_pdfpool.W001"] if warned else [])
+
+
+def test_a_moved_key_is_a_check_error_naming_its_home(settings):
+    settings.PDFPOOL = {"REDIS_URL": "redis://h/0", "CHILD_NICE": 5}
+    errors = check_settings()
+    assert [(e.id, e.msg) for e in errors] == [
+        ("django_pdfpool.E008", "PDFPOOL['REDIS_URL'] moved: use PDFPOOL['REDIS']['URL']."),
+        ("django_pdfpool.E008", "PDFPOOL['CHILD_NICE'] moved: use the argument "
+         "django_pdfpool.extraction.configure(nice=...)."),
+    ]  # fmt: skip

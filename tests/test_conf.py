@@ -17,14 +17,12 @@ import yaml
 from django.core.exceptions import ImproperlyConfigured
 
 import mkdocs_hooks
-from django_pdfpool import conf
-from django_pdfpool.admission import pool_limits
+from django_pdfpool import bounds, conf
 from django_pdfpool.admission.local import Pool
-from django_pdfpool.admission.redis import options as redis_options
 from django_pdfpool.bounds import integer
 from django_pdfpool.conf import (
     DEFAULTS,
-    SECTIONS,
+    MOVED,
     SETTINGS,
     PoolSettings,
     get_settings,
@@ -33,7 +31,24 @@ from django_pdfpool.conf import (
     table_of,
 )
 from django_pdfpool.sandbox import extract as sandbox
-from django_pdfpool.sandbox import job_limits
+from django_pdfpool.sandbox.confine import REQUIRE
+from django_pdfpool.sandbox.wire import ENGINE
+
+NESTED = {key: table_of(declared.group) for key, declared in SETTINGS.items() if declared.group}
+EVERY = {(key,): declared for key, declared in SETTINGS.items() if not declared.group} | {
+    (outer, key): declared for outer, table in NESTED.items() for key, declared in table.items()
+}
+"""Every key that holds a value, top-level or nested: ("SLOTS",), ("DOOR", "BUDGET")..."""
+
+
+def raw(path: tuple[str, ...], value: object) -> dict:
+    """A PDFPOOL setting ``path`` to ``value`` (a nested key inside its dict)."""
+    return {path[0]: value} if len(path) == 1 else {path[0]: {path[1]: value}}
+
+
+def named(path: tuple[str, ...]) -> str:
+    return "PDFPOOL" + "".join(f"[{key!r}]" for key in path)
+
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "settings.md"
@@ -50,7 +65,7 @@ NOT_A_SETTING = _NotASetting()
 
 
 def test_every_key_of_the_table_is_a_typed_field_a_default_and_a_check():
-    names = [f.name for f in dataclasses.fields(PoolSettings)]
+    names = [f.name for f in dataclasses.fields(PoolSettings) if "setting" in f.metadata]
     assert list(SETTINGS) == [name.upper() for name in names]
     assert list(DEFAULTS) == list(SETTINGS)
     hints = PoolSettings.__annotations__
@@ -58,7 +73,6 @@ def test_every_key_of_the_table_is_a_typed_field_a_default_and_a_check():
         assert hints[key.lower()], key  # a typed attribute
         assert DEFAULTS[key] is declared.default
         assert declared.check(declared.default), f"{key}'s default fails its own check"
-        assert declared.section in SECTIONS, key
         assert declared.help and "|" not in declared.help and "\n" not in declared.help, key
 
 
@@ -66,22 +80,82 @@ def test_the_defaults_build_the_settings(settings):
     settings.PDFPOOL = {}
     built = get_settings()
     for key, declared in SETTINGS.items():
-        assert getattr(built, key.lower()) == declared.convert(declared.default), key
-    assert (built.wait, built.timeout, built.redis_sentinels) == (10.0, 30.0, ())
+        if not declared.group:  # a dict's own test is below
+            assert getattr(built, key.lower()) == declared.convert(declared.default), key
+    assert (built.wait, built.timeout, built.redis) == (10.0, 30.0, None)
+    assert built.door is not None and built.door.budget == 64 and built.sandbox.layers is True
     assert callable(built.caller) and callable(built.refusal_view)
 
 
-@pytest.mark.parametrize("key", list(SETTINGS))
-def test_a_bad_value_of_every_key_is_e003_naming_what_it_must_be(settings, key):
-    expected = SETTINGS[key].check.expected
-    (problem,) = problems({key: NOT_A_SETTING})
-    assert problem.id == "django_pdfpool.E003"
-    assert problem.msg == f"PDFPOOL[{key!r}] must be {expected}, not {NOT_A_SETTING!r}."
-    settings.PDFPOOL = {key: NOT_A_SETTING}
+@pytest.mark.parametrize("path", list(EVERY), ids="/".join)
+def test_a_bad_value_of_every_key_is_e003_naming_what_it_must_be(settings, path):
+    """Nested keys too: each checked with its own bound, named with its dict."""
+    expected = EVERY[path].check.expected
+    found = problems(raw(path, NOT_A_SETTING))
+    assert found[0].id == "django_pdfpool.E003"
+    assert found[0].msg == f"{named(path)} must be {expected}, not {NOT_A_SETTING!r}."
+    settings.PDFPOOL = raw(path, NOT_A_SETTING)
     with pytest.raises(
-        ImproperlyConfigured, match=re.escape(f"[django_pdfpool.E003] PDFPOOL[{key!r}]")
+        ImproperlyConfigured, match=re.escape(f"[django_pdfpool.E003] {named(path)}")
     ):
         get_settings()
+
+
+@pytest.mark.parametrize("key", list(NESTED))
+def test_a_nested_dicts_unknown_key_is_e002_naming_the_keys_it_knows(key):
+    (problem,) = [p for p in problems({key: {"NOPE": 1}}) if p.id == "django_pdfpool.E002"]
+    assert problem.msg == f"PDFPOOL[{key!r}] has an unknown key 'NOPE'."
+    assert problem.hint == "Known keys: " + ", ".join(NESTED[key]) + "."
+
+
+def test_nested_values_are_merged_over_their_defaults_and_bounded(settings):
+    settings.PDFPOOL = {"DOOR": {"BUDGET": 3}, "SANDBOX": {"CHILD_ENV": ["A"]}}
+    built = get_settings()
+    assert built.door is not None and (built.door.budget, built.door.body_timeout) == (3, 20.0)
+    assert built.sandbox.child_env == ("A",) and built.sandbox.require == "none"
+    (bad,) = problems({"DOOR": {"BODY_TIMEOUT": 0}})
+    assert bad.msg == "PDFPOOL['DOOR']['BODY_TIMEOUT'] must be seconds > 0, not 0."
+
+
+def test_door_false_turns_the_door_off_and_true_is_the_defaults(settings):
+    settings.PDFPOOL = {"DOOR": False}
+    assert get_settings().door is None
+    settings.PDFPOOL = {"DOOR": True}
+    assert get_settings().door == get_settings().door.defaults()  # type: ignore[union-attr]
+    assert [p.id for p in problems({"DOOR": None})] == ["django_pdfpool.E003"]
+
+
+def test_redis_set_is_the_redis_pool_none_is_each_processs_own(settings):
+    settings.PDFPOOL = {"REDIS": {"URL": "redis://h/0", "LEASE": 2}}
+    built = get_settings().redis
+    assert built is not None and (built.url, built.lease, built.namespace) == (
+        "redis://h/0",
+        2.0,
+        "pdfpool",
+    )
+    settings.PDFPOOL = {}
+    assert get_settings().redis is None
+
+
+@pytest.mark.parametrize("key", list(MOVED))
+def test_a_moved_key_is_e008_naming_its_new_home(settings, key):
+    (problem,) = problems({key: 1})
+    assert problem.id == "django_pdfpool.E008"
+    assert problem.msg == f"PDFPOOL[{key!r}] moved: use {MOVED[key]}."
+    settings.PDFPOOL = {key: 1}
+    with pytest.raises(
+        ImproperlyConfigured, match=re.escape(f"[django_pdfpool.E008] PDFPOOL[{key!r}] moved")
+    ):
+        get_settings()
+
+
+def test_the_moved_keys_name_homes_that_exist():
+    assert set(MOVED).isdisjoint(SETTINGS)
+    assert MOVED["DOOR_BUDGET"] == "PDFPOOL['DOOR']['BUDGET']"
+    for home in MOVED.values():
+        for outer, inner in re.findall(r"PDFPOOL\['(\w+)'\]\['(\w+)'\]", home):
+            assert inner in NESTED[outer], home
+    assert len(SETTINGS) <= 15
 
 
 def test_the_messages_stay_as_they_were():
@@ -105,35 +179,34 @@ def test_the_table_checks_what_the_bounds_alone_cannot_see():
     (caller,) = problems({"REFUSAL_VIEW": "no.such.module.view"})
     assert caller.id == "django_pdfpool.E004" and "'REFUSAL_VIEW'" in caller.msg
     assert "the request and the exception" in caller.hint
-    assert [p.id for p in problems({"BACKEND": "redis"})] == ["django_pdfpool.E007"]
-    assert problems({"BACKEND": "redis", "REDIS_URL": "redis://127.0.0.1:1/0"}) == []
+    assert [p.id for p in problems({"REDIS": {}})] == ["django_pdfpool.E007"]
+    assert problems({"REDIS": {"URL": "redis://127.0.0.1:1/0"}}) == []
     assert [p.id for p in problems({"CALLER": 42})] == ["django_pdfpool.E003"]
 
 
 # -- the lower layers' bounds: one object, the same refusals ------------------------------
 
 SHARED_BOUNDS = {
-    "SLOTS": pool_limits.SLOTS,
-    "QUEUE": pool_limits.QUEUE,
-    "WAIT": pool_limits.WAIT,
-    "NAMESPACE": redis_options.NAMESPACE,
-    "LEASE": redis_options.LEASE,
-    "REDIS_FALLBACK": redis_options.FALLBACK,
-    "REDIS_TIMEOUT": redis_options.CALL_TIMEOUT,
-    "TIMEOUT": job_limits.TIMEOUT,
-    "MAX_PAGES": job_limits.MAX_PAGES,
-    "ENGINE": job_limits.ENGINE,
-    "CHILD_ENV": job_limits.CHILD_ENV,
-    "CHILD_NICE": job_limits.CHILD_NICE,
-    "SANDBOX_REQUIRE": job_limits.REQUIRE,
+    ("SLOTS",): bounds.SLOTS,
+    ("QUEUE",): bounds.QUEUE,
+    ("WAIT",): bounds.WAIT,
+    ("REDIS", "NAMESPACE"): bounds.NAMESPACE,
+    ("REDIS", "LEASE"): bounds.LEASE,
+    ("REDIS", "FALLBACK"): bounds.FALLBACK,
+    ("REDIS", "TIMEOUT"): bounds.CALL_TIMEOUT,
+    ("TIMEOUT",): bounds.TIMEOUT,
+    ("MAX_PAGES",): bounds.MAX_PAGES,
+    ("ENGINE",): ENGINE,
+    ("SANDBOX", "CHILD_ENV"): bounds.CHILD_ENV,
+    ("SANDBOX", "REQUIRE"): REQUIRE,
 }
 SAMPLES = [0, 1, -1, 2, 19, 20, 0.05, 0.1, 2.5, True, False, "2", "", "a{b}", None, math.nan,
            math.inf, ("PATH",), ("A=B",), [], "refuse", "pypdf", "full", NOT_A_SETTING]  # fmt: skip
 
 
-@pytest.mark.parametrize("key", list(SHARED_BOUNDS))
-def test_a_setting_the_lower_layer_takes_is_checked_by_that_layers_bound(key):
-    assert SETTINGS[key].check is SHARED_BOUNDS[key]
+@pytest.mark.parametrize("path", list(SHARED_BOUNDS), ids="/".join)
+def test_a_setting_the_lower_layer_takes_is_checked_by_that_layers_bound(path):
+    assert EVERY[path].check is SHARED_BOUNDS[path]
 
 
 @pytest.mark.parametrize("value", SAMPLES, ids=repr)
@@ -155,8 +228,8 @@ def test_the_redis_pool_refuses_what_the_settings_refuse(value):
     from django_pdfpool.admission.redis.redis_pool import RedisPool
 
     for key, option in (("LEASE", "lease"), ("NAMESPACE", "namespace"),
-                        ("REDIS_FALLBACK", "fallback"), ("REDIS_TIMEOUT", "timeout")):  # fmt: skip
-        if not problems({key: value}):
+                        ("FALLBACK", "fallback"), ("TIMEOUT", "timeout")):  # fmt: skip
+        if not problems({"REDIS": {"URL": "redis://127.0.0.1:1/0", key: value}}):
             continue
         args: dict[str, object] = {"url": "redis://127.0.0.1:1/0", "namespace": "n", option: value}
         with pytest.raises(ValueError, match=f"^{option} must be "):
@@ -174,19 +247,19 @@ def test_extract_refuses_what_the_settings_refuse(value):
             asyncio.run(sandbox.extract(b"%PDF-", **args))  # type: ignore[arg-type]
     if value is None:
         return  # configure()'s None is "leave it as it is"
-    if problems({"CHILD_ENV": value}):
+    if problems({"SANDBOX": {"CHILD_ENV": value}}):
         with pytest.raises(ValueError, match=r"^child_env must be "):
             sandbox.configure(child_env=value)  # type: ignore[arg-type]
-    if problems({"SANDBOX_REQUIRE": value}):
+    if problems({"SANDBOX": {"REQUIRE": value}}):
         with pytest.raises(ValueError, match=r"^require must be "):
             sandbox.configure(require=value)  # type: ignore[arg-type]
-    if problems({"CHILD_NICE": value}):
+    if not bounds.NICE(value):
         with pytest.raises(ValueError, match=r"^nice must be "):
             sandbox.configure(nice=value)  # type: ignore[arg-type]
 
 
 def test_child_env_with_an_equals_sign_is_refused_by_the_check_not_at_first_use():
-    assert [p.id for p in problems({"CHILD_ENV": ["A=B"]})] == ["django_pdfpool.E003"]
+    assert [p.id for p in problems({"SANDBOX": {"CHILD_ENV": ["A=B"]}})] == ["django_pdfpool.E003"]
 
 
 # -- adding a setting is one entry ----------------------------------------------------------
@@ -196,7 +269,7 @@ def test_child_env_with_an_equals_sign_is_refused_by_the_check_not_at_first_use(
 class WithOneMore(PoolSettings):
     """The table with one more entry, as a contributor would add it."""
 
-    retries: int = setting(3, integer(0), "times a failed job is tried again.", conf.LIMITS)
+    retries: int = setting(3, integer(0), "times a failed job is tried again.")
 
 
 def test_one_more_entry_is_a_default_a_check_a_typed_attribute_and_a_row(settings, monkeypatch):
@@ -205,7 +278,7 @@ def test_one_more_entry_is_a_default_a_check_a_typed_attribute_and_a_row(setting
     monkeypatch.setattr(conf, "SETTINGS", table)
     monkeypatch.setattr(conf, "DEFAULTS", {key: entry.default for key, entry in table.items()})
     monkeypatch.setattr(conf, "PoolSettings", WithOneMore)
-    monkeypatch.setattr(mkdocs_hooks, "SETTINGS", table)
+    monkeypatch.setitem(mkdocs_hooks.TABLES, "PDFPOOL", table)
     assert conf.problems({"RETRIES": 1}) == []
     (bad,) = conf.problems({"RETRIES": -1})
     assert bad.msg == "PDFPOOL['RETRIES'] must be an integer >= 0, not -1."
@@ -220,24 +293,25 @@ def test_one_more_entry_is_a_default_a_check_a_typed_attribute_and_a_row(setting
 # -- the settings page ----------------------------------------------------------------------
 
 
-def test_the_settings_page_has_every_key_once_in_its_section():
-    rendered = mkdocs_hooks.render(PAGE.read_text())
+def test_the_settings_page_has_every_table_and_every_key_once_in_it():
+    page = PAGE.read_text()
+    rendered = mkdocs_hooks.render(page)
     assert "<!-- settings:" not in rendered
-    for section in SECTIONS:
-        assert f"<!-- settings: {section} -->" in PAGE.read_text(), section
-    for key, declared in SETTINGS.items():
-        rows = [line for line in rendered.splitlines() if line.startswith(f"| `{key}` |")]
-        assert len(rows) == 1, key
-        assert f"| {declared.check.expected} | {declared.help} |" in rows[0], key
-        table = mkdocs_hooks.settings_table(declared.section)
-        assert rows[0] in table.splitlines(), key
+    for name, table in mkdocs_hooks.TABLES.items():
+        assert f"<!-- settings: {name} -->" in page, name
+        rows = mkdocs_hooks.settings_table(name).splitlines()
+        assert rows[0] in rendered and all(row in rendered for row in rows)
+        for key, declared in table.items():
+            (row,) = [line for line in rows if line.startswith(f"| `{key}` |")]
+            assert f"| {declared.check.expected} | {declared.help} |" in row, key
 
 
 def test_the_defaults_are_written_as_a_reader_would():
-    table = "\n".join(map(mkdocs_hooks.settings_table, SECTIONS))
+    table = "\n".join(map(mkdocs_hooks.settings_table, mkdocs_hooks.TABLES))
     assert '| `ENGINE` | `"pypdf"` |' in table
     assert "| `MEMORY_LIMIT` | 512 MiB |" in table
     assert "| `MAX_PAGES` | `None` |" in table
+    assert "| `BUDGET_BYTES` | 64 MiB |" in table
     with pytest.raises(ValueError):
         mkdocs_hooks.settings_table("nowhere")
 
@@ -259,8 +333,7 @@ def _written_keys(text: str) -> set[str]:
 def test_the_keys_the_docs_name_are_keys_of_the_table():
     pages = [*(ROOT / "docs").glob("*.md"), ROOT / "README.md"]
     named = {page.name: _written_keys(page.read_text()) for page in pages}
-    assert set().union(*named.values()) >= {"SLOTS", "CALLER", "BACKEND"}  # the scan works
-    assert {
-        page: keys - set(SETTINGS) for page, keys in named.items() if keys - set(SETTINGS)
-    } == {}
+    known = set(SETTINGS).union(*NESTED.values())  # a nested dict's keys are written inside it
+    assert set().union(*named.values()) >= {"SLOTS", "CALLER", "REDIS"}  # the scan works
+    assert {page: keys - known for page, keys in named.items() if keys - known} == {}
     assert _written_keys('PDFPOOL = {"SLOTZ": 2}\nPDFPOOL["QUEUES"]') == {"SLOTZ", "QUEUES"}

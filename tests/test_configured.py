@@ -55,20 +55,3 @@ def test_drain_pool_refuses_to_run_on_an_event_loop(pdfpool):
         assert "await adrain_pool" in str(error)
     else:
         raise AssertionError("drain_pool ran on an event loop")
-
-
-def test_the_child_nice_setting_reaches_the_sandbox_when_the_pool_is_built(pdfpool):
-    """CHILD_NICE is the nice of every job's child from the next pool on (the sandbox's own
-    test, test_confine, shows a child running at what it is configured with)."""
-    from django_pdfpool.sandbox import extract as sandbox
-    from django_pdfpool.sandbox.wire import DEFAULT_NICE
-
-    pdfpool(CHILD_NICE=11)
-    try:
-        get_pool()
-        assert sandbox._template.nice == 11
-        pdfpool()
-        get_pool()
-        assert sandbox._template.nice == DEFAULT_NICE
-    finally:
-        sandbox.configure(nice=DEFAULT_NICE)

@@ -19,12 +19,12 @@ pytest_plugins = ["tests.support.redis_fixtures"]
 @pytest.mark.parametrize(
     ("value", "check_id"),
     [
-        ({"BACKEND": "memcached"}, "django_pdfpool.E003"),
-        ({"BACKEND": "redis"}, "django_pdfpool.E007"),
-        ({"BACKEND": "redis", "REDIS_URL": "http://localhost"}, "django_pdfpool.E007"),
-        ({"NAMESPACE": "a{b}"}, "django_pdfpool.E003"),
-        ({"LEASE": 0}, "django_pdfpool.E003"),
-        ({"REDIS_FALLBACK": "ignore"}, "django_pdfpool.E003"),
+        ({"REDIS": "memcached"}, "django_pdfpool.E003"),
+        ({"REDIS": {}}, "django_pdfpool.E007"),
+        ({"REDIS": {"URL": "http://localhost"}}, "django_pdfpool.E007"),
+        ({"REDIS": {"URL": "redis://h/0", "NAMESPACE": "a{b}"}}, "django_pdfpool.E003"),
+        ({"REDIS": {"URL": "redis://h/0", "LEASE": 0}}, "django_pdfpool.E003"),
+        ({"REDIS": {"URL": "redis://h/0", "FALLBACK": "ignore"}}, "django_pdfpool.E003"),
     ],
 )
 def test_bad_redis_settings_fire_checks(settings, value, check_id):
@@ -37,7 +37,7 @@ def test_bad_redis_settings_fire_checks(settings, value, check_id):
 def test_the_redis_backend_serves_the_decorator(pdfpool, redis_server, namespace):
     from django_pdfpool.pool import RedisPool
 
-    pdfpool(BACKEND="redis", REDIS_URL=redis_server.url, NAMESPACE=namespace, LEASE=2.0)
+    pdfpool(REDIS={"URL": redis_server.url, "NAMESPACE": namespace, "LEASE": 2.0})
     assert check_settings() == []
     pool = get_pool()
     assert isinstance(pool, RedisPool) and pool.mode == "redis"
@@ -50,16 +50,17 @@ def test_the_redis_backend_serves_the_decorator(pdfpool, redis_server, namespace
 
 
 def test_sentinels_are_a_setting(pdfpool, redis_server, namespace):
-    """REDIS_SENTINELS: "host:port" strings; REDIS_URL's host is then the service name."""
-    pdfpool(BACKEND="redis", REDIS_SENTINELS="127.0.0.1:26379")  # not a list
+    """SENTINELS: "host:port" strings; URL's host is then the service name."""
+    pdfpool(REDIS={"SENTINELS": "127.0.0.1:26379"})  # not a list
     assert "django_pdfpool.E003" in [error.id for error in check_settings()]
-    pdfpool(BACKEND="redis", REDIS_SENTINELS=["no-port"])
+    pdfpool(REDIS={"SENTINELS": ["no-port"]})
     assert "django_pdfpool.E003" in [error.id for error in check_settings()]
     pdfpool(
-        BACKEND="redis",
-        REDIS_URL="redis://primary/0",
-        NAMESPACE=namespace,
-        REDIS_SENTINELS=["127.0.0.1:26379", "[::1]:26380"],
+        REDIS={
+            "URL": "redis://primary/0",
+            "NAMESPACE": namespace,
+            "SENTINELS": ["127.0.0.1:26379", "[::1]:26380"],
+        }
     )
     assert check_settings() == []
-    assert get_settings().redis_sentinels == (("127.0.0.1", 26379), ("::1", 26380))
+    assert get_settings().redis.sentinels == (("127.0.0.1", 26379), ("::1", 26380))

@@ -67,7 +67,9 @@ def held_key(data: bytes) -> str:
 def leftovers(pdfpool_settings: dict) -> list[str]:
     import os
 
-    return os.listdir(pdfpool_settings["TEMP_DIR"])
+    from django.conf import settings
+
+    return os.listdir(settings.FILE_UPLOAD_TEMP_DIR)
 
 
 # --- pass-through and delivery ----------------------------------------------

@@ -91,12 +91,12 @@ def test_the_body_settings_are_validated():
         {"BODY_TIMEOUT": "20"},
         {"BODY_MIN_RATE": 0},
         {"BODY_MIN_RATE": 1.5},
-        {"DOOR_BUDGET": -1},
-        {"DOOR_BUDGET_BYTES": -1},
-        {"DOOR_DIGESTS": "yes"},
+        {"BUDGET": -1},
+        {"BUDGET_BYTES": -1},
+        {"DIGESTS": "yes"},
     ):
-        assert [p.id for p in problems(bad)] == ["django_pdfpool.E003"], bad
-    assert problems({"BODY_TIMEOUT": 0.5, "BODY_MIN_RATE": 1, "DOOR_BUDGET": 0}) == []
+        assert [p.id for p in problems({"DOOR": bad})] == ["django_pdfpool.E003"], bad
+    assert problems({"DOOR": {"BODY_TIMEOUT": 0.5, "BODY_MIN_RATE": 1, "BUDGET": 0}}) == []
     assert [p.id for p in problems({"SHED_UNDECLARED": True})] == ["django_pdfpool.E002"]
 
 
@@ -266,7 +266,7 @@ def test_a_trickle_just_above_the_rate_holds_its_place_body_timeout_max_at_most(
     assert ticket.deadline(capped) == ticket.started + 22  # below the cap: the rate's
     from django_pdfpool.conf import problems
 
-    assert [p.id for p in problems({"BODY_TIMEOUT_MAX": 0})] == ["django_pdfpool.E003"]
+    assert [p.id for p in problems({"DOOR": {"BODY_TIMEOUT_MAX": 0}})] == ["django_pdfpool.E003"]
 
 
 def test_retry_after_is_never_below_what_the_pool_knows():

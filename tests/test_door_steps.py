@@ -150,13 +150,13 @@ def test_under_asgi_the_door_knows_the_signed_in_user_as_under_wsgi(pdfpool, set
     from tests.conftest import held_requests, wait_until
     from tests.project.views import PARSED
 
-    conf = pdfpool(SLOTS=2, QUEUE=0)
+    pdfpool(SLOTS=2, QUEUE=0)
     settings.FILE_UPLOAD_HANDLERS = [
         "tests.project.views.RecordingUploadHandler",
         *global_settings.FILE_UPLOAD_HANDLERS,
     ]
     user = User.objects.create_user("door-async", password="pw")
-    gate = Path(conf["TEMP_DIR"]) / "open"
+    gate = Path(pdfpool.staged) / "open"
     json = {"HTTP_ACCEPT": "application/json"}
 
     def upload(data: bytes) -> dict:

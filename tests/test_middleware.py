@@ -98,7 +98,9 @@ def unread_post(url, size, ip="10.0.0.9", **extra):
 def opened_at_exit(settings: dict):
     """The gated view's gate, opened when the block ends, failed or not: the request held
     on it must end before ``held_requests`` waits for it."""
-    gate = os.path.join(settings["TEMP_DIR"], "open")
+    from django.conf import settings as django_settings
+
+    gate = os.path.join(django_settings.FILE_UPLOAD_TEMP_DIR, "open")
     try:
         yield gate
     finally:
@@ -211,7 +213,7 @@ def test_a_full_pool_refuses_unread_what_cannot_join_and_lets_joiners_in(pdfpool
 
 
 def test_past_the_budget_the_door_sheds_and_counts_it_apart(pdfpool):
-    settings = pdfpool(SLOTS=1, QUEUE=0, DOOR_BUDGET=0)
+    settings = pdfpool(SLOTS=1, QUEUE=0, DOOR={"BUDGET": 0})
     shed_before = ARRIVING.shed
     with held_requests(1) as threads, opened_at_exit(settings) as gate:
         first = threads.submit(post, "/gated/", b"%PDF- gated", "10.2.0.1")
@@ -228,7 +230,7 @@ def test_a_callers_next_upload_waits_for_its_body_arriving_then_joins(pdfpool):
     """One body per caller arrives at a time, but a caller's second upload is not shed
     for it: it waits, holding nothing, until the first body reaches the pool, then gets
     the pool's answer (here: both join the job in flight). Nothing counts as shed."""
-    settings = pdfpool(SLOTS=1, QUEUE=0, DOOR_BUDGET=4)
+    settings = pdfpool(SLOTS=1, QUEUE=0, DOOR={"BUDGET": 4})
     data, gate, shed = b"%PDF- gated twins", threading.Event(), ARRIVING.shed
     with held_requests(3) as threads, opened_at_exit(settings) as opened:
         first = threads.submit(post, "/gated/", data, "10.4.0.1")
@@ -251,7 +253,7 @@ def test_a_callers_next_upload_waits_for_its_body_arriving_then_joins(pdfpool):
 def test_a_callers_wait_for_its_own_body_is_bounded_then_shed(pdfpool):
     """A caller whose body never arrives: its next upload waits at most BODY_TIMEOUT,
     then is shed from the headers (counted as a shed), unread."""
-    settings = pdfpool(SLOTS=1, QUEUE=0, BODY_TIMEOUT=1.0)
+    settings = pdfpool(SLOTS=1, QUEUE=0, DOOR={"BODY_TIMEOUT": 1.0})
     gate, shed = threading.Event(), ARRIVING.shed
     with held_requests(2) as threads, opened_at_exit(settings) as opened:
         first = threads.submit(post, "/gated/", b"%PDF- running", "10.5.0.1")
@@ -313,7 +315,7 @@ def test_under_wsgi_the_door_knows_the_signed_in_user(pdfpool):
 
 
 def test_door_digests_off_reads_the_body_instead_of_answering_from_a_digest(pdfpool):
-    settings = pdfpool(SLOTS=1, QUEUE=0, DOOR_DIGESTS=False)
+    settings = pdfpool(SLOTS=1, QUEUE=0, DOOR={"DIGESTS": False})
     with held_requests(1) as threads, opened_at_exit(settings) as gate:
         first = threads.submit(post, "/gated/", b"%PDF- gated", "10.5.0.1")
         wait_until(lambda: get_pool().running() == 1)
@@ -327,7 +329,7 @@ def test_door_digests_off_reads_the_body_instead_of_answering_from_a_digest(pdfp
 
 
 def test_a_trickling_body_under_wsgi_gets_408_and_gives_its_place_back(pdfpool):
-    pdfpool(SLOTS=1, QUEUE=0, BODY_TIMEOUT=0.5, BODY_MIN_RATE=1000)
+    pdfpool(SLOTS=1, QUEUE=0, DOOR={"BODY_TIMEOUT": 0.5, "BODY_MIN_RATE": 1000})
     timed_out = ARRIVING.timed_out
     environ = {
         "wsgi.input": SlowBody(10_000, 0.05),
@@ -382,7 +384,7 @@ def test_a_lying_digest_is_400_and_runs_nothing(pdfpool):
         assert response.status_code == 400 and response.json()["error"] == "digest_mismatch"
     counters = get_pool().snapshot().counters
     assert counters.started == counters.joined == 0
-    assert os.listdir(pdfpool()["TEMP_DIR"]) == []
+    assert os.listdir(pdfpool.staged) == []
 
 
 def test_an_unreadable_digest_is_400_before_the_body(pdfpool):
@@ -397,7 +399,7 @@ def test_a_raw_body_over_the_limit_is_413(pdfpool):
         "/sync/", b"%PDF-" + b"x" * 2048, content_type="application/pdf", **JSON
     )
     assert response.status_code == 413
-    assert os.listdir(pdfpool(MAX_UPLOAD_SIZE=1024)["TEMP_DIR"]) == []
+    assert os.listdir(pdfpool.staged) == []
 
 
 def test_the_door_off_reads_every_body(pdfpool):

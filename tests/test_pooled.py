@@ -52,7 +52,7 @@ def test_a_path_is_extracted_under_the_pool_and_left_where_it_was(pdfpool, tmp_p
     assert result.sha256 == hashlib.sha256(data).hexdigest()
     with open(path, "rb") as mine:
         assert mine.read() == data  # the caller's file: untouched
-    assert os.listdir(pdfpool()["TEMP_DIR"]) == []  # the job's copy: gone
+    assert os.listdir(pdfpool.staged) == []  # the job's copy: gone
     assert get_pool().snapshot().counters.started == 1
 
 
@@ -74,7 +74,7 @@ def test_bytes_and_files_of_any_storage(pdfpool, tmp_path, kind):
         assert source.storage.exists(source.name)  # never deleted
     if kind == "filesystem":
         assert source.closed  # opened for the copy, closed again
-    assert os.listdir(pdfpool()["TEMP_DIR"]) == []
+    assert os.listdir(pdfpool.staged) == []
 
 
 def test_a_staged_upload_of_a_stored_file_never_deletes_it(pdfpool, tmp_path):
@@ -130,7 +130,7 @@ def test_the_limits_apply(pdfpool):
         extract_pooled(b"%PDF-" + b"x" * 2000, caller="task:4")
     with pytest.raises(UploadTooLarge):  # a file that grows past its size is cut too
         extract_pooled(io.BytesIO(b"x" * 2000).getvalue(), caller="task:4")
-    assert os.listdir(pdfpool()["TEMP_DIR"]) == []
+    assert os.listdir(pdfpool.staged) == []
     HELD.reset()
     with held_requests(1) as threads:
         threads.submit(extract_pooled, b"%PDF- one", caller="task:5", job=held_job)
@@ -193,5 +193,5 @@ def test_a_cancelled_async_call_leaves_no_copy(pdfpool):
             await task
 
     asyncio.run(main())
-    wait_until(lambda: os.listdir(pdfpool()["TEMP_DIR"]) == [])
+    wait_until(lambda: os.listdir(pdfpool.staged) == [])
     assert get_pool().snapshot().counters.started == 0

@@ -20,7 +20,9 @@ from tests.support.uploads import JSON, upload
 
 
 def staged(pdfpool_settings: dict) -> list[str]:
-    return os.listdir(pdfpool_settings["TEMP_DIR"])
+    from django.conf import settings
+
+    return os.listdir(settings.FILE_UPLOAD_TEMP_DIR)
 
 
 def raising_caller(request):
@@ -90,7 +92,8 @@ def test_start_up_sweeps_stale_copies_of_dead_processes_only(tmp_path):
     hour_ago = time.time() - 3600
     os.utime(old, (hour_ago, hour_ago))
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.project.settings"}
-    env["PDFPOOL_JSON"] = json.dumps({"TEMP_DIR": str(folder), "WAIT": 5, "TIMEOUT": 5})
+    env["PDFPOOL_JSON"] = json.dumps({"WAIT": 5, "TIMEOUT": 5})
+    env["PDFPOOL_TEST_STAGED"] = str(folder)
     started = subprocess.run(
         [sys.executable, "-c", "import django; django.setup()"],
         env=env,

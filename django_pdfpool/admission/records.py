@@ -10,8 +10,8 @@ import asyncio
 import time
 from typing import Any
 
+from ..bounds import QUEUE, SLOTS, WAIT
 from ..exceptions import JobFault
-from .pool_limits import QUEUE, SLOTS, WAIT
 from .protocol import DropFn, JobFn
 from .snapshot import JobInfo
 

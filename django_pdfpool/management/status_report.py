@@ -10,13 +10,13 @@ from typing import Any
 
 from django.core.management.base import CommandError
 
-from ..conf import PoolSettings
+from ..conf import RedisSettings
 from ..status.page import CONFIG, COUNTERS, DURATION_ROWS, DURATIONS, fmt
 
 LOCAL_NOTE = (
     "With the local backend each worker process keeps its own pool in its own memory: "
     "these are the figures of process {pid} only.{fresh} A worker's own figures are on its "
-    'status page; BACKEND "redis" makes the workers one pool, which this command can read.'
+    "status page; a REDIS setting makes the workers one pool, which this command can read."
 )
 FRESH_NOTE = (
     " That is this command's process, whose pool was built just now: it is empty by "
@@ -33,7 +33,7 @@ REDIS_BOOKS_NOTE = (
 )
 
 
-def check_redis(conf: PoolSettings) -> None:
+def check_redis(conf: RedisSettings) -> None:
     """CommandError unless the pool's Redis answers a PING: a pool that cannot reach Redis
     reads its own process instead, which would pass for an idle cluster."""
     import redis
@@ -41,14 +41,12 @@ def check_redis(conf: PoolSettings) -> None:
     from ..admission.redis.urls import presentable
 
     client = redis.Redis.from_url(
-        conf.redis_url or "",
-        socket_timeout=conf.redis_timeout,
-        socket_connect_timeout=conf.redis_timeout,
+        conf.url, socket_timeout=conf.timeout, socket_connect_timeout=conf.timeout
     )
     try:
         client.ping()
     except redis.RedisError as error:
-        where = presentable(conf.redis_url or "")
+        where = presentable(conf.url)
         raise CommandError(
             f"Redis at {where} does not answer ({type(error).__name__}): "
             "the cluster's state cannot be read."

@@ -21,7 +21,7 @@ from .wire import READY, SANDBOX_OFF, read_child_options
 
 __all__ = ["main"]
 
-# Extraction children run at a lower CPU priority: options.nice (the CHILD_NICE setting) added
+# Extraction children run at a lower CPU priority: options.nice (``configure(nice=)``) added
 # to the server's own (os.nice: lowering one's priority needs no privilege; capped at 19),
 # inherited by every fork of the template: a request to the server gets a CPU before a
 # child's pypdf does. They stay in the server's session (a process group of their own, no

@@ -20,6 +20,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..bounds import one_of
 from . import kernel
 
 NO_NEW_PRIVS, NOT_DUMPABLE, NAMESPACES = "no_new_privs", "not_dumpable", "namespaces"
@@ -32,12 +33,13 @@ SECCOMP, LANDLOCK_FS, LANDLOCK_NET, LANDLOCK_SIGNAL = (
 _BASIC = (NO_NEW_PRIVS, NOT_DUMPABLE, SECCOMP)
 _LANDLOCK = (*_BASIC, LANDLOCK_FS, LANDLOCK_NET, LANDLOCK_SIGNAL)
 LAYERS = (*_LANDLOCK, NAMESPACES)
-LEVELS: dict[str, tuple[str, ...]] = {  # PDFPOOL["SANDBOX_REQUIRE"]: the layers each demands
+LEVELS: dict[str, tuple[str, ...]] = {  # PDFPOOL["SANDBOX"]["REQUIRE"]: the layers each demands
     "none": (),
     "basic": _BASIC,
     "landlock": _LANDLOCK,
     "full": (*_LANDLOCK, NAMESPACES),
 }
+REQUIRE = one_of(LEVELS)  # the sandbox level below which extractions are refused
 LANDLOCK_ABI = {LANDLOCK_FS: 1, LANDLOCK_NET: 4, LANDLOCK_SIGNAL: 6}  # the ABI each needs
 EXIT_SANDBOX = 71  # a child that could not put on a layer it was told to require
 

@@ -21,13 +21,14 @@ from dataclasses import dataclass, field, fields, replace
 from functools import partial
 from typing import Any, Literal, NoReturn
 
+from .. import bounds as limits
 from ..exceptions import ExtractionError
-from . import job_limits as limits
 from .child_process import COLD, JobRun, Outcome, start_thread
 from .layers import HostLayers, SandboxLayers
 from .template import ChildStarts, Template
 from .wire import (
     DEFAULT_MAX_TEXT_BYTES,
+    ENGINE,
     SANDBOX_OFF,
     Extracted,
     ExtractionJob,
@@ -153,7 +154,7 @@ def configure(
     children's nice, added to this process's own (0-19)."""
     global _tmp_dir
     if nice is not None:  # the arguments are checked before anything changes
-        limits.CHILD_NICE.require("nice", nice)
+        limits.NICE.require("nice", nice)
     if child_env is not None:
         limits.CHILD_ENV.require("child_env", child_env)
     if require is not None:
@@ -296,7 +297,7 @@ def _check(
     limits.MEMORY_LIMIT.require("memory_limit", memory_limit)
     limits.MAX_PAGES.require("max_pages", max_pages)
     if not (isinstance(engine, str) and engine in _registered):
-        limits.ENGINE.require("engine", engine)
+        ENGINE.require("engine", engine)
     limits.MAX_TEXT_BYTES.require("max_text_bytes", max_text_bytes)
     if on_too_many_pages not in ("truncate", "refuse"):
         raise ValueError("on_too_many_pages must be 'truncate' or 'refuse'")

@@ -13,8 +13,7 @@ from dataclasses import dataclass, replace
 
 from ..exceptions import SandboxUnavailable, Wording
 from .child_process import CHILD_MODULE, child_env
-from .confine import LAYERS, LEVELS
-from .job_limits import REQUIRE
+from .confine import LAYERS, LEVELS, REQUIRE
 from .wire import PROBE_OPTION, SANDBOX_OFF
 
 SANDBOX_REFUSAL = Wording.SANDBOX  # what a client is told
@@ -81,8 +80,8 @@ class HostLayers:
             self._logged.add(finding)
         if first:
             _logger.error(
-                "Extractions refused: the sandbox reaches level %r, SANDBOX_REQUIRE is %r; "
-                "missing: %s",
+                "Extractions refused: the sandbox reaches level %r, PDFPOOL['SANDBOX']['REQUIRE'] "
+                "is %r; missing: %s",
                 found.level,
                 found.required,
                 ", ".join(f"{k} ({v})" for k, v in sorted(found.missing.items())) or "-",

@@ -39,7 +39,7 @@ class ChildStarts:
     cold: int  # children started as a new interpreter (no template, or warm=False)
     template_pid: int | None  # the running template, None while there is none
     template_starts: int  # templates started so far: more than one means restarts
-    enabled: bool  # whether a template is wanted (WARM_CHILDREN)
+    enabled: bool  # whether a template is wanted (``configure(warm=)``)
     ready: int = 0  # the template's ready children (forked and warmed up ahead of jobs)
 
 
@@ -152,7 +152,7 @@ class Template:
         self.env: tuple[str, ...] = ()  # names of variables children get besides the minimum
         self.preload: tuple[str, ...] = ()  # engines beyond pypdf that jobs have asked for
         self.sandbox = "none"  # the level children must reach (confine.LEVELS), or "off"
-        self.nice = DEFAULT_NICE  # the children's nice above the server's (job_limits.CHILD_NICE)
+        self.nice = DEFAULT_NICE  # the children's nice above the server's (bounds.NICE)
         self.max_ready, self.ready_idle = MAX_READY, READY_IDLE  # read when a template starts
         self._reset()
         os.register_at_fork(after_in_child=self._after_fork)

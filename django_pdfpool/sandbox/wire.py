@@ -10,9 +10,11 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Any, NamedTuple, cast
 
+from ..bounds import one_of
 from ..exceptions import EXTRACTION_MESSAGES, ExtractionError
 
 ENGINES = ("pypdf", "pypdfium2")  # pypdf is imported by every child; others on request
+ENGINE = one_of(ENGINES)  # besides engines registered for tests (extract.register_engine)
 # Besides these, an engine registered in the parent (extract.register_engine) is named by the
 # "module:function" that a child imports and calls: the tests' escape kit is one.
 READY = b"ready\n"  # the child's first line: imports done, waiting for its job

@@ -79,7 +79,7 @@ def status_data() -> dict[str, Any]:
         max_upload_size=conf.max_upload_size,
         engine=conf.engine,
         history=recorder.as_dict(),
-        backend=conf.backend,
+        backend="local" if conf.redis is None else "redis",
         cluster=_cluster(cluster),
         children=_children(),
         sandbox=sandbox_status(),
@@ -122,7 +122,7 @@ def _children() -> dict[str, Any]:
     ready (forked and warmed, waiting for a job), and its restarts."""
     starts = child_starts()
     if not starts.enabled:
-        template = "off (WARM_CHILDREN is False)"
+        template = "off (configure(warm=False))"
     else:
         template = "starting" if starts.template_pid is None else f"pid {starts.template_pid}"
     return {

@@ -4,14 +4,15 @@ Everything a person may want to change comes from the environment:
 
 - ``PDFPOOL_SLOTS``, ``PDFPOOL_QUEUE``, ``PDFPOOL_WAIT``, ``PDFPOOL_TIMEOUT`` (and
   ``PDFPOOL_MEMORY_LIMIT``, ``PDFPOOL_MAX_UPLOAD_SIZE``, ``PDFPOOL_MAX_PAGES``,
-  ``PDFPOOL_ENGINE``, ``PDFPOOL_WARM_CHILDREN``, ``PDFPOOL_CHILD_NICE``,
-  ``PDFPOOL_TEMP_DIR``, and for
-  ``make demo-cluster`` ``PDFPOOL_BACKEND``, ``PDFPOOL_REDIS_URL``, ``PDFPOOL_NAMESPACE``,
-  ``PDFPOOL_LEASE``, ``PDFPOOL_REDIS_FALLBACK``; ``PDFPOOL_DOOR``,
-  ``PDFPOOL_DOOR_DIGESTS``, ``PDFPOOL_DOOR_BUDGET``, ``PDFPOOL_BODY_TIMEOUT``,
-  ``PDFPOOL_BODY_MIN_RATE``) become the
-  PDFPOOL setting. They are parsed here but validated by django-pdfpool's system
-  checks, so ``PDFPOOL_SLOTS=0 make demo`` stops at ``migrate`` naming the problem.
+  ``PDFPOOL_ENGINE``, and for ``make demo-cluster`` ``PDFPOOL_REDIS_URL``,
+  ``PDFPOOL_REDIS_NAMESPACE``, ``PDFPOOL_REDIS_LEASE``, ``PDFPOOL_REDIS_FALLBACK``;
+  ``PDFPOOL_DOOR``, ``PDFPOOL_DOOR_DIGESTS``, ``PDFPOOL_DOOR_BUDGET``,
+  ``PDFPOOL_DOOR_BODY_TIMEOUT``, ``PDFPOOL_DOOR_BODY_MIN_RATE``) become the PDFPOOL setting
+  (``PDFPOOL_DOOR_BUDGET`` is ``PDFPOOL["DOOR"]["BUDGET"]``). ``PDFPOOL_TEMP_DIR`` is
+  Django's ``FILE_UPLOAD_TEMP_DIR``; ``PDFPOOL_WARM_CHILDREN`` and ``PDFPOOL_CHILD_NICE``
+  (benchmarks/bench_load.py turns them) are ``django_pdfpool.extraction.configure()``'s.
+  They are parsed here but validated by django-pdfpool's system checks, so
+  ``PDFPOOL_SLOTS=0 make demo`` stops at ``migrate`` naming the problem.
 - ``DEMO_STATE_DIR`` (default: this project's folder) holds what the demo creates
   on first use: ``db.sqlite3``, ``.secret_key`` and ``.admin_password``.
 - ``DJANGO_SECRET_KEY`` (default: generated once into ``.secret_key``),
@@ -95,30 +96,34 @@ _PDFPOOL_ENV: dict[str, Callable[[str], Any]] = {
     "MAX_UPLOAD_SIZE": _bytes,
     "MAX_PAGES": _optional_integer,
     "ENGINE": str,
-    "WARM_CHILDREN": _flag,
-    "CHILD_NICE": _integer,
-    "TEMP_DIR": str,
-    "BACKEND": str,  # "redis" with PDFPOOL_REDIS_URL: `make demo-cluster`
-    "REDIS_URL": str,
-    "NAMESPACE": str,
-    "LEASE": _seconds,
+    "REDIS_URL": str,  # the Redis pool: `make demo-cluster`
+    "REDIS_NAMESPACE": str,
+    "REDIS_LEASE": _seconds,
     "REDIS_FALLBACK": str,
     "DOOR": _flag,  # "0": no admission before the body (benchmarks/bench_load.py compares)
     "DOOR_DIGESTS": _flag,  # "0": the door reads the body rather than answer from a digest
     "DOOR_BUDGET": _integer,
-    "BODY_TIMEOUT": _seconds,
-    "BODY_MIN_RATE": _integer,
+    "DOOR_BODY_TIMEOUT": _seconds,
+    "DOOR_BODY_MIN_RATE": _integer,
 }
+_NESTED = ("REDIS", "DOOR")  # PDFPOOL_REDIS_URL is PDFPOOL["REDIS"]["URL"]
 
 
 def pdfpool_from_env(environ: Mapping[str, str]) -> dict[str, Any]:
     """The PDFPOOL setting from ``PDFPOOL_<KEY>`` variables; unset or empty ones are left out.
     A value that does not parse is passed on as it is, for the system checks to report."""
-    found = {}
+    found: dict[str, Any] = {}
     for key, parse in _PDFPOOL_ENV.items():
         value = environ.get(f"PDFPOOL_{key}", "").strip()
-        if value:
-            found[key] = parse(value)
+        if not value:
+            continue
+        outer, _, inner = key.partition("_")
+        if outer in _NESTED and inner:
+            nested = found.setdefault(outer, {})
+            if isinstance(nested, dict):  # PDFPOOL_DOOR=0 turns the door off whatever else
+                nested[inner] = parse(value)
+        else:
+            found[key] = {} if parse(value) is True else parse(value)
     return found
 
 
@@ -194,6 +199,12 @@ STATIC_URL = "static/"
 SERVESTATIC_USE_FINDERS = True
 
 PDFPOOL = pdfpool_from_env(os.environ)
+FILE_UPLOAD_TEMP_DIR = os.environ.get("PDFPOOL_TEMP_DIR") or None  # uploads staged here
+if os.environ.get("PDFPOOL_WARM_CHILDREN") or os.environ.get("PDFPOOL_CHILD_NICE"):
+    from django_pdfpool.extraction import configure  # the sandbox's knobs: arguments
+
+    warm, nice = os.environ.get("PDFPOOL_WARM_CHILDREN"), os.environ.get("PDFPOOL_CHILD_NICE")
+    configure(warm=None if not warm else _flag(warm) is True, nice=int(nice) if nice else None)
 
 
 def _not_a_refusal(record: Any) -> bool:

@@ -24,6 +24,7 @@ from django_pdfpool.record import format_digest
 from tests.conftest import held_requests, wait_until
 from tests.project.views import HELD, held_job
 from tests.support import pdfs
+from tests.support.servers import project_env
 from tests.test_decorators import JSON, upload
 from tests.test_docs import fences_of
 
@@ -69,15 +70,11 @@ def worker(tmp_path, redis_server, namespace):
     staged = tmp_path / "worker-staged"
     staged.mkdir()
     pool = {
-        "BACKEND": "redis",
-        "REDIS_URL": redis_server.url,
-        "NAMESPACE": namespace,
+        "REDIS": {"URL": redis_server.url, "NAMESPACE": namespace, "LEASE": 2.0},
         "SLOTS": 1,
         "QUEUE": 0,
         "WAIT": 30,
-        "LEASE": 2.0,
         "TIMEOUT": 20.0,  # bounds the refusals' Retry-After: the retry below comes soon
-        "WARM_CHILDREN": False,
     }
     broker = redis_server.url.rsplit("/", 1)[0] + "/1"
     env = {
@@ -85,7 +82,8 @@ def worker(tmp_path, redis_server, namespace):
         "BROKER": broker,
         "DJANGO_SETTINGS_MODULE": "tests.project.settings",
         "PYTHONPATH": os.pathsep.join([str(project), str(ROOT)]),
-        "PDFPOOL_JSON": json.dumps({**pool, "TEMP_DIR": str(staged)}),
+        "PDFPOOL_JSON": json.dumps(pool),
+        **project_env(staged),
     }
     command = [sys.executable, "-m", "celery", "-A", "proj", "worker", "--pool", "solo"]
     command += ["--loglevel", "info", "--without-gossip", "--without-mingle"]

@@ -65,7 +65,7 @@ def test_each_route_kind_serves_multipart_and_raw_bodies(pdfpool, url, raw):
         assert body["pdf"]["text"] == f"through {url}"
     assert body["data"] == ["file"]  # request.data, parsed by the view's own parsers
     assert body["user"] == "alice"
-    assert os.listdir(pdfpool()["TEMP_DIR"]) == []
+    assert os.listdir(pdfpool.staged) == []
 
 
 @pytest.mark.parametrize("url", HELD_ROUTES)
@@ -98,7 +98,7 @@ def test_a_request_without_a_token_is_401_before_any_extraction(pdfpool, url):
     assert response["WWW-Authenticate"] == "Token"
     assert HELD.runs == []
     assert get_pool().snapshot().counters.started == 0
-    assert os.listdir(pdfpool()["TEMP_DIR"]) == []
+    assert os.listdir(pdfpool.staged) == []
 
 
 def test_a_full_pool_is_503_through_the_projects_handler(pdfpool):
@@ -118,7 +118,7 @@ def test_a_full_pool_is_503_through_the_projects_handler(pdfpool):
 def test_the_door_answers_drf_routes_through_the_projects_handler(pdfpool, settings):
     """The door (AdmissionMiddleware here) refuses before DRF runs (no body parsed), and
     answers as the view would: the route's DRF view, its exception handler and renderers."""
-    pdfpool(SLOTS=1, QUEUE=0, MAX_UPLOAD_SIZE=2000, DOOR_BUDGET=0)  # no body that may join
+    pdfpool(SLOTS=1, QUEUE=0, MAX_UPLOAD_SIZE=2000, DOOR={"BUDGET": 0})  # no body that may join
     recording = "tests.project.views.RecordingUploadHandler"
     settings.FILE_UPLOAD_HANDLERS = [recording, *global_settings.FILE_UPLOAD_HANDLERS]
     PARSED.clear()
@@ -148,7 +148,7 @@ def test_413_422_and_400_are_drf_exceptions_too(pdfpool):
     assert unreadable.status_code == 422 and unreadable.json()["code"] == "not_a_pdf"
     empty = Client().post("/drf/apiview/extract/", {"other": "x"}, HTTP_AUTHORIZATION="Token dave")
     assert empty.status_code == 400 and empty.json()["code"] == "no_upload"
-    assert os.listdir(pdfpool()["TEMP_DIR"]) == []
+    assert os.listdir(pdfpool.staged) == []
 
 
 def test_a_raw_body_without_pdf_parser_is_drfs_415_not_a_500(pdfpool):

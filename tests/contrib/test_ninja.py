@@ -39,7 +39,7 @@ def test_an_async_operation_with_file_and_a_sync_one_with_a_raw_body(pdfpool):
     raw = send("raw", pdfs.simple(["ninja, sync, raw"]), raw=True)
     assert raw.status_code == 200, raw.content
     assert raw.json()["pdf"] == {"text": "ninja, sync, raw"}
-    assert os.listdir(pdfpool()["TEMP_DIR"]) == []
+    assert os.listdir(pdfpool.staged) == []
 
 
 def test_the_caller_is_request_auth(pdfpool):
@@ -85,7 +85,7 @@ def test_a_request_without_a_token_is_401_before_any_extraction(pdfpool):
     response = send("held", pdfs.simple(["nobody"]), token=None)
     assert response.status_code == 401
     assert HELD.runs == [] and get_pool().snapshot().counters.started == 0
-    assert os.listdir(pdfpool()["TEMP_DIR"]) == []
+    assert os.listdir(pdfpool.staged) == []
 
 
 def test_busy_unreadable_and_too_large_through_the_handlers(pdfpool):

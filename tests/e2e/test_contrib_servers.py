@@ -64,16 +64,16 @@ def refused_before_the_body(url: str, route: str) -> None:
 @pytest.mark.parametrize("server", ["uvicorn", "granian"])
 def test_a_67_mb_upload_is_refused_before_its_body_on_each_route_kind(staged, server):
     run = uvicorn if server == "uvicorn" else granian
-    with run(APP, pdfpool=settings(staged), env=CONTRIB) as running:
+    with run(APP, pdfpool=settings(), staged=staged, env=CONTRIB) as running:
         for route in ROUTES:
             refused_before_the_body(running.url, route)
 
 
 def test_with_the_door_off_the_body_is_awaited(staged):
     """The layer off: no answer comes until the body does (the server waits for it)."""
-    off = settings(staged, DOOR=False)
+    off = settings(DOOR=False)
     with (
-        uvicorn(APP, pdfpool=off, env=CONTRIB) as running,
+        uvicorn(APP, pdfpool=off, staged=staged, env=CONTRIB) as running,
         connect(port_of(running.url), "127.0.6.2") as sock,
     ):
         sock.sendall(form_head("/drf/documents/", HUGE, authorization="Token alice"))
@@ -85,7 +85,7 @@ def test_a_busy_pool_is_refused_before_the_body_through_each_frameworks_handler(
     a ninja operation (no budget for bodies that may join) are 503 before their bodies,
     answered by the framework's handler."""
     with (
-        uvicorn(APP, pdfpool=settings(staged, DOOR_BUDGET=0), env=CONTRIB) as running,
+        uvicorn(APP, pdfpool=settings(DOOR={"BUDGET": 0}), staged=staged, env=CONTRIB) as running,
         concurrent.futures.ThreadPoolExecutor(1) as threads,
     ):
 

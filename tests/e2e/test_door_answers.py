@@ -21,7 +21,7 @@ from tests.support.servers import SERVED, serve, wait_for
 
 MiB = 1024 * 1024
 PATIENCE = 15.0  # seconds an answer may take on a loaded machine: only "did not hang"
-DEADLINE = 3.0  # BODY_TIMEOUT of these servers
+DEADLINE = 3.0  # DOOR["BODY_TIMEOUT"] of these servers
 CONCURRENT = [name for name in SERVED if name != "gunicorn-sync"]  # one process, many requests
 
 
@@ -33,13 +33,9 @@ def server(request, tmp_path_factory):
         "QUEUE": 0,
         "WAIT": 30,
         "MAX_UPLOAD_SIZE": MiB,
-        "TEMP_DIR": str(staged),
-        "WARM_CHILDREN": False,
-        "BODY_TIMEOUT": DEADLINE,
-        "BODY_MIN_RATE": 1000,
-        "DOOR_BUDGET": 2,
+        "DOOR": {"BODY_TIMEOUT": DEADLINE, "BODY_MIN_RATE": 1000, "BUDGET": 2},
     }
-    with serve(request.param, pdfpool=settings) as running:
+    with serve(request.param, pdfpool=settings, staged=staged) as running:
         running.name = request.param  # type: ignore[attr-defined]
         running.staged = staged  # type: ignore[attr-defined]
         yield running

@@ -29,14 +29,12 @@ SLACK = 64 * 1024  # the form overhead allowed over it (door.rules.MULTIPART_SLA
 PATIENCE = 15.0  # seconds an answer may take on a loaded machine: only "did not hang"
 
 
-def settings(staged: Path, **values) -> dict:
+def settings(**values) -> dict:
     return {
         "SLOTS": 1,
         "QUEUE": 0,
         "WAIT": 30,
         "MAX_UPLOAD_SIZE": LIMIT,
-        "TEMP_DIR": str(staged),
-        "WARM_CHILDREN": False,
         **values,
     }
 
@@ -50,7 +48,9 @@ def staged(tmp_path) -> Path:
 
 @pytest.fixture
 def server(staged):
-    with uvicorn("tests.project.door_asgi:application", pdfpool=settings(staged)) as running:
+    with uvicorn(
+        "tests.project.door_asgi:application", pdfpool=settings(), staged=staged
+    ) as running:
         yield running
 
 
@@ -285,7 +285,9 @@ def test_sigterm_does_not_wait_on_a_silent_client(staged):
     """A client that sends its headers and no body: uvicorn waits for the request at
     SIGTERM (it has no body timeout), the door's deadline ends it with 408."""
     with uvicorn(
-        "tests.project.door_asgi:application", pdfpool=settings(staged, BODY_TIMEOUT=2)
+        "tests.project.door_asgi:application",
+        pdfpool=settings(DOOR={"BODY_TIMEOUT": 2}),
+        staged=staged,
     ) as up:
         with connect(port_of(up.url), "127.0.5.10") as silent:
             silent.sendall(form_head("/sync/", 1000))
@@ -324,7 +326,7 @@ def test_a_raw_body_upload_extracts_and_a_lying_digest_runs_nothing(server):
 
 
 def test_gunicorn_refuses_from_the_headers_too(staged):
-    with gunicorn(pdfpool=settings(staged)) as server:
+    with gunicorn(pdfpool=settings(), staged=staged) as server:
         url = server.url
         wait_for(lambda: _up(url), PATIENCE)
         with connect(port_of(url)) as sock:

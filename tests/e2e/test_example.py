@@ -32,8 +32,7 @@ APP = "demo.asgi:application"  # what `make demo` serves
 CORPUS = ROOT.parent / "shared" / "corpus"
 POOL_KEYS = ["SLOTS", "QUEUE", "WAIT", "TIMEOUT", "MEMORY_LIMIT", "MAX_UPLOAD_SIZE"]
 POOL_KEYS += ["MAX_PAGES", "ENGINE", "WARM_CHILDREN", "CHILD_NICE", "TEMP_DIR", "DOOR"]
-POOL_KEYS += ["DOOR_DIGESTS"]
-POOL_KEYS += ["DOOR_BUDGET", "BODY_TIMEOUT", "BODY_MIN_RATE"]
+POOL_KEYS += ["DOOR_DIGESTS", "DOOR_BUDGET", "DOOR_BODY_TIMEOUT", "DOOR_BODY_MIN_RATE"]
 FIELDS = [
     "sha256",
     "page_count",
@@ -165,7 +164,7 @@ def test_pool_settings_come_from_the_environment_and_are_checked(state):
         WAIT="none",
         TIMEOUT=7.5,
         MEMORY_LIMIT="256M",
-        WARM_CHILDREN="no",
+        DOOR_BUDGET=3,
     )
     assert read.returncode == 0, read.stderr
     assert json.loads(read.stdout.splitlines()[-1]) == {
@@ -174,7 +173,7 @@ def test_pool_settings_come_from_the_environment_and_are_checked(state):
         "WAIT": None,
         "TIMEOUT": 7.5,
         "MEMORY_LIMIT": 256 << 20,
-        "WARM_CHILDREN": False,
+        "DOOR": {"BUDGET": 3},
     }
     bad = manage(directory, "check", SLOTS=0, WAIT="soon")
     assert bad.returncode != 0

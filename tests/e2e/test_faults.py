@@ -42,15 +42,13 @@ SLOTS, QUEUE = 2, 4
 _SSL = ssl.create_default_context()  # one for every transport: building one costs ~15 ms
 
 
-def settings(staged: Path, **values) -> dict:
+def settings(**values) -> dict:
     return {
         "SLOTS": SLOTS,
         "QUEUE": QUEUE,
         "WAIT": 30.0,
         "TIMEOUT": 30.0,
         "MEMORY_LIMIT": 256 * MiB,
-        "WARM_CHILDREN": False,
-        "TEMP_DIR": str(staged),
         **values,
     }
 
@@ -170,7 +168,7 @@ def staged(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def server(staged):
-    with uvicorn(APP, pdfpool=settings(staged), env=ENV) as running:
+    with uvicorn(APP, pdfpool=settings(), staged=staged, env=ENV) as running:
         yield running
 
 
@@ -241,8 +239,8 @@ def test_a_pdf_over_the_timeout_fails_alone_while_another_job_runs_beside_it(tmp
     staged = tmp_path / "staged"
     staged.mkdir()
     normal, bomb = slowish("neighbour-time", kilobytes=200), pdfs.cpu_bomb()
-    limits = settings(staged, TIMEOUT=4.0, MEMORY_LIMIT=1024 * MiB)
-    with uvicorn(APP, pdfpool=limits, env=ENV) as server:
+    limits = settings(TIMEOUT=4.0, MEMORY_LIMIT=1024 * MiB)
+    with uvicorn(APP, pdfpool=limits, staged=staged, env=ENV) as server:
 
         async def scenario():
             refused = asyncio.create_task(upload(server.url, bomb, "127.0.11.3"))
@@ -310,11 +308,11 @@ def test_a_burst_of_200_uploads_never_exceeds_the_slots(server, staged):
 
 
 def test_a_burst_with_a_warm_spare_never_exceeds_the_slots_plus_the_spare(tmp_path):
-    """With WARM_CHILDREN the one spare (idle, or starting up to replace a taken one) is a
+    """With a warm template the one spare (idle, or starting up to replace a taken one) is a
     child too: the bound is SLOTS + 1."""
     staged = tmp_path / "staged"
     staged.mkdir()
-    with uvicorn(APP, pdfpool=settings(staged, WARM_CHILDREN=True), env=ENV) as server:
+    with uvicorn(APP, pdfpool=settings(), staged=staged, warm=True, env=ENV) as server:
         check_burst(server, staged, "127.2", limit=SLOTS + 1)
 
 
@@ -374,7 +372,7 @@ def test_sigterm_finishes_running_and_queued_jobs_and_refuses_what_comes_later(t
     the signal (without that it would join the queue and get 200)."""
     staged = tmp_path / "staged"
     staged.mkdir()
-    with uvicorn(APP, pdfpool=settings(staged), env=ENV) as server:
+    with uvicorn(APP, pdfpool=settings(), staged=staged, env=ENV) as server:
         # two running (about 2.4 s each), two queued behind them (about 1.1 s each)
         documents = [slow_pdf(f"drain-{i}", megabytes=2 if i < 2 else 1) for i in range(4)]
         go, sent = asyncio.Event(), asyncio.Event()
@@ -428,8 +426,10 @@ def test_the_drain_timeout_stops_a_job_left_running_and_the_process_exits(tmp_pa
     the shutdown stops it (its child is killed) instead of waiting for it."""
     staged = tmp_path / "staged"
     staged.mkdir()
-    pool = settings(staged, TIMEOUT=60.0, MEMORY_LIMIT=512 * MiB)
-    with uvicorn(APP, pdfpool=pool, env={**ENV, "FAULTS_DRAIN_TIMEOUT": "0.5"}) as server:
+    pool = settings(TIMEOUT=60.0, MEMORY_LIMIT=512 * MiB)
+    with uvicorn(
+        APP, pdfpool=pool, staged=staged, env={**ENV, "FAULTS_DRAIN_TIMEOUT": "0.5"}
+    ) as server:
 
         async def scenario():
             left = asyncio.create_task(upload(server.url, pdfs.cpu_bomb(), "127.0.13.1"))

@@ -57,10 +57,8 @@ def server(staged):
         "SLOTS": SLOTS,
         "QUEUE": QUEUE,
         "WAIT": 30.0,
-        "WARM_CHILDREN": False,
-        "TEMP_DIR": str(staged),
     }
-    with uvicorn(pdfpool=settings) as running:
+    with uvicorn(pdfpool=settings, staged=staged) as running:
         yield running
 
 

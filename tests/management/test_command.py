@@ -49,7 +49,8 @@ def manage(*args: str, pdfpool: dict | None = None, cwd: Path | None = None):
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "tests.project.settings",
         "PYTHONPATH": str(ROOT),
-        "PDFPOOL_JSON": json.dumps({"WARM_CHILDREN": False, **(pdfpool or {})}),
+        "PDFPOOL_JSON": json.dumps(pdfpool or {}),
+        "PDFPOOL_TEST_WARM": "",  # cold children (tests/project/settings.py)
     }
     return subprocess.run(
         [sys.executable, "-m", "django", "pdfpool", *args],
@@ -130,10 +131,7 @@ def test_status_with_redis_reads_the_cluster_from_another_process(make_pool, nam
     key = "django_pdfpool.decorators.extract_upload:tag:" + "cd" * 32
     thread = holding(other, key, "ip:198.51.100.4", gate)
     settings = {
-        "BACKEND": "redis",
-        "REDIS_URL": other._settings.url,
-        "NAMESPACE": namespace,
-        "LEASE": LEASE,
+        "REDIS": {"URL": other._settings.url, "NAMESPACE": namespace, "LEASE": LEASE},
     }
     try:
         text = manage("status", pdfpool=settings, cwd=tmp_path)
@@ -162,7 +160,7 @@ def test_status_with_redis_reads_the_cluster_from_another_process(make_pool, nam
 
 
 def test_status_with_redis_unreachable_fails_instead_of_showing_an_idle_cluster(tmp_path):
-    settings = {"BACKEND": "redis", "REDIS_URL": f"redis://127.0.0.1:{free_port()}/0"}
+    settings = {"REDIS": {"URL": f"redis://127.0.0.1:{free_port()}/0"}}
     shown = manage("status", pdfpool=settings, cwd=tmp_path)
     assert shown.returncode == 1
     assert "does not answer" in shown.stderr and "cannot be read" in shown.stderr

@@ -41,5 +41,11 @@ TEMPLATES = [
 STATIC_URL = "/static/"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
-# Servers started by the end-to-end tests take their pool settings from the environment.
+# Servers started by the end-to-end tests take their settings from the environment: PDFPOOL,
+# where uploads are staged, and cold children unless asked (tests/support/servers.py).
 PDFPOOL = json.loads(os.environ.get("PDFPOOL_JSON", "{}"))
+FILE_UPLOAD_TEMP_DIR = os.environ.get("PDFPOOL_TEST_STAGED") or None
+if "PDFPOOL_TEST_WARM" in os.environ:
+    from django_pdfpool.extraction import configure
+
+    configure(warm=os.environ["PDFPOOL_TEST_WARM"] == "1")

@@ -204,7 +204,7 @@ class RecordingUploadHandler(FileUploadHandler):
 
 
 async def gated_job(upload: StagedUpload):
-    """A job held until the file ``<TEMP_DIR>/open`` exists: a gate another process (an
+    """A job held until the file ``<FILE_UPLOAD_TEMP_DIR>/open`` exists: a gate another process (an
     end-to-end test outside the server) can open; then it echoes the upload's digest."""
     gate = os.path.join(get_settings().temp_dir or "", "open")
     while not os.path.exists(gate):

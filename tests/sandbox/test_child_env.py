@@ -1,4 +1,4 @@
-"""The children's environment: minimal, plus the names passed (CHILD_ENV, checked)."""
+"""The children's environment: minimal, plus the names passed (SANDBOX["CHILD_ENV"], checked)."""
 
 from __future__ import annotations
 
@@ -58,7 +58,7 @@ def test_the_pool_passes_child_env_from_the_settings(pdfpool, monkeypatch):
     from django_pdfpool import get_pool
     from django_pdfpool.sandbox import extract as sandbox
 
-    pdfpool(CHILD_ENV=["PDFPOOL_FROM_SETTINGS"])
+    pdfpool(SANDBOX={"CHILD_ENV": ["PDFPOOL_FROM_SETTINGS"]})
     get_pool()
     assert sandbox._template.env == ("PDFPOOL_FROM_SETTINGS",)
     pdfpool()

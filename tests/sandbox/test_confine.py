@@ -259,21 +259,21 @@ def test_the_status_data_command_and_checks_show_the_layers(pdfpool, restore_san
     text = render(annotate(data, fresh=True))
     assert "Extraction sandbox on this host: level full" in text and "landlock_signal" in text
     assert check_sandbox() == []
-    pdfpool(SANDBOX=False)
+    pdfpool(SANDBOX={"LAYERS": False})
     warnings = check_sandbox()
     assert {m.id for m in warnings} == {"django_pdfpool.W021"} and len(warnings) == 7
     assert status_data()["sandbox"]["level"].startswith("off")
 
 
 def test_below_the_required_level_extractions_are_refused(pdfpool, restore_sandbox, caplog):
-    """SANDBOX_REQUIRE fails closed: below it the check is an error, extract() raises
+    """SANDBOX["REQUIRE"] fails closed: below it the check is an error, extract() raises
     SandboxUnavailable (503 through a view, a fixed sentence), the reason is logged."""
     from django.test import Client
 
     from django_pdfpool.checks import check_sandbox
     from django_pdfpool.exceptions import SandboxUnavailable
 
-    pdfpool(SANDBOX=False, SANDBOX_REQUIRE="basic")
+    pdfpool(SANDBOX={"LAYERS": False, "REQUIRE": "basic"})
     assert "django_pdfpool.E021" in {m.id for m in check_sandbox()}
     with pytest.raises(SandboxUnavailable):
         run(pdfs.simple(["never read"]))
@@ -283,9 +283,9 @@ def test_below_the_required_level_extractions_are_refused(pdfpool, restore_sandb
         headers={"accept": "application/json"},
     )
     assert response.status_code == 503 and response.json()["error"] == "sandbox_unavailable"
-    assert "SANDBOX_REQUIRE" not in response.content.decode()
-    assert "SANDBOX_REQUIRE is 'basic'" in caplog.text
-    pdfpool(SANDBOX=True, SANDBOX_REQUIRE="full")  # this host gives every layer
+    assert "REQUIRE" not in response.content.decode()
+    assert "PDFPOOL['SANDBOX']['REQUIRE'] is 'basic'" in caplog.text
+    pdfpool(SANDBOX={"REQUIRE": "full"})  # this host gives every layer
     assert check_sandbox() == []
     assert run(pdfs.simple(["read"])).text == "read"
 

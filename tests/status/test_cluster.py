@@ -98,7 +98,7 @@ def test_the_page_counts_what_every_process_did(
 ):
     ns, (a, b) = namespace_of_workers, namespace_of_workers.workers
     url = ns.url
-    pdfpool(BACKEND="redis", REDIS_URL=url, NAMESPACE=ns.name, LEASE=LEASE,
+    pdfpool(REDIS={"URL": url, "NAMESPACE": ns.name, "LEASE": LEASE},
             SLOTS=1, QUEUE=2, WAIT=3.0)  # fmt: skip
     assert get_pool().cluster_snapshot() is not None
 
@@ -155,7 +155,7 @@ def test_redis_counts_each_event_once_however_many_processes_share_it(
     """A job shared by callers in both workers: one start, one end, each sharer a join;
     the outcome, sent to Redis in two steps (``need``, then the data), counts once."""
     ns, (a, b) = namespace_of_workers, namespace_of_workers.workers
-    pdfpool(BACKEND="redis", REDIS_URL=ns.url, NAMESPACE=ns.name, LEASE=LEASE,
+    pdfpool(REDIS={"URL": ns.url, "NAMESPACE": ns.name, "LEASE": LEASE},
             SLOTS=1, QUEUE=2, WAIT=3.0)  # fmt: skip
     first = ns.run(a, "k", "c1", gate="g")
     until(lambda: ns.counts() == (1, 0))

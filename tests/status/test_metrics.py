@@ -31,6 +31,7 @@ from django_pdfpool.status.definitions import METRICS
 from django_pdfpool.status.metrics import render
 from tests.conftest import wait_until
 from tests.support import pdfs
+from tests.support.servers import project_env
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -239,9 +240,10 @@ def test_multiprocess_mode_exports_every_process_pool(tmp_path, mode):
     good, bad = tmp_path / "good.pdf", tmp_path / "bad.pdf"
     good.write_bytes(pdfs.simple(["hello metrics"]))
     bad.write_bytes(pdfs.html())
-    settings = {"TEMP_DIR": str(tmp_path / "staged"), "WARM_CHILDREN": False, "SLOTS": 3}
+    settings = {"SLOTS": 3}
     env = {
         **os.environ,
+        **project_env(tmp_path / "staged"),
         "PROMETHEUS_MULTIPROC_DIR": str(directory),
         "DJANGO_SETTINGS_MODULE": "tests.project.settings",
         "PDFPOOL_JSON": json.dumps(settings),

@@ -243,8 +243,8 @@ def test_the_json_fields_are_the_documented_ones(pdfpool, users):
 
 
 def test_the_children_block_counts_how_extraction_children_started(pdfpool, users):
-    """A cold child without WARM_CHILDREN, a forked one with it; the template's pid."""
-    from django_pdfpool.extraction import child_starts
+    """A cold child without a warm template, a forked one with it; the template's pid."""
+    from django_pdfpool.extraction import child_starts, configure
 
     def children() -> dict:
         return (
@@ -258,7 +258,7 @@ def test_the_children_block_counts_how_extraction_children_started(pdfpool, user
     upload = {"file": SimpleUploadedFile("a.pdf", pdfs.simple(["cold"]), "application/pdf")}
     assert Client().post("/sync/", upload, **JSON).status_code == 200
     assert children()["cold"] == before["cold"] + 1
-    pdfpool(WARM_CHILDREN=True)
+    configure(warm=True)
     upload = {"file": SimpleUploadedFile("w.pdf", pdfs.simple(["first"]), "application/pdf")}
     assert Client().post("/sync/", upload, **JSON).status_code == 200  # starts the template
     wait_until(lambda: child_starts().template_pid is not None, timeout=30)

@@ -47,10 +47,13 @@ def uvicorn(
     env: dict[str, str] | None = None,
     cwd: Path = ROOT,
     timeout: float = 30.0,
+    staged: Path | None = None,
+    warm: bool = False,
 ) -> Iterator[Server]:
     """Serve ``app`` with uvicorn on 127.0.0.1 and a free port; stop it (SIGTERM) afterwards."""
     command = [sys.executable, "-m", "uvicorn", app, "--host", "127.0.0.1", "--port", "0"]
     command += ["--lifespan", "on", "--no-access-log"]
+    env = {**project_env(staged, warm), **(env or {})}
     with _serve(command, _LISTENING, pdfpool, env, cwd, timeout) as server:
         yield server
 
@@ -61,11 +64,12 @@ def gunicorn(
     *,
     pdfpool: dict | None = None,
     timeout: float = 30.0,
+    staged: Path | None = None,
 ) -> Iterator[Server]:
     """Serve the WSGI ``app`` with gunicorn (one worker, four threads) on a free port."""
     command = [sys.executable, "-m", "gunicorn", app, "-b", "127.0.0.1:0", "-k", "gthread"]
     command += ["--threads", "4", "--workers", "1"]
-    env = {"DJANGO_SETTINGS_MODULE": "tests.project.settings"}
+    env = {"DJANGO_SETTINGS_MODULE": "tests.project.settings", **project_env(staged)}
     with _serve(command, _GUNICORN_LISTENING, pdfpool, env, ROOT, timeout) as server:
         yield server
 
@@ -76,6 +80,12 @@ SERVED = ("uvicorn", "hypercorn", "granian", "gunicorn-sync", "gunicorn-gthread"
 WSGI ones the test project, where ``AdmissionMiddleware`` is the door."""
 
 
+def project_env(staged: Path | None, warm: bool = False) -> dict[str, str]:
+    """The test project's settings that are not PDFPOOL's (tests/project/settings.py): where
+    uploads are staged (FILE_UPLOAD_TEMP_DIR), and children forked warm or started cold."""
+    return {"PDFPOOL_TEST_STAGED": str(staged or ""), "PDFPOOL_TEST_WARM": "1" if warm else ""}
+
+
 def free_port() -> int:
     """A loopback port nobody listens on now (for servers that log no port of their own)."""
     with socket.socket() as probe:
@@ -84,9 +94,11 @@ def free_port() -> int:
 
 
 @contextmanager
-def serve(name: str, *, pdfpool: dict | None = None, timeout: float = 30.0) -> Iterator[Server]:
+def serve(
+    name: str, *, pdfpool: dict | None = None, timeout: float = 30.0, staged: Path | None = None
+) -> Iterator[Server]:
     """One of ``SERVED`` on a free port, serving the door, until the block ends (SIGTERM)."""
-    env = {"DJANGO_SETTINGS_MODULE": "tests.project.settings"}
+    env = {"DJANGO_SETTINGS_MODULE": "tests.project.settings", **project_env(staged)}
     if name in ("uvicorn", "granian"):
         run = uvicorn if name == "uvicorn" else granian
         with run(DOOR_ASGI, pdfpool=pdfpool, env=env, timeout=timeout) as server:
@@ -116,9 +128,11 @@ def granian(
     env: dict[str, str] | None = None,
     cwd: Path = ROOT,
     timeout: float = 30.0,
+    staged: Path | None = None,
 ) -> Iterator[Server]:
     """Serve the ASGI ``app`` with granian (one worker) on a free port, once its worker has
     started; stop it (SIGTERM) afterwards. Its log (stdout and stderr) is ``server.log``."""
+    env = {**project_env(staged), **(env or {})}
     for _attempt in range(3):  # a port found free may be taken before granian binds it
         port = free_port()
         command = [sys.executable, "-m", "granian", "--interface", "asgi", "--host", "127.0.0.1"]

@@ -16,6 +16,7 @@ from typing import Any, cast
 from redis.connection import parse_url
 from redis.exceptions import RedisError
 
+from ...bounds import CALL_TIMEOUT, FALLBACK, LEASE, NAMESPACE
 from ...exceptions import CallerBusy, PoolBusy, PoolClosed
 from .. import delivery
 from ..counters import CountedBy, Counter
@@ -28,9 +29,7 @@ from ..records import Waiter
 from ..snapshot import ClusterSnapshot, Counters, JobInfo, PoolSnapshot, Pressure, ProcessHold
 from .codec import Decode, Encode
 from .link import RedisPoolSettings
-from .modes import REDIS
-from .options import CALL_TIMEOUT, FALLBACK, LEASE, NAMESPACE
-from .side import GO_LOCAL, UNREACHABLE, Closing, ProcessSide, RedisWaiter, unavailable
+from .side import GO_LOCAL, REDIS, UNREACHABLE, Closing, ProcessSide, RedisWaiter, unavailable
 from .view import parse_view
 
 __all__ = ["MAX_RESULT_BYTES", "RedisPool"]

@@ -40,11 +40,12 @@ from .link import (
     RedisPoolSettings,
     StatusReply,
 )
-from .modes import LOCAL_FALLBACK, REDIS, REFUSING
 
 logger = logging.getLogger("django_pdfpool.redis")
 
 Reply = TypeVar("Reply", BeatReply, EventsReply, ExpireReply, StatusReply)
+# the modes of a Redis-coordinated pool: in Redis, in the local fallback, refusing (Redis fails)
+REDIS, LOCAL_FALLBACK, REFUSING = "redis", "local-fallback", "refusing"
 GO_LOCAL = object()  # an admission's answer: Redis failed, take the fallback path
 UNREACHABLE, REFUSED = "unreachable", "refused"  # why Redis fails: ProcessSide.trouble
 _UNAVAILABLE = {  # CoordinatorUnavailable's wording, by why Redis cannot coordinate a call
@@ -348,9 +349,9 @@ class ProcessSide:
         if "deployment" in differs:
             message = (
                 f"Another deployment uses the Redis namespace {namespace!r}: its processes "
-                "have another SECRET_KEY (or PDFPOOL['DEPLOYMENT']) than this one, so their "
-                "pools are kept apart, not merged. Give each deployment a NAMESPACE of its "
-                "own (or, for one deployment, the same SECRET_KEY everywhere)."
+                "have another SECRET_KEY (or PDFPOOL['REDIS']['DEPLOYMENT']) than this one, so "
+                "their pools are kept apart, not merged. Give each deployment a NAMESPACE of "
+                "its own (or, for one deployment, the same SECRET_KEY everywhere)."
             )
         else:
             message = (

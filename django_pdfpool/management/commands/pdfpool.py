@@ -92,7 +92,7 @@ class Command(BaseCommand):
         extract.add_argument(
             "--pool",
             action="store_true",
-            help="through this process's pool (with BACKEND redis: the cluster's), as an "
+            help="through this process's pool (with REDIS set: the cluster's), as an "
             "upload of the same file would run: its limits, its single-flight key",
         )
         extract.add_argument(
@@ -118,8 +118,8 @@ class Command(BaseCommand):
 
     def status(self, conf: PoolSettings, *, as_json: bool) -> None:
         """One reading, saying whose figures they are."""
-        if conf.backend == "redis":
-            status_report.check_redis(conf)
+        if conf.redis is not None:
+            status_report.check_redis(conf.redis)
         fresh = peek_pool() is None
         data = status_report.annotate(status_data(), fresh=fresh)
         if as_json:
@@ -193,8 +193,8 @@ class Command(BaseCommand):
                     f"{fmt(conf.timeout, 'seconds')} so far"
                 )
 
-        # the environment children get, and their priority
-        configure_extraction(child_env=conf.child_env, nice=conf.child_nice)
+        # the environment children get
+        configure_extraction(child_env=conf.sandbox.child_env)
         try:
             result = extracting.run(path, conf, engine, progress)
         except ExtractionError as error:

@@ -244,7 +244,7 @@ def test_the_status_page_answers_with_garbage_in_redis(
     from django_pdfpool import get_pool
     from tests.status.test_page import URL
 
-    pdfpool(BACKEND="redis", REDIS_URL=redis_server.url, NAMESPACE=namespace, LEASE=LEASE)
+    pdfpool(REDIS={"URL": redis_server.url, "NAMESPACE": namespace, "LEASE": LEASE})
     client = redis.Redis.from_url(redis_server.url, decode_responses=True)
     prefix = "{" + namespace + "}:"
     client.sadd(prefix + "running", "bad", "worse")

@@ -173,7 +173,8 @@ def test_the_deployment_tag_comes_from_the_secret_key_without_showing_it(setting
     second = get_settings().deployment_tag()
     assert first != second and len(first) == len(second) == 32
     assert "secret" not in first and "x" * 6 not in first
-    settings.PDFPOOL = {"DEPLOYMENT": "shop"}  # an explicit name: the key may rotate
+    # an explicit name: the key may rotate
+    settings.PDFPOOL = {"REDIS": {"URL": "redis://h/0", "DEPLOYMENT": "shop"}}
     named = get_settings().deployment_tag()
     settings.SECRET_KEY = "third-deployment-secret-key-" + "z" * 30
     get_settings.cache_clear()
@@ -183,10 +184,10 @@ def test_the_deployment_tag_comes_from_the_secret_key_without_showing_it(setting
 @pytest.mark.parametrize(
     ("value", "warned"),
     [
-        ({"BACKEND": "redis", "REDIS_URL": "redis://h/0"}, True),
-        ({"BACKEND": "redis", "REDIS_URL": "redis://h/0", "NAMESPACE": "pdfpool"}, True),
-        ({"BACKEND": "redis", "REDIS_URL": "redis://h/0", "NAMESPACE": "shop-pdf"}, False),
-        ({"NAMESPACE": "pdfpool"}, False),  # the local backend: no Redis to share
+        ({"REDIS": {"URL": "redis://h/0"}}, True),
+        ({"REDIS": {"URL": "redis://h/0", "NAMESPACE": "pdfpool"}}, True),
+        ({"REDIS": {"URL": "redis://h/0", "NAMESPACE": "shop-pdf"}}, False),
+        ({}, False),  # the local pool: no Redis to share
     ],
 )
 def test_a_check_warns_of_the_default_namespace_with_redis(settings, value, warned):

@@ -127,7 +127,7 @@ def test_the_status_page_says_redis_refuses_writes(pdfpool, admin_client, own_re
     from django_pdfpool import get_pool
     from tests.status.test_page import URL
 
-    pdfpool(BACKEND="redis", REDIS_URL=own_redis.url, NAMESPACE="page-refused", LEASE=LEASE)
+    pdfpool(REDIS={"URL": own_redis.url, "NAMESPACE": "page-refused", "LEASE": LEASE})
     pool = get_pool()
     assert outcomes(pool, 1, 0) == ["done"]  # type: ignore[arg-type]
     restore = out_of_memory(own_redis)

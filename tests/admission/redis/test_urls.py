@@ -91,7 +91,7 @@ def test_presentable_needs_no_redis_py():
     ],
 )
 def test_check_e007_repeats_no_password(url):
-    (problem,) = _redis_problems(url)
+    (problem,) = _redis_problems("PDFPOOL['REDIS']", {"URL": url})
     assert problem.id == "django_pdfpool.E007"
     assert SECRET not in problem.msg
 
