@@ -25,7 +25,7 @@ from .door.headers import UploadHeaders
 from .door.rules import body_limit, too_large
 from .door.views import POOLED
 from .exceptions import DigestMismatch, ExtractionError, NoUpload, Refused, UploadRejected, Wording
-from .responses import Failure, RefusalView, arefusal_answer, as_refusal_view, refusal_answer
+from .responses import Failure, RefusalView, arefusal_answer, refusal_answer
 from .sandbox.extract import Extraction, extract
 from .uploads import StagedUpload, chunks_of, stage, stage_chunks
 
@@ -80,12 +80,9 @@ def pdf_pooled(
     uploads to one job share a run); ``job_name`` names the job in its keys (required
     for lambdas, closures, partials); ``answer(request, exception)`` answers what the view
     never sees (400, 413, 422, 429, 503) for this view only, as ``REFUSAL_VIEW`` does for
-    every view by default (the old ``answer(request, status, code, message, retry_after)``
-    still works, deprecated).
+    every view by default.
     """
     name = resolve_job_name(job, job_name)  # an ambiguous job fails here, at decoration
-    if answer is not None:
-        answer = as_refusal_view(answer)  # the old five-argument shape, adapted (deprecated)
     if view is None:
         return functools.partial(pdf_pooled, field=field, job=job, job_name=name, answer=answer)
     refuse_misplaced(view)
