@@ -124,7 +124,9 @@ def _documented_paths() -> dict[str, str]:
     """Every ``django_pdfpool.<dotted>`` the docs, README and example project name (not the
     changelog, which names the paths that are gone), with a file that names it."""
     sources = [ROOT / "README.md", *(ROOT / "docs").glob("*.md")]
-    sources += [p for p in (ROOT / "example_project").rglob("*") if p.suffix in {".py", ".html"}]
+    sources += [
+        p for p in (ROOT / "example_project").rglob("*") if p.suffix in {".py", ".html", ".md"}
+    ]
     found: dict[str, str] = {}
     for path in sources:
         if path.name == "changelog.md":
