@@ -57,8 +57,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks.*
 from pypdf import PdfReader
 
 from benchmarks.loadkit import verdict
-from django_pdfpool import extraction
-from django_pdfpool.extraction import ExtractionError, extract
+from django_pdfpool import extract
+from django_pdfpool.exceptions import ExtractionError
 from django_pdfpool.sandbox import extract as sandbox
 from django_pdfpool.sandbox.child_process import Child, Handle, drop, start_thread
 from django_pdfpool.sandbox.engines import WARM_UP_PDF
@@ -715,7 +715,7 @@ def main() -> None:
     args = sys.argv[1:]
     if "--sandbox-only" in args:
         logging.getLogger("pypdf").setLevel(logging.ERROR)
-        extraction.configure(warm=False)
+        sandbox.configure(warm=False)
         sandbox_only()
         return
     repeat, burst_jobs = 6, 40
@@ -732,7 +732,7 @@ def main() -> None:
     if not (corpus / "files.json").exists():
         sys.exit(f"no corpus at {corpus}")
     logging.getLogger("pypdf").setLevel(logging.ERROR)  # same quiet pypdf as in the child
-    extraction.configure(warm=False)  # the module's own template stays off: Bench swaps
+    sandbox.configure(warm=False)  # the module's own template stays off: Bench swaps
     started, load = time.perf_counter(), os.getloadavg()[0]
     if only_targets:
         found = asyncio.run(targets_run(corpus, repeat, burst_jobs))

@@ -19,7 +19,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from django_pdfpool.extraction import extract
+from django_pdfpool import extract
 from django_pdfpool.sandbox import extract as sandbox
 from django_pdfpool.sandbox.child_process import start_thread
 from django_pdfpool.sandbox.engines import WARM_UP_PDF

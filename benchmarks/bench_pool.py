@@ -1,7 +1,7 @@
 """What the pool costs over the admission code a user would write by hand.
 
 ``python benchmarks/bench_pool.py [--quick]`` measures, in one run, the pool
-(``django_pdfpool.pool.Pool``) against ``Baseline`` below: an ``asyncio.Semaphore``
+(``django_pdfpool.admission.Pool``) against ``Baseline`` below: an ``asyncio.Semaphore``
 plus a dict of shared futures on a single event loop, with the same rules where a
 single loop can have them (join, one job per caller, slots, a bounded queue
 refused at once, a wait limit). It prints one table (operation, pool, baseline,
@@ -40,8 +40,9 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from django_pdfpool.admission import Pool
 from django_pdfpool.admission.jobloop import get_job_loop
-from django_pdfpool.pool import CallerBusy, Pool, PoolBusy
+from django_pdfpool.exceptions import CallerBusy, PoolBusy
 
 JobFn = Callable[[], Awaitable[Any]]
 Impl = Callable[[int, int, float | None], Any]  # (slots, queue, wait) -> a Pool or Baseline

@@ -36,12 +36,8 @@ from uuid import uuid4
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from django_pdfpool.pool import (  # noqa: E402
-    CallerBusy,
-    Pool,
-    PoolBusy,
-    RedisPool,
-)
+from django_pdfpool.admission import Pool, RedisPool  # noqa: E402
+from django_pdfpool.exceptions import CallerBusy, PoolBusy  # noqa: E402
 from tests.support.pdfs import slow_pdf  # noqa: E402
 from tests.support.redis_server import RedisServer, free_port  # noqa: E402
 

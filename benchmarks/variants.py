@@ -41,11 +41,12 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.urls import path
 from django.views.decorators.csrf import csrf_exempt
 
-from django_pdfpool import pdf_pooled
+from django_pdfpool import extract, pdf_pooled
 from django_pdfpool.conf import get_settings
 from django_pdfpool.configured import peek_pool
 from django_pdfpool.exceptions import EXTRACTION_MESSAGES as MESSAGES
-from django_pdfpool.extraction import PAGE_SEPARATOR, ExtractionError, extract
+from django_pdfpool.exceptions import ExtractionError
+from django_pdfpool.sandbox import PAGE_SEPARATOR
 from django_pdfpool.sandbox.child_job import extract_job
 from django_pdfpool.sandbox.wire import Extracted, ExtractionJob
 from django_pdfpool.uploads import StagedUpload, stage

@@ -50,7 +50,7 @@ def check_sandbox(
     """W021 for each sandbox layer this host does not give a job's child; E021 when that
     falls below SANDBOX['REQUIRE'] (extractions are then refused). Asks a probe child once."""
     from .conf import get_settings
-    from .extraction import configure, sandbox_layers
+    from .sandbox.extract import configure, sandbox_layers
 
     if problems(raw_setting()):
         return []  # check_settings reports them

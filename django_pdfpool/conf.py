@@ -457,8 +457,8 @@ MOVED = {  # a key that is gone -> its home, which check E008 names
     "CHILD_ENV": "PDFPOOL['SANDBOX']['CHILD_ENV']",
     "BACKEND": "PDFPOOL['REDIS'] (a dict: the Redis pool; None: each process's own)",
     "TEMP_DIR": "Django's FILE_UPLOAD_TEMP_DIR setting",
-    "CHILD_NICE": "the argument django_pdfpool.extraction.configure(nice=...)",
-    "WARM_CHILDREN": "the argument django_pdfpool.extraction.configure(warm=...)",
+    "CHILD_NICE": "the argument django_pdfpool.sandbox.configure(nice=...)",
+    "WARM_CHILDREN": "the argument django_pdfpool.sandbox.configure(warm=...)",
     "IPV6_PREFIX": "django_pdfpool.callers.address_caller(address, prefix=...) in a CALLER",
 }
 

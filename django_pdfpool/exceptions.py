@@ -12,17 +12,20 @@ __all__ = [
     "EXTRACTION_MESSAGES",
     "BadDigest",
     "BlockingCallWarning",
+    "BodyTimeout",
     "CallerBusy",
     "CoordinatorUnavailable",
     "DigestMismatch",
     "ExtractionError",
     "JobFault",
+    "LengthRequired",
     "NoUpload",
     "PoolBusy",
     "PoolClosed",
     "PoolMisconfigured",
     "Refused",
     "RemoteJobError",
+    "RepeatedHeader",
     "ResultTooLarge",
     "RunnerLost",
     "SandboxUnavailable",
@@ -237,6 +240,7 @@ EXTRACTION_MESSAGES = {
     "too_many_pages": "This PDF has too many pages.",
     "crashed": "This PDF could not be processed.",
 }
+"""What a user is told of each ``ExtractionError`` code (answered 422)."""
 
 
 class ExtractionError(Exception):

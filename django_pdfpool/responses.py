@@ -7,11 +7,9 @@ messages meant for users reach the client, never a traceback or a path."""
 from __future__ import annotations
 
 import functools
-import inspect
 import math
-import warnings
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from asgiref.sync import sync_to_async
 from django.http import HttpRequest, HttpResponse, JsonResponse
@@ -19,6 +17,17 @@ from django.utils.html import format_html
 
 from .conf import get_settings
 from .exceptions import ExtractionError, PoolMisconfigured, Refused, UploadRejected
+
+__all__ = [
+    "Described",
+    "Failure",
+    "RefusalView",
+    "default_refusal_view",
+    "describe",
+    "error_answer",
+    "html_answer",
+    "json_answer",
+]
 
 Failure = Refused | ExtractionError | UploadRejected
 """Everything the app answers in a view's place."""
@@ -99,16 +108,15 @@ def _with_retry(response: HttpResponse, seconds: int | None) -> HttpResponse:
     return response
 
 
-def json_answer(request: HttpRequest, exception: Failure, *old: Any) -> HttpResponse:
+def json_answer(request: HttpRequest, exception: Failure) -> HttpResponse:
     """``{"error": code, "message": message, "retry_after": seconds}``, whatever the client
-    accepts (for APIs), with a ``Retry-After`` header where there is a retry time.
-    (``old``: the deprecated call ``json_answer(request, status, code, message, retry)``.)"""
-    return _json(_old_described(old, exception) if old else describe(exception))
+    accepts (for APIs), with a ``Retry-After`` header where there is a retry time."""
+    return _json(describe(exception))
 
 
-def html_answer(request: HttpRequest, exception: Failure, *old: Any) -> HttpResponse:
+def html_answer(request: HttpRequest, exception: Failure) -> HttpResponse:
     """A small standalone HTML page saying the same."""
-    return _html(_old_described(old, exception) if old else describe(exception))
+    return _html(describe(exception))
 
 
 def error_answer(request: HttpRequest, exception: Failure) -> HttpResponse:
@@ -156,7 +164,7 @@ def prebuilt_answer(error: Failure, answer: RefusalView | None) -> AsgiAnswer | 
     """What ``refusal_answer(request, error, answer)`` gives, as ASGI parts built once per
     distinct answer, when ``answer`` reads nothing of the request (``json_answer``,
     ``html_answer``); else None. For the door, which refuses hundreds of uploads a second
-    with a handful of distinct answers (issue 24: building each cost the event loop)."""
+    with a handful of distinct answers: building each would cost the event loop."""
     build = _json if answer is json_answer else _html if answer is html_answer else None
     return None if build is None else _built(build, *_told(error))
 
@@ -174,61 +182,3 @@ def _built(
     if not response.has_header("Content-Length"):
         headers.append((b"Content-Length", str(len(response.content)).encode("latin-1")))
     return response.status_code, tuple(headers), response.content
-
-
-# --- the five-argument answer=, deprecated (one release) ------------------------------------
-
-OldAnswer = Callable[[HttpRequest, int, str, str, "float | None"], HttpResponse]
-"""The old ``answer(request, status, code, message, retry_after)``: still taken, with a
-``DeprecationWarning``, until the next release."""
-
-_OLD_SHAPE = (
-    "answer(request, status, code, message, retry_after) is deprecated: take "
-    "(request, exception) as REFUSAL_VIEW does (responses.describe(exception) gives the "
-    "status, code, message and retry time). The old shape stops working in the next release."
-)
-
-
-def as_refusal_view(answer: RefusalView | OldAnswer) -> RefusalView:
-    """``answer`` in the one hook shape: a five-argument function is adapted (with a
-    ``DeprecationWarning``, once, where it is given), anything else returned as it is."""
-    if not _takes_five(answer):
-        return answer  # type: ignore[return-value]
-    warnings.warn(_OLD_SHAPE, DeprecationWarning, stacklevel=3)
-    old: OldAnswer = answer  # type: ignore[assignment]
-
-    @functools.wraps(old)
-    def adapted(request: HttpRequest, exception: Failure) -> HttpResponse:
-        said = describe(exception)
-        retry = exception.retry_after if isinstance(exception, Refused) else None
-        return old(request, said.status, said.code, said.message, retry)
-
-    del adapted.__wrapped__  # its own signature is the new shape: adapted once, not twice
-    return adapted
-
-
-def _takes_five(answer: Callable[..., Any]) -> bool:
-    """Whether ``answer`` needs the old five arguments: it cannot take two, and can five."""
-    try:
-        signature = inspect.signature(answer)
-    except (TypeError, ValueError):
-        return False
-    try:
-        signature.bind(None, None)
-        return False
-    except TypeError:
-        pass
-    try:
-        signature.bind(None, None, None, None, None)
-        return True
-    except TypeError:
-        return False
-
-
-def _old_described(old: tuple[Any, ...], status: Any) -> Described:
-    """``json_answer(request, status, code, message, retry_after)``, called the old way."""
-    warnings.warn(_OLD_SHAPE, DeprecationWarning, stacklevel=3)
-    code, message, *rest = old
-    retry_after = rest[0] if rest else None
-    seconds = None if retry_after is None else max(1, math.ceil(retry_after))
-    return Described(int(status), code, message, seconds)

@@ -71,5 +71,5 @@ def test_a_moved_key_is_a_check_error_naming_its_home(settings):
     assert [(e.id, e.msg) for e in errors] == [
         ("django_pdfpool.E008", "PDFPOOL['REDIS_URL'] moved: use PDFPOOL['REDIS']['URL']."),
         ("django_pdfpool.E008", "PDFPOOL['CHILD_NICE'] moved: use the argument "
-         "django_pdfpool.extraction.configure(nice=...)."),
+         "django_pdfpool.sandbox.configure(nice=...)."),
     ]  # fmt: skip

@@ -35,7 +35,7 @@ def test_bad_redis_settings_fire_checks(settings, value, check_id):
 
 
 def test_the_redis_backend_serves_the_decorator(pdfpool, redis_server, namespace):
-    from django_pdfpool.pool import RedisPool
+    from django_pdfpool.admission import RedisPool
 
     pdfpool(REDIS={"URL": redis_server.url, "NAMESPACE": namespace, "LEASE": 2.0})
     assert check_settings() == []

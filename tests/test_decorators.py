@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import hashlib
-import importlib
 import json
 import os
 import subprocess
@@ -522,43 +521,6 @@ def test_a_views_own_answer_function_makes_every_refusal(pdfpool):
     assert refused.status_code == 418
     assert refused.json()["mine"] == "caller_busy" and refused.json()["status"] == 429
     assert refused.json()["retry"] >= 0
-
-
-# --- the public names -------------------------------------------------------------
-
-
-def test_the_package_exports_each_public_name_from_its_home():
-    import django_pdfpool
-
-    assert sorted(django_pdfpool.__all__) == sorted(django_pdfpool._HOMES)
-    for name, home in django_pdfpool._HOMES.items():
-        module = importlib.import_module(f"django_pdfpool.{home}")
-        assert getattr(django_pdfpool, name) is getattr(module, name), name
-    assert set(django_pdfpool.__all__) <= set(dir(django_pdfpool))
-    with pytest.raises(AttributeError, match="no_such_name"):
-        django_pdfpool.no_such_name  # noqa: B018
-
-
-def test_the_import_paths_kept_from_before_the_layout_still_work():
-    import django_pdfpool
-    from django_pdfpool import asgi, callers, extraction, middleware, pool
-
-    for name in ("Refused", "PoolBusy", "CallerBusy", "PoolClosed"):
-        assert getattr(pool, name) is getattr(django_pdfpool, name)
-    assert pool.Pool.__module__ == "django_pdfpool.admission.local"
-    assert pool.RedisPool.__module__ == "django_pdfpool.admission.redis.redis_pool"
-    for name in ("extract", "Extraction", "ExtractionError"):
-        assert getattr(extraction, name) is getattr(django_pdfpool, name)
-    assert asgi.PoolLifespan is django_pdfpool.PoolLifespan
-    assert middleware.AdmissionMiddleware.__module__ == "django_pdfpool.middleware"
-    assert callable(callers.user_or_ip) and callable(callers.user_or_forwarded_ip)
-
-
-def test_importing_the_package_imports_no_django():
-    code = "import sys, django_pdfpool; print(sorted({m.split('.')[0] for m in sys.modules}))"
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
-    assert "'django'" not in done.stdout and "'django_pdfpool'" in done.stdout
 
 
 def page_job(pages: str):

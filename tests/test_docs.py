@@ -270,8 +270,16 @@ def test_python_in_the_docs_parses(where: str, block: Block) -> None:
     _tree(block)
 
 
-# the integrations' modules are public too: each has its own ``__all__`` (docs/reference.md)
-PUBLIC_MODULES = ("django_pdfpool.contrib.drf", "django_pdfpool.contrib.ninja")
+# the modules besides the package that users import from, each with its own ``__all__``
+# (docs/reference.md): exceptions, answers, pools, sandbox controls and the integrations
+PUBLIC_MODULES = (
+    "django_pdfpool.exceptions",
+    "django_pdfpool.responses",
+    "django_pdfpool.admission",
+    "django_pdfpool.sandbox",
+    "django_pdfpool.contrib.drf",
+    "django_pdfpool.contrib.ninja",
+)
 
 
 def public_names(module: str) -> set[str]:
@@ -281,7 +289,7 @@ def public_names(module: str) -> set[str]:
 
 
 def private_uses(tree: ast.AST) -> list[str]:
-    """Imports of django_pdfpool's submodules (but the integrations') or of names outside
+    """Imports of django_pdfpool's submodules (but the public ones) or of names outside
     their ``__all__``, and ``django_pdfpool.<name>`` attribute paths outside it."""
     public = public_names("django_pdfpool")
     found = []
@@ -311,9 +319,10 @@ def test_the_docs_import_only_public_names(where: str, block: Block) -> None:
 
 
 def test_the_import_check_catches_a_submodule_and_a_private_name() -> None:
-    code = "from django_pdfpool.responses import json_answer\nfrom django_pdfpool import _HOMES\n"
+    code = "from django_pdfpool.conf import get_settings\nfrom django_pdfpool import _HOMES\n"
     code += "import django_pdfpool.configured\ndjango_pdfpool.conf.get_settings()\n"
-    assert len(private_uses(ast.parse(code))) == 4
+    code += "from django_pdfpool.exceptions import PoolBusy\nfrom django_pdfpool import PoolBusy\n"
+    assert len(private_uses(ast.parse(code))) == 5
 
 
 # -- the API reference -----------------------------------------------------------------------

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from django.test import Client, RequestFactory, override_settings
 
-from django_pdfpool import CallerBusy
+from django_pdfpool.exceptions import CallerBusy
 from tests.support import pdfs
 from tests.test_decorators import upload
 from tests.test_docs import Block, fences_of

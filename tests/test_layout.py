@@ -92,13 +92,17 @@ def test_the_sandbox_imports_no_django_and_no_admission_rules(name):
 
 
 def test_the_redis_pool_is_only_imported_lazily_outside_its_subpackage():
-    """redis-py is an optional extra: nothing imported by ``import django_pdfpool.pool``
+    """redis-py is an optional extra: nothing imported by ``import django_pdfpool.admission``
     or the Django side at start-up may import it."""
-    eager = {"django_pdfpool", "django_pdfpool.configured"}
+    eager = {"django_pdfpool", "django_pdfpool.admission", "django_pdfpool.configured"}
     for name in eager:
         tree = ast.parse(MODULES[name].read_text())
         top = [n for n in tree.body if isinstance(n, ast.Import | ast.ImportFrom)]
         assert not any("redis" in ast.unparse(n) for n in top), name
+
+
+# packages whose names load on first use (``__getattr__``): importing one runs none of its modules
+LAZY = {"django_pdfpool", ADMISSION, SANDBOX}
 
 
 def test_there_is_no_import_circle():
@@ -113,7 +117,7 @@ def test_there_is_no_import_circle():
         index[node] = low[node] = len(index)
         stack.append(node)
         on_stack.add(node)
-        for nxt in GRAPH[node] - {"django_pdfpool"}:  # the package's lazy __getattr__
+        for nxt in GRAPH[node] - LAZY:
             if nxt not in index:
                 visit(nxt)
                 low[node] = min(low[node], low[nxt])
@@ -147,6 +151,7 @@ GLUE_TESTS = {
     "bounds": "tests/test_conf.py",  # the bounds the settings and the lower layers share
     "exceptions": "tests/admission/test_delivery.py",
     "models": "tests/status/test_page.py",  # the permission to see the status page
+    "pool": "tests/test_pool_conformance.py",  # the given test's path to the local pool
 }
 # A subpackage is tested in the folder of the same path under tests/, or in the one here.
 SUBPACKAGE_TESTS = {"management.commands": "tests/management"}

@@ -427,8 +427,7 @@ def test_the_door_answers_on_the_event_loop_only_with_the_librarys_own_answers(p
     """A project's refusal view or ``answer=`` may render templates or read the database:
     the ASGI door runs those in a thread, and only those (bench_load: a thread hop per
     refusal cost the example's API 35 ms at p99 in a burst)."""
-    from django_pdfpool import html_answer, json_answer
-    from django_pdfpool.responses import answers_quickly, error_answer
+    from django_pdfpool.responses import answers_quickly, error_answer, html_answer, json_answer
 
     pdfpool()
     assert answers_quickly(None) and answers_quickly(json_answer) and answers_quickly(html_answer)

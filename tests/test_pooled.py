@@ -19,16 +19,9 @@ from django.core.management.base import CommandError
 from django.db.models.fields.files import FieldFile, FileField
 from django.test import Client
 
-from django_pdfpool import (
-    CallerBusy,
-    Extraction,
-    StagedUpload,
-    UploadTooLarge,
-    aextract_pooled,
-    extract_pooled,
-    extract_upload,
-    get_pool,
-)
+from django_pdfpool import Extraction, StagedUpload, aextract_pooled, extract_pooled, get_pool
+from django_pdfpool.decorators import extract_upload
+from django_pdfpool.exceptions import CallerBusy, UploadTooLarge
 from django_pdfpool.uploads import STAGING_CHUNK
 from tests.conftest import held_requests, wait_until
 from tests.project.views import HELD, held_job

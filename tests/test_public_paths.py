@@ -1,33 +1,38 @@
-"""The public import paths. One map in ``django_pdfpool/__init__.py`` serves the package's names
-and the modules ``django_pdfpool.pool`` and ``django_pdfpool.extraction`` (no file of their
-own, a ``.pyi`` for type checkers); a module renamed in this release keeps its old path for one
-release, with a DeprecationWarning; and every dotted path the docs name imports.
+"""The public surface: at most fifteen names in ``django_pdfpool.__all__``, each loaded from
+its module on first use, so that ``import django_pdfpool`` imports no Django; every exception
+in ``django_pdfpool.exceptions``; the pools in ``django_pdfpool.admission``, the sandbox's
+controls in ``django_pdfpool.sandbox``; and every dotted path the docs name imports.
 """
 
 from __future__ import annotations
 
-import ast
 import importlib
+import inspect
+import pkgutil
 import re
 import subprocess
 import sys
 import warnings
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 
 import django_pdfpool
+from django_pdfpool import exceptions
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGE = ROOT / "django_pdfpool"
-SERVED = {f"django_pdfpool.{name}": homes for name, homes in django_pdfpool._PATHS.items()}
-PATHS = {"django_pdfpool": django_pdfpool._HOMES, **SERVED}
-
-
-def _home(home: str) -> ModuleType:
-    return importlib.import_module(f"django_pdfpool.{home}")
+MOST_NAMES = 15
+PUBLIC_MODULES = (
+    "django_pdfpool",
+    "django_pdfpool.admission",
+    "django_pdfpool.asgi",
+    "django_pdfpool.exceptions",
+    "django_pdfpool.responses",
+    "django_pdfpool.sandbox",
+)
+# each framework's exceptions subclass its own classes, so they live with the integration
+INTEGRATIONS = ("django_pdfpool.contrib.",)
 
 
 def _python(code: str) -> subprocess.CompletedProcess[str]:
@@ -41,117 +46,92 @@ def _python(code: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-@pytest.mark.parametrize("path", sorted(PATHS))
-def test_each_public_path_serves_its_names_from_their_homes(path: str) -> None:
-    module = importlib.import_module(path)
-    assert sorted(module.__all__) == sorted(PATHS[path])
-    for name, home in PATHS[path].items():
-        assert getattr(module, name) is getattr(_home(home), name), f"{path}.{name}"
-    assert set(module.__all__) <= set(dir(module))
+def _is_exception(value: object) -> bool:
+    return isinstance(value, type) and issubclass(value, BaseException)
+
+
+def test_the_package_exports_few_names_and_no_exception() -> None:
+    names = django_pdfpool.__all__
+    assert len(names) <= MOST_NAMES, f"{len(names)} public names: {names}"
+    assert len(set(names)) == len(names)
+    assert not [name for name in names if _is_exception(getattr(django_pdfpool, name))]
+    assert not hasattr(django_pdfpool, "PoolBusy")  # from django_pdfpool.exceptions only
+
+
+@pytest.mark.parametrize("module", PUBLIC_MODULES)
+def test_each_public_name_resolves_to_an_object_of_the_package(module: str) -> None:
+    imported = importlib.import_module(module)
+    for name in imported.__all__:
+        value = getattr(imported, name)
+        if inspect.isclass(value) or inspect.isfunction(value):  # not an alias or a constant
+            assert value.__module__.startswith("django_pdfpool."), f"{module}.{name}"
     with pytest.raises(AttributeError, match="no_such_name"):
-        module.no_such_name  # noqa: B018
+        imported.no_such_name  # noqa: B018
 
 
-def test_the_served_modules_import_every_way_without_django_or_redis() -> None:
+def test_the_public_modules_import_neither_django_nor_redis_nor_the_sandbox() -> None:
     code = """
 import sys
-import django_pdfpool.pool
-from django_pdfpool.pool import Pool, PoolBusy
-from django_pdfpool import extraction
-from django_pdfpool.extraction import *
-import importlib
-assert importlib.import_module("django_pdfpool.extraction").extract is extract
-import importlib.util
-assert importlib.util.find_spec("django_pdfpool.pool").name == "django_pdfpool.pool"
-assert django_pdfpool.pool.Pool is Pool and extraction.PAGE_SEPARATOR is PAGE_SEPARATOR
-assert not any(m.partition(".")[0] in ("django", "redis") for m in sys.modules), "eager"
-from django_pdfpool.pool import RedisPool
-assert RedisPool.__module__ == "django_pdfpool.admission.redis.redis_pool"
-print("ok")
+import django_pdfpool, django_pdfpool.admission, django_pdfpool.exceptions, django_pdfpool.sandbox
+eager = sorted(m for m in sys.modules if m.partition(".")[0] in ("django", "redis")
+               or m.startswith(("django_pdfpool.sandbox.", "django_pdfpool.admission.")))
+print(eager)
 """
     done = _python(code)
-    assert done.stdout.strip() == "ok", done.stderr
+    assert done.stdout.strip() == "[]", done.stdout + done.stderr
 
 
-@pytest.mark.parametrize("name", sorted(django_pdfpool._PATHS))
-def test_the_stub_types_exactly_the_served_names(name: str) -> None:
-    """A type checker reads ``<name>.pyi``: the same names, imported from the same homes."""
-    assert not (PACKAGE / f"{name}.py").exists(), "a file would shadow the served module"
-    tree = ast.parse((PACKAGE / f"{name}.pyi").read_text())
-    imported = {
-        alias.asname or alias.name: node.module
-        for node in tree.body
-        if isinstance(node, ast.ImportFrom) and node.level == 1
-        for alias in node.names
-    }
-    (listed,) = (
-        ast.literal_eval(node.value)
-        for node in tree.body
-        if isinstance(node, ast.Assign) and ast.unparse(node.targets[0]) == "__all__"
-    )
-    homes = django_pdfpool._PATHS[name]
-    assert sorted(listed) == sorted(homes) == sorted(imported)
-    assert imported == homes
+def test_a_pool_and_a_control_load_on_first_use() -> None:
+    code = """
+import sys
+from django_pdfpool.admission import Pool
+from django_pdfpool.sandbox import configure
+assert "redis" not in sys.modules, "the Redis pool loaded with the local one"
+from django_pdfpool.admission import RedisPool
+assert RedisPool.__module__ == "django_pdfpool.admission.redis.redis_pool"
+assert Pool.__module__ == "django_pdfpool.admission.local"
+print(configure.__module__)
+"""
+    done = _python(code)
+    assert done.stdout.strip() == "django_pdfpool.sandbox.extract", done.stderr
 
 
-def test_a_type_checker_sees_the_served_modules_types(tmp_path: Path) -> None:
-    user = tmp_path / "user.py"
-    user.write_text(
-        "from django_pdfpool.extraction import PAGE_SEPARATOR\n"
-        "from django_pdfpool.pool import Pool\n"
-        "reveal_type(Pool(2, 4, 1.0))\nreveal_type(PAGE_SEPARATOR)\n"
-    )
-    done = subprocess.run(
-        [sys.executable, "-m", "mypy", "--strict", "--no-incremental", str(user)],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={"MYPYPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
-    )
-    assert 'Revealed type is "django_pdfpool.admission.local.Pool"' in done.stdout, done.stdout
-    assert 'Revealed type is "str"' in done.stdout, done.stdout
-
-
-@pytest.mark.parametrize("old,new", sorted(django_pdfpool.RENAMED.items()))
-def test_a_renamed_modules_old_path_is_gone(old: str, new: str) -> None:
-    """Renamed before the first release, so no alias: the old path does not import, the new does."""
-    assert f"django_pdfpool.{old}" not in sys.modules
-    with pytest.raises(ModuleNotFoundError):
-        importlib.import_module(f"django_pdfpool.{old}")
-    assert _home(new).__all__
-
-
-@pytest.mark.parametrize("old,new", sorted(django_pdfpool.RENAMED.items()))
-def test_a_renamed_modules_old_import_statement_fails(old: str, new: str) -> None:
-    name = _home(new).__all__[0]
-    done = _python(f"from django_pdfpool.{old} import {name}")
-    assert done.returncode != 0
-    assert "ModuleNotFoundError" in done.stderr, done.stderr
+def test_the_exceptions_module_holds_every_exception_of_the_package() -> None:
+    """Every module imported: an exception class defined anywhere but ``exceptions`` (or an
+    integration) fails here, as does one of ``exceptions`` missing from its ``__all__``."""
+    elsewhere = []
+    for info in pkgutil.walk_packages(django_pdfpool.__path__, "django_pdfpool."):
+        module = importlib.import_module(info.name)
+        elsewhere += [
+            f"{info.name}.{name}"
+            for name, value in vars(module).items()
+            if _is_exception(value) and value.__module__ == info.name
+        ]
+    assert elsewhere, "the scan found no exception at all"
+    assert [name for name in elsewhere if not name.startswith(INTEGRATIONS)] == [
+        f"{exceptions.__name__}.{name}"
+        for name, value in vars(exceptions).items()
+        if _is_exception(value) and value.__module__ == exceptions.__name__
+    ]
+    defined = {name for name, value in vars(exceptions).items() if _is_exception(value)}
+    assert defined <= set(exceptions.__all__)
 
 
 NOT_PATHS = re.compile(r"django_pdfpool\.([EW]\d{3}|view_pool_status)$")  # checks, permission
 
 
 def _documented_paths() -> dict[str, str]:
-    """Every ``django_pdfpool.<dotted>`` the docs, README and example project name (the
-    changelog only in its "These paths still work"), with a file that names it."""
-    texts = [
-        (path, path.read_text())
-        for path in [ROOT / "README.md", *(ROOT / "docs").glob("*.md")]
-        if path.name != "changelog.md"
+    """Every ``django_pdfpool.<dotted>`` the docs, README and example project name (not the
+    changelog, which names the paths that are gone), with a file that names it."""
+    sources = [ROOT / "README.md", *(ROOT / "docs").glob("*.md")]
+    sources += [
+        p for p in (ROOT / "example_project").rglob("*") if p.suffix in {".py", ".html", ".md"}
     ]
-    texts += [
-        (path, path.read_text())
-        for path in (ROOT / "example_project").rglob("*")
-        if path.suffix in {".py", ".html", ".md"}
-    ]
-    changelog = ROOT / "docs" / "changelog.md"
-    kept = re.search(r"\*\*These paths still work:\*\*(.*?)\n- \*\*", changelog.read_text(), re.S)
-    assert kept is not None
-    texts.append((changelog, kept.group(1)))
     found: dict[str, str] = {}
-    for path, text in texts:
+    for path in sources:
+        if path.name == "changelog.md":
+            continue
+        text = path.read_text()
         dotted = re.findall(r"django_pdfpool(?:\.[A-Za-z_]\w*)+", text)
         for module, names in re.findall(r"from (django_pdfpool[\w.]*) import ([\w, ]+)", text):
             dotted += [f"{module}.{name.strip()}" for name in names.split(",") if name.strip()]

@@ -1,12 +1,11 @@
 """``responses``: the one path from a refusal to a response. What a client is told of each
 failure (status, code, message, Retry-After), the library's answers, the one hook shape
-``(request, exception)`` for ``REFUSAL_VIEW`` and ``answer=``, the old five-argument
-``answer=`` still taken with a DeprecationWarning, and the door's prebuilt answers."""
+``(request, exception)`` for ``REFUSAL_VIEW`` and ``answer=``, and the door's prebuilt
+answers."""
 
 from __future__ import annotations
 
 import json
-import warnings
 from typing import ClassVar
 
 import pytest
@@ -14,7 +13,8 @@ from django.http import JsonResponse
 from django.test import Client, RequestFactory, override_settings
 from django.urls import path
 
-from django_pdfpool import (
+from django_pdfpool import pdf_pooled
+from django_pdfpool.exceptions import (
     BodyTimeout,
     CallerBusy,
     ExtractionError,
@@ -24,16 +24,14 @@ from django_pdfpool import (
     PoolClosed,
     PoolMisconfigured,
     UploadTooLarge,
-    html_answer,
-    json_answer,
-    pdf_pooled,
 )
 from django_pdfpool.responses import (
     MISCONFIGURED,
     Described,
-    as_refusal_view,
     describe,
     error_answer,
+    html_answer,
+    json_answer,
     prebuilt_answer,
     refusal_answer,
 )
@@ -120,92 +118,32 @@ def test_one_path_answer_else_the_refusal_view_setting(pdfpool, rf):
     assert refusal_answer(request, error, html_answer).status_code == 503  # answer= wins
 
 
-def new_shape(request, exception):
-    return JsonResponse(
-        {"shape": "new", "code": exception.code, "status": exception.status}, status=418
-    )
+def own_answer(request, exception):
+    return JsonResponse({"code": exception.code, "status": exception.status}, status=418)
 
 
-def old_shape(request, status, code, message, retry_after):
-    return JsonResponse(
-        {"shape": "old", "code": code, "status": status, "retry": retry_after}, status=418
-    )
-
-
-def test_answer_takes_the_new_shape_without_a_warning():
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        assert as_refusal_view(new_shape) is new_shape
-        assert as_refusal_view(json_answer) is json_answer
-        pdf_pooled(answer=new_shape)(lambda request: None)
-
-
-def test_the_old_five_argument_answer_warns_where_it_is_given_and_still_answers(rf):
-    with pytest.warns(
-        DeprecationWarning, match=r"answer\(request, status, code, message, retry_after\)"
-    ) as caught:
-        adapted = as_refusal_view(old_shape)
-    assert adapted is not old_shape and adapted.__name__ == "old_shape"
-    assert as_refusal_view(adapted) is adapted  # adapted once
-    response = adapted(rf.post("/"), CallerBusy("yours", 0.25))
-    assert json.loads(response.content) == {
-        "shape": "old",
-        "code": "caller_busy",
-        "status": 429,
-        "retry": 0.25,
-    }
-    assert json.loads(adapted(rf.post("/"), NoUpload("none")).content)["retry"] is None
-    with pytest.warns(DeprecationWarning) as caught:
-
-        @pdf_pooled(answer=old_shape)
-        def view(request):  # pragma: no cover - never reached
-            raise AssertionError
-
-    assert caught[0].filename == __file__  # the warning points at the decorated view
-
-
-def test_the_library_answers_called_the_old_way_warn_and_answer_the_same(rf):
-    request = rf.post("/")
-    with pytest.warns(DeprecationWarning):
-        old = json_answer(request, 503, "busy", "full", 1.5)
-    new = json_answer(request, PoolBusy("full", 1.5))
-    assert (old.status_code, old.content, old["Retry-After"]) == (new.status_code, new.content, "2")
-    with pytest.warns(DeprecationWarning):
-        page = html_answer(request, 413, "too_large", "big")
-    assert page.content == html_answer(request, UploadTooLarge("big")).content
-
-
-@pdf_pooled(answer=new_shape)
-def new_shape_view(request):
+@pdf_pooled(answer=own_answer)
+def answered_view(request):
     return JsonResponse({"ran": True})
 
 
-with warnings.catch_warnings():
-    warnings.simplefilter("ignore", DeprecationWarning)
-
-    @pdf_pooled(answer=old_shape)
-    async def old_shape_view(request):
-        return JsonResponse({"ran": True})
-
-
 class Routes:
-    urlpatterns: ClassVar = [path("new/", new_shape_view), path("old/", old_shape_view)]
+    urlpatterns: ClassVar = [path("own/", answered_view)]
 
 
 @pytest.mark.parametrize("door", [True, False])
-def test_both_shapes_answer_every_refusal_of_a_view_the_pool_and_the_door(pdfpool, door):
+def test_a_views_answer_answers_every_refusal_the_pool_and_the_door(pdfpool, door):
     pdfpool(DOOR=door, MAX_UPLOAD_SIZE=1000)
     with override_settings(ROOT_URLCONF=Routes):
-        for url in ("/new/", "/old/"):
-            missing = Client().post(url, {"other": "x"})
-            assert missing.status_code == 418 and missing.json()["code"] == "no_upload"
-            assert missing.json()["status"] == 400
-            big = Client().post(url, b"%PDF-" + b"x" * 2000, content_type="application/pdf")
-            assert big.status_code == 418 and big.json()["code"] == "too_large"  # the door's, if on
-            assert big.json()["status"] == 413
-            unreadable = Client().post(url, b"not a pdf", content_type="application/pdf")
-            assert unreadable.status_code == 418 and unreadable.json()["code"] == "not_a_pdf"
-            assert unreadable.json()["status"] == 422
+        missing = Client().post("/own/", {"other": "x"})
+        assert missing.status_code == 418 and missing.json()["code"] == "no_upload"
+        assert missing.json()["status"] == 400
+        big = Client().post("/own/", b"%PDF-" + b"x" * 2000, content_type="application/pdf")
+        assert big.status_code == 418 and big.json()["code"] == "too_large"  # the door's, if on
+        assert big.json()["status"] == 413
+        unreadable = Client().post("/own/", b"not a pdf", content_type="application/pdf")
+        assert unreadable.status_code == 418 and unreadable.json()["code"] == "not_a_pdf"
+        assert unreadable.json()["status"] == 422
 
 
 def test_the_door_prebuilds_only_the_answers_that_read_no_request():
@@ -217,18 +155,8 @@ def test_the_door_prebuilds_only_the_answers_that_read_no_request():
     assert (status, body) == (503, response.content)
     assert (b"Retry-After", b"1") in headers
     assert prebuilt_answer(error, html_answer) is not None
-    for reads_the_request in (error_answer, new_shape, None):
+    for reads_the_request in (error_answer, own_answer, None):
         assert prebuilt_answer(error, reads_the_request) is None
-
-
-def test_negotiated_answer_is_error_answer_with_no_alias():
-    """Renamed before the first release: the old name is gone (as moved modules are)."""
-    import django_pdfpool.responses as responses
-
-    assert not hasattr(responses, "negotiated_answer")
-    assert responses.error_answer is error_answer
-    with pytest.raises(AttributeError):
-        responses.no_such_answer  # noqa: B018
 
 
 @pytest.mark.urls("tests.project.contrib_urls")

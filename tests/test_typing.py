@@ -1,5 +1,6 @@
 """What a project's type checker sees of django-pdfpool: a decorated view keeps its type,
-``get_pool()`` is the pools' protocol, and the lazily loaded public names are typed."""
+``get_pool()`` is the pools' protocol, and the lazily loaded public names (the package's,
+``admission``'s and ``sandbox``'s) are typed."""
 
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ USER_CODE = """
 
     import django_pdfpool
     from django_pdfpool import PdfPoolDoor, get_pool, pdf_pooled
+    from django_pdfpool.admission import Pool
+    from django_pdfpool.sandbox import PAGE_SEPARATOR
 
 
     @pdf_pooled
@@ -34,6 +37,8 @@ USER_CODE = """
     reveal_type(get_pool())
     reveal_type(django_pdfpool.extract)
     reveal_type(PdfPoolDoor)
+    reveal_type(Pool(2, 4, 1.0))
+    reveal_type(PAGE_SEPARATOR)
 """
 
 
@@ -52,7 +57,7 @@ def test_a_type_checker_sees_the_public_api_typed(tmp_path):
     )
     mine = [line for line in out.splitlines() if line.startswith(str(module))]
     assert not [line for line in mine if ": error:" in line], out
-    bare, configured, pool, extract, door = [
+    bare, configured, pool, extract, door, local, separator = [
         line.split("Revealed type is ", 1)[1]
         for line in out.splitlines()
         if "Revealed type" in line
@@ -65,3 +70,5 @@ def test_a_type_checker_sees_the_public_api_typed(tmp_path):
     assert pool == '"django_pdfpool.admission.protocol.AdmissionPool"'
     assert extract.endswith('Coroutine[Any, Any, django_pdfpool.sandbox.extract.Extraction]"')
     assert "PdfPoolDoor" in door
+    assert local == '"django_pdfpool.admission.local.Pool"'
+    assert separator == '"str"'

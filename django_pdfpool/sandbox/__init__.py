@@ -1,5 +1,25 @@
 """The extraction sandbox: untrusted PDFs read in limited, short-lived child processes.
 
 Parent side: extract, child_process, template, layers; child side: child_main, child_job,
-template_main, engines, confine, kernel; both: wire.
+template_main, engines, confine, kernel; both: wire. The process-wide controls are
+importable from here, loaded on first use: a child imports this package too, and none of
+the parent side. (``extract`` itself is ``django_pdfpool.extract``.)
 """
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .extract import PAGE_SEPARATOR, configure, prewarm, sandbox_layers, shutdown
+    from .layers import SandboxLayers
+
+__all__ = ["PAGE_SEPARATOR", "SandboxLayers", "configure", "prewarm", "sandbox_layers", "shutdown"]
+
+
+def __getattr__(name: str) -> Any:
+    """A control, read from ``extract`` (imported on first use)."""
+    if name in __all__:
+        return getattr(import_module(f"{__name__}.extract"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -37,7 +37,8 @@ from .wire import (
     encode_job,
 )
 
-PAGE_SEPARATOR = "\n\n"  # between pages in Extraction.text
+PAGE_SEPARATOR = "\n\n"
+"""Between two pages in ``Extraction.text``."""
 
 
 class ReadOnlyDict(dict):  # type: ignore[type-arg]

@@ -36,12 +36,9 @@ HOLD = 0.05  # seconds a new job runs alone before a ready child is forked besid
 READY_NAME = b"pdfpool-ready"  # /proc/PID/comm of a ready child, until its job line arrives
 
 
-class _Stop(Exception):
+def _stop(signum: int, frame: object) -> NoReturn:
     """SIGTERM: the server is gone."""
-
-
-def _stop(signum: int, frame: object) -> None:
-    raise _Stop
+    raise SystemExit
 
 
 class _Forked:
@@ -181,7 +178,7 @@ def serve_template(engines: tuple[str, ...], most: int, idle: float) -> NoReturn
     template = _Template(control, engines, most, idle)
     try:
         template.serve()
-    except _Stop:
+    except SystemExit:
         pass
     finally:
         template.kill_all()

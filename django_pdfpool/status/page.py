@@ -22,7 +22,7 @@ from ..admission.snapshot import ClusterSnapshot
 from ..conf import get_settings
 from ..configured import get_pool, recorder
 from ..door import door_status
-from ..extraction import child_starts, sandbox_layers
+from ..sandbox.extract import child_starts, sandbox_layers
 
 SHORT_HEX = 12  # hex digits of a key's digest shown on the page; the full key is a tooltip
 CHART_W, CHART_H = 600, 100  # the charts' SVG viewBox; stretched to the page's width

@@ -10,7 +10,7 @@ Everything a person may want to change comes from the environment:
   ``PDFPOOL_DOOR_BODY_TIMEOUT``, ``PDFPOOL_DOOR_BODY_MIN_RATE``) become the PDFPOOL setting
   (``PDFPOOL_DOOR_BUDGET`` is ``PDFPOOL["DOOR"]["BUDGET"]``). ``PDFPOOL_TEMP_DIR`` is
   Django's ``FILE_UPLOAD_TEMP_DIR``; ``PDFPOOL_WARM_CHILDREN`` and ``PDFPOOL_CHILD_NICE``
-  (benchmarks/bench_load.py turns them) are ``django_pdfpool.extraction.configure()``'s.
+  (benchmarks/bench_load.py turns them) are ``django_pdfpool.sandbox.configure()``'s.
   They are parsed here but validated by django-pdfpool's system checks, so
   ``PDFPOOL_SLOTS=0 make demo`` stops at ``migrate`` naming the problem.
 - ``DEMO_STATE_DIR`` (default: this project's folder) holds what the demo creates
@@ -201,7 +201,7 @@ SERVESTATIC_USE_FINDERS = True
 PDFPOOL = pdfpool_from_env(os.environ)
 FILE_UPLOAD_TEMP_DIR = os.environ.get("PDFPOOL_TEMP_DIR") or None  # uploads staged here
 if os.environ.get("PDFPOOL_WARM_CHILDREN") or os.environ.get("PDFPOOL_CHILD_NICE"):
-    from django_pdfpool.extraction import configure  # the sandbox's knobs: arguments
+    from django_pdfpool.sandbox import configure  # the sandbox's knobs: arguments
 
     warm, nice = os.environ.get("PDFPOOL_WARM_CHILDREN"), os.environ.get("PDFPOOL_CHILD_NICE")
     configure(warm=None if not warm else _flag(warm) is True, nice=int(nice) if nice else None)

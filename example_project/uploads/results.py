@@ -18,7 +18,7 @@ from django.core.handlers.asgi import ASGIRequest
 from django.http import HttpRequest, StreamingHttpResponse
 
 from django_pdfpool import Extraction
-from django_pdfpool.extraction import PAGE_SEPARATOR
+from django_pdfpool.sandbox import PAGE_SEPARATOR
 
 SLICE = 1 << 16  # characters of text per slice: at most 4 x 64 KiB of UTF-8 (6 x if escaped)
 CHUNK = 1 << 16  # bytes: pieces are joined until a chunk has at least this many

@@ -20,11 +20,11 @@ from django.urls import reverse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_http_methods
 
-from django_pdfpool import Extraction, get_pool, json_answer, pdf_pooled
+from django_pdfpool import Extraction, get_pool, pdf_pooled
 from django_pdfpool.callers import acaller_of
 from django_pdfpool.conf import get_settings
 from django_pdfpool.decorators import pool_key
-from django_pdfpool.responses import Failure
+from django_pdfpool.responses import Failure, json_answer
 
 from . import results
 from .answers import friendly_texts, problem

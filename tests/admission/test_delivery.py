@@ -10,7 +10,8 @@ import traceback
 
 import pytest
 
-from django_pdfpool.pool import CallerBusy, Pool, PoolBusy, PoolClosed, Refused
+from django_pdfpool.admission import Pool
+from django_pdfpool.exceptions import CallerBusy, PoolBusy, PoolClosed, Refused
 from tests.support.gates import Gate, failing, job, run, until
 
 

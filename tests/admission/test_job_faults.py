@@ -11,8 +11,8 @@ from uuid import uuid4
 
 import pytest
 
-from django_pdfpool.exceptions import JobFault
-from django_pdfpool.pool import Pool, PoolBusy
+from django_pdfpool.admission import Pool
+from django_pdfpool.exceptions import JobFault, PoolBusy
 from tests.conftest import held, until
 from tests.support.outages import _answer, run
 

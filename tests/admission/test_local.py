@@ -17,8 +17,9 @@ from pathlib import Path
 
 import pytest
 
+from django_pdfpool.admission import Pool
 from django_pdfpool.admission.jobloop import get_job_loop
-from django_pdfpool.pool import Pool, PoolBusy, PoolClosed
+from django_pdfpool.exceptions import PoolBusy, PoolClosed
 from tests.support.gates import LONG, Gate, job, run, until
 
 QUICK = 0.5  # seconds: "at once" answers well within this
@@ -370,7 +371,7 @@ def test_a_job_raising_a_base_exception_does_not_kill_the_job_loop(raised):
     script = textwrap.dedent(
         f"""
         import asyncio
-        from django_pdfpool.pool import Pool
+        from django_pdfpool.admission import Pool
 
         async def bad():
             raise {raised}

@@ -8,7 +8,8 @@ import threading
 
 import pytest
 
-from django_pdfpool.pool import CallerBusy, Pool, PoolBusy, PoolClosed
+from django_pdfpool.admission import Pool
+from django_pdfpool.exceptions import CallerBusy, PoolBusy, PoolClosed
 
 
 class Owner:

@@ -37,9 +37,10 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
+from django_pdfpool.admission import Pool
 from django_pdfpool.admission.jobloop import get_job_loop
 from django_pdfpool.admission.snapshot import Counters
-from django_pdfpool.pool import Pool, Refused
+from django_pdfpool.exceptions import Refused
 
 KEYS = ("k0", "k1", "k2", "k3")
 CALLERS = ("c0", "c1", "c2", "c3")

@@ -8,7 +8,7 @@ import inspect
 
 import pytest
 
-from django_pdfpool.pool import AdmissionPool, Pool, RedisPool
+from django_pdfpool.admission import AdmissionPool, Pool, RedisPool
 
 MEMBERS = [
     name

@@ -8,7 +8,8 @@ import math
 
 import pytest
 
-from django_pdfpool.pool import CallerBusy, Pool, PoolBusy, PoolClosed
+from django_pdfpool.admission import Pool
+from django_pdfpool.exceptions import CallerBusy, PoolBusy, PoolClosed
 from tests.support.gates import Gate, failing, job, run, until
 
 

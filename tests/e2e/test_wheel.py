@@ -25,7 +25,7 @@ from tests.test_docs import fences_of
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "django_pdfpool"
 QUICKSTART = ROOT / "docs" / "quickstart.md"
-SHIPPED = {".py", ".pyi", ".lua", ".css", ".js", ".html", ".typed"}
+SHIPPED = {".py", ".lua", ".css", ".js", ".html", ".typed"}
 
 
 def _clean_env(**extra: str) -> dict[str, str]:

@@ -21,7 +21,8 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.test import Client
 
-from django_pdfpool import PoolClosed, get_pool
+from django_pdfpool import get_pool
+from django_pdfpool.exceptions import PoolClosed
 from django_pdfpool.management import extract_report, status_report
 from django_pdfpool.management.commands import pdfpool as command
 from tests.conftest import held, held_requests, wait_until

@@ -13,7 +13,7 @@ import threading
 from django.http import HttpRequest, JsonResponse
 from django.urls import path
 
-from django_pdfpool import extraction
+import django_pdfpool.sandbox.extract as extraction
 from django_pdfpool.admission.jobloop import get_job_loop
 from django_pdfpool.configured import peek_pool
 from django_pdfpool.door import door_status

@@ -46,6 +46,6 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 PDFPOOL = json.loads(os.environ.get("PDFPOOL_JSON", "{}"))
 FILE_UPLOAD_TEMP_DIR = os.environ.get("PDFPOOL_TEST_STAGED") or None
 if "PDFPOOL_TEST_WARM" in os.environ:
-    from django_pdfpool.extraction import configure
+    from django_pdfpool.sandbox import configure
 
     configure(warm=os.environ["PDFPOOL_TEST_WARM"] == "1")

@@ -12,15 +12,11 @@ from django.http import HttpRequest, JsonResponse
 from django.utils.decorators import method_decorator
 from django.views import View
 
-from django_pdfpool import (
-    ExtractionError,
-    StagedUpload,
-    extract_upload,
-    get_pool,
-    json_answer,
-    pdf_pooled,
-)
+from django_pdfpool import StagedUpload, get_pool, pdf_pooled
 from django_pdfpool.conf import get_settings
+from django_pdfpool.decorators import extract_upload
+from django_pdfpool.exceptions import ExtractionError
+from django_pdfpool.responses import json_answer
 
 
 def _describe(request: HttpRequest) -> JsonResponse:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from django_pdfpool import extraction
+from django_pdfpool.sandbox import extract as sandbox
 from django_pdfpool.sandbox.child_process import BASE_ENV
 from tests.support import pdfs
 from tests.support.sandbox import run
@@ -15,10 +15,10 @@ from tests.support.sandbox import run
 
 def wait_for_spare(timeout: float = 30.0) -> int:
     deadline = time.monotonic() + timeout
-    while not extraction.idle_pids():
+    while not sandbox.idle_pids():
         assert time.monotonic() < deadline, "no spare started"
         time.sleep(0.01)
-    return extraction.idle_pids()[0]
+    return sandbox.idle_pids()[0]
 
 
 def environ_of(pid: int) -> dict[str, str]:
@@ -32,10 +32,10 @@ def test_children_get_a_minimal_environment_and_the_names_passed(monkeypatch):
     monkeypatch.setenv("PYTHONSTARTUP", "/nowhere.py")
     monkeypatch.setenv("PDFPOOL_PASSED", "yes")
     monkeypatch.setenv("LC_ALL", "C.UTF-8")
-    extraction.configure(warm=False, child_env=("PDFPOOL_PASSED",))
+    sandbox.configure(warm=False, child_env=("PDFPOOL_PASSED",))
     try:
-        extraction.configure(warm=True)
-        extraction.prewarm()
+        sandbox.configure(warm=True)
+        sandbox.prewarm()
         env = environ_of(wait_for_spare())
         assert "DJANGO_SECRET_KEY" not in env and "DATABASE_URL" not in env
         assert "PYTHONSTARTUP" not in env
@@ -43,20 +43,19 @@ def test_children_get_a_minimal_environment_and_the_names_passed(monkeypatch):
         assert set(env) <= {*BASE_ENV, "PDFPOOL_PASSED"} | {k for k in env if k[:3] == "LC_"}
         assert run(pdfs.simple(["still works"])).text == "still works"
     finally:
-        extraction.configure(child_env=())
-    extraction.prewarm()
+        sandbox.configure(child_env=())
+    sandbox.prewarm()
     env = environ_of(wait_for_spare())  # the spare of the old environment was replaced
     assert "PDFPOOL_PASSED" not in env
 
 
 def test_child_env_names_are_checked():
     with pytest.raises(ValueError):
-        extraction.configure(child_env=("A=B",))
+        sandbox.configure(child_env=("A=B",))
 
 
 def test_the_pool_passes_child_env_from_the_settings(pdfpool, monkeypatch):
     from django_pdfpool import get_pool
-    from django_pdfpool.sandbox import extract as sandbox
 
     pdfpool(SANDBOX={"CHILD_ENV": ["PDFPOOL_FROM_SETTINGS"]})
     get_pool()

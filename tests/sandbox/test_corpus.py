@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 from pypdf import PdfReader
 
-from django_pdfpool.extraction import ExtractionError, extract
+from django_pdfpool import extract
+from django_pdfpool.exceptions import ExtractionError
 from tests.support.procs import child_pids, leftovers
 
 CORPUS = Path(__file__).resolve().parents[2].parent / "shared" / "corpus"

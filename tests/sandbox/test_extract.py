@@ -17,9 +17,10 @@ import time
 import pytest
 from pypdf import PdfReader
 
-from django_pdfpool import extraction
+import django_pdfpool.sandbox.extract as extraction
+from django_pdfpool import Extraction, extract
 from django_pdfpool.exceptions import EXTRACTION_MESSAGES as MESSAGES
-from django_pdfpool.extraction import Extraction, ExtractionError, extract
+from django_pdfpool.exceptions import ExtractionError
 from django_pdfpool.sandbox.child_process import CHILD_MODULE
 from django_pdfpool.sandbox.engines import preload
 from django_pdfpool.sandbox.wire import (
@@ -282,7 +283,7 @@ def test_errors_copy_and_pickle():
 
 def test_the_pdf_side_imports_neither_django_nor_the_pool():
     code = (
-        "import sys, django_pdfpool.extraction, django_pdfpool.sandbox.child_main\n"
+        "import sys, django_pdfpool.sandbox.extract, django_pdfpool.sandbox.child_main\n"
         "bad = [m for m in sys.modules\n"
         "       if m.split('.')[0] == 'django' or m.startswith('django_pdfpool.admission')]\n"
         "print(bad)"

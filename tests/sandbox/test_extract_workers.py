@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from django_pdfpool.extraction import extract
+from django_pdfpool import extract
 from django_pdfpool.sandbox import extract as sandbox
 from tests.support import pdfs
 

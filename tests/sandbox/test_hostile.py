@@ -13,9 +13,10 @@ import time
 import psutil
 import pytest
 
-from django_pdfpool import extraction
+import django_pdfpool.sandbox.extract as extraction
+from django_pdfpool import extract
 from django_pdfpool.exceptions import EXTRACTION_MESSAGES as MESSAGES
-from django_pdfpool.extraction import ExtractionError, extract
+from django_pdfpool.exceptions import ExtractionError
 from tests.support import pdfs
 from tests.support.procs import PeakWatcher, child_pids, cpu_time, job_child, leftovers, rlimits
 

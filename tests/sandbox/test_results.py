@@ -11,8 +11,8 @@ import pickle
 
 import pytest
 
-from django_pdfpool import extraction
-from django_pdfpool.extraction import Extraction, extract
+import django_pdfpool.sandbox.extract as extraction
+from django_pdfpool import Extraction, extract
 from tests.conftest import until
 from tests.support import pdfs
 from tests.support.sandbox import LIMITS

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from django_pdfpool import extraction
-from django_pdfpool.extraction import extract
+from django_pdfpool import extract
+from django_pdfpool.sandbox import extract as sandbox
 from tests.conftest import wait_until
 from tests.support import pdfs
 from tests.support.procs import child_pids, job_child, leftovers, rlimits
@@ -23,14 +23,14 @@ LIMITS = {"timeout": 30.0, "memory_limit": MEMORY}
 
 @pytest.fixture
 def warm(tmp_path):
-    extraction.configure(warm=True, tmp_dir=tmp_path)
-    extraction.prewarm()
-    wait_until(lambda: extraction.idle_pids() != [], timeout=30)
+    sandbox.configure(warm=True, tmp_dir=tmp_path)
+    sandbox.prewarm()
+    wait_until(lambda: sandbox.idle_pids() != [], timeout=30)
     before = child_pids()
-    yield extraction.idle_pids()[0]
+    yield sandbox.idle_pids()[0]
     assert leftovers(before) == set()
     assert list(tmp_path.iterdir()) == []
-    extraction.configure(tmp_dir=None)
+    sandbox.configure(tmp_dir=None)
 
 
 def forked_children(template: int) -> list[int]:
@@ -47,11 +47,11 @@ def inspect_while_busy(warm_call: bool) -> dict:
     seen: dict = {}
 
     async def scenario():
-        mine = set(child_pids()) - set(extraction.idle_pids())  # a ready child may take it
+        mine = set(child_pids()) - set(sandbox.idle_pids())  # a ready child may take it
         task = asyncio.ensure_future(extract(pdfs.slow_pdf("busy", 3), warm=warm_call, **LIMITS))
 
         def working() -> int | None:  # once its limits are all set, the last one included
-            return job_child(child_pids() - mine - set(extraction.idle_pids()), MEMORY)
+            return job_child(child_pids() - mine - set(sandbox.idle_pids()), MEMORY)
 
         while (pid := working()) is None:
             assert not task.done()
@@ -77,7 +77,7 @@ def inspect_while_busy(warm_call: bool) -> dict:
 def test_a_forked_child_is_as_isolated_as_a_cold_one(warm):
     forked = inspect_while_busy(warm_call=True)
     cold = inspect_while_busy(warm_call=False)
-    assert extraction.child_starts().template_pid == warm
+    assert sandbox.child_starts().template_pid == warm
     assert forked["pid"] in forked_children(warm) or not Path(f"/proc/{forked['pid']}").exists()
     for seen in (forked, cold):
         # nothing inherited; 3 is its own /proc status, opened before its job's sandbox
@@ -101,7 +101,7 @@ def test_a_template_killed_mid_burst_costs_no_job(warm):
     """SLOTS=4 jobs back to back, 24 in all; the template is SIGKILLed once some have been
     forked: every job still gets its own text (forked before, cold meanwhile, forked again
     once the new template is ready)."""
-    before = extraction.child_starts()
+    before = sandbox.child_starts()
     documents = [pdfs.slow_pdf(f"job-{i}", megabytes=1) for i in range(24)]
     killed = threading.Event()
 
@@ -126,27 +126,26 @@ def test_a_template_killed_mid_burst_costs_no_job(warm):
     assert sorted(results) == list(range(24))
     for i, text in results.items():
         assert f"job-{i}" in text
-    after = extraction.child_starts()
+    after = sandbox.child_starts()
     assert after.forked + after.cold - before.forked - before.cold >= 24
-    wait_until(lambda: extraction.idle_pids() not in ([], [warm]), timeout=30)
+    wait_until(lambda: sandbox.idle_pids() not in ([], [warm]), timeout=30)
     assert after.template_starts >= before.template_starts
-    assert extraction.child_starts().template_starts == before.template_starts + 1
+    assert sandbox.child_starts().template_starts == before.template_starts + 1
 
 
 def test_a_change_of_nice_replaces_the_template_and_its_children_follow(warm):
     """``configure(nice=)`` ends the running template; the next starts at the new value, and
     a template that dies is started again at it."""
-    from django_pdfpool.sandbox import extract as sandbox
     from django_pdfpool.sandbox.wire import DEFAULT_NICE
 
     mine = os.getpriority(os.PRIO_PROCESS, 0)
-    extraction.prewarm()
+    sandbox.prewarm()
     wait_until(lambda: sandbox._template.pid() is not None, timeout=30)
     first = sandbox._template.pid()
     assert first is not None and os.getpriority(os.PRIO_PROCESS, first) == mine + DEFAULT_NICE
     try:
-        extraction.configure(nice=2)
-        extraction.prewarm()
+        sandbox.configure(nice=2)
+        sandbox.prewarm()
         wait_until(lambda: sandbox._template.pid() not in (None, first), timeout=30)
         second = sandbox._template.pid()
         assert second is not None and os.getpriority(os.PRIO_PROCESS, second) == mine + 2
@@ -155,4 +154,4 @@ def test_a_change_of_nice_replaces_the_template_and_its_children_follow(warm):
         third = sandbox._template.pid()
         assert third is not None and os.getpriority(os.PRIO_PROCESS, third) == mine + 2
     finally:
-        extraction.configure(nice=DEFAULT_NICE)
+        sandbox.configure(nice=DEFAULT_NICE)

@@ -17,8 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from django_pdfpool import extraction
-from django_pdfpool.extraction import extract
+from django_pdfpool import extract
 from django_pdfpool.sandbox import extract as sandbox
 from django_pdfpool.sandbox import template as template_module
 from tests.conftest import wait_until
@@ -39,9 +38,9 @@ def gone(pid: int) -> bool:
 
 
 def the_template() -> int:
-    wait_until(lambda: extraction.child_starts().template_pid is not None, timeout=30)
-    pid = extraction.child_starts().template_pid
-    assert pid is not None and extraction.idle_pids()[0] == pid
+    wait_until(lambda: sandbox.child_starts().template_pid is not None, timeout=30)
+    pid = sandbox.child_starts().template_pid
+    assert pid is not None and sandbox.idle_pids()[0] == pid
     return pid
 
 
@@ -52,7 +51,7 @@ def shut_down() -> None:
     """shutdown(), and its supervisor gone: one that had not seen it yet when templates were
     turned on again (the fixture's end) would go on and start a template with the settings it
     read then (another test's ready_idle), taken for the next test's own."""
-    extraction.shutdown()
+    sandbox.shutdown()
     wait_until(lambda: sandbox._template._thread is None, timeout=60)
 
 
@@ -61,11 +60,11 @@ def template():
     shut_down()
     sandbox._template.ready_idle = READY_IDLE  # read when a template starts
     before = child_pids()
-    yield extraction.configure
+    yield sandbox.configure
     shut_down()
     assert leftovers(before) == set()
     sandbox._template.ready_idle = template_module.READY_IDLE
-    extraction.configure(warm=True)
+    sandbox.configure(warm=True)
 
 
 def ready_children(template: int) -> list[int]:
@@ -81,36 +80,36 @@ def run(data=None, **options):
 
 def test_the_template_starts_lazily_and_forks_each_job_a_child(template):
     template(warm=True)
-    assert extraction.idle_pids() == []  # nothing before the first job
+    assert sandbox.idle_pids() == []  # nothing before the first job
     assert run().child_start == "cold"  # the first job does not wait for the template
     pid = the_template()
     cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
     assert CHILD_MARK in cmdline and b"--template" in cmdline
-    before = extraction.child_starts()
+    before = sandbox.child_starts()
     for _ in range(3):
         assert run().child_start == "forked"
-    after = extraction.child_starts()
+    after = sandbox.child_starts()
     assert (after.forked - before.forked, after.cold - before.cold) == (3, 0)
     assert after.template_pid == pid == the_template()  # the same template throughout
 
 
 def test_prewarm_starts_the_template_before_any_job(template):
     template(warm=True)
-    extraction.prewarm()
+    sandbox.prewarm()
     pid = the_template()
-    assert run().child_start == "forked" and extraction.idle_pids()[0] == pid
+    assert run().child_start == "forked" and sandbox.idle_pids()[0] == pid
 
 
 def test_a_dead_template_is_restarted_and_jobs_meanwhile_run_cold(template):
     template(warm=True)
-    extraction.prewarm()
+    sandbox.prewarm()
     dead = the_template()
-    starts = extraction.child_starts().template_starts
+    starts = sandbox.child_starts().template_starts
     os.kill(dead, signal.SIGKILL)
-    wait_until(lambda: dead not in extraction.idle_pids())
+    wait_until(lambda: dead not in sandbox.idle_pids())
     assert run().text == "warm"  # forked if the new one is ready already, cold otherwise
     assert the_template() != dead
-    assert extraction.child_starts().template_starts == starts + 1
+    assert sandbox.child_starts().template_starts == starts + 1
     assert run().child_start == "forked"
 
 
@@ -124,13 +123,13 @@ def test_ready_children_follow_demand_and_are_gone_at_rest(template):
     tests' 1 s would drop them while they come)."""
     idle = sandbox._template.ready_idle = 60.0  # read when it starts; the fixture resets it
     template(warm=True)
-    extraction.prewarm()
+    sandbox.prewarm()
     pid = the_template()
-    assert extraction.idle_pids() == [pid] and ready_children(pid) == []
+    assert sandbox.idle_pids() == [pid] and ready_children(pid) == []
     assert run().child_start == "forked"  # forked at once: nothing was ready
     wait_until(lambda: len(ready_children(pid)) == 1)
-    assert extraction.idle_pids() == [pid, *ready_children(pid)]
-    assert extraction.child_starts().ready == 1
+    assert sandbox.idle_pids() == [pid, *ready_children(pid)]
+    assert sandbox.child_starts().ready == 1
 
     async def burst():
         long = {**LIMITS, "timeout": 120.0}  # a second's work each: all 8 run at once
@@ -143,36 +142,36 @@ def test_ready_children_follow_demand_and_are_gone_at_rest(template):
     most = sandbox._template.max_ready
     wait_until(lambda: len(ready_children(pid)) == most, timeout=idle)  # as many as allowed
     ready = ready_children(pid)
-    assert sorted(extraction.idle_pids()) == sorted([pid, *ready])
+    assert sorted(sandbox.idle_pids()) == sorted([pid, *ready])
     assert run().text == "warm"
     wait_until(
         lambda: len(ready_children(pid)) == most and ready[0] not in ready_children(pid),
         timeout=idle,
     )
     assert ready[1:] == ready_children(pid)[:-1]  # the oldest took the job; a new one came
-    wait_until(lambda: extraction.idle_pids() == [pid], timeout=idle + 10)
+    wait_until(lambda: sandbox.idle_pids() == [pid], timeout=idle + 10)
     wait_until(lambda: child_pids() == {pid} or all(map(gone, child_pids() - {pid})))
-    assert extraction.child_starts().ready == 0
+    assert sandbox.child_starts().ready == 0
 
 
 def test_warm_off(template):
     before = child_pids()
     template(warm=False)
-    extraction.prewarm()
+    sandbox.prewarm()
     assert run().child_start == "cold"
     wait_until(lambda: not child_pids() - before)  # no template was started
-    assert extraction.idle_pids() == []
+    assert sandbox.idle_pids() == []
     template(warm=True)
     assert run(warm=False).child_start == "cold"  # and per call, whatever the setting
 
 
 def test_shutdown_ends_the_template(template):
     template(warm=True)
-    extraction.prewarm()
+    sandbox.prewarm()
     pid = the_template()
-    extraction.shutdown()
-    assert extraction.idle_pids() == [] and gone(pid)
-    assert not extraction.child_starts().enabled
+    sandbox.shutdown()
+    assert sandbox.idle_pids() == [] and gone(pid)
+    assert not sandbox.child_starts().enabled
 
 
 def test_pdfium_jobs_make_the_template_preload_it(template):
@@ -181,8 +180,8 @@ def test_pdfium_jobs_make_the_template_preload_it(template):
     run(engine="pypdfium2")
     wait_until(
         lambda: (
-            extraction.idle_pids()
-            and b"pypdfium2" in Path(f"/proc/{extraction.idle_pids()[0]}/cmdline").read_bytes()
+            sandbox.idle_pids()
+            and b"pypdfium2" in Path(f"/proc/{sandbox.idle_pids()[0]}/cmdline").read_bytes()
         ),
         timeout=30,
     )
@@ -193,7 +192,7 @@ def test_pdfium_jobs_make_the_template_preload_it(template):
 SCRIPT = """
 import asyncio, json, os, signal, sys, time
 from pathlib import Path
-from django_pdfpool import extraction
+import django_pdfpool.sandbox.extract as extraction
 from tests.support import pdfs
 extraction.prewarm()
 while not extraction.idle_pids():
@@ -255,7 +254,7 @@ def test_nothing_outlives_the_parent(how):
 
 FORK_SCRIPT = """
 import asyncio, os, time
-from django_pdfpool import extraction
+import django_pdfpool.sandbox.extract as extraction
 from tests.support import pdfs
 extraction.prewarm()
 while not extraction.idle_pids():

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from django_pdfpool import extraction
+import django_pdfpool.sandbox.extract as extraction
 from django_pdfpool.conf import DEFAULTS
-from django_pdfpool.extraction import ExtractionError
+from django_pdfpool.exceptions import ExtractionError
 from django_pdfpool.sandbox.engines import TextBudget, extract_pages, fit, json_size
 from django_pdfpool.sandbox.wire import DEFAULT_MAX_TEXT_BYTES, answer_limit
 from tests.support import pdfs
@@ -27,7 +27,8 @@ BOMB_PROBE = textwrap.dedent(
     """
     import asyncio, gc, json, sys
     from django_pdfpool.conf import DEFAULTS
-    from django_pdfpool.extraction import configure, extract
+    from django_pdfpool import extract
+    from django_pdfpool.sandbox import configure
     from tests.support import pdfs
     def hwm():
         with open("/proc/self/status") as status:

@@ -244,7 +244,7 @@ def test_the_json_fields_are_the_documented_ones(pdfpool, users):
 
 def test_the_children_block_counts_how_extraction_children_started(pdfpool, users):
     """A cold child without a warm template, a forked one with it; the template's pid."""
-    from django_pdfpool.extraction import child_starts, configure
+    from django_pdfpool.sandbox.extract import child_starts, configure
 
     def children() -> dict:
         return (

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import psutil
 
-from django_pdfpool import extraction
+import django_pdfpool.sandbox.extract as extraction
 from django_pdfpool.sandbox.wire import READY, STARTED
 
 CHILD_MARK = b"django_pdfpool.sandbox.child_main"

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from uuid import uuid4
 
-from django_pdfpool.pool import RedisPool
+from django_pdfpool.admission import RedisPool
 
 
 def make_pool(slots: int = 2, queue: int = 4, wait: float | None = 10.0) -> RedisPool:

@@ -13,7 +13,7 @@ from uuid import uuid4
 
 import pytest
 
-from django_pdfpool.pool import RedisPool
+from django_pdfpool.admission import RedisPool
 from tests.support.redis_server import RedisServer, available, namespace_keys, pools_in
 
 

@@ -34,7 +34,7 @@ from typing import Any
 
 import redis
 
-from django_pdfpool.pool import RedisPool
+from django_pdfpool.admission import RedisPool
 
 REDIS_SERVER = shutil.which("redis-server") or "/usr/bin/redis-server"
 REDIS_SENTINEL = shutil.which("redis-sentinel") or "/usr/bin/redis-sentinel"

@@ -113,7 +113,7 @@ def _logged_job(log: str, key: str, cid: str, spec: dict[str, Any]):
 
 
 async def _serve() -> None:
-    from django_pdfpool.pool import RedisPool
+    from django_pdfpool.admission import RedisPool
 
     loop = asyncio.get_running_loop()
     lines: asyncio.Queue[str | None] = asyncio.Queue()

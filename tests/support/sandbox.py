@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from django_pdfpool.extraction import extract
+from django_pdfpool import extract
 
 LIMITS = {"timeout": 20.0, "memory_limit": 512 << 20}
 

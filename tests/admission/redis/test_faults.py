@@ -62,7 +62,7 @@ from uuid import uuid4
 import pytest
 import redis
 
-from django_pdfpool.pool import RedisPool
+from django_pdfpool.admission import RedisPool
 from tests.support.redis_server import LEASE, RedisServer, namespace_keys
 from tests.support.redis_worker import Evidence, Worker
 

@@ -20,7 +20,8 @@ from typing import Any
 import pytest
 import redis
 
-from django_pdfpool.pool import PoolBusy, RedisPool
+from django_pdfpool.admission import RedisPool
+from django_pdfpool.exceptions import PoolBusy
 from tests.conftest import held
 from tests.support.redis_server import LEASE, namespace_keys
 

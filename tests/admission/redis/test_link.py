@@ -16,8 +16,8 @@ from urllib.parse import quote
 import pytest
 import redis
 
+from django_pdfpool.admission import RedisPool
 from django_pdfpool.exceptions import CoordinatorUnavailable
-from django_pdfpool.pool import RedisPool
 from tests.support.redis_server import (
     LEASE,
     RedisServer,

@@ -9,8 +9,8 @@ import threading
 
 import pytest
 
+from django_pdfpool.admission import RedisPool
 from django_pdfpool.exceptions import PoolMisconfigured, Refused
-from django_pdfpool.pool import RedisPool
 from tests.conftest import held
 from tests.support.redis_terms import run
 

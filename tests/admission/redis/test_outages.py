@@ -17,10 +17,10 @@ from uuid import uuid4
 import pytest
 import redis
 
+from django_pdfpool.admission import RedisPool
 from django_pdfpool.admission.history import Recorder
 from django_pdfpool.admission.jobloop import get_job_loop
 from django_pdfpool.exceptions import CoordinatorUnavailable, RemoteJobError
-from django_pdfpool.pool import RedisPool
 from tests.conftest import held, until
 from tests.support.outages import _answer, run
 from tests.support.redis_server import RedisServer, namespace_keys, pools_in

@@ -18,11 +18,18 @@ from dataclasses import asdict, dataclass
 
 import pytest
 
+from django_pdfpool.admission import RedisPool
 from django_pdfpool.admission.jobloop import get_job_loop
 from django_pdfpool.admission.redis.codec import decode_outcome, encode_outcome
-from django_pdfpool.exceptions import CoordinatorUnavailable, RemoteJobError, ResultTooLarge
-from django_pdfpool.extraction import ExtractionError
-from django_pdfpool.pool import CallerBusy, PoolBusy, PoolClosed, RedisPool
+from django_pdfpool.exceptions import (
+    CallerBusy,
+    CoordinatorUnavailable,
+    ExtractionError,
+    PoolBusy,
+    PoolClosed,
+    RemoteJobError,
+    ResultTooLarge,
+)
 from tests.conftest import held, until
 from tests.support.redis_server import namespace_keys, pools_in
 

@@ -78,9 +78,9 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
+from django_pdfpool.admission import RedisPool
 from django_pdfpool.admission.snapshot import Counters
 from django_pdfpool.exceptions import RemoteJobError
-from django_pdfpool.pool import RedisPool
 from tests.admission import test_pool_model
 from tests.admission.test_pool_model import CALLERS, KEYS, LONG_WAIT, SETTLE, Call, PoolModel
 from tests.support.redis_server import LEASE, RedisServer, namespace_keys

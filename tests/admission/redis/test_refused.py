@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 import redis
 
+from django_pdfpool.admission import RedisPool
 from django_pdfpool.exceptions import CoordinatorUnavailable
-from django_pdfpool.pool import RedisPool
 from tests.support.redis_server import LEASE, RedisServer, free_port
 
 pytest_plugins = ["tests.support.redis_fixtures"]

@@ -8,10 +8,10 @@ import threading
 
 import pytest
 
+from django_pdfpool.admission import RedisPool
 from django_pdfpool.admission.redis.urls import UNSHOWN, presentable
 from django_pdfpool.conf import _redis_problems
 from django_pdfpool.exceptions import CoordinatorUnavailable
-from django_pdfpool.pool import RedisPool
 from tests.conftest import held
 from tests.support.redis_server import free_port
 from tests.support.redis_terms import run
