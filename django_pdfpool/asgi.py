@@ -55,6 +55,10 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 logger = logging.getLogger("django_pdfpool")
 
+__all__ = [
+    "ASGIApp", "KeptThreads", "Message", "PdfPoolDoor", "PoolLifespan", "Receive", "Scope", "Send",
+]  # fmt: skip
+
 
 class PdfPoolDoor:
     """``application = PdfPoolDoor(PoolLifespan(KeptThreads(get_asgi_application())))``:

@@ -14,7 +14,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from django_pdfpool import configured, extraction
+from django_pdfpool import configured, sandbox
 from tests.project.views import HELD
 from tests.support.ci_strict import pytest_runtest_makereport  # noqa: F401 (CI=true: see there)
 
@@ -26,7 +26,7 @@ def pdfpool(settings, tmp_path) -> Callable[..., dict]:
     staged = tmp_path / "staged"
     staged.mkdir()
     settings.FILE_UPLOAD_TEMP_DIR = str(staged)
-    extraction.configure(warm=False)
+    sandbox.configure(warm=False)
 
     def configure(**values) -> dict:
         settings.PDFPOOL = values
@@ -36,7 +36,7 @@ def pdfpool(settings, tmp_path) -> Callable[..., dict]:
     configure()
     HELD.reset()
     yield configure
-    extraction.configure(warm=True)  # the sandbox's default, for tests without this fixture
+    sandbox.configure(warm=True)  # the sandbox's default, for tests without this fixture
     HELD.release.set()  # never leave a held job behind for the next test
     pool = configured.peek_pool()
     if pool is not None:
