@@ -41,7 +41,7 @@ from .door import (
     through_door,
 )
 from .exceptions import BodyTimeout, UploadTooLarge, Wording
-from .record import RECORD, AdmissionRecord, is_post
+from .record import RECORD, AdmissionRecord, UploadHeaders
 from .responses import RefusalView, arefusal_answer, prebuilt_answer
 from .sandbox.extract import shutdown as shutdown_extraction
 
@@ -69,7 +69,8 @@ class PdfPoolDoor:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not is_post(scope.get("method")) or RECORD in scope:
+        post = str(scope.get("method", "")).upper() == "POST"  # as Django's request.method
+        if scope["type"] != "http" or not post or RECORD in scope:
             await self.app(scope, receive, send)
             return
         view = pooled_view(path_info(scope)) if get_settings().door else None
@@ -85,7 +86,8 @@ class PdfPoolDoor:
         if not isinstance(decided, Ticket):
             await send_refusal(request, send, decided, view.answer)
             return
-        limit = record.upload.body_limit(get_settings().max_upload_size)
+        assert isinstance(record.headers, UploadHeaders)  # a rejection is never let in
+        limit = record.headers.body_limit(get_settings().max_upload_size)
         body = _CountedBody(request, receive, send, limit, view.answer, decided, terms())
         try:
             await self.app({**scope, RECORD: record}, body.receive, body.send)

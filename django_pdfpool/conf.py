@@ -426,6 +426,7 @@ class PoolSettings:
         secret = self.redis.deployment if self.redis else None  # None: SECRET_KEY
         return salted_hmac("django_pdfpool.redis", "deployment", secret=secret).hexdigest()[:32]
 
+    @functools.cached_property
     def results_tag(self) -> str:
         """A short digest of the settings that change what the default job returns (its
         outcome too: a limit can turn a result into too_large or too_complex): part of its

@@ -32,7 +32,7 @@ def get_pool() -> AdmissionPool:
     global _pool, _built_from
     current = get_settings()
     pool = _pool
-    if pool is not None and _built_from == current:
+    if pool is not None and (_built_from is current or _built_from == current):
         return pool
     with _lock:
         if _pool is None:
@@ -84,7 +84,7 @@ def _build(conf: PoolSettings) -> AdmissionPool:
         on_error=_log_job_error,
         encode=_encode_result,
         decode=_decode_result,
-        fingerprint=conf.results_tag(),  # processes that differ are refused, not merged
+        fingerprint=conf.results_tag,  # processes that differ are refused, not merged
         deployment=conf.deployment_tag(),  # so are two deployments on one namespace
         sentinels=redis.sentinels,
         run_time_ceiling=conf.timeout,

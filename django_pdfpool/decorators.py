@@ -236,7 +236,9 @@ def prepare(view: PooledView, request: HttpRequest, record: AdmissionRecord) -> 
     """Check the upload's size and presence, stage a copy the job will own, and check
     it against its declared digest; ``UploadRejected`` says what is wrong."""
     conf = get_settings()
-    upload = record.upload
+    upload = record.headers
+    if isinstance(upload, UploadRejected):
+        raise upload
     if upload.declares_too_much(conf.max_upload_size):
         raise UploadTooLarge.over(conf.max_upload_size)
     if not upload.raw:

@@ -449,10 +449,9 @@ def through_door(
     pool's counters, a shed in the door's. One body per caller arrives at a time: a caller's
     next upload that could only be shed waits (up to ``BODY_TIMEOUT``, holding nothing) for
     the one it has arriving to reach the pool, then is decided again."""
-    try:
-        upload = record.upload
-    except UploadRejected as rejected:
-        return rejected
+    upload = record.headers
+    if isinstance(upload, UploadRejected):
+        return upload
     record.caller = yield Call(partial(ask_caller, request), partial(aask_caller, request))
     known = record.caller is not None
     who = record.caller or address_caller(request.META.get("REMOTE_ADDR") or "unknown")

@@ -29,7 +29,7 @@ from .door import (
     through_door,
 )
 from .exceptions import BodyTimeout, ExtractionError, Refused, Wording
-from .record import RECORD, AdmissionRecord, is_post
+from .record import RECORD, AdmissionRecord, PooledView
 from .responses import arefusal_answer, refusal_answer
 
 GetResponse = Callable[[HttpRequest], HttpResponse | Awaitable[HttpResponse]]
@@ -52,25 +52,20 @@ class AdmissionMiddleware:
             markcoroutinefunction(self)
 
     def __call__(self, request: HttpRequest) -> HttpResponse | Awaitable[HttpResponse]:
-        if self.async_mode:
-            return self.__acall__(request)
-        return run_steps(self._through(request))
-
-    async def __acall__(self, request: HttpRequest) -> HttpResponse:
-        return await arun_steps(self._through(request))
-
-    def _through(self, request: HttpRequest) -> Steps[HttpResponse]:
-        """The door, then the view, sync or async: a refusal's answer, or the view's
-        response with the door's place given back (its call counts in the pool by then)."""
         scope = getattr(request, "scope", None) or {}
-        view = None
         undecided = RECORD not in scope and RECORD not in request.META
-        if is_post(request.method) and undecided and get_settings().door:
+        view = None
+        if request.method == "POST" and undecided and get_settings().door:
             view = pooled_view(request.path_info, getattr(request, "urlconf", None))
         if view is None:
-            respond = partial(self.get_response, request)
-            response: HttpResponse = yield Call(cast(Sync, respond), cast(Async, respond))
-            return response
+            return self.get_response(request)  # not the door's: a coroutine when async
+        if self.async_mode:
+            return arun_steps(self._through(request, view, bool(scope)))
+        return run_steps(self._through(request, view, False))
+
+    def _through(self, request: HttpRequest, view: PooledView, asgi: bool) -> Steps[HttpResponse]:
+        """The door, then the view, sync or async: a refusal's answer, or the view's
+        response with the door's place given back (its call counts in the pool by then)."""
         record = request.META[RECORD] = AdmissionRecord.read(request.headers)
         decided = yield from through_door(request, record, view)
         if not isinstance(decided, Ticket):
@@ -78,16 +73,16 @@ class AdmissionMiddleware:
             refused: HttpResponse = yield Call(
                 answer, partial(arefusal_answer, request, decided, view.answer)
             )
-            if closes_connection(decided) and scope:  # under WSGI Connection is the server's
+            if asgi and closes_connection(decided):  # under WSGI Connection is the server's
                 refused["Connection"] = "close"
             return refused
         stream = getattr(request, "_stream", None)
-        if stream is not None and not scope:  # WSGI: the body is still unread
+        if stream is not None and not asgi:  # WSGI: the body is still unread
             request._stream = TimedStream(stream, decided, terms())  # type: ignore[assignment]
         try:
             respond = partial(self.get_response, request)
-            let_in: HttpResponse = yield Call(cast(Sync, respond), cast(Async, respond))
-            return let_in
+            response: HttpResponse = yield Call(cast(Sync, respond), cast(Async, respond))
+            return response
         finally:
             decided.release()
 

@@ -40,11 +40,6 @@ SINGLE = ("content-type", "content-length", *RAW_DIGESTS, FILE_DIGEST)
 Headers = Mapping[str, str] | Iterable[tuple[str, str]]
 
 
-def is_post(method: str | None) -> bool:
-    """``method`` is a POST as Django sees it (``request.method`` is upper-cased)."""
-    return (method or "").upper() == "POST"
-
-
 @dataclass(frozen=True)
 class UploadHeaders:
     """An upload as its headers describe it."""
@@ -190,7 +185,7 @@ class PooledView:
         """The single-flight key of an upload with this digest: ``<job name>:<sha256>``,
         ``<job name>:<results tag>:<sha256>`` for the default job."""
         if self.tagged:
-            return f"{self.job_name}:{get_settings().results_tag()}:{sha256}"
+            return f"{self.job_name}:{get_settings().results_tag}:{sha256}"
         return f"{self.job_name}:{sha256}"
 
 
@@ -200,25 +195,16 @@ class AdmissionRecord:
     someone could tell who asks (before authentication the ``CALLER`` function may say it
     cannot know yet); ``ticket`` is the door's place while the body arrives."""
 
-    headers: UploadHeaders | None  # None: rejected
-    rejected: UploadRejected | None  # why the headers cannot be taken
+    headers: UploadHeaders | UploadRejected  # what they say, or why they cannot be taken
     caller: str | None = None
     ticket: Releasable | None = None
 
     @classmethod
     def read(cls, headers: Headers) -> AdmissionRecord:
         try:
-            return cls(UploadHeaders.of(headers), None)
+            return cls(UploadHeaders.of(headers))
         except UploadRejected as rejected:
-            return cls(None, rejected)
-
-    @property
-    def upload(self) -> UploadHeaders:
-        """The headers, or the rejection they earned, raised."""
-        if self.headers is None:
-            assert self.rejected is not None
-            raise self.rejected
-        return self.headers
+            return cls(rejected)
 
     def release(self) -> None:
         """Give back the door's place: the call now counts in the pool."""

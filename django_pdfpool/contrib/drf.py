@@ -252,7 +252,9 @@ def _admit(request: Request, view: PooledView) -> None:
     conf = get_settings()
     record = record_of(request._request)
     try:
-        upload = record.upload
+        upload = record.headers
+        if isinstance(upload, UploadRejected):
+            raise upload
         if upload.declares_too_much(conf.max_upload_size):
             raise UploadTooLarge.over(conf.max_upload_size)
         form_file = request.FILES.get("file" if upload.raw else view.field)

@@ -17,7 +17,7 @@ import pytest
 
 from django_pdfpool import Extraction, extract
 from django_pdfpool.exceptions import ExtractionError
-from django_pdfpool.sandbox import extract as sandbox
+import django_pdfpool.sandbox.extract as extraction
 from tests.conftest import wait_until
 from tests.support import pdfs
 from tests.support.escape_kit import ENGINE as KIT
@@ -30,7 +30,7 @@ def require_full_sandbox() -> None:
     refuses namespaces, say); under CI=true fail instead: CI's kernel has them all."""
     from tests.support.ci_strict import in_ci
 
-    layers = sandbox.sandbox_layers()
+    layers = extraction.sandbox_layers()
     if layers.level != "full":
         reason = f"this host gives the sandbox level {layers.level!r}: {dict(layers.missing)}"
         if in_ci():
@@ -64,9 +64,9 @@ def targets(tmp_path, monkeypatch):
     monkeypatch.setenv(
         "PYTHONPATH", os.pathsep.join(p for p in (str(project), os.environ.get("PYTHONPATH")) if p)
     )
-    sandbox.register_engine(KIT)
-    sandbox.configure(warm=False)  # the template and spares of the old PYTHONPATH go
-    sandbox.configure(warm=True)  # a test before may have left the template off
+    extraction.register_engine(KIT)
+    extraction.configure(warm=False)  # the template and spares of the old PYTHONPATH go
+    extraction.configure(warm=True)  # a test before may have left the template off
     yield {
         "victim": victim.pid,
         "server": os.getpid(),
@@ -83,8 +83,8 @@ def targets(tmp_path, monkeypatch):
     listener.close()
     os.unlink(neighbour)
     monkeypatch.undo()  # the old PYTHONPATH back, for the children that come next
-    sandbox.configure(sandbox=True, warm=False)
-    sandbox.configure(warm=True)
+    extraction.configure(sandbox=True, warm=False)
+    extraction.configure(warm=True)
 
 
 def run_kit(targets: dict, warm: bool, **extra) -> dict[str, str]:
@@ -94,7 +94,7 @@ def run_kit(targets: dict, warm: bool, **extra) -> dict[str, str]:
         result = run(data, engine=KIT, warm=warm)
         if result.child_start == ("forked" if warm else "cold"):
             return json.loads(result.pages[0])
-        wait_until(lambda: bool(sandbox.idle_pids()), timeout=30)
+        wait_until(lambda: bool(extraction.idle_pids()), timeout=30)
     raise AssertionError("no forked child took the kit")
 
 
@@ -112,10 +112,10 @@ def inspect_a_busy_child() -> dict[str, str]:
     from tests.support.procs import child_pids, rlimits
 
     async def scenario() -> dict[str, str]:
-        mine = child_pids() - set(sandbox.idle_pids())
+        mine = child_pids() - set(extraction.idle_pids())
         task = asyncio.ensure_future(extract(pdfs.slow_pdf("busy", 3), **LIMITS))
         while True:
-            for pid in child_pids() - mine - set(sandbox.idle_pids()):
+            for pid in child_pids() - mine - set(extraction.idle_pids()):
                 if rlimits(pid).get("Max address space") == str(LIMITS["memory_limit"]):
                     lines = Path(f"/proc/{pid}/status").read_text().splitlines()
                     found = dict(line.split(":\t", 1) for line in lines if ":\t" in line)
@@ -132,7 +132,7 @@ def inspect_a_busy_child() -> dict[str, str]:
 @pytest.fixture
 def restore_sandbox():
     yield
-    sandbox.configure(sandbox=True, require="none")
+    extraction.configure(sandbox=True, require="none")
 
 
 CONTAINER = """#!{python}
@@ -163,7 +163,7 @@ def test_the_escape_kit_gets_nowhere_unless_the_sandbox_is_off(targets, warm, sa
 
     if sandbox:
         require_full_sandbox()
-    sandbox.configure(sandbox=sandbox)
+    extraction.configure(sandbox=sandbox)
     victim_nofile = rlimits(targets["victim"])["Max open files"]
     report = run_kit(targets, warm)
     print(report)
@@ -190,14 +190,14 @@ def test_the_escape_kit_gets_nowhere_unless_the_sandbox_is_off(targets, warm, sa
 
 def test_the_layers_are_reported_and_a_sandboxed_child_shows_them():
     require_full_sandbox()
-    layers = sandbox.sandbox_layers()
+    layers = extraction.sandbox_layers()
     assert layers.enabled and layers.level == "full", layers
     assert layers.landlock_abi >= 6 and not layers.missing
-    sandbox.configure(warm=False)
+    extraction.configure(warm=False)
     try:
         seen = inspect_a_busy_child()
     finally:
-        sandbox.configure(warm=True)
+        extraction.configure(warm=True)
     assert seen["NoNewPrivs"] == "1" and seen["Seccomp"] == "2", seen
     assert int(seen["Seccomp_filters"]) >= 2  # the start-up filter and the job's
     for kind in ("user", "net", "ipc"):  # namespaces of its own, not the server's
@@ -215,17 +215,17 @@ def test_another_jobs_child_cannot_forge_this_jobs_answer(
 
     if sandbox:
         require_full_sandbox()
-    sandbox.configure(sandbox=sandbox)
+    extraction.configure(sandbox=sandbox)
 
     async def scenario():
-        mine = child_pids() - set(sandbox.idle_pids())
+        mine = child_pids() - set(extraction.idle_pids())
         # about 2 s of work: running while the attacker's job is forked, and done well within
         # its timeout at the children's lower priority beside other work on the CPUs
         victim = asyncio.ensure_future(extract(pdfs.slow_pdf("victim", 2), **LIMITS))
         pid = None
         while pid is None:
             assert not victim.done()
-            for candidate in child_pids() - mine - set(sandbox.idle_pids()):
+            for candidate in child_pids() - mine - set(extraction.idle_pids()):
                 if rlimits(candidate).get("Max address space") == str(LIMITS["memory_limit"]):
                     pid = candidate
             await asyncio.sleep(0.01)
@@ -302,19 +302,19 @@ def test_a_host_with_fewer_layers_is_reported_as_it_is_and_still_extracts(
     container = tmp_path / "python"
     container.write_text(CONTAINER.format(python=sys.executable))
     container.chmod(0o755)
-    sandbox.configure(python=str(container), warm=False)
+    extraction.configure(python=str(container), warm=False)
     try:
-        layers = sandbox.sandbox_layers()
+        layers = extraction.sandbox_layers()
         assert layers.level == "basic", layers
         assert set(layers.missing) == {"namespaces", "landlock_fs", "landlock_net",
                                        "landlock_signal"}  # fmt: skip
         assert layers.landlock_abi == 0 and "Landlock" in layers.missing["landlock_fs"]
         assert run(pdfs.simple(["still read"]), warm=False).text == "still read"
-        sandbox.configure(require="landlock")
+        extraction.configure(require="landlock")
         with pytest.raises(SandboxUnavailable):
             run(pdfs.simple(["refused"]), warm=False)
     finally:
-        sandbox.configure(python=sys.executable, warm=True, require="none")
+        extraction.configure(python=sys.executable, warm=True, require="none")
 
 
 def _placement(pid: int) -> tuple[int, int, int]:
@@ -334,18 +334,18 @@ def test_a_childs_cpu_priority_is_lower_and_counts_against_the_server(warm, nice
     from tests.support.procs import child_pids, rlimits
 
     memory_limit = LIMITS["memory_limit"]
-    sandbox.configure(warm=warm, nice=nice)
+    extraction.configure(warm=warm, nice=nice)
     try:
         if warm:  # the template starts with the first job, and is ready after it
             asyncio.run(extract(pdfs.simple(["warm"]), **LIMITS))
-            wait_until(lambda: bool(sandbox.idle_pids()), timeout=30)
+            wait_until(lambda: bool(extraction.idle_pids()), timeout=30)
 
         async def scenario() -> tuple[int, tuple[int, int, int], str]:
-            mine = child_pids() - set(sandbox.idle_pids())
+            mine = child_pids() - set(extraction.idle_pids())
             task = asyncio.ensure_future(extract(pdfs.slow_pdf("busy", 2), **LIMITS))
             seen = None
             while seen is None:
-                for pid in child_pids() - mine - set(sandbox.idle_pids()):
+                for pid in child_pids() - mine - set(extraction.idle_pids()):
                     with contextlib.suppress(OSError):  # the job's limits: it has the job
                         if rlimits(pid).get("Max address space") == str(memory_limit):
                             seen = pid, _placement(pid)
@@ -355,7 +355,7 @@ def test_a_childs_cpu_priority_is_lower_and_counts_against_the_server(warm, nice
 
         pid, (session, group, seen_nice), start = asyncio.run(scenario())
     finally:
-        sandbox.configure(warm=True, nice=DEFAULT_NICE)
+        extraction.configure(warm=True, nice=DEFAULT_NICE)
     assert start == ("forked" if warm else "cold")
     assert session == os.getsid(0)
     assert group == pid
@@ -371,7 +371,7 @@ def test_a_nice_value_outside_0_to_19_is_refused_and_changes_nothing(nice):
 
     before = sandbox._template.nice, sandbox._template.enabled
     with pytest.raises(ValueError, match="nice must be an integer from 0 to 19"):
-        sandbox.configure(nice=nice, warm=not before[1])
+        extraction.configure(nice=nice, warm=not before[1])
     assert (sandbox._template.nice, sandbox._template.enabled) == before
 
 
