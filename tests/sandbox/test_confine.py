@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
+import django_pdfpool.sandbox.extract as extraction
 from django_pdfpool import Extraction, extract
 from django_pdfpool.exceptions import ExtractionError
-import django_pdfpool.sandbox.extract as extraction
 from tests.conftest import wait_until
 from tests.support import pdfs
 from tests.support.escape_kit import ENGINE as KIT
@@ -369,10 +369,10 @@ def test_a_childs_cpu_priority_is_lower_and_counts_against_the_server(warm, nice
 @pytest.mark.parametrize("nice", [-1, 20, 5.0, True, "5"])
 def test_a_nice_value_outside_0_to_19_is_refused_and_changes_nothing(nice):
 
-    before = sandbox._template.nice, sandbox._template.enabled
+    before = extraction._template.nice, extraction._template.enabled
     with pytest.raises(ValueError, match="nice must be an integer from 0 to 19"):
         extraction.configure(nice=nice, warm=not before[1])
-    assert (sandbox._template.nice, sandbox._template.enabled) == before
+    assert (extraction._template.nice, extraction._template.enabled) == before
 
 
 def test_a_child_lowers_its_priority_from_its_parents_never_raises_it():
