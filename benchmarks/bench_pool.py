@@ -40,7 +40,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from django_pdfpool.admission.jobloop import get_job_loop
+from django_pdfpool.admission.jobs import get_job_loop
 from django_pdfpool.pool import CallerBusy, Pool, PoolBusy
 
 JobFn = Callable[[], Awaitable[Any]]

@@ -20,7 +20,6 @@ SHARED_NAMES = {
     "pdf_pooled",  # decorators.py, contrib/drf.py, contrib/ninja.py
     "door_answer",  # contrib/drf.py, contrib/ninja.py
     # left for issue 25's other parts (counters, ASGI, refusals), named in report-names.md
-    "Scope",  # asgi.py, admission/snapshot.py
     "Terms",  # door/rules.py, admission/redis/side.py
     "render",  # management/status_report.py, status/metrics.py
 }

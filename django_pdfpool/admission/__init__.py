@@ -2,5 +2,5 @@
 
 No Django, no PDFs. ``local.Pool`` keeps them in one process, ``redis.redis_pool.RedisPool``
 across every process sharing a Redis namespace; both are ``protocol.AdmissionPool``s and
-share their records, delivery and books (``records``, ``delivery``, ``ledger``).
+share a job's life (``jobs``) and what is counted and shown (``ledger``).
 """

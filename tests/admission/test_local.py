@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from django_pdfpool.admission.jobloop import get_job_loop
+from django_pdfpool.admission.jobs import get_job_loop
 from django_pdfpool.pool import Pool, PoolBusy, PoolClosed
 from tests.support.gates import LONG, Gate, job, run, until
 

@@ -37,8 +37,8 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from django_pdfpool.admission.jobloop import get_job_loop
-from django_pdfpool.admission.snapshot import Counters
+from django_pdfpool.admission.jobs import get_job_loop
+from django_pdfpool.admission.ledger import Counters
 from django_pdfpool.pool import Pool, Refused
 
 KEYS = ("k0", "k1", "k2", "k3")

@@ -31,7 +31,7 @@ from redis.exceptions import RedisError, ResponseError
 from redis.retry import Retry
 
 from ...exceptions import BlockingCallWarning
-from ..jobloop import on_job_loop
+from ..jobs import on_job_loop
 from .urls import presentable
 from .view import whole
 

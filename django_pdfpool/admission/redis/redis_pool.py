@@ -21,15 +21,21 @@ from redis.connection import parse_url
 from redis.exceptions import RedisError
 
 from ...exceptions import CallerBusy, PoolBusy, PoolClosed
-from .. import delivery
-from ..counters import CountedBy, Counter
-from ..delivery import call_dropped
-from ..jobloop import call_in_job_loop, get_job_loop
-from ..ledger import Ledger
+from .. import jobs as delivery
+from ..jobs import Waiter, call_dropped, call_in_job_loop, get_job_loop
+from ..ledger import (
+    ClusterSnapshot,
+    CountedBy,
+    Counter,
+    Counters,
+    JobInfo,
+    Ledger,
+    PoolSnapshot,
+    Pressure,
+    ProcessHold,
+)
 from ..local import Pool
 from ..protocol import DropFn, ErrorObserver, JobFn
-from ..records import Waiter
-from ..snapshot import ClusterSnapshot, Counters, JobInfo, PoolSnapshot, Pressure, ProcessHold
 from .codec import Decode, Encode
 from .link import Sentinels
 from .modes import REDIS

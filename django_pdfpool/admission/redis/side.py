@@ -27,14 +27,11 @@ from redis import exceptions as redis_errors
 from redis.exceptions import RedisError
 
 from ...exceptions import CoordinatorUnavailable, PoolBusy, PoolMisconfigured, RunnerLost, Wording
-from .. import delivery
-from ..counters import Counter
-from ..delivery import call_dropped, deliver, report_failure
-from ..ledger import Ledger
+from .. import jobs as delivery
+from ..jobs import JobRecord, Waiter, call_dropped, deliver, report_failure, run_fn
+from ..ledger import Counter, JobInfo, Ledger
 from ..local import Pool
 from ..protocol import DropFn, ErrorObserver, JobFn
-from ..records import JobRecord, Waiter, run_fn
-from ..snapshot import JobInfo
 from .codec import Decode, Encode, decode_outcome, encode_outcome
 from .link import (
     AdmitReply,

@@ -18,7 +18,7 @@ import pytest
 import redis
 
 from django_pdfpool.admission.history import Recorder
-from django_pdfpool.admission.jobloop import get_job_loop
+from django_pdfpool.admission.jobs import get_job_loop
 from django_pdfpool.exceptions import CoordinatorUnavailable, RemoteJobError
 from django_pdfpool.pool import RedisPool
 from tests.conftest import held, until

@@ -78,7 +78,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from django_pdfpool.admission.snapshot import Counters
+from django_pdfpool.admission.ledger import Counters
 from django_pdfpool.exceptions import RemoteJobError
 from django_pdfpool.pool import RedisPool
 from tests.admission import test_pool_model
