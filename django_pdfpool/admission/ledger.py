@@ -273,22 +273,6 @@ class ClusterSnapshot:
 # --- the books --------------------------------------------------------------------------
 
 
-class RecentDurations:
-    """The last ``RECENT`` durations, with their running sum for a cheap mean."""
-
-    __slots__ = ("samples", "total")
-
-    def __init__(self) -> None:
-        self.samples: deque[float] = deque(maxlen=RECENT)
-        self.total = 0.0
-
-    def add(self, value: float) -> None:
-        if len(self.samples) == self.samples.maxlen:
-            self.total -= self.samples[0]
-        self.samples.append(value)
-        self.total += value
-
-
 class Ledger:
     """One pool's books; thread-safe, its lock a leaf (a pool may call it under its own).
     ``ceiling``: the longest a job may run, which no estimate of a job's end goes past."""
@@ -300,8 +284,8 @@ class Ledger:
         self.born = time.time()  # the books count from here (wall clock)
         self._lock = threading.Lock()  # guards the three fields below
         self._counts = dict.fromkeys(Counter, 0)
-        self._queue_waits = RecentDurations()
-        self._run_times = RecentDurations()
+        self._queue_waits: deque[float] = deque(maxlen=RECENT)
+        self._run_times: deque[float] = deque(maxlen=RECENT)
 
     def count(self, counter: Counter, n: int = 1) -> None:
         with self._lock:
@@ -311,28 +295,26 @@ class Ledger:
         """A job took a slot after ``queued_for`` seconds in the queue."""
         with self._lock:
             self._counts[Counter.STARTED] += 1
-            self._queue_waits.add(queued_for)
+            self._queue_waits.append(queued_for)
 
     def ended(self, outcome: Counter, took: float) -> None:
         """A job that held a slot ended: ``Counter.ended``'s outcome, after ``took`` s."""
         with self._lock:
             self._counts[outcome] += 1
-            self._run_times.add(took)
+            self._run_times.append(took)
 
     def gave_up(self, waited: Sequence[float], callers: int) -> None:
         """Queued jobs that waited ``waited`` seconds each were refused (``callers`` in
         all): their waits count in the queue-wait figures, as a started job's do."""
         with self._lock:
             self._counts[Counter.REFUSED_BUSY] += callers
-            for seconds in waited:
-                self._queue_waits.add(seconds)
+            self._queue_waits.extend(waited)
 
     def _typical(self, running_for: Iterable[float]) -> float:
         """A job's likely run time: the recent mean, or before any job has finished, the
         longest a job has run so far (at least ``DEFAULT_RUN_TIME``). Under the lock."""
-        runs = self._run_times
-        if runs.samples:
-            return runs.total / len(runs.samples)
+        if self._run_times:
+            return sum(self._run_times) / len(self._run_times)
         return max((DEFAULT_RUN_TIME, *running_for))
 
     def _left(self, running_for: float, typical: float) -> float:
@@ -378,8 +360,8 @@ class Ledger:
         running = sum(job.state == "running" for job in jobs)
         with self._lock:
             counters = Counters(**{c.value: n for c, n in self._counts.items()})
-            queue_wait = DurationSummary.of(self._queue_waits.samples)
-            run_time = DurationSummary.of(self._run_times.samples)
+            queue_wait = DurationSummary.of(self._queue_waits)
+            run_time = DurationSummary.of(self._run_times)
         return PoolSnapshot(
             slots=self.slots,
             queue=queue,
@@ -392,6 +374,5 @@ class Ledger:
             queue_wait=queue_wait,
             run_time=run_time,
             taken_at=time.time(),
-            scope="process",
             counted_since=self.born,
         )

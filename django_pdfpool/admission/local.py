@@ -27,8 +27,8 @@ class LocalJob(JobRecord):
 
 
 class Pool:
-    """Admit jobs through ``slots`` running at once and a ``queue`` of waiting jobs;
-    a queued job waits at most ``wait`` seconds (None: no limit)."""
+    """Admit jobs through ``slots`` running at once and a ``queue`` of waiting jobs; a queued
+    job waits at most ``wait`` seconds (None: no limit). Its methods are ``AdmissionPool``'s."""
 
     def __init__(
         self,
@@ -63,15 +63,12 @@ class Pool:
     # --- reading ------------------------------------------------------------
 
     def running(self) -> int:
-        """Jobs holding a slot."""
         return self._running
 
     def queued(self) -> int:
-        """Jobs waiting for a slot."""
         return len(self._queue)
 
     def waiting(self, key: str) -> int:
-        """Callers sharing ``key``'s job, not counting the one that started it."""
         with self._lock:
             job = self._jobs.get(key)
             return 0 if job is None else job.sharers()
@@ -79,7 +76,6 @@ class Pool:
     blocking_reads = False  # ``pressure`` reads memory only
 
     def pressure(self, key: str | None = None, caller: str | None = None) -> Pressure:
-        """What a door decides on before a body is read (see ``AdmissionPool``)."""
         with self._lock:
             free = max(0, self.slots + self.queue_size - self._running - len(self._queue))
             in_flight = key is not None and key in self._jobs
@@ -88,7 +84,6 @@ class Pool:
             return Pressure(self._closed, free, in_flight, self._expected_start(), *busy)
 
     def count_refusal(self, refusal: PoolBusy | PoolClosed | CallerBusy) -> None:
-        """Count a refusal the door gave in this pool's name."""
         self._books.count(Counter.refused(refusal))
 
     def _held_end(self, held: LocalJob) -> float:  # rule 2's Retry-After; under the lock
@@ -102,12 +97,10 @@ class Pool:
         return self._books.expected_start(len(self._queue), elapsed)
 
     def idle(self) -> bool:
-        """Nothing in flight."""
         with self._lock:
             return not self._jobs
 
     def snapshot(self) -> PoolSnapshot:
-        """One consistent read of configuration, counts, jobs in flight and counters."""
         with self._lock:
             now, wall = time.monotonic(), time.time()
             return self._books.snapshot(
@@ -118,7 +111,6 @@ class Pool:
             )
 
     def cluster_snapshot(self) -> ClusterSnapshot | None:
-        """None: a local pool is one process's."""
         return None
 
     # --- running ------------------------------------------------------------
@@ -126,13 +118,8 @@ class Pool:
     async def run(
         self, key: str, caller: str, fn: JobFn | None, *, on_drop: DropFn | None = None
     ) -> Any:
-        """Run ``fn`` as the job for ``key`` on behalf of ``caller``, or share the
-        job already in flight for ``key``; return its result or raise its error.
-
-        Exactly one of ``fn()`` and ``on_drop()`` is eventually called, so what the
-        job owns can always be let go: ``on_drop`` runs (on some thread) when ``fn``
-        never will: the call joined or was refused, or its queued job was dropped.
-        """
+        """``on_drop`` runs (on some thread) instead of ``fn`` when the call joined or was
+        refused, or its queued job was dropped: what the job owns is always let go."""
         waiter = Waiter(asyncio.get_running_loop())
         try:
             with self._lock:
@@ -332,7 +319,6 @@ class Pool:
             self._closed = True
 
     async def drain(self) -> None:
-        """Stop accepting; let running and queued jobs finish, then return."""
         self.close()
         await self._until_idle()
 
