@@ -41,7 +41,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from django_pdfpool.admission import Pool
-from django_pdfpool.admission.jobloop import get_job_loop
+from django_pdfpool.admission.jobs import get_job_loop
 from django_pdfpool.exceptions import CallerBusy, PoolBusy
 
 JobFn = Callable[[], Awaitable[Any]]

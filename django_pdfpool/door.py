@@ -31,8 +31,8 @@ from django.http import HttpRequest
 from django.urls import URLPattern, URLResolver, get_resolver, resolve
 from django.urls.exceptions import Resolver404
 
-from .admission import delivery
-from .admission.snapshot import Pressure
+from .admission import jobs
+from .admission.ledger import Pressure
 from .callers import ASKING, acaller_of, address_caller, caller_of
 from .conf import DoorSettings, get_settings
 from .configured import get_pool
@@ -319,7 +319,7 @@ def decide(
     caller, or the address when ``known`` is False (the caller function could not tell
     before the body)."""
     if pressure.closed:
-        return delivery.closing(), False
+        return jobs.closing(), False
     if upload.declares_too_much(terms.max_upload_size):
         return UploadTooLarge.over(terms.max_upload_size), False
     arrivals.expire(terms)
@@ -332,20 +332,20 @@ def decide(
         if entry is not None:
             return entry, False
         if busy:
-            return delivery.caller_busy(pressure.caller_retry_after), True
-        return delivery.queue_full(pressure.retry_after), True
+            return jobs.caller_busy(pressure.caller_retry_after), True
+        return jobs.queue_full(pressure.retry_after), True
 
     if key is not None:
         if pressure.in_flight or arrivals.carries(key):
             return may_join()  # it joins: no slot, no queue place, any caller
         if busy:
-            return delivery.caller_busy(pressure.caller_retry_after), False
+            return jobs.caller_busy(pressure.caller_retry_after), False
         ticket = arrivals.place(pressure.free, who, key)
         if ticket is not None:
             return ticket, False
         if arrivals.may_start_unknown() or arrivals.holds_place(who):
             return may_join()  # a body on its way may turn out to start this key's job
-        return delivery.queue_full(pressure.retry_after), False
+        return jobs.queue_full(pressure.retry_after), False
     if not busy:
         ticket = arrivals.place(pressure.free, who, None)
         if ticket is not None:

@@ -1,4 +1,4 @@
-"""The counter vocabulary (``django_pdfpool.admission.counters.Counter``) against every place
+"""The counter vocabulary (``django_pdfpool.admission.ledger.Counter``) against every place
 that names a counter: the Lua scripts both ways (statically, and through a real Redis), the
 snapshot's ``Counters``, the status page, the metrics, the ``pdfpool status`` command and
 the docs. Who counts what in Redis (``CountedBy``):
@@ -25,10 +25,8 @@ import redis
 
 import django_pdfpool
 from django_pdfpool import get_pool
-from django_pdfpool.admission import delivery, history
-from django_pdfpool.admission.counters import CountedBy, Counter
-from django_pdfpool.admission.ledger import Ledger
-from django_pdfpool.admission.snapshot import Counters
+from django_pdfpool.admission import history
+from django_pdfpool.admission.ledger import CountedBy, Counter, Counters, Ledger
 from django_pdfpool.exceptions import CallerBusy, CoordinatorUnavailable, PoolBusy, PoolClosed
 from django_pdfpool.management import status_report
 from django_pdfpool.status import page as status_page
@@ -135,9 +133,9 @@ def test_every_counter_has_a_label_a_meaning_and_metrics_a_refusal_a_reason():
     assert [c.reason for c in refusals] == ["busy", "caller_busy", "closed"]  # PoolBusy.code...
     assert {c.reason for c in refusals} == {PoolBusy.code, CallerBusy.code, PoolClosed.code}
     for refusal in (PoolBusy(), CallerBusy(), PoolClosed(), CoordinatorUnavailable()):
-        counter = delivery.counter_of(refusal)
+        counter = Counter.refused(refusal)
         assert isinstance(refusal, counter.refusal), refusal
-    assert delivery.counter_of(CoordinatorUnavailable()) is Counter.REFUSED_BUSY  # a PoolBusy
+    assert Counter.refused(CoordinatorUnavailable()) is Counter.REFUSED_BUSY  # a PoolBusy
 
 
 def test_the_status_page_the_metrics_and_the_command_show_every_counter(pdfpool, admin_client):

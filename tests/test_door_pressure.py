@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import threading
 
+from django_pdfpool.admission.ledger import Pressure
 from django_pdfpool.admission.local import Pool
-from django_pdfpool.admission.snapshot import Pressure
 from django_pdfpool.exceptions import (
     PoolBusy,
 )

@@ -149,7 +149,7 @@ GLUE_TESTS = {
     "admin": "tests/status/test_page.py",  # the admin's status page
     "apps": "tests/test_uploads.py",  # ready(): the start-up sweep of stale uploads
     "bounds": "tests/test_conf.py",  # the bounds the settings and the lower layers share
-    "exceptions": "tests/admission/test_delivery.py",
+    "exceptions": "tests/admission/test_jobs.py",
     "models": "tests/status/test_page.py",  # the permission to see the status page
     "pool": "tests/test_pool_conformance.py",  # the given test's path to the local pool
 }

@@ -19,8 +19,6 @@ SHARED_NAMES = {
     # each framework's adaptor of one concept, under the name its users know
     "pdf_pooled",  # decorators.py, contrib/drf.py, contrib/ninja.py
     "door_answer",  # contrib/drf.py, contrib/ninja.py
-    # two concepts under one word, still to be told apart
-    "Scope",  # asgi.py, admission/snapshot.py
     "render",  # management/status_report.py, status/metrics.py
 }
 

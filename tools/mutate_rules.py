@@ -21,7 +21,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PKG = "django_pdfpool"
-LOCAL, DELIVERY = f"{PKG}/admission/local.py", f"{PKG}/admission/delivery.py"
+LOCAL, JOBS = f"{PKG}/admission/local.py", f"{PKG}/admission/jobs.py"
 SIDE, LUA = f"{PKG}/admission/redis/side.py", f"{PKG}/admission/redis/lua"
 RULES = f"{PKG}/door.py"
 
@@ -123,7 +123,7 @@ MUTANTS = [
     ),
     Mutant(
         "unobserved fault logged",
-        DELIVERY,
+        JOBS,
         'logger.warning("job %s failed',
         'logger.debug("job %s failed',
         "local",

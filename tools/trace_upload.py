@@ -437,9 +437,9 @@ def warm_template() -> bool | None:
 
 def job_loop_done() -> None:
     """Return once the pool's job loop has run everything scheduled on it before now."""
-    from django_pdfpool.admission import jobloop
+    from django_pdfpool.admission import jobs
 
-    loop = jobloop._loop
+    loop = jobs._loop
     if loop is None:
         return
     ran = threading.Event()

@@ -2,8 +2,7 @@
 
 No Django, no PDFs. ``local.Pool`` keeps them in one process, ``redis.redis_pool.RedisPool``
 across every process sharing a Redis namespace; both are ``protocol.AdmissionPool``s and
-share their records, delivery and books (``records``, ``delivery``, ``ledger``). The three
-are importable from here, each loaded on first use (redis-py is an extra).
+share a job's life (``jobs``) and what is counted and shown (``ledger``).
 """
 
 from __future__ import annotations

@@ -15,9 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from .counters import REFUSALS
-from .jobloop import call_in_job_loop
-from .snapshot import PoolSnapshot
+from .jobs import call_in_job_loop
+from .ledger import REFUSALS, PoolSnapshot
 
 __all__ = ["HistoryPoint", "Recorder"]
 

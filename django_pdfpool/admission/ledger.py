@@ -1,56 +1,291 @@
-"""A pool's books, kept the same way by both pools: counters, recent durations, the
-``retry_after`` estimates made from them, and the snapshot they go into.
-
-A ``Ledger`` is thread-safe: its own lock is a leaf (taken last, held for a few updates),
-so a pool may call it under its own lock.
-"""
+"""What a pool counts and shows, the same for both pools: every ``Counter``, the books a
+``Ledger`` keeps (counts, recent durations, ``retry_after`` estimates) and the snapshots."""
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import threading
 import time
 from collections import deque
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from enum import Enum, StrEnum
+from typing import TYPE_CHECKING, Any, Literal
 
-from .counters import Counter
-from .snapshot import Counters, DurationSummary, JobInfo, PoolSnapshot
+from ..exceptions import CallerBusy, PoolBusy, PoolClosed, Refused
 
 RECENT = 256  # how many recent durations the summaries and estimates cover
 DEFAULT_RUN_TIME = 1.0  # seconds assumed for a job before any has finished
 
+# --- the counters (docs/metrics.md) -----------------------------------------------------
 
-class RecentDurations:
-    """The last few durations, with their running sum for a cheap mean."""
 
-    __slots__ = ("samples", "total")
+class CountedBy(Enum):
+    """Who counts a counter in a Redis pool's cluster-wide books (each ``Ledger`` counts all)."""
 
-    def __init__(self) -> None:
-        self.samples: deque[float] = deque(maxlen=RECENT)
-        self.total = 0.0
+    LUA = "lua"  # the script that decides the event tallies it by name: tally('joined', 1)
+    PYTHON = "python"  # Python picks the name and hands it to a script (finish.lua's OUTCOME)
+    PROCESS = "process"  # each process alone, never in Redis: no cluster-wide figure
 
-    def add(self, value: float) -> None:
-        if len(self.samples) == self.samples.maxlen:
-            self.total -= self.samples[0]
-        self.samples.append(value)
-        self.total += value
 
-    def mean(self, default: float) -> float:
-        return self.total / len(self.samples) if self.samples else default
+class Counter(StrEnum):
+    """One counter: its name, label, meaning, who counts it, and for a refusal the ``Refused``
+    class it counts (once per caller; its ``code`` the ``reason`` label of the metric)."""
+
+    label: str
+    meaning: str
+    counted_by: CountedBy
+    refusal: type[Refused] | None
+
+    def __new__(
+        cls,
+        name: str,
+        label: str,
+        meaning: str,
+        counted_by: CountedBy,
+        refusal: type[Refused] | None = None,
+    ) -> Counter:
+        member = str.__new__(cls, name)
+        member._value_ = name
+        member.label, member.meaning = label, meaning
+        member.counted_by, member.refusal = counted_by, refusal
+        return member
+
+    STARTED = "started", "Started", "jobs that took a slot", CountedBy.LUA
+    JOINED = "joined", "Joined", "callers that shared a job in flight", CountedBy.LUA
+    COMPLETED = "completed", "Completed", "jobs that returned a result", CountedBy.PYTHON
+    FAILED = "failed", "Failed", "jobs that raised", CountedBy.PYTHON
+    CANCELLED = "cancelled", "Cancelled", "running jobs cancelled by stop()", CountedBy.PYTHON
+    ABANDONED = "abandoned", "Abandoned", "queued jobs every waiter left", CountedBy.LUA
+    REFUSED_BUSY = (
+        "refused_busy",
+        "Refused: busy",
+        "queue full, or waited longer than wait (503)",
+        CountedBy.LUA,
+        PoolBusy,
+    )
+    REFUSED_CALLER = (
+        "refused_caller",
+        "Refused: caller",
+        "caller already had a job in flight (429)",
+        CountedBy.LUA,
+        CallerBusy,
+    )
+    REFUSED_CLOSED = (
+        "refused_closed",
+        "Refused: closed",
+        "the pool was draining or stopped (503)",
+        CountedBy.PROCESS,
+        PoolClosed,
+    )
+
+    @property
+    def reason(self) -> str | None:
+        """A refusal's code (``PoolBusy.code``...); None for a job event."""
+        return None if self.refusal is None else self.refusal.code
+
+    @classmethod
+    def refused(cls, refusal: PoolBusy | PoolClosed | CallerBusy) -> Counter:
+        """The counter a refusal counts in (a ``CoordinatorUnavailable`` is a ``PoolBusy``)."""
+        return next(c for c in cls if c.refusal is not None and isinstance(refusal, c.refusal))
+
+    @classmethod
+    def ended(cls, cancelled: bool, error: BaseException | None) -> Counter:
+        """How a job that held a slot ended: cancelled, failed (raised) or completed."""
+        return cls.CANCELLED if cancelled else cls.FAILED if error else cls.COMPLETED
+
+
+REFUSALS = tuple(counter for counter in Counter if counter.reason is not None)
+"""The counters of refusals, in the enum's order (the chart's total, the metric's reasons)."""
+
+# --- the snapshot: plain, immutable, JSON-ready through ``as_dict`` ---------------------
+
+JobState = Literal["queued", "running"]
+BooksScope = Literal["process", "cluster"]  # whose counters: a process's or the cluster's
+
+
+@dataclass(frozen=True)
+class Pressure:
+    """What a door reads before a request's body: cheap, maybe stale (the pool decides)."""
+
+    closed: bool  # the pool takes nothing new
+    free: int  # slots and queue places not taken
+    in_flight: bool  # a job for the key asked about is in flight (it can be joined)
+    retry_after: float  # seconds until a place is likely free
+    # ``caller`` (when asked about) has a job in flight for a key other than ``key``, and
+    # ``key``'s job is not in flight to join: the pool would answer 429 caller_busy (rule 2)
+    caller_busy: bool = False
+    caller_retry_after: float = 0.0  # the Retry-After that 429 would carry
+
+
+@dataclass(frozen=True)
+class DurationSummary:
+    """Summary of recent durations in seconds (zeros when there are none yet)."""
+
+    count: int = 0
+    mean: float = 0.0
+    p95: float = 0.0
+    max: float = 0.0
+
+    @classmethod
+    def of(cls, samples: Iterable[float]) -> DurationSummary:
+        values = sorted(samples)
+        if not values:
+            return cls()
+        p95 = values[max(0, math.ceil(0.95 * len(values)) - 1)]
+        return cls(len(values), sum(values) / len(values), p95, values[-1])
+
+
+class CountersBase:
+    """What every ``Counters`` has besides its fields: reading by ``Counter`` and sums."""
+
+    __slots__ = ()
+
+    def __getitem__(self, counter: Counter) -> int:
+        return int(getattr(self, counter.value))
+
+    def as_dict(self) -> dict[str, int]:
+        """Name -> count, in ``Counter`` order (JSON-ready)."""
+        return {c.value: self[c] for c in Counter}
+
+    def plus(self, other: CountersBase) -> Counters:
+        """Both counts added, counter by counter."""
+        return Counters(**{c.value: self[c] + other[c] for c in Counter})
+
+
+if TYPE_CHECKING:
+
+    class Counters(CountersBase):
+        """For type checkers: a frozen dataclass with one ``int`` field per ``Counter``."""
+
+        def __init__(self, **counts: int) -> None: ...
+        def __getattr__(self, name: str) -> int: ...
+
+else:
+    Counters = dataclasses.make_dataclass(
+        "Counters",
+        [(counter.value, int, dataclasses.field(default=0)) for counter in Counter],
+        bases=(CountersBase,),
+        frozen=True,
+        namespace={
+            "__doc__": "Events since the pool was built, one field per ``Counter``: "
+            "``counters.joined`` or ``counters[Counter.JOINED]``.",
+            "__module__": __name__,
+        },
+    )
+
+
+@dataclass(frozen=True)
+class JobInfo:
+    """One job in flight. Times are seconds; ``*_at`` are wall-clock epoch seconds."""
+
+    key: str
+    caller: str
+    state: JobState
+    sharers: int  # callers waiting for it, the starter included while it waits
+    queued_at: float
+    started_at: float | None
+    queued_for: float  # time spent in the queue (so far, if still queued)
+    running_for: float  # time since it took a slot (0 while queued)
+
+    @classmethod
+    def at(
+        cls,
+        key: str,
+        caller: str,
+        sharers: int,
+        queued: float,
+        started: float | None,
+        now: float,
+        wall: float,
+    ) -> JobInfo:
+        """From times on one clock (``started`` None while queued), read at ``now`` on that
+        clock, which is wall-clock ``wall``: ages come from one clock, dates from the reader's."""
+        return cls(
+            key=key,
+            caller=caller,
+            state="queued" if started is None else "running",
+            sharers=sharers,
+            queued_at=wall - (now - queued),
+            started_at=None if started is None else wall - (now - started),
+            queued_for=(now if started is None else started) - queued,
+            running_for=0.0 if started is None else now - started,
+        )
+
+
+@dataclass(frozen=True)
+class PoolSnapshot:
+    """Configuration, counts, jobs in flight and counters, read at one moment; ``scope``: whose
+    counters and durations (this process's, or the cluster's), counted since ``counted_since``."""
+
+    slots: int
+    queue: int
+    wait: float | None
+    closed: bool
+    running: int
+    queued: int
+    jobs: tuple[JobInfo, ...]
+    counters: Counters
+    queue_wait: DurationSummary  # over recently started jobs
+    run_time: DurationSummary  # over recently finished jobs
+    taken_at: float  # wall clock
+    scope: BooksScope = "process"
+    counted_since: float | None = None  # wall clock; None while nothing was counted
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain dicts, lists and numbers, ready for ``json.dumps``."""
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class ProcessHold:
+    """One process sharing a Redis namespace, as Redis sees it."""
+
+    process: str  # "host:pid:tag"
+    host: str
+    pid: int
+    lease_left: float  # seconds until its lease ends; negative: ended, not yet reaped
+    running: tuple[str, ...]  # keys of the jobs it runs
+    queued: tuple[str, ...]  # keys of its jobs waiting for a slot
+    waiting: int  # its callers waiting on jobs in flight (starters included)
+
+
+@dataclass(frozen=True)
+class ClusterSnapshot:
+    """One reading of a Redis pool: ``cluster`` (the cluster's books while Redis answers),
+    each process, and ``local`` (always this process's books)."""
+
+    mode: str  # "redis", "local-fallback" or "refusing"
+    url: str  # without its password
+    namespace: str
+    process: str  # this process's id
+    lease: float
+    cluster: PoolSnapshot
+    local: PoolSnapshot
+    processes: tuple[ProcessHold, ...]
+    trouble: str | None = None  # while not "redis": "unreachable", or "refused" (writes)
+    redis_error: str = ""  # the last Redis failure, as the log said it
+    unreachable: int = 0  # times this process fell back because Redis did not answer
+    refused_writes: int = 0  # ... because Redis refused a write (OOM, READONLY, NOPERM)
+
+
+# --- the books --------------------------------------------------------------------------
 
 
 class Ledger:
-    """Counters and durations of one pool. ``ceiling``: the longest a job may run (the
-    extraction timeout), which no estimate of a running job's end goes past."""
+    """One pool's books; thread-safe, its lock a leaf (a pool may call it under its own).
+    ``ceiling``: the longest a job may run, which no estimate of a job's end goes past."""
 
     __slots__ = ("_counts", "_lock", "_queue_waits", "_run_times", "born", "ceiling", "slots")
 
     def __init__(self, slots: int, ceiling: float | None = None) -> None:
-        self.slots, self.ceiling = slots, ceiling
+        self.slots, self.ceiling = slots, ceiling  # never change
         self.born = time.time()  # the books count from here (wall clock)
         self._lock = threading.Lock()  # guards the three fields below
         self._counts = dict.fromkeys(Counter, 0)
-        self._queue_waits = RecentDurations()
-        self._run_times = RecentDurations()
+        self._queue_waits: deque[float] = deque(maxlen=RECENT)
+        self._run_times: deque[float] = deque(maxlen=RECENT)
 
     def count(self, counter: Counter, n: int = 1) -> None:
         with self._lock:
@@ -60,33 +295,31 @@ class Ledger:
         """A job took a slot after ``queued_for`` seconds in the queue."""
         with self._lock:
             self._counts[Counter.STARTED] += 1
-            self._queue_waits.add(queued_for)
+            self._queue_waits.append(queued_for)
 
     def ended(self, outcome: Counter, took: float) -> None:
         """A job that held a slot ended: ``Counter.ended``'s outcome, after ``took`` s."""
         with self._lock:
             self._counts[outcome] += 1
-            self._run_times.add(took)
+            self._run_times.append(took)
 
     def gave_up(self, waited: Sequence[float], callers: int) -> None:
         """Queued jobs that waited ``waited`` seconds each were refused (``callers`` in
         all): their waits count in the queue-wait figures, as a started job's do."""
         with self._lock:
             self._counts[Counter.REFUSED_BUSY] += callers
-            for seconds in waited:
-                self._queue_waits.add(seconds)
+            self._queue_waits.extend(waited)
 
     def _typical(self, running_for: Iterable[float]) -> float:
         """A job's likely run time: the recent mean, or before any job has finished, the
         longest a job has run so far (at least ``DEFAULT_RUN_TIME``). Under the lock."""
-        if self._run_times.samples:
-            return self._run_times.mean(DEFAULT_RUN_TIME)
+        if self._run_times:
+            return sum(self._run_times) / len(self._run_times)
         return max((DEFAULT_RUN_TIME, *running_for))
 
     def _left(self, running_for: float, typical: float) -> float:
-        """Seconds a job running for ``running_for`` likely has left: what the typical
-        run still leaves, else (overdue) as long again as it has run, never past the
-        ceiling."""
+        """Seconds a job running for ``running_for`` likely has left: what the typical run
+        still leaves, else (overdue) as long again as it has run, never past the ceiling."""
         left = typical - running_for
         if left <= 0:
             left = running_for
@@ -120,33 +353,26 @@ class Ledger:
         wait: float | None,
         closed: bool,
         jobs: Iterable[JobInfo],
-        running: int | None = None,
-        queued: int | None = None,
         extra: Counters | None = None,
     ) -> PoolSnapshot:
-        """A snapshot of these books with ``jobs``; ``running``/``queued`` default to
-        counting the jobs' states, ``extra`` counters are added to this ledger's."""
+        """These books with ``jobs``, and ``extra`` counters added to this ledger's."""
         jobs = tuple(jobs)
-        if running is None:
-            running = sum(job.state == "running" for job in jobs)
-        if queued is None:
-            queued = len(jobs) - running
+        running = sum(job.state == "running" for job in jobs)
         with self._lock:
             counters = Counters(**{c.value: n for c, n in self._counts.items()})
-            queue_wait = DurationSummary.of(self._queue_waits.samples)
-            run_time = DurationSummary.of(self._run_times.samples)
+            queue_wait = DurationSummary.of(self._queue_waits)
+            run_time = DurationSummary.of(self._run_times)
         return PoolSnapshot(
             slots=self.slots,
             queue=queue,
             wait=wait,
             closed=closed,
             running=running,
-            queued=queued,
+            queued=len(jobs) - running,
             jobs=jobs,
             counters=counters if extra is None else counters.plus(extra),
             queue_wait=queue_wait,
             run_time=run_time,
             taken_at=time.time(),
-            scope="process",
             counted_since=self.born,
         )

@@ -1,10 +1,5 @@
-"""``Pool``: the admission rules in one process, under one ``threading.Lock``.
-
-Generic: it knows nothing of Django or PDFs. A job is ``fn()``, an awaitable run on the
-process's job loop (``jobloop``), never on a caller's, so a job outlives the request and
-the event loop that started it; callers await ``run`` from any loop in any thread and are
-woken on their own. ``_admit`` applies the rules in order; docs/pool.md explains each.
-"""
+"""``Pool``: the admission rules in one process, under one ``threading.Lock``; jobs run on the
+job loop, each caller is woken on its own loop. ``_admit`` applies the rules (docs/pool.md)."""
 
 from __future__ import annotations
 
@@ -13,33 +8,27 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
+from ..bounds import QUEUE, SLOTS, WAIT
 from ..exceptions import CallerBusy, PoolBusy, PoolClosed
-from . import delivery
-from .counters import Counter
-from .delivery import call_dropped, deliver, report_failure
-from .jobloop import call_in_job_loop
-from .ledger import Ledger
+from . import jobs
+from .jobs import JobRecord, Waiter, call_dropped, call_in_job_loop, deliver, report_failure, run_fn
+from .ledger import ClusterSnapshot, Counter, Ledger, PoolSnapshot, Pressure
 from .protocol import DropFn, ErrorObserver, JobFn
-from .records import JobRecord, Waiter, check_terms, run_fn
-from .snapshot import ClusterSnapshot, PoolSnapshot, Pressure
 
 
+@dataclass(slots=True, eq=False)
 class LocalJob(JobRecord):
-    """A job of a local pool; every field is guarded by the pool's lock (``task`` is set
-    on the job loop). ``deadline``: monotonic, set while queued with a ``wait``."""
+    """A job of a local pool, guarded by the pool's lock (``task`` is set on the job loop)."""
 
-    __slots__ = ("deadline",)
-
-    def __init__(self, *args: Any) -> None:  # JobRecord's: key, caller, fn, on_drop, starter
-        super().__init__(*args)
-        self.deadline: float | None = None
+    deadline: float | None = field(default=None, init=False)  # monotonic, queued with a wait
 
 
 class Pool:
-    """Admit jobs through ``slots`` running at once and a ``queue`` of waiting jobs;
-    a queued job waits at most ``wait`` seconds (None: no limit)."""
+    """Admit jobs through ``slots`` running at once and a ``queue`` of waiting jobs; a queued
+    job waits at most ``wait`` seconds (None: no limit). Its methods are ``AdmissionPool``'s."""
 
     def __init__(
         self,
@@ -50,9 +39,11 @@ class Pool:
         on_error: ErrorObserver | None = None,
         run_time_ceiling: float | None = None,
     ) -> None:
-        check_terms(slots, queue, wait)
+        SLOTS.require("slots", slots)
+        QUEUE.require("queue", queue)
+        WAIT.require("wait", wait)  # also refuses NaN
         self.slots, self.queue_size, self.wait = slots, queue, wait
-        self._on_error = on_error or delivery.log_failure
+        self._on_error = on_error or jobs.log_failure
         # counters and durations; thread-safe on its own
         self._books = Ledger(slots, run_time_ceiling)
         self._lock = threading.Lock()  # guards every field below
@@ -72,15 +63,12 @@ class Pool:
     # --- reading ------------------------------------------------------------
 
     def running(self) -> int:
-        """Jobs holding a slot."""
         return self._running
 
     def queued(self) -> int:
-        """Jobs waiting for a slot."""
         return len(self._queue)
 
     def waiting(self, key: str) -> int:
-        """Callers sharing ``key``'s job, not counting the one that started it."""
         with self._lock:
             job = self._jobs.get(key)
             return 0 if job is None else job.sharers()
@@ -88,7 +76,6 @@ class Pool:
     blocking_reads = False  # ``pressure`` reads memory only
 
     def pressure(self, key: str | None = None, caller: str | None = None) -> Pressure:
-        """What a door decides on before a body is read (see ``AdmissionPool``)."""
         with self._lock:
             free = max(0, self.slots + self.queue_size - self._running - len(self._queue))
             in_flight = key is not None and key in self._jobs
@@ -97,8 +84,7 @@ class Pool:
             return Pressure(self._closed, free, in_flight, self._expected_start(), *busy)
 
     def count_refusal(self, refusal: PoolBusy | PoolClosed | CallerBusy) -> None:
-        """Count a refusal the door gave in this pool's name."""
-        self._books.count(delivery.counter_of(refusal))
+        self._books.count(Counter.refused(refusal))
 
     def _held_end(self, held: LocalJob) -> float:  # rule 2's Retry-After; under the lock
         ahead = self._queue.index(held) if held.state == "queued" else 0
@@ -111,12 +97,10 @@ class Pool:
         return self._books.expected_start(len(self._queue), elapsed)
 
     def idle(self) -> bool:
-        """Nothing in flight."""
         with self._lock:
             return not self._jobs
 
     def snapshot(self) -> PoolSnapshot:
-        """One consistent read of configuration, counts, jobs in flight and counters."""
         with self._lock:
             now, wall = time.monotonic(), time.time()
             return self._books.snapshot(
@@ -124,12 +108,9 @@ class Pool:
                 wait=self.wait,
                 closed=self._closed,
                 jobs=[job.info(now, wall) for job in self._jobs.values()],
-                running=self._running,
-                queued=len(self._queue),
             )
 
     def cluster_snapshot(self) -> ClusterSnapshot | None:
-        """None: a local pool is one process's."""
         return None
 
     # --- running ------------------------------------------------------------
@@ -137,13 +118,8 @@ class Pool:
     async def run(
         self, key: str, caller: str, fn: JobFn | None, *, on_drop: DropFn | None = None
     ) -> Any:
-        """Run ``fn`` as the job for ``key`` on behalf of ``caller``, or share the
-        job already in flight for ``key``; return its result or raise its error.
-
-        Exactly one of ``fn()`` and ``on_drop()`` is eventually called, so what the
-        job owns can always be let go: ``on_drop`` runs (on some thread) when ``fn``
-        never will: the call joined or was refused, or its queued job was dropped.
-        """
+        """``on_drop`` runs (on some thread) instead of ``fn`` when the call joined or was
+        refused, or its queued job was dropped: what the job owns is always let go."""
         waiter = Waiter(asyncio.get_running_loop())
         try:
             with self._lock:
@@ -169,21 +145,21 @@ class Pool:
         """Apply the rules, in order, to a new call; return the job it now waits for."""
         if self._closed:  # Rule 0: closed.
             self._books.count(Counter.REFUSED_CLOSED)
-            raise delivery.closing()
+            raise jobs.closing()
         job = self._jobs.get(key)
         if job is not None:  # Rule 1: join; no slot, no queue place, any caller.
             job.waiters.add(waiter)
             self._books.count(Counter.JOINED)
             return job
         if fn is None:
-            raise delivery.nothing_to_join(key)
+            raise jobs.nothing_to_join(key)
         held = self._callers.get(caller)
         if held is not None:  # Rule 2: one job per caller, even if its starter left.
             self._books.count(Counter.REFUSED_CALLER)
-            raise delivery.caller_busy(self._held_end(held))
+            raise jobs.caller_busy(self._held_end(held))
         if self._running >= self.slots and len(self._queue) >= self.queue_size:
             self._books.count(Counter.REFUSED_BUSY)  # Rule 3: a full queue refuses at once.
-            raise delivery.queue_full(self._expected_start())
+            raise jobs.queue_full(self._expected_start())
         job = LocalJob(key, caller, fn, on_drop, waiter)
         self._jobs[key] = job
         self._callers[caller] = job
@@ -216,7 +192,7 @@ class Pool:
 
     def _finish(self, job: LocalJob, task: asyncio.Task[Any]) -> None:
         """On the job loop: the job's task ended; its outcome to every sharer."""
-        result, error = delivery.outcome_of(task, self._stopping)
+        result, error = jobs.outcome_of(task, self._stopping)
         outcome = Counter.ended(task.cancelled(), error)
         self._end(job, result, error, outcome)
         if error is not None and not task.cancelled():
@@ -305,7 +281,7 @@ class Pool:
         self._arm_timer()
         call_dropped(*dropped)
         for waiters in refused:
-            deliver(waiters, None, delivery.waited_too_long(self.wait, retry_after))
+            deliver(waiters, None, jobs.waited_too_long(self.wait, retry_after))
         deliver(idle, None, None)
 
     def _forget_queued(self, job: LocalJob, dropped: list[DropFn | None]) -> set[Waiter]:
@@ -343,7 +319,6 @@ class Pool:
             self._closed = True
 
     async def drain(self) -> None:
-        """Stop accepting; let running and queued jobs finish, then return."""
         self.close()
         await self._until_idle()
 
@@ -362,7 +337,7 @@ class Pool:
                 job.waiters = set()
             idle = self._take_idle_waiters()
         call_dropped(*dropped)
-        deliver(abandoned, None, delivery.stopped())
+        deliver(abandoned, None, jobs.stopped())
         deliver(idle, None, None)
         call_in_job_loop(_cancel_tasks, running)
         await self._until_idle()

@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, runtime_checkable
 
 from ..exceptions import CallerBusy, PoolBusy, PoolClosed
-from .snapshot import ClusterSnapshot, PoolSnapshot, Pressure
+from .ledger import ClusterSnapshot, PoolSnapshot, Pressure
 
 JobFn = Callable[[], Awaitable[Any]]
 """A job: called once, on the process's job loop; its result or error reaches every sharer."""

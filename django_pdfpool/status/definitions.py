@@ -8,8 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from ..admission.counters import REFUSALS, Counter
-from ..admission.snapshot import DurationSummary, PoolSnapshot
+from ..admission.ledger import REFUSALS, Counter, DurationSummary, PoolSnapshot
 from ..door import ARRIVING, terms
 
 __all__ = ["METRICS", "PID_LABEL", "DoorFigures", "MetricDefinition", "MetricSample", "Reading"]

@@ -10,7 +10,7 @@ from django.http import HttpRequest, HttpResponse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
-from ..admission.snapshot import PoolSnapshot
+from ..admission.ledger import PoolSnapshot
 from ..conf import get_settings
 from ..configured import get_pool
 from .definitions import METRICS, DoorFigures, Reading

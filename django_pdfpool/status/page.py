@@ -17,8 +17,7 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.db import DatabaseError
 
-from ..admission.counters import CountedBy, Counter
-from ..admission.snapshot import ClusterSnapshot
+from ..admission.ledger import ClusterSnapshot, CountedBy, Counter
 from ..conf import get_settings
 from ..configured import get_pool, recorder
 from ..door import door_status

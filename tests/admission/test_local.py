@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from django_pdfpool.admission import Pool
-from django_pdfpool.admission.jobloop import get_job_loop
+from django_pdfpool.admission.jobs import get_job_loop
 from django_pdfpool.exceptions import PoolBusy, PoolClosed
 from tests.support.gates import LONG, Gate, job, run, until
 

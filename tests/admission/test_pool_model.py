@@ -38,8 +38,8 @@ from hypothesis.stateful import (
 )
 
 from django_pdfpool.admission import Pool
-from django_pdfpool.admission.jobloop import get_job_loop
-from django_pdfpool.admission.snapshot import Counters
+from django_pdfpool.admission.jobs import get_job_loop
+from django_pdfpool.admission.ledger import Counters
 from django_pdfpool.exceptions import Refused
 
 KEYS = ("k0", "k1", "k2", "k3")

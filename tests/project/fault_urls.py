@@ -14,7 +14,7 @@ from django.http import HttpRequest, JsonResponse
 from django.urls import path
 
 import django_pdfpool.sandbox.extract as extraction
-from django_pdfpool.admission.jobloop import get_job_loop
+from django_pdfpool.admission.jobs import get_job_loop
 from django_pdfpool.configured import peek_pool
 from django_pdfpool.door import door_status
 from django_pdfpool.sandbox import child_process

@@ -17,7 +17,7 @@ import redis
 from django.test import Client
 
 from django_pdfpool import get_pool
-from django_pdfpool.admission.snapshot import Counters
+from django_pdfpool.admission.ledger import Counters
 from tests.status.test_page import URL, page_fields
 from tests.support.redis_server import RedisServer, namespace_keys
 from tests.support.redis_worker import Worker

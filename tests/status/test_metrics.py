@@ -23,8 +23,8 @@ from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.parser import text_string_to_metric_families
 
 from django_pdfpool import configured
+from django_pdfpool.admission.ledger import ClusterSnapshot
 from django_pdfpool.admission.local import Pool
-from django_pdfpool.admission.snapshot import ClusterSnapshot
 from django_pdfpool.status import collector as collector_module
 from django_pdfpool.status.collector import PoolCollector, ProcessExporter, register_metrics
 from django_pdfpool.status.definitions import METRICS

@@ -21,7 +21,7 @@ from django.test import Client
 from django_pdfpool import configured, get_pool
 from django_pdfpool.admission import history
 from django_pdfpool.admission.history import Recorder
-from django_pdfpool.admission.snapshot import Counters, DurationSummary, PoolSnapshot
+from django_pdfpool.admission.ledger import Counters, DurationSummary, PoolSnapshot
 from django_pdfpool.status import page as status_page
 from tests.conftest import held_requests, wait_until
 from tests.project.views import HELD

@@ -6,7 +6,7 @@ import hashlib
 
 from django.test import Client
 
-from django_pdfpool.admission.snapshot import Pressure
+from django_pdfpool.admission.ledger import Pressure
 from django_pdfpool.door import Arrivals, Terms, decide
 from django_pdfpool.record import UploadHeaders
 

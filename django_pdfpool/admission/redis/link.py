@@ -25,7 +25,7 @@ from redis.exceptions import RedisError, ResponseError
 from redis.retry import Retry
 
 from ...exceptions import BlockingCallWarning
-from ..jobloop import on_job_loop
+from ..jobs import on_job_loop
 from ..protocol import ErrorObserver
 from .codec import Decode, Encode
 from .urls import presentable

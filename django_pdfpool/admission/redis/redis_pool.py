@@ -18,15 +18,21 @@ from redis.exceptions import RedisError
 
 from ...bounds import CALL_TIMEOUT, FALLBACK, LEASE, NAMESPACE
 from ...exceptions import CallerBusy, PoolBusy, PoolClosed
-from .. import delivery
-from ..counters import CountedBy, Counter
-from ..delivery import call_dropped
-from ..jobloop import call_in_job_loop, get_job_loop
-from ..ledger import Ledger
+from .. import jobs
+from ..jobs import Waiter, call_dropped, call_in_job_loop, get_job_loop
+from ..ledger import (
+    ClusterSnapshot,
+    CountedBy,
+    Counter,
+    Counters,
+    JobInfo,
+    Ledger,
+    PoolSnapshot,
+    Pressure,
+    ProcessHold,
+)
 from ..local import Pool
 from ..protocol import DropFn, ErrorObserver, JobFn
-from ..records import Waiter
-from ..snapshot import ClusterSnapshot, Counters, JobInfo, PoolSnapshot, Pressure, ProcessHold
 from .codec import Decode, Encode
 from .link import RedisPoolSettings
 from .side import GO_LOCAL, REDIS, UNREACHABLE, Closing, ProcessSide, RedisWaiter, unavailable
@@ -88,7 +94,7 @@ class RedisPool:
             lease=float(lease),
             fallback=fallback,
             timeout=float(timeout),
-            on_error=on_error or delivery.log_failure,
+            on_error=on_error or jobs.log_failure,
             encode=encode,
             decode=decode,
             max_result_bytes=max_result_bytes,
@@ -163,7 +169,7 @@ class RedisPool:
 
     def count_refusal(self, refusal: PoolBusy | PoolClosed | CallerBusy) -> None:
         """Count a refusal the door gave: here, and a busy or caller one in Redis too."""
-        counter = delivery.counter_of(refusal)
+        counter = Counter.refused(refusal)
         self._books.count(counter)
         if counter.counted_by is not CountedBy.PROCESS and self.mode == REDIS:
             call_in_job_loop(self._side.count_refused, counter)
@@ -239,7 +245,7 @@ class RedisPool:
         if self._closing.closed:  # rule 0, per process: see drain()
             self._books.count(Counter.REFUSED_CLOSED)
             call_dropped(on_drop)
-            raise delivery.closing()
+            raise jobs.closing()
         if self.mode != REDIS:
             return await self._run_degraded(key, caller, fn, on_drop)
         waiter = RedisWaiter(asyncio.get_running_loop(), on_drop)

@@ -20,14 +20,11 @@ from redis import exceptions as redis_errors
 from redis.exceptions import RedisError
 
 from ...exceptions import CoordinatorUnavailable, PoolBusy, PoolMisconfigured, RunnerLost, Wording
-from .. import delivery
-from ..counters import Counter
-from ..delivery import call_dropped, deliver, report_failure
-from ..ledger import Ledger
+from .. import jobs
+from ..jobs import JobRecord, Waiter, call_dropped, deliver, report_failure, run_fn
+from ..ledger import Counter, JobInfo, Ledger
 from ..local import Pool
 from ..protocol import DropFn, JobFn
-from ..records import JobRecord, Waiter, run_fn
-from ..snapshot import JobInfo
 from .codec import decode_outcome, encode_outcome
 from .link import (
     AdmitReply,
@@ -169,7 +166,7 @@ class ProcessSide:
         """Start admitting a call; its waiter learns the outcome."""
         if self.retired:  # closed between the caller's check and now
             call_dropped(on_drop)
-            deliver([waiter], None, delivery.closing())
+            deliver([waiter], None, jobs.closing())
             return
         self._keep_redis()
         task = self.spawn(self._admit(waiter, key, caller, fn, on_drop))
@@ -323,12 +320,12 @@ class ProcessSide:
         if reply.status == "caller":  # rule 2
             self._books.count(Counter.REFUSED_CALLER)
             running_for = reply.age if reply.state == "running" else None
-            return delivery.caller_busy(self._books.expected_end(running_for, reply.queued))
+            return jobs.caller_busy(self._books.expected_end(running_for, reply.queued))
         if reply.status not in ("busy", "rebuilding", "mismatch"):
-            return delivery.nothing_to_join(key)
+            return jobs.nothing_to_join(key)
         self._books.count(Counter.REFUSED_BUSY)
         if reply.status == "busy":  # rule 3: a full queue
-            return delivery.queue_full(self._books.expected_start(reply.queued))
+            return jobs.queue_full(self._books.expected_start(reply.queued))
         if reply.status == "rebuilding":  # bad data took state: the beats count it again
             return PoolBusy(Wording.REBUILDING, self._settings.lease)
         return self._mismatch(reply.differs)
@@ -406,7 +403,7 @@ class ProcessSide:
         """Free the slot and the caller in Redis (handing the outcome to sharers in other
         processes), then answer this process's sharers."""
         job.finishing = True
-        result, error = delivery.outcome_of(task, self._closing.stopping)
+        result, error = jobs.outcome_of(task, self._closing.stopping)
         call_dropped(job.release())  # stopped before fn was called: on_drop instead
         outcome = Counter.ended(task.cancelled(), error)
         took = time.monotonic() - (job.started_mono or job.queued_mono)
@@ -458,9 +455,9 @@ class ProcessSide:
             waited = [time.monotonic() - job.queued_mono] if job.owned else []
             self._books.gave_up(waited, len(waiters))
             retry_after = self._books.expected_start(self._settings.queue_size)
-            error = delivery.waited_too_long(self._settings.wait, retry_after)
+            error = jobs.waited_too_long(self._settings.wait, retry_after)
         elif kind == "closed":
-            error = delivery.stopped()
+            error = jobs.stopped()
         elif kind == "unavailable":
             error = unavailable("waiting", self._settings.probe_every)
         elif kind == "expired":
@@ -796,7 +793,7 @@ class ProcessSide:
         for job in self.jobs():
             if job.owned and job.state == "running":
                 waiters, job.waiters = job.waiters, set()
-                deliver(waiters, None, delivery.stopped())
+                deliver(waiters, None, jobs.stopped())
                 if job.task is not None:
                     job.task.cancel()
             elif job.owned:

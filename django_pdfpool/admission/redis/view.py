@@ -8,8 +8,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..counters import Counter
-from ..snapshot import Counters, DurationSummary, JobInfo, PoolSnapshot, ProcessHold
+from ..ledger import Counter, Counters, DurationSummary, JobInfo, PoolSnapshot, ProcessHold
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ import redis
 
 from django_pdfpool.admission import RedisPool
 from django_pdfpool.admission.history import Recorder
-from django_pdfpool.admission.jobloop import get_job_loop
+from django_pdfpool.admission.jobs import get_job_loop
 from django_pdfpool.exceptions import CoordinatorUnavailable, RemoteJobError
 from tests.conftest import held, until
 from tests.support.outages import _answer, run

@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass
 import pytest
 
 from django_pdfpool.admission import RedisPool
-from django_pdfpool.admission.jobloop import get_job_loop
+from django_pdfpool.admission.jobs import get_job_loop
 from django_pdfpool.admission.redis.codec import decode_outcome, encode_outcome
 from django_pdfpool.exceptions import (
     CallerBusy,

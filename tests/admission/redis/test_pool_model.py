@@ -79,7 +79,7 @@ from hypothesis.stateful import (
 )
 
 from django_pdfpool.admission import RedisPool
-from django_pdfpool.admission.snapshot import Counters
+from django_pdfpool.admission.ledger import Counters
 from django_pdfpool.exceptions import RemoteJobError
 from tests.admission import test_pool_model
 from tests.admission.test_pool_model import CALLERS, KEYS, LONG_WAIT, SETTLE, Call, PoolModel

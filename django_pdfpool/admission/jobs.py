@@ -1,0 +1,243 @@
+"""A job in flight and its waiters, the job loop it runs on, and how its outcome and the
+refusals reach every waiter: what both pools share of a job's life (docs/architecture.md)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..exceptions import CallerBusy, JobFault, PoolBusy, PoolClosed, Wording
+from .ledger import JobInfo
+from .protocol import DropFn, ErrorObserver, JobFn
+
+logger = logging.getLogger("django_pdfpool.pool")
+
+# --- the job loop: one daemon thread per process, where every job runs ------------------
+
+_lock = threading.Lock()  # guards starting the loop's thread
+_loop: asyncio.AbstractEventLoop | None = None  # set under _lock once running; read without
+
+
+def get_job_loop() -> asyncio.AbstractEventLoop:
+    """Return the running background loop, starting its thread if needed."""
+    global _loop
+    loop = _loop
+    if loop is not None:
+        return loop
+    with _lock:
+        if _loop is None:
+            new_loop, ready = asyncio.new_event_loop(), threading.Event()
+            new_loop.call_soon(ready.set)
+            threading.Thread(target=new_loop.run_forever, name="pdfpool-jobs", daemon=True).start()
+            ready.wait()
+            _loop = new_loop
+        return _loop
+
+
+def on_job_loop() -> bool:
+    """Whether the caller runs on the job loop's thread (where nothing may block)."""
+    loop = _loop
+    with contextlib.suppress(RuntimeError):  # no running loop
+        return loop is not None and loop.is_running() and asyncio.get_running_loop() is loop
+    return False
+
+
+def call_in_job_loop(callback: Callable[..., Any], *args: Any) -> None:
+    """Schedule ``callback(*args)`` on the background loop from any thread."""
+    get_job_loop().call_soon_threadsafe(callback, *args)
+
+
+def _forget_after_fork() -> None:  # the child inherits the loop but not its thread
+    global _loop, _lock
+    _loop, _lock = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_after_fork)
+
+# --- a job and its waiters --------------------------------------------------------------
+
+
+class Waiter:
+    """One awaiting call: a future on the caller's own loop, settled only there."""
+
+    __slots__ = ("future", "loop")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.future: asyncio.Future[Any] = loop.create_future()
+
+
+@dataclass(slots=True, eq=False)
+class JobRecord:
+    """A job in flight: who shares it, what it owns, where it stands. Guarded by its pool
+    (the local pool's lock, the Redis pool's job loop); ``task`` is set on the job loop."""
+
+    key: str
+    caller: str = ""
+    fn: JobFn | None = None
+    on_drop: DropFn | None = None
+    starter: Waiter | None = None
+    ran: bool = field(default=False, init=False)  # fn was called (not so if cancelled first)
+    waiters: set[Any] = field(init=False)  # the starter's, then each sharer's Waiter
+    state: str = field(default="queued", init=False)  # then "running"; a local job ends "done"
+    queued_mono: float = field(default_factory=time.monotonic, init=False)
+    started_mono: float | None = field(default=None, init=False)
+    task: asyncio.Task[Any] | None = field(default=None, init=False)
+
+    def __post_init__(self) -> None:
+        self.waiters = set() if self.starter is None else {self.starter}
+
+    def sharers(self) -> int:
+        """Waiters besides the starter."""
+        return len(self.waiters) - (self.starter in self.waiters)
+
+    def running_for(self, now: float) -> float | None:
+        """Seconds since it took a slot; None while queued."""
+        if self.state == "running" and self.started_mono is not None:
+            return now - self.started_mono
+        return None
+
+    def release(self) -> DropFn | None:
+        """Let go of what the job owned; return its ``on_drop`` if ``fn`` was never called
+        (for the caller to call, outside any lock): exactly one of the two is called."""
+        dropped = None if self.ran else self.on_drop
+        self.fn = self.on_drop = None
+        return dropped
+
+    def info(self, now: float, wall: float) -> JobInfo:
+        """This job for a snapshot, read at monotonic ``now`` (wall clock ``wall``)."""
+        started = self.started_mono if self.state == "running" else None
+        return JobInfo.at(
+            self.key, self.caller, len(self.waiters), self.queued_mono, started, now, wall
+        )
+
+
+async def run_fn(job: JobRecord) -> Any:
+    """A job's task: mark ``fn`` called (see ``release``), call it; any error is the job's
+    failure, and only a cancellation of the job itself (``stop()``) ends it cancelled."""
+    fn, job.ran = job.fn, True
+    assert fn is not None  # a job's fn is let go only once it has ended
+    try:
+        return await fn()
+    except asyncio.CancelledError as exc:
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            raise  # the job itself was cancelled
+        raise JobFault("the job raised CancelledError, but nothing cancelled the job") from exc
+    except (KeyboardInterrupt, SystemExit) as exc:
+        raise JobFault(f"the job raised {type(exc).__name__}") from exc
+
+
+# --- the refusals both pools give, worded once ------------------------------------------
+
+
+def closing() -> PoolClosed:
+    return PoolClosed(Wording.CLOSING)
+
+
+def stopped() -> PoolClosed:
+    return PoolClosed(Wording.STOPPED)
+
+
+def caller_busy(retry_after: float) -> CallerBusy:
+    return CallerBusy(Wording.CALLER_BUSY, retry_after)
+
+
+def queue_full(retry_after: float) -> PoolBusy:
+    return PoolBusy(Wording.QUEUE_FULL, retry_after)
+
+
+def waited_too_long(wait: float | None, retry_after: float) -> PoolBusy:
+    limit = f"{wait:g} s" if wait is not None else "too long"
+    return PoolBusy(Wording.WAITED.format(limit=limit), retry_after)
+
+
+def nothing_to_join(key: str) -> ValueError:
+    return ValueError(f"nothing to join for key {key!r}, and no fn to start a job")
+
+
+
+
+# --- an outcome, to every waiter on its own loop ----------------------------------------
+
+
+def outcome_of(task: asyncio.Task[Any], stopping: bool) -> tuple[Any, BaseException | None]:
+    """A finished job task's result or error; cancelled: PoolClosed when the pool is
+    stopping, else an error saying so (never CancelledError: sharers were not cancelled)."""
+    if task.cancelled():
+        return None, stopped() if stopping else RuntimeError("the job was cancelled")
+    error = task.exception()
+    return (None, error) if error is not None else (task.result(), None)
+
+
+def deliver(waiters: Iterable[Waiter], result: Any, error: BaseException | None) -> None:
+    """Settle each waiter's future on its own loop: one wake-up per loop."""
+    by_loop: dict[asyncio.AbstractEventLoop, list[asyncio.Future[Any]]] = {}
+    for waiter in waiters:
+        by_loop.setdefault(waiter.loop, []).append(waiter.future)
+    for loop, futures in by_loop.items():
+        with contextlib.suppress(RuntimeError):  # a closed loop: its callers are gone
+            loop.call_soon_threadsafe(_settle, futures, result, error)
+
+
+def _settle(futures: list[asyncio.Future[Any]], result: Any, error: BaseException | None) -> None:
+    for future in futures:
+        if future.done():  # cancelled meanwhile
+            continue
+        if error is None:
+            future.set_result(result)
+        else:
+            future.set_exception(own_copy(error))
+
+
+def own_copy(error: BaseException) -> BaseException:
+    """A fresh exception object for one sharer, chained to the original, so that
+    sharers never share (and grow) one traceback."""
+    try:
+        duplicate = copy.copy(error)
+    except Exception:  # an __init__ that its own args cannot call again
+        try:
+            duplicate = type(error).__new__(type(error))  # BaseException.__new__: no __init__
+            duplicate.args = error.args
+            duplicate.__dict__.update(getattr(error, "__dict__", {}))
+        except Exception:
+            return error  # better shared than lost
+    duplicate.__cause__ = error
+    duplicate.__context__ = None
+    duplicate.__traceback__ = None
+    return duplicate
+
+
+# --- the users' hooks, contained: on the job loop a raising hook would stop every job ----
+
+
+def call_dropped(*callbacks: DropFn | None) -> None:
+    """Call each ``on_drop`` given; a failing one is logged, never raised."""
+    for callback in callbacks:
+        if callback is not None:
+            _contained(callback, (), "a job's on_drop callback")
+
+
+def report_failure(observer: ErrorObserver, key: str, error: BaseException) -> None:
+    """Tell the pool's ``on_error`` observer of a failed job; a failing observer is logged."""
+    _contained(observer, (key, error), "the pool's on_error observer")
+
+
+def _contained(hook: Callable[..., object], args: tuple[Any, ...], what: str) -> None:
+    try:
+        hook(*args)
+    except BaseException:  # SystemExit and KeyboardInterrupt included
+        logger.exception("%s failed", what)
+
+
+def log_failure(key: str, error: BaseException) -> None:
+    """The default observer: a fault nobody watches is still logged."""
+    logger.warning("job %s failed: %r", key, error, exc_info=error)
