@@ -1,4 +1,4 @@
-"""``door.steps``: the door's logic written once and run on a thread (``run_steps``) or an event
+"""The door's logic written once and run on a thread (``run_steps``) or an event
 loop (``arun_steps``). Each runner does only its own side of each call, sends the value back,
 and raises a call's exception (a cancel too) inside the step function where it yielded,
 so that its ``except`` and ``finally`` (the ticket given back) run on both paths."""

@@ -1,4 +1,4 @@
-"""``door.django.TimedStream``: a WSGI body read against its ticket's deadline. Each read
+"""``middleware.TimedStream``: a WSGI body read against its ticket's deadline. Each read
 (``read`` and ``readline`` alike) counts its bytes, and the bytes earn time
 (``BODY_MIN_RATE``): a body that keeps coming may outlast ``BODY_TIMEOUT``; one that
 stops gets 408 and its place back."""

@@ -25,7 +25,7 @@ from tests.support.servers import gunicorn, read_all_sent, uvicorn, wait_for
 
 MiB = 1024 * 1024
 LIMIT = MiB  # MAX_UPLOAD_SIZE of these servers
-SLACK = 64 * 1024  # the form overhead allowed over it (door.rules.MULTIPART_SLACK)
+SLACK = 64 * 1024  # the form overhead allowed over it (record.MULTIPART_SLACK)
 PATIENCE = 15.0  # seconds an answer may take on a loaded machine: only "did not hang"
 
 
