@@ -21,7 +21,6 @@ SHARED_NAMES = {
     "door_answer",  # contrib/drf.py, contrib/ninja.py
     # two concepts under one word, still to be told apart
     "Scope",  # asgi.py, admission/snapshot.py
-    "render",  # management/status_report.py, status/metrics.py
 }
 
 
