@@ -32,8 +32,7 @@ from django_pdfpool.admission.snapshot import Counters
 from django_pdfpool.exceptions import CallerBusy, CoordinatorUnavailable, PoolBusy, PoolClosed
 from django_pdfpool.management import status_report
 from django_pdfpool.status import page as status_page
-from django_pdfpool.status.definitions import METRICS
-from django_pdfpool.status.metrics import render
+from django_pdfpool.status.metrics import METRICS, render
 from tests.conftest import until
 
 pytest_plugins = ["tests.support.redis_fixtures"]
