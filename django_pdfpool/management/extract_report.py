@@ -74,12 +74,20 @@ def run(
     """Extract ``path`` in a cold child (no template left behind), calling ``progress(elapsed)``
     every ``PROGRESS_EVERY`` seconds while it runs; raises ExtractionError."""
     refuse_in_event_loop("pdfpool extract runs its own event loop: call it from synchronous code.")
-    limits = {"timeout": conf.timeout, "memory_limit": conf.memory_limit}
-    limits |= {"max_pages": conf.max_pages, "max_text_bytes": conf.max_text_bytes}
 
     async def extracting() -> Extraction:
         start = time.monotonic()
-        task = asyncio.ensure_future(extract(path, warm=False, engine=engine, **limits))
+        task = asyncio.ensure_future(
+            extract(
+                path,
+                warm=False,
+                engine=engine,
+                timeout=conf.timeout,
+                memory_limit=conf.memory_limit,
+                max_pages=conf.max_pages,
+                max_text_bytes=conf.max_text_bytes,
+            )
+        )
         try:
             while not (await asyncio.wait({task}, timeout=PROGRESS_EVERY if progress else None))[0]:
                 if progress is not None:

@@ -181,7 +181,14 @@ def _live(metric: MetricDefinition) -> Gauge | Counter:
 
 
 _exporters: weakref.WeakSet[ProcessExporter] = weakref.WeakSet()
-os.register_at_fork(after_in_child=lambda: [e._after_fork() for e in list(_exporters)])
+
+
+def _after_fork() -> None:
+    for exporter in list(_exporters):
+        exporter._after_fork()
+
+
+os.register_at_fork(after_in_child=_after_fork)
 _registered: PoolCollector | ProcessExporter | None = None
 _registering = threading.Lock()
 
