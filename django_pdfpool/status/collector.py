@@ -24,16 +24,11 @@ except ImportError as error:  # pragma: no cover - the extra is not installed
 from ..admission.protocol import AdmissionPool
 from ..conf import get_settings
 from ..configured import get_pool, peek_pool
-from .metrics import METRICS, PID_LABEL, MetricDefinition, Reading
+from .metrics import METRICS, PID_LABEL, MetricDefinition, Reading, own_snapshot
 
 logger = logging.getLogger("django_pdfpool.metrics")
 
 PoolSource = Callable[[], AdmissionPool | None]  # get_pool, peek_pool, or your own
-
-
-def multiprocess_mode() -> bool:
-    """Whether prometheus_client runs in multiprocess mode (its own test)."""
-    return "PROMETHEUS_MULTIPROC_DIR" in os.environ or "prometheus_multiproc_dir" in os.environ
 
 
 def _timeout() -> float:
@@ -103,9 +98,7 @@ class ProcessExporter:
         pool = self._pool()
         if pool is None:
             return False
-        cluster = pool.cluster_snapshot()  # a Redis pool's snapshot() is the cluster's
-        own = pool.snapshot() if cluster is None else cluster.local
-        reading = Reading.now(own, self._timeout(), os.getpid())
+        reading = Reading.now(own_snapshot(pool), self._timeout(), os.getpid())
         with self._lock:
             if not self._metrics:
                 self._metrics = {metric.name: _live(metric) for metric in METRICS}
@@ -201,7 +194,8 @@ def register_metrics(
     (``registry`` unused: a ``MultiProcessCollector`` reads every process's files)."""
     global _registered
     with _registering:
-        if _registered is None and multiprocess_mode():
+        multiprocess = {"PROMETHEUS_MULTIPROC_DIR", "prometheus_multiproc_dir"} & set(os.environ)
+        if _registered is None and multiprocess:  # prometheus_client's own test
             _registered = exporter = ProcessExporter(interval=interval)
             exporter.start()
             atexit.register(exporter.at_exit)

@@ -14,6 +14,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
 from ..admission.counters import REFUSALS, Counter
+from ..admission.protocol import AdmissionPool
 from ..admission.snapshot import DurationSummary, PoolSnapshot
 from ..conf import get_settings
 from ..configured import get_pool
@@ -130,6 +131,12 @@ METRICS: tuple[MetricDefinition, ...] = (
     ),
 )
 """Every metric, in the order they are exposed."""
+
+
+def own_snapshot(pool: AdmissionPool) -> PoolSnapshot:
+    """This process's part of ``pool`` (a Redis pool's ``snapshot()`` is the cluster's)."""
+    cluster = pool.cluster_snapshot()
+    return pool.snapshot() if cluster is None else cluster.local
 
 
 def render(snapshot: PoolSnapshot, *, timeout: float, pid: int) -> str:

@@ -37,6 +37,7 @@ PROCESS_ONLY = {c.value for c in Counter if c.counted_by is CountedBy.PROCESS}  
 DURATIONS = [("Queue wait", "queue_wait"), ("Run time", "run_time")]  # columns
 DURATION_ROWS = [("Jobs", "count", "int"), ("Mean", "mean", "figure")]  # "figure": a duration
 DURATION_ROWS += [("p95", "p95", "figure"), ("Max", "max", "figure")]
+CONF_FIELDS = ("timeout", "memory_limit", "max_upload_size", "engine", "backend")  # settings
 LOCAL_FIELDS = ("running", "queued", "counters", "queue_wait", "run_time", "counted_since")
 _USER_CALLER = re.compile(r"user:(\d+)\Z")  # what callers.user_or_ip gives a signed-in user
 
@@ -58,21 +59,16 @@ def status_data() -> dict[str, Any]:
     names = _caller_names(job["caller"] for job in data["jobs"])
     for job in data["jobs"]:
         job.update(short_key=short_key(job["key"]), caller_name=names.get(job["caller"]))
-    data.update(
-        pid=os.getpid(),
-        host=socket.gethostname(),
-        timeout=conf.timeout,
-        memory_limit=conf.memory_limit,
-        max_upload_size=conf.max_upload_size,
-        engine=conf.engine,
-        history=recorder.as_dict(),
-        backend=conf.backend,
-        cluster=_cluster(cluster),
-        children=_children(),
-        sandbox=_sandbox(),
-        door=door_status(),
-    )
-    return data
+    data |= {name: getattr(conf, name) for name in CONF_FIELDS}
+    return data | {
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "history": recorder.as_dict(),
+        "cluster": _cluster(cluster),
+        "children": _children(),
+        "sandbox": _sandbox(),
+        "door": door_status(),
+    }
 
 
 def _cluster(cluster: ClusterSnapshot | None) -> dict[str, Any] | None:

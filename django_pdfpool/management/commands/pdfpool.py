@@ -18,6 +18,7 @@ from ...exceptions import ExtractionError, Refused, UploadRejected
 from ...pooled import extract_pooled
 from ...sandbox.extract import configure as configure_extraction
 from ...sandbox.wire import ENGINES
+from ...status.metrics import own_snapshot
 from ...status.page import fmt, status_data
 from .. import extract_report as extracting
 from .. import status_report
@@ -118,8 +119,7 @@ class Command(BaseCommand):
             "await django_pdfpool.adrain_pool() instead."
         )
         limit = drain_timeout() if options["timeout"] is None else options["timeout"]
-        cluster = pool.cluster_snapshot()
-        mine = cluster.local if cluster is not None else pool.snapshot()
+        mine = own_snapshot(pool)
         self.stdout.write(
             f"Draining the pool of process {os.getpid()}: it accepts no new work; "
             f"{mine.running} running and {mine.queued} queued jobs get up to "
