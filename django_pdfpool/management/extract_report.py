@@ -21,6 +21,7 @@ from ..status.page import fmt
 PROGRESS_BYTES = 1 << 20  # files at least this large get progress lines on stderr
 PROGRESS_EVERY = 1.0  # seconds between progress lines
 PREVIEW_CHARS = 600  # of the text, shown without --text
+LIMITS = ("timeout", "memory_limit", "max_pages", "max_text_bytes")  # the settings extract() takes
 ERROR_FIELDS = ("code", "message", "detail", "elapsed", "peak_rss")  # of ExtractionError, as JSON
 
 # Bidirectional overrides and isolates: they reorder what a terminal shows (CVE-2021-42574)
@@ -74,20 +75,11 @@ def run(
     """Extract ``path`` in a cold child (no template left behind), calling ``progress(elapsed)``
     every ``PROGRESS_EVERY`` seconds while it runs; raises ExtractionError."""
     refuse_in_event_loop("pdfpool extract runs its own event loop: call it from synchronous code.")
+    limits: dict[str, Any] = {name: getattr(conf, name) for name in LIMITS}
 
     async def extracting() -> Extraction:
         start = time.monotonic()
-        task = asyncio.ensure_future(
-            extract(
-                path,
-                warm=False,
-                engine=engine,
-                timeout=conf.timeout,
-                memory_limit=conf.memory_limit,
-                max_pages=conf.max_pages,
-                max_text_bytes=conf.max_text_bytes,
-            )
-        )
+        task = asyncio.ensure_future(extract(path, warm=False, engine=engine, **limits))
         try:
             while not (await asyncio.wait({task}, timeout=PROGRESS_EVERY if progress else None))[0]:
                 if progress is not None:

@@ -69,10 +69,8 @@ def _own_labels(metric: MetricDefinition) -> list[str]:
 
 
 class ProcessExporter:
-    """Multiprocess mode: this process's own figures (``cluster_snapshot().local`` for a
-    Redis pool) copied every ``interval`` seconds, by a daemon thread, into gauges (one
-    series per live process) and counters (summed over every process that ran). The pool
-    defaults to ``peek_pool``: a process appears once it builds its pool."""
+    """Multiprocess mode: this process's own figures copied every ``interval`` seconds into
+    gauges (a series per live process) and counters; a process appears once it has a pool."""
 
     def __init__(
         self,
@@ -165,8 +163,7 @@ class ProcessExporter:
 
 
 def _live(metric: MetricDefinition) -> Gauge | Counter:
-    """The prometheus_client metric behind one definition, in no registry (multiprocess
-    mode exports every metric through the files of its directory)."""
+    """The prometheus_client metric behind one definition, in no registry (the files are)."""
     labels = _own_labels(metric)
     if metric.kind == "counter":
         return Counter(metric.name, metric.help, labels, registry=None)
@@ -190,8 +187,7 @@ def register_metrics(
     registry: CollectorRegistry = REGISTRY, *, interval: float = 1.0
 ) -> PoolCollector | ProcessExporter:
     """Export the pool's metrics through prometheus_client, once per process: a
-    ``PoolCollector`` in ``registry``, or in multiprocess mode a started ``ProcessExporter``
-    (``registry`` unused: a ``MultiProcessCollector`` reads every process's files)."""
+    ``PoolCollector`` in ``registry``, or in multiprocess mode a started ``ProcessExporter``."""
     global _registered
     with _registering:
         multiprocess = {"PROMETHEUS_MULTIPROC_DIR", "prometheus_multiproc_dir"} & set(os.environ)

@@ -28,9 +28,8 @@ MetricSample = tuple[str, float]  # its label's value ("" for a metric without o
 
 @dataclass(frozen=True)
 class Reading:
-    """What the metrics are read from: one snapshot of a process's pool, the job timeout,
-    the process's id, and its door: the kind of each body arriving, what it shed, what
-    timed out (docs/door.md)."""
+    """What the metrics are read from: a snapshot of a process's pool, the job timeout, the
+    process's id, and its door: the kind of each body arriving, what it shed or timed out."""
 
     snapshot: PoolSnapshot
     timeout: float

@@ -72,7 +72,7 @@ def status_data() -> dict[str, Any]:
 
 
 def _cluster(cluster: ClusterSnapshot | None) -> dict[str, Any] | None:
-    """A Redis pool's mode, which processes hold what, and this process's part (``local``)."""
+    """A Redis pool's mode, which process holds what, and this process's part (``local``)."""
     if cluster is None:
         return None
     data = dataclasses.asdict(cluster)
@@ -82,8 +82,7 @@ def _cluster(cluster: ClusterSnapshot | None) -> dict[str, Any] | None:
 
 
 def _children() -> dict[str, Any]:
-    """How this process's extraction children started: forked from the warm template or
-    cold, the template, the children it keeps ready, and the template's restarts."""
+    """How this process's extraction children started: forked from the template, or cold."""
     starts = child_starts()
     template = "starting" if starts.template_pid is None else f"pid {starts.template_pid}"
     return {
@@ -96,8 +95,7 @@ def _children() -> dict[str, Any]:
 
 
 def _sandbox() -> dict[str, Any]:
-    """The sandbox a job's child gets on this host: the level reached and required, and
-    each layer, "on" or why it is missing."""
+    """The sandbox a job's child gets on this host: its level, and each layer's state."""
     found = sandbox_layers()
     layers = {layer: "on" for layer in found.layers}
     layers.update((layer, f"missing: {why}") for layer, why in found.missing.items())
