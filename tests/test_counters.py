@@ -153,7 +153,8 @@ def test_the_status_page_the_metrics_and_the_command_show_every_counter(pdfpool,
         sample = f'event="{counter}"' if counter.reason is None else f'reason="{counter.reason}"'
         assert sample in text, counter
     assert {m.name for m in METRICS} >= {"pdfpool_jobs_total", "pdfpool_refused_total"}
-    report = status_report.status_text(status_report.annotate(status_page.status_data(), fresh=False))
+    data = status_report.annotate(status_page.status_data(), fresh=False)
+    report = status_report.status_text(data)
     for counter in Counter:
         assert counter.label in report and counter.meaning in report
 
