@@ -3,7 +3,7 @@ status page and its JSON; who may see it is in docs/status.md."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.contrib import admin
 from django.core.exceptions import PermissionDenied
@@ -14,33 +14,19 @@ from django.urls import URLPattern, path
 from .models import VIEW_STATUS, PoolStatus
 from .status.page import status_context, status_data
 
-REFRESH_MS = 2000  # how often the page polls its JSON
-
-
-if TYPE_CHECKING:
-    StatusAdminBase = admin.ModelAdmin[PoolStatus]
-else:  # ModelAdmin is generic for type checkers only
-    StatusAdminBase = admin.ModelAdmin
-
 
 @admin.register(PoolStatus)
-class PoolStatusAdmin(StatusAdminBase):
+class PoolStatusAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     """The status page, in the admin's frame, for staff with ``view_pool_status``."""
-
-    def has_module_permission(self, request: HttpRequest) -> bool:
-        return request.user.has_perm(VIEW_STATUS)
 
     def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return request.user.has_perm(VIEW_STATUS)
 
-    def has_add_permission(self, request: HttpRequest) -> bool:
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
+    has_module_permission = has_view_permission
+    has_change_permission = has_delete_permission = has_add_permission
 
     def get_urls(self) -> list[URLPattern]:
         name = f"{self.opts.app_label}_{self.opts.model_name}_changelist"
@@ -61,7 +47,6 @@ class PoolStatusAdmin(StatusAdminBase):
             "title": "PDF pool status",
             "opts": self.opts,
             "app_label": self.opts.app_label,
-            "refresh_ms": REFRESH_MS,
             **(extra_context or {}),
         }
         request.current_app = self.admin_site.name

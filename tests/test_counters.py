@@ -30,8 +30,7 @@ from django_pdfpool.admission.ledger import CountedBy, Counter, Counters, Ledger
 from django_pdfpool.exceptions import CallerBusy, CoordinatorUnavailable, PoolBusy, PoolClosed
 from django_pdfpool.management import status_report
 from django_pdfpool.status import page as status_page
-from django_pdfpool.status.definitions import METRICS
-from django_pdfpool.status.metrics import render
+from django_pdfpool.status.metrics import METRICS, render
 from tests.conftest import until
 
 pytest_plugins = ["tests.support.redis_fixtures"]
@@ -152,7 +151,8 @@ def test_the_status_page_the_metrics_and_the_command_show_every_counter(pdfpool,
         sample = f'event="{counter}"' if counter.reason is None else f'reason="{counter.reason}"'
         assert sample in text, counter
     assert {m.name for m in METRICS} >= {"pdfpool_jobs_total", "pdfpool_refused_total"}
-    report = status_report.render(status_report.annotate(status_page.status_data(), fresh=False))
+    data = status_report.annotate(status_page.status_data(), fresh=False)
+    report = status_report.status_text(data)
     for counter in Counter:
         assert counter.label in report and counter.meaning in report
 

@@ -19,7 +19,6 @@ SHARED_NAMES = {
     # each framework's adaptor of one concept, under the name its users know
     "pdf_pooled",  # decorators.py, contrib/drf.py, contrib/ninja.py
     "door_answer",  # contrib/drf.py, contrib/ninja.py
-    "render",  # management/status_report.py, status/metrics.py
 }
 
 

@@ -164,8 +164,6 @@ def nothing_to_join(key: str) -> ValueError:
     return ValueError(f"nothing to join for key {key!r}, and no fn to start a job")
 
 
-
-
 # --- an outcome, to every waiter on its own loop ----------------------------------------
 
 

@@ -1,5 +1,5 @@
 """``pdfpool extract``: one PDF through the sandbox under the settings' limits, with progress
-lines for large files, and its outcome as text or JSON (docs/command.md)."""
+lines for large files, and its outcome as text (docs/command.md)."""
 
 from __future__ import annotations
 
@@ -21,6 +21,8 @@ from ..status.page import fmt
 PROGRESS_BYTES = 1 << 20  # files at least this large get progress lines on stderr
 PROGRESS_EVERY = 1.0  # seconds between progress lines
 PREVIEW_CHARS = 600  # of the text, shown without --text
+LIMITS = ("timeout", "memory_limit", "max_pages", "max_text_bytes")  # the settings extract() takes
+ERROR_FIELDS = ("code", "message", "detail", "elapsed", "peak_rss")  # of ExtractionError, as JSON
 
 # Bidirectional overrides and isolates: they reorder what a terminal shows (CVE-2021-42574)
 _BIDI = {"\u061c", "\u200e", "\u200f", *map(chr, range(0x202A, 0x202F))}
@@ -49,17 +51,6 @@ def file_size(path: str) -> int:
     return info.st_size
 
 
-def limits(conf: PoolSettings, engine: str) -> dict[str, Any]:
-    """The production limits an extraction runs under, as ``extract()`` takes them."""
-    return {
-        "timeout": conf.timeout,
-        "memory_limit": conf.memory_limit,
-        "max_pages": conf.max_pages,
-        "engine": engine,
-        "max_text_bytes": conf.max_text_bytes,
-    }
-
-
 def describe_limits(conf: PoolSettings, engine: str) -> str:
     pages = "all" if conf.max_pages is None else str(conf.max_pages)
     return (
@@ -69,38 +60,37 @@ def describe_limits(conf: PoolSettings, engine: str) -> str:
     )
 
 
-def run(
-    path: str,
-    conf: PoolSettings,
-    engine: str,
-    progress: Callable[[float], None] | None,
-    every: float = PROGRESS_EVERY,
-) -> Extraction:
-    """Extract ``path`` in a cold child (no template left behind), calling ``progress(elapsed)``
-    every ``every`` seconds while it runs; raises ExtractionError. Synchronous code only."""
+def refuse_in_event_loop(message: str) -> None:
+    """CommandError(``message``) when called from async code, whose loop it would block."""
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        return asyncio.run(_extract(path, limits(conf, engine), progress, every))
-    raise CommandError("pdfpool extract runs its own event loop: call it from synchronous code.")
+        return
+    raise CommandError(message)
 
 
-async def _extract(
-    path: str, options: dict[str, Any], progress: Callable[[float], None] | None, every: float
+def run(
+    path: str, conf: PoolSettings, engine: str, progress: Callable[[float], None] | None
 ) -> Extraction:
-    start = time.monotonic()
-    task = asyncio.ensure_future(extract(path, warm=False, **options))
-    try:
-        while True:
-            done, _ = await asyncio.wait({task}, timeout=every if progress else None)
-            if done:
-                return task.result()
-            if progress is not None:
-                progress(time.monotonic() - start)
-    finally:
-        if not task.done():  # interrupted (Ctrl-C): the child is killed and reaped
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+    """Extract ``path`` in a cold child (no template left behind), calling ``progress(elapsed)``
+    every ``PROGRESS_EVERY`` seconds while it runs; raises ExtractionError."""
+    refuse_in_event_loop("pdfpool extract runs its own event loop: call it from synchronous code.")
+    limits: dict[str, Any] = {name: getattr(conf, name) for name in LIMITS}
+
+    async def extracting() -> Extraction:
+        start = time.monotonic()
+        task = asyncio.ensure_future(extract(path, warm=False, engine=engine, **limits))
+        try:
+            while not (await asyncio.wait({task}, timeout=PROGRESS_EVERY if progress else None))[0]:
+                if progress is not None:
+                    progress(time.monotonic() - start)
+            return task.result()
+        finally:
+            if not task.done():  # interrupted (Ctrl-C): the child is killed and reaped
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+
+    return asyncio.run(extracting())
 
 
 def too_large(size: int, conf: PoolSettings) -> ExtractionError:
@@ -113,37 +103,22 @@ def too_large(size: int, conf: PoolSettings) -> ExtractionError:
     )
 
 
-def error_json(error: ExtractionError) -> dict[str, Any]:
-    return {
-        "code": error.code,
-        "message": error.message,
-        "detail": error.detail,
-        "elapsed": error.elapsed,
-        "peak_rss": error.peak_rss,
-    }
-
-
 def error_text(error: ExtractionError) -> str:
     """One line: the code, the message a user would see, and what the child reported."""
-    figures = []
-    if error.detail:
-        figures.append(f"detail: {safe(error.detail)}")
+    figures = [f"detail: {safe(error.detail)}"] if error.detail else []
     if error.elapsed is not None:
         figures.append(f"elapsed {fmt(error.elapsed, 'seconds')}")
     if error.peak_rss is not None:
         figures.append(f"peak RSS {fmt(error.peak_rss, 'bytes')}")
-    head = f"{error.code}: {error.message}"
-    return f"{head} ({'; '.join(figures)})" if figures else head
+    return f"{error} ({'; '.join(figures)})" if figures else str(error)
 
 
 def summary(result: Extraction, *, full_text: bool) -> str:
     """The outcome as text: figures, metadata, and the text (a preview unless full)."""
     if result.text_truncated:
         cut = "yes, at the text limit (MAX_TEXT_BYTES)"
-    elif result.truncated:
-        cut = "yes, at the page limit (MAX_PAGES)"
     else:
-        cut = "no"
+        cut = "yes, at the page limit (MAX_PAGES)" if result.truncated else "no"
     rows = [
         ("sha256", result.sha256),
         ("pages", f"{result.page_count} in the document, {len(result.pages)} extracted"),
@@ -155,11 +130,13 @@ def summary(result: Extraction, *, full_text: bool) -> str:
     rows += [(f"meta {safe(key)}", safe(value)) for key, value in sorted(result.metadata.items())]
     width = max(len(label) for label, _ in rows)
     lines = [f"{label.ljust(width)}  {value}" for label, value in rows]
-    text = result.text if full_text else result.text[:PREVIEW_CHARS]
-    if full_text:
-        heading = "--- text ---"
-    elif len(result.text) > PREVIEW_CHARS:
-        heading = f"--- text, first {PREVIEW_CHARS} characters (--text for all) ---"
+    if not full_text and len(result.text) > PREVIEW_CHARS:
+        lines += [f"--- text, first {PREVIEW_CHARS} characters (--text for all) ---"]
+        text = result.text[:PREVIEW_CHARS]
     else:
-        heading = "--- text ---"
-    return "\n".join([*lines, heading, safe(text, keep="\n\t"), ""])
+        lines, text = [*lines, "--- text ---"], result.text
+    return "\n".join([*lines, safe(text, keep="\n\t"), ""])
+
+
+def error_json(error: ExtractionError) -> dict[str, Any]:
+    return {field: getattr(error, field) for field in ERROR_FIELDS}

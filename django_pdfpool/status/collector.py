@@ -1,9 +1,6 @@
-"""The pool's metrics through prometheus_client (the ``[prometheus]`` extra), in both of its
-modes: ``PoolCollector`` reads the pool at each scrape of one process's registry;
-``ProcessExporter`` copies it, every second, into the mmap-backed metrics of multiprocess
-mode (``PROMETHEUS_MULTIPROC_DIR``), which any worker's ``MultiProcessCollector`` reads.
-``register_metrics`` picks the mode. The metrics are ``definitions.METRICS`` (docs/metrics.md).
-"""
+"""The pool's metrics (``metrics.METRICS``) through prometheus_client, the ``[prometheus]``
+extra: read at each scrape (``PoolCollector``), or copied every second into the files of its
+multiprocess mode (``ProcessExporter``); ``register_metrics`` picks (docs/metrics.md)."""
 
 from __future__ import annotations
 
@@ -27,43 +24,20 @@ except ImportError as error:  # pragma: no cover - the extra is not installed
 from ..admission.protocol import AdmissionPool
 from ..conf import get_settings
 from ..configured import get_pool, peek_pool
-from .definitions import METRICS, PID_LABEL, DoorFigures, MetricDefinition, Reading
-
-__all__ = ["PoolCollector", "ProcessExporter", "multiprocess_mode", "register_metrics"]
+from .metrics import METRICS, PID_LABEL, MetricDefinition, Reading, own_snapshot
 
 logger = logging.getLogger("django_pdfpool.metrics")
 
-PoolSource = Callable[[], AdmissionPool | None]
-"""Where a collector finds the pool: ``get_pool``, ``peek_pool``, or your own."""
-
-
-def multiprocess_mode() -> bool:
-    """Whether prometheus_client runs in multiprocess mode (its own test, on the same
-    environment variables)."""
-    return "PROMETHEUS_MULTIPROC_DIR" in os.environ or "prometheus_multiproc_dir" in os.environ
+PoolSource = Callable[[], AdmissionPool | None]  # get_pool, peek_pool, or your own
 
 
 def _timeout() -> float:
     return get_settings().timeout
 
 
-def _read(pool: AdmissionPool, timeout: Callable[[], float]) -> Reading:
-    return Reading(pool.snapshot(), timeout(), os.getpid(), DoorFigures.now())
-
-
-def _read_own(pool: AdmissionPool, timeout: Callable[[], float]) -> Reading:
-    """This process's figures only, even from a Redis pool (whose ``snapshot()`` is the
-    cluster's): multiprocess mode sums the processes' counters itself."""
-    cluster = pool.cluster_snapshot()
-    snapshot = pool.snapshot() if cluster is None else cluster.local
-    return Reading(snapshot, timeout(), os.getpid(), DoorFigures.now())
-
-
 class PoolCollector:
-    """A collector for one process's registry: the pool read at each scrape.
-
-    ``pool`` defaults to ``get_pool`` (a scrape answers for the process's pool, building it
-    from the settings, as the dependency-free endpoint does)."""
+    """A collector for one process's registry: the pool (by default ``get_pool``'s, built
+    if need be, as ``metrics_view`` does) read at each scrape."""
 
     def __init__(self, pool: PoolSource = get_pool, timeout: Callable[[], float] = _timeout):
         self._pool, self._timeout = pool, timeout
@@ -75,21 +49,16 @@ class PoolCollector:
     def collect(self) -> Iterator[Metric]:
         """Every metric, from one snapshot; nothing while there is no pool."""
         pool = self._pool()
-        if pool is None:
-            return
-        reading = _read(pool, self._timeout)
-        for metric in METRICS:
-            yield _family(metric, reading)
+        if pool is not None:
+            reading = Reading.now(pool.snapshot(), self._timeout(), os.getpid())
+            yield from (_family(metric, reading) for metric in METRICS)
 
 
 def _family(metric: MetricDefinition, reading: Reading | None) -> Metric:
     labels = [metric.label] if metric.label else []
-    family: GaugeMetricFamily | CounterMetricFamily
-    if metric.kind == "counter":
-        family = CounterMetricFamily(metric.name, metric.help, labels=labels)
-    else:
-        family = GaugeMetricFamily(metric.name, metric.help, labels=labels)
-    for label, value in metric.read(reading) if reading else ():
+    kind = CounterMetricFamily if metric.kind == "counter" else GaugeMetricFamily
+    family = kind(metric.name, metric.help, labels=labels)
+    for label, value in metric.samples(reading) if reading else ():
         family.add_metric([label] if metric.label else [], value)
     return family
 
@@ -100,15 +69,8 @@ def _own_labels(metric: MetricDefinition) -> list[str]:
 
 
 class ProcessExporter:
-    """prometheus_client's multiprocess mode: this process's pool copied into real gauges
-    (``liveall``: one series per live process, labelled ``pid``) and counters (summed over
-    every process that ever ran), from this process's own figures (``ClusterSnapshot.local``
-    for a Redis pool), every ``interval`` seconds, by a daemon thread that a
-    forked child starts afresh. At exit the counters are brought up to date and this
-    process's gauges are removed.
-
-    ``pool`` defaults to ``peek_pool``: a process appears once its pool is built, and a
-    server's master process (``--preload``) never builds one for the exporter's sake."""
+    """Multiprocess mode: this process's own figures copied every ``interval`` seconds into
+    gauges (a series per live process) and counters; a process appears once it has a pool."""
 
     def __init__(
         self,
@@ -134,7 +96,7 @@ class ProcessExporter:
         pool = self._pool()
         if pool is None:
             return False
-        reading = _read_own(pool, self._timeout)
+        reading = Reading.now(own_snapshot(pool), self._timeout(), os.getpid())
         with self._lock:
             if not self._metrics:
                 self._metrics = {metric.name: _live(metric) for metric in METRICS}
@@ -143,7 +105,7 @@ class ProcessExporter:
                 self._counted_for = weakref.ref(pool)
             for metric in METRICS:
                 live = self._metrics[metric.name]
-                for label, value in metric.read(reading):
+                for label, value in metric.samples(reading):
                     child = live.labels(label) if _own_labels(metric) else live
                     if isinstance(child, Gauge):
                         child.set(value)
@@ -195,15 +157,13 @@ class ProcessExporter:
         running = self._stop is not None
         self._lock = threading.Lock()
         self._counted.clear()
-        self._counted_for = None
-        self._stop = None
+        self._counted_for = self._stop = None
         if running:
             self.start()
 
 
 def _live(metric: MetricDefinition) -> Gauge | Counter:
-    """The prometheus_client metric behind one definition, in no registry (multiprocess
-    mode exports every metric through the files of its directory)."""
+    """The prometheus_client metric behind one definition, in no registry (the files are)."""
     labels = _own_labels(metric)
     if metric.kind == "counter":
         return Counter(metric.name, metric.help, labels, registry=None)
@@ -219,7 +179,6 @@ def _after_fork() -> None:
 
 
 os.register_at_fork(after_in_child=_after_fork)
-
 _registered: PoolCollector | ProcessExporter | None = None
 _registering = threading.Lock()
 
@@ -228,18 +187,15 @@ def register_metrics(
     registry: CollectorRegistry = REGISTRY, *, interval: float = 1.0
 ) -> PoolCollector | ProcessExporter:
     """Export the pool's metrics through prometheus_client, once per process: a
-    ``PoolCollector`` in ``registry``, or in multiprocess mode a started ``ProcessExporter``
-    (``registry`` unused: a ``MultiProcessCollector`` reads every process's files)."""
+    ``PoolCollector`` in ``registry``, or in multiprocess mode a started ``ProcessExporter``."""
     global _registered
     with _registering:
-        if _registered is None:
-            if multiprocess_mode():
-                exporter = ProcessExporter(interval=interval)
-                exporter.start()
-                atexit.register(exporter.at_exit)
-                _registered = exporter
-            else:
-                collector = PoolCollector()
-                registry.register(collector)
-                _registered = collector
+        multiprocess = {"PROMETHEUS_MULTIPROC_DIR", "prometheus_multiproc_dir"} & set(os.environ)
+        if _registered is None and multiprocess:  # prometheus_client's own test
+            _registered = exporter = ProcessExporter(interval=interval)
+            exporter.start()
+            atexit.register(exporter.at_exit)
+        elif _registered is None:
+            _registered = PoolCollector()
+            registry.register(_registered)
         return _registered

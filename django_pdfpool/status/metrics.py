@@ -1,39 +1,153 @@
-"""An optional Prometheus endpoint, off unless routed: this process's pool in the text
-exposition format, with no client library and no login. The metrics are those of
-``definitions``, which the prometheus_client collector serves too (docs/metrics.md)."""
+"""The pool's Prometheus metrics, defined once (name, type, help, label, how each is read),
+and ``metrics_view``, which serves them with no client library and no login; ``collector``
+serves the same through prometheus_client (docs/metrics.md)."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
 
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
-from ..admission.ledger import PoolSnapshot
+from ..admission.ledger import REFUSALS, Counter, DurationSummary, PoolSnapshot
+from ..admission.protocol import AdmissionPool
 from ..conf import get_settings
 from ..configured import get_pool
-from .definitions import METRICS, DoorFigures, Reading
+from ..door import ARRIVING, terms
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+PID_LABEL = "pid"  # prometheus_client's multiprocess mode adds it to every gauge itself
+EVENTS = tuple(counter for counter in Counter if counter.reason is None)  # {event="started"}
+MetricSample = tuple[str, float]  # its label's value ("" for a metric without one), its value
+
+
+@dataclass(frozen=True)
+class Reading:
+    """What the metrics are read from: a snapshot of a process's pool, the job timeout, the
+    process's id, and its door: the kind of each body arriving, what it shed or timed out."""
+
+    snapshot: PoolSnapshot
+    timeout: float
+    pid: int
+    arriving: tuple[str, ...] = ()  # "place" or "budget"
+    shed: int = 0
+    timed_out: int = 0
+
+    @classmethod
+    def now(cls, snapshot: PoolSnapshot, timeout: float, pid: int) -> Reading:
+        """With this process's door as it is now."""
+        arriving = tuple(entry.kind for entry in ARRIVING.held(terms()))
+        return cls(snapshot, timeout, pid, arriving, ARRIVING.shed, ARRIVING.timed_out)
+
+
+@dataclass(frozen=True)
+class MetricDefinition:
+    """One metric: ``name`` as exposed (a counter's ends in ``_total``), ``help``, ``read``
+    (its value in one reading, or with a ``label`` its samples), ``kind``."""
+
+    name: str
+    help: str
+    read: Callable[[Reading], float | list[MetricSample]]
+    kind: Literal["gauge", "counter"] = "gauge"
+    label: str | None = None
+
+    def samples(self, reading: Reading) -> list[MetricSample]:
+        value = self.read(reading)
+        return value if isinstance(value, list) else [("", float(value))]
+
+
+def _stats(
+    name: str, help_: str, summary: Callable[[PoolSnapshot], DurationSummary]
+) -> MetricDefinition:
+    def read(r: Reading) -> list[MetricSample]:
+        return [
+            (stat, float(getattr(summary(r.snapshot), stat))) for stat in ("mean", "p95", "max")
+        ]
+
+    return MetricDefinition(name, help_, read, label="stat")
+
+
+METRICS: tuple[MetricDefinition, ...] = (
+    MetricDefinition(
+        "pdfpool_process_info",
+        "The process that answered.",
+        lambda r: [(str(r.pid), 1.0)],
+        label=PID_LABEL,
+    ),
+    MetricDefinition("pdfpool_slots", "Jobs that may run at once.", lambda r: r.snapshot.slots),
+    MetricDefinition(
+        "pdfpool_queue_size", "Jobs that may wait for a slot.", lambda r: r.snapshot.queue
+    ),
+    MetricDefinition(
+        "pdfpool_wait_seconds",
+        "Longest wait for a slot (-1: none).",
+        lambda r: -1.0 if r.snapshot.wait is None else r.snapshot.wait,
+    ),
+    MetricDefinition("pdfpool_timeout_seconds", "Longest run of one job.", lambda r: r.timeout),
+    MetricDefinition("pdfpool_running", "Jobs holding a slot.", lambda r: r.snapshot.running),
+    MetricDefinition("pdfpool_queued", "Jobs waiting for a slot.", lambda r: r.snapshot.queued),
+    MetricDefinition("pdfpool_closed", "1 while draining or stopped.", lambda r: r.snapshot.closed),
+    MetricDefinition(
+        "pdfpool_jobs_total",
+        "Job events since the pool was built.",
+        lambda r: [(str(e), float(r.snapshot.counters[e])) for e in EVENTS],
+        "counter",
+        "event",
+    ),
+    MetricDefinition(
+        "pdfpool_refused_total",
+        "Refused callers since the pool was built, by reason.",
+        lambda r: [(str(c.reason), float(r.snapshot.counters[c])) for c in REFUSALS],
+        "counter",
+        "reason",
+    ),
+    _stats(
+        "pdfpool_queue_wait_seconds", "Queue wait of recently started jobs.", lambda s: s.queue_wait
+    ),
+    _stats("pdfpool_run_seconds", "Run time of recently finished jobs.", lambda s: s.run_time),
+    MetricDefinition(
+        "pdfpool_door_held",
+        "Bodies the door let in that are still arriving, on a place or the budget.",
+        lambda r: [(kind, float(r.arriving.count(kind))) for kind in ("place", "budget")],
+        label="kind",
+    ),
+    MetricDefinition(
+        "pdfpool_door_shed_total",
+        "Uploads the door refused from the headers past its budget (they might have joined).",
+        lambda r: r.shed,
+        "counter",
+    ),
+    MetricDefinition(
+        "pdfpool_door_timed_out_total",
+        "Bodies let in that missed their deadline (408; their place given back).",
+        lambda r: r.timed_out,
+        "counter",
+    ),
+)
+"""Every metric, in the order they are exposed."""
+
+
+def own_snapshot(pool: AdmissionPool) -> PoolSnapshot:
+    """This process's part of ``pool`` (a Redis pool's ``snapshot()`` is the cluster's)."""
+    cluster = pool.cluster_snapshot()
+    return pool.snapshot() if cluster is None else cluster.local
 
 
 def render(snapshot: PoolSnapshot, *, timeout: float, pid: int) -> str:
-    """The exposition text for one snapshot (names are stable; see the docs)."""
-    reading = Reading(snapshot, timeout, pid, DoorFigures.now())
+    """The text exposition format (0.0.4) of one snapshot."""
     lines: list[str] = []
+    reading = Reading.now(snapshot, timeout, pid)
     for metric in METRICS:
-        lines.append(f"# HELP {metric.name} {metric.help}")
-        lines.append(f"# TYPE {metric.name} {metric.kind}")
-        for label, value in metric.read(reading):
+        lines += [f"# HELP {metric.name} {metric.help}", f"# TYPE {metric.name} {metric.kind}"]
+        for label, value in metric.samples(reading):
             labels = f'{{{metric.label}="{label}"}}' if metric.label else ""
-            lines.append(f"{metric.name}{labels} {_number(value)}")
+            number = str(int(value)) if value.is_integer() else repr(value)  # no digit lost
+            lines.append(f"{metric.name}{labels} {number}")
     return "\n".join(lines) + "\n"
-
-
-def _number(value: float) -> str:
-    """A whole number without ".0"; any other in full (``repr``: no digit lost)."""
-    return str(int(value)) if value.is_integer() else repr(value)
 
 
 @never_cache

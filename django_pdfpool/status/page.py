@@ -1,8 +1,5 @@
-"""The status page's data and chart: one reading of the pool as JSON (``status_data``,
-what ``?format=json`` serves; fields in docs/status.md) and as template rows
-(``status_context``), each figure saying whose it is: the answering process's, or with
-Redis the cluster's. ``static/django_pdfpool/status.js`` formats and draws the same fields
-the same way, so that a refresh looks like a reload."""
+"""The status page's data: one reading of the pool as JSON (``status_data``, docs/status.md)
+and as the template's rows (``status_context``), formatted as ``status.js`` formats them."""
 
 from __future__ import annotations
 
@@ -25,7 +22,6 @@ from ..sandbox.extract import child_starts, sandbox_layers
 
 SHORT_HEX = 12  # hex digits of a key's digest shown on the page; the full key is a tooltip
 CHART_W, CHART_H = 600, 100  # the charts' SVG viewBox; stretched to the page's width
-
 CONFIG = [  # (label, field, format)
     ("Slots", "slots", "int"),
     ("Queue", "queue", "int"),
@@ -36,106 +32,70 @@ CONFIG = [  # (label, field, format)
     ("Engine", "engine", "text"),
 ]
 COUNTERS = [(c.label, c.value, c.meaning) for c in Counter]  # (label, field under "counters", help)
-PROCESS_ONLY = {  # counted by each process alone, never in Redis: no cluster-wide figure
-    c.value: "each process counts it alone, never in Redis: see this process's column"
-    for c in Counter
-    if c.counted_by is CountedBy.PROCESS
-}
+PROCESS_ONLY = {c.value for c in Counter if c.counted_by is CountedBy.PROCESS}  # not in Redis
 DURATIONS = [("Queue wait", "queue_wait"), ("Run time", "run_time")]  # columns
 DURATION_ROWS = [("Jobs", "count", "int"), ("Mean", "mean", "figure")]  # "figure": a duration
 DURATION_ROWS += [("p95", "p95", "figure"), ("Max", "max", "figure")]
+CONF_FIELDS = ("timeout", "memory_limit", "max_upload_size", "engine")  # settings
+LOCAL_FIELDS = ("running", "queued", "counters", "queue_wait", "run_time", "counted_since")
+_USER_CALLER = re.compile(r"user:(\d+)\Z")  # what callers.user_or_ip gives a signed-in user
 
 
 def short_key(key: str) -> str:
     """``pkg.module.job:<sha256>`` -> ``job:<first 12 hex>``; other keys unchanged."""
     name, sep, digest = key.rpartition(":")
-    if not sep:
-        return key
-    return f"{name.rsplit('.', 1)[-1]}:{digest[:SHORT_HEX]}"
+    return f"{name.rsplit('.', 1)[-1]}:{digest[:SHORT_HEX]}" if sep else key
 
 
 def status_data() -> dict[str, Any]:
     """The pool (with Redis: the cluster, and this process's part), settings and recent
     history, JSON-ready; ``scope`` says whose the counters and figures are."""
     recorder.start()  # the chart has a history from the first look on
-    conf = get_settings()
-    pool = get_pool()
+    conf, pool = get_settings(), get_pool()
     cluster = pool.cluster_snapshot()  # one reading: its ``cluster`` is what snapshot() gives
     data = (pool.snapshot() if cluster is None else cluster.cluster).as_dict()
-    # Running first, then the queue in order (as_dict keeps the snapshot's tuple).
-    data["jobs"] = sorted(
-        data["jobs"], key=lambda job: (job["state"] != "running", job["queued_at"])
-    )
+    data["jobs"] = sorted(data["jobs"], key=lambda j: (j["state"] != "running", j["queued_at"]))
     names = _caller_names(job["caller"] for job in data["jobs"])
     for job in data["jobs"]:
-        job["short_key"] = short_key(job["key"])
-        job["caller_name"] = names.get(job["caller"])
-    data.update(
-        pid=os.getpid(),
-        host=socket.gethostname(),
-        timeout=conf.timeout,
-        memory_limit=conf.memory_limit,
-        max_upload_size=conf.max_upload_size,
-        engine=conf.engine,
-        history=recorder.as_dict(),
-        backend="local" if conf.redis is None else "redis",
-        cluster=_cluster(cluster),
-        children=_children(),
-        sandbox=sandbox_status(),
-        door=door_status(),
-    )
-    return data
-
-
-def _cluster(cluster: ClusterSnapshot | None) -> dict[str, Any] | None:
-    """For a pool coordinated in Redis: its mode, which processes hold what, and this
-    process's part (``local``: its jobs, counters and figures)."""
-    if cluster is None:
-        return None
-    local = cluster.local
-    return {
-        "mode": cluster.mode,
-        "trouble": cluster.trouble,
-        "redis_error": cluster.redis_error,
-        "unreachable": cluster.unreachable,
-        "refused_writes": cluster.refused_writes,
-        "namespace": cluster.namespace,
-        "url": cluster.url,
-        "process": cluster.process,
-        "lease": cluster.lease,
-        "local": {
-            "running": local.running,
-            "queued": local.queued,
-            "counters": local.counters.as_dict(),
-            "queue_wait": dataclasses.asdict(local.queue_wait),
-            "run_time": dataclasses.asdict(local.run_time),
-            "counted_since": local.counted_since,
-        },
-        "processes": [dataclasses.asdict(hold) for hold in cluster.processes],
+        job.update(short_key=short_key(job["key"]), caller_name=names.get(job["caller"]))
+    data |= {name: getattr(conf, name) for name in CONF_FIELDS}
+    data["backend"] = "local" if conf.redis is None else "redis"
+    return data | {
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "history": recorder.as_dict(),
+        "cluster": _cluster(cluster),
+        "children": _children(),
+        "sandbox": _sandbox(),
+        "door": door_status(),
     }
 
 
+def _cluster(cluster: ClusterSnapshot | None) -> dict[str, Any] | None:
+    """A Redis pool's mode, which process holds what, and this process's part (``local``)."""
+    if cluster is None:
+        return None
+    data = dataclasses.asdict(cluster)
+    local = data.pop("local")
+    del data["cluster"]  # the top level of the page's data
+    return {**data, "local": {field: local[field] for field in LOCAL_FIELDS}}
+
+
 def _children() -> dict[str, Any]:
-    """How this process's extraction children started, for the page's "children" block:
-    forked from the warm template or cold, the template's pid, the children it keeps
-    ready (forked and warmed, waiting for a job), and its restarts."""
+    """How this process's extraction children started: forked from the template, or cold."""
     starts = child_starts()
-    if not starts.enabled:
-        template = "off (configure(warm=False))"
-    else:
-        template = "starting" if starts.template_pid is None else f"pid {starts.template_pid}"
+    template = "starting" if starts.template_pid is None else f"pid {starts.template_pid}"
     return {
         "forked": starts.forked,
         "cold": starts.cold,
-        "template": template,
+        "template": template if starts.enabled else "off (configure(warm=False))",
         "ready": starts.ready,
         "restarts": max(0, starts.template_starts - 1),
     }
 
 
-def sandbox_status() -> dict[str, Any]:
-    """The sandbox a job's child gets on this host, for the page's "sandbox" block and the
-    command: the level reached and required, and each layer, "on" or why it is missing."""
+def _sandbox() -> dict[str, Any]:
+    """The sandbox a job's child gets on this host: its level, and each layer's state."""
     found = sandbox_layers()
     layers = {layer: "on" for layer in found.layers}
     layers.update((layer, f"missing: {why}") for layer, why in found.missing.items())
@@ -148,17 +108,13 @@ def sandbox_status() -> dict[str, Any]:
     }
 
 
-_USER_CALLER = re.compile(r"user:(\d+)\Z")  # what callers.user_or_ip gives a signed-in user
-
-
 def _caller_names(callers: Iterable[str]) -> dict[str, str]:
     """``user:<pk>`` callers -> usernames, in one query; other callers are shown as they are."""
     pks = {int(m[1]) for m in map(_USER_CALLER.match, callers) if m}
     if not pks:
         return {}
-    User = get_user_model()
     try:
-        users = User._default_manager.filter(pk__in=pks)
+        users = get_user_model()._default_manager.filter(pk__in=pks)
         return {f"user:{user.pk}": user.get_username() for user in users}
     except (TypeError, ValueError, DatabaseError):  # keys not integers; no user table
         return {}
@@ -189,24 +145,6 @@ def _when(epoch: float | None) -> datetime.datetime | None:
     return None if epoch is None else datetime.datetime.fromtimestamp(epoch, tz=datetime.UTC)
 
 
-def _counter_rows(data: dict[str, Any]) -> list[dict[str, Any]]:
-    """One row per counter: its label, meaning and cells, each (JSON field, text); with the
-    cluster's books, the cluster's cell then this process's (a field of "": no figure)."""
-    rows = []
-    for label, field, meaning in COUNTERS:
-        cells = [(f"counters.{field}", str(data["counters"][field]))]
-        if data["scope"] == "cluster":
-            if field in PROCESS_ONLY:
-                cells = [("", "—")]
-                meaning = f"{meaning}; {PROCESS_ONLY[field]}"
-            local = data["cluster"]["local"]["counters"][field]
-            cells.append((f"cluster.local.counters.{field}", str(local)))
-        rows.append(
-            {"label": label, "help": meaning, "cells": cells, "refused": "refused" in field}
-        )
-    return rows
-
-
 def scope_sentence(data: dict[str, Any]) -> str:
     """Whose figures the page shows, in a sentence."""
     cluster = data["cluster"]
@@ -216,17 +154,14 @@ def scope_sentence(data: dict[str, Any]) -> str:
             "under several workers a refresh may be answered by another process, and the page "
             "then says so."
         )
-    shared = cluster["mode"] == "redis"
     if data["scope"] == "cluster":
         return (
             "Its pool is coordinated in Redis with every process sharing the namespace: the "
             "load, jobs, counters, recent-job figures and chart below are cluster-wide; the "
             '"This process" column is this process\'s own.'
         )
-    if not shared:
-        failing = (
-            "refuses its writes" if cluster.get("trouble") == "refused" else "is not answering"
-        )
+    if cluster["mode"] != "redis":
+        failing = "refuses its writes" if cluster["trouble"] == "refused" else "is not answering"
         return (
             f"Its pool is coordinated in Redis, but Redis {failing}: every figure below "
             "is this process's."
@@ -237,16 +172,30 @@ def scope_sentence(data: dict[str, Any]) -> str:
     )
 
 
-def status_context(data: dict[str, Any]) -> dict[str, Any]:
-    """Rows for ``admin/django_pdfpool/status.html``, each naming the JSON field it shows."""
+def status_context(data: dict[str, Any], dash: str = "—") -> dict[str, Any]:
+    """Rows for ``admin/django_pdfpool/status.html``, each naming the JSON field it shows
+    (``dash``: a figure there is none of); the command prints the same rows."""
     cluster_books = data["scope"] == "cluster"
+    counters = []
+    for label, field, meaning in COUNTERS:
+        cells = [(f"counters.{field}", str(data["counters"][field]))]
+        if cluster_books:
+            if field in PROCESS_ONLY:  # no cluster-wide figure
+                cells = [("", dash)]
+                meaning += (
+                    "; each process counts it alone, never in Redis: see this process's column"
+                )
+            local = data["cluster"]["local"]["counters"][field]
+            cells.append((f"cluster.local.counters.{field}", str(local)))
+        counters.append(
+            {"label": label, "help": meaning, "cells": cells, "refused": "refused" in field}
+        )
     return {
         "status": data,
         "taken_at": _when(data["taken_at"]),
         "counted_since": _when(data["counted_since"]),
         "cluster_books": cluster_books,
         "scope_sentence": scope_sentence(data),
-        "history_since": _when(data["history"]["t"][0] if data["history"]["t"] else None),
         "config": [(label, field, kind, fmt(data[field], kind)) for label, field, kind in CONFIG],
         "gauges": [
             _gauge("Running", "running", "slots", data),
@@ -258,18 +207,17 @@ def status_context(data: dict[str, Any]) -> dict[str, Any]:
                 "queued_for_text": fmt(job["queued_for"], "seconds"),
                 "running_for_text": fmt(job["running_for"], "seconds")
                 if job["started_at"]
-                else "—",
+                else dash,
             }
             for job in data["jobs"]
         ],
-        "counter_columns": ["Cluster", "This process"] if cluster_books else [],
-        "counters": _counter_rows(data),
+        "counters": counters,
         "figure_columns": [label for label, _ in DURATIONS],
         "figures": [
             (
                 label,
                 [
-                    (f"{field}.{stat}", kind, _figure(data[field], stat, kind))
+                    (f"{field}.{stat}", kind, _figure(data[field], stat, kind, dash))
                     for _, field in DURATIONS
                 ],
             )
@@ -303,11 +251,11 @@ def _gauge(label: str, field: str, of: str, data: dict[str, Any]) -> dict[str, A
     }
 
 
-def _figure(summary: dict[str, Any], stat: str, kind: str) -> str:
-    """One cell of the recent-jobs table: a duration summary's ``stat``; a dash for none."""
+def _figure(summary: dict[str, Any], stat: str, kind: str, dash: str) -> str:
+    """A duration summary's ``stat``, formatted; ``dash`` while it has no job."""
     if kind == "int":
         return str(summary[stat])
-    return fmt(summary[stat], "seconds") if summary["count"] else "—"
+    return fmt(summary[stat], "seconds") if summary["count"] else dash
 
 
 def chart(data: dict[str, Any]) -> dict[str, Any]:

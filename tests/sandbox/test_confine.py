@@ -250,14 +250,14 @@ def test_another_jobs_child_cannot_forge_this_jobs_answer(
 
 def test_the_status_data_command_and_checks_show_the_layers(pdfpool, restore_sandbox):
     from django_pdfpool.checks import check_sandbox
-    from django_pdfpool.management.status_report import annotate, render
+    from django_pdfpool.management.status_report import annotate, status_text
     from django_pdfpool.status.page import status_data
 
     pdfpool()
     data = status_data()
     assert data["sandbox"]["level"] == "full" and not data["sandbox"]["refusing"]
     assert set(data["sandbox"]["layers"].values()) == {"on"}
-    text = render(annotate(data, fresh=True))
+    text = status_text(annotate(data, fresh=True))
     assert "Extraction sandbox on this host: level full" in text and "landlock_signal" in text
     assert check_sandbox() == []
     pdfpool(SANDBOX={"LAYERS": False})

@@ -27,8 +27,7 @@ from django_pdfpool.admission.ledger import ClusterSnapshot
 from django_pdfpool.admission.local import Pool
 from django_pdfpool.status import collector as collector_module
 from django_pdfpool.status.collector import PoolCollector, ProcessExporter, register_metrics
-from django_pdfpool.status.definitions import METRICS
-from django_pdfpool.status.metrics import render
+from django_pdfpool.status.metrics import METRICS, render
 from tests.conftest import wait_until
 from tests.support import pdfs
 from tests.support.servers import project_env

@@ -4,11 +4,10 @@ pool, and one PDF tried under the production limits (docs/command.md)."""
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import time
-from typing import Any, NoReturn, cast
+from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -17,16 +16,15 @@ from ...conf import PoolSettings, get_settings
 from ...configured import drain_pool, drain_timeout, peek_pool
 from ...exceptions import ExtractionError, Refused, UploadRejected
 from ...pooled import extract_pooled
-from ...sandbox.extract import Extraction
 from ...sandbox.extract import configure as configure_extraction
 from ...sandbox.wire import ENGINES
+from ...status.metrics import own_snapshot
 from ...status.page import fmt, status_data
 from .. import extract_report as extracting
 from .. import status_report
 
 POOL_CALLER = "command:pdfpool"  # the caller of `extract --pool` unless --caller names one
 EXIT_REFUSED = 3  # the command ran; the PDF was refused, or the drain ran out of time
-
 NO_POOL_HERE = (
     "`manage.py pdfpool drain` runs in a process of its own, which has no pool: it cannot "
     "drain the pools of other processes (each worker's pool is in that worker's memory; "
@@ -42,23 +40,16 @@ def seconds_argument(value: str) -> float:
         number = float(value)
     except ValueError:
         number = -1.0
-    if not number >= 0 or number == float("inf"):
+    if not 0 <= number < float("inf"):
         raise argparse.ArgumentTypeError(f"expected seconds >= 0, not {value!r}")
     return number
 
 
 class Command(BaseCommand):
-    """``status``, ``drain`` and ``extract``; each subcommand's ``--help`` says more."""
-
     help = (
         "Operate the PDF pool: `status` reads it, `drain` drains this process's pool, "
         "`extract FILE` runs one PDF under the production limits."
     )
-    from_command_line = False  # True when run as manage.py, not through call_command()
-
-    def run_from_argv(self, argv: list[str]) -> None:
-        self.from_command_line = True
-        super().run_from_argv(argv)
 
     def add_arguments(self, parser: CommandParser) -> None:
         actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
@@ -68,22 +59,18 @@ class Command(BaseCommand):
         )
         status.add_argument("--json", action="store_true", help="the status page's JSON")
         drain = actions.add_parser(
-            "drain",
-            help="Drain the pool of the process the command runs in (call_command only).",
+            "drain", help="Drain the pool of the process the command runs in (call_command only)."
         )
         drain.add_argument(
             "--timeout",
             type=seconds_argument,
-            default=None,
             help="seconds to wait before stopping what is left (default WAIT + TIMEOUT + 5)",
         )
         extract = actions.add_parser(
             "extract", help="Run one PDF through the sandbox under the settings' limits."
         )
         extract.add_argument("file", help="the PDF to read")
-        extract.add_argument(
-            "--engine", choices=ENGINES, default=None, help="instead of the ENGINE setting"
-        )
+        extract.add_argument("--engine", choices=ENGINES, help="instead of the ENGINE setting")
         extract.add_argument("--json", action="store_true", help="the outcome as JSON")
         extract.add_argument("--text", action="store_true", help="all the text, not a preview")
         extract.add_argument(
@@ -106,49 +93,33 @@ class Command(BaseCommand):
             conf = get_settings()
         except ImproperlyConfigured as error:
             raise CommandError(f"The PDFPOOL setting is invalid: {error}") from None
-        action = options["action"]
-        if action == "status":
-            self.status(conf, as_json=options["json"])
-        elif action == "drain":
-            self.drain(options["timeout"])
-        else:
-            self.extract(conf, options)
+        getattr(self, options["action"])(conf, options)
 
-    # --- status -----------------------------------------------------------------------
-
-    def status(self, conf: PoolSettings, *, as_json: bool) -> None:
+    def status(self, conf: PoolSettings, options: dict[str, Any]) -> None:
         """One reading, saying whose figures they are."""
         if conf.redis is not None:
             status_report.check_redis(conf.redis)
-        fresh = peek_pool() is None
+        fresh = peek_pool() is None  # before status_data() builds it
         data = status_report.annotate(status_data(), fresh=fresh)
-        if as_json:
+        if options["json"]:
             self.stdout.write(json.dumps(data, indent=2))
         else:
-            self.stdout.write(status_report.render(data), ending="")
+            self.stdout.write(status_report.status_text(data), ending="")
 
-    # --- drain ------------------------------------------------------------------------
-
-    def drain(self, timeout: float | None) -> None:
+    def drain(self, conf: PoolSettings, options: dict[str, Any]) -> None:
         """Drain this process's pool, if it has one; CommandError where that cannot help."""
         pool = peek_pool()
         if pool is None:
-            if self.from_command_line:
+            if getattr(self, "_called_from_command_line", False):  # Django's: manage.py
                 raise CommandError(NO_POOL_HERE)
             self.stdout.write(f"No pool was built in process {os.getpid()}: nothing to drain.")
             return
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            pass
-        else:
-            raise CommandError(
-                "pdfpool drain blocks until the pool is drained: in async code, "
-                "await django_pdfpool.adrain_pool() instead."
-            )
-        limit = drain_timeout() if timeout is None else timeout
-        cluster = pool.cluster_snapshot()
-        mine = cluster.local if cluster is not None else pool.snapshot()
+        extracting.refuse_in_event_loop(
+            "pdfpool drain blocks until the pool is drained: in async code, "
+            "await django_pdfpool.adrain_pool() instead."
+        )
+        limit = drain_timeout() if options["timeout"] is None else options["timeout"]
+        mine = own_snapshot(pool)
         self.stdout.write(
             f"Draining the pool of process {os.getpid()}: it accepts no new work; "
             f"{mine.running} running and {mine.queued} queued jobs get up to "
@@ -164,79 +135,51 @@ class Command(BaseCommand):
         took = fmt(time.monotonic() - began, "seconds")
         self.stdout.write(f"Drained in {took}: every job finished. The pool accepts no new work.")
 
-    # --- extract ----------------------------------------------------------------------
-
     def extract(self, conf: PoolSettings, options: dict[str, Any]) -> None:
         """One PDF under the production limits: its outcome, or its error code (exit 3)."""
-        path = options["file"]
+        path, as_json = options["file"], options["json"]
         engine = options["engine"] or conf.engine
-        size = extracting.file_size(path)
-        shown = extracting.safe(path)
-        if size > conf.max_upload_size:
-            self._refused(path, shown, extracting.too_large(size, conf), options["json"])
-        if options["pool"]:
-            if options["engine"] not in (None, conf.engine):
-                raise CommandError("--pool runs the pool's job, with the ENGINE setting.")
-            result = self._pooled(path, shown, options)
-            self._show(path, shown, size, conf, engine, result, options)
-            return
-        progress = None
-        if size >= extracting.PROGRESS_BYTES and not options["no_progress"]:
-            self.stderr.write(
-                f"{shown} ({fmt(size, 'bytes')}): extracting with "
-                f"{extracting.describe_limits(conf, engine)}"
-            )
-
-            def progress(elapsed: float) -> None:
-                self.stderr.write(
-                    f"{shown}: still extracting, {elapsed:.0f} s of "
-                    f"{fmt(conf.timeout, 'seconds')} so far"
-                )
-
-        # the environment children get
-        configure_extraction(child_env=conf.sandbox.child_env)
+        size, shown = extracting.file_size(path), extracting.safe(path)
+        heading, limits = (
+            f"{shown} ({fmt(size, 'bytes')})",
+            extracting.describe_limits(conf, engine),
+        )
         try:
-            result = extracting.run(path, conf, engine, progress)
-        except ExtractionError as error:
-            self._refused(path, shown, error, options["json"])
-        except (ImportError, ValueError) as error:  # an engine not installed, a bad limit
-            raise CommandError(str(error)) from None
-        self._show(path, shown, size, conf, engine, result, options)
+            if size > conf.max_upload_size:
+                raise extracting.too_large(size, conf)
+            if options["pool"]:
+                if engine != conf.engine:
+                    raise CommandError("--pool runs the pool's job, with the ENGINE setting.")
+                result = extract_pooled(path, caller=options["caller"])
+            else:
+                progress = None
+                if size >= extracting.PROGRESS_BYTES and not options["no_progress"]:
+                    self.stderr.write(f"{heading}: extracting with {limits}")
+                    timeout = fmt(conf.timeout, "seconds")
 
-    def _pooled(self, path: str, shown: str, options: dict[str, Any]) -> Extraction:
-        """``extract_pooled``: refused (exit 3) as an upload of the file would be."""
-        try:
-            return cast(Extraction, extract_pooled(path, caller=options["caller"]))
+                    def progress(elapsed: float) -> None:
+                        self.stderr.write(
+                            f"{shown}: still extracting, {elapsed:.0f} s of {timeout} so far"
+                        )
+
+                configure_extraction(child_env=conf.sandbox.child_env)
+                try:
+                    result = extracting.run(path, conf, engine, progress)
+                except (ImportError, ValueError) as error:  # an engine not installed, a bad limit
+                    raise CommandError(str(error)) from None
         except ExtractionError as error:
-            self._refused(path, shown, error, options["json"])
+            said, text = extracting.error_json(error), extracting.error_text(error)
         except (Refused, UploadRejected) as refusal:
-            if options["json"]:
-                said = {"code": refusal.code, "message": str(refusal)}
-                self.stdout.write(json.dumps({"file": path, "error": said}))
-            raise CommandError(
-                f"{shown}: refused by the pool: {refusal.code}: {refusal}",
-                returncode=EXIT_REFUSED,
-            ) from None
-
-    def _show(
-        self,
-        path: str,
-        shown: str,
-        size: int,
-        conf: PoolSettings,
-        engine: str,
-        result: Extraction,
-        options: dict[str, Any],
-    ) -> None:
-        if options["json"]:
-            document = {"file": path, "size": size, "engine": engine, **result.as_dict()}
-            self.stdout.write(json.dumps(document, indent=2))
+            said = {"code": refusal.code, "message": str(refusal)}
+            text = f"refused by the pool: {refusal.code}: {refusal}"
+        else:
+            if as_json:
+                document = {"file": path, "size": size, "engine": engine, **result.as_dict()}
+                self.stdout.write(json.dumps(document, indent=2))
+            else:
+                self.stdout.write(f"{heading}: {limits}")
+                self.stdout.write(extracting.summary(result, full_text=options["text"]), ending="")
             return
-        heading = f"{shown} ({fmt(size, 'bytes')}): {extracting.describe_limits(conf, engine)}"
-        self.stdout.write(heading)
-        self.stdout.write(extracting.summary(result, full_text=options["text"]), ending="")
-
-    def _refused(self, path: str, shown: str, error: ExtractionError, as_json: bool) -> NoReturn:
         if as_json:
-            self.stdout.write(json.dumps({"file": path, "error": extracting.error_json(error)}))
-        raise CommandError(f"{shown}: {extracting.error_text(error)}", returncode=EXIT_REFUSED)
+            self.stdout.write(json.dumps({"file": path, "error": said}))
+        raise CommandError(f"{shown}: {text}", returncode=EXIT_REFUSED)
