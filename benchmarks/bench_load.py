@@ -11,7 +11,8 @@ SLOTS 2, QUEUE 4, WAIT 10 s, a warm spare):
 - **nodoor**: ``PDFPOOL_DOOR=0``: every body is read, parsed, staged and hashed first;
 - **declared**: the door, with clients that declare each upload's digest (``Pdf-Digest``),
   so the door knows at once which uploads join and which cannot;
-- optional: **nodigests** (declaring clients, the door with ``PDFPOOL_DOOR_DIGESTS=0``);
+- optional: **nodigests** (declaring clients, the door with ``PDFPOOL_DOOR_DIGESTS=0``:
+  ``PDFPOOL["DOOR"]["DIGESTS"]`` False);
   **door-noanswer**
   and **declared-noanswer**, the same on ``/bench/pooled/``, the API without its
   ``answer=json_answer`` (the door then answers on the event loop, not in a thread);
@@ -136,7 +137,8 @@ VARIANTS = {
     # bounds): a waking thread of the server then preempts a child at once
     "door-longslice": Variant("/api/extract/", {}, children_slice=100.0),
     "door-shortslice": Variant("/api/extract/", {}, server_slice=0.1),
-    # the children at another nice than the default (CHILD_NICE, 5)
+    # the children at another nice than the default (5): the example passes
+    # PDFPOOL_CHILD_NICE to ``django_pdfpool.sandbox.configure(nice=...)``
     "door-nice19": Variant("/api/extract/", {"PDFPOOL_CHILD_NICE": "19"}),
     "door-nice10": Variant("/api/extract/", {"PDFPOOL_CHILD_NICE": "10"}),
     "door-nice0": Variant("/api/extract/", {"PDFPOOL_CHILD_NICE": "0"}),
@@ -266,7 +268,8 @@ def bench_variant(
         PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
         DEMO_STATE_DIR=str(state),
         DEMO_LOG_LEVEL="WARNING",
-        PDFPOOL_TEMP_DIR=str(staged),  # default settings otherwise; staged here to check it
+        # the example's FILE_UPLOAD_TEMP_DIR: default settings otherwise; staged here to check it
+        PDFPOOL_TEMP_DIR=str(staged),
         # uvicorn's pure-Python parser and asyncio's loop, installed or not (comparable
         # figures); ``door-httptools`` overrides both
         UVICORN_HTTP="h11",
@@ -614,7 +617,7 @@ def against(
     return found
 
 
-SLOW_TIMEOUT = 10.0  # BODY_TIMEOUT of the slow-body run (the default is 20 s)
+SLOW_TIMEOUT = 10.0  # DOOR["BODY_TIMEOUT"] of the slow-body run (the default is 20 s)
 SLOW_TRICKLERS = 6 + 64 + 6  # more than the places (SLOTS + QUEUE) and the budget together
 SLOW_CLIENTS = 4  # normal clients alongside
 
@@ -661,8 +664,8 @@ def slow_body(corpus: dict[str, bytes], args: argparse.Namespace) -> int:
         PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
         DEMO_STATE_DIR=str(state),
         DEMO_LOG_LEVEL="WARNING",
-        PDFPOOL_TEMP_DIR=str(staged),
-        PDFPOOL_DOOR_BODY_TIMEOUT=str(SLOW_TIMEOUT),
+        PDFPOOL_TEMP_DIR=str(staged),  # the example's FILE_UPLOAD_TEMP_DIR
+        PDFPOOL_DOOR_BODY_TIMEOUT=str(SLOW_TIMEOUT),  # PDFPOOL["DOOR"]["BODY_TIMEOUT"]
     )
     mix = Mix(corpus)
     print(f"before: {machine()}", flush=True)
@@ -692,7 +695,7 @@ def slow_body(corpus: dict[str, bytes], args: argparse.Namespace) -> int:
     latencies = [r.latency for r in records]
     statuses = Counter(r.status for r in records)
     timed = [took for status, took in trickled if status == 408]
-    print(f"slow-body run: BODY_TIMEOUT {SLOW_TIMEOUT:g} s, {SLOW_TRICKLERS} trickling clients")
+    print(f"slow-body run: BODY_TIMEOUT {SLOW_TIMEOUT:g} s (DOOR), {SLOW_TRICKLERS} tricklers")
     print(f"(a byte every 0.5 s), {SLOW_CLIENTS} normal clients for {2 * SLOW_TIMEOUT:g} s\n")
     print("| figure | value |\n|---|---|")
     print(f"| normal uploads answered | {len(records)} ({dict(sorted(statuses.items()))}) |")

@@ -12,7 +12,7 @@ redis-server (``tests.support.redis_server``: a free port, no persistence) and p
 3. The point of it all: three uvicorn workers (``tests.project.asgi``) take the same burst
    of distinct slow PDFs, once with local pools and once with the Redis pool, while
    the extraction children on the host are counted: local pools allow 3 x SLOTS at
-   once, the Redis pool SLOTS (``PDFPOOL["BACKEND"] = "redis"``).
+   once, the Redis pool SLOTS (a ``PDFPOOL["REDIS"]`` dict).
 """
 
 from __future__ import annotations
@@ -232,6 +232,9 @@ def burst(url: str, pdfs: list[bytes]) -> tuple[list[int], int, float]:
 def serve(
     settings: dict[str, Any], app: str = "tests.project.asgi:application", **env_extra: str
 ) -> tuple[subprocess.Popen[bytes], str]:
+    """Three uvicorn workers of ``tests.project`` with ``settings`` as PDFPOOL; ``env_extra``
+    may set PDFPOOL_TEST_STAGED (FILE_UPLOAD_TEMP_DIR) and PDFPOOL_TEST_WARM
+    (``sandbox.configure(warm=...)``): see tests/project/settings.py."""
     import httpx
 
     port = free_port()
@@ -257,26 +260,20 @@ def serve(
 def side_by_side(redis_url: str, quick: bool) -> None:
     clients = 12
     staged = tempfile.mkdtemp(prefix="pdfpool-bench-")
-    base = {
-        "SLOTS": SLOTS,
-        "QUEUE": clients,
-        "WAIT": 60.0,
-        "WARM_CHILDREN": False,
-        "TEMP_DIR": staged,
-    }
+    base = {"SLOTS": SLOTS, "QUEUE": clients, "WAIT": 60.0}
     wired = {
         **base,
-        "BACKEND": "redis",
-        "REDIS_URL": redis_url,
-        "NAMESPACE": f"bench-{uuid4().hex[:8]}",
-        "LEASE": 5.0,
+        "REDIS": {"URL": redis_url, "NAMESPACE": f"bench-{uuid4().hex[:8]}", "LEASE": 5.0},
     }
+    # uploads staged in a directory of this run's, and cold children (a new interpreter per
+    # job): Django's FILE_UPLOAD_TEMP_DIR and sandbox.configure(warm=False), not PDFPOOL keys
+    env = {"PDFPOOL_TEST_STAGED": staged, "PDFPOOL_TEST_WARM": "0"}
     print()
     print(f"3 uvicorn workers, SLOTS={SLOTS}, a burst of {clients} distinct ~1 s PDFs:")
     print("| pools | peak extraction children on the host | 200 / 503 / other | wall |")
     print("|---|---|---|---|")
     for label, settings in (("local pools", base), ("Redis pool", wired)):
-        process, url = serve(settings, "tests.project.asgi:application")
+        process, url = serve(settings, "tests.project.asgi:application", **env)
         try:
             pdfs = [slow_pdf(f"{label}-{i}-{uuid4().hex}") for i in range(clients)]
             statuses, peak, wall = burst(url, pdfs)

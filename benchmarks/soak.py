@@ -141,7 +141,7 @@ def soak(args: argparse.Namespace, corpus: dict[str, bytes]) -> bool:
         "PYTHONPATH": str(ROOT),
         "DEMO_STATE_DIR": str(state),
         "DEMO_LOG_LEVEL": "WARNING",
-        "PDFPOOL_TEMP_DIR": str(staged),
+        "PDFPOOL_TEMP_DIR": str(staged),  # the example's FILE_UPLOAD_TEMP_DIR
     }
     seconds = args.minutes * 60
     window = 60.0 if args.minutes >= 5 else seconds / 5

@@ -62,7 +62,7 @@ def _count(variant: str) -> None:
 
 
 def _stage(request: HttpRequest) -> StagedUpload | None:
-    """The upload staged into TEMP_DIR, as ``@pdf_pooled`` stages it (off the event loop)."""
+    """The upload staged into FILE_UPLOAD_TEMP_DIR, as ``@pdf_pooled`` stages it (off the loop)."""
     upload = request.FILES.get("file")
     return None if upload is None else stage(upload, get_settings().temp_dir)
 
