@@ -1,13 +1,6 @@
-"""Child side: the template, a warmed-up, single-threaded process that forks each job's child.
-
-Its control socket (fd 0 at start) carries requests; a job's child comes back as its pid with
-four descriptors: its pidfd, the job pipe's write end, the answer pipe's read end and a status
-pipe on which the template, which reaps it, writes its exit status. Besides the child it hands
-out, it keeps up to as many *ready* children as jobs recently ran at once (at most N): forked
-ahead, warmed up on the built-in document, waiting for their job line; they exit once no job
-was asked for in a few seconds (see docs/performance.md). End of input (the server is gone), or
-SIGTERM (the kernel's word that the server's thread that started it died), kills its children,
-then it exits.
+"""Child side: the template, a warmed-up, single-threaded process that forks each job's child
+on request on its control socket (fd 0 at start), and keeps up to as many *ready* children
+(forked and warmed up ahead) as jobs recently ran at once; docs/architecture.md.
 """
 
 from __future__ import annotations
@@ -163,7 +156,7 @@ class _Template:
 
     def kill_all(self) -> None:
         for pidfd, child in self.children.items():
-            _kill(pidfd, child.pid)
+            kill_forked(pidfd, child.pid)
 
 
 def serve_template(engines: tuple[str, ...], most: int, idle: float) -> NoReturn:
@@ -209,9 +202,10 @@ def _become_job_child(job_in: int, answer_out: int, engines: tuple[str, ...] | N
         os._exit(JOB_EXIT_ON_ERROR)
 
 
-def _kill(pidfd: int, pid: int) -> None:
-    """SIGKILL to a child still running (and its group), when the template ends."""
-    running = not select.select([pidfd], [], [], 0)[0]  # then its group id is its own
+def kill_forked(pidfd: int, pid: int) -> None:
+    """SIGKILL to a forked child by its pidfd and, while it runs (its group id is then its
+    own), to its process group (none before the child's setpgid())."""
+    running = not select.select([pidfd], [], [], 0)[0]
     with contextlib.suppress(OSError):
         signal.pidfd_send_signal(pidfd, signal.SIGKILL)
     if running:

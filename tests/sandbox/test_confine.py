@@ -378,7 +378,7 @@ def test_a_nice_value_outside_0_to_19_is_refused_and_changes_nothing(nice):
 def test_a_child_lowers_its_priority_from_its_parents_never_raises_it():
     """``--nice N`` adds N to the nice the child inherits: a server run at nice 8 gets its
     children at 13, not at 5 (which an unprivileged process may not set: EACCES)."""
-    from django_pdfpool.sandbox.child_process import CHILD_MODULE
+    from django_pdfpool.sandbox.children import CHILD_MODULE
     from django_pdfpool.sandbox.wire import READY
 
     child = subprocess.Popen(
