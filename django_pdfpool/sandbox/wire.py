@@ -166,9 +166,10 @@ def decode_answer(output: bytes | bytearray) -> ChildAnswer | None:
         return None
 
 
-_ANSWER_TYPES: dict[str, type | tuple[type, ...]] = {"sha256": str, "page_count": int, "pages": list, "metadata": dict,
-                 "truncated": bool, "text_truncated": bool, "elapsed": (int, float),
-                 "peak_rss": int}  # fmt: skip
+_ANSWER_TYPES: dict[str, type | tuple[type, ...]] = {
+    "sha256": str, "page_count": int, "pages": list, "metadata": dict, "truncated": bool,
+    "text_truncated": bool, "elapsed": (int, float), "peak_rss": int,
+}  # fmt: skip
 
 
 def _extracted(fields: dict[str, Any]) -> Extracted | None:
