@@ -36,16 +36,15 @@ STEADY = 5.0  # a template that lived this long was healthy: restart it at once
 MAX_READY = 4  # ready children a template keeps at most (as many as jobs ran at once lately)
 READY_IDLE = 5.0  # seconds without a job after which the ready children exit
 SUPPORTED = hasattr(os, "pidfd_open") and hasattr(signal, "pidfd_send_signal")
-# What the interpreter needs to start and find its packages, and the locale it decodes paths
-# in; every LC_* variable too. Nothing else of the parent's environment reaches a child.
+# What the interpreter needs to start, find its packages and decode paths (and every LC_*):
+# nothing else of the parent's environment reaches a child.
 BASE_ENV = ("PATH", "LANG", "LANGUAGE", "LD_LIBRARY_PATH", "PYTHONHOME", "PYTHONPATH",
             "PYTHONUSERBASE", "PYTHONNOUSERSITE")  # fmt: skip
 
 
 def child_env(names: tuple[str, ...] = ()) -> dict[str, str]:
-    """The child's environment: BASE_ENV, LC_*, and `names`, where set; with this package
-    importable: a checkout goes on PYTHONPATH, a site-packages directory never (it would go
-    before the standard library)."""
+    """The child's environment: BASE_ENV, LC_* and `names`, where set; this package's
+    checkout on PYTHONPATH (a site-packages directory never: it would precede the stdlib)."""
     wanted = {*BASE_ENV, *names}
     env = {k: v for k, v in os.environ.items() if k in wanted or k.startswith("LC_")}
     if _PACKAGE_ROOT not in {*site.getsitepackages(), site.getusersitepackages()}:
@@ -174,8 +173,7 @@ class Child(Handle):
         sandbox: str = "none",
         nice: int = DEFAULT_NICE,
     ) -> None:
-        # -P: the cwd does not go on sys.path. stderr goes nowhere: pypdf can log thousands of
-        # lines, and a full pipe would hang the child.
+        # -P: the cwd not on sys.path; stderr nowhere (pypdf's thousands of lines would fill it)
         options = child_options(
             preload,
             False,
@@ -317,9 +315,8 @@ class JobRun:
     """One job's child, shared by the awaiting coroutine (which may cancel) and its thread."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self._lock, self.cancelled = threading.Lock(), False
         self._child: Handle | None = None
-        self.cancelled = False
 
     def run(
         self,

@@ -150,8 +150,8 @@ os.execv({python!r}, [{python!r}, *sys.argv[1:]])
 
 
 @pytest.mark.parametrize("warm", [True, False], ids=["forked", "cold"])
-@pytest.mark.parametrize("sandbox", [True, False], ids=["sandboxed", "sandbox-off"])
-def test_the_escape_kit_gets_nowhere_unless_the_sandbox_is_off(targets, warm, sandbox):
+@pytest.mark.parametrize("sandboxed", [True, False], ids=["sandboxed", "sandbox-off"])
+def test_the_escape_kit_gets_nowhere_unless_the_sandbox_is_off(targets, warm, sandboxed):
     """Signal another process and the server, read their environ, open another process's fd
     for writing, change another process's limits, priority, scheduling, CPUs, I/O priority
     or memory placement (the victim's, the server's), ptrace the parent, connect to loopback,
@@ -161,9 +161,9 @@ def test_the_escape_kit_gets_nowhere_unless_the_sandbox_is_off(targets, warm, sa
     from tests.support.escape_kit import VICTIM_NOFILE
     from tests.support.procs import rlimits
 
-    if sandbox:
+    if sandboxed:
         require_full_sandbox()
-    sandbox.configure(sandbox=sandbox)
+    sandbox.configure(sandbox=sandboxed)
     victim_nofile = rlimits(targets["victim"])["Max open files"]
     report = run_kit(targets, warm)
     print(report)
@@ -177,7 +177,7 @@ def test_the_escape_kit_gets_nowhere_unless_the_sandbox_is_off(targets, warm, sa
     created = list(Path(targets["directory"]).iterdir())
     reached = connections(targets["listener"])
     nofile = rlimits(targets["victim"])["Max open files"]
-    if sandbox:
+    if sandboxed:
         assert all(outcome.startswith("refused") for outcome in report.values()), report
         assert created == [] and reached == 0
         assert nofile == victim_nofile  # its limit as it was
@@ -204,18 +204,18 @@ def test_the_layers_are_reported_and_a_sandboxed_child_shows_them():
         assert seen[f"ns/{kind}"] != os.readlink(f"/proc/self/ns/{kind}"), kind
 
 
-@pytest.mark.parametrize("sandbox", [True, False], ids=["sandboxed", "sandbox-off"])
+@pytest.mark.parametrize("sandboxed", [True, False], ids=["sandboxed", "sandbox-off"])
 def test_another_jobs_child_cannot_forge_this_jobs_answer(
-    targets, sandbox, tmp_path, restore_sandbox
+    targets, sandboxed, tmp_path, restore_sandbox
 ):
     """The forgery of issue 21, end to end: while a victim's job runs, a hostile document in
     another job's child writes a forged answer into /proc/<victim's child>/fd/1. Sandboxed:
     refused, the victim gets its own text. Off: the victim gets the forged pages."""
     from tests.support.procs import child_pids, rlimits
 
-    if sandbox:
+    if sandboxed:
         require_full_sandbox()
-    sandbox.configure(sandbox=sandbox)
+    sandbox.configure(sandbox=sandboxed)
 
     async def scenario():
         mine = child_pids() - set(sandbox.idle_pids())
@@ -239,7 +239,7 @@ def test_another_jobs_child_cannot_forge_this_jobs_answer(
 
     report, outcome = asyncio.run(scenario())
     print(report, outcome)
-    if sandbox:
+    if sandboxed:
         assert report["forge"].startswith("refused"), report
         assert isinstance(outcome, Extraction) and "victim" in outcome.text
     else:
