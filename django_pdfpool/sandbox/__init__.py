@@ -1,6 +1,6 @@
 """The extraction sandbox: untrusted PDFs read in limited, short-lived child processes.
 
-Parent side: extract, child_process, template, layers; child side: child_main, child_job,
+Parent side: extract, children, layers; child side: child_main, child_job,
 template_main, engines, confine, kernel; both: wire. The process-wide controls are
 importable from here, loaded on first use: a child imports this package too, and none of
 the parent side. (``extract`` itself is ``django_pdfpool.extract``.)

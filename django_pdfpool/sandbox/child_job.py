@@ -1,11 +1,8 @@
-"""Child side: one job read from a pipe, limited, done and answered; then the process exits.
-
-The common path of a cold child and of a child forked from the template (template_main).
-"""
+"""Child side: one job read from a pipe, limited, done and answered, then the process exits:
+the path of a cold child and of a child forked from the template alike."""
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import math
 import os
@@ -16,6 +13,7 @@ import time
 from typing import Any, NoReturn
 
 from ..exceptions import ExtractionError
+from . import kernel
 from .confine import confine_job, prepare_job, status_fd
 from .engines import (
     WARM_UP_PDF,
@@ -45,32 +43,23 @@ REHEARSAL_TIMEOUT, REHEARSAL_MEMORY = 60.0, 1 << 30  # a rehearsal's job (no lim
 
 
 def die_with_parent(parent: int, signum: int) -> None:
-    """Ask the kernel for `signum` once the parent dies; exit now if it is already gone.
-    (The parent is the thread that started this process: it must outlive it.)"""
-    prctl = _prctl()
-    if prctl is not None:  # else not Linux: the parent's pipes still end the process
-        prctl(PR_SET_PDEATHSIG, signum, 0, 0, 0)
+    """Ask the kernel for `signum` once the parent (the thread that started this process)
+    dies; exit now if it is already gone."""
+    _prctl(PR_SET_PDEATHSIG, signum)  # not Linux: the parent's pipes still end the process
     if os.getppid() != parent:
         os._exit(0)
 
 
 def set_name(name: bytes) -> None:
-    """This process's name in /proc/PID/comm and ps (15 bytes at most); nothing if not Linux."""
-    prctl = _prctl()
+    """This process's name in /proc/PID/comm and ps (15 bytes at most)."""
+    _prctl(PR_SET_NAME, name[:15])
+
+
+def _prctl(option: int, value: Any) -> None:
+    """prctl(2), where there is one (libc's, looked up once: a fork inherits it)."""
+    prctl = getattr(kernel.libc(), "prctl", None)
     if prctl is not None:
-        prctl(PR_SET_NAME, name[:15], 0, 0, 0)
-
-
-@functools.cache
-def _prctl() -> Any:
-    """libc's prctl(2) or None, looked up once: a ready child inherits it from the template
-    (looking it up in the child cost about 0.25 ms of each job)."""
-    try:
-        import ctypes
-
-        return ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
+        prctl(option, value, 0, 0, 0)
 
 
 def limit_self(memory_limit: int, timeout: float) -> None:

@@ -1,8 +1,6 @@
-"""Child side: ``python -P -m django_pdfpool.sandbox.child_main [options]``.
-
-A cold child imports its engines, says READY, then does one job (child_job) and exits; with
-``--template`` it warms up and forks one such child per request instead (template_main).
-"""
+"""Child side: ``python -P -m django_pdfpool.sandbox.child_main [options]``: a cold child
+imports its engines, says READY, does one job (child_job) and exits; with ``--template`` it
+warms up and forks one such child per request instead (template_main)."""
 
 from __future__ import annotations
 
@@ -21,18 +19,11 @@ from .wire import READY, SANDBOX_OFF, read_child_options
 
 __all__ = ["main"]
 
-# Extraction children run at a lower CPU priority: options.nice (``configure(nice=)``) added
-# to the server's own (os.nice: lowering one's priority needs no privilege; capped at 19),
-# inherited by every fork of the template: a request to the server gets a CPU before a
-# child's pypdf does. They stay in the server's session (a process group of their own, no
-# setsid) because the kernel's autogroup weighs each session as a whole: a child in its own
-# session would compete as an equal of the whole server, whatever its nice.
-
 
 def main(argv: list[str]) -> None:
     """Start up, then do one job, or serve forks as the template."""
     options = read_child_options(argv)
-    os.nice(options.nice)
+    os.nice(options.nice)  # added to the server's own; inherited by the template's forks
     if options.parent is not None:
         # A cold child dies at once with its parent (SIGKILL); the template gets SIGTERM,
         # so that it kills its own children first.

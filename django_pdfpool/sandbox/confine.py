@@ -1,14 +1,6 @@
-"""Child side: the sandbox layers a child puts on itself (once at start-up, then per job) and
-the record of which ones this host gave it.
-
-Set once (the template or a cold child, after its imports, inherited by every fork): no new
-privileges, not dumpable, new user/network/IPC namespaces, a Landlock domain with no write,
-no exec, no TCP and signals and abstract sockets scoped, and a seccomp filter. Per job (after
-the job line, before the PDF): a Landlock domain of its own reading only the interpreter, its
-packages and the job's file, and a seccomp filter with no signal to anyone, no new process and
-no limit, priority or scheduling change to another process.
-Landlock through landlockpy, seccomp through libseccomp (pyseccomp); see docs/security.md.
-"""
+"""Child side: the sandbox layers a child puts on itself, once at start-up (inherited by
+every fork) and per job (after its job line, before the PDF), and the record of which ones
+this host gave it. Each layer and what it stops: docs/security.md."""
 
 from __future__ import annotations
 
@@ -43,7 +35,7 @@ REQUIRE = one_of(LEVELS)  # the sandbox level below which extractions are refuse
 LANDLOCK_ABI = {LANDLOCK_FS: 1, LANDLOCK_NET: 4, LANDLOCK_SIGNAL: 6}  # the ABI each needs
 EXIT_SANDBOX = 71  # a child that could not put on a layer it was told to require
 
-# What an engine never needs, refused with EPERM from start-up on (the template too).
+# What an engine never needs, refused from start-up on (the template too).
 PROCESS_DENIED = (
     "socket", "socketpair", "connect", "bind", "listen", "accept", "accept4",
     "ptrace", "process_vm_readv", "process_vm_writev", "pidfd_getfd", "kcmp",
@@ -55,29 +47,23 @@ PROCESS_DENIED = (
     "delete_module", "process_madvise", "quotactl", "swapon", "swapoff", "reboot", "acct",
     "personality",
 )  # fmt: skip
-# ioctl requests refused from start-up on: typing into the server's terminal (a child is in
-# the server's session, so it may have one; bubblewrap refuses the same without setsid).
+# ioctls typing into the server's terminal (a child is in its session), refused from start-up.
 TERMINAL_DENIED = (kernel.TIOCSTI, kernel.TIOCLINUX)
-# Refused to a job's child besides: signals to anyone (the kernel's SIGXCPU and alarm still
-# come), pidfds, and new processes (a thread is still allowed).
+# Refused to a job's child besides: signals to anyone, pidfds, new processes (not threads).
 JOB_DENIED = (
     "kill", "tkill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo",
     "pidfd_send_signal", "pidfd_open", "fork", "vfork",
     "setpriority", "ioprio_set",  # "who" 0 can mean the caller's whole group or user
 )  # fmt: skip
-# Refused to a job's child when their first argument (a pid) is not 0, itself: acting on
-# another process of the same user (the kernel checks the uid, which the user namespace
-# leaves as it was): its limits (RLIMIT_CPU killed a busy one), scheduling, memory placement.
-# Its own limits (set after the job line: glibc's setrlimit is prlimit64(0, ...)) still can.
+# Refused to a job's child unless their first argument (a pid) is 0, itself: another process
+# of the same user's limits, scheduling or memory placement (glibc's setrlimit: pid 0).
 JOB_SELF_ONLY = (
     "prlimit64", "sched_setaffinity", "sched_setscheduler", "sched_setparam",
     "sched_setattr", "migrate_pages", "move_pages",
 )  # fmt: skip
-# Read-only beneath these, besides the interpreter's prefixes and site directories: the
-# shared libraries a lazily imported extension module may load.
+# The shared libraries a lazily imported extension module may load: readable by each job.
 LIBRARY_DIRS = ("/lib", "/lib64", "/usr/lib", "/usr/lib64", "/usr/local/lib", "/etc/ld.so.cache")
-# The packages a child imports, readable by each job wherever they are installed (a checkout,
-# PYTHONPATH, site-packages): this one, the engines and the sandbox bindings.
+# The packages a child imports, readable by each job wherever they are installed.
 ENGINE_PACKAGES = (
     "django_pdfpool", "pypdf", "pypdfium2", "pypdfium2_raw", "landlockpy", "pyseccomp",
 )  # fmt: skip
@@ -99,9 +85,7 @@ class _State:
     require: tuple[str, ...] = ()
     applied: Applied = field(default_factory=Applied)
     read_roots: tuple[str, ...] = ()
-    job_bpf: Any = None  # the job's seccomp filter, compiled once, loaded in each job's child
-    job_fprog_struct: Any = None
-    job_fprog: Any = None  # a reference to it, as prctl takes it
+    job_filter: tuple[Any, ...] = ()  # the job's seccomp filter: its BPF, struct, reference
     plan: _Plan | None = None  # the job's Landlock ruleset, prepared at start-up
     job_ruleset_fd: int | None = None  # made by prepare_job, enforced by confine_job
     status_fd: int | None = None  # /proc/self/status, opened before the job's domain
@@ -145,10 +129,8 @@ def confine_process(require: tuple[str, ...] = ()) -> Applied:
 
 def prepare_job() -> None:
     """In a job's child before its job line (a ready child: while it waits): the job's Landlock
-    ruleset made with the read roots (their descriptors, opened at start-up, then closed),
-    /proc/self/status opened, the job's seccomp filter loaded (nothing before the job needs
-    what it refuses). Plain system calls on structures built at start-up: a forked child
-    touches little memory of its own (each page it touches first is a copy)."""
+    ruleset made, /proc/self/status opened, the job's seccomp filter loaded; plain system
+    calls on structures built at start-up (a forked child copies each page it touches)."""
     if not _state.enabled or _state.prepared:
         return
     _state.prepared = True
@@ -162,16 +144,15 @@ def prepare_job() -> None:
                 os.close(fd)
             plan.root_fds = []
         _state.status_fd = os.open("/proc/self/status", os.O_RDONLY | os.O_CLOEXEC)
-        if _state.job_fprog is not None:
-            kernel.load_filter(_state.job_fprog)
+        if _state.job_filter:
+            kernel.load_filter(_state.job_filter[-1])
     except OSError as exc:  # raised again by confine_job: the job is refused
         _state.prepare_error = exc
 
 
 def confine_job(path: str) -> None:
-    """In a job's child, after its job line: what prepare_job has not done, then its own
-    Landlock domain: reading only the read roots and `path`. Raises OSError where start-up
-    could put it on but the job cannot have it (fail closed: no byte of the PDF is read)."""
+    """In a job's child, after its job line: its own Landlock domain, reading only the read
+    roots and `path`; OSError where the job cannot have a layer (no byte of the PDF is read)."""
     if not _state.enabled:
         return
     prepare_job()
@@ -182,10 +163,12 @@ def confine_job(path: str) -> None:
     if ruleset_fd is None or plan is None:
         return
     directory = os.path.dirname(os.path.abspath(path))
-    if any(_beneath(directory, root) for root in _roots()):
+    if any(_beneath(directory, root) for root in _state.read_roots):
         # beneath a read root the job's neighbours (other staged PDFs) would be readable
         os.close(ruleset_fd)
-        with _job_ruleset(tuple(r for r in _roots() if not _beneath(directory, r))) as ruleset:
+        with _job_ruleset(
+            tuple(r for r in _state.read_roots if not _beneath(directory, r))
+        ) as ruleset:
             from landlockpy import AccessFS
 
             ruleset.allow_path(path, AccessFS.READ_FILE)
@@ -208,10 +191,6 @@ def kept_fds() -> list[int]:
     return [] if _state.plan is None else sorted(_state.plan.root_fds)
 
 
-def _roots() -> tuple[str, ...]:
-    return _state.read_roots
-
-
 def _beneath(directory: str, root: str) -> bool:
     return directory == root or directory.startswith(root + os.sep)
 
@@ -227,11 +206,9 @@ def status_fd() -> int | None:
 
 
 def read_roots() -> tuple[str, ...]:
-    """What a job's child may read: the interpreter's prefixes, the standard library and
-    site directories, the packages a child imports (ENGINE_PACKAGES, wherever they are) and
-    the shared libraries; none beneath another (one rule each). Never the other sys.path
-    (PYTHONPATH) entries: with PYTHONPATH=/app a job would read the project's settings, .env
-    and database."""
+    """What a job's child may read (none beneath another): the interpreter's prefixes, the
+    standard library and site directories, ENGINE_PACKAGES and LIBRARY_DIRS; never another
+    sys.path entry (PYTHONPATH=/app would give the project's settings)."""
     import site
     import sysconfig
 
@@ -263,10 +240,8 @@ def _package_paths(name: str) -> list[str]:
     return [spec.origin] if spec.origin and os.path.isabs(spec.origin) else []
 
 
-# The libraries pyseccomp (at import) and landlockpy (at its first call) ask
-# ctypes.util.find_library for, by their stable sonames: found with dlopen alone, where
-# find_library runs ldconfig (and gcc) in subprocesses, forks that cost a cold child ~9 ms
-# and would be processes of its own.
+# The libraries the bindings ask ctypes.util.find_library for, by their sonames: found with
+# dlopen alone (find_library runs ldconfig and gcc in subprocesses: ~9 ms of a cold child).
 _SONAMES = {"c": "libc.so.6", "seccomp": "libseccomp.so.2"}
 
 
@@ -416,10 +391,9 @@ def _seccomp_process() -> None:
         )
         job.add_rule(seccomp.ERRNO(errno.ENOSYS), "clone3")
         program = _compiled(job)
-        _state.job_bpf = ctypes.create_string_buffer(program, len(program))
-        fprog = kernel.SockFprog(len(program) // 8, ctypes.addressof(_state.job_bpf))
-        _state.job_fprog = ctypes.byref(fprog)
-        _state.job_fprog_struct = fprog
+        bpf = ctypes.create_string_buffer(program, len(program))
+        fprog = kernel.SockFprog(len(program) // 8, ctypes.addressof(bpf))
+        _state.job_filter = (bpf, fprog, ctypes.byref(fprog))
     except OSError as exc:
         return _fail(SECCOMP, exc.strerror or "seccomp failed")
     _state.applied.layers.add(SECCOMP)
@@ -427,22 +401,13 @@ def _seccomp_process() -> None:
 
 
 def _compiled(syscall_filter: Any) -> bytes:
-    """The filter's BPF program, as libseccomp would load it (read back through a pipe:
-    a few hundred bytes)."""
+    """The filter's BPF program, as libseccomp would load it (through a pipe: a few hundred
+    bytes)."""
     read, write = os.pipe()
-    try:
-        with open(write, "wb", closefd=False) as file:
-            syscall_filter.export_bpf(file)
-        os.close(write)
-        write = -1
-        program = b""
-        while chunk := os.read(read, 1 << 16):
-            program += chunk
-        return program
-    finally:
-        os.close(read)
-        if write >= 0:
-            os.close(write)
+    with open(read, "rb") as reader:
+        with open(write, "wb") as writer:
+            syscall_filter.export_bpf(writer)
+        return reader.read()
 
 
 def _deny(seccomp: Any, syscall_filter: Any, name: str, *args: Any) -> None:

@@ -1,7 +1,5 @@
-"""Child side: the PDF engines (pypdf, pypdfium2) turning a document's bytes into text.
-
-Failures are ExtractionErrors with a public code; `classify` gives any other exception one.
-"""
+"""Child side: the PDF engines (pypdf, pypdfium2) turning a document's bytes into text;
+failures are ExtractionErrors with a public code (`classify` gives any exception one)."""
 
 from __future__ import annotations
 
@@ -21,9 +19,8 @@ HEADER_WINDOW = 1024  # readers accept "%PDF-" anywhere in the first kilobyte
 
 
 def _warm_up_pdf() -> bytes:
-    """A valid one-page PDF (xref table, Flate content, a standard font, /Info) whose text
-    both engines read: run at start-up through an engine so that a child has paid for its
-    lazy imports and first-use caches before its real job arrives."""
+    """A one-page PDF (xref table, Flate content, a standard font, /Info) both engines read,
+    run through them at start-up: a child's lazy imports and caches paid before its job."""
     content = zlib.compress(b"BT /F1 12 Tf 20 100 Td (warm) Tj T* [(up)-250(text)] TJ ET")
     objects = [
         b"<</Type/Catalog/Pages 2 0 R>>",
@@ -47,15 +44,14 @@ def _warm_up_pdf() -> bytes:
 
 WARM_UP_PDF = _warm_up_pdf()
 
-# The encryptions of the warm-up document the template reads (empty user password): RC4 as
-# LibreOffice writes it, AES-128 and AES-256. Else each forked child set up its ciphers and
-# hashes on its first encrypted file, 1.7 ms on a 1.2 ms job (issue 24, docs/performance.md).
+# The warm-up document's encryptions the template reads (empty user password): its forks
+# find their ciphers and hashes set up (docs/performance.md).
 WARM_UP_ENCRYPTIONS = ("RC4-128", "AES-128", "AES-256")
 
 
 def encrypted_warm_ups() -> list[bytes]:
-    """The warm-up document encrypted each way pypdf can write here: AES needs a crypto
-    library (``cryptography`` or ``pycryptodome``), without which it is left out."""
+    """The warm-up document encrypted each way pypdf can write here (AES needs
+    ``cryptography`` or ``pycryptodome``)."""
     from pypdf import PdfWriter
     from pypdf.errors import DependencyError
 
@@ -71,8 +67,7 @@ def encrypted_warm_ups() -> list[bytes]:
     return found
 
 
-# The codecs pypdf decodes text with, looked up (their modules imported) at start: else each
-# forked job's child imports the ones its file needs, which the template never did (issue 24).
+# The codecs pypdf decodes text with, imported at start rather than in each forked child.
 PYPDF_CODECS = ("charmap", "latin-1", "ascii", "utf-16", "utf-16-be", "utf-16-le", "cp1252")
 
 
@@ -143,8 +138,8 @@ def configure_pypdf(output_cap: int | None = None) -> None:
 
 
 class TextBudget:
-    """The pages a job returns, cut so that their JSON (quotes, escapes, commas: at least
-    their UTF-8 joined by PAGE_SEPARATOR) fits in `limit` bytes; `add` says when to stop."""
+    """The pages a job returns, cut so that their JSON (quotes, escapes, commas) fits in
+    `limit` bytes; `add` says when to stop."""
 
     def __init__(self, limit: int) -> None:
         self.left = limit
@@ -248,8 +243,8 @@ def _run_pypdf(
 
     reader = PdfReader(io.BytesIO(data))  # tries the empty password by itself
     if refuse and max_pages is not None:
-        # Refused at once on the count the document declares: walking a page tree of
-        # 20,000 pages alone can take longer than the job's deadline on a busy machine.
+        # Refused on the count the document declares: walking a tree of 20,000 pages can
+        # take longer than the deadline.
         declared = _declared_page_count(reader)
         if declared is not None and declared > max_pages:
             raise ExtractionError("too_many_pages", detail=f"{declared} pages")
@@ -265,11 +260,7 @@ def _run_pypdf(
         raise
     except Exception:  # a broken /Info does not spoil the text
         metadata = {}
-    return {
-        "page_count": page_count,
-        "metadata": metadata,
-        "truncated": count < page_count,
-    }
+    return {"page_count": page_count, "metadata": metadata, "truncated": count < page_count}
 
 
 def _declared_page_count(reader: Any) -> int | None:
@@ -314,11 +305,7 @@ def _run_pdfium(
     except pdfium.PdfiumError:
         metadata = {}
     document.close()
-    return {
-        "page_count": page_count,
-        "metadata": metadata,
-        "truncated": count < page_count,
-    }
+    return {"page_count": page_count, "metadata": metadata, "truncated": count < page_count}
 
 
 # pypdf's LimitReachedError covers size caps, work budgets and broken structures alike.

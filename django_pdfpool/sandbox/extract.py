@@ -1,12 +1,9 @@
-"""Parent side, the public API: `extract()` runs one job in a child and maps every ending.
-
-Each ending becomes an `Extraction` or an `ExtractionError` safe to show a user.
-"""
+"""Parent side, the public API: `extract()` runs one job in a child and maps every ending to
+an `Extraction` or an `ExtractionError` safe to show a user."""
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import functools
 import os
@@ -17,15 +14,15 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import Future
 from dataclasses import dataclass, field, fields, replace
 from functools import partial
 from typing import Any, Literal, NoReturn
 
 from .. import bounds as limits
 from ..exceptions import ExtractionError
-from .child_process import COLD, JobRun, Outcome, start_thread
+from .children import COLD, ChildStarts, JobRun, Outcome, Template
 from .layers import HostLayers, SandboxLayers
-from .template import ChildStarts, Template
 from .wire import (
     DEFAULT_MAX_TEXT_BYTES,
     ENGINE,
@@ -90,22 +87,12 @@ class Extraction:
         return {f.name: getattr(self, f.name) for f in fields(self)}  # not the joined text
 
     def as_dict(self, *, text: bool = True) -> dict[str, Any]:
-        """Plain JSON values: every field (pages a list, metadata a dict) and, unless
-        `text=False`, the joined text."""
-        result: dict[str, Any] = {
-            "sha256": self.sha256,
-            "page_count": self.page_count,
-            "pages": list(self.pages),
-            "metadata": dict(self.metadata),
-        }
+        """Plain JSON values: every field but child_start (pages a list, metadata a dict)
+        and, unless `text=False`, the joined text."""
+        result = {f.name: getattr(self, f.name) for f in fields(self) if f.compare}
+        result.update(pages=list(self.pages), metadata=dict(self.metadata))
         if text:
             result["text"] = self.text
-        result.update(
-            truncated=self.truncated,
-            text_truncated=self.text_truncated,
-            elapsed=self.elapsed,
-            peak_rss=self.peak_rss,
-        )
         return result
 
     @classmethod
@@ -146,13 +133,11 @@ def configure(
     require: str | None = None,
     nice: int | None = None,
 ) -> None:
-    """Whether children are forked from a warm template (False: each job starts a new
-    interpreter), the directory for temporary copies of byte sources (None: tempfile's
-    default), the interpreter children run on, the names of environment variables they
-    get besides the minimum (`child_process.BASE_ENV`), whether children sandbox themselves
-    (False: for tests that show what the layers stop), the sandbox level (of
-    `confine.LEVELS`) below which `extract()` refuses with SandboxUnavailable, and the
-    children's nice, added to this process's own (0-19)."""
+    """Whether children fork from a warm template (False: a new interpreter per job), the
+    directory for copies of byte sources (None: tempfile's), the children's interpreter, the
+    environment variables they get besides `children.BASE_ENV`, whether they sandbox
+    themselves (False: for tests of what the layers stop), the level (`confine.LEVELS`)
+    below which `extract()` raises SandboxUnavailable, and their nice above ours (0-19)."""
     global _tmp_dir
     if nice is not None:  # the arguments are checked before anything changes
         limits.NICE.require("nice", nice)
@@ -164,9 +149,7 @@ def configure(
     if sandbox is not None or require is not None:
         enabled = _template.sandbox != SANDBOX_OFF if sandbox is None else sandbox
         level = _host.required if enabled else SANDBOX_OFF
-    names = None
-    if child_env is not None:
-        names = tuple(child_env)
+    names = None if child_env is None else tuple(child_env)
     _template.configure(enabled=warm, python=python, env=names, sandbox=level, nice=nice)
     if tmp_dir is not _UNSET:
         _tmp_dir = None if tmp_dir is None else os.fspath(tmp_dir)
@@ -182,15 +165,8 @@ def shutdown() -> None:
     _template.shutdown()
 
 
-def child_starts() -> ChildStarts:
-    """How this process's children started (forked, cold) and its template's pid."""
-    return _template.status()
-
-
-def idle_pids() -> list[int]:
-    """The idle processes waiting to serve jobs: the template, once it is ready, and its ready
-    children (forked ahead for the next jobs, gone after a few seconds without one)."""
-    return _template.idle_pids()
+child_starts: Callable[[], ChildStarts] = _template.status  # forked and cold starts
+idle_pids: Callable[[], list[int]] = _template.idle_pids  # the template and its ready children
 
 
 async def extract(
@@ -207,21 +183,18 @@ async def extract(
     """The text of `source` (a path the caller keeps, or bytes), read in a child limited to
     `memory_limit` bytes and `timeout` seconds, cut to `max_text_bytes` of UTF-8 (then
     `truncated` and `text_truncated`); every failure raises ExtractionError."""
-    _check(timeout, memory_limit, max_pages, engine, on_too_many_pages, max_text_bytes)
+    args = (timeout, memory_limit, max_pages, engine, on_too_many_pages, max_text_bytes)
+    try:
+        _checked(*args)  # the limits of the job before: no Python call
+    except TypeError:  # an unhashable argument: its own error
+        _check(*args)
     if _host.required != "none":  # probed once: at once after that
         await asyncio.to_thread(lambda: _host.check(sandbox_layers()))
     deadline = time.monotonic() + timeout
-    job = ExtractionJob(
-        path="",  # set by the worker thread, once the source is a file
-        engine=engine,
-        timeout=timeout,
-        memory_limit=memory_limit,
-        max_pages=max_pages,
-        refuse=on_too_many_pages == "refuse",
-        max_text_bytes=max_text_bytes,
-    )
+    refuse = on_too_many_pages == "refuse"
+    job = ExtractionJob("", engine, timeout, memory_limit, max_pages, refuse, max_text_bytes)
     run = JobRun()
-    future: concurrent.futures.Future[Outcome] = concurrent.futures.Future()
+    future: Future[Outcome] = Future()
     _workers.run(partial(_work, future, run, source, job, deadline, warm), future)
     try:
         outcome = await asyncio.wrap_future(future)
@@ -231,58 +204,6 @@ async def extract(
             await asyncio.wrap_future(future)  # the thread reaps and removes the copy
         raise
     return _conclude(outcome, engine)
-
-
-class _Workers:
-    """The threads that hold jobs' conversations with their children, kept ``idle`` seconds
-    between jobs: a thread started per job cost two wake-ups (the starter's, the new
-    thread's), each waiting for a CPU on a busy host (issue 24). Named WORKING while they
-    hold a job, IDLE while they wait for one."""
-
-    WORKING, IDLE = "pdfpool-extract", "pdfpool-idle"
-
-    def __init__(self, idle: float = 2.0) -> None:  # and again in a forked child
-        self.idle = idle
-        self._lock = threading.Lock()
-        self._waiting = 0  # threads waiting for a job on the queue
-        self._queue: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
-
-    def run(self, work: Callable[[], None], future: concurrent.futures.Future[Any]) -> None:
-        """``work`` on a waiting thread, or on a new one (started off the caller's loop:
-        ``Thread.start()`` waits until the thread runs)."""
-        with self._lock:
-            if self._waiting:
-                self._waiting -= 1
-                self._queue.put(work)  # under the lock: a thread leaving sees it
-                return
-        # In a list the thread empties: its args would keep the first job (its bytes) alive.
-        thread = threading.Thread(
-            target=self._serve, args=([work],), daemon=True, name=self.WORKING
-        )
-        start_thread(thread, future)
-
-    def _serve(self, first: list[Callable[[], None]]) -> None:
-        me, work = threading.current_thread(), first.pop()
-        while True:
-            me.name = self.WORKING
-            work()
-            del work
-            me.name = self.IDLE
-            with self._lock:
-                self._waiting += 1
-            while True:
-                try:
-                    work = self._queue.get(timeout=self.idle)
-                    break
-                except queue.Empty:
-                    with self._lock:
-                        if self._queue.empty():  # nobody counted on this thread: it leaves
-                            self._waiting -= 1
-                            return
-
-
-_workers = _Workers()
-os.register_at_fork(after_in_child=lambda: _Workers.__init__(_workers, _workers.idle))
 
 
 def _check(
@@ -309,8 +230,78 @@ def _check(
             raise ImportError("engine 'pypdfium2' needs django-pdfpool[pdfium]")
 
 
+# A tuple of arguments that passed is not checked again (typed: 1 and True are two keys).
+_checked = functools.lru_cache(maxsize=64, typed=True)(_check)
+
+
+class _Workers:
+    """The threads that hold jobs' conversations with their children, kept `idle` seconds
+    between jobs (a thread started per job cost two wake-ups on a busy host), named WORKING
+    while they hold a job. A new one is started by the starter thread, off the caller's
+    loop: ``Thread.start()`` waits until the thread runs."""
+
+    WORKING, IDLE = "pdfpool-extract", "pdfpool-idle"
+
+    def __init__(self, idle: float = 2.0) -> None:  # and again in a forked child
+        self.idle = idle
+        self._lock = threading.Lock()
+        self._waiting = 0  # threads waiting for a job on the queue
+        self._queue: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._starts: queue.SimpleQueue[tuple[threading.Thread, Future[Any]]] | None = None
+
+    def run(self, work: Callable[[], None], future: Future[Any]) -> None:
+        """``work`` on a waiting thread, or on a new one."""
+        with self._lock:
+            if self._waiting:
+                self._waiting -= 1
+                self._queue.put(work)  # under the lock: a thread leaving sees it
+                return
+            if self._starts is None:  # once per process: this start waits, no other does
+                self._starts = queue.SimpleQueue()
+                starter = partial(self._start, self._starts)
+                threading.Thread(target=starter, daemon=True, name="pdfpool-starter").start()
+            # In a list the thread empties: its args would keep the first job (its bytes) alive.
+            thread = threading.Thread(
+                target=self._serve, args=([work],), daemon=True, name=self.WORKING
+            )
+            self._starts.put((thread, future))
+
+    @staticmethod
+    def _start(starts: queue.SimpleQueue[tuple[threading.Thread, Future[Any]]]) -> None:
+        while True:
+            thread, future = starts.get()
+            try:
+                thread.start()
+            except BaseException as exc:  # no thread to be had: the job fails, nobody hangs
+                if future.set_running_or_notify_cancel():
+                    future.set_exception(exc)
+
+    def _serve(self, first: list[Callable[[], None]]) -> None:
+        me, work = threading.current_thread(), first.pop()
+        while True:
+            me.name = self.WORKING
+            work()
+            del work
+            me.name = self.IDLE
+            with self._lock:
+                self._waiting += 1
+            while True:
+                try:
+                    work = self._queue.get(timeout=self.idle)
+                    break
+                except queue.Empty:
+                    with self._lock:
+                        if self._queue.empty():  # nobody counted on this thread: it leaves
+                            self._waiting -= 1
+                            return
+
+
+_workers = _Workers()
+os.register_at_fork(after_in_child=lambda: _Workers.__init__(_workers, _workers.idle))
+
+
 def _work(
-    future: concurrent.futures.Future[Outcome],
+    future: Future[Outcome],
     run: JobRun,
     source: Any,
     job: ExtractionJob,
@@ -328,12 +319,15 @@ def _work(
         future.set_exception(exc)
         return
 
-    def deliver(outcome: Outcome) -> None:
+    def deliver(outcome: Outcome | BaseException) -> None:
         """Remove the job's own copy, then hand the outcome to the awaiting caller."""
         if owned:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
-        future.set_result(outcome)
+        if isinstance(outcome, BaseException):
+            future.set_exception(outcome)
+        else:
+            future.set_result(outcome)
 
     start = partial(_template.child, job.engine, warm)
     max_output = answer_limit(job.max_text_bytes)  # beyond it: too_large, and killed
@@ -341,10 +335,7 @@ def _work(
         run.run(start, job_line, deadline, max_output, deliver)
     except BaseException as exc:  # a bug, not a PDF: its child is reaped, the copy removed
         if not future.done():
-            if owned:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(path)
-            future.set_exception(exc)
+            deliver(exc)
 
 
 def _job_file(source: Any, memory_limit: int) -> tuple[str, bool]:
@@ -369,18 +360,13 @@ def _job_file(source: Any, memory_limit: int) -> tuple[str, bool]:
     return path, False
 
 
-# Fatal signals: pdfium answers a failed allocation under RLIMIT_AS with a deliberate crash
-# (SIGTRAP/SIGILL/SIGSEGV/SIGABRT), CPython with a fatal error (SIGABRT) when it cannot
-# recover from MemoryError; a SIGKILL we did not send comes from the kernel's OOM killer.
+# Fatal signals: pdfium answers a failed allocation under RLIMIT_AS with a deliberate crash,
+# CPython with SIGABRT when it cannot recover from MemoryError; a SIGKILL we did not send
+# comes from the kernel's OOM killer.
 _TIME_SIGNALS = {signal.SIGXCPU, signal.SIGALRM}
 _MEMORY_SIGNALS = {signal.SIGKILL}
-_PDFIUM_MEMORY_SIGNALS = {
-    signal.SIGSEGV,
-    signal.SIGABRT,
-    signal.SIGBUS,
-    signal.SIGILL,
-    signal.SIGTRAP,
-}
+_PDFIUM_MEMORY_SIGNALS = {signal.SIGSEGV, signal.SIGABRT, signal.SIGBUS, signal.SIGILL,
+                          signal.SIGTRAP}  # fmt: skip
 
 
 def _conclude(outcome: Outcome, engine: str) -> Extraction:
@@ -388,26 +374,11 @@ def _conclude(outcome: Outcome, engine: str) -> Extraction:
     output, outcome.output = outcome.output, b""
     answer = decode_answer(output)  # empties the buffer before the pages are parsed
     del output
-    if isinstance(answer, Extracted):
-        return _extraction(answer, outcome.start)
+    if isinstance(answer, Extracted):  # the same fields, but how the child started
+        return Extraction(**vars(answer), child_start=outcome.start)
     if answer is not None:
         raise answer  # the child's own failure, with its code and figures
     raise _ending_without_answer(outcome, engine)
-
-
-def _extraction(answer: Extracted, child_start: str) -> Extraction:
-    """The public result for a child's answer (its text is joined only when asked for)."""
-    return Extraction(
-        sha256=answer.sha256,
-        page_count=answer.page_count,
-        pages=tuple(answer.pages),
-        metadata=answer.metadata,
-        truncated=answer.truncated,
-        text_truncated=answer.text_truncated,
-        elapsed=answer.elapsed,
-        peak_rss=answer.peak_rss,
-        child_start=child_start,
-    )
 
 
 def _ending_without_answer(outcome: Outcome, engine: str) -> ExtractionError:

@@ -49,16 +49,15 @@ class PathBeneath(ctypes.Structure):
 
 def syscall(number: int, *args: Any) -> int:
     """syscall(2); OSError on failure."""
-    result = int(libc().syscall(number, *args))
+    return _checked(int(libc().syscall(number, *args)))
+
+
+def _checked(result: int) -> int:
+    """`result`, or OSError for the errno a call that failed (-1) left."""
     if result < 0:
-        raise_errno()
+        number = ctypes.get_errno()
+        raise OSError(number, os.strerror(number))
     return result
-
-
-def raise_errno() -> None:
-    """OSError for the errno the last call left."""
-    number = ctypes.get_errno()
-    raise OSError(number, os.strerror(number))
 
 
 def create_ruleset(attr: RulesetAttr) -> int:
@@ -78,5 +77,4 @@ def restrict_self(ruleset: int) -> None:
 
 def load_filter(program: Any) -> None:
     """prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, program): a reference to a SockFprog."""
-    if libc().prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, program, 0, 0) != 0:
-        raise_errno()
+    _checked(libc().prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, program, 0, 0))

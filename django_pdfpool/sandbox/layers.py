@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from ..exceptions import SandboxUnavailable, Wording
-from .child_process import CHILD_MODULE, child_env
+from .children import CHILD_MODULE, child_env
 from .confine import LAYERS, LEVELS, REQUIRE
 from .wire import PROBE_OPTION, SANDBOX_OFF
 

@@ -1,13 +1,6 @@
-"""Child side: the template, a warmed-up, single-threaded process that forks each job's child.
-
-Its control socket (fd 0 at start) carries requests; a job's child comes back as its pid with
-four descriptors: its pidfd, the job pipe's write end, the answer pipe's read end and a status
-pipe on which the template, which reaps it, writes its exit status. Besides the child it hands
-out, it keeps up to as many *ready* children as jobs recently ran at once (at most N): forked
-ahead, warmed up on the built-in document, waiting for their job line; they exit once no job
-was asked for in a few seconds (see docs/performance.md). End of input (the server is gone), or
-SIGTERM (the kernel's word that the server's thread that started it died), kills its children,
-then it exits.
+"""Child side: the template, a warmed-up, single-threaded process that forks each job's child
+on request on its control socket (fd 0 at start), and keeps up to as many *ready* children
+(forked and warmed up ahead) as jobs recently ran at once; docs/architecture.md.
 """
 
 from __future__ import annotations
@@ -75,24 +68,23 @@ class _Template:
         HOLD ago is running: on a busy CPU a fork and warm-up beside a short job slow it), or
         the ready ones dropped after `idle` seconds without a request."""
         while True:
-            now, timeout = time.monotonic(), None
+            due = None  # when a ready child is forked, or the ready ones are dropped
             if len(self.ready) < self.wanted:
-                timeout = max(0.0, max(self.handed.values(), default=0.0) + HOLD - now)
+                due = max(self.handed.values(), default=0.0) + HOLD
             elif self.ready:
-                timeout = max(0.0, self.last_request + self.idle - now)
-            events = self.poller.poll(None if timeout is None else timeout * 1000)
+                due = self.last_request + self.idle
+            wait = None if due is None else max(0.0, due - time.monotonic()) * 1000
+            events = self.poller.poll(wait)
             for fd, _ in events:
                 if fd != self.control.fileno():
                     self.reap(fd)
                 elif not self.request():
                     return
-            if events:
+            if events or due is None or time.monotonic() < due:
                 continue
-            now = time.monotonic()
             if len(self.ready) < self.wanted:
-                if max(self.handed.values(), default=0.0) + HOLD <= now:
-                    self.ready.append(self.fork(warm=True))
-            elif self.ready and now >= self.last_request + self.idle:
+                self.ready.append(self.fork(warm=True))
+            else:
                 self.wanted = 0
                 while self.ready:  # end of input on its job pipe: it exits
                     self.ready.popleft().close_ends()
@@ -161,10 +153,6 @@ class _Template:
             )
         os.close(child.status_out)
 
-    def kill_all(self) -> None:
-        for pidfd, child in self.children.items():
-            _kill(pidfd, child.pid)
-
 
 def serve_template(engines: tuple[str, ...], most: int, idle: float) -> NoReturn:
     """Say READY, then fork children on request until the server goes; never returns."""
@@ -181,15 +169,15 @@ def serve_template(engines: tuple[str, ...], most: int, idle: float) -> NoReturn
     except SystemExit:
         pass
     finally:
-        template.kill_all()
+        for pidfd, child in template.children.items():
+            kill_forked(pidfd, child.pid)
     os._exit(0)
 
 
 def _become_job_child(job_in: int, answer_out: int, engines: tuple[str, ...] | None) -> NoReturn:
-    """In the new child: its own process group (in the server's session), the job's pipes
-    as stdin and stdout, stderr to /dev/null, no other descriptor and default signal handling;
-    warmed up on the built-in document if `engines` (a ready child), then the job (its limits
-    set once it is read)."""
+    """In the new child: its own process group, the job's pipes as stdin and stdout, stderr
+    to /dev/null, no other descriptor, default signals; rehearsed if `engines` (a ready
+    child), then the job."""
     try:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         os.setpgid(0, 0)
@@ -209,9 +197,10 @@ def _become_job_child(job_in: int, answer_out: int, engines: tuple[str, ...] | N
         os._exit(JOB_EXIT_ON_ERROR)
 
 
-def _kill(pidfd: int, pid: int) -> None:
-    """SIGKILL to a child still running (and its group), when the template ends."""
-    running = not select.select([pidfd], [], [], 0)[0]  # then its group id is its own
+def kill_forked(pidfd: int, pid: int) -> None:
+    """SIGKILL to a forked child by its pidfd and, while it runs (its group id is then its
+    own), to its process group (none before the child's setpgid())."""
+    running = not select.select([pidfd], [], [], 0)[0]
     with contextlib.suppress(OSError):
         signal.pidfd_send_signal(pidfd, signal.SIGKILL)
     if running:

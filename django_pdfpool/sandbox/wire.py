@@ -1,30 +1,25 @@
-"""Both sides: what parent and child say to each other (options, job line, answer lines).
-
-JSON lines, never pickle: the parent trusts no byte a child writes. Light: the child imports it.
-"""
+"""Both sides: what parent and child say to each other (options, job line, answer lines):
+JSON, never pickle, as the parent trusts no byte a child writes."""
 
 from __future__ import annotations
 
 import json
 import re
 from dataclasses import asdict, dataclass
-from typing import Any, NamedTuple, cast
+from typing import Any, NamedTuple
 
 from ..bounds import one_of
 from ..exceptions import EXTRACTION_MESSAGES, ExtractionError
 
 ENGINES = ("pypdf", "pypdfium2")  # pypdf is imported by every child; others on request
-ENGINE = one_of(ENGINES)  # besides engines registered for tests (extract.register_engine)
-# Besides these, an engine registered in the parent (extract.register_engine) is named by the
-# "module:function" that a child imports and calls: the tests' escape kit is one.
+ENGINE = one_of(ENGINES)  # besides "module:function" engines (extract.register_engine)
 READY = b"ready\n"  # the child's first line: imports done, waiting for its job
 STARTED = b"started\n"  # its second: the job is read and the limits are set
 DEFAULT_MAX_TEXT_BYTES = 8 << 20  # of the pages' text a job may return (PDFPOOL's default)
 METADATA_KEYS = 64  # /Info entries kept
 METADATA_CHARS = 2000  # of each key and value
-# An answer's bytes besides its pages: metadata at its worst (every character a 6-byte JSON
-# escape), the other fields and the READY/STARTED lines. The parent reads no more than the
-# text cap plus this; a child that writes more is refused as too_large.
+# An answer's bytes besides its pages (metadata at its worst: every character a 6-byte JSON
+# escape), read beyond the text cap; a child that writes more is refused as too_large.
 ANSWER_OVERHEAD = METADATA_KEYS * (2 * METADATA_CHARS * 6 + 6) + (64 << 10)
 DETAIL_CHARS = 200  # of a failure's detail, as the parent keeps it
 PRELOAD_OPTION = "--preload"  # followed by an engine to import before the job arrives
@@ -36,9 +31,7 @@ SANDBOX_OPTION = "--sandbox"  # followed by the level the child must reach (conf
 SANDBOX_OFF = "off"  # no layer at all (tests that show what the layers stop); absent: "none"
 PROBE_OPTION = "--probe"  # put on every layer, print what was had as JSON, exit
 NICE_OPTION = "--nice"  # followed by how much the child lowers its priority below its parent's
-# Below the server's threads (nice 0) but not starved by other work at nice 0 on a busy host:
-# a share of 1 to 3 against each such process. 19 starved jobs to their deadline (issue 24).
-DEFAULT_NICE = 5
+DEFAULT_NICE = 5  # below the server's threads, not starved by other work (docs/security.md)
 _LONE_SURROGATES = re.compile("[\ud800-\udfff]")
 
 
@@ -65,40 +58,31 @@ def child_options(
     sandbox: str = "none",
     nice: int = DEFAULT_NICE,
 ) -> list[str]:
-    """The child's command-line options: engines to import at start-up, whether to warm up,
-    whether it is the template (and its ready children), its sandbox level, its nice value,
-    and the parent to die with."""
+    """The child's command line (`ChildOptions`, the parent to die with last)."""
     options = [part for engine in preload for part in (PRELOAD_OPTION, engine)]
-    if sandbox != "none":
-        options += [SANDBOX_OPTION, sandbox]
-    options += [NICE_OPTION, str(nice)]
-    if warm_up:
-        options.append(WARM_UP_OPTION)
-    if template:
-        options.append(TEMPLATE_OPTION)
-        if ready[0]:
-            options += [READY_OPTION, f"{ready[0]},{ready[1]}"]
-    return [*options, PARENT_OPTION, str(parent)] if parent is not None else options
+    options += [SANDBOX_OPTION, sandbox] if sandbox != "none" else []
+    options += [NICE_OPTION, str(nice), *[WARM_UP_OPTION] * warm_up, *[TEMPLATE_OPTION] * template]
+    options += [READY_OPTION, f"{ready[0]},{ready[1]}"] if template and ready[0] else []
+    return options if parent is None else [*options, PARENT_OPTION, str(parent)]
 
 
 def read_child_options(argv: list[str]) -> ChildOptions:
     """The options `child_options()` wrote."""
-    preload = tuple(argv[i + 1] for i, arg in enumerate(argv) if arg == PRELOAD_OPTION)
-    parent = next((int(argv[i + 1]) for i, a in enumerate(argv) if a == PARENT_OPTION), None)
-    most, idle = next((argv[i + 1] for i, a in enumerate(argv) if a == READY_OPTION), "0,0").split(
-        ","
-    )
-    sandbox = next((argv[i + 1] for i, a in enumerate(argv) if a == SANDBOX_OPTION), "none")
-    nice = next((int(argv[i + 1]) for i, a in enumerate(argv) if a == NICE_OPTION), DEFAULT_NICE)
+
+    def value(option: str, default: Any) -> Any:
+        return next((argv[i + 1] for i, arg in enumerate(argv) if arg == option), default)
+
+    most, idle = value(READY_OPTION, "0,0").split(",")
+    parent = value(PARENT_OPTION, None)
     return ChildOptions(
-        preload,
+        tuple(argv[i + 1] for i, arg in enumerate(argv) if arg == PRELOAD_OPTION),
         WARM_UP_OPTION in argv,
         TEMPLATE_OPTION in argv,
-        parent,
+        None if parent is None else int(parent),
         (int(most), float(idle)),
-        sandbox,
+        value(SANDBOX_OPTION, "none"),
         PROBE_OPTION in argv,
-        nice,
+        int(value(NICE_OPTION, DEFAULT_NICE)),
     )
 
 
@@ -122,16 +106,7 @@ def encode_job(job: ExtractionJob) -> bytes:
 
 def decode_job(line: bytes) -> ExtractionJob:
     """The job the child reads from its stdin (the parent's line: trusted)."""
-    fields = json.loads(line)
-    return ExtractionJob(
-        path=fields["path"],
-        engine=fields["engine"],
-        timeout=float(fields["timeout"]),
-        memory_limit=int(fields["memory_limit"]),
-        max_pages=fields["max_pages"],
-        refuse=fields["refuse"],
-        max_text_bytes=int(fields.get("max_text_bytes", DEFAULT_MAX_TEXT_BYTES)),
-    )
+    return ExtractionJob(**json.loads(line))
 
 
 def answer_limit(max_text_bytes: int) -> int:
@@ -160,17 +135,9 @@ def encode_answer(answer: ChildAnswer) -> bytes:
     """The child's answer line; lone surrogates (seen in broken /ToUnicode maps) become U+FFFD."""
     if isinstance(answer, ExtractionError):
         fields: dict[str, Any] = {"ok": False, "code": answer.code, "detail": answer.detail}
+        fields.update(elapsed=answer.elapsed, peak_rss=answer.peak_rss)
     else:
-        fields = {
-            "ok": True,
-            "sha256": answer.sha256,
-            "page_count": answer.page_count,
-            "pages": answer.pages,
-            "metadata": answer.metadata,
-            "truncated": answer.truncated,
-            "text_truncated": answer.text_truncated,
-        }
-    fields.update(elapsed=answer.elapsed, peak_rss=answer.peak_rss)
+        fields = {"ok": True, **vars(answer)}
     line = json.dumps(fields, ensure_ascii=False, separators=(",", ":")) + "\n"
     try:
         return line.encode("utf-8")
@@ -199,32 +166,22 @@ def decode_answer(output: bytes | bytearray) -> ChildAnswer | None:
         return None
 
 
+_ANSWER_TYPES: dict[str, type | tuple[type, ...]] = {
+    "sha256": str, "page_count": int, "pages": list, "metadata": dict, "truncated": bool,
+    "text_truncated": bool, "elapsed": (int, float), "peak_rss": int,
+}  # fmt: skip
+
+
 def _extracted(fields: dict[str, Any]) -> Extracted | None:
-    pages, metadata = fields.get("pages"), fields.get("metadata")
-    valid = (
-        isinstance(pages, list)
-        and all(isinstance(page, str) for page in pages)
-        and isinstance(metadata, dict)
-        and all(isinstance(k, str) and isinstance(v, str) for k, v in metadata.items())
-        and isinstance(fields.get("sha256"), str)
-        and isinstance(fields.get("page_count"), int)
-        and isinstance(fields.get("truncated"), bool)
-        and isinstance(fields.get("text_truncated", False), bool)
-        and isinstance(fields.get("elapsed"), (int, float))
-        and isinstance(fields.get("peak_rss"), int)
-    )
-    if not valid:
+    fields.setdefault("text_truncated", False)
+    if not all(isinstance(fields.get(name), kind) for name, kind in _ANSWER_TYPES.items()):
         return None
-    return Extracted(
-        sha256=fields["sha256"],
-        page_count=fields["page_count"],
-        pages=cast("list[str]", pages),
-        metadata=cast("dict[str, str]", metadata),
-        truncated=fields["truncated"],
-        text_truncated=fields.get("text_truncated", False),
-        elapsed=float(fields["elapsed"]),
-        peak_rss=fields["peak_rss"],
-    )
+    if not all(isinstance(page, str) for page in fields["pages"]) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in fields["metadata"].items()
+    ):
+        return None
+    values = {name: fields[name] for name in _ANSWER_TYPES}
+    return Extracted(**{**values, "elapsed": float(values["elapsed"])})
 
 
 def _failure(fields: dict[str, Any]) -> ExtractionError | None:

@@ -17,7 +17,7 @@ import django_pdfpool.sandbox.extract as extraction
 from django_pdfpool.admission.jobs import get_job_loop
 from django_pdfpool.configured import peek_pool
 from django_pdfpool.door import door_status
-from django_pdfpool.sandbox import child_process
+from django_pdfpool.sandbox import children
 from tests.project.urls import urlpatterns as base
 
 
@@ -35,8 +35,8 @@ def state(request: HttpRequest) -> JsonResponse:
     and the door."""
     pool = peek_pool()
     threads = [t.name for t in threading.enumerate() if t.name.startswith("pdfpool-extract")]
-    with child_process._live_lock:
-        unreaped = len(child_process._live)
+    with children._live_lock:
+        unreaped = len(children._live)
     return JsonResponse(
         {
             "tasks": _job_loop_tasks(),

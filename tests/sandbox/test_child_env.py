@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from django_pdfpool.sandbox import extract as sandbox
-from django_pdfpool.sandbox.child_process import BASE_ENV
+from django_pdfpool.sandbox.children import BASE_ENV
 from tests.support import pdfs
 from tests.support.sandbox import run
 

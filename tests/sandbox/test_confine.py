@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-import django_pdfpool.sandbox.extract as extraction
 from django_pdfpool import Extraction, extract
 from django_pdfpool.exceptions import ExtractionError
+from django_pdfpool.sandbox import extract as sandbox
 from tests.conftest import wait_until
 from tests.support import pdfs
 from tests.support.escape_kit import ENGINE as KIT
@@ -30,7 +30,7 @@ def require_full_sandbox() -> None:
     refuses namespaces, say); under CI=true fail instead: CI's kernel has them all."""
     from tests.support.ci_strict import in_ci
 
-    layers = extraction.sandbox_layers()
+    layers = sandbox.sandbox_layers()
     if layers.level != "full":
         reason = f"this host gives the sandbox level {layers.level!r}: {dict(layers.missing)}"
         if in_ci():
@@ -64,9 +64,9 @@ def targets(tmp_path, monkeypatch):
     monkeypatch.setenv(
         "PYTHONPATH", os.pathsep.join(p for p in (str(project), os.environ.get("PYTHONPATH")) if p)
     )
-    extraction.register_engine(KIT)
-    extraction.configure(warm=False)  # the template and spares of the old PYTHONPATH go
-    extraction.configure(warm=True)  # a test before may have left the template off
+    sandbox.register_engine(KIT)
+    sandbox.configure(warm=False)  # the template and spares of the old PYTHONPATH go
+    sandbox.configure(warm=True)  # a test before may have left the template off
     yield {
         "victim": victim.pid,
         "server": os.getpid(),
@@ -83,8 +83,8 @@ def targets(tmp_path, monkeypatch):
     listener.close()
     os.unlink(neighbour)
     monkeypatch.undo()  # the old PYTHONPATH back, for the children that come next
-    extraction.configure(sandbox=True, warm=False)
-    extraction.configure(warm=True)
+    sandbox.configure(sandbox=True, warm=False)
+    sandbox.configure(warm=True)
 
 
 def run_kit(targets: dict, warm: bool, **extra) -> dict[str, str]:
@@ -94,7 +94,7 @@ def run_kit(targets: dict, warm: bool, **extra) -> dict[str, str]:
         result = run(data, engine=KIT, warm=warm)
         if result.child_start == ("forked" if warm else "cold"):
             return json.loads(result.pages[0])
-        wait_until(lambda: bool(extraction.idle_pids()), timeout=30)
+        wait_until(lambda: bool(sandbox.idle_pids()), timeout=30)
     raise AssertionError("no forked child took the kit")
 
 
@@ -112,10 +112,10 @@ def inspect_a_busy_child() -> dict[str, str]:
     from tests.support.procs import child_pids, rlimits
 
     async def scenario() -> dict[str, str]:
-        mine = child_pids() - set(extraction.idle_pids())
+        mine = child_pids() - set(sandbox.idle_pids())
         task = asyncio.ensure_future(extract(pdfs.slow_pdf("busy", 3), **LIMITS))
         while True:
-            for pid in child_pids() - mine - set(extraction.idle_pids()):
+            for pid in child_pids() - mine - set(sandbox.idle_pids()):
                 if rlimits(pid).get("Max address space") == str(LIMITS["memory_limit"]):
                     lines = Path(f"/proc/{pid}/status").read_text().splitlines()
                     found = dict(line.split(":\t", 1) for line in lines if ":\t" in line)
@@ -132,7 +132,7 @@ def inspect_a_busy_child() -> dict[str, str]:
 @pytest.fixture
 def restore_sandbox():
     yield
-    extraction.configure(sandbox=True, require="none")
+    sandbox.configure(sandbox=True, require="none")
 
 
 CONTAINER = """#!{python}
@@ -150,8 +150,8 @@ os.execv({python!r}, [{python!r}, *sys.argv[1:]])
 
 
 @pytest.mark.parametrize("warm", [True, False], ids=["forked", "cold"])
-@pytest.mark.parametrize("sandbox", [True, False], ids=["sandboxed", "sandbox-off"])
-def test_the_escape_kit_gets_nowhere_unless_the_sandbox_is_off(targets, warm, sandbox):
+@pytest.mark.parametrize("sandboxed", [True, False], ids=["sandboxed", "sandbox-off"])
+def test_the_escape_kit_gets_nowhere_unless_the_sandbox_is_off(targets, warm, sandboxed):
     """Signal another process and the server, read their environ, open another process's fd
     for writing, change another process's limits, priority, scheduling, CPUs, I/O priority
     or memory placement (the victim's, the server's), ptrace the parent, connect to loopback,
@@ -161,9 +161,9 @@ def test_the_escape_kit_gets_nowhere_unless_the_sandbox_is_off(targets, warm, sa
     from tests.support.escape_kit import VICTIM_NOFILE
     from tests.support.procs import rlimits
 
-    if sandbox:
+    if sandboxed:
         require_full_sandbox()
-    extraction.configure(sandbox=sandbox)
+    sandbox.configure(sandbox=sandboxed)
     victim_nofile = rlimits(targets["victim"])["Max open files"]
     report = run_kit(targets, warm)
     print(report)
@@ -177,7 +177,7 @@ def test_the_escape_kit_gets_nowhere_unless_the_sandbox_is_off(targets, warm, sa
     created = list(Path(targets["directory"]).iterdir())
     reached = connections(targets["listener"])
     nofile = rlimits(targets["victim"])["Max open files"]
-    if sandbox:
+    if sandboxed:
         assert all(outcome.startswith("refused") for outcome in report.values()), report
         assert created == [] and reached == 0
         assert nofile == victim_nofile  # its limit as it was
@@ -190,42 +190,42 @@ def test_the_escape_kit_gets_nowhere_unless_the_sandbox_is_off(targets, warm, sa
 
 def test_the_layers_are_reported_and_a_sandboxed_child_shows_them():
     require_full_sandbox()
-    layers = extraction.sandbox_layers()
+    layers = sandbox.sandbox_layers()
     assert layers.enabled and layers.level == "full", layers
     assert layers.landlock_abi >= 6 and not layers.missing
-    extraction.configure(warm=False)
+    sandbox.configure(warm=False)
     try:
         seen = inspect_a_busy_child()
     finally:
-        extraction.configure(warm=True)
+        sandbox.configure(warm=True)
     assert seen["NoNewPrivs"] == "1" and seen["Seccomp"] == "2", seen
     assert int(seen["Seccomp_filters"]) >= 2  # the start-up filter and the job's
     for kind in ("user", "net", "ipc"):  # namespaces of its own, not the server's
         assert seen[f"ns/{kind}"] != os.readlink(f"/proc/self/ns/{kind}"), kind
 
 
-@pytest.mark.parametrize("sandbox", [True, False], ids=["sandboxed", "sandbox-off"])
+@pytest.mark.parametrize("sandboxed", [True, False], ids=["sandboxed", "sandbox-off"])
 def test_another_jobs_child_cannot_forge_this_jobs_answer(
-    targets, sandbox, tmp_path, restore_sandbox
+    targets, sandboxed, tmp_path, restore_sandbox
 ):
     """The forgery of issue 21, end to end: while a victim's job runs, a hostile document in
     another job's child writes a forged answer into /proc/<victim's child>/fd/1. Sandboxed:
     refused, the victim gets its own text. Off: the victim gets the forged pages."""
     from tests.support.procs import child_pids, rlimits
 
-    if sandbox:
+    if sandboxed:
         require_full_sandbox()
-    extraction.configure(sandbox=sandbox)
+    sandbox.configure(sandbox=sandboxed)
 
     async def scenario():
-        mine = child_pids() - set(extraction.idle_pids())
+        mine = child_pids() - set(sandbox.idle_pids())
         # about 2 s of work: running while the attacker's job is forked, and done well within
         # its timeout at the children's lower priority beside other work on the CPUs
         victim = asyncio.ensure_future(extract(pdfs.slow_pdf("victim", 2), **LIMITS))
         pid = None
         while pid is None:
             assert not victim.done()
-            for candidate in child_pids() - mine - set(extraction.idle_pids()):
+            for candidate in child_pids() - mine - set(sandbox.idle_pids()):
                 if rlimits(candidate).get("Max address space") == str(LIMITS["memory_limit"]):
                     pid = candidate
             await asyncio.sleep(0.01)
@@ -239,7 +239,7 @@ def test_another_jobs_child_cannot_forge_this_jobs_answer(
 
     report, outcome = asyncio.run(scenario())
     print(report, outcome)
-    if sandbox:
+    if sandboxed:
         assert report["forge"].startswith("refused"), report
         assert isinstance(outcome, Extraction) and "victim" in outcome.text
     else:
@@ -302,19 +302,19 @@ def test_a_host_with_fewer_layers_is_reported_as_it_is_and_still_extracts(
     container = tmp_path / "python"
     container.write_text(CONTAINER.format(python=sys.executable))
     container.chmod(0o755)
-    extraction.configure(python=str(container), warm=False)
+    sandbox.configure(python=str(container), warm=False)
     try:
-        layers = extraction.sandbox_layers()
+        layers = sandbox.sandbox_layers()
         assert layers.level == "basic", layers
         assert set(layers.missing) == {"namespaces", "landlock_fs", "landlock_net",
                                        "landlock_signal"}  # fmt: skip
         assert layers.landlock_abi == 0 and "Landlock" in layers.missing["landlock_fs"]
         assert run(pdfs.simple(["still read"]), warm=False).text == "still read"
-        extraction.configure(require="landlock")
+        sandbox.configure(require="landlock")
         with pytest.raises(SandboxUnavailable):
             run(pdfs.simple(["refused"]), warm=False)
     finally:
-        extraction.configure(python=sys.executable, warm=True, require="none")
+        sandbox.configure(python=sys.executable, warm=True, require="none")
 
 
 def _placement(pid: int) -> tuple[int, int, int]:
@@ -334,18 +334,18 @@ def test_a_childs_cpu_priority_is_lower_and_counts_against_the_server(warm, nice
     from tests.support.procs import child_pids, rlimits
 
     memory_limit = LIMITS["memory_limit"]
-    extraction.configure(warm=warm, nice=nice)
+    sandbox.configure(warm=warm, nice=nice)
     try:
         if warm:  # the template starts with the first job, and is ready after it
             asyncio.run(extract(pdfs.simple(["warm"]), **LIMITS))
-            wait_until(lambda: bool(extraction.idle_pids()), timeout=30)
+            wait_until(lambda: bool(sandbox.idle_pids()), timeout=30)
 
         async def scenario() -> tuple[int, tuple[int, int, int], str]:
-            mine = child_pids() - set(extraction.idle_pids())
+            mine = child_pids() - set(sandbox.idle_pids())
             task = asyncio.ensure_future(extract(pdfs.slow_pdf("busy", 2), **LIMITS))
             seen = None
             while seen is None:
-                for pid in child_pids() - mine - set(extraction.idle_pids()):
+                for pid in child_pids() - mine - set(sandbox.idle_pids()):
                     with contextlib.suppress(OSError):  # the job's limits: it has the job
                         if rlimits(pid).get("Max address space") == str(memory_limit):
                             seen = pid, _placement(pid)
@@ -355,7 +355,7 @@ def test_a_childs_cpu_priority_is_lower_and_counts_against_the_server(warm, nice
 
         pid, (session, group, seen_nice), start = asyncio.run(scenario())
     finally:
-        extraction.configure(warm=True, nice=DEFAULT_NICE)
+        sandbox.configure(warm=True, nice=DEFAULT_NICE)
     assert start == ("forked" if warm else "cold")
     assert session == os.getsid(0)
     assert group == pid
@@ -369,16 +369,16 @@ def test_a_childs_cpu_priority_is_lower_and_counts_against_the_server(warm, nice
 @pytest.mark.parametrize("nice", [-1, 20, 5.0, True, "5"])
 def test_a_nice_value_outside_0_to_19_is_refused_and_changes_nothing(nice):
 
-    before = extraction._template.nice, extraction._template.enabled
+    before = sandbox._template.nice, sandbox._template.enabled
     with pytest.raises(ValueError, match="nice must be an integer from 0 to 19"):
-        extraction.configure(nice=nice, warm=not before[1])
-    assert (extraction._template.nice, extraction._template.enabled) == before
+        sandbox.configure(nice=nice, warm=not before[1])
+    assert (sandbox._template.nice, sandbox._template.enabled) == before
 
 
 def test_a_child_lowers_its_priority_from_its_parents_never_raises_it():
     """``--nice N`` adds N to the nice the child inherits: a server run at nice 8 gets its
     children at 13, not at 5 (which an unprivileged process may not set: EACCES)."""
-    from django_pdfpool.sandbox.child_process import CHILD_MODULE
+    from django_pdfpool.sandbox.children import CHILD_MODULE
     from django_pdfpool.sandbox.wire import READY
 
     child = subprocess.Popen(

@@ -21,7 +21,7 @@ import django_pdfpool.sandbox.extract as extraction
 from django_pdfpool import Extraction, extract
 from django_pdfpool.exceptions import EXTRACTION_MESSAGES as MESSAGES
 from django_pdfpool.exceptions import ExtractionError
-from django_pdfpool.sandbox.child_process import CHILD_MODULE
+from django_pdfpool.sandbox.children import CHILD_MODULE
 from django_pdfpool.sandbox.engines import preload
 from django_pdfpool.sandbox.wire import (
     DEFAULT_NICE,
@@ -300,13 +300,12 @@ CHILD_IMPORTS_NONE_OF = (
     "redis",
     "django_pdfpool.admission",
     "django_pdfpool.sandbox.extract",
-    "django_pdfpool.sandbox.child_process",
-    "django_pdfpool.sandbox.template",
+    "django_pdfpool.sandbox.children",
 )
 
 
 def test_the_child_imports_none_of_the_parent_side():
-    """The child starts up without the parent side (asyncio, extract, child_process, template),
+    """The child starts up without the parent side (asyncio, extract, children),
     Django or the pool: it imports only its own side, the wire and the exceptions."""
     code = (
         "import sys, django_pdfpool.sandbox.child_main\n"

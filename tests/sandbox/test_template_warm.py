@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from django_pdfpool import extract
+from django_pdfpool.sandbox import children
 from django_pdfpool.sandbox import extract as sandbox
-from django_pdfpool.sandbox import template as template_module
 from tests.conftest import wait_until
 from tests.support import pdfs
 from tests.support.procs import CHILD_MARK, READY_NAME, child_pids, leftovers, name
@@ -63,7 +63,7 @@ def template():
     yield sandbox.configure
     shut_down()
     assert leftovers(before) == set()
-    sandbox._template.ready_idle = template_module.READY_IDLE
+    sandbox._template.ready_idle = children.READY_IDLE
     sandbox.configure(warm=True)
 
 

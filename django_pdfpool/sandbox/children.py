@@ -1,0 +1,634 @@
+"""Parent side: how a job gets and keeps its child. A `Child` is our own `subprocess.Popen`
+(a cold job's child, or the template); a `ForkedChild` was forked by the warm template,
+which a supervisor thread (`Template`) starts, restarts when it dies and ends. Every child
+is in its own process group (killed whole), in the server's session.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import select
+import signal
+import site
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from .template_main import FORK_REQUEST, PID_FORMAT, PIDS_REQUEST, STATUS_FORMAT, kill_forked
+from .wire import DEFAULT_NICE, READY, child_options, holds_answer, job_started
+
+CHILD_MODULE = "django_pdfpool.sandbox.child_main"
+READ_CHUNK = 1 << 20
+_PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
+COLD, FORKED = "cold", "forked"  # how a child started: a new interpreter, or the template
+START_TIMEOUT = 30.0  # seconds a template may take to get ready before it is given up
+FORK_TIMEOUT = 5.0  # seconds for its answer to a fork request before it is given up
+STATUS_TIMEOUT = 5.0  # seconds for the exit status of a child that has exited
+STEADY = 5.0  # a template that lived this long was healthy: restart it at once
+MAX_READY = 4  # ready children a template keeps at most (as many as jobs ran at once lately)
+READY_IDLE = 5.0  # seconds without a job after which the ready children exit
+SUPPORTED = hasattr(os, "pidfd_open") and hasattr(signal, "pidfd_send_signal")
+# What the interpreter needs to start, find its packages and decode paths (and every LC_*):
+# nothing else of the parent's environment reaches a child.
+BASE_ENV = ("PATH", "LANG", "LANGUAGE", "LD_LIBRARY_PATH", "PYTHONHOME", "PYTHONPATH",
+            "PYTHONUSERBASE", "PYTHONNOUSERSITE")  # fmt: skip
+
+
+def child_env(names: tuple[str, ...] = ()) -> dict[str, str]:
+    """The child's environment: BASE_ENV, LC_* and `names`, where set; this package's
+    checkout on PYTHONPATH (a site-packages directory never: it would precede the stdlib)."""
+    wanted = {*BASE_ENV, *names}
+    env = {k: v for k, v in os.environ.items() if k in wanted or k.startswith("LC_")}
+    if _PACKAGE_ROOT not in {*site.getsitepackages(), site.getusersitepackages()}:
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH")) if p)
+    return env
+
+
+@dataclass
+class Outcome:
+    """How a conversation with a child ended, for extract.py to judge."""
+
+    output: bytes | bytearray  # decode_answer empties a bytearray
+    returncode: int | None  # None: not known (a forked child whose template died first)
+    timed_out: bool = False  # killed by us at the deadline
+    overflow: bool = False  # killed by us: more output than allowed
+    lost: bool = False  # the job could not be handed over: the child was already gone
+    complete: bool = False  # a whole answer line arrived (the child is exiting, not yet reaped)
+    started: bool = False  # the child said it had read the job
+    start: str = COLD  # how the child that answered started: COLD or FORKED
+
+
+class Handle:
+    """A job's process as the parent sees it: job pipe, answer pipe and pidfd; its subclass
+    says how it is killed (its whole group, unless reaped) and reaped (its exit code)."""
+
+    start = COLD
+    pid: int
+    _job_fd: int | None
+    _answer_fd: int
+    _pidfd: int | None
+
+    def __init__(self) -> None:
+        self.owner = os.getpid()
+        self._lock = threading.Lock()  # kill vs reap: never signal a reaped (reusable) pid
+        with _live_lock:
+            _live.add(self)
+
+    def kill(self) -> None:
+        raise NotImplementedError
+
+    def reap(self) -> int | None:
+        raise NotImplementedError
+
+    def _close_job_pipe(self) -> None:
+        if self._job_fd is not None:
+            os.close(self._job_fd)
+            self._job_fd = None
+
+    def _forget(self) -> None:
+        with _live_lock:
+            _live.discard(self)
+
+    def send(self, job_line: bytes) -> bool:
+        """Hand the job over; False if the child is gone already (it never saw the job)."""
+        try:
+            if self._job_fd is None:
+                return False
+            os.write(self._job_fd, job_line)  # a few hundred bytes: never blocks
+            return True
+        except OSError:
+            return False
+        finally:
+            self._close_job_pipe()
+
+    def receive(self, deadline: float, max_output: int) -> Outcome:
+        """Read until a whole answer, EOF, the deadline or too much output (the last two
+        kill). Reaps nothing."""
+        output, fd = bytearray(), self._answer_fd
+        timed_out = overflow = False
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                timed_out = True
+                break
+            if not poller.poll(remaining * 1000 + 1):
+                continue
+            try:
+                chunk = os.read(fd, READ_CHUNK)
+            except OSError:  # closed under us (kill_all at exit): as good as EOF
+                chunk = b""
+            if not chunk:
+                break
+            output += chunk
+            if len(output) > max_output:
+                overflow = True
+                break
+            if holds_answer(output):  # handed on as it is: no copy
+                return Outcome(output, None, complete=True, started=True, start=self.start)
+        if timed_out or overflow:
+            self.kill()
+        started = job_started(output)
+        return Outcome(output, None, timed_out, overflow, started=started, start=self.start)
+
+    def finish(self, deadline: float) -> int | None:
+        """Wait for the child's exit (killing it if it outlives the deadline) and reap it."""
+        if not self._exits_by(deadline):
+            self.kill()
+        return self.reap()
+
+    def _exits_by(self, deadline: float) -> bool:
+        """After EOF the child is exiting: wait for that without reaping, up to the deadline."""
+        if self._pidfd is not None:
+            poller = select.poll()
+            poller.register(self._pidfd, select.POLLIN)
+            return bool(poller.poll(max(0.0, deadline - time.monotonic()) * 1000 + 1))
+        while os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.001)
+        return True
+
+
+class Child(Handle):
+    """A child process of ours (`subprocess.Popen`, its own process group): a cold job's child,
+    or (`template=` its control socket, `ready=` its ready children) the template."""
+
+    def __init__(
+        self,
+        python: str,
+        preload: tuple[str, ...] = (),
+        env: tuple[str, ...] = (),
+        template: int | None = None,
+        ready: tuple[int, float] = (0, 0.0),
+        sandbox: str = "none",
+        nice: int = DEFAULT_NICE,
+    ) -> None:
+        # -P: the cwd not on sys.path; stderr nowhere (pypdf's thousands of lines would fill it)
+        options = child_options(
+            preload,
+            False,
+            template=template is not None,
+            parent=os.getpid(),
+            ready=ready,
+            sandbox=sandbox,
+            nice=nice,
+        )
+        self.proc = subprocess.Popen(
+            [python, "-P", "-m", CHILD_MODULE, *options],
+            stdin=subprocess.PIPE if template is None else template,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            close_fds=True,
+            process_group=0,  # the server's session: see child_main (its nice)
+            env=child_env(env),
+            bufsize=0,
+        )
+        self.pid = self.proc.pid
+        self._job_fd = None if self.proc.stdin is None else self.proc.stdin.fileno()
+        assert self.proc.stdout is not None  # stdout=PIPE
+        self._answer_fd = self.proc.stdout.fileno()
+        try:
+            self._pidfd = os.pidfd_open(self.pid)
+        except (AttributeError, OSError):
+            self._pidfd = None
+        super().__init__()
+
+    def wait_ready(self, timeout: float) -> bool:
+        """Read the child's "ready" line: its imports are done and it waits for a job."""
+        deadline, line = time.monotonic() + timeout, b""
+        poller = select.poll()
+        poller.register(self._answer_fd, select.POLLIN)
+        while len(line) < len(READY):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not poller.poll(remaining * 1000 + 1):
+                return False
+            chunk = os.read(self._answer_fd, len(READY) - len(line))
+            if not chunk:
+                return False
+            line += chunk
+        return line == READY
+
+    def alive(self) -> bool:
+        """Whether the child has not exited yet."""
+        with self._lock:
+            return self.proc.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL to the child's whole process group, unless it was already reaped."""
+        with self._lock:
+            if self.proc.returncode is None:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(self.pid, signal.SIGKILL)
+
+    def reap(self) -> int:
+        """Wait for the (exiting or killed) child and release its pipes."""
+        with self._lock:
+            returncode = self.proc.wait()
+            self._close_pipes()
+        self._forget()
+        return returncode
+
+    def _close_job_pipe(self) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        self._job_fd = None
+
+    def _close_pipes(self) -> None:
+        for pipe in (self.proc.stdin, self.proc.stdout):
+            if pipe is not None:
+                pipe.close()
+        if self._pidfd is not None:
+            os.close(self._pidfd)
+        self._job_fd = self._pidfd = None
+
+    def disown(self) -> None:
+        """In a forked process: let go of the parent's child without signalling it."""
+        self._close_pipes()
+        self.proc.returncode = 0  # not ours to wait for
+
+
+class ForkedChild(Handle):
+    """A job's child forked by the template: killed through its pidfd (which no other
+    process can take over), reaped by the template, which reports its exit status."""
+
+    start = FORKED
+
+    def __init__(self, pid: int, pidfd: int, job_fd: int, answer_fd: int, status_fd: int) -> None:
+        self.pid, self._pidfd = pid, pidfd
+        self._job_fd, self._answer_fd, self._status_fd = job_fd, answer_fd, status_fd
+        self._reaped = False
+        super().__init__()
+
+    def kill(self) -> None:
+        """SIGKILL to the child (by pidfd) and, while it runs, to its process group."""
+        with self._lock:
+            if self._reaped or self._pidfd is None:
+                return
+            kill_forked(self._pidfd, self.pid)
+
+    def reap(self) -> int | None:
+        """Wait for its exit, then for the status the template reaps it with (None if the
+        template died first); release every descriptor."""
+        with self._lock:
+            if self._reaped:
+                return None
+            if self._pidfd is not None:
+                select.select([self._pidfd], [], [])
+            ready = select.select([self._status_fd], [], [], STATUS_TIMEOUT)[0]
+            status = os.read(self._status_fd, 4) if ready else b""
+            self._close_job_pipe()
+            for fd in (self._answer_fd, self._status_fd, self._pidfd):
+                if fd is not None:
+                    os.close(fd)
+            self._pidfd, self._reaped = None, True
+        self._forget()
+        return struct.unpack(STATUS_FORMAT, status)[0] if len(status) == 4 else None
+
+
+@dataclass(frozen=True)
+class ChildStarts:
+    """How this process's extraction children started, and its template (status page)."""
+
+    forked: int  # children forked from the template
+    cold: int  # children started as a new interpreter (no template, or warm=False)
+    template_pid: int | None  # the running template, None while there is none
+    template_starts: int  # templates started so far: more than one means restarts
+    enabled: bool  # whether a template is wanted (``configure(warm=)``)
+    ready: int = 0  # the template's ready children (forked and warmed up ahead of jobs)
+
+
+_live: set[Handle] = set()  # every unreaped child, killed at exit
+_live_lock = threading.Lock()
+
+
+class JobRun:
+    """One job's child, shared by the awaiting coroutine (which may cancel) and its thread."""
+
+    def __init__(self) -> None:
+        self._lock, self.cancelled = threading.Lock(), False
+        self._child: Handle | None = None
+
+    def run(
+        self,
+        start: Callable[[], Handle],
+        job_line: bytes,
+        deadline: float,
+        max_output: int,
+        deliver: Callable[[Outcome], None],
+    ) -> None:
+        """In a worker thread: a child from `start()` takes the job (a second one if the first
+        was gone), its answer goes to `deliver`. Reaps the child."""
+        outcome = Outcome(b"", None, lost=True)
+        for _attempt in range(2):
+            if self.cancelled:
+                break
+            try:
+                child = start()
+            except OSError:  # no process to be had (EAGAIN, ENOMEM): the job is lost
+                break
+            with self._lock:
+                self._child = child
+                if self.cancelled:
+                    child.kill()
+            try:
+                if not child.send(job_line):
+                    drop(child)
+                    continue
+                outcome = child.receive(deadline, max_output)
+            except BaseException:
+                drop(child)
+                raise
+            if outcome.complete and not self.cancelled:
+                deliver(outcome)  # before the reaping: the caller skips the child's teardown
+                child.finish(deadline)
+                return
+            # Every other ending: the child is reaped, then the outcome delivered.
+            outcome.returncode = child.finish(deadline)
+            if outcome.started or outcome.timed_out or outcome.overflow:
+                break
+            outcome.lost = True  # died before it read the job (e.g. killed just now)
+        deliver(outcome)
+
+    def cancel(self) -> None:
+        """Kill the job's child (now, or as soon as it exists); its thread then reaps it."""
+        with self._lock:
+            self.cancelled = True
+            if self._child is not None:
+                self._child.kill()
+
+
+def drop(child: Handle) -> None:
+    """End a child that has no job (kill its group, reap it)."""
+    child.kill()
+    child.reap()
+
+
+def kill_all() -> None:
+    """Kill and reap every child this process still has (at exit)."""
+    with _live_lock:
+        children = [child for child in _live if child.owner == os.getpid()]
+    for child in children:
+        drop(child)
+
+
+def _forget_after_fork() -> None:
+    """In a forked process the children are the parent's: forget them, signal none."""
+    global _live_lock
+    _live_lock = threading.Lock()
+    _live.clear()
+
+
+atexit.register(kill_all)
+os.register_at_fork(after_in_child=_forget_after_fork)
+
+
+class _Running:
+    """A ready template: its process and our end of its control socket."""
+
+    def __init__(self, child: Child, control: socket.socket) -> None:
+        self.child, self.control = child, control
+        self.retired = False  # ended by us: not counted as a failure
+        self.lock = threading.Lock()  # one request at a time on the socket
+
+    def fork(self) -> ForkedChild | None:
+        """A child from the template (a ready one if it has one), or None if the template did
+        not answer."""
+        try:
+            with self.lock:
+                self.control.send(FORK_REQUEST)
+                reply, fds, _, _ = socket.recv_fds(self.control, 16, 4, socket.MSG_CMSG_CLOEXEC)
+        except OSError:  # gone, or too slow (a timeout): not to be asked again
+            reply, fds = b"", []
+        if len(reply) != struct.calcsize(PID_FORMAT) or len(fds) != 4:
+            for fd in fds:
+                os.close(fd)
+            return None
+        (pid,) = struct.unpack(PID_FORMAT, reply)
+        return ForkedChild(pid, *fds)
+
+    def ready_pids(self) -> list[int]:
+        """The pids of the template's ready children ([] if it does not answer)."""
+        try:
+            with self.lock:
+                self.control.send(PIDS_REQUEST)
+                reply = self.control.recv(4 * 64)
+        except OSError:
+            return []
+        return [pid for (pid,) in struct.iter_unpack(PID_FORMAT, reply)] if reply != b"-" else []
+
+    def close(self) -> None:
+        """End the template (its running children go on) and reap it."""
+        self.control.close()
+        drop(self.child)
+
+
+class Template:
+    """The process's warm template: the interpreter, environment and engines it starts with,
+    its supervisor thread, and counts of how children started. `child()` is what a job calls."""
+
+    def __init__(self, enabled: bool = True) -> None:
+        self.enabled = enabled
+        self.python = sys.executable
+        self.env: tuple[str, ...] = ()  # names of variables children get besides the minimum
+        self.preload: tuple[str, ...] = ()  # engines beyond pypdf that jobs have asked for
+        self.sandbox = "none"  # the level children must reach (confine.LEVELS), or "off"
+        self.nice = DEFAULT_NICE  # the children's nice above the server's (bounds.NICE)
+        self.max_ready, self.ready_idle = MAX_READY, READY_IDLE  # read when a template starts
+        self._reset()
+        os.register_at_fork(after_in_child=self._after_fork)
+        atexit.register(self.shutdown)  # before kill_all (registered first): no restart then
+
+    def _reset(self) -> None:
+        self._lock = threading.Lock()
+        self._running: _Running | None = None
+        self._thread: threading.Thread | None = None
+        self._wake_in, self._wake_out = os.pipe()
+        os.set_blocking(self._wake_in, False)
+        os.set_blocking(self._wake_out, False)
+        self._forked = self._cold = self._starts = 0
+
+    def child(self, engine: str, warm: bool = True) -> Handle:
+        """A child for one job with `engine`: forked from the template if `warm` and one is
+        ready, else a new interpreter (which also has the template started or restarted)."""
+        if warm:
+            running = self._wanted(engine)
+            forked = running.fork() if running is not None else None
+            if forked is not None:
+                with self._lock:
+                    self._forked += 1
+                return forked
+            if running is not None:  # it did not answer: replaced, and this job goes cold
+                self._retire(running)
+        with self._lock:
+            self._cold += 1
+        preload = (engine,) if engine != "pypdf" else ()
+        return Child(self.python, preload, self.env, sandbox=self.sandbox, nice=self.nice)
+
+    def configure(
+        self,
+        *,
+        enabled: bool | None = None,
+        python: str | None = None,
+        env: tuple[str, ...] | None = None,
+        sandbox: str | None = None,
+        nice: int | None = None,
+    ) -> None:
+        """Change what templates start with (the running one is replaced), or turn them off."""
+        with self._lock:
+            was = self._spec(), self.enabled
+            self.python, self.sandbox = python or self.python, sandbox or self.sandbox
+            self.env = self.env if env is None else env
+            self.nice = self.nice if nice is None else nice
+            self.enabled = self.enabled if enabled is None else enabled
+            running = self._running if (self._spec(), self.enabled) != was else None
+        if running is not None:
+            self._retire(running, end=True)  # none of the old kind is left on return
+        self._wake()
+
+    def prewarm(self) -> None:
+        """Start the template now rather than at the first job."""
+        with self._lock:
+            self._ensure_thread()
+
+    def shutdown(self) -> None:
+        """End the template now; `configure(enabled=True)` has one start again."""
+        with self._lock:
+            self.enabled, running = False, self._running
+        if running is not None:
+            self._retire(running, end=True)
+        self._wake()
+
+    def pid(self) -> int | None:
+        """The running template's pid, or None."""
+        with self._lock:
+            return None if self._running is None else self._running.child.pid
+
+    def idle_pids(self) -> list[int]:
+        """The running template's pid and its ready children's ([] while there is none)."""
+        with self._lock:
+            running = self._running
+        return [] if running is None else [running.child.pid, *running.ready_pids()]
+
+    def status(self) -> ChildStarts:
+        """Counts of forked and cold starts, the template and its ready children."""
+        with self._lock:
+            running = self._running
+            pid = None if running is None else running.child.pid
+            counts = (self._forked, self._cold, pid, self._starts, self.enabled)
+        ready = 0 if running is None else len(running.ready_pids())
+        return ChildStarts(*counts, ready=ready)
+
+    def _wanted(self, engine: str) -> _Running | None:
+        """The running template for a job with `engine` (None: none ready, or it lacks the
+        engine and is being replaced by one that has it)."""
+        with self._lock:
+            running = self._running
+            if engine != "pypdf" and engine not in self.preload:
+                self.preload = tuple(sorted({*self.preload, engine}))
+            elif running is not None:
+                return running
+            self._ensure_thread()
+        if running is not None:
+            self._retire(running)
+        return None
+
+    def _ensure_thread(self) -> None:
+        """Under the lock: start the supervisor if templates are wanted and none runs."""
+        if SUPPORTED and self.enabled and self._thread is None:
+            self._thread = threading.Thread(
+                target=self._supervise, daemon=True, name="pdfpool-template"
+            )
+            self._thread.start()
+
+    def _retire(self, running: _Running, end: bool = False) -> None:
+        """Stop handing out `running`; the supervisor ends it (now, if `end`) and starts
+        another if templates are still wanted."""
+        with self._lock:
+            running.retired = True
+            if self._running is running:
+                self._running = None
+        self._wake()
+        if end:
+            running.close()
+
+    def _wake(self) -> None:
+        with contextlib.suppress(OSError):
+            os.write(self._wake_out, b"!")
+
+    def _sleep(self, seconds: float | None, pidfd: int | None = None) -> None:
+        """Until `seconds` pass, `pidfd`'s process exits, or `_wake()`; then drain the wakes."""
+        select.select([self._wake_in] if pidfd is None else [self._wake_in, pidfd], [], [], seconds)
+        with contextlib.suppress(BlockingIOError):
+            os.read(self._wake_in, 4096)
+
+    def _supervise(self) -> None:
+        """The supervisor thread (the templates' parent: they die with it): start a
+        template, wait for its death or a change, reap it; again until turned off."""
+        failures = 0
+        while True:
+            with self._lock:
+                if not self.enabled:
+                    self._thread = None
+                    return
+                spec = self._spec()
+            running, born, died = self._launch(*spec), time.monotonic(), True
+            if running is not None:
+                with self._lock:
+                    current = self.enabled and spec == self._spec()
+                    if current:
+                        self._running, self._starts = running, self._starts + 1
+                while current and running.child.alive():  # until it dies, or a change
+                    self._sleep(None, running.child._pidfd)
+                    with self._lock:
+                        current = self._running is running
+                died = not running.retired and not running.child.alive()  # by itself
+                self._retire(running)
+                running.close()
+            young = died and (running is None or time.monotonic() - born < STEADY)
+            failures = failures + 1 if young else 0
+            if failures > 1:  # failed young twice running: back off, up to 30 s
+                self._sleep(min(30.0, 0.25 * 2**failures))
+
+    def _spec(self) -> tuple[str, tuple[str, ...], tuple[str, ...], str, int]:
+        """What a template starts with, as ``_launch`` takes it (read under ``_lock``)."""
+        return self.python, self.env, self.preload, self.sandbox, self.nice
+
+    def _launch(
+        self, python: str, env: tuple[str, ...], preload: tuple[str, ...], sandbox: str, nice: int
+    ) -> _Running | None:
+        """A ready template, or None if it could not start or get ready in time."""
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        ready = (self.max_ready, self.ready_idle)
+        try:
+            child = Child(python, preload, env, theirs.fileno(), ready, sandbox, nice)
+        except OSError:
+            ours.close()
+            return None
+        finally:
+            theirs.close()
+        if not child.wait_ready(START_TIMEOUT) or child._pidfd is None:
+            ours.close()
+            drop(child)
+            return None
+        ours.settimeout(FORK_TIMEOUT)
+        return _Running(child, ours)
+
+    def _after_fork(self) -> None:
+        """In a forked process the template belongs to the parent: let go, kill nothing."""
+        running = self._running
+        if running is not None:
+            running.control.close()
+            running.child.disown()
+        for fd in (self._wake_in, self._wake_out):
+            os.close(fd)
+        self._reset()
