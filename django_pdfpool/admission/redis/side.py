@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 from redis import exceptions as redis_errors
 from redis.exceptions import RedisError
@@ -26,21 +26,10 @@ from ..ledger import Counter, JobInfo, Ledger
 from ..local import Pool
 from ..protocol import DropFn, JobFn
 from .codec import decode_outcome, encode_outcome
-from .link import (
-    AdmitReply,
-    BeatReply,
-    Event,
-    EventsReply,
-    ExpireReply,
-    JobReport,
-    Link,
-    RedisPoolSettings,
-    StatusReply,
-)
+from .link import AdmitReply, Event, Link, RedisPoolSettings, events_of
 
 logger = logging.getLogger("django_pdfpool.redis")
 
-Reply = TypeVar("Reply", BeatReply, EventsReply, ExpireReply, StatusReply)
 # the modes of a Redis-coordinated pool: in Redis, in the local fallback, refusing (Redis fails)
 REDIS, LOCAL_FALLBACK, REFUSING = "redis", "local-fallback", "refusing"
 GO_LOCAL = object()  # an admission's answer: Redis failed, take the fallback path
@@ -379,9 +368,7 @@ class ProcessSide:
             if starter:
                 job.starter = None
             with _about(job):
-                await self._script(
-                    StatusReply.of, "leave", job.key, job.id, "1", "1" if starter else "0"
-                )
+                await self._script("leave", job.key, job.id, "1", "1" if starter else "0")
             if not job.owned and not job.waiters and self._holds(job):
                 self._remove(job)  # nobody here waits on it any more
         finally:
@@ -413,12 +400,12 @@ class ProcessSide:
             with _about(job):
                 await self._no_beat.wait()
                 head = (job.key, job.id)
-                reply = await self._script(StatusReply.of, "finish", *head, "", outcome, took_ms)
-                if reply is not None and reply.status == "need":  # sharers elsewhere: send it
+                reply = await self._script("finish", *head, "", outcome, took_ms)
+                if reply is not None and reply[0] == "need":  # sharers elsewhere: send it
                     s = self._settings
                     data = encode_outcome(result, error, encode=s.encode, limit=s.max_result_bytes)
                     await self._no_beat.wait()
-                    await self._script(StatusReply.of, "finish", *head, data, outcome, took_ms)
+                    await self._script("finish", *head, data, outcome, took_ms)
         except Exception:  # a bug: the callers here are answered all the same, and the
             # beat frees the slot in Redis of a job this process no longer knows
             logger.exception("finishing job %s in Redis failed", job.key)
@@ -475,7 +462,7 @@ class ProcessSide:
         self._dropping.add(job.id)
         try:
             self._end(job, kind)
-            await self._script(EventsReply.of, "drop", job.key, job.id, kind)
+            await self._script("drop", job.key, job.id, kind)
         finally:
             self._dropping.discard(job.id)
 
@@ -491,10 +478,10 @@ class ProcessSide:
 
     async def _expire(self, job: RedisJob) -> None:
         with _about(job):
-            reply = await self._script(ExpireReply.of, "expire", job.key, job.id)
-        waiting = self._holds(job) and job.state == "queued"
-        if reply is not None and reply.left > 0 and waiting:
-            self._arm(job, reply.left)
+            reply = await self._script("expire", job.key, job.id)
+        left = 0 if reply is None else int(reply[0]) / 1000  # seconds
+        if left > 0 and self._holds(job) and job.state == "queued":
+            self._arm(job, left)
 
     # --- an awaited job's outcome, from another process (collect.lua) ------------------------
 
@@ -554,7 +541,7 @@ class ProcessSide:
         if event.kind == "done":  # nobody here waits any more: take our copy off the shelf
             self.quietly(self.link.collect(event.job_id))
         elif event.kind == "start":  # ours, left from a call whose reply was lost: free it
-            self.spawn(self._script(EventsReply.of, "drop", event.key, event.job_id, "lost"))
+            self.spawn(self._script("drop", event.key, event.job_id, "lost"))
 
     # --- the lease (beat.lua): the only poll, and a bounded one ----------------------------
 
@@ -591,7 +578,7 @@ class ProcessSide:
         self._beats += 1
         self._no_beat.clear()
         try:
-            reply = await self._script(BeatReply.of, "beat", *args)
+            reply = await self._script("beat", *args)
         finally:
             self._beats -= 1
             if not self._beats:
@@ -599,25 +586,26 @@ class ProcessSide:
         if reply is None:
             return None
         self._last_ok = time.monotonic()
-        for job, report in zip(jobs, reply.reports, strict=True):
-            self._reconcile(job, report)
-        return reply.next_lease_end
+        next_ms, states, _ = reply
+        for i, job in enumerate(jobs):
+            self._reconcile(job, states[2 * i], states[2 * i + 1])
+        return None if int(next_ms) < 0 else int(next_ms) / 1000
 
-    def _reconcile(self, job: RedisJob, report: JobReport) -> None:
+    def _reconcile(self, job: RedisJob, state: str, data: str) -> None:
         """Bring a job in step with what Redis reports (a vanished one after two beats,
         so that an event still on its way wins)."""
         if not self._holds(job) or job.inflight:
             return
-        if report.state == "done":
+        if state == "done":
             job.collecting = True
-            self._settle_remote(job, report.data)
+            self._settle_remote(job, data)
             return
-        if report.state != "gone":
+        if state != "gone":
             job.gone_seen = False
-            if job.owned and report.state == "running" and job.state == "queued":
+            if job.owned and state == "running" and job.state == "queued":
                 self._start(job)  # its start event was lost
             elif not job.owned:
-                job.state = report.state
+                job.state = state
             return
         if job.owned and job.state == "running":
             return  # its key is another job's now (see beat.lua): it finishes here
@@ -668,7 +656,7 @@ class ProcessSide:
         by the fallback pool; then probe until Redis takes writes again."""
         if self.mode != REDIS or self.retired:
             return
-        local = self._settings.fallback == "local"
+        local = self._fallback is not None
         if self._fallback is not None:  # counted there before any caller can see the mode:
             for job in self.jobs():  # a caller thread reads it and admits there at once
                 if job.owned and job.state == "running" and job.local_hold is None:
@@ -720,17 +708,17 @@ class ProcessSide:
         """Subscribe to this process's channel, unless subscribed."""
         await self.link.subscribe(self._on_event, self.failed)
 
-    async def _script(self, parse: Callable[[Any], Reply], name: str, *args: str) -> Reply | None:
-        """Run a mutating script (not ``admit``: its failure is judged there); hand its
-        events on; a Redis failure turns into the fallback and None."""
+    async def _script(self, name: str, *args: str) -> list[Any] | None:
+        """Run a mutating script but ``admit`` and act on its events (its reply's last item);
+        its reply, or None for a Redis failure, which turns into the fallback."""
         if self.mode != REDIS:
             return None
         try:
-            reply = parse(await self.link.call(name, *args))
+            reply: list[Any] = await self.link.call(name, *args)
         except RedisError as error:
             self.failed(error)
             return None
-        self._handle(reply.events)
+        self._handle(events_of(reply[-1]))
         return reply
 
     # --- the table's bookkeeping --------------------------------------------------------------
@@ -801,9 +789,7 @@ class ProcessSide:
             else:
                 count = len(job.waiters)
                 self._end(job, "closed")
-                calls.append(
-                    self._script(StatusReply.of, "leave", job.key, job.id, str(count), "0")
-                )
+                calls.append(self._script("leave", job.key, job.id, str(count), "0"))
         await asyncio.gather(*calls)
 
     async def retire(self) -> None:
@@ -812,7 +798,7 @@ class ProcessSide:
             return
         self._keep_redis()
         if self.link.used:
-            await self._script(EventsReply.of, "unregister")
+            await self._script("unregister")
         self.retired = True
         for task in (self._probe, self._beat_task):
             if task is not None:
