@@ -140,8 +140,7 @@ MAX_CONNECTIONS = 16  # per pool, on the job loop; callers beyond wait for one
 
 
 class Link:
-    """The connections of one pool (one process id, one namespace) to one Redis: the one at
-    ``url``, or with ``sentinels`` the primary the Sentinels name for the URL's host."""
+    """One pool's connections (one process id, one namespace) to Redis, or to the primary."""
 
     def __init__(self, settings: RedisPoolSettings, process: str) -> None:
         s = self.settings = settings  # set once, as every field down to _head: any thread
@@ -166,8 +165,7 @@ class Link:
         return self._client is not None
 
     def _connect(self, sentinel: Callable[..., Any], direct: Callable[..., Any], retry: Any) -> Any:
-        """A client: the call timeout, text replies, ``retry``; through Sentinel if set (asked
-        with the same timeouts; the primary reached with the URL's credentials, db and TLS)."""
+        """A client: the call timeout, text replies, ``retry``; through Sentinel if set."""
         s, timeout = self.settings, self.settings.timeout
         options = {"socket_timeout": timeout, "socket_connect_timeout": timeout}
         if not s.sentinels:
@@ -214,9 +212,6 @@ class Link:
         )
         return outcome
 
-    async def ping(self) -> None:
-        await self.client().ping()
-
     async def probe(self) -> None:
         """PING, then a write in the namespace (``probe.lua``): Redis takes writes again."""
         await self.client().ping()
@@ -225,8 +220,7 @@ class Link:
     async def subscribe(
         self, on_event: Callable[[Event], None], on_error: Callable[[BaseException], object]
     ) -> None:
-        """Listen on this process's channel, unless already listening. Returns once Redis
-        confirmed the subscription: no event published after can be missed."""
+        """Listen on this process's channel, unless listening; returns once Redis confirmed."""
         async with self._subscribing:
             if self._reader is not None and not self._reader.done():
                 return
@@ -308,8 +302,7 @@ class Link:
                 await self._client.connection_pool.disconnect(inuse_connections=inuse)
 
     async def close(self) -> None:
-        """For good (drained or stopped); a read under way in another thread keeps its
-        connection: only idle ones are closed here, the rest when the client goes."""
+        """For good (drained or stopped); a read under way in another thread keeps its own."""
         await self.unsubscribe()
         if self._client is not None:
             with contextlib.suppress(Exception):
@@ -341,8 +334,7 @@ class Link:
             return self._sync
 
     def pressure(self, key: str | None = None, caller: str | None = None) -> PressureReply:
-        """Running and queued jobs in every process, and about ``key``'s job and ``caller``'s:
-        one round trip (``pressure.lua``), for the counts and the door alike."""
+        """The counts, and ``key``'s and ``caller``'s jobs, in one round trip (``pressure.lua``)."""
         client = self.sync()
         args = [key or "", caller or ""]
         raw = self._sync_scripts["pressure"](keys=[self.procs_key], args=args, client=client)

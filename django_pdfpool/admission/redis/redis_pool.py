@@ -1,5 +1,5 @@
-"""``RedisPool``: the admission rules across every process that shares a Redis namespace.
-The callers' side, from any thread and loop; ``side.ProcessSide`` runs on the job loop."""
+"""``RedisPool``: the admission rules across the processes sharing a Redis namespace; the
+callers' side, from any thread and loop (``side.ProcessSide`` runs on the job loop)."""
 
 from __future__ import annotations
 
@@ -46,8 +46,7 @@ T = TypeVar("T")
 
 
 class RedisPool:
-    """``Pool``'s rules over every process using ``url`` and ``namespace``; the other
-    arguments are explained in docs/cluster.md ("RedisPool's arguments")."""
+    """``Pool``'s rules over every process using ``url`` and ``namespace`` (docs/cluster.md)."""
 
     def __init__(
         self,
@@ -184,8 +183,7 @@ class RedisPool:
         return not self._side.busy() and self._local.idle()
 
     def snapshot(self) -> PoolSnapshot:
-        """Every job in flight in the namespace, with the cluster's books (this process's
-        while Redis fails)."""
+        """Every job in flight in the namespace, with the cluster's books (or this process's)."""
         return self.cluster_snapshot().cluster
 
     def local_snapshot(self) -> PoolSnapshot:
@@ -230,16 +228,15 @@ class RedisPool:
     async def run(
         self, key: str, caller: str, fn: JobFn | None, *, on_drop: DropFn | None = None
     ) -> Any:
-        """``Pool.run`` across processes: a job for ``key`` in flight anywhere is shared;
-        exactly one of ``fn()`` and ``on_drop()`` is eventually called."""
+        """``Pool.run`` across processes; exactly one of ``fn()`` and ``on_drop()`` is called."""
         if self._closing.closed:  # rule 0, per process: see drain()
             self._books.count(Counter.REFUSED_CLOSED)
             call_dropped(on_drop)
             raise jobs.closing()
         if self.mode != REDIS:
             return await self._run_degraded(key, caller, fn, on_drop)
-        waiter = RedisWaiter(asyncio.get_running_loop(), on_drop)
-        get_job_loop().call_soon_threadsafe(self._side.begin, waiter, key, caller, fn, on_drop)
+        waiter = RedisWaiter(asyncio.get_running_loop(), key, caller, fn, on_drop)
+        get_job_loop().call_soon_threadsafe(self._side.begin, waiter)
         try:
             result = await waiter.future
         except BaseException:
@@ -277,8 +274,7 @@ class RedisPool:
         self._local.close()
 
     async def drain(self) -> None:
-        """Stop accepting here, let this process's jobs and callers finish, let go of Redis;
-        closing is per process."""
+        """Stop accepting here, let this process's jobs and callers finish, let go of Redis."""
         self.close()
         await self._until_idle()
         await self._local.drain()

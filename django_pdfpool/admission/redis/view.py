@@ -15,9 +15,8 @@ from ..ledger import Counter, Counters, DurationSummary, JobInfo, PoolSnapshot, 
 def parse_view(
     reply: Any, snapshot: Callable[[list[JobInfo]], PoolSnapshot]
 ) -> tuple[PoolSnapshot, tuple[ProcessHold, ...]]:
-    """``snapshot(jobs)`` with the cluster's books instead of this process's, and who holds
-    what. Ages on Redis's clock, dates on this host's; a field that is not what the scripts
-    write (bad data) is skipped, never an error."""
+    """``snapshot(jobs)`` with the cluster's books, and who holds what; a field that is not
+    what the scripts write (bad data) is skipped, never an error."""
     now, leases, flat, stats_flat, waits_ms, runs_ms = reply
     now, wall = int(now) / 1000, time.time()
     jobs: list[JobInfo] = []
