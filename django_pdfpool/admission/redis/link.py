@@ -34,19 +34,14 @@ logger = logging.getLogger("django_pdfpool.redis")
 
 # --- the scripts (lua/*.lua, read once at import) and their replies (documented there) ----
 
-MUTATING = ("admit", "leave", "finish", "expire", "drop", "beat", "unregister", "refused")
-READING = ("collect", "view", "pressure", "probe")
-
-
-def _read(name: str) -> str:
-    return files(__package__).joinpath("lua", f"{name}.lua").read_text(encoding="utf-8")
-
-
-_PRELUDE = _read("prelude")
-SOURCES: dict[str, str] = {
-    **{name: _PRELUDE + _read(name) for name in MUTATING},  # each after the shared prelude
-    **{name: _read(name) for name in READING},
+READING = ("collect", "view", "pressure", "probe")  # the others change state: after the prelude
+_LUA = {
+    path.name[:-4]: path.read_text("utf-8")
+    for path in files(__package__).joinpath("lua").iterdir()
+    if path.name.endswith(".lua")
 }
+_PRELUDE = _LUA.pop("prelude")
+SOURCES = {name: ("" if name in READING else _PRELUDE) + text for name, text in _LUA.items()}
 
 
 class Event(NamedTuple):

@@ -78,9 +78,7 @@ def parse_view(
 
 def whole(value: Any) -> int | None:
     """A count or a time (ms) as the scripts store it, or None for anything else."""
-    if not isinstance(value, str | int) or isinstance(value, bool):
-        return None
-    try:
-        return int(value)
-    except ValueError:
-        return None
+    if isinstance(value, str | int) and not isinstance(value, bool):
+        with contextlib.suppress(ValueError):
+            return int(value)
+    return None
