@@ -1,5 +1,2 @@
-"""The admission rules across processes and hosts, kept in Redis (needs redis-py).
-
-Every change of shared state is one Lua script; the Python beside it keeps this
-process's callers and jobs in step. docs/cluster.md explains the design.
-"""
+"""The admission rules across processes and hosts, kept in Redis (needs redis-py): each change
+of shared state one Lua script, the Python keeping this process in step (docs/cluster.md)."""

@@ -21,8 +21,7 @@ OWN_EXCEPTIONS = exceptions.__name__  # the one module of ours rebuilt from data
 def encode_outcome(
     result: Any, error: BaseException | None, *, encode: Encode | None = None, limit: int
 ) -> str:
-    """The outcome as JSON text of at most ``limit`` bytes (UTF-8). Total: whatever the
-    result or the exception, something travels (at worst the exception's type)."""
+    """The outcome as JSON of at most ``limit`` bytes (UTF-8); total: at worst, the error's type."""
     if error is None:
         try:
             value = encode(result) if encode is not None else result
@@ -54,8 +53,7 @@ def decode_outcome(text: str, *, decode: Decode | None = None) -> tuple[Any, Bas
 
 
 def _dumps(value: Any) -> str:
-    """Compact JSON; escaped to ASCII only where plain UTF-8 cannot carry it (lone
-    surrogates, as broken PDFs produce)."""
+    """Compact JSON; ASCII-escaped only where UTF-8 cannot carry it (lone surrogates)."""
     text = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
     try:
         text.encode()

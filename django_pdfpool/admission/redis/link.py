@@ -1,5 +1,5 @@
-"""The link to Redis: the Lua scripts, each one's reply as a named tuple, and the connections
-(asyncio on the job loop, synchronous for reads from any thread). Scripts are never retried."""
+"""The link to Redis: the Lua scripts and their replies, and the connections (asyncio on the job
+loop, synchronous for reads from any thread). Scripts are never retried."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import json
 import logging
 import threading
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib.resources import files
 from typing import Any, NamedTuple
@@ -21,7 +21,7 @@ import redis.sentinel
 from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
 from redis.connection import parse_url
-from redis.exceptions import RedisError, ResponseError
+from redis.exceptions import RedisError
 from redis.retry import Retry
 
 from ...exceptions import BlockingCallWarning
@@ -29,25 +29,19 @@ from ..jobs import on_job_loop
 from ..protocol import ErrorObserver
 from .codec import Decode, Encode
 from .urls import presentable
-from .view import whole
 
 logger = logging.getLogger("django_pdfpool.redis")
 
 # --- the scripts (lua/*.lua, read once at import) and their replies (documented there) ----
 
-MUTATING = ("admit", "leave", "finish", "expire", "drop", "beat", "unregister", "refused")
-READING = ("collect", "view", "pressure", "probe")
-
-
-def _read(name: str) -> str:
-    return files(__package__).joinpath("lua", f"{name}.lua").read_text(encoding="utf-8")
-
-
-_PRELUDE = _read("prelude")
-SOURCES: dict[str, str] = {
-    **{name: _PRELUDE + _read(name) for name in MUTATING},  # each after the shared prelude
-    **{name: _read(name) for name in READING},
+READING = ("collect", "view", "pressure", "probe")  # the others change state: after the prelude
+_LUA = {
+    path.name[:-4]: path.read_text("utf-8")
+    for path in files(__package__).joinpath("lua").iterdir()
+    if path.name.endswith(".lua")
 }
+_PRELUDE = _LUA.pop("prelude")
+SOURCES = {name: ("" if name in READING else _PRELUDE) + text for name, text in _LUA.items()}
 
 
 class Event(NamedTuple):
@@ -59,7 +53,7 @@ class Event(NamedTuple):
 
 
 def events_of(flat: list[str]) -> list[Event]:
-    """The events a script returns for the calling process: ``[kind, key, id, ...]``."""
+    """``[kind, key, id, ...]``: every mutating script's last reply item (admit's, its 7th)."""
     return [Event(*flat[i : i + 3]) for i in range(0, len(flat), 3)]
 
 
@@ -73,7 +67,7 @@ class AdmitReply(NamedTuple):
     age: float
     queued: int  # jobs in the queue when the script ran
     events: list[Event]
-    differs: dict[str, str] = {}  # noqa: RUF012 - never mutated; mismatch only
+    differs: dict[str, str]  # mismatch only: {term: theirs}
 
     @classmethod
     def of(cls, reply: Any) -> AdmitReply:
@@ -82,38 +76,6 @@ class AdmitReply(NamedTuple):
         differs = {flat[i]: flat[i + 1] for i in range(0, len(flat), 2)}
         age = int(age_ms) / 1000
         return cls(status, job_id, state, owner, age, int(queued), events_of(events), differs)
-
-
-class StatusReply(NamedTuple):
-    """``leave.lua``'s and ``finish.lua``'s answer."""
-
-    status: str
-    events: list[Event]
-
-    @classmethod
-    def of(cls, reply: Any) -> StatusReply:
-        return cls(reply[0], events_of(reply[1]))
-
-
-class ExpireReply(NamedTuple):
-    """``expire.lua``'s answer; ``left`` in seconds."""
-
-    left: float
-    events: list[Event]
-
-    @classmethod
-    def of(cls, reply: Any) -> ExpireReply:
-        return cls(int(reply[0]) / 1000, events_of(reply[1]))
-
-
-class EventsReply(NamedTuple):
-    """``drop.lua``'s and ``unregister.lua``'s answer: only events."""
-
-    events: list[Event]
-
-    @classmethod
-    def of(cls, reply: Any) -> EventsReply:
-        return cls(events_of(reply[0]))
 
 
 class PressureReply(NamedTuple):
@@ -126,36 +88,7 @@ class PressureReply(NamedTuple):
     state: str
     age: float
     ahead: int
-
-    @classmethod
-    def of(cls, reply: Any) -> PressureReply:
-        running, queued, in_flight, busy, state, age_ms, ahead = reply
-        return cls(
-            int(running), int(queued), bool(in_flight), bool(busy), str(state),
-            int(age_ms) / 1000, int(ahead),
-        )  # fmt: skip
-
-
-class JobReport(NamedTuple):
-    """One job as ``beat.lua`` found it (``data``: a ``done`` job's outcome)."""
-
-    state: str
-    data: str
-
-
-class BeatReply(NamedTuple):
-    """``beat.lua``'s answer; ``next_lease_end`` in seconds, None for no other process."""
-
-    next_lease_end: float | None
-    reports: list[JobReport]
-    events: list[Event]
-
-    @classmethod
-    def of(cls, reply: Any) -> BeatReply:
-        next_ms, flat, events = reply
-        reports = [JobReport(flat[i], flat[i + 1]) for i in range(0, len(flat), 2)]
-        ends = None if int(next_ms) < 0 else int(next_ms) / 1000
-        return cls(ends, reports, events_of(events))
+    waiting: int  # callers sharing KEY's job in every process, less its starter
 
 
 # --- the settings and the connections ------------------------------------------------------
@@ -174,7 +107,6 @@ class RedisPoolSettings:
     queue_size: int
     wait: float | None
     lease: float
-    fallback: str
     timeout: float
     on_error: ErrorObserver
     encode: Encode | None
@@ -203,72 +135,64 @@ MAX_CONNECTIONS = 16  # per pool, on the job loop; callers beyond wait for one
 
 
 class Link:
-    """The connections of one pool (one process id, one namespace) to one Redis: the one
-    at ``url`` or, with ``sentinels``, the primary the Sentinels name for the URL's host
-    (the service name; the URL gives the rest: credentials, database, TLS)."""
+    """One pool's connections (one process id, one namespace) to Redis, or to the primary."""
 
     def __init__(self, settings: RedisPoolSettings, process: str) -> None:
-        s = settings  # set once, as every field down to _head: any thread reads them
-        self.url, self.namespace, self.sentinels = s.url, s.namespace, s.sentinels
+        s = self.settings = settings  # set once, as every field down to _head: any thread
         self.prefix = "{" + s.namespace + "}:"
         self.process = process
         self.procs_key = self.prefix + "procs"
         self.channel = self.prefix + "ch:" + process
-        self._timeout = s.timeout
+        self.where = presentable(s.url)  # the URL without its secrets, for logs and pages
         self._head = [process, str(round(s.lease * 1000)), str(s.slots)]  # each script's ARGV
         self._client: aredis.Redis | None = None  # job loop, as the next four
         self._scripts: dict[str, Any] = {}
         self._pubsub: Any = None  # under _subscribing
         self._reader: asyncio.Task[None] | None = None  # under _subscribing
-        self._subscribing: asyncio.Lock | None = None  # made there by _gate
+        self._subscribing = asyncio.Lock()  # bound to the job loop on first use
         self._sync_lock = threading.Lock()  # guards the next two (any thread)
         self._sync: redis.Redis | None = None
         self._sync_scripts: dict[str, Any] = {}  # written with _sync; read after sync()
-
-    @property
-    def where(self) -> str:
-        """The URL without its secrets, for logs and status pages (``urls.presentable``)."""
-        return presentable(self.url)
 
     @property
     def used(self) -> bool:
         """Whether the asyncio client was ever made (a pool never used has nothing to undo)."""
         return self._client is not None
 
+    def _connect(self, sentinel: Callable[..., Any], direct: Callable[..., Any], retry: Any) -> Any:
+        """A client: the call timeout, text replies, ``retry``; through Sentinel if set."""
+        s, timeout = self.settings, self.settings.timeout
+        options = {"socket_timeout": timeout, "socket_connect_timeout": timeout}
+        if not s.sentinels:
+            return direct(s.url, decode_responses=True, retry=retry, **options)
+        parsed = dict(parse_url(s.url))  # type: ignore[no-untyped-call]
+        service = str(parsed["host"])
+        for name in ("host", "port", "path", "connection_class"):
+            parsed.pop(name, None)
+        if s.url.lower().startswith("rediss://"):
+            parsed["ssl"] = True
+        client = sentinel(
+            list(s.sentinels), sentinel_kwargs=options, **parsed, **options,
+            decode_responses=True, retry=retry,
+        )  # fmt: skip
+        return client.master_for(service)
+
     # --- on the job loop ------------------------------------------------------
 
     def client(self) -> aredis.Redis:
         """The asyncio client; made on first use, on the job loop."""
         if self._client is None:
-            options = self._options(AsyncRetry(NoBackoff(), 0))
-            if self.sentinels:
-                self._client = _sentinel(aredis_sentinel.Sentinel, self, options).master_for(
-                    self._service()
-                )
-            else:
+
+            def direct(url: str, **options: Any) -> aredis.Redis:
                 pool = aredis.BlockingConnectionPool.from_url(
-                    self.url, max_connections=MAX_CONNECTIONS, timeout=self._timeout, **options
+                    url, max_connections=MAX_CONNECTIONS, timeout=self.settings.timeout, **options
                 )
-                self._client = aredis.Redis(connection_pool=pool)
-            self._scripts = {
-                name: self._client.register_script(SOURCES[name])
-                for name in (*MUTATING, "collect", "probe")
-            }
+                return aredis.Redis(connection_pool=pool)
+
+            retry = AsyncRetry(NoBackoff(), 0)
+            self._client = self._connect(aredis_sentinel.Sentinel, direct, retry)
+            self._scripts = {name: self._client.register_script(SOURCES[name]) for name in SOURCES}
         return self._client
-
-    def _options(self, retry: Any) -> dict[str, Any]:
-        """A client's options: the call timeout, text replies, and ``retry``."""
-        timeout = self._timeout
-        return {
-            "decode_responses": True,
-            "socket_timeout": timeout,
-            "socket_connect_timeout": timeout,
-            "retry": retry,
-        }
-
-    def _service(self) -> str:
-        """The Sentinel service name: the URL's host."""
-        return str(parse_url(self.url)["host"])  # type: ignore[no-untyped-call]
 
     async def call(self, name: str, *args: Any) -> Any:
         """Run a mutating script as this process; its reply as Redis gives it."""
@@ -283,9 +207,6 @@ class Link:
         )
         return outcome
 
-    async def ping(self) -> None:
-        await self.client().ping()
-
     async def probe(self) -> None:
         """PING, then a write in the namespace (``probe.lua``): Redis takes writes again."""
         await self.client().ping()
@@ -294,9 +215,8 @@ class Link:
     async def subscribe(
         self, on_event: Callable[[Event], None], on_error: Callable[[BaseException], object]
     ) -> None:
-        """Listen on this process's channel, unless already listening. Returns once
-        Redis confirmed the subscription: no event published after can be missed."""
-        async with self._gate():
+        """Listen on this process's channel, unless listening; returns once Redis confirmed."""
+        async with self._subscribing:
             if self._reader is not None and not self._reader.done():
                 return
             await self._unsubscribe()
@@ -304,7 +224,7 @@ class Link:
             try:
                 await pubsub.subscribe(self.channel)
                 while True:
-                    message = await pubsub.get_message(timeout=self._timeout)
+                    message = await pubsub.get_message(timeout=self.settings.timeout)
                     if message is None:
                         raise redis.exceptions.TimeoutError("no confirmation of SUBSCRIBE")
                     if message["type"] == "subscribe":
@@ -317,12 +237,6 @@ class Link:
             self._reader = asyncio.get_running_loop().create_task(
                 self._read(pubsub, on_event, on_error)
             )
-
-    def _gate(self) -> asyncio.Lock:
-        """The lock of subscribing and releasing, made on first use on the job loop."""
-        if self._subscribing is None:
-            self._subscribing = asyncio.Lock()
-        return self._subscribing
 
     async def _read(
         self,
@@ -346,7 +260,7 @@ class Link:
 
     async def unsubscribe(self) -> None:
         """Stop listening (idle, failing or closing); ``subscribe`` starts again."""
-        async with self._gate():
+        async with self._subscribing:
             await self._unsubscribe()
 
     async def _unsubscribe(self) -> None:
@@ -361,10 +275,9 @@ class Link:
                 await pubsub.aclose()
 
     async def release(self, still_idle: Callable[[], bool]) -> None:
-        """Idle for a while: leave the process table, let go of the channel and of
-        idle connections; unless ``still_idle()`` says a call began meanwhile. Under
-        the lock that ``subscribe`` takes: a new admission waits until this is done."""
-        async with self._gate():
+        """Idle a while: leave the process table, the channel and idle connections, unless
+        ``still_idle()`` says a call began; under ``subscribe``'s lock (a new call waits)."""
+        async with self._subscribing:
             if not still_idle():
                 return
             with contextlib.suppress(RedisError):
@@ -373,24 +286,18 @@ class Link:
         await self.refresh_idle()
 
     async def reset(self) -> None:
-        """Redis failed: close every connection (a restarted server leaves them all
-        stale), so that the next call, or the probe, opens fresh ones."""
+        """Redis failed: close every connection (a restarted server leaves them all stale)."""
         await self.unsubscribe()
-        await self._disconnect(idle_only=False)
+        await self.refresh_idle(inuse=True)
 
-    async def refresh_idle(self) -> None:
+    async def refresh_idle(self, *, inuse: bool = False) -> None:
         """Close the idle connections (one was dropped: its siblings may be too)."""
-        await self._disconnect(idle_only=True)
-
-    async def _disconnect(self, *, idle_only: bool) -> None:
         if self._client is not None:
             with contextlib.suppress(Exception):
-                await self._client.connection_pool.disconnect(inuse_connections=not idle_only)
+                await self._client.connection_pool.disconnect(inuse_connections=inuse)
 
     async def close(self) -> None:
-        """For good (the pool was drained or stopped). A read under way in another thread
-        finishes on its connection: only idle ones are closed here, the rest when the
-        client goes."""
+        """For good (drained or stopped); a read under way in another thread keeps its own."""
         await self.unsubscribe()
         if self._client is not None:
             with contextlib.suppress(Exception):
@@ -413,47 +320,24 @@ class Link:
                 stacklevel=3,
             )
         with self._sync_lock:
-            if self._sync is None:
-                options = self._options(Retry(NoBackoff(), 1))  # reads: again if stale
-                if self.sentinels:
-                    sentinel = _sentinel(redis.sentinel.Sentinel, self, options)
-                    self._sync = sentinel.master_for(self._service())
-                else:
-                    self._sync = redis.Redis.from_url(self.url, **options)
+            if self._sync is None:  # reads: again once if the connection was stale
+                retry = Retry(NoBackoff(), 1)
+                self._sync = self._connect(redis.sentinel.Sentinel, redis.Redis.from_url, retry)
                 self._sync_scripts = {
                     name: self._sync.register_script(SOURCES[name]) for name in ("view", "pressure")
                 }
             return self._sync
 
-    def running(self) -> int:
-        return self._count("scard", "running")
-
-    def queued(self) -> int:
-        return self._count("llen", "queue")
-
-    def _count(self, command: str, name: str) -> int:
-        """SCARD or LLEN of a state key (see ``_typed``)."""
-        with _typed():
-            return int(getattr(self.sync(), command)(self.prefix + name))
-        return 0
-
-    def waiting(self, key: str) -> int:
-        """Callers waiting on ``key``'s job in every process, less its starter (counts
-        that are not whole numbers skipped)."""
-        fields: dict[str, str] = {}
-        with _typed():
-            fields = self.sync().hgetall(self.prefix + "job:" + key)  # type: ignore[assignment]
-        counts = [whole(value) for name, value in fields.items() if name.startswith("w:")]
-        total = sum(n for n in counts if n is not None and n > 0)
-        return max(0, total - max(0, whole(fields.get("sw")) or 0))
-
-    def pressure(self, key: str | None, caller: str | None) -> PressureReply:
-        """Running and queued jobs in every process, whether ``key``'s job is in flight,
-        and whether ``caller`` is busy with another: one round trip (``pressure.lua``)."""
+    def pressure(self, key: str | None = None, caller: str | None = None) -> PressureReply:
+        """The counts, and ``key``'s and ``caller``'s jobs, in one round trip (``pressure.lua``)."""
         client = self.sync()
         args = [key or "", caller or ""]
         raw = self._sync_scripts["pressure"](keys=[self.procs_key], args=args, client=client)
-        return PressureReply.of(raw)
+        running, queued, in_flight, busy, state, age_ms, ahead, waiting = raw
+        return PressureReply(
+            int(running), int(queued), bool(in_flight), bool(busy), str(state),
+            int(age_ms) / 1000, int(ahead), int(waiting),
+        )  # fmt: skip
 
     def view(self) -> Any:
         """Everything in flight, with the process leases (``view.lua``)."""
@@ -462,33 +346,5 @@ class Link:
 
     def keys(self) -> list[str]:
         """Every key of the namespace (SCAN; for tests and diagnostics)."""
-        pattern = _glob_escape(self.prefix) + "*"
+        pattern = "".join("\\" + c if c in "*?[]\\" else c for c in self.prefix) + "*"
         return sorted(self.sync().scan_iter(match=pattern, count=1000))
-
-
-def _sentinel(make: Callable[..., Any], link: Link, options: dict[str, Any]) -> Any:
-    """A Sentinel client (redis-py's, sync or asyncio) for ``link``: the Sentinels are
-    asked with the same timeouts; the primary is reached with the URL's credentials,
-    database and TLS (``rediss://``, its ``ssl_*`` query parameters)."""
-    parsed = dict(parse_url(link.url))  # type: ignore[no-untyped-call]
-    for name in ("host", "port", "path", "connection_class"):
-        parsed.pop(name, None)
-    if link.url.lower().startswith("rediss://"):
-        parsed["ssl"] = True
-    timeouts = {name: options[name] for name in ("socket_timeout", "socket_connect_timeout")}
-    return make(list(link.sentinels), sentinel_kwargs=timeouts, **parsed, **options)
-
-
-@contextlib.contextmanager
-def _typed() -> Iterator[None]:
-    """A read of a key holding another type (bad data, which the next script deletes) reads
-    as nothing: a read never fails on what Redis holds."""
-    try:
-        yield
-    except ResponseError as error:
-        if not str(error).startswith("WRONGTYPE"):
-            raise
-
-
-def _glob_escape(text: str) -> str:
-    return "".join("\\" + char if char in "*?[]\\" else char for char in text)

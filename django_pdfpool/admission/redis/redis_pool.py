@@ -1,5 +1,5 @@
-"""``RedisPool``: the admission rules across every process that shares a Redis namespace.
-The callers' side, from any thread and loop; ``side.ProcessSide`` runs on the job loop."""
+"""``RedisPool``: the admission rules across the processes sharing a Redis namespace; the
+callers' side, from any thread and loop (``side.ProcessSide`` runs on the job loop)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import os
 import time
 import weakref
 from collections.abc import Callable, Coroutine, Iterable
-from typing import Any, cast
+from typing import Any, TypeVar
 
 from redis.connection import parse_url
 from redis.exceptions import RedisError
@@ -29,12 +29,11 @@ from ..ledger import (
     Ledger,
     PoolSnapshot,
     Pressure,
-    ProcessHold,
 )
 from ..local import Pool
 from ..protocol import DropFn, ErrorObserver, JobFn
 from .codec import Decode, Encode
-from .link import RedisPoolSettings
+from .link import Link, RedisPoolSettings
 from .side import GO_LOCAL, REDIS, UNREACHABLE, Closing, ProcessSide, RedisWaiter, unavailable
 from .view import parse_view
 
@@ -43,11 +42,11 @@ __all__ = ["MAX_RESULT_BYTES", "RedisPool"]
 MAX_RESULT_BYTES = 16 << 20  # an outcome travelling to other processes, as JSON
 
 _instances: weakref.WeakSet[RedisPool] = weakref.WeakSet()
+T = TypeVar("T")
 
 
 class RedisPool:
-    """``Pool``'s rules over every process using ``url`` and ``namespace``; the other
-    arguments are explained in docs/cluster.md ("RedisPool's arguments")."""
+    """``Pool``'s rules over every process using ``url`` and ``namespace`` (docs/cluster.md)."""
 
     def __init__(
         self,
@@ -92,7 +91,6 @@ class RedisPool:
             queue_size=queue,
             wait=wait,
             lease=float(lease),
-            fallback=fallback,
             timeout=float(timeout),
             on_error=on_error or jobs.log_failure,
             encode=encode,
@@ -123,49 +121,55 @@ class RedisPool:
 
     # --- reading ------------------------------------------------------------
 
+    def _shared(self, read: Callable[[Link], T]) -> T | None:
+        """A brief blocking read from Redis (any thread); None while Redis fails."""
+        if self.mode == REDIS:
+            try:
+                return read(self._side.link)
+            except RedisError as error:
+                call_in_job_loop(self._side.failed, error)
+        return None
+
     def running(self) -> int:
         """Jobs holding a slot, in every process (this process's while Redis fails)."""
-        side = self._side
-        return self._read(side.link.running, lambda: self._local.running() + side.owned("running"))
+        found = self._shared(Link.pressure)
+        return (
+            self._local.running() + self._side.owned("running") if found is None else found.running
+        )
 
     def queued(self) -> int:
         """Jobs waiting for a slot, in every process (this process's while Redis fails)."""
-        side = self._side
-        return self._read(side.link.queued, lambda: self._local.queued() + side.owned("queued"))
+        found = self._shared(Link.pressure)
+        return self._local.queued() + self._side.owned("queued") if found is None else found.queued
 
     def waiting(self, key: str) -> int:
         """Callers sharing ``key``'s job in every process, not counting its starter."""
-        side = self._side
-        return self._read(
-            lambda: side.link.waiting(key), lambda: side.sharers(key) + self._local.waiting(key)
+        found = self._shared(lambda link: link.pressure(key))
+        return (
+            self._side.sharers(key) + self._local.waiting(key) if found is None else found.waiting
         )
 
-    blocking_reads = True  # ``pressure`` asks Redis
+    blocking_reads = True  # the readings ask Redis
 
     def pressure(self, key: str | None = None, caller: str | None = None) -> Pressure:
-        """``Pool.pressure`` for the cluster, in one round trip (this process's while Redis
-        fails)."""
+        """``Pool.pressure`` for the cluster, one round trip (this process's while Redis fails)."""
         closed = self._closing.closed
-        if self.mode == REDIS:
-            try:
-                found = self._side.link.pressure(key, caller)
-            except RedisError as error:
-                call_in_job_loop(self._side.failed, error)
-            else:
-                free = max(0, self.slots + self.queue_size - found.running - found.queued)
-                retry = 0.0
-                if found.caller_busy:
-                    running_for = found.age if found.state == "running" else None
-                    retry = self._books.expected_end(running_for, found.ahead)
-                return Pressure(
-                    closed,
-                    free,
-                    found.in_flight,
-                    self._books.expected_start(found.queued),
-                    caller_busy=found.caller_busy,
-                    caller_retry_after=retry,
-                )
-        return dataclasses.replace(self._local.pressure(key, caller), closed=closed)
+        found = self._shared(lambda link: link.pressure(key, caller))
+        if found is None:
+            return dataclasses.replace(self._local.pressure(key, caller), closed=closed)
+        free = max(0, self.slots + self.queue_size - found.running - found.queued)
+        retry = 0.0
+        if found.caller_busy:
+            running_for = found.age if found.state == "running" else None
+            retry = self._books.expected_end(running_for, found.ahead)
+        return Pressure(
+            closed,
+            free,
+            found.in_flight,
+            self._books.expected_start(found.queued),
+            caller_busy=found.caller_busy,
+            caller_retry_after=retry,
+        )
 
     def count_refusal(self, refusal: PoolBusy | PoolClosed | CallerBusy) -> None:
         """Count a refusal the door gave: here, and a busy or caller one in Redis too."""
@@ -174,22 +178,12 @@ class RedisPool:
         if counter.counted_by is not CountedBy.PROCESS and self.mode == REDIS:
             call_in_job_loop(self._side.count_refused, counter)
 
-    def _read(self, shared: Callable[[], int], here: Callable[[], int]) -> int:
-        """A brief blocking read from Redis (any thread); ``here()`` while Redis fails."""
-        if self.mode == REDIS:
-            try:
-                return shared()
-            except RedisError as error:
-                call_in_job_loop(self._side.failed, error)
-        return here()
-
     def idle(self) -> bool:
         """Nothing in flight in this process (``running()``/``queued()`` count every one)."""
         return not self._side.busy() and self._local.idle()
 
     def snapshot(self) -> PoolSnapshot:
-        """Every job in flight in the namespace, with the cluster's books (this process's
-        while Redis fails)."""
+        """Every job in flight in the namespace, with the cluster's books (or this process's)."""
         return self.cluster_snapshot().cluster
 
     def local_snapshot(self) -> PoolSnapshot:
@@ -201,14 +195,8 @@ class RedisPool:
     def cluster_snapshot(self) -> ClusterSnapshot:
         """Cluster-wide and local snapshots, and who holds what, in one reading."""
         local = self.local_snapshot()
-        cluster, processes = local, cast(tuple[ProcessHold, ...], ())
-        if self.mode == REDIS:
-            try:
-                view = parse_view(self._side.link.view(), time.time())
-            except RedisError as error:
-                call_in_job_loop(self._side.failed, error)
-            else:
-                cluster, processes = view.with_books(self._snapshot(view.jobs)), view.processes
+        view = self._shared(Link.view)
+        cluster, processes = (local, ()) if view is None else parse_view(view, self._snapshot)
         side = self._side
         return ClusterSnapshot(
             trouble=side.trouble,
@@ -216,7 +204,7 @@ class RedisPool:
             unreachable=side.failures["unreachable"],
             refused_writes=side.failures["refused"],
             mode=self.mode,
-            url=self._side.link.where,
+            url=side.link.where,
             namespace=self.namespace,
             process=self.process,
             lease=self.lease,
@@ -232,7 +220,7 @@ class RedisPool:
         )
 
     def keys(self) -> list[str]:
-        """Every Redis key of the namespace (SCAN): for tests and diagnostics."""
+        """Every Redis key of the namespace (SCAN), for tests and diagnostics."""
         return self._side.link.keys()
 
     # --- running ------------------------------------------------------------
@@ -240,16 +228,15 @@ class RedisPool:
     async def run(
         self, key: str, caller: str, fn: JobFn | None, *, on_drop: DropFn | None = None
     ) -> Any:
-        """``Pool.run`` across processes: a job for ``key`` in flight anywhere is shared;
-        exactly one of ``fn()`` and ``on_drop()`` is eventually called."""
+        """``Pool.run`` across processes; exactly one of ``fn()`` and ``on_drop()`` is called."""
         if self._closing.closed:  # rule 0, per process: see drain()
             self._books.count(Counter.REFUSED_CLOSED)
             call_dropped(on_drop)
             raise jobs.closing()
         if self.mode != REDIS:
             return await self._run_degraded(key, caller, fn, on_drop)
-        waiter = RedisWaiter(asyncio.get_running_loop(), on_drop)
-        get_job_loop().call_soon_threadsafe(self._side.begin, waiter, key, caller, fn, on_drop)
+        waiter = RedisWaiter(asyncio.get_running_loop(), key, caller, fn, on_drop)
+        get_job_loop().call_soon_threadsafe(self._side.begin, waiter)
         try:
             result = await waiter.future
         except BaseException:
@@ -287,8 +274,7 @@ class RedisPool:
         self._local.close()
 
     async def drain(self) -> None:
-        """Stop accepting here, let this process's jobs and callers finish, let go of Redis;
-        closing is per process."""
+        """Stop accepting here, let this process's jobs and callers finish, let go of Redis."""
         self.close()
         await self._until_idle()
         await self._local.drain()

@@ -1,5 +1,5 @@
-"""This process's side of a Redis pool: its calls and jobs, kept in step with the scripts
-(``link``) on the job loop; docs/cluster.md explains the design. Made afresh after a fork."""
+"""This process's side of a Redis pool: its calls and jobs, in step with the scripts, on the
+job loop (docs/cluster.md). Made afresh after a fork."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 from redis import exceptions as redis_errors
 from redis.exceptions import RedisError
@@ -26,21 +26,10 @@ from ..ledger import Counter, JobInfo, Ledger
 from ..local import Pool
 from ..protocol import DropFn, JobFn
 from .codec import decode_outcome, encode_outcome
-from .link import (
-    AdmitReply,
-    BeatReply,
-    Event,
-    EventsReply,
-    ExpireReply,
-    JobReport,
-    Link,
-    RedisPoolSettings,
-    StatusReply,
-)
+from .link import AdmitReply, Event, Link, RedisPoolSettings, events_of
 
 logger = logging.getLogger("django_pdfpool.redis")
 
-Reply = TypeVar("Reply", BeatReply, EventsReply, ExpireReply, StatusReply)
 # the modes of a Redis-coordinated pool: in Redis, in the local fallback, refusing (Redis fails)
 REDIS, LOCAL_FALLBACK, REFUSING = "redis", "local-fallback", "refusing"
 GO_LOCAL = object()  # an admission's answer: Redis failed, take the fallback path
@@ -77,31 +66,27 @@ class Closing:
 class RedisWaiter(Waiter):
     """One call of this process (``future`` on the caller's loop, as ``Waiter``'s)."""
 
-    __slots__ = ("admission", "handed_back", "job", "on_drop")
+    __slots__ = ("admission", "caller", "fn", "handed_back", "job", "key", "on_drop")
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, on_drop: DropFn | None) -> None:
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, key: str, caller: str, fn: JobFn | None,
+        on_drop: DropFn | None,
+    ) -> None:  # fmt: skip
         super().__init__(loop)
-        self.on_drop = on_drop  # set before the job loop sees the waiter, read there
+        # the call's arguments: set before the job loop sees the waiter, read there
+        self.key, self.caller, self.fn, self.on_drop = key, caller, fn, on_drop
         self.admission: asyncio.Task[None] | None = None  # job loop
         self.job: RedisJob | None = None  # job loop: the job it waits on, once admitted
         self.handed_back = False  # job loop: Redis failed, the call goes to the fallback
 
 
 class RedisJob(JobRecord):
-    """A job this process runs or queues (``owned``) or waits on. Every field is written
-    on the job loop; other threads read ``owned``, ``state`` and the waiters under
-    ``ProcessSide._lock``, for counts a moment old."""
+    """A job this process runs or queues (``owned``) or waits on. Written on the job loop;
+    other threads read ``owned``, ``state`` and the waiters under ``ProcessSide._lock``."""
 
     __slots__ = (
-        "collecting",
-        "finishing",
-        "gone_seen",
-        "id",
-        "inflight",
-        "local_hold",
-        "owned",
-        "timer",
-    )
+        "collecting", "finishing", "gone_seen", "id", "inflight", "local_hold", "owned", "timer"
+    )  # fmt: skip
 
     def __init__(self, key: str, job_id: str, state: str) -> None:
         super().__init__(key)
@@ -117,8 +102,8 @@ class RedisJob(JobRecord):
 
 
 class ProcessSide:
-    """This process's calls and jobs of one ``RedisPool``. Every field is the job loop's
-    unless its comment says otherwise."""
+    """This process's calls and jobs of one ``RedisPool``; each field the job loop's unless
+    its comment says otherwise."""
 
     def __init__(
         self, settings: RedisPoolSettings, books: Ledger, closing: Closing, fallback: Pool | None
@@ -160,16 +145,14 @@ class ProcessSide:
 
     # --- entries from the callers' side (any thread, through call_soon_threadsafe) --------
 
-    def begin(
-        self, waiter: RedisWaiter, key: str, caller: str, fn: JobFn | None, on_drop: DropFn | None
-    ) -> None:
+    def begin(self, waiter: RedisWaiter) -> None:
         """Start admitting a call; its waiter learns the outcome."""
         if self.retired:  # closed between the caller's check and now
-            call_dropped(on_drop)
+            call_dropped(waiter.on_drop)
             deliver([waiter], None, jobs.closing())
             return
         self._keep_redis()
-        task = self.spawn(self._admit(waiter, key, caller, fn, on_drop))
+        task = self.spawn(self._admit(waiter))
         waiter.admission = task
         with self._lock:
             self.admissions.add(task)
@@ -213,28 +196,25 @@ class ProcessSide:
 
     # --- rules 1-3: admission (admit.lua) ---------------------------------------------------
 
-    async def _admit(
-        self, waiter: RedisWaiter, key: str, caller: str, fn: JobFn | None, on_drop: DropFn | None
-    ) -> None:
+    async def _admit(self, waiter: RedisWaiter) -> None:
         self._seq += 1
         job_id = f"{self._seq}.{secrets.token_hex(4)}"  # numbered: see beat.lua
-        if fn is not None:
+        if waiter.fn is not None:
             self._pending.add(job_id)
         try:
             try:
                 if self.mode != REDIS:
                     raise RedisError("Redis failed a moment ago")
                 await self._listen()
-                s = self._settings
-                has_fn = "1" if fn is not None else "0"
+                s, has_fn = self._settings, "1" if waiter.fn is not None else "0"
                 raw = await self.link.call(
-                    "admit", str(s.queue_size), s.wait_ms, key, caller, job_id, has_fn,
-                    s.fingerprint, s.deployment,
+                    "admit", str(s.queue_size), s.wait_ms, waiter.key, waiter.caller, job_id,
+                    has_fn, s.fingerprint, s.deployment,
                 )  # fmt: skip
                 reply = AdmitReply.of(raw)
             except RedisError as error:
                 if await self.failed(error):  # only a connection dropped: Redis is up,
-                    call_dropped(on_drop)  # and whether the script ran is unknown
+                    call_dropped(waiter.on_drop)  # and whether the script ran is unknown
                     self._books.count(Counter.REFUSED_BUSY)
                     deliver([waiter], None, unavailable("dropped", 1.0))
                     return
@@ -243,10 +223,10 @@ class ProcessSide:
                 return
             except Exception as error:  # a bug: the caller must hear of it, not hang
                 logger.exception("admitting a job failed")
-                call_dropped(on_drop)
+                call_dropped(waiter.on_drop)
                 deliver([waiter], None, error)
                 return
-            self._register(waiter, key, caller, fn, on_drop, job_id, reply)
+            self._register(waiter, job_id, reply)
         finally:
             self._pending.discard(job_id)
         for known in (job_id, reply.job_id):
@@ -254,8 +234,7 @@ class ProcessSide:
         self._handle(reply.events)
 
     def _admitted(self, task: asyncio.Task[None]) -> None:
-        """An admission ended: act on the early events no admission can claim any more (all
-        of them once none is in flight, else those older than any reply can be)."""
+        """An admission ended: act on the early events no admission can claim any more."""
         with self._lock:
             self.admissions.discard(task)
             idle = not self.admissions
@@ -276,19 +255,11 @@ class ProcessSide:
                 self._unclaimed(event)
         self._settle()
 
-    def _register(
-        self,
-        waiter: RedisWaiter,
-        key: str,
-        caller: str,
-        fn: JobFn | None,
-        on_drop: DropFn | None,
-        job_id: str,
-        reply: AdmitReply,
-    ) -> None:
+    def _register(self, waiter: RedisWaiter, job_id: str, reply: AdmitReply) -> None:
         """Follow the admit script's answer (the rules are applied there)."""
+        key = waiter.key
         if reply.status == "joined":  # rule 1
-            call_dropped(on_drop)  # joined: this call's fn is not needed
+            call_dropped(waiter.on_drop)  # joined: this call's fn is not needed
             self._books.count(Counter.JOINED)
             ended = self._finished.get(reply.job_id)  # it ended here while the reply travelled
             if ended is not None:
@@ -304,8 +275,8 @@ class ProcessSide:
             waiter.job = job
         elif reply.status in ("started", "queued"):  # rule 3: a slot, or a queue place
             job = self._jobs.get(job_id) or self._add(RedisJob(key, job_id, "queued"))
-            job.owned, job.caller, job.fn, job.on_drop = True, caller, fn, on_drop
-            job.starter = waiter
+            job.owned, job.caller, job.fn = True, waiter.caller, waiter.fn
+            job.on_drop, job.starter = waiter.on_drop, waiter
             job.waiters.add(waiter)
             waiter.job = job
             if reply.status == "started":
@@ -313,7 +284,7 @@ class ProcessSide:
             elif self._settings.wait is not None:  # Redis's clock decides when it has passed
                 self._arm(job, self._settings.wait)
         else:
-            call_dropped(on_drop)
+            call_dropped(waiter.on_drop)
             deliver([waiter], None, self._refusal(key, reply))
 
     def _refusal(self, key: str, reply: AdmitReply) -> BaseException:
@@ -379,9 +350,7 @@ class ProcessSide:
             if starter:
                 job.starter = None
             with _about(job):
-                await self._script(
-                    StatusReply.of, "leave", job.key, job.id, "1", "1" if starter else "0"
-                )
+                await self._script("leave", job.key, job.id, "1", "1" if starter else "0")
             if not job.owned and not job.waiters and self._holds(job):
                 self._remove(job)  # nobody here waits on it any more
         finally:
@@ -400,8 +369,7 @@ class ProcessSide:
         job.task.add_done_callback(lambda task: self.spawn(self._finish(job, task)))
 
     async def _finish(self, job: RedisJob, task: asyncio.Task[Any]) -> None:
-        """Free the slot and the caller in Redis (handing the outcome to sharers in other
-        processes), then answer this process's sharers."""
+        """Free the slot and the caller in Redis (the outcome to sharers elsewhere), then answer."""
         job.finishing = True
         result, error = jobs.outcome_of(task, self._closing.stopping)
         call_dropped(job.release())  # stopped before fn was called: on_drop instead
@@ -413,12 +381,12 @@ class ProcessSide:
             with _about(job):
                 await self._no_beat.wait()
                 head = (job.key, job.id)
-                reply = await self._script(StatusReply.of, "finish", *head, "", outcome, took_ms)
-                if reply is not None and reply.status == "need":  # sharers elsewhere: send it
+                reply = await self._script("finish", *head, "", outcome, took_ms)
+                if reply is not None and reply[0] == "need":  # sharers elsewhere: send it
                     s = self._settings
                     data = encode_outcome(result, error, encode=s.encode, limit=s.max_result_bytes)
                     await self._no_beat.wait()
-                    await self._script(StatusReply.of, "finish", *head, data, outcome, took_ms)
+                    await self._script("finish", *head, data, outcome, took_ms)
         except Exception:  # a bug: the callers here are answered all the same, and the
             # beat frees the slot in Redis of a job this process no longer knows
             logger.exception("finishing job %s in Redis failed", job.key)
@@ -440,8 +408,7 @@ class ProcessSide:
     # --- endings without a result: an event's kind, or "unavailable" (drop.lua) ------------
 
     def _end(self, job: RedisJob, kind: str) -> None:
-        """A job ends here without a result: refuse or fail its waiters, let go of what
-        an owned job that never ran owned. A running job of ours runs on (its finish answers)."""
+        """A job ends here without a result (one of ours running runs on: its finish answers)."""
         if job.owned and job.state == "running":
             return
         self._remove(job)
@@ -475,7 +442,7 @@ class ProcessSide:
         self._dropping.add(job.id)
         try:
             self._end(job, kind)
-            await self._script(EventsReply.of, "drop", job.key, job.id, kind)
+            await self._script("drop", job.key, job.id, kind)
         finally:
             self._dropping.discard(job.id)
 
@@ -491,10 +458,10 @@ class ProcessSide:
 
     async def _expire(self, job: RedisJob) -> None:
         with _about(job):
-            reply = await self._script(ExpireReply.of, "expire", job.key, job.id)
-        waiting = self._holds(job) and job.state == "queued"
-        if reply is not None and reply.left > 0 and waiting:
-            self._arm(job, reply.left)
+            reply = await self._script("expire", job.key, job.id)
+        left = 0 if reply is None else int(reply[0]) / 1000  # seconds
+        if left > 0 and self._holds(job) and job.state == "queued":
+            self._arm(job, left)
 
     # --- an awaited job's outcome, from another process (collect.lua) ------------------------
 
@@ -531,8 +498,7 @@ class ProcessSide:
             self._on_event(event)
 
     def _on_event(self, event: Event) -> None:
-        """``start``, ``done`` and the endings (``link.Event``). One about a job whose
-        admission has no reply yet waits for it (``_early``)."""
+        """``start``, ``done``, the endings; one ahead of its admission's reply waits."""
         job = self._jobs.get(event.job_id)
         if job is None or (not job.owned and event.job_id in self._pending):
             if self.admissions:  # its admission's reply may still be on its way
@@ -554,7 +520,7 @@ class ProcessSide:
         if event.kind == "done":  # nobody here waits any more: take our copy off the shelf
             self.quietly(self.link.collect(event.job_id))
         elif event.kind == "start":  # ours, left from a call whose reply was lost: free it
-            self.spawn(self._script(EventsReply.of, "drop", event.key, event.job_id, "lost"))
+            self.spawn(self._script("drop", event.key, event.job_id, "lost"))
 
     # --- the lease (beat.lua): the only poll, and a bounded one ----------------------------
 
@@ -578,8 +544,7 @@ class ProcessSide:
             self._beat_task = None
 
     async def _beat_once(self) -> float | None:
-        """One beat now (also when Redis is back, before new work can arrive): return
-        when the next other lease ends (seconds), None if none or Redis failed."""
+        """One beat now; the seconds until the next other lease ends, or None (docs/cluster.md)."""
         jobs = self.jobs()
         if not jobs:
             return None  # nothing to tell Redis (an idle process stays out of its table)
@@ -591,7 +556,7 @@ class ProcessSide:
         self._beats += 1
         self._no_beat.clear()
         try:
-            reply = await self._script(BeatReply.of, "beat", *args)
+            reply = await self._script("beat", *args)
         finally:
             self._beats -= 1
             if not self._beats:
@@ -599,25 +564,25 @@ class ProcessSide:
         if reply is None:
             return None
         self._last_ok = time.monotonic()
-        for job, report in zip(jobs, reply.reports, strict=True):
-            self._reconcile(job, report)
-        return reply.next_lease_end
+        next_ms, states, _ = reply
+        for i, job in enumerate(jobs):
+            self._reconcile(job, states[2 * i], states[2 * i + 1])
+        return None if int(next_ms) < 0 else int(next_ms) / 1000
 
-    def _reconcile(self, job: RedisJob, report: JobReport) -> None:
-        """Bring a job in step with what Redis reports (a vanished one after two beats,
-        so that an event still on its way wins)."""
+    def _reconcile(self, job: RedisJob, state: str, data: str) -> None:
+        """Bring a job in step with what Redis reports (a vanished one after two beats)."""
         if not self._holds(job) or job.inflight:
             return
-        if report.state == "done":
+        if state == "done":
             job.collecting = True
-            self._settle_remote(job, report.data)
+            self._settle_remote(job, data)
             return
-        if report.state != "gone":
+        if state != "gone":
             job.gone_seen = False
-            if job.owned and report.state == "running" and job.state == "queued":
+            if job.owned and state == "running" and job.state == "queued":
                 self._start(job)  # its start event was lost
             elif not job.owned:
-                job.state = report.state
+                job.state = state
             return
         if job.owned and job.state == "running":
             return  # its key is another job's now (see beat.lua): it finishes here
@@ -628,8 +593,8 @@ class ProcessSide:
     # --- health: the mode, the fallback, the probe --------------------------------------------
 
     def failed(self, error: BaseException) -> asyncio.Future[bool]:
-        """Redis failed a call: whether it still answers (a fresh connection does: only one
-        was dropped), else the fallback until a probe succeeds. One judgement at a time."""
+        """Redis failed a call: whether it still answers (only a connection dropped), else the
+        fallback until a probe succeeds. One judgement at a time."""
         if self.mode != REDIS or self.retired:
             judged: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
             judged.set_result(self.mode == REDIS)
@@ -644,7 +609,7 @@ class ProcessSide:
             if dropped and not isinstance(error, redis_errors.TimeoutError):
                 try:
                     await self.link.refresh_idle()
-                    await self.link.ping()
+                    await self.link.client().ping()
                     await self._listen()  # the channel's connection may be the dropped one
                 except RedisError:
                     pass
@@ -664,11 +629,10 @@ class ProcessSide:
             self._confirming = None
 
     def _fall_back(self, error: BaseException) -> None:
-        """Switch to the fallback (one warning): queued jobs end, running ones go on, held
-        by the fallback pool; then probe until Redis takes writes again."""
+        """Switch to the fallback (one warning; docs/cluster.md), then probe until Redis is back."""
         if self.mode != REDIS or self.retired:
             return
-        local = self._settings.fallback == "local"
+        local = self._fallback is not None
         if self._fallback is not None:  # counted there before any caller can see the mode:
             for job in self.jobs():  # a caller thread reads it and admits there at once
                 if job.owned and job.state == "running" and job.local_hold is None:
@@ -720,17 +684,16 @@ class ProcessSide:
         """Subscribe to this process's channel, unless subscribed."""
         await self.link.subscribe(self._on_event, self.failed)
 
-    async def _script(self, parse: Callable[[Any], Reply], name: str, *args: str) -> Reply | None:
-        """Run a mutating script (not ``admit``: its failure is judged there); hand its
-        events on; a Redis failure turns into the fallback and None."""
+    async def _script(self, name: str, *args: str) -> list[Any] | None:
+        """Run a script but ``admit``, act on its events; its reply, None if Redis failed."""
         if self.mode != REDIS:
             return None
         try:
-            reply = parse(await self.link.call(name, *args))
+            reply: list[Any] = await self.link.call(name, *args)
         except RedisError as error:
             self.failed(error)
             return None
-        self._handle(reply.events)
+        self._handle(events_of(reply[-1]))
         return reply
 
     # --- the table's bookkeeping --------------------------------------------------------------
@@ -760,8 +723,7 @@ class ProcessSide:
     # --- idle, stopping, retiring -----------------------------------------------------------
 
     def _settle(self) -> None:
-        """When nothing is in flight here: wake drain/stop, and after ``lease`` idle
-        seconds let go of the process table entry and the channel."""
+        """Nothing in flight here: wake drain/stop; after ``lease`` idle seconds leave Redis."""
         if self.busy():
             return
         idle, self._idle_waiters = self._idle_waiters, []
@@ -801,9 +763,7 @@ class ProcessSide:
             else:
                 count = len(job.waiters)
                 self._end(job, "closed")
-                calls.append(
-                    self._script(StatusReply.of, "leave", job.key, job.id, str(count), "0")
-                )
+                calls.append(self._script("leave", job.key, job.id, str(count), "0"))
         await asyncio.gather(*calls)
 
     async def retire(self) -> None:
@@ -812,7 +772,7 @@ class ProcessSide:
             return
         self._keep_redis()
         if self.link.used:
-            await self._script(EventsReply.of, "unregister")
+            await self._script("unregister")
         self.retired = True
         for task in (self._probe, self._beat_task):
             if task is not None:
@@ -830,7 +790,12 @@ class ProcessSide:
 
     def quietly(self, coroutine: Coroutine[Any, Any, Any]) -> None:
         """Spawn a call whose Redis failure changes nothing (clean-ups)."""
-        self.spawn(_quietly(coroutine))
+
+        async def run() -> None:
+            with contextlib.suppress(RedisError):
+                await coroutine
+
+        self.spawn(run())
 
 
 @contextlib.contextmanager
@@ -847,11 +812,6 @@ def _disarm(job: RedisJob) -> None:
     if job.timer is not None:
         job.timer.cancel()
         job.timer = None
-
-
-async def _quietly(coroutine: Coroutine[Any, Any, Any]) -> None:
-    with contextlib.suppress(RedisError):
-        await coroutine
 
 
 def _job_args(job: RedisJob, now: float) -> list[str]:

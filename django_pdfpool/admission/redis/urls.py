@@ -1,6 +1,5 @@
-"""A Redis URL as it may be shown (status page, JSON, repr, logs, checks): no secret in it.
-
-A leaf without redis-py, so that settings can be checked without the extra installed."""
+"""A Redis URL as it may be shown (pages, JSON, repr, logs, checks): no secret in it. A leaf
+without redis-py, so that settings can be checked without the extra installed."""
 
 from __future__ import annotations
 
@@ -16,10 +15,8 @@ _DB = re.compile(r"/?\d*")
 
 
 def presentable(url: object) -> str:
-    """``url`` with every password masked: in the userinfo (a user name without a
-    password is masked too: it is often one), and in query parameters whose name says
-    secret (``password``, ``auth``, ``token``, ...). IPv6 brackets and unix socket paths
-    are kept; a path that is not a database number is masked; the fragment is dropped."""
+    """``url`` with every password masked, in the userinfo (a lone user name too) and in
+    query parameters named like secrets; a path not a db number masked (docs/cluster.md)."""
     if not isinstance(url, str) or any(not char.isprintable() for char in url):
         return UNSHOWN
     try:

@@ -5,41 +5,20 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from dataclasses import dataclass, field
+import time
+from collections.abc import Callable
 from typing import Any
 
 from ..ledger import Counter, Counters, DurationSummary, JobInfo, PoolSnapshot, ProcessHold
 
 
-@dataclass(frozen=True)
-class ClusterReading:
-    """A parsed ``view.lua`` reply; times in seconds on the Redis clock, but ``since``."""
-
-    jobs: tuple[JobInfo, ...]
-    processes: tuple[ProcessHold, ...]
-    counters: Counters = field(default_factory=Counters)  # every process's, counted in Redis
-    queue_wait: DurationSummary = field(default_factory=DurationSummary)  # recent jobs'
-    run_time: DurationSummary = field(default_factory=DurationSummary)
-    since: float | None = None  # wall clock: when Redis began counting; None: not yet
-
-    def with_books(self, snapshot: PoolSnapshot) -> PoolSnapshot:
-        """``snapshot`` with the cluster's counters and figures instead of its own."""
-        return dataclasses.replace(
-            snapshot,
-            counters=self.counters,
-            queue_wait=self.queue_wait,
-            run_time=self.run_time,
-            scope="cluster",
-            counted_since=self.since,
-        )
-
-
-def parse_view(reply: Any, wall: float) -> ClusterReading:
-    """Read ``view.lua``'s reply: ages on Redis's clock, dates on ``wall`` (this host's); a
-    field that is not what the scripts write (bad data) is skipped, never an error."""
-    now = int(reply[0]) / 1000
-    leases = reply[1]
-    flat = reply[2]
+def parse_view(
+    reply: Any, snapshot: Callable[[list[JobInfo]], PoolSnapshot]
+) -> tuple[PoolSnapshot, tuple[ProcessHold, ...]]:
+    """``snapshot(jobs)`` with the cluster's books, and who holds what; a field that is not
+    what the scripts write (bad data) is skipped, never an error."""
+    now, leases, flat, stats_flat, waits_ms, runs_ms = reply
+    now, wall = int(now) / 1000, time.time()
     jobs: list[JobInfo] = []
     owners: dict[str, str] = {}
     waits: dict[str, int] = {}
@@ -80,31 +59,26 @@ def parse_view(reply: Any, wall: float) -> ClusterReading:
                 waiting=waits.get(process, 0),
             )
         )
-    books = _books(reply[3:], now, wall) if len(reply) > 3 else {}
-    return ClusterReading(jobs=tuple(jobs), processes=tuple(holders), **books)
+    stats = {
+        stats_flat[i]: n
+        for i in range(0, len(stats_flat) - 1, 2)
+        if (n := whole(stats_flat[i + 1])) is not None
+    }
+    since = stats.get("since")
+    books = dataclasses.replace(
+        snapshot(jobs),
+        counters=Counters(**{c.value: n for c in Counter if (n := stats.get(c, -1)) >= 0}),
+        queue_wait=DurationSummary.of(ms / 1000 for ms in map(whole, waits_ms) if ms is not None),
+        run_time=DurationSummary.of(ms / 1000 for ms in map(whole, runs_ms) if ms is not None),
+        scope="cluster",
+        counted_since=None if since is None else wall - (now - since / 1000),  # wall clock
+    )
+    return books, tuple(holders)
 
 
 def whole(value: Any) -> int | None:
     """A count or a time (ms) as the scripts store it, or None for anything else."""
-    if not isinstance(value, str | int) or isinstance(value, bool):
-        return None
-    try:
-        return int(value)
-    except ValueError:
-        return None
-
-
-def _books(reply: Any, now: float, wall: float) -> dict[str, Any]:
-    """The cluster's books from ``view.lua``: the ``stats`` hash, then the queue waits
-    and run times in ms (values that are not whole numbers skipped)."""
-    flat, waits, runs = reply
-    stats = {
-        flat[i]: n for i in range(0, len(flat) - 1, 2) if (n := whole(flat[i + 1])) is not None
-    }
-    since = stats.get("since")
-    return {
-        "counters": Counters(**{c.value: n for c in Counter if (n := stats.get(c, -1)) >= 0}),
-        "queue_wait": DurationSummary.of(ms / 1000 for ms in map(whole, waits) if ms is not None),
-        "run_time": DurationSummary.of(ms / 1000 for ms in map(whole, runs) if ms is not None),
-        "since": None if since is None else wall - (now - since / 1000),
-    }
+    if isinstance(value, str | int) and not isinstance(value, bool):
+        with contextlib.suppress(ValueError):
+            return int(value)
+    return None

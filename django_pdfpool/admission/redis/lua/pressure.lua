@@ -1,23 +1,40 @@
--- Read only: what a door decides on before a body is read, in one round trip. KEYS: procs;
--- ARGV: KEY CALLER ('' for none) -> {running, queued, KEY's job in flight (0/1), busy (1: the
--- caller holds a job for another key, and admit.lua would refuse it), its state, ms since
--- it queued or started, jobs ahead of it in the queue}. Bad data reads as nothing.
+-- Read only: the pool's counts and what a door decides on before a body is read, in one
+-- round trip. KEYS: procs; ARGV: KEY CALLER ('' for none) -> {running, queued, KEY's job in
+-- flight (0/1), busy (1: the caller holds a job for another key, and admit.lua would refuse
+-- it), its state, ms since it queued or started, jobs ahead of it in the queue, callers
+-- waiting on KEY's job in every process less its starter}. Bad data reads as nothing.
 local P = string.sub(KEYS[1], 1, -6)
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 local function typed(key, want) return redis.call('TYPE', key)['ok'] == want end
+local function whole(value)  -- a count as the scripts store it, or nil
+  local n = tonumber(value)
+  if n and n == math.floor(n) and n > -1e15 and n < 1e15 then return n end
+  return nil
+end
 local running = typed(P .. 'running', 'set') and redis.call('SCARD', P .. 'running') or 0
 local queued = typed(P .. 'queue', 'list') and redis.call('LLEN', P .. 'queue') or 0
 local KEY, CALLER = ARGV[1], ARGV[2]
 local in_flight = KEY ~= '' and typed(P .. 'job:' .. KEY, 'hash') and 1 or 0
+local waiting = 0
+if in_flight == 1 then
+  local fields = redis.call('HGETALL', P .. 'job:' .. KEY)
+  local starter = 0
+  for i = 1, #fields, 2 do
+    local n = whole(fields[i + 1])
+    if string.sub(fields[i], 1, 2) == 'w:' and n and n > 0 then waiting = waiting + n end
+    if fields[i] == 'sw' and n and n > 0 then starter = n end
+  end
+  waiting = math.max(0, waiting - starter)
+end
 local held = CALLER ~= '' and in_flight == 0 and typed(P .. 'callers', 'hash')
   and redis.call('HGET', P .. 'callers', CALLER)
 if not held or held == KEY or not typed(P .. 'job:' .. held, 'hash') then
-  return {running, queued, in_flight, 0, '', 0, 0}
+  return {running, queued, in_flight, 0, '', 0, 0, waiting}
 end
 local job = redis.call('HMGET', P .. 'job:' .. held, 'caller', 'state', 'qt', 'st')
-if job[1] ~= CALLER then return {running, queued, in_flight, 0, '', 0, 0} end
+if job[1] ~= CALLER then return {running, queued, in_flight, 0, '', 0, 0, waiting} end
 local since = tonumber(job[4] or job[3]) or now
 local ahead = 0
 if job[2] == 'queued' then ahead = redis.call('LPOS', P .. 'queue', held) or 0 end
-return {running, queued, in_flight, 1, tostring(job[2]), now - since, ahead}
+return {running, queued, in_flight, 1, tostring(job[2]), now - since, ahead, waiting}
