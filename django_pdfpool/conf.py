@@ -63,18 +63,16 @@ def _build(cls: type[Any], raw: dict[str, Any]) -> Any:
     return cls(**values)
 
 
-def _float(value: Any) -> float | None:
-    return None if value is None else float(value)
-
-
 def _imported(value: Any) -> Any:
     return import_string(value) if isinstance(value, str) else value
 
 
-def _is_address(value: Any) -> bool:
-    """``host:port`` with a port number (a Sentinel's address)."""
-    host, _, port = value.rpartition(":") if isinstance(value, str) else ("", "", "")
-    return bool(host) and port.isdigit() and 0 < int(port) < 65536
+def _are_addresses(value: Any) -> bool:
+    """A list of ``host:port`` with a port number (Sentinels' addresses)."""
+    if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+        return False
+    pairs = (address.rpartition(":") for address in value)
+    return all(host and port.isdigit() and 0 < int(port) < 65536 for host, _, port in pairs)
 
 
 def _addresses(value: Any) -> tuple[tuple[str, int], ...]:
@@ -126,53 +124,42 @@ def _redis_problems(name: str, redis: Any) -> list[CheckMessage]:
     return []
 
 
-DOTTED = Bound(lambda v: isinstance(v, str) or callable(v), "a dotted path or a callable")
+_DOTTED = Bound(lambda v: isinstance(v, str) or callable(v), "a dotted path or a callable")
+_URL = Bound(lambda v: isinstance(v, str), "a redis://, rediss:// or unix:// URL")
+_SENTINELS = Bound(_are_addresses, 'a list of "host:port" strings')
+_NAME = Bound(lambda v: v is None or (isinstance(v, str) and 0 < len(v) <= 200), "None or a name")
+_DICT = Bound(lambda v: isinstance(v, dict), "a dict")
+_DICT_OR_FLAG = Bound(lambda v: isinstance(v, dict | bool), "True, False, or a dict")
+_DICT_OR_NONE = Bound(lambda v: v is None or isinstance(v, dict), "None, or a dict")
+# The table below, one setting(default, bound, help, ...) a key, is kept compact as data.
 
 
 @dataclass(frozen=True)
 class DoorSettings:
     """PDFPOOL["DOOR"]: admission from the headers, before the body (docs/door.md)."""
 
-    budget: int = setting(
-        64,
-        integer(0),
+    budget: int = setting(64, integer(0),
         "with every place taken, bodies the door lets in because they may join a job in flight "
         "(one per caller); past it the door sheds from the headers and counts it apart "
-        "([the door](door.md#joins-and-the-budget)).",
-    )
-    budget_bytes: int = setting(
-        64 * MiB,
-        integer(0, unit="bytes"),
-        "the declared bytes of those bodies together (a chunked body counts as the whole limit).",
-    )
-    digests: bool = setting(
-        True,
-        FLAG,
+        "([the door](door.md#joins-and-the-budget)).")  # fmt: skip
+    budget_bytes: int = setting(64 * MiB, integer(0, unit="bytes"),
+        "the declared bytes of those bodies together (a chunked body counts as the whole "
+        "limit).")  # fmt: skip
+    digests: bool = setting(True, FLAG,
         "the door answers from a declared digest (at once: it joins, or 503/429); `False`: it "
         "reads the body instead ([what the answer reveals](security.md#what-the-doors-answer-"
-        "reveals)). Digests are verified either way.",
-    )
-    body_timeout: float = setting(
-        20.0,
-        seconds(above=0),
+        "reveals)). Digests are verified either way.")  # fmt: skip
+    body_timeout: float = setting(20.0, seconds(above=0),
         "seconds a body let in by the door has to arrive, plus one per `BODY_MIN_RATE` bytes "
         "received; past it, 408 and its place goes back ([nobody holds the door]"
-        "(door.md#nobody-holds-the-door)).",
-        convert=float,
-    )
-    body_min_rate: int = setting(
-        500,
-        integer(1, unit="bytes a second"),
+        "(door.md#nobody-holds-the-door)).", convert=float)  # fmt: skip
+    body_min_rate: int = setting(500, integer(1, unit="bytes a second"),
         "bytes a second that earn a body another second: Apache mod_reqtimeout's "
-        "`body=20,MinRate=500`.",
-    )
-    body_timeout_max: float = setting(
-        300.0,
-        seconds(above=0),
+        "`body=20,MinRate=500`.")  # fmt: skip
+    body_timeout_max: float = setting(300.0, seconds(above=0),
         "seconds a body has in all, however fast it comes: the most a trickle just above "
         "`BODY_MIN_RATE` holds a place; mod_reqtimeout's `body=20-300`.",
-        convert=float,
-    )
+        convert=float)  # fmt: skip
 
     @classmethod
     def defaults(cls) -> DoorSettings:
@@ -184,179 +171,98 @@ class DoorSettings:
 class RedisSettings:
     """PDFPOOL["REDIS"]: one pool for every process sharing URL and NAMESPACE (docs/cluster.md)."""
 
-    url: str = setting(
-        None,
-        Bound(lambda v: isinstance(v, str), "a redis://, rediss:// or unix:// URL"),
-        "`redis://`, `rediss://` or `unix://` URL; required (E007).",
-    )
-    namespace: str = setting(
-        "pdfpool",
-        bounds.NAMESPACE,
+    url: str = setting(None, _URL,
+        "`redis://`, `rediss://` or `unix://` URL; required (E007).")  # fmt: skip
+    namespace: str = setting("pdfpool", bounds.NAMESPACE,
         "prefix of the pool's Redis keys: one namespace, one set of limits. Check `W001` warns "
-        "of the default.",
-    )
-    lease: float = setting(
-        5.0,
-        bounds.LEASE,
+        "of the default.")  # fmt: skip
+    lease: float = setting(5.0, bounds.LEASE,
         "seconds after which a process that stopped renewing (killed, hung) loses its slots, "
-        "queue places and caller holds; its sharers get 503.",
-        convert=float,
-    )
-    fallback: str = setting(
-        "refuse",
-        bounds.FALLBACK,
+        "queue places and caller holds; its sharers get 503.", convert=float)  # fmt: skip
+    fallback: str = setting("refuse", bounds.FALLBACK,
         'while Redis fails: `"refuse"` new work with 503, or `"local"`: run it in this '
-        "process's own pool (a warning is logged).",
-    )
-    timeout: float = setting(
-        1.0,
-        bounds.CALL_TIMEOUT,
+        "process's own pool (a warning is logged).")  # fmt: skip
+    timeout: float = setting(1.0, bounds.CALL_TIMEOUT,
         "seconds a Redis call may take before Redis counts as failing.",
-        convert=float,
-    )
-    sentinels: tuple[tuple[str, int], ...] = setting(
-        (),
-        Bound(
-            lambda v: isinstance(v, list | tuple) and all(map(_is_address, v)),
-            'a list of "host:port" strings',
-        ),
+        convert=float)  # fmt: skip
+    sentinels: tuple[tuple[str, int], ...] = setting((), _SENTINELS,
         '`["host:port", ...]`: find the primary through Redis Sentinel; `URL`\'s host is then '
         "the service name ([reaching Redis](cluster.md#reaching-redis-tls-acl-users-sentinel)).",
-        convert=_addresses,
-    )
-    deployment: str | None = setting(
-        None,
-        Bound(lambda v: v is None or (isinstance(v, str) and 0 < len(v) <= 200), "None or a name"),
-        "a name telling this deployment from others on the same Redis and `NAMESPACE` (they are "
-        "refused, not merged); `None`: derived from `SECRET_KEY` (an HMAC, never the key).",
-    )
+        convert=_addresses)  # fmt: skip
+    deployment: str | None = setting(None, _NAME,
+        "a name telling this deployment from others on the same Redis and `NAMESPACE` (refused, "
+        "not merged); `None`: derived from `SECRET_KEY` (an HMAC, never the key).")  # fmt: skip
 
 
 @dataclass(frozen=True)
 class SandboxSettings:
     """PDFPOOL["SANDBOX"]: how each extraction child confines itself (docs/security.md)."""
 
-    layers: bool = setting(
-        True,
-        FLAG,
-        "each extraction child confines itself with every layer this host offers ([the "
-        "layers](#sandbox)); `False` turns them all off, for debugging an engine only.",
-    )
-    require: str = setting(
-        "none",
-        REQUIRE,
-        "the sandbox level below which extractions are refused (503 `sandbox_unavailable`, "
-        'check E021): `"none"`, `"basic"`, `"landlock"` or `"full"` ([levels](#sandbox)).',
-    )
-    child_env: tuple[str, ...] = setting(
-        (),
-        bounds.CHILD_ENV,
+    layers: bool = setting(True, FLAG,
+        "each extraction child confines itself with every layer this host offers ([the layers]"
+        "(#the-layers)); `False` turns them all off, for debugging an engine only.")  # fmt: skip
+    require: str = setting("none", REQUIRE,
+        "the sandbox level below which extractions are refused (fail closed: 503 "
+        '`sandbox_unavailable`, check E021): `"none"`, `"basic"`, `"landlock"` or `"full"` '
+        "([the levels](#the-layers)).")  # fmt: skip
+    child_env: tuple[str, ...] = setting((), bounds.CHILD_ENV,
         "names of environment variables the extraction children inherit besides the minimum "
-        "([which](#sandbox)); nothing else of the server's environment reaches a child.",
-        convert=tuple,
-    )
+        "([the environment](#the-childrens-environment)).", convert=tuple)  # fmt: skip
 
 
 @dataclass(frozen=True, kw_only=True)
 class PoolSettings:
     """The validated, merged PDFPOOL setting; each field is one key (its name in capitals)."""
 
-    slots: int = setting(
-        2,
-        bounds.SLOTS,
-        "extractions running at once in this process. Each may use up to `MEMORY_LIMIT`: budget "
-        "`SLOTS x MEMORY_LIMIT` plus the server.",
-    )
-    queue: int = setting(
-        4,
-        bounds.QUEUE,
-        "extractions waiting for a slot. With `0`, an upload arriving while every slot is taken "
-        "gets 503 at once.",
-    )
-    wait: float | None = setting(
-        10.0,
-        bounds.WAIT,
-        "seconds a queued extraction may wait for a slot, then every client sharing it gets 503 "
-        "(`None`: wait as long as it takes).",
-        convert=_float,
-    )
-    timeout: float = setting(
-        30.0,
-        bounds.TIMEOUT,
+    slots: int = setting(2, bounds.SLOTS,
+        "extractions running at once in this process. Each may use up to `MEMORY_LIMIT`: "
+        "budget `SLOTS x MEMORY_LIMIT` plus the server.")  # fmt: skip
+    queue: int = setting(4, bounds.QUEUE,
+        "extractions waiting for a slot. With `0`, an upload arriving while every slot is "
+        "taken gets 503 at once.")  # fmt: skip
+    wait: float | None = setting(10.0, bounds.WAIT,
+        "seconds a queued extraction may wait for a slot, then every client sharing it gets "
+        "503 (`None`: wait as long as it takes).",
+        convert=lambda v: None if v is None else float(v))  # fmt: skip
+    timeout: float = setting(30.0, bounds.TIMEOUT,
         "seconds one extraction may run; the child's process group is killed at the deadline "
-        "and the clients get 422 `too_complex`.",
-        convert=float,
-    )
-    memory_limit: int = setting(
-        512 * MiB,
-        integer(128 * MiB, unit="bytes"),  # above bounds.MEMORY_LIMIT: pypdf alone maps ~45 MiB
+        "and the clients get 422 `too_complex`.", convert=float)  # fmt: skip
+    memory_limit: int = setting(512 * MiB, integer(128 * MiB, unit="bytes"),  # pypdf alone: 45 MiB
         "bytes of address space for one child (`RLIMIT_AS`); a PDF that needs more gets 422 "
-        "`too_large`. A child with pypdf imported already maps about 45 MiB.",
-    )
-    max_upload_size: int = setting(
-        50 * MiB,
-        integer(1, unit="bytes"),
+        "`too_large`. A child with pypdf imported already maps about 45 MiB.")  # fmt: skip
+    max_upload_size: int = setting(50 * MiB, integer(1, unit="bytes"),
         "bytes; a larger upload gets 413 before any work, from `Content-Length` and then from "
-        "the file's size ([uploads](#uploads)).",
-    )
-    max_pages: int | None = setting(
-        None,
-        bounds.MAX_PAGES,
+        "the file's size ([uploads](#uploads)).")  # fmt: skip
+    max_pages: int | None = setting(None, bounds.MAX_PAGES,
         "extract at most this many pages; the rest are cut off and `Extraction.truncated` is "
-        "`True` (`None`: every page).",
-    )
-    max_text_bytes: int = setting(
-        8 * MiB,
-        integer(1024, unit="bytes"),  # above bounds.MAX_TEXT_BYTES: a useful floor
-        "bytes of text (UTF-8) one extraction may return; the child cuts it there (`truncated`, "
-        "`text_truncated`) and the parent reads little more ([text bombs](#text-bombs)).",
-    )
-    engine: str = setting(
-        "pypdf",
-        ENGINE,
-        '`"pypdf"`, or `"pypdfium2"` with the `[pdfium]` extra (much faster; see [security]'
-        "(security.md) for its different failure modes).",
-        more=_engine_installed,
-    )
-    sandbox: SandboxSettings = setting(  # noqa: RUF009 - setting() is a dataclasses.field
-        {},
-        Bound(lambda v: isinstance(v, dict), "a dict"),
+        "`True` (`None`: every page).")  # fmt: skip
+    max_text_bytes: int = setting(8 * MiB, integer(1024, unit="bytes"),  # a useful floor
+        "bytes of text (UTF-8) one extraction may return; the child cuts it there (`truncated` "
+        "and `text_truncated` are `True`) ([text bombs](#text-bombs)).")  # fmt: skip
+    engine: str = setting("pypdf", ENGINE,
+        '`"pypdf"`, or `"pypdfium2"` with the `[pdfium]` extra (much faster; see '
+        "[security](security.md) for its different failure modes).",
+        more=_engine_installed)  # fmt: skip
+    sandbox: SandboxSettings = setting({}, _DICT,  # noqa: RUF009
         "how each extraction child confines itself: [`SANDBOX`](#sandbox).",
-        group=SandboxSettings,
-    )
-    caller: Callable[..., Any] = setting(  # noqa: RUF009 - as sandbox
-        "django_pdfpool.callers.user_or_ip",
-        DOTTED,
+        group=SandboxSettings)  # fmt: skip
+    caller: Callable[..., Any] = setting("django_pdfpool.callers.user_or_ip", _DOTTED,  # noqa: RUF009
         "dotted path (or callable) from a request to a caller id for the one-job-per-caller "
         "rule ([callers](installation.md#callers)).",
-        convert=_imported,
-        more=_importable("the request"),
-    )
-    refusal_view: Callable[..., Any] = setting(  # noqa: RUF009 - as sandbox
-        "django_pdfpool.responses.default_refusal_view",
-        DOTTED,
-        "dotted path (or callable) of `view(request, exception) -> HttpResponse`, for every "
-        "answer given in a view's place (400, 413, 422, 429, 503) by the decorator, the "
-        "middleware and the door ([usage](usage.md#answers-the-view-never-sees)). A "
-        "decorator's `answer=` overrides it for that view.",
-        convert=_imported,
-        more=_importable("the request and the exception"),
-    )
-    door: DoorSettings | None = setting(  # noqa: RUF009 - as sandbox
-        True,
-        Bound(lambda v: isinstance(v, dict) or v is True or v is False, "True, False, or a dict"),
-        "decide on uploads to `@pdf_pooled` views from their headers, before their bodies are "
-        "read: [`DOOR`](#door) (`False`: no door).",
-        group=DoorSettings,
-    )
-    redis: RedisSettings | None = setting(  # noqa: RUF009 - as sandbox
-        None,
-        Bound(lambda v: v is None or isinstance(v, dict), "None, or a dict"),
+        convert=_imported, more=_importable("the request"))  # fmt: skip
+    refusal_view: Callable[..., Any] = setting(  # noqa: RUF009
+        "django_pdfpool.responses.default_refusal_view", _DOTTED,
+        "dotted path (or callable) of `view(request, exception) -> HttpResponse` answering in a "
+        "view's place (400, 413, 422, 429, 503) for the decorator, the middleware and the door "
+        "([usage](usage.md#answers-the-view-never-sees)); a decorator's `answer=` overrides it.",
+        convert=_imported, more=_importable("the request and the exception"))  # fmt: skip
+    door: DoorSettings | None = setting(True, _DICT_OR_FLAG,  # noqa: RUF009
+        "decide on uploads to `@pdf_pooled` views from their headers, before their bodies "
+        "are read: [`DOOR`](#door) (`False`: no door).", group=DoorSettings)  # fmt: skip
+    redis: RedisSettings | None = setting(None, _DICT_OR_NONE,  # noqa: RUF009
         "one pool for every process sharing its `URL` and `NAMESPACE`: [`REDIS`](#redis) "
         "(`None`: each process has its own pool); needs the `[redis]` extra.",
-        more=_redis_problems,
-        group=RedisSettings,
-    )
+        more=_redis_problems, group=RedisSettings)  # fmt: skip
 
     temp_dir: str | None = None  # not a key: Django's FILE_UPLOAD_TEMP_DIR (uploads staged)
 
@@ -420,10 +326,8 @@ def problems(raw: Any, name: str = "PDFPOOL", table: Any = None) -> list[CheckMe
         else:
             msg, hint = f"{name} has an unknown key {key!r}.", f"Known keys: {', '.join(table)}."
             found.append(Error(msg, hint=hint, id="django_pdfpool.E002"))
-    for key, declared in table.items():
-        where, value = f"{name}[{key!r}]", raw.get(key)
-        if key not in raw:
-            continue
+    for key in [key for key in table if key in raw]:
+        declared, where, value = table[key], f"{name}[{key!r}]", raw[key]
         if not declared.check(value):
             msg = f"{where} must be {declared.check.expected}, not {value!r}."
             found.append(Error(msg, id="django_pdfpool.E003"))
@@ -436,8 +340,7 @@ def problems(raw: Any, name: str = "PDFPOOL", table: Any = None) -> list[CheckMe
 
 @functools.cache
 def get_settings() -> PoolSettings:
-    """The validated settings, cached; ImproperlyConfigured naming every problem where the
-    checks did not run."""
+    """The validated settings, cached; ImproperlyConfigured naming every problem."""
     raw = raw_setting()
     if found := problems(raw):
         raise ImproperlyConfigured(" ".join(f"[{p.id}] {p.msg}" for p in found))

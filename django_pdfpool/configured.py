@@ -17,8 +17,6 @@ from .exceptions import ExtractionError
 from .sandbox.extract import Extraction
 from .sandbox.extract import configure as configure_extraction
 
-__all__ = ["adrain_pool", "drain_pool", "drain_timeout", "get_pool", "peek_pool", "recorder"]
-
 logger = logging.getLogger("django_pdfpool")
 
 _lock = threading.Lock()
@@ -75,10 +73,9 @@ def _build(conf: PoolSettings) -> AdmissionPool:
 
 
 def _encode_result(value: Any) -> Any:
-    """A job's result as plain JSON values, for sharers in other processes (Redis); an
-    Extraction's text is rebuilt from its pages."""
+    """A job's result as JSON values, for sharers in other processes (Redis)."""
     if isinstance(value, Extraction):
-        return {"extraction": value.as_dict(text=False)}
+        return {"extraction": value.as_dict(text=False)}  # the text is rebuilt from pages
     return {"value": value}
 
 
