@@ -18,11 +18,6 @@ NAT64 = ipaddress.IPv6Network("64:ff9b::/96")  # RFC 6052's well-known prefix
 IPV6_PREFIX = 64  # anonymous IPv6 callers: one caller per /64, the network one host holds
 
 
-def _user_id(request: HttpRequest) -> str | None:
-    user = getattr(request, "user", None)
-    return f"user:{user.pk}" if user is not None and user.is_authenticated else None
-
-
 def cannot_know_yet(request: HttpRequest) -> bool:
     """The door asks, and the request carries credentials nobody has read yet: a session
     cookie or an ``Authorization`` header before Django's authentication, an ``Authorization``
@@ -64,22 +59,26 @@ def address_caller(address: str, prefix: int = IPV6_PREFIX) -> str:
     return f"ip:{ip}"
 
 
+def _user_or(request: HttpRequest, address: str) -> str | None:
+    if cannot_know_yet(request):
+        return None
+    user = getattr(request, "user", None)
+    if user is not None and user.is_authenticated:
+        return f"user:{user.pk}"
+    return address_caller(address or request.META.get("REMOTE_ADDR") or "unknown")
+
+
 def user_or_ip(request: HttpRequest) -> str | None:
     """``user:<pk>`` for an authenticated user, else ``address_caller(REMOTE_ADDR)``; None
     when ``cannot_know_yet``. Forwarded headers are not trusted: behind a proxy every
     anonymous client would share its address (use ``user_or_forwarded_ip`` there)."""
-    if cannot_know_yet(request):
-        return None
-    return _user_id(request) or address_caller(request.META.get("REMOTE_ADDR") or "unknown")
+    return _user_or(request, "")
 
 
 def user_or_forwarded_ip(request: HttpRequest) -> str | None:
     """Like ``user_or_ip``, but for anonymous users behind one trusted reverse proxy:
     the last address of ``X-Forwarded-For`` (the one your proxy appended)."""
-    if cannot_know_yet(request):
-        return None
-    last = request.META.get("HTTP_X_FORWARDED_FOR", "").rsplit(",", 1)[-1].strip()
-    return _user_id(request) or address_caller(last or request.META.get("REMOTE_ADDR") or "unknown")
+    return _user_or(request, request.META.get("HTTP_X_FORWARDED_FOR", "").rsplit(",")[-1].strip())
 
 
 _QUICK = (user_or_ip, user_or_forwarded_ip)  # read attributes only: fine on an event loop

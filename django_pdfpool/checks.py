@@ -37,12 +37,11 @@ def check_integrations(**kwargs: Any) -> list[CheckMessage]:
 def check_sandbox(**kwargs: Any) -> list[CheckMessage]:
     """W021 for each sandbox layer this host lacks; E021 when that is below SANDBOX['REQUIRE']
     (extractions are then refused). Asks a probe child once."""
-    from .sandbox.extract import configure, sandbox_layers
+    from .sandbox.extract import sandbox_layers
 
     if problems(raw_setting()):
         return []  # check_settings reports them
-    sandbox = get_settings().sandbox
-    configure(sandbox=sandbox.layers, require=sandbox.require, child_env=sandbox.child_env)
+    get_settings().sandbox.configure()
     found = sandbox_layers()
     messages: list[CheckMessage] = [
         checks.Warning(

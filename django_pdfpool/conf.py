@@ -209,6 +209,12 @@ class SandboxSettings:
         "names of environment variables the extraction children inherit besides the minimum "
         "([the environment](#the-childrens-environment)).", convert=tuple)  # fmt: skip
 
+    def configure(self, **more: Any) -> None:
+        """Give the extraction sandbox these terms (``sandbox.configure``)."""
+        from .sandbox.extract import configure
+
+        configure(sandbox=self.layers, require=self.require, child_env=self.child_env, **more)
+
 
 @dataclass(frozen=True, kw_only=True)
 class PoolSettings:

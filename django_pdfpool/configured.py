@@ -15,7 +15,6 @@ from .admission.protocol import AdmissionPool
 from .conf import PoolSettings, get_settings
 from .exceptions import ExtractionError
 from .sandbox.extract import Extraction
-from .sandbox.extract import configure as configure_extraction
 
 logger = logging.getLogger("django_pdfpool")
 
@@ -37,13 +36,7 @@ def get_pool() -> AdmissionPool:
             atexit.register(drain_pool)  # graceful by default where nothing else drains
         if _pool is None or (_built_from != current and _pool.idle()):
             _pool = _build(current)
-            sandbox = current.sandbox
-            configure_extraction(
-                tmp_dir=current.temp_dir,
-                child_env=sandbox.child_env,
-                sandbox=sandbox.layers,
-                require=sandbox.require,
-            )
+            current.sandbox.configure(tmp_dir=current.temp_dir)
             recorder.start()  # the status chart then covers the time before anyone looked
             _built_from = current
         return _pool

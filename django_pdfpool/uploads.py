@@ -14,7 +14,7 @@ import tempfile
 import time
 import weakref
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from django.core.files.uploadedfile import UploadedFile
@@ -47,13 +47,9 @@ class StagedUpload:
     size: int
     name: str
     owned: bool = False
-    _finalizer: weakref.finalize[[str], StagedUpload] | None = field(
-        init=False, repr=False, default=None
-    )
 
     def __post_init__(self) -> None:
-        if self.owned:
-            self._finalizer = weakref.finalize(self, _remove, self.path)
+        self._finalizer = weakref.finalize(self, _remove, self.path) if self.owned else None
 
     def discard(self) -> None:
         """Delete the copy now if the library made it (idempotent); else do nothing."""
