@@ -1,10 +1,6 @@
-"""mkdocs hooks: the settings page's tables, made from the settings table at build time.
-
-A line ``<!-- settings: PDFPOOL -->`` in a page becomes the table of the PDFPOOL keys
-(``django_pdfpool.conf.SETTINGS``), ``<!-- settings: DOOR -->`` (REDIS, SANDBOX) that of a
-nested dict's keys: key, default, what the check requires, and the help. So
-docs/settings.md can never disagree with the code (tests/test_conf.py).
-"""
+"""mkdocs hooks: a line ``<!-- settings: PDFPOOL -->`` (DOOR, REDIS, SANDBOX) in a page becomes
+the table of those keys, made from ``django_pdfpool.conf``: key, default, what the check
+requires, and the help; so docs/settings.md cannot disagree with the code."""
 
 from __future__ import annotations
 
@@ -18,38 +14,32 @@ MARKER = re.compile(r"^<!-- settings: (?P<table>[A-Z]+) -->$", re.M)
 TABLES = {"PDFPOOL": SETTINGS} | {
     key: table_of(declared.group) for key, declared in SETTINGS.items() if declared.group
 }
-"""Each table of the page: the PDFPOOL keys, then each nested dict's keys (DOOR...)."""
 
 
 def default_shown(value: Any) -> str:
     """A default as a reader writes it: ``"pypdf"``, ``None``, ``512 MiB``."""
     if is_int(value) and value >= MiB:
         return shown(value)
-    if isinstance(value, str):
-        return f'`"{value}"`'
-    return f"`{value!r}`"
+    return f'`"{value}"`' if isinstance(value, str) else f"`{value!r}`"
 
 
 def settings_table(name: str) -> str:
     """The Markdown table of the keys of PDFPOOL or of its nested dict ``name``."""
     if name not in TABLES:
         raise ValueError(f"no settings table {name!r}; the tables are {list(TABLES)}")
-    rows = [
-        "| key | default | must be | meaning |",
-        "|-----|---------|---------|---------|",
-    ]
-    rows += [
-        f"| `{key}` | {default_shown(declared.default)} | {declared.check.expected} "
-        f"| {declared.help} |"
-        for key, declared in TABLES[name].items()
-    ]
+    rows = ["| key | default | must be | meaning |", "|-----|---------|---------|---------|"]
+    for key, declared in TABLES[name].items():
+        rows.append(
+            f"| `{key}` | {default_shown(declared.default)} | {declared.check.expected} "
+            f"| {declared.help} |"
+        )
     return "\n".join(rows)
+
+
+def on_page_markdown(markdown: str, **kwargs: Any) -> str:
+    return render(markdown)
 
 
 def render(markdown: str) -> str:
     """``markdown`` with each settings marker replaced by its table."""
     return MARKER.sub(lambda found: settings_table(found["table"]), markdown)
-
-
-def on_page_markdown(markdown: str, **kwargs: Any) -> str:
-    return render(markdown)

@@ -1,10 +1,6 @@
-"""What a value must be, said once: a test and the words for it ("an integer >= 1").
-
-A leaf every layer may import, like ``exceptions``: the bounds of the pools' and the
-sandbox's arguments are declared here once (below), those layers check their arguments with
-them, and the settings table (``conf``) refers to the same objects, so a setting and the
-argument it becomes can never be checked differently.
-"""
+"""What a value must be, said once: a test and its words ("an integer >= 1"). A leaf every
+layer imports: the pools and the sandbox check their arguments with the bounds below, and the
+settings table (``conf``) uses the same objects, so a setting and its argument agree."""
 
 from __future__ import annotations
 
@@ -33,12 +29,11 @@ class Bound:
 
 
 def is_int(value: Any) -> bool:
-    """An int, not a bool."""
     return isinstance(value, int) and not isinstance(value, bool)
 
 
 def is_number(value: Any) -> bool:
-    """A finite int or float, not a bool (NaN and infinity are refused)."""
+    """A finite int or float, not a bool."""
     return (is_int(value) or isinstance(value, float)) and math.isfinite(value)
 
 
@@ -66,20 +61,17 @@ def seconds(*, at_least: float | None = None, above: float | None = None) -> Bou
 
 
 def one_of(choices: Iterable[str]) -> Bound:
-    """One of ``choices`` (kept in their order for the words)."""
     kept = tuple(choices)
     return Bound(lambda v: isinstance(v, str) and v in kept, "one of " + ", ".join(map(repr, kept)))
 
 
 def or_none(bound: Bound) -> Bound:
-    """``bound``, or None."""
     return Bound(lambda v: v is None or bound.test(v), f"{bound.expected}, or None")
 
 
 FLAG = Bound(lambda v: isinstance(v, bool), "True or False")
 
-
-# the lower layers' arguments (``records.check_terms``, ``RedisPool``, ``extract``, ``configure``)
+# the lower layers' arguments (``Pool``, ``RedisPool``, ``extract``, ``configure``)
 SLOTS = integer(1)  # jobs running at once
 QUEUE = integer(0)  # jobs waiting for a slot
 WAIT = or_none(seconds(at_least=0))  # seconds a queued job waits, then PoolBusy; None: no end

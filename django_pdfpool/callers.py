@@ -1,11 +1,6 @@
-"""Who is asking: functions from a request to a caller id, for one-job-per-caller, and
-the one way every entry asks the ``CALLER`` setting (``caller_of``, ``acaller_of``).
-
-``acaller_of`` resolves ``request.user`` (with ``auser()``) before calling the setting's
-function, so the library's own only read attributes. The door asks too, before the body,
-and under ASGI before authentication: a caller function returns None there to say it
-cannot know the caller yet (docs/door.md).
-"""
+"""Who is asking: functions from a request to a caller id, for one-job-per-caller, and the
+one way every entry asks the ``CALLER`` setting (``caller_of``, ``acaller_of``). The door
+asks before the body: a caller function returns None there when it cannot know yet."""
 
 from __future__ import annotations
 
@@ -18,32 +13,19 @@ from django.http import HttpRequest
 
 from .conf import get_settings
 
-ASKING = "django_pdfpool.door.asking"
-"""Set in ``request.META`` while the door asks the caller function, before the body."""
-
+ASKING = "django_pdfpool.door.asking"  # in ``request.META`` while the door asks, before the body
 NAT64 = ipaddress.IPv6Network("64:ff9b::/96")  # RFC 6052's well-known prefix
 IPV6_PREFIX = 64  # anonymous IPv6 callers: one caller per /64, the network one host holds
 
 
-def _user_id(request: HttpRequest) -> str | None:
-    """``user:<pk>`` for an authenticated user (the status page shows its username), else None."""
-    user = getattr(request, "user", None)
-    if user is not None and user.is_authenticated:
-        return f"user:{user.pk}"
-    return None
-
-
 def cannot_know_yet(request: HttpRequest) -> bool:
-    """The door asks, and the request carries credentials nobody has read yet: before
-    Django's authentication (no ``request.user``) a session cookie or an ``Authorization``
-    header; after it, an ``Authorization`` header on an anonymous user, which a framework's
-    own authentication (DRF's, ninja's tokens) reads later, in the view. The caller may be
-    a user, not its address."""
+    """The door asks, and the request carries credentials nobody has read yet: a session
+    cookie or an ``Authorization`` header before Django's authentication, an ``Authorization``
+    header on an anonymous user after it (DRF's, ninja's tokens are read in the view)."""
     if ASKING not in request.META:
         return False
     if hasattr(request, "user"):
-        anonymous = not request.user.is_authenticated
-        return anonymous and "HTTP_AUTHORIZATION" in request.META
+        return not request.user.is_authenticated and "HTTP_AUTHORIZATION" in request.META
     return "HTTP_AUTHORIZATION" in request.META or settings.SESSION_COOKIE_NAME in request.COOKIES
 
 
@@ -52,20 +34,16 @@ def _bare(address: str) -> str:
     address = address.strip()
     if address.startswith("["):
         return address[1:].split("]", 1)[0]
-    if address.count(":") == 1:  # IPv4 with a port (an IPv6 address has two colons or more)
-        return address.split(":", 1)[0]
-    return address
+    return address.split(":", 1)[0] if address.count(":") == 1 else address  # IPv4 and a port
 
 
 def _as_ipv4(ip: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
-    """The IPv4 address an IPv6 address carries: IPv4-mapped (``::ffff:a.b.c.d``),
-    NAT64 (``64:ff9b::/96``) or IPv4-compatible (``::a.b.c.d``)."""
+    """The IPv4 address an IPv6 address carries: mapped, NAT64 or IPv4-compatible."""
     if ip.ipv4_mapped is not None:
         return ip.ipv4_mapped
     low = int(ip) & 0xFFFFFFFF
-    if ip in NAT64 or (int(ip) >> 32 == 0 and low > 1):
-        return ipaddress.IPv4Address(low)
-    return None
+    nat64_or_compatible = ip in NAT64 or (int(ip) >> 32 == 0 and low > 1)
+    return ipaddress.IPv4Address(low) if nat64_or_compatible else None
 
 
 def address_caller(address: str, prefix: int = IPV6_PREFIX) -> str:
@@ -77,44 +55,39 @@ def address_caller(address: str, prefix: int = IPV6_PREFIX) -> str:
     except ValueError:
         return f"ip:{address}"
     if isinstance(ip, ipaddress.IPv6Address):
-        ipv4 = _as_ipv4(ip)
-        if ipv4 is not None:
-            return f"ip:{ipv4}"
-        network = ipaddress.IPv6Network((int(ip), prefix), strict=False)
-        return f"ip:{network}"
+        return f"ip:{_as_ipv4(ip) or ipaddress.IPv6Network((int(ip), prefix), strict=False)}"
     return f"ip:{ip}"
+
+
+def _user_or(request: HttpRequest, address: str) -> str | None:
+    if cannot_know_yet(request):
+        return None
+    user = getattr(request, "user", None)
+    if user is not None and user.is_authenticated:
+        return f"user:{user.pk}"
+    return address_caller(address or request.META.get("REMOTE_ADDR") or "unknown")
 
 
 def user_or_ip(request: HttpRequest) -> str | None:
     """``user:<pk>`` for an authenticated user, else ``address_caller(REMOTE_ADDR)``; None
-    when the door asks before authentication and the request may carry credentials.
-
-    Forwarded headers are not trusted: behind a proxy every anonymous client
-    would share the proxy's address. Use ``user_or_forwarded_ip`` there.
-    """
-    if cannot_know_yet(request):
-        return None
-    return _user_id(request) or address_caller(request.META.get("REMOTE_ADDR") or "unknown")
+    when ``cannot_know_yet``. Forwarded headers are not trusted: behind a proxy every
+    anonymous client would share its address (use ``user_or_forwarded_ip`` there)."""
+    return _user_or(request, "")
 
 
 def user_or_forwarded_ip(request: HttpRequest) -> str | None:
     """Like ``user_or_ip``, but for anonymous users behind one trusted reverse proxy:
     the last address of ``X-Forwarded-For`` (the one your proxy appended)."""
-    if cannot_know_yet(request):
-        return None
-    forwarded = request.META.get("HTTP_X_FORWARDED_FOR", "")
-    last = forwarded.rsplit(",", 1)[-1].strip()
-    return _user_id(request) or address_caller(last or request.META.get("REMOTE_ADDR") or "unknown")
+    return _user_or(request, request.META.get("HTTP_X_FORWARDED_FOR", "").rsplit(",")[-1].strip())
 
 
 _QUICK = (user_or_ip, user_or_forwarded_ip)  # read attributes only: fine on an event loop
 
 
 def caller_of(request: HttpRequest) -> str:
-    """The caller the ``CALLER`` setting names for ``request`` (``user:<pk>``,
-    ``ip:<address>`` by default), asked from synchronous code, where it may read the
-    database (an async ``CALLER`` is run to completion here). Every sync entry asks this:
-    ``@pdf_pooled``, the integrations, the door; and views that call the pool themselves."""
+    """The caller the ``CALLER`` setting names for ``request`` (``user:<pk>``, ``ip:...`` by
+    default), from synchronous code, where it may read the database (an async ``CALLER``
+    is run to completion here)."""
     function = get_settings().caller
     if iscoroutinefunction(function):
         return cast(str, async_to_sync(function)(request))
@@ -123,8 +96,7 @@ def caller_of(request: HttpRequest) -> str:
 
 async def acaller_of(request: HttpRequest) -> str:
     """``caller_of`` from an event loop: ``request.user`` resolved first (``auser()``), an
-    async ``CALLER`` awaited, a project's sync one run in a worker thread (it may read the
-    database; the library's own are called here)."""
+    async ``CALLER`` awaited, a project's sync one run in a worker thread."""
     if hasattr(request, "auser"):
         request.user = await request.auser()  # resolved once, not on the loop later
     function = get_settings().caller

@@ -1,27 +1,22 @@
-"""The PDFPOOL setting: the table of its keys, their validation and one cached accessor.
-
-Each key is declared once, as a field of ``PoolSettings`` made by ``setting()``: its default,
-its bound (``bounds``: the lower layer's own where the value becomes an argument there) and
-one line of help. DOOR, REDIS and SANDBOX are dicts whose keys are declared the same way, as
-the fields of ``DoorSettings``, ``RedisSettings`` and ``SandboxSettings``. ``problems()``
-(the system checks, and ``get_settings()`` where checks do not run), ``get_settings()`` and
-docs/settings.md (mkdocs_hooks.py) are all made from those fields; ``MOVED`` names the home
-of each key that is gone, so an old key is an error that says where it went.
-"""
+"""The PDFPOOL setting: each key declared once, with its default, bound and help, as a field
+of ``PoolSettings`` (DOOR, REDIS, SANDBOX: of their own dataclass). The checks, the cached
+``get_settings()`` and docs/settings.md (mkdocs_hooks.py) are all made from those fields."""
 
 from __future__ import annotations
 
 import functools
 import hashlib
-import importlib.util
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
+from importlib.util import find_spec
 from typing import Any
 
 from django.conf import settings
+from django.core.checks import CheckMessage, Error
 from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 from django.dispatch import receiver
+from django.utils.crypto import salted_hmac
 from django.utils.module_loading import import_string
 
 from . import bounds
@@ -29,52 +24,25 @@ from .bounds import FLAG, Bound, MiB, integer, seconds
 from .sandbox.confine import REQUIRE
 from .sandbox.wire import ENGINE
 
-__all__ = [
-    "DEFAULTS", "MOVED", "SETTINGS", "DoorSettings", "PoolSettings", "Problem", "RedisSettings",
-    "SandboxSettings", "Setting", "get_settings", "problems", "raw_setting", "setting", "table_of",
-]  # fmt: skip
-
-
-@dataclass(frozen=True)
-class Problem:
-    """One thing wrong with the setting; ``id`` is the system check's id."""
-
-    id: str
-    msg: str
-    hint: str = ""
-
-
-More = Callable[[str, Any], list[Problem]]
-"""``more(name, value)``: what a value that passed its bound still has wrong (E004...)."""
+More = Callable[[str, Any], list[CheckMessage]]  # what a value that passed its bound lacks
 
 
 @dataclass(frozen=True)
 class Setting:
-    """One key as the table declares it."""
+    """One key: its default, its bound (E003 "must be"), its help (one line of Markdown), how
+    a valid value becomes the attribute, what the bound cannot see, and a dict's dataclass."""
 
     default: Any
-    check: Bound  # a value that fails it is E003 "PDFPOOL[key] must be <expected>"
-    help: str  # the settings page's "meaning" (Markdown, one line, no "|")
-    convert: Callable[[Any], Any]  # a valid value -> the attribute
-    more: More | None  # what the bound cannot see: an import, an extra, a URL
-    group: type[Any] | None  # a dict's dataclass (DOOR, REDIS, SANDBOX): its keys are its fields
+    check: Bound
+    help: str
+    convert: Callable[[Any], Any] = lambda value: value
+    more: More | None = None
+    group: type[Any] | None = None
 
 
-def _same(value: Any) -> Any:
-    return value
-
-
-def setting(
-    default: Any,
-    check: Bound,
-    help: str,
-    *,
-    convert: Callable[[Any], Any] = _same,
-    more: More | None = None,
-    group: type[Any] | None = None,
-) -> Any:
+def setting(default: Any, check: Bound, help: str, **more: Any) -> Any:
     """A field of a settings dataclass: one key, named as the field in capitals."""
-    return field(metadata={"setting": Setting(default, check, help, convert, more, group)})
+    return field(metadata={"setting": Setting(default, check, help, **more)})
 
 
 def table_of(cls: type[Any]) -> dict[str, Setting]:
@@ -83,32 +51,28 @@ def table_of(cls: type[Any]) -> dict[str, Setting]:
 
 
 def _build(cls: type[Any], raw: dict[str, Any]) -> Any:
-    """``cls`` from a valid dict merged over its table's defaults; a dict key (DOOR...) is
-    its own dataclass built the same way, or None where False or None turns it off."""
+    """``cls`` from a valid dict over its defaults; a dict key (DOOR...) is built the same
+    way (True: its defaults; False or None: off)."""
     values = {}
     for key, declared in table_of(cls).items():
         value = raw.get(key, declared.default)
         if declared.group is not None:
-            off = value is None or value is False
-            value = None if off else _build(declared.group, value if value is not True else {})
+            on = value is not None and value is not False
+            value = _build(declared.group, {} if value is True else value) if on else None
         values[key.lower()] = declared.convert(value)
     return cls(**values)
-
-
-def _float(value: Any) -> float | None:
-    return None if value is None else float(value)
 
 
 def _imported(value: Any) -> Any:
     return import_string(value) if isinstance(value, str) else value
 
 
-def _is_address(value: Any) -> bool:
-    """``host:port`` with a port number (a Sentinel's address)."""
-    if not isinstance(value, str):
+def _are_addresses(value: Any) -> bool:
+    """A list of ``host:port`` with a port number (Sentinels' addresses)."""
+    if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
         return False
-    host, _, port = value.rpartition(":")
-    return bool(host) and port.isdigit() and 0 < int(port) < 65536
+    pairs = (address.rpartition(":") for address in value)
+    return all(host and port.isdigit() and 0 < int(port) < 65536 for host, _, port in pairs)
 
 
 def _addresses(value: Any) -> tuple[tuple[str, int], ...]:
@@ -117,327 +81,212 @@ def _addresses(value: Any) -> tuple[tuple[str, int], ...]:
     return tuple((host.strip("[]"), int(port)) for host, _, port in pairs)
 
 
-def _installed(module: str) -> bool:
-    return importlib.util.find_spec(module) is not None
-
-
-def _dotted(takes: str) -> More:
+def _importable(takes: str) -> More:
     """E004 for a dotted path that cannot be imported (a callable is taken as it is)."""
 
-    def more(name: str, path: Any) -> list[Problem]:
+    def more(name: str, path: Any) -> list[CheckMessage]:
         try:
             _imported(path)
         except ImportError as exc:
             msg = f"{name} = {path!r} cannot be imported: {exc}"
             hint = f"Give the dotted path of a function taking {takes}."
-            return [Problem("django_pdfpool.E004", msg, hint)]
+            return [Error(msg, hint=hint, id="django_pdfpool.E004")]
         return []
 
     return more
 
 
-def _engine_installed(name: str, engine: Any) -> list[Problem]:
-    if engine != "pypdfium2" or _installed("pypdfium2"):
+def _engine_installed(name: str, engine: Any) -> list[CheckMessage]:
+    if engine != "pypdfium2" or find_spec("pypdfium2"):
         return []
     msg = f"{name} is 'pypdfium2' but pypdfium2 is not installed."
-    return [Problem("django_pdfpool.E005", msg, "pip install 'django-pdfpool[pdfium]'")]
+    return [Error(msg, hint="pip install 'django-pdfpool[pdfium]'", id="django_pdfpool.E005")]
 
 
-def _redis_problems(name: str, redis: Any) -> list[Problem]:
+def _redis_problems(name: str, redis: Any) -> list[CheckMessage]:
     """E006 without redis-py, E007 without a URL it parses: a REDIS dict needs both."""
     if not isinstance(redis, dict):
         return []  # None: this process's own pool
-    if not _installed("redis"):
+    if not find_spec("redis"):
         msg = f"{name} is set but redis-py is not installed."
-        return [Problem("django_pdfpool.E006", msg, "pip install 'django-pdfpool[redis]'")]
+        return [Error(msg, hint="pip install 'django-pdfpool[redis]'", id="django_pdfpool.E006")]
     from redis.connection import parse_url
+
+    from .admission.redis.urls import presentable
 
     url = redis.get("URL")
     try:
         parse_url(url if isinstance(url, str) else "")  # type: ignore[no-untyped-call]
     except ValueError:
-        from .admission.redis.urls import presentable
-
         shown = presentable(url) if isinstance(url, str) else repr(url)
         msg = f"{name}['URL'] must be a redis://, rediss:// or unix:// URL, not {shown}."
-        return [Problem("django_pdfpool.E007", msg, "For example redis://127.0.0.1:6379/0")]
+        return [Error(msg, hint="For example redis://127.0.0.1:6379/0", id="django_pdfpool.E007")]
     return []
 
 
-def _dict_or(*shorthands: Any) -> Bound:
-    """A dict of a nested setting's keys (each checked with its own bound), or a shorthand:
-    True for the defaults, False or None for off."""
-    words = "".join(f"{shorthand!r}, " for shorthand in shorthands) + "or a dict"
-    words = words if shorthands else "a dict"
-    return Bound(lambda v: isinstance(v, dict) or any(v is s for s in shorthands), words)
+_DOTTED = Bound(lambda v: isinstance(v, str) or callable(v), "a dotted path or a callable")
+_URL = Bound(lambda v: isinstance(v, str), "a redis://, rediss:// or unix:// URL")
+_SENTINELS = Bound(_are_addresses, 'a list of "host:port" strings')
+_NAME = Bound(lambda v: v is None or (isinstance(v, str) and 0 < len(v) <= 200), "None or a name")
+_DICT = Bound(lambda v: isinstance(v, dict), "a dict")
+_DICT_OR_FLAG = Bound(lambda v: isinstance(v, dict | bool), "True, False, or a dict")
+_DICT_OR_NONE = Bound(lambda v: v is None or isinstance(v, dict), "None, or a dict")
+# The table below, one setting(default, bound, help, ...) a key, is kept compact as data.
 
 
 @dataclass(frozen=True)
 class DoorSettings:
     """PDFPOOL["DOOR"]: admission from the headers, before the body (docs/door.md)."""
 
-    budget: int = setting(
-        64,
-        integer(0),
-        "with every place taken, bodies the door lets in because they may join a job in "
-        "flight (one per caller); past it the door sheds from the headers and counts it apart "
-        "([the door](door.md#joins-and-the-budget)).",
-    )
-    budget_bytes: int = setting(
-        64 * MiB,
-        integer(0, unit="bytes"),
-        "the declared bytes of those bodies together (a chunked body counts as the whole limit).",
-    )
-    digests: bool = setting(
-        True,
-        FLAG,
-        "the door answers from a declared digest (at once: it joins, or 503/429); `False`: "
-        "it reads the body instead ([what the answer reveals]"
-        "(security.md#what-the-doors-answer-reveals)). Digests are verified either way.",
-    )
-    body_timeout: float = setting(
-        20.0,
-        seconds(above=0),
+    budget: int = setting(64, integer(0),
+        "with every place taken, bodies the door lets in because they may join a job in flight "
+        "(one per caller); past it the door sheds from the headers and counts it apart "
+        "([the door](door.md#joins-and-the-budget)).")  # fmt: skip
+    budget_bytes: int = setting(64 * MiB, integer(0, unit="bytes"),
+        "the declared bytes of those bodies together (a chunked body counts as the whole "
+        "limit).")  # fmt: skip
+    digests: bool = setting(True, FLAG,
+        "the door answers from a declared digest (at once: it joins, or 503/429); `False`: it "
+        "reads the body instead ([what the answer reveals](security.md#what-the-doors-answer-"
+        "reveals)). Digests are verified either way.")  # fmt: skip
+    body_timeout: float = setting(20.0, seconds(above=0),
         "seconds a body let in by the door has to arrive, plus one per `BODY_MIN_RATE` bytes "
-        "received; past it, 408 and its place goes back "
-        "([nobody holds the door](door.md#nobody-holds-the-door)).",
-        convert=float,
-    )
-    body_min_rate: int = setting(
-        500,
-        integer(1, unit="bytes a second"),
+        "received; past it, 408 and its place goes back ([nobody holds the door]"
+        "(door.md#nobody-holds-the-door)).", convert=float)  # fmt: skip
+    body_min_rate: int = setting(500, integer(1, unit="bytes a second"),
         "bytes a second that earn a body another second: Apache mod_reqtimeout's "
-        "`body=20,MinRate=500`.",
-    )
-    body_timeout_max: float = setting(
-        300.0,
-        seconds(above=0),
+        "`body=20,MinRate=500`.")  # fmt: skip
+    body_timeout_max: float = setting(300.0, seconds(above=0),
         "seconds a body has in all, however fast it comes: the most a trickle just above "
         "`BODY_MIN_RATE` holds a place; mod_reqtimeout's `body=20-300`.",
-        convert=float,
-    )
+        convert=float)  # fmt: skip
 
     @classmethod
     def defaults(cls) -> DoorSettings:
         """The door's terms with no DOOR dict: what the status page shows of a door off."""
-        built: DoorSettings = _build(cls, {})
-        return built
+        return _build(cls, {})  # type: ignore[no-any-return]
 
 
 @dataclass(frozen=True)
 class RedisSettings:
     """PDFPOOL["REDIS"]: one pool for every process sharing URL and NAMESPACE (docs/cluster.md)."""
 
-    url: str = setting(
-        None,
-        Bound(lambda v: isinstance(v, str), "a redis://, rediss:// or unix:// URL"),
-        "`redis://`, `rediss://` or `unix://` URL; required (E007).",
-    )
-    namespace: str = setting(
-        "pdfpool",
-        bounds.NAMESPACE,
-        "prefix of the pool's Redis keys: one namespace, one set of limits. Check `W001` "
-        "warns of the default.",
-    )
-    lease: float = setting(
-        5.0,
-        bounds.LEASE,
+    url: str = setting(None, _URL,
+        "`redis://`, `rediss://` or `unix://` URL; required (E007).")  # fmt: skip
+    namespace: str = setting("pdfpool", bounds.NAMESPACE,
+        "prefix of the pool's Redis keys: one namespace, one set of limits. Check `W001` warns "
+        "of the default.")  # fmt: skip
+    lease: float = setting(5.0, bounds.LEASE,
         "seconds after which a process that stopped renewing (killed, hung) loses its slots, "
-        "queue places and caller holds; its sharers get 503.",
-        convert=float,
-    )
-    fallback: str = setting(
-        "refuse",
-        bounds.FALLBACK,
+        "queue places and caller holds; its sharers get 503.", convert=float)  # fmt: skip
+    fallback: str = setting("refuse", bounds.FALLBACK,
         'while Redis fails: `"refuse"` new work with 503, or `"local"`: run it in this '
-        "process's own pool (a warning is logged).",
-    )
-    timeout: float = setting(
-        1.0,
-        bounds.CALL_TIMEOUT,
+        "process's own pool (a warning is logged).")  # fmt: skip
+    timeout: float = setting(1.0, bounds.CALL_TIMEOUT,
         "seconds a Redis call may take before Redis counts as failing.",
-        convert=float,
-    )
-    sentinels: tuple[tuple[str, int], ...] = setting(
-        (),
-        Bound(
-            lambda v: isinstance(v, list | tuple) and all(map(_is_address, v)),
-            'a list of "host:port" strings',
-        ),
+        convert=float)  # fmt: skip
+    sentinels: tuple[tuple[str, int], ...] = setting((), _SENTINELS,
         '`["host:port", ...]`: find the primary through Redis Sentinel; `URL`\'s host is then '
         "the service name ([reaching Redis](cluster.md#reaching-redis-tls-acl-users-sentinel)).",
-        convert=_addresses,
-    )
-    deployment: str | None = setting(
-        None,
-        Bound(lambda v: v is None or (isinstance(v, str) and 0 < len(v) <= 200), "None or a name"),
-        "a name telling this deployment from others on the same Redis and `NAMESPACE`, which "
-        "are refused rather than merged; `None`: derived from `SECRET_KEY` (an HMAC, never "
-        "the key).",
-    )
+        convert=_addresses)  # fmt: skip
+    deployment: str | None = setting(None, _NAME,
+        "a name telling this deployment from others on the same Redis and `NAMESPACE` (refused, "
+        "not merged); `None`: derived from `SECRET_KEY` (an HMAC, never the key).")  # fmt: skip
 
 
 @dataclass(frozen=True)
 class SandboxSettings:
     """PDFPOOL["SANDBOX"]: how each extraction child confines itself (docs/security.md)."""
 
-    layers: bool = setting(
-        True,
-        FLAG,
-        "each extraction child confines itself with every layer this host offers (no new "
-        "privileges, not dumpable, namespaces, Landlock, seccomp: "
-        "[security](security.md#the-childs-sandbox)); `False` turns them all off (for "
-        "debugging an engine only: a hostile PDF's code could then reach the server's "
-        "processes, files and network).",
-    )
-    require: str = setting(
-        "none",
-        REQUIRE,
+    layers: bool = setting(True, FLAG,
+        "each extraction child confines itself with every layer this host offers ([the layers]"
+        "(#the-layers)); `False` turns them all off, for debugging an engine only.")  # fmt: skip
+    require: str = setting("none", REQUIRE,
         "the sandbox level below which extractions are refused (fail closed: 503 "
-        '`sandbox_unavailable`, the reason logged at ERROR, system check E021): `"none"`, '
-        '`"basic"` (no new privileges, not dumpable, seccomp), `"landlock"` (and '
-        'Landlock\'s file system, TCP and signal rules) or `"full"` (and new user, network '
-        "and IPC namespaces). A missing layer is warning W021 whatever this says.",
-    )
-    child_env: tuple[str, ...] = setting(
-        (),
-        bounds.CHILD_ENV,
+        '`sandbox_unavailable`, check E021): `"none"`, `"basic"`, `"landlock"` or `"full"` '
+        "([the levels](#the-layers)).")  # fmt: skip
+    child_env: tuple[str, ...] = setting((), bounds.CHILD_ENV,
         "names of environment variables the extraction children inherit besides the minimum "
-        "(`PATH`, `LANG`, `LC_*`, `LD_LIBRARY_PATH`, `PYTHONHOME`, `PYTHONPATH`, "
-        "`PYTHONUSERBASE`, `PYTHONNOUSERSITE`). Nothing else of the server's environment "
-        "(secret keys, database URLs) reaches a child.",
-        convert=tuple,
-    )
+        "([the environment](#the-childrens-environment)).", convert=tuple)  # fmt: skip
+
+    def configure(self, **more: Any) -> None:
+        """Give the extraction sandbox these terms (``sandbox.configure``)."""
+        from .sandbox.extract import configure
+
+        configure(sandbox=self.layers, require=self.require, child_env=self.child_env, **more)
 
 
 @dataclass(frozen=True, kw_only=True)
 class PoolSettings:
-    """The validated, merged PDFPOOL setting, and the table of its keys: each field is one
-    key (its name in capitals), declared once with its default, bound and help."""
+    """The validated, merged PDFPOOL setting; each field is one key (its name in capitals)."""
 
-    slots: int = setting(
-        2,
-        bounds.SLOTS,
+    slots: int = setting(2, bounds.SLOTS,
         "extractions running at once in this process. Each may use up to `MEMORY_LIMIT`: "
-        "budget `SLOTS x MEMORY_LIMIT` plus the server.",
-    )
-    queue: int = setting(
-        4,
-        bounds.QUEUE,
+        "budget `SLOTS x MEMORY_LIMIT` plus the server.")  # fmt: skip
+    queue: int = setting(4, bounds.QUEUE,
         "extractions waiting for a slot. With `0`, an upload arriving while every slot is "
-        "taken gets 503 at once.",
-    )
-    wait: float | None = setting(
-        10.0,
-        bounds.WAIT,
+        "taken gets 503 at once.")  # fmt: skip
+    wait: float | None = setting(10.0, bounds.WAIT,
         "seconds a queued extraction may wait for a slot, then every client sharing it gets "
         "503 (`None`: wait as long as it takes).",
-        convert=_float,
-    )
-    timeout: float = setting(
-        30.0,
-        bounds.TIMEOUT,
+        convert=lambda v: None if v is None else float(v))  # fmt: skip
+    timeout: float = setting(30.0, bounds.TIMEOUT,
         "seconds one extraction may run; the child's process group is killed at the deadline "
-        "and the clients get 422 `too_complex`.",
-        convert=float,
-    )
-    memory_limit: int = setting(
-        512 * MiB,
-        integer(128 * MiB, unit="bytes"),  # above bounds.MEMORY_LIMIT: see the help
+        "and the clients get 422 `too_complex`.", convert=float)  # fmt: skip
+    memory_limit: int = setting(512 * MiB, integer(128 * MiB, unit="bytes"),  # pypdf alone: 45 MiB
         "bytes of address space for one child (`RLIMIT_AS`); a PDF that needs more gets 422 "
-        "`too_large`. A child with pypdf imported already maps about 45 MiB.",
-    )
-    max_upload_size: int = setting(
-        50 * MiB,
-        integer(1, unit="bytes"),
-        "bytes; a larger upload gets 413 before any work (checked from `Content-Length` "
-        "before the body is parsed, then from the file's size). Django's own upload handlers "
-        "still apply; uploads are staged in Django's `FILE_UPLOAD_TEMP_DIR`.",
-    )
-    max_pages: int | None = setting(
-        None,
-        bounds.MAX_PAGES,
+        "`too_large`. A child with pypdf imported already maps about 45 MiB.")  # fmt: skip
+    max_upload_size: int = setting(50 * MiB, integer(1, unit="bytes"),
+        "bytes; a larger upload gets 413 before any work, from `Content-Length` and then from "
+        "the file's size ([uploads](#uploads)).")  # fmt: skip
+    max_pages: int | None = setting(None, bounds.MAX_PAGES,
         "extract at most this many pages; the rest are cut off and `Extraction.truncated` is "
-        "`True` (`None`: every page).",
-    )
-    max_text_bytes: int = setting(
-        8 * MiB,
-        integer(1024, unit="bytes"),  # above bounds.MAX_TEXT_BYTES: a useful floor
-        "bytes of text (UTF-8) one extraction may return. The child cuts the text there "
-        "(`truncated` and `text_truncated` are `True`) and the parent reads at most this plus "
-        'about 1.6 MiB of answer, so one hostile PDF cannot grow the server: a 17 KB "text '
-        'bomb" of 64 MB of text costs the parent about 12 MiB.',
-    )
-    engine: str = setting(
-        "pypdf",
-        ENGINE,
+        "`True` (`None`: every page).")  # fmt: skip
+    max_text_bytes: int = setting(8 * MiB, integer(1024, unit="bytes"),  # a useful floor
+        "bytes of text (UTF-8) one extraction may return; the child cuts it there (`truncated` "
+        "and `text_truncated` are `True`) ([text bombs](#text-bombs)).")  # fmt: skip
+    engine: str = setting("pypdf", ENGINE,
         '`"pypdf"`, or `"pypdfium2"` with the `[pdfium]` extra (much faster; see '
         "[security](security.md) for its different failure modes).",
-        more=_engine_installed,
-    )
-    sandbox: SandboxSettings = setting(  # noqa: RUF009 - setting() is a dataclasses.field
-        {},
-        _dict_or(),
+        more=_engine_installed)  # fmt: skip
+    sandbox: SandboxSettings = setting({}, _DICT,  # noqa: RUF009
         "how each extraction child confines itself: [`SANDBOX`](#sandbox).",
-        group=SandboxSettings,
-    )
-    caller: Callable[..., Any] = setting(  # noqa: RUF009 - as sandbox
-        "django_pdfpool.callers.user_or_ip",
-        Bound(lambda v: isinstance(v, str) or callable(v), "a dotted path or a callable"),
+        group=SandboxSettings)  # fmt: skip
+    caller: Callable[..., Any] = setting("django_pdfpool.callers.user_or_ip", _DOTTED,  # noqa: RUF009
         "dotted path (or callable) from a request to a caller id for the one-job-per-caller "
         "rule ([callers](installation.md#callers)).",
-        convert=_imported,
-        more=_dotted("the request"),
-    )
-    refusal_view: Callable[..., Any] = setting(  # noqa: RUF009 - as sandbox
-        "django_pdfpool.responses.default_refusal_view",
-        Bound(lambda v: isinstance(v, str) or callable(v), "a dotted path or a callable"),
-        "dotted path (or callable) of `view(request, exception) -> HttpResponse`, for every "
-        "answer given in a view's place (400, 413, 422, 429, 503) by the decorator, the "
-        "middleware and the door ([usage](usage.md#answers-the-view-never-sees)). A "
-        "decorator's `answer=` overrides it for that view.",
-        convert=_imported,
-        more=_dotted("the request and the exception"),
-    )
-    door: DoorSettings | None = setting(  # noqa: RUF009 - as sandbox
-        True,
-        _dict_or(True, False),
+        convert=_imported, more=_importable("the request"))  # fmt: skip
+    refusal_view: Callable[..., Any] = setting(  # noqa: RUF009
+        "django_pdfpool.responses.default_refusal_view", _DOTTED,
+        "dotted path (or callable) of `view(request, exception) -> HttpResponse` answering in a "
+        "view's place (400, 413, 422, 429, 503) for the decorator, the middleware and the door "
+        "([usage](usage.md#answers-the-view-never-sees)); a decorator's `answer=` overrides it.",
+        convert=_imported, more=_importable("the request and the exception"))  # fmt: skip
+    door: DoorSettings | None = setting(True, _DICT_OR_FLAG,  # noqa: RUF009
         "decide on uploads to `@pdf_pooled` views from their headers, before their bodies "
-        "are read: [`DOOR`](#door) (`False`: no door).",
-        group=DoorSettings,
-    )
-    redis: RedisSettings | None = setting(  # noqa: RUF009 - as sandbox
-        None,
-        _dict_or(None),
+        "are read: [`DOOR`](#door) (`False`: no door).", group=DoorSettings)  # fmt: skip
+    redis: RedisSettings | None = setting(None, _DICT_OR_NONE,  # noqa: RUF009
         "one pool for every process sharing its `URL` and `NAMESPACE`: [`REDIS`](#redis) "
         "(`None`: each process has its own pool); needs the `[redis]` extra.",
-        more=_redis_problems,
-        group=RedisSettings,
-    )
+        more=_redis_problems, group=RedisSettings)  # fmt: skip
 
     temp_dir: str | None = None  # not a key: Django's FILE_UPLOAD_TEMP_DIR (uploads staged)
 
     def deployment_tag(self) -> str:
-        """What tells this deployment from another sharing its Redis and namespace (the
-        Redis pool refuses to merge them): an HMAC of a fixed label under SECRET_KEY, or
-        under REDIS["DEPLOYMENT"] when it is set. Never the secret itself."""
-        from django.utils.crypto import salted_hmac
-
+        """An HMAC under SECRET_KEY (or REDIS["DEPLOYMENT"]) that tells this deployment from
+        another on its Redis and namespace, which the Redis pool refuses to merge."""
         secret = self.redis.deployment if self.redis else None  # None: SECRET_KEY
         return salted_hmac("django_pdfpool.redis", "deployment", secret=secret).hexdigest()[:32]
 
     @functools.cached_property
     def results_tag(self) -> str:
-        """A short digest of the settings that change what the default job returns (its
-        outcome too: a limit can turn a result into too_large or too_complex): part of its
-        single-flight key, and the same in every process sharing a Redis namespace."""
+        """A digest of the settings that change what the default job returns (or its outcome):
+        part of its single-flight key, the same in every process of a Redis namespace."""
         values = (self.engine, self.max_pages, self.max_text_bytes, self.memory_limit, self.timeout)
         return hashlib.sha256(repr(values).encode()).hexdigest()[:12]
 
 
-SETTINGS = table_of(PoolSettings)
-"""The table: every PDFPOOL key and its declaration, in the order of ``PoolSettings``."""
-
+SETTINGS = table_of(PoolSettings)  # every PDFPOOL key and its declaration, in order
 DEFAULTS: dict[str, Any] = {key: declared.default for key, declared in SETTINGS.items()}
 
 MOVED = {  # a key that is gone -> its home, which check E008 names
@@ -468,49 +317,38 @@ def raw_setting() -> Any:
     return getattr(settings, "PDFPOOL", {})
 
 
-def problems(raw: Any) -> list[Problem]:
-    """Everything wrong with a PDFPOOL value, as system-check problems."""
+def problems(raw: Any, name: str = "PDFPOOL", table: Any = None) -> list[CheckMessage]:
+    """Everything wrong with the dict ``name`` (PDFPOOL, or a nested one whose keys ``table``
+    declares) as system-check errors; ``get_settings()`` raises on the same ones."""
     if not isinstance(raw, dict):
-        return [
-            Problem("django_pdfpool.E001", f"PDFPOOL must be a dict, not {type(raw).__name__}.")
-        ]
-    return _problems("PDFPOOL", raw, SETTINGS)
-
-
-def _problems(name: str, raw: dict[str, Any], table: dict[str, Setting]) -> list[Problem]:
-    """The problems of ``raw``, the dict ``name`` whose keys ``table`` declares."""
-    found = []
-    for key in raw:
-        if key in table:
-            continue
+        msg = f"PDFPOOL must be a dict, not {type(raw).__name__}."
+        return [Error(msg, id="django_pdfpool.E001")]
+    table = SETTINGS if table is None else table
+    found: list[CheckMessage] = []
+    for key in [key for key in raw if key not in table]:
         if name == "PDFPOOL" and key in MOVED:
-            moved = f"PDFPOOL[{key!r}] moved: use {MOVED[key]}."
-            found.append(Problem("django_pdfpool.E008", moved))
+            msg = f"PDFPOOL[{key!r}] moved: use {MOVED[key]}."
+            found.append(Error(msg, id="django_pdfpool.E008"))
         else:
-            hint = "Known keys: " + ", ".join(table) + "."
-            unknown = f"{name} has an unknown key {key!r}."
-            found.append(Problem("django_pdfpool.E002", unknown, hint))
-    for key, declared in table.items():
-        if key not in raw:
-            continue
-        value, where = raw[key], f"{name}[{key!r}]"
+            msg, hint = f"{name} has an unknown key {key!r}.", f"Known keys: {', '.join(table)}."
+            found.append(Error(msg, hint=hint, id="django_pdfpool.E002"))
+    for key in [key for key in table if key in raw]:
+        declared, where, value = table[key], f"{name}[{key!r}]", raw[key]
         if not declared.check(value):
-            wrong = f"{where} must be {declared.check.expected}, not {value!r}."
-            found.append(Problem("django_pdfpool.E003", wrong))
+            msg = f"{where} must be {declared.check.expected}, not {value!r}."
+            found.append(Error(msg, id="django_pdfpool.E003"))
             continue
         if declared.group is not None and isinstance(value, dict):
-            found.extend(_problems(where, value, table_of(declared.group)))
-        if declared.more is not None:
-            found.extend(declared.more(where, value))
+            found += problems(value, where, table_of(declared.group))
+        found += declared.more(where, value) if declared.more else []
     return found
 
 
 @functools.cache
 def get_settings() -> PoolSettings:
-    """The validated settings; raises ImproperlyConfigured naming every problem."""
+    """The validated settings, cached; ImproperlyConfigured naming every problem."""
     raw = raw_setting()
-    found = problems(raw)
-    if found:
+    if found := problems(raw):
         raise ImproperlyConfigured(" ".join(f"[{p.id}] {p.msg}" for p in found))
     built: PoolSettings = _build(PoolSettings, raw)
     return replace(built, temp_dir=settings.FILE_UPLOAD_TEMP_DIR)

@@ -15,9 +15,6 @@ from .admission.protocol import AdmissionPool
 from .conf import PoolSettings, get_settings
 from .exceptions import ExtractionError
 from .sandbox.extract import Extraction
-from .sandbox.extract import configure as configure_extraction
-
-__all__ = ["adrain_pool", "drain_pool", "drain_timeout", "get_pool", "peek_pool", "recorder"]
 
 logger = logging.getLogger("django_pdfpool")
 
@@ -39,12 +36,7 @@ def get_pool() -> AdmissionPool:
             atexit.register(drain_pool)  # graceful by default where nothing else drains
         if _pool is None or (_built_from != current and _pool.idle()):
             _pool = _build(current)
-            configure_extraction(
-                tmp_dir=current.temp_dir,
-                child_env=current.sandbox.child_env,
-                sandbox=current.sandbox.layers,
-                require=current.sandbox.require,
-            )
+            current.sandbox.configure(tmp_dir=current.temp_dir)
             recorder.start()  # the status chart then covers the time before anyone looked
             _built_from = current
         return _pool
@@ -55,51 +47,32 @@ def peek_pool() -> AdmissionPool | None:
     return _pool
 
 
-#: The process's recorder of its pool's recent history, for the status page and metrics.
-recorder = Recorder(peek_pool)
+recorder = Recorder(peek_pool)  # the pool's recent history, for the status page and metrics
 
 
 def _build(conf: PoolSettings) -> AdmissionPool:
     """The pool the settings ask for: this process's own, or one coordinated in Redis."""
-    redis = conf.redis
-    if redis is None:
-        return Pool(
-            conf.slots,
-            conf.queue,
-            conf.wait,
-            on_error=_log_job_error,
-            run_time_ceiling=conf.timeout,
-        )
+    common: dict[str, Any] = {"slots": conf.slots, "queue": conf.queue, "wait": conf.wait}
+    common |= {"on_error": _log_job_error, "run_time_ceiling": conf.timeout}
+    if conf.redis is None:
+        return Pool(**common)
     from .admission.redis.redis_pool import RedisPool
 
-    return RedisPool(
-        conf.slots,
-        conf.queue,
-        conf.wait,
-        url=redis.url,
-        namespace=redis.namespace,
-        lease=redis.lease,
-        fallback=redis.fallback,
-        timeout=redis.timeout,
-        on_error=_log_job_error,
-        encode=_encode_result,
-        decode=_decode_result,
-        fingerprint=conf.results_tag,  # processes that differ are refused, not merged
-        deployment=conf.deployment_tag(),  # so are two deployments on one namespace
-        sentinels=redis.sentinels,
-        run_time_ceiling=conf.timeout,
-    )
+    options = vars(conf.redis) | {  # REDIS's keys are RedisPool's options, but DEPLOYMENT
+        "deployment": conf.deployment_tag(),  # two deployments on one namespace are refused
+        "fingerprint": conf.results_tag,  # and so are processes whose results would differ
+    }
+    return RedisPool(**common, **options, encode=_encode_result, decode=_decode_result)
 
 
 def _encode_result(value: Any) -> Any:
-    """A job's result as plain JSON values, for sharers in other processes (Redis)."""
+    """A job's result as JSON values, for sharers in other processes (Redis)."""
     if isinstance(value, Extraction):
         return {"extraction": value.as_dict(text=False)}  # the text is rebuilt from pages
     return {"value": value}
 
 
 def _decode_result(value: Any) -> Any:
-    """The result ``_encode_result`` gave, rebuilt."""
     return Extraction.from_dict(value["extraction"]) if "extraction" in value else value["value"]
 
 
@@ -133,8 +106,8 @@ async def adrain_pool(timeout: float | None = None) -> bool:
 
 
 def drain_pool(timeout: float | None = None) -> bool:
-    """Synchronous ``adrain_pool``, for atexit, signal handlers and management commands.
-    Runs a short-lived event loop of its own, so it works at interpreter exit too."""
+    """Synchronous ``adrain_pool`` (on a short-lived event loop of its own), for atexit,
+    signal handlers and management commands."""
     try:
         asyncio.get_running_loop()
     except RuntimeError:

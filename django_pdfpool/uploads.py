@@ -1,41 +1,38 @@
-"""Uploads staged for a job: copied once into a file the job owns, hashed on the way,
-because a job may outlive the request whose upload it is (docs/usage.md); and the sweep
-of copies left by processes that died (docs/deployment.md)."""
+"""Uploads staged for a job: copied once into a file the job owns, hashed on the way, since a
+job may outlive the request whose upload it is (docs/usage.md); and the sweep of copies left
+by processes that ended (docs/deployment.md)."""
 
 from __future__ import annotations
 
 import contextlib
 import functools
 import hashlib
+import logging
 import os
 import re
 import tempfile
 import time
 import weakref
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
-from typing import Protocol
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from django.core.files.uploadedfile import UploadedFile
 
 from .exceptions import UploadTooLarge
 
+if TYPE_CHECKING:
+    from _typeshed import SupportsRead
+
 STAGING_CHUNK = 64 * 1024  # bytes read at a time from a raw body or a file being staged
 
 
-class Readable(Protocol):
-    """What ``chunks_of`` reads: a request's body, an open file."""
-
-    def read(self, size: int, /) -> bytes: ...
-
-
-def chunks_of(source: Readable) -> Iterator[bytes]:
-    """``source``'s bytes from where it stands to its end, ``STAGING_CHUNK`` at a time."""
+def chunks_of(source: SupportsRead[bytes]) -> Iterator[bytes]:
+    """``source``'s bytes (a request's body, an open file) to its end, a chunk at a time."""
     return iter(functools.partial(source.read, STAGING_CHUNK), b"")
 
 
 def _remove(path: str) -> None:
-    """Delete ``path`` if it is still there."""
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
 
@@ -50,13 +47,9 @@ class StagedUpload:
     size: int
     name: str
     owned: bool = False
-    _finalizer: weakref.finalize[[str], StagedUpload] | None = field(
-        init=False, repr=False, default=None
-    )
 
     def __post_init__(self) -> None:
-        if self.owned:
-            self._finalizer = weakref.finalize(self, _remove, self.path)
+        self._finalizer = weakref.finalize(self, _remove, self.path) if self.owned else None
 
     def discard(self) -> None:
         """Delete the copy now if the library made it (idempotent); else do nothing."""
@@ -76,8 +69,7 @@ def stage_chunks(
     limit: int | None = None,
 ) -> StagedUpload:
     """Copy ``chunks`` (a raw body's, say) into a new temporary file, hashing them;
-    ``UploadTooLarge`` once they pass ``limit`` bytes. An error while reading them leaves
-    no file behind."""
+    ``UploadTooLarge`` past ``limit`` bytes. A failed read leaves no file behind."""
     digest = hashlib.sha256()
     fd, path = tempfile.mkstemp(prefix=f"pdfpool-{os.getpid()}-", suffix=".pdf", dir=directory)
     try:
@@ -97,41 +89,33 @@ def stage_chunks(
 _STAGED = re.compile(r"pdfpool-(?:(\d+)-)?[^/]*\.pdf")  # the pid, where the name has one
 
 
-def _gone(pid: int) -> bool:
-    """True if no process has this pid (on this host: the directory must be the host's own)."""
+def _stale(path: str, pid: str | None, older_than: float | None) -> bool:
+    """Named with the pid of a process that ended (on this host: the directory must be its
+    own), or without a pid and last written over ``older_than`` seconds ago."""
     try:
-        os.kill(pid, 0)
+        if pid is not None:
+            os.kill(int(pid), 0)  # ProcessLookupError once no process has the pid
+            return False
+        return older_than is not None and time.time() - os.stat(path).st_mtime > older_than
     except ProcessLookupError:
         return True
-    except OSError:  # alive, another user's
+    except OSError:  # alive but another user's; or the copy is gone already
         return False
-    return False
 
 
 def sweep(directory: str | None, older_than: float | None) -> list[str]:
-    """Delete staged copies no live job can own: named with the pid of a process that is
-    gone, or (names without a pid) last written over ``older_than`` seconds ago."""
+    """Delete (and log) the staged copies in ``directory`` that no live job can own."""
     directory = directory or tempfile.gettempdir()
-    removed: list[str] = []
-    now = time.time()
     try:
         names = os.listdir(directory)
     except OSError:
-        return removed
-    for name in names:
-        match = _STAGED.fullmatch(name)
-        if match is None:
-            continue
-        path = os.path.join(directory, name)
-        if match[1] is not None:
-            stale = int(match[1]) != os.getpid() and _gone(int(match[1]))
-        else:
-            try:
-                age = now - os.stat(path).st_mtime
-            except OSError:
-                continue
-            stale = older_than is not None and age > older_than
-        if stale:
-            _remove(path)
-            removed.append(path)
+        return []
+    found = ((os.path.join(directory, name), _STAGED.fullmatch(name)) for name in names)
+    removed = [path for path, match in found if match and _stale(path, match[1], older_than)]
+    for path in removed:
+        _remove(path)
+    if removed:
+        logging.getLogger("django_pdfpool").info(
+            "removed %d staged upload(s) left by processes that ended", len(removed)
+        )
     return removed
