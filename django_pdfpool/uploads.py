@@ -71,7 +71,9 @@ def stage_chunks(
     """Copy ``chunks`` (a raw body's, say) into a new temporary file, hashing them;
     ``UploadTooLarge`` past ``limit`` bytes. A failed read leaves no file behind."""
     digest = hashlib.sha256()
-    fd, path = tempfile.mkstemp(prefix=f"pdfpool-{os.getpid()}-", suffix=".pdf", dir=directory)
+    fd, path = tempfile.mkstemp(
+        prefix=f"pdfpool-{owner(os.getpid())}-", suffix=".pdf", dir=directory
+    )
     try:
         with os.fdopen(fd, "wb") as out:
             for chunk in chunks:
@@ -86,20 +88,47 @@ def stage_chunks(
     return StagedUpload(path, digest.hexdigest(), size, name, owned=True)
 
 
-_STAGED = re.compile(r"pdfpool-(?:(\d+)-)?[^/]*\.pdf")  # the pid, where the name has one
+_STAGED = re.compile(r"pdfpool-(?:(\d+)\.(\d+)-)?[^/]*\.pdf")  # the owner: pid.start time
 
 
-def _stale(path: str, pid: str | None, older_than: float | None) -> bool:
-    """Named with the pid of a process that ended (on this host: the directory must be its
-    own), or without a pid and last written over ``older_than`` seconds ago."""
+def started(pid: int) -> int | None:
+    """When process ``pid`` started, in clock ticks since boot (``/proc/<pid>/stat``, field
+    22), None when no process has it: with the pid it names one process for good, where a
+    pid alone is reused (and is 1 again in each fresh container). Without ``/proc``, 0 for
+    any live process."""
     try:
-        if pid is not None:
-            os.kill(int(pid), 0)  # ProcessLookupError once no process has the pid
-            return False
-        return older_than is not None and time.time() - os.stat(path).st_mtime > older_than
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            fields = stat.read().rpartition(b")")[2].split()  # the name may hold ")" and spaces
+        return int(fields[19])
+    except FileNotFoundError:
+        if os.path.isdir("/proc"):
+            return None
+    except OSError:
+        pass
+    try:
+        os.kill(pid, 0)
     except ProcessLookupError:
-        return True
-    except OSError:  # alive but another user's; or the copy is gone already
+        return None
+    except OSError:  # alive, another user's
+        pass
+    return 0
+
+
+@functools.cache
+def owner(pid: int) -> str:
+    """``<pid>.<start time>``: the process a copy staged by ``pid`` (this one) belongs to."""
+    return f"{pid}.{started(pid) or 0}"
+
+
+def _stale(path: str, owner: tuple[int, int] | None, older_than: float | None) -> bool:
+    """Named for a process that is gone (no process has its pid, or the one that has it
+    started at another time: the directory must be this host's own), or named for none
+    and last written over ``older_than`` seconds ago."""
+    if owner is not None:
+        return started(owner[0]) != owner[1]
+    try:
+        return older_than is not None and time.time() - os.stat(path).st_mtime > older_than
+    except OSError:  # gone already
         return False
 
 
@@ -110,8 +139,12 @@ def sweep(directory: str | None, older_than: float | None) -> list[str]:
         names = os.listdir(directory)
     except OSError:
         return []
-    found = ((os.path.join(directory, name), _STAGED.fullmatch(name)) for name in names)
-    removed = [path for path, match in found if match and _stale(path, match[1], older_than)]
+    removed = []
+    for match in filter(None, map(_STAGED.fullmatch, names)):
+        path = os.path.join(directory, match[0])
+        owner = (int(match[1]), int(match[2])) if match[1] else None
+        if _stale(path, owner, older_than):
+            removed.append(path)
     for path in removed:
         _remove(path)
     if removed:

@@ -15,6 +15,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.test import AsyncClient, Client
 
 from django_pdfpool import decorators
+from django_pdfpool.uploads import started
 from tests.project.views import HELD
 from tests.support.uploads import JSON, upload
 
@@ -75,31 +76,39 @@ def test_a_staged_copy_is_named_with_its_process(pdfpool):
     HELD.release.set()
     response = Client().post("/held/sync/", {"file": upload(b"%PDF- named")}, **JSON)
     assert response.status_code == 200
-    assert os.path.basename(HELD.paths[0]).startswith(f"pdfpool-{os.getpid()}-")
+    own = f"pdfpool-{os.getpid()}.{started(os.getpid())}-"  # the pid and its start time
+    assert os.path.basename(HELD.paths[0]).startswith(own)
     assert staged(conf) == []
 
 
 def test_start_up_sweeps_stale_copies_of_dead_processes_only(tmp_path):
+    """A copy is kept only while the very process named in it lives: its pid and its start
+    time. A pid alone is reused (pid 1 after every restart in a container)."""
     folder = tmp_path / "staged"
     folder.mkdir()
-    dead = folder / f"pdfpool-{_dead_pid()}-abc123.pdf"
-    alive = folder / f"pdfpool-{os.getpid()}-def456.pdf"  # this test's process: alive
-    old = folder / "pdfpool-k2j4h5g6.pdf"  # no pid in the name (older versions): by age
+    me, start = os.getpid(), started(os.getpid())
+    dead = folder / f"pdfpool-{_dead_pid()}.{start}-abc123.pdf"
+    alive = folder / f"pdfpool-{me}.{start}-def456.pdf"  # this test's process: alive
+    past_life = folder / f"pdfpool-{me}.{start - 1}-aaa111.pdf"  # its pid, another process
+    init = folder / f"pdfpool-1.{started(1)}-bbb222.pdf"  # pid 1 now: alive
+    init_before = folder / f"pdfpool-1.{started(1) + 7}-ccc333.pdf"  # pid 1 of another boot
+    old = folder / "pdfpool-k2j4h5g6.pdf"  # no owner in the name: by age
     fresh = folder / "pdfpool-a1b2c3d4.pdf"
     other = folder / "notes.pdf"
-    for file in (dead, alive, old, fresh, other):
+    for file in (dead, alive, past_life, init, init_before, old, fresh, other):
         file.write_bytes(b"%PDF- staged")
     hour_ago = time.time() - 3600
     os.utime(old, (hour_ago, hour_ago))
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.project.settings"}
     env["PDFPOOL_JSON"] = json.dumps({"WAIT": 5, "TIMEOUT": 5})
     env["PDFPOOL_TEST_STAGED"] = str(folder)
-    started = subprocess.run(
+    setup = subprocess.run(
         [sys.executable, "-c", "import django; django.setup()"],
         env=env,
         capture_output=True,
         text=True,
         timeout=60,
     )
-    assert started.returncode == 0, started.stderr
-    assert sorted(p.name for p in folder.iterdir()) == sorted(p.name for p in (alive, fresh, other))
+    assert setup.returncode == 0, setup.stderr
+    kept = (alive, init, fresh, other)
+    assert sorted(p.name for p in folder.iterdir()) == sorted(p.name for p in kept)
