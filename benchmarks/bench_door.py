@@ -97,7 +97,7 @@ def resolver_figures(number: int, count: int) -> dict[str, float]:
     """``resolve()`` and ``pooled_view()`` of paths in the example's URLconf."""
     from django.urls import Resolver404, resolve
 
-    from django_pdfpool.door import pooled_view
+    from django_pdfpool.record import pooled_view
 
     def resolving(path: str, urlconf: str) -> Callable[[], Any]:
         def call() -> Any:

@@ -36,12 +36,11 @@ from .door import (
     Ticket,
     arun_steps,
     closes_connection,
-    pooled_view,
     terms,
     through_door,
 )
 from .exceptions import BodyTimeout, UploadTooLarge, Wording
-from .record import RECORD, AdmissionRecord, UploadHeaders
+from .record import RECORD, AdmissionRecord, UploadHeaders, pooled_view
 from .responses import RefusalView, arefusal_answer, prebuilt_answer
 from .sandbox.extract import shutdown as shutdown_extraction
 

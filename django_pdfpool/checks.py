@@ -20,7 +20,7 @@ def check_settings(**kwargs: Any) -> list[CheckMessage]:
 @checks.register(checks.Tags.urls)
 def check_integrations(**kwargs: Any) -> list[CheckMessage]:
     """W101: a DRF or ninja route pooled by ``django_pdfpool.pdf_pooled`` (docs/drf.md)."""
-    from .door import framework_mismatches
+    from .record import framework_mismatches
 
     return [
         checks.Warning(

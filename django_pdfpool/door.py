@@ -21,15 +21,13 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Generator, Iterator
+from collections.abc import Awaitable, Callable, Generator
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Generic, Literal, TypeVar, cast
 
 from asgiref.sync import sync_to_async
 from django.http import HttpRequest
-from django.urls import URLPattern, URLResolver, get_resolver, resolve
-from django.urls.exceptions import Resolver404
 
 from .admission import jobs
 from .admission.ledger import Pressure
@@ -44,7 +42,7 @@ from .exceptions import (
     UploadRejected,
     UploadTooLarge,
 )
-from .record import POOLED, AdmissionRecord, PooledView, UploadHeaders
+from .record import AdmissionRecord, PooledView, UploadHeaders
 
 logger = logging.getLogger("django_pdfpool.door")
 
@@ -496,95 +494,3 @@ def door_status() -> dict[str, Any]:
         "body_min_rate": door_terms.body_min_rate,
         "body_timeout_max": door_terms.body_timeout_max,
     }
-
-
-# --- which requests the door looks at ------------------------------------------------------
-
-
-def pooled_view(path_info: str, urlconf: str | None = None) -> PooledView | None:
-    """The pooled view ``path_info`` resolves to, or None (not found, or not pooled): a
-    POST whose URL Django's own resolver maps to a pooled view (no second list of URLs)."""
-    try:
-        match = resolve(path_info, urlconf)
-    except Resolver404:
-        return None
-    return pooled_view_of(match.func)
-
-
-def pooled_view_of(func: Callable[..., Any]) -> PooledView | None:
-    """``func``'s pooled view, wherever a framework keeps it: on the function itself; on
-    the POST handler of its class (a Django class-based view or DRF ``APIView``, where
-    ``method_decorator`` or ``@pdf_pooled`` put it; a DRF ViewSet's action for POST); in
-    the handler's closure (DRF's ``@api_view``); or among the operations the view serves
-    (django-ninja's path views). The door imports no framework: it reads what they keep."""
-    found = getattr(func, POOLED, None)
-    if found is not None:
-        return cast(PooledView, found)
-    view_class = getattr(func, "view_class", None) or getattr(func, "cls", None)
-    if view_class is not None:
-        actions = getattr(func, "actions", None)  # a DRF ViewSet's {"post": "create"}
-        name = actions.get("post") if isinstance(actions, dict) else "post"
-        handler = getattr(view_class, name, None) if isinstance(name, str) else None
-        if handler is None:
-            return None
-        return getattr(handler, POOLED, None) or _closed_over(handler)
-    return _closed_over(func)
-
-
-def _closed_over(func: Callable[..., Any]) -> PooledView | None:
-    """A pooled view ``func`` closes over: the function DRF's ``@api_view`` handler calls,
-    or the POST operation of the django-ninja path view whose wrapper ``func`` is."""
-    for cell in getattr(func, "__closure__", None) or ():
-        try:
-            held = cell.cell_contents
-        except ValueError:  # an empty cell
-            continue
-        found = getattr(held, POOLED, None) if callable(held) else None
-        if found is not None:
-            return cast(PooledView, found)
-        for operation in getattr(held, "operations", None) or ():
-            if "POST" in getattr(operation, "methods", ()):
-                found = getattr(getattr(operation, "view_func", None), POOLED, None)
-                if found is not None:
-                    return cast(PooledView, found)
-    return None
-
-
-def pooled_routes(urlconf: str | None = None) -> Iterator[tuple[str, Any, PooledView]]:
-    """Every route of the URLconf whose view is pooled: its pattern, view and pooled view."""
-
-    def walk(patterns: list[Any], prefix: str) -> Iterator[tuple[str, Any, PooledView]]:
-        for pattern in patterns:
-            if isinstance(pattern, URLResolver):
-                yield from walk(pattern.url_patterns, prefix + str(pattern.pattern))
-            elif isinstance(pattern, URLPattern):
-                found = pooled_view_of(pattern.callback)
-                if found is not None:
-                    yield prefix + str(pattern.pattern), pattern.callback, found
-
-    yield from walk(get_resolver(urlconf).url_patterns, "/")
-
-
-def framework_mismatches(urlconf: str | None = None) -> list[tuple[str, str]]:
-    """Routes of DRF or django-ninja pooled by ``django_pdfpool.pdf_pooled`` instead of
-    the framework's integration, with the integration to use (for ``manage.py check``):
-    such a route works, but answers refusals itself, not through the framework's handlers
-    (and names ninja's callers by ``request.user``, not ``request.auth``)."""
-    found = []
-    for route, view, pooled in pooled_routes(urlconf):
-        framework = _framework(view)
-        integration = f"django_pdfpool.contrib.{framework}"
-        if framework is not None and getattr(pooled.answer, "__module__", "") != integration:
-            found.append((route, integration))
-    return found
-
-
-def _framework(view: Any) -> str | None:
-    """``"drf"`` or ``"ninja"`` for a view either framework made (read, not imported)."""
-    if hasattr(getattr(view, "cls", None), "authentication_classes"):
-        return "drf"
-    for cell in getattr(view, "__closure__", None) or ():
-        with contextlib.suppress(ValueError):  # an empty cell
-            if type(cell.cell_contents).__module__.startswith("ninja."):
-                return "ninja"
-    return None

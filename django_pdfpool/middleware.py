@@ -23,13 +23,12 @@ from .door import (
     Ticket,
     arun_steps,
     closes_connection,
-    pooled_view,
     run_steps,
     terms,
     through_door,
 )
 from .exceptions import BodyTimeout, ExtractionError, Refused, Wording
-from .record import RECORD, AdmissionRecord, PooledView
+from .record import RECORD, AdmissionRecord, PooledView, pooled_view
 from .responses import arefusal_answer, refusal_answer
 
 GetResponse = Callable[[HttpRequest], HttpResponse | Awaitable[HttpResponse]]

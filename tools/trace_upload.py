@@ -435,6 +435,14 @@ def warm_template() -> bool | None:
     return None
 
 
+def warm_up_reaped() -> bool:
+    """Whether the warm-up's forked job child is gone (reaped), so its end is not traced."""
+    from django_pdfpool.sandbox import children
+
+    with children._live_lock:
+        return not any(isinstance(child, children.ForkedChild) for child in children._live)
+
+
 def job_loop_done() -> None:
     """Return once the pool's job loop has run everything scheduled on it before now."""
     from django_pdfpool.admission import jobs
@@ -583,6 +591,7 @@ def trace(*, use_redis: bool = False, digest: bool = True) -> Figures:
             with Served(application) as served:
                 warm, _ = upload(served.port, pdf(["warm", "up", "first", "page"]), "w.pdf", digest)
                 template = warm_template()
+                wait_for(warm_up_reaped, "the warm-up's child to be reaped")
                 tracer.watch(targets(), background())
                 replacements = {
                     id(t.found): StandIn(t.found, functools.partial(tracer.stand_in_called, t))
