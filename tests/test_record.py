@@ -1,5 +1,6 @@
-"""The door's reading of a request's headers: the digest (RFC 9530), size, form, expectation,
-once, as Django reads them."""
+"""The admission record: a request's headers read as Django reads them (the digest of RFC 9530,
+size, form, expectation), once per request whatever entries it passes, and its caller asked
+once."""
 
 from __future__ import annotations
 
@@ -91,3 +92,78 @@ def test_one_reading_of_the_request_as_django_reads_it():
         UploadHeaders.of(
             [("Content-Type", "application/pdf"), ("content-type", "application/pdf; x")]
         )
+
+
+CALLS: list[str] = []
+
+
+def counted_caller(request) -> str:
+    """A ``CALLER`` that notes each time it is asked."""
+    CALLS.append(request.path)
+    return "who:counted"
+
+
+@pytest.fixture
+def counted(pdfpool, monkeypatch):
+    """Every reading of the headers and every question to ``CALLER``, noted."""
+    from django_pdfpool import record
+
+    read = record.UploadHeaders.of.__func__
+    parsed: list[object] = []
+
+    def of(cls, headers):
+        parsed.append(headers)
+        return read(cls, headers)
+
+    monkeypatch.setattr(record.UploadHeaders, "of", classmethod(of))
+    CALLS.clear()
+    pdfpool(CALLER="tests.test_record.counted_caller")
+    return parsed
+
+
+FIELDS = {"/sync/": "file", "/async/": "document"}  # each view's form field
+
+
+def _upload(path: str, data: bytes):
+    from django.core.files.uploadedfile import SimpleUploadedFile
+
+    return {FIELDS[path]: SimpleUploadedFile("one.pdf", data, content_type="application/pdf")}
+
+
+@pytest.mark.parametrize("path", ["/sync/", "/async/"])
+def test_each_upload_is_read_once_and_its_caller_asked_once_under_wsgi(counted, path):
+    """Through ``AdmissionMiddleware`` (which decides from the record) and ``@pdf_pooled``
+    (which reads it): one reading of the headers, one question to ``CALLER``."""
+    from django.test import Client
+
+    from tests.support import pdfs
+
+    upload = _upload(path, pdfs.simple([path]))
+    response = Client().post(path, upload, HTTP_ACCEPT="application/json")
+    assert response.status_code == 200
+    assert len(counted) == 1 and [path] == CALLS
+
+
+@pytest.mark.parametrize("path", ["/sync/", "/async/"])
+def test_each_upload_is_read_once_and_its_caller_asked_once_under_asgi(counted, path):
+    """Through ``PdfPoolDoor`` (the record built from the scope), ``AdmissionMiddleware``
+    (which sees the door decided) and ``@pdf_pooled``: one reading, one question."""
+    import asyncio
+
+    import httpx
+    from django.core.asgi import get_asgi_application
+
+    from django_pdfpool import PdfPoolDoor
+    from tests.support import pdfs
+
+    app = PdfPoolDoor(get_asgi_application())
+
+    async def send() -> httpx.Response:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as client:
+            files = {FIELDS[path]: ("one.pdf", pdfs.simple([path]), "application/pdf")}
+            return await client.post(path, files=files, headers={"Accept": "application/json"})
+
+    response = asyncio.run(send())
+    assert response.status_code == 200, response.text
+    assert len(counted) == 1 and [path] == CALLS
