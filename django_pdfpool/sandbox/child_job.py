@@ -100,8 +100,10 @@ def extract_job(job: ExtractionJob, data: bytes | None = None) -> ChildAnswer:
             data = read_document(job.path)
         # Hashed here, over the very bytes that are parsed: the parent never reads the file.
         digest = hashlib.sha256(data).hexdigest()
-        limits = {"max_pages": job.max_pages, "refuse": job.refuse}
-        text = extract_pages(job.engine, data, **limits, max_text_bytes=job.max_text_bytes)
+        max_pages, refuse, cap = job.max_pages, job.refuse, job.max_text_bytes
+        text = extract_pages(
+            job.engine, data, max_pages=max_pages, refuse=refuse, max_text_bytes=cap
+        )
         return Extracted(sha256=digest, **text)
     except BaseException as exc:
         code, detail = classify(exc)

@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from .template_main import FORK_REQUEST, PID_FORMAT, PIDS_REQUEST, STATUS_FORMAT, kill_forked
 from .wire import DEFAULT_NICE, READY, child_options, holds_answer, job_started
@@ -167,7 +168,11 @@ class Child(Handle):
         nice: int = DEFAULT_NICE,
     ) -> None:
         # -P: the cwd not on sys.path; stderr nowhere (pypdf's thousands of lines would fill it)
-        role = {"template": template is not None, "parent": os.getpid(), "ready": ready}
+        role: dict[str, Any] = {
+            "template": template is not None,
+            "parent": os.getpid(),
+            "ready": ready,
+        }
         options = child_options(preload, False, **role, sandbox=sandbox, nice=nice)
         self.proc = subprocess.Popen(
             [python, "-P", "-m", CHILD_MODULE, *options],
@@ -385,12 +390,7 @@ class _Running:
 
     def fork(self) -> ForkedChild | None:
         """A (ready) child from the template, or None if the template did not answer."""
-        try:
-            with self.lock:
-                self.control.send(FORK_REQUEST)
-                reply, fds, _, _ = socket.recv_fds(self.control, 16, 4, socket.MSG_CMSG_CLOEXEC)
-        except OSError:  # gone, or too slow (a timeout): not to be asked again
-            reply, fds = b"", []
+        reply, fds = self._ask(FORK_REQUEST)
         if len(reply) != struct.calcsize(PID_FORMAT) or len(fds) != 4:
             for fd in fds:
                 os.close(fd)
@@ -400,13 +400,17 @@ class _Running:
 
     def ready_pids(self) -> list[int]:
         """The pids of the template's ready children ([] if it does not answer)."""
+        reply = self._ask(PIDS_REQUEST)[0]
+        return [pid for (pid,) in struct.iter_unpack(PID_FORMAT, reply)] if reply != b"-" else []
+
+    def _ask(self, request: bytes) -> tuple[bytes, list[int]]:
+        """The template's reply and descriptors; nothing if it is gone or too slow (timeout)."""
         try:
             with self.lock:
-                self.control.send(PIDS_REQUEST)
-                reply = self.control.recv(4 * 64)
+                self.control.send(request)
+                return socket.recv_fds(self.control, 4 * 64, 4, socket.MSG_CMSG_CLOEXEC)[:2]
         except OSError:
-            return []
-        return [pid for (pid,) in struct.iter_unpack(PID_FORMAT, reply)] if reply != b"-" else []
+            return b"", []
 
     def close(self) -> None:
         """End the template (its running children go on) and reap it."""

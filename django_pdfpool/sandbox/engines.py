@@ -188,11 +188,11 @@ def extract_pages(
     """The text of `data` by `engine` (Extracted's fields); no page is read past the text cap."""
     check_header(data)
     if ":" in engine:  # a registered engine: its every page, no metadata
-        texts = registered(engine)(data)
-        page_count, page_text, metadata, max_pages = len(texts), texts.__getitem__, dict, None
+        texts, max_pages = registered(engine)(data), None
+        opened: _Opened = len(texts), texts.__getitem__, dict
     else:
-        opener = _open_pdfium if engine == "pypdfium2" else _open_pypdf
-        page_count, page_text, metadata = opener(data, max_pages, refuse)
+        opened = (_open_pdfium if engine == "pypdfium2" else _open_pypdf)(data, max_pages, refuse)
+    page_count, page_text, metadata = opened
     count = _page_range(page_count, max_pages, refuse)
     budget = TextBudget(max_text_bytes)
     for index in range(count):
@@ -223,10 +223,10 @@ def _clean_metadata(items: Any) -> dict[str, str]:
 
 
 # An opened document: its page count, a page's text by index, its metadata (read last).
-Opened = tuple[int, Callable[[int], str], Callable[[], dict[str, str]]]
+_Opened = tuple[int, Callable[[int], str], Callable[[], dict[str, str]]]
 
 
-def _open_pypdf(data: bytes, max_pages: int | None, refuse: bool) -> Opened:
+def _open_pypdf(data: bytes, max_pages: int | None, refuse: bool) -> _Opened:
     from pypdf import PdfReader
 
     reader = PdfReader(io.BytesIO(data))  # tries the empty password by itself
@@ -258,7 +258,7 @@ def _declared_page_count(reader: Any) -> int:
     return int(count) if isinstance(count, int) and not isinstance(count, bool) else 0
 
 
-def _open_pdfium(data: bytes, max_pages: int | None, refuse: bool) -> Opened:
+def _open_pdfium(data: bytes, max_pages: int | None, refuse: bool) -> _Opened:
     import pypdfium2 as pdfium
     import pypdfium2.raw as raw  # type: ignore[import-untyped]
 
