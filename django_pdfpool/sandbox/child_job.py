@@ -43,8 +43,7 @@ REHEARSAL_TIMEOUT, REHEARSAL_MEMORY = 60.0, 1 << 30  # a rehearsal's job (no lim
 
 
 def die_with_parent(parent: int, signum: int) -> None:
-    """Ask the kernel for `signum` once the parent (the thread that started this process)
-    dies; exit now if it is already gone."""
+    """`signum` when the thread that started this process dies; exit now if it is gone."""
     _prctl(PR_SET_PDEATHSIG, signum)  # not Linux: the parent's pipes still end the process
     if os.getppid() != parent:
         os._exit(0)
@@ -92,8 +91,7 @@ def read_document(path: str) -> bytes:
 
 
 def extract_job(job: ExtractionJob, data: bytes | None = None) -> ChildAnswer:
-    """Read (unless given its bytes), hash and extract the job's file; every ending becomes an
-    answer, none is raised."""
+    """Read (unless given), hash and extract the job's file; every ending is an answer."""
     try:
         if job.engine != "pypdf":  # pypdf's own setup is configure_pypdf's, just below
             preload(job.engine)  # at once if preloaded; imported here otherwise
@@ -102,12 +100,9 @@ def extract_job(job: ExtractionJob, data: bytes | None = None) -> ChildAnswer:
             data = read_document(job.path)
         # Hashed here, over the very bytes that are parsed: the parent never reads the file.
         digest = hashlib.sha256(data).hexdigest()
+        max_pages, refuse, cap = job.max_pages, job.refuse, job.max_text_bytes
         text = extract_pages(
-            job.engine,
-            data,
-            max_pages=job.max_pages,
-            refuse=job.refuse,
-            max_text_bytes=job.max_text_bytes,
+            job.engine, data, max_pages=max_pages, refuse=refuse, max_text_bytes=cap
         )
         return Extracted(sha256=digest, **text)
     except BaseException as exc:
@@ -117,22 +112,17 @@ def extract_job(job: ExtractionJob, data: bytes | None = None) -> ChildAnswer:
 
 
 def rehearse(engines: tuple[str, ...], encrypted: bool = False) -> None:
-    """A job's whole path (job line, engine setup, hash, extraction, answer line) on the
-    built-in one-page document with each engine, no limits set: its lazy imports, caches and
-    (in a forked child) copy-on-write faults are paid before any real job. ``encrypted`` (the
-    template's, once): pypdf also reads it encrypted, so its forks find the ciphers set up."""
+    """A job's whole path on the warm-up document with each engine (also encrypted, for the
+    template), no limits set: imports, caches and copy-on-write faults paid before a job."""
     locked = encrypted_warm_ups() if encrypted else []
     for engine in engines:
-        job = ExtractionJob(
-            "", engine, REHEARSAL_TIMEOUT, REHEARSAL_MEMORY, max_pages=None, refuse=False
-        )
+        job = ExtractionJob("", engine, REHEARSAL_TIMEOUT, REHEARSAL_MEMORY, None, False)
         for document in [WARM_UP_PDF, *(locked if engine == "pypdf" else ())]:
             encode_answer(extract_job(decode_job(encode_job(job)), document))
 
 
 def peak_rss() -> int:
-    """Bytes: VmHWM, this process's own peak (ru_maxrss would count the parent's at spawn);
-    read through the descriptor opened before the job's sandbox, which cannot open /proc."""
+    """VmHWM in bytes (ru_maxrss counts the parent's), by the fd opened before the sandbox."""
     try:
         fd = status_fd()
         if fd is not None:
@@ -167,8 +157,8 @@ def read_line(fd: int) -> bytes:
 
 
 def serve_job(stdin: int = 0, stdout: int = 1, renamed: bool = False) -> NoReturn:
-    """Wait for the job line, limit this process, say STARTED, answer, exit (no teardown).
-    `renamed`: a ready child, named so while waiting, takes JOB_NAME with its job."""
+    """Wait for the job line, limit this process, say STARTED, answer, exit (no teardown);
+    a ready child (`renamed` while it waits) takes JOB_NAME with its job."""
     prepare_job()  # the job's sandbox, but for its file: a ready child builds it while it waits
     line = read_line(stdin)
     if not line.strip():  # EOF: the parent is gone or discarded this child
@@ -191,14 +181,11 @@ def serve_job(stdin: int = 0, stdout: int = 1, renamed: bool = False) -> NoRetur
         data = encode_answer(answer)
     except MemoryError:
         del answer
-        data = encode_answer(
-            ExtractionError(
-                "too_large",
-                detail="MemoryError",
-                elapsed=time.perf_counter() - started,
-                peak_rss=peak_rss(),
-            )
+        elapsed = time.perf_counter() - started
+        error = ExtractionError(
+            "too_large", detail="MemoryError", elapsed=elapsed, peak_rss=peak_rss()
         )
+        data = encode_answer(error)
     write_all(stdout, data)
     # No interpreter teardown: the parent has its answer, and the memory goes back anyway.
     os._exit(0)

@@ -1,8 +1,5 @@
-"""Parent side: how a job gets and keeps its child. A `Child` is our own `subprocess.Popen`
-(a cold job's child, or the template); a `ForkedChild` was forked by the warm template,
-which a supervisor thread (`Template`) starts, restarts when it dies and ends. Every child
-is in its own process group (killed whole), in the server's session.
-"""
+"""Parent side: how a job gets and keeps its child: a `Child` of our own (cold, or the
+template) or a `ForkedChild` of the template, which `Template` supervises (docs/architecture.md)."""
 
 from __future__ import annotations
 
@@ -21,6 +18,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from .template_main import FORK_REQUEST, PID_FORMAT, PIDS_REQUEST, STATUS_FORMAT, kill_forked
 from .wire import DEFAULT_NICE, READY, child_options, holds_answer, job_started
@@ -43,8 +41,7 @@ BASE_ENV = ("PATH", "LANG", "LANGUAGE", "LD_LIBRARY_PATH", "PYTHONHOME", "PYTHON
 
 
 def child_env(names: tuple[str, ...] = ()) -> dict[str, str]:
-    """The child's environment: BASE_ENV, LC_* and `names`, where set; this package's
-    checkout on PYTHONPATH (a site-packages directory never: it would precede the stdlib)."""
+    """BASE_ENV, LC_* and `names` where set; this checkout on PYTHONPATH (never site-packages)."""
     wanted = {*BASE_ENV, *names}
     env = {k: v for k, v in os.environ.items() if k in wanted or k.startswith("LC_")}
     if _PACKAGE_ROOT not in {*site.getsitepackages(), site.getusersitepackages()}:
@@ -67,8 +64,7 @@ class Outcome:
 
 
 class Handle:
-    """A job's process as the parent sees it: job pipe, answer pipe and pidfd; its subclass
-    says how it is killed (its whole group, unless reaped) and reaped (its exit code)."""
+    """A job's process as the parent sees it: job pipe, answer pipe, pidfd; kill and reap."""
 
     start = COLD
     pid: int
@@ -110,8 +106,7 @@ class Handle:
             self._close_job_pipe()
 
     def receive(self, deadline: float, max_output: int) -> Outcome:
-        """Read until a whole answer, EOF, the deadline or too much output (the last two
-        kill). Reaps nothing."""
+        """Read until a whole answer, EOF, the deadline or too much output (these two kill)."""
         output, fd = bytearray(), self._answer_fd
         timed_out = overflow = False
         poller = select.poll()
@@ -160,8 +155,7 @@ class Handle:
 
 
 class Child(Handle):
-    """A child process of ours (`subprocess.Popen`, its own process group): a cold job's child,
-    or (`template=` its control socket, `ready=` its ready children) the template."""
+    """Our own child (its own process group): a cold job's, or the template (`template=` fd)."""
 
     def __init__(
         self,
@@ -174,15 +168,12 @@ class Child(Handle):
         nice: int = DEFAULT_NICE,
     ) -> None:
         # -P: the cwd not on sys.path; stderr nowhere (pypdf's thousands of lines would fill it)
-        options = child_options(
-            preload,
-            False,
-            template=template is not None,
-            parent=os.getpid(),
-            ready=ready,
-            sandbox=sandbox,
-            nice=nice,
-        )
+        role: dict[str, Any] = {
+            "template": template is not None,
+            "parent": os.getpid(),
+            "ready": ready,
+        }
+        options = child_options(preload, False, **role, sandbox=sandbox, nice=nice)
         self.proc = subprocess.Popen(
             [python, "-P", "-m", CHILD_MODULE, *options],
             stdin=subprocess.PIPE if template is None else template,
@@ -258,8 +249,7 @@ class Child(Handle):
 
 
 class ForkedChild(Handle):
-    """A job's child forked by the template: killed through its pidfd (which no other
-    process can take over), reaped by the template, which reports its exit status."""
+    """A job's child forked by the template: killed by pidfd, reaped by the template."""
 
     start = FORKED
 
@@ -277,8 +267,7 @@ class ForkedChild(Handle):
             kill_forked(self._pidfd, self.pid)
 
     def reap(self) -> int | None:
-        """Wait for its exit, then for the status the template reaps it with (None if the
-        template died first); release every descriptor."""
+        """Its exit status as the template reports it (None if the template died first)."""
         with self._lock:
             if self._reaped:
                 return None
@@ -326,8 +315,7 @@ class JobRun:
         max_output: int,
         deliver: Callable[[Outcome], None],
     ) -> None:
-        """In a worker thread: a child from `start()` takes the job (a second one if the first
-        was gone), its answer goes to `deliver`. Reaps the child."""
+        """A child from `start()` takes the job (a second if the first was gone); reaps it."""
         outcome = Outcome(b"", None, lost=True)
         for _attempt in range(2):
             if self.cancelled:
@@ -401,14 +389,8 @@ class _Running:
         self.lock = threading.Lock()  # one request at a time on the socket
 
     def fork(self) -> ForkedChild | None:
-        """A child from the template (a ready one if it has one), or None if the template did
-        not answer."""
-        try:
-            with self.lock:
-                self.control.send(FORK_REQUEST)
-                reply, fds, _, _ = socket.recv_fds(self.control, 16, 4, socket.MSG_CMSG_CLOEXEC)
-        except OSError:  # gone, or too slow (a timeout): not to be asked again
-            reply, fds = b"", []
+        """A (ready) child from the template, or None if the template did not answer."""
+        reply, fds = self._ask(FORK_REQUEST)
         if len(reply) != struct.calcsize(PID_FORMAT) or len(fds) != 4:
             for fd in fds:
                 os.close(fd)
@@ -418,13 +400,17 @@ class _Running:
 
     def ready_pids(self) -> list[int]:
         """The pids of the template's ready children ([] if it does not answer)."""
+        reply = self._ask(PIDS_REQUEST)[0]
+        return [pid for (pid,) in struct.iter_unpack(PID_FORMAT, reply)] if reply != b"-" else []
+
+    def _ask(self, request: bytes) -> tuple[bytes, list[int]]:
+        """The template's reply and descriptors; nothing if it is gone or too slow (timeout)."""
         try:
             with self.lock:
-                self.control.send(PIDS_REQUEST)
-                reply = self.control.recv(4 * 64)
+                self.control.send(request)
+                return socket.recv_fds(self.control, 4 * 64, 4, socket.MSG_CMSG_CLOEXEC)[:2]
         except OSError:
-            return []
-        return [pid for (pid,) in struct.iter_unpack(PID_FORMAT, reply)] if reply != b"-" else []
+            return b"", []
 
     def close(self) -> None:
         """End the template (its running children go on) and reap it."""
@@ -433,8 +419,7 @@ class _Running:
 
 
 class Template:
-    """The process's warm template: the interpreter, environment and engines it starts with,
-    its supervisor thread, and counts of how children started. `child()` is what a job calls."""
+    """The warm template: what it starts with, its supervisor thread, counts of child starts."""
 
     def __init__(self, enabled: bool = True) -> None:
         self.enabled = enabled
@@ -458,8 +443,7 @@ class Template:
         self._forked = self._cold = self._starts = 0
 
     def child(self, engine: str, warm: bool = True) -> Handle:
-        """A child for one job with `engine`: forked from the template if `warm` and one is
-        ready, else a new interpreter (which also has the template started or restarted)."""
+        """A child for a job: forked if `warm` and a template is ready, else cold."""
         if warm:
             running = self._wanted(engine)
             forked = running.fork() if running is not None else None
@@ -529,8 +513,7 @@ class Template:
         return ChildStarts(*counts, ready=ready)
 
     def _wanted(self, engine: str) -> _Running | None:
-        """The running template for a job with `engine` (None: none ready, or it lacks the
-        engine and is being replaced by one that has it)."""
+        """The running template if it has `engine`; else None (and a template that has it)."""
         with self._lock:
             running = self._running
             if engine != "pypdf" and engine not in self.preload:
@@ -545,14 +528,12 @@ class Template:
     def _ensure_thread(self) -> None:
         """Under the lock: start the supervisor if templates are wanted and none runs."""
         if SUPPORTED and self.enabled and self._thread is None:
-            self._thread = threading.Thread(
-                target=self._supervise, daemon=True, name="pdfpool-template"
-            )
+            self._thread = threading.Thread(target=self._supervise, name="pdfpool-template")
+            self._thread.daemon = True
             self._thread.start()
 
     def _retire(self, running: _Running, end: bool = False) -> None:
-        """Stop handing out `running`; the supervisor ends it (now, if `end`) and starts
-        another if templates are still wanted."""
+        """Stop handing out `running`; ended now if `end`, else by the supervisor."""
         with self._lock:
             running.retired = True
             if self._running is running:
@@ -572,8 +553,7 @@ class Template:
             os.read(self._wake_in, 4096)
 
     def _supervise(self) -> None:
-        """The supervisor thread (the templates' parent: they die with it): start a
-        template, wait for its death or a change, reap it; again until turned off."""
+        """Start a template, wait for its death or a change, reap it; again until turned off."""
         failures = 0
         while True:
             with self._lock:

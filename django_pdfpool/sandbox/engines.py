@@ -10,6 +10,7 @@ import io
 import json
 import re
 import zlib
+from collections.abc import Callable
 from typing import Any
 
 from ..exceptions import ExtractionError
@@ -19,8 +20,7 @@ HEADER_WINDOW = 1024  # readers accept "%PDF-" anywhere in the first kilobyte
 
 
 def _warm_up_pdf() -> bytes:
-    """A one-page PDF (xref table, Flate content, a standard font, /Info) both engines read,
-    run through them at start-up: a child's lazy imports and caches paid before its job."""
+    """A one-page PDF both engines read at start-up (xref, Flate, a standard font, /Info)."""
     content = zlib.compress(b"BT /F1 12 Tf 20 100 Td (warm) Tj T* [(up)-250(text)] TJ ET")
     objects = [
         b"<</Type/Catalog/Pages 2 0 R>>",
@@ -44,14 +44,12 @@ def _warm_up_pdf() -> bytes:
 
 WARM_UP_PDF = _warm_up_pdf()
 
-# The warm-up document's encryptions the template reads (empty user password): its forks
-# find their ciphers and hashes set up (docs/performance.md).
+# The warm-up document's encryptions the template reads (docs/performance.md).
 WARM_UP_ENCRYPTIONS = ("RC4-128", "AES-128", "AES-256")
 
 
 def encrypted_warm_ups() -> list[bytes]:
-    """The warm-up document encrypted each way pypdf can write here (AES needs
-    ``cryptography`` or ``pycryptodome``)."""
+    """The warm-up document encrypted each way pypdf can write here (AES needs a library)."""
     from pypdf import PdfWriter
     from pypdf.errors import DependencyError
 
@@ -91,16 +89,13 @@ def registered(engine: str) -> Any:
     return getattr(importlib.import_module(module), name)
 
 
-_OUTPUT_CAPS = (  # pypdf.Configuration fields capping what one stream may grow to
-    "zlib_maximum_output_length",
-    "lzw_maximum_output_length",
-    "run_length_maximum_output_length",
-    "array_based_stream_maximum_output_length",
-    "brotli_maximum_output_length",
-    "jbig2_maximum_output_length",
-    "image_maximum_buffer_size",
-    "maximum_declared_stream_length",
-)
+# pypdf.Configuration's fields capping what one stream may grow to; before pypdf 7, filters'
+_OUTPUT_CAPS = ("zlib_maximum_output_length", "lzw_maximum_output_length",
+    "run_length_maximum_output_length", "array_based_stream_maximum_output_length",
+    "brotli_maximum_output_length", "jbig2_maximum_output_length", "image_maximum_buffer_size",
+    "maximum_declared_stream_length")  # fmt: skip
+_LEGACY_CAPS = ("ZLIB_MAX_OUTPUT_LENGTH", "LZW_MAX_OUTPUT_LENGTH",
+    "MAX_ARRAY_BASED_STREAM_OUTPUT_LENGTH", "MAX_DECLARED_STREAM_LENGTH")  # fmt: skip
 
 
 def decompression_cap(memory_limit: int) -> int:
@@ -124,22 +119,15 @@ def configure_pypdf(output_cap: int | None = None) -> None:
         }
         pypdf.overwrite_configuration(jbig2dec_binary=None, disable_legacy_handling=True, **caps)
         return
-    # Older pypdf reads module-level constants at call time.
-    if hasattr(filters, "JBIG2DEC_BINARY"):
+    if hasattr(filters, "JBIG2DEC_BINARY"):  # older pypdf reads module constants at call time
         filters.JBIG2DEC_BINARY = None
-    for name in (
-        "ZLIB_MAX_OUTPUT_LENGTH",
-        "LZW_MAX_OUTPUT_LENGTH",
-        "MAX_ARRAY_BASED_STREAM_OUTPUT_LENGTH",
-        "MAX_DECLARED_STREAM_LENGTH",
-    ):
+    for name in _LEGACY_CAPS:
         if output_cap is not None and hasattr(filters, name):
             setattr(filters, name, output_cap)
 
 
 class TextBudget:
-    """The pages a job returns, cut so that their JSON (quotes, escapes, commas) fits in
-    `limit` bytes; `add` says when to stop."""
+    """The pages a job returns, cut so that their JSON (quotes, escapes, commas) fits `limit`."""
 
     def __init__(self, limit: int) -> None:
         self.left = limit
@@ -197,24 +185,22 @@ def extract_pages(
     refuse: bool,
     max_text_bytes: int = DEFAULT_MAX_TEXT_BYTES,
 ) -> dict[str, Any]:
-    """The text of `data` by `engine`: page_count, pages, metadata, truncated, text_truncated;
-    pages after the text cap is reached are not read."""
+    """The text of `data` by `engine` (Extracted's fields); no page is read past the text cap."""
     check_header(data)
-    budget = TextBudget(max_text_bytes)
-    if engine == "pypdfium2":
-        found = _run_pdfium(data, max_pages, refuse, budget)
-    elif ":" in engine:
-        pages = registered(engine)(data)
-        for page in pages:
-            if not budget.add(page):
-                break
-        found = {"page_count": len(pages), "metadata": {}, "truncated": False}
+    if ":" in engine:  # a registered engine: its every page, no metadata
+        texts, max_pages = registered(engine)(data), None
+        opened: _Opened = len(texts), texts.__getitem__, dict
     else:
-        found = _run_pypdf(data, max_pages, refuse, budget)
-    found["pages"] = budget.pages
-    found["text_truncated"] = budget.cut
-    found["truncated"] = found["truncated"] or budget.cut
-    return found
+        opened = (_open_pdfium if engine == "pypdfium2" else _open_pypdf)(data, max_pages, refuse)
+    page_count, page_text, metadata = opened
+    count = _page_range(page_count, max_pages, refuse)
+    budget = TextBudget(max_text_bytes)
+    for index in range(count):
+        if not budget.add(page_text(index)):
+            break
+    truncated = count < page_count or budget.cut
+    return {"page_count": page_count, "pages": budget.pages, "metadata": metadata(),
+            "truncated": truncated, "text_truncated": budget.cut}  # fmt: skip
 
 
 def _page_range(page_count: int, max_pages: int | None, refuse: bool) -> int:
@@ -236,51 +222,43 @@ def _clean_metadata(items: Any) -> dict[str, str]:
     return metadata
 
 
-def _run_pypdf(
-    data: bytes, max_pages: int | None, refuse: bool, budget: TextBudget
-) -> dict[str, Any]:
+# An opened document: its page count, a page's text by index, its metadata (read last).
+_Opened = tuple[int, Callable[[int], str], Callable[[], dict[str, str]]]
+
+
+def _open_pypdf(data: bytes, max_pages: int | None, refuse: bool) -> _Opened:
     from pypdf import PdfReader
 
     reader = PdfReader(io.BytesIO(data))  # tries the empty password by itself
-    if refuse and max_pages is not None:
-        # Refused on the count the document declares: walking a tree of 20,000 pages can
-        # take longer than the deadline.
-        declared = _declared_page_count(reader)
-        if declared is not None and declared > max_pages:
-            raise ExtractionError("too_many_pages", detail=f"{declared} pages")
-    page_count = len(reader.pages)  # the real count: a /Count that lies low is caught here
-    count = _page_range(page_count, max_pages, refuse)
-    for index in range(count):
-        if not budget.add(reader.pages[index].extract_text()):
-            break
-    try:
-        info = reader.metadata
-        metadata = _clean_metadata((key, info[key]) for key in info) if info else {}
-    except MemoryError:
-        raise
-    except Exception:  # a broken /Info does not spoil the text
-        metadata = {}
-    return {"page_count": page_count, "metadata": metadata, "truncated": count < page_count}
+    if refuse and max_pages is not None:  # on the declared count: no walk of a huge page tree
+        _page_range(_declared_page_count(reader), max_pages, refuse)
+
+    def metadata() -> dict[str, str]:
+        try:
+            info = reader.metadata
+            return _clean_metadata((key, info[key]) for key in info) if info else {}
+        except MemoryError:
+            raise
+        except Exception:  # a broken /Info does not spoil the text
+            return {}
+
+    # len(reader.pages) is the real count: a /Count that lies low is caught there
+    return len(reader.pages), lambda index: reader.pages[index].extract_text(), metadata
 
 
-def _declared_page_count(reader: Any) -> int | None:
-    """The page count the document declares (the trailer's /Root, its /Pages, their /Count),
-    read without walking the page tree; None when any of it is missing or not a count."""
+def _declared_page_count(reader: Any) -> int:
+    """The /Count of the trailer's /Root's /Pages, without walking the page tree; 0 if unsure."""
     try:
         count = reader.trailer["/Root"].get_object()["/Pages"].get_object()["/Count"]
         count = count.get_object()
     except MemoryError:
         raise
-    except Exception:  # broken or odd: the page tree's own walk decides, as before
-        return None
-    if isinstance(count, int) and not isinstance(count, bool) and count >= 0:
-        return int(count)
-    return None
+    except Exception:  # broken or odd: the page tree's own walk decides
+        return 0
+    return int(count) if isinstance(count, int) and not isinstance(count, bool) else 0
 
 
-def _run_pdfium(
-    data: bytes, max_pages: int | None, refuse: bool, budget: TextBudget
-) -> dict[str, Any]:
+def _open_pdfium(data: bytes, max_pages: int | None, refuse: bool) -> _Opened:
     import pypdfium2 as pdfium
     import pypdfium2.raw as raw  # type: ignore[import-untyped]
 
@@ -290,22 +268,24 @@ def _run_pdfium(
         locked = exc.err_code in (raw.FPDF_ERR_PASSWORD, raw.FPDF_ERR_SECURITY)
         code = "encrypted" if locked else "malformed"
         raise ExtractionError(code, detail=f"pdfium error {exc.err_code}") from None
-    page_count = len(document)
-    count = _page_range(page_count, max_pages, refuse)
-    for index in range(count):
+
+    def page_text(index: int) -> str:
         page = document[index]
         textpage = page.get_textpage()
-        text = textpage.get_text_range().replace("\r\n", "\n")
+        text: str = textpage.get_text_range().replace("\r\n", "\n")
         textpage.close()
         page.close()
-        if not budget.add(text):
-            break
-    try:
-        metadata = _clean_metadata(document.get_metadata_dict(skip_empty=True).items())
-    except pdfium.PdfiumError:
-        metadata = {}
-    document.close()
-    return {"page_count": page_count, "metadata": metadata, "truncated": count < page_count}
+        return text
+
+    def metadata() -> dict[str, str]:
+        try:
+            return _clean_metadata(document.get_metadata_dict(skip_empty=True).items())
+        except pdfium.PdfiumError:
+            return {}
+        finally:
+            document.close()
+
+    return len(document), page_text, metadata
 
 
 # pypdf's LimitReachedError covers size caps, work budgets and broken structures alike.

@@ -39,8 +39,7 @@ PAGE_SEPARATOR = "\n\n"
 
 
 class ReadOnlyDict(dict):  # type: ignore[type-arg]
-    """A dict that refuses changes (an Extraction's metadata, shared by its sharers); JSON
-    and ``dataclasses.asdict`` take it as a dict, ``dict(it)`` is a copy to change."""
+    """A dict that refuses changes (an Extraction's metadata); ``dict(it)`` is a copy to change."""
 
     __slots__ = ()
 
@@ -235,10 +234,8 @@ _checked = functools.lru_cache(maxsize=64, typed=True)(_check)
 
 
 class _Workers:
-    """The threads that hold jobs' conversations with their children, kept `idle` seconds
-    between jobs (a thread started per job cost two wake-ups on a busy host), named WORKING
-    while they hold a job. A new one is started by the starter thread, off the caller's
-    loop: ``Thread.start()`` waits until the thread runs."""
+    """The threads holding jobs' conversations, kept `idle` seconds between jobs and started by
+    a starter thread, off the caller's loop (``Thread.start()`` waits; docs/architecture.md)."""
 
     WORKING, IDLE = "pdfpool-extract", "pdfpool-idle"
 
@@ -308,8 +305,7 @@ def _work(
     deadline: float,
     warm: bool,
 ) -> None:
-    """The worker thread: the job's file, a child, the conversation; the file it copied is
-    removed before the outcome is delivered (the child may still be exiting, then reaped)."""
+    """The worker thread: the job's file, a child, the conversation; a copy removed first."""
     if not future.set_running_or_notify_cancel():
         return
     try:
@@ -319,8 +315,7 @@ def _work(
         future.set_exception(exc)
         return
 
-    def deliver(outcome: Outcome | BaseException) -> None:
-        """Remove the job's own copy, then hand the outcome to the awaiting caller."""
+    def deliver(outcome: Outcome | BaseException) -> None:  # the copy removed, then handed on
         if owned:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
@@ -376,9 +371,7 @@ def _conclude(outcome: Outcome, engine: str) -> Extraction:
     del output
     if isinstance(answer, Extracted):  # the same fields, but how the child started
         return Extraction(**vars(answer), child_start=outcome.start)
-    if answer is not None:
-        raise answer  # the child's own failure, with its code and figures
-    raise _ending_without_answer(outcome, engine)
+    raise _ending_without_answer(outcome, engine) if answer is None else answer
 
 
 def _ending_without_answer(outcome: Outcome, engine: str) -> ExtractionError:
@@ -387,15 +380,15 @@ def _ending_without_answer(outcome: Outcome, engine: str) -> ExtractionError:
         return ExtractionError("too_complex", detail="deadline")
     if outcome.overflow:
         return ExtractionError("too_large", detail="answer larger than allowed")
-    returncode = outcome.returncode
     if outcome.lost:
         return ExtractionError("crashed", detail="no child could take the job")
+    returncode = outcome.returncode
     if returncode is None or returncode >= 0:
         return ExtractionError("crashed", detail=f"exit status {returncode}, no valid answer")
     number = -returncode
     name = signal.Signals(number).name if number in signal.valid_signals() else str(number)
-    if number in _TIME_SIGNALS:
-        return ExtractionError("too_complex", detail=name)
-    if number in _MEMORY_SIGNALS or (engine == "pypdfium2" and number in _PDFIUM_MEMORY_SIGNALS):
-        return ExtractionError("too_large", detail=name)
-    return ExtractionError("crashed", detail=name)
+    memory = number in _MEMORY_SIGNALS or (
+        engine == "pypdfium2" and number in _PDFIUM_MEMORY_SIGNALS
+    )
+    code = "too_complex" if number in _TIME_SIGNALS else "too_large" if memory else "crashed"
+    return ExtractionError(code, detail=name)

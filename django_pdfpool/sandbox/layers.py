@@ -38,6 +38,11 @@ class SandboxLayers:
         """Whether extractions may run: the layers meet the required level."""
         return set(LEVELS[self.required]) <= set(self.layers)
 
+    @property
+    def why(self) -> str:
+        """The missing layers and their reasons, for the log."""
+        return ", ".join(f"{k} ({v})" for k, v in sorted(self.missing.items()))
+
 
 class HostLayers:
     """The process's findings (one probe per interpreter, environment and sandbox setting)
@@ -63,10 +68,7 @@ class HostLayers:
                 self._found[key] = probe(python, env, sandbox)
             found = self._found[key]
         if first and found.missing and found.enabled:  # said once, where no check runs too
-            _logger.warning(
-                "The extraction sandbox lacks on this host: %s",
-                ", ".join(f"{k} ({v})" for k, v in sorted(found.missing.items())),
-            )
+            _logger.warning("The extraction sandbox lacks on this host: %s", found.why)
         return replace(found, required=self.required)
 
     def check(self, found: SandboxLayers) -> None:
@@ -84,7 +86,7 @@ class HostLayers:
                 "is %r; missing: %s",
                 found.level,
                 found.required,
-                ", ".join(f"{k} ({v})" for k, v in sorted(found.missing.items())) or "-",
+                found.why or "-",
             )
         raise SandboxUnavailable(SANDBOX_REFUSAL)
 

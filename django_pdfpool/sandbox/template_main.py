@@ -1,7 +1,5 @@
-"""Child side: the template, a warmed-up, single-threaded process that forks each job's child
-on request on its control socket (fd 0 at start), and keeps up to as many *ready* children
-(forked and warmed up ahead) as jobs recently ran at once; docs/architecture.md.
-"""
+"""Child side: the template, a warm single-threaded process forking each job's child on request
+on its control socket (fd 0 at start), with *ready* children ahead (docs/architecture.md)."""
 
 from __future__ import annotations
 
@@ -35,8 +33,7 @@ def _stop(signum: int, frame: object) -> NoReturn:
 
 
 class _Forked:
-    """A child of the template: its pid and pidfd, the status pipe's write end, and (until
-    handed out) the ends the server gets."""
+    """A child: pid, pidfd, status pipe's write end, and (until handed out) the server's ends."""
 
     def __init__(self, pid: int, pidfd: int, status_out: int, ends: tuple[int, int, int]):
         self.pid, self.pidfd, self.status_out = pid, pidfd, status_out
@@ -64,9 +61,8 @@ class _Template:
             self.name = comm.read().strip()
 
     def serve(self) -> None:
-        """Requests and exits first; then a ready child more (once no job started less than
-        HOLD ago is running: on a busy CPU a fork and warm-up beside a short job slow it), or
-        the ready ones dropped after `idle` seconds without a request."""
+        """Requests and exits first; then a ready child more (no job started under HOLD ago still
+        running), or the ready ones dropped after `idle` seconds without a request."""
         while True:
             due = None  # when a ready child is forked, or the ready ones are dropped
             if len(self.ready) < self.wanted:
@@ -147,10 +143,9 @@ class _Template:
         if child in self.ready:  # died while ready (killed from outside): nobody waits
             self.ready.remove(child)
             child.close_ends()
+        code = struct.pack(STATUS_FORMAT, os.waitstatus_to_exitcode(status))
         with contextlib.suppress(OSError):  # the server may have stopped listening for it
-            os.write(
-                child.status_out, struct.pack(STATUS_FORMAT, os.waitstatus_to_exitcode(status))
-            )
+            os.write(child.status_out, code)
         os.close(child.status_out)
 
 
@@ -175,9 +170,8 @@ def serve_template(engines: tuple[str, ...], most: int, idle: float) -> NoReturn
 
 
 def _become_job_child(job_in: int, answer_out: int, engines: tuple[str, ...] | None) -> NoReturn:
-    """In the new child: its own process group, the job's pipes as stdin and stdout, stderr
-    to /dev/null, no other descriptor, default signals; rehearsed if `engines` (a ready
-    child), then the job."""
+    """In the new child: own group, the job's pipes as stdin/stdout, stderr to /dev/null, no
+    other fd, default signals; rehearsed if `engines` (a ready child), then the job."""
     try:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         os.setpgid(0, 0)
@@ -198,8 +192,7 @@ def _become_job_child(job_in: int, answer_out: int, engines: tuple[str, ...] | N
 
 
 def kill_forked(pidfd: int, pid: int) -> None:
-    """SIGKILL to a forked child by its pidfd and, while it runs (its group id is then its
-    own), to its process group (none before the child's setpgid())."""
+    """SIGKILL to a forked child by pidfd and, while it runs (after its setpgid), to its group."""
     running = not select.select([pidfd], [], [], 0)[0]
     with contextlib.suppress(OSError):
         signal.pidfd_send_signal(pidfd, signal.SIGKILL)

@@ -146,8 +146,7 @@ def encode_answer(answer: ChildAnswer) -> bytes:
 
 
 def decode_answer(output: bytes | bytearray) -> ChildAnswer | None:
-    """The answer in all a child wrote (its last line), or None if there is no well-formed one.
-    A bytearray is consumed: emptied once decoded to text, before the JSON is parsed."""
+    """The answer in all a child wrote (its last line), or None; a bytearray is emptied."""
     if not output.endswith(b"\n"):
         return None  # cut short: no complete answer
     try:
@@ -189,21 +188,17 @@ def _failure(fields: dict[str, Any]) -> ExtractionError | None:
     if not isinstance(code, str) or code not in EXTRACTION_MESSAGES:
         return None
     elapsed, peak_rss = fields.get("elapsed"), fields.get("peak_rss")
-    return ExtractionError(
-        code,
-        detail=str(fields.get("detail", ""))[:DETAIL_CHARS],
-        elapsed=float(elapsed) if isinstance(elapsed, (int, float)) else None,
-        peak_rss=peak_rss if isinstance(peak_rss, int) else None,
-    )
+    elapsed = float(elapsed) if isinstance(elapsed, (int, float)) else None
+    peak_rss = peak_rss if isinstance(peak_rss, int) else None
+    detail = str(fields.get("detail", ""))[:DETAIL_CHARS]
+    return ExtractionError(code, detail=detail, elapsed=elapsed, peak_rss=peak_rss)
 
 
 def holds_answer(output: bytes | bytearray) -> bool:
-    """Whether what a child wrote so far ends with its whole answer (JSON escapes newlines).
-    Copies nothing (called on every chunk read)."""
+    """Whether a child's output so far ends with its whole answer (copies nothing)."""
     return output.endswith(b"\n") and output not in (READY, STARTED, READY + STARTED)
 
 
 def job_started(output: bytes | bytearray) -> bool:
-    """Whether the child said it read its job (a cold child says READY first; a forked
-    child, whose template said it long ago, does not)."""
+    """Whether the child said it read its job (after READY from a cold child)."""
     return output.startswith(STARTED) or output.startswith(READY + STARTED)
