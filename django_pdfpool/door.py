@@ -48,7 +48,7 @@ logger = logging.getLogger("django_pdfpool.door")
 
 Refusal = PoolClosed | PoolBusy | CallerBusy | UploadRejected
 Kind = Literal["place", "budget"]
-T = TypeVar("T")
+Value = TypeVar("Value")  # what a step's call gives
 
 
 def closes_connection(refusal: Exception) -> bool:
@@ -355,33 +355,33 @@ def decide(
 
 
 @dataclass(frozen=True, slots=True)
-class Call(Generic[T]):
+class Call(Generic[Value]):
     """One piece of IO a step function asks for: ``sync`` blocks this thread, ``async_``
-    is awaited on the event loop; both give the same ``T``."""
+    is awaited on the event loop; both give the same ``Value``."""
 
-    sync: Callable[[], T]
-    async_: Callable[[], Awaitable[T]]
+    sync: Callable[[], Value]
+    async_: Callable[[], Awaitable[Value]]
 
     @classmethod
-    def quick(cls, read: Callable[[], T]) -> Call[T]:
+    def quick(cls, read: Callable[[], Value]) -> Call[Value]:
         """``read`` as it is on either side: it never waits (fine on an event loop)."""
 
-        async def on_the_loop() -> T:
+        async def on_the_loop() -> Value:
             return read()
 
         return cls(read, on_the_loop)
 
     @classmethod
-    def blocking(cls, read: Callable[[], T]) -> Call[T]:
+    def blocking(cls, read: Callable[[], Value]) -> Call[Value]:
         """``read``, which may wait (on the network, say): in a thread off the event loop."""
         return cls(read, sync_to_async(read, thread_sensitive=False))
 
 
-Steps = Generator[Call[Any], Any, T]
-"""A step function's generator: it yields calls, is sent their values, returns a ``T``."""
+Steps = Generator[Call[Any], Any, Value]
+"""A step function's generator: it yields calls, is sent their values, returns a ``Value``."""
 
 
-def run_steps(steps: Steps[T]) -> T:
+def run_steps(steps: Steps[Value]) -> Value:
     """Run ``steps`` on this thread: each call's sync side, its value or its exception
     (raised inside the step function, where it yielded) sent back."""
     try:
@@ -394,10 +394,10 @@ def run_steps(steps: Steps[T]) -> T:
             else:
                 call = steps.send(value)
     except StopIteration as done:
-        return cast(T, done.value)
+        return cast(Value, done.value)
 
 
-async def arun_steps(steps: Steps[T]) -> T:
+async def arun_steps(steps: Steps[Value]) -> Value:
     """Run ``steps`` on this event loop: each call's async side, awaited (a cancel too is
     raised inside the step function)."""
     try:
@@ -410,7 +410,7 @@ async def arun_steps(steps: Steps[T]) -> T:
             else:
                 call = steps.send(value)
     except StopIteration as done:
-        return cast(T, done.value)
+        return cast(Value, done.value)
 
 
 def ask_caller(request: HttpRequest) -> str | None:
