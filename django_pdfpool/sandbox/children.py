@@ -337,8 +337,8 @@ class JobRun:
                 drop(child)
                 raise
             if outcome.complete and not self.cancelled:
-                deliver(outcome)  # before the reaping: the caller skips the child's teardown
-                child.finish(deadline)
+                drop(child)  # it has answered: ended now, reaped before its slot is freed
+                deliver(outcome)
                 return
             # Every other ending: the child is reaped, then the outcome delivered.
             outcome.returncode = child.finish(deadline)
