@@ -1,40 +1,27 @@
-"""Extraction cost, side by side in one run: in-process pypdf, the former warm spare, the template
-forking on demand, and the template with ready children.
+"""Extraction cost: each job in process (pypdf in the server's own process) against the same
+job through the sandbox, as a ratio to its file's in-process time, all in one run.
 
     .venv/bin/python benchmarks/bench_extract.py [CORPUS_DIR] [--repeat N] [--burst N]
-    .venv/bin/python benchmarks/bench_extract.py --sandbox-only   # the sandbox's cost alone
-    .venv/bin/python benchmarks/bench_extract.py CORPUS --targets  # issue 24's ratios alone
 
-- **targets** (``--targets``, issue 24): on the small files, in one run, modes alternating:
-  single jobs in process and through a ready child; two jobs at a time through the pool's
-  children (SLOTS=2); and, for the physical limit on this machine, two in-process *processes*
-  running the same files at the same time, the same two forking a bare child per job, and one
-  of them forking a child per job alone. Every time is divided by the in-process single-job
-  median of its file (those in-process jobs, interleaved with the rest), and the ratios are
-  printed against the issue's targets (single 1.15x, two at a time 1.3x median, 1.6x p95).
-  Also the CPU a forked job takes (the fork's, the child's, its exit's) against the same job
-  in process, and each pair's total time over the jobs' total in-process time: two at a time
-  on two CPUs, the total time cannot be below the CPU the jobs need (docs/performance.md).
+Modes (the table's rows; single jobs alternate mode by mode, bursts round by round):
 
-- **single**: one job at a time, per file, N runs per mode; before each run the mode's idle
-  process is ready (a spare, or the template; for "ready", a ready child done rehearsing and
-  waiting on its job pipe) and no spare is starting up beside it, as on a quiet server.
-- **burst SLOTS=2 / SLOTS=4**: SLOTS workers take jobs back to back (what the pool does under
-  load) until at least `--burst` jobs (40) have run, over the corpus' small files, then over
-  the 117-page file; every job's latency is divided by the in-process time of its file.
-- **RSS at rest**: the resident set of the idle process each design keeps (a spare, or the
-  template), once settled; for "ready", also with its ready children (between jobs).
+- **in process**: pypdf in this process; in a burst, SLOTS threads (the GIL runs one at a time).
+- **forked, ready child**: the template as configured by default hands the job a ready child,
+  forked and rehearsed ahead, waiting on its job pipe (a job seconds after another).
+- **forked on request**: the template forks the job's child when asked (a job after
+  ``READY_IDLE`` seconds without one: its ready children are gone).
+- **cold**: a new interpreter per job (``warm=False``, or while there is no template).
+- the same three **with the sandbox off** (no Landlock, seccomp, namespaces, no-new-privs or
+  not-dumpable): against them, what the sandbox costs a job. Single jobs, small files only.
 
-Modes alternate run by run (single) and burst by burst, so that noise from other processes
-hits them alike. "spare" is the design before the template (one spare child, warmed up,
-replaced in the background once taken), rebuilt here from the cold child's own parts.
-"template" is the template with no ready children (every job's child forked on request, as
-first committed); "ready" the template keeping ready children (forked, warmed up, waiting:
-the current design). "bare" is "ready" with the children's sandbox off (no Landlock, seccomp,
-namespaces, no-new-privs or not-dumpable): "ready" against "bare" is what the sandbox costs a
-forked job, in milliseconds too; cold children are timed with and without it as well. In
-process, bursts run in SLOTS threads (the GIL lets one parse at a time): that column shows
-what the same burst costs without children.
+Measures (the columns): single jobs, one at a time, `--repeat` runs per file and mode, with no
+ready child rehearsing beside them; bursts of SLOTS workers (2, 4) taking jobs back to back,
+`--burst` jobs over the small files, then SLOTS jobs of the big file at once. Every job's time
+is divided by its file's in-process median (5 runs back to back, first). Then the resident
+memory of the processes the sandbox keeps between jobs.
+
+Documents: the corpus' files (small: up to 200 KB; big: the 117-page GeoTopo file); without a
+corpus, the built-in one-page document and it repeated on 100 pages.
 """
 
 from __future__ import annotations
@@ -44,716 +31,228 @@ import contextlib
 import io
 import json
 import logging
-import os
 import statistics
 import sys
-import threading
+import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks.*
 
-from pypdf import PdfReader
+from pypdf import PdfReader, PdfWriter
 
-from benchmarks.loadkit import verdict
+from benchmarks.loadkit import DEFAULT_CORPUS, HEAVY, machine, percentile
 from django_pdfpool import extract
 from django_pdfpool.exceptions import ExtractionError
 from django_pdfpool.sandbox import extract as sandbox
-from django_pdfpool.sandbox.child_process import Child, Handle, drop, start_thread
+from django_pdfpool.sandbox.children import Template
 from django_pdfpool.sandbox.engines import WARM_UP_PDF
-from django_pdfpool.sandbox.template import Template
 from django_pdfpool.sandbox.wire import SANDBOX_OFF
 
-ROOT = Path(__file__).resolve().parents[1]
-LIMITS = {"timeout": 60.0, "memory_limit": 1 << 30}
-BIG = "009-pdflatex-geotopo/GeoTopo-komprimiert.pdf"  # the 117-page file
+LIMITS = {"timeout": 120.0, "memory_limit": 1 << 30}
 SMALL_MAX = 200_000  # bytes: the corpus' small files
-MODES = ("in", "spare", "template", "ready", "bare")
-COLD_RUNS = 10  # cold jobs per sandbox setting, alternating
+SLOTS = (2, 4)
 
 
-class Spares:
-    """The former design: one warmed-up spare child; a job takes it (or starts a cold child
-    if none is ready) and a replacement starts in the background (in one long-lived thread:
-    children die with the thread that started them)."""
-
-    def __init__(self) -> None:
-        self._ready: list[Child] = []
-        self._lock = threading.Lock()
-        self._wanted = threading.Event()
-        self._building = False
-        threading.Thread(target=self._keep_one, daemon=True).start()
-
-    def child(self, engine: str, warm: bool = True) -> Handle:
-        with self._lock:
-            found = self._ready.pop() if self._ready else None
-        self.refill()
-        return found if found is not None else Child(sys.executable)
-
-    def refill(self) -> None:
-        self._wanted.set()
-
-    def starting(self) -> bool:
-        """Whether a replacement spare was asked for or is starting up."""
-        return self._wanted.is_set() or self._building
-
-    def _keep_one(self) -> None:
-        while True:
-            self._wanted.wait()
-            self._building = True  # before the event is cleared: starting() never misses it
-            self._wanted.clear()
-            with self._lock:
-                if self._ready:
-                    self._building = False
-                    continue
-            child = Child(sys.executable, warm_up=True)
-            if child.wait_ready(30):
-                with self._lock:
-                    self._ready.append(child)
-            else:
-                drop(child)
-            self._building = False
-
-    def pid(self) -> int | None:
-        with self._lock:
-            return self._ready[0].pid if self._ready else None
-
-    def shutdown(self) -> None:
-        with self._lock:
-            ready, self._ready = self._ready, []
-        for child in ready:
-            drop(child)
+def template(sandbox_on: bool, enabled: bool = True, ready: bool = True) -> Template:
+    found = Template(enabled)
+    found.sandbox = "none" if sandbox_on else SANDBOX_OFF
+    found.max_ready = found.max_ready if ready else 0  # 0: as after READY_IDLE without a job
+    return found
 
 
-def in_process(path: Path) -> None:
-    """What a naive view would do: pypdf in the server's own process."""
-    reader = PdfReader(io.BytesIO(path.read_bytes()))
-    [page.extract_text() for page in reader.pages]
-    _ = reader.metadata
+# mode: the sandbox's template for it (None: in process), and whether bursts run it
+MODES: dict[str, tuple[Template | None, bool]] = {
+    "in process": (None, True),
+    "forked, ready child": (template(True), True),
+    "forked on request": (template(True, ready=False), False),
+    "cold": (template(True, enabled=False), True),
+    "forked, ready child, sandbox off": (template(False), False),
+    "forked on request, sandbox off": (template(False, ready=False), False),
+    "cold, sandbox off": (template(False, enabled=False), False),
+}
+BURST_MODES = [mode for mode, (_, bursts) in MODES.items() if bursts]
 
 
 def timed(path: Path) -> float:
+    """Seconds pypdf takes in this process (encrypted or damaged: the failure is timed)."""
     start = time.perf_counter()
-    with contextlib.suppress(Exception):  # encrypted or damaged: the failure is timed
-        in_process(path)
+    with contextlib.suppress(Exception):
+        reader = PdfReader(io.BytesIO(path.read_bytes()))
+        [page.extract_text() for page in reader.pages]
+        _ = reader.metadata
     return time.perf_counter() - start
 
 
-async def child_job(path: Path) -> float:
+async def job(mode: str, path: Path | bytes) -> float:
+    """Seconds one job takes in `mode` (a failed extraction is timed too)."""
+    source = MODES[mode][0]
+    if source is None:
+        return await asyncio.to_thread(timed, path)  # type: ignore[arg-type]
+    sandbox._template = source  # the sandbox's children come from this mode's template
     start = time.perf_counter()
     with contextlib.suppress(ExtractionError):
         await extract(path, **LIMITS)
     return time.perf_counter() - start
 
 
-class Bench:
-    """The four modes, switched by swapping the sandbox's child source."""
-
-    def __init__(self) -> None:
-        on_demand = Template()
-        on_demand.max_ready = 0
-        bare, on_demand_bare = Template(), Template()
-        bare.sandbox = on_demand_bare.sandbox = SANDBOX_OFF
-        on_demand_bare.max_ready = 0
-        self.sources: dict[str, Any] = {
-            "spare": Spares(),
-            "template": on_demand,
-            "ready": Template(),
-            "bare": bare,
-            "template, bare": on_demand_bare,  # for sandbox_pairs only
-        }
-
-    async def use(self, mode: str, single: bool = False) -> None:
-        """Make `mode` the sandbox's source of children and wait until it is settled."""
-        if mode == "in":
-            return
-        source = self.sources[mode]
-        sandbox._template = source
-        if mode == "spare":
-            source.refill()
-        else:
-            source.prewarm()
-        while source.pid() is None:
+async def settle(mode: str) -> None:
+    """A ready child waiting for `mode`'s job, if it takes one, and none rehearsing anywhere."""
+    source = MODES[mode][0]
+    if source is not None and source.enabled and source.max_ready and len(source.idle_pids()) < 2:
+        await job(mode, WARM_UP_PDF)  # its ready children exited (READY_IDLE): one is forked
+        for _ in range(200):
+            if len(source.idle_pids()) > 1:
+                break
             await asyncio.sleep(0.005)
-        if mode in ("ready", "bare") and single:  # a ready child waits, as after a job
-            if len(source.idle_pids()) < 2:  # none (they leave after 5 s idle): have one made
-                with contextlib.suppress(ExtractionError):
-                    await extract(WARM_UP_PDF, **LIMITS)
-            while len(source.idle_pids()) < 2:
-                await asyncio.sleep(0.005)
-            await waiting_for_job(source.idle_pids()[1])
-
-    async def single(self, mode: str, path: Path) -> float:
-        await self.use(mode, single=True)
-        spares = self.sources["spare"]  # its replacement, once started, is not to run beside
-        while spares.pid() is None and spares.starting():
-            await asyncio.sleep(0.005)
-        return timed(path) if mode == "in" else await child_job(path)
-
-    async def burst(self, mode: str, slots: int, paths: list[Path], jobs: int) -> list[tuple]:
-        """`slots` workers, jobs back to back: (file, seconds) for each of `jobs` jobs."""
-        await self.use(mode)
-        queue = [paths[i % len(paths)] for i in range(jobs)]
-        results: list[tuple] = []
-
-        async def worker() -> None:
-            while queue:
-                path = queue.pop()
-                if mode == "in":
-                    seconds = await asyncio.to_thread(timed, path)
-                else:
-                    seconds = await child_job(path)
-                results.append((path, seconds))
-
-        await asyncio.gather(*(worker() for _ in range(slots)))
-        return results
-
-    def rss_at_rest(self, mode: str) -> int:
-        return rss(self.sources[mode].pid())
-
-    def close(self) -> None:
-        for source in self.sources.values():
-            source.shutdown()
+    for other, _ in MODES.values():
+        for pid in [] if other is None or not other.enabled else other.idle_pids()[1:]:
+            for _ in range(1000):  # a ready child is listed from its fork, then rehearses
+                with contextlib.suppress(OSError):
+                    if Path(f"/proc/{pid}/wchan").read_text().endswith("pipe_read"):
+                        break
+                await asyncio.sleep(0.001)
 
 
-async def waiting_for_job(pid: int, timeout: float = 1.0) -> None:
-    """Until the ready child `pid` has rehearsed and waits on its job pipe (a ready child is
-    listed from its fork on, while it still rehearses for about 4 ms)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with contextlib.suppress(OSError):
-            if Path(f"/proc/{pid}/wchan").read_text().endswith("pipe_read"):
-                return
-        await asyncio.sleep(0.001)
+async def burst(mode: str, slots: int, paths: list[Path], jobs: int) -> list[tuple[Path, float]]:
+    """`slots` workers taking `jobs` jobs back to back: (file, seconds) for each."""
+    queue, found = [paths[i % len(paths)] for i in range(jobs)], []
 
+    async def worker() -> None:
+        while queue:
+            path = queue.pop()
+            found.append((path, await job(mode, path)))
 
-def rss(pid: int | None) -> int:
-    """Bytes: the process's resident set (VmRSS)."""
-    with open(f"/proc/{pid}/status") as status:
-        return next(int(line.split()[1]) * 1024 for line in status if line[:6] == "VmRSS:")
-
-
-def pss(pid: int) -> int:
-    """Bytes: the process's proportional set (shared pages split among their sharers)."""
-    with open(f"/proc/{pid}/smaps_rollup") as rollup:
-        return next(int(line.split()[1]) * 1024 for line in rollup if line[:4] == "Pss:")
-
-
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
-
-
-async def bench(corpus: Path, repeat: int, burst_jobs: int) -> dict[str, Any]:
-    entries = json.loads((corpus / "files.json").read_text())["data"]
-    paths = [corpus / e["path"] for e in entries if (corpus / e["path"]).exists()]
-    small = [p for p in paths if p.stat().st_size <= SMALL_MAX]
-    big = [p for p in paths if p.name == Path(BIG).name]
-    for path in paths:  # warm up in-process pypdf (lazy imports, caches)
-        timed(path)
-    bench = Bench()
-    base = {p: statistics.median(timed(p) for _ in range(5)) for p in small + big}
-    single: dict[str, dict[str, list[float]]] = {m: {} for m in MODES}
-    seconds_of: dict[str, list[float]] = {m: [] for m in MODES}  # small files, absolute
-    for path in small + big:
-        for _ in range(repeat if path in small else max(2, repeat // 3)):
-            for mode in MODES:
-                seconds = await bench.single(mode, path)
-                single[mode].setdefault(path.name, []).append(seconds / base[path])
-                if path in small:
-                    seconds_of[mode].append(seconds)
-    print("  single: done", file=sys.stderr, flush=True)
-    bursts: dict[tuple, dict[str, list[float]]] = {}
-    for name, files, jobs in (("small", small, burst_jobs), ("117 pages", big, 8)):
-        for slots in (2, 4):
-            ratios: dict[str, list[float]] = {m: [] for m in MODES}
-            for _ in range(2):  # two rounds, modes alternating
-                for mode in MODES:
-                    for path, seconds in await bench.burst(mode, slots, files, jobs // 2):
-                        ratios[mode].append(seconds / base[path])
-            bursts[(name, slots)] = ratios
-            print(f"  burst {name} x{slots}: done", file=sys.stderr, flush=True)
-    cold: dict[str, list[float]] = {"sandboxed": [], "bare": []}
-    for _ in range(COLD_RUNS):  # a new interpreter per job, with its layers and without
-        for name, level in (("sandboxed", "none"), ("bare", SANDBOX_OFF)):
-            bench.sources["ready"].sandbox = level  # cold children take the source's level
-            sandbox._template = bench.sources["ready"]
-            start = time.perf_counter()
-            with contextlib.suppress(ExtractionError):
-                await extract(small[0], warm=False, **LIMITS)
-            cold[name].append(time.perf_counter() - start)
-    bench.sources["ready"].sandbox = "none"
-    print("  cold: done", file=sys.stderr, flush=True)
-    rss = {}
-    for mode in ("spare", "template", "ready"):
-        await bench.use(mode)
-        await asyncio.sleep(0.5)
-        rss[mode] = bench.rss_at_rest(mode)
-    ready = bench.sources["ready"]
-    await bench.single("ready", small[0])
-    await asyncio.sleep(0.5)  # one ready child after a job
-    busy = [pss(pid) for pid in ready.idle_pids()]
-    while len(ready.idle_pids()) > 1:  # its ready children gone
-        await asyncio.sleep(0.1)
-    rss["ready, at rest"] = pss(ready.pid())
-    rss["ready, between jobs"] = sum(busy)
-    starts = {m: bench.sources[m].status() for m in ("template", "ready")}
-    pairs = await sandbox_pairs(bench)
-    bench.close()
-    return {
-        "pairs": pairs,
-        "confine": await asyncio.to_thread(confine_times),
-        "seconds": seconds_of,
-        "cold": cold,
-        "single": single,
-        "bursts": bursts,
-        "rss": rss,
-        "base": base,
-        "small": small,
-        "starts": starts,
-    }
-
-
-def table(found: dict[str, Any]) -> str:
-    lines = [
-        "| measure (ratio to in-process pypdf, per job) | in-process | spare | template | ready "
-        "| ready, no sandbox |",
-        "|---|---:|---:|---:|---:|---:|",
-    ]
-
-    def row(label: str, by_mode: dict[str, list[float]], stat: str) -> None:
-        cells = []
-        for mode in MODES:
-            values = by_mode[mode]
-            cells.append(
-                f"{statistics.median(values) if stat == 'median' else pct(values, 0.95):.2f}"
-            )
-        lines.append(f"| {label} | " + " | ".join(cells) + " |")
-
-    single = found["single"]
-    small_names = {p.name for p in found["small"]}
-    for label, names in (
-        ("small files", small_names),
-        ("117 pages", set(single["in"]) - small_names),
-    ):
-        pooled = {m: [r for n in names for r in single[m][n]] for m in MODES}
-        row(f"single job, {label}: median", pooled, "median")
-    for (name, slots), ratios in found["bursts"].items():
-        row(f"burst SLOTS={slots}, {name}: median", ratios, "median")
-        row(f"burst SLOTS={slots}, {name}: p95", ratios, "p95")
-    base = found["base"]
-    small_ms = statistics.median(base[p] for p in found["small"]) * 1000
-    mb = {m: value / 2**20 for m, value in found["rss"].items()}
-    return (
-        "\n".join(lines)
-        + f"\n\nIn-process median over the {len(found['small'])} small files: {small_ms:.1f} ms. "
-        + f"RSS at rest: spare {mb['spare']:.0f} MiB, template {mb['template']:.0f} MiB, "
-        + f"ready {mb['ready']:.0f} MiB (the one idle process of each design); "
-        + f"PSS of ready's template at rest {mb['ready, at rest']:.0f} MiB, "
-        + f"of it and its one ready child between jobs {mb['ready, between jobs']:.0f} MiB.\n"
-        + f"Children: {found['starts']}.\n"
-        + sandbox_cost(found)
-        + "\n"
-        + sandbox_table(found["pairs"], found["confine"])
-    )
-
-
-def sandbox_cost(found: dict[str, Any]) -> str:
-    """What the sandbox adds to a job, in milliseconds: forked (ready against bare, single
-    jobs on the small files) and cold (a new interpreter with its layers and without)."""
-    seconds, cold = found["seconds"], found["cold"]
-    ready, bare = (statistics.median(seconds[m]) * 1000 for m in ("ready", "bare"))
-    with_, without = (statistics.median(cold[m]) * 1000 for m in ("sandboxed", "bare"))
-    return (
-        f"Sandbox, forked job (single, small files, median): {ready:.2f} ms sandboxed, "
-        f"{bare:.2f} ms without: {ready - bare:+.2f} ms. Cold job: {with_:.0f} ms sandboxed, "
-        f"{without:.0f} ms without: {with_ - without:+.0f} ms ({len(cold['bare'])} each)."
-    )
-
-
-CONFINE_PROBE = """
-import os, sys, time
-from django_pdfpool.sandbox import confine
-path = sys.argv[2]  # a staged upload's place
-confine.confine_process()
-times = []
-for _ in range(int(sys.argv[1])):
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # as a job's child: its own domain and filter, timed
-        start = time.perf_counter()
-        confine.prepare_job()
-        confine.confine_job(path)
-        os.write(write, repr(time.perf_counter() - start).encode())
-        os._exit(0)
-    os.close(write)
-    times.append(float(os.read(read, 64)))
-    os.close(read)
-    os.waitpid(pid, 0)
-print(" ".join(map(repr, times)))
-"""
-PAIRS = 100  # trivial forked jobs per setting, alternating
-
-
-async def sandbox_pairs(bench: Bench) -> dict[str, list[float]]:
-    """The built-in one-page document through a ready child, and through a child forked on
-    request (no ready child), sandboxed and bare by turns."""
-    found: dict[str, list[float]] = {"ready": [], "bare": [], "template": [], "template, bare": []}
-    for _ in range(PAIRS):
-        for mode in found:
-            await bench.use(mode, single=True)
-            await settled(bench)  # no ready child of another source rehearsing beside it
-            start = time.perf_counter()
-            await extract(WARM_UP_PDF, **LIMITS)
-            found[mode].append(time.perf_counter() - start)
+    await asyncio.gather(*(worker() for _ in range(slots)))
     return found
 
 
-async def settled(bench: Bench) -> None:
-    """Until every ready child of every template is done rehearsing (one forked after the
-    previous job would otherwise run beside the next, on another source's bill)."""
-    for name in ("ready", "bare"):
-        for pid in bench.sources[name].idle_pids()[1:]:
-            await waiting_for_job(pid)
+def rss(pid: int | str) -> float:
+    """MiB: a process's resident set."""
+    with open(f"/proc/{pid}/status") as lines:
+        return next(int(line.split()[1]) for line in lines if line.startswith("VmRSS:")) / 1024
 
 
-def confine_times(runs: int = 200) -> list[float]:
-    """Seconds `confine_job` takes in a forked child of a confined process (its whole cost)."""
-    import subprocess
-    import tempfile
-
-    from django_pdfpool.sandbox.child_process import child_env
-
-    with tempfile.NamedTemporaryFile(suffix=".pdf") as job:  # where uploads are staged
-        out = subprocess.run(
-            [sys.executable, "-c", CONFINE_PROBE, str(runs), job.name],
-            capture_output=True,
-            text=True,
-            env=child_env(),
-            check=True,
-        ).stdout
-    return [float(value) for value in out.split()]
+def pss(pid: int) -> float:
+    """MiB: a process's proportional set (each shared page split among its sharers)."""
+    with open(f"/proc/{pid}/smaps_rollup") as lines:
+        return next(int(line.split()[1]) for line in lines if line.startswith("Pss:")) / 1024
 
 
-def sandbox_only() -> None:
-    """The sandbox's cost per forked job, alone (minutes less than the whole benchmark)."""
-    load = os.getloadavg()[0]
-
-    async def run() -> dict[str, list[float]]:
-        bench = Bench()
-        try:
-            return await sandbox_pairs(bench)
-        finally:
-            bench.close()
-
-    pairs = asyncio.run(run())
-    confine = confine_times()
-    print(sandbox_table(pairs, confine))
-    print(f"load average {load:.2f} before, {os.getloadavg()[0]:.2f} after; {os.cpu_count()} CPUs.")
+def cell(values: list[float] | None, p95: bool) -> str:
+    """A ratio's median, and its p95 in parentheses; "-" for a measure not taken."""
+    if not values:
+        return "-"
+    median = f"{statistics.median(values):.2f}"
+    return f"{median} ({percentile(values, 0.95):.2f})" if p95 else median
 
 
-def sandbox_table(pairs: dict[str, list[float]], confine: list[float]) -> str:
-    median = {m: statistics.median(pairs[m]) * 1000 for m in pairs}
-    p95 = {m: pct(pairs[m], 0.95) * 1000 for m in pairs}
-    inside = statistics.median(confine) * 1e6
-    lines = [f"Built-in one-page document, {PAIRS} jobs each, alternating (ms):"]
-    for label, on, off in (
-        ("ready child", "ready", "bare"),
-        ("forked on request", "template", "template, bare"),
-    ):
-        lines.append(
-            f"  {label}: median {median[on]:.2f} sandboxed, {median[off]:.2f} without "
-            f"({median[on] - median[off]:+.2f}); p95 {p95[on]:.2f} / {p95[off]:.2f} "
-            f"({p95[on] - p95[off]:+.2f})."
-        )
-    lines.append(
-        f"prepare_job() + confine_job() in a forked child of a confined process (the whole "
-        f"per-job sandbox, all of it on the job's path): median {inside:.0f} us, p95 "
-        f"{pct(confine, 0.95) * 1e6:.0f} us ({len(confine)} children)."
-    )
-    return "\n".join(lines)
+def documents(corpus: Path, scratch: Path) -> tuple[list[Path], Path]:
+    """The small files and the big one: the corpus', or the built-in ones."""
+    if (corpus / "files.json").exists():
+        entries = json.loads((corpus / "files.json").read_text())["data"]
+        paths = [corpus / e["path"] for e in entries if (corpus / e["path"]).exists()]
+        return [p for p in paths if p.stat().st_size <= SMALL_MAX], corpus / HEAVY
+    print(f"no corpus at {corpus}: the built-in documents", file=sys.stderr)
+    small, big, writer = scratch / "one-page.pdf", scratch / "100-pages.pdf", PdfWriter()
+    small.write_bytes(WARM_UP_PDF)
+    for _ in range(100):
+        writer.append(small)
+    writer.write(big)
+    return [small], big
 
 
-TWIN = """
-import gc, io, json, os, sys, time, logging
-from pypdf import PdfReader
-logging.getLogger("pypdf").setLevel(logging.ERROR)
-def run(path):
-    start, cpu = time.perf_counter(), time.process_time()
-    try:
-        reader = PdfReader(io.BytesIO(open(path, "rb").read()))
-        [page.extract_text() for page in reader.pages]
-        _ = reader.metadata
-    except Exception:
-        pass
-    return time.perf_counter() - start, time.process_time() - cpu
-def forked(path):
-    # the least a child per job costs: fork from this warm process, extract, exit, reap;
-    # its CPU: this process's (the fork) and the child's whole life (faults, exit included)
-    start, cpu = time.perf_counter(), time.process_time()
-    pid = os.fork()
-    if pid == 0:
-        run(path)
-        os._exit(0)
-    usage = os.wait4(pid, 0)[2]
-    took = time.perf_counter() - start
-    return took, time.process_time() - cpu + usage.ru_utime + usage.ru_stime
-paths = sys.argv[1:]
-for path in paths * 3:  # warmed up as the benchmark's own process is
-    run(path)
-gc.freeze()  # as the template does before it forks
-print("ready", flush=True)
-for line in sys.stdin:  # paths back to back, as a SLOTS=2 worker runs them; each in a child?
-    fork, batch = json.loads(line)
-    print(json.dumps([(forked if fork else run)(path) for path in batch]), flush=True)
-"""
-
-
-class Twins:
-    """Two long-lived in-process pypdf *processes* (not threads), warmed up on the files:
-    what two jobs at a time cost with no child, no pipe and no fork, on this machine."""
-
-    def __init__(self, paths: list[Path]) -> None:
-        import subprocess
-
-        self.procs = [
-            subprocess.Popen(
-                [sys.executable, "-c", TWIN, *map(str, paths)],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                text=True,
-            )
-            for _ in range(2)
-        ]
-        for proc in self.procs:
-            assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
-
-    def burst(self, paths: list[Path], fork: bool = False) -> list[tuple[Path, float, float]]:
-        """Both processes run their half of `paths` at the same time: (file, seconds, CPU
-        seconds) per job; with ``fork``, each job in a child forked for it (the floor of a
-        child per job), its CPU the fork's, the child's and its exit's."""
-        return self._run([paths[0::2], paths[1::2]], fork)
-
-    def alone(self, paths: list[Path], fork: bool) -> list[tuple[Path, float, float]]:
-        """One process runs `paths` back to back, the other idle: single jobs."""
-        return self._run([paths], fork)
-
-    def _run(self, shares: list[list[Path]], fork: bool) -> list[tuple[Path, float, float]]:
-        procs = self.procs[: len(shares)]
-        for proc, share in zip(procs, shares, strict=True):
-            assert proc.stdin is not None
-            proc.stdin.write(json.dumps([fork, [str(p) for p in share]]) + "\n")
-            proc.stdin.flush()
-        found: list[tuple[Path, float, float]] = []
-        for proc, share in zip(procs, shares, strict=True):
-            assert proc.stdout is not None
-            times = json.loads(proc.stdout.readline())
-            found.extend((path, took, cpu) for path, (took, cpu) in zip(share, times, strict=True))
-        return found
-
-    def close(self) -> None:
-        for proc in self.procs:
-            proc.kill()
-            proc.wait()
-
-
-SINGLE_TARGET, PAIR_MEDIAN_TARGET, PAIR_P95_TARGET = 1.15, 1.3, 1.6
-ALONE = "single, a bare child forked per job (no pool, no sandbox)"
-PAIR = "two at a time, pool's children"
-PLAIN = "two at a time, in-process processes"  # the twins, no fork
-FORKING = "two at a time, processes forking a child per job"  # the twins, a child per job
-THREADS = "two at a time, in-process threads"
-
-
-def fresh(work: Any, future: Any) -> None:
-    """A job's worker thread as before issue 24's kept workers: a new one per job."""
-    start_thread(threading.Thread(target=work, daemon=True, name="pdfpool-extract"), future)
-
-
-async def targets_run(corpus: Path, repeat: int, burst_jobs: int) -> dict[str, Any]:
-    """Issue 24's figures in one run (see the module's docstring)."""
-    entries = json.loads((corpus / "files.json").read_text())["data"]
-    paths = [corpus / e["path"] for e in entries if (corpus / e["path"]).exists()]
-    small = [p for p in paths if p.stat().st_size <= SMALL_MAX]
-    for path in small * 3:
+async def bench(small: list[Path], big: Path, repeat: int, burst_jobs: int) -> str:
+    for path in [*small, big] * 2:  # in-process pypdf warmed up (lazy imports, caches)
         timed(path)
-    bench, twins = Bench(), Twins(small)
-    raw: dict[str, list[tuple[Path, float]]] = {}
-    ratios: dict[str, list[float]] = {
-        "single, in process": [],
-        "single, ready child": [],
-        "single, ready child, a thread per job (before)": [],
-        PAIR: [],
-        PLAIN: [],
-        FORKING: [],
-        THREADS: [],
-        ALONE: [],
-    }
-    cpu: dict[str, list[tuple[Path, float]]] = {}  # CPU seconds per job, the twins'
-    seconds: dict[str, list[float]] = {"in": [], "ready": [], "fresh": []}
-    labels = {
-        "in": "single, in process",
-        "ready": "single, ready child",
-        "fresh": "single, ready child, a thread per job (before)",
-    }
-    kept = sandbox._workers.run
-    try:
-        for _ in range(repeat):
-            for path in small:
-                for mode, label in labels.items():
-                    sandbox._workers.run = fresh if mode == "fresh" else kept  # type: ignore[method-assign]
-                    took = await bench.single("ready" if mode == "fresh" else mode, path)
-                    seconds[mode].append(took)
-                    raw.setdefault(label, []).append((path, took))
-        sandbox._workers.run = kept  # type: ignore[method-assign]
-        # apart: interleaved, these forks raised the single ready child's ratio by 0.03-0.07
-        for _ in range(repeat):
-            for path, took, _ in await asyncio.to_thread(twins.alone, small, True):
-                raw.setdefault(ALONE, []).append((path, took))
-        for _ in range(max(1, burst_jobs // len(small))):  # rounds, modes alternating
-            for label, run in (
-                (PAIR, bench.burst("ready", 2, small, len(small))),
-                (PLAIN, asyncio.to_thread(twins.burst, small)),
-                (FORKING, asyncio.to_thread(twins.burst, small, True)),
-                (THREADS, bench.burst("in", 2, small, len(small))),
-            ):
-                for path, took, *used in await run:  # the twins' jobs also give their CPU
-                    raw.setdefault(label, []).append((path, took))
-                    if used:
-                        cpu.setdefault(label, []).append((path, used[0]))
-    finally:
-        twins.close()
-        bench.close()
-    # The base: each file's median in-process single job, from the runs interleaved with the
-    # others above (a base taken apart, in a quiet or a noisy moment, would skew every ratio).
-    base = {p: statistics.median(t for q, t in raw["single, in process"] if q == p) for p in small}
-    for label, found in raw.items():
-        ratios[label] = [took / base[path] for path, took in found]
-    # CPU: each forked job's (fork, child, exit) against its file's median in a twin, no fork
-    plain, forking = cpu[PLAIN], cpu[FORKING]
-    cpu_base = {p: statistics.median(c for q, c in plain if q == p) for p in small}
-    forked_cpu = [c / cpu_base[p] for p, c in forking]
-    extra_cpu = [c - cpu_base[p] for p, c in forking]
-    weighted = {
-        label: sum(t for _, t in found) / sum(base[p] for p, _ in found)
-        for label, found in raw.items()
-    }
-    weighted_cpu = sum(c for _, c in forking) / sum(cpu_base[p] for p, _ in forking)
-    return {
-        "ratios": ratios,
-        "seconds": seconds,
-        "base": base,
-        "forked_cpu": forked_cpu,
-        "extra_cpu": extra_cpu,
-        "weighted": weighted,
-        "weighted_cpu": weighted_cpu,
-    }
-
-
-def targets_table(found: dict[str, Any], load: tuple[float, float]) -> str:
-    ratios = found["ratios"]
+    base = {p: statistics.median(timed(p) for _ in range(5)) for p in [*small, big]}
+    for source, _ in MODES.values():  # every template started (a job before: cold)
+        while source is not None and source.enabled and source.pid() is None:
+            source.prewarm()
+            await asyncio.sleep(0.01)
+    for mode in MODES:  # every path taken once
+        await job(mode, small[0])
+    single: dict[tuple[str, str], list[float]] = {}
+    seconds: dict[str, list[float]] = {mode: [] for mode in MODES}  # small files
+    for path in small * repeat + [big] * 2:
+        kind = "big" if path == big else "small"
+        for mode in BURST_MODES if path == big else MODES:
+            await settle(mode)
+            took = await job(mode, path)
+            single.setdefault((mode, kind), []).append(took / base[path])
+            if path != big:
+                seconds[mode].append(took)
+    print("  single jobs: done", file=sys.stderr, flush=True)
+    bursts: dict[tuple[str, str], list[float]] = {}
+    for slots in SLOTS:
+        for name, files, rounds in (("small", small, 2), ("big", [big], 1)):
+            jobs = burst_jobs // 2 if name == "small" else slots
+            for _ in range(rounds):
+                for mode in BURST_MODES:
+                    for path, took in await burst(mode, slots, files, jobs):
+                        bursts.setdefault((mode, f"{name} x{slots}"), []).append(took / base[path])
+        print(f"  bursts SLOTS={slots}: done", file=sys.stderr, flush=True)
+    ready = MODES["forked, ready child"][0]
+    assert ready is not None
+    await settle("forked, ready child")
+    template_pid, *ready_pids = ready.idle_pids()
+    columns = ["small", "big", *(f"{n} x{s}" for s in SLOTS for n in ("small", "big"))]
     lines = [
-        "| small files, ratio to in-process single job | jobs | median | p95 |",
-        "|---|---:|---:|---:|",
+        "| ratio to in-process pypdf, per job: median (p95) | single, small | single, big "
+        + " ".join(f"| SLOTS={s}, {n}" for s in SLOTS for n in ("small", "big"))
+        + " | single, small: ms |",
+        "|---" + "|---:" * (len(columns) + 1) + "|",
     ]
-    for label, values in ratios.items():
-        median, p95 = statistics.median(values), pct(values, 0.95)
-        lines.append(f"| {label} | {len(values)} | {median:.2f} | {p95:.2f} |")
-    single = statistics.median(ratios["single, ready child"])
-    floor = statistics.median(ratios["single, in process"])
-    pair = ratios[PAIR]
-    limit = ratios[PLAIN]
-    forking = ratios[FORKING]
-    pair_median, pair_p95 = statistics.median(pair), pct(pair, 0.95)
-    cpu_floor = statistics.median(found["forked_cpu"])
-    checks = [
-        (
-            f"single job <= {SINGLE_TARGET}x in process",
-            single <= SINGLE_TARGET,
-            f"{single:.2f}x (in process, interleaved the same way: {floor:.2f}x)",
-        ),
-        (
-            f"two at a time: median <= {PAIR_MEDIAN_TARGET}x",
-            pair_median <= PAIR_MEDIAN_TARGET,
-            f"{pair_median:.2f}x (two in-process processes: {statistics.median(limit):.2f}x; "
-            f"forking a child per job: {statistics.median(forking):.2f}x; such a job alone: "
-            f"{statistics.median(ratios[ALONE]):.2f}x, its CPU {cpu_floor:.2f}x in process)",
-        ),
-        (
-            f"two at a time: p95 <= {PAIR_P95_TARGET}x",
-            pair_p95 <= PAIR_P95_TARGET,
-            f"{pair_p95:.2f}x (two in-process processes: {pct(limit, 0.95):.2f}x; "
-            f"forking a child per job: {pct(forking, 0.95):.2f}x; such a job alone: "
-            f"{pct(ratios[ALONE], 0.95):.2f}x)",
-        ),
-    ]
-    base_ms = statistics.median(found["base"].values()) * 1000
-    ms = {m: statistics.median(v) * 1000 for m, v in found["seconds"].items()}
-    lines.append(
-        f"\nIn-process median of the {len(found['base'])} small files {base_ms:.1f} ms; single "
-        f"jobs, median over all runs: in process {ms['in']:.2f} ms, ready child {ms['ready']:.2f} "
-        f"ms ({ms['ready'] - ms['in']:+.2f} ms), with a thread per job {ms['fresh']:.2f} ms "
-        f"({ms['fresh'] - ms['in']:+.2f} ms). Load average {load[0]:.2f} before, "
-        f"{load[1]:.2f} after; {os.cpu_count()} CPUs."
+    for mode in MODES:
+        cells = [
+            cell((single if i < 2 else bursts).get((mode, c)), i >= 2)
+            for i, c in enumerate(columns)
+        ]
+        ms = statistics.median(seconds[mode]) * 1000
+        lines.append(f"| {mode} | " + " | ".join(cells) + f" | {ms:.1f} |")
+    ms = {mode: statistics.median(values) * 1000 for mode, values in seconds.items()}
+    cost = ", ".join(
+        f"{mode} {ms[mode] - ms[f'{mode}, sandbox off']:+.2f} ms"
+        for mode in ("forked, ready child", "forked on request", "cold")
     )
-    total, extra = found["weighted"], found["extra_cpu"]
-    lines.append(
-        f"A job in a child forked for it takes {statistics.median(extra) * 1000:.1f} ms more CPU"
-        f" than in process (median: the fork, the child's copy-on-write faults, its "
-        f"exit): {cpu_floor:.2f}x per job (median), {found['weighted_cpu']:.2f}x over the "
-        f"burst (its CPU over the same jobs' in process). Two at a time back to back on "
-        f"{os.cpu_count()} CPUs, the jobs' total time is at least the CPU they need; total time "
-        f"over total in-process time: pool's children {total[PAIR]:.2f}x, processes forking a "
-        f"child per job {total[FORKING]:.2f}x, in-process processes {total[PLAIN]:.2f}x."
+    starts = {mode: s.status() for mode, (s, _) in MODES.items() if s is not None and s.enabled}
+    went_cold = sum(status.cold for status in starts.values())
+    return "\n".join(
+        [
+            *lines,
+            "",
+            f"Small files: {len(small)} (in-process median "
+            f"{statistics.median(base[p] for p in small) * 1000:.1f} ms), big: {big.name} "
+            f"({base[big] * 1000:.0f} ms); {repeat} single runs per small file and mode, "
+            f"bursts of {burst_jobs} small jobs and of SLOTS big ones.",
+            f"The sandbox's cost, single job on the small files (median, on - off): {cost}.",
+            f"Memory: the template RSS {rss(template_pid):.0f} MiB, PSS {pss(template_pid):.0f} "
+            f"MiB (at rest, the only process kept); its ready children now: {len(ready_pids)}, "
+            f"PSS {sum(map(pss, ready_pids)):.0f} MiB in all; this process (pypdf in process): "
+            f"RSS {rss('self'):.0f} MiB.",
+            f"Forked modes' jobs that went cold (no template): {went_cold}.",
+        ]
     )
-    lines += [f"{verdict(met)} {label}: {detail}" for label, met, detail in checks]
-    return "\n".join(lines)
 
 
 def main() -> None:
-    args = sys.argv[1:]
-    if "--sandbox-only" in args:
-        logging.getLogger("pypdf").setLevel(logging.ERROR)
-        sandbox.configure(warm=False)
-        sandbox_only()
-        return
-    repeat, burst_jobs = 6, 40
-    if "--repeat" in args:
-        repeat = int(args.pop(args.index("--repeat") + 1))
-        args.remove("--repeat")
-    if "--burst" in args:
-        burst_jobs = int(args.pop(args.index("--burst") + 1))
-        args.remove("--burst")
-    only_targets = "--targets" in args
-    if only_targets:
-        args.remove("--targets")
-    corpus = Path(args[0]) if args else ROOT.parent / "shared" / "corpus"
-    if not (corpus / "files.json").exists():
-        sys.exit(f"no corpus at {corpus}")
-    logging.getLogger("pypdf").setLevel(logging.ERROR)  # same quiet pypdf as in the child
-    sandbox.configure(warm=False)  # the module's own template stays off: Bench swaps
-    started, load = time.perf_counter(), os.getloadavg()[0]
-    if only_targets:
-        found = asyncio.run(targets_run(corpus, repeat, burst_jobs))
-        print(targets_table(found, (load, os.getloadavg()[0])))
-        print(
-            f"{repeat} single runs per small file and mode; {time.perf_counter() - started:.0f} s."
-        )
-        return
-    found = asyncio.run(bench(corpus, repeat, burst_jobs))
-    print(table(found))
-    print("\nIssue 24's targets (small files; the same process, right after):")
-    print(
-        targets_table(
-            asyncio.run(targets_run(corpus, repeat, burst_jobs)), (load, os.getloadavg()[0])
-        )
-    )
-    print(
-        f"\n{repeat} single runs per small file and mode, bursts of {burst_jobs} jobs; "
-        f"{time.perf_counter() - started:.0f} s in all; load average {load:.2f} before, "
-        f"{os.getloadavg()[0]:.2f} after; {os.cpu_count()} CPUs."
-    )
+    args, repeat, burst_jobs = sys.argv[1:], 6, 40
+    for flag in ("--repeat", "--burst"):
+        if flag in args:
+            value = int(args.pop(args.index(flag) + 1))
+            args.remove(flag)
+            repeat, burst_jobs = (value, burst_jobs) if flag == "--repeat" else (repeat, value)
+    logging.getLogger("pypdf").setLevel(logging.ERROR)  # as quiet as in the child
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory() as scratch:
+        small, big = documents(Path(args[0]) if args else DEFAULT_CORPUS, Path(scratch))
+        try:
+            print(asyncio.run(bench(small, big, repeat, burst_jobs)))
+        finally:
+            for source, _ in MODES.values():
+                if source is not None:
+                    source.shutdown()
+    print(f"{time.perf_counter() - started:.0f} s; {machine()}.")
 
 
 if __name__ == "__main__":
