@@ -20,8 +20,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .template_main import FORK_REQUEST, PID_FORMAT, PIDS_REQUEST, STATUS_FORMAT, kill_forked
-from .wire import DEFAULT_NICE, READY, child_options, holds_answer, job_started
+from .wire import (
+    DEFAULT_NICE,
+    FORK_REQUEST,
+    PID_FORMAT,
+    PIDS_REQUEST,
+    READY,
+    STATUS_FORMAT,
+    child_options,
+    holds_answer,
+    job_started,
+    kill_forked,
+)
 
 CHILD_MODULE = "django_pdfpool.sandbox.child_main"
 READ_CHUNK = 1 << 20

@@ -16,12 +16,8 @@ from typing import NoReturn
 
 from .child_job import rehearse, serve_job, set_name, write_all
 from .confine import kept_fds
-from .wire import READY
+from .wire import FORK_REQUEST, PID_FORMAT, PIDS_REQUEST, READY, STATUS_FORMAT, kill_forked
 
-FORK_REQUEST = b"F"  # answer: a job's child
-PIDS_REQUEST = b"P"  # answer: the ready children's pids
-PID_FORMAT = "=i"  # a pid in an answer (a child's pidfd and pipes ride along)
-STATUS_FORMAT = "=i"  # on the status pipe: the exit code (-N: killed by signal N)
 JOB_EXIT_ON_ERROR = 70  # a forked child that failed before its job
 HOLD = 0.05  # seconds a new job runs alone before a ready child is forked beside it
 READY_NAME = b"pdfpool-ready"  # /proc/PID/comm of a ready child, until its job line arrives
@@ -189,13 +185,3 @@ def _become_job_child(job_in: int, answer_out: int, engines: tuple[str, ...] | N
         serve_job(0, 1, renamed=engines is not None)
     except BaseException:
         os._exit(JOB_EXIT_ON_ERROR)
-
-
-def kill_forked(pidfd: int, pid: int) -> None:
-    """SIGKILL to a forked child by pidfd and, while it runs (after its setpgid), to its group."""
-    running = not select.select([pidfd], [], [], 0)[0]
-    with contextlib.suppress(OSError):
-        signal.pidfd_send_signal(pidfd, signal.SIGKILL)
-    if running:
-        with contextlib.suppress(OSError):
-            os.killpg(pid, signal.SIGKILL)
