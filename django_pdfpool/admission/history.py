@@ -131,17 +131,17 @@ class Recorder:
             return
         loop, started = asyncio.get_running_loop(), time.monotonic()
         sampling = loop.run_in_executor(None, self._sample_logged)
-        sampling.add_done_callback(
-            lambda _: loop.call_later(
-                max(0.0, self.interval - (time.monotonic() - started)), self._tick, generation
-            )
-        )
+        sampling.add_done_callback(lambda _: self._after(loop, generation, started))
 
     def _sample_logged(self) -> None:
         try:
             self.sample()
         except Exception:
             logger.exception("the PDF pool history recorder failed to sample")
+
+    def _after(self, loop: asyncio.AbstractEventLoop, generation: int, started: float) -> None:
+        delay = max(0.0, self.interval - (time.monotonic() - started))
+        loop.call_later(delay, self._tick, generation)
 
     def _forget(self) -> None:
         """In a forked child: another process, another pool; start empty and stopped."""

@@ -82,7 +82,6 @@ REFUSALS = tuple(counter for counter in Counter if counter.reason is not None)  
 
 # --- the snapshot: plain, immutable, JSON-ready through ``as_dict`` ---------------------
 
-JobState = Literal["queued", "running"]
 BooksScope = Literal["process", "cluster"]  # whose counters: a process's or the cluster's
 
 
@@ -156,7 +155,7 @@ class JobInfo:
 
     key: str
     caller: str
-    state: JobState
+    state: Literal["queued", "running"]
     sharers: int  # callers waiting for it, the starter included while it waits
     queued_at: float
     started_at: float | None

@@ -153,8 +153,7 @@ class Pool:
                 call_in_job_loop(self._arm_timer)
         return job
 
-    def _start(self, job: JobRecord, *, on_job_loop: bool = False) -> None:
-        """Give ``job`` a slot and run it on the job loop. Under the lock."""
+    def _start(self, job: JobRecord, *, on_job_loop: bool = False) -> None:  # under the lock
         job.state = "running"
         job.started_mono = time.monotonic()
         self._running += 1
@@ -214,8 +213,7 @@ class Pool:
             self._running += 1
         return functools.partial(self._finish, job, None)
 
-    def _dequeue(self, job: JobRecord) -> JobRecord:
-        """Take ``job`` out of the queue; an empty queue needs no timer. Under the lock."""
+    def _dequeue(self, job: JobRecord) -> JobRecord:  # an empty queue needs no timer; locked
         self._queue.remove(job)
         if not self._queue and self._timer_wanted:
             self._timer_wanted = False
@@ -253,8 +251,8 @@ class Pool:
         deliver(idle, None, None)
 
     def _forget_queued(self, job: JobRecord, dropped: list[DropFn | None]) -> set[Waiter]:
-        """Drop a queued job that will never run: return its waiters, add its ``on_drop`` to
-        ``dropped`` (called once the lock is released). Under the lock."""
+        """Drop a queued job that will never run; its ``on_drop`` to ``dropped``, for after the
+        lock. Under the lock."""
         self._dequeue(job)
         dropped.append(job.release())
         job.state = "done"
