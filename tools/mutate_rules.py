@@ -54,8 +54,8 @@ MUTANTS = [
     Mutant(
         "wait",
         LOCAL,
-        "            if self.wait is not None:\n                job.deadline",
-        "            if self.wait is None:\n                job.deadline",
+        "if self.wait is not None and not self._timer_wanted:",
+        "if self.wait is None and not self._timer_wanted:",
         "local",
     ),
     Mutant(

@@ -23,9 +23,7 @@ __all__ = ["HistoryPoint", "Recorder"]
 logger = logging.getLogger("django_pdfpool.history")
 
 
-class Snapshots(Protocol):
-    """What a recorder reads: anything with ``snapshot()``, such as a ``Pool``."""
-
+class Snapshots(Protocol):  # what a recorder reads, such as a Pool
     def snapshot(self) -> PoolSnapshot: ...
 
 
@@ -43,13 +41,9 @@ class HistoryPoint:
 Books = tuple[str, float | None]  # whose counters a snapshot gives, and since when
 
 
-def _refusals(snapshot: PoolSnapshot) -> int:
-    return sum(snapshot.counters[counter] for counter in REFUSALS)
-
-
 def _same_books(a: Books, b: Books) -> bool:
-    """Counters that go on from one reading to the next (a start that was not known yet,
-    None, is no change: the cluster's books begin at their first event)."""
+    """Counters that go on from one reading to the next (a start not known yet, None, is no
+    change: the cluster's books begin at their first event)."""
     return a[0] == b[0] and (a[1] is None or b[1] is None or a[1] == b[1])
 
 
@@ -71,8 +65,7 @@ class Recorder:
         _recorders.add(self)
 
     @property
-    def window(self) -> float:
-        """Seconds of history the ring holds when full."""
+    def window(self) -> float:  # seconds of history the ring holds when full
         return self.interval * self.size
 
     def start(self) -> None:
@@ -99,7 +92,8 @@ class Recorder:
         if source is None:
             return None
         snapshot = source.snapshot()
-        total, books = _refusals(snapshot), (snapshot.scope, snapshot.counted_since)
+        total = sum(snapshot.counters[counter] for counter in REFUSALS)
+        books = (snapshot.scope, snapshot.counted_since)
         with self._lock:
             last = self._last
             if last is None:
@@ -115,13 +109,11 @@ class Recorder:
             self._samples.append(sample)
         return sample
 
-    def samples(self) -> list[HistoryPoint]:
-        """The samples held, oldest first."""
+    def samples(self) -> list[HistoryPoint]:  # oldest first
         with self._lock:
             return list(self._samples)
 
-    def as_dict(self) -> dict[str, Any]:
-        """JSON-ready, one list per field (compact for a page that polls)."""
+    def as_dict(self) -> dict[str, Any]:  # JSON-ready, one list per field: compact for polling
         samples = self.samples()
         return {
             "interval": self.interval,

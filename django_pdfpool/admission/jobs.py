@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import functools
 import logging
 import os
 import threading
@@ -27,7 +28,7 @@ _loop: asyncio.AbstractEventLoop | None = None  # set under _lock once running; 
 
 
 def get_job_loop() -> asyncio.AbstractEventLoop:
-    """Return the running background loop, starting its thread if needed."""
+    """The running job loop, its thread started if needed."""
     global _loop
     loop = _loop
     if loop is not None:
@@ -51,7 +52,7 @@ def on_job_loop() -> bool:
 
 
 def call_in_job_loop(callback: Callable[..., Any], *args: Any) -> None:
-    """Schedule ``callback(*args)`` on the background loop from any thread."""
+    """Schedule ``callback(*args)`` on the job loop, from any thread."""
     get_job_loop().call_soon_threadsafe(callback, *args)
 
 
@@ -95,25 +96,22 @@ class JobRecord:
     def __post_init__(self) -> None:
         self.waiters = set() if self.starter is None else {self.starter}
 
-    def sharers(self) -> int:
-        """Waiters besides the starter."""
+    def sharers(self) -> int:  # waiters besides the starter
         return len(self.waiters) - (self.starter in self.waiters)
 
-    def running_for(self, now: float) -> float | None:
-        """Seconds since it took a slot; None while queued."""
+    def running_for(self, now: float) -> float | None:  # None while queued
         if self.state == "running" and self.started_mono is not None:
             return now - self.started_mono
         return None
 
     def release(self) -> DropFn | None:
-        """Let go of what the job owned; return its ``on_drop`` if ``fn`` was never called
-        (for the caller to call, outside any lock): exactly one of the two is called."""
+        """Let go of ``fn`` and ``on_drop``; return ``on_drop`` if ``fn`` was never called, for
+        the caller to call outside any lock: exactly one of the two is called."""
         dropped = None if self.ran else self.on_drop
         self.fn = self.on_drop = None
         return dropped
 
-    def info(self, now: float, wall: float) -> JobInfo:
-        """This job for a snapshot, read at monotonic ``now`` (wall clock ``wall``)."""
+    def info(self, now: float, wall: float) -> JobInfo:  # read at monotonic now, wall clock wall
         started = self.started_mono if self.state == "running" else None
         return JobInfo.at(
             self.key, self.caller, len(self.waiters), self.queued_mono, started, now, wall
@@ -138,21 +136,10 @@ async def run_fn(job: JobRecord) -> Any:
 
 # --- the refusals both pools give, worded once ------------------------------------------
 
-
-def closing() -> PoolClosed:
-    return PoolClosed(Wording.CLOSING)
-
-
-def stopped() -> PoolClosed:
-    return PoolClosed(Wording.STOPPED)
-
-
-def caller_busy(retry_after: float) -> CallerBusy:
-    return CallerBusy(Wording.CALLER_BUSY, retry_after)
-
-
-def queue_full(retry_after: float) -> PoolBusy:
-    return PoolBusy(Wording.QUEUE_FULL, retry_after)
+closing = functools.partial(PoolClosed, Wording.CLOSING)
+stopped = functools.partial(PoolClosed, Wording.STOPPED)
+caller_busy = functools.partial(CallerBusy, Wording.CALLER_BUSY)  # (retry_after)
+queue_full = functools.partial(PoolBusy, Wording.QUEUE_FULL)  # (retry_after)
 
 
 def waited_too_long(wait: float | None, retry_after: float) -> PoolBusy:
@@ -177,7 +164,7 @@ def outcome_of(task: asyncio.Task[Any], stopping: bool) -> tuple[Any, BaseExcept
 
 
 def deliver(waiters: Iterable[Waiter], result: Any, error: BaseException | None) -> None:
-    """Settle each waiter's future on its own loop: one wake-up per loop."""
+    """Settle each waiter's future on its own loop, one wake-up per loop."""
     by_loop: dict[asyncio.AbstractEventLoop, list[asyncio.Future[Any]]] = {}
     for waiter in waiters:
         by_loop.setdefault(waiter.loop, []).append(waiter.future)
@@ -197,8 +184,8 @@ def _settle(futures: list[asyncio.Future[Any]], result: Any, error: BaseExceptio
 
 
 def own_copy(error: BaseException) -> BaseException:
-    """A fresh exception object for one sharer, chained to the original, so that
-    sharers never share (and grow) one traceback."""
+    """One sharer's copy of ``error``, chained to it: sharers never share (and grow) one
+    traceback."""
     try:
         duplicate = copy.copy(error)
     except Exception:  # an __init__ that its own args cannot call again
@@ -217,8 +204,7 @@ def own_copy(error: BaseException) -> BaseException:
 # --- the users' hooks, contained: on the job loop a raising hook would stop every job ----
 
 
-def call_dropped(*callbacks: DropFn | None) -> None:
-    """Call each ``on_drop`` given; a failing one is logged, never raised."""
+def call_dropped(*callbacks: DropFn | None) -> None:  # a failing one is logged, not raised
     for callback in callbacks:
         if callback is not None:
             _contained(callback, (), "a job's on_drop callback")
@@ -236,6 +222,5 @@ def _contained(hook: Callable[..., object], args: tuple[Any, ...], what: str) ->
         logger.exception("%s failed", what)
 
 
-def log_failure(key: str, error: BaseException) -> None:
-    """The default observer: a fault nobody watches is still logged."""
+def log_failure(key: str, error: BaseException) -> None:  # on_error's default
     logger.warning("job %s failed: %r", key, error, exc_info=error)

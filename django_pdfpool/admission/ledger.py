@@ -30,59 +30,41 @@ class CountedBy(Enum):
 
 
 class Counter(StrEnum):
-    """One counter: its name, label, meaning, who counts it, and for a refusal the ``Refused``
-    class it counts (once per caller; its ``code`` the ``reason`` label of the metric)."""
+    """One counter: its name, who counts it (a ``CountedBy`` value), its meaning, and for a
+    refusal the ``Refused`` class it counts (once per caller; its ``code`` the metric's reason)."""
 
-    label: str
-    meaning: str
     counted_by: CountedBy
+    meaning: str
     refusal: type[Refused] | None
 
     def __new__(
-        cls,
-        name: str,
-        label: str,
-        meaning: str,
-        counted_by: CountedBy,
-        refusal: type[Refused] | None = None,
+        cls, name: str, by: str, meaning: str, refusal: type[Refused] | None = None
     ) -> Counter:
         member = str.__new__(cls, name)
-        member._value_ = name
-        member.label, member.meaning = label, meaning
-        member.counted_by, member.refusal = counted_by, refusal
+        member._value_, member.counted_by = name, CountedBy(by)
+        member.meaning, member.refusal = meaning, refusal
         return member
 
-    STARTED = "started", "Started", "jobs that took a slot", CountedBy.LUA
-    JOINED = "joined", "Joined", "callers that shared a job in flight", CountedBy.LUA
-    COMPLETED = "completed", "Completed", "jobs that returned a result", CountedBy.PYTHON
-    FAILED = "failed", "Failed", "jobs that raised", CountedBy.PYTHON
-    CANCELLED = "cancelled", "Cancelled", "running jobs cancelled by stop()", CountedBy.PYTHON
-    ABANDONED = "abandoned", "Abandoned", "queued jobs every waiter left", CountedBy.LUA
-    REFUSED_BUSY = (
-        "refused_busy",
-        "Refused: busy",
-        "queue full, or waited longer than wait (503)",
-        CountedBy.LUA,
-        PoolBusy,
-    )
+    STARTED = "started", "lua", "jobs that took a slot"
+    JOINED = "joined", "lua", "callers that shared a job in flight"
+    COMPLETED = "completed", "python", "jobs that returned a result"
+    FAILED = "failed", "python", "jobs that raised"
+    CANCELLED = "cancelled", "python", "running jobs cancelled by stop()"
+    ABANDONED = "abandoned", "lua", "queued jobs every waiter left"
+    REFUSED_BUSY = "refused_busy", "lua", "queue full, or waited longer than wait (503)", PoolBusy
     REFUSED_CALLER = (
-        "refused_caller",
-        "Refused: caller",
-        "caller already had a job in flight (429)",
-        CountedBy.LUA,
-        CallerBusy,
-    )
+        "refused_caller", "lua", "caller already had a job in flight (429)", CallerBusy
+    )  # fmt: skip
     REFUSED_CLOSED = (
-        "refused_closed",
-        "Refused: closed",
-        "the pool was draining or stopped (503)",
-        CountedBy.PROCESS,
-        PoolClosed,
-    )
+        "refused_closed", "process", "the pool was draining or stopped (503)", PoolClosed
+    )  # fmt: skip
 
     @property
-    def reason(self) -> str | None:
-        """A refusal's code (``PoolBusy.code``...); None for a job event."""
+    def label(self) -> str:  # "Refused: busy" for refused_busy
+        return self.value.capitalize().replace("_", ": ")
+
+    @property
+    def reason(self) -> str | None:  # a refusal's code (PoolBusy.code...); None for a job event
         return None if self.refusal is None else self.refusal.code
 
     @classmethod
@@ -96,12 +78,10 @@ class Counter(StrEnum):
         return cls.CANCELLED if cancelled else cls.FAILED if error else cls.COMPLETED
 
 
-REFUSALS = tuple(counter for counter in Counter if counter.reason is not None)
-"""The counters of refusals, in the enum's order (the chart's total, the metric's reasons)."""
+REFUSALS = tuple(counter for counter in Counter if counter.reason is not None)  # enum's order
 
 # --- the snapshot: plain, immutable, JSON-ready through ``as_dict`` ---------------------
 
-JobState = Literal["queued", "running"]
 BooksScope = Literal["process", "cluster"]  # whose counters: a process's or the cluster's
 
 
@@ -113,9 +93,7 @@ class Pressure:
     free: int  # slots and queue places not taken
     in_flight: bool  # a job for the key asked about is in flight (it can be joined)
     retry_after: float  # seconds until a place is likely free
-    # ``caller`` (when asked about) has a job in flight for a key other than ``key``, and
-    # ``key``'s job is not in flight to join: the pool would answer 429 caller_busy (rule 2)
-    caller_busy: bool = False
+    caller_busy: bool = False  # the caller holds another key's job, key's is not to join: 429
     caller_retry_after: float = 0.0  # the Retry-After that 429 would carry
 
 
@@ -138,7 +116,7 @@ class DurationSummary:
 
 
 class CountersBase:
-    """What every ``Counters`` has besides its fields: reading by ``Counter`` and sums."""
+    """``Counters`` besides its fields: read by ``Counter``, as a dict (in ``Counter`` order)."""
 
     __slots__ = ()
 
@@ -146,19 +124,15 @@ class CountersBase:
         return int(getattr(self, counter.value))
 
     def as_dict(self) -> dict[str, int]:
-        """Name -> count, in ``Counter`` order (JSON-ready)."""
         return {c.value: self[c] for c in Counter}
 
     def plus(self, other: CountersBase) -> Counters:
-        """Both counts added, counter by counter."""
         return Counters(**{c.value: self[c] + other[c] for c in Counter})
 
 
 if TYPE_CHECKING:
 
-    class Counters(CountersBase):
-        """For type checkers: a frozen dataclass with one ``int`` field per ``Counter``."""
-
+    class Counters(CountersBase):  # a frozen dataclass with one int field per Counter
         def __init__(self, **counts: int) -> None: ...
         def __getattr__(self, name: str) -> int: ...
 
@@ -169,8 +143,7 @@ else:
         bases=(CountersBase,),
         frozen=True,
         namespace={
-            "__doc__": "Events since the pool was built, one field per ``Counter``: "
-            "``counters.joined`` or ``counters[Counter.JOINED]``.",
+            "__doc__": "Events since the pool was built, by Counter.",
             "__module__": __name__,
         },
     )
@@ -182,7 +155,7 @@ class JobInfo:
 
     key: str
     caller: str
-    state: JobState
+    state: Literal["queued", "running"]
     sharers: int  # callers waiting for it, the starter included while it waits
     queued_at: float
     started_at: float | None
@@ -190,28 +163,17 @@ class JobInfo:
     running_for: float  # time since it took a slot (0 while queued)
 
     @classmethod
-    def at(
-        cls,
-        key: str,
-        caller: str,
-        sharers: int,
-        queued: float,
-        started: float | None,
-        now: float,
-        wall: float,
-    ) -> JobInfo:
+    def at(cls, key: str, caller: str, sharers: int, queued: float, started: float | None,
+           now: float, wall: float) -> JobInfo:  # fmt: skip
         """From times on one clock (``started`` None while queued), read at ``now`` on that
         clock, which is wall-clock ``wall``: ages come from one clock, dates from the reader's."""
         return cls(
-            key=key,
-            caller=caller,
-            state="queued" if started is None else "running",
-            sharers=sharers,
-            queued_at=wall - (now - queued),
+            key=key, caller=caller, state="queued" if started is None else "running",
+            sharers=sharers, queued_at=wall - (now - queued),
             started_at=None if started is None else wall - (now - started),
             queued_for=(now if started is None else started) - queued,
             running_for=0.0 if started is None else now - started,
-        )
+        )  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -233,8 +195,7 @@ class PoolSnapshot:
     scope: BooksScope = "process"
     counted_since: float | None = None  # wall clock; None while nothing was counted
 
-    def as_dict(self) -> dict[str, Any]:
-        """Plain dicts, lists and numbers, ready for ``json.dumps``."""
+    def as_dict(self) -> dict[str, Any]:  # ready for json.dumps
         return dataclasses.asdict(self)
 
 
@@ -275,7 +236,8 @@ class ClusterSnapshot:
 
 class Ledger:
     """One pool's books; thread-safe, its lock a leaf (a pool may call it under its own).
-    ``ceiling``: the longest a job may run, which no estimate of a job's end goes past."""
+    ``ceiling``: the longest a job may run, which no estimate of a job's end goes past.
+    How the estimates are made: docs/pool.md (Refusals)."""
 
     __slots__ = ("_counts", "_lock", "_queue_waits", "_run_times", "born", "ceiling", "slots")
 
@@ -292,34 +254,32 @@ class Ledger:
             self._counts[counter] += n
 
     def started(self, queued_for: float) -> None:
-        """A job took a slot after ``queued_for`` seconds in the queue."""
         with self._lock:
             self._counts[Counter.STARTED] += 1
             self._queue_waits.append(queued_for)
 
-    def ended(self, outcome: Counter, took: float) -> None:
-        """A job that held a slot ended: ``Counter.ended``'s outcome, after ``took`` s."""
+    def ended(self, outcome: Counter, took: float) -> None:  # outcome: Counter.ended's
         with self._lock:
             self._counts[outcome] += 1
             self._run_times.append(took)
 
     def gave_up(self, waited: Sequence[float], callers: int) -> None:
-        """Queued jobs that waited ``waited`` seconds each were refused (``callers`` in
-        all): their waits count in the queue-wait figures, as a started job's do."""
+        """Queued jobs were refused after waiting ``waited`` s each (``callers`` in all): their
+        waits count in the queue-wait figures, as a started job's do."""
         with self._lock:
             self._counts[Counter.REFUSED_BUSY] += callers
             self._queue_waits.extend(waited)
 
-    def _typical(self, running_for: Iterable[float]) -> float:
-        """A job's likely run time: the recent mean, or before any job has finished, the
-        longest a job has run so far (at least ``DEFAULT_RUN_TIME``). Under the lock."""
+    def _typical(self, running_for: Iterable[float]) -> float:  # under the lock
+        """A job's likely run time: the recent mean, else the longest run so far (at least
+        ``DEFAULT_RUN_TIME``)."""
         if self._run_times:
             return sum(self._run_times) / len(self._run_times)
         return max((DEFAULT_RUN_TIME, *running_for))
 
     def _left(self, running_for: float, typical: float) -> float:
-        """Seconds a job running for ``running_for`` likely has left: what the typical run
-        still leaves, else (overdue) as long again as it has run, never past the ceiling."""
+        """What the typical run still leaves, else (overdue) as long again; never past the
+        ceiling."""
         left = typical - running_for
         if left <= 0:
             left = running_for
@@ -328,8 +288,8 @@ class Ledger:
         return left
 
     def expected_start(self, queued: int, running_for: Sequence[float] = ()) -> float:
-        """Seconds until a new job could likely take a slot, with ``queued`` jobs ahead;
-        ``running_for``: how long each running job has run, when the pool knows."""
+        """Seconds until a new job could likely start, ``queued`` jobs ahead; ``running_for``:
+        how long each running job has run, when the pool knows."""
         with self._lock:
             typical = self._typical(running_for)
             if len(running_for) < self.slots:  # unknown: a typical run frees the first slot
@@ -338,8 +298,8 @@ class Ledger:
         return first_free + typical * queued / self.slots
 
     def expected_end(self, running_for: float | None, ahead: int) -> float:
-        """Seconds until a job likely ends: one running for ``running_for`` s, or (None)
-        one queued behind ``ahead`` jobs."""
+        """Seconds until a job likely ends: one running for ``running_for`` s, or (None) one
+        queued behind ``ahead`` jobs."""
         with self._lock:
             if running_for is not None:
                 return self._left(running_for, self._typical((running_for,)))
@@ -347,32 +307,18 @@ class Ledger:
         return typical * (ahead + 1) / self.slots + typical
 
     def snapshot(
-        self,
-        *,
-        queue: int,
-        wait: float | None,
-        closed: bool,
-        jobs: Iterable[JobInfo],
+        self, queue: int, wait: float | None, closed: bool, jobs: Iterable[JobInfo],
         extra: Counters | None = None,
-    ) -> PoolSnapshot:
+    ) -> PoolSnapshot:  # fmt: skip
         """These books with ``jobs``, and ``extra`` counters added to this ledger's."""
         jobs = tuple(jobs)
         running = sum(job.state == "running" for job in jobs)
         with self._lock:
             counters = Counters(**{c.value: n for c, n in self._counts.items()})
-            queue_wait = DurationSummary.of(self._queue_waits)
-            run_time = DurationSummary.of(self._run_times)
+            waits, runs = DurationSummary.of(self._queue_waits), DurationSummary.of(self._run_times)
         return PoolSnapshot(
-            slots=self.slots,
-            queue=queue,
-            wait=wait,
-            closed=closed,
-            running=running,
-            queued=len(jobs) - running,
-            jobs=jobs,
+            slots=self.slots, queue=queue, wait=wait, closed=closed, running=running,
+            queued=len(jobs) - running, jobs=jobs, queue_wait=waits, run_time=runs,
             counters=counters if extra is None else counters.plus(extra),
-            queue_wait=queue_wait,
-            run_time=run_time,
-            taken_at=time.time(),
-            counted_since=self.born,
-        )
+            taken_at=time.time(), counted_since=self.born,
+        )  # fmt: skip

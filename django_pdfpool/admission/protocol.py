@@ -32,52 +32,38 @@ class AdmissionPool(Protocol):
     ) -> Any:
         """Run ``fn`` as the job for ``key``, or share the job in flight for ``key``.
         Exactly one of ``fn()`` and ``on_drop()`` is eventually called."""
-        ...
 
     def running(self) -> int:
         """Jobs holding a slot."""
-        ...
 
     def queued(self) -> int:
         """Jobs waiting for a slot."""
-        ...
 
     def waiting(self, key: str) -> int:
         """Callers sharing ``key``'s job, not counting the one that started it."""
-        ...
 
     def pressure(self, key: str | None = None, caller: str | None = None) -> Pressure:
-        """Closed or not, free places, whether ``key``'s job is in flight, whether
-        ``caller`` holds a job for another key (``caller_busy``, with the Retry-After of that
-        429), and when a place is likely free: read before a request's body (the pool stays
-        the authority)."""
-        ...
+        """What a door reads before a request's body (the pool stays the authority): see
+        ``Pressure``."""
 
     def count_refusal(self, refusal: PoolBusy | PoolClosed | CallerBusy) -> None:
-        """Count a refusal given in the pool's name without a call to ``run`` (the door's,
-        before a body is read), so that the pool's counters tell every refusal."""
-        ...
+        """Count a refusal given in the pool's name without ``run`` (the door's, before a body
+        is read): the pool's counters tell every refusal."""
 
     def idle(self) -> bool:
         """Nothing of this process in flight: no job run or queued here, no caller waiting."""
-        ...
 
     def snapshot(self) -> PoolSnapshot:
         """One consistent reading, for status pages and metrics."""
-        ...
 
     def cluster_snapshot(self) -> ClusterSnapshot | None:
         """Who holds what across processes; None for a pool of one process."""
-        ...
 
     def close(self) -> None:
         """Stop accepting; jobs in flight go on. Safe from any thread."""
-        ...
 
     async def drain(self) -> None:
         """Stop accepting; let running and queued jobs finish, then return."""
-        ...
 
     async def stop(self) -> None:
         """Stop accepting; refuse the queued and cancel the running."""
-        ...
