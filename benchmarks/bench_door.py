@@ -12,7 +12,9 @@ the load benchmark's URLs: ``benchmarks.variants_settings``) in this process, th
    (``AdmissionMiddleware`` resolves), and under ASGI in process, through the example's
    stack (``PdfPoolDoor(PoolLifespan(get_asgi_application()))``: the door resolves
    before Django's handler resolves again), against Django's handler alone;
-3. the same with a GET (the door looks at POSTs only: nothing to pay).
+3. the same with a GET (the door looks at POSTs only: nothing to pay);
+4. an upload to the pooled ``/api/extract/`` refused from its headers (the pool closed),
+   through ``PdfPoolDoor`` before a no-op app: the door's whole refusal.
 
 Each figure is the best of rounds that take the variants in turn (the machine's other work
 only ever adds time, and falls on all of them alike); the ratios are against the same
@@ -232,6 +234,35 @@ def asgi_figures(number: int, count: int) -> dict[str, float]:
     return {name: us / number for name, us in found.items()}
 
 
+def refusal_figure(number: int, count: int) -> tuple[float, float]:
+    """An upload to the pooled ``/api/extract/`` refused from its headers (the pool closed:
+    503 before the body) through ``PdfPoolDoor`` before a no-op app, against the no-op app
+    alone: the door's whole refusal, record to answer. Closes this process's pool."""
+    from django_pdfpool import PdfPoolDoor, get_pool
+
+    get_pool().close()
+    door = PdfPoolDoor(noop)
+    loop = asyncio.new_event_loop()
+
+    def calling(app: Any, status: int) -> Callable[[], None]:
+        async def batch() -> None:
+            for _ in range(number):
+                got = await asgi_request(app, "POST", "/api/extract/", BODY)
+                assert got == status, got
+
+        return lambda: loop.run_until_complete(batch())
+
+    configs: list[Config] = [
+        ("refused", True, calling(door, 503)),
+        ("alone", True, calling(noop, 200)),
+    ]
+    try:
+        found = interleaved(configs, 1, count)
+    finally:
+        loop.close()
+    return found["refused"] / number, found["alone"] / number
+
+
 def report(resolver: dict[str, float], whole: dict[str, float]) -> list[str]:
     """The Markdown tables: calls as shares of a WSGI POST, requests door on against off."""
     base = whole["WSGI POST, door off"]
@@ -269,6 +300,11 @@ def main(argv: list[str] | None = None) -> int:
     resolver = resolver_figures(micro, rounds_)
     whole = {**wsgi_figures(requests, rounds_), **asgi_figures(requests, rounds_)}
     print("\n".join(report(resolver, whole)))
+    refused, alone = refusal_figure(requests, rounds_)
+    print(
+        f"\nan upload refused from its headers (503, pool closed), PdfPoolDoor before a no-op "
+        f"app: {refused:,.1f} µs against {alone:,.1f} µs for the no-op app alone"
+    )
     print(f"\nload average {os.getloadavg()[0]:.2f} after")
     return 0
 
