@@ -130,7 +130,11 @@ class Recorder:
         if generation != self._generation:
             return
         loop, started = asyncio.get_running_loop(), time.monotonic()
-        sampling = loop.run_in_executor(None, self._sample_logged)
+        try:
+            sampling = loop.run_in_executor(None, self._sample_logged)
+        except RuntimeError:  # the executors shut down: the process is ending
+            self.stop()
+            return
         sampling.add_done_callback(lambda _: self._after(loop, generation, started))
 
     def _sample_logged(self) -> None:

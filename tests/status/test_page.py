@@ -392,6 +392,25 @@ def test_a_forked_child_starts_with_an_empty_stopped_recorder():
     recorder.stop()
 
 
+def test_a_tick_once_the_executors_are_shut_down_ends_the_sampling_quietly():
+    """At interpreter exit the executors shut down while the job loop still runs: the tick
+    that finds them gone ends the sampling, and says nothing."""
+    import asyncio
+
+    recorder = Recorder(FakePool, interval=60)
+    loop = asyncio.new_event_loop()
+    try:
+        loop.run_until_complete(loop.shutdown_default_executor())
+
+        async def tick() -> None:
+            recorder._tick(recorder._generation)
+
+        loop.run_until_complete(tick())  # raised RuntimeError before
+    finally:
+        loop.close()
+    assert not recorder._ticking
+
+
 def test_viewing_the_page_starts_the_process_recorder(pdfpool, users):
     configured.recorder.stop()
     client_for(users["superuser"]).get(URL, {"format": "json"})
