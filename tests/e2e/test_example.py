@@ -405,6 +405,6 @@ def test_sigterm_lets_the_extraction_in_flight_finish(state):
         # uvicorn shuts down gracefully, then ends by the signal it caught
         assert server.process.wait(timeout=30) in (0, -signal.SIGTERM)
     assert response.status_code == 200 and response.json()["pages"][0].startswith("in flight")
-    log = b"".join(server.log).decode()
+    log = server.text()
     assert "Application shutdown complete." in log and "Finished server process" in log
     assert "drain timed out" not in log and "Traceback" not in log

@@ -406,7 +406,7 @@ def test_sigterm_finishes_running_and_queued_jobs_and_refuses_what_comes_later(t
             assert f"drain-{i}" in response.json()["pdf"]["text"]
         assert late_status == 503 and late_body["error"] == "closed"
         assert sampler.peak == 2 and len(sampler.pids) == 4
-        log = b"".join(server.log).decode(errors="replace")
+        log = server.text()
     # uvicorn (>= 0.29) re-raises the signal with the default handler once its graceful
     # shutdown is complete: the exit status of a clean stop is "terminated by SIGTERM"
     assert returncode == -signal.SIGTERM, log
@@ -447,7 +447,7 @@ def test_the_drain_timeout_stops_a_job_left_running_and_the_process_exits(tmp_pa
         except subprocess.TimeoutExpired:
             pytest.fail("the server did not exit after its drain timeout")
         took = time.monotonic() - started
-        log = b"".join(server.log).decode(errors="replace")
+        log = server.text()
     assert returncode == -signal.SIGTERM, log
     assert "drain timed out" in log
     assert took < 20  # not the job's 60 s

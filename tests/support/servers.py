@@ -25,17 +25,23 @@ _GUNICORN_LISTENING = re.compile(rb"Listening at: http://127\.0\.0\.1:(\d+)")
 class Server:
     """A running uvicorn; ``url`` is its base address, ``process`` its Popen."""
 
-    def __init__(self, process: subprocess.Popen, port: int, log: list[bytes]) -> None:
+    def __init__(
+        self, process: subprocess.Popen, port: int, log: list[bytes], reader: threading.Thread
+    ) -> None:
         self.process = process
         self.url = f"http://127.0.0.1:{port}"
         self.log = log
+        self._reader = reader  # appends to log until the server's pipe ends
 
     @property
     def pid(self) -> int:
         return self.process.pid
 
     def text(self) -> str:
-        """Everything the server logged so far."""
+        """Everything the server logged so far; all of it once it has exited (the reader
+        thread may still be draining the pipe's last lines when ``wait()`` returns)."""
+        if self.process.poll() is not None:
+            self._reader.join(10)
         return b"".join(self.log).decode(errors="replace")
 
 
@@ -220,7 +226,7 @@ def _serve(
             raise RuntimeError(
                 f"{command[2]} did not start:\n" + b"".join(log).decode(errors="replace")
             )
-        yield Server(process, port[0] if port else 0, log)
+        yield Server(process, port[0] if port else 0, log, reader)
     finally:
         if process.poll() is None:
             process.send_signal(signal.SIGTERM)
