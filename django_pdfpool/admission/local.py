@@ -13,8 +13,23 @@ from typing import Any
 
 from ..bounds import QUEUE, SLOTS, WAIT
 from ..exceptions import CallerBusy, PoolBusy, PoolClosed
-from . import jobs
-from .jobs import JobRecord, Waiter, call_dropped, call_in_job_loop, deliver, report_failure, run_fn
+from .jobs import (
+    JobRecord,
+    Waiter,
+    call_dropped,
+    call_in_job_loop,
+    caller_busy,
+    closing,
+    deliver,
+    log_failure,
+    nothing_to_join,
+    outcome_of,
+    queue_full,
+    report_failure,
+    run_fn,
+    stopped,
+    waited_too_long,
+)
 from .ledger import ClusterSnapshot, Counter, Ledger, PoolSnapshot, Pressure
 from .protocol import DropFn, ErrorObserver, JobFn
 
@@ -38,7 +53,7 @@ class Pool:
         QUEUE.require("queue", queue)
         WAIT.require("wait", wait)  # also refuses NaN
         self.slots, self.queue_size, self.wait = slots, queue, wait
-        self._on_error = on_error or jobs.log_failure
+        self._on_error = on_error or log_failure
         self._books = Ledger(slots, run_time_ceiling)  # thread-safe on its own
         self._lock = threading.Lock()  # guards every field below, and each job's fields
         self._jobs: dict[str, JobRecord] = {}  # in flight, by key
@@ -128,21 +143,21 @@ class Pool:
         """Apply the rules, in order, to a new call; return the job it now waits for."""
         if self._closed:  # Rule 0: closed.
             self._books.count(Counter.REFUSED_CLOSED)
-            raise jobs.closing()
+            raise closing()
         job = self._jobs.get(key)
         if job is not None:  # Rule 1: join; no slot, no queue place, any caller.
             job.waiters.add(waiter)
             self._books.count(Counter.JOINED)
             return job
         if fn is None:
-            raise jobs.nothing_to_join(key)
+            raise nothing_to_join(key)
         held = self._callers.get(caller)
         if held is not None:  # Rule 2: one job per caller, even if its starter left.
             self._books.count(Counter.REFUSED_CALLER)
-            raise jobs.caller_busy(self._held_end(held))
+            raise caller_busy(self._held_end(held))
         if self._running >= self.slots and len(self._queue) >= self.queue_size:
             self._books.count(Counter.REFUSED_BUSY)  # Rule 3: a full queue refuses at once.
-            raise jobs.queue_full(self._expected_start())
+            raise queue_full(self._expected_start())
         job = self._jobs[key] = self._callers[caller] = JobRecord(key, caller, fn, on_drop, waiter)
         if self._running < self.slots:
             self._start(job)
@@ -178,7 +193,7 @@ class Pool:
         and the caller, forget the key (rule 5: no cache), start what the queue holds, and hand
         the outcome to every sharer."""
         if task is not None:
-            result, error = jobs.outcome_of(task, self._stopping)
+            result, error = outcome_of(task, self._stopping)
         with self._lock:
             dropped = job.release()  # stopped before fn was called: on_drop instead
             if task is not None:
@@ -247,7 +262,7 @@ class Pool:
         self._arm_timer()
         call_dropped(*dropped)
         for waiters in refused:
-            deliver(waiters, None, jobs.waited_too_long(self.wait, retry_after))
+            deliver(waiters, None, waited_too_long(self.wait, retry_after))
         deliver(idle, None, None)
 
     def _forget_queued(self, job: JobRecord, dropped: list[DropFn | None]) -> set[Waiter]:
@@ -302,7 +317,7 @@ class Pool:
                 job.waiters = set()
             idle = self._take_idle_waiters()
         call_dropped(*dropped)
-        deliver(abandoned, None, jobs.stopped())
+        deliver(abandoned, None, stopped())
         deliver(idle, None, None)
         call_in_job_loop(_cancel_tasks, running)
         await self._until_idle()

@@ -26,12 +26,21 @@ def test_a_child_that_answers_and_stays_is_gone_when_its_job_returns(warm):
         result = run(pdfs.simple([f"linger {attempt}"]), engine=ENGINE, warm=warm, timeout=60)
         assert time.monotonic() - began < 30  # the answer did not wait for the child's deadline
         (pid,) = result.pages
-        assert not os.path.exists(f"/proc/{pid}"), "the child outlived its job"
+        assert not lingering(pid), "the child outlived its job"
         seen.add(result.child_start)
         if result.child_start == ("forked" if warm else "cold"):
             return
         wait_until(lambda: bool(extraction.idle_pids()), timeout=30)
     raise AssertionError(f"no {'forked' if warm else 'cold'} child took the job: {seen}")
+
+
+def lingering(pid: str) -> bool:
+    """Whether ``pid`` is still the lingering engine's child (not a process reusing its pid)."""
+    try:
+        with open(f"/proc/{pid}/comm", "rb") as comm:
+            return comm.read().strip() == NAME
+    except (FileNotFoundError, ProcessLookupError):
+        return False
 
 
 def job_children() -> int:

@@ -18,8 +18,7 @@ from redis.exceptions import RedisError
 
 from ...bounds import CALL_TIMEOUT, FALLBACK, LEASE, NAMESPACE
 from ...exceptions import CallerBusy, PoolBusy, PoolClosed
-from .. import jobs
-from ..jobs import Waiter, call_dropped, call_in_job_loop, get_job_loop
+from ..jobs import Waiter, call_dropped, call_in_job_loop, closing, get_job_loop, log_failure
 from ..ledger import (
     ClusterSnapshot,
     CountedBy,
@@ -92,7 +91,7 @@ class RedisPool:
             wait=wait,
             lease=float(lease),
             timeout=float(timeout),
-            on_error=on_error or jobs.log_failure,
+            on_error=on_error or log_failure,
             encode=encode,
             decode=decode,
             max_result_bytes=max_result_bytes,
@@ -232,7 +231,7 @@ class RedisPool:
         if self._closing.closed:  # rule 0, per process: see drain()
             self._books.count(Counter.REFUSED_CLOSED)
             call_dropped(on_drop)
-            raise jobs.closing()
+            raise closing()
         if self.mode != REDIS:
             return await self._run_degraded(key, caller, fn, on_drop)
         waiter = RedisWaiter(asyncio.get_running_loop(), key, caller, fn, on_drop)

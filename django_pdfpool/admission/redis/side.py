@@ -20,8 +20,21 @@ from redis import exceptions as redis_errors
 from redis.exceptions import RedisError
 
 from ...exceptions import CoordinatorUnavailable, PoolBusy, PoolMisconfigured, RunnerLost, Wording
-from .. import jobs
-from ..jobs import JobRecord, Waiter, call_dropped, deliver, report_failure, run_fn
+from ..jobs import (
+    JobRecord,
+    Waiter,
+    call_dropped,
+    caller_busy,
+    closing,
+    deliver,
+    nothing_to_join,
+    outcome_of,
+    queue_full,
+    report_failure,
+    run_fn,
+    stopped,
+    waited_too_long,
+)
 from ..ledger import Counter, JobInfo, Ledger
 from ..local import Pool
 from ..protocol import DropFn, JobFn
@@ -149,7 +162,7 @@ class ProcessSide:
         """Start admitting a call; its waiter learns the outcome."""
         if self.retired:  # closed between the caller's check and now
             call_dropped(waiter.on_drop)
-            deliver([waiter], None, jobs.closing())
+            deliver([waiter], None, closing())
             return
         self._keep_redis()
         task = self.spawn(self._admit(waiter))
@@ -291,12 +304,12 @@ class ProcessSide:
         if reply.status == "caller":  # rule 2
             self._books.count(Counter.REFUSED_CALLER)
             running_for = reply.age if reply.state == "running" else None
-            return jobs.caller_busy(self._books.expected_end(running_for, reply.queued))
+            return caller_busy(self._books.expected_end(running_for, reply.queued))
         if reply.status not in ("busy", "rebuilding", "mismatch"):
-            return jobs.nothing_to_join(key)
+            return nothing_to_join(key)
         self._books.count(Counter.REFUSED_BUSY)
         if reply.status == "busy":  # rule 3: a full queue
-            return jobs.queue_full(self._books.expected_start(reply.queued))
+            return queue_full(self._books.expected_start(reply.queued))
         if reply.status == "rebuilding":  # bad data took state: the beats count it again
             return PoolBusy(Wording.REBUILDING, self._settings.lease)
         return self._mismatch(reply.differs)
@@ -371,7 +384,7 @@ class ProcessSide:
     async def _finish(self, job: RedisJob, task: asyncio.Task[Any]) -> None:
         """Free the slot and the caller in Redis (the outcome to sharers elsewhere), then answer."""
         job.finishing = True
-        result, error = jobs.outcome_of(task, self._closing.stopping)
+        result, error = outcome_of(task, self._closing.stopping)
         call_dropped(job.release())  # stopped before fn was called: on_drop instead
         outcome = Counter.ended(task.cancelled(), error)
         took = time.monotonic() - (job.started_mono or job.queued_mono)
@@ -422,9 +435,9 @@ class ProcessSide:
             waited = [time.monotonic() - job.queued_mono] if job.owned else []
             self._books.gave_up(waited, len(waiters))
             retry_after = self._books.expected_start(self._settings.queue_size)
-            error = jobs.waited_too_long(self._settings.wait, retry_after)
+            error = waited_too_long(self._settings.wait, retry_after)
         elif kind == "closed":
-            error = jobs.stopped()
+            error = stopped()
         elif kind == "unavailable":
             error = unavailable("waiting", self._settings.probe_every)
         elif kind == "expired":
@@ -755,7 +768,7 @@ class ProcessSide:
         for job in self.jobs():
             if job.owned and job.state == "running":
                 waiters, job.waiters = job.waiters, set()
-                deliver(waiters, None, jobs.stopped())
+                deliver(waiters, None, stopped())
                 if job.task is not None:
                     job.task.cancel()
             elif job.owned:
