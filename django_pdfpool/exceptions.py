@@ -44,8 +44,8 @@ class Wording:
     CLOSING = "The service is shutting down and takes no new work."
     STOPPED = "The service was stopped before this job could finish."
     CALLER_BUSY = "You already have a job in progress; wait for it to finish."
-    QUEUE_FULL = "Every worker is busy and the queue is full."
-    WAITED = "The job waited {limit} for a free worker and was given up."
+    QUEUE_FULL = "Every extraction slot is taken and the queue is full."
+    WAITED = "The job waited {limit} for a free extraction slot and was given up."
     # the Redis pool's (503 unavailable, busy, runner_lost)
     UNREACHABLE = "The service cannot reach its coordinator; try again shortly."
     NOT_TAKING = (
@@ -54,7 +54,7 @@ class Wording:
     DROPPED = "The service lost its coordinator for a moment; try again."
     LOST_WAITING = "The service lost its coordinator while this job waited; try again shortly."
     REBUILDING = "The service is recounting its work after a fault; try again shortly."
-    RUNNER_LOST = "The worker running this job stopped before it finished; try again."
+    RUNNER_LOST = "The process running this job stopped before it finished; try again."
     EXPIRED = "The job's result expired before it could be read; try again."
     # the sandbox's (503 sandbox_unavailable)
     SANDBOX = "Extraction is unavailable on this server."

@@ -24,6 +24,7 @@ from django_pdfpool.exceptions import (
     PoolClosed,
     PoolMisconfigured,
     UploadTooLarge,
+    Wording,
 )
 from django_pdfpool.responses import (
     MISCONFIGURED,
@@ -92,9 +93,13 @@ def test_the_integrations_tell_what_describe_tells():
 
     for error, told in TOLD:
         drf = api_exception(error)
-        assert (drf.status_code, drf.get_codes()) == (told.status, told.code)
-        assert str(drf.detail).startswith(told.message)  # DRF's Throttled adds its own words
-        if told.retry_after is not None:
+        codes = {"detail": told.code, "code": told.code}
+        assert (drf.status_code, drf.get_codes()) == (told.status, codes)
+        said = drf.detail["detail"]  # type: ignore[index]
+        if told.retry_after is None:
+            assert said == told.message
+        else:  # DRF's Throttled adds the time in its own words
+            assert said.startswith(f"{told.message} Expected available in {told.retry_after} ")
             assert drf.wait == told.retry_after
         ninja = PdfPoolHttpError(error)
         assert (ninja.status_code, ninja.code, ninja.message) == (
@@ -208,3 +213,10 @@ def test_every_refusal_is_worded_in_exceptions_only():
             if node.args and isinstance(node.args[0], ast.Constant | ast.JoinedStr):
                 worded_here.append(f"{module.relative_to(package)}:{node.lineno}")
     assert worded_here == []
+
+
+def test_refusals_speak_of_the_pools_slots_not_of_workers():
+    """A "worker" reads as the server's: every refusal names the pool's slots instead."""
+    worded = [value for name, value in vars(Wording).items() if name.isupper()]
+    assert len(worded) > 20
+    assert [said for said in worded if "worker" in said.lower()] == []

@@ -13,7 +13,7 @@ from typing import IO, Any, TypeVar, cast, overload
 from asgiref.sync import async_to_sync, iscoroutinefunction
 from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest, HttpResponse
-from rest_framework.exceptions import APIException, Throttled
+from rest_framework.exceptions import APIException, ErrorDetail, Throttled
 from rest_framework.parsers import DataAndFiles, FileUploadParser
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -36,13 +36,9 @@ from ..record import POOLED, PooledView, record_of, route_of
 from ..responses import Failure, describe
 
 __all__ = [
-    "CallerThrottled",
     "PdfParser",
     "PdfPoolError",
-    "PdfTooLarge",
-    "PdfUnreadable",
-    "PdfUploadInvalid",
-    "PoolUnavailable",
+    "PdfPoolThrottled",
     "api_exception",
     "door_answer",
     "pdf_pooled",
@@ -52,81 +48,37 @@ Handler = TypeVar("Handler", bound=Callable[..., Any])
 
 
 class PdfPoolError(APIException):
-    """Base of the DRF exceptions raised in a view's place; ``error`` is the library's own
-    exception (``PoolBusy``, ``CallerBusy``, ``ExtractionError``, ``UploadRejected``...)."""
+    """A refusal, an extraction error or a rejected upload, raised in a view's place with the
+    status of the library's answers (400, 408, 411, 413, 422); ``error`` is the library's own
+    exception. DRF's handler answers its ``detail``: ``{"detail": message, "code": code}``."""
 
     error: Failure | None = None
 
 
-class PoolUnavailable(PdfPoolError):
-    """503: every place taken, waited too long, or the pool is closing; ``wait`` seconds."""
-
-    status_code = 503
-    default_detail = "The PDF service is busy."
-    default_code = "busy"
-
-    def __init__(self, detail: str, code: str, wait: int) -> None:
-        super().__init__(detail, code)
-        self.wait = wait
-
-
-class CallerThrottled(Throttled, PdfPoolError):
-    """429: this caller already has a PDF in progress; a ``Throttled``, with ``wait``."""
-
-    default_code = "caller_busy"
-
-
-class PdfTooLarge(PdfPoolError):
-    """413: the PDF is, or says it is, over ``MAX_UPLOAD_SIZE``."""
-
-    status_code = 413
-    default_detail = "This PDF is too large."
-    default_code = "too_large"
-
-
-class PdfUnreadable(PdfPoolError):
-    """422: the PDF could not be extracted (``not_a_pdf``, ``encrypted``, ``too_complex``...)."""
-
-    status_code = 422
-    default_detail = "This PDF cannot be read."
-    default_code = "crashed"
-
-
-class PdfUploadInvalid(PdfPoolError):
-    """400: no PDF in the request, or one that does not match its declared digest (408:
-    the body came too slowly; 411: a form sent chunked)."""
-
-    status_code = 400
-    default_detail = "This upload cannot be accepted."
-    default_code = "bad_upload"
+class PdfPoolThrottled(Throttled, PdfPoolError):
+    """429 (this caller has a PDF in progress) or 503 (the pool is full or closing): a
+    ``Throttled`` whose ``wait`` DRF's handler sends as ``Retry-After`` and whose message
+    ends, as a throttle's does, "Expected available in N seconds"."""
 
 
 def api_exception(error: Failure) -> PdfPoolError:
     """The DRF exception for a refusal, an extraction error or a rejected upload, with the
-    same status, code and message as the decorator's answers."""
+    same status, code, message and retry time as the decorator's answers."""
     said = describe(error)
     found: PdfPoolError
-    if said.status == 429:
-        found = CallerThrottled(wait=said.retry_after, detail=said.message, code=said.code)
-    elif said.status == 503:
-        found = PoolUnavailable(said.message, said.code, said.retry_after or 1)
+    if said.retry_after is None:
+        found = PdfPoolError(said.message, said.code)
     else:
-        kind = {413: PdfTooLarge, 422: PdfUnreadable}.get(said.status, PdfUploadInvalid)
-        found = kind(said.message, said.code)
-        found.status_code = said.status  # 408 and 411 are PdfUploadInvalid too, not 400
-    found.error = error
+        found = PdfPoolThrottled(said.retry_after, said.message, said.code)
+    found.status_code, found.error = said.status, error
+    found.detail = {"detail": found.detail, "code": ErrorDetail(said.code, said.code)}
     return found
 
 
 def door_answer(request: HttpRequest, exception: Failure) -> HttpResponse:
     """The door's answer for a DRF route (before the view runs): the DRF exception the
     view would raise, answered by the route's own view class as DRF answers it (its
-    exception handler, content negotiation and renderers), rendered."""
-    return drf_answer(request, api_exception(exception))
-
-
-def drf_answer(request: HttpRequest, exc: APIException) -> HttpResponse:
-    """``exc`` answered by the DRF view ``request`` resolves to (``APIView`` if none)."""
+    exception handler, content negotiation and renderers; ``APIView`` if none), rendered."""
     match = route_of(request)
     func = match.func if match is not None else None
     args, kwargs = (match.args, match.kwargs) if match is not None else ((), {})
@@ -138,7 +90,7 @@ def drf_answer(request: HttpRequest, exc: APIException) -> HttpResponse:
     drf_request = view.initialize_request(request, *args, **kwargs)
     view.request = drf_request
     view.format_kwarg = view.get_format_suffix(**kwargs)
-    response = view.finalize_response(drf_request, view.handle_exception(exc))
+    response = view.finalize_response(drf_request, view.handle_exception(api_exception(exception)))
     if isinstance(response, Response):
         response.render()
     return cast(HttpResponse, response)
@@ -162,7 +114,7 @@ class PdfParser(FileUploadParser):
 
 
 class _Limited:
-    """A body stream that raises ``PdfTooLarge`` once more than ``limit`` bytes were read."""
+    """A body stream that raises the 413 ``PdfPoolError`` past ``limit`` bytes read."""
 
     def __init__(self, stream: IO[bytes], limit: int) -> None:
         self.stream, self.limit, self.read_so_far = stream, limit, 0

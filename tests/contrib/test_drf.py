@@ -20,6 +20,7 @@ from rest_framework.views import APIView
 import django_pdfpool
 from django_pdfpool import get_pool
 from django_pdfpool.contrib import drf
+from django_pdfpool.exceptions import Wording
 from tests.conftest import held_requests, wait_until
 from tests.project.views import HELD, PARSED, held_job
 from tests.support import pdfs
@@ -140,6 +141,44 @@ def test_the_door_answers_drf_routes_through_the_projects_handler(pdfpool, setti
     assert len(HELD.runs) == 1 and list(PARSED) == []  # refused before the body
 
 
+def expected_in(response) -> str:
+    """The end of a throttle's text in DRF's words, for the response's Retry-After."""
+    seconds = int(response["Retry-After"])
+    assert seconds >= 1
+    return f"Expected available in {seconds} second{'s' if seconds > 1 else ''}."
+
+
+@pytest.mark.parametrize("door", [False, True], ids=["decorator", "door"])
+def test_drfs_own_handler_answers_a_code_and_the_time_in_every_refusal(pdfpool, settings, door):
+    """Without a project handler, DRF's own: every body is ``{"detail", "code"}``, and the
+    503's text, like the 429's, ends with the time its Retry-After gives (the door's 503
+    too, answered through DRF before authentication)."""
+    settings.REST_FRAMEWORK = {}
+    pdfpool(SLOTS=2, QUEUE=0, MAX_UPLOAD_SIZE=2000, DOOR={"BUDGET": 0} if door else False)
+    HELD.reset()
+    with held_requests(2) as threads:
+        threads.submit(send, "/drf/function/held/", b"%PDF- one")
+        threads.submit(send, "/drf/function/held/", b"%PDF- two", user="bob")
+        wait_until(lambda: len(HELD.runs) == 2)
+        mine = send("/drf/documents/", b"%PDF- alice's second")
+        busy = send("/drf/documents/", b"%PDF- three", user="carol")
+        HELD.release.set()
+    if door:  # before DRF authenticates, the door cannot tell alice: the pool is full
+        mine = busy
+    assert mine.status_code == (503 if door else 429), mine.content
+    assert door or mine.json() == {
+        "detail": f"{Wording.CALLER_BUSY} {expected_in(mine)}",
+        "code": "caller_busy",
+    }
+    assert busy.status_code == 503, busy.content
+    assert busy.json() == {"detail": f"{Wording.QUEUE_FULL} {expected_in(busy)}", "code": "busy"}
+    too_large = send("/drf/apiview/extract/", b"%PDF-" + b"x" * 5000, raw=True)
+    assert too_large.status_code == 413
+    assert too_large.json() == {"detail": Wording.TOO_LARGE.format(mib=2000 / 1024 / 1024),
+                                "code": "too_large"}  # fmt: skip
+    assert "Retry-After" not in too_large
+
+
 def test_413_422_and_400_are_drf_exceptions_too(pdfpool):
     pdfpool(MAX_UPLOAD_SIZE=2000, DOOR=False)
     too_large = send("/drf/apiview/extract/", b"%PDF-" + b"x" * 5000, raw=True)
@@ -170,8 +209,9 @@ def test_a_raw_body_over_the_limit_without_a_length_is_cut_by_pdf_parser(pdfpool
     from rest_framework.test import APIRequestFactory
 
     django_request = APIRequestFactory().post("/", b"x", content_type="application/pdf")
-    with pytest.raises(drf.PdfTooLarge):
+    with pytest.raises(drf.PdfPoolError) as refused:
         request.parse(BytesIO(b"y" * 5000), "application/pdf", {"request": django_request})
+    assert refused.value.status_code == 413 and refused.value.get_codes()["code"] == "too_large"
 
 
 def _post(self, request): ...
