@@ -11,6 +11,7 @@ import contextlib
 import functools
 import inspect
 from collections.abc import Callable
+from http import HTTPStatus
 from typing import Any, TypeVar, cast, overload
 
 from asgiref.sync import iscoroutinefunction
@@ -20,11 +21,14 @@ from django.utils.crypto import salted_hmac
 from ninja import NinjaAPI
 from ninja.decorators import decorate_view
 from ninja.errors import HttpError
+from ninja.openapi.schema import BODY_CONTENT_TYPES
+from ninja.operation import Operation as NinjaOperation
 from ninja.operation import PathView
+from ninja.utils import contribute_operation_callback
 
 from ..decorators import UploadJob, aadmit, admit, declared_view, extract_upload, resolve_job_name
 from ..record import POOLED, route_of
-from ..responses import Failure, describe, json_answer
+from ..responses import TITLES, Failure, describe, json_answer
 
 __all__ = ["PdfPoolHttpError", "auth_caller", "door_answer", "pdf_pooled"]
 
@@ -32,6 +36,10 @@ Operation = TypeVar("Operation", bound=Callable[..., Any])
 
 _SALT = "django_pdfpool.contrib.ninja.auth_caller"
 _RETRY = "pdfpool_retry_after"  # on the request: the Retry-After of the refusal raised
+_RETRY_AFTER = {
+    "description": "Seconds to wait before trying again (at least 1).",
+    "schema": {"type": "integer", "minimum": 1},
+}
 
 
 class PdfPoolHttpError(HttpError):
@@ -117,11 +125,36 @@ def pdf_pooled(
 
         wrapper = sync_wrapper
     setattr(wrapper, POOLED, admission)
+    contribute_operation_callback(wrapper, functools.partial(_documented, field))
     # ninja reads the parameters' annotations from the wrapper, in this module's globals:
     # hand it the operation's own, resolved where it was written (postponed annotations)
     with contextlib.suppress(NameError, TypeError, ValueError):
         cast(Any, wrapper).__signature__ = inspect.signature(operation, eval_str=True)
     return cast(Operation, decorate_view(_with_retry_after)(wrapper))
+
+
+def _documented(field: str, operation: NinjaOperation) -> None:
+    """The refusals in the operation's OpenAPI schema: every status of the answers (429 and
+    503 with ``Retry-After``), 401 when the operation sets ``auth``; and when it declares
+    no body, the PDF it takes: the body itself, or the form's file ``field``."""
+    told = {status: title for status, title in TITLES.items() if isinstance(status, int)}
+    if operation.auth_callbacks:
+        told[401] = HTTPStatus.UNAUTHORIZED.phrase
+    responses: dict[int, dict[str, Any]] = {
+        status: {"description": title}
+        for status, title in sorted(told.items())
+        if status not in operation.response_models  # the operation's own say more
+    }
+    for status in (429, 503):
+        responses.setdefault(status, {})["headers"] = {"Retry-After": _RETRY_AFTER}
+    extra: dict[str, Any] = {"responses": responses}
+    sources = {getattr(model, "__ninja_param_source__", None) for model in operation.models}
+    if not sources & set(BODY_CONTENT_TYPES):
+        pdf = {"type": "string", "format": "binary"}
+        form = {"type": "object", "properties": {field: pdf}, "required": [field]}
+        content = {"application/pdf": {"schema": pdf}, "multipart/form-data": {"schema": form}}
+        extra["requestBody"] = {"required": True, "content": content}
+    operation.openapi_extra = {**extra, **(operation.openapi_extra or {})}
 
 
 def door_answer(request: HttpRequest, exception: Failure) -> HttpResponse:

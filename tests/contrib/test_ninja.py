@@ -148,3 +148,55 @@ def test_the_decorator_above_api_post_fails_at_import():
         ninja.pdf_pooled(registered)
     with pytest.raises(ImproperlyConfigured, match=r"below @api\.post"):
         django_pdfpool.pdf_pooled(registered)
+
+
+REFUSALS = {400, 408, 411, 413, 422, 429, 503}
+
+
+def test_the_openapi_schema_lists_every_refusal_and_the_raw_body():
+    """Each pooled operation documents what it may answer besides 200: 401 where it sets
+    ``auth``, the answers' statuses, 429 and 503 with ``Retry-After``; an operation
+    declaring no body documents the PDF it takes, raw or in a form; ``File`` is ninja's."""
+    from tests.project.contrib_views import api
+
+    paths = api.get_openapi_schema(path_prefix="/ninja/")["paths"]
+    for path, with_auth in (
+        ("/ninja/held", True),
+        ("/ninja/raw", True),
+        ("/ninja/anonymous", False),
+    ):
+        responses = paths[path]["post"]["responses"]
+        assert set(responses) == {200, *REFUSALS, *([401] if with_auth else [])}, path
+        for status in (429, 503):
+            header = responses[status]["headers"]["Retry-After"]
+            assert header["schema"] == {"type": "integer", "minimum": 1}
+        assert "headers" not in responses[413]
+    raw = paths["/ninja/raw"]["post"]["requestBody"]
+    assert raw["required"] is True
+    assert raw["content"]["application/pdf"]["schema"] == {"type": "string", "format": "binary"}
+    form = raw["content"]["multipart/form-data"]["schema"]
+    assert form["properties"]["file"]["format"] == "binary" and form["required"] == ["file"]
+    declared = paths["/ninja/held"]["post"]["requestBody"]["content"]  # File(...): ninja's
+    assert list(declared) == ["multipart/form-data"]
+
+
+def test_the_operations_own_responses_keep_their_words_and_get_retry_after():
+    from ninja import Schema
+
+    class Busy(Schema):
+        detail: str
+
+    api = NinjaAPI(urls_namespace="pdfpool-declared")
+
+    @api.post("/op", response={200: dict, 503: Busy}, openapi_extra={"tags": ["pdf"]})
+    @ninja.pdf_pooled(field="document")
+    def op(request):
+        return {}
+
+    post = api.get_openapi_schema(path_prefix="/")["paths"]["/op"]["post"]
+    assert post["tags"] == ["pdf"]
+    busy = post["responses"][503]
+    assert busy["description"] != "Busy: please try again shortly"  # the operation's own
+    assert "content" in busy and "Retry-After" in busy["headers"]
+    form = post["requestBody"]["content"]["multipart/form-data"]["schema"]
+    assert form["required"] == ["document"]
