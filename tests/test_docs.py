@@ -279,6 +279,7 @@ PUBLIC_MODULES = (
     "django_pdfpool.sandbox",
     "django_pdfpool.contrib.drf",
     "django_pdfpool.contrib.ninja",
+    "django_pdfpool.contrib.celery",
 )
 
 

@@ -1,3 +1,3 @@
-"""Integrations with API frameworks: ``contrib.drf`` (Django REST framework, the ``[drf]``
-extra) and ``contrib.ninja`` (django-ninja, the ``[ninja]`` extra). Each imports its
-framework; nothing else in the package does."""
+"""Integrations with frameworks: ``contrib.drf`` (Django REST framework, the ``[drf]``
+extra), ``contrib.ninja`` (django-ninja, ``[ninja]``) and ``contrib.celery`` (Celery,
+``[celery]``). Each imports its framework; nothing else in the package does."""

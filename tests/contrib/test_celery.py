@@ -2,17 +2,20 @@
 with a real redis-server as its broker and as the Redis pool's coordinator: it extracts a
 stored file under the cluster's pool, leaves the file alone; an upload of the same PDF to
 this process joins the task's job (the only slot is the task's); and with the slot held
-here, the task is refused and retried after the pool's Retry-After, as the docs write it."""
+here for 5 s, the task (a ``PooledTask``) is refused and retried by Celery's autoretry
+after the pool's Retry-After, at least 1 s each time, until it runs."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -141,13 +144,24 @@ def test_a_worker_runs_the_docs_task_against_the_redis_pool(pdfpool, worker, tmp
     assert get_pool().snapshot().counters.joined == 1
     assert get_pool().snapshot().counters.started == 2  # the two tasks: the upload ran none
 
-    # the docs' retry: with the only slot held here, the task is refused (PoolBusy) and
-    # retried after the pool's Retry-After; once the slot is free, the retry runs
+    # the docs' retry: with the only slot held here for 5 s, the task is refused
+    # (PoolBusy) and retried by Celery's autoretry after the pool's Retry-After, never
+    # sooner than 1 s, and does not give up; once the slot is free, a retry runs
     HELD.reset()
     with held_requests(1) as threads:
         threads.submit(extract_pooled, b"%PDF- holds the slot", caller="test:hold", job=held_job)
         wait_until(lambda: HELD.runs != [])
+        held_until = time.monotonic() + 5
         retried = client.send_task("myapp.tasks.extract_text", args=[str(stored)])
-        wait_until(lambda: b"Retry in" in b"".join(log), SOON)
+        wait_until(lambda: time.monotonic() > held_until, SOON)
+        while_held = countdowns(log)
         HELD.release.set()
     assert retried.get(timeout=SOON)["text"] == "extracted by a worker"
+    assert len(while_held) >= 1, b"".join(log).decode(errors="replace")
+    assert min(countdowns(log)) >= 1.0, countdowns(log)
+    assert b"PoolBusy" in b"".join(log)
+
+
+def countdowns(log: list[bytes]) -> list[float]:
+    """The countdowns of the retries the worker logged (Celery's "Retry in 1.27s: ...")."""
+    return [float(found) for found in re.findall(rb"Retry in ([0-9.]+)s", b"".join(log))]

@@ -1,0 +1,46 @@
+"""Celery: ``PooledTask``, a task base whose retries after a refusal wait what the pool
+said (the refusal's ``retry_after``), so that Celery's own ``autoretry_for`` and
+``self.retry`` follow the pool's estimate (docs/celery.md)."""
+
+from __future__ import annotations
+
+import random
+from datetime import datetime
+from typing import Any
+
+from celery import Task  # type: ignore[import-untyped]
+
+from ..exceptions import CallerBusy, PoolBusy, Refused
+
+__all__ = ["PooledTask"]
+
+
+class PooledTask(Task):  # type: ignore[misc]  # Celery has no type hints
+    """Retried on ``PoolBusy`` and ``CallerBusy`` (``autoretry_for``), ten times at most;
+    a retry for a refusal counts down its ``retry_after`` (at least 1 s), or Celery's
+    exponential backoff when that is longer, and with ``retry_jitter`` (Celery's default)
+    up to half as long again, so that tasks refused together do not return together."""
+
+    autoretry_for = (PoolBusy, CallerBusy)
+    retry_backoff = True  # 1, 2, 4... s at most: a refusal repeated waits longer
+    retry_jitter = True  # Celery's default, which Task itself does not declare
+    max_retries = 10
+
+    def retry(
+        self,
+        args: Any = None,
+        kwargs: Any = None,
+        exc: BaseException | None = None,
+        throw: bool = True,
+        eta: datetime | None = None,
+        countdown: float | None = None,
+        max_retries: int | None = None,
+        **options: Any,
+    ) -> Any:
+        """Celery's ``Task.retry``, its countdown no shorter than the refusal's estimate."""
+        if isinstance(exc, Refused) and eta is None:
+            estimate = max(1.0, exc.retry_after)
+            if self.retry_jitter:
+                estimate *= random.uniform(1.0, 1.5)
+            countdown = max(countdown or 0.0, estimate)
+        return super().retry(args, kwargs, exc, throw, eta, countdown, max_retries, **options)
