@@ -1,8 +1,13 @@
 """System checks (ids ``django_pdfpool.E001``...): the PDFPOOL setting's problems, pooled
-routes of DRF or ninja, the sandbox this host gives, and the Redis pool's default namespace."""
+routes of DRF or ninja, the sandbox this host gives, the Redis pool's default namespace,
+and a server that serves one request at a time."""
 
 from __future__ import annotations
 
+import os
+import runpy
+import sys
+from pathlib import Path
 from typing import Any
 
 from django.core import checks
@@ -77,3 +82,49 @@ def check_redis_namespace(**kwargs: Any) -> list[CheckMessage]:
     )
     hint = "Give each deployment a NAMESPACE of its own, e.g. 'myproject-pdf'."
     return [checks.Warning(msg, hint=hint, id="django_pdfpool.W001")]
+
+
+@checks.register()
+def check_server(**kwargs: Any) -> list[CheckMessage]:
+    """W031: the server serves one request at a time per process (runserver --nothreading,
+    gunicorn's sync worker with one thread), as far as this process can see it."""
+    server = _serial_server()
+    if server is None:
+        return []
+    msg = (
+        f"{server} serves one request at a time per process: no two uploads meet in the "
+        "pool's slots, so identical uploads are each extracted, and one caller's second "
+        "upload is never refused (429)."
+    )
+    hint = "Serve with threads (gunicorn --threads 4) or under ASGI: see docs/deployment.md."
+    return [checks.Warning(msg, hint=hint, id="django_pdfpool.W031")]
+
+
+def _serial_server() -> str | None:
+    """The server of this process or deployment when it serves one request at a time:
+    runserver's --nothreading, or gunicorn's settings as gunicorn reads them (its config
+    file, GUNICORN_CMD_ARGS, and its command line when this is gunicorn's process)."""
+    if sys.argv[1:2] == ["runserver"] and "--nothreading" in sys.argv:
+        return "runserver --nothreading"
+    try:
+        from gunicorn.config import Config, get_default_config_file  # type: ignore[import-untyped]
+    except ImportError:
+        return None
+    ours = "gunicorn" in (Path(sys.argv[0]).name, Path(sys.argv[0]).parent.name)
+    config = Config()
+    parser = config.parser()
+    try:
+        command = parser.parse_known_args(sys.argv[1:] if ours else [])[0]
+        env = parser.parse_known_args(config.get_cmd_args_from_env())[0]
+        path = command.config or env.config or get_default_config_file()
+        if not (ours or path or "GUNICORN_CMD_ARGS" in os.environ):
+            return None  # nothing says gunicorn serves this project
+        found = runpy.run_path(path.removeprefix("file:")) if path else {}
+        for name, value in [*found.items(), *vars(env).items(), *vars(command).items()]:
+            if name in config.settings and value is not None:
+                config.set(name, value)
+    except (Exception, SystemExit):  # settings gunicorn itself would refuse: not ours to judge
+        return None
+    if config.worker_class_str not in ("sync", "gunicorn.workers.sync.SyncWorker"):
+        return None
+    return "gunicorn's sync worker with one thread"
