@@ -95,7 +95,7 @@ def test_the_integrations_tell_what_describe_tells():
         drf = api_exception(error)
         codes = {"detail": told.code, "code": told.code}
         assert (drf.status_code, drf.get_codes()) == (told.status, codes)
-        said = drf.detail["detail"]  # type: ignore[index]
+        said = drf.detail["detail"]
         if told.retry_after is None:
             assert said == told.message
         else:  # DRF's Throttled adds the time in its own words

@@ -2,8 +2,8 @@
 taking ``File(...)`` or a raw ``application/pdf`` body. It runs after ninja's
 authentication and parameter parsing: the caller is ``request.auth``'s when ninja
 authenticated, and refusals are raised as ``PdfPoolHttpError`` (a ninja ``HttpError``) to
-the API's exception handlers, with ``Retry-After`` as ninja's throttling sets it
-(docs/ninja.md)."""
+the API's exception handlers, with ``Retry-After`` as ninja's throttling sets it, and
+listed in the operation's OpenAPI entry (docs/ninja.md)."""
 
 from __future__ import annotations
 
