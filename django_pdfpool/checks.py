@@ -1,5 +1,6 @@
 """System checks (ids ``django_pdfpool.E001``...): the PDFPOOL setting's problems, pooled
-routes of DRF or ninja, the sandbox this host gives, and the Redis pool's default namespace."""
+routes of DRF or ninja, the sandbox this host gives, the Redis pool's default namespace, and
+the memory envelope."""
 
 from __future__ import annotations
 
@@ -77,3 +78,25 @@ def check_redis_namespace(**kwargs: Any) -> list[CheckMessage]:
     )
     hint = "Give each deployment a NAMESPACE of its own, e.g. 'myproject-pdf'."
     return [checks.Warning(msg, hint=hint, id="django_pdfpool.W001")]
+
+
+@checks.register()
+def check_memory(**kwargs: Any) -> list[CheckMessage]:
+    """W031: SLOTS x MEMORY_LIMIT plus this process exceed the memory it may use (its
+    cgroup's limit, else the machine's): jobs at their limit would meet the OOM killer."""
+    from .status.envelope import envelope
+
+    if problems(raw_setting()):
+        return []
+    conf = get_settings()
+    memory = envelope(conf.slots, conf.memory_limit)
+    if memory["fits"]:
+        return []
+    mib = {name: memory[name] >> 20 for name in ("pool", "server_rss", "allowed")}
+    msg = (
+        f"SLOTS x MEMORY_LIMIT ({conf.slots} x {conf.memory_limit >> 20} MiB = {mib['pool']} "
+        f"MiB) plus this server ({mib['server_rss']} MiB) exceed the {mib['allowed']} MiB it "
+        f"may use ({memory['allowed_by']})."
+    )
+    hint = "Lower SLOTS or MEMORY_LIMIT; `manage.py pdfpool status` shows what jobs peak at."
+    return [checks.Warning(msg, hint=hint, id="django_pdfpool.W031")]
