@@ -126,6 +126,18 @@ def status_text(data: dict[str, Any]) -> str:
             *_table(["LAYER", "STATE"], list(sandbox["layers"].items())),
         ]
     )
+    memory = rows["memory"]
+    peaks = [(f"{ended:%H:%M:%S}", peak, start) for ended, peak, start in memory["jobs"]]
+    blocks.append(
+        [
+            f"Memory envelope of process {data['pid']}:",
+            *_table(
+                ["", "BYTES", ""], [(label, text, note) for label, _, text, note in memory["rows"]]
+            ),
+            "",
+            *_listing("Recent jobs' peak RSS", ["ENDED", "PEAK RSS", "CHILD"], peaks),
+        ]
+    )
     if not data["fresh"] or data["scope"] == "cluster":
         whose = "the cluster" if data["scope"] == "cluster" else f"process {data['pid']}"
         counters = [(label, str(data["counters"][field]), what) for label, field, what in COUNTERS]

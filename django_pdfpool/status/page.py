@@ -19,6 +19,7 @@ from ..conf import get_settings
 from ..configured import get_pool, recorder
 from ..door import door_status
 from ..sandbox.extract import child_starts, sandbox_layers
+from .envelope import envelope
 
 SHORT_HEX = 12  # hex digits of a key's digest shown on the page; the full key is a tooltip
 CHART_W, CHART_H = 600, 100  # the charts' SVG viewBox; stretched to the page's width
@@ -68,6 +69,7 @@ def status_data() -> dict[str, Any]:
         "children": _children(),
         "sandbox": _sandbox(),
         "door": door_status(),
+        "memory": envelope(conf.slots, conf.memory_limit),
     }
 
 
@@ -225,6 +227,7 @@ def status_context(data: dict[str, Any], dash: str = "—") -> dict[str, Any]:
         ],
         "chart": chart(data),
         "chart_size": (CHART_W, CHART_H),
+        "memory": _memory(data["memory"]),
         "door_held": [
             {
                 **held,
@@ -232,6 +235,25 @@ def status_context(data: dict[str, Any], dash: str = "—") -> dict[str, Any]:
                 "left_text": fmt(max(0.0, held["left"]), "seconds"),
             }
             for held in data["door"]["held"]
+        ],
+    }
+
+
+def _memory(memory: dict[str, Any]) -> dict[str, Any]:
+    """The envelope's rows (label, JSON field, bytes as text, a note) and the recent jobs'
+    peaks (ended at, peak RSS, how the child started), newest first."""
+    over = "" if memory["fits"] else "with the server, over what it may use"
+    rows = [
+        ("May use", "allowed", f"({memory['allowed_by']})"),
+        ("Slots x memory limit", "pool", over),
+        ("Server RSS now", "server_rss", ""),
+        ("Children RSS now", "children_rss", f"in {memory['children']} processes"),
+    ]
+    return {
+        "rows": [(label, f"memory.{f}", fmt(memory[f], "bytes"), note) for label, f, note in rows],
+        "jobs": [
+            (_when(job["ended"]), fmt(job["peak_rss"], "bytes"), job["start"])
+            for job in memory["recent_jobs"]
         ],
     }
 

@@ -348,3 +348,26 @@ def test_extract_from_the_shell_exits_3_with_the_code_on_stderr(tmp_path):
     shown = manage("extract", path, cwd=tmp_path)
     assert shown.returncode == 3
     assert "encrypted: This PDF is protected by a password." in shown.stderr
+
+
+def test_status_shows_the_memory_envelope_and_recent_jobs_peaks(pdfpool):
+    from django_pdfpool.sandbox import extract as extraction
+    from django_pdfpool.status.envelope import memory_allowed
+    from django_pdfpool.status.page import fmt
+    from tests.support import hungry
+    from tests.support.sandbox import run as extract
+
+    pdfpool(SLOTS=2, MEMORY_LIMIT=256 << 20)
+    extraction.register_engine(hungry.ENGINE)
+    extract(hungry.document(80, "status"), engine=hungry.ENGINE, warm=False)
+    out, _ = run("status")
+    allowed, source = memory_allowed()
+    block = out[out.index("Memory envelope of process") :]
+    lines = {line.split("  ")[0]: line.split() for line in block.splitlines()}
+    assert " ".join(lines["May use"][2:]) == f"{fmt(allowed, 'bytes')} ({source})"
+    assert lines["Slots x memory limit"][-2:] == ["512", "MiB"]
+    assert "Server RSS now" in lines and "Children RSS now" in lines
+    _, peak, unit, start = block.split("Recent jobs' peak RSS (")[1].splitlines()[2].split()  # newest
+    assert start == "cold" and (int(peak) >= 80 if unit == "MiB" else unit == "GiB"), block
+    data = json.loads(run("status", "--json")[0])["memory"]
+    assert data["pool"] == 512 << 20 and data["recent_jobs"][0]["peak_rss"] >= 80 << 20
