@@ -14,9 +14,8 @@ PROC, CGROUP = "/proc", "/sys/fs/cgroup"
 
 
 def _read(path: str) -> str | None:
-    with contextlib.suppress(OSError, UnicodeDecodeError):
-        with open(path) as file:
-            return file.read()
+    with contextlib.suppress(OSError, UnicodeDecodeError), open(path) as file:
+        return file.read()
     return None
 
 

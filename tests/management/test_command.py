@@ -367,7 +367,9 @@ def test_status_shows_the_memory_envelope_and_recent_jobs_peaks(pdfpool):
     assert " ".join(lines["May use"][2:]) == f"{fmt(allowed, 'bytes')} ({source})"
     assert lines["Slots x memory limit"][-2:] == ["512", "MiB"]
     assert "Server RSS now" in lines and "Children RSS now" in lines
-    _, peak, unit, start = block.split("Recent jobs' peak RSS (")[1].splitlines()[2].split()  # newest
+    _, peak, unit, start = (
+        block.split("Recent jobs' peak RSS (")[1].splitlines()[2].split()
+    )  # newest
     assert start == "cold" and (int(peak) >= 80 if unit == "MiB" else unit == "GiB"), block
     data = json.loads(run("status", "--json")[0])["memory"]
     assert data["pool"] == 512 << 20 and data["recent_jobs"][0]["peak_rss"] >= 80 << 20
