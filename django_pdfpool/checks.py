@@ -87,16 +87,15 @@ def check_memory(**kwargs: Any) -> list[CheckMessage]:
     from .status.envelope import envelope
 
     if problems(raw_setting()):
-        return []
+        return []  # check_settings reports them
     conf = get_settings()
     memory = envelope(conf.slots, conf.memory_limit)
     if memory["fits"]:
         return []
-    mib = {name: memory[name] >> 20 for name in ("pool", "server_rss", "allowed")}
     msg = (
-        f"SLOTS x MEMORY_LIMIT ({conf.slots} x {conf.memory_limit >> 20} MiB = {mib['pool']} "
-        f"MiB) plus this server ({mib['server_rss']} MiB) exceed the {mib['allowed']} MiB it "
-        f"may use ({memory['allowed_by']})."
+        f"SLOTS x MEMORY_LIMIT ({conf.slots} x {conf.memory_limit >> 20} MiB) plus this "
+        f"server ({memory['server_rss'] >> 20} MiB) exceed the {memory['allowed'] >> 20} MiB "
+        f"it may use ({memory['allowed_by']})."
     )
     hint = "Lower SLOTS or MEMORY_LIMIT; `manage.py pdfpool status` shows what jobs peak at."
     return [checks.Warning(msg, hint=hint, id="django_pdfpool.W031")]

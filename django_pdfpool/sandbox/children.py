@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from .wire import (
     DEFAULT_NICE,
@@ -320,14 +320,13 @@ _live_lock = threading.Lock()
 _STATUS_SIZE = struct.calcsize(STATUS_FORMAT)
 
 
-@dataclass(frozen=True)
-class JobPeak:
-    """A job's child once reaped: when, its peak resident set (the kernel's), how it started
-    (a cold child's counts the server's own pages at its start: fork copies the figure)."""
+class JobPeak(NamedTuple):
+    """A reaped job child: when (time.time()), its peak RSS in bytes (the kernel's: a cold
+    child's counts the server's pages at its start), how it started (COLD or FORKED)."""
 
-    ended: float  # time.time()
-    peak_rss: int  # bytes
-    start: str  # COLD or FORKED
+    ended: float
+    peak_rss: int
+    start: str
 
 
 RECENT_JOBS = 20  # job children whose peak this process remembers

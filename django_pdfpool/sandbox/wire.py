@@ -39,7 +39,6 @@ NICE_OPTION = "--nice"  # followed by how much the child lowers its priority bel
 DEFAULT_NICE = 5  # below the server's threads, not starved by other work (docs/security.md)
 _LONE_SURROGATES = re.compile("[\ud800-\udfff]")
 SEPARATOR = "\uffff"  # between an answer's pieces: a noncharacter, 3 bytes as commas and quotes
-_BYTES_SEPARATOR = SEPARATOR.encode()
 HEADER_BYTES = 4096  # an answer's JSON header line at most: its text follows, counted by pieces
 MAX_ANSWER_PAGES = 100_000  # an answer's pages: a str each in the parent (about 60 bytes)
 
@@ -181,20 +180,18 @@ def decode_answer(output: bytes | bytearray) -> ChildAnswer | None:
     header = _header(output)
     if header is None or len(output) != header[1] + header[0].get("size", 0):
         return None  # cut short, or more than it said
-    (fields, start), separator = header, _BYTES_SEPARATOR
+    (fields, start), separator = header, SEPARATOR.encode()
     pages, keys = fields.get("pages"), fields.get("metadata")
     try:
         if fields.get("ok") is not True:
             return _failure(fields)
-        if type(pages) is not int or type(keys) is not int or not 0 <= keys <= METADATA_KEYS:
+        if not (type(pages) is type(keys) is int and pages >= 0 and 0 <= keys <= METADATA_KEYS):
             return None
         if pages > MAX_ANSWER_PAGES:
             return ExtractionError("too_large", detail=f"over {MAX_ANSWER_PAGES} pages")
-        count = pages + 2 * keys
-        if pages < 0 or output.count(separator, start) != max(0, count - 1):
+        count = pages + 2 * keys  # with count - 1 separators; none: no text at all
+        if output.count(separator, start) != max(0, count - 1) or count == 0 < len(output) - start:
             return None  # the pieces are not those the header counts
-        if count == 0 and len(output) > start:
-            return None
         pieces: list[str] = []
         with memoryview(output) as view:
             while len(pieces) < count:  # a str made from each piece of the buffer: no bytes

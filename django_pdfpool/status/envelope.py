@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from pathlib import PurePosixPath
 from typing import Any
 
 from ..sandbox.children import recent_peaks
@@ -28,54 +29,41 @@ def memory_allowed(proc: str = PROC, cgroup: str = CGROUP) -> tuple[int, str]:
     for line in (_read(f"{proc}/self/cgroup") or "").splitlines():
         _, controllers, path = line.split(":", 2)
         if "memory" in controllers.split(","):
-            roots, name = [f"{cgroup}/memory"], "memory.limit_in_bytes"
-        elif not controllers:  # v2's one hierarchy: alone, or beside v1's (hybrid)
-            roots, name = [cgroup, f"{cgroup}/unified"], "memory.max"
+            root, name = f"{cgroup}/memory", "memory.limit_in_bytes"
+        elif not controllers:  # v2 (beside v1, as on a hybrid host, it has no memory.max)
+            root, name = cgroup, "memory.max"
         else:
             continue
-        while True:  # the cgroup, then each ancestor: the least limit holds
-            for root in roots:
-                value = (_read(f"{root}{path.rstrip('/')}/{name}") or "max").strip()
-                if value.isdigit() and int(value) < allowed:
-                    allowed, source = int(value), f"{root}{path.rstrip('/')}/{name}"
-            if path in ("/", ""):
-                break
-            path = os.path.dirname(path)
+        for directory in (path, *map(str, PurePosixPath(path).parents)):  # the least holds
+            file = f"{root}{directory.rstrip('/')}/{name}"
+            value = (_read(file) or "max").strip()
+            if value.isdigit() and int(value) < allowed:
+                allowed, source = int(value), file
     return allowed, source
 
 
 def tree_rss(pid: int, proc: str = PROC) -> tuple[int, int, int]:
     """RSS of ``pid``, the number of processes below it and their RSS summed (pages they
     share, as forked children do with their template, count in each)."""
-    parents: dict[int, list[int]] = {}
-    for entry in os.listdir(proc):
-        stat = _read(f"{proc}/{entry}/stat") if entry.isdigit() else None
-        if stat:  # "pid (name) state ppid ...": the name may hold spaces and ")"
-            parents.setdefault(int(stat.rpartition(")")[2].split()[1]), []).append(int(entry))
-    below, todo = [], list(parents.get(pid, []))
+    children: dict[int, list[int]] = {}
+    for entry in filter(str.isdigit, os.listdir(proc)):  # "pid (name) state ppid": the name
+        stat = (_read(f"{proc}/{entry}/stat") or ") - 0").rpartition(")")[2]  # may hold ")"
+        children.setdefault(int(stat.split()[1]), []).append(int(entry))
+    below, todo = [], list(children.get(pid, []))
     while todo:
         below.append(todo.pop())
-        todo += parents.get(below[-1], [])
-    size = os.sysconf("SC_PAGE_SIZE")
-
-    def rss(of: int) -> int:
-        return int((_read(f"{proc}/{of}/statm") or "0 0").split()[1]) * size
-
-    return rss(pid), len(below), sum(map(rss, below))
+        todo += children.get(below[-1], [])
+    page = os.sysconf("SC_PAGE_SIZE")
+    rss = [int((_read(f"{proc}/{p}/statm") or "0 0").split()[1]) * page for p in [pid, *below]]
+    return rss[0], len(below), sum(rss[1:])
 
 
 def envelope(slots: int, memory_limit: int) -> dict[str, Any]:
     """This process's envelope, JSON-ready (the status page's ``memory``)."""
-    allowed, source = memory_allowed()
-    server, children, children_rss = tree_rss(os.getpid())
-    jobs = [vars(peak) for peak in reversed(recent_peaks)]
+    (allowed, source), (server, children, children_rss) = memory_allowed(), tree_rss(os.getpid())
     return {
-        "allowed": allowed,
-        "allowed_by": source,
-        "pool": slots * memory_limit,
-        "server_rss": server,
-        "children": children,
-        "children_rss": children_rss,
+        "allowed": allowed, "allowed_by": source, "pool": slots * memory_limit,
+        "server_rss": server, "children": children, "children_rss": children_rss,
         "fits": slots * memory_limit + server <= allowed,
-        "recent_jobs": jobs,
-    }
+        "recent_jobs": [peak._asdict() for peak in reversed(recent_peaks)],
+    }  # fmt: skip

@@ -152,9 +152,8 @@ def scope_sentence(data: dict[str, Any]) -> str:
     cluster = data["cluster"]
     if cluster is None:
         return (
-            "Each worker process has its own pool, and every figure below is this process's: "
-            "under several workers a refresh may be answered by another process, and the page "
-            "then says so."
+            "Each worker process has its own pool, and every figure below is this process's "
+            "(a REDIS setting makes the workers one pool)."
         )
     if data["scope"] == "cluster":
         return (
@@ -242,20 +241,20 @@ def status_context(data: dict[str, Any], dash: str = "—") -> dict[str, Any]:
 def _memory(memory: dict[str, Any]) -> dict[str, Any]:
     """The envelope's rows (label, JSON field, bytes as text, a note) and the recent jobs'
     peaks (ended at, peak RSS, how the child started), newest first."""
-    over = "" if memory["fits"] else "with the server, over what it may use"
-    rows = [
-        ("May use", "allowed", f"({memory['allowed_by']})"),
-        ("Slots x memory limit", "pool", over),
-        ("Server RSS now", "server_rss", ""),
-        ("Children RSS now", "children_rss", f"in {memory['children']} processes"),
-    ]
-    return {
-        "rows": [(label, f"memory.{f}", fmt(memory[f], "bytes"), note) for label, f, note in rows],
-        "jobs": [
-            (_when(job["ended"]), fmt(job["peak_rss"], "bytes"), job["start"])
-            for job in memory["recent_jobs"]
-        ],
+    notes = {
+        "May use": ("allowed", f"({memory['allowed_by']})"),
+        "Slots x memory limit": ("pool", "" if memory["fits"] else "with the server, over that"),
+        "Server RSS now": ("server_rss", ""),
+        "Children RSS now": ("children_rss", f"in {memory['children']} processes"),
     }
+    rows = [
+        (label, f"memory.{f}", fmt(memory[f], "bytes"), note) for label, (f, note) in notes.items()
+    ]
+    jobs = [
+        (_when(job["ended"]), fmt(job["peak_rss"], "bytes"), job["start"])
+        for job in memory["recent_jobs"]
+    ]
+    return {"rows": rows, "jobs": jobs}
 
 
 def _gauge(label: str, field: str, of: str, data: dict[str, Any]) -> dict[str, Any]:

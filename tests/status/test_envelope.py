@@ -47,12 +47,6 @@ def test_cgroup_v2_an_ancestors_limit_holds_when_it_is_the_least(tmp_path):
     assert memory_allowed(proc, sys_fs) == (2 * GiB, f"{sys_fs}/pods/web/memory.max")
 
 
-def test_cgroup_v2_beside_v1_is_read_under_unified(tmp_path):
-    files = {"unified/svc/memory.max": str(GiB)}
-    proc, sys_fs = layout(tmp_path, "1:cpu:/\n0::/svc\n", files)
-    assert memory_allowed(proc, sys_fs) == (GiB, f"{sys_fs}/unified/svc/memory.max")
-
-
 def test_a_limit_above_the_machines_memory_is_the_machines(tmp_path):
     proc, sys_fs = layout(tmp_path, "0::/big\n", {"big/memory.max": str(4 * GiB)}, 1)
     assert memory_allowed(proc, sys_fs) == (GiB, f"MemTotal in {proc}/meminfo")
