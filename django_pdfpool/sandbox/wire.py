@@ -1,5 +1,5 @@
-"""Both sides: what parent and child say to each other (options, job line, answer lines):
-JSON, never pickle, as the parent trusts no byte a child writes."""
+"""Both sides: what parent and child say to each other (options, job line, answer): JSON and
+UTF-8 text counted in pieces, never pickle, as the parent trusts no byte a child writes."""
 
 from __future__ import annotations
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 from django.contrib.auth.models import Permission
@@ -17,6 +18,7 @@ from tests.support import hungry
 from tests.support.sandbox import run
 
 URL = "/admin/django_pdfpool/poolstatus/"
+OUTPUT = Path(__file__).resolve().parents[2] / "test-output"
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
@@ -56,3 +58,5 @@ def test_the_page_shows_the_envelope_and_a_jobs_peak(pdfpool, live_server, opera
     assert int(newest.nth(1).inner_text().split()[0]) >= 64 or "GiB" in newest.nth(1).inner_text()
     expect(page.locator("#pdfpool-status")).to_have_attribute("data-updates", re.compile(r"[1-9]"))
     expect(memory.locator('[data-field="memory.pool"]')).to_have_text("512 MiB")  # refreshed
+    OUTPUT.mkdir(exist_ok=True)
+    memory.screenshot(path=OUTPUT / "status-memory.png")
