@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 from .wire import (
     DEFAULT_NICE,
@@ -320,22 +320,15 @@ _live_lock = threading.Lock()
 _STATUS_SIZE = struct.calcsize(STATUS_FORMAT)
 
 
-class JobPeak(NamedTuple):
-    """A reaped job child: when (time.time()), its peak RSS in bytes (the kernel's: a cold
-    child's counts the server's pages at its start), how it started (COLD or FORKED)."""
-
-    ended: float
-    peak_rss: int
-    start: str
-
-
 RECENT_JOBS = 20  # job children whose peak this process remembers
-recent_peaks: collections.deque[JobPeak] = collections.deque(maxlen=RECENT_JOBS)
+# Each reaped job child's (time.time(), peak RSS bytes (the kernel's: a cold child's counts
+# the server's pages at its start), COLD or FORKED), the newest last.
+recent_peaks: collections.deque[tuple[float, int, str]] = collections.deque(maxlen=RECENT_JOBS)
 
 
 def _remember(child: Handle) -> None:
     if child.peak_rss is not None:
-        recent_peaks.append(JobPeak(time.time(), child.peak_rss, child.start))
+        recent_peaks.append((time.time(), child.peak_rss, child.start))
 
 
 class JobRun:

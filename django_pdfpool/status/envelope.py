@@ -12,6 +12,7 @@ from typing import Any
 from ..sandbox.children import recent_peaks
 
 PROC, CGROUP = "/proc", "/sys/fs/cgroup"
+JOB_FIELDS = ("ended", "peak_rss", "start")  # of each recent job (children.recent_peaks)
 
 
 def _read(path: str) -> str | None:
@@ -65,5 +66,5 @@ def envelope(slots: int, memory_limit: int) -> dict[str, Any]:
         "allowed": allowed, "allowed_by": source, "pool": slots * memory_limit,
         "server_rss": server, "children": children, "children_rss": children_rss,
         "fits": slots * memory_limit + server <= allowed,
-        "recent_jobs": [peak._asdict() for peak in reversed(recent_peaks)],
+        "recent_jobs": [dict(zip(JOB_FIELDS, job, strict=True)) for job in reversed(recent_peaks)],
     }  # fmt: skip
