@@ -318,8 +318,6 @@ class ChildStarts:
 _live: set[Handle] = set()  # every unreaped child, killed at exit
 _live_lock = threading.Lock()
 _STATUS_SIZE = struct.calcsize(STATUS_FORMAT)
-
-
 RECENT_JOBS = 20  # job children whose peak this process remembers
 # Each reaped job child's (time.time(), peak RSS bytes (the kernel's: a cold child's counts
 # the server's pages at its start), COLD or FORKED), the newest last.
@@ -374,8 +372,8 @@ class JobRun:
                 return
             # Every other ending: the child is reaped, then the outcome delivered.
             outcome.returncode = child.finish(deadline)
-            _remember(child)
             if outcome.started or outcome.timed_out or outcome.overflow:
+                _remember(child)
                 break
             outcome.lost = True  # died before it read the job (e.g. killed just now)
         deliver(outcome)
