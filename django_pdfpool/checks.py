@@ -1,6 +1,6 @@
 """System checks (ids ``django_pdfpool.E001``...): the PDFPOOL setting's problems, pooled
 routes of DRF or ninja, the sandbox this host gives, the Redis pool's default namespace,
-and a server that serves one request at a time."""
+the memory envelope and a server that serves one request at a time."""
 
 from __future__ import annotations
 
@@ -85,8 +85,29 @@ def check_redis_namespace(**kwargs: Any) -> list[CheckMessage]:
 
 
 @checks.register()
+def check_memory(**kwargs: Any) -> list[CheckMessage]:
+    """W031: SLOTS x MEMORY_LIMIT plus this process exceed the memory it may use (its
+    cgroup's limit, else the machine's): jobs at their limit would meet the OOM killer."""
+    from .status.envelope import envelope
+
+    if problems(raw_setting()):
+        return []  # check_settings reports them
+    conf = get_settings()
+    memory = envelope(conf.slots, conf.memory_limit)
+    if memory["fits"]:
+        return []
+    msg = (
+        f"SLOTS x MEMORY_LIMIT ({conf.slots} x {conf.memory_limit >> 20} MiB) plus this "
+        f"server ({memory['server_rss'] >> 20} MiB) exceed the {memory['allowed'] >> 20} MiB "
+        f"it may use ({memory['allowed_by']})."
+    )
+    hint = "Lower SLOTS or MEMORY_LIMIT; `manage.py pdfpool status` shows what jobs peak at."
+    return [checks.Warning(msg, hint=hint, id="django_pdfpool.W031")]
+
+
+@checks.register()
 def check_server(**kwargs: Any) -> list[CheckMessage]:
-    """W031: the server serves one request at a time per process (runserver --nothreading,
+    """W041: the server serves one request at a time per process (runserver --nothreading,
     gunicorn's sync worker with one thread), as far as this process can see it."""
     server = _serial_server()
     if server is None:
@@ -97,7 +118,7 @@ def check_server(**kwargs: Any) -> list[CheckMessage]:
         "upload is never refused (429)."
     )
     hint = "Serve with threads (gunicorn --threads 4) or under ASGI: see docs/deployment.md."
-    return [checks.Warning(msg, hint=hint, id="django_pdfpool.W031")]
+    return [checks.Warning(msg, hint=hint, id="django_pdfpool.W041")]
 
 
 def _serial_server() -> str | None:

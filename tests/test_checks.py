@@ -73,3 +73,16 @@ def test_a_moved_key_is_a_check_error_naming_its_home(settings):
         ("django_pdfpool.E008", "PDFPOOL['CHILD_NICE'] moved: use the argument "
          "django_pdfpool.sandbox.configure(nice=...)."),
     ]  # fmt: skip
+
+
+def test_the_memory_check_warns_when_the_slots_exceed_what_the_process_may_use(settings):
+    from django_pdfpool.checks import check_memory
+    from django_pdfpool.status.envelope import memory_allowed
+
+    allowed, source = memory_allowed()
+    settings.PDFPOOL = {"SLOTS": 1, "MEMORY_LIMIT": allowed}  # plus the server: over
+    (warning,) = check_memory()
+    assert warning.id == "django_pdfpool.W031" and isinstance(warning, checks.Warning)
+    assert f"1 x {allowed >> 20} MiB" in warning.msg and source in warning.msg
+    settings.PDFPOOL = {"SLOTS": 1, "MEMORY_LIMIT": 128 << 20}
+    assert check_memory() == []

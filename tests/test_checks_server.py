@@ -1,4 +1,4 @@
-"""W031 (checks.py): a server that serves one request at a time per process turns the
+"""W041 (checks.py): a server that serves one request at a time per process turns the
 pool's rules off (no two uploads meet), and the check says so where it can see it: inside
 a real gunicorn process started with one sync worker, in ``manage.py check`` beside a
 deployment's gunicorn.conf.py or GUNICORN_CMD_ARGS, and under runserver --nothreading."""
@@ -65,7 +65,7 @@ def test_a_gunicorn_process_checks_its_own_command_line(tmp_path, options, warne
     its own argv and settings), and the application runs ``manage.py check``."""
     (tmp_path / "checked.py").write_text(CHECKED_APP)
     said = run([GUNICORN, "--check-config", *options, "checked:application"], tmp_path)
-    assert ("django_pdfpool.W031" in said) is warned, said
+    assert ("django_pdfpool.W041" in said) is warned, said
     if warned:
         assert "gunicorn's sync worker with one thread" in said
         assert "pool's slots" in said and "worker is busy" not in said
@@ -88,12 +88,12 @@ def test_manage_py_check_reads_the_deployments_gunicorn_settings(tmp_path, confi
         (tmp_path / "gunicorn.conf.py").write_text(config)
     extra = {} if env is None else {"GUNICORN_CMD_ARGS": env}
     said = run([sys.executable, "-m", "django", "check"], tmp_path, **extra)
-    assert ("django_pdfpool.W031" in said) is warned, said
+    assert ("django_pdfpool.W041" in said) is warned, said
 
 
 def test_runserver_without_threads_is_warned(monkeypatch):
     monkeypatch.setattr(sys, "argv", ["manage.py", "runserver", "--nothreading"])
     [warning] = check_server()
-    assert warning.id == "django_pdfpool.W031" and warning.msg.startswith("runserver")
+    assert warning.id == "django_pdfpool.W041" and warning.msg.startswith("runserver")
     monkeypatch.setattr(sys, "argv", ["manage.py", "runserver"])
     assert check_server() == []

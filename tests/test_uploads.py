@@ -4,11 +4,14 @@ cannot be had) or its process (named with its pid; start-up sweeps dead processe
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from django.core.exceptions import ImproperlyConfigured
@@ -18,6 +21,8 @@ from django_pdfpool import decorators
 from django_pdfpool.uploads import started
 from tests.project.views import HELD
 from tests.support.uploads import JSON, upload
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def staged(pdfpool_settings: dict) -> list[str]:
@@ -112,3 +117,71 @@ def test_start_up_sweeps_stale_copies_of_dead_processes_only(tmp_path):
     assert setup.returncode == 0, setup.stderr
     kept = (alive, init, fresh, other)
     assert sorted(p.name for p in folder.iterdir()) == sorted(p.name for p in kept)
+
+
+LIFE = """import json, os, threading, time
+import django
+
+django.setup()  # the start-up sweep
+from django.conf import settings
+from django.test import Client
+
+from tests.project.views import HELD
+from tests.support.uploads import JSON, upload
+
+print(json.dumps(sorted(os.listdir(settings.FILE_UPLOAD_TEMP_DIR))), flush=True)
+post = lambda: Client().post("/held/sync/", {"file": upload(b"%PDF- a life")}, **JSON)
+threading.Thread(target=post, daemon=True).start()
+deadline = time.monotonic() + 60
+while not HELD.paths and time.monotonic() < deadline:  # the job runs, held: its copy staged
+    time.sleep(0.01)
+print(json.dumps([os.getpid(), os.path.basename(HELD.paths[0])]), flush=True)
+threading.Event().wait()  # killed here, mid-job
+"""
+
+
+def test_a_crash_as_pid_1_of_a_container_leaves_no_copy_after_the_restart(tmp_path):
+    """A server that is pid 1 in a pid namespace (as in Docker or Kubernetes) is killed with
+    SIGKILL mid-job and restarted the same way: pid 1 again, which lives, but not the same
+    process (another start time), so the start-up sweep removes the copy of its last life."""
+    refused = subprocess.run(
+        ["unshare", "--pid", "--fork", "--mount-proc", "true"], capture_output=True, text=True
+    )
+    if refused.returncode:
+        pytest.skip(f"unshare --pid is refused here: {refused.stderr.strip()}")
+    folder = tmp_path / "staged"
+    folder.mkdir()
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.project.settings"}
+    env |= {
+        "PDFPOOL_JSON": json.dumps({"WAIT": 5, "TIMEOUT": 5}),
+        "PDFPOOL_TEST_STAGED": str(folder),
+    }
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    lives = []
+    for _ in range(2):
+        server = subprocess.Popen(
+            ["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c", LIFE],
+            env=env, cwd=ROOT, stdout=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        try:
+            swept = json.loads(server.stdout.readline())
+            pid, copy = json.loads(server.stdout.readline())
+        finally:
+            for inner in _children_of(server.pid):
+                os.kill(inner, signal.SIGKILL)  # kill -9, mid-job
+            server.wait(timeout=60)
+        lives.append((swept, pid, copy))
+    (_, first_pid, first_copy), (swept, second_pid, second_copy) = lives
+    assert first_pid == second_pid == 1 and first_copy.startswith("pdfpool-1.")
+    assert first_copy not in swept, "the copy of the server's last life outlived its restart"
+    assert swept == [] and sorted(os.listdir(folder)) == [second_copy]
+
+
+def _children_of(pid: int) -> list[int]:
+    """The processes whose parent is ``pid`` (the pid namespace's init, seen from here)."""
+    found = []
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        with contextlib.suppress(OSError), open(f"/proc/{entry}/stat", "rb") as stat:
+            if int(stat.read().rpartition(b")")[2].split()[1]) == pid:
+                found.append(int(entry))
+    return found

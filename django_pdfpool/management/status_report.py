@@ -10,26 +10,13 @@ from typing import Any
 from django.core.management.base import CommandError
 
 from ..conf import RedisSettings
-from ..status.page import COUNTERS, status_context
+from ..status.page import COUNTERS, scope_sentence, status_context
 
-LOCAL_NOTE = (
-    "With the local backend each worker process keeps its own pool in its own memory: "
-    "these are the figures of process {pid} only.{fresh} A worker's own figures are on its "
-    "status page; a REDIS setting makes the workers one pool, which this command can read."
-)
-FRESH_NOTE = (
-    " That is this command's process, whose pool was built just now: it is empty by "
-    "construction, whatever the workers are doing."
-)
-REDIS_NOTE = (
-    "Slots, queue, running, queued, jobs and processes are cluster-wide, read from Redis. "
-    "Counters and durations are process {pid}'s only.{fresh}"
-)
-REDIS_FRESH_NOTE = " That is this command's process, which ran no job: they are left out."
-REDIS_BOOKS_NOTE = (
-    "Every figure below is cluster-wide, read from Redis: slots, queue, running, queued, "
-    "jobs, processes, counters and recent-job figures (every process sharing the namespace)."
-)
+FRESH_NOTES = {  # by backend: the command built its pool just now, nothing ran in it
+    "local": " That is this command's process, whose pool was built just now: it is empty by "
+    "construction, whatever the workers are doing.",
+    "redis": " That is this command's process, which ran no job: they are left out.",
+}
 JOB_COLUMNS = ("STATE", "JOB", "CALLER", "SHARERS", "QUEUED FOR", "RUNNING FOR")
 
 
@@ -55,19 +42,10 @@ def check_redis(conf: RedisSettings) -> None:
 
 def annotate(data: dict[str, Any], *, fresh: bool) -> dict[str, Any]:
     """``status_data()`` with ``fresh`` (the command built the pool: nothing ran in it) and
-    a ``note`` saying whose figures these are."""
-    cluster, pid = data["cluster"], data["pid"]
-    if cluster is None:
-        note = LOCAL_NOTE.format(pid=pid, fresh=FRESH_NOTE if fresh else "")
-    elif cluster["mode"] != "redis":
-        note = (
-            f"Redis is failing (mode {cluster['mode']}): every figure below is process "
-            f"{pid}'s own, not the cluster's."
-        )
-    elif data["scope"] == "cluster":  # counters and durations kept in Redis
-        note = REDIS_BOOKS_NOTE
-    else:
-        note = REDIS_NOTE.format(pid=pid, fresh=REDIS_FRESH_NOTE if fresh else "")
+    the status page's ``note`` saying whose figures these are."""
+    note = scope_sentence(data)
+    if fresh and data["scope"] != "cluster":
+        note += FRESH_NOTES[data["backend"]]
     return {**data, "fresh": fresh, "note": note}
 
 
@@ -126,6 +104,13 @@ def status_text(data: dict[str, Any]) -> str:
             *_table(["LAYER", "STATE"], list(sandbox["layers"].items())),
         ]
     )
+    memory = rows["memory"]
+    envelope = [(label, text, note) for label, _, text, note in memory["rows"]]
+    peaks = [(f"{ended:%H:%M:%S}", peak, start) for ended, peak, start in memory["jobs"]]
+    blocks += [
+        [f"Memory envelope of process {data['pid']}:", *_table(["", "BYTES", ""], envelope)],
+        _listing("Recent jobs' peak RSS", ["ENDED", "PEAK RSS", "CHILD"], peaks),
+    ]
     if not data["fresh"] or data["scope"] == "cluster":
         whose = "the cluster" if data["scope"] == "cluster" else f"process {data['pid']}"
         counters = [(label, str(data["counters"][field]), what) for label, field, what in COUNTERS]

@@ -4,6 +4,7 @@ template) or a `ForkedChild` of the template, which `Template` supervises (docs/
 from __future__ import annotations
 
 import atexit
+import collections
 import contextlib
 import os
 import select
@@ -68,7 +69,7 @@ class Outcome:
     timed_out: bool = False  # killed by us at the deadline
     overflow: bool = False  # killed by us: more output than allowed
     lost: bool = False  # the job could not be handed over: the child was already gone
-    complete: bool = False  # a whole answer line arrived (the child is exiting, not yet reaped)
+    complete: bool = False  # a whole answer arrived (the child is exiting, not yet reaped)
     started: bool = False  # the child said it had read the job
     start: str = COLD  # how the child that answered started: COLD or FORKED
 
@@ -77,6 +78,7 @@ class Handle:
     """A job's process as the parent sees it: job pipe, answer pipe, pidfd; kill and reap."""
 
     start = COLD
+    peak_rss: int | None = None  # bytes, its ru_maxrss from the kernel once reaped
     pid: int
     _job_fd: int | None
     _answer_fd: int
@@ -234,7 +236,11 @@ class Child(Handle):
     def reap(self) -> int:
         """Wait for the (exiting or killed) child and release its pipes."""
         with self._lock:
-            returncode = self.proc.wait()
+            if self.proc.returncode is None:
+                _, status, usage = os.wait4(self.pid, 0)
+                self.proc.returncode = os.waitstatus_to_exitcode(status)
+                self.peak_rss = usage.ru_maxrss * 1024
+            returncode = self.proc.returncode
             self._close_pipes()
         self._forget()
         return returncode
@@ -284,14 +290,17 @@ class ForkedChild(Handle):
             if self._pidfd is not None:
                 select.select([self._pidfd], [], [])
             ready = select.select([self._status_fd], [], [], STATUS_TIMEOUT)[0]
-            status = os.read(self._status_fd, 4) if ready else b""
+            status = os.read(self._status_fd, _STATUS_SIZE) if ready else b""
             self._close_job_pipe()
             for fd in (self._answer_fd, self._status_fd, self._pidfd):
                 if fd is not None:
                     os.close(fd)
             self._pidfd, self._reaped = None, True
         self._forget()
-        return struct.unpack(STATUS_FORMAT, status)[0] if len(status) == 4 else None
+        if len(status) != _STATUS_SIZE:
+            return None
+        returncode, self.peak_rss = struct.unpack(STATUS_FORMAT, status)
+        return int(returncode)
 
 
 @dataclass(frozen=True)
@@ -308,6 +317,16 @@ class ChildStarts:
 
 _live: set[Handle] = set()  # every unreaped child, killed at exit
 _live_lock = threading.Lock()
+_STATUS_SIZE = struct.calcsize(STATUS_FORMAT)
+RECENT_JOBS = 20  # job children whose peak this process remembers
+# Each reaped job child's (time.time(), peak RSS bytes (the kernel's: a cold child's counts
+# the server's pages at its start), COLD or FORKED), the newest last.
+recent_peaks: collections.deque[tuple[float, int, str]] = collections.deque(maxlen=RECENT_JOBS)
+
+
+def _remember(child: Handle) -> None:
+    if child.peak_rss is not None:
+        recent_peaks.append((time.time(), child.peak_rss, child.start))
 
 
 class JobRun:
@@ -348,11 +367,13 @@ class JobRun:
                 raise
             if outcome.complete and not self.cancelled:
                 drop(child)  # it has answered: ended now, reaped before its slot is freed
+                _remember(child)
                 deliver(outcome)
                 return
             # Every other ending: the child is reaped, then the outcome delivered.
             outcome.returncode = child.finish(deadline)
             if outcome.started or outcome.timed_out or outcome.overflow:
+                _remember(child)
                 break
             outcome.lost = True  # died before it read the job (e.g. killed just now)
         deliver(outcome)

@@ -135,11 +135,11 @@ class _Template:
         self.handed.pop(pidfd, None)
         self.poller.unregister(pidfd)
         os.close(pidfd)
-        _, status = os.waitpid(child.pid, 0)
+        _, status, usage = os.wait4(child.pid, 0)
         if child in self.ready:  # died while ready (killed from outside): nobody waits
             self.ready.remove(child)
             child.close_ends()
-        code = struct.pack(STATUS_FORMAT, os.waitstatus_to_exitcode(status))
+        code = struct.pack(STATUS_FORMAT, os.waitstatus_to_exitcode(status), usage.ru_maxrss << 10)
         with contextlib.suppress(OSError):  # the server may have stopped listening for it
             os.write(child.status_out, code)
         os.close(child.status_out)

@@ -1,9 +1,10 @@
-"""Both sides: what parent and child say to each other (options, job line, answer lines):
-JSON, never pickle, as the parent trusts no byte a child writes."""
+"""Both sides: what parent and child say to each other (options, job line, answer): JSON and
+UTF-8 text counted in pieces, never pickle, as the parent trusts no byte a child writes."""
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import re
@@ -37,6 +38,9 @@ PROBE_OPTION = "--probe"  # put on every layer, print what was had as JSON, exit
 NICE_OPTION = "--nice"  # followed by how much the child lowers its priority below its parent's
 DEFAULT_NICE = 5  # below the server's threads, not starved by other work (docs/security.md)
 _LONE_SURROGATES = re.compile("[\ud800-\udfff]")
+SEPARATOR = "\uffff"  # between an answer's pieces: a noncharacter, 3 bytes as commas and quotes
+HEADER_BYTES = 4096  # an answer's JSON header line at most: its text follows, counted by pieces
+MAX_ANSWER_PAGES = 100_000  # an answer's pages: a str each in the parent (about 60 bytes)
 
 
 class ChildOptions(NamedTuple):
@@ -136,37 +140,73 @@ ChildAnswer = Extracted | ExtractionError  # a failure travels as the error's co
 
 
 def encode_answer(answer: ChildAnswer) -> bytes:
-    """The child's answer line; lone surrogates (seen in broken /ToUnicode maps) become U+FFFD."""
+    """The child's answer: a JSON header line, then (`size` bytes) its metadata's keys and
+    values and its pages in UTF-8, joined by SEPARATOR (which, like a lone surrogate, becomes
+    U+FFFD in the text). Pages past MAX_ANSWER_PAGES are left out (then `truncated`)."""
     if isinstance(answer, ExtractionError):
-        fields: dict[str, Any] = {"ok": False, "code": answer.code, "detail": answer.detail}
-        fields.update(elapsed=answer.elapsed, peak_rss=answer.peak_rss)
-    else:
-        fields = {"ok": True, **vars(answer)}
-    line = json.dumps(fields, ensure_ascii=False, separators=(",", ":")) + "\n"
+        fields: dict[str, Any] = {"ok": False, "code": answer.code, "size": 0}
+        fields.update(detail=answer.detail[:DETAIL_CHARS], elapsed=answer.elapsed)
+        return json.dumps({**fields, "peak_rss": answer.peak_rss}).encode() + b"\n"
+    pages = answer.pages[:MAX_ANSWER_PAGES]
+    fields = {"ok": True, **vars(answer), "pages": len(pages), "metadata": len(answer.metadata)}
+    fields["truncated"] = answer.truncated or len(pages) < len(answer.pages)
+    pieces = [*itertools.chain(*answer.metadata.items()), *pages]
+    text = SEPARATOR.join(piece.replace(SEPARATOR, "\ufffd") for piece in pieces)
     try:
-        return line.encode("utf-8")
+        body = text.encode()
     except UnicodeEncodeError:
-        return _LONE_SURROGATES.sub("\ufffd", line).encode("utf-8")
+        body = _LONE_SURROGATES.sub("\ufffd", text).encode()
+    return json.dumps({**fields, "size": len(body)}).encode() + b"\n" + body
+
+
+def _header(output: bytes | bytearray) -> tuple[dict[str, Any], int] | None:
+    """An answer's header and where its text starts, once the header's line is whole."""
+    start = len(READY) if output.startswith(READY) else 0
+    start += len(STARTED) if output.startswith(STARTED, start) else 0
+    end = output.find(b"\n", start, start + HEADER_BYTES)
+    try:
+        fields = json.loads(output[start:end]) if end >= 0 else None
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(fields, dict) or type(fields.get("size", 0)) is not int:
+        return None
+    return fields, end + 1
 
 
 def decode_answer(output: bytes | bytearray) -> ChildAnswer | None:
-    """The answer in all a child wrote (its last line), or None; a bytearray is emptied."""
-    if not output.endswith(b"\n"):
-        return None  # cut short: no complete answer
+    """The answer in all a child wrote, or None; a bytearray is emptied. Its pieces are
+    counted before one is made, each made from the buffer: the parent holds about the
+    answer's bytes and a str per page (docs/security.md)."""
+    header = _header(output)
+    if header is None or len(output) != header[1] + header[0].get("size", 0):
+        return None  # cut short, or more than it said
+    (fields, start), separator = header, SEPARATOR.encode()
+    pages, keys = fields.get("pages"), fields.get("metadata")
     try:
-        with memoryview(output) as view, view[output.rfind(b"\n", 0, -1) + 1 :] as line:
-            text = str(line, "utf-8")  # the one copy: no bytes slice on the way
-        if isinstance(output, bytearray):
-            output.clear()  # the buffer goes before the parsed pages arrive
-        fields = json.loads(text)
-        del text
-        if not isinstance(fields, dict):
+        if fields.get("ok") is not True:
+            return _failure(fields)
+        if not (type(pages) is type(keys) is int and pages >= 0 and 0 <= keys <= METADATA_KEYS):
             return None
-        if fields.get("ok") is True:
-            return _extracted(fields)
-        return _failure(fields)
-    except (ValueError, OverflowError, RecursionError):  # not JSON, or absurd numbers
+        if pages > MAX_ANSWER_PAGES:
+            return ExtractionError("too_large", detail=f"over {MAX_ANSWER_PAGES} pages")
+        count = pages + 2 * keys  # with count - 1 separators; none: no text at all
+        if output.count(separator, start) != max(0, count - 1) or count == 0 < len(output) - start:
+            return None  # the pieces are not those the header counts
+        pieces: list[str] = []
+        with memoryview(output) as view:
+            while len(pieces) < count:  # a str made from each piece of the buffer: no bytes
+                end = output.find(separator, start)
+                end = len(output) if end < 0 else end
+                with view[start:end] as piece:
+                    pieces.append(str(piece, "utf-8"))
+                start = end + len(separator)
+        metadata = dict(zip(pieces[: 2 * keys : 2], pieces[1 : 2 * keys : 2], strict=True))
+        return _extracted({**fields, "pages": pieces[2 * keys :], "metadata": metadata})
+    except (UnicodeDecodeError, OverflowError):  # not UTF-8; absurd numbers
         return None
+    finally:
+        if isinstance(output, bytearray):
+            output.clear()
 
 
 _ANSWER_TYPES: dict[str, type | tuple[type, ...]] = {
@@ -176,12 +216,7 @@ _ANSWER_TYPES: dict[str, type | tuple[type, ...]] = {
 
 
 def _extracted(fields: dict[str, Any]) -> Extracted | None:
-    fields.setdefault("text_truncated", False)
     if not all(isinstance(fields.get(name), kind) for name, kind in _ANSWER_TYPES.items()):
-        return None
-    if not all(isinstance(page, str) for page in fields["pages"]) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in fields["metadata"].items()
-    ):
         return None
     values = {name: fields[name] for name in _ANSWER_TYPES}
     return Extracted(**{**values, "elapsed": float(values["elapsed"])})
@@ -199,8 +234,9 @@ def _failure(fields: dict[str, Any]) -> ExtractionError | None:
 
 
 def holds_answer(output: bytes | bytearray) -> bool:
-    """Whether a child's output so far ends with its whole answer (copies nothing)."""
-    return output.endswith(b"\n") and output not in (READY, STARTED, READY + STARTED)
+    """Whether a child's output so far holds its whole answer (copies nothing but its header)."""
+    header = _header(output)
+    return header is not None and len(output) >= header[1] + header[0].get("size", 0)
 
 
 def job_started(output: bytes | bytearray) -> bool:
@@ -213,7 +249,7 @@ def job_started(output: bytes | bytearray) -> bool:
 FORK_REQUEST = b"F"  # answer: a job's child
 PIDS_REQUEST = b"P"  # answer: the ready children's pids
 PID_FORMAT = "=i"  # a pid in an answer (a child's pidfd and pipes ride along)
-STATUS_FORMAT = "=i"  # on the status pipe: the exit code (-N: killed by signal N)
+STATUS_FORMAT = "=iq"  # on the status pipe: exit code (-N: killed by signal N), peak RSS bytes
 
 
 def kill_forked(pidfd: int, pid: int) -> None:

@@ -19,6 +19,7 @@ from ..conf import get_settings
 from ..configured import get_pool, recorder
 from ..door import door_status
 from ..sandbox.extract import child_starts, sandbox_layers
+from .envelope import envelope
 
 SHORT_HEX = 12  # hex digits of a key's digest shown on the page; the full key is a tooltip
 CHART_W, CHART_H = 600, 100  # the charts' SVG viewBox; stretched to the page's width
@@ -68,6 +69,7 @@ def status_data() -> dict[str, Any]:
         "children": _children(),
         "sandbox": _sandbox(),
         "door": door_status(),
+        "memory": envelope(conf.slots, conf.memory_limit),
     }
 
 
@@ -150,9 +152,8 @@ def scope_sentence(data: dict[str, Any]) -> str:
     cluster = data["cluster"]
     if cluster is None:
         return (
-            "Each worker process has its own pool, and every figure below is this process's: "
-            "under several workers a refresh may be answered by another process, and the page "
-            "then says so."
+            "Each worker process has its own pool, and every figure below is this process's "
+            "(a REDIS setting makes the workers one pool)."
         )
     if data["scope"] == "cluster":
         return (
@@ -225,6 +226,7 @@ def status_context(data: dict[str, Any], dash: str = "—") -> dict[str, Any]:
         ],
         "chart": chart(data),
         "chart_size": (CHART_W, CHART_H),
+        "memory": _memory(data["memory"]),
         "door_held": [
             {
                 **held,
@@ -234,6 +236,25 @@ def status_context(data: dict[str, Any], dash: str = "—") -> dict[str, Any]:
             for held in data["door"]["held"]
         ],
     }
+
+
+def _memory(memory: dict[str, Any]) -> dict[str, Any]:
+    """The envelope's rows (label, JSON field, bytes as text, a note) and the recent jobs'
+    peaks (ended at, peak RSS, how the child started), newest first."""
+    notes = {
+        "May use": ("allowed", f"({memory['allowed_by']})"),
+        "Slots x memory limit": ("pool", "" if memory["fits"] else "with the server, over that"),
+        "Server RSS now": ("server_rss", ""),
+        "Children RSS now": ("children_rss", f"in {memory['children']} processes"),
+    }
+    rows = [
+        (label, f"memory.{f}", fmt(memory[f], "bytes"), note) for label, (f, note) in notes.items()
+    ]
+    jobs = [
+        (_when(job["ended"]), fmt(job["peak_rss"], "bytes"), job["start"])
+        for job in memory["recent_jobs"]
+    ]
+    return {"rows": rows, "jobs": jobs}
 
 
 def _gauge(label: str, field: str, of: str, data: dict[str, Any]) -> dict[str, Any]:

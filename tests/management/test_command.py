@@ -23,7 +23,7 @@ from django.test import Client
 
 from django_pdfpool import get_pool
 from django_pdfpool.exceptions import PoolClosed
-from django_pdfpool.management import extract_report, status_report
+from django_pdfpool.management import extract_report
 from django_pdfpool.management.commands import pdfpool as command
 from tests.conftest import held, held_requests, wait_until
 from tests.project.views import HELD
@@ -97,7 +97,7 @@ def test_status_shows_this_processs_pool_with_its_job_and_counters(pdfpool):
         thread.join(SOON)
     assert f"PDF pool of process {os.getpid()}" in text
     prose = " ".join(text.split())  # the note is wrapped
-    assert "these are the figures of process" in prose and "built just now" not in prose
+    assert "every figure below is this process's" in prose and "built just now" not in prose
     assert "Running  1 of 3 slots" in text
     assert "running  job:abababababab" in text and "ip:203.0.113.7" in text
     assert "Counters of process" in text  # a pool that ran work: its counters are shown
@@ -142,16 +142,16 @@ def test_status_with_redis_reads_the_cluster_from_another_process(make_pool, nam
         thread.join(SOON)
     assert text.returncode == 0, text.stderr
     assert f"namespace {namespace}" in text.stdout and "mode redis" in text.stdout
-    assert "cluster-wide, read from Redis" in " ".join(text.stdout.split())
+    assert "cluster-wide" in " ".join(text.stdout.split())
     assert "running  extract_upload:tag:cdcdcdcdcdcd" in text.stdout
     assert other.process in text.stdout  # the process holding the job
     data = json.loads(as_json.stdout)
     assert data["fresh"] is True and data["cluster"]["mode"] == "redis"
     if data["scope"] == "cluster":  # counters kept in Redis: the cluster's, shown
-        assert data["note"] == status_report.REDIS_BOOKS_NOTE
+        assert "cluster-wide" in data["note"] and "left out" not in data["note"]
         assert "Counters of the cluster:" in text.stdout
     else:  # the command's own counters: nothing ran here, left out
-        assert "Counters and durations are process" in data["note"]
+        assert "the counters and recent-job figures are this process's" in data["note"]
         assert "Counters of" not in text.stdout
     assert data["running"] == 1 and [job["key"] for job in data["jobs"]] == [key]
     holds = {hold["process"]: hold for hold in data["cluster"]["processes"]}
@@ -233,8 +233,9 @@ def test_drain_refuses_to_block_an_event_loop(pdfpool):
 
 
 def test_drain_timeout_must_be_seconds():
-    with pytest.raises(CommandError, match="expected seconds >= 0"):
-        run("drain", "--timeout", "-1")
+    for wrong in ("-1", "inf", "soon"):
+        with pytest.raises(CommandError, match=r"--timeout must be seconds >= 0|invalid float"):
+            run("drain", "--timeout", wrong)
 
 
 # --- extract --------------------------------------------------------------------------------
@@ -348,3 +349,28 @@ def test_extract_from_the_shell_exits_3_with_the_code_on_stderr(tmp_path):
     shown = manage("extract", path, cwd=tmp_path)
     assert shown.returncode == 3
     assert "encrypted: This PDF is protected by a password." in shown.stderr
+
+
+def test_status_shows_the_memory_envelope_and_recent_jobs_peaks(pdfpool):
+    from django_pdfpool.sandbox import extract as extraction
+    from django_pdfpool.status.envelope import memory_allowed
+    from django_pdfpool.status.page import fmt
+    from tests.support import hungry
+    from tests.support.sandbox import run as extract
+
+    pdfpool(SLOTS=2, MEMORY_LIMIT=256 << 20)
+    extraction.register_engine(hungry.ENGINE)
+    extract(hungry.document(80, "status"), engine=hungry.ENGINE, warm=False)
+    out, _ = run("status")
+    allowed, source = memory_allowed()
+    block = out[out.index("Memory envelope of process") :]
+    lines = {line.split("  ")[0]: line.split() for line in block.splitlines()}
+    assert " ".join(lines["May use"][2:]) == f"{fmt(allowed, 'bytes')} ({source})"
+    assert lines["Slots x memory limit"][-2:] == ["512", "MiB"]
+    assert "Server RSS now" in lines and "Children RSS now" in lines
+    _, peak, unit, start = (
+        block.split("Recent jobs' peak RSS (")[1].splitlines()[2].split()
+    )  # newest
+    assert start == "cold" and (int(peak) >= 80 if unit == "MiB" else unit == "GiB"), block
+    data = json.loads(run("status", "--json")[0])["memory"]
+    assert data["pool"] == 512 << 20 and data["recent_jobs"][0]["peak_rss"] >= 80 << 20

@@ -420,7 +420,7 @@ def test_the_answer_line_replaces_lone_surrogates():
         peak_rss=1 << 20,
     )
     line = encode_answer(answer)
-    assert line.endswith(b"\n") and line.count(b"\n") == 1
+    line.decode("utf-8")  # strict: no surrogate reaches the parent
     decoded = decode_answer(READY + STARTED + line)
     assert decoded == Extracted(
         sha256="0" * 64,
@@ -441,16 +441,13 @@ def test_a_failure_answer_keeps_its_code_and_a_short_detail():
     assert answer.detail == "x" * 200 and answer.elapsed is None and answer.peak_rss is None
 
 
-VALID = {
-    "ok": True,
-    "sha256": "0",
-    "page_count": 1,
-    "pages": ["a"],
-    "metadata": {},
-    "truncated": False,
-    "elapsed": 0.1,
-    "peak_rss": 1,
-}
+VALID = encode_answer(Extracted("0", 1, ["a"], {"k": "v"}, False, elapsed=0.1, peak_rss=1))
+HEADER = json.loads(VALID.split(b"\n")[0])
+
+
+def answer(**fields) -> bytes:
+    """VALID with its header's `fields` changed."""
+    return json.dumps({**HEADER, **fields}).encode() + b"\n" + VALID.split(b"\n", 1)[1]
 
 
 @pytest.mark.parametrize(
@@ -459,13 +456,21 @@ VALID = {
         b"",
         READY,
         READY + STARTED,
-        json.dumps(VALID).encode(),  # cut short: no newline
+        VALID[:-1],  # cut short
+        VALID + b"more",
         b"not json\n",
         b"[1, 2]\n",
         b"[" * 100_000 + b"]" * 100_000 + b"\n",
-        json.dumps({**VALID, "pages": "a"}).encode() + b"\n",
-        json.dumps({**VALID, "metadata": {"k": 1}}).encode() + b"\n",
-        json.dumps({**VALID, "peak_rss": None}).encode() + b"\n",
+        answer(pages="a"),
+        answer(pages=2),  # more pages than pieces
+        answer(pages=-1, metadata=2),
+        answer(metadata=65),
+        answer(metadata=True),
+        answer(peak_rss=None),
+        answer(elapsed=10**400),
+        answer(size=-1),
+        answer(size=1.5),
+        VALID.replace(b"\xef\xbf\xbf", b"\xef\xbf"),  # a separator cut: not UTF-8
         b'{"ok": false, "code": "no_such_code"}\n',
         b'{"ok": false, "code": ["unhashable"]}\n',
         b'{"ok": false, "code": "too_large", "elapsed": 1' + b"0" * 400 + b"}\n",
@@ -473,5 +478,5 @@ VALID = {
 )
 def test_answers_that_are_not_well_formed_are_none(output):
     """Whatever a child writes, the parent gets an answer or None, never an exception."""
-    assert isinstance(decode_answer(json.dumps(VALID).encode() + b"\n"), Extracted)
+    assert decode_answer(VALID) == Extracted("0", 1, ["a"], {"k": "v"}, False, False, 0.1, 1)
     assert decode_answer(output) is None

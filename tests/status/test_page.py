@@ -227,7 +227,7 @@ def test_the_json_fields_are_the_documented_ones(pdfpool, users):
     snapshot_fields = set(PoolSnapshot.__dataclass_fields__)
     assert set(data) == snapshot_fields | {
         "pid", "host", "timeout", "memory_limit", "max_upload_size", "engine", "history",
-        "backend", "cluster", "children", "sandbox", "door",
+        "backend", "cluster", "children", "sandbox", "door", "memory",
     }  # fmt: skip
     assert data["scope"] == "process" and data["counted_since"] <= data["taken_at"]
     assert set(data["door"]) == {
@@ -236,6 +236,10 @@ def test_the_json_fields_are_the_documented_ones(pdfpool, users):
     }  # fmt: skip
     assert set(data["children"]) == {"forked", "cold", "template", "ready", "restarts"}
     assert set(data["sandbox"]) == {"level", "required", "refusing", "landlock_abi", "layers"}
+    assert set(data["memory"]) == {
+        "allowed", "allowed_by", "pool", "server_rss", "children", "children_rss", "fits",
+        "recent_jobs",
+    }  # fmt: skip
     assert set(data["history"]) == {"interval", "window", "t", "running", "queued", "refused"}
     assert set(data["counters"]) == set(Counters.__dataclass_fields__)
     assert set(data["run_time"]) == {"count", "mean", "p95", "max"}

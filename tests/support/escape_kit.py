@@ -190,19 +190,12 @@ def _migrate_pages(pid: int) -> str:
 
 
 def _forge(pid: int) -> str:
+    from django_pdfpool.sandbox.wire import Extracted, encode_answer
+
     fd = os.open(f"/proc/{pid}/fd/1", os.O_WRONLY | os.O_NONBLOCK)
-    forged = {
-        "ok": True,
-        "sha256": "0" * 64,
-        "page_count": 1,
-        "pages": ["FORGED by another process"],
-        "metadata": {},
-        "truncated": False,
-        "elapsed": 0.0,
-        "peak_rss": 0,
-    }
+    forged = Extracted("0" * 64, 1, ["FORGED by another process"], {}, False)
     try:
-        os.write(fd, b"started\n" + json.dumps(forged).encode() + b"\n")
+        os.write(fd, encode_answer(forged))  # after its own "started"
     finally:
         os.close(fd)
     return f"forged the answer of {pid}"

@@ -3,7 +3,6 @@ pool, and one PDF tried under the production limits (docs/command.md)."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import time
@@ -12,6 +11,7 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from ...bounds import seconds
 from ...conf import PoolSettings, get_settings
 from ...configured import drain_pool, drain_timeout, peek_pool
 from ...exceptions import ExtractionError, Refused, UploadRejected
@@ -34,17 +34,6 @@ NO_POOL_HERE = (
 )
 
 
-def seconds_argument(value: str) -> float:
-    """An argparse type: a number of seconds >= 0."""
-    try:
-        number = float(value)
-    except ValueError:
-        number = -1.0
-    if not 0 <= number < float("inf"):
-        raise argparse.ArgumentTypeError(f"expected seconds >= 0, not {value!r}")
-    return number
-
-
 class Command(BaseCommand):
     help = (
         "Operate the PDF pool: `status` reads it, `drain` drains this process's pool, "
@@ -63,7 +52,7 @@ class Command(BaseCommand):
         )
         drain.add_argument(
             "--timeout",
-            type=seconds_argument,
+            type=float,
             help="seconds to wait before stopping what is left (default WAIT + TIMEOUT + 5)",
         )
         extract = actions.add_parser(
@@ -119,6 +108,10 @@ class Command(BaseCommand):
             "await django_pdfpool.adrain_pool() instead."
         )
         limit = drain_timeout() if options["timeout"] is None else options["timeout"]
+        try:
+            seconds(at_least=0).require("--timeout", limit)
+        except ValueError as error:
+            raise CommandError(str(error)) from None
         mine = own_snapshot(pool)
         self.stdout.write(
             f"Draining the pool of process {os.getpid()}: it accepts no new work; "

@@ -1,0 +1,56 @@
+"""An answer costs the parent about what it says: its pieces are counted before any is made,
+so 2 million pages (9.5 MiB) are refused at the count instead of growing the server by ~130
+MiB of str objects (docs/security.md)."""
+
+from __future__ import annotations
+
+import tracemalloc
+
+import django_pdfpool.sandbox.extract as extraction
+from django_pdfpool.exceptions import ExtractionError
+from django_pdfpool.sandbox.wire import MAX_ANSWER_PAGES, Extracted, decode_answer, encode_answer
+from tests.support import pdfs
+from tests.support.many_pages import ENGINE, hostile_answer
+from tests.support.sandbox import run
+
+
+def test_an_answer_of_two_million_pages_grows_the_server_by_under_twice_its_bytes():
+    extraction.register_engine(ENGINE)
+    data = pdfs.simple(["many pages"])
+    size = len(hostile_answer(data))
+    assert size > 9 << 20
+    tracemalloc.start()
+    try:
+        outcome = run(data, engine=ENGINE, warm=False, memory_limit=1 << 30, timeout=60)
+    except ExtractionError as error:
+        outcome = error
+    finally:
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+    assert peak < 2 * size, f"{peak / 2**20:.1f} MiB for an answer of {size / 2**20:.1f} MiB"
+    assert isinstance(outcome, ExtractionError) and outcome.code == "too_large"
+
+
+def test_an_answer_holds_its_bytes_and_a_str_per_page():
+    """The most pages an answer may have, 80 ASCII bytes each: what the parent keeps."""
+    pages = [f"{n:080d}" for n in range(MAX_ANSWER_PAGES)]
+    line = bytearray(encode_answer(Extracted("0" * 64, len(pages), pages, {}, False)))
+    size = len(line)
+    del pages
+    tracemalloc.start()
+    try:
+        answer = decode_answer(line)
+        held, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert isinstance(answer, Extracted) and len(answer.pages) == MAX_ANSWER_PAGES
+    per_page = (held - size) / MAX_ANSWER_PAGES
+    assert held < size + 64 * MAX_ANSWER_PAGES, per_page  # the buffer was emptied: no copy kept
+    assert peak < 2 * size + 64 * MAX_ANSWER_PAGES, peak
+
+
+def test_an_honest_answer_past_the_page_cap_is_cut_and_says_so():
+    pages = [""] * (MAX_ANSWER_PAGES + 1)
+    answer = decode_answer(encode_answer(Extracted("0", len(pages), pages, {}, False)))
+    assert isinstance(answer, Extracted) and answer.truncated
+    assert len(answer.pages) == MAX_ANSWER_PAGES and answer.page_count == MAX_ANSWER_PAGES + 1
