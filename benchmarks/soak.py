@@ -37,8 +37,10 @@ import time
 from collections import Counter
 from pathlib import Path
 
-import bench_load
-from bench_load import DEFAULT_CORPUS, EXAMPLE, ROOT, Mix, load_corpus, multipart
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.support, benchmarks.*
+
+from benchmarks.loadkit import DEFAULT_CORPUS, EXAMPLE, HOT, ROOT, Mix, load_corpus, multipart
+from benchmarks.uploader import offer_load
 
 SLOTS, QUEUE = 2, 4  # the defaults the example runs with
 HOSTILE_SHARE = 0.02
@@ -57,7 +59,7 @@ class SoakMix(Mix):
         self.hostile = {
             "flate_bomb": pdfs.flate_bomb(),
             "cpu_bomb": pdfs.cpu_bomb(megabytes=3),
-            "truncated": pdfs.truncated(corpus[bench_load.HOT[1]], "first"),
+            "truncated": pdfs.truncated(corpus[HOT[1]], "first"),
         }
 
     def pick(self, rng: random.Random) -> tuple[str, str, bytes]:
@@ -153,7 +155,7 @@ def soak(args: argparse.Namespace, corpus: dict[str, bytes]) -> bool:
             start = time.time() + 0.5
             sampler.start()
             records, wall = asyncio.run(
-                bench_load.offer_load(url, mix, args.clients, start, seconds, args.pause)
+                offer_load(url, mix, args.clients, start, seconds, args.pause)
             )
             sampler.stop.set()
             sampler.join(10)

@@ -162,6 +162,8 @@ class Record:
     read: int | None  # body bytes the server's application had read when it answered
     app_ms: float | None  # of the latency, the ms from the application's start to its answer
     connect_ms: float  # of the latency, the ms to connect
+    ended: float = 0.0  # time.time() when the answer was whole
+    retry_after: float | None = None  # the answer's Retry-After, seconds
 
     @property
     def before_body(self) -> bool:
@@ -206,6 +208,8 @@ async def post(
         None if read is None else int(read),
         None if app_ms is None else float(app_ms),
         answer.connect * 1000,
+        time.time(),
+        float(answer.headers["retry-after"]) if "retry-after" in answer.headers else None,
     )
 
 

@@ -1,4 +1,4 @@
-"""The load benchmark's server: the example project plus the two variants it is compared to.
+"""The load benchmark's server: the example project plus the designs it is compared to.
 
 The server is the example's own ``demo.asgi:application``, run from ``example_project/`` with
 ``DJANGO_SETTINGS_MODULE=benchmarks.variants_settings`` (the example's settings, this module as
@@ -12,17 +12,16 @@ the URLconf; see bench_load.py). Its URLs are the example's (``/api/extract/`` i
   (bounded workers, an unbounded queue, no sharing) running the very function the child
   runs (``sandbox.child_job.extract_job``: read, hash, pypdf) on the staged upload, in
   long-lived workers without the child's limits;
+- ``/bench/celery/``: a Celery task per upload (``benchmarks/celery_peer.py``), the view
+  waiting for its result in a thread, at most ``PEER_WAIT`` seconds (then 503);
 - ``/bench/health/``: a cheap page, polled during the run to see whether the server still
   answers everything else;
-- ``/bench/pooled/``: the example's API without its ``answer=json_answer``: the same
-  ``@pdf_pooled`` job, its refusals answered by the default ``REFUSAL_VIEW`` (JSON for a
-  client that accepts it), which the door calls on the event loop, not in a thread;
 - ``/bench/plain/``: a plain sync view for any method (no pool, no upload): what a request
   to a view that is not pooled costs, with and without the door (bench_door.py);
 - ``/bench/stats/``: extraction runs performed per variant (the pool's ``started``
   counter for pdfpool; a counter per view for the others), and the jobs in flight.
 
-The three differ only in admission: same settings, middleware, staging, extraction code
+They differ only in admission: same settings, middleware, staging, extraction code
 and answer shape (the Extraction's fields as JSON; 422 with the error code for a PDF that
 cannot be extracted).
 """
@@ -41,7 +40,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.urls import path
 from django.views.decorators.csrf import csrf_exempt
 
-from django_pdfpool import extract, pdf_pooled
+from django_pdfpool import extract
 from django_pdfpool.conf import get_settings
 from django_pdfpool.configured import peek_pool
 from django_pdfpool.exceptions import EXTRACTION_MESSAGES as MESSAGES
@@ -51,7 +50,9 @@ from django_pdfpool.sandbox.child_job import extract_job
 from django_pdfpool.sandbox.wire import Extracted, ExtractionJob
 from django_pdfpool.uploads import StagedUpload, stage
 
-_runs = {"naive": 0, "executor": 0}
+PEER_WAIT = 60.0  # seconds the Celery view waits for its task's result
+
+_runs = {"naive": 0, "executor": 0, "celery": 0}
 _lock = threading.Lock()
 _executor: ProcessPoolExecutor | None = None
 
@@ -140,16 +141,40 @@ async def pooled_executor(request: HttpRequest) -> JsonResponse:
     return JsonResponse({**asdict(answer), "text": PAGE_SEPARATOR.join(answer.pages)})
 
 
+@csrf_exempt
+async def celery_peer(request: HttpRequest) -> JsonResponse:
+    """Send the staged upload's path to a Celery task and wait for its result."""
+    from celery.exceptions import TimeoutError as NoResult
+
+    from benchmarks.celery_peer import extract_text
+
+    upload = await sync_to_async(_stage, thread_sensitive=False)(request)
+    if upload is None:
+        return _no_upload()
+
+    def run() -> dict[str, object] | None:
+        result = extract_text.delay(str(upload.path))
+        try:
+            return result.get(timeout=PEER_WAIT)  # type: ignore[no-any-return]
+        except NoResult:
+            result.revoke()
+            return None
+
+    try:
+        answer = await sync_to_async(run, thread_sensitive=False)()
+    finally:
+        upload.discard()
+    if answer is None:
+        return JsonResponse({"error": "busy", "message": "No result in time."}, status=503)
+    _count("celery")
+    if "error" in answer:
+        return _unreadable(str(answer["error"]))
+    return JsonResponse(answer)
+
+
 async def health(request: HttpRequest) -> JsonResponse:
     """What "everything else" stands for: a page that needs nothing but the server."""
     return JsonResponse({"ok": True})
-
-
-@csrf_exempt
-@pdf_pooled
-async def pooled(request: HttpRequest) -> JsonResponse:
-    """The example's API, refusals answered by the default ``REFUSAL_VIEW``."""
-    return JsonResponse(request.pdf.as_dict())  # type: ignore[attr-defined]
 
 
 @csrf_exempt
@@ -179,8 +204,8 @@ urlpatterns = [
     *_example,
     path("bench/naive/", naive),
     path("bench/executor/", pooled_executor),
+    path("bench/celery/", celery_peer),
     path("bench/health/", health),
-    path("bench/pooled/", pooled),
     path("bench/plain/", plain),
     path("bench/stats/", stats),
 ]
