@@ -1,8 +1,8 @@
 """The example under load: the pool against what a Django team writes without it, one run.
 
 ``python benchmarks/bench_load.py [--clients 16] [--seconds 20] [--short] [--variants ...]``
-starts the example project (``example_project/``) under uvicorn, one server per variant, with
-the benchmark's routes (``benchmarks/variants.py``), and offers each the same load:
+serves the example project under uvicorn, one server per variant (``benchmarks/variants.py``),
+and offers each the same load:
 
 - **door**: the example as it ships: ``@pdf_pooled`` (SLOTS 2, QUEUE 4, WAIT 10 s), the door
   deciding from the headers; the baseline every ratio is against;
@@ -14,18 +14,19 @@ the benchmark's routes (``benchmarks/variants.py``), and offers each the same lo
   ``worker_max_memory_per_child`` MEMORY_LIMIT, time limits TIMEOUT) and a real redis-server,
   the view waiting for the result (``benchmarks/celery_peer.py``; needs ``redis-server``).
 
-Clients send as curl does with ``Expect: 100-continue`` (``benchmarks/uploader.py``), each
-from its own loopback address (another anonymous caller), back to back for T seconds; after a
-refusal (429, 503) a client waits 50 ms. Half the uploads are identical (one of three corpus
-files), half distinct. A probe polls ``/bench/health/`` every 50 ms (idle first, then under
-the load); another samples the RSS of the server's process tree (and the Celery worker's).
-Then, for the pool's variants, the pool idle again, a **burst**: 200 uploads from 100
-addresses sent at once, with trivial GETs alongside (the floor a refusal is compared with).
-
+Clients send as curl does with ``Expect: 100-continue`` (``uploader.py``), each from its own
+loopback address, back to back for T seconds (50 ms after a refusal); half the uploads are
+identical (one of three corpus files), half distinct. A probe polls ``/bench/health/`` every
+50 ms, idle then under the load; another samples the RSS of the server's process tree (and the
+Celery worker's); a thread reads the pool's jobs every second. Then, for the pool's variants,
+a **burst**: 200 uploads from 100 addresses at once, the health probe polling alongside.
 Every refusal's ``Retry-After`` is held against the time until a place actually freed (the
-next answer to an admitted upload after it): the share shorter than that, and the median ratio.
+next answer to an admitted upload after it).
 
-Needs the corpus (``../shared/corpus`` or ``--corpus``; exit status 2 without it).
+``--soak MINUTES`` (``make soak``) runs the door variant for minutes instead, a few hostile PDFs
+(a flate bomb, a CPU bomb, a truncated file) among the uploads, and checks the pool's bounds
+every second, the server's RSS (last window against the first after warm-up: a minute each,
+a fifth of a run under 5 minutes), the answers, and that nothing is left: SOAK PASS or FAIL.
 """
 
 from __future__ import annotations
@@ -33,25 +34,28 @@ from __future__ import annotations
 import argparse
 import asyncio
 import bisect
+import contextlib
 import json
 import os
+import random
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.support, benchmarks.*
 
 from benchmarks.loadkit import (
     DEFAULT_CORPUS,
     EXAMPLE,
+    HOT,
     ROOT,
     MiB,
     Mix,
@@ -63,7 +67,7 @@ from benchmarks.loadkit import (
     run_probe,
     table,
 )
-from benchmarks.uploader import REFUSED, Record, address, burst, offer_load, post
+from benchmarks.uploader import REFUSED, Record, burst, offer_load, post
 
 
 @dataclass(frozen=True)
@@ -71,7 +75,6 @@ class Variant:
     path: str
     env: dict[str, str] = field(default_factory=dict)
     declare: bool = False  # clients declare each upload's digest
-    runs: str = "pdfpool"  # its count in /bench/stats/
     pooled: bool = True  # the pool admits it: a burst follows the load
 
 
@@ -79,12 +82,14 @@ VARIANTS = {
     "door": Variant("/api/extract/"),
     "nodoor": Variant("/api/extract/", {"PDFPOOL_DOOR": "0"}),
     "declared": Variant("/api/extract/", declare=True),
-    "naive": Variant("/bench/naive/", runs="naive", pooled=False),
-    "executor": Variant("/bench/executor/", runs="executor", pooled=False),
-    "celery": Variant("/bench/celery/", runs="celery", pooled=False),
+    "naive": Variant("/bench/naive/", pooled=False),
+    "executor": Variant("/bench/executor/", pooled=False),
+    "celery": Variant("/bench/celery/", pooled=False),
 }
 DEFAULT_VARIANTS = ",".join(VARIANTS)
-FLOOR_GETS, FLOOR_EVERY, FLOOR_ROUNDS = 10, 0.05, 40  # trivial GETs alongside the burst
+HOSTILE_SHARE = 0.02  # of the soak's uploads
+SOAK_RSS_DRIFT = 0.10
+SOAK_ANSWERS = {"200", "422", "429", "503"}
 
 
 def get_json(url: str) -> Any:
@@ -141,18 +146,48 @@ class CeleryPeer:
 class Result:
     records: list[Record]
     wall: float  # from the start of the load to its last answer
-    runs: int
     health_idle: list[float | None]
     health_load: list[float | None]
     samples: list[Any]  # the trees' RSS during the load
+    pool: list[tuple[float, int, int]]  # jobs running and queued, every second
     burst: list[Record] = field(default_factory=list)
-    floor: list[float] = field(default_factory=list)  # ms of trivial GETs during the burst
+    floor: list[float] = field(default_factory=list)  # health ms during the burst
     leftovers: list[str] = field(default_factory=list)  # staged uploads left behind
     orphans: list[str] = field(default_factory=list)  # descendants alive after the server
 
 
+class SoakMix(Mix):
+    """The load's mix with a few hostile PDFs (each distinct: a nonce after %%EOF)."""
+
+    def __init__(self, corpus: dict[str, bytes]) -> None:
+        super().__init__(corpus)
+        from tests.support import pdfs
+
+        self.hostile = {
+            "flate_bomb": pdfs.flate_bomb(),
+            "cpu_bomb": pdfs.cpu_bomb(megabytes=3),
+            "truncated": pdfs.truncated(corpus[HOT[1]], "first"),
+        }
+
+    def pick(self, rng: random.Random) -> tuple[str, str, bytes]:
+        if rng.random() < HOSTILE_SHARE:
+            name = rng.choice(sorted(self.hostile))
+            self._serial += 1
+            data = self.hostile[name] + f"\n%soak {self._serial}\n".encode()
+            return "hostile", name, multipart(name + ".pdf", data)
+        return super().pick(rng)
+
+
+def watch_pool(url: str, out: list[tuple[float, int, int]], stop: threading.Event) -> None:
+    """Every second until ``stop``: (wall time, jobs running, jobs queued) in the pool."""
+    while not stop.wait(1.0):
+        with contextlib.suppress(Exception):
+            found = get_json(url)
+            out.append((time.time(), found["running"], found["queued"]))
+
+
 def bench_variant(
-    variant: Variant, corpus: dict[str, bytes], args: argparse.Namespace, peer: CeleryPeer | None
+    variant: Variant, mix: Mix, args: argparse.Namespace, peer: CeleryPeer | None
 ) -> Result:
     import psutil  # type: ignore[import-untyped]
 
@@ -171,33 +206,38 @@ def bench_variant(
         **variant.env,
         **(peer.env if peer else {}),
     )
-    mix = Mix(corpus)
     try:
         with uvicorn("benchmarks.variants_asgi:application", env=env, cwd=EXAMPLE) as server:
             url, health_url = server.url + variant.path, server.url + "/bench/health/"
-            small = multipart("warm.pdf", corpus["001-trivial/minimal-document.pdf"])
+            small = multipart("warm.pdf", mix.corpus["001-trivial/minimal-document.pdf"])
             for _ in range(3):  # the pool and its spare, or the workers, exist before the clock
                 assert asyncio.run(post(url, "warm", small, variant.declare)).status == 200
             pids = [server.pid] + ([peer.worker.pid] if peer else [])
             sampler = run_probe("tree", ",".join(map(str, pids)), 0.05)
             health = run_probe("health", health_url, time.time(), args.idle, 0.05)
             health_idle = json.loads(health.communicate()[0])
-            before = get_json(server.url + "/bench/stats/")["runs"][variant.runs]
             start = time.time() + 1.0
             health = run_probe("health", health_url, start, args.seconds, 0.05)
+            stop, pool = threading.Event(), []
+            watcher = threading.Thread(
+                target=watch_pool, args=(server.url + "/bench/stats/", pool, stop)
+            )
+            watcher.start()
             records, wall = asyncio.run(
                 offer_load(url, mix, args.clients, start, args.seconds, 0.05, variant.declare)
             )
             ended = time.time()
+            stop.set()
+            watcher.join()
             health_load = json.loads(health.communicate()[0])
-            runs = get_json(server.url + "/bench/stats/")["runs"][variant.runs] - before
             samples = [s for s in json.loads(sampler.communicate("")[0]) if start <= s[0] <= ended]
-            result = Result(records, wall, runs, health_idle, health_load, samples)
-            if variant.pooled:
+            result = Result(records, wall, health_idle, health_load, samples, pool)
+            if variant.pooled and not args.soak:
                 until_idle(server.url)
-                result.burst, result.floor = asyncio.run(
-                    burst_with_floor(url, server.url + "/bench/plain/", mix, variant.declare)
-                )
+                health = run_probe("health", health_url, time.time() + 0.5, 4.0, 0.05)
+                time.sleep(0.5)  # the probe connected first
+                result.burst, _ = asyncio.run(burst(url, mix, variant.declare))
+                result.floor = [v for v in json.loads(health.communicate()[0]) if v is not None]
                 until_idle(server.url)
             descendants = psutil.Process(server.pid).children(recursive=True)
         result.leftovers = [path.name for path in staged.iterdir()]
@@ -205,38 +245,6 @@ def bench_variant(
     finally:
         shutil.rmtree(state, ignore_errors=True)
     return result
-
-
-async def get_ms(url: str, local: str) -> float:
-    """One GET on a new connection, as the burst's clients make theirs: ms to its answer."""
-    parts = urlsplit(url)
-    began = time.monotonic()
-    reader, writer = await asyncio.open_connection(
-        parts.hostname, parts.port, local_addr=(local, 0)
-    )
-    writer.write(f"GET {parts.path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
-    await writer.drain()
-    await reader.read()
-    writer.close()
-    return (time.monotonic() - began) * 1000
-
-
-async def burst_with_floor(
-    url: str, plain: str, mix: Mix, declare: bool
-) -> tuple[list[Record], list[float]]:
-    """The burst, and trivial GETs through Django's middleware sent while it is answered."""
-
-    async def floor() -> list[float]:
-        found: list[float] = []
-        for turn in range(FLOOR_ROUNDS):
-            found += await asyncio.gather(
-                *(get_ms(plain, address(turn * FLOOR_GETS + i, 40)) for i in range(FLOOR_GETS))
-            )
-            await asyncio.sleep(FLOOR_EVERY)
-        return found
-
-    (records, _wall), gets = await asyncio.gather(burst(url, mix, declare), floor())
-    return records, gets
 
 
 # --- the figures --------------------------------------------------------------------------
@@ -273,16 +281,13 @@ def figures(result: Result) -> dict[str, Any]:
     refused = [r for r in records if r.status in REFUSED]
     early = [r for r in refused if r.before_body]
     trees = [s[1] for s in result.samples]
-    servers = [s[2] for s in result.samples]
     health_idle = [v for v in result.health_idle if v is not None]
     health_load = [v for v in result.health_load if v is not None]
     burst_refused = [r for r in result.burst if r.status in REFUSED]
     burst_early = [r for r in burst_refused if r.before_body]
     return {
-        "answers": len(records),
         "ok": len(ok),
         "ok_per_s": len(ok) / result.wall if result.wall else 0.0,
-        "runs": result.runs,
         "ok_p50": percentile([r.latency for r in ok], 0.5),
         "ok_p99": percentile([r.latency for r in ok], 0.99),
         "refused": len(refused),
@@ -291,9 +296,9 @@ def figures(result: Result) -> dict[str, Any]:
         "read_mib": sum(r.read or 0 for r in refused) / MiB,
         "health_idle_p99": percentile(health_idle, 0.99),
         "health_p99": percentile(health_load, 0.99),
-        "health_failed": sum(v is None for v in result.health_load),
         "tree_peak": max(trees, default=0) / MiB,
-        "server_peak": max(servers, default=0) / MiB,
+        "running_max": max((p[1] for p in result.pool), default=0),
+        "queued_max": max((p[2] for p in result.pool), default=0),
         "burst_ok": sum(r.status == 200 for r in result.burst) if result.burst else None,
         "burst_refused": len(burst_refused) if result.burst else None,
         "burst_early_p99": percentile([r.latency * 1000 for r in burst_early], 0.99),
@@ -309,28 +314,56 @@ def figures(result: Result) -> dict[str, Any]:
 ROWS = [
     ("extractions answered (200)", "ok", "{:,.0f}"),
     ("... per second", "ok_per_s", "{:.2f}"),
-    ("extraction runs (the rest shared a job)", "runs", "{:,.0f}"),
     ("latency of a 200, p50 s", "ok_p50", "{:.2f}"),
     ("latency of a 200, p99 s", "ok_p99", "{:.2f}"),
+    ("most jobs running / queued in the pool (SLOTS 2, QUEUE 4)", "running_max", "{:,.0f}"),
+    ("... queued", "queued_max", "{:,.0f}"),
     ("refusals (429, 503)", "refused", "{:,.0f}"),
     ("... answered before the body", "early", "{:,.0f}"),
     ("refusal latency p99 ms", "refusal_p99", "{:.1f}"),
     ("body MiB read for refused uploads", "read_mib", "{:,.1f}"),
     ("health p99 ms, idle", "health_idle_p99", "{:.1f}"),
     ("health p99 ms, under load", "health_p99", "{:.1f}"),
-    ("health polls failed", "health_failed", "{:,.0f}"),
-    ("peak RSS, server (and worker) trees MiB", "tree_peak", "{:,.0f}"),
-    ("peak RSS, server process MiB", "server_peak", "{:,.0f}"),
-    ("Retry-After: refusals held to a place freed", "retry_n", "{:,.0f}"),
+    ("peak RSS, server (and Celery worker) trees MiB", "tree_peak", "{:,.0f}"),
     ("Retry-After: share shorter than the actual wait", "retry_short", "{:.0%}"),
     ("Retry-After: median given / actual", "retry_ratio", "{:.2f}"),
     ("Retry-After under 1 s", "retry_under_1s", "{:,.0f}"),
     ("burst (200 at once): 200s", "burst_ok", "{:,.0f}"),
     ("burst: refusals", "burst_refused", "{:,.0f}"),
     ("burst: refusal from the headers p99 ms", "burst_early_p99", "{:.1f}"),
-    ("burst: a trivial GET alongside p99 ms", "floor_p99", "{:.1f}"),
+    ("burst: health p99 ms alongside", "floor_p99", "{:.1f}"),
     ("burst: body MiB read for refused uploads", "burst_read_mib", "{:,.1f}"),
 ]
+
+
+def soak(result: Result, minutes: float) -> bool:
+    """The soak's checks: the pool's bounds every second, the server's RSS flat (the last
+    window's mean against the first after warm-up), expected answers, nothing left."""
+    seconds = minutes * 60
+    window = 60.0 if minutes >= 5 else seconds / 5
+    began = result.samples[0][0] if result.samples else 0.0
+
+    def mean_rss(start: float) -> float:
+        found = [s[2] for s in result.samples if start <= s[0] - began < start + window]
+        return statistics.fmean(found) if found else float("nan")
+
+    first, last = mean_rss(window), mean_rss(seconds - window)
+    statuses = {str(r.status) for r in result.records}
+    checks = {
+        "running <= SLOTS (2)": max((p[1] for p in result.pool), default=0) <= 2,
+        "queued <= QUEUE (4)": max((p[2] for p in result.pool), default=0) <= 4,
+        f"server RSS, last window / first: {last / first:.3f}, within 10 % (5 min or more)": (
+            minutes < 5 or abs(last / first - 1) <= SOAK_RSS_DRIFT
+        ),
+        f"only 200, 422, 429, 503 answers: {sorted(statuses)}": statuses <= SOAK_ANSWERS,
+        f"a pool sample every second: {len(result.pool)}": len(result.pool) >= 0.9 * seconds,
+        "nothing left: staged uploads, orphans": not result.leftovers and not result.orphans,
+    }
+    for name, good in checks.items():
+        print(f"  {'ok  ' if good else 'FAIL'} {name}")
+    passed = all(checks.values())
+    print(f"{'SOAK PASS' if passed else 'SOAK FAIL'}: {minutes:g} min")
+    return passed
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -342,6 +375,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--variants", default=DEFAULT_VARIANTS, help=", ".join(VARIANTS))
     parser.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS)
     parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument("--soak", type=float, metavar="MINUTES", help="the soak run instead")
     args = parser.parse_args(argv)
     if args.short:
         args.clients, args.seconds, args.idle = 12, 8.0, 2.0
@@ -359,6 +393,14 @@ def main(argv: list[str] | None = None) -> int:
         print(problem, file=sys.stderr)
         return 2
     corpus = load_corpus(args.corpus)
+    if args.soak:  # the door variant for minutes, hostile PDFs among the uploads
+        args.seconds = args.soak * 60
+        print(f"soak: {args.clients} clients for {args.soak:g} min; before: {machine()}")
+        return (
+            0
+            if soak(bench_variant(VARIANTS["door"], SoakMix(corpus), args, None), args.soak)
+            else 1
+        )
     print(f"python benchmarks/bench_load.py {' '.join(argv or sys.argv[1:])}".strip())
     print(f"before: {machine()}", flush=True)
     results = {}
@@ -366,9 +408,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name}: {args.clients} clients for {args.seconds:g} s", flush=True)
         if name == "celery":
             with CeleryPeer() as peer:
-                results[name] = figures(bench_variant(VARIANTS[name], corpus, args, peer))
+                results[name] = figures(bench_variant(VARIANTS[name], Mix(corpus), args, peer))
         else:
-            results[name] = figures(bench_variant(VARIANTS[name], corpus, args, None))
+            results[name] = figures(bench_variant(VARIANTS[name], Mix(corpus), args, None))
         print(f"  done: {results[name]['statuses']}", flush=True)
     print(f"after: {machine()}\n")
     print("\n".join(table(results, ROWS, names[0])))

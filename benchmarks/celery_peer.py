@@ -1,9 +1,7 @@
-"""The peer a Django team reaches for first: a Celery task per upload, the view waiting for
-its result. A real worker (prefork, ``--concurrency`` SLOTS) and a real redis-server as broker
-and result backend (bench_load.py starts both; ``BENCH_CELERY_URL`` names the server). The
-task runs pypdf in the worker's child, with Celery's own limits: ``worker_max_memory_per_child``
-(MEMORY_LIMIT: a child over it is replaced after its task) and hard and soft time limits
-(TIMEOUT). Nothing is shared between identical uploads and the queue has no bound."""
+"""The peer Django teams reach for first: a Celery task per upload, pypdf in the worker's
+child, Celery's own limits (``worker_max_memory_per_child``: MEMORY_LIMIT; soft and hard time
+limits: TIMEOUT); no sharing, no bound on the queue. bench_load.py starts a prefork worker
+(``--concurrency`` SLOTS) and a redis-server (``BENCH_CELERY_URL``)."""
 
 from __future__ import annotations
 

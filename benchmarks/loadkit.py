@@ -1,9 +1,6 @@
-"""What the load benchmarks share (bench_load.py, soak.py): the corpus and the mix of
-uploads, the probes (health polls and the process trees' memory, each in a process of its
-own), percentiles, and the table of ratios every load benchmark prints.
-
-``python benchmarks/loadkit.py health|tree ...`` runs one probe (bench_load starts them).
-"""
+"""What the benchmarks share: the corpus and the mix of uploads, the probes (health polls and
+the process trees' memory, each a process of its own: ``python benchmarks/loadkit.py
+health|tree ...``), percentiles, and the table of ratios bench_load.py prints."""
 
 from __future__ import annotations
 
@@ -106,46 +103,30 @@ def probe_health(url: str, start: float, seconds: float, interval: float) -> Non
 
 def probe_tree(pids: list[int], interval: float) -> None:
     """Sample the process trees of ``pids`` (the server's first) every ``interval`` s until
-    stdin closes; print the samples as JSON: [wall time, trees' RSS, server RSS, children,
-    largest child RSS].
-
-    A descendant still running the server's command line is a child between fork and exec:
-    its RSS is the server's own pages (subprocess uses vfork), so it is not counted."""
+    stdin closes; print the samples as JSON: [wall time, the trees' RSS, the server's RSS].
+    A descendant still running the server's command line is between fork and exec: its
+    pages are the server's (subprocess uses vfork), so it is not counted."""
     import psutil  # type: ignore[import-untyped]
 
     stop = threading.Event()
-
-    def until_eof() -> None:
-        sys.stdin.read()
-        stop.set()
-
-    threading.Thread(target=until_eof, daemon=True).start()
+    threading.Thread(target=lambda: (sys.stdin.read(), stop.set()), daemon=True).start()
     server, *others = (psutil.Process(pid) for pid in pids)
-    own = server.cmdline()
-    samples = []
+    own, samples = server.cmdline(), []
     while not stop.is_set():
         try:
-            server_rss = server.memory_info().rss
+            tree = server_rss = server.memory_info().rss
             descendants = server.children(recursive=True)
             for other in others:
                 descendants += [other, *other.children(recursive=True)]
         except psutil.NoSuchProcess:
             break
-        tree, children, largest = server_rss, 0, 0
         for child in descendants:
             try:
-                command = child.cmdline()
-                rss = child.memory_info().rss
+                if child.cmdline() != own:
+                    tree += child.memory_info().rss
             except psutil.Error:  # gone meanwhile
                 continue
-            if command == own:  # forked, not yet exec'd: the server's own pages (vfork)
-                continue
-            tracker = "resource_tracker" in " ".join(command)
-            tree += rss
-            if not tracker:
-                children += 1
-                largest = max(largest, rss)
-        samples.append((time.time(), tree, server_rss, children, largest))
+        samples.append((time.time(), tree, server_rss))
         stop.wait(interval)
     print(json.dumps(samples))
 
@@ -195,12 +176,6 @@ def machine() -> str:
         f"Python {platform.python_version()}, {platform.system()} {platform.machine()}, "
         f"{os.cpu_count()} CPUs, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}"
     )
-
-
-def verdict(met: bool | None) -> str:
-    """A target's status as the benchmarks print it; None: the run gave nothing to compare
-    (no sample, or a figure the benchmark cannot hold to its target)."""
-    return "n/a   " if met is None else "MET   " if met else "MISSED"
 
 
 def cell(value: Any, fmt: str) -> str:
