@@ -10,9 +10,8 @@ and offers each the same load:
 - **declared**: the door, with clients that declare each upload's digest (``Pdf-Digest``);
 - **naive**: no admission: a cold child per upload, as many at once as there are uploads;
 - **executor**: a ``ProcessPoolExecutor(SLOTS)``: bounded workers, an unbounded queue;
-- **celery**: a Celery task per upload on a real worker (prefork, concurrency SLOTS,
-  ``worker_max_memory_per_child`` MEMORY_LIMIT, time limits TIMEOUT) and a real redis-server,
-  the view waiting for the result (``benchmarks/celery_peer.py``; needs ``redis-server``).
+- **celery**: a Celery task per upload on a real worker and redis-server, the view waiting
+  for the result (``celery_peer.py``).
 
 Clients send as curl does with ``Expect: 100-continue`` (``uploader.py``), each from its own
 loopback address, back to back for T seconds (50 ms after a refusal); half the uploads are
@@ -20,13 +19,11 @@ identical (one of three corpus files), half distinct. A probe polls ``/bench/hea
 50 ms, idle then under the load; another samples the RSS of the server's process tree (and the
 Celery worker's); a thread reads the pool's jobs every second. Then, for the pool's variants,
 a **burst**: 200 uploads from 100 addresses at once, the health probe polling alongside.
-Every refusal's ``Retry-After`` is held against the time until a place actually freed (the
-next answer to an admitted upload after it).
+Each refusal's ``Retry-After`` is held to the time until a place freed (the next answer after it).
 
-``--soak MINUTES`` (``make soak``) runs the door variant for minutes instead, a few hostile PDFs
-(a flate bomb, a CPU bomb, a truncated file) among the uploads, and checks the pool's bounds
-every second, the server's RSS (last window against the first after warm-up: a minute each,
-a fifth of a run under 5 minutes), the answers, and that nothing is left: SOAK PASS or FAIL.
+``--soak MINUTES`` (``make soak``): the door variant for minutes, a few hostile PDFs among the
+uploads; it checks the pool's bounds every second, the server's RSS, the answers, and that
+nothing is left: SOAK PASS or FAIL.
 """
 
 from __future__ import annotations
