@@ -401,3 +401,34 @@ def test_the_ci_workflow_is_valid_yaml_running_the_make_targets() -> None:
     for line in runs:
         if line.startswith("make "):
             assert line.split()[1] in targets, line
+
+
+# -- the settings page -------------------------------------------------------------------
+
+
+def _settings_tables():
+    sys.path.insert(0, str(ROOT / "tools"))
+    try:
+        return importlib.import_module("settings_tables")
+    finally:
+        sys.path.remove(str(ROOT / "tools"))
+
+
+def test_the_settings_tables_in_the_repository_match_the_declaration():
+    """docs/settings.md as read in the repository: `python tools/settings_tables.py` wrote it
+    from django_pdfpool.conf; a key, default, check or help changed since is a failure."""
+    tables = _settings_tables()
+    written = (DOCS / "settings.md").read_text(encoding="utf-8")
+    assert written.count("<!-- /settings -->") == 4  # PDFPOOL, DOOR, REDIS, SANDBOX
+    assert tables.render(written) == written, "run: python tools/settings_tables.py"
+
+
+def test_every_key_has_a_row_and_the_check_catches_a_stale_one():
+    from django_pdfpool.conf import SETTINGS
+
+    tables = _settings_tables()
+    written = (DOCS / "settings.md").read_text(encoding="utf-8")
+    for key in SETTINGS:
+        assert f"| `{key}` |" in written, key
+    stale = written.replace("| `SLOTS` | `2` |", "| `SLOTS` | `3` |")
+    assert tables.render(stale) != stale

@@ -197,6 +197,7 @@ UNMARKED: set[tuple[str, str]] = {
     ("metrics.md", "from django_pdfpool import metrics_view"),
     ("ninja.md", "from django_pdfpool.contrib.ninja import PdfPoolHttpError"),
     ("pool.md", "from django_pdfpool import get_pool"),
+    ("status.md", "from django.contrib.auth.models import Group, Permission"),
 }
 
 
