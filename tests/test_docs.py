@@ -432,3 +432,22 @@ def test_every_key_has_a_row_and_the_check_catches_a_stale_one():
         assert f"| `{key}` |" in written, key
     stale = written.replace("| `SLOTS` | `2` |", "| `SLOTS` | `3` |")
     assert tables.render(stale) != stale
+
+
+def test_each_row_says_the_check_and_the_help_and_defaults_read_as_written():
+    from django_pdfpool.conf import SETTINGS, table_of
+
+    tables = _settings_tables()
+    names = {"PDFPOOL": SETTINGS} | {k: table_of(d.group) for k, d in SETTINGS.items() if d.group}
+    for name, table in names.items():
+        rows = tables.settings_table(name).splitlines()
+        for key, declared in table.items():
+            (row,) = [line for line in rows if line.startswith(f"| `{key}` |")]
+            assert f"| {declared.check.expected} | {declared.help} |" in row, key
+    written = "\n".join(map(tables.settings_table, names))
+    assert '| `ENGINE` | `"pypdf"` |' in written and "| `MEMORY_LIMIT` | 512 MiB |" in written
+    assert "| `MAX_PAGES` | `None` |" in written and "| `BUDGET_BYTES` | 64 MiB |" in written
+    with pytest.raises(ValueError):
+        tables.settings_table("nowhere")
+    config = yaml.safe_load((ROOT / "mkdocs.yml").read_text())
+    assert any("settings.md" in str(entry) for entry in config["nav"])
