@@ -11,6 +11,7 @@ import asyncio
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 import types
@@ -357,3 +358,42 @@ def test_with_the_documented_order_the_door_answers_before_csrf_reads_the_body(p
     get_pool().close()
     refused = client.post("/sync/", form)
     assert refused.status_code == 503 and refused.json()["error"] == "closed"
+
+
+# --- installing before a release ------------------------------------------------------------
+
+INSTALL_PAGES = [ROOT / "README.md", DOCS / "installation.md", DOCS / "quickstart.md"]
+
+
+def pip_lines(page: Path) -> list[str]:
+    """The `pip ...` lines of the page's shell blocks, comments cut."""
+    return [
+        line.split("#")[0].strip()
+        for block in fences_of(page).blocks
+        if block.language in SHELL
+        for line in block.body.splitlines()
+        if line.strip().startswith("pip ")
+    ]
+
+
+@pytest.mark.parametrize("page", INSTALL_PAGES, ids=lambda page: page.name)
+def test_the_install_commands_name_a_clone_or_a_wheel_until_a_release(page):
+    lines = pip_lines(page)
+    assert lines, f"{page.name} says nowhere how to install"
+    for line in lines:
+        target = shlex.split(line)[-1]
+        assert target.startswith(("./", "../", "dist/")), line
+    prose = " ".join(page.read_text().split())
+    for said in re.finditer(r"`pip install django-pdfpool`", prose):
+        assert "once" in prose[max(0, said.start() - 60) : said.end() + 60].lower(), "unreleased"
+
+
+def test_the_documented_wheel_build_makes_a_wheel(tmp_path):
+    (line,) = [line for line in pip_lines(DOCS / "installation.md") if line.startswith("pip wheel")]
+    words = [str(ROOT) if w == "./django-pdfpool" else w for w in shlex.split(line)]
+    words = [str(tmp_path) if w == "dist" else w for w in words]
+    done = subprocess.run(
+        [sys.executable, "-m", *words, "--quiet"], capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert [p.name for p in tmp_path.glob("django_pdfpool-*.whl")], "no wheel built"
