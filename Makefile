@@ -80,19 +80,23 @@ dist: $(STAMP)
 	$(BIN)/python -m build --sdist --wheel --outdir dist . >/dev/null
 	$(BIN)/twine check --strict dist/*
 
-bench: $(STAMP)
-	$(BIN)/python benchmarks/bench_pool.py
-	$(BIN)/python benchmarks/bench_extract.py
-	$(BIN)/python benchmarks/bench_redis.py
+# Every benchmark, each printing its ratios against a baseline measured in the same run, in a
+# few minutes: bench_load in its short mode (needs the corpus and redis-server for the Celery
+# peer) and a one-minute soak. `make bench-load`: the full load run; `make soak`: ten minutes
+# of mixed load with the pool's bounds and the server's memory checked every second.
+bench: $(STAMP) redis-deps
+	$(BIN)/python benchmarks/bench_pool.py --quick
+	$(BIN)/python benchmarks/bench_redis.py --quick
+	$(BIN)/python benchmarks/bench_door.py --quick
+	$(BIN)/python benchmarks/bench_extract.py --repeat 2
+	$(BIN)/python benchmarks/bench_load.py --short
+	$(BIN)/python benchmarks/bench_load.py --soak 1 --clients 8
 
-# Not in `make bench` (minutes each): the example under load, the door against the door off
-# (and a burst; `--variants naive,executor` for the comparison before the door), and 10
-# minutes of mixed load with invariants sampled every second (not in CI).
-bench-load: $(STAMP)
+bench-load: $(STAMP) redis-deps
 	$(BIN)/python benchmarks/bench_load.py
 
 soak: $(STAMP)
-	$(BIN)/python benchmarks/soak.py
+	$(BIN)/python benchmarks/bench_load.py --soak 10
 
 # The example project (example_project/) on http://127.0.0.1:$(PORT)/: migrates its SQLite
 # database, makes sure of an admin user with a generated password (printed on every run),

@@ -1,31 +1,18 @@
-"""What the door adds to a request that is not to a pooled view: one URL resolution.
+"""What the door costs a request it does not refuse, and what its refusal costs, in one run.
 
-``python benchmarks/bench_door.py [--quick]`` sets up the example project's settings (with
-the load benchmark's URLs: ``benchmarks.variants_settings``) in this process, then times:
-
-1. ``resolve()`` and the door's ``pooled_view()`` of paths in the example's URLconf
-   (``demo.urls``): the pooled ``/api/extract/``, two that are not pooled (the admin's
-   login page, a job-state URL), one that resolves to nothing (a 404) and one that only
-   the admin's catch-all view matches (every admin pattern tried first);
-2. whole POSTs to a plain view that is not pooled (``/bench/plain/``, a few hundred bytes
-   of body) with the door on and off: under WSGI through Django's test client
-   (``AdmissionMiddleware`` resolves), and under ASGI in process, through the example's
-   stack (``PdfPoolDoor(PoolLifespan(get_asgi_application()))``: the door resolves
-   before Django's handler resolves again), against Django's handler alone;
-3. the same with a GET (the door looks at POSTs only: nothing to pay);
-4. an upload to the pooled ``/api/extract/`` refused from its headers (the pool closed),
-   through ``PdfPoolDoor`` before a no-op app: the door's whole refusal.
-
-Each figure is the best of rounds that take the variants in turn (the machine's other work
-only ever adds time, and falls on all of them alike); the ratios are against the same
-request with the door off, in the same run. Microseconds on this machine.
+``python benchmarks/bench_door.py [--quick]`` sets up the example project's settings (with the
+load benchmark's URLs) in this process and times POSTs of a few hundred bytes to a view that is
+not pooled (``/bench/plain/``), the door on against off: under WSGI through Django's test client
+(``AdmissionMiddleware`` resolves the URL), under ASGI through ``PdfPoolDoor`` before a no-op
+app and through the example's stack. Then an upload refused from its headers (the pool closed)
+through ``PdfPoolDoor`` before a no-op app, against the no-op app alone. Each figure is the
+best of rounds that take the variants in turn; microseconds on this machine.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import functools
 import os
 import sys
 import tempfile
@@ -37,7 +24,6 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "example_project"
 BODY = b"x" * 512
-JOB_STATE = "/api/jobs/" + "0" * 64 + "/"
 
 
 def setup() -> None:
@@ -57,17 +43,6 @@ def timed(call: Callable[[], Any], number: int) -> float:
     for _ in range(number):
         call()
     return (time.perf_counter() - began) / number * 1e6
-
-
-def rounds(variants: dict[str, Callable[[], Any]], number: int, count: int) -> dict[str, float]:
-    """The best of ``count`` rounds of each variant's time per call, taken in turn."""
-    for call in variants.values():  # warm up: caches, imports, the first resolver
-        timed(call, max(1, number // 10))
-    samples: dict[str, list[float]] = {name: [] for name in variants}
-    for _ in range(count):
-        for name, call in variants.items():
-            samples[name].append(timed(call, number))
-    return {name: min(values) for name, values in samples.items()}
 
 
 def door(on: bool) -> Any:
@@ -95,39 +70,6 @@ def interleaved(configs: list[Config], number: int, count: int) -> dict[str, flo
     return {name: min(values) for name, values in samples.items()}
 
 
-def resolver_figures(number: int, count: int) -> dict[str, float]:
-    """``resolve()`` and ``pooled_view()`` of paths in the example's URLconf."""
-    from django.urls import Resolver404, resolve
-
-    from django_pdfpool.record import pooled_view
-
-    def resolving(path: str, urlconf: str) -> Callable[[], Any]:
-        def call() -> Any:
-            try:
-                return resolve(path, urlconf)
-            except Resolver404:
-                return None
-
-        return call
-
-    paths = {
-        "pooled /api/extract/": "/api/extract/",
-        "not pooled /admin/login/": "/admin/login/",
-        "not pooled /api/jobs/<sha256>/": JOB_STATE,
-        "no such page (404)": "/no/such/page/",
-        "no such admin page (the admin's catch-all)": "/admin/no/such/page/",
-        "not pooled /bench/plain/ (the benchmark's URLconf, below)": "/bench/plain/",
-    }
-    assert pooled_view("/api/extract/", "demo.urls") is not None
-    assert pooled_view("/admin/login/", "demo.urls") is None
-    variants: dict[str, Callable[[], Any]] = {}
-    for label, path in paths.items():
-        urlconf = "benchmarks.variants" if path.startswith("/bench/") else "demo.urls"
-        variants[f"resolve(): {label}"] = resolving(path, urlconf)
-        variants[f"pooled_view(): {label}"] = functools.partial(pooled_view, path, urlconf)
-    return rounds(variants, number, count)
-
-
 def wsgi_figures(number: int, count: int) -> dict[str, float]:
     """Whole requests through Django's test client (WSGI), the door on and off."""
     from django.test import Client
@@ -138,37 +80,19 @@ def wsgi_figures(number: int, count: int) -> dict[str, float]:
         response = client.post("/bench/plain/", BODY, content_type="application/octet-stream")
         assert response.status_code == 200, response.status_code
 
-    def get() -> None:
-        assert client.get("/bench/plain/").status_code == 200
-
-    configs = [
-        (f"WSGI {method}, door {'on' if on else 'off'}", on, call)
-        for method, call in (("POST", post), ("GET", get))
-        for on in (True, False)
-    ]
+    configs = [(f"WSGI POST, door {'on' if on else 'off'}", on, post) for on in (True, False)]
     return interleaved(configs, number, count)
 
 
 async def asgi_request(app: Any, method: str, path: str, body: bytes) -> int:
     """One request through an ASGI app in process; its status."""
+    headers = [(b"host", b"127.0.0.1"), (b"content-length", str(len(body)).encode())]
     scope = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": method,
-        "scheme": "http",
-        "path": path,
-        "raw_path": path.encode(),
-        "query_string": b"",
-        "root_path": "",
-        "headers": [
-            (b"host", b"127.0.0.1"),
-            (b"content-type", b"application/octet-stream"),
-            (b"content-length", str(len(body)).encode()),
-        ],
-        "client": ("127.0.0.1", 50000),
+        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": method,
+        "scheme": "http", "path": path, "raw_path": path.encode(), "query_string": b"",
+        "root_path": "", "headers": headers, "client": ("127.0.0.1", 50000),
         "server": ("127.0.0.1", 8000),
-    }
+    }  # fmt: skip
     given = False
     statuses: list[int] = []
 
@@ -221,12 +145,12 @@ def asgi_figures(number: int, count: int) -> dict[str, float]:
         return lambda: loop.run_until_complete(batch())
 
     configs: list[Config] = []
-    for method in ("POST", "GET"):
-        for label, (door_app, without, app) in apps.items():
-            for on in (True, False):
-                name = f"ASGI {method}, {label}, door {'on' if on else 'off'}"
-                configs.append((name, on, calling(door_app, method)))
-            configs.append((f"ASGI {method}, {without}", True, calling(app, method)))
+    for label, (door_app, without, app) in apps.items():
+        for on in (True, False):
+            configs.append(
+                (f"ASGI POST, {label}, door {'on' if on else 'off'}", on, calling(door_app, "POST"))
+            )
+        configs.append((f"ASGI POST, {without}", True, calling(app, "POST")))
     try:
         found = interleaved(configs, 1, count)
     finally:
@@ -263,25 +187,21 @@ def refusal_figure(number: int, count: int) -> tuple[float, float]:
     return found["refused"] / number, found["alone"] / number
 
 
-def report(resolver: dict[str, float], whole: dict[str, float]) -> list[str]:
-    """The Markdown tables: calls as shares of a WSGI POST, requests door on against off."""
-    base = whole["WSGI POST, door off"]
-    lines = ["| call | µs per call | share of a WSGI POST (door off) |", "|---|---:|---:|"]
-    lines += [f"| {name} | {us:.1f} | {us / base:.1%} |" for name, us in resolver.items()]
-    lines += [
-        "",
-        "| request to a view that is not pooled | door on µs | door off µs | without it µs "
+def report(whole: dict[str, float]) -> list[str]:
+    """The Markdown table: requests with the door on against off."""
+    lines = [
+        "| POST to a view that is not pooled | door on µs | door off µs | without it µs "
         "| on - off µs | on / off |",
         "|---|---:|---:|---:|---:|---:|",
     ]
-    rows: list[tuple[str, str | None]] = [("WSGI POST", None), ("WSGI GET", None)]
-    for method in ("POST", "GET"):
-        rows.append((f"ASGI {method}, PdfPoolDoor before a no-op app", "the no-op app alone"))
-        rows.append((f"ASGI {method}, example's stack", "Django's handler alone"))
+    rows: list[tuple[str, str | None]] = [
+        ("WSGI POST", None),
+        ("ASGI POST, PdfPoolDoor before a no-op app", "the no-op app alone"),
+        ("ASGI POST, example's stack", "Django's handler alone"),
+    ]
     for name, without in rows:
         on, off = whole[f"{name}, door on"], whole[f"{name}, door off"]
-        request = name.split(",")[0]  # "ASGI POST"
-        alone = "" if without is None else f"{whole[f'{request}, {without}']:,.1f}"
+        alone = "" if without is None else f"{whole[f'ASGI POST, {without}']:,.1f}"
         lines.append(
             f"| {name} | {on:,.1f} | {off:,.1f} | {alone} | {on - off:+,.1f} | {on / off:.3f}x |"
         )
@@ -292,18 +212,18 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer rounds: a smoke run")
     args = parser.parse_args(argv)
-    rounds_, micro, requests = (3, 2000, 100) if args.quick else (25, 20000, 100)
+    rounds_, requests = (3, 100) if args.quick else (25, 100)
     setup()
     load = os.getloadavg()
     print(f"python benchmarks/bench_door.py {' '.join(argv or sys.argv[1:])}".strip())
     print(f"{os.cpu_count()} CPUs, load average {load[0]:.2f} before", flush=True)
-    resolver = resolver_figures(micro, rounds_)
     whole = {**wsgi_figures(requests, rounds_), **asgi_figures(requests, rounds_)}
-    print("\n".join(report(resolver, whole)))
+    print("\n".join(report(whole)))
     refused, alone = refusal_figure(requests, rounds_)
     print(
         f"\nan upload refused from its headers (503, pool closed), PdfPoolDoor before a no-op "
-        f"app: {refused:,.1f} µs against {alone:,.1f} µs for the no-op app alone"
+        f"app: {refused:,.1f} µs against {alone:,.1f} µs for the no-op app alone "
+        f"({refused / alone:.2f}x)"
     )
     print(f"\nload average {os.getloadavg()[0]:.2f} after")
     return 0

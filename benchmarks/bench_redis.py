@@ -1,18 +1,10 @@
-"""What sharing the pool through Redis costs, and what it buys.
+"""What sharing the pool through Redis costs, against the in-process pool in the same run.
 
-``python benchmarks/bench_redis.py [--quick] [--no-uvicorn]`` starts its own
-redis-server (``tests.support.redis_server``: a free port, no persistence) and prints:
-
-1. Per-job cost: sequential no-op jobs through ``Pool`` (in process) and through
-   ``RedisPool`` (one admit script, one finish script, two thread hand-offs), and
-   a job shared by a caller in a second ``RedisPool`` (another process id: the
-   outcome travels as JSON through Redis).
-2. Refusals: ``PoolBusy`` (slots and queue full) and ``CallerBusy``, one at a time
-   (latency) and from 64 concurrent callers (refusals per second).
-3. The point of it all: three uvicorn workers (``tests.project.asgi``) take the same burst
-   of distinct slow PDFs, once with local pools and once with the Redis pool, while
-   the extraction children on the host are counted: local pools allow 3 x SLOTS at
-   once, the Redis pool SLOTS (a ``PDFPOOL["REDIS"]`` dict).
+``python benchmarks/bench_redis.py [--quick]`` starts its own redis-server (a free port, no
+persistence) and times sequential no-op jobs through ``Pool`` and ``RedisPool`` (an admit
+script, a finish script, two thread hand-offs), a job shared by a second ``RedisPool`` (the
+outcome travels as JSON through Redis), and refusals (``PoolBusy``, ``CallerBusy``) one at a
+time and from 64 concurrent callers; ratio = RedisPool / Pool.
 """
 
 from __future__ import annotations
@@ -21,13 +13,9 @@ import argparse
 import asyncio
 import contextlib
 import gc
-import json
 import os
 import platform
-import signal
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 from typing import Any
@@ -38,8 +26,7 @@ sys.path.insert(0, ROOT)
 
 from django_pdfpool.admission import Pool, RedisPool  # noqa: E402
 from django_pdfpool.exceptions import CallerBusy, PoolBusy  # noqa: E402
-from tests.support.pdfs import slow_pdf  # noqa: E402
-from tests.support.redis_server import RedisServer, free_port  # noqa: E402
+from tests.support.redis_server import RedisServer  # noqa: E402
 
 SLOTS, QUEUE = 2, 4
 
@@ -161,134 +148,27 @@ def in_process(url: str, quick: bool) -> None:
         return got
 
     got = asyncio.run(measure())
-    print("| operation | local Pool | RedisPool |")
-    print("|---|---|---|")
-    lj, rj = got["local job"], got["redis job"]
-    print(f"| uncontended job, median | {lj['median']:.0f} us | {rj['median']:.0f} us |")
-    print(f"| uncontended job, p99 | {lj['p99']:.0f} us | {rj['p99']:.0f} us |")
-    print(f"| uncontended jobs/s (sequential) | {lj['per_s']:,.0f} | {rj['per_s']:,.0f} |")
-    sh = got["redis shared"]
-    label = "a sharer in another process: job end to its answer, median"
-    print(f"| {label} | - | {sh['median']:.0f} us |")
+    lj, rj, sh = got["local job"], got["redis job"], got["redis shared"]
     lr, rr = got["local refusals"], got["redis refusals"]
+    rows = [
+        ("uncontended job, median us", lj["median"], rj["median"]),
+        ("uncontended job, p99 us", lj["p99"], rj["p99"]),
+        ("uncontended jobs/s, sequential", lj["per_s"], rj["per_s"]),
+        ("a sharer in another process: job end to its answer, median us", None, sh["median"]),
+    ]
     for name, label in (("busy", "PoolBusy"), ("caller", "CallerBusy")):
-        print(
-            f"| refusal {label}, median | {lr[name + ' median']:.1f} us "
-            f"| {rr[name + ' median']:.0f} us |"
-        )
-        print(
-            f"| refusals {label}/s, 64 concurrent callers | {lr[name + ' per_s']:,.0f} "
-            f"| {rr[name + ' per_s']:,.0f} |"
-        )
-
-
-# --- three uvicorn workers, the same burst -------------------------------------------------
-
-
-def host_children() -> int:
-    """Extraction children on the whole host, whatever their parent."""
-    count = 0
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            with contextlib.suppress(OSError), open(f"/proc/{entry}/cmdline", "rb") as cmdline:
-                if b"django_pdfpool.sandbox.child_main" in cmdline.read():
-                    count += 1
-    return count
-
-
-def burst(url: str, pdfs: list[bytes]) -> tuple[list[int], int, float]:
-    import httpx
-
-    peak, stop = [0], threading.Event()
-
-    def sample() -> None:
-        while not stop.is_set():
-            peak[0] = max(peak[0], host_children())
-            stop.wait(0.005)
-
-    async def one(i: int, data: bytes) -> int:
-        transport = httpx.AsyncHTTPTransport(local_address=f"127.0.4.{i + 1}")
-        async with httpx.AsyncClient(transport=transport, timeout=120) as client:
-            response = await client.post(
-                f"{url}/sync/",
-                files={"file": ("doc.pdf", data, "application/pdf")},
-                headers={"accept": "application/json"},
-            )
-            return response.status_code
-
-    async def all_at_once() -> list[int]:
-        return await asyncio.gather(*(one(i, data) for i, data in enumerate(pdfs)))
-
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
-    began = time.perf_counter()
-    statuses = asyncio.run(all_at_once())
-    wall = time.perf_counter() - began
-    stop.set()
-    sampler.join()
-    return statuses, peak[0], wall
-
-
-def serve(
-    settings: dict[str, Any], app: str = "tests.project.asgi:application", **env_extra: str
-) -> tuple[subprocess.Popen[bytes], str]:
-    """Three uvicorn workers of ``tests.project`` with ``settings`` as PDFPOOL; ``env_extra``
-    may set PDFPOOL_TEST_STAGED (FILE_UPLOAD_TEMP_DIR) and PDFPOOL_TEST_WARM
-    (``sandbox.configure(warm=...)``): see tests/project/settings.py."""
-    import httpx
-
-    port = free_port()
-    env = {**os.environ, "PDFPOOL_JSON": json.dumps(settings), "PYTHONPATH": ROOT, **env_extra}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", app, "--host", "127.0.0.1",
-         "--port", str(port), "--workers", "3", "--no-access-log", "--lifespan", "on"],
-        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        with contextlib.suppress(httpx.HTTPError):
-            if httpx.get(f"{url}/plain/", timeout=1).status_code < 500:
-                time.sleep(1.0)  # let every worker finish starting
-                return process, url
-        time.sleep(0.1)
-    os.killpg(process.pid, signal.SIGKILL)
-    raise RuntimeError("uvicorn with three workers did not start")
-
-
-def side_by_side(redis_url: str, quick: bool) -> None:
-    clients = 12
-    staged = tempfile.mkdtemp(prefix="pdfpool-bench-")
-    base = {"SLOTS": SLOTS, "QUEUE": clients, "WAIT": 60.0}
-    wired = {
-        **base,
-        "REDIS": {"URL": redis_url, "NAMESPACE": f"bench-{uuid4().hex[:8]}", "LEASE": 5.0},
-    }
-    # uploads staged in a directory of this run's, and cold children (a new interpreter per
-    # job): Django's FILE_UPLOAD_TEMP_DIR and sandbox.configure(warm=False), not PDFPOOL keys
-    env = {"PDFPOOL_TEST_STAGED": staged, "PDFPOOL_TEST_WARM": "0"}
-    print()
-    print(f"3 uvicorn workers, SLOTS={SLOTS}, a burst of {clients} distinct ~1 s PDFs:")
-    print("| pools | peak extraction children on the host | 200 / 503 / other | wall |")
-    print("|---|---|---|---|")
-    for label, settings in (("local pools", base), ("Redis pool", wired)):
-        process, url = serve(settings, "tests.project.asgi:application", **env)
-        try:
-            pdfs = [slow_pdf(f"{label}-{i}-{uuid4().hex}") for i in range(clients)]
-            statuses, peak, wall = burst(url, pdfs)
-        finally:
-            os.killpg(process.pid, signal.SIGTERM)
-            process.wait(30)
-        ok, busy = statuses.count(200), statuses.count(503)
-        other = len(statuses) - ok - busy
-        print(f"| {label} | {peak} | {ok} / {busy} / {other} | {wall:.1f} s |")
+        rows.append((f"refusal {label}, median us", lr[name + " median"], rr[name + " median"]))
+        rows.append((f"refusals {label}/s, 64 callers", lr[name + " per_s"], rr[name + " per_s"]))
+    print("| operation | Pool | RedisPool | ratio |\n|---|---:|---:|---:|")
+    for label, local, redis in rows:
+        ratio = "-" if local is None else f"{redis / local:.2g}x"
+        shown = "-" if local is None else f"{local:,.1f}"
+        print(f"| {label} | {shown} | {redis:,.1f} | {ratio} |")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer samples")
-    parser.add_argument("--no-uvicorn", action="store_true", help="skip the uvicorn part")
     args = parser.parse_args(argv)
     cpus = os.cpu_count()
     print(
@@ -297,8 +177,6 @@ def main(argv: list[str] | None = None) -> int:
     )
     with RedisServer() as server:
         in_process(server.url, args.quick)
-        if not args.no_uvicorn:
-            side_by_side(server.url, args.quick)
     return 0
 
 

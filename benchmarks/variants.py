@@ -1,37 +1,20 @@
-"""The load benchmark's server: the example project plus the two variants it is compared to.
+"""The load benchmark's URLs: the example's (``/api/extract/``: ``@pdf_pooled``, default
+settings) and the designs it is compared to, which differ from it only in admission (same
+settings, middleware, staging, extraction code and answer shape):
 
-The server is the example's own ``demo.asgi:application``, run from ``example_project/`` with
-``DJANGO_SETTINGS_MODULE=benchmarks.variants_settings`` (the example's settings, this module as
-the URLconf; see bench_load.py). Its URLs are the example's (``/api/extract/`` is the
-**pdfpool** variant: ``@pdf_pooled`` with the default settings) and:
-
-- ``/bench/naive/``: the same job with no admission at all: stage the upload as the
-  decorator does, then ``extract(..., warm=False)``: one cold, limited child per request,
-  as many at once as there are requests;
-- ``/bench/executor/``: what most people write: a ``ProcessPoolExecutor(max_workers=SLOTS)``
-  (bounded workers, an unbounded queue, no sharing) running the very function the child
-  runs (``sandbox.child_job.extract_job``: read, hash, pypdf) on the staged upload, in
-  long-lived workers without the child's limits;
-- ``/bench/health/``: a cheap page, polled during the run to see whether the server still
-  answers everything else;
-- ``/bench/pooled/``: the example's API without its ``answer=json_answer``: the same
-  ``@pdf_pooled`` job, its refusals answered by the default ``REFUSAL_VIEW`` (JSON for a
-  client that accepts it), which the door calls on the event loop, not in a thread;
-- ``/bench/plain/``: a plain sync view for any method (no pool, no upload): what a request
-  to a view that is not pooled costs, with and without the door (bench_door.py);
-- ``/bench/stats/``: extraction runs performed per variant (the pool's ``started``
-  counter for pdfpool; a counter per view for the others), and the jobs in flight.
-
-The three differ only in admission: same settings, middleware, staging, extraction code
-and answer shape (the Extraction's fields as JSON; 422 with the error code for a PDF that
-cannot be extracted).
+- ``/bench/naive/``: no admission: ``extract(..., warm=False)``, a cold child per upload;
+- ``/bench/executor/``: a ``ProcessPoolExecutor(SLOTS)`` running the child's own job function
+  (read, hash, pypdf) in long-lived workers without the child's limits; an unbounded queue;
+- ``/bench/celery/``: a Celery task per upload (``celery_peer.py``), the view waiting for its
+  result at most ``PEER_WAIT`` seconds (then 503);
+- ``/bench/health/`` (polled during the load), ``/bench/plain/`` (a view that is not pooled),
+  ``/bench/stats/`` (the jobs in the pool).
 """
 
 from __future__ import annotations
 
 import asyncio
 import multiprocessing
-import os
 import threading
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict
@@ -41,7 +24,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.urls import path
 from django.views.decorators.csrf import csrf_exempt
 
-from django_pdfpool import extract, pdf_pooled
+from django_pdfpool import extract
 from django_pdfpool.conf import get_settings
 from django_pdfpool.configured import peek_pool
 from django_pdfpool.exceptions import EXTRACTION_MESSAGES as MESSAGES
@@ -51,14 +34,10 @@ from django_pdfpool.sandbox.child_job import extract_job
 from django_pdfpool.sandbox.wire import Extracted, ExtractionJob
 from django_pdfpool.uploads import StagedUpload, stage
 
-_runs = {"naive": 0, "executor": 0}
+PEER_WAIT = 60.0  # seconds the Celery view waits for its task's result
+
 _lock = threading.Lock()
 _executor: ProcessPoolExecutor | None = None
-
-
-def _count(variant: str) -> None:
-    with _lock:
-        _runs[variant] += 1
 
 
 def _stage(request: HttpRequest) -> StagedUpload | None:
@@ -82,7 +61,6 @@ async def naive(request: HttpRequest) -> JsonResponse:
     if upload is None:
         return _no_upload()
     conf = get_settings()
-    _count("naive")
     try:
         pdf = await extract(
             upload.path,
@@ -101,8 +79,7 @@ async def naive(request: HttpRequest) -> JsonResponse:
 
 
 def executor() -> ProcessPoolExecutor:
-    """SLOTS long-lived worker processes, started on the first request (spawned, not forked:
-    the server has threads)."""
+    """SLOTS long-lived workers, started (spawned: the server has threads) on first use."""
     global _executor
     with _lock:
         if _executor is None:
@@ -134,43 +111,58 @@ async def pooled_executor(request: HttpRequest) -> JsonResponse:
         answer = await loop.run_in_executor(executor(), extract_job, job)
     finally:
         upload.discard()
-    _count("executor")
     if not isinstance(answer, Extracted):
         return _unreadable(answer.code)
     return JsonResponse({**asdict(answer), "text": PAGE_SEPARATOR.join(answer.pages)})
 
 
-async def health(request: HttpRequest) -> JsonResponse:
-    """What "everything else" stands for: a page that needs nothing but the server."""
-    return JsonResponse({"ok": True})
-
-
 @csrf_exempt
-@pdf_pooled
-async def pooled(request: HttpRequest) -> JsonResponse:
-    """The example's API, refusals answered by the default ``REFUSAL_VIEW``."""
-    return JsonResponse(request.pdf.as_dict())  # type: ignore[attr-defined]
+async def celery_peer(request: HttpRequest) -> JsonResponse:
+    """Send the staged upload's path to a Celery task and wait for its result."""
+    from celery.exceptions import TimeoutError as NoResult
+
+    from benchmarks.celery_peer import extract_text
+
+    upload = await sync_to_async(_stage, thread_sensitive=False)(request)
+    if upload is None:
+        return _no_upload()
+
+    def run() -> dict[str, object] | None:
+        result = extract_text.delay(str(upload.path))
+        try:
+            return result.get(timeout=PEER_WAIT)  # type: ignore[no-any-return]
+        except NoResult:
+            result.revoke()
+            return None
+
+    try:
+        answer = await sync_to_async(run, thread_sensitive=False)()
+    finally:
+        upload.discard()
+    if answer is None:
+        return JsonResponse({"error": "busy", "message": "No result in time."}, status=503)
+    if "error" in answer:
+        return _unreadable(str(answer["error"]))
+    return JsonResponse(answer)
 
 
 @csrf_exempt
 def plain(request: HttpRequest) -> HttpResponse:
-    """A view that is not pooled: what the door's URL resolution is measured against."""
+    """A view that is not pooled: what the door's cost is measured on."""
     return HttpResponse(b"ok", content_type="text/plain")
 
 
+async def health(request: HttpRequest) -> JsonResponse:
+    """The probe's page: it needs nothing but the server (async: no thread hand-off)."""
+    return JsonResponse({"ok": True})
+
+
 async def stats(request: HttpRequest) -> JsonResponse:
-    """Extraction runs performed so far, per variant, the pool's counters, and the jobs
-    in flight in the pool (``busy``: 0 when it is idle; ``running`` and ``queued``)."""
+    """The jobs in flight in the pool: ``busy`` (0 when it is idle), ``running``, ``queued``."""
     pool = peek_pool()
-    snapshot = None if pool is None else pool.snapshot()
-    counters = None if snapshot is None else asdict(snapshot.counters)
-    with _lock:
-        runs = dict(_runs)
-    runs["pdfpool"] = 0 if counters is None else counters["started"]
-    jobs = () if snapshot is None else snapshot.jobs
+    jobs = () if pool is None else pool.snapshot().jobs
     running = sum(job.state == "running" for job in jobs)
-    found = {"runs": runs, "pool": counters, "busy": len(jobs), "running": running}
-    return JsonResponse({**found, "queued": len(jobs) - running, "pid": os.getpid()})
+    return JsonResponse({"busy": len(jobs), "running": running, "queued": len(jobs) - running})
 
 
 from demo.urls import urlpatterns as _example  # noqa: E402 - the example's, first
@@ -179,8 +171,8 @@ urlpatterns = [
     *_example,
     path("bench/naive/", naive),
     path("bench/executor/", pooled_executor),
+    path("bench/celery/", celery_peer),
     path("bench/health/", health),
-    path("bench/pooled/", pooled),
     path("bench/plain/", plain),
     path("bench/stats/", stats),
 ]

@@ -8,15 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import importlib.util
 import math
 import re
 from pathlib import Path
 
 import pytest
-import yaml
 from django.core.exceptions import ImproperlyConfigured
 
-import mkdocs_hooks
 from django_pdfpool import bounds, conf
 from django_pdfpool.admission.local import Pool
 from django_pdfpool.bounds import integer
@@ -278,48 +277,25 @@ def test_one_more_entry_is_a_default_a_check_a_typed_attribute_and_a_row(setting
     monkeypatch.setattr(conf, "SETTINGS", table)
     monkeypatch.setattr(conf, "DEFAULTS", {key: entry.default for key, entry in table.items()})
     monkeypatch.setattr(conf, "PoolSettings", WithOneMore)
-    monkeypatch.setitem(mkdocs_hooks.TABLES, "PDFPOOL", table)
     assert conf.problems({"RETRIES": 1}) == []
     (bad,) = conf.problems({"RETRIES": -1})
     assert bad.msg == "PDFPOOL['RETRIES'] must be an integer >= 0, not -1."
     settings.PDFPOOL = {"RETRIES": 5}
     built = conf.get_settings()
     assert isinstance(built, WithOneMore) and built.retries == 5 and built.slots == 2
-    assert "| `RETRIES` | `3` | an integer >= 0 | times a failed job" in mkdocs_hooks.render(
-        PAGE.read_text()
+    written = settings_tables().render(PAGE.read_text())  # what tools/settings_tables.py writes
+    assert "| `RETRIES` | `3` | an integer >= 0 | times a failed job" in written
+
+
+def settings_tables():
+    """tools/settings_tables.py, which writes docs/settings.md's tables (tests/test_docs.py)."""
+    spec = importlib.util.spec_from_file_location(
+        "settings_tables", ROOT / "tools" / "settings_tables.py"
     )
-
-
-# -- the settings page ----------------------------------------------------------------------
-
-
-def test_the_settings_page_has_every_table_and_every_key_once_in_it():
-    page = PAGE.read_text()
-    rendered = mkdocs_hooks.render(page)
-    assert "<!-- settings:" not in rendered
-    for name, table in mkdocs_hooks.TABLES.items():
-        assert f"<!-- settings: {name} -->" in page, name
-        rows = mkdocs_hooks.settings_table(name).splitlines()
-        assert rows[0] in rendered and all(row in rendered for row in rows)
-        for key, declared in table.items():
-            (row,) = [line for line in rows if line.startswith(f"| `{key}` |")]
-            assert f"| {declared.check.expected} | {declared.help} |" in row, key
-
-
-def test_the_defaults_are_written_as_a_reader_would():
-    table = "\n".join(map(mkdocs_hooks.settings_table, mkdocs_hooks.TABLES))
-    assert '| `ENGINE` | `"pypdf"` |' in table
-    assert "| `MEMORY_LIMIT` | 512 MiB |" in table
-    assert "| `MAX_PAGES` | `None` |" in table
-    assert "| `BUDGET_BYTES` | 64 MiB |" in table
-    with pytest.raises(ValueError):
-        mkdocs_hooks.settings_table("nowhere")
-
-
-def test_the_site_is_built_with_the_hook():
-    config = yaml.safe_load((ROOT / "mkdocs.yml").read_text())
-    assert "mkdocs_hooks.py" in config["hooks"]
-    assert any("settings.md" in str(entry) for entry in config["nav"])
+    assert spec is not None and spec.loader is not None
+    found = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(found)
+    return found
 
 
 def _written_keys(text: str) -> set[str]:

@@ -402,3 +402,53 @@ def test_the_ci_workflow_is_valid_yaml_running_the_make_targets() -> None:
     for line in runs:
         if line.startswith("make "):
             assert line.split()[1] in targets, line
+
+
+# -- the settings page -------------------------------------------------------------------
+
+
+def _settings_tables():
+    sys.path.insert(0, str(ROOT / "tools"))
+    try:
+        return importlib.import_module("settings_tables")
+    finally:
+        sys.path.remove(str(ROOT / "tools"))
+
+
+def test_the_settings_tables_in_the_repository_match_the_declaration():
+    """docs/settings.md as read in the repository: `python tools/settings_tables.py` wrote it
+    from django_pdfpool.conf; a key, default, check or help changed since is a failure."""
+    tables = _settings_tables()
+    written = (DOCS / "settings.md").read_text(encoding="utf-8")
+    assert written.count("<!-- /settings -->") == 4  # PDFPOOL, DOOR, REDIS, SANDBOX
+    assert tables.render(written) == written, "run: python tools/settings_tables.py"
+
+
+def test_every_key_has_a_row_and_the_check_catches_a_stale_one():
+    from django_pdfpool.conf import SETTINGS
+
+    tables = _settings_tables()
+    written = (DOCS / "settings.md").read_text(encoding="utf-8")
+    for key in SETTINGS:
+        assert f"| `{key}` |" in written, key
+    stale = written.replace("| `SLOTS` | `2` |", "| `SLOTS` | `3` |")
+    assert tables.render(stale) != stale
+
+
+def test_each_row_says_the_check_and_the_help_and_defaults_read_as_written():
+    from django_pdfpool.conf import SETTINGS, table_of
+
+    tables = _settings_tables()
+    names = {"PDFPOOL": SETTINGS} | {k: table_of(d.group) for k, d in SETTINGS.items() if d.group}
+    for name, table in names.items():
+        rows = tables.settings_table(name).splitlines()
+        for key, declared in table.items():
+            (row,) = [line for line in rows if line.startswith(f"| `{key}` |")]
+            assert f"| {declared.check.expected} | {declared.help} |" in row, key
+    written = "\n".join(map(tables.settings_table, names))
+    assert '| `ENGINE` | `"pypdf"` |' in written and "| `MEMORY_LIMIT` | 512 MiB |" in written
+    assert "| `MAX_PAGES` | `None` |" in written and "| `BUDGET_BYTES` | 64 MiB |" in written
+    with pytest.raises(ValueError):
+        tables.settings_table("nowhere")
+    config = yaml.safe_load((ROOT / "mkdocs.yml").read_text())
+    assert any("settings.md" in str(entry) for entry in config["nav"])

@@ -1,27 +1,34 @@
-"""The code of docs/quickstart.md and docs/usage.md, run: each Python block is executed as a
-module (imports, decorators: a misplaced one fails at import), and the views it defines
-answer real requests through Django's test client, with real extraction. Also the first
-blocks of docs/drf.md and docs/ninja.md, which decorate at import."""
+"""The code in the docs, run. Every Python and shell block of README.md and docs/ runs unless
+the line before it says ``<!-- not run: why -->``: each Python block as a module (imports,
+decorators: a misplaced one fails at import), each shell block with bash in the repository.
+The quickstart's and usage.md's views then answer real requests through Django's test
+client, with real extraction; the MIDDLEWARE lists keep Django's order with the door last."""
 
 from __future__ import annotations
 
 import ast
 import asyncio
 import json
+import os
 import re
+import shlex
+import subprocess
 import sys
 import types
 from pathlib import Path
 
+import django
 import pytest
 from django.test import Client, RequestFactory, override_settings
 
+from django_pdfpool import get_pool
 from django_pdfpool.exceptions import CallerBusy
 from tests.support import pdfs
 from tests.test_decorators import upload
 from tests.test_docs import Block, fences_of
 
-DOCS = Path(__file__).resolve().parents[1] / "docs"
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
 
 
 def blocks(page: str) -> list[Block]:
@@ -97,11 +104,6 @@ def test_the_quickstart_view_answers_as_the_page_says(pdfpool, mysite):
 # --- usage.md ----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("block", blocks("usage.md"), ids=lambda b: f"line {b.line}")
-def test_every_usage_block_runs(pdfpool, block):
-    module(f"usage_{block.line}", block, path_or_bytes=pdfs.simple(["awaited at top level"]))
-
-
 def _defining(name: str) -> types.ModuleType:
     block = next(b for b in blocks("usage.md") if f"def {name}(" in b.body)
     return module(f"usage_{block.line}", block)
@@ -165,3 +167,233 @@ def test_the_drf_and_ninja_examples_decorate_at_import(pdfpool):
     assert drf.extract_function.cls.post  # api_view made the view
     ninja = module("docs_ninja", blocks("ninja.md")[0])
     assert ninja.extract.pdfpool_view and ninja.extract_raw.pdfpool_view
+
+
+# --- every block meant to run --------------------------------------------------------------
+
+NOT_RUN = re.compile(r"^<!-- not run: \S.* -->$")
+SHELL = {"sh", "bash", "shell"}
+RUNNABLE = {"python", "py"} | SHELL
+PAGES = [ROOT / "README.md", *sorted(DOCS.glob("*.md"))]
+# what a settings fragment or an example may use without defining it
+GIVEN = {"INSTALLED_APPS": [], "MIDDLEWARE": [], "BASE_DIR": Path("/srv")}
+
+# Blocks of pages other changes own, neither run nor marked yet: (page, the block's first
+# line). The lead marks each ``<!-- not run: why -->`` or makes it run, then drops it here.
+UNMARKED: set[tuple[str, str]] = {
+    ("celery.md", "from django_pdfpool import aextract_pooled, extract_pooled"),
+    ("cluster.md", "make demo-cluster"),
+    ("cluster.md", "PDFPOOL_TEST_POOL=tests.support.redis_factory:make_pool"),
+    ("command.md", "python manage.py pdfpool status"),
+    ("deployment.md", "uvicorn project.asgi:application --lifespan on"),
+    ("deployment.md", "from django_pdfpool import adrain_pool, drain_pool"),
+    ("deployment.md", "gunicorn project.wsgi:application"),
+    ("deployment.md", "gunicorn project.asgi:application"),
+    ("deployment.md", "hypercorn project.asgi:application"),
+    ("deployment.md", "granian --interface asgi"),
+    ("door.md", 'digest="sha-256=:$(openssl dgst'),
+    ("door.md", "import base64"),
+    ("metrics.md", "from django.urls import include, path"),
+    ("metrics.md", "from prometheus_client import CollectorRegistry, generate_latest"),
+    ("metrics.md", "from django_pdfpool import metrics_view"),
+    ("ninja.md", "from django_pdfpool.contrib.ninja import PdfPoolHttpError"),
+    ("pool.md", "from django_pdfpool import get_pool"),
+    ("status.md", "from django.contrib.auth.models import Group, Permission"),
+}
+
+
+def not_run(lines: list[str], block: Block) -> bool:
+    """Whether the last line before ``block``'s fence (blank lines aside) marks it."""
+    before = [line for line in lines[: block.line - 1] if line.strip()]
+    return bool(before) and bool(NOT_RUN.match(before[-1].strip()))
+
+
+def unmarked(page: str, first: str) -> bool:
+    return any(page == where and first.startswith(start) for where, start in UNMARKED)
+
+
+def runnable_blocks() -> list[tuple[str, Block]]:
+    """(page:line, block) for each Python and shell block meant to run. Titled blocks are a
+    project's files, run by the test of their page (the quickstart's, test_wheel)."""
+    found = []
+    for page in PAGES:
+        lines = page.read_text(encoding="utf-8").splitlines()
+        for block in fences_of(page).blocks:
+            first = block.body.strip().splitlines()[0] if block.body.strip() else ""
+            if block.language not in RUNNABLE or block.title or not_run(lines, block):
+                continue
+            if not unmarked(page.name, first):
+                found.append((f"{page.name}:{block.line}", block))
+    return found
+
+
+@pytest.mark.parametrize("where,block", runnable_blocks(), ids=lambda value: str(value)[:40])
+def test_every_block_meant_to_run_runs(pdfpool, where, block):
+    if block.language in SHELL:
+        bin_dir = str(Path(sys.executable).parent)
+        env = {
+            **os.environ,
+            "PATH": bin_dir + os.pathsep + os.environ["PATH"],
+            "PYTHONPATH": str(ROOT),
+        }
+        done = subprocess.run(
+            ["bash", "-euo", "pipefail", "-c", block.body],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+        return
+    names = {**GIVEN, "path_or_bytes": pdfs.simple(["awaited at top level"])}
+    module(f"docs_{where.replace('.', '_').replace(':', '_')}", block, **names)
+
+
+def test_every_unmarked_block_is_still_there():
+    """An entry of UNMARKED that no longer names a block leaves the list."""
+    firsts = [
+        (page.name, block.body.strip().splitlines()[0])
+        for page in PAGES
+        for block in fences_of(page).blocks
+        if block.body.strip()
+    ]
+    gone = [entry for entry in sorted(UNMARKED) if not unmarked_in(entry, firsts)]
+    assert gone == []
+
+
+def unmarked_in(entry: tuple[str, str], firsts: list[tuple[str, str]]) -> bool:
+    return any(page == entry[0] and first.startswith(entry[1]) for page, first in firsts)
+
+
+def test_a_marked_block_is_left_out_and_an_unmarked_one_is_not():
+    text = "A\n\n<!-- not run: needs a server -->\n\n```sh\ncurl x\n```\n\n```sh\nls\n```\n"
+    lines, found = text.splitlines(), fences_of_text(text).blocks
+    assert [not_run(lines, block) for block in found] == [True, False]
+
+
+def fences_of_text(text: str):
+    from tests.test_docs import read_fences
+
+    return read_fences(text)
+
+
+# --- one middleware position ---------------------------------------------------------------
+
+DOOR = "django_pdfpool.middleware.AdmissionMiddleware"
+JSON = "application/json"
+# door.md's list is its own change's to align (the door last, Django's order kept)
+MIDDLEWARE_PENDING = {"door.md"}
+
+
+def djangos_default_middleware() -> list[str]:
+    """MIDDLEWARE as `django-admin startproject` writes it."""
+    template = Path(django.__file__).parent / "conf" / "project_template" / "project_name"
+    tree = ast.parse((template / "settings.py-tpl").read_text())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "MIDDLEWARE":
+            return [ast.literal_eval(item) for item in node.value.elts]  # type: ignore[attr-defined]
+    raise AssertionError("no MIDDLEWARE in Django's project template")
+
+
+def middleware_lists() -> list[tuple[str, list[str]]]:
+    """(page:line, the names) of every MIDDLEWARE list in the docs that holds the door."""
+    found = []
+    for page in PAGES:
+        for block in fences_of(page).blocks:
+            if block.language not in {"python", "py"} or DOOR not in block.body:
+                continue
+            for node in ast.walk(_parsed(block)):
+                if (
+                    isinstance(node, ast.Assign)
+                    and getattr(node.targets[0], "id", "") == "MIDDLEWARE"
+                ):
+                    names = [
+                        item.value
+                        for item in node.value.elts  # type: ignore[attr-defined]
+                        if isinstance(item, ast.Constant) and isinstance(item.value, str)
+                    ]
+                    found.append((f"{page.name}:{block.line}", names))
+    return found
+
+
+def _parsed(block: Block) -> ast.Module:
+    return ast.parse(block.body)
+
+
+def in_order(names: list[str]) -> bool:
+    """The door last, and Django's own middleware in Django's order."""
+    default = djangos_default_middleware()
+    django_names = [name for name in names if name in default]
+    return names[-1] == DOOR and django_names == sorted(django_names, key=default.index)
+
+
+def test_every_middleware_list_keeps_djangos_order_with_the_door_last():
+    lists = middleware_lists()
+    assert {where.split(":")[0] for where, _ in lists} >= {"installation.md", "README.md"}
+    wrong = [
+        (where, names)
+        for where, names in lists
+        if not in_order(names) and where.split(":")[0] not in MIDDLEWARE_PENDING
+    ]
+    assert wrong == []
+
+
+def test_the_order_check_catches_the_door_above_csrf():
+    default = djangos_default_middleware()
+    moved = [*default[:3], DOOR, *default[3:]]  # above CsrfViewMiddleware
+    assert not in_order(moved) and in_order([*default, DOOR])
+
+
+def test_with_the_documented_order_the_door_answers_before_csrf_reads_the_body(pdfpool, settings):
+    """installation.md's list, CSRF enforced: the closed pool's 503 comes from the door, before
+    CsrfViewMiddleware reads the form (which would answer 403: the control, pool open)."""
+    (listed,) = [names for where, names in middleware_lists() if where.startswith("installation")]
+    settings.MIDDLEWARE = listed
+    client = Client(
+        enforce_csrf_checks=True, REMOTE_ADDR="10.0.11.9", HTTP_ACCEPT="application/json"
+    )
+    form = {"file": upload(pdfs.simple(["csrf after the door"]))}
+    assert client.post("/sync/", form).status_code == 403  # the control: CSRF refuses
+    get_pool().close()
+    refused = client.post("/sync/", form)
+    assert refused.status_code == 503 and refused.json()["error"] == "closed"
+
+
+# --- installing before a release ------------------------------------------------------------
+
+INSTALL_PAGES = [ROOT / "README.md", DOCS / "installation.md", DOCS / "quickstart.md"]
+
+
+def pip_lines(page: Path) -> list[str]:
+    """The `pip ...` lines of the page's shell blocks, comments cut."""
+    return [
+        line.split("#")[0].strip()
+        for block in fences_of(page).blocks
+        if block.language in SHELL
+        for line in block.body.splitlines()
+        if line.strip().startswith("pip ")
+    ]
+
+
+@pytest.mark.parametrize("page", INSTALL_PAGES, ids=lambda page: page.name)
+def test_the_install_commands_name_a_clone_or_a_wheel_until_a_release(page):
+    lines = pip_lines(page)
+    assert lines, f"{page.name} says nowhere how to install"
+    for line in lines:
+        target = shlex.split(line)[-1]
+        assert target.startswith(("./", "../", "dist/")), line
+    prose = " ".join(page.read_text().split())
+    for said in re.finditer(r"`pip install django-pdfpool`", prose):
+        assert "once" in prose[max(0, said.start() - 60) : said.end() + 60].lower(), "unreleased"
+
+
+def test_the_documented_wheel_build_makes_a_wheel(tmp_path):
+    (line,) = [line for line in pip_lines(DOCS / "installation.md") if line.startswith("pip wheel")]
+    words = [str(ROOT) if w == "./django-pdfpool" else w for w in shlex.split(line)]
+    words = [str(tmp_path) if w == "dist" else w for w in words]
+    done = subprocess.run(
+        [sys.executable, "-m", *words, "--quiet"], capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert [p.name for p in tmp_path.glob("django_pdfpool-*.whl")], "no wheel built"

@@ -1,4 +1,4 @@
-"""The example project's middleware under ASGI (issue 24): no thread hand-off per request
+"""The example project's middleware under ASGI: no thread hand-off per request
 beyond Django's handler's own two, and the rules Django's classes keep (CSRF, the session
 saved, static files) unchanged by running their hooks on the event loop."""
 
@@ -22,17 +22,11 @@ HANDLER_HOPS = 2  # Django's ASGIHandler: request_started, then response.close()
 
 
 def hops(**env: str) -> dict[str, dict[str, float]]:
-    """Hand-offs per request, counted by benchmarks/count_hops.py in its own process."""
+    """Hand-offs per request, counted by tests/support/count_hops.py in its own process."""
     done = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "benchmarks" / "count_hops.py"),
-            "--json",
-            "/",
-            "/bench/health/",
-        ],
+        [sys.executable, "-m", "tests.support.count_hops", "--json", "/", "/bench/health/"],
         cwd=ROOT,
-        env={**os.environ, "DJANGO_SETTINGS_MODULE": "benchmarks.variants_settings", **env},
+        env={**os.environ, "DJANGO_SETTINGS_MODULE": "tests.support.hops_settings", **env},
         capture_output=True,
         text=True,
         timeout=120,

@@ -57,7 +57,8 @@ class Command(BaseCommand):
             f"  Upload a PDF:   {base}/\n"
             f"  Pool status:    {base}/admin/django_pdfpool/poolstatus/\n"
             f"  Admin sign-in:  {username} / {password}\n"
-            f"  JSON API:       curl -F file=@document.pdf {base}/api/extract/\n"
+            f"  JSON API:       curl -H 'X-Requested-With: curl' -F file=@document.pdf "
+            f"{base}/api/extract/\n"
         )
 
 

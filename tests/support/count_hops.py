@@ -1,7 +1,9 @@
-"""Thread hand-offs per request of the example project under ASGI (issue 24).
+"""Thread hand-offs per request of the example project under ASGI: each hand-off waits for a
+CPU on a busy machine, so the example's middleware runs its hooks on the event loop.
 
-``python benchmarks/count_hops.py [--json] [PATH ...]`` builds the load benchmark's application
-(``benchmarks/variants_asgi.py``: the example's settings, middleware and door) in this
+``python -m tests.support.count_hops [--json] [PATH ...]`` builds the example's application
+(its settings, middleware and door; ``tests.support.hops_settings`` adds the ``/bench/``
+pages, and Django's middleware as it ships with ``BENCH_MIDDLEWARE=classic``) in this
 process and sends each PATH (default: ``/bench/health/``, ``/``) through it a few times,
 counting per request, after a warm-up:
 
@@ -24,7 +26,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT), str(ROOT / "example_project")]
 
 COUNTS = {"sync_to_async": 0, "async_to_sync": 0, "threads": 0}
@@ -86,7 +88,7 @@ async def _get(app: Any, path: str) -> int:
 
 
 async def count(paths: list[str], rounds: int = 5) -> dict[str, dict[str, float]]:
-    from benchmarks.variants_asgi import application
+    from demo.asgi import application
 
     found = {}
     for path in paths:
@@ -102,7 +104,7 @@ async def count(paths: list[str], rounds: int = 5) -> dict[str, dict[str, float]
 
 
 def main() -> None:
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "benchmarks.variants_settings")
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.support.hops_settings")
     os.environ.setdefault("DEMO_STATE_DIR", tempfile.mkdtemp(prefix="pdfpool-hops-"))
     os.environ.setdefault("DEMO_LOG_LEVEL", "WARNING")
     import django

@@ -1,0 +1,108 @@
+"""No line of the repository cites an issue, a round or a session of work: a comment, a
+docstring or a page says why in the code's own terms, and git keeps the history. URLs are
+left alone (another project's issue tracker may be cited)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SEARCHED = [
+    "README.md",
+    "docs",
+    "django_pdfpool",
+    "tests",
+    "benchmarks",
+    "tools",
+    "example_project",
+]
+TEXT = {".py", ".md", ".html", ".txt", ".yml", ".yaml", ".toml", ".js", ".css", ".lua", ".svg"}
+HISTORY = re.compile(r"\b(issue|round|session)[ _-]?#?[0-9]", re.I)
+URL = re.compile(r"https?://\S+")
+
+# Lines in files other changes own, cited until those changes scrub them on merging:
+# (path, the start of the cited text). Each must still be found (else: drop it here).
+PENDING: set[tuple[str, str]] = {
+    ("docs/security.md", "issue 21 end to end"),
+    ("tests/sandbox/test_extract_workers.py", "children (issue 24)"),
+    ("tests/sandbox/test_confine.py", "(as before issue 21)"),
+    ("tests/sandbox/test_confine.py", "The forgery of issue 21"),
+    ("tests/sandbox/test_confine.py", "whatever its nice (issue 24)"),
+    ("tests/e2e/test_example_answer.py", "results.py``, issue 24"),
+    ("tests/admission/redis/test_pool_model.py", "(issue 13: within"),
+    ("tests/admission/redis/test_faults.py", "issue 13: jobs re-registered"),
+    ("example_project/uploads/results.py", "(docs/performance.md, session 8)"),
+    ("example_project/demo/middleware.py", "per request under ASGI (issue 24)"),
+}
+
+
+def citations(text: str) -> list[tuple[int, str]]:
+    """(line number, line) of each line that cites a piece of history outside a URL."""
+    return [
+        (number, line)
+        for number, line in enumerate(text.splitlines(), start=1)
+        if HISTORY.search(URL.sub("", line))
+    ]
+
+
+def searched_files() -> list[Path]:
+    """Every text file searched, but this one: its lists must name what they look for."""
+    found = []
+    for name in SEARCHED:
+        path = ROOT / name
+        found += [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
+    return [
+        p
+        for p in found
+        if p.suffix in TEXT and "__pycache__" not in p.parts and p != Path(__file__).resolve()
+    ]
+
+
+def pending(path: str, line: str) -> bool:
+    return any(path == where and cited in line for where, cited in PENDING)
+
+
+def test_no_line_cites_an_issue_a_round_or_a_session():
+    found = []
+    for path in searched_files():
+        relative = path.relative_to(ROOT).as_posix()
+        if HISTORY.search(relative):
+            found.append(f"{relative}: the file's name")
+        for number, line in citations(path.read_text(encoding="utf-8", errors="replace")):
+            if not pending(relative, line):
+                found.append(f"{relative}:{number}: {line.strip()[:100]}")
+    assert found == []
+
+
+@pytest.mark.parametrize("where,cited", sorted(PENDING))
+def test_each_pending_citation_is_still_there(where, cited):
+    """A scrubbed line leaves this list too, so that it cannot come back unnoticed."""
+    assert cited in (ROOT / where).read_text(encoding="utf-8"), f"drop {cited!r} from PENDING"
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "# the queue's timer (issue 24)",
+        "see round 3 of the profile",
+        "anchor performance.md#session-8-the-loop",
+        '"""Before issue #7 the pool..."""',
+    ],
+)
+def test_the_check_catches_a_citation(line):
+    assert citations(line)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "about 20 ms, around 2 jobs at once",
+        "see https://github.com/encode/uvicorn/issues/2133 for the timer",
+        "a session cookie; sessions 0",
+    ],
+)
+def test_the_check_leaves_other_text_alone(line):
+    assert not citations(line)
