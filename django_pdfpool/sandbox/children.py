@@ -15,7 +15,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,10 +25,9 @@ from .wire import (
     PID_FORMAT,
     PIDS_REQUEST,
     READY,
+    STARTED,
     STATUS_FORMAT,
     child_options,
-    holds_answer,
-    job_started,
     kill_forked,
 )
 
@@ -59,9 +57,19 @@ def child_env(names: tuple[str, ...] = ()) -> dict[str, str]:
     return env
 
 
+def holds_answer(output: bytes | bytearray) -> bool:
+    """Whether a child's output so far ends with its whole answer (copies nothing)."""
+    return output.endswith(b"\n") and output not in (READY, STARTED, READY + STARTED)
+
+
+def job_started(output: bytes | bytearray) -> bool:
+    """Whether the child said it read its job (after READY from a cold child)."""
+    return output.startswith(STARTED) or output.startswith(READY + STARTED)
+
+
 @dataclass
 class Outcome:
-    """How a conversation with a child ended, for extract.py to judge."""
+    """How a conversation with a child ended, for `extract` to judge."""
 
     output: bytes | bytearray  # decode_answer empties a bytearray
     returncode: int | None  # None: not known (a forked child whose template died first)
@@ -308,61 +316,6 @@ class ChildStarts:
 
 _live: set[Handle] = set()  # every unreaped child, killed at exit
 _live_lock = threading.Lock()
-
-
-class JobRun:
-    """One job's child, shared by the awaiting coroutine (which may cancel) and its thread."""
-
-    def __init__(self) -> None:
-        self._lock, self.cancelled = threading.Lock(), False
-        self._child: Handle | None = None
-
-    def run(
-        self,
-        start: Callable[[], Handle],
-        job_line: bytes,
-        deadline: float,
-        max_output: int,
-        deliver: Callable[[Outcome], None],
-    ) -> None:
-        """A child from `start()` takes the job (a second if the first was gone); reaps it."""
-        outcome = Outcome(b"", None, lost=True)
-        for _attempt in range(2):
-            if self.cancelled:
-                break
-            try:
-                child = start()
-            except OSError:  # no process to be had (EAGAIN, ENOMEM): the job is lost
-                break
-            with self._lock:
-                self._child = child
-                if self.cancelled:
-                    child.kill()
-            try:
-                if not child.send(job_line):
-                    drop(child)
-                    continue
-                outcome = child.receive(deadline, max_output)
-            except BaseException:
-                drop(child)
-                raise
-            if outcome.complete and not self.cancelled:
-                drop(child)  # it has answered: ended now, reaped before its slot is freed
-                deliver(outcome)
-                return
-            # Every other ending: the child is reaped, then the outcome delivered.
-            outcome.returncode = child.finish(deadline)
-            if outcome.started or outcome.timed_out or outcome.overflow:
-                break
-            outcome.lost = True  # died before it read the job (e.g. killed just now)
-        deliver(outcome)
-
-    def cancel(self) -> None:
-        """Kill the job's child (now, or as soon as it exists); its thread then reaps it."""
-        with self._lock:
-            self.cancelled = True
-            if self._child is not None:
-                self._child.kill()
 
 
 def drop(child: Handle) -> None:

@@ -198,16 +198,6 @@ def _failure(fields: dict[str, Any]) -> ExtractionError | None:
     return ExtractionError(code, detail=detail, elapsed=elapsed, peak_rss=peak_rss)
 
 
-def holds_answer(output: bytes | bytearray) -> bool:
-    """Whether a child's output so far ends with its whole answer (copies nothing)."""
-    return output.endswith(b"\n") and output not in (READY, STARTED, READY + STARTED)
-
-
-def job_started(output: bytes | bytearray) -> bool:
-    """Whether the child said it read its job (after READY from a cold child)."""
-    return output.startswith(STARTED) or output.startswith(READY + STARTED)
-
-
 # --- the template's control socket: requests and answers, both sides -----------------------
 
 FORK_REQUEST = b"F"  # answer: a job's child
