@@ -1,7 +1,7 @@
 """The extraction sandbox: untrusted PDFs read in limited, short-lived child processes.
 
 Parent side: extract, children; child side: child_main, child_job,
-template_main, engines, confine, kernel; both: wire. The process-wide controls are
+template_main, engines, confine; both: wire. The process-wide controls are
 importable from here, loaded on first use: a child imports this package too, and none of
 the parent side. (``extract`` itself is ``django_pdfpool.extract``.)
 """

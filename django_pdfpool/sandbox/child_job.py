@@ -13,8 +13,7 @@ import time
 from typing import Any, NoReturn
 
 from ..exceptions import ExtractionError
-from . import kernel
-from .confine import confine_job, prepare_job, status_fd
+from .confine import confine_job, libc, prepare_job, status_fd
 from .engines import (
     WARM_UP_PDF,
     classify,
@@ -56,7 +55,7 @@ def set_name(name: bytes) -> None:
 
 def _prctl(option: int, value: Any) -> None:
     """prctl(2), where there is one (libc's, looked up once: a fork inherits it)."""
-    prctl = getattr(kernel.libc(), "prctl", None)
+    prctl = getattr(libc(), "prctl", None)
     if prctl is not None:
         prctl(option, value, 0, 0, 0)
 
