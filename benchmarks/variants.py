@@ -10,7 +10,7 @@ the URLconf; see bench_load.py). Its URLs are the example's (``/api/extract/`` i
   as many at once as there are requests;
 - ``/bench/executor/``: what most people write: a ``ProcessPoolExecutor(max_workers=SLOTS)``
   (bounded workers, an unbounded queue, no sharing) running the very function the child
-  runs (``sandbox.child_job.extract_job``: read, hash, pypdf) on the staged upload, in
+  runs (``sandbox.child_main.extract_job``: read, hash, pypdf) on the staged upload, in
   long-lived workers without the child's limits;
 - ``/bench/health/``: a cheap page, polled during the run to see whether the server still
   answers everything else;
@@ -47,7 +47,7 @@ from django_pdfpool.configured import peek_pool
 from django_pdfpool.exceptions import EXTRACTION_MESSAGES as MESSAGES
 from django_pdfpool.exceptions import ExtractionError
 from django_pdfpool.sandbox import PAGE_SEPARATOR
-from django_pdfpool.sandbox.child_job import extract_job
+from django_pdfpool.sandbox.child_main import extract_job
 from django_pdfpool.sandbox.wire import Extracted, ExtractionJob
 from django_pdfpool.uploads import StagedUpload, stage
 

@@ -1,9 +1,8 @@
 """The extraction sandbox: untrusted PDFs read in limited, short-lived child processes.
 
-Parent side: extract, children; child side: child_main, child_job,
-template_main, engines, confine; both: wire. The process-wide controls are
-importable from here, loaded on first use: a child imports this package too, and none of
-the parent side. (``extract`` itself is ``django_pdfpool.extract``.)
+Parent side: extract, children; child side: child_main, engines, confine; both: wire.
+The process-wide controls are importable from here, loaded on first use: a child imports
+this package too, and none of the parent side. (``extract`` itself is ``django_pdfpool.extract``.)
 """
 
 from __future__ import annotations
