@@ -89,6 +89,7 @@ def main(argv: list[str]) -> None:
 
 def report_layers() -> None:
     """The layers a job's child gets on this host, as one JSON line on stdout; then exit."""
+    confine.prepare_job()
     confine.confine_job(sys.executable)
     applied = dataclasses.asdict(confine.applied())
     applied["layers"] = sorted(applied["layers"])

@@ -95,7 +95,6 @@ class _State:
     plan: _Plan | None = None  # the job's Landlock ruleset, prepared at start-up
     job_ruleset_fd: int | None = None  # made by prepare_job, enforced by confine_job
     status_fd: int | None = None  # /proc/self/status, opened before the job's domain
-    prepared: bool = False  # prepare_job ran (in this job's child)
     prepare_error: OSError | None = None
 
 
@@ -148,9 +147,8 @@ def prepare_job() -> None:
     """In a job's child before its job line (a ready child: while it waits): the job's Landlock
     ruleset made, /proc/self/status opened, the job's seccomp filter loaded; plain system
     calls on structures built at start-up (a forked child copies each page it touches)."""
-    if not _state.enabled or _state.prepared:
+    if not _state.enabled:
         return
-    _state.prepared = True
     plan = _state.plan
     try:
         if plan is not None:
@@ -173,11 +171,11 @@ def prepare_job() -> None:
 
 
 def confine_job(path: str) -> None:
-    """In a job's child, after its job line: its own Landlock domain, reading only the read
-    roots and `path`; OSError where the job cannot have a layer (no byte of the PDF is read)."""
+    """In a job's child, after prepare_job and its job line: its own Landlock domain, reading
+    only the read roots and `path`; OSError where the job cannot have a layer (no byte of the
+    PDF is read)."""
     if not _state.enabled:
         return
-    prepare_job()
     if _state.prepare_error is not None:
         raise _state.prepare_error
     ruleset, _state.job_ruleset_fd = _state.job_ruleset_fd, None
@@ -301,7 +299,7 @@ def _landlock() -> None:
     and abstract unix sockets scoped to the domain (reads are left to each job's domain)."""
     try:
         import landlockpy
-        from landlockpy import AccessFS
+        from landlockpy import AccessFS, AccessNet, Scope
     except ImportError:
         return _landlock_missing("landlockpy is not installed")
     abi = landlockpy.abi_version()
@@ -309,8 +307,13 @@ def _landlock() -> None:
     if abi < 1:
         return _landlock_missing("the kernel offers no Landlock")
     read = AccessFS.READ_FILE | AccessFS.READ_DIR
+    ruleset = landlockpy.Ruleset(  # what the ABI has of these: landlockpy drops the rest
+        handled_fs=landlockpy.fs_for_abi(abi) & ~read,
+        handled_net=AccessNet.BIND_TCP | AccessNet.CONNECT_TCP,
+        scoped=Scope.SIGNAL | Scope.ABSTRACT_UNIX_SOCKET,
+    )
     try:
-        with _ruleset(landlockpy, landlockpy.fs_for_abi(abi) & ~read) as ruleset:
+        with ruleset:
             for path in WRITABLE:
                 ruleset.allow_path(path, AccessFS.WRITE_FILE | AccessFS.IOCTL_DEV)
             ruleset.restrict(no_new_privs=True)
@@ -369,18 +372,6 @@ def _root_rules(roots: Any) -> tuple[list[int], list[Any]]:
         fds.append(fd)
         rules.append(PathBeneathAttr(read if os.path.isdir(root) else read_file, fd))
     return fds, rules
-
-
-def _ruleset(landlockpy: Any, handled_fs: Any) -> Any:
-    """A ruleset handling `handled_fs`, TCP bind and connect, and both scopes (what the ABI
-    has of them: landlockpy drops the rest)."""
-    from landlockpy import AccessNet, Scope
-
-    return landlockpy.Ruleset(
-        handled_fs=handled_fs,
-        handled_net=AccessNet.BIND_TCP | AccessNet.CONNECT_TCP,
-        scoped=Scope.SIGNAL | Scope.ABSTRACT_UNIX_SOCKET,
-    )
 
 
 def _seccomp_process() -> None:

@@ -450,6 +450,7 @@ stage = sys.argv[1]
 confine.LIBRARY_DIRS = (*confine.LIBRARY_DIRS, stage)  # the staging directory: a read root
 if sys.argv[2] == "sandbox":
     confine.confine_process()
+    confine.prepare_job()
     confine.confine_job(os.path.join(stage, "job.pdf"))
 for name in ("job.pdf", "neighbour.pdf"):
     try:
