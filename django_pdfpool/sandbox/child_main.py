@@ -47,7 +47,6 @@ from .wire import (
     decode_job,
     encode_answer,
     encode_job,
-    kill_forked,
     read_child_options,
 )
 
@@ -384,8 +383,11 @@ def serve_template(engines: tuple[str, ...], most: int, idle: float) -> NoReturn
     except SystemExit:
         pass
     finally:
-        for pidfd, child in template.children.items():
-            kill_forked(pidfd, child.pid)
+        for pidfd, child in template.children.items():  # none reaped: no pid reused
+            with contextlib.suppress(OSError):
+                signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+            with contextlib.suppress(OSError):
+                os.killpg(child.pid, signal.SIGKILL)
     os._exit(0)
 
 

@@ -28,7 +28,6 @@ from .wire import (
     STARTED,
     STATUS_FORMAT,
     child_options,
-    kill_forked,
 )
 
 CHILD_MODULE = "django_pdfpool.sandbox.child_main"
@@ -282,7 +281,12 @@ class ForkedChild(Handle):
         with self._lock:
             if self._reaped or self._pidfd is None:
                 return
-            kill_forked(self._pidfd, self.pid)
+            running = not select.select([self._pidfd], [], [], 0)[0]
+            with contextlib.suppress(OSError):
+                signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
+            if running:  # its group, after its setpgid: not once the template may have reaped it
+                with contextlib.suppress(OSError):
+                    os.killpg(self.pid, signal.SIGKILL)
 
     def reap(self) -> int | None:
         """Its exit status as the template reports it (None if the template died first)."""

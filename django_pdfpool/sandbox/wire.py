@@ -3,12 +3,8 @@ JSON, never pickle, as the parent trusts no byte a child writes."""
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import re
-import select
-import signal
 from dataclasses import asdict, dataclass
 from typing import Any, NamedTuple
 
@@ -204,13 +200,3 @@ FORK_REQUEST = b"F"  # answer: a job's child
 PIDS_REQUEST = b"P"  # answer: the ready children's pids
 PID_FORMAT = "=i"  # a pid in an answer (a child's pidfd and pipes ride along)
 STATUS_FORMAT = "=i"  # on the status pipe: the exit code (-N: killed by signal N)
-
-
-def kill_forked(pidfd: int, pid: int) -> None:
-    """SIGKILL to a forked child by pidfd and, while it runs (after its setpgid), to its group."""
-    running = not select.select([pidfd], [], [], 0)[0]
-    with contextlib.suppress(OSError):
-        signal.pidfd_send_signal(pidfd, signal.SIGKILL)
-    if running:
-        with contextlib.suppress(OSError):
-            os.killpg(pid, signal.SIGKILL)
