@@ -246,11 +246,6 @@ def serve_job(stdin: int = 0, stdout: int = 1, renamed: bool = False) -> NoRetur
     os._exit(0)
 
 
-def _stop(signum: int, frame: object) -> NoReturn:
-    """SIGTERM: the server is gone."""
-    raise SystemExit
-
-
 class _Forked:
     """A child: pid, pidfd, status pipe's write end, and (until handed out) the server's ends."""
 
@@ -370,7 +365,7 @@ class _Template:
 
 def serve_template(engines: tuple[str, ...], most: int, idle: float) -> NoReturn:
     """Say READY, then fork children on request until the server goes; never returns."""
-    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # the server is gone
     control = socket.socket(fileno=os.dup(0))  # a SOCK_SEQPACKET pair's end
     null = os.open(os.devnull, os.O_RDWR)
     os.dup2(null, 0)  # the control socket only under its own number from here on
@@ -380,7 +375,7 @@ def serve_template(engines: tuple[str, ...], most: int, idle: float) -> NoReturn
     template = _Template(control, engines, most, idle)
     try:
         template.serve()
-    except SystemExit:
+    except KeyboardInterrupt:  # SIGTERM
         pass
     finally:
         for pidfd, child in template.children.items():  # none reaped: no pid reused

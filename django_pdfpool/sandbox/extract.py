@@ -105,7 +105,6 @@ class Extraction:
         return cls(**{name: value for name, value in values.items() if name != "text"})
 
 
-SANDBOX_REFUSAL = Wording.SANDBOX  # what a client is told
 PROBE_TIMEOUT = 60.0  # seconds a probe child may take (an interpreter start on a busy host)
 _logger = logging.getLogger("django_pdfpool.sandbox")
 
@@ -133,51 +132,24 @@ class SandboxLayers:
         return ", ".join(f"{k} ({v})" for k, v in sorted(self.missing.items()))
 
 
-class HostLayers:
-    """The process's findings (one probe per interpreter, environment and sandbox setting)
-    and its required level."""
-
-    def __init__(self) -> None:
-        self.required = "none"
-        self._found: dict[tuple[str, tuple[str, ...], str], SandboxLayers] = {}
-        self._logged: set[tuple[object, ...]] = set()
-        self._lock = threading.Lock()
-
-    def require(self, level: str) -> None:
-        """Refuse extractions below `level` (one of confine.LEVELS) from now on."""
-        REQUIRE.require("require", level)
-        self.required = level
-
-    def layers(self, python: str, env: tuple[str, ...], sandbox: str) -> SandboxLayers:
-        """What children started with these get (a probe child the first time)."""
-        key = (python, env, sandbox)
-        with self._lock:
-            first = key not in self._found
-            if first:
-                self._found[key] = probe(python, env, sandbox)
-            found = self._found[key]
-        if first and found.missing and found.enabled:  # said once, where no check runs too
-            _logger.warning("The extraction sandbox lacks on this host: %s", found.why)
-        return replace(found, required=self.required)
-
-    def check(self, found: SandboxLayers) -> None:
-        """SandboxUnavailable (a fixed sentence for clients) unless `found` is sufficient;
-        the operators' reason is logged at ERROR, once per finding."""
-        if found.sufficient:
-            return
-        finding = (found.level, found.required, tuple(sorted(found.missing.items())))
-        with self._lock:
-            first = finding not in self._logged
-            self._logged.add(finding)
-        if first:
-            _logger.error(
-                "Extractions refused: the sandbox reaches level %r, PDFPOOL['SANDBOX']['REQUIRE'] "
-                "is %r; missing: %s",
-                found.level,
-                found.required,
-                found.why or "-",
-            )
-        raise SandboxUnavailable(SANDBOX_REFUSAL)
+def _check_layers(found: SandboxLayers) -> None:
+    """SandboxUnavailable (a fixed sentence for clients) unless `found` is sufficient;
+    the operators' reason is logged at ERROR, once per finding."""
+    if found.sufficient:
+        return
+    finding = (found.level, found.required, tuple(sorted(found.missing.items())))
+    with _layers_lock:
+        first = finding not in _logged
+        _logged.add(finding)
+    if first:
+        _logger.error(
+            "Extractions refused: the sandbox reaches level %r, PDFPOOL['SANDBOX']['REQUIRE'] "
+            "is %r; missing: %s",
+            found.level,
+            found.required,
+            found.why or "-",
+        )
+    raise SandboxUnavailable(Wording.SANDBOX)
 
 
 def probe(python: str, env: tuple[str, ...], sandbox: str) -> SandboxLayers:
@@ -206,7 +178,10 @@ def probe(python: str, env: tuple[str, ...], sandbox: str) -> SandboxLayers:
 
 
 _template = Template()  # the process's template, forking warm children
-_host = HostLayers()  # the sandbox this host gives children, and the level required
+_required = "none"  # the sandbox level below which extractions are refused
+_found: dict[tuple[str, tuple[str, ...], str], SandboxLayers] = {}  # by interpreter, env, sandbox
+_logged: set[tuple[object, ...]] = set()  # the refusals' findings logged so far
+_layers_lock = threading.Lock()
 _tmp_dir: str | None = None
 _UNSET: Any = object()
 _registered: set[str] = set()  # engines registered by register_engine ("module:function")
@@ -224,7 +199,15 @@ def register_engine(engine: str) -> None:
 def sandbox_layers() -> SandboxLayers:
     """What the sandbox gives a job's child on this host, as a probe child found it (started
     once per process and configuration, about 0.1 s), and the level required."""
-    return _host.layers(_template.python, _template.env, _template.sandbox)
+    key = (_template.python, _template.env, _template.sandbox)
+    with _layers_lock:
+        first = key not in _found
+        if first:
+            _found[key] = probe(*key)
+        found = _found[key]
+    if first and found.missing and found.enabled:  # said once, where no check runs too
+        _logger.warning("The extraction sandbox lacks on this host: %s", found.why)
+    return replace(found, required=_required)
 
 
 def configure(
@@ -242,17 +225,18 @@ def configure(
     environment variables they get besides `children.BASE_ENV`, whether they sandbox
     themselves (False: for tests of what the layers stop), the level (`confine.LEVELS`)
     below which `extract()` raises SandboxUnavailable, and their nice above ours (0-19)."""
-    global _tmp_dir
+    global _tmp_dir, _required
     if nice is not None:  # the arguments are checked before anything changes
         limits.NICE.require("nice", nice)
     if child_env is not None:
         limits.CHILD_ENV.require("child_env", child_env)
     if require is not None:
-        _host.require(require)  # checks it, then sets it: the last to check
+        REQUIRE.require("require", require)
+        _required = require  # the last argument checked
     level = None
     if sandbox is not None or require is not None:
         enabled = _template.sandbox != SANDBOX_OFF if sandbox is None else sandbox
-        level = _host.required if enabled else SANDBOX_OFF
+        level = _required if enabled else SANDBOX_OFF
     names = None if child_env is None else tuple(child_env)
     _template.configure(enabled=warm, python=python, env=names, sandbox=level, nice=nice)
     if tmp_dir is not _UNSET:
@@ -292,8 +276,8 @@ async def extract(
         _checked(*args)  # the limits of the job before: no Python call
     except TypeError:  # an unhashable argument: its own error
         _check(*args)
-    if _host.required != "none":  # probed once: at once after that
-        await asyncio.to_thread(lambda: _host.check(sandbox_layers()))
+    if _required != "none":  # probed once: at once after that
+        await asyncio.to_thread(lambda: _check_layers(sandbox_layers()))
     refuse = on_too_many_pages == "refuse"
     job = ExtractionJob("", engine, timeout, memory_limit, max_pages, refuse, max_text_bytes)
     run = _Job(source, job, time.monotonic() + timeout, warm)
