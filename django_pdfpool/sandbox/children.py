@@ -453,11 +453,7 @@ class Template:
 
     def shutdown(self) -> None:
         """End the template now; `configure(enabled=True)` has one start again."""
-        with self._lock:
-            self.enabled, running = False, self._running
-        if running is not None:
-            self._retire(running, end=True)
-        self._wake()
+        self.configure(enabled=False)
 
     def pid(self) -> int | None:
         """The running template's pid, or None."""
