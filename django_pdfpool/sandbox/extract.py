@@ -20,7 +20,6 @@ import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field, fields, replace
-from functools import partial
 from typing import Any, Literal, NoReturn
 
 from .. import bounds as limits
@@ -342,7 +341,7 @@ class _Workers:
                 return
             if self._starts is None:  # once per process: this start waits, no other does
                 self._starts = queue.SimpleQueue()
-                starter = partial(self._start, self._starts)
+                starter = functools.partial(self._start, self._starts)
                 threading.Thread(target=starter, daemon=True, name="pdfpool-starter").start()
             # In a list the thread empties: its args would keep the first job (its bytes) alive.
             thread = threading.Thread(
