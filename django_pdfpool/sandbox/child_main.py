@@ -364,14 +364,15 @@ class _Template:
 
 
 def serve_template(engines: tuple[str, ...], most: int, idle: float) -> NoReturn:
-    """Say READY, then fork children on request until the server goes; never returns."""
+    """Say READY on the control socket, then fork children on request until the server goes;
+    never returns."""
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # the server is gone
     control = socket.socket(fileno=os.dup(0))  # a SOCK_SEQPACKET pair's end
     null = os.open(os.devnull, os.O_RDWR)
     os.dup2(null, 0)  # the control socket only under its own number from here on
-    write_all(1, READY)
-    os.dup2(null, 1)  # the server's READY pipe is not held by this process any more
+    os.dup2(null, 1)  # nor the server's pipe: nothing is written to it
     os.close(null)
+    control.send(READY)
     template = _Template(control, engines, most, idle)
     try:
         template.serve()

@@ -211,21 +211,6 @@ class Child(Handle):
             self._pidfd = None
         super().__init__()
 
-    def wait_ready(self, timeout: float) -> bool:
-        """Read the child's "ready" line: its imports are done and it waits for a job."""
-        deadline, line = time.monotonic() + timeout, b""
-        poller = select.poll()
-        poller.register(self._answer_fd, select.POLLIN)
-        while len(line) < len(READY):
-            remaining = deadline - time.monotonic()
-            if remaining <= 0 or not poller.poll(remaining * 1000 + 1):
-                return False
-            chunk = os.read(self._answer_fd, len(READY) - len(line))
-            if not chunk:
-                return False
-            line += chunk
-        return line == READY
-
     def alive(self) -> bool:
         """Whether the child has not exited yet."""
         with self._lock:
@@ -559,7 +544,12 @@ class Template:
             return None
         finally:
             theirs.close()
-        if not child.wait_ready(START_TIMEOUT) or child._pidfd is None:
+        ours.settimeout(START_TIMEOUT)
+        try:  # its imports and rehearsal done, it says READY on the socket
+            answered = ours.recv(len(READY)) == READY
+        except OSError:  # a timeout, or the template is gone
+            answered = False
+        if not answered or child._pidfd is None:
             ours.close()
             drop(child)
             return None
