@@ -1,7 +1,7 @@
 """Child side: the sandbox layers a child puts on itself, once at start-up (inherited by
 every fork) and per job (after its job line, before the PDF), and the record of which ones
-this host gave it; the job's layers are system calls on structures built at start-up, as a
-forked child copies each page it touches. Each layer and what it stops: docs/security.md."""
+this host gave it; the job's layers are system calls (landlockpy's) on structures built at
+start-up, as a forked child copies each page it touches. Each layer: docs/security.md."""
 
 from __future__ import annotations
 
@@ -152,11 +152,11 @@ def prepare_job() -> None:
     plan = _state.plan
     try:
         if plan is not None:
-            from landlockpy import _syscall as landlock
+            from landlockpy import _syscall
 
-            _state.job_ruleset_fd = ruleset = landlock.create_ruleset(plan.attr)
+            _state.job_ruleset_fd = ruleset = _syscall.create_ruleset(plan.attr)
             for rule in plan.root_rules:
-                landlock.add_path_beneath(ruleset, rule)
+                _syscall.add_path_beneath(ruleset, rule)
             for fd in plan.root_fds:
                 os.close(fd)
             plan.root_fds = []
@@ -182,7 +182,7 @@ def confine_job(path: str) -> None:
     plan = _state.plan
     if ruleset is None or plan is None:
         return
-    from landlockpy import _syscall as landlock
+    from landlockpy import _syscall
 
     directory = os.path.dirname(os.path.abspath(path))
     roots = [root for root in _state.read_roots if not _beneath(directory, root)]
@@ -190,18 +190,18 @@ def confine_job(path: str) -> None:
         if len(roots) < len(_state.read_roots):
             # beneath a read root the job's neighbours (other staged PDFs) would be readable:
             # a ruleset of the other roots instead
-            old, ruleset = ruleset, landlock.create_ruleset(plan.attr)
+            old, ruleset = ruleset, _syscall.create_ruleset(plan.attr)
             os.close(old)
             for fd, rule in zip(*_root_rules(roots), strict=True):
-                landlock.add_path_beneath(ruleset, rule)
+                _syscall.add_path_beneath(ruleset, rule)
                 os.close(fd)
         job_fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
         try:
             plan.file_rule.parent_fd = job_fd
-            landlock.add_path_beneath(ruleset, plan.file_rule)
+            _syscall.add_path_beneath(ruleset, plan.file_rule)
         finally:
             os.close(job_fd)
-        landlock.restrict_self(ruleset)
+        _syscall.restrict_self(ruleset)
     finally:
         os.close(ruleset)
 
@@ -299,7 +299,7 @@ def _landlock() -> None:
     and abstract unix sockets scoped to the domain (reads are left to each job's domain)."""
     try:
         import landlockpy
-        from landlockpy import AccessFS, AccessNet, Scope
+        from landlockpy import AccessFS, AccessNet, Scope, _syscall  # noqa: F401 (a job's calls)
     except ImportError:
         return _landlock_missing("landlockpy is not installed")
     abi = landlockpy.abi_version()
@@ -358,8 +358,7 @@ def _plan(abi: int) -> _Plan:
 
 def _root_rules(roots: Any) -> tuple[list[int], list[Any]]:
     """Each root that can be opened: its O_PATH descriptor and its read rule."""
-    from landlockpy import AccessFS
-    from landlockpy._syscall import PathBeneathAttr
+    from landlockpy import AccessFS, _syscall
 
     read_file = int(AccessFS.READ_FILE)
     read = read_file | int(AccessFS.READ_DIR)
@@ -370,7 +369,7 @@ def _root_rules(roots: Any) -> tuple[list[int], list[Any]]:
         except OSError:
             continue
         fds.append(fd)
-        rules.append(PathBeneathAttr(read if os.path.isdir(root) else read_file, fd))
+        rules.append(_syscall.PathBeneathAttr(read if os.path.isdir(root) else read_file, fd))
     return fds, rules
 
 
