@@ -30,7 +30,7 @@ from django_pdfpool.configured import peek_pool
 from django_pdfpool.exceptions import EXTRACTION_MESSAGES as MESSAGES
 from django_pdfpool.exceptions import ExtractionError
 from django_pdfpool.sandbox import PAGE_SEPARATOR
-from django_pdfpool.sandbox.child_job import extract_job
+from django_pdfpool.sandbox.child_main import extract_job
 from django_pdfpool.sandbox.wire import Extracted, ExtractionJob
 from django_pdfpool.uploads import StagedUpload, stage
 

@@ -161,6 +161,8 @@ PACKAGE_WIDE = {
     "test_layout.py",
     "test_docs.py",
     "test_docs_code.py",
+    "test_docs_curl.py",
+    "test_docs_history.py",
     "test_typing.py",
     "test_public_paths.py",
     "test_counters.py",

@@ -1,23 +1,64 @@
-"""Child side: ``python -P -m django_pdfpool.sandbox.child_main [options]``: a cold child
-imports its engines, says READY, does one job (child_job) and exits; with ``--template`` it
-warms up and forks one such child per request instead (template_main)."""
+"""Child side: ``python -P -m django_pdfpool.sandbox.child_main [options]``. A cold child
+imports its engines, says READY, does one job and exits; with ``--template`` it warms up and
+forks one such child per request instead (docs/architecture.md)."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import gc
+import hashlib
 import json
+import math
 import os
+import resource
+import select
 import signal
+import socket
+import stat
+import struct
 import sys
+import time
+from collections import deque
+from typing import Any, NoReturn
 
+from ..exceptions import ExtractionError
 from . import confine
-from .child_job import die_with_parent, rehearse, serve_job, write_all
-from .engines import preload
-from .template_main import serve_template
-from .wire import READY, SANDBOX_OFF, read_child_options
+from .engines import (
+    WARM_UP_PDF,
+    classify,
+    configure_pypdf,
+    decompression_cap,
+    encrypted_warm_ups,
+    extract_pages,
+    preload,
+)
+from .wire import (
+    FORK_REQUEST,
+    PID_FORMAT,
+    PIDS_REQUEST,
+    READY,
+    SANDBOX_OFF,
+    STARTED,
+    STATUS_FORMAT,
+    ChildAnswer,
+    Extracted,
+    ExtractionJob,
+    decode_job,
+    encode_answer,
+    encode_job,
+    read_child_options,
+)
 
-__all__ = ["main"]
+CPU_MARGIN = 1  # seconds of CPU time granted beyond the job's timeout before SIGXCPU
+ALARM_MARGIN = 2  # seconds of wall time beyond the timeout before the child's own SIGALRM
+PR_SET_PDEATHSIG = 1  # prctl(2): the signal this process gets when its parent (thread) dies
+PR_SET_NAME = 15  # prctl(2): this process's name (comm)
+JOB_NAME = b"pdfpool-job"  # a ready child's name once its job line is read
+REHEARSAL_TIMEOUT, REHEARSAL_MEMORY = 60.0, 1 << 30  # a rehearsal's job (no limits are set)
+JOB_EXIT_ON_ERROR = 70  # a forked child that failed before its job
+HOLD = 0.05  # seconds a new job runs alone before a ready child is forked beside it
+READY_NAME = b"pdfpool-ready"  # /proc/PID/comm of a ready child, until its job line arrives
 
 
 def main(argv: list[str]) -> None:
@@ -47,12 +88,325 @@ def main(argv: list[str]) -> None:
 
 def report_layers() -> None:
     """The layers a job's child gets on this host, as one JSON line on stdout; then exit."""
+    confine.prepare_job()
     confine.confine_job(sys.executable)
     applied = dataclasses.asdict(confine.applied())
     applied["layers"] = sorted(applied["layers"])
     write_all(sys.stdout.fileno(), json.dumps(applied).encode() + b"\n")
     sys.stdout.flush()
     raise SystemExit(0)
+
+
+def die_with_parent(parent: int, signum: int) -> None:
+    """`signum` when the thread that started this process dies; exit now if it is gone."""
+    _prctl(PR_SET_PDEATHSIG, signum)  # not Linux: the parent's pipes still end the process
+    if os.getppid() != parent:
+        os._exit(0)
+
+
+def set_name(name: bytes) -> None:
+    """This process's name in /proc/PID/comm and ps (15 bytes at most)."""
+    _prctl(PR_SET_NAME, name[:15])
+
+
+def _prctl(option: int, value: Any) -> None:
+    """prctl(2), where there is one (libc's, looked up once: a fork inherits it)."""
+    prctl = getattr(confine.libc(), "prctl", None)
+    if prctl is not None:
+        prctl(option, value, 0, 0, 0)
+
+
+def limit_self(memory_limit: int, timeout: float) -> None:
+    """Address space, CPU seconds from now, a wall-clock alarm, and no core files."""
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    _lower(resource.RLIMIT_AS, memory_limit)
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    soft = math.ceil(usage.ru_utime + usage.ru_stime + timeout) + CPU_MARGIN
+    _lower(resource.RLIMIT_CPU, soft, soft + 1)  # SIGXCPU at soft, SIGKILL at hard
+    # If the parent dies mid-job nobody kills this process at the deadline: the alarm does.
+    signal.alarm(math.ceil(timeout) + ALARM_MARGIN)
+
+
+def _lower(kind: int, soft: int, hard: int | None = None) -> None:
+    """Set a limit, never above the hard limit this process inherited."""
+    _, current_hard = resource.getrlimit(kind)
+    hard = soft if hard is None else hard
+    if current_hard != resource.RLIM_INFINITY:
+        soft, hard = min(soft, current_hard), min(hard, current_hard)
+    resource.setrlimit(kind, (soft, hard))
+
+
+def read_document(path: str) -> bytes:
+    """The whole file, refusing anything but a regular file (a FIFO or a device would hang)."""
+    # O_NONBLOCK keeps even the open() of a FIFO from waiting.
+    with open(os.open(path, os.O_RDONLY | os.O_NONBLOCK), "rb", buffering=0) as handle:
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            raise ExtractionError("not_a_pdf", detail="not a regular file")
+        return handle.read()
+
+
+def extract_job(job: ExtractionJob, data: bytes | None = None) -> ChildAnswer:
+    """Read (unless given), hash and extract the job's file; every ending is an answer."""
+    try:
+        if job.engine != "pypdf":  # pypdf's own setup is configure_pypdf's, just below
+            preload(job.engine)  # at once if preloaded; imported here otherwise
+        configure_pypdf(decompression_cap(job.memory_limit))
+        if data is None:
+            data = read_document(job.path)
+        # Hashed here, over the very bytes that are parsed: the parent never reads the file.
+        digest = hashlib.sha256(data).hexdigest()
+        max_pages, refuse, cap = job.max_pages, job.refuse, job.max_text_bytes
+        text = extract_pages(
+            job.engine, data, max_pages=max_pages, refuse=refuse, max_text_bytes=cap
+        )
+        return Extracted(sha256=digest, **text)
+    except BaseException as exc:
+        code, detail = classify(exc)
+    # Out of the except block: the traceback and the frames holding the document are freed.
+    return ExtractionError(code, detail=detail)
+
+
+def rehearse(engines: tuple[str, ...], encrypted: bool = False) -> None:
+    """A job's whole path on the warm-up document with each engine (also encrypted, for the
+    template), no limits set: imports, caches and copy-on-write faults paid before a job."""
+    locked = encrypted_warm_ups() if encrypted else []
+    for engine in engines:
+        job = ExtractionJob("", engine, REHEARSAL_TIMEOUT, REHEARSAL_MEMORY, None, False)
+        for document in [WARM_UP_PDF, *(locked if engine == "pypdf" else ())]:
+            encode_answer(extract_job(decode_job(encode_job(job)), document))
+
+
+def peak_rss() -> int:
+    """VmHWM in bytes (ru_maxrss counts the parent's), by the fd opened before the sandbox."""
+    try:
+        fd = confine.status_fd()
+        if fd is not None:
+            status = os.pread(fd, 1 << 14, 0)
+        else:
+            with open("/proc/self/status", "rb") as file:
+                status = file.read()
+        for line in status.splitlines():
+            if line.startswith(b"VmHWM:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError, MemoryError):
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def write_all(fd: int, data: bytes) -> None:
+    """Write every byte of `data`, however many writes the pipe takes."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def read_line(fd: int) -> bytes:
+    """Bytes up to and including the first newline, or all there was before EOF."""
+    line = b""
+    while not line.endswith(b"\n"):
+        chunk = os.read(fd, 1 << 16)
+        if not chunk:
+            break
+        line += chunk
+    return line
+
+
+def serve_job(stdin: int = 0, stdout: int = 1, renamed: bool = False) -> NoReturn:
+    """Wait for the job line, limit this process, say STARTED, answer, exit (no teardown);
+    a ready child (`renamed` while it waits) takes JOB_NAME with its job."""
+    confine.prepare_job()  # the job's sandbox but its file: a ready child's, while it waits
+    line = read_line(stdin)
+    if not line.strip():  # EOF: the parent is gone or discarded this child
+        os._exit(0)
+    if renamed:
+        set_name(JOB_NAME)
+    started = time.perf_counter()
+    job = decode_job(line)
+    try:
+        confine.confine_job(job.path)  # before a byte of the PDF is read
+        refused = None
+    except OSError:  # a required layer could not be had: the PDF is not read
+        refused = ExtractionError("crashed", detail="sandbox layer unavailable")
+    limit_self(job.memory_limit, job.timeout)
+    write_all(stdout, STARTED)
+    answer = extract_job(job) if refused is None else refused
+    answer.elapsed = time.perf_counter() - started
+    answer.peak_rss = peak_rss()
+    try:
+        data = encode_answer(answer)
+    except MemoryError:
+        del answer
+        elapsed = time.perf_counter() - started
+        error = ExtractionError(
+            "too_large", detail="MemoryError", elapsed=elapsed, peak_rss=peak_rss()
+        )
+        data = encode_answer(error)
+    write_all(stdout, data)
+    # No interpreter teardown: the parent has its answer, and the memory goes back anyway.
+    os._exit(0)
+
+
+class _Forked:
+    """A child: pid, pidfd, status pipe's write end, and (until handed out) the server's ends."""
+
+    def __init__(self, pid: int, pidfd: int, status_out: int, ends: tuple[int, int, int]):
+        self.pid, self.pidfd, self.status_out = pid, pidfd, status_out
+        self.ends: tuple[int, ...] = ends
+
+    def close_ends(self) -> None:
+        for fd in self.ends:
+            os.close(fd)
+        self.ends = ()
+
+
+class _Template:
+    """The template's state: every child by pidfd, the ready ones oldest first, and demand."""
+
+    def __init__(self, control: socket.socket, engines: tuple[str, ...], most: int, idle: float):
+        self.control, self.engines, self.most, self.idle = control, engines, most, idle
+        self.children: dict[int, _Forked] = {}
+        self.ready: deque[_Forked] = deque()
+        self.wanted = 0  # ready children to keep: the most jobs seen running at once lately
+        self.handed: dict[int, float] = {}  # pidfd -> when: children handed out, running
+        self.last_request = time.monotonic()
+        self.poller = select.poll()
+        self.poller.register(control, select.POLLIN)
+        with open("/proc/self/comm", "rb") as comm:  # its own name, back after a warm fork
+            self.name = comm.read().strip()
+
+    def serve(self) -> None:
+        """Requests and exits first; then a ready child more (no job started under HOLD ago still
+        running), or the ready ones dropped after `idle` seconds without a request."""
+        while True:
+            due = None  # when a ready child is forked, or the ready ones are dropped
+            if len(self.ready) < self.wanted:
+                due = max(self.handed.values(), default=0.0) + HOLD
+            elif self.ready:
+                due = self.last_request + self.idle
+            wait = None if due is None else max(0.0, due - time.monotonic()) * 1000
+            events = self.poller.poll(wait)
+            for fd, _ in events:
+                if fd != self.control.fileno():
+                    self.reap(fd)
+                elif not self.request():
+                    return
+            if events or due is None or time.monotonic() < due:
+                continue
+            if len(self.ready) < self.wanted:
+                self.ready.append(self.fork(warm=True))
+            else:
+                self.wanted = 0
+                while self.ready:  # end of input on its job pipe: it exits
+                    self.ready.popleft().close_ends()
+
+    def request(self) -> bool:
+        """One request answered; False at end of input."""
+        try:
+            message = self.control.recv(16)
+        except OSError:
+            return False
+        if message == PIDS_REQUEST:
+            pids = b"".join(struct.pack(PID_FORMAT, child.pid) for child in self.ready)
+            with contextlib.suppress(OSError):
+                self.control.send(pids or b"-")
+            return True
+        if message != FORK_REQUEST:
+            return bool(message)
+        self.last_request = time.monotonic()
+        child = self.ready.popleft() if self.ready else self.fork(warm=False)
+        self.handed[child.pidfd] = self.last_request
+        running = len(self.children) - len(self.ready)  # this job's child included
+        self.wanted = min(self.most, max(self.wanted, running))
+        try:
+            socket.send_fds(
+                self.control, [struct.pack(PID_FORMAT, child.pid)], [child.pidfd, *child.ends]
+            )
+        except OSError:
+            return False
+        finally:
+            child.close_ends()
+        return True
+
+    def fork(self, warm: bool) -> _Forked:
+        """A new child: warmed up and waiting for its job line if `warm`, else for it at once."""
+        job_in, job_out = os.pipe()
+        answer_in, answer_out = os.pipe()
+        status_in, status_out = os.pipe()
+        if warm:  # the child is born with its name: never seen unnamed while it waits
+            set_name(READY_NAME)
+        pid = os.fork()
+        if pid == 0:
+            _become_job_child(job_in, answer_out, self.engines if warm else None)
+        if warm:
+            set_name(self.name)
+        os.close(job_in)
+        os.close(answer_out)
+        pidfd = os.pidfd_open(pid)  # before any reaping: this pid is certainly the child's
+        child = _Forked(pid, pidfd, status_out, (job_out, answer_in, status_in))
+        self.children[pidfd] = child
+        self.poller.register(pidfd, select.POLLIN)
+        return child
+
+    def reap(self, pidfd: int) -> None:
+        """A child exited: reap it, write its exit code to its status pipe, forget it."""
+        child = self.children.pop(pidfd)
+        self.handed.pop(pidfd, None)
+        self.poller.unregister(pidfd)
+        os.close(pidfd)
+        _, status, usage = os.wait4(child.pid, 0)
+        if child in self.ready:  # died while ready (killed from outside): nobody waits
+            self.ready.remove(child)
+            child.close_ends()
+        code = struct.pack(STATUS_FORMAT, os.waitstatus_to_exitcode(status), usage.ru_maxrss << 10)
+        with contextlib.suppress(OSError):  # the server may have stopped listening for it
+            os.write(child.status_out, code)
+        os.close(child.status_out)
+
+
+def serve_template(engines: tuple[str, ...], most: int, idle: float) -> NoReturn:
+    """Say READY on the control socket, then fork children on request until the server goes;
+    never returns."""
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # the server is gone
+    control = socket.socket(fileno=os.dup(0))  # a SOCK_SEQPACKET pair's end
+    null = os.open(os.devnull, os.O_RDWR)
+    os.dup2(null, 0)  # the control socket only under its own number from here on
+    os.dup2(null, 1)  # nor the server's pipe: nothing is written to it
+    os.close(null)
+    control.send(READY)
+    template = _Template(control, engines, most, idle)
+    try:
+        template.serve()
+    except KeyboardInterrupt:  # SIGTERM
+        pass
+    finally:
+        for pidfd, child in template.children.items():  # none reaped: no pid reused
+            with contextlib.suppress(OSError):
+                signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+            with contextlib.suppress(OSError):
+                os.killpg(child.pid, signal.SIGKILL)
+    os._exit(0)
+
+
+def _become_job_child(job_in: int, answer_out: int, engines: tuple[str, ...] | None) -> NoReturn:
+    """In the new child: own group, the job's pipes as stdin/stdout, stderr to /dev/null, no
+    other fd, default signals; rehearsed if `engines` (a ready child), then the job."""
+    try:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.setpgid(0, 0)
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(job_in, 0)
+        os.dup2(answer_out, 1)
+        os.dup2(null, 2)
+        low = 3  # close_range(2) around the descriptors the job's sandbox is prepared on
+        for kept in (*confine.kept_fds(), os.sysconf("SC_OPEN_MAX")):
+            os.closerange(low, kept)
+            low = kept + 1
+        if engines is not None:  # named READY_NAME from birth (see fork)
+            rehearse(engines)  # its copy-on-write faults and caches paid before the job
+            gc.freeze()
+        serve_job(0, 1, renamed=engines is not None)
+    except BaseException:
+        os._exit(JOB_EXIT_ON_ERROR)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,11 +26,10 @@ from .wire import (
     PID_FORMAT,
     PIDS_REQUEST,
     READY,
+    STARTED,
     STATUS_FORMAT,
     child_options,
     holds_answer,
-    job_started,
-    kill_forked,
 )
 
 CHILD_MODULE = "django_pdfpool.sandbox.child_main"
@@ -60,9 +58,14 @@ def child_env(names: tuple[str, ...] = ()) -> dict[str, str]:
     return env
 
 
+def job_started(output: bytes | bytearray) -> bool:
+    """Whether the child said it read its job (after READY from a cold child)."""
+    return output.startswith(STARTED) or output.startswith(READY + STARTED)
+
+
 @dataclass
 class Outcome:
-    """How a conversation with a child ended, for extract.py to judge."""
+    """How a conversation with a child ended, for `extract` to judge."""
 
     output: bytes | bytearray  # decode_answer empties a bytearray
     returncode: int | None  # None: not known (a forked child whose template died first)
@@ -206,21 +209,6 @@ class Child(Handle):
             self._pidfd = None
         super().__init__()
 
-    def wait_ready(self, timeout: float) -> bool:
-        """Read the child's "ready" line: its imports are done and it waits for a job."""
-        deadline, line = time.monotonic() + timeout, b""
-        poller = select.poll()
-        poller.register(self._answer_fd, select.POLLIN)
-        while len(line) < len(READY):
-            remaining = deadline - time.monotonic()
-            if remaining <= 0 or not poller.poll(remaining * 1000 + 1):
-                return False
-            chunk = os.read(self._answer_fd, len(READY) - len(line))
-            if not chunk:
-                return False
-            line += chunk
-        return line == READY
-
     def alive(self) -> bool:
         """Whether the child has not exited yet."""
         with self._lock:
@@ -280,7 +268,12 @@ class ForkedChild(Handle):
         with self._lock:
             if self._reaped or self._pidfd is None:
                 return
-            kill_forked(self._pidfd, self.pid)
+            running = not select.select([self._pidfd], [], [], 0)[0]
+            with contextlib.suppress(OSError):
+                signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
+            if running:  # its group, after its setpgid: not once the template may have reaped it
+                with contextlib.suppress(OSError):
+                    os.killpg(self.pid, signal.SIGKILL)
 
     def reap(self) -> int | None:
         """Its exit status as the template reports it (None if the template died first)."""
@@ -324,66 +317,10 @@ RECENT_JOBS = 20  # job children whose peak this process remembers
 recent_peaks: collections.deque[tuple[float, int, str]] = collections.deque(maxlen=RECENT_JOBS)
 
 
-def _remember(child: Handle) -> None:
+def remember(child: Handle) -> None:
+    """Keep a reaped job child's peak RSS in ``recent_peaks``."""
     if child.peak_rss is not None:
         recent_peaks.append((time.time(), child.peak_rss, child.start))
-
-
-class JobRun:
-    """One job's child, shared by the awaiting coroutine (which may cancel) and its thread."""
-
-    def __init__(self) -> None:
-        self._lock, self.cancelled = threading.Lock(), False
-        self._child: Handle | None = None
-
-    def run(
-        self,
-        start: Callable[[], Handle],
-        job_line: bytes,
-        deadline: float,
-        max_output: int,
-        deliver: Callable[[Outcome], None],
-    ) -> None:
-        """A child from `start()` takes the job (a second if the first was gone); reaps it."""
-        outcome = Outcome(b"", None, lost=True)
-        for _attempt in range(2):
-            if self.cancelled:
-                break
-            try:
-                child = start()
-            except OSError:  # no process to be had (EAGAIN, ENOMEM): the job is lost
-                break
-            with self._lock:
-                self._child = child
-                if self.cancelled:
-                    child.kill()
-            try:
-                if not child.send(job_line):
-                    drop(child)
-                    continue
-                outcome = child.receive(deadline, max_output)
-            except BaseException:
-                drop(child)
-                raise
-            if outcome.complete and not self.cancelled:
-                drop(child)  # it has answered: ended now, reaped before its slot is freed
-                _remember(child)
-                deliver(outcome)
-                return
-            # Every other ending: the child is reaped, then the outcome delivered.
-            outcome.returncode = child.finish(deadline)
-            if outcome.started or outcome.timed_out or outcome.overflow:
-                _remember(child)
-                break
-            outcome.lost = True  # died before it read the job (e.g. killed just now)
-        deliver(outcome)
-
-    def cancel(self) -> None:
-        """Kill the job's child (now, or as soon as it exists); its thread then reaps it."""
-        with self._lock:
-            self.cancelled = True
-            if self._child is not None:
-                self._child.kill()
 
 
 def drop(child: Handle) -> None:
@@ -517,11 +454,7 @@ class Template:
 
     def shutdown(self) -> None:
         """End the template now; `configure(enabled=True)` has one start again."""
-        with self._lock:
-            self.enabled, running = False, self._running
-        if running is not None:
-            self._retire(running, end=True)
-        self._wake()
+        self.configure(enabled=False)
 
     def pid(self) -> int | None:
         """The running template's pid, or None."""
@@ -627,7 +560,12 @@ class Template:
             return None
         finally:
             theirs.close()
-        if not child.wait_ready(START_TIMEOUT) or child._pidfd is None:
+        ours.settimeout(START_TIMEOUT)
+        try:  # its imports and rehearsal done, it says READY on the socket
+            answered = ours.recv(len(READY)) == READY
+        except OSError:  # a timeout, or the template is gone
+            answered = False
+        if not answered or child._pidfd is None:
             ours.close()
             drop(child)
             return None

@@ -1,19 +1,25 @@
 """Child side: the sandbox layers a child puts on itself, once at start-up (inherited by
 every fork) and per job (after its job line, before the PDF), and the record of which ones
-this host gave it. Each layer and what it stops: docs/security.md."""
+this host gave it; the job's layers are system calls (landlockpy's) on structures built at
+start-up, as a forked child copies each page it touches. Each layer: docs/security.md."""
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
 import errno
+import functools
 import os
 import sys
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..bounds import one_of
-from . import kernel
+
+PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 4, 38, 22, 2
+CLONE_NEWIPC, CLONE_NEWUSER, CLONE_NEWNET = 0x08000000, 0x10000000, 0x40000000
+CLONE_THREAD = 0x10000
+TIOCSTI, TIOCLINUX = 0x5412, 0x541C  # ioctls that type into a terminal
 
 NO_NEW_PRIVS, NOT_DUMPABLE, NAMESPACES = "no_new_privs", "not_dumpable", "namespaces"
 SECCOMP, LANDLOCK_FS, LANDLOCK_NET, LANDLOCK_SIGNAL = (
@@ -48,7 +54,7 @@ PROCESS_DENIED = (
     "personality",
 )  # fmt: skip
 # ioctls typing into the server's terminal (a child is in its session), refused from start-up.
-TERMINAL_DENIED = (kernel.TIOCSTI, kernel.TIOCLINUX)
+TERMINAL_DENIED = (TIOCSTI, TIOCLINUX)
 # Refused to a job's child besides: signals to anyone, pidfds, new processes (not threads).
 JOB_DENIED = (
     "kill", "tkill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo",
@@ -85,15 +91,26 @@ class _State:
     require: tuple[str, ...] = ()
     applied: Applied = field(default_factory=Applied)
     read_roots: tuple[str, ...] = ()
-    job_filter: tuple[Any, ...] = ()  # the job's seccomp filter: its BPF, struct, reference
+    job_filter: tuple[Any, ...] = ()  # the job's seccomp filter: its BPF, sock_fprog, reference
     plan: _Plan | None = None  # the job's Landlock ruleset, prepared at start-up
     job_ruleset_fd: int | None = None  # made by prepare_job, enforced by confine_job
     status_fd: int | None = None  # /proc/self/status, opened before the job's domain
-    prepared: bool = False  # prepare_job ran (in this job's child)
     prepare_error: OSError | None = None
 
 
 _state = _State()
+
+
+@functools.cache
+def libc() -> Any:
+    """The C library, its errno kept (looked up once: every fork inherits it)."""
+    return ctypes.CDLL(None, use_errno=True)
+
+
+class _SockFprog(ctypes.Structure):
+    """struct sock_fprog: a seccomp filter's BPF program."""
+
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
 
 
 def _fail(layer: str, reason: str) -> None:
@@ -102,8 +119,8 @@ def _fail(layer: str, reason: str) -> None:
         os._exit(EXIT_SANDBOX)
 
 
-def _prctl(libc: Any, option: int, value: int, layer: str) -> None:
-    if libc.prctl(option, value, 0, 0, 0) == 0:
+def _prctl(option: int, value: int, layer: str) -> None:
+    if libc().prctl(option, value, 0, 0, 0) == 0:
         _state.applied.layers.add(layer)
     else:
         _fail(layer, os.strerror(ctypes.get_errno()))
@@ -114,10 +131,9 @@ def confine_process(require: tuple[str, ...] = ()) -> Applied:
     had ends the process (EXIT_SANDBOX). Call single-threaded, after the imports."""
     _state.enabled, _state.require = True, require
     _import_bindings()  # before any layer: pyseccomp looks for libseccomp with subprocesses
-    libc = kernel.libc()
-    _prctl(libc, kernel.PR_SET_NO_NEW_PRIVS, 1, NO_NEW_PRIVS)
-    _prctl(libc, kernel.PR_SET_DUMPABLE, 0, NOT_DUMPABLE)
-    if libc.unshare(kernel.CLONE_NEWUSER | kernel.CLONE_NEWNET | kernel.CLONE_NEWIPC) == 0:
+    _prctl(PR_SET_NO_NEW_PRIVS, 1, NO_NEW_PRIVS)
+    _prctl(PR_SET_DUMPABLE, 0, NOT_DUMPABLE)
+    if libc().unshare(CLONE_NEWUSER | CLONE_NEWNET | CLONE_NEWIPC) == 0:
         _state.applied.layers.add(NAMESPACES)
     else:
         _fail(NAMESPACES, os.strerror(ctypes.get_errno()))
@@ -131,59 +147,63 @@ def prepare_job() -> None:
     """In a job's child before its job line (a ready child: while it waits): the job's Landlock
     ruleset made, /proc/self/status opened, the job's seccomp filter loaded; plain system
     calls on structures built at start-up (a forked child copies each page it touches)."""
-    if not _state.enabled or _state.prepared:
+    if not _state.enabled:
         return
-    _state.prepared = True
     plan = _state.plan
     try:
         if plan is not None:
-            _state.job_ruleset_fd = ruleset = kernel.create_ruleset(plan.attr)
+            from landlockpy import _syscall
+
+            _state.job_ruleset_fd = ruleset = _syscall.create_ruleset(plan.attr)
             for rule in plan.root_rules:
-                kernel.add_rule(ruleset, rule)
+                _syscall.add_path_beneath(ruleset, rule)
             for fd in plan.root_fds:
                 os.close(fd)
             plan.root_fds = []
         _state.status_fd = os.open("/proc/self/status", os.O_RDONLY | os.O_CLOEXEC)
         if _state.job_filter:
-            kernel.load_filter(_state.job_filter[-1])
+            program = _state.job_filter[-1]
+            if libc().prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, program, 0, 0) != 0:
+                number = ctypes.get_errno()
+                raise OSError(number, os.strerror(number))
     except OSError as exc:  # raised again by confine_job: the job is refused
         _state.prepare_error = exc
 
 
 def confine_job(path: str) -> None:
-    """In a job's child, after its job line: its own Landlock domain, reading only the read
-    roots and `path`; OSError where the job cannot have a layer (no byte of the PDF is read)."""
+    """In a job's child, after prepare_job and its job line: its own Landlock domain, reading
+    only the read roots and `path`; OSError where the job cannot have a layer (no byte of the
+    PDF is read)."""
     if not _state.enabled:
         return
-    prepare_job()
     if _state.prepare_error is not None:
         raise _state.prepare_error
-    ruleset_fd, _state.job_ruleset_fd = _state.job_ruleset_fd, None
+    ruleset, _state.job_ruleset_fd = _state.job_ruleset_fd, None
     plan = _state.plan
-    if ruleset_fd is None or plan is None:
+    if ruleset is None or plan is None:
         return
-    directory = os.path.dirname(os.path.abspath(path))
-    if any(_beneath(directory, root) for root in _state.read_roots):
-        # beneath a read root the job's neighbours (other staged PDFs) would be readable
-        os.close(ruleset_fd)
-        with _job_ruleset(
-            tuple(r for r in _state.read_roots if not _beneath(directory, r))
-        ) as ruleset:
-            from landlockpy import AccessFS
+    from landlockpy import _syscall
 
-            ruleset.allow_path(path, AccessFS.READ_FILE)
-            ruleset.restrict(no_new_privs=True)
-        return
+    directory = os.path.dirname(os.path.abspath(path))
+    roots = [root for root in _state.read_roots if not _beneath(directory, root)]
     try:
+        if len(roots) < len(_state.read_roots):
+            # beneath a read root the job's neighbours (other staged PDFs) would be readable:
+            # a ruleset of the other roots instead
+            old, ruleset = ruleset, _syscall.create_ruleset(plan.attr)
+            os.close(old)
+            for fd, rule in zip(*_root_rules(roots), strict=True):
+                _syscall.add_path_beneath(ruleset, rule)
+                os.close(fd)
         job_fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
         try:
             plan.file_rule.parent_fd = job_fd
-            kernel.add_rule(ruleset_fd, plan.file_rule)
+            _syscall.add_path_beneath(ruleset, plan.file_rule)
         finally:
             os.close(job_fd)
-        kernel.restrict_self(ruleset_fd)
+        _syscall.restrict_self(ruleset)
     finally:
-        os.close(ruleset_fd)
+        os.close(ruleset)
 
 
 def kept_fds() -> list[int]:
@@ -279,7 +299,7 @@ def _landlock() -> None:
     and abstract unix sockets scoped to the domain (reads are left to each job's domain)."""
     try:
         import landlockpy
-        from landlockpy import AccessFS
+        from landlockpy import AccessFS, AccessNet, Scope, _syscall  # noqa: F401 (a job's calls)
     except ImportError:
         return _landlock_missing("landlockpy is not installed")
     abi = landlockpy.abi_version()
@@ -287,8 +307,13 @@ def _landlock() -> None:
     if abi < 1:
         return _landlock_missing("the kernel offers no Landlock")
     read = AccessFS.READ_FILE | AccessFS.READ_DIR
+    ruleset = landlockpy.Ruleset(  # what the ABI has of these: landlockpy drops the rest
+        handled_fs=landlockpy.fs_for_abi(abi) & ~read,
+        handled_net=AccessNet.BIND_TCP | AccessNet.CONNECT_TCP,
+        scoped=Scope.SIGNAL | Scope.ABSTRACT_UNIX_SOCKET,
+    )
     try:
-        with _ruleset(landlockpy, landlockpy.fs_for_abi(abi) & ~read) as ruleset:
+        with ruleset:
             for path in WRITABLE:
                 ruleset.allow_path(path, AccessFS.WRITE_FILE | AccessFS.IOCTL_DEV)
             ruleset.restrict(no_new_privs=True)
@@ -308,61 +333,44 @@ def _landlock_missing(reason: str) -> None:
         _fail(layer, reason)
 
 
-def _job_ruleset(roots: tuple[str, ...]) -> Any:
-    """A job's own ruleset, not yet enforced: every right handled, reading allowed beneath
-    `roots` (one that cannot be opened is skipped); the job's file is added by confine_job."""
-    import landlockpy
-    from landlockpy import AccessFS
-
-    read = AccessFS.READ_FILE | AccessFS.READ_DIR
-    ruleset = _ruleset(landlockpy, landlockpy.fs_for_abi(_state.applied.landlock_abi))
-    for root in roots:
-        with contextlib.suppress(OSError):
-            ruleset.allow_path(root, read if os.path.isdir(root) else AccessFS.READ_FILE)
-    return ruleset
-
-
 @dataclass
 class _Plan:
     """A job's Landlock ruleset as start-up prepares it: what it handles and the rules of
     the read roots, on descriptors opened once (inherited by every fork)."""
 
-    attr: kernel.RulesetAttr
+    attr: Any  # landlockpy's struct landlock_ruleset_attr
     root_fds: list[int]
-    root_rules: list[kernel.PathBeneath]
-    file_rule: kernel.PathBeneath  # the job's file: parent_fd set by confine_job
+    root_rules: list[Any]  # struct landlock_path_beneath_attr, one per root fd
+    file_rule: Any  # the job's file: parent_fd set by confine_job
 
 
 def _plan(abi: int) -> _Plan:
     """Opened and built once, so that a job's child makes only system calls."""
     import landlockpy
-    from landlockpy import AccessFS, AccessNet, Scope
+    from landlockpy import AccessFS, AccessNet, Scope, _syscall
 
     net = int(AccessNet.BIND_TCP | AccessNet.CONNECT_TCP) if abi >= 4 else 0
     scoped = int(Scope.SIGNAL | Scope.ABSTRACT_UNIX_SOCKET) if abi >= 6 else 0
-    attr = kernel.RulesetAttr(int(landlockpy.fs_for_abi(abi)), net, scoped)
-    read, read_file = int(AccessFS.READ_FILE | AccessFS.READ_DIR), int(AccessFS.READ_FILE)
+    attr = _syscall.RulesetAttr(int(landlockpy.fs_for_abi(abi)), net, scoped)
+    file_rule = _syscall.PathBeneathAttr(int(AccessFS.READ_FILE), -1)
+    return _Plan(attr, *_root_rules(_state.read_roots), file_rule)
+
+
+def _root_rules(roots: Any) -> tuple[list[int], list[Any]]:
+    """Each root that can be opened: its O_PATH descriptor and its read rule."""
+    from landlockpy import AccessFS, _syscall
+
+    read_file = int(AccessFS.READ_FILE)
+    read = read_file | int(AccessFS.READ_DIR)
     fds, rules = [], []
-    for root in _state.read_roots:
+    for root in roots:
         try:
             fd = os.open(root, os.O_PATH | os.O_CLOEXEC)
         except OSError:
             continue
         fds.append(fd)
-        rules.append(kernel.PathBeneath(read if os.path.isdir(root) else read_file, fd))
-    return _Plan(attr, fds, rules, kernel.PathBeneath(read_file, -1))
-
-
-def _ruleset(landlockpy: Any, handled_fs: Any) -> Any:
-    """A ruleset handling `handled_fs`, TCP bind and connect, and both scopes (what the ABI
-    has of them: landlockpy drops the rest)."""
-    from landlockpy import AccessNet, Scope
-
-    return landlockpy.Ruleset(
-        handled_fs=handled_fs,
-        handled_net=AccessNet.BIND_TCP | AccessNet.CONNECT_TCP,
-        scoped=Scope.SIGNAL | Scope.ABSTRACT_UNIX_SOCKET,
-    )
+        rules.append(_syscall.PathBeneathAttr(read if os.path.isdir(root) else read_file, fd))
+    return fds, rules
 
 
 def _seccomp_process() -> None:
@@ -383,16 +391,16 @@ def _seccomp_process() -> None:
             _deny(seccomp, job, name)
         for name in JOB_SELF_ONLY:
             _deny(seccomp, job, name, seccomp.Arg(0, seccomp.NE, 0))
-        # clone() without kernel.CLONE_THREAD is a fork; clone3 answers ENOSYS (glibc falls back).
+        # clone() without CLONE_THREAD is a fork; clone3 answers ENOSYS (glibc falls back).
         job.add_rule(
             seccomp.ERRNO(errno.EPERM),
             "clone",
-            seccomp.Arg(0, seccomp.MASKED_EQ, kernel.CLONE_THREAD, 0),
+            seccomp.Arg(0, seccomp.MASKED_EQ, CLONE_THREAD, 0),
         )
         job.add_rule(seccomp.ERRNO(errno.ENOSYS), "clone3")
         program = _compiled(job)
         bpf = ctypes.create_string_buffer(program, len(program))
-        fprog = kernel.SockFprog(len(program) // 8, ctypes.addressof(bpf))
+        fprog = _SockFprog(len(program) // 8, ctypes.addressof(bpf))
         _state.job_filter = (bpf, fprog, ctypes.byref(fprog))
     except OSError as exc:
         return _fail(SECCOMP, exc.strerror or "seccomp failed")

@@ -1,31 +1,45 @@
-"""Parent side, the public API: `extract()` runs one job in a child and maps every ending to
-an `Extraction` or an `ExtractionError` safe to show a user."""
+"""Parent side: `extract()` runs one job in a child and maps every ending to an `Extraction`
+or an `ExtractionError` safe to show a user; which sandbox layers this host gives a child
+(asked of a probe child once per configuration) and the level below which jobs are refused."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import functools
+import json
+import logging
 import os
 import queue
 import signal
 import stat
+import subprocess
 import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field, fields, replace
-from functools import partial
 from typing import Any, Literal, NoReturn
 
 from .. import bounds as limits
-from ..exceptions import ExtractionError
-from .children import COLD, ChildStarts, JobRun, Outcome, Template
-from .layers import HostLayers, SandboxLayers
+from ..exceptions import ExtractionError, SandboxUnavailable, Wording
+from .children import (
+    CHILD_MODULE,
+    COLD,
+    ChildStarts,
+    Handle,
+    Outcome,
+    Template,
+    child_env,
+    drop,
+    remember,
+)
+from .confine import LAYERS, LEVELS, REQUIRE
 from .wire import (
     DEFAULT_MAX_TEXT_BYTES,
     ENGINE,
+    PROBE_OPTION,
     SANDBOX_OFF,
     Extracted,
     ExtractionJob,
@@ -100,8 +114,83 @@ class Extraction:
         return cls(**{name: value for name, value in values.items() if name != "text"})
 
 
+PROBE_TIMEOUT = 60.0  # seconds a probe child may take (an interpreter start on a busy host)
+_logger = logging.getLogger("django_pdfpool.sandbox")
+
+
+@dataclass(frozen=True)
+class SandboxLayers:
+    """The sandbox layers a job's child gets on this host, the level they reach (none <
+    basic < landlock < full; docs/security.md) and the level required."""
+
+    layers: tuple[str, ...]  # of confine.LAYERS
+    missing: Mapping[str, str]  # layer -> why this host does not give it
+    landlock_abi: int  # 0: no Landlock
+    level: str  # the highest of confine.LEVELS the layers meet
+    enabled: bool = True  # False: turned off (configure(sandbox=False)): no layer is put on
+    required: str = "none"  # the level extractions are refused below
+
+    @property
+    def sufficient(self) -> bool:
+        """Whether extractions may run: the layers meet the required level."""
+        return set(LEVELS[self.required]) <= set(self.layers)
+
+    @property
+    def why(self) -> str:
+        """The missing layers and their reasons, for the log."""
+        return ", ".join(f"{k} ({v})" for k, v in sorted(self.missing.items()))
+
+
+def _check_layers(found: SandboxLayers) -> None:
+    """SandboxUnavailable (a fixed sentence for clients) unless `found` is sufficient;
+    the operators' reason is logged at ERROR, once per finding."""
+    if found.sufficient:
+        return
+    finding = (found.level, found.required, tuple(sorted(found.missing.items())))
+    with _layers_lock:
+        first = finding not in _logged
+        _logged.add(finding)
+    if first:
+        _logger.error(
+            "Extractions refused: the sandbox reaches level %r, PDFPOOL['SANDBOX']['REQUIRE'] "
+            "is %r; missing: %s",
+            found.level,
+            found.required,
+            found.why or "-",
+        )
+    raise SandboxUnavailable(Wording.SANDBOX)
+
+
+def probe(python: str, env: tuple[str, ...], sandbox: str) -> SandboxLayers:
+    """Start a probe child (`child_main --probe`): it puts on every layer, start-up's and a
+    job's, and says which it got."""
+    if sandbox == SANDBOX_OFF:
+        missing = dict.fromkeys(LAYERS, "the sandbox is turned off")
+        return SandboxLayers((), missing, 0, "none", enabled=False)
+    try:
+        proc = subprocess.run(
+            [python, "-P", "-m", CHILD_MODULE, PROBE_OPTION],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            env=child_env(env),
+            timeout=PROBE_TIMEOUT,
+            check=False,
+        )
+        found = json.loads(proc.stdout.splitlines()[-1])
+        layers = tuple(layer for layer in LAYERS if layer in found["layers"])
+        missing = {str(k): str(v) for k, v in found["missing"].items() if k not in layers}
+        abi = int(found["landlock_abi"])
+    except (OSError, ValueError, KeyError, IndexError, TypeError, subprocess.SubprocessError):
+        layers, missing, abi = (), dict.fromkeys(LAYERS, "the probe child failed"), 0
+    reached = [name for name, need in LEVELS.items() if set(need) <= set(layers)]
+    return SandboxLayers(layers, missing, abi, reached[-1])
+
+
 _template = Template()  # the process's template, forking warm children
-_host = HostLayers()  # the sandbox this host gives children, and the level required
+_required = "none"  # the sandbox level below which extractions are refused
+_found: dict[tuple[str, tuple[str, ...], str], SandboxLayers] = {}  # by interpreter, env, sandbox
+_logged: set[tuple[object, ...]] = set()  # the refusals' findings logged so far
+_layers_lock = threading.Lock()
 _tmp_dir: str | None = None
 _UNSET: Any = object()
 _registered: set[str] = set()  # engines registered by register_engine ("module:function")
@@ -119,7 +208,15 @@ def register_engine(engine: str) -> None:
 def sandbox_layers() -> SandboxLayers:
     """What the sandbox gives a job's child on this host, as a probe child found it (started
     once per process and configuration, about 0.1 s), and the level required."""
-    return _host.layers(_template.python, _template.env, _template.sandbox)
+    key = (_template.python, _template.env, _template.sandbox)
+    with _layers_lock:
+        first = key not in _found
+        if first:
+            _found[key] = probe(*key)
+        found = _found[key]
+    if first and found.missing and found.enabled:  # said once, where no check runs too
+        _logger.warning("The extraction sandbox lacks on this host: %s", found.why)
+    return replace(found, required=_required)
 
 
 def configure(
@@ -137,17 +234,18 @@ def configure(
     environment variables they get besides `children.BASE_ENV`, whether they sandbox
     themselves (False: for tests of what the layers stop), the level (`confine.LEVELS`)
     below which `extract()` raises SandboxUnavailable, and their nice above ours (0-19)."""
-    global _tmp_dir
+    global _tmp_dir, _required
     if nice is not None:  # the arguments are checked before anything changes
         limits.NICE.require("nice", nice)
     if child_env is not None:
         limits.CHILD_ENV.require("child_env", child_env)
     if require is not None:
-        _host.require(require)  # checks it, then sets it: the last to check
+        REQUIRE.require("require", require)
+        _required = require  # the last argument checked
     level = None
     if sandbox is not None or require is not None:
         enabled = _template.sandbox != SANDBOX_OFF if sandbox is None else sandbox
-        level = _host.required if enabled else SANDBOX_OFF
+        level = _required if enabled else SANDBOX_OFF
     names = None if child_env is None else tuple(child_env)
     _template.configure(enabled=warm, python=python, env=names, sandbox=level, nice=nice)
     if tmp_dir is not _UNSET:
@@ -187,20 +285,18 @@ async def extract(
         _checked(*args)  # the limits of the job before: no Python call
     except TypeError:  # an unhashable argument: its own error
         _check(*args)
-    if _host.required != "none":  # probed once: at once after that
-        await asyncio.to_thread(lambda: _host.check(sandbox_layers()))
-    deadline = time.monotonic() + timeout
+    if _required != "none":  # probed once: at once after that
+        await asyncio.to_thread(lambda: _check_layers(sandbox_layers()))
     refuse = on_too_many_pages == "refuse"
     job = ExtractionJob("", engine, timeout, memory_limit, max_pages, refuse, max_text_bytes)
-    run = JobRun()
-    future: Future[Outcome] = Future()
-    _workers.run(partial(_work, future, run, source, job, deadline, warm), future)
+    run = _Job(source, job, time.monotonic() + timeout, warm)
+    _workers.run(run)
     try:
-        outcome = await asyncio.wrap_future(future)
+        outcome = await asyncio.wrap_future(run.future)
     except asyncio.CancelledError:
         run.cancel()
         with contextlib.suppress(Exception, asyncio.CancelledError):
-            await asyncio.wrap_future(future)  # the thread reaps and removes the copy
+            await asyncio.wrap_future(run.future)  # the thread reaps and removes the copy
         raise
     return _conclude(outcome, engine)
 
@@ -243,48 +339,49 @@ class _Workers:
         self.idle = idle
         self._lock = threading.Lock()
         self._waiting = 0  # threads waiting for a job on the queue
-        self._queue: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
-        self._starts: queue.SimpleQueue[tuple[threading.Thread, Future[Any]]] | None = None
+        self._queue: queue.SimpleQueue[_Job] = queue.SimpleQueue()
+        self._starts: queue.SimpleQueue[tuple[threading.Thread, _Job]] | None = None
 
-    def run(self, work: Callable[[], None], future: Future[Any]) -> None:
-        """``work`` on a waiting thread, or on a new one."""
+    def run(self, job: _Job) -> None:
+        """``job`` on a waiting thread, or on a new one."""
         with self._lock:
             if self._waiting:
                 self._waiting -= 1
-                self._queue.put(work)  # under the lock: a thread leaving sees it
+                self._queue.put(job)  # under the lock: a thread leaving sees it
                 return
             if self._starts is None:  # once per process: this start waits, no other does
                 self._starts = queue.SimpleQueue()
-                starter = partial(self._start, self._starts)
+                starter = functools.partial(self._start, self._starts)
                 threading.Thread(target=starter, daemon=True, name="pdfpool-starter").start()
             # In a list the thread empties: its args would keep the first job (its bytes) alive.
             thread = threading.Thread(
-                target=self._serve, args=([work],), daemon=True, name=self.WORKING
+                target=self._serve, args=([job],), daemon=True, name=self.WORKING
             )
-            self._starts.put((thread, future))
+            self._starts.put((thread, job))
 
     @staticmethod
-    def _start(starts: queue.SimpleQueue[tuple[threading.Thread, Future[Any]]]) -> None:
+    def _start(starts: queue.SimpleQueue[tuple[threading.Thread, _Job]]) -> None:
         while True:
-            thread, future = starts.get()
+            thread, job = starts.get()
             try:
                 thread.start()
             except BaseException as exc:  # no thread to be had: the job fails, nobody hangs
-                if future.set_running_or_notify_cancel():
-                    future.set_exception(exc)
+                if job.future.set_running_or_notify_cancel():
+                    job.future.set_exception(exc)
+            del thread, job
 
-    def _serve(self, first: list[Callable[[], None]]) -> None:
-        me, work = threading.current_thread(), first.pop()
+    def _serve(self, first: list[_Job]) -> None:
+        me, job = threading.current_thread(), first.pop()
         while True:
             me.name = self.WORKING
-            work()
-            del work
+            job.run()
+            del job
             me.name = self.IDLE
             with self._lock:
                 self._waiting += 1
             while True:
                 try:
-                    work = self._queue.get(timeout=self.idle)
+                    job = self._queue.get(timeout=self.idle)
                     break
                 except queue.Empty:
                     with self._lock:
@@ -297,40 +394,75 @@ _workers = _Workers()
 os.register_at_fork(after_in_child=lambda: _Workers.__init__(_workers, _workers.idle))
 
 
-def _work(
-    future: Future[Outcome],
-    run: JobRun,
-    source: Any,
-    job: ExtractionJob,
-    deadline: float,
-    warm: bool,
-) -> None:
-    """The worker thread: the job's file, a child, the conversation; a copy removed first."""
-    if not future.set_running_or_notify_cancel():
-        return
-    try:
-        path, owned = _job_file(source, job.memory_limit)
-        job_line = encode_job(replace(job, path=path))
-    except BaseException as exc:
-        future.set_exception(exc)
-        return
+class _Job:
+    """One job's parent side, shared by the awaiting coroutine (which may cancel) and the
+    worker thread holding the conversation with its child."""
 
-    def deliver(outcome: Outcome | BaseException) -> None:  # the copy removed, then handed on
-        if owned:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(path)
-        if isinstance(outcome, BaseException):
-            future.set_exception(outcome)
+    def __init__(self, source: Any, job: ExtractionJob, deadline: float, warm: bool) -> None:
+        self.source, self.job, self.deadline, self.warm = source, job, deadline, warm
+        self.future: Future[Outcome] = Future()
+        self._lock, self.cancelled = threading.Lock(), False
+        self._child: Handle | None = None
+
+    def run(self) -> None:
+        """The worker thread: the job's file, a child, the conversation; the child reaped and a
+        copy removed before the outcome is handed on."""
+        if not self.future.set_running_or_notify_cancel():
+            return
+        try:
+            path, owned = _job_file(self.source, self.job.memory_limit)
+            try:
+                line = encode_job(replace(self.job, path=path))
+                outcome = self._converse(line, answer_limit(self.job.max_text_bytes))
+            finally:
+                if owned:
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(path)
+        except BaseException as exc:  # the source's fault, or a bug: its child is reaped
+            self.future.set_exception(exc)
         else:
-            future.set_result(outcome)
+            self.future.set_result(outcome)
 
-    start = partial(_template.child, job.engine, warm)
-    max_output = answer_limit(job.max_text_bytes)  # beyond it: too_large, and killed
-    try:
-        run.run(start, job_line, deadline, max_output, deliver)
-    except BaseException as exc:  # a bug, not a PDF: its child is reaped, the copy removed
-        if not future.done():
-            deliver(exc)
+    def _converse(self, job_line: bytes, max_output: int) -> Outcome:
+        """A child takes the job (a second if the first was gone) and is reaped: one that has
+        answered is ended at once, before the job's slot is freed."""
+        outcome = Outcome(b"", None, lost=True)
+        for _attempt in range(2):
+            if self.cancelled:
+                break
+            try:
+                child = _template.child(self.job.engine, self.warm)
+            except OSError:  # no process to be had (EAGAIN, ENOMEM): the job is lost
+                break
+            with self._lock:
+                self._child = child
+                if self.cancelled:
+                    child.kill()
+            try:
+                if not child.send(job_line):
+                    drop(child)
+                    continue
+                outcome = child.receive(self.deadline, max_output)
+            except BaseException:
+                drop(child)
+                raise
+            if outcome.complete and not self.cancelled:
+                drop(child)
+                remember(child)
+                return outcome
+            outcome.returncode = child.finish(self.deadline)
+            if outcome.started or outcome.timed_out or outcome.overflow:
+                remember(child)
+                break
+            outcome.lost = True  # died before it read the job (e.g. killed just now)
+        return outcome
+
+    def cancel(self) -> None:
+        """Kill the job's child (now, or as soon as it exists); its thread then reaps it."""
+        with self._lock:
+            self.cancelled = True
+            if self._child is not None:
+                self._child.kill()
 
 
 def _job_file(source: Any, memory_limit: int) -> tuple[str, bool]:

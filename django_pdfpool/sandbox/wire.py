@@ -3,13 +3,9 @@ UTF-8 text counted in pieces, never pickle, as the parent trusts no byte a child
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import json
-import os
 import re
-import select
-import signal
 from dataclasses import asdict, dataclass
 from typing import Any, NamedTuple
 
@@ -239,24 +235,9 @@ def holds_answer(output: bytes | bytearray) -> bool:
     return header is not None and len(output) >= header[1] + header[0].get("size", 0)
 
 
-def job_started(output: bytes | bytearray) -> bool:
-    """Whether the child said it read its job (after READY from a cold child)."""
-    return output.startswith(STARTED) or output.startswith(READY + STARTED)
-
-
 # --- the template's control socket: requests and answers, both sides -----------------------
 
 FORK_REQUEST = b"F"  # answer: a job's child
 PIDS_REQUEST = b"P"  # answer: the ready children's pids
 PID_FORMAT = "=i"  # a pid in an answer (a child's pidfd and pipes ride along)
 STATUS_FORMAT = "=iq"  # on the status pipe: exit code (-N: killed by signal N), peak RSS bytes
-
-
-def kill_forked(pidfd: int, pid: int) -> None:
-    """SIGKILL to a forked child by pidfd and, while it runs (after its setpgid), to its group."""
-    running = not select.select([pidfd], [], [], 0)[0]
-    with contextlib.suppress(OSError):
-        signal.pidfd_send_signal(pidfd, signal.SIGKILL)
-    if running:
-        with contextlib.suppress(OSError):
-            os.killpg(pid, signal.SIGKILL)

@@ -424,7 +424,7 @@ def test_a_child_cannot_type_into_the_servers_terminal(layers):
     """A child shares the server's session, and so its controlling terminal: TIOCSTI (and
     TIOCLINUX) would push keystrokes into the shell that started the server. Refused by
     the start-up seccomp filter and so by the sandbox; with neither, typed."""
-    from django_pdfpool.sandbox import kernel
+    from django_pdfpool.sandbox import confine
 
     if Path("/proc/sys/dev/tty/legacy_tiocsti").read_text().strip() == "0":
         pytest.skip("this kernel refuses TIOCSTI to everyone (dev.tty.legacy_tiocsti = 0)")
@@ -432,7 +432,7 @@ def test_a_child_cannot_type_into_the_servers_terminal(layers):
         require_full_sandbox()
     import termios
 
-    assert kernel.TIOCSTI == termios.TIOCSTI
+    assert confine.TIOCSTI == termios.TIOCSTI
     out = subprocess.run(
         [sys.executable, "-c", TIOCSTI_PROBE, layers],
         capture_output=True,
@@ -441,3 +441,40 @@ def test_a_child_cannot_type_into_the_servers_terminal(layers):
         check=True,
     ).stdout.strip()
     assert out == ("typed x" if layers == "off" else "refused 1"), out
+
+
+BENEATH_PROBE = """
+import os, sys
+from django_pdfpool.sandbox import confine
+stage = sys.argv[1]
+confine.LIBRARY_DIRS = (*confine.LIBRARY_DIRS, stage)  # the staging directory: a read root
+if sys.argv[2] == "sandbox":
+    confine.confine_process()
+    confine.prepare_job()
+    confine.confine_job(os.path.join(stage, "job.pdf"))
+for name in ("job.pdf", "neighbour.pdf"):
+    try:
+        with open(os.path.join(stage, name), "rb") as file:
+            print(name, "read", file.read().decode())
+    except OSError as exc:
+        print(name, "refused", exc.errno)
+"""
+
+
+@pytest.mark.parametrize("layers", ["off", "sandbox"])
+def test_a_job_file_beneath_a_read_root_leaves_its_neighbours_unreadable(layers, tmp_path):
+    """Staged beneath a directory every job may read (a prefix, say), the job's file is read
+    and another caller's staged PDF beside it is not; with no sandbox both are."""
+    if layers != "off":
+        require_full_sandbox()
+    (tmp_path / "job.pdf").write_text("mine")
+    (tmp_path / "neighbour.pdf").write_text("theirs")
+    out = subprocess.run(
+        [sys.executable, "-c", BENEATH_PROBE, str(tmp_path), layers],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout.splitlines()
+    refused = "neighbour.pdf read theirs" if layers == "off" else "neighbour.pdf refused 13"
+    assert out == ["job.pdf read mine", refused], out

@@ -47,7 +47,7 @@ def idle_for():
 def test_a_second_job_runs_on_the_first_jobs_thread_and_starts_none(idle_for):
     idle_for(30.0)
     ran_on: list[int] = []
-    original = sandbox._work
+    original = sandbox._Job.run
 
     def recording(*args):
         ran_on.append(threading.get_ident())
@@ -60,14 +60,14 @@ def test_a_second_job_runs_on_the_first_jobs_thread_and_starts_none(idle_for):
         starts.append(thread.name)
         start(thread)
 
-    sandbox._work = recording
+    sandbox._Job.run = recording
     threading.Thread.start = counting  # type: ignore[method-assign]
     try:
         first = asyncio.run(extract(pdfs.simple(["one"]), **LIMITS))
         until(lambda: len(named("pdfpool-idle")) == 1)  # the first job's thread, waiting
         second = asyncio.run(extract(pdfs.simple(["two"]), **LIMITS))
     finally:
-        sandbox._work = original
+        sandbox._Job.run = original
         threading.Thread.start = start  # type: ignore[method-assign]
     assert (first.pages, second.pages) == (("one",), ("two",))
     assert len(ran_on) == 2 and ran_on[0] == ran_on[1]

@@ -286,7 +286,7 @@ def test_the_rehearsal_runs_a_whole_job_on_a_valid_document(engine):
     ready children and spares run goes through a whole job's path without an error."""
     if engine == "pypdfium2":
         pytest.importorskip("pypdfium2")
-    from django_pdfpool.sandbox.child_job import extract_job, rehearse
+    from django_pdfpool.sandbox.child_main import extract_job, rehearse
     from django_pdfpool.sandbox.engines import WARM_UP_PDF
     from django_pdfpool.sandbox.wire import Extracted, ExtractionJob
 
@@ -306,7 +306,7 @@ def test_the_warm_up_document_is_read_encrypted_each_way():
     pytest.importorskip("cryptography")  # AES: pypdf needs a crypto library to write it
     from pypdf import PdfReader
 
-    from django_pdfpool.sandbox.child_job import extract_job
+    from django_pdfpool.sandbox.child_main import extract_job
     from django_pdfpool.sandbox.engines import WARM_UP_ENCRYPTIONS, encrypted_warm_ups
     from django_pdfpool.sandbox.wire import Extracted, ExtractionJob
 
@@ -325,7 +325,7 @@ import sys
 sys.modules["cryptography"] = sys.modules["Crypto"] = None  # neither crypto library
 from pypdf import PdfReader
 import io
-from django_pdfpool.sandbox.child_job import rehearse
+from django_pdfpool.sandbox.child_main import rehearse
 from django_pdfpool.sandbox.engines import encrypted_warm_ups
 rehearse(("pypdf",), encrypted=True)  # the template's start-up: no DependencyError
 print([dict(PdfReader(io.BytesIO(d)).trailer["/Encrypt"])["/V"] for d in encrypted_warm_ups()])
@@ -348,22 +348,25 @@ def test_without_a_crypto_library_the_template_warms_up_on_rc4_alone():
 
 REHEARSALS_SCRIPT = """
 import json, sys
-from django_pdfpool.sandbox import child_job, child_main
+from django_pdfpool.sandbox import child_main
 
 seen = []  # rehearse's ``encrypted``, then one entry per document a rehearsal reads
 
 
 def extract_job(job, document):
     seen.append(len(document))
-    return child_job.ExtractionError("malformed")
+    return child_main.ExtractionError("malformed")
+
+
+original_rehearse = child_main.rehearse
 
 
 def rehearse(engines, encrypted=False):
     seen.append(encrypted)
-    child_job.rehearse(engines, encrypted)
+    original_rehearse(engines, encrypted)
 
 
-child_job.extract_job, child_main.rehearse = extract_job, rehearse
+child_main.extract_job, child_main.rehearse = extract_job, rehearse
 child_main.serve_template = child_main.serve_job = lambda *a, **k: sys.exit(0)
 child_main.confine.confine_process = lambda level: None
 child_main.os.setpriority = lambda *a: None

@@ -13,7 +13,7 @@ NAME = b"pdfpool-linger"
 
 
 def answer_then_stay(data: bytes) -> list[str]:
-    from django_pdfpool.sandbox.child_job import set_name
+    from django_pdfpool.sandbox.child_main import set_name
     from django_pdfpool.sandbox.engines import WARM_UP_PDF
     from django_pdfpool.sandbox.wire import Extracted, encode_answer
 
