@@ -82,14 +82,14 @@ class Wording:
 class Refused(Exception):
     """Base of every refusal. ``code`` is short and machine-readable; ``status`` is the
     HTTP status it is answered with (503, 429 for ``CallerBusy``); ``retry_after`` is the
-    pool's estimate, in seconds, of when trying again may work."""
+    pool's estimate, in seconds (at least 1), of when trying again may work."""
 
     status = 503
     code = "refused"
 
-    def __init__(self, message: str = "", retry_after: float = 0.0) -> None:
+    def __init__(self, message: str = "", retry_after: float = 1.0) -> None:
         super().__init__(message or self.__doc__)
-        self.retry_after = retry_after
+        self.retry_after = max(1.0, retry_after)
 
 
 class PoolBusy(Refused):

@@ -19,7 +19,14 @@ from typing import Any
 from redis import exceptions as redis_errors
 from redis.exceptions import RedisError
 
-from ...exceptions import CoordinatorUnavailable, PoolBusy, PoolMisconfigured, RunnerLost, Wording
+from ...exceptions import (
+    CallerBusy,
+    CoordinatorUnavailable,
+    PoolBusy,
+    PoolMisconfigured,
+    RunnerLost,
+    Wording,
+)
 from ..jobs import (
     JobRecord,
     Waiter,
@@ -298,18 +305,29 @@ class ProcessSide:
                 self._arm(job, self._settings.wait)
         else:
             call_dropped(waiter.on_drop)
-            deliver([waiter], None, self._refusal(key, reply))
+            deliver([waiter], None, self._refusal(waiter, reply))
 
-    def _refusal(self, key: str, reply: AdmitReply) -> BaseException:
-        if reply.status == "caller":  # rule 2
-            self._books.count(Counter.REFUSED_CALLER)
-            running_for = reply.age if reply.state == "running" else None
-            return caller_busy(self._books.expected_end(running_for, reply.queued))
-        if reply.status not in ("busy", "rebuilding", "mismatch"):
-            return nothing_to_join(key)
-        self._books.count(Counter.REFUSED_BUSY)
-        if reply.status == "busy":  # rule 3: a full queue
-            return queue_full(self._books.expected_start(reply.queued))
+    def _refusal(self, waiter: RedisWaiter, reply: AdmitReply) -> BaseException:
+        books, caller, load = self._books, waiter.caller, reply.load
+        if load is not None:  # rule 2, or rule 3 (a full queue)
+            books.observe(load.state)
+            if reply.status == "caller":
+                age = reply.age
+                running_for = age if reply.state == "running" else None
+                retry = books.expected_end(
+                    running_for, reply.queued, load.running_for, age, caller=caller
+                )
+                refusal: PoolBusy | CallerBusy = caller_busy(retry)
+            else:
+                head = load.head_waited
+                refusal = queue_full(
+                    books.expected_start(reply.queued, load.running_for, head, caller=caller)
+                )
+            books.refused(Counter.refused(refusal), caller)
+            return refusal
+        if reply.status not in ("rebuilding", "mismatch"):
+            return nothing_to_join(waiter.key)
+        books.count(Counter.REFUSED_BUSY)
         if reply.status == "rebuilding":  # bad data took state: the beats count it again
             return PoolBusy(Wording.REBUILDING, self._settings.lease)
         return self._mismatch(reply.differs)
@@ -434,7 +452,8 @@ class ProcessSide:
         if kind == "busy":  # rule 3: waited longer than `wait` (Redis's clock said so)
             waited = [time.monotonic() - job.queued_mono] if job.owned else []
             self._books.gave_up(waited, len(waiters))
-            retry_after = self._books.expected_start(self._settings.queue_size)
+            s = self._settings  # the load is not known here: every slot taken, the queue full
+            retry_after = self._books.expected_start(s.queue_size, (0.0,) * s.slots, start=True)
             error = waited_too_long(self._settings.wait, retry_after)
         elif kind == "closed":
             error = stopped()
