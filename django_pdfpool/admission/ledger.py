@@ -18,7 +18,7 @@ from ..exceptions import CallerBusy, PoolBusy, PoolClosed, Refused
 
 RECENT = 256  # how many recent durations the summaries and estimates cover
 DEFAULT_RUN_TIME = 1.0  # seconds assumed for a job before any has finished
-LIKELY = 0.85  # a Retry-After is when the place (or the caller) has freed, this often
+LIKELY = 0.9  # a Retry-After is when the place (or the caller) has freed, this often
 AGAIN = 3  # a caller refused again while nothing changed: its Retry-After doubles, 3 times at most
 REMEMBERED = 1024  # callers whose refusals are remembered (the oldest forgotten first)
 
@@ -325,7 +325,7 @@ class Ledger:
             if running_for is not None:
                 return self._told(self._freed_by((running_for,)), caller)
             typical = self._typical(others)
-            seconds = self._nth_free(others, ahead + 1, typical) + typical
+            seconds = self._nth_free(others, ahead + 1, typical) + self._freed_by((0.0,))
             if self.wait is not None:  # given up once it has waited that long
                 seconds = min(seconds, max(0.0, self.wait - waited))
             return self._told(seconds, caller)

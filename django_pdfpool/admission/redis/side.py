@@ -421,52 +421,45 @@ class ProcessSide:
         except Exception:  # a bug: the callers here are answered all the same, and the
             # beat frees the slot in Redis of a job this process no longer knows
             logger.exception("finishing job %s in Redis failed", job.key)
-        self._answer(job, result, error)
+        self._end(job, result=result, error=error)
         if error is not None and not task.cancelled():
             report_failure(self._settings.on_error, job.key, error)
 
-    def _answer(self, job: RedisJob, result: Any, error: BaseException | None) -> None:
-        """Hand the outcome to this process's sharers; the job is over here."""
-        self._remove(job)
-        self._remember(job.id, result, error)
-        waiters, job.waiters = job.waiters, set()
-        deliver(waiters, result, error)
-        if job.local_hold is not None:  # the fallback pool counted it: its joiners too
-            job.local_hold(result, error)
-            job.local_hold = None
-        self._settle()
+    # --- the end of a job here: its outcome, or an event's kind without one (drop.lua) -------
 
-    # --- endings without a result: an event's kind, or "unavailable" (drop.lua) ------------
-
-    def _end(self, job: RedisJob, kind: str) -> None:
-        """A job ends here without a result (one of ours running runs on: its finish answers)."""
-        if job.owned and job.state == "running":
+    def _end(
+        self, job: RedisJob, kind: str = "", result: Any = None, error: BaseException | None = None
+    ) -> None:
+        """Hand the outcome to this process's sharers, or end the job without one (``kind``: an
+        event's, or "unavailable"; one of ours running runs on: its finish answers)."""
+        if kind and job.owned and job.state == "running":
             return
         self._remove(job)
         waiters, job.waiters = job.waiters, set()
-        if job.owned:
+        if kind and job.owned:
             call_dropped(job.release())
             if kind == "dropped":
                 self._books.count(Counter.ABANDONED)
-        error: BaseException | None = None
         if kind == "busy":  # rule 3: waited longer than `wait` (Redis's clock said so)
             waited = [time.monotonic() - job.queued_mono] if job.owned else []
             self._books.gave_up(waited, len(waiters))
             s = self._settings  # the load is not known here: every slot taken, the queue full
             retry_after = self._books.expected_start(s.queue_size, (0.0,) * s.slots, start=True)
-            error = waited_too_long(self._settings.wait, retry_after)
+            error = waited_too_long(s.wait, retry_after)
         elif kind == "closed":
             error = stopped()
         elif kind == "unavailable":
             error = unavailable("waiting", self._settings.probe_every)
         elif kind == "expired":
             error = RunnerLost(Wording.EXPIRED)
-        elif kind != "dropped":  # nobody waits on a dropped job
+        elif kind not in ("", "dropped"):
             error = RunnerLost(Wording.RUNNER_LOST)
-        if error is not None:
-            self._remember(job.id, None, error)
-            if waiters:
-                deliver(waiters, None, error)
+        if kind != "dropped":  # nobody waits on a dropped job
+            self._remember(job.id, result, error)
+            deliver(waiters, result, error)
+        if job.local_hold is not None:  # the fallback pool counted it: its joiners too
+            job.local_hold(result, error)
+            job.local_hold = None
         self._settle()
 
     async def _drop(self, job: RedisJob, kind: str) -> None:
@@ -521,7 +514,7 @@ class ProcessSide:
             result, error = decode_outcome(data, decode=self._settings.decode)
         except Exception as exc:  # a broken decode hook, or a corrupt value
             result, error = None, exc
-        self._answer(job, result, error)
+        self._end(job, result=result, error=error)
 
     # --- events: from a script's reply or this process's channel ---------------------------
 
