@@ -98,9 +98,7 @@ class RedisPool:
             fingerprint=fingerprint,
             deployment=deployment,
         )
-        self._books = Ledger(
-            slots, run_time_ceiling, queue, wait
-        )  # this process's; thread-safe on its own
+        self._books = Ledger(slots, run_time_ceiling, queue, wait)  # this process's; thread-safe
         self._closing = Closing()  # see Closing
         self._side = self._new_side()  # replaced in a forked child (the fork hook, any thread)
         _instances.add(self)
