@@ -472,7 +472,7 @@ def through_door(
             if shed:
                 ARRIVING.count_shed()
             elif isinstance(decided, PoolBusy | PoolClosed | CallerBusy):
-                pool.count_refusal(decided)
+                pool.count_refusal(decided, record.caller)
             return decided
         left = give_up - time.monotonic()
         if not (yield Call(partial(own.wait_released, left), partial(own.areleased, left))):

@@ -1,10 +1,5 @@
-"""Every exception django-pdfpool raises, in one place (imports nothing of the package).
-
-Refusals (``Refused`` and its subclasses) come from the admission pools; ``ExtractionError``
-from the extraction sandbox; ``RemoteJobError`` from a sharer in another process of a
-Redis-coordinated pool. The Redis pool rebuilds exceptions of this module, and only of
-this module, from their JSON form (see ``admission.redis.codec``).
-"""
+"""Every exception django-pdfpool raises, in one place (imports nothing of the package); the
+Redis pool rebuilds exceptions of this module, and only of this module, from JSON."""
 
 from __future__ import annotations
 
@@ -36,9 +31,8 @@ __all__ = [
 
 
 class Wording:
-    """What a client is told of each refusal, worded once: the pools, the sandbox, the door
-    and the decorator raise with these sentences (``{...}`` filled in where they raise);
-    ``responses.describe`` answers them. ``EXTRACTION_MESSAGES`` words the 422s."""
+    """What a client is told of each refusal, worded once (``{...}`` filled in where raised);
+    ``EXTRACTION_MESSAGES`` words the 422s."""
 
     # the pools' own (503 busy / closed, 429 caller_busy), both pools alike
     CLOSING = "The service is shutting down and takes no new work."
@@ -80,16 +74,15 @@ class Wording:
 
 
 class Refused(Exception):
-    """Base of every refusal. ``code`` is short and machine-readable; ``status`` is the
-    HTTP status it is answered with (503, 429 for ``CallerBusy``); ``retry_after`` is the
-    pool's estimate, in seconds, of when trying again may work."""
+    """Base of every refusal: its machine-readable ``code``, its HTTP ``status``, and
+    ``retry_after``, the pool's estimate in seconds (at least 1) of when trying again may work."""
 
     status = 503
     code = "refused"
 
-    def __init__(self, message: str = "", retry_after: float = 0.0) -> None:
+    def __init__(self, message: str = "", retry_after: float = 1.0) -> None:
         super().__init__(message or self.__doc__)
-        self.retry_after = retry_after
+        self.retry_after = max(1.0, retry_after)
 
 
 class PoolBusy(Refused):
@@ -112,37 +105,36 @@ class PoolClosed(Refused):
 
 
 class RunnerLost(Refused):
-    """The process running or queueing this job stopped renewing its lease (it died,
-    hung, or lost Redis): its outcome will never come. Trying again runs it anew."""
+    """The process running or queueing this job stopped renewing its lease: its outcome will
+    never come. Trying again runs it anew."""
 
     code = "runner_lost"
 
 
 class CoordinatorUnavailable(PoolBusy):
-    """Redis cannot be reached and this pool refuses rather than run without the
-    shared limits. A PoolBusy (503, try again shortly), not a PoolClosed: it passes."""
+    """Redis cannot be reached and this pool refuses rather than run without the shared limits
+    (a PoolBusy: it passes)."""
 
     code = "unavailable"
 
 
 class PoolMisconfigured(Refused):
-    """This process's pool settings differ from those of the other processes sharing its
-    Redis namespace: two deployments would merge. Refused (503) until they agree; the
-    message names the namespace and what differs. A deployment error, logged once."""
+    """This process's pool settings differ from those of the other processes sharing its Redis
+    namespace (two deployments would merge): refused until they agree; logged once."""
 
     code = "misconfigured"
 
 
 class SandboxUnavailable(Refused):
     """This host gives a job's child fewer sandbox layers than ``PDFPOOL["SANDBOX"]["REQUIRE"]``
-    demands: extractions are refused (503), fail closed, until it does (docs/security.md)."""
+    demands: extractions are refused until it does."""
 
     code = "sandbox_unavailable"
 
 
 class UploadRejected(Exception):
-    """An upload refused for what it is, not for the pool's load; nothing ran for it.
-    ``status`` (400, 408, 411 or 413) and ``code`` say why; the message is safe to show a user."""
+    """An upload refused for what it is, not for the pool's load: nothing ran for it; the
+    message is safe to show a user."""
 
     status = 400
     code = "bad_upload"
@@ -167,15 +159,13 @@ class NoUpload(UploadRejected):
 
 
 class BadDigest(UploadRejected):
-    """A digest header (``Repr-Digest``, ``Content-Digest``, ``Pdf-Digest``) that cannot be
-    read as ``sha-256=:<base64>:``."""
+    """A digest header that cannot be read as ``sha-256=:<base64>:``."""
 
     code = "bad_digest"
 
 
 class RepeatedHeader(UploadRejected):
-    """``Content-Type`` or a digest header sent twice: the door and Django could read the
-    request differently, so it is read by neither."""
+    """``Content-Type`` or a digest header sent twice: read by neither the door nor Django."""
 
     code = "repeated_header"
 
@@ -188,8 +178,7 @@ class LengthRequired(UploadRejected):
 
 
 class BodyTimeout(UploadRejected):
-    """The body did not arrive within ``BODY_TIMEOUT`` (plus a second per ``BODY_MIN_RATE``
-    bytes): the place it held is given back and the connection closed."""
+    """The body did not arrive in time: the place it held is given back."""
 
     status = 408
     code = "body_timeout"
@@ -202,16 +191,12 @@ class DigestMismatch(UploadRejected):
 
 
 class JobFault(RuntimeError):
-    """``fn`` raised what a job may not end with: ``SystemExit``/``KeyboardInterrupt``
-    (asyncio would re-raise them out of the job loop, stopping every job of the process),
-    or a ``CancelledError`` when nothing cancelled the job (it awaited something another
-    party cancelled). Either is the job's failure, seen by every sharer and by ``on_error``."""
+    """``fn`` raised what would stop the job loop (``SystemExit``, ``KeyboardInterrupt``), or a
+    ``CancelledError`` when nothing cancelled the job: the job's failure, as any other."""
 
 
 class BlockingCallWarning(RuntimeWarning):
-    """A call that blocks (a Redis read of ``RedisPool.running()``, ``snapshot()``, ...)
-    was made on the pool's job loop, where it would stall every job of the process: make
-    it from another thread."""
+    """A blocking Redis read (``RedisPool.snapshot()``...) was made on the job loop."""
 
 
 class RemoteJobError(Exception):
@@ -227,8 +212,8 @@ class RemoteJobError(Exception):
 
 
 class ResultTooLarge(RemoteJobError):
-    """The job's outcome is larger than the pool's ``max_result_bytes``: it is not
-    sent to sharers in other processes (those in the job's own process get it)."""
+    """The job's outcome is larger than the pool's ``max_result_bytes``: sharers in other
+    processes get this instead."""
 
 
 EXTRACTION_MESSAGES = {
@@ -244,10 +229,8 @@ EXTRACTION_MESSAGES = {
 
 
 class ExtractionError(Exception):
-    """A PDF that could not be extracted. `message` is safe to show a user; `detail` is not
-    for users but never holds a path or a traceback (an exception name, a signal name).
-    `elapsed` and `peak_rss` are the child's own figures when it lived to report them.
-    Answered 422."""
+    """A PDF that could not be extracted: ``message`` is safe to show a user, ``detail`` (for
+    logs) never holds a path or a traceback."""
 
     status = 422
 

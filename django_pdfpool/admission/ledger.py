@@ -3,12 +3,13 @@
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import math
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from enum import Enum, StrEnum
 from typing import TYPE_CHECKING, Any, Literal
@@ -17,6 +18,9 @@ from ..exceptions import CallerBusy, PoolBusy, PoolClosed, Refused
 
 RECENT = 256  # how many recent durations the summaries and estimates cover
 DEFAULT_RUN_TIME = 1.0  # seconds assumed for a job before any has finished
+LIKELY = 0.9  # a Retry-After is when the place (or the caller) has freed, this often
+AGAIN = 3  # a caller refused again while nothing changed: its Retry-After doubles, 3 times at most
+REMEMBERED = 1024  # callers whose refusals are remembered (the oldest forgotten first)
 
 # --- the counters (docs/metrics.md) -----------------------------------------------------
 
@@ -239,29 +243,54 @@ class Ledger:
     ``ceiling``: the longest a job may run, which no estimate of a job's end goes past.
     How the estimates are made: docs/pool.md (Refusals)."""
 
-    __slots__ = ("_counts", "_lock", "_queue_waits", "_run_times", "born", "ceiling", "slots")
+    __slots__ = ("_counts", "_lock", "_queue_waits", "_refused", "_run_times", "_state", "born",
+                 "ceiling", "queue", "slots", "wait")  # fmt: skip
 
-    def __init__(self, slots: int, ceiling: float | None = None) -> None:
-        self.slots, self.ceiling = slots, ceiling  # never change
+    def __init__(
+        self, slots: int, ceiling: float | None = None, queue: int = 0, wait: float | None = None
+    ) -> None:
+        self.slots, self.ceiling, self.queue, self.wait = slots, ceiling, queue, wait  # fixed
         self.born = time.time()  # the books count from here (wall clock)
-        self._lock = threading.Lock()  # guards the three fields below
+        self._lock = threading.Lock()  # guards the fields below
         self._counts = dict.fromkeys(Counter, 0)
         self._queue_waits: deque[float] = deque(maxlen=RECENT)
         self._run_times: deque[float] = deque(maxlen=RECENT)
+        self._refused: dict[str, int] = {}  # callers refused since the pool last changed
+        self._state: Hashable = None  # the pool as last observed (a Redis pool's)
 
     def count(self, counter: Counter, n: int = 1) -> None:
         with self._lock:
             self._counts[counter] += n
+            if counter is Counter.ABANDONED:
+                self._refused.clear()  # a place freed
+
+    def refused(self, counter: Counter, caller: str | None = None) -> None:
+        """Count a refusal; ``caller``'s Retry-After doubles until the pool changes."""
+        with self._lock:
+            self._counts[counter] += 1
+            if caller:
+                self._refused[caller] = min(self._refused.pop(caller, 0) + 1, AGAIN)
+                if len(self._refused) > REMEMBERED:
+                    del self._refused[next(iter(self._refused))]
+
+    def observe(self, state: Hashable) -> None:
+        """The pool as read elsewhere (Redis): a new ``state`` is a change."""
+        with self._lock:
+            if state != self._state:
+                self._state = state
+                self._refused.clear()
 
     def started(self, queued_for: float) -> None:
         with self._lock:
             self._counts[Counter.STARTED] += 1
             self._queue_waits.append(queued_for)
+            self._refused.clear()
 
     def ended(self, outcome: Counter, took: float) -> None:  # outcome: Counter.ended's
         with self._lock:
             self._counts[outcome] += 1
             self._run_times.append(took)
+            self._refused.clear()
 
     def gave_up(self, waited: Sequence[float], callers: int) -> None:
         """Queued jobs were refused after waiting ``waited`` s each (``callers`` in all): their
@@ -269,6 +298,37 @@ class Ledger:
         with self._lock:
             self._counts[Counter.REFUSED_BUSY] += callers
             self._queue_waits.extend(waited)
+            self._refused.clear()
+
+    def expected_start(
+        self, queued: int, running_for: Sequence[float] = (), head_waited: float | None = None,
+        *, start: bool = False, caller: str | None = None,
+    ) -> float:  # fmt: skip
+        """The Retry-After until a newcomer is let in: a place frees (a running job ends, or
+        the queue's head, queued ``head_waited`` s, is given up); ``start``: until it would
+        take a slot. ``running_for``: how long each running job has run."""
+        with self._lock:
+            typical = self._typical(running_for)
+            behind = len(running_for) + queued + 1 - self.slots - (0 if start else self.queue)
+            seconds = self._nth_free(running_for, behind, typical)
+            if head_waited is not None and self.wait is not None and not start:
+                seconds = min(seconds, max(0.0, self.wait - head_waited))
+            return self._told(seconds, caller)
+
+    def expected_end(
+        self, running_for: float | None, ahead: int, others: Sequence[float] = (),
+        waited: float = 0.0, *, caller: str | None = None,
+    ) -> float:  # fmt: skip
+        """The Retry-After until a caller's job ends: one running for ``running_for`` s, or
+        (None) one queued ``waited`` s behind ``ahead`` jobs while ``others`` run."""
+        with self._lock:
+            if running_for is not None:
+                return self._told(self._freed_by((running_for,)), caller)
+            typical = self._typical(others)
+            seconds = self._nth_free(others, ahead + 1, typical) + self._freed_by((0.0,))
+            if self.wait is not None:  # given up once it has waited that long
+                seconds = min(seconds, max(0.0, self.wait - waited))
+            return self._told(seconds, caller)
 
     def _typical(self, running_for: Iterable[float]) -> float:  # under the lock
         """A job's likely run time: the recent mean, else the longest run so far (at least
@@ -277,34 +337,42 @@ class Ledger:
             return sum(self._run_times) / len(self._run_times)
         return max((DEFAULT_RUN_TIME, *running_for))
 
-    def _left(self, running_for: float, typical: float) -> float:
-        """What the typical run still leaves, else (overdue) as long again; never past the
-        ceiling."""
-        left = typical - running_for
-        if left <= 0:
-            left = running_for
+    def _more(self, running_for: float) -> list[float]:  # under the lock
+        """What the recent runs that took longer than ``running_for`` s took more, sorted;
+        none of them: as long again (never under ``DEFAULT_RUN_TIME`` in all); never past
+        the ceiling."""
+        more = sorted(took - running_for for took in self._run_times if took > running_for)
+        if not more:
+            more = [max(running_for, DEFAULT_RUN_TIME - running_for)]
         if self.ceiling is not None:
-            left = min(left, max(0.0, self.ceiling - running_for))
-        return left
+            most = max(0.0, self.ceiling - running_for)
+            more = [min(seconds, most) for seconds in more]
+        return more
 
-    def expected_start(self, queued: int, running_for: Sequence[float] = ()) -> float:
-        """Seconds until a new job could likely start, ``queued`` jobs ahead; ``running_for``:
-        how long each running job has run, when the pool knows."""
-        with self._lock:
-            typical = self._typical(running_for)
-            if len(running_for) < self.slots:  # unknown: a typical run frees the first slot
-                return typical * (queued + 1) / self.slots
-            first_free = min(self._left(seconds, typical) for seconds in running_for)
-        return first_free + typical * queued / self.slots
+    def _freed_by(self, running_for: Sequence[float]) -> float:  # under the lock
+        """The first time by which one of the jobs that have run ``running_for`` s each has
+        ended in ``LIKELY`` of the cases the recent runs that took longer make."""
+        mores = [self._more(seconds) for seconds in running_for]
 
-    def expected_end(self, running_for: float | None, ahead: int) -> float:
-        """Seconds until a job likely ends: one running for ``running_for`` s, or (None) one
-        queued behind ``ahead`` jobs."""
-        with self._lock:
-            if running_for is not None:
-                return self._left(running_for, self._typical((running_for,)))
-            typical = self._typical(())
-        return typical * (ahead + 1) / self.slots + typical
+        def ended(by: float) -> bool:  # all still running at ``by``: unlikely enough
+            running = [1 - bisect.bisect_right(more, by) / len(more) for more in mores]
+            return math.prod(running) <= 1 - LIKELY
+
+        times = sorted(set().union(*mores))  # when some job may end
+        return times[bisect.bisect_left(times, True, key=ended)]
+
+    def _nth_free(self, running_for: Sequence[float], n: int, typical: float) -> float:
+        """Seconds until the ``n``-th slot frees (a free slot is free now): the first once a
+        running job has likely ended, each later one a typical run over the slots after."""
+        free = self.slots - len(running_for)
+        if n <= free:
+            return 0.0
+        first = self._freed_by(running_for) if running_for else typical
+        return first + typical * (n - max(free, 0) - 1) / self.slots
+
+    def _told(self, seconds: float, caller: str | None) -> float:  # under the lock
+        """``seconds``, at least 1, doubled per refusal of ``caller`` since the pool changed."""
+        return max(1.0, seconds) * float(2 ** self._refused.get(caller or "", 0))
 
     def snapshot(
         self, queue: int, wait: float | None, closed: bool, jobs: Iterable[JobInfo],

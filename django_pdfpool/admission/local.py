@@ -54,7 +54,7 @@ class Pool:
         WAIT.require("wait", wait)  # also refuses NaN
         self.slots, self.queue_size, self.wait = slots, queue, wait
         self._on_error = on_error or log_failure
-        self._books = Ledger(slots, run_time_ceiling)  # thread-safe on its own
+        self._books = Ledger(slots, run_time_ceiling, queue, wait)  # thread-safe on its own
         self._lock = threading.Lock()  # guards every field below, and each job's fields
         self._jobs: dict[str, JobRecord] = {}  # in flight, by key
         self._callers: dict[str, JobRecord] = {}  # in flight, by the caller that started it
@@ -85,20 +85,35 @@ class Pool:
             free = max(0, self.slots + self.queue_size - self._running - len(self._queue))
             in_flight = key is not None and key in self._jobs
             held = None if in_flight else self._callers.get(caller or "")  # else it joins
-            busy = (False, 0.0) if held is None or held.key == key else (True, self._held_end(held))
-            return Pressure(self._closed, free, in_flight, self._expected_start(), *busy)
+            busy = held is not None and held.key != key
+            retry = self._held_end(held, caller) if busy and held else 0.0
+            return Pressure(
+                self._closed, free, in_flight, self._expected_start(caller), busy, retry
+            )
 
-    def count_refusal(self, refusal: PoolBusy | PoolClosed | CallerBusy) -> None:
-        self._books.count(Counter.refused(refusal))
+    def count_refusal(
+        self, refusal: PoolBusy | PoolClosed | CallerBusy, caller: str | None = None
+    ) -> None:
+        self._books.refused(Counter.refused(refusal), caller)
 
-    def _held_end(self, held: JobRecord) -> float:  # rule 2's Retry-After; under the lock
-        ahead = self._queue.index(held) if held.state == "queued" else 0
-        return self._books.expected_end(held.running_for(time.monotonic()), ahead)
+    def _running_for(self, now: float) -> list[float]:  # under the lock
+        return [t for job in self._jobs.values() if (t := job.running_for(now)) is not None]
 
-    def _expected_start(self) -> float:  # when a new job could likely start; under the lock
+    def _held_end(self, held: JobRecord, caller: str | None) -> float:  # rule 2's; locked
         now = time.monotonic()
-        elapsed = [t for job in self._jobs.values() if (t := job.running_for(now)) is not None]
-        return self._books.expected_start(len(self._queue), elapsed)
+        if held.state != "queued":
+            return self._books.expected_end(held.running_for(now), 0, caller=caller)
+        ahead, waited = self._queue.index(held), now - held.queued_mono
+        others = self._running_for(now)
+        return self._books.expected_end(None, ahead, others, waited, caller=caller)
+
+    def _expected_start(self, caller: str | None = None, *, start: bool = False) -> float:
+        """The Retry-After until a newcomer is let in (``start``: takes a slot); locked."""
+        now = time.monotonic()
+        head = now - self._queue[0].queued_mono if self._queue else None
+        return self._books.expected_start(
+            len(self._queue), self._running_for(now), head, start=start, caller=caller
+        )
 
     def idle(self) -> bool:
         with self._lock:
@@ -151,13 +166,16 @@ class Pool:
             return job
         if fn is None:
             raise nothing_to_join(key)
-        held = self._callers.get(caller)
-        if held is not None:  # Rule 2: one job per caller, even if its starter left.
-            self._books.count(Counter.REFUSED_CALLER)
-            raise caller_busy(self._held_end(held))
-        if self._running >= self.slots and len(self._queue) >= self.queue_size:
-            self._books.count(Counter.REFUSED_BUSY)  # Rule 3: a full queue refuses at once.
-            raise queue_full(self._expected_start())
+        held = self._callers.get(caller)  # Rule 2: one job per caller, even if its starter left
+        full = self._running >= self.slots and len(self._queue) >= self.queue_size
+        if held is not None or full:
+            refusal: PoolBusy | CallerBusy = (  # Rule 3: a full queue refuses at once
+                queue_full(self._expected_start(caller))
+                if held is None
+                else caller_busy(self._held_end(held, caller))
+            )
+            self._books.refused(Counter.refused(refusal), caller)
+            raise refusal
         job = self._jobs[key] = self._callers[caller] = JobRecord(key, caller, fn, on_drop, waiter)
         if self._running < self.slots:
             self._start(job)
@@ -257,7 +275,7 @@ class Pool:
                 waited.append(now - self._queue[0].queued_mono)
                 refused.append(self._forget_queued(self._queue[0], dropped))
             self._books.gave_up(waited, sum(map(len, refused)))
-            retry_after = self._expected_start()
+            retry_after = self._expected_start(start=True)
             idle = self._take_idle_waiters()
         self._arm_timer()
         call_dropped(*dropped)

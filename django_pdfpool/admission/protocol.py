@@ -46,9 +46,11 @@ class AdmissionPool(Protocol):
         """What a door reads before a request's body (the pool stays the authority): see
         ``Pressure``."""
 
-    def count_refusal(self, refusal: PoolBusy | PoolClosed | CallerBusy) -> None:
+    def count_refusal(
+        self, refusal: PoolBusy | PoolClosed | CallerBusy, caller: str | None = None
+    ) -> None:
         """Count a refusal given in the pool's name without ``run`` (the door's, before a body
-        is read): the pool's counters tell every refusal."""
+        is read): the pool's counters tell every refusal; ``caller``'s next Retry-After grows."""
 
     def idle(self) -> bool:
         """Nothing of this process in flight: no job run or queued here, no caller waiting."""

@@ -57,6 +57,21 @@ def events_of(flat: list[str]) -> list[Event]:
     return [Event(*flat[i : i + 3]) for i in range(0, len(flat), 3)]
 
 
+class Load(NamedTuple):
+    """What a Retry-After is estimated from, as the scripts read it (``load_now``)."""
+
+    running_for: tuple[float, ...]  # seconds each running job has run
+    head_waited: float | None  # seconds the queue's head has waited (None: no queue)
+    state: tuple[int, ...]  # the head's queue time and the starts: new once a job moves
+
+    @classmethod
+    def of(cls, flat: list[Any]) -> Load:
+        now, head, *starts = (int(ms) for ms in flat)
+        starts.sort()
+        waited = None if head < 0 else (now - head) / 1000
+        return cls(tuple((now - ms) / 1000 for ms in starts), waited, (head, *starts))
+
+
 class AdmitReply(NamedTuple):
     """``admit.lua``'s answer; ``age`` in seconds."""
 
@@ -65,17 +80,19 @@ class AdmitReply(NamedTuple):
     state: str
     owner: str
     age: float
-    queued: int  # jobs in the queue when the script ran
+    queued: int  # jobs in the queue when the script ran (caller: the jobs ahead of its job)
     events: list[Event]
     differs: dict[str, str]  # mismatch only: {term: theirs}
+    load: Load | None  # busy and caller only
 
     @classmethod
     def of(cls, reply: Any) -> AdmitReply:
         status, job_id, state, owner, age_ms, queued, events, *rest = reply
         flat = rest[0] if rest else []
         differs = {flat[i]: flat[i + 1] for i in range(0, len(flat), 2)}
+        load = Load.of(rest[1]) if len(rest) > 1 else None
         age = int(age_ms) / 1000
-        return cls(status, job_id, state, owner, age, int(queued), events_of(events), differs)
+        return cls(status, job_id, state, owner, age, int(queued), events_of(events), differs, load)
 
 
 class PressureReply(NamedTuple):
@@ -89,6 +106,7 @@ class PressureReply(NamedTuple):
     age: float
     ahead: int
     waiting: int  # callers sharing KEY's job in every process, less its starter
+    load: Load
 
 
 # --- the settings and the connections ------------------------------------------------------
@@ -333,10 +351,10 @@ class Link:
         client = self.sync()
         args = [key or "", caller or ""]
         raw = self._sync_scripts["pressure"](keys=[self.procs_key], args=args, client=client)
-        running, queued, in_flight, busy, state, age_ms, ahead, waiting = raw
+        running, queued, in_flight, busy, state, age_ms, ahead, waiting, load = raw
         return PressureReply(
             int(running), int(queued), bool(in_flight), bool(busy), str(state),
-            int(age_ms) / 1000, int(ahead), int(waiting),
+            int(age_ms) / 1000, int(ahead), int(waiting), Load.of(load),
         )  # fmt: skip
 
     def view(self) -> Any:

@@ -98,7 +98,7 @@ class RedisPool:
             fingerprint=fingerprint,
             deployment=deployment,
         )
-        self._books = Ledger(slots, run_time_ceiling)  # this process's; thread-safe on its own
+        self._books = Ledger(slots, run_time_ceiling, queue, wait)  # this process's; thread-safe
         self._closing = Closing()  # see Closing
         self._side = self._new_side()  # replaced in a forked child (the fork hook, any thread)
         _instances.add(self)
@@ -156,24 +156,29 @@ class RedisPool:
         found = self._shared(lambda link: link.pressure(key, caller))
         if found is None:
             return dataclasses.replace(self._local.pressure(key, caller), closed=closed)
+        books, load = self._books, found.load
+        books.observe(load.state)
         free = max(0, self.slots + self.queue_size - found.running - found.queued)
         retry = 0.0
         if found.caller_busy:
-            running_for = found.age if found.state == "running" else None
-            retry = self._books.expected_end(running_for, found.ahead)
+            age, others = found.age, load.running_for
+            running_for = age if found.state == "running" else None
+            retry = books.expected_end(running_for, found.ahead, others, age, caller=caller)
         return Pressure(
             closed,
             free,
             found.in_flight,
-            self._books.expected_start(found.queued),
+            books.expected_start(found.queued, load.running_for, load.head_waited, caller=caller),
             caller_busy=found.caller_busy,
             caller_retry_after=retry,
         )
 
-    def count_refusal(self, refusal: PoolBusy | PoolClosed | CallerBusy) -> None:
+    def count_refusal(
+        self, refusal: PoolBusy | PoolClosed | CallerBusy, caller: str | None = None
+    ) -> None:
         """Count a refusal the door gave: here, and a busy or caller one in Redis too."""
         counter = Counter.refused(refusal)
-        self._books.count(counter)
+        self._books.refused(counter, caller)
         if counter.counted_by is not CountedBy.PROCESS and self.mode == REDIS:
             call_in_job_loop(self._side.count_refused, counter)
 

@@ -19,7 +19,14 @@ from typing import Any
 from redis import exceptions as redis_errors
 from redis.exceptions import RedisError
 
-from ...exceptions import CoordinatorUnavailable, PoolBusy, PoolMisconfigured, RunnerLost, Wording
+from ...exceptions import (
+    CallerBusy,
+    CoordinatorUnavailable,
+    PoolBusy,
+    PoolMisconfigured,
+    RunnerLost,
+    Wording,
+)
 from ..jobs import (
     JobRecord,
     Waiter,
@@ -298,18 +305,29 @@ class ProcessSide:
                 self._arm(job, self._settings.wait)
         else:
             call_dropped(waiter.on_drop)
-            deliver([waiter], None, self._refusal(key, reply))
+            deliver([waiter], None, self._refusal(waiter, reply))
 
-    def _refusal(self, key: str, reply: AdmitReply) -> BaseException:
-        if reply.status == "caller":  # rule 2
-            self._books.count(Counter.REFUSED_CALLER)
-            running_for = reply.age if reply.state == "running" else None
-            return caller_busy(self._books.expected_end(running_for, reply.queued))
-        if reply.status not in ("busy", "rebuilding", "mismatch"):
-            return nothing_to_join(key)
-        self._books.count(Counter.REFUSED_BUSY)
-        if reply.status == "busy":  # rule 3: a full queue
-            return queue_full(self._books.expected_start(reply.queued))
+    def _refusal(self, waiter: RedisWaiter, reply: AdmitReply) -> BaseException:
+        books, caller, load = self._books, waiter.caller, reply.load
+        if load is not None:  # rule 2, or rule 3 (a full queue)
+            books.observe(load.state)
+            if reply.status == "caller":
+                age = reply.age
+                running_for = age if reply.state == "running" else None
+                retry = books.expected_end(
+                    running_for, reply.queued, load.running_for, age, caller=caller
+                )
+                refusal: PoolBusy | CallerBusy = caller_busy(retry)
+            else:
+                head = load.head_waited
+                refusal = queue_full(
+                    books.expected_start(reply.queued, load.running_for, head, caller=caller)
+                )
+            books.refused(Counter.refused(refusal), caller)
+            return refusal
+        if reply.status not in ("rebuilding", "mismatch"):
+            return nothing_to_join(waiter.key)
+        books.count(Counter.REFUSED_BUSY)
         if reply.status == "rebuilding":  # bad data took state: the beats count it again
             return PoolBusy(Wording.REBUILDING, self._settings.lease)
         return self._mismatch(reply.differs)
@@ -403,51 +421,45 @@ class ProcessSide:
         except Exception:  # a bug: the callers here are answered all the same, and the
             # beat frees the slot in Redis of a job this process no longer knows
             logger.exception("finishing job %s in Redis failed", job.key)
-        self._answer(job, result, error)
+        self._end(job, result=result, error=error)
         if error is not None and not task.cancelled():
             report_failure(self._settings.on_error, job.key, error)
 
-    def _answer(self, job: RedisJob, result: Any, error: BaseException | None) -> None:
-        """Hand the outcome to this process's sharers; the job is over here."""
-        self._remove(job)
-        self._remember(job.id, result, error)
-        waiters, job.waiters = job.waiters, set()
-        deliver(waiters, result, error)
-        if job.local_hold is not None:  # the fallback pool counted it: its joiners too
-            job.local_hold(result, error)
-            job.local_hold = None
-        self._settle()
+    # --- the end of a job here: its outcome, or an event's kind without one (drop.lua) -------
 
-    # --- endings without a result: an event's kind, or "unavailable" (drop.lua) ------------
-
-    def _end(self, job: RedisJob, kind: str) -> None:
-        """A job ends here without a result (one of ours running runs on: its finish answers)."""
-        if job.owned and job.state == "running":
+    def _end(
+        self, job: RedisJob, kind: str = "", result: Any = None, error: BaseException | None = None
+    ) -> None:
+        """Hand the outcome to this process's sharers, or end the job without one (``kind``: an
+        event's, or "unavailable"; one of ours running runs on: its finish answers)."""
+        if kind and job.owned and job.state == "running":
             return
         self._remove(job)
         waiters, job.waiters = job.waiters, set()
-        if job.owned:
+        if kind and job.owned:
             call_dropped(job.release())
             if kind == "dropped":
                 self._books.count(Counter.ABANDONED)
-        error: BaseException | None = None
         if kind == "busy":  # rule 3: waited longer than `wait` (Redis's clock said so)
             waited = [time.monotonic() - job.queued_mono] if job.owned else []
             self._books.gave_up(waited, len(waiters))
-            retry_after = self._books.expected_start(self._settings.queue_size)
-            error = waited_too_long(self._settings.wait, retry_after)
+            s = self._settings  # the load is not known here: every slot taken, the queue full
+            retry_after = self._books.expected_start(s.queue_size, (0.0,) * s.slots, start=True)
+            error = waited_too_long(s.wait, retry_after)
         elif kind == "closed":
             error = stopped()
         elif kind == "unavailable":
             error = unavailable("waiting", self._settings.probe_every)
         elif kind == "expired":
             error = RunnerLost(Wording.EXPIRED)
-        elif kind != "dropped":  # nobody waits on a dropped job
+        elif kind not in ("", "dropped"):
             error = RunnerLost(Wording.RUNNER_LOST)
-        if error is not None:
-            self._remember(job.id, None, error)
-            if waiters:
-                deliver(waiters, None, error)
+        if kind != "dropped":  # nobody waits on a dropped job
+            self._remember(job.id, result, error)
+            deliver(waiters, result, error)
+        if job.local_hold is not None:  # the fallback pool counted it: its joiners too
+            job.local_hold(result, error)
+            job.local_hold = None
         self._settle()
 
     async def _drop(self, job: RedisJob, kind: str) -> None:
@@ -502,7 +514,7 @@ class ProcessSide:
             result, error = decode_outcome(data, decode=self._settings.decode)
         except Exception as exc:  # a broken decode hook, or a corrupt value
             result, error = None, exc
-        self._answer(job, result, error)
+        self._end(job, result=result, error=error)
 
     # --- events: from a script's reply or this process's channel ---------------------------
 

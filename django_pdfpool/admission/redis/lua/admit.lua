@@ -1,7 +1,8 @@
 -- Rules 1-3 for a new call. ARGV: ME LEASE SLOTS QUEUE WAIT_MS(-1: none) KEY CALLER ID HAS_FN
 -- FINGERPRINT DEPLOYMENT -> {status, id, state, owner, age_ms, queued, events}; status is
 -- joined (the job's id, state, owner), started or queued (this call's job), caller (the
--- held job's id, state, owner and age), busy, rebuilding (for a lease after bad data took
+-- held job's id, state, owner, age and the jobs ahead of it in place of queued; then {}
+-- and load_now()), busy (then {} and load_now()), rebuilding (for a lease after bad data took
 -- state: see prelude.lua), nojob (nothing to join, no fn), or mismatch
 -- (ME's terms are not those of a live process of the namespace: another deployment, or
 -- other settings; then {name, theirs}* follows events, and ME is not registered).
@@ -65,8 +66,9 @@ if held then  -- rule 2: one job per caller, even if its starter left
     tally('refused_caller', 1)
     touch()
     local since = tonumber(other.st or other.qt) or NOW
+    local ahead = other.state == 'queued' and redis.call('LPOS', QUEUE, held) or 0
     return {'caller', other.id, other.state, other.owner, tostring(NOW - since),
-      tostring(queued), events}
+      tostring(ahead), events, {}, load_now()}
   end
   redis.call('HDEL', CALLERS, CALLER)
 end
@@ -78,7 +80,7 @@ end
 if running >= SLOTS and queued >= tonumber(ARGV[4]) then  -- rule 3: a full queue refuses
   tally('refused_busy', 1)
   touch()
-  return {'busy', '', '', '', '0', tostring(queued), events}
+  return {'busy', '', '', '', '0', tostring(queued), events, {}, load_now()}
 end
 local jk = jobkey(KEY)
 redis.call('HSET', jk, 'id', ID, 'caller', CALLER, 'owner', ME, 'qt', NOW, 'dl', 0,

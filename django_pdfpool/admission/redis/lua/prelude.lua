@@ -338,3 +338,14 @@ local function touch(jk)
 end
 
 local function renew() redis.call('ZADD', PROCS, NOW + LEASE, ME) end
+
+-- What a Retry-After is estimated from, as pressure.lua reads it too: {NOW, the queue head's
+-- queue time or -1, each running job's start} (ms); a field that is no number is left out.
+local function load_now()
+  local head = redis.call('LINDEX', QUEUE, 0)
+  local found = {NOW, head and whole(redis.pcall('HGET', jobkey(head), 'qt')) or -1}
+  for _, key in ipairs(redis.call('SMEMBERS', RUNNING)) do
+    found[#found + 1] = whole(redis.pcall('HGET', jobkey(key), 'st')) or nil
+  end
+  return found
+end

@@ -2,7 +2,8 @@
 -- round trip. KEYS: procs; ARGV: KEY CALLER ('' for none) -> {running, queued, KEY's job in
 -- flight (0/1), busy (1: the caller holds a job for another key, and admit.lua would refuse
 -- it), its state, ms since it queued or started, jobs ahead of it in the queue, callers
--- waiting on KEY's job in every process less its starter}. Bad data reads as nothing.
+-- waiting on KEY's job in every process less its starter, the load: {now, the queue head's
+-- queue time or -1, each running job's start} (ms)}. Bad data reads as nothing.
 local P = string.sub(KEYS[1], 1, -6)
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
@@ -27,14 +28,23 @@ if in_flight == 1 then
   end
   waiting = math.max(0, waiting - starter)
 end
+local function field(key, name)  -- a job's time field, or nil
+  return typed(P .. 'job:' .. key, 'hash') and whole(redis.call('HGET', P .. 'job:' .. key, name))
+end
+local load = {now, queued > 0 and field(redis.call('LINDEX', P .. 'queue', 0), 'qt') or -1}
+if running > 0 then
+  for _, key in ipairs(redis.call('SMEMBERS', P .. 'running')) do
+    load[#load + 1] = field(key, 'st') or nil
+  end
+end
 local held = CALLER ~= '' and in_flight == 0 and typed(P .. 'callers', 'hash')
   and redis.call('HGET', P .. 'callers', CALLER)
 if not held or held == KEY or not typed(P .. 'job:' .. held, 'hash') then
-  return {running, queued, in_flight, 0, '', 0, 0, waiting}
+  return {running, queued, in_flight, 0, '', 0, 0, waiting, load}
 end
 local job = redis.call('HMGET', P .. 'job:' .. held, 'caller', 'state', 'qt', 'st')
-if job[1] ~= CALLER then return {running, queued, in_flight, 0, '', 0, 0, waiting} end
+if job[1] ~= CALLER then return {running, queued, in_flight, 0, '', 0, 0, waiting, load} end
 local since = tonumber(job[4] or job[3]) or now
 local ahead = 0
 if job[2] == 'queued' then ahead = redis.call('LPOS', P .. 'queue', held) or 0 end
-return {running, queued, in_flight, 1, tostring(job[2]), now - since, ahead, waiting}
+return {running, queued, in_flight, 1, tostring(job[2]), now - since, ahead, waiting, load}

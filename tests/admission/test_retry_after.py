@@ -1,0 +1,137 @@
+"""Retry-After from what the pool knows, both pools alike: a running job's elapsed time
+against recent run times, never under a second, growing for a caller refused again while
+nothing changed."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import pytest
+
+from django_pdfpool.admission.ledger import AGAIN, Counter, Ledger
+from django_pdfpool.admission.local import Pool
+from django_pdfpool.exceptions import CallerBusy, CoordinatorUnavailable, PoolBusy, PoolClosed
+from tests.conftest import held, until
+
+pytest_plugins = ["tests.support.redis_fixtures"]
+
+
+@pytest.fixture(params=["local", "redis"])
+def make(request):
+    """A pool of one slot and no queue, with ``runs`` as its recent run times."""
+
+    def build(runs: list[float]):
+        if request.param == "local":
+            pool = Pool(1, 0, 10.0)
+        else:
+            pool = request.getfixturevalue("make_pool")(1, 0, 10.0)
+        for took in runs:
+            pool._books.ended(Counter.COMPLETED, took)
+        return pool
+
+    return build
+
+
+async def refused(pool, key: str, caller: str) -> float:
+    with pytest.raises((PoolBusy, CallerBusy)) as refusal:
+        await pool.run(key, caller, held("never", threading.Event()))
+    return refusal.value.retry_after
+
+
+def test_a_running_job_is_given_what_runs_like_it_took_more(make):
+    """Runs of 0.5 s and 20 s: a job still running after 0.5 s is one of the long ones, so
+    a place frees in about 20 s less what it has run, not in a typical run's second."""
+    pool = make([0.5] * 9 + [20.0])
+    gate = threading.Event()
+
+    async def scenario():
+        running = asyncio.ensure_future(pool.run("long", "c1", held("done", gate)))
+        await until(lambda: pool.running() == 1)
+        began = time.monotonic()
+        await asyncio.sleep(0.6)  # past every short run
+        told = await refused(pool, "other", "c2")
+        read = await asyncio.to_thread(pool.pressure, "other", "c9")
+        elapsed = time.monotonic() - began
+        for seconds in (told, read.retry_after):
+            assert 20.0 - elapsed - 1 <= seconds <= 20.0 - 0.6
+        gate.set()
+        assert await running == "done"
+
+    asyncio.run(scenario())
+
+
+def test_an_overdue_job_is_given_as_long_again_never_under_a_second(make):
+    """Every recent run took 0.1 s; a job running past them has likely as long again to go,
+    and no refusal ever says less than a second."""
+    pool = make([0.1] * 5)
+    gate = threading.Event()
+
+    async def scenario():
+        assert (await asyncio.to_thread(pool.pressure)).retry_after >= 1.0  # idle: 1 s
+        running = asyncio.ensure_future(pool.run("long", "c1", held("done", gate)))
+        await until(lambda: pool.running() == 1)
+        assert await refused(pool, "other", "c2") >= 1.0  # 0.1 s runs: still a second
+        assert await refused(pool, "again", "c1") >= 1.0  # the caller's own job: 429
+        began = time.monotonic()
+        await asyncio.sleep(1.5)
+        told = await refused(pool, "other", "c3")
+        assert told >= 1.5 and told <= 1.5 + (time.monotonic() - began) + 1
+        gate.set()
+        assert await running == "done"
+
+    asyncio.run(scenario())
+
+
+def test_a_caller_refused_again_while_nothing_changed_is_told_longer(make):
+    """Each refusal of the same caller since the pool last changed doubles its Retry-After
+    (``AGAIN`` times at most), whether refused by ``run`` or by a door that read the pool's
+    pressure and counted its refusal; a job that ends starts the count again."""
+    pool = make([20.0])
+    gate = threading.Event()
+
+    async def scenario():
+        running = asyncio.ensure_future(pool.run("long", "c1", held("done", gate)))
+        await until(lambda: pool.running() == 1)
+        first = await refused(pool, "other", "c2")
+        second = await refused(pool, "other", "c2")
+        assert 1.9 * first <= second <= 2 * first
+        assert (await refused(pool, "other", "c3")) <= first  # another caller: not grown
+        door = await asyncio.to_thread(pool.pressure, "other", "c2")  # the door's reading
+        assert 1.9 * second <= door.retry_after <= 2 * second
+        pool.count_refusal(PoolBusy("at the door", door.retry_after), "c2")
+        read = await asyncio.to_thread(pool.pressure, "other", "c2")
+        assert read.retry_after >= 1.9 * door.retry_after
+        for _ in range(AGAIN + 2):
+            most = await refused(pool, "other", "c2")
+        assert most <= 2**AGAIN * first
+        busy = [await refused(pool, "mine", "c1") for _ in range(2)]  # the 429 grows too
+        assert busy[1] >= 1.9 * busy[0]
+        gate.set()
+        assert await running == "done"
+        await until(lambda: pool.running() == 0)
+        other_gate = threading.Event()
+        again = asyncio.ensure_future(pool.run("next", "c4", held("done", other_gate)))
+        await until(lambda: pool.running() == 1)
+        assert await refused(pool, "other", "c2") < 1.5 * first  # the pool changed: not grown
+        other_gate.set()
+        assert await again == "done"
+
+    asyncio.run(scenario())
+
+
+def test_refused_again_is_remembered_for_a_bounded_number_of_callers():
+    books = Ledger(1)
+    for n in range(5000):
+        books.refused(Counter.REFUSED_BUSY, f"caller-{n}")
+    assert len(books._refused) <= 1024
+    assert books.expected_start(0, [0.0], caller="caller-4999") == 2.0
+    books.started(0.0)  # the pool changed
+    assert not books._refused and books.expected_start(0, [0.0], caller="caller-4999") == 1.0
+
+
+def test_no_refusal_carries_less_than_a_second():
+    for refusal in (PoolBusy("x", 0.2), CallerBusy("x", 0.0), CoordinatorUnavailable("x", 0.5)):
+        assert refusal.retry_after == 1.0
+    assert PoolClosed().retry_after == 1.0 and PoolBusy("x", 2.5).retry_after == 2.5
