@@ -28,9 +28,11 @@ from asgiref.sync import ThreadSensitiveContext
 from django.core.handlers.asgi import ASGIRequest, get_script_prefix
 from django.http import HttpRequest, HttpResponse
 
+from .admission import jobs
 from .conf import get_settings
-from .configured import adrain_pool, peek_pool
+from .configured import adrain_pool, get_pool, peek_pool
 from .door import (
+    ARRIVING,
     Refusal,
     Terms,
     Ticket,
@@ -40,7 +42,7 @@ from .door import (
     through_door,
 )
 from .exceptions import BodyTimeout, UploadTooLarge, Wording
-from .record import RECORD, AdmissionRecord, UploadHeaders, pooled_view
+from .record import RECORD, AdmissionRecord, UploadHeaders, pooled_route
 from .responses import RefusalView, arefusal_answer, prebuilt_answer
 from .sandbox.extract import shutdown as shutdown_extraction
 
@@ -72,18 +74,24 @@ class PdfPoolDoor:
         if scope["type"] != "http" or not post or RECORD in scope:
             await self.app(scope, receive, send)
             return
-        view = pooled_view(path_info(scope)) if get_settings().door else None
-        if view is None:
+        route = pooled_route(path_info(scope)) if get_settings().door else None
+        if route is None:
             await self.app(scope, receive, send)
             return
+        func, view = route
         record = AdmissionRecord.read(
             (name.decode("latin-1"), value.decode("latin-1"))
             for name, value in scope.get("headers", ())
         )
         request = ASGIRequest(scope, io.BytesIO())  # the request before its body, asked once
-        decided = await arun_steps(through_door(request, record, view))
+        exempt = getattr(func, "csrf_exempt", False)
+        decided = await arun_steps(through_door(request, record, view, csrf_exempt=exempt))
         if not isinstance(decided, Ticket):
-            await send_refusal(request, send, decided, view.answer)
+            closing = record.declares_body()  # an unread body never keeps the connection
+            if isinstance(decided, HttpResponse):
+                await send_response(decided, send, closing)
+            else:
+                await send_refusal(request, send, decided, view.answer, closing)
             return
         assert isinstance(record.headers, UploadHeaders)  # a rejection is never let in
         limit = record.headers.body_limit(get_settings().max_upload_size)
@@ -139,14 +147,17 @@ class _CountedBody:
             self.ticket.time_out()
             return await self._refuse(BodyTimeout(Wording.TIMED_OUT))
         if message["type"] == "http.request":
-            self.ticket.received += len(message.get("body", b""))
+            if not self.ticket.arrived(len(message.get("body", b"")), self._terms):
+                ARRIVING.count_shed()  # past the budget's bytes: the door's shed, as before it
+                pressure = await asyncio.to_thread(get_pool().pressure)  # rare: off the loop
+                return await self._refuse(jobs.queue_full(pressure.retry_after))
             if self.ticket.received > self.limit:
                 return await self._refuse(UploadTooLarge.over(self._terms.max_upload_size))
             self.complete = not message.get("more_body", False)
         return message
 
     async def _refuse(self, refusal: Refusal) -> Message:
-        await send_refusal(self._request, self._send, refusal, self._answer)
+        await send_refusal(self._request, self._send, refusal, self._answer, closing=True)
         self.answered = True
         return {"type": "http.disconnect"}  # Django's handler stops reading here
 
@@ -156,29 +167,34 @@ class _CountedBody:
 
 
 async def send_refusal(
-    request: HttpRequest, send: Send, refusal: Refusal, answer: RefusalView | None = None
+    request: HttpRequest,
+    send: Send,
+    refusal: Refusal,
+    answer: RefusalView | None = None,
+    closing: bool = False,
 ) -> None:
     """Answer ``refusal`` as the view's ``answer=`` or the ``REFUSAL_VIEW`` would, without
-    reading the body. A 413 or a 408 closes the connection (``closes_connection``); after
-    any other the server reads the rest of the body and throws it away. An answer that
-    reads nothing of the request is built once per distinct answer (``prebuilt_answer``)."""
-    closing = closes_connection(refusal)
-    built = None if closing else prebuilt_answer(refusal, answer)
+    reading the body, with ``Connection: close`` when ``closing`` (a body is declared, or
+    comes no further) or the refusal closes it anyway (``closes_connection``). An answer
+    that reads nothing of the request is built once per distinct answer."""
+    closing = closing or closes_connection(refusal)
+    built = prebuilt_answer(refusal, answer)
     if built is not None:
         status, headers, body = built
-        await send({"type": "http.response.start", "status": status, "headers": list(headers)})
+        listed = [*headers, (b"Connection", b"close")] if closing else list(headers)
+        await send({"type": "http.response.start", "status": status, "headers": listed})
         await send({"type": "http.response.body", "body": body})
         return
-    response = await arefusal_answer(request, refusal, answer)
+    await send_response(await arefusal_answer(request, refusal, answer), send, closing)
+
+
+async def send_response(response: HttpResponse, send: Send, closing: bool = False) -> None:
+    """A complete (not streaming) Django response, as ASGI messages; ``closing``: with
+    ``Connection: close`` (the server closes the connection once it is sent)."""
     if closing:
-        response["Connection"] = "close"  # stop reading: the body is over the limit, or late
+        response["Connection"] = "close"
     if not response.has_header("Content-Length"):
         response["Content-Length"] = str(len(response.content))
-    await send_response(response, send)
-
-
-async def send_response(response: HttpResponse, send: Send) -> None:
-    """A complete (not streaming) Django response, as ASGI messages."""
     headers: list[tuple[bytes, bytes]] = [
         (name.encode("latin-1"), value.encode("latin-1")) for name, value in response.items()
     ]

@@ -330,7 +330,7 @@ async def run_staged(upload: StagedUpload, caller: str, view: PooledView) -> Any
         key = view.key(upload.sha256)
         pool = get_pool()
         fn = functools.partial(_run_then_discard, view.job, upload)
-    return await pool.run(key, caller, fn, on_drop=upload.discard)
+    return await pool.run(key, caller, fn, on_drop=upload.discard, size=upload.size)
 
 
 async def _run_then_discard(job: UploadJob, upload: StagedUpload) -> Any:

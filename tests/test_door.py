@@ -142,21 +142,26 @@ def test_the_budget_is_bounded_in_bodies_and_bytes_and_one_per_caller():
     assert [isinstance(v, Ticket) for v in others] == [True, True, True, False]  # 4 bodies
     assert decided(upload, full, arrivals, who="ip:6")[1]  # a shed, which the caller counts
     assert arrivals.own("ip:1") is first and arrivals.own("ip:6") is None
-    small = Terms(MiB, budget=10, budget_bytes=MiB + 10, body_timeout=20, body_min_rate=500)
-    arrivals = Arrivals()
-    assert isinstance(verdict(upload, full, arrivals, who="ip:a", terms=small), Ticket)
-    assert isinstance(
-        verdict(headers(content_length="10"), full, arrivals, who="ip:b", terms=small), Ticket
-    )
-    assert isinstance(
-        verdict(headers(content_length="10"), full, arrivals, who="ip:c", terms=small), PoolBusy
-    )
-    # chunked: its size is unknown, so it reserves the whole limit
+
+
+def test_budget_bytes_are_charged_as_they_arrive_not_as_declared():
+    """A body declaring 50 MiB holds its share of the budget (``budget_bytes / budget``)
+    until more of it arrives, not 50 MiB: tricklers declaring the limit keep nobody out.
+    Bytes past a share are charged as they come; the body whose bytes take the budget
+    past ``budget_bytes`` is told so (shed), and a released entry gives back all it held."""
+    terms = Terms(64 * MiB, budget=4, budget_bytes=4 * MiB, body_timeout=20, body_min_rate=500)
+    arrivals, full = Arrivals(), pressure(free=0)
+    declared = headers(content_length=str(50 * MiB), content_type="application/pdf")
     chunked = headers(transfer_encoding="chunked", content_type="application/pdf")
-    assert isinstance(verdict(chunked, full, Arrivals(), terms=small), Ticket)
-    assert isinstance(
-        verdict(chunked, full, Arrivals(), terms=Terms(MiB, 10, MiB - 1, 20, 500)), PoolBusy
-    )
+    entries = [verdict(declared, full, arrivals, who=f"ip:{i}", terms=terms) for i in range(3)]
+    entries.append(verdict(chunked, full, arrivals, who="ip:3", terms=terms))
+    assert [e.reserved for e in entries] == [MiB] * 4  # 200 MiB declared, 4 MiB held
+    assert entries[0].arrived(MiB, terms)  # within its share
+    assert not entries[0].arrived(1, terms)  # past budget_bytes: shed
+    entries[0].release()
+    assert entries[1].arrived(MiB + 1, terms)  # what the first held is free again
+    small = verdict(headers(content_length="10"), full, arrivals, who="ip:4", terms=terms)
+    assert isinstance(small, Ticket) and small.reserved == 10
 
 
 def test_a_caller_with_a_job_in_flight_gets_the_pools_429():

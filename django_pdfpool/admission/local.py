@@ -86,7 +86,9 @@ class Pool:
             in_flight = key is not None and key in self._jobs
             held = None if in_flight else self._callers.get(caller or "")  # else it joins
             busy = (False, 0.0) if held is None or held.key == key else (True, self._held_end(held))
-            return Pressure(self._closed, free, in_flight, self._expected_start(), *busy)
+            sizes = tuple(job.size for job in self._jobs.values() if job.size is not None)
+            known = sizes if sizes and len(sizes) == len(self._jobs) else None
+            return Pressure(self._closed, free, in_flight, self._expected_start(), *busy, known)
 
     def count_refusal(self, refusal: PoolBusy | PoolClosed | CallerBusy) -> None:
         self._books.count(Counter.refused(refusal))
@@ -116,12 +118,14 @@ class Pool:
     # --- running ------------------------------------------------------------
 
     async def run(
-        self, key: str, caller: str, fn: JobFn | None, *, on_drop: DropFn | None = None
-    ) -> Any:
+        self, key: str, caller: str, fn: JobFn | None, *, on_drop: DropFn | None = None,
+        size: int | None = None,
+    ) -> Any:  # fmt: skip
         waiter = Waiter(asyncio.get_running_loop())
         try:
             with self._lock:
                 job = self._admit(key, caller, fn, on_drop, waiter)
+                job.size = job.size if job.size is not None else size
                 adopted = job.starter is waiter  # this call made the job
         except BaseException:
             call_dropped(on_drop)

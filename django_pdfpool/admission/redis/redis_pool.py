@@ -225,8 +225,9 @@ class RedisPool:
     # --- running ------------------------------------------------------------
 
     async def run(
-        self, key: str, caller: str, fn: JobFn | None, *, on_drop: DropFn | None = None
-    ) -> Any:
+        self, key: str, caller: str, fn: JobFn | None, *, on_drop: DropFn | None = None,
+        size: int | None = None,  # not kept in Redis: its pressure tells no sizes
+    ) -> Any:  # fmt: skip
         """``Pool.run`` across processes; exactly one of ``fn()`` and ``on_drop()`` is called."""
         if self._closing.closed:  # rule 0, per process: see drain()
             self._books.count(Counter.REFUSED_CLOSED)
