@@ -14,7 +14,7 @@ from typing import Any, TypeVar, cast, overload
 from asgiref.sync import async_to_sync, iscoroutinefunction, sync_to_async
 from django.core.exceptions import ImproperlyConfigured
 from django.core.files.uploadedfile import UploadedFile
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
 
 from .callers import acaller_of, caller_of
 from .conf import PoolSettings, get_settings
@@ -172,9 +172,11 @@ def declared_view(
     job_name: str,
     answer: RefusalView | None,
     own_caller: Callable[[HttpRequest], str | None] | None = None,
+    authenticate: Callable[[HttpRequest], HttpResponse | None] | None = None,
 ) -> PooledView:
     """The ``PooledView`` a decorator declares (the default job's keys carry its tag)."""
-    return PooledView(field, job, job_name, answer, own_caller, tagged=job is extract_upload)
+    tagged = job is extract_upload
+    return PooledView(field, job, job_name, answer, own_caller, tagged, authenticate)
 
 
 def pool_key(sha256: str, job: UploadJob = extract_upload, job_name: str | None = None) -> str:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import logging
 import threading
 import time
@@ -31,6 +32,7 @@ from django.conf import settings
 from django.core.exceptions import DisallowedHost
 from django.http import HttpRequest, HttpResponse
 from django.middleware.csrf import REASON_BAD_ORIGIN, CsrfViewMiddleware
+from django.utils.module_loading import import_string
 
 from .admission import jobs
 from .admission.ledger import Pressure
@@ -501,12 +503,12 @@ async def aask_caller(request: HttpRequest) -> str | None:
 def csrf_refusal(request: HttpRequest) -> HttpResponse | None:
     """Django's own 403 for a POST whose ``Origin`` ``CsrfViewMiddleware`` refuses (it
     checks the origin before any token, so the headers tell); None where it would not."""
-    csrf = "django.middleware.csrf.CsrfViewMiddleware"
-    if "HTTP_ORIGIN" not in request.META or csrf not in settings.MIDDLEWARE:
+    if "HTTP_ORIGIN" not in request.META or getattr(request, "_dont_enforce_csrf_checks", False):
+        return None  # (the second: django.test.Client's)
+    trusted = tuple(settings.CSRF_TRUSTED_ORIGINS)
+    middleware = _csrf_middleware(tuple(settings.MIDDLEWARE), trusted)
+    if middleware is None:
         return None
-    if getattr(request, "_dont_enforce_csrf_checks", False):  # django.test.Client's
-        return None
-    middleware: Any = CsrfViewMiddleware(HttpResponse)  # its own checks, private but Django's
     try:
         if middleware._origin_verified(request):
             return None
@@ -515,6 +517,17 @@ def csrf_refusal(request: HttpRequest) -> HttpResponse | None:
     return cast(
         HttpResponse, middleware._reject(request, REASON_BAD_ORIGIN % request.META["HTTP_ORIGIN"])
     )
+
+
+@functools.lru_cache(maxsize=4)
+def _csrf_middleware(paths: tuple[str, ...], trusted: tuple[str, ...]) -> Any:
+    """The project's CSRF middleware (Django's, or a subclass) if installed: its checks,
+    private but Django's own (``trusted``: its origins are cached per instance)."""
+    for path in paths:
+        found = import_string(path)
+        if isinstance(found, type) and issubclass(found, CsrfViewMiddleware):
+            return found(HttpResponse)
+    return None
 
 
 def framework_refusal(request: HttpRequest, view: PooledView) -> HttpResponse | None:
