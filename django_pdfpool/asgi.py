@@ -34,15 +34,13 @@ from .configured import adrain_pool, get_pool, peek_pool
 from .door import (
     ARRIVING,
     Refusal,
-    Terms,
     Ticket,
     arun_steps,
     closes_connection,
-    terms,
     through_door,
 )
 from .exceptions import BodyTimeout, UploadTooLarge, Wording
-from .record import RECORD, AdmissionRecord, UploadHeaders, pooled_route
+from .record import RECORD, AdmissionRecord, pooled_route
 from .responses import RefusalView, arefusal_answer, prebuilt_answer
 from .sandbox.extract import shutdown as shutdown_extraction
 
@@ -79,9 +77,9 @@ class PdfPoolDoor:
             await self.app(scope, receive, send)
             return
         func, view = route
+        pairs = scope.get("headers", ())
         record = AdmissionRecord.read(
-            (name.decode("latin-1"), value.decode("latin-1"))
-            for name, value in scope.get("headers", ())
+            ((n.decode("latin-1"), v.decode("latin-1")) for n, v in pairs), view
         )
         request = ASGIRequest(scope, io.BytesIO())  # the request before its body, asked once
         exempt = getattr(func, "csrf_exempt", False)
@@ -93,9 +91,7 @@ class PdfPoolDoor:
             else:
                 await send_refusal(request, send, decided, view.answer, closing)
             return
-        assert isinstance(record.headers, UploadHeaders)  # a rejection is never let in
-        limit = record.headers.body_limit(get_settings().max_upload_size)
-        body = _CountedBody(request, receive, send, limit, view.answer, decided, terms())
+        body = _CountedBody(request, receive, send, view.answer, decided)
         try:
             await self.app({**scope, RECORD: record}, body.receive, body.send)
         finally:
@@ -110,35 +106,30 @@ def path_info(scope: Scope) -> str:
 
 
 class _CountedBody:
-    """``receive`` and ``send`` for one request let in: past ``limit`` body bytes answer
-    413, past the ticket's deadline 408 (its place goes back), tell the app the client
-    left, and drop what the app sends after. Once the body is in, messages pass."""
+    """``receive`` and ``send`` for one request let in: past the ticket's ``limit`` of body
+    bytes answer 413, past its deadline 408 (its place goes back), past the budget's bytes
+    503; then tell the app the client left, and drop what it sends. Once the body is in,
+    messages pass."""
 
-    __slots__ = (
-        "_answer", "_receive", "_request", "_send", "_terms", "answered", "complete", "limit",
-        "ticket",
-    )  # fmt: skip
+    __slots__ = ("_answer", "_receive", "_request", "_send", "answered", "complete", "ticket")
 
     def __init__(
         self,
         request: HttpRequest,
         receive: Receive,
         send: Send,
-        limit: int,
         answer: RefusalView | None,
         ticket: Ticket,
-        terms: Terms,
     ) -> None:
         self._request, self._receive, self._send = request, receive, send
-        self.limit, self.answered, self.complete = limit, False, False
-        self._answer, self.ticket, self._terms = answer, ticket, terms
+        self._answer, self.ticket, self.answered, self.complete = answer, ticket, False, False
 
     async def receive(self) -> Message:
         if self.answered:
             return {"type": "http.disconnect"}
         if self.complete:
             return await self._receive()  # Django listening for a disconnect
-        left = self.ticket.deadline(self._terms) - time.monotonic()
+        left = self.ticket.deadline(self.ticket.terms) - time.monotonic()
         try:
             if left <= 0:
                 raise TimeoutError
@@ -147,12 +138,12 @@ class _CountedBody:
             self.ticket.time_out()
             return await self._refuse(BodyTimeout(Wording.TIMED_OUT))
         if message["type"] == "http.request":
-            if not self.ticket.arrived(len(message.get("body", b"")), self._terms):
+            if not self.ticket.arrived(len(message.get("body", b"")), self.ticket.terms):
                 ARRIVING.count_shed()  # past the budget's bytes: the door's shed, as before it
                 pressure = await asyncio.to_thread(get_pool().pressure)  # rare: off the loop
                 return await self._refuse(jobs.queue_full(pressure.retry_after))
-            if self.ticket.received > self.limit:
-                return await self._refuse(UploadTooLarge.over(self._terms.max_upload_size))
+            if self.ticket.received > self.ticket.limit:
+                return await self._refuse(UploadTooLarge.over(self.ticket.terms.max_upload_size))
             self.complete = not message.get("more_body", False)
         return message
 

@@ -8,7 +8,7 @@ import contextlib
 import functools
 import inspect
 import threading
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, MutableMapping
 from typing import Any, TypeVar, cast, overload
 
 from asgiref.sync import async_to_sync, iscoroutinefunction, sync_to_async
@@ -28,7 +28,7 @@ from .exceptions import (
     UploadTooLarge,
     Wording,
 )
-from .record import POOLED, AdmissionRecord, PooledView, UploadHeaders, record_of
+from .record import POOLED, RECORD, AdmissionRecord, PooledView, UploadHeaders
 from .responses import Failure, RefusalView, arefusal_answer, refusal_answer
 from .sandbox.extract import Extraction, extract
 from .uploads import StagedUpload, chunks_of, stage, stage_chunks
@@ -185,6 +185,16 @@ def pool_key(sha256: str, job: UploadJob = extract_upload, job_name: str | None 
     return declared_view("file", job, resolve_job_name(job, job_name), None).key(sha256)
 
 
+def record_of(request: HttpRequest) -> AdmissionRecord:
+    """The request's record: the one the door left in its scope or environ, else one read
+    now from its headers and kept on it."""
+    scope: MutableMapping[str, Any] | None = getattr(request, "scope", None)
+    found: AdmissionRecord | None = (scope or {}).get(RECORD) or request.META.get(RECORD)
+    if found is None:
+        found = request.META[RECORD] = AdmissionRecord.read(request.headers)
+    return found
+
+
 @contextlib.contextmanager
 def discarded_on_error(upload: StagedUpload) -> Iterator[StagedUpload]:
     """Delete ``upload`` if the block raises (or is cancelled): nobody else owns it yet."""
@@ -241,8 +251,8 @@ def prepare(view: PooledView, request: HttpRequest, record: AdmissionRecord) -> 
     upload = record.headers
     if isinstance(upload, UploadRejected):
         raise upload
-    if upload.declares_too_much(conf.max_upload_size):
-        raise UploadTooLarge.over(conf.max_upload_size)
+    if record.ticket is None and upload.declares_too_much(conf.max_upload_size):
+        raise UploadTooLarge.over(conf.max_upload_size)  # (a door that let it in checked)
     if not upload.raw:
         form_file = request.FILES.get(view.field)
         if form_file is None:

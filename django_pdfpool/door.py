@@ -106,8 +106,8 @@ class Ticket:
     call reaches the pool, its request ends, or its deadline passes."""
 
     __slots__ = (
-        "_arrivals", "_lock", "_watchers", "key", "kind", "received", "reserved", "sizes",
-        "started", "who",
+        "_arrivals", "_lock", "_watchers", "key", "kind", "limit", "received", "reserved",
+        "sizes", "started", "terms", "who",
     )  # fmt: skip
 
     def __init__(
@@ -121,6 +121,7 @@ class Ticket:
         self.sizes = sizes  # of the PDF it carries: what the job it may start will be
         self.received = 0  # body bytes so far (the arrivals' lock guards it while held)
         self.started = time.monotonic()
+        self.limit, self.terms = reserved, TERMS  # its body's limit and terms: ``decide``'s
 
     def deadline(self, terms: Terms) -> float:
         """When the body must be in (monotonic): mod_reqtimeout's ``body=T-M,MinRate=R``,
@@ -343,6 +344,7 @@ class Arrivals:
                     del self._keys[ticket.key]
 
 
+TERMS = Terms(0, 0, 0, 20.0, 500)  # a ticket's until ``decide`` gives it the settings'
 ARRIVING = Arrivals()
 """This process's bodies on their way in, for both adapters."""
 
@@ -363,15 +365,27 @@ def decide(
     ``key``: the single-flight key the upload declares, if any (and trusted); ``who``: the
     caller, or its network when ``known`` is False (the caller could not be told before
     the body); ``field``: the form field a multipart body carries its PDF in."""
+    too_much = upload.declares_too_much(terms.max_upload_size)
+    limit, sizes = upload.body_limit(terms.max_upload_size), upload.file_sizes(field)
     if pressure.closed:
         return jobs.closing(), False
-    if upload.declares_too_much(terms.max_upload_size):
+    if too_much:
         return UploadTooLarge.over(terms.max_upload_size), False
     arrivals.expire(terms)
-    busy = known and pressure.caller_busy
-    declared = upload.declared_size
-    size = upload.body_limit(terms.max_upload_size) if declared is None else declared
-    sizes = upload.file_sizes(field)
+    size = limit if upload.declared_size is None else upload.declared_size
+    decided = _rule(
+        key, pressure, arrivals, who, known and pressure.caller_busy, size, sizes, terms
+    )
+    if isinstance(decided[0], Ticket):
+        decided[0].limit, decided[0].terms = limit, terms  # what its body is read against
+    return decided
+
+
+def _rule(
+    key: str | None, pressure: Pressure, arrivals: Arrivals, who: str, busy: bool, size: int,
+    sizes: Sizes, terms: Terms,
+) -> tuple[Refusal | Ticket, bool]:  # fmt: skip
+    """``decide``'s rule, once the upload is within the limit and the pool open."""
 
     def may_join() -> tuple[Refusal | Ticket, bool]:
         entry = arrivals.budget(who, key, size, terms, sizes)
@@ -564,14 +578,14 @@ def through_door(
         forbidden = yield Call(ask, sync_to_async(ask, thread_sensitive=False))
     if forbidden is not None:
         return forbidden
-    if not view.names_caller:
+    if view.own_caller is None and view.authenticate is None:  # else the framework names it
         record.caller = yield Call(partial(ask_caller, request), partial(aask_caller, request))
     known = record.caller is not None
     address = address_caller(request.META.get("REMOTE_ADDR") or "unknown")
     who = network_of(record.caller or address)  # anonymous callers count per network
     conf, pool = get_settings(), get_pool()
     digests = conf.door is not None and conf.door.digests  # answer from a declared digest
-    key = view.key(upload.digest) if upload.digest and digests else None
+    key = record.key if digests else None
     read = partial(pool.pressure, key, record.caller)
     door_terms = terms()
     give_up = time.monotonic() + door_terms.body_timeout

@@ -71,7 +71,7 @@ class AdmissionMiddleware:
         """The door, then the view, sync or async: a refusal's answer, or the view's
         response with the door's place given back (its call counts in the pool by then)."""
         func, view = route
-        record = request.META[RECORD] = AdmissionRecord.read(request.headers)
+        record = request.META[RECORD] = AdmissionRecord.read(request.headers, view)
         exempt = getattr(func, "csrf_exempt", False)
         decided = yield from through_door(request, record, view, csrf_exempt=exempt)
         if not isinstance(decided, Ticket):

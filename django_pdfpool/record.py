@@ -14,7 +14,7 @@ import base64
 import binascii
 import contextlib
 import re
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, MutableMapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, cast
 
@@ -240,11 +240,6 @@ class PooledView:
     that declares it (or ``own_caller``) has its caller named by the framework, after the
     door."""
 
-    @property
-    def names_caller(self) -> bool:
-        """Whether the framework names the caller (the door cannot know it yet)."""
-        return self.own_caller is not None or self.authenticate is not None
-
     def key(self, sha256: str) -> str:
         """The single-flight key of an upload with this digest: ``<job name>:<sha256>``,
         ``<job name>:<results tag>:<sha256>`` for the default job."""
@@ -262,13 +257,16 @@ class AdmissionRecord:
     headers: UploadHeaders | UploadRejected  # what they say, or why they cannot be taken
     caller: str | None = None
     ticket: Releasable | None = None
+    key: str | None = None  # the single-flight key of the digest it declares, for its view
 
     @classmethod
-    def read(cls, headers: Headers) -> AdmissionRecord:
+    def read(cls, headers: Headers, view: PooledView | None = None) -> AdmissionRecord:
         try:
-            return cls(UploadHeaders.of(headers))
+            upload = UploadHeaders.of(headers)
         except UploadRejected as rejected:
             return cls(rejected)
+        declared = upload.digest if view is not None else None
+        return cls(upload, key=view.key(declared) if view is not None and declared else None)
 
     def declares_body(self) -> bool:
         """Whether the request says a body follows (a length above 0, or chunked)."""
@@ -282,16 +280,6 @@ class AdmissionRecord:
         ticket, self.ticket = self.ticket, None
         if ticket is not None:
             ticket.release()
-
-
-def record_of(request: HttpRequest) -> AdmissionRecord:
-    """The request's record: the one the door left in its scope or environ, else one read
-    now from its headers and kept on it."""
-    scope: MutableMapping[str, Any] | None = getattr(request, "scope", None)
-    found: AdmissionRecord | None = (scope or {}).get(RECORD) or request.META.get(RECORD)
-    if found is None:
-        found = request.META[RECORD] = AdmissionRecord.read(request.headers)
-    return found
 
 
 def route_of(request: HttpRequest) -> ResolverMatch | None:

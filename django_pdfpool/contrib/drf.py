@@ -32,12 +32,13 @@ from ..decorators import (
     discarded_on_error,
     extract_upload,
     no_upload,
+    record_of,
     resolve_job_name,
     stage_form_file,
     submit,
 )
 from ..exceptions import UploadRejected, UploadTooLarge
-from ..record import POOLED, PooledView, record_of, route_of
+from ..record import POOLED, PooledView, route_of
 from ..responses import Failure, describe
 
 __all__ = [
