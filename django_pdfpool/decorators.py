@@ -306,10 +306,11 @@ async def submit(
     The job owns the upload once ``run`` is called: the pool calls exactly one of the
     job (which deletes it when done) and ``discard``, so a caller that leaves never
     pulls it away. Until then (no pool, a bad setting) it is deleted here."""
-    record.caller = caller
-    record.release()  # from here the pool counts this call
+    record.caller, ticket, record.ticket = caller, record.ticket, None
+    if ticket is not None:
+        ticket.release()  # the door's place goes back: from here the pool counts this call
     try:
-        result = await run_staged(upload, caller, view)
+        result = await run_staged(upload, caller, view, record.key)
     except (Refused, ExtractionError) as error:
         return error
     request.pdf = result  # type: ignore[attr-defined]
@@ -334,12 +335,14 @@ def checked(staged: StagedUpload, upload: UploadHeaders) -> StagedUpload:
     return staged
 
 
-async def run_staged(upload: StagedUpload, caller: str, view: PooledView) -> Any:
+async def run_staged(
+    upload: StagedUpload, caller: str, view: PooledView, key: str | None = None
+) -> Any:
     """Run or join the view's job on ``upload`` in the process's pool under its
     single-flight key; the job deletes the copy when done, else the pool's ``on_drop``
     does. Raises what the pool raises (``Refused``) and what the job raises."""
     with discarded_on_error(upload):
-        key = view.key(upload.sha256)
+        key = key or view.key(upload.sha256)  # the record's, of the digest checked
         pool = get_pool()
         fn = functools.partial(_run_then_discard, view.job, upload)
     return await pool.run(key, caller, fn, on_drop=upload.discard, size=upload.size)

@@ -275,12 +275,6 @@ class AdmissionRecord:
             return True  # unreadable headers: assume the worst
         return headers.chunked or bool(headers.declared_size)
 
-    def release(self) -> None:
-        """Give back the door's place: the call now counts in the pool."""
-        ticket, self.ticket = self.ticket, None
-        if ticket is not None:
-            ticket.release()
-
 
 def route_of(request: HttpRequest) -> ResolverMatch | None:
     """The route ``request`` resolves to, for an answer that reads its view (DRF's, ninja's):
