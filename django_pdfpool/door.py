@@ -1,16 +1,8 @@
-"""The door: the pool's answer to an upload from its headers, before its body is read.
-
-It applies the pool's rules (and Django's, and the framework's) earlier, never other rules:
-503 closed, 413, Django's CSRF 403 for a foreign ``Origin``, the framework's 401, 429 for a
-caller with a job in flight, 503 busy only for what certainly cannot join (its key, or its
-size, is no job's in flight). An upload that might join is let in within a budget of bodies
-whose bytes are charged as they arrive; past it the door sheds, and counts that apart from
-the pool's refusals. Every ticket has a deadline (``BODY_TIMEOUT`` plus a second per
-``BODY_MIN_RATE`` bytes, at most ``BODY_TIMEOUT_MAX``), past which it holds nothing.
-``decide`` is the rule; ``through_door`` asks what it needs for ``PdfPoolDoor`` (ASGI) and
-``AdmissionMiddleware`` (WSGI) alike, written once as a step function (sans IO). See
-docs/door.md.
-"""
+"""The door: the pool's (and Django's, and the framework's) answer to an upload from its
+headers, before its body is read; never another answer. An upload that might join is let in
+on a budget whose bytes are charged as they arrive; every ticket has a deadline. ``decide``
+is the rule; ``through_door`` asks what it needs, for ``PdfPoolDoor`` (ASGI) and
+``AdmissionMiddleware`` (WSGI) alike, as one step function (sans IO). See docs/door.md."""
 
 from __future__ import annotations
 
@@ -80,14 +72,8 @@ def terms() -> Terms:
     still shows them)."""
     conf = get_settings()
     door = conf.door or DoorSettings.defaults()
-    return Terms(
-        max_upload_size=conf.max_upload_size,
-        budget=door.budget,
-        budget_bytes=door.budget_bytes,
-        body_timeout=door.body_timeout,
-        body_min_rate=door.body_min_rate,
-        body_timeout_max=door.body_timeout_max,
-    )
+    timing = (door.body_timeout, door.body_min_rate, door.body_timeout_max)
+    return Terms(conf.max_upload_size, door.budget, door.budget_bytes, *timing)
 
 
 @dataclass(frozen=True)
@@ -164,8 +150,7 @@ class Ticket:
             if watcher in self._watchers:
                 self._watchers.remove(watcher)
 
-    def wait_released(self, timeout: float) -> bool:
-        """Block up to ``timeout`` seconds for the release (a sync request's thread)."""
+    def wait_released(self, timeout: float) -> bool:  # on a sync request's thread
         gone = threading.Event()
         if not self._watch(gone.set):
             return True
@@ -175,8 +160,7 @@ class Ticket:
         return self.released
 
     async def areleased(self, timeout: float) -> bool:
-        """Await the release up to ``timeout`` seconds on this loop, woken by whichever
-        thread releases it (no thread waits)."""
+        """Await the release up to ``timeout`` s, woken by whichever thread releases it."""
         loop = asyncio.get_running_loop()
         gone: asyncio.Future[None] = loop.create_future()
 

@@ -296,3 +296,79 @@ def test_a_callers_retry_time_grows_with_its_running_job(pdfpool):
         HELD.release.set()
         assert held.result(SOON).status_code == 200
     assert mine.status_code == 429 and int(mine["Retry-After"]) >= 2
+
+
+def test_sizes_prove_what_cannot_join_a_full_pool():
+    """A file is never larger than the body carrying it, and a raw PDF body is the file:
+    with the pool full, an upload whose declared size is no job's in flight gets the pool's
+    503 (429 for a busy caller) from its headers, not a budget entry; one that may be a
+    job's goes in on the budget; with a job's size unknown, or places held by bodies
+    arriving (the pool itself not full), nothing is proven."""
+    from django_pdfpool.admission.ledger import Pressure
+
+    def full(sizes, free=0, busy=False):
+        return Pressure(False, free, False, 2.0, busy, 9.0, sizes)
+
+    form = {"content_type": "multipart/form-data; boundary=b"}
+    small = headers(content_length="30000", **form)
+    refused, shed = decided(small, full((2_800_000,)))
+    assert isinstance(refused, PoolBusy) and not shed  # the pool's own answer, counted
+    busy, shed = decided(small, full((2_800_000,), busy=True))
+    assert isinstance(busy, CallerBusy) and not shed
+    big = Terms(4 * MiB, budget=4, budget_bytes=10 * MiB, body_timeout=20, body_min_rate=500)
+    exact = headers(content_length="2800000", content_type="application/pdf")
+    other = headers(content_length="2800001", content_type="application/pdf")
+    assert verdict(exact, full((2_800_000,)), terms=big).kind == "budget"
+    assert isinstance(verdict(other, full((2_800_000,)), terms=big), PoolBusy)
+    assert verdict(small, full((20_000,))).kind == "budget"  # it may carry that file
+    assert verdict(small, full(None)).kind == "budget"  # a size unknown: no proof
+    arrivals = Arrivals()
+    assert verdict(small, full((2_800_000,), free=1), arrivals, who="ip:x").kind == "place"
+    assert verdict(small, full((2_800_000,), free=1), arrivals).kind == "budget"  # not full
+
+
+def test_a_form_is_at_most_its_body_less_the_smallest_envelope():
+    form = headers(content_length="1000", content_type='multipart/form-data; boundary="bb"')
+    low, high = form.file_sizes("file")
+    envelope = len(b"--bbcontent-disposition:;name=file;filename=x\r\n\r\n")
+    assert (low, high) == (0, 1000 - envelope)
+    assert headers(content_length="1000", content_type="application/pdf").file_sizes("f") == (
+        1000,
+        1000,
+    )
+    assert headers(transfer_encoding="chunked", content_type="application/pdf").file_sizes("f") == (
+        0,
+        None,
+    )
+
+
+def test_the_door_counts_anonymous_callers_per_network():
+    """One host with many addresses holds one place: /24 for IPv4, the /64 an IPv6
+    caller is already; a user is counted as itself."""
+    from django_pdfpool.callers import network_of
+
+    assert network_of("ip:203.0.113.7") == network_of("ip:203.0.113.200") == "ip:203.0.113.0/24"
+    assert network_of("ip:203.0.114.7") != network_of("ip:203.0.113.7")
+    assert network_of("ip:2001:db8::/64") == "ip:2001:db8::/64"
+    assert network_of("user:7") == "user:7" and network_of("ip:unknown") == "ip:unknown"
+
+
+def test_djangos_csrf_origin_check_is_asked_from_the_headers(rf, settings):
+    """A foreign Origin gets CsrfViewMiddleware's own 403; the site's own and a trusted
+    one pass; without the middleware, or for Django's test client, nothing is checked."""
+    from django_pdfpool.door import csrf_refusal
+
+    settings.MIDDLEWARE = [*settings.MIDDLEWARE, "django.middleware.csrf.CsrfViewMiddleware"]
+    settings.ALLOWED_HOSTS = ["testserver"]
+    settings.CSRF_TRUSTED_ORIGINS = ["https://partner.example"]
+
+    def post(origin):
+        return rf.post("/sync/", HTTP_ORIGIN=origin)
+
+    refused = csrf_refusal(post("https://evil.example"))
+    assert refused is not None and refused.status_code == 403
+    assert csrf_refusal(post("http://testserver")) is None
+    assert csrf_refusal(post("https://partner.example")) is None
+    assert csrf_refusal(rf.post("/sync/")) is None  # no Origin: the token decides, later
+    settings.MIDDLEWARE = [m for m in settings.MIDDLEWARE if "csrf" not in m]
+    assert csrf_refusal(post("https://evil.example")) is None
