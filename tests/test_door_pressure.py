@@ -57,11 +57,10 @@ def test_the_redis_pool_tells_the_door_the_clusters_pressure(make_pool):
     check_pressure(pool)
 
 
-def test_the_local_pool_tells_the_door_the_sizes_of_its_jobs():
+def check_sizes(pool) -> None:
     """The door proves from sizes what cannot join: the pool says how large each job in
     flight is, or nothing when one job's size is unknown."""
     gate = threading.Event()
-    pool = Pool(2, 0, 10.0)
 
     async def scenario():
         first = asyncio.ensure_future(pool.run("k1", "c1", held("r1", gate), size=2_800_000))
@@ -77,3 +76,11 @@ def test_the_local_pool_tells_the_door_the_sizes_of_its_jobs():
         assert await first == await joined == "r1" and await unsized == "r2"
 
     asyncio.run(scenario())
+
+
+def test_the_local_pool_tells_the_door_the_sizes_of_its_jobs():
+    check_sizes(Pool(2, 0, 10.0))
+
+
+def test_the_redis_pool_tells_the_door_the_sizes_of_the_clusters_jobs(make_pool):
+    check_sizes(make_pool(2, 0, 10.0))

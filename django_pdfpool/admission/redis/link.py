@@ -89,6 +89,7 @@ class PressureReply(NamedTuple):
     age: float
     ahead: int
     waiting: int  # callers sharing KEY's job in every process, less its starter
+    sizes: tuple[int, ...] | None = None  # of the jobs in flight (None: one not known)
 
 
 # --- the settings and the connections ------------------------------------------------------
@@ -333,10 +334,12 @@ class Link:
         client = self.sync()
         args = [key or "", caller or ""]
         raw = self._sync_scripts["pressure"](keys=[self.procs_key], args=args, client=client)
-        running, queued, in_flight, busy, state, age_ms, ahead, waiting = raw
+        running, queued, in_flight, busy, state, age_ms, ahead, waiting, sizes = raw
+        listed = str(sizes)
+        known = tuple(map(int, listed.split(","))) if listed and listed != "?" else None
         return PressureReply(
             int(running), int(queued), bool(in_flight), bool(busy), str(state),
-            int(age_ms) / 1000, int(ahead), int(waiting),
+            int(age_ms) / 1000, int(ahead), int(waiting), known,
         )  # fmt: skip
 
     def view(self) -> Any:

@@ -168,6 +168,7 @@ class RedisPool:
             self._books.expected_start(found.queued),
             caller_busy=found.caller_busy,
             caller_retry_after=retry,
+            sizes=found.sizes,
         )
 
     def count_refusal(self, refusal: PoolBusy | PoolClosed | CallerBusy) -> None:
@@ -226,7 +227,7 @@ class RedisPool:
 
     async def run(
         self, key: str, caller: str, fn: JobFn | None, *, on_drop: DropFn | None = None,
-        size: int | None = None,  # not kept in Redis: its pressure tells no sizes
+        size: int | None = None,
     ) -> Any:  # fmt: skip
         """``Pool.run`` across processes; exactly one of ``fn()`` and ``on_drop()`` is called."""
         if self._closing.closed:  # rule 0, per process: see drain()
@@ -235,7 +236,7 @@ class RedisPool:
             raise closing()
         if self.mode != REDIS:
             return await self._run_degraded(key, caller, fn, on_drop)
-        waiter = RedisWaiter(asyncio.get_running_loop(), key, caller, fn, on_drop)
+        waiter = RedisWaiter(asyncio.get_running_loop(), key, caller, fn, on_drop, size)
         get_job_loop().call_soon_threadsafe(self._side.begin, waiter)
         try:
             result = await waiter.future
