@@ -1,13 +1,7 @@
-"""The package's ASGI wrappers, for a project's ``asgi.py``:
-``application = PdfPoolDoor(PoolLifespan(KeptThreads(get_asgi_application())))``.
-
-``PdfPoolDoor`` is the door in front of Django's handler, which reads a whole body before
-any Django middleware runs: it decides from the headers before the first ``receive()`` (so
-uvicorn never sends ``100 Continue`` to a refused upload), then counts the body's bytes as
-they arrive: 413 at the limit, 408 past the body's deadline, each with the connection
-closed (docs/door.md). ``PoolLifespan`` stops accepting at a stop signal and drains at
-shutdown; ``KeptThreads`` runs a request's sync code on a kept thread, not a new one.
-"""
+"""The ASGI wrappers: ``PdfPoolDoor(PoolLifespan(KeptThreads(get_asgi_application())))``.
+``PdfPoolDoor`` decides from the headers before the first ``receive()`` (no ``100 Continue``
+for a refused upload), then counts the body as it arrives (docs/door.md); ``PoolLifespan``
+drains at shutdown; ``KeptThreads`` runs a request's sync code on a kept thread."""
 
 from __future__ import annotations
 
@@ -204,12 +198,8 @@ SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
 class PoolLifespan:
-    """ASGI middleware answering lifespan events; everything else goes to ``app``.
-
-    ``drain_timeout``: seconds the shutdown drain may take before what is left is
-    stopped (None: ``WAIT + TIMEOUT + 5``). ``close_on_signal=False`` leaves the
-    signal handlers alone: the pool then stops accepting only at ``lifespan.shutdown``.
-    """
+    """Answers lifespan events: ``drain_timeout`` (None: ``WAIT + TIMEOUT + 5``) s of drain
+    at shutdown; ``close_on_signal=False`` leaves the stop signals' handlers alone."""
 
     def __init__(
         self, app: ASGIApp, *, drain_timeout: float | None = None, close_on_signal: bool = True
@@ -314,12 +304,8 @@ class RequestThread(ThreadPoolExecutor):
 
 
 class KeptThreads:
-    """ASGI middleware: ``PdfPoolDoor(PoolLifespan(KeptThreads(get_asgi_application())))``.
-
-    An HTTP request borrows a thread, given back once it has finished the request's calls; at
-    most ``keep`` wait for the next. Tasks a request starts must end with it: their
-    thread-sensitive calls after it raise RuntimeError (asgiref's rule; docs/deployment.md).
-    """
+    """A request borrows a thread for its sync calls; at most ``keep`` wait for the next.
+    Tasks a request starts must end with it (asgiref's rule; docs/deployment.md)."""
 
     def __init__(self, app: ASGIApp, *, keep: int = 32) -> None:
         if isinstance(keep, bool) or not isinstance(keep, int) or keep < 0:

@@ -546,13 +546,9 @@ def framework_refusal(request: HttpRequest, view: PooledView) -> HttpResponse | 
 def through_door(
     request: HttpRequest, record: AdmissionRecord, view: PooledView, *, csrf_exempt: bool = False
 ) -> Steps[Refusal | Ticket | HttpResponse]:
-    """The door's answer for an upload to ``view``: Django's CSRF 403 and the framework's
-    401 first (what they would certainly refuse takes nothing), then who asks (kept in the
-    record when known; never known here where the framework names the caller), the pool's
-    pressure, then ``decide``. A refusal in the pool's name counts in the pool's counters, a
-    shed in the door's. One body per caller (or network) arrives at a time: a next upload
-    that could only be shed waits (up to ``BODY_TIMEOUT``, holding nothing) for the one
-    arriving to reach the pool, then is decided again."""
+    """The door's answer: Django's CSRF 403 and the framework's 401 first, then who asks,
+    the pool's pressure, ``decide``. A next upload of a caller whose body is arriving, that
+    could only be shed, waits (``BODY_TIMEOUT`` at most, holding nothing) and is decided again."""
     upload = record.headers
     if isinstance(upload, UploadRejected):
         return upload

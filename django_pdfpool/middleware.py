@@ -1,9 +1,6 @@
-"""``AdmissionMiddleware``: the door inside Django. Under WSGI an upload to a pooled view is
-decided from its headers before ``request.FILES`` or ``request.body`` is touched (after
-authentication, so the caller is known), and its body is read against its deadline; under
-ASGI without ``PdfPoolDoor`` it still spares a refused upload its parsing, staging and
-hashing. It also answers refusals and extraction errors raised by views that call the pool
-themselves."""
+"""``AdmissionMiddleware``: the door inside Django, before the body is parsed (under WSGI
+after authentication, the body read against its deadline); it also answers refusals and
+extraction errors raised by views that call the pool themselves."""
 
 from __future__ import annotations
 

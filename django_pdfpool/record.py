@@ -1,12 +1,6 @@
-"""One upload's admission record: its headers read once, who asks, and the door's ticket;
-and the pooled view its URL resolves to (what ``@pdf_pooled`` declared of it).
-
-The first entry that sees an upload (the door, the middleware, the decorator, an
-integration) builds the record and keeps it on the request (the ASGI scope, the WSGI
-environ); every later stage reads it there. The headers are read as Django reads them
-(docs/door.md): a repeated header, a malformed digest or a chunked form is rejected here,
-once, and the rejection travels in the record to whichever stage answers it.
-"""
+"""One upload's admission record, built by the first entry that sees it and kept on the
+request: its headers read once as Django reads them (a rejection travels in it), its key,
+who asks, the door's ticket; and the pooled view its URL resolves to."""
 
 from __future__ import annotations
 
