@@ -89,7 +89,8 @@ class PdfPoolDoor:
         try:
             await self.app({**scope, RECORD: record}, body.receive, body.send)
         finally:
-            decided.release()
+            if record.ticket is not None:  # not given back by the call reaching the pool
+                record.ticket.release()
 
 
 def path_info(scope: Scope) -> str:

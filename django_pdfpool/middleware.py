@@ -92,7 +92,8 @@ class AdmissionMiddleware:
             response: HttpResponse = yield Call(cast(Sync, respond), cast(Async, respond))
             return response
         finally:
-            decided.release()
+            if record.ticket is not None:  # not given back by the call reaching the pool
+                record.ticket.release()
 
     def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
         """The answer for a refusal or an extraction error; None lets anything else through."""
