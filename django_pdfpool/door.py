@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import dataclasses
 import functools
+import io
 import logging
 import threading
 import time
@@ -530,14 +532,19 @@ def _csrf_middleware(paths: tuple[str, ...], trusted: tuple[str, ...]) -> Any:
 
 def framework_refusal(request: HttpRequest, view: PooledView) -> HttpResponse | None:
     """The framework's 401 for a request its authentication refuses from the headers
-    (``view.authenticate``); None if it may pass, or if a session not read yet may."""
+    (``view.authenticate``), asked of a copy whose body is empty (a CSRF check there reads
+    none of the real one); None if it may pass, or if a session not read yet may."""
     session_unread = settings.SESSION_COOKIE_NAME in request.COOKIES and not hasattr(
         request, "user"
     )
     if view.authenticate is None or session_unread:
         return None
+    probe = copy.copy(request)
+    for parsed in ("_post", "_files", "_body"):
+        probe.__dict__.pop(parsed, None)
+    probe._stream, probe._read_started = io.BytesIO(), False  # type: ignore[attr-defined]
     try:
-        return view.authenticate(request)
+        return view.authenticate(probe)
     except Exception:  # it needs more than the headers: the framework answers later
         logger.debug("the framework could not authenticate from the headers", exc_info=True)
         return None

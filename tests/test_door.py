@@ -372,3 +372,36 @@ def test_djangos_csrf_origin_check_is_asked_from_the_headers(rf, settings):
     assert csrf_refusal(rf.post("/sync/")) is None  # no Origin: the token decides, later
     settings.MIDDLEWARE = [m for m in settings.MIDDLEWARE if "csrf" not in m]
     assert csrf_refusal(post("https://evil.example")) is None
+
+
+def test_the_frameworks_authentication_is_asked_of_a_copy_without_the_body(rf):
+    """A framework's check that reads the form (a CSRF check does) reads an empty one: the
+    real body stays unread for the door's decision and the view; a check that raises is
+    "may pass"."""
+    from django.http import HttpResponse
+
+    from django_pdfpool.door import framework_refusal
+    from django_pdfpool.record import PooledView
+
+    seen = []
+
+    def authenticate(probe):
+        seen.append(dict(probe.POST))
+        return HttpResponse(status=401)
+
+    async def job(upload):
+        return None
+
+    request = rf.post("/sync/", {"a": "b"})
+    answer = framework_refusal(
+        request, PooledView("file", job, "j", None, authenticate=authenticate)
+    )
+    assert answer is not None and answer.status_code == 401 and seen == [{}]
+    assert request.POST["a"] == "b"  # the real body, unread until now
+
+    def broken(probe):
+        raise RuntimeError("needs the body")
+
+    assert (
+        framework_refusal(request, PooledView("file", job, "j", None, authenticate=broken)) is None
+    )
