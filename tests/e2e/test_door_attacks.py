@@ -268,3 +268,24 @@ def test_a_small_undeclared_upload_beside_a_busy_large_job_is_refused_unread(sta
 
 def _running(url: str) -> int:
     return int(httpx.get(f"{url}/snapshot/", timeout=PATIENCE).json()["running"])
+
+
+def test_one_network_holds_one_place(staged):
+    """SLOTS 2, no queue: two silent bodies from one /24 hold one place (the second can only
+    be a budget entry), so a body from another network still finds the second place."""
+    with uvicorn(DOOR_APP, pdfpool=settings(SLOTS=2), staged=staged) as server:
+        port, socks = port_of(server.url), []
+        try:
+            for n, address in enumerate(("127.0.41.1", "127.0.41.2", "127.0.42.1")):
+                socks.append(connect(port, address))
+                socks[-1].sendall(form_head("/gated/", 1000))
+                wait_for(lambda n=n: len(_held(server.url)) == n + 1, PATIENCE)
+            held = {(h["caller"], h["kind"]) for h in _held(server.url)}
+            assert held == {
+                ("ip:127.0.41.0/24", "place"),
+                ("ip:127.0.41.0/24", "budget"),
+                ("ip:127.0.42.0/24", "place"),
+            }, held
+        finally:
+            for sock in socks:
+                sock.close()
