@@ -1,13 +1,7 @@
-"""The package's ASGI wrappers, for a project's ``asgi.py``:
-``application = PdfPoolDoor(PoolLifespan(KeptThreads(get_asgi_application())))``.
-
-``PdfPoolDoor`` is the door in front of Django's handler, which reads a whole body before
-any Django middleware runs: it decides from the headers before the first ``receive()`` (so
-uvicorn never sends ``100 Continue`` to a refused upload), then counts the body's bytes as
-they arrive: 413 at the limit, 408 past the body's deadline, each with the connection
-closed (docs/door.md). ``PoolLifespan`` stops accepting at a stop signal and drains at
-shutdown; ``KeptThreads`` runs a request's sync code on a kept thread, not a new one.
-"""
+"""The ASGI wrappers: ``PdfPoolDoor(PoolLifespan(KeptThreads(get_asgi_application())))``.
+``PdfPoolDoor`` decides from the headers before the first ``receive()`` (no ``100 Continue``
+for a refused upload), then counts the body as it arrives (docs/door.md); ``PoolLifespan``
+drains at shutdown; ``KeptThreads`` runs a request's sync code on a kept thread."""
 
 from __future__ import annotations
 
@@ -28,19 +22,19 @@ from asgiref.sync import ThreadSensitiveContext
 from django.core.handlers.asgi import ASGIRequest, get_script_prefix
 from django.http import HttpRequest, HttpResponse
 
+from .admission import jobs
 from .conf import get_settings
-from .configured import adrain_pool, peek_pool
+from .configured import adrain_pool, get_pool, peek_pool
 from .door import (
+    ARRIVING,
     Refusal,
-    Terms,
     Ticket,
     arun_steps,
     closes_connection,
-    terms,
     through_door,
 )
 from .exceptions import BodyTimeout, UploadTooLarge, Wording
-from .record import RECORD, AdmissionRecord, UploadHeaders, pooled_view
+from .record import RECORD, AdmissionRecord, pooled_route
 from .responses import RefusalView, arefusal_answer, prebuilt_answer
 from .sandbox.extract import shutdown as shutdown_extraction
 
@@ -72,26 +66,31 @@ class PdfPoolDoor:
         if scope["type"] != "http" or not post or RECORD in scope:
             await self.app(scope, receive, send)
             return
-        view = pooled_view(path_info(scope)) if get_settings().door else None
-        if view is None:
+        route = pooled_route(path_info(scope)) if get_settings().door else None
+        if route is None:
             await self.app(scope, receive, send)
             return
+        func, view = route
+        pairs = scope.get("headers", ())
         record = AdmissionRecord.read(
-            (name.decode("latin-1"), value.decode("latin-1"))
-            for name, value in scope.get("headers", ())
+            ((n.decode("latin-1"), v.decode("latin-1")) for n, v in pairs), view
         )
         request = ASGIRequest(scope, io.BytesIO())  # the request before its body, asked once
-        decided = await arun_steps(through_door(request, record, view))
+        exempt = getattr(func, "csrf_exempt", False)
+        decided = await arun_steps(through_door(request, record, view, csrf_exempt=exempt))
         if not isinstance(decided, Ticket):
-            await send_refusal(request, send, decided, view.answer)
+            closing = record.declares_body()  # an unread body never keeps the connection
+            if isinstance(decided, HttpResponse):
+                await send_response(decided, send, closing)
+            else:
+                await send_refusal(request, send, decided, view.answer, closing)
             return
-        assert isinstance(record.headers, UploadHeaders)  # a rejection is never let in
-        limit = record.headers.body_limit(get_settings().max_upload_size)
-        body = _CountedBody(request, receive, send, limit, view.answer, decided, terms())
+        body = _CountedBody(request, receive, send, view.answer, decided)
         try:
             await self.app({**scope, RECORD: record}, body.receive, body.send)
         finally:
-            decided.release()
+            if record.ticket is not None:  # not given back by the call reaching the pool
+                record.ticket.release()
 
 
 def path_info(scope: Scope) -> str:
@@ -102,35 +101,30 @@ def path_info(scope: Scope) -> str:
 
 
 class _CountedBody:
-    """``receive`` and ``send`` for one request let in: past ``limit`` body bytes answer
-    413, past the ticket's deadline 408 (its place goes back), tell the app the client
-    left, and drop what the app sends after. Once the body is in, messages pass."""
+    """``receive`` and ``send`` for one request let in: past the ticket's ``limit`` of body
+    bytes answer 413, past its deadline 408 (its place goes back), past the budget's bytes
+    503; then tell the app the client left, and drop what it sends. Once the body is in,
+    messages pass."""
 
-    __slots__ = (
-        "_answer", "_receive", "_request", "_send", "_terms", "answered", "complete", "limit",
-        "ticket",
-    )  # fmt: skip
+    __slots__ = ("_answer", "_receive", "_request", "_send", "answered", "complete", "ticket")
 
     def __init__(
         self,
         request: HttpRequest,
         receive: Receive,
         send: Send,
-        limit: int,
         answer: RefusalView | None,
         ticket: Ticket,
-        terms: Terms,
     ) -> None:
         self._request, self._receive, self._send = request, receive, send
-        self.limit, self.answered, self.complete = limit, False, False
-        self._answer, self.ticket, self._terms = answer, ticket, terms
+        self._answer, self.ticket, self.answered, self.complete = answer, ticket, False, False
 
     async def receive(self) -> Message:
         if self.answered:
             return {"type": "http.disconnect"}
         if self.complete:
             return await self._receive()  # Django listening for a disconnect
-        left = self.ticket.deadline(self._terms) - time.monotonic()
+        left = self.ticket.deadline(self.ticket.terms) - time.monotonic()
         try:
             if left <= 0:
                 raise TimeoutError
@@ -139,14 +133,17 @@ class _CountedBody:
             self.ticket.time_out()
             return await self._refuse(BodyTimeout(Wording.TIMED_OUT))
         if message["type"] == "http.request":
-            self.ticket.received += len(message.get("body", b""))
-            if self.ticket.received > self.limit:
-                return await self._refuse(UploadTooLarge.over(self._terms.max_upload_size))
+            if not self.ticket.arrived(len(message.get("body", b"")), self.ticket.terms):
+                ARRIVING.count_shed()  # past the budget's bytes: the door's shed, as before it
+                pressure = await asyncio.to_thread(get_pool().pressure)  # rare: off the loop
+                return await self._refuse(jobs.queue_full(pressure.retry_after))
+            if self.ticket.received > self.ticket.limit:
+                return await self._refuse(UploadTooLarge.over(self.ticket.terms.max_upload_size))
             self.complete = not message.get("more_body", False)
         return message
 
     async def _refuse(self, refusal: Refusal) -> Message:
-        await send_refusal(self._request, self._send, refusal, self._answer)
+        await send_refusal(self._request, self._send, refusal, self._answer, closing=True)
         self.answered = True
         return {"type": "http.disconnect"}  # Django's handler stops reading here
 
@@ -156,29 +153,34 @@ class _CountedBody:
 
 
 async def send_refusal(
-    request: HttpRequest, send: Send, refusal: Refusal, answer: RefusalView | None = None
+    request: HttpRequest,
+    send: Send,
+    refusal: Refusal,
+    answer: RefusalView | None = None,
+    closing: bool = False,
 ) -> None:
     """Answer ``refusal`` as the view's ``answer=`` or the ``REFUSAL_VIEW`` would, without
-    reading the body. A 413 or a 408 closes the connection (``closes_connection``); after
-    any other the server reads the rest of the body and throws it away. An answer that
-    reads nothing of the request is built once per distinct answer (``prebuilt_answer``)."""
-    closing = closes_connection(refusal)
-    built = None if closing else prebuilt_answer(refusal, answer)
+    reading the body, with ``Connection: close`` when ``closing`` (a body is declared, or
+    comes no further) or the refusal closes it anyway (``closes_connection``). An answer
+    that reads nothing of the request is built once per distinct answer."""
+    closing = closing or closes_connection(refusal)
+    built = prebuilt_answer(refusal, answer)
     if built is not None:
         status, headers, body = built
-        await send({"type": "http.response.start", "status": status, "headers": list(headers)})
+        listed = [*headers, (b"Connection", b"close")] if closing else list(headers)
+        await send({"type": "http.response.start", "status": status, "headers": listed})
         await send({"type": "http.response.body", "body": body})
         return
-    response = await arefusal_answer(request, refusal, answer)
+    await send_response(await arefusal_answer(request, refusal, answer), send, closing)
+
+
+async def send_response(response: HttpResponse, send: Send, closing: bool = False) -> None:
+    """A complete (not streaming) Django response, as ASGI messages; ``closing``: with
+    ``Connection: close`` (the server closes the connection once it is sent)."""
     if closing:
-        response["Connection"] = "close"  # stop reading: the body is over the limit, or late
+        response["Connection"] = "close"
     if not response.has_header("Content-Length"):
         response["Content-Length"] = str(len(response.content))
-    await send_response(response, send)
-
-
-async def send_response(response: HttpResponse, send: Send) -> None:
-    """A complete (not streaming) Django response, as ASGI messages."""
     headers: list[tuple[bytes, bytes]] = [
         (name.encode("latin-1"), value.encode("latin-1")) for name, value in response.items()
     ]
@@ -197,12 +199,8 @@ SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
 class PoolLifespan:
-    """ASGI middleware answering lifespan events; everything else goes to ``app``.
-
-    ``drain_timeout``: seconds the shutdown drain may take before what is left is
-    stopped (None: ``WAIT + TIMEOUT + 5``). ``close_on_signal=False`` leaves the
-    signal handlers alone: the pool then stops accepting only at ``lifespan.shutdown``.
-    """
+    """Answers lifespan events: ``drain_timeout`` (None: ``WAIT + TIMEOUT + 5``) s of drain
+    at shutdown; ``close_on_signal=False`` leaves the stop signals' handlers alone."""
 
     def __init__(
         self, app: ASGIApp, *, drain_timeout: float | None = None, close_on_signal: bool = True
@@ -307,12 +305,8 @@ class RequestThread(ThreadPoolExecutor):
 
 
 class KeptThreads:
-    """ASGI middleware: ``PdfPoolDoor(PoolLifespan(KeptThreads(get_asgi_application())))``.
-
-    An HTTP request borrows a thread, given back once it has finished the request's calls; at
-    most ``keep`` wait for the next. Tasks a request starts must end with it: their
-    thread-sensitive calls after it raise RuntimeError (asgiref's rule; docs/deployment.md).
-    """
+    """A request borrows a thread for its sync calls; at most ``keep`` wait for the next.
+    Tasks a request starts must end with it (asgiref's rule; docs/deployment.md)."""
 
     def __init__(self, app: ASGIApp, *, keep: int = 32) -> None:
         if isinstance(keep, bool) or not isinstance(keep, int) or keep < 0:

@@ -59,6 +59,17 @@ def address_caller(address: str, prefix: int = IPV6_PREFIX) -> str:
     return f"ip:{ip}"
 
 
+def network_of(caller: str) -> str:
+    """The network an anonymous caller holds: ``ip:a.b.c.0/24`` for ``ip:a.b.c.d`` (an IPv6
+    caller is its /64 already); any other caller as it is. The door counts bodies per
+    network, so that one host with many addresses holds no more than one."""
+    try:
+        ip = ipaddress.IPv4Address(caller.removeprefix("ip:")) if caller[:3] == "ip:" else None
+    except ValueError:
+        return caller
+    return caller if ip is None else f"ip:{ipaddress.IPv4Network((int(ip), 24), strict=False)}"
+
+
 def _user_or(request: HttpRequest, address: str) -> str | None:
     if cannot_know_yet(request):
         return None

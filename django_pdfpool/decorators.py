@@ -8,13 +8,13 @@ import contextlib
 import functools
 import inspect
 import threading
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, MutableMapping
 from typing import Any, TypeVar, cast, overload
 
 from asgiref.sync import async_to_sync, iscoroutinefunction, sync_to_async
 from django.core.exceptions import ImproperlyConfigured
 from django.core.files.uploadedfile import UploadedFile
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
 
 from .callers import acaller_of, caller_of
 from .conf import PoolSettings, get_settings
@@ -28,7 +28,7 @@ from .exceptions import (
     UploadTooLarge,
     Wording,
 )
-from .record import POOLED, AdmissionRecord, PooledView, UploadHeaders, record_of
+from .record import POOLED, RECORD, AdmissionRecord, PooledView, UploadHeaders
 from .responses import Failure, RefusalView, arefusal_answer, refusal_answer
 from .sandbox.extract import Extraction, extract
 from .uploads import StagedUpload, chunks_of, stage, stage_chunks
@@ -172,15 +172,27 @@ def declared_view(
     job_name: str,
     answer: RefusalView | None,
     own_caller: Callable[[HttpRequest], str | None] | None = None,
+    authenticate: Callable[[HttpRequest], HttpResponse | None] | None = None,
 ) -> PooledView:
     """The ``PooledView`` a decorator declares (the default job's keys carry its tag)."""
-    return PooledView(field, job, job_name, answer, own_caller, tagged=job is extract_upload)
+    tagged = job is extract_upload
+    return PooledView(field, job, job_name, answer, own_caller, tagged, authenticate)
 
 
 def pool_key(sha256: str, job: UploadJob = extract_upload, job_name: str | None = None) -> str:
     """The single-flight key of an upload with this digest to this job, as the decorator
     makes it: ``<job name>:<sha256>``; for the default job ``<name>:<settings tag>:<sha256>``."""
     return declared_view("file", job, resolve_job_name(job, job_name), None).key(sha256)
+
+
+def record_of(request: HttpRequest) -> AdmissionRecord:
+    """The request's record: the one the door left in its scope or environ, else one read
+    now from its headers and kept on it."""
+    scope: MutableMapping[str, Any] | None = getattr(request, "scope", None)
+    found: AdmissionRecord | None = (scope or {}).get(RECORD) or request.META.get(RECORD)
+    if found is None:
+        found = request.META[RECORD] = AdmissionRecord.read(request.headers)
+    return found
 
 
 @contextlib.contextmanager
@@ -239,8 +251,8 @@ def prepare(view: PooledView, request: HttpRequest, record: AdmissionRecord) -> 
     upload = record.headers
     if isinstance(upload, UploadRejected):
         raise upload
-    if upload.declares_too_much(conf.max_upload_size):
-        raise UploadTooLarge.over(conf.max_upload_size)
+    if record.ticket is None and upload.declares_too_much(conf.max_upload_size):
+        raise UploadTooLarge.over(conf.max_upload_size)  # (a door that let it in checked)
     if not upload.raw:
         form_file = request.FILES.get(view.field)
         if form_file is None:
@@ -294,10 +306,11 @@ async def submit(
     The job owns the upload once ``run`` is called: the pool calls exactly one of the
     job (which deletes it when done) and ``discard``, so a caller that leaves never
     pulls it away. Until then (no pool, a bad setting) it is deleted here."""
-    record.caller = caller
-    record.release()  # from here the pool counts this call
+    record.caller, ticket, record.ticket = caller, record.ticket, None
+    if ticket is not None:
+        ticket.release()  # the door's place goes back: from here the pool counts this call
     try:
-        result = await run_staged(upload, caller, view)
+        result = await run_staged(upload, caller, view, record.key)
     except (Refused, ExtractionError) as error:
         return error
     request.pdf = result  # type: ignore[attr-defined]
@@ -322,15 +335,17 @@ def checked(staged: StagedUpload, upload: UploadHeaders) -> StagedUpload:
     return staged
 
 
-async def run_staged(upload: StagedUpload, caller: str, view: PooledView) -> Any:
+async def run_staged(
+    upload: StagedUpload, caller: str, view: PooledView, key: str | None = None
+) -> Any:
     """Run or join the view's job on ``upload`` in the process's pool under its
     single-flight key; the job deletes the copy when done, else the pool's ``on_drop``
     does. Raises what the pool raises (``Refused``) and what the job raises."""
     with discarded_on_error(upload):
-        key = view.key(upload.sha256)
+        key = key or view.key(upload.sha256)  # the record's, of the digest checked
         pool = get_pool()
         fn = functools.partial(_run_then_discard, view.job, upload)
-    return await pool.run(key, caller, fn, on_drop=upload.discard)
+    return await pool.run(key, caller, fn, on_drop=upload.discard, size=upload.size)
 
 
 async def _run_then_discard(job: UploadJob, upload: StagedUpload) -> Any:

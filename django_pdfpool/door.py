@@ -1,22 +1,17 @@
-"""The door: the pool's answer to an upload from its headers, before its body is read.
-
-It applies the pool's rules earlier, never other rules: 503 closed, 413, 429 for a caller
-with a job in flight, 503 busy only for what certainly cannot join. An upload that might
-join (its key unknown before its body) is let in within a bounded budget of bodies in
-flight; past it the door sheds, and counts that apart from the pool's refusals. Every
-ticket has a deadline (``BODY_TIMEOUT`` plus a second per ``BODY_MIN_RATE`` bytes, at most
-``BODY_TIMEOUT_MAX``), past which its place goes back, whether or not the body ever
-arrives. ``decide`` is the rule; ``through_door`` asks what it needs (the caller, the
-pool's pressure) for ``PdfPoolDoor`` (ASGI) and ``AdmissionMiddleware`` (WSGI) alike,
-written once as a step function (sans IO: psycopg writes its protocol the same way).
-See docs/door.md.
-"""
+"""The door: the pool's (and Django's, and the framework's) answer to an upload from its
+headers, before its body is read; never another answer. An upload that might join is let in
+on a budget whose bytes are charged as they arrive; every ticket has a deadline. ``decide``
+is the rule; ``through_door`` asks what it needs, for ``PdfPoolDoor`` (ASGI) and
+``AdmissionMiddleware`` (WSGI) alike, as one step function (sans IO). See docs/door.md."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import dataclasses
+import functools
+import io
 import logging
 import threading
 import time
@@ -27,11 +22,15 @@ from functools import partial
 from typing import Any, Generic, Literal, TypeVar, cast
 
 from asgiref.sync import sync_to_async
-from django.http import HttpRequest
+from django.conf import settings
+from django.core.exceptions import DisallowedHost
+from django.http import HttpRequest, HttpResponse
+from django.middleware.csrf import REASON_BAD_ORIGIN, CsrfViewMiddleware
+from django.utils.module_loading import import_string
 
 from .admission import jobs
 from .admission.ledger import Pressure
-from .callers import ASKING, acaller_of, address_caller, caller_of
+from .callers import ASKING, acaller_of, address_caller, caller_of, network_of
 from .conf import DoorSettings, get_settings
 from .configured import get_pool
 from .exceptions import (
@@ -49,12 +48,12 @@ logger = logging.getLogger("django_pdfpool.door")
 Refusal = PoolClosed | PoolBusy | CallerBusy | UploadRejected
 Kind = Literal["place", "budget"]
 Value = TypeVar("Value")  # what a step's call gives
+Sizes = tuple[int, int | None]  # the sizes a body's PDF may have, low to high (None: any)
 
 
 def closes_connection(refusal: Exception) -> bool:
-    """Whether an answer to ``refusal`` closes the connection: a 413 (the rest of the body
-    is over the limit) or a 408 (the rest is not coming). Any other keeps it open: a client
-    that sent a small body anyway would lose the answer to a reset."""
+    """Whether an answer to ``refusal`` closes the connection even if no body was declared: a
+    413 (the rest of the body is over the limit) or a 408 (the rest is not coming)."""
     return isinstance(refusal, UploadTooLarge | BodyTimeout)
 
 
@@ -64,7 +63,7 @@ class Terms:
 
     max_upload_size: int
     budget: int  # bodies that may join, let in past the places
-    budget_bytes: int  # their declared bytes together
+    budget_bytes: int  # their bytes together, charged as they arrive
     body_timeout: float  # seconds a body has, before its rate extends it
     body_min_rate: int  # bytes a second that earn another second
     body_timeout_max: float = 300.0  # seconds a body has in all, however fast it comes
@@ -75,14 +74,8 @@ def terms() -> Terms:
     still shows them)."""
     conf = get_settings()
     door = conf.door or DoorSettings.defaults()
-    return Terms(
-        max_upload_size=conf.max_upload_size,
-        budget=door.budget,
-        budget_bytes=door.budget_bytes,
-        body_timeout=door.body_timeout,
-        body_min_rate=door.body_min_rate,
-        body_timeout_max=door.body_timeout_max,
-    )
+    timing = (door.body_timeout, door.body_min_rate, door.body_timeout_max)
+    return Terms(conf.max_upload_size, door.budget, door.budget_bytes, *timing)
 
 
 @dataclass(frozen=True)
@@ -101,24 +94,37 @@ class Ticket:
     call reaches the pool, its request ends, or its deadline passes."""
 
     __slots__ = (
-        "_arrivals", "_lock", "_watchers", "key", "kind", "received", "reserved", "started", "who",
+        "_arrivals", "_lock", "_watchers", "key", "kind", "limit", "received", "reserved",
+        "sizes", "started", "terms", "who",
     )  # fmt: skip
 
     def __init__(
-        self, arrivals: Arrivals, who: str, kind: Kind, key: str | None, reserved: int
-    ) -> None:
+        self, arrivals: Arrivals, who: str, kind: Kind, key: str | None, reserved: int,
+        sizes: Sizes = (0, None),
+    ) -> None:  # fmt: skip
         self._lock = threading.Lock()
         self._arrivals: Arrivals | None = arrivals  # guarded by _lock; None once released
         self._watchers: list[Callable[[], object]] = []  # guarded by _lock; called at release
         self.who, self.kind, self.key, self.reserved = who, kind, key, reserved
-        self.received = 0  # body bytes so far, counted by the request's one reader
+        self.sizes = sizes  # of the PDF it carries: what the job it may start will be
+        self.received = 0  # body bytes so far (the arrivals' lock guards it while held)
         self.started = time.monotonic()
+        self.limit, self.terms = reserved, TERMS  # its body's limit and terms: ``decide``'s
 
     def deadline(self, terms: Terms) -> float:
         """When the body must be in (monotonic): mod_reqtimeout's ``body=T-M,MinRate=R``,
         so that a trickle just above the rate holds its place ``M`` seconds at most."""
         earned = terms.body_timeout + self.received / terms.body_min_rate
         return self.started + min(earned, terms.body_timeout_max)
+
+    def arrived(self, size: int, terms: Terms) -> bool:
+        """Count ``size`` more body bytes; False when a budget entry's bytes now take the
+        budget past ``budget_bytes`` (the body is shed: a slow one never gets that far)."""
+        arrivals = self._arrivals
+        if arrivals is None:
+            self.received += size
+            return True
+        return arrivals.charge(self, size, terms)
 
     @property
     def released(self) -> bool:
@@ -146,8 +152,7 @@ class Ticket:
             if watcher in self._watchers:
                 self._watchers.remove(watcher)
 
-    def wait_released(self, timeout: float) -> bool:
-        """Block up to ``timeout`` seconds for the release (a sync request's thread)."""
+    def wait_released(self, timeout: float) -> bool:  # on a sync request's thread
         gone = threading.Event()
         if not self._watch(gone.set):
             return True
@@ -157,8 +162,7 @@ class Ticket:
         return self.released
 
     async def areleased(self, timeout: float) -> bool:
-        """Await the release up to ``timeout`` seconds on this loop, woken by whichever
-        thread releases it (no thread waits)."""
+        """Await the release up to ``timeout`` s, woken by whichever thread releases it."""
         loop = asyncio.get_running_loop()
         gone: asyncio.Future[None] = loop.create_future()
 
@@ -196,15 +200,16 @@ class Ticket:
 class Arrivals:
     """This process's bodies let in and still arriving: places (each a place the pool
     will be asked for) and budget entries (bodies that may join), with the keys they
-    declared, what was shed and what timed out. Thread-safe."""
+    declared, the bytes the budget holds, what was shed and what timed out. Thread-safe."""
 
-    __slots__ = ("_keys", "_lock", "_tickets", "shed", "timed_out")
+    __slots__ = ("_charged", "_keys", "_lock", "_tickets", "shed", "timed_out")
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()  # guards every field
+        self._lock = threading.Lock()  # guards every field, and each held ticket's received
         self._tickets: set[Ticket] = set()
         self._keys: Counter[str] = Counter()  # declared keys of the bodies arriving
-        self.shed = 0  # refused from the headers past the budget (they might have joined)
+        self._charged = 0  # budget bytes held: each entry's reserve, or what it has sent
+        self.shed = 0  # refused past the budget (they might have joined)
         self.timed_out = 0  # let in, then past their deadline
 
     @property
@@ -216,10 +221,17 @@ class Arrivals:
         with self._lock:
             return key is not None and key in self._keys
 
-    def may_start_unknown(self) -> bool:
-        """Whether a body holding a place has a key nobody knows yet (it may start any job)."""
+    def may_start(self, sizes: Sizes, keyed: bool = False) -> bool:
+        """Whether a body on a place may start a job of one of ``sizes`` (an upload that
+        declares a key can only be the job of a body that declared none, or its own)."""
+        low, high = sizes
         with self._lock:
-            return any(t.kind == "place" and t.key is None for t in self._tickets)
+            return any(
+                t.kind == "place" and not (keyed and t.key)
+                and (high is None or t.sizes[0] <= high)
+                and (t.sizes[1] is None or low <= t.sizes[1])
+                for t in self._tickets
+            )  # fmt: skip
 
     def own(self, who: str) -> Ticket | None:
         """The body ``who`` has arriving, if any (one per caller: a second waits for it)."""
@@ -231,31 +243,48 @@ class Arrivals:
         with self._lock:
             return any(t.kind == "place" and t.who == who for t in self._tickets)
 
-    def place(self, free: int, who: str, key: str | None) -> Ticket | None:
+    def place(
+        self, free: int, who: str, key: str | None, sizes: Sizes = (0, None)
+    ) -> Ticket | None:
         """A place if fewer than ``free`` are taken by arriving bodies and ``who`` holds
         none (one job per caller: a second body of theirs can only join)."""
         with self._lock:
             places = [t for t in self._tickets if t.kind == "place"]
             if len(places) >= free or any(t.who == who for t in places):
                 return None
-            return self._take(who, "place", key, 0)
+            return self._take(Ticket(self, who, "place", key, 0, sizes))
 
-    def budget(self, who: str, key: str | None, size: int, terms: Terms) -> Ticket | None:
-        """A budget entry, if the count and the bytes allow and ``who`` holds none."""
+    def budget(
+        self, who: str, key: str | None, size: int, terms: Terms, sizes: Sizes = (0, None)
+    ) -> Ticket | None:
+        """A budget entry, if the count and the bytes allow and ``who`` holds none. It
+        reserves ``size`` up to its share of ``budget_bytes`` (``budget_bytes / budget``)
+        and is charged past that as its bytes arrive, not as they are declared."""
+        reserve = min(size, terms.budget_bytes // max(terms.budget, 1))
         with self._lock:
             entries = [t for t in self._tickets if t.kind == "budget"]
             if len(entries) >= terms.budget or any(t.who == who for t in entries):
                 return None
-            if sum(t.reserved for t in entries) + size > terms.budget_bytes:
+            if self._charged + reserve > terms.budget_bytes:
                 return None
-            return self._take(who, "budget", key, size)
+            self._charged += reserve
+            return self._take(Ticket(self, who, "budget", key, reserve, sizes))
 
-    def _take(self, who: str, kind: Kind, key: str | None, size: int) -> Ticket:
-        ticket = Ticket(self, who, kind, key, size)
+    def _take(self, ticket: Ticket) -> Ticket:
         self._tickets.add(ticket)
-        if key is not None:
-            self._keys[key] += 1
+        if ticket.key is not None:
+            self._keys[ticket.key] += 1
         return ticket
+
+    def charge(self, ticket: Ticket, size: int, terms: Terms) -> bool:
+        """``Ticket.arrived``: its bytes counted, a budget entry's past its reserve charged."""
+        with self._lock:
+            before = max(ticket.reserved, ticket.received)
+            ticket.received += size
+            if ticket.kind == "place" or ticket not in self._tickets:
+                return True
+            self._charged += max(ticket.reserved, ticket.received) - before
+            return self._charged <= terms.budget_bytes
 
     def count_shed(self) -> None:
         with self._lock:
@@ -290,13 +319,18 @@ class Arrivals:
     def forget(self, ticket: Ticket) -> None:
         """Drop a released ticket (``Ticket.release`` calls it)."""
         with self._lock:
+            if ticket not in self._tickets:
+                return
             self._tickets.discard(ticket)
+            if ticket.kind == "budget":
+                self._charged -= max(ticket.reserved, ticket.received)
             if ticket.key is not None:
                 self._keys[ticket.key] -= 1
                 if not self._keys[ticket.key]:
                     del self._keys[ticket.key]
 
 
+TERMS = Terms(0, 0, 0, 20.0, 500)  # a ticket's until ``decide`` gives it the settings'
 ARRIVING = Arrivals()
 """This process's bodies on their way in, for both adapters."""
 
@@ -310,23 +344,37 @@ def decide(
     who: str,
     known: bool,
     terms: Terms,
+    field: str = "file",
 ) -> tuple[Refusal | Ticket, bool]:
     """The pool's answer, or a ticket for the body; and whether a refusal is a shed (the
     budget's, not the pool's; the caller counts it, or first waits for its own body).
     ``key``: the single-flight key the upload declares, if any (and trusted); ``who``: the
-    caller, or the address when ``known`` is False (the caller function could not tell
-    before the body)."""
+    caller, or its network when ``known`` is False (the caller could not be told before
+    the body); ``field``: the form field a multipart body carries its PDF in."""
+    too_much = upload.declares_too_much(terms.max_upload_size)
+    limit, sizes = upload.body_limit(terms.max_upload_size), upload.file_sizes(field)
     if pressure.closed:
         return jobs.closing(), False
-    if upload.declares_too_much(terms.max_upload_size):
+    if too_much:
         return UploadTooLarge.over(terms.max_upload_size), False
     arrivals.expire(terms)
-    busy = known and pressure.caller_busy
-    declared = upload.declared_size
-    size = upload.body_limit(terms.max_upload_size) if declared is None else declared
+    size = limit if upload.declared_size is None else upload.declared_size
+    decided = _rule(
+        key, pressure, arrivals, who, known and pressure.caller_busy, size, sizes, terms
+    )
+    if isinstance(decided[0], Ticket):
+        decided[0].limit, decided[0].terms = limit, terms  # what its body is read against
+    return decided
+
+
+def _rule(
+    key: str | None, pressure: Pressure, arrivals: Arrivals, who: str, busy: bool, size: int,
+    sizes: Sizes, terms: Terms,
+) -> tuple[Refusal | Ticket, bool]:  # fmt: skip
+    """``decide``'s rule, once the upload is within the limit and the pool open."""
 
     def may_join() -> tuple[Refusal | Ticket, bool]:
-        entry = arrivals.budget(who, key, size, terms)
+        entry = arrivals.budget(who, key, size, terms, sizes)
         if entry is not None:
             return entry, False
         if busy:
@@ -338,17 +386,30 @@ def decide(
             return may_join()  # it joins: no slot, no queue place, any caller
         if busy:
             return jobs.caller_busy(pressure.caller_retry_after), False
-        ticket = arrivals.place(pressure.free, who, key)
+        ticket = arrivals.place(pressure.free, who, key, sizes)
         if ticket is not None:
             return ticket, False
-        if arrivals.may_start_unknown() or arrivals.holds_place(who):
+        if arrivals.may_start(sizes, keyed=True) or arrivals.holds_place(who):
             return may_join()  # a body on its way may turn out to start this key's job
         return jobs.queue_full(pressure.retry_after), False
     if not busy:
-        ticket = arrivals.place(pressure.free, who, None)
+        ticket = arrivals.place(pressure.free, who, None, sizes)
         if ticket is not None:
             return ticket, False
+    if (busy or not pressure.free) and not _may_be_in_flight(sizes, pressure, arrivals):
+        if busy:  # its size is no job's in flight: the pool's rule 2, then rule 3
+            return jobs.caller_busy(pressure.caller_retry_after), False
+        return jobs.queue_full(pressure.retry_after), False
     return may_join()  # every place taken, or the caller busy: it can only join
+
+
+def _may_be_in_flight(sizes: Sizes, pressure: Pressure, arrivals: Arrivals) -> bool:
+    """Whether a PDF of one of ``sizes`` may be a job in flight, or one a body arriving on
+    a place may start (the pool's job sizes unknown: it may)."""
+    low, high = sizes
+    if pressure.sizes is None or high is None:
+        return True
+    return any(low <= size <= high for size in pressure.sizes) or arrivals.may_start(sizes)
 
 
 # --- the steps around the rule, run on a thread or an event loop ---------------------------
@@ -439,31 +500,88 @@ async def aask_caller(request: HttpRequest) -> str | None:
         del request.META[ASKING]
 
 
+def csrf_refusal(request: HttpRequest) -> HttpResponse | None:
+    """Django's own 403 for a POST whose ``Origin`` ``CsrfViewMiddleware`` refuses (it
+    checks the origin before any token, so the headers tell); None where it would not."""
+    if "HTTP_ORIGIN" not in request.META or getattr(request, "_dont_enforce_csrf_checks", False):
+        return None  # (the second: django.test.Client's)
+    trusted = tuple(settings.CSRF_TRUSTED_ORIGINS)
+    middleware = _csrf_middleware(tuple(settings.MIDDLEWARE), trusted)
+    if middleware is None:
+        return None
+    try:
+        if middleware._origin_verified(request):
+            return None
+    except DisallowedHost:  # Django answers it 400 itself
+        return None
+    return cast(
+        HttpResponse, middleware._reject(request, REASON_BAD_ORIGIN % request.META["HTTP_ORIGIN"])
+    )
+
+
+@functools.lru_cache(maxsize=4)
+def _csrf_middleware(paths: tuple[str, ...], trusted: tuple[str, ...]) -> Any:
+    """The project's CSRF middleware (Django's, or a subclass) if installed: its checks,
+    private but Django's own (``trusted``: its origins are cached per instance)."""
+    for path in paths:
+        found = import_string(path)
+        if isinstance(found, type) and issubclass(found, CsrfViewMiddleware):
+            return found(HttpResponse)
+    return None
+
+
+def framework_refusal(request: HttpRequest, view: PooledView) -> HttpResponse | None:
+    """The framework's 401 for a request its authentication refuses from the headers
+    (``view.authenticate``), asked of a copy whose body is empty (a CSRF check there reads
+    none of the real one); None if it may pass, or if a session not read yet may."""
+    session_unread = settings.SESSION_COOKIE_NAME in request.COOKIES and not hasattr(
+        request, "user"
+    )
+    if view.authenticate is None or session_unread:
+        return None
+    probe = copy.copy(request)
+    for parsed in ("_post", "_files", "_body"):
+        probe.__dict__.pop(parsed, None)
+    probe._stream, probe._read_started = io.BytesIO(), False  # type: ignore[attr-defined]
+    try:
+        return view.authenticate(probe)
+    except Exception:  # it needs more than the headers: the framework answers later
+        logger.debug("the framework could not authenticate from the headers", exc_info=True)
+        return None
+
+
 def through_door(
-    request: HttpRequest, record: AdmissionRecord, view: PooledView
-) -> Steps[Refusal | Ticket]:
-    """The door's answer for an upload to ``view``: who asks (kept in the record when
-    known), the pool's pressure, then ``decide``. A refusal in the pool's name counts in the
-    pool's counters, a shed in the door's. One body per caller arrives at a time: a caller's
-    next upload that could only be shed waits (up to ``BODY_TIMEOUT``, holding nothing) for
-    the one it has arriving to reach the pool, then is decided again."""
+    request: HttpRequest, record: AdmissionRecord, view: PooledView, *, csrf_exempt: bool = False
+) -> Steps[Refusal | Ticket | HttpResponse]:
+    """The door's answer: Django's CSRF 403 and the framework's 401 first, then who asks,
+    the pool's pressure, ``decide``. A next upload of a caller whose body is arriving, that
+    could only be shed, waits (``BODY_TIMEOUT`` at most, holding nothing) and is decided again."""
     upload = record.headers
     if isinstance(upload, UploadRejected):
         return upload
-    record.caller = yield Call(partial(ask_caller, request), partial(aask_caller, request))
+    forbidden = None if csrf_exempt else csrf_refusal(request)
+    if forbidden is None and view.authenticate is not None:
+        ask = partial(framework_refusal, request, view)
+        forbidden = yield Call(ask, sync_to_async(ask, thread_sensitive=False))
+    if forbidden is not None:
+        return forbidden
+    if view.own_caller is None and view.authenticate is None:  # else the framework names it
+        record.caller = yield Call(partial(ask_caller, request), partial(aask_caller, request))
     known = record.caller is not None
-    who = record.caller or address_caller(request.META.get("REMOTE_ADDR") or "unknown")
+    address = address_caller(request.META.get("REMOTE_ADDR") or "unknown")
+    who = network_of(record.caller or address)  # anonymous callers count per network
     conf, pool = get_settings(), get_pool()
     digests = conf.door is not None and conf.door.digests  # answer from a declared digest
-    key = view.key(upload.digest) if upload.digest and digests else None
+    key = record.key if digests else None
     read = partial(pool.pressure, key, record.caller)
     door_terms = terms()
     give_up = time.monotonic() + door_terms.body_timeout
     while True:
         pressure = yield Call.blocking(read) if pool.blocking_reads else Call.quick(read)
         decided, shed = decide(
-            upload, key, pressure, ARRIVING, who=who, known=known, terms=door_terms
-        )
+            upload, key, pressure, ARRIVING, who=who, known=known, terms=door_terms,
+            field=view.field,
+        )  # fmt: skip
         if isinstance(decided, Ticket):
             record.ticket = decided
             return decided

@@ -1,9 +1,6 @@
-"""``AdmissionMiddleware``: the door inside Django. Under WSGI an upload to a pooled view is
-decided from its headers before ``request.FILES`` or ``request.body`` is touched (after
-authentication, so the caller is known), and its body is read against its deadline; under
-ASGI without ``PdfPoolDoor`` it still spares a refused upload its parsing, staging and
-hashing. It also answers refusals and extraction errors raised by views that call the pool
-themselves."""
+"""``AdmissionMiddleware``: the door inside Django, before the body is parsed (under WSGI
+after authentication, the body read against its deadline); it also answers refusals and
+extraction errors raised by views that call the pool themselves."""
 
 from __future__ import annotations
 
@@ -15,8 +12,11 @@ from typing import Any, cast
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.http import HttpRequest, HttpResponse
 
+from .admission.jobs import queue_full
 from .conf import get_settings
+from .configured import get_pool
 from .door import (
+    ARRIVING,
     Call,
     Steps,
     Terms,
@@ -28,7 +28,7 @@ from .door import (
     through_door,
 )
 from .exceptions import BodyTimeout, ExtractionError, Refused, Wording
-from .record import RECORD, AdmissionRecord, PooledView, pooled_view
+from .record import RECORD, AdmissionRecord, PooledView, pooled_route
 from .responses import arefusal_answer, refusal_answer
 
 GetResponse = Callable[[HttpRequest], HttpResponse | Awaitable[HttpResponse]]
@@ -53,26 +53,35 @@ class AdmissionMiddleware:
     def __call__(self, request: HttpRequest) -> HttpResponse | Awaitable[HttpResponse]:
         scope = getattr(request, "scope", None) or {}
         undecided = RECORD not in scope and RECORD not in request.META
-        view = None
+        route = None
         if request.method == "POST" and undecided and get_settings().door:
-            view = pooled_view(request.path_info, getattr(request, "urlconf", None))
-        if view is None:
+            route = pooled_route(request.path_info, getattr(request, "urlconf", None))
+        if route is None:
             return self.get_response(request)  # not the door's: a coroutine when async
         if self.async_mode:
-            return arun_steps(self._through(request, view, bool(scope)))
-        return run_steps(self._through(request, view, False))
+            return arun_steps(self._through(request, route, bool(scope)))
+        return run_steps(self._through(request, route, False))
 
-    def _through(self, request: HttpRequest, view: PooledView, asgi: bool) -> Steps[HttpResponse]:
+    def _through(
+        self, request: HttpRequest, route: tuple[Any, PooledView], asgi: bool
+    ) -> Steps[HttpResponse]:
         """The door, then the view, sync or async: a refusal's answer, or the view's
         response with the door's place given back (its call counts in the pool by then)."""
-        record = request.META[RECORD] = AdmissionRecord.read(request.headers)
-        decided = yield from through_door(request, record, view)
+        func, view = route
+        record = request.META[RECORD] = AdmissionRecord.read(request.headers, view)
+        exempt = getattr(func, "csrf_exempt", False)
+        decided = yield from through_door(request, record, view, csrf_exempt=exempt)
         if not isinstance(decided, Ticket):
-            answer = partial(refusal_answer, request, decided, view.answer)
-            refused: HttpResponse = yield Call(
-                answer, partial(arefusal_answer, request, decided, view.answer)
-            )
-            if asgi and closes_connection(decided):  # under WSGI Connection is the server's
+            closing = record.declares_body()
+            if isinstance(decided, HttpResponse):
+                refused = decided
+            else:
+                answer = partial(refusal_answer, request, decided, view.answer)
+                refused = yield Call(
+                    answer, partial(arefusal_answer, request, decided, view.answer)
+                )
+                closing = closing or closes_connection(decided)
+            if asgi and closing:  # under WSGI Connection is the server's
                 refused["Connection"] = "close"
             return refused
         stream = getattr(request, "_stream", None)
@@ -83,7 +92,8 @@ class AdmissionMiddleware:
             response: HttpResponse = yield Call(cast(Sync, respond), cast(Async, respond))
             return response
         finally:
-            decided.release()
+            if record.ticket is not None:  # not given back by the call reaching the pool
+                record.ticket.release()
 
     def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
         """The answer for a refusal or an extraction error; None lets anything else through."""
@@ -93,9 +103,10 @@ class AdmissionMiddleware:
 
 
 class TimedStream:
-    """A WSGI body read against its ticket's deadline: each read counts its bytes, and
-    one past the deadline raises ``BodyTimeout`` (408). A read the client never answers
-    blocks in the server; the ticket's place is given back at the deadline all the same."""
+    """A WSGI body read against its ticket's deadline: each read counts its bytes, one past
+    the deadline raises ``BodyTimeout`` (408), one past the budget's bytes ``PoolBusy``. A
+    read the client never answers blocks in the server; the place goes back at the
+    deadline all the same."""
 
     def __init__(self, stream: Any, ticket: Ticket, terms: Terms) -> None:
         self._stream, self._ticket, self._terms = stream, ticket, terms
@@ -108,7 +119,9 @@ class TimedStream:
     def _timed(self, read: Callable[[int], bytes], size: int) -> bytes:
         self._check()
         data = read(size)
-        self._ticket.received += len(data)
+        if not self._ticket.arrived(len(data), self._terms):  # past the budget's bytes
+            ARRIVING.count_shed()
+            raise queue_full(get_pool().pressure().retry_after)
         self._check()
         return data
 

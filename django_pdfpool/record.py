@@ -1,25 +1,21 @@
-"""One upload's admission record: its headers read once, who asks, and the door's ticket;
-and the pooled view its URL resolves to (what ``@pdf_pooled`` declared of it).
-
-The first entry that sees an upload (the door, the middleware, the decorator, an
-integration) builds the record and keeps it on the request (the ASGI scope, the WSGI
-environ); every later stage reads it there. The headers are read as Django reads them
-(docs/door.md): a repeated header, a malformed digest or a chunked form is rejected here,
-once, and the rejection travels in the record to whichever stage answers it.
-"""
+"""One upload's admission record, built by the first entry that sees it and kept on the
+request: its headers read once as Django reads them (a rejection travels in it), its key,
+who asks, the door's ticket; and the pooled view its URL resolves to."""
 
 from __future__ import annotations
 
 import base64
 import binascii
 import contextlib
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, MutableMapping
+import re
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, cast
 
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
 from django.urls import ResolverMatch, URLPattern, URLResolver, get_resolver, resolve
 from django.urls.exceptions import Resolver404
+from django.utils.http import parse_header_parameters
 
 from .conf import get_settings
 from .exceptions import BadDigest, LengthRequired, RepeatedHeader, UploadRejected, Wording
@@ -51,6 +47,7 @@ class UploadHeaders:
     expects_continue: bool  # Expect: 100-continue: the client waits before the body
     raw: bool  # Content-Type: application/pdf, the body is the PDF itself
     digest: str | None  # the declared SHA-256 of the PDF, lower-case hex
+    boundary: str = ""  # a multipart body's
 
     @classmethod
     def of(cls, headers: Headers) -> UploadHeaders:
@@ -61,7 +58,7 @@ class UploadHeaders:
         content_type = _one(values, "content-type")
         if "," in _unquoted(content_type):  # two, joined by a server: one media type has none
             raise RepeatedHeader(Wording.REPEATED_HEADER.format(header="Content-Type"))
-        content_type = content_type.split(";", 1)[0].strip().lower()
+        content_type, params = parse_header_parameters(content_type)
         raw = content_type == PDF_TYPE
         chunked = "chunked" in ",".join(values.get("transfer-encoding", ())).lower()
         if chunked and content_type.startswith("multipart/"):
@@ -76,11 +73,21 @@ class UploadHeaders:
             expects_continue=_one(values, "expect").strip().lower() == "100-continue",
             raw=raw,
             digest=digests.pop() if digests else None,
+            boundary=params.get("boundary", ""),
         )
 
     def body_limit(self, max_upload_size: int) -> int:
         """The most body bytes this upload may send: the PDF, plus a form's overhead."""
         return max_upload_size if self.raw else max_upload_size + MULTIPART_SLACK
+
+    def file_sizes(self, field: str) -> tuple[int, int | None]:
+        """The sizes its PDF may have (None: any): a raw body is the PDF; a form's file field
+        ``field`` is at most the body less the smallest envelope Django takes it from."""
+        size = self.declared_size
+        if size is None or self.raw:
+            return (size or 0, size)
+        envelope = f"--{self.boundary}content-disposition:;name={field};filename=x\r\n\r\n"
+        return (0, size - len(envelope.encode("utf-8", "replace")))
 
     def declares_too_much(self, max_upload_size: int) -> bool:
         """Its ``Content-Length`` is past ``body_limit``: 413 before a byte is read."""
@@ -130,32 +137,72 @@ def _length(value: str) -> int | None:
     return int(part) if part.isdigit() else None
 
 
+_KEY = r"[a-z*][a-z0-9_.*-]*"  # RFC 8941's structured fields, as RFC 9651 writes them
+_BARE = (
+    r"(?:-?\d{1,12}\.\d{1,3}(?![\d.])|-?\d{1,15}(?![\d.])|\?[01]|@-?\d{1,15}(?![\d.])"
+    r'|"(?:[\x20\x21\x23-\x5b\x5d-\x7e]|\\["\\])*"|%"(?:[\x20\x21\x23\x24\x26-\x7e]|%[0-9a-f]{2})*"'
+    r"|[A-Za-z*][-!#$%&'*+.^_`|~:/0-9A-Za-z]*|:[A-Za-z0-9+/=]*:)"
+)
+_PARAMS = rf"(?:;[ ]*{_KEY}(?:={_BARE})?)*"
+_ITEM = _BARE + _PARAMS
+_MEMBER = re.compile(  # key, and the base64 of its value when that is a byte sequence
+    rf"({_KEY})(?:=(?::([A-Za-z0-9+/=]*):{_PARAMS}|{_ITEM}"
+    rf"|\([ ]*(?:{_ITEM}(?:[ ]+{_ITEM})*[ ]*)?\){_PARAMS})|{_PARAMS})"
+)
+_NEXT = re.compile(r"[ \t]*(?:,[ \t]*|$)")
+_PARTS = re.compile(  # a member's strings and tokens skipped whole, its byte sequences found
+    r'%"[^"]*"|"(?:[^"\\]|\\.)*"|[A-Za-z*][-!#$%&\'*+.^_`|~:/\w]*|:([^:]*):|.', re.ASCII
+)
+
+
 def parse_digest(value: str, header: str = "Repr-Digest") -> str | None:
-    """The SHA-256 in an RFC 9530 dictionary (``sha-256=:<base64>:``, among other
-    algorithms perhaps) as lower-case hex; None when it names only other algorithms.
-    Two different sha-256 members (repeated headers joined by a server) are a 400."""
+    """The ``sha-256`` member of an RFC 9530 dictionary (RFC 8941's syntax: other members
+    and parameters allowed and ignored, base64 padding optional) as lower-case hex; None
+    when it names only other algorithms. Two different sha-256 members (repeated headers
+    joined by a server) are a 400."""
     found = None
-    if not value.strip():
-        return None
-    for member in value.split(","):
-        name, sep, item = member.strip().partition("=")
-        if not sep or not name:
-            raise BadDigest(Wording.DIGEST_LIST.format(header=header))
-        if name.strip().lower() != SHA256:
+    for name, item in _members(value, header):
+        if name != SHA256:
             continue
-        item = item.strip()
-        if len(item) < 2 or item[0] != ":" or item[-1] != ":":
+        if item is None:
             raise BadDigest(Wording.DIGEST_FORM.format(header=header))
-        try:
-            raw = base64.b64decode(item[1:-1], validate=True)
-        except (binascii.Error, ValueError):
-            raise BadDigest(Wording.DIGEST_BASE64.format(header=header)) from None
+        raw = _bytes(item)
+        if raw is None:
+            raise BadDigest(Wording.DIGEST_BASE64.format(header=header))
         if len(raw) != 32:
             raise BadDigest(Wording.DIGEST_LENGTH.format(header=header))
         if found is not None and found != raw.hex():
             raise RepeatedHeader(Wording.TWO_SHA256.format(header=header))
         found = raw.hex()
     return found
+
+
+def _members(text: str, header: str) -> Iterator[tuple[str, str | None]]:
+    """An RFC 8941 dictionary's keys, each with its byte sequence's base64 (None for any
+    other value); ``BadDigest`` where it is not a dictionary."""
+    text, pos = text.lstrip(" "), 0
+    while pos < len(text):
+        member = _MEMBER.match(text, pos)
+        comma = member and _NEXT.match(text, member.end())
+        if member is None or comma is None or (comma.end() == len(text) and "," in comma[0]):
+            raise BadDigest(Wording.DIGEST_LIST.format(header=header))
+        own = member.start(2) - pos - 1 if member[1] == SHA256 else -1  # parse_digest's
+        for part in _PARTS.finditer(member[0]):
+            if part[1] is not None and part.start() != own and _bytes(part[1]) is None:
+                raise BadDigest(Wording.DIGEST_LIST.format(header=header))
+        yield member[1], member[2]
+        pos = comma.end()
+
+
+def _bytes(text: str) -> bytes | None:
+    """A byte sequence's base64 ("=" padding optional, RFC 8941 4.2.7); None if not base64."""
+    bare = text.rstrip("=")
+    if "=" in bare or len(bare) % 4 == 1:
+        return None
+    try:
+        return base64.b64decode(bare + "=" * (-len(bare) % 4), validate=True)
+    except (binascii.Error, ValueError):
+        return None
 
 
 def format_digest(sha256_hex: str) -> str:
@@ -182,6 +229,10 @@ class PooledView:
     answer: RefusalView | None
     own_caller: Callable[[HttpRequest], str | None] | None = None
     tagged: bool = False  # the default job: its key carries the settings' results tag
+    authenticate: Callable[[HttpRequest], HttpResponse | None] | None = None
+    """A framework's 401 for a request its authentication refuses from the headers; a view
+    that declares it (or ``own_caller``) has its caller named by the framework, after the
+    door."""
 
     def key(self, sha256: str) -> str:
         """The single-flight key of an upload with this digest: ``<job name>:<sha256>``,
@@ -200,29 +251,23 @@ class AdmissionRecord:
     headers: UploadHeaders | UploadRejected  # what they say, or why they cannot be taken
     caller: str | None = None
     ticket: Releasable | None = None
+    key: str | None = None  # the single-flight key of the digest it declares, for its view
 
     @classmethod
-    def read(cls, headers: Headers) -> AdmissionRecord:
+    def read(cls, headers: Headers, view: PooledView | None = None) -> AdmissionRecord:
         try:
-            return cls(UploadHeaders.of(headers))
+            upload = UploadHeaders.of(headers)
         except UploadRejected as rejected:
             return cls(rejected)
+        declared = upload.digest if view is not None else None
+        return cls(upload, key=view.key(declared) if view is not None and declared else None)
 
-    def release(self) -> None:
-        """Give back the door's place: the call now counts in the pool."""
-        ticket, self.ticket = self.ticket, None
-        if ticket is not None:
-            ticket.release()
-
-
-def record_of(request: HttpRequest) -> AdmissionRecord:
-    """The request's record: the one the door left in its scope or environ, else one read
-    now from its headers and kept on it."""
-    scope: MutableMapping[str, Any] | None = getattr(request, "scope", None)
-    found: AdmissionRecord | None = (scope or {}).get(RECORD) or request.META.get(RECORD)
-    if found is None:
-        found = request.META[RECORD] = AdmissionRecord.read(request.headers)
-    return found
+    def declares_body(self) -> bool:
+        """Whether the request says a body follows (a length above 0, or chunked)."""
+        headers = self.headers
+        if isinstance(headers, UploadRejected):
+            return True  # unreadable headers: assume the worst
+        return headers.chunked or bool(headers.declared_size)
 
 
 def route_of(request: HttpRequest) -> ResolverMatch | None:
@@ -240,11 +285,18 @@ def route_of(request: HttpRequest) -> ResolverMatch | None:
 def pooled_view(path_info: str, urlconf: str | None = None) -> PooledView | None:
     """The pooled view ``path_info`` resolves to, or None (not found, or not pooled): a
     POST whose URL Django's own resolver maps to a pooled view (no second list of URLs)."""
+    found = pooled_route(path_info, urlconf)
+    return None if found is None else found[1]
+
+
+def pooled_route(path_info: str, urlconf: str | None = None) -> tuple[Any, PooledView] | None:
+    """``pooled_view``'s route: the view function Django will call, and its pooled view."""
     try:
         match = resolve(path_info, urlconf)
     except Resolver404:
         return None
-    return pooled_view_of(match.func)
+    found = pooled_view_of(match.func)
+    return None if found is None else (match.func, found)
 
 
 def pooled_view_of(func: Callable[..., Any]) -> PooledView | None:

@@ -142,21 +142,26 @@ def test_the_budget_is_bounded_in_bodies_and_bytes_and_one_per_caller():
     assert [isinstance(v, Ticket) for v in others] == [True, True, True, False]  # 4 bodies
     assert decided(upload, full, arrivals, who="ip:6")[1]  # a shed, which the caller counts
     assert arrivals.own("ip:1") is first and arrivals.own("ip:6") is None
-    small = Terms(MiB, budget=10, budget_bytes=MiB + 10, body_timeout=20, body_min_rate=500)
-    arrivals = Arrivals()
-    assert isinstance(verdict(upload, full, arrivals, who="ip:a", terms=small), Ticket)
-    assert isinstance(
-        verdict(headers(content_length="10"), full, arrivals, who="ip:b", terms=small), Ticket
-    )
-    assert isinstance(
-        verdict(headers(content_length="10"), full, arrivals, who="ip:c", terms=small), PoolBusy
-    )
-    # chunked: its size is unknown, so it reserves the whole limit
+
+
+def test_budget_bytes_are_charged_as_they_arrive_not_as_declared():
+    """A body declaring 50 MiB holds its share of the budget (``budget_bytes / budget``)
+    until more of it arrives, not 50 MiB: tricklers declaring the limit keep nobody out.
+    Bytes past a share are charged as they come; the body whose bytes take the budget
+    past ``budget_bytes`` is told so (shed), and a released entry gives back all it held."""
+    terms = Terms(64 * MiB, budget=4, budget_bytes=4 * MiB, body_timeout=20, body_min_rate=500)
+    arrivals, full = Arrivals(), pressure(free=0)
+    declared = headers(content_length=str(50 * MiB), content_type="application/pdf")
     chunked = headers(transfer_encoding="chunked", content_type="application/pdf")
-    assert isinstance(verdict(chunked, full, Arrivals(), terms=small), Ticket)
-    assert isinstance(
-        verdict(chunked, full, Arrivals(), terms=Terms(MiB, 10, MiB - 1, 20, 500)), PoolBusy
-    )
+    entries = [verdict(declared, full, arrivals, who=f"ip:{i}", terms=terms) for i in range(3)]
+    entries.append(verdict(chunked, full, arrivals, who="ip:3", terms=terms))
+    assert [e.reserved for e in entries] == [MiB] * 4  # 200 MiB declared, 4 MiB held
+    assert entries[0].arrived(MiB, terms)  # within its share
+    assert not entries[0].arrived(1, terms)  # past budget_bytes: shed
+    entries[0].release()
+    assert entries[1].arrived(MiB + 1, terms)  # what the first held is free again
+    small = verdict(headers(content_length="10"), full, arrivals, who="ip:4", terms=terms)
+    assert isinstance(small, Ticket) and small.reserved == 10
 
 
 def test_a_caller_with_a_job_in_flight_gets_the_pools_429():
@@ -291,3 +296,112 @@ def test_a_callers_retry_time_grows_with_its_running_job(pdfpool):
         HELD.release.set()
         assert held.result(SOON).status_code == 200
     assert mine.status_code == 429 and int(mine["Retry-After"]) >= 2
+
+
+def test_sizes_prove_what_cannot_join_a_full_pool():
+    """A file is never larger than the body carrying it, and a raw PDF body is the file:
+    with the pool full, an upload whose declared size is no job's in flight gets the pool's
+    503 (429 for a busy caller) from its headers, not a budget entry; one that may be a
+    job's goes in on the budget; with a job's size unknown, or places held by bodies
+    arriving (the pool itself not full), nothing is proven."""
+    from django_pdfpool.admission.ledger import Pressure
+
+    def full(sizes, free=0, busy=False):
+        return Pressure(False, free, False, 2.0, busy, 9.0, sizes)
+
+    form = {"content_type": "multipart/form-data; boundary=b"}
+    small = headers(content_length="30000", **form)
+    refused, shed = decided(small, full((2_800_000,)))
+    assert isinstance(refused, PoolBusy) and not shed  # the pool's own answer, counted
+    busy, shed = decided(small, full((2_800_000,), busy=True))
+    assert isinstance(busy, CallerBusy) and not shed
+    big = Terms(4 * MiB, budget=4, budget_bytes=10 * MiB, body_timeout=20, body_min_rate=500)
+    exact = headers(content_length="2800000", content_type="application/pdf")
+    other = headers(content_length="2800001", content_type="application/pdf")
+    assert verdict(exact, full((2_800_000,)), terms=big).kind == "budget"
+    assert isinstance(verdict(other, full((2_800_000,)), terms=big), PoolBusy)
+    assert verdict(small, full((20_000,))).kind == "budget"  # it may carry that file
+    assert verdict(small, full(None)).kind == "budget"  # a size unknown: no proof
+    arrivals = Arrivals()
+    assert verdict(small, full((2_800_000,), free=1), arrivals, who="ip:x").kind == "place"
+    assert verdict(small, full((2_800_000,), free=1), arrivals).kind == "budget"  # not full
+
+
+def test_a_form_is_at_most_its_body_less_the_smallest_envelope():
+    form = headers(content_length="1000", content_type='multipart/form-data; boundary="bb"')
+    low, high = form.file_sizes("file")
+    envelope = len(b"--bbcontent-disposition:;name=file;filename=x\r\n\r\n")
+    assert (low, high) == (0, 1000 - envelope)
+    assert headers(content_length="1000", content_type="application/pdf").file_sizes("f") == (
+        1000,
+        1000,
+    )
+    assert headers(transfer_encoding="chunked", content_type="application/pdf").file_sizes("f") == (
+        0,
+        None,
+    )
+
+
+def test_the_door_counts_anonymous_callers_per_network():
+    """One host with many addresses holds one place: /24 for IPv4, the /64 an IPv6
+    caller is already; a user is counted as itself."""
+    from django_pdfpool.callers import network_of
+
+    assert network_of("ip:203.0.113.7") == network_of("ip:203.0.113.200") == "ip:203.0.113.0/24"
+    assert network_of("ip:203.0.114.7") != network_of("ip:203.0.113.7")
+    assert network_of("ip:2001:db8::/64") == "ip:2001:db8::/64"
+    assert network_of("user:7") == "user:7" and network_of("ip:unknown") == "ip:unknown"
+
+
+def test_djangos_csrf_origin_check_is_asked_from_the_headers(rf, settings):
+    """A foreign Origin gets CsrfViewMiddleware's own 403; the site's own and a trusted
+    one pass; without the middleware, or for Django's test client, nothing is checked."""
+    from django_pdfpool.door import csrf_refusal
+
+    settings.MIDDLEWARE = [*settings.MIDDLEWARE, "django.middleware.csrf.CsrfViewMiddleware"]
+    settings.ALLOWED_HOSTS = ["testserver"]
+    settings.CSRF_TRUSTED_ORIGINS = ["https://partner.example"]
+
+    def post(origin):
+        return rf.post("/sync/", HTTP_ORIGIN=origin)
+
+    refused = csrf_refusal(post("https://evil.example"))
+    assert refused is not None and refused.status_code == 403
+    assert csrf_refusal(post("http://testserver")) is None
+    assert csrf_refusal(post("https://partner.example")) is None
+    assert csrf_refusal(rf.post("/sync/")) is None  # no Origin: the token decides, later
+    settings.MIDDLEWARE = [m for m in settings.MIDDLEWARE if "csrf" not in m]
+    assert csrf_refusal(post("https://evil.example")) is None
+
+
+def test_the_frameworks_authentication_is_asked_of_a_copy_without_the_body(rf):
+    """A framework's check that reads the form (a CSRF check does) reads an empty one: the
+    real body stays unread for the door's decision and the view; a check that raises is
+    "may pass"."""
+    from django.http import HttpResponse
+
+    from django_pdfpool.door import framework_refusal
+    from django_pdfpool.record import PooledView
+
+    seen = []
+
+    def authenticate(probe):
+        seen.append(dict(probe.POST))
+        return HttpResponse(status=401)
+
+    async def job(upload):
+        return None
+
+    request = rf.post("/sync/", {"a": "b"})
+    answer = framework_refusal(
+        request, PooledView("file", job, "j", None, authenticate=authenticate)
+    )
+    assert answer is not None and answer.status_code == 401 and seen == [{}]
+    assert request.POST["a"] == "b"  # the real body, unread until now
+
+    def broken(probe):
+        raise RuntimeError("needs the body")
+
+    assert (
+        framework_refusal(request, PooledView("file", job, "j", None, authenticate=broken)) is None
+    )

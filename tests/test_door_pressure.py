@@ -55,3 +55,32 @@ def test_the_redis_pool_tells_the_door_the_clusters_pressure(make_pool):
     pool = make_pool(1, 1, 10.0)
     assert pool.blocking_reads
     check_pressure(pool)
+
+
+def check_sizes(pool) -> None:
+    """The door proves from sizes what cannot join: the pool says how large each job in
+    flight is, or nothing when one job's size is unknown."""
+    gate = threading.Event()
+
+    async def scenario():
+        first = asyncio.ensure_future(pool.run("k1", "c1", held("r1", gate), size=2_800_000))
+        await until(lambda: pool.running() == 1)
+        assert pool.pressure().sizes == (2_800_000,)
+        joined = asyncio.ensure_future(pool.run("k1", "c2", None, size=5))
+        await until(lambda: pool.waiting("k1") == 1)
+        assert pool.pressure().sizes == (2_800_000,)  # a sharer's size is not the job's
+        unsized = asyncio.ensure_future(pool.run("k2", "c3", held("r2", gate)))
+        await until(lambda: pool.running() == 2)
+        assert pool.pressure().sizes is None  # one job's size unknown: no proof
+        gate.set()
+        assert await first == await joined == "r1" and await unsized == "r2"
+
+    asyncio.run(scenario())
+
+
+def test_the_local_pool_tells_the_door_the_sizes_of_its_jobs():
+    check_sizes(Pool(2, 0, 10.0))
+
+
+def test_the_redis_pool_tells_the_door_the_sizes_of_the_clusters_jobs(make_pool):
+    check_sizes(make_pool(2, 0, 10.0))

@@ -236,9 +236,9 @@ def test_a_callers_next_upload_waits_for_its_body_arriving_then_joins(pdfpool):
         first = threads.submit(post, "/gated/", data, "10.4.0.1")
         wait_until(lambda: get_pool().running() == 1)
         arriving = threads.submit(gated_post, "/gated/", data, gate, "10.4.0.2")
-        wait_until(lambda: ARRIVING.own("ip:10.4.0.2") is not None)
+        wait_until(lambda: ARRIVING.own("ip:10.4.0.0/24") is not None)
         second = threads.submit(post, "/gated/", data, "10.4.0.2")
-        own = ARRIVING.own("ip:10.4.0.2")
+        own = ARRIVING.own("ip:10.4.0.0/24")
         wait_until(lambda: own is not None and len(own._watchers) == 1)  # the second waits
         assert not second.done()
         gate.set()
@@ -259,7 +259,7 @@ def test_a_callers_wait_for_its_own_body_is_bounded_then_shed(pdfpool):
         first = threads.submit(post, "/gated/", b"%PDF- running", "10.5.0.1")
         wait_until(lambda: get_pool().running() == 1)
         silent = threads.submit(gated_post, "/gated/", b"%PDF- silent", gate, "10.5.0.2")
-        wait_until(lambda: ARRIVING.own("ip:10.5.0.2") is not None)
+        wait_until(lambda: ARRIVING.own("ip:10.5.0.0/24") is not None)
         second = unread_post("/gated/", 1000, "10.5.0.2")
         assert second.status_code == 503 and second.json()["error"] == "busy"
         assert ARRIVING.shed == shed + 1

@@ -19,6 +19,7 @@ SHARED_NAMES = {
     # each framework's adaptor of one concept, under the name its users know
     "pdf_pooled",  # decorators.py, contrib/drf.py, contrib/ninja.py
     "door_answer",  # contrib/drf.py, contrib/ninja.py
+    "door_authenticate",  # contrib/drf.py, contrib/ninja.py
 }
 
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 import base64
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from django_pdfpool.exceptions import (
     BadDigest,
@@ -27,9 +29,74 @@ def test_a_digest_is_read_as_rfc_9530_says():
         == digest
     )
     assert parse_digest("sha-512=:AAAA:") is None  # only other algorithms: nothing declared
-    for bad in ["sha-256=abc", "sha-256=:not base64!:", "sha-256=:AAAA:", "nonsense"]:
+    assert parse_digest("nonsense") is None  # a member without a value: RFC 8941's true
+    for bad in ["sha-256=abc", "sha-256=:not base64!:", "sha-256=:AAAA:", "sha-256", "a=1,"]:
         with pytest.raises(BadDigest):
             parse_digest(bad)
+
+
+def test_a_digest_is_parsed_as_rfc_8941_says():
+    """Unpadded base64 taken (parsers should not fail on missing padding), an uppercase key
+    refused (not a key), parameters allowed and ignored, sha-256 found among others."""
+    digest = sha(b"%PDF-1.7")
+    unpadded = format_digest(digest)[:-1].rstrip("=") + ":"
+    assert unpadded != format_digest(digest) and parse_digest(unpadded) == digest
+    assert parse_digest(format_digest(digest) + ";x=1") == digest
+    others = 'md5=:AAAAAAAAAAAAAAAAAAAAAA==:;a="b, c", '
+    assert parse_digest(others + format_digest(digest)) == digest
+    assert parse_digest("sha-512=(1 2);q, " + format_digest(digest) + "  ") == digest
+    with pytest.raises(BadDigest):
+        parse_digest(format_digest(digest).replace("sha-256", "SHA-256"))
+    with pytest.raises(BadDigest):
+        parse_digest("md5=:A:, " + format_digest(digest))  # another member's base64: not sf
+    with pytest.raises(RepeatedHeader):  # two headers a server joined: kept a 400
+        parse_digest(format_digest(digest) + ", " + format_digest(sha(b"other")))
+
+
+_SF_ATOMS = st.sampled_from(
+    ["sha-256", "SHA-256", "md5", "*k", "=", ":", ";", ",", " ", "\t", "(", ")", '"', "?1",
+     "1", "1.5", "-2", "tok/x", "@1", '%"a"', "\\", "x=", "q=1", "a"]
+)  # fmt: skip
+
+
+def _sf_text():
+    """Strings near RFC 8941 dictionaries: sha-256 members in bytes of any padding, other
+    members and parameters, and the characters their syntax turns on."""
+    sizes = st.one_of(st.binary(min_size=32, max_size=32), st.binary(max_size=40))
+    payloads = sizes.map(lambda b: base64.b64encode(b).decode())
+    trimmed = st.tuples(payloads, st.integers(0, 2)).map(lambda p: p[0][: len(p[0]) - p[1]])
+    byteseq = trimmed.map(lambda t: f":{t}:")
+    part = st.one_of(_SF_ATOMS, byteseq, byteseq.map(lambda b: f"sha-256={b}"))
+    return st.lists(part, max_size=8).map("".join)
+
+
+@settings(max_examples=3000, deadline=None)
+@given(_sf_text())
+def test_the_digest_parser_agrees_with_http_sf(text):
+    """Where http-sf (a structured-field parser by one of RFC 8941's authors) reads a
+    dictionary, ours reads its sha-256 alike; where it cannot, ours refuses. The one
+    difference is ours: two different sha-256 members are refused as repeated headers."""
+    http_sf = pytest.importorskip("http_sf")
+    try:
+        theirs = http_sf.parse(text.encode("latin-1"), tltype="dictionary")
+    except Exception:
+        theirs = None
+    try:
+        ours = parse_digest(text)
+    except RepeatedHeader:
+        return  # http-sf keeps the last member; a server's joined repeat is a 400 here
+    except BadDigest:
+        ours = "refused"
+    if theirs is None:
+        assert ours == "refused"
+        return
+    member = theirs.get("sha-256")
+    if member is None:
+        assert ours is None
+    elif isinstance(member[0], bytes) and len(member[0]) == 32:
+        assert ours == member[0].hex()
+    else:
+        assert ours == "refused"  # a sha-256 that is no 32-byte sequence
 
 
 def test_the_headers_say_size_form_expectation_and_digest():

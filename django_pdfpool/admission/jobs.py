@@ -86,6 +86,7 @@ class JobRecord:
     fn: JobFn | None = None
     on_drop: DropFn | None = None
     starter: Waiter | None = None
+    size: int | None = None  # bytes of the job's input, if its caller said
     ran: bool = field(default=False, init=False)  # fn was called (not so if cancelled first)
     waiters: set[Any] = field(init=False)  # the starter's, then each sharer's Waiter
     state: str = field(default="queued", init=False)  # then "running"; a local job ends "done"

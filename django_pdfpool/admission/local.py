@@ -87,8 +87,10 @@ class Pool:
             held = None if in_flight else self._callers.get(caller or "")  # else it joins
             busy = held is not None and held.key != key
             retry = self._held_end(held, caller) if busy and held else 0.0
+            sizes = tuple(job.size for job in self._jobs.values() if job.size is not None)
+            known = sizes if sizes and len(sizes) == len(self._jobs) else None
             return Pressure(
-                self._closed, free, in_flight, self._expected_start(caller), busy, retry
+                self._closed, free, in_flight, self._expected_start(caller), busy, retry, known
             )
 
     def count_refusal(
@@ -131,12 +133,14 @@ class Pool:
     # --- running ------------------------------------------------------------
 
     async def run(
-        self, key: str, caller: str, fn: JobFn | None, *, on_drop: DropFn | None = None
-    ) -> Any:
+        self, key: str, caller: str, fn: JobFn | None, *, on_drop: DropFn | None = None,
+        size: int | None = None,
+    ) -> Any:  # fmt: skip
         waiter = Waiter(asyncio.get_running_loop())
         try:
             with self._lock:
                 job = self._admit(key, caller, fn, on_drop, waiter)
+                job.size = job.size if job.size is not None else size
                 adopted = job.starter is waiter  # this call made the job
         except BaseException:
             call_dropped(on_drop)

@@ -28,10 +28,12 @@ class AdmissionPool(Protocol):
     """True when the reads below wait on the network: call them off an event loop."""
 
     async def run(
-        self, key: str, caller: str, fn: JobFn | None, *, on_drop: DropFn | None = None
-    ) -> Any:
+        self, key: str, caller: str, fn: JobFn | None, *, on_drop: DropFn | None = None,
+        size: int | None = None,
+    ) -> Any:  # fmt: skip
         """Run ``fn`` as the job for ``key``, or share the job in flight for ``key``.
-        Exactly one of ``fn()`` and ``on_drop()`` is eventually called."""
+        Exactly one of ``fn()`` and ``on_drop()`` is eventually called. ``size``: the bytes
+        of the job's input, read back in ``pressure().sizes``."""
 
     def running(self) -> int:
         """Jobs holding a slot."""

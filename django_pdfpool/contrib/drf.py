@@ -13,7 +13,13 @@ from typing import IO, Any, TypeVar, cast, overload
 from asgiref.sync import async_to_sync, iscoroutinefunction
 from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest, HttpResponse
-from rest_framework.exceptions import APIException, ErrorDetail, Throttled
+from rest_framework.exceptions import (
+    APIException,
+    AuthenticationFailed,
+    ErrorDetail,
+    NotAuthenticated,
+    Throttled,
+)
 from rest_framework.parsers import DataAndFiles, FileUploadParser
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -27,12 +33,13 @@ from ..decorators import (
     discarded_on_error,
     extract_upload,
     no_upload,
+    record_of,
     resolve_job_name,
     stage_form_file,
     submit,
 )
 from ..exceptions import UploadRejected, UploadTooLarge
-from ..record import POOLED, PooledView, record_of, route_of
+from ..record import POOLED, PooledView, route_of
 from ..responses import Failure, describe
 
 __all__ = [
@@ -79,6 +86,19 @@ def door_answer(request: HttpRequest, exception: Failure) -> HttpResponse:
     """The door's answer for a DRF route (before the view runs): the DRF exception the
     view would raise, answered by the route's own view class as DRF answers it (its
     exception handler, content negotiation and renderers; ``APIView`` if none), rendered."""
+    return cast(HttpResponse, drf_answer(request, api_exception(exception)))
+
+
+def door_authenticate(request: HttpRequest) -> HttpResponse | None:
+    """DRF's 401 for a request its authentication and permissions refuse before the
+    handler (the door asks, from the headers); None when they let it through."""
+    return drf_answer(request, None)
+
+
+def drf_answer(request: HttpRequest, exc: APIException | None) -> HttpResponse | None:
+    """``exc`` answered by the DRF view ``request`` resolves to (``APIView`` if none); with
+    ``exc`` None, the view's authentication and permissions asked: their refusal answered,
+    None when they let it through."""
     match = route_of(request)
     func = match.func if match is not None else None
     args, kwargs = (match.args, match.kwargs) if match is not None else ((), {})
@@ -90,7 +110,14 @@ def door_answer(request: HttpRequest, exception: Failure) -> HttpResponse:
     drf_request = view.initialize_request(request, *args, **kwargs)
     view.request = drf_request
     view.format_kwarg = view.get_format_suffix(**kwargs)
-    response = view.finalize_response(drf_request, view.handle_exception(api_exception(exception)))
+    if exc is None:
+        try:
+            view.perform_authentication(drf_request)
+            view.check_permissions(drf_request)
+            return None
+        except (NotAuthenticated, AuthenticationFailed) as refused:
+            exc = refused
+    response = view.finalize_response(drf_request, view.handle_exception(exc))
     if isinstance(response, Response):
         response.render()
     return cast(HttpResponse, response)
@@ -158,7 +185,7 @@ def pdf_pooled(
     if handler is None:
         return functools.partial(pdf_pooled, field=field, job=job, job_name=name)
     _refuse_misplaced(handler)
-    admission = declared_view(field, job, name, door_answer)  # the door answers as DRF
+    admission = declared_view(field, job, name, door_answer, authenticate=door_authenticate)
 
     @functools.wraps(handler)
     def wrapper(*args: Any, **kwargs: Any) -> Any:

@@ -18,7 +18,7 @@ from asgiref.sync import iscoroutinefunction
 from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest, HttpResponse
 from django.utils.crypto import salted_hmac
-from ninja import NinjaAPI
+from ninja import operation as ninja_operation
 from ninja.decorators import decorate_view
 from ninja.errors import HttpError
 from ninja.openapi.schema import BODY_CONTENT_TYPES
@@ -102,7 +102,9 @@ def pdf_pooled(
             f"pdf_pooled is above @api.post on {operation.__qualname__}: ninja registered "
             "the function before it was decorated. Put @pdf_pooled below @api.post."
         )
-    admission = declared_view(field, job, name, door_answer, auth_caller)  # request.auth first
+    admission = declared_view(  # request.auth first; the door asks ninja's authentication
+        field, job, name, door_answer, auth_caller, authenticate=door_authenticate
+    )
     wrapper: Callable[..., Any]
     if iscoroutinefunction(operation):
 
@@ -161,23 +163,34 @@ def door_answer(request: HttpRequest, exception: Failure) -> HttpResponse:
     """The door's answer for a ninja route (before ninja runs): the ``PdfPoolHttpError``
     the operation would raise, answered by its API's exception handlers, with
     ``Retry-After``."""
-    api = _api_of(request)
-    if api is None:  # not a ninja route after all: the library's own JSON answer
+    operation = _operation_of(request)
+    if operation is None:  # not a ninja route after all: the library's own JSON answer
         return json_answer(request, exception)
+    api = operation.api
     response = api.on_exception(request, _refusal(request, exception))
     return cast(HttpResponse, _retry_header(request, response))
 
 
-def _api_of(request: HttpRequest) -> NinjaAPI | None:
-    """The API of the POST operation ``request`` resolves to: ninja's path view, the
-    object its URL's view function closes over, holds the operations."""
+def door_authenticate(request: HttpRequest) -> HttpResponse | None:
+    """ninja's 401 for a request its authentication refuses (the door asks, from the
+    headers); None when it lets the request through, or would answer otherwise."""
+    operation = _operation_of(request)
+    if operation is None or not operation.auth_callbacks:
+        return None
+    answer = ninja_operation.Operation._run_authentication(operation, request)  # sync: a thread
+    return answer if answer is not None and answer.status_code == 401 else None
+
+
+def _operation_of(request: HttpRequest) -> ninja_operation.Operation | None:
+    """The POST operation ``request`` resolves to: ninja's path view, the object its URL's
+    view function closes over, holds the operations."""
     match = route_of(request)
     for cell in getattr(match.func if match else None, "__closure__", None) or ():
         path_view = cell.cell_contents
         if isinstance(path_view, PathView):
             for operation in path_view.operations:
                 if "POST" in operation.methods:
-                    return operation.api
+                    return operation
     return None
 
 

@@ -4,7 +4,7 @@ authentication of each framework (users that need no database)."""
 from __future__ import annotations
 
 from ninja import File, NinjaAPI, UploadedFile
-from ninja.security import HttpBearer
+from ninja.security import APIKeyHeader, HttpBearer
 from rest_framework import viewsets
 from rest_framework.authentication import BaseAuthentication
 from rest_framework.decorators import action, api_view, authentication_classes, parser_classes
@@ -181,3 +181,18 @@ async def ninja_gated(request, file: File[UploadedFile]):
 @ninja.pdf_pooled(job=held_job)
 async def ninja_anonymous(request, file: File[UploadedFile]):
     return ninja_described(request) | {"auth": None}
+
+
+class ApiKey(APIKeyHeader):
+    """``X-API-Key: k-<anything>``: a credential outside ``Authorization`` and the session."""
+
+    param_name = "X-API-Key"
+
+    def authenticate(self, request, key):
+        return key if key and key.startswith("k-") else None
+
+
+@api.post("/keyed", auth=ApiKey())
+@ninja.pdf_pooled
+async def ninja_keyed(request, file: File[UploadedFile]):
+    return ninja_described(request)

@@ -107,6 +107,7 @@ class PressureReply(NamedTuple):
     ahead: int
     waiting: int  # callers sharing KEY's job in every process, less its starter
     load: Load
+    sizes: tuple[int, ...] | None = None  # of the jobs in flight (None: one not known)
 
 
 # --- the settings and the connections ------------------------------------------------------
@@ -351,10 +352,12 @@ class Link:
         client = self.sync()
         args = [key or "", caller or ""]
         raw = self._sync_scripts["pressure"](keys=[self.procs_key], args=args, client=client)
-        running, queued, in_flight, busy, state, age_ms, ahead, waiting, load = raw
+        running, queued, in_flight, busy, state, age_ms, ahead, waiting, load, sizes = raw
+        listed = str(sizes)
+        known = tuple(map(int, listed.split(","))) if listed and listed != "?" else None
         return PressureReply(
             int(running), int(queued), bool(in_flight), bool(busy), str(state),
-            int(age_ms) / 1000, int(ahead), int(waiting), Load.of(load),
+            int(age_ms) / 1000, int(ahead), int(waiting), Load.of(load), known,
         )  # fmt: skip
 
     def view(self) -> Any:

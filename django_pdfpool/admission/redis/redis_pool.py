@@ -171,6 +171,7 @@ class RedisPool:
             books.expected_start(found.queued, load.running_for, load.head_waited, caller=caller),
             caller_busy=found.caller_busy,
             caller_retry_after=retry,
+            sizes=found.sizes,
         )
 
     def count_refusal(
@@ -230,8 +231,9 @@ class RedisPool:
     # --- running ------------------------------------------------------------
 
     async def run(
-        self, key: str, caller: str, fn: JobFn | None, *, on_drop: DropFn | None = None
-    ) -> Any:
+        self, key: str, caller: str, fn: JobFn | None, *, on_drop: DropFn | None = None,
+        size: int | None = None,
+    ) -> Any:  # fmt: skip
         """``Pool.run`` across processes; exactly one of ``fn()`` and ``on_drop()`` is called."""
         if self._closing.closed:  # rule 0, per process: see drain()
             self._books.count(Counter.REFUSED_CLOSED)
@@ -239,7 +241,7 @@ class RedisPool:
             raise closing()
         if self.mode != REDIS:
             return await self._run_degraded(key, caller, fn, on_drop)
-        waiter = RedisWaiter(asyncio.get_running_loop(), key, caller, fn, on_drop)
+        waiter = RedisWaiter(asyncio.get_running_loop(), key, caller, fn, on_drop, size)
         get_job_loop().call_soon_threadsafe(self._side.begin, waiter)
         try:
             result = await waiter.future

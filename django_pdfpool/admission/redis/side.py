@@ -86,15 +86,16 @@ class Closing:
 class RedisWaiter(Waiter):
     """One call of this process (``future`` on the caller's loop, as ``Waiter``'s)."""
 
-    __slots__ = ("admission", "caller", "fn", "handed_back", "job", "key", "on_drop")
+    __slots__ = ("admission", "caller", "fn", "handed_back", "job", "key", "on_drop", "size")
 
     def __init__(
         self, loop: asyncio.AbstractEventLoop, key: str, caller: str, fn: JobFn | None,
-        on_drop: DropFn | None,
+        on_drop: DropFn | None, size: int | None = None,
     ) -> None:  # fmt: skip
         super().__init__(loop)
         # the call's arguments: set before the job loop sees the waiter, read there
         self.key, self.caller, self.fn, self.on_drop = key, caller, fn, on_drop
+        self.size = size
         self.admission: asyncio.Task[None] | None = None  # job loop
         self.job: RedisJob | None = None  # job loop: the job it waits on, once admitted
         self.handed_back = False  # job loop: Redis failed, the call goes to the fallback
@@ -229,7 +230,7 @@ class ProcessSide:
                 s, has_fn = self._settings, "1" if waiter.fn is not None else "0"
                 raw = await self.link.call(
                     "admit", str(s.queue_size), s.wait_ms, waiter.key, waiter.caller, job_id,
-                    has_fn, s.fingerprint, s.deployment,
+                    has_fn, s.fingerprint, s.deployment, "" if waiter.size is None else waiter.size,
                 )  # fmt: skip
                 reply = AdmitReply.of(raw)
             except RedisError as error:

@@ -1,5 +1,5 @@
 -- Rules 1-3 for a new call. ARGV: ME LEASE SLOTS QUEUE WAIT_MS(-1: none) KEY CALLER ID HAS_FN
--- FINGERPRINT DEPLOYMENT -> {status, id, state, owner, age_ms, queued, events}; status is
+-- FINGERPRINT DEPLOYMENT SIZE('': not known) -> {status, id, state, owner, age_ms, queued, events}; status is
 -- joined (the job's id, state, owner), started or queued (this call's job), caller (the
 -- held job's id, state, owner, age and the jobs ahead of it in place of queued; then {}
 -- and load_now()), busy (then {} and load_now()), rebuilding (for a lease after bad data took
@@ -85,6 +85,7 @@ end
 local jk = jobkey(KEY)
 redis.call('HSET', jk, 'id', ID, 'caller', CALLER, 'owner', ME, 'qt', NOW, 'dl', 0,
   'sw', 1, 'w:' .. ME, 1)
+if (ARGV[12] or '') ~= '' then redis.call('HSET', jk, 'size', ARGV[12]) end  -- for doors
 redis.call('HSET', CALLERS, CALLER, KEY)
 local status, state = 'started', 'running'
 if running < SLOTS then

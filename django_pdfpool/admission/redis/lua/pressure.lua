@@ -3,7 +3,7 @@
 -- flight (0/1), busy (1: the caller holds a job for another key, and admit.lua would refuse
 -- it), its state, ms since it queued or started, jobs ahead of it in the queue, callers
 -- waiting on KEY's job in every process less its starter, the load: {now, the queue head's
--- queue time or -1, each running job's start} (ms)}. Bad data reads as nothing.
+-- queue time or -1, each running job's start} (ms), the sizes of the jobs in flight ("1,2"; "?": one not known)}. Bad data reads as nothing.
 local P = string.sub(KEYS[1], 1, -6)
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
@@ -16,6 +16,17 @@ end
 local running = typed(P .. 'running', 'set') and redis.call('SCARD', P .. 'running') or 0
 local queued = typed(P .. 'queue', 'list') and redis.call('LLEN', P .. 'queue') or 0
 local KEY, CALLER = ARGV[1], ARGV[2]
+local listed, sizes = {}, {}
+if typed(P .. 'running', 'set') then listed = redis.call('SMEMBERS', P .. 'running') end
+if typed(P .. 'queue', 'list') then
+  for _, key in ipairs(redis.call('LRANGE', P .. 'queue', 0, -1)) do listed[#listed + 1] = key end
+end
+for _, key in ipairs(listed) do
+  local size = typed(P .. 'job:' .. key, 'hash') and whole(redis.call('HGET', P .. 'job:' .. key, 'size'))
+  if not size then sizes = nil break end
+  sizes[#sizes + 1] = tostring(size)
+end
+local SIZES = sizes and table.concat(sizes, ',') or '?'
 local in_flight = KEY ~= '' and typed(P .. 'job:' .. KEY, 'hash') and 1 or 0
 local waiting = 0
 if in_flight == 1 then
@@ -40,11 +51,11 @@ end
 local held = CALLER ~= '' and in_flight == 0 and typed(P .. 'callers', 'hash')
   and redis.call('HGET', P .. 'callers', CALLER)
 if not held or held == KEY or not typed(P .. 'job:' .. held, 'hash') then
-  return {running, queued, in_flight, 0, '', 0, 0, waiting, load}
+  return {running, queued, in_flight, 0, '', 0, 0, waiting, load, SIZES}
 end
 local job = redis.call('HMGET', P .. 'job:' .. held, 'caller', 'state', 'qt', 'st')
-if job[1] ~= CALLER then return {running, queued, in_flight, 0, '', 0, 0, waiting, load} end
+if job[1] ~= CALLER then return {running, queued, in_flight, 0, '', 0, 0, waiting, load, SIZES} end
 local since = tonumber(job[4] or job[3]) or now
 local ahead = 0
 if job[2] == 'queued' then ahead = redis.call('LPOS', P .. 'queue', held) or 0 end
-return {running, queued, in_flight, 1, tostring(job[2]), now - since, ahead, waiting, load}
+return {running, queued, in_flight, 1, tostring(job[2]), now - since, ahead, waiting, load, SIZES}
