@@ -1,6 +1,6 @@
 """The PDFPOOL setting: each key declared once, with its default, bound and help, as a field
 of ``PoolSettings`` (DOOR, REDIS, SANDBOX: of their own dataclass). The checks, the cached
-``get_settings()`` and docs/settings.md (mkdocs_hooks.py) are all made from those fields."""
+``get_settings()`` and docs/settings.md's tables (tools/settings_tables.py) follow them."""
 
 from __future__ import annotations
 

@@ -181,24 +181,11 @@ GIVEN = {"INSTALLED_APPS": [], "MIDDLEWARE": [], "BASE_DIR": Path("/srv")}
 # Blocks of pages other changes own, neither run nor marked yet: (page, the block's first
 # line). The lead marks each ``<!-- not run: why -->`` or makes it run, then drops it here.
 UNMARKED: set[tuple[str, str]] = {
-    ("celery.md", "from django_pdfpool import aextract_pooled, extract_pooled"),
     ("cluster.md", "make demo-cluster"),
     ("cluster.md", "PDFPOOL_TEST_POOL=tests.support.redis_factory:make_pool"),
-    ("command.md", "python manage.py pdfpool status"),
-    ("deployment.md", "uvicorn project.asgi:application --lifespan on"),
-    ("deployment.md", "from django_pdfpool import adrain_pool, drain_pool"),
-    ("deployment.md", "gunicorn project.wsgi:application"),
-    ("deployment.md", "gunicorn project.asgi:application"),
-    ("deployment.md", "hypercorn project.asgi:application"),
-    ("deployment.md", "granian --interface asgi"),
     ("door.md", 'digest="sha-256=:$(openssl dgst'),
     ("door.md", "import base64"),
-    ("metrics.md", "from django.urls import include, path"),
-    ("metrics.md", "from prometheus_client import CollectorRegistry, generate_latest"),
-    ("metrics.md", "from django_pdfpool import metrics_view"),
-    ("ninja.md", "from django_pdfpool.contrib.ninja import PdfPoolHttpError"),
     ("pool.md", "from django_pdfpool import get_pool"),
-    ("status.md", "from django.contrib.auth.models import Group, Permission"),
 }
 
 

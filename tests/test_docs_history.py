@@ -27,15 +27,8 @@ URL = re.compile(r"https?://\S+")
 # (path, the start of the cited text). Each must still be found (else: drop it here).
 PENDING: set[tuple[str, str]] = {
     ("docs/security.md", "issue 21 end to end"),
-    ("tests/sandbox/test_extract_workers.py", "children (issue 24)"),
-    ("tests/sandbox/test_confine.py", "(as before issue 21)"),
-    ("tests/sandbox/test_confine.py", "The forgery of issue 21"),
-    ("tests/sandbox/test_confine.py", "whatever its nice (issue 24)"),
-    ("tests/e2e/test_example_answer.py", "results.py``, issue 24"),
     ("tests/admission/redis/test_pool_model.py", "(issue 13: within"),
     ("tests/admission/redis/test_faults.py", "issue 13: jobs re-registered"),
-    ("example_project/uploads/results.py", "(docs/performance.md, session 8)"),
-    ("example_project/demo/middleware.py", "per request under ASGI (issue 24)"),
 }
 
 

@@ -1,4 +1,4 @@
-"""Django's own middleware, without a thread hand-off per request under ASGI (issue 24).
+"""Django's own middleware, without a thread hand-off per request under ASGI.
 
 Django's ``MiddlewareMixin`` runs every ``process_request`` and ``process_response`` of an
 async request through ``sync_to_async``: a hand-off to a thread and back, each waiting for

@@ -1,9 +1,8 @@
 """The API's answer for an extraction: its text once (the pages, or their joined text on
 request) as UTF-8 JSON in chunks of 64 KiB or more, streamed. Under ASGI the chunks are built
 once per job, in a worker thread, and shared by its sharers (the event loop neither encodes
-nor copies text), then sent one per turn of the loop: a chunk per page, built on the loop for
-each sharer, had sent a 117-page answer as hundreds of writes in one callback
-(docs/performance.md, session 8)."""
+nor copies text), then sent one per turn of the loop, so that a long document's answer does
+not hold the loop for hundreds of writes in one callback."""
 
 from __future__ import annotations
 

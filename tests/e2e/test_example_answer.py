@@ -1,4 +1,4 @@
-"""The example API's streamed answer (``example_project/uploads/results.py``, issue 24): the
+"""The example API's streamed answer (``example_project/uploads/results.py``): the
 Extraction's JSON, in chunks of 64 KiB or more rather than one per page; under ASGI built once
 per job in a worker thread, shared by its sharers, sent one chunk per turn of the event loop."""
 

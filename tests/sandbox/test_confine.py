@@ -157,7 +157,7 @@ def test_the_escape_kit_gets_nowhere_unless_the_sandbox_is_off(targets, warm, sa
     or memory placement (the victim's, the server's), ptrace the parent, connect to loopback,
     create a file, run a program (and execve itself), read a file not given or one in a
     project on PYTHONPATH: every attempt refused in a sandboxed child; with the sandbox off
-    (as before issue 21) the same kit gets out, so the test can fail."""
+    (no layers at all) the same kit gets out, so the test can fail."""
     from tests.support.escape_kit import VICTIM_NOFILE
     from tests.support.procs import rlimits
 
@@ -208,7 +208,7 @@ def test_the_layers_are_reported_and_a_sandboxed_child_shows_them():
 def test_another_jobs_child_cannot_forge_this_jobs_answer(
     targets, sandboxed, tmp_path, restore_sandbox
 ):
-    """The forgery of issue 21, end to end: while a victim's job runs, a hostile document in
+    """A forged answer, end to end: while a victim's job runs, a hostile document in
     another job's child writes a forged answer into /proc/<victim's child>/fd/1. Sandboxed:
     refused, the victim gets its own text. Off: the victim gets the forged pages."""
     from tests.support.procs import child_pids, rlimits
@@ -329,7 +329,7 @@ def test_a_childs_cpu_priority_is_lower_and_counts_against_the_server(warm, nice
     unless configured; 3 is higher a priority, so it is not starved on a busy host) in the
     server's session, in a process group of its own (killed whole): under the kernel's
     autogroup a child in a session of its own would compete with the whole server as an
-    equal, whatever its nice (issue 24)."""
+    equal, whatever its nice."""
     from django_pdfpool.sandbox.wire import DEFAULT_NICE
     from tests.support.procs import child_pids, rlimits
 

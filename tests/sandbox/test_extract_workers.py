@@ -1,4 +1,4 @@
-"""The threads that hold jobs' conversations with their children (issue 24): kept between
+"""The threads that hold jobs' conversations with their children: kept between
 jobs, so that a job does not wait for a new thread; gone after their idle time; and named so
 that a thread at rest is never counted as one at work."""
 
