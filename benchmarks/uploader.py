@@ -143,7 +143,8 @@ async def client_loop(
 
 
 def address(i: int, block: int = 100) -> str:
-    return f"127.0.{block + i // 250}.{i % 250 + 1}"
+    """Client ``i``'s address, a /24 of its own: the door counts anonymous callers by network."""
+    return f"127.{block}.{i % 250}.{i // 250 + 1}"
 
 
 async def offer_load(
