@@ -61,13 +61,29 @@ def status_data() -> dict[str, Any]:
         job.update(short_key=short_key(job["key"]), caller_name=names.get(job["caller"]))
     data |= {name: getattr(conf, name) for name in CONF_FIELDS}
     data["backend"] = "local" if conf.redis is None else "redis"
+    starts, found = child_starts(), sandbox_layers()  # how children start; their sandbox
+    template = "starting" if starts.template_pid is None else f"pid {starts.template_pid}"
+    layers = {layer: "on" for layer in found.layers}
+    layers.update((layer, f"missing: {why}") for layer, why in found.missing.items())
     return data | {
         "pid": os.getpid(),
         "host": socket.gethostname(),
         "history": recorder.as_dict(),
         "cluster": _cluster(cluster),
-        "children": _children(),
-        "sandbox": _sandbox(),
+        "children": {
+            "forked": starts.forked,
+            "cold": starts.cold,
+            "template": template if starts.enabled else "off (configure(warm=False))",
+            "ready": starts.ready,
+            "restarts": max(0, starts.template_starts - 1),
+        },
+        "sandbox": {
+            "level": found.level if found.enabled else "off (SANDBOX is False)",
+            "required": found.required,
+            "refusing": not found.sufficient,
+            "landlock_abi": found.landlock_abi,
+            "layers": layers,
+        },
         "door": door_status(),
         "memory": envelope(conf.slots, conf.memory_limit),
     }
@@ -81,33 +97,6 @@ def _cluster(cluster: ClusterSnapshot | None) -> dict[str, Any] | None:
     local = data.pop("local")
     del data["cluster"]  # the top level of the page's data
     return {**data, "local": {field: local[field] for field in LOCAL_FIELDS}}
-
-
-def _children() -> dict[str, Any]:
-    """How this process's extraction children started: forked from the template, or cold."""
-    starts = child_starts()
-    template = "starting" if starts.template_pid is None else f"pid {starts.template_pid}"
-    return {
-        "forked": starts.forked,
-        "cold": starts.cold,
-        "template": template if starts.enabled else "off (configure(warm=False))",
-        "ready": starts.ready,
-        "restarts": max(0, starts.template_starts - 1),
-    }
-
-
-def _sandbox() -> dict[str, Any]:
-    """The sandbox a job's child gets on this host: its level, and each layer's state."""
-    found = sandbox_layers()
-    layers = {layer: "on" for layer in found.layers}
-    layers.update((layer, f"missing: {why}") for layer, why in found.missing.items())
-    return {
-        "level": found.level if found.enabled else "off (SANDBOX is False)",
-        "required": found.required,
-        "refusing": not found.sufficient,
-        "landlock_abi": found.landlock_abi,
-        "layers": layers,
-    }
 
 
 def _caller_names(callers: Iterable[str]) -> dict[str, str]:
