@@ -180,6 +180,28 @@ def status_context(data: dict[str, Any], dash: str = "—") -> dict[str, Any]:
         counters.append(
             {"label": label, "help": meaning, "cells": cells, "refused": "refused" in field}
         )
+    gauges = []  # a bar for each field out of its limit, one tick per unit up to 32
+    for label, field, of in (("Running", "running", "slots"), ("Queued", "queued", "queue")):
+        value, limit = data[field], data[of]
+        gauges.append(
+            {
+                "label": label,
+                "field": field,
+                "of": of,
+                "value": value,
+                "limit": limit,
+                "width": f"{min(100.0, 100.0 * value / limit) if limit else 0:.1f}",
+                "full": value >= limit,
+                "ticks": [f"{100 * i / limit:.1f}" for i in range(1, limit)] if limit <= 32 else [],
+            }
+        )
+    memory = data["memory"]
+    notes = {  # the envelope's rows: label -> JSON field, a note
+        "May use": ("allowed", f"({memory['allowed_by']})"),
+        "Slots x memory limit": ("pool", "" if memory["fits"] else "with the server, over that"),
+        "Server RSS now": ("server_rss", ""),
+        "Children RSS now": ("children_rss", f"in {memory['children']} processes"),
+    }
     return {
         "status": data,
         "taken_at": _when(data["taken_at"]),
@@ -187,10 +209,7 @@ def status_context(data: dict[str, Any], dash: str = "—") -> dict[str, Any]:
         "cluster_books": cluster_books,
         "scope_sentence": scope_sentence(data),
         "config": [(label, field, kind, fmt(data[field], kind)) for label, field, kind in CONFIG],
-        "gauges": [
-            _gauge("Running", "running", "slots", data),
-            _gauge("Queued", "queued", "queue", data),
-        ],
+        "gauges": gauges,
         "jobs": [
             {
                 **job,
@@ -215,7 +234,16 @@ def status_context(data: dict[str, Any], dash: str = "—") -> dict[str, Any]:
         ],
         "chart": chart(data),
         "chart_size": (CHART_W, CHART_H),
-        "memory": _memory(data["memory"]),
+        "memory": {  # the envelope's rows, and the recent jobs' peaks, newest first
+            "rows": [
+                (label, f"memory.{f}", fmt(memory[f], "bytes"), note)
+                for label, (f, note) in notes.items()
+            ],
+            "jobs": [
+                (_when(job["ended"]), fmt(job["peak_rss"], "bytes"), job["start"])
+                for job in memory["recent_jobs"]
+            ],
+        },
         "door_held": [
             {
                 **held,
@@ -224,40 +252,6 @@ def status_context(data: dict[str, Any], dash: str = "—") -> dict[str, Any]:
             }
             for held in data["door"]["held"]
         ],
-    }
-
-
-def _memory(memory: dict[str, Any]) -> dict[str, Any]:
-    """The envelope's rows (label, JSON field, bytes as text, a note) and the recent jobs'
-    peaks (ended at, peak RSS, how the child started), newest first."""
-    notes = {
-        "May use": ("allowed", f"({memory['allowed_by']})"),
-        "Slots x memory limit": ("pool", "" if memory["fits"] else "with the server, over that"),
-        "Server RSS now": ("server_rss", ""),
-        "Children RSS now": ("children_rss", f"in {memory['children']} processes"),
-    }
-    rows = [
-        (label, f"memory.{f}", fmt(memory[f], "bytes"), note) for label, (f, note) in notes.items()
-    ]
-    jobs = [
-        (_when(job["ended"]), fmt(job["peak_rss"], "bytes"), job["start"])
-        for job in memory["recent_jobs"]
-    ]
-    return {"rows": rows, "jobs": jobs}
-
-
-def _gauge(label: str, field: str, of: str, data: dict[str, Any]) -> dict[str, Any]:
-    """A bar for ``field`` out of the limit ``of``, one tick per unit up to 32."""
-    value, limit = data[field], data[of]
-    return {
-        "label": label,
-        "field": field,
-        "of": of,
-        "value": value,
-        "limit": limit,
-        "width": f"{min(100.0, 100.0 * value / limit) if limit else 0:.1f}",
-        "full": value >= limit,
-        "ticks": [f"{100 * i / limit:.1f}" for i in range(1, limit)] if limit <= 32 else [],
     }
 
 
