@@ -14,7 +14,6 @@ from asgiref.sync import iscoroutinefunction
 from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest, HttpResponse
 from django.utils.crypto import salted_hmac
-from ninja import NinjaAPI
 from ninja.decorators import decorate_view
 from ninja.errors import HttpError
 from ninja.openapi.schema import BODY_CONTENT_TYPES
@@ -156,24 +155,15 @@ def door_answer(request: HttpRequest, exception: Failure) -> HttpResponse:
     """The door's answer for a ninja route (before ninja runs): the ``PdfPoolHttpError``
     the operation would raise, answered by its API's exception handlers, with
     ``Retry-After``."""
-    api = _api_of(request)
-    if api is None:  # not a ninja route after all: the library's own JSON answer
-        return json_answer(request, exception)
-    response = api.on_exception(request, _refusal(request, exception))
-    return cast(HttpResponse, _retry_header(request, response))
-
-
-def _api_of(request: HttpRequest) -> NinjaAPI | None:
-    """The API of the POST operation ``request`` resolves to (its URL's view closes over
-    ninja's path view)."""
-    match = route_of(request)
-    for cell in getattr(match.func if match else None, "__closure__", None) or ():
+    match = route_of(request)  # its URL's view closes over ninja's path view, which holds
+    for cell in getattr(match.func if match else None, "__closure__", None) or ():  # the API
         path_view = cell.cell_contents
         if isinstance(path_view, PathView):
             for operation in path_view.operations:
                 if "POST" in operation.methods:
-                    return operation.api
-    return None
+                    response = operation.api.on_exception(request, _refusal(request, exception))
+                    return cast(HttpResponse, _retry_header(request, response))
+    return json_answer(request, exception)  # not a ninja route after all: the library's own
 
 
 def _refusal(request: HttpRequest, error: Failure) -> PdfPoolHttpError:
