@@ -78,8 +78,7 @@ def door_answer(request: HttpRequest, exception: Failure) -> HttpResponse:
     view would raise, answered by the route's own view class as DRF answers it (its
     exception handler, content negotiation and renderers; ``APIView`` if none), rendered."""
     match = route_of(request)
-    func = match.func if match is not None else None
-    args, kwargs = (match.args, match.kwargs) if match is not None else ((), {})
+    func, args, kwargs = (match.func, match.args, match.kwargs) if match else (None, (), {})
     view_class = getattr(func, "cls", None) or APIView
     view: Any = view_class(**getattr(func, "initkwargs", {}))
     view.action_map = getattr(func, "actions", None) or {}  # a ViewSet's routing

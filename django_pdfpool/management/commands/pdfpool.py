@@ -70,15 +70,6 @@ def file_size(path: str) -> int:
     return info.st_size
 
 
-def describe_limits(conf: PoolSettings, engine: str) -> str:
-    pages = "all" if conf.max_pages is None else str(conf.max_pages)
-    return (
-        f"engine {engine}, timeout {fmt(conf.timeout, 'seconds')}, memory limit "
-        f"{fmt(conf.memory_limit, 'bytes')}, pages {pages}, text "
-        f"{fmt(conf.max_text_bytes, 'bytes')}, upload {fmt(conf.max_upload_size, 'bytes')}"
-    )
-
-
 def refuse_in_event_loop(message: str) -> None:
     """CommandError(``message``) when called from async code, whose loop it would block."""
     try:
@@ -246,9 +237,12 @@ class Command(BaseCommand):
         path, as_json = options["file"], options["json"]
         engine = options["engine"] or conf.engine
         size, shown = file_size(path), safe(path)
-        heading, limits = (
-            f"{shown} ({fmt(size, 'bytes')})",
-            describe_limits(conf, engine),
+        heading = f"{shown} ({fmt(size, 'bytes')})"
+        pages = "all" if conf.max_pages is None else str(conf.max_pages)
+        limits = (
+            f"engine {engine}, timeout {fmt(conf.timeout, 'seconds')}, memory limit "
+            f"{fmt(conf.memory_limit, 'bytes')}, pages {pages}, text "
+            f"{fmt(conf.max_text_bytes, 'bytes')}, upload {fmt(conf.max_upload_size, 'bytes')}"
         )
         try:
             if size > conf.max_upload_size:  # as the decorator answers it (413), before work
