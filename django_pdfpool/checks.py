@@ -108,9 +108,14 @@ def check_memory(**kwargs: Any) -> list[CheckMessage]:
 @checks.register()
 def check_server(**kwargs: Any) -> list[CheckMessage]:
     """W041: the server serves one request at a time per process (runserver --nothreading,
-    gunicorn's sync worker with one thread), as far as this process can see it."""
-    server = _serial_server()
-    if server is None:
+    gunicorn's sync worker with one thread), as far as this process can see it: gunicorn's
+    settings as gunicorn reads them (its config file, GUNICORN_CMD_ARGS, and its command line
+    when this is gunicorn's process)."""
+    if sys.argv[1:2] == ["runserver"] and "--nothreading" in sys.argv:
+        server = "runserver --nothreading"
+    elif _gunicorn_is_serial():
+        server = "gunicorn's sync worker with one thread"
+    else:
         return []
     msg = (
         f"{server} serves one request at a time per process: no two uploads meet in the "
@@ -121,16 +126,12 @@ def check_server(**kwargs: Any) -> list[CheckMessage]:
     return [checks.Warning(msg, hint=hint, id="django_pdfpool.W041")]
 
 
-def _serial_server() -> str | None:
-    """The server of this process or deployment when it serves one request at a time:
-    runserver's --nothreading, or gunicorn's settings as gunicorn reads them (its config
-    file, GUNICORN_CMD_ARGS, and its command line when this is gunicorn's process)."""
-    if sys.argv[1:2] == ["runserver"] and "--nothreading" in sys.argv:
-        return "runserver --nothreading"
+def _gunicorn_is_serial() -> bool:
+    """Whether gunicorn serves this project with its sync worker (one thread)."""
     try:
         from gunicorn.config import Config, get_default_config_file  # type: ignore[import-untyped]
     except ImportError:
-        return None
+        return False
     ours = "gunicorn" in (Path(sys.argv[0]).name, Path(sys.argv[0]).parent.name)
     config = Config()
     parser = config.parser()
@@ -139,13 +140,11 @@ def _serial_server() -> str | None:
         env = parser.parse_known_args(config.get_cmd_args_from_env())[0]
         path = command.config or env.config or get_default_config_file()
         if not (ours or path or "GUNICORN_CMD_ARGS" in os.environ):
-            return None  # nothing says gunicorn serves this project
+            return False  # nothing says gunicorn serves this project
         found = runpy.run_path(path.removeprefix("file:")) if path else {}
         for name, value in [*found.items(), *vars(env).items(), *vars(command).items()]:
             if name in config.settings and value is not None:
                 config.set(name, value)
     except (Exception, SystemExit):  # settings gunicorn itself would refuse: not ours to judge
-        return None
-    if config.worker_class_str not in ("sync", "gunicorn.workers.sync.SyncWorker"):
-        return None
-    return "gunicorn's sync worker with one thread"
+        return False
+    return config.worker_class_str in ("sync", "gunicorn.workers.sync.SyncWorker")

@@ -66,24 +66,20 @@ def describe(error: Failure) -> Described:
     """The status (the exception class's ``status``: 503, 429 ``CallerBusy``, 422
     ``ExtractionError``, 400/408/411/413 ``UploadRejected``), code, message and retry time
     of ``error``: what every answer, the library's or an integration's, says of it."""
-    return Described(*_told(error))
-
-
-def _told(error: Failure) -> tuple[int, str, str, int | None]:
     if isinstance(error, ExtractionError):
-        return error.status, error.code, error.message, None
+        return Described(error.status, error.code, error.message, None)
     if isinstance(error, UploadRejected):
-        return error.status, error.code, str(error), None
+        return Described(error.status, error.code, str(error), None)
     # a deployment error's details (namespace, settings) are for the operators' log only
     message = MISCONFIGURED if isinstance(error, PoolMisconfigured) else str(error)
-    return error.status, error.code, message, max(1, math.ceil(error.retry_after))
+    return Described(error.status, error.code, message, max(1, math.ceil(error.retry_after)))
 
 
 def _json(said: Described) -> HttpResponse:
     body: dict[str, object] = {"error": said.code, "message": said.message}
     if said.retry_after is not None:
         body["retry_after"] = said.retry_after
-    return _with_retry(JsonResponse(body, status=said.status), said.retry_after)
+    return _with_retry(JsonResponse(body, status=said.status), said)
 
 
 def _html(said: Described) -> HttpResponse:
@@ -99,12 +95,12 @@ def _html(said: Described) -> HttpResponse:
         retry,
         said.code,
     )
-    return _with_retry(HttpResponse(page, status=said.status), said.retry_after)
+    return _with_retry(HttpResponse(page, status=said.status), said)
 
 
-def _with_retry(response: HttpResponse, seconds: int | None) -> HttpResponse:
-    if seconds is not None:
-        response["Retry-After"] = str(seconds)
+def _with_retry(response: HttpResponse, said: Described) -> HttpResponse:
+    if said.retry_after is not None:
+        response["Retry-After"] = str(said.retry_after)
     return response
 
 
@@ -166,18 +162,12 @@ def prebuilt_answer(error: Failure, answer: RefusalView | None) -> AsgiAnswer | 
     ``html_answer``); else None. For the door, which refuses hundreds of uploads a second
     with a handful of distinct answers: building each would cost the event loop."""
     build = _json if answer is json_answer else _html if answer is html_answer else None
-    return None if build is None else _built(build, *_told(error))
+    return None if build is None else _built(build, describe(error))
 
 
 @functools.lru_cache(maxsize=256)  # distinct answers: codes x messages x retry seconds
-def _built(
-    build: Callable[[Described], HttpResponse],
-    status: int,
-    code: str,
-    message: str,
-    seconds: int | None,
-) -> AsgiAnswer:
-    response = build(Described(status, code, message, seconds))
+def _built(build: Callable[[Described], HttpResponse], said: Described) -> AsgiAnswer:
+    response = build(said)
     headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in response.items()]
     if not response.has_header("Content-Length"):
         headers.append((b"Content-Length", str(len(response.content)).encode("latin-1")))

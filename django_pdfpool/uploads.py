@@ -120,20 +120,11 @@ def owner(pid: int) -> str:
     return f"{pid}.{started(pid) or 0}"
 
 
-def _stale(path: str, owner: tuple[int, int] | None, older_than: float | None) -> bool:
-    """Named for a process that is gone (no process has its pid, or the one that has it
-    started at another time: the directory must be this host's own), or named for none
-    and last written over ``older_than`` seconds ago."""
-    if owner is not None:
-        return started(owner[0]) != owner[1]
-    try:
-        return older_than is not None and time.time() - os.stat(path).st_mtime > older_than
-    except OSError:  # gone already
-        return False
-
-
 def sweep(directory: str | None, older_than: float | None) -> list[str]:
-    """Delete (and log) the staged copies in ``directory`` that no live job can own."""
+    """Delete (and log) the staged copies in ``directory`` that no live job can own: named
+    for a process that is gone (no process has its pid, or the one that has it started at
+    another time: the directory must be this host's own), or named for none and last
+    written over ``older_than`` seconds ago."""
     directory = directory or tempfile.gettempdir()
     try:
         names = os.listdir(directory)
@@ -142,11 +133,16 @@ def sweep(directory: str | None, older_than: float | None) -> list[str]:
     removed = []
     for match in filter(None, map(_STAGED.fullmatch, names)):
         path = os.path.join(directory, match[0])
-        owner = (int(match[1]), int(match[2])) if match[1] else None
-        if _stale(path, owner, older_than):
+        try:
+            if match[1]:
+                stale = started(int(match[1])) != int(match[2])
+            else:
+                stale = older_than is not None and time.time() - os.stat(path).st_mtime > older_than
+        except OSError:  # gone already
+            continue
+        if stale:
+            _remove(path)
             removed.append(path)
-    for path in removed:
-        _remove(path)
     if removed:
         logging.getLogger("django_pdfpool").info(
             "removed %d staged upload(s) left by processes that ended", len(removed)

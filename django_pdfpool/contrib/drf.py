@@ -1,7 +1,5 @@
-"""Django REST framework: ``@pdf_pooled`` on an APIView's or a ViewSet's handler, or below
-``@api_view``. It runs where DRF's throttles do, after authentication and permissions, takes
-the upload from ``request.FILES`` (the view's parsers: ``MultiPartParser``, ``PdfParser``),
-and raises refusals as DRF exceptions for the project's ``EXCEPTION_HANDLER`` (docs/drf.md)."""
+"""Django REST framework: ``@pdf_pooled`` on a handler, run after DRF's authentication, its
+refusals raised as DRF exceptions for the project's ``EXCEPTION_HANDLER`` (docs/drf.md)."""
 
 from __future__ import annotations
 
@@ -100,8 +98,7 @@ def drf_answer(request: HttpRequest, exc: APIException | None) -> HttpResponse |
     ``exc`` None, the view's authentication and permissions asked: their refusal answered,
     None when they let it through."""
     match = route_of(request)
-    func = match.func if match is not None else None
-    args, kwargs = (match.args, match.kwargs) if match is not None else ((), {})
+    func, args, kwargs = (match.func, match.args, match.kwargs) if match else (None, (), {})
     view_class = getattr(func, "cls", None) or APIView
     view: Any = view_class(**getattr(func, "initkwargs", {}))
     view.action_map = getattr(func, "actions", None) or {}  # a ViewSet's routing
@@ -226,8 +223,7 @@ def _request_among(args: tuple[Any, ...], handler: Callable[..., Any]) -> Reques
 
 
 def _admit(request: Request, view: PooledView) -> None:
-    """Stage the upload DRF parsed, run it through the pool as DRF's user; raise a
-    ``PdfPoolError`` for whatever is refused."""
+    """Stage the upload DRF parsed and run it; a ``PdfPoolError`` for a refusal."""
     conf = get_settings()
     record = record_of(request._request)
     try:

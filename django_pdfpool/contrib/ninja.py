@@ -1,9 +1,5 @@
-"""django-ninja: ``@pdf_pooled`` below ``@api.post(...)``, on sync or async operations
-taking ``File(...)`` or a raw ``application/pdf`` body. It runs after ninja's
-authentication and parameter parsing: the caller is ``request.auth``'s when ninja
-authenticated, and refusals are raised as ``PdfPoolHttpError`` (a ninja ``HttpError``) to
-the API's exception handlers, with ``Retry-After`` as ninja's throttling sets it, and
-listed in the operation's OpenAPI entry (docs/ninja.md)."""
+"""django-ninja: ``@pdf_pooled`` below ``@api.post(...)``, run after ninja's authentication,
+its refusals raised as ``PdfPoolHttpError`` to the API's handlers (docs/ninja.md)."""
 
 from __future__ import annotations
 
@@ -136,9 +132,8 @@ def pdf_pooled(
 
 
 def _documented(field: str, operation: NinjaOperation) -> None:
-    """The refusals in the operation's OpenAPI schema: every status of the answers (429 and
-    503 with ``Retry-After``), 401 when the operation sets ``auth``; and when it declares
-    no body, the PDF it takes: the body itself, or the form's file ``field``."""
+    """The refusals in the operation's OpenAPI schema, and the PDF it takes when it declares
+    no body."""
     told = {status: title for status, title in TITLES.items() if isinstance(status, int)}
     if operation.auth_callbacks:
         told[401] = HTTPStatus.UNAUTHORIZED.phrase
@@ -202,8 +197,7 @@ def _refusal(request: HttpRequest, error: Failure) -> PdfPoolHttpError:
 
 
 def _with_retry_after(run: Callable[..., Any]) -> Callable[..., Any]:
-    """Wrap the operation's ``run`` (ninja's ``decorate_view``): the answer to a refusal
-    raised in it gets ``Retry-After`` unless the project's handler set one."""
+    """The answer to a refusal raised in ``run`` gets ``Retry-After`` unless it has one."""
     if iscoroutinefunction(run):
 
         async def arun(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:

@@ -61,13 +61,29 @@ def status_data() -> dict[str, Any]:
         job.update(short_key=short_key(job["key"]), caller_name=names.get(job["caller"]))
     data |= {name: getattr(conf, name) for name in CONF_FIELDS}
     data["backend"] = "local" if conf.redis is None else "redis"
+    starts, found = child_starts(), sandbox_layers()  # how children start; their sandbox
+    template = "starting" if starts.template_pid is None else f"pid {starts.template_pid}"
+    layers = {layer: "on" for layer in found.layers}
+    layers.update((layer, f"missing: {why}") for layer, why in found.missing.items())
     return data | {
         "pid": os.getpid(),
         "host": socket.gethostname(),
         "history": recorder.as_dict(),
         "cluster": _cluster(cluster),
-        "children": _children(),
-        "sandbox": _sandbox(),
+        "children": {
+            "forked": starts.forked,
+            "cold": starts.cold,
+            "template": template if starts.enabled else "off (configure(warm=False))",
+            "ready": starts.ready,
+            "restarts": max(0, starts.template_starts - 1),
+        },
+        "sandbox": {
+            "level": found.level if found.enabled else "off (SANDBOX is False)",
+            "required": found.required,
+            "refusing": not found.sufficient,
+            "landlock_abi": found.landlock_abi,
+            "layers": layers,
+        },
         "door": door_status(),
         "memory": envelope(conf.slots, conf.memory_limit),
     }
@@ -81,33 +97,6 @@ def _cluster(cluster: ClusterSnapshot | None) -> dict[str, Any] | None:
     local = data.pop("local")
     del data["cluster"]  # the top level of the page's data
     return {**data, "local": {field: local[field] for field in LOCAL_FIELDS}}
-
-
-def _children() -> dict[str, Any]:
-    """How this process's extraction children started: forked from the template, or cold."""
-    starts = child_starts()
-    template = "starting" if starts.template_pid is None else f"pid {starts.template_pid}"
-    return {
-        "forked": starts.forked,
-        "cold": starts.cold,
-        "template": template if starts.enabled else "off (configure(warm=False))",
-        "ready": starts.ready,
-        "restarts": max(0, starts.template_starts - 1),
-    }
-
-
-def _sandbox() -> dict[str, Any]:
-    """The sandbox a job's child gets on this host: its level, and each layer's state."""
-    found = sandbox_layers()
-    layers = {layer: "on" for layer in found.layers}
-    layers.update((layer, f"missing: {why}") for layer, why in found.missing.items())
-    return {
-        "level": found.level if found.enabled else "off (SANDBOX is False)",
-        "required": found.required,
-        "refusing": not found.sufficient,
-        "landlock_abi": found.landlock_abi,
-        "layers": layers,
-    }
 
 
 def _caller_names(callers: Iterable[str]) -> dict[str, str]:
@@ -191,6 +180,28 @@ def status_context(data: dict[str, Any], dash: str = "—") -> dict[str, Any]:
         counters.append(
             {"label": label, "help": meaning, "cells": cells, "refused": "refused" in field}
         )
+    gauges = []  # a bar for each field out of its limit, one tick per unit up to 32
+    for label, field, of in (("Running", "running", "slots"), ("Queued", "queued", "queue")):
+        value, limit = data[field], data[of]
+        gauges.append(
+            {
+                "label": label,
+                "field": field,
+                "of": of,
+                "value": value,
+                "limit": limit,
+                "width": f"{min(100.0, 100.0 * value / limit) if limit else 0:.1f}",
+                "full": value >= limit,
+                "ticks": [f"{100 * i / limit:.1f}" for i in range(1, limit)] if limit <= 32 else [],
+            }
+        )
+    memory = data["memory"]
+    notes = {  # the envelope's rows: label -> JSON field, a note
+        "May use": ("allowed", f"({memory['allowed_by']})"),
+        "Slots x memory limit": ("pool", "" if memory["fits"] else "with the server, over that"),
+        "Server RSS now": ("server_rss", ""),
+        "Children RSS now": ("children_rss", f"in {memory['children']} processes"),
+    }
     return {
         "status": data,
         "taken_at": _when(data["taken_at"]),
@@ -198,10 +209,7 @@ def status_context(data: dict[str, Any], dash: str = "—") -> dict[str, Any]:
         "cluster_books": cluster_books,
         "scope_sentence": scope_sentence(data),
         "config": [(label, field, kind, fmt(data[field], kind)) for label, field, kind in CONFIG],
-        "gauges": [
-            _gauge("Running", "running", "slots", data),
-            _gauge("Queued", "queued", "queue", data),
-        ],
+        "gauges": gauges,
         "jobs": [
             {
                 **job,
@@ -226,7 +234,16 @@ def status_context(data: dict[str, Any], dash: str = "—") -> dict[str, Any]:
         ],
         "chart": chart(data),
         "chart_size": (CHART_W, CHART_H),
-        "memory": _memory(data["memory"]),
+        "memory": {  # the envelope's rows, and the recent jobs' peaks, newest first
+            "rows": [
+                (label, f"memory.{f}", fmt(memory[f], "bytes"), note)
+                for label, (f, note) in notes.items()
+            ],
+            "jobs": [
+                (_when(job["ended"]), fmt(job["peak_rss"], "bytes"), job["start"])
+                for job in memory["recent_jobs"]
+            ],
+        },
         "door_held": [
             {
                 **held,
@@ -235,40 +252,6 @@ def status_context(data: dict[str, Any], dash: str = "—") -> dict[str, Any]:
             }
             for held in data["door"]["held"]
         ],
-    }
-
-
-def _memory(memory: dict[str, Any]) -> dict[str, Any]:
-    """The envelope's rows (label, JSON field, bytes as text, a note) and the recent jobs'
-    peaks (ended at, peak RSS, how the child started), newest first."""
-    notes = {
-        "May use": ("allowed", f"({memory['allowed_by']})"),
-        "Slots x memory limit": ("pool", "" if memory["fits"] else "with the server, over that"),
-        "Server RSS now": ("server_rss", ""),
-        "Children RSS now": ("children_rss", f"in {memory['children']} processes"),
-    }
-    rows = [
-        (label, f"memory.{f}", fmt(memory[f], "bytes"), note) for label, (f, note) in notes.items()
-    ]
-    jobs = [
-        (_when(job["ended"]), fmt(job["peak_rss"], "bytes"), job["start"])
-        for job in memory["recent_jobs"]
-    ]
-    return {"rows": rows, "jobs": jobs}
-
-
-def _gauge(label: str, field: str, of: str, data: dict[str, Any]) -> dict[str, Any]:
-    """A bar for ``field`` out of the limit ``of``, one tick per unit up to 32."""
-    value, limit = data[field], data[of]
-    return {
-        "label": label,
-        "field": field,
-        "of": of,
-        "value": value,
-        "limit": limit,
-        "width": f"{min(100.0, 100.0 * value / limit) if limit else 0:.1f}",
-        "full": value >= limit,
-        "ticks": [f"{100 * i / limit:.1f}" for i in range(1, limit)] if limit <= 32 else [],
     }
 
 

@@ -23,7 +23,6 @@ from django.test import Client
 
 from django_pdfpool import get_pool
 from django_pdfpool.exceptions import PoolClosed
-from django_pdfpool.management import extract_report
 from django_pdfpool.management.commands import pdfpool as command
 from tests.conftest import held, held_requests, wait_until
 from tests.project.views import HELD
@@ -325,7 +324,7 @@ def large_slow_pdf() -> bytes:
     ops = b"BT /F1 12 Tf (large) Tj " + b"1 0 0 1 72 720 Tm (a) Tj " * ((4 << 20) // 25) + b"ET"
     objects = pdfs.document([b""])
     objects[4] = pdfs.stream(zlib.compress(ops, 6), b"/Filter /FlateDecode ")
-    objects.append(pdfs.stream(os.urandom(extract_report.PROGRESS_BYTES)))
+    objects.append(pdfs.stream(os.urandom(command.PROGRESS_BYTES)))
     return pdfs.assemble(objects)
 
 

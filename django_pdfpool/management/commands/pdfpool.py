@@ -1,11 +1,15 @@
 """``manage.py pdfpool status|drain|extract``: the pool's state, a drain of this process's
-pool, and one PDF tried under the production limits (docs/command.md)."""
+pool, and one PDF tried under the production limits, its outcome as text (docs/command.md)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+import stat
 import time
+import unicodedata
+from collections.abc import Callable
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
@@ -14,13 +18,14 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from ...bounds import seconds
 from ...conf import PoolSettings, get_settings
 from ...configured import drain_pool, drain_timeout, peek_pool
-from ...exceptions import ExtractionError, Refused, UploadRejected
+from ...exceptions import ExtractionError, Refused, UploadRejected, Wording
 from ...pooled import extract_pooled
+from ...sandbox.extract import Extraction
 from ...sandbox.extract import configure as configure_extraction
+from ...sandbox.extract import extract as extract_file
 from ...sandbox.wire import ENGINES
 from ...status.metrics import own_snapshot
 from ...status.page import fmt, status_data
-from .. import extract_report as extracting
 from .. import status_report
 
 POOL_CALLER = "command:pdfpool"  # the caller of `extract --pool` unless --caller names one
@@ -32,6 +37,105 @@ NO_POOL_HERE = (
     "(PoolLifespan, or atexit); in a process that owns a pool, call "
     "call_command('pdfpool', 'drain') from its shutdown code. See docs/command.md."
 )
+PROGRESS_BYTES = 1 << 20  # files at least this large get progress lines on stderr
+PROGRESS_EVERY = 1.0  # seconds between progress lines
+PREVIEW_CHARS = 600  # of the text, shown without --text
+LIMITS = ("timeout", "memory_limit", "max_pages", "max_text_bytes")  # the settings extract() takes
+ERROR_FIELDS = ("code", "message", "detail", "elapsed", "peak_rss")  # of ExtractionError, as JSON
+
+# Bidirectional overrides and isolates: they reorder what a terminal shows (CVE-2021-42574)
+_BIDI = {"\u061c", "\u200e", "\u200f", *map(chr, range(0x202A, 0x202F))}
+_BIDI |= set(map(chr, range(0x2066, 0x206A)))
+
+
+def safe(text: str, *, keep: str = "") -> str:
+    """``text`` with control characters (but those in ``keep``) and bidirectional controls
+    escaped: what a hostile PDF says must not drive the operator's terminal."""
+    return "".join(
+        ch.encode("unicode_escape").decode("ascii")
+        if ch not in keep and (unicodedata.category(ch) == "Cc" or ch in _BIDI)
+        else ch
+        for ch in text
+    )
+
+
+def file_size(path: str) -> int:
+    """The size of the regular file at ``path``; CommandError for anything else."""
+    try:
+        info = os.stat(path)
+    except OSError as error:
+        raise CommandError(f"Cannot read {safe(path)}: {error.strerror}.") from None
+    if not stat.S_ISREG(info.st_mode):
+        raise CommandError(f"{safe(path)} is not a regular file.")
+    return info.st_size
+
+
+def refuse_in_event_loop(message: str) -> None:
+    """CommandError(``message``) when called from async code, whose loop it would block."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return
+    raise CommandError(message)
+
+
+def run(
+    path: str, conf: PoolSettings, engine: str, progress: Callable[[float], None] | None
+) -> Extraction:
+    """Extract ``path`` in a cold child (no template left behind), calling ``progress(elapsed)``
+    every ``PROGRESS_EVERY`` seconds while it runs; raises ExtractionError."""
+    refuse_in_event_loop("pdfpool extract runs its own event loop: call it from synchronous code.")
+    limits: dict[str, Any] = {name: getattr(conf, name) for name in LIMITS}
+
+    async def extracting() -> Extraction:
+        start = time.monotonic()
+        task = asyncio.ensure_future(extract_file(path, warm=False, engine=engine, **limits))
+        try:
+            while not (await asyncio.wait({task}, timeout=PROGRESS_EVERY if progress else None))[0]:
+                if progress is not None:
+                    progress(time.monotonic() - start)
+            return task.result()
+        finally:
+            if not task.done():  # interrupted (Ctrl-C): the child is killed and reaped
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+
+    return asyncio.run(extracting())
+
+
+def error_text(error: ExtractionError) -> str:
+    """One line: the code, the message a user would see, and what the child reported."""
+    figures = [f"detail: {safe(error.detail)}"] if error.detail else []
+    if error.elapsed is not None:
+        figures.append(f"elapsed {fmt(error.elapsed, 'seconds')}")
+    if error.peak_rss is not None:
+        figures.append(f"peak RSS {fmt(error.peak_rss, 'bytes')}")
+    return f"{error} ({'; '.join(figures)})" if figures else str(error)
+
+
+def summary(result: Extraction, *, full_text: bool) -> str:
+    """The outcome as text: figures, metadata, and the text (a preview unless full)."""
+    if result.text_truncated:
+        cut = "yes, at the text limit (MAX_TEXT_BYTES)"
+    else:
+        cut = "yes, at the page limit (MAX_PAGES)" if result.truncated else "no"
+    rows = [
+        ("sha256", result.sha256),
+        ("pages", f"{result.page_count} in the document, {len(result.pages)} extracted"),
+        ("truncated", cut),
+        ("text", f"{len(result.text)} characters"),
+        ("elapsed", f"{fmt(result.elapsed, 'seconds')} in the child"),
+        ("peak RSS", fmt(result.peak_rss, "bytes")),
+    ]
+    rows += [(f"meta {safe(key)}", safe(value)) for key, value in sorted(result.metadata.items())]
+    width = max(len(label) for label, _ in rows)
+    lines = [f"{label.ljust(width)}  {value}" for label, value in rows]
+    if not full_text and len(result.text) > PREVIEW_CHARS:
+        lines += [f"--- text, first {PREVIEW_CHARS} characters (--text for all) ---"]
+        text = result.text[:PREVIEW_CHARS]
+    else:
+        lines, text = [*lines, "--- text ---"], result.text
+    return "\n".join([*lines, safe(text, keep="\n\t"), ""])
 
 
 class Command(BaseCommand):
@@ -103,7 +207,7 @@ class Command(BaseCommand):
                 raise CommandError(NO_POOL_HERE)
             self.stdout.write(f"No pool was built in process {os.getpid()}: nothing to drain.")
             return
-        extracting.refuse_in_event_loop(
+        refuse_in_event_loop(
             "pdfpool drain blocks until the pool is drained: in async code, "
             "await django_pdfpool.adrain_pool() instead."
         )
@@ -132,21 +236,28 @@ class Command(BaseCommand):
         """One PDF under the production limits: its outcome, or its error code (exit 3)."""
         path, as_json = options["file"], options["json"]
         engine = options["engine"] or conf.engine
-        size, shown = extracting.file_size(path), extracting.safe(path)
-        heading, limits = (
-            f"{shown} ({fmt(size, 'bytes')})",
-            extracting.describe_limits(conf, engine),
+        size, shown = file_size(path), safe(path)
+        heading = f"{shown} ({fmt(size, 'bytes')})"
+        pages = "all" if conf.max_pages is None else str(conf.max_pages)
+        limits = (
+            f"engine {engine}, timeout {fmt(conf.timeout, 'seconds')}, memory limit "
+            f"{fmt(conf.memory_limit, 'bytes')}, pages {pages}, text "
+            f"{fmt(conf.max_text_bytes, 'bytes')}, upload {fmt(conf.max_upload_size, 'bytes')}"
         )
         try:
-            if size > conf.max_upload_size:
-                raise extracting.too_large(size, conf)
+            if size > conf.max_upload_size:  # as the decorator answers it (413), before work
+                raise ExtractionError(
+                    "too_large",
+                    Wording.TOO_LARGE.format(mib=conf.max_upload_size / 1024 / 1024),
+                    detail=f"{size} bytes, over MAX_UPLOAD_SIZE ({conf.max_upload_size} bytes)",
+                )
             if options["pool"]:
                 if engine != conf.engine:
                     raise CommandError("--pool runs the pool's job, with the ENGINE setting.")
                 result = extract_pooled(path, caller=options["caller"])
             else:
                 progress = None
-                if size >= extracting.PROGRESS_BYTES and not options["no_progress"]:
+                if size >= PROGRESS_BYTES and not options["no_progress"]:
                     self.stderr.write(f"{heading}: extracting with {limits}")
                     timeout = fmt(conf.timeout, "seconds")
 
@@ -157,11 +268,12 @@ class Command(BaseCommand):
 
                 configure_extraction(child_env=conf.sandbox.child_env)
                 try:
-                    result = extracting.run(path, conf, engine, progress)
+                    result = run(path, conf, engine, progress)
                 except (ImportError, ValueError) as error:  # an engine not installed, a bad limit
                     raise CommandError(str(error)) from None
         except ExtractionError as error:
-            said, text = extracting.error_json(error), extracting.error_text(error)
+            said = {field: getattr(error, field) for field in ERROR_FIELDS}
+            text = error_text(error)
         except (Refused, UploadRejected) as refusal:
             said = {"code": refusal.code, "message": str(refusal)}
             text = f"refused by the pool: {refusal.code}: {refusal}"
@@ -171,7 +283,7 @@ class Command(BaseCommand):
                 self.stdout.write(json.dumps(document, indent=2))
             else:
                 self.stdout.write(f"{heading}: {limits}")
-                self.stdout.write(extracting.summary(result, full_text=options["text"]), ending="")
+                self.stdout.write(summary(result, full_text=options["text"]), ending="")
             return
         if as_json:
             self.stdout.write(json.dumps({"file": path, "error": said}))
