@@ -24,9 +24,12 @@ def _read(path: str) -> str | None:
 def memory_allowed(proc: str = PROC, cgroup: str = CGROUP) -> tuple[int, str]:
     """The bytes this process may use and what says so: the least limit of its memory cgroup
     and that cgroup's ancestors (v1 ``memory.limit_in_bytes``, v2 ``memory.max``), or
-    MemTotal when that is less or there is none."""
-    meminfo = (_read(f"{proc}/meminfo") or "MemTotal: 0 kB").split("MemTotal:")[1]
-    allowed, source = int(meminfo.split()[0]) << 10, f"MemTotal in {proc}/meminfo"
+    MemTotal when that is less or there is none; ``(0, "unknown")`` without ``/proc``."""
+    meminfo = _read(f"{proc}/meminfo")
+    if meminfo is None or "MemTotal:" not in meminfo:
+        return 0, "unknown"  # not Linux: nothing to hold the pool to
+    allowed = int(meminfo.split("MemTotal:")[1].split()[0]) << 10
+    source = f"MemTotal in {proc}/meminfo"
     for line in (_read(f"{proc}/self/cgroup") or "").splitlines():
         _, controllers, path = line.split(":", 2)
         if "memory" in controllers.split(","):
@@ -47,7 +50,11 @@ def tree_rss(pid: int, proc: str = PROC) -> tuple[int, int, int]:
     """RSS of ``pid``, the number of processes below it and their RSS summed (pages they
     share, as forked children do with their template, count in each)."""
     children: dict[int, list[int]] = {}
-    for entry in filter(str.isdigit, os.listdir(proc)):  # "pid (name) state ppid": the name
+    try:
+        entries = os.listdir(proc)
+    except OSError:  # not Linux
+        return 0, 0, 0
+    for entry in filter(str.isdigit, entries):  # "pid (name) state ppid": the name
         stat = (_read(f"{proc}/{entry}/stat") or ") - 0").rpartition(")")[2]  # may hold ")"
         children.setdefault(int(stat.split()[1]), []).append(int(entry))
     below, todo = [], list(children.get(pid, []))
@@ -65,6 +72,6 @@ def envelope(slots: int, memory_limit: int) -> dict[str, Any]:
     return {
         "allowed": allowed, "allowed_by": source, "pool": slots * memory_limit,
         "server_rss": server, "children": children, "children_rss": children_rss,
-        "fits": slots * memory_limit + server <= allowed,
+        "fits": not allowed or slots * memory_limit + server <= allowed,
         "recent_jobs": [dict(zip(JOB_FIELDS, job, strict=True)) for job in reversed(recent_peaks)],
     }  # fmt: skip

@@ -57,6 +57,13 @@ def test_no_cgroup_file_is_memtotal(tmp_path):
     assert memory_allowed(proc, sys_fs) == (16 * GiB, f"MemTotal in {proc}/meminfo")
 
 
+def test_without_proc_nothing_is_known_and_nothing_raises(tmp_path):
+    """Where there is no /proc (not Linux), the envelope is unknown: no limit, no RSS."""
+    missing = str(tmp_path / "missing")
+    assert memory_allowed(missing, missing) == (0, "unknown")
+    assert tree_rss(os.getpid(), missing) == (0, 0, 0)
+
+
 GRANDPARENT = """import subprocess, sys
 sleeper = subprocess.Popen(["sleep", "60"])
 print("ok", flush=True)
