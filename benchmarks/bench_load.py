@@ -10,16 +10,15 @@ and offers each the same load:
 - **declared**: the door, with clients that declare each upload's digest (``Pdf-Digest``);
 - **naive**: no admission: a cold child per upload, as many at once as there are uploads;
 - **executor**: a ``ProcessPoolExecutor(SLOTS)``: bounded workers, an unbounded queue;
-- **celery**: a Celery task per upload on a real worker and redis-server, the view waiting
-  for the result (``celery_peer.py``).
+- **celery**: a Celery task per upload on a real worker and redis-server (``celery_peer.py``).
 
 Clients send as curl does with ``Expect: 100-continue`` (``uploader.py``), each from its own
 loopback address, back to back for T seconds (50 ms after a refusal); half the uploads are
 identical (one of three corpus files), half distinct. A probe polls ``/bench/health/`` every
 50 ms, idle then under the load; another samples the RSS of the server's process tree (and the
 Celery worker's); a thread reads the pool's jobs every second. Then, for the pool's variants,
-a **burst**: 200 uploads from 100 addresses at once, the health probe polling alongside.
-Each refusal's ``Retry-After`` is held to the time until a place freed (the next answer after it).
+a **burst**: 200 uploads from 100 addresses at once, the health probe polling alongside. Each
+refusal's ``Retry-After`` is held to the time until a place freed (``calibration``).
 
 ``--soak MINUTES`` (``make soak``): the door variant for minutes, a few hostile PDFs among the
 uploads; it checks the pool's bounds every second, the server's RSS, the answers, and that
@@ -33,6 +32,7 @@ import asyncio
 import bisect
 import contextlib
 import json
+import math
 import os
 import random
 import shutil
@@ -248,8 +248,8 @@ def bench_variant(
 
 
 def calibration(records: list[Record]) -> dict[str, Any]:
-    """Each refusal's Retry-After against the seconds until a place freed after it: the next
-    answer to an admitted upload (a 200 or a 422: its job ended, a place with it)."""
+    """Each refusal's Retry-After against the seconds until a place freed after it (the next
+    200 or 422: a job ended), that wait as a header gives it (whole seconds, at least 1)."""
     freed = sorted(r.ended for r in records if r.status in (200, 422))
     given, ratios, short = 0, [], 0
     for r in records:
@@ -261,7 +261,7 @@ def calibration(records: list[Record]) -> dict[str, Any]:
         actual = freed[at] - r.ended
         given += 1
         short += r.retry_after < actual
-        ratios.append(r.retry_after / max(actual, 0.001))
+        ratios.append(r.retry_after / max(1, math.ceil(actual)))  # as a header could say it
     return {
         "retry_n": given,
         "retry_short": short / given if given else None,
@@ -323,7 +323,7 @@ ROWS = [
     ("health p99 ms, under load", "health_p99", "{:.1f}"),
     ("peak RSS, server (and Celery worker) trees MiB", "tree_peak", "{:,.0f}"),
     ("Retry-After: share shorter than the actual wait", "retry_short", "{:.0%}"),
-    ("Retry-After: median given / actual", "retry_ratio", "{:.2f}"),
+    ("Retry-After: median given / actual (whole s, >= 1)", "retry_ratio", "{:.2f}"),
     ("Retry-After under 1 s", "retry_under_1s", "{:,.0f}"),
     ("burst (200 at once): 200s", "burst_ok", "{:,.0f}"),
     ("burst: refusals", "burst_refused", "{:,.0f}"),
