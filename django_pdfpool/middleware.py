@@ -37,9 +37,9 @@ Async = Callable[[], Awaitable[HttpResponse]]  # and an async one
 
 
 class AdmissionMiddleware:
-    """Sync and async: put it above ``CsrfViewMiddleware`` and any middleware that reads
-    ``request.POST``, so that the door decides before the body is read. Requests to other
-    views pass with one URL resolution (see docs/door.md for its cost)."""
+    """Sync and async: put it last in MIDDLEWARE. It needs ``request.user`` and decides in its
+    own call, before ``CsrfViewMiddleware``'s ``process_view`` reads the form. Requests to
+    other views pass with one URL resolution (see docs/door.md for its cost)."""
 
     sync_capable = True
     async_capable = True

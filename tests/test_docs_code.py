@@ -178,25 +178,11 @@ PAGES = [ROOT / "README.md", *sorted(DOCS.glob("*.md"))]
 # what a settings fragment or an example may use without defining it
 GIVEN = {"INSTALLED_APPS": [], "MIDDLEWARE": [], "BASE_DIR": Path("/srv")}
 
-# Blocks of pages other changes own, neither run nor marked yet: (page, the block's first
-# line). The lead marks each ``<!-- not run: why -->`` or makes it run, then drops it here.
-UNMARKED: set[tuple[str, str]] = {
-    ("cluster.md", "make demo-cluster"),
-    ("cluster.md", "PDFPOOL_TEST_POOL=tests.support.redis_factory:make_pool"),
-    ("door.md", 'digest="sha-256=:$(openssl dgst'),
-    ("door.md", "import base64"),
-    ("pool.md", "from django_pdfpool import get_pool"),
-}
-
 
 def not_run(lines: list[str], block: Block) -> bool:
     """Whether the last line before ``block``'s fence (blank lines aside) marks it."""
     before = [line for line in lines[: block.line - 1] if line.strip()]
     return bool(before) and bool(NOT_RUN.match(before[-1].strip()))
-
-
-def unmarked(page: str, first: str) -> bool:
-    return any(page == where and first.startswith(start) for where, start in UNMARKED)
 
 
 def runnable_blocks() -> list[tuple[str, Block]]:
@@ -206,10 +192,7 @@ def runnable_blocks() -> list[tuple[str, Block]]:
     for page in PAGES:
         lines = page.read_text(encoding="utf-8").splitlines()
         for block in fences_of(page).blocks:
-            first = block.body.strip().splitlines()[0] if block.body.strip() else ""
-            if block.language not in RUNNABLE or block.title or not_run(lines, block):
-                continue
-            if not unmarked(page.name, first):
+            if block.language in RUNNABLE and not block.title and not not_run(lines, block):
                 found.append((f"{page.name}:{block.line}", block))
     return found
 
@@ -237,22 +220,6 @@ def test_every_block_meant_to_run_runs(pdfpool, where, block):
     module(f"docs_{where.replace('.', '_').replace(':', '_')}", block, **names)
 
 
-def test_every_unmarked_block_is_still_there():
-    """An entry of UNMARKED that no longer names a block leaves the list."""
-    firsts = [
-        (page.name, block.body.strip().splitlines()[0])
-        for page in PAGES
-        for block in fences_of(page).blocks
-        if block.body.strip()
-    ]
-    gone = [entry for entry in sorted(UNMARKED) if not unmarked_in(entry, firsts)]
-    assert gone == []
-
-
-def unmarked_in(entry: tuple[str, str], firsts: list[tuple[str, str]]) -> bool:
-    return any(page == entry[0] and first.startswith(entry[1]) for page, first in firsts)
-
-
 def test_a_marked_block_is_left_out_and_an_unmarked_one_is_not():
     text = "A\n\n<!-- not run: needs a server -->\n\n```sh\ncurl x\n```\n\n```sh\nls\n```\n"
     lines, found = text.splitlines(), fences_of_text(text).blocks
@@ -269,8 +236,6 @@ def fences_of_text(text: str):
 
 DOOR = "django_pdfpool.middleware.AdmissionMiddleware"
 JSON = "application/json"
-# door.md's list is its own change's to align (the door last, Django's order kept)
-MIDDLEWARE_PENDING = {"door.md"}
 
 
 def djangos_default_middleware() -> list[str]:
@@ -317,13 +282,9 @@ def in_order(names: list[str]) -> bool:
 
 def test_every_middleware_list_keeps_djangos_order_with_the_door_last():
     lists = middleware_lists()
-    assert {where.split(":")[0] for where, _ in lists} >= {"installation.md", "README.md"}
-    wrong = [
-        (where, names)
-        for where, names in lists
-        if not in_order(names) and where.split(":")[0] not in MIDDLEWARE_PENDING
-    ]
-    assert wrong == []
+    pages = {where.split(":")[0] for where, _ in lists}
+    assert pages >= {"installation.md", "README.md", "door.md"}
+    assert [(where, names) for where, names in lists if not in_order(names)] == []
 
 
 def test_the_order_check_catches_the_door_above_csrf():

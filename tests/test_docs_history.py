@@ -23,14 +23,6 @@ TEXT = {".py", ".md", ".html", ".txt", ".yml", ".yaml", ".toml", ".js", ".css", 
 HISTORY = re.compile(r"\b(issue|round|session)[ _-]?#?[0-9]", re.I)
 URL = re.compile(r"https?://\S+")
 
-# Lines in files other changes own, cited until those changes scrub them on merging:
-# (path, the start of the cited text). Each must still be found (else: drop it here).
-PENDING: set[tuple[str, str]] = {
-    ("docs/security.md", "issue 21 end to end"),
-    ("tests/admission/redis/test_pool_model.py", "(issue 13: within"),
-    ("tests/admission/redis/test_faults.py", "issue 13: jobs re-registered"),
-}
-
 
 def citations(text: str) -> list[tuple[int, str]]:
     """(line number, line) of each line that cites a piece of history outside a URL."""
@@ -54,10 +46,6 @@ def searched_files() -> list[Path]:
     ]
 
 
-def pending(path: str, line: str) -> bool:
-    return any(path == where and cited in line for where, cited in PENDING)
-
-
 def test_no_line_cites_an_issue_a_round_or_a_session():
     found = []
     for path in searched_files():
@@ -65,15 +53,8 @@ def test_no_line_cites_an_issue_a_round_or_a_session():
         if HISTORY.search(relative):
             found.append(f"{relative}: the file's name")
         for number, line in citations(path.read_text(encoding="utf-8", errors="replace")):
-            if not pending(relative, line):
-                found.append(f"{relative}:{number}: {line.strip()[:100]}")
+            found.append(f"{relative}:{number}: {line.strip()[:100]}")
     assert found == []
-
-
-@pytest.mark.parametrize("where,cited", sorted(PENDING))
-def test_each_pending_citation_is_still_there(where, cited):
-    """A scrubbed line leaves this list too, so that it cannot come back unnoticed."""
-    assert cited in (ROOT / where).read_text(encoding="utf-8"), f"drop {cited!r} from PENDING"
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,7 @@ the fault, and the same continuation for every fault:
   reaches Redis answers ``ValueError``: nothing to join);
 - it gives the pool up to two leases and a second (REGISTER) to count again the jobs still
   running, each in the process that runs it (docs/cluster.md: limits shared again about
-  1 s after Redis is back; issue 13: jobs re-registered within about one lease); polled
+  1 s after Redis is back; its owner's beat counts a job again within a lease); polled
   on the cluster snapshot's per-process reading, and it goes on either way: the evidence
   decides (no call is made meanwhile);
 - an "after" burst: from each live worker, a call for a key still running elsewhere and one

@@ -40,7 +40,7 @@ allows then, from docs/cluster.md's failure table:
   ``RunnerLost``, ``CoordinatorUnavailable`` (its place was in Redis) or ``PoolBusy``;
 - the step waits until both pools admit through Redis again (a join-only call answered
   with "nothing to join"), then gives Redis up to two leases and a second to count again
-  each job still running, in the process that runs it (issue 13: within about one lease);
+  each job still running, in the process that runs it (its owner's beat: within a lease);
 - then, with those jobs still held: from the other process, a call for each of their keys
   (it must share the job, not run it again) and a fresh key from each process (it must
   wait for a slot while the slots are held): outcomes as above (a result, ``PoolBusy``,
