@@ -5,9 +5,12 @@ its child killed and reaped."""
 from __future__ import annotations
 
 import os
+import resource
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 SOON = 120
@@ -38,7 +41,10 @@ print(result.child_start, len(jobs), flush=True)
 """
 
 
-def test_a_job_is_answered_and_its_child_reaped_past_fd_setsize(tmp_path):
+@pytest.mark.skipif(
+    resource.getrlimit(resource.RLIMIT_NOFILE)[1] < 2048, reason="the hard limit keeps fds low"
+)
+def test_a_job_is_answered_and_its_child_reaped_past_fd_setsize():
     environ = {**os.environ, "PYTHONPATH": str(ROOT)}
     done = subprocess.run(
         [sys.executable, "-c", BUSY_SERVER],
