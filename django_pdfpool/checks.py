@@ -4,8 +4,8 @@ the memory envelope and a server that serves one request at a time."""
 
 from __future__ import annotations
 
+import ast
 import os
-import runpy
 import sys
 from pathlib import Path
 from typing import Any
@@ -141,10 +141,49 @@ def _gunicorn_is_serial() -> bool:
         path = command.config or env.config or get_default_config_file()
         if not (ours or path or "GUNICORN_CMD_ARGS" in os.environ):
             return False  # nothing says gunicorn serves this project
-        found = runpy.run_path(path.removeprefix("file:")) if path else {}
+        found = _config_literals(path) if path else {}
+        if found is None:
+            return False  # the file decides the worker in code: cannot tell
         for name, value in [*found.items(), *vars(env).items(), *vars(command).items()]:
             if name in config.settings and value is not None:
                 config.set(name, value)
     except (Exception, SystemExit):  # settings gunicorn itself would refuse: not ours to judge
         return False
     return config.worker_class_str in ("sync", "gunicorn.workers.sync.SyncWorker")
+
+
+_WORKER_SETTINGS = ("worker_class", "threads")  # what decides gunicorn's worker
+
+
+def _config_literals(path: str) -> dict[str, Any] | None:
+    """A gunicorn config file's literal top-level assignments, read and never run; None when
+    its code may set the worker otherwise (a computed value, a branch, an import)."""
+    if path.startswith("python:"):
+        return None  # a module: importing it would run it
+    tree = ast.parse(Path(path.removeprefix("file:")).read_bytes(), path)
+    found: dict[str, Any] = {}
+    literal: set[ast.AST] = set()
+    for statement in tree.body:
+        if isinstance(statement, ast.Assign) or (
+            isinstance(statement, ast.AnnAssign) and statement.value is not None
+        ):
+            targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
+            try:
+                value = ast.literal_eval(statement.value)  # type: ignore[arg-type]
+            except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+                continue
+            names = [target for target in targets if isinstance(target, ast.Name)]
+            found |= {target.id: value for target in names}
+            literal.update(names)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            bound = [node.id] if node not in literal else []
+        elif isinstance(node, ast.alias):
+            bound = [node.asname or node.name]  # "*" binds anything
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            bound = [node.name]
+        else:
+            continue
+        if not set(bound).isdisjoint({*_WORKER_SETTINGS, "*"}):
+            return None
+    return found

@@ -1,7 +1,8 @@
 """W041 (checks.py): a server that serves one request at a time per process turns the
 pool's rules off (no two uploads meet), and the check says so where it can see it: inside
 a real gunicorn process started with one sync worker, in ``manage.py check`` beside a
-deployment's gunicorn.conf.py or GUNICORN_CMD_ARGS, and under runserver --nothreading."""
+deployment's gunicorn.conf.py (read, never run) or GUNICORN_CMD_ARGS, and under runserver
+--nothreading."""
 
 from __future__ import annotations
 
@@ -81,6 +82,10 @@ def test_a_gunicorn_process_checks_its_own_command_line(tmp_path, options, warne
         (None, "--workers 2", True),
         (None, "--threads 2", False),
         (None, None, False),  # nothing says gunicorn serves the project
+        ("import os\nworkers = os.cpu_count() * 2 + 1\n", None, True),  # not what decides
+        ("import os\nthreads = os.cpu_count()\n", None, False),  # computed: cannot tell
+        ("if True:\n    worker_class = 'sync'\n", None, False),  # in a branch: cannot tell
+        ("from base import *\n", None, False),  # anything may come with it: cannot tell
     ],
 )
 def test_manage_py_check_reads_the_deployments_gunicorn_settings(tmp_path, config, env, warned):
@@ -89,6 +94,17 @@ def test_manage_py_check_reads_the_deployments_gunicorn_settings(tmp_path, confi
     extra = {} if env is None else {"GUNICORN_CMD_ARGS": env}
     said = run([sys.executable, "-m", "django", "check"], tmp_path, **extra)
     assert ("django_pdfpool.W041" in said) is warned, said
+
+
+def test_the_check_reads_the_gunicorn_config_and_never_runs_it(tmp_path):
+    """A config file's code runs in gunicorn, not in ``manage.py check`` (nor migrate, nor a
+    test run): its literal settings are read, its side effects never happen."""
+    marker = tmp_path / "ran"
+    config = f"open({str(marker)!r}, 'w').write('ran at check time')\nworkers = 2\n"
+    (tmp_path / "gunicorn.conf.py").write_text(config)
+    said = run([sys.executable, "-m", "django", "check"], tmp_path)
+    assert "django_pdfpool.W041" in said, said  # workers = 2, sync: read all the same
+    assert not marker.exists()
 
 
 def test_runserver_without_threads_is_warned(monkeypatch):

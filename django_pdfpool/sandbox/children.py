@@ -77,6 +77,15 @@ class Outcome:
     start: str = COLD  # how the child that answered started: COLD or FORKED
 
 
+def _readable(fds: list[int], seconds: float | None) -> bool:
+    """Whether one of `fds` is readable (or at its end) within `seconds` (None: no end). By
+    poll, not select, which refuses a descriptor past FD_SETSIZE (a busy server has them)."""
+    poller = select.poll()
+    for fd in fds:
+        poller.register(fd, select.POLLIN)
+    return bool(poller.poll(None if seconds is None else seconds * 1000))
+
+
 class Handle:
     """A job's process as the parent sees it: job pipe, answer pipe, pidfd; kill and reap."""
 
@@ -159,9 +168,7 @@ class Handle:
     def _exits_by(self, deadline: float) -> bool:
         """After EOF the child is exiting: wait for that without reaping, up to the deadline."""
         if self._pidfd is not None:
-            poller = select.poll()
-            poller.register(self._pidfd, select.POLLIN)
-            return bool(poller.poll(max(0.0, deadline - time.monotonic()) * 1000 + 1))
+            return _readable([self._pidfd], max(0.0, deadline - time.monotonic()))
         while os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:
             if time.monotonic() >= deadline:
                 return False
@@ -268,7 +275,7 @@ class ForkedChild(Handle):
         with self._lock:
             if self._reaped or self._pidfd is None:
                 return
-            running = not select.select([self._pidfd], [], [], 0)[0]
+            running = not _readable([self._pidfd], 0)
             with contextlib.suppress(OSError):
                 signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
             if running:  # its group, after its setpgid: not once the template may have reaped it
@@ -281,8 +288,8 @@ class ForkedChild(Handle):
             if self._reaped:
                 return None
             if self._pidfd is not None:
-                select.select([self._pidfd], [], [])
-            ready = select.select([self._status_fd], [], [], STATUS_TIMEOUT)[0]
+                _readable([self._pidfd], None)
+            ready = _readable([self._status_fd], STATUS_TIMEOUT)
             status = os.read(self._status_fd, _STATUS_SIZE) if ready else b""
             self._close_job_pipe()
             for fd in (self._answer_fd, self._status_fd, self._pidfd):
@@ -512,7 +519,7 @@ class Template:
 
     def _sleep(self, seconds: float | None, pidfd: int | None = None) -> None:
         """Until `seconds` pass, `pidfd`'s process exits, or `_wake()`; then drain the wakes."""
-        select.select([self._wake_in] if pidfd is None else [self._wake_in, pidfd], [], [], seconds)
+        _readable([self._wake_in] if pidfd is None else [self._wake_in, pidfd], seconds)
         with contextlib.suppress(BlockingIOError):
             os.read(self._wake_in, 4096)
 

@@ -19,8 +19,10 @@ STARTED = b"started\n"  # its second: the job is read and the limits are set
 DEFAULT_MAX_TEXT_BYTES = 8 << 20  # of the pages' text a job may return (PDFPOOL's default)
 METADATA_KEYS = 64  # /Info entries kept
 METADATA_CHARS = 2000  # of each key and value
-# An answer's bytes besides its pages (metadata at its worst: every character a 6-byte JSON
-# escape), read beyond the text cap; a child that writes more is refused as too_large.
+# An answer's bytes besides its pages' text (which the cap counts at no less than its UTF-8),
+# read beyond the text cap: its header line, its metadata in raw UTF-8 (4 bytes a character at
+# worst) and a 3-byte SEPARATOR between pieces, up to MAX_ANSWER_PAGES of them; 6 bytes a
+# metadata character leave room for those. A child that writes more is refused as too_large.
 ANSWER_OVERHEAD = METADATA_KEYS * (2 * METADATA_CHARS * 6 + 6) + (64 << 10)
 DETAIL_CHARS = 200  # of a failure's detail, as the parent keeps it
 PRELOAD_OPTION = "--preload"  # followed by an engine to import before the job arrives

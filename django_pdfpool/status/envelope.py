@@ -69,9 +69,10 @@ def tree_rss(pid: int, proc: str = PROC) -> tuple[int, int, int]:
 def envelope(slots: int, memory_limit: int) -> dict[str, Any]:
     """This process's envelope, JSON-ready (the status page's ``memory``)."""
     (allowed, source), (server, children, children_rss) = memory_allowed(), tree_rss(os.getpid())
+    jobs = list(recent_peaks)  # copied in one step: job threads append while we read
     return {
         "allowed": allowed, "allowed_by": source, "pool": slots * memory_limit,
         "server_rss": server, "children": children, "children_rss": children_rss,
         "fits": not allowed or slots * memory_limit + server <= allowed,
-        "recent_jobs": [dict(zip(JOB_FIELDS, job, strict=True)) for job in reversed(recent_peaks)],
+        "recent_jobs": [dict(zip(JOB_FIELDS, job, strict=True)) for job in reversed(jobs)],
     }  # fmt: skip

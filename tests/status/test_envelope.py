@@ -6,8 +6,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
+import time
 
-from django_pdfpool.status.envelope import memory_allowed, tree_rss
+import pytest
+
+from django_pdfpool.sandbox.children import recent_peaks
+from django_pdfpool.status.envelope import envelope, memory_allowed, tree_rss
 
 GiB = 1 << 30
 NO_LIMIT = "9223372036854771712"  # cgroup v1's "none"
@@ -81,3 +86,35 @@ def test_the_tree_counts_children_and_grandchildren():
         assert count >= 2 and children > 0 and server > 0
         assert tree_rss(child.pid)[1] == 1  # the sleep
         child.stdin.close()  # it ends the sleep, then itself
+
+
+@pytest.fixture
+def switching():
+    """Threads switched as often as the interpreter allows; the recent jobs kept as they were."""
+    interval, kept = sys.getswitchinterval(), list(recent_peaks)
+    sys.setswitchinterval(1e-6)
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(interval)
+        recent_peaks.clear()
+        recent_peaks.extend(kept)
+
+
+def test_the_envelope_reads_the_recent_jobs_while_job_threads_add_to_them(switching):
+    """Job threads append to ``recent_peaks`` while a status page reads it: every read whole."""
+    done = threading.Event()
+
+    def jobs_ending() -> None:
+        while not done.is_set():
+            recent_peaks.append((time.time(), 1 << 20, "pypdf"))
+
+    recent_peaks.extend([(time.time(), 1 << 20, "pypdf")] * (recent_peaks.maxlen or 64))
+    appender = threading.Thread(target=jobs_ending, daemon=True)
+    appender.start()
+    try:
+        for _ in range(1000):
+            assert len(envelope(2, 256 << 20)["recent_jobs"]) == recent_peaks.maxlen
+    finally:
+        done.set()
+        appender.join()
