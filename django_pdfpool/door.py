@@ -277,14 +277,20 @@ class Arrivals:
         return ticket
 
     def charge(self, ticket: Ticket, size: int, terms: Terms) -> bool:
-        """``Ticket.arrived``: its bytes counted, a budget entry's past its reserve charged."""
+        """``Ticket.arrived``: its bytes counted, a budget entry's past its reserve charged;
+        a chunk that would take the budget past ``budget_bytes`` is not (the body is shed,
+        nobody else), and one within its reserve never fails."""
         with self._lock:
             before = max(ticket.reserved, ticket.received)
             ticket.received += size
             if ticket.kind == "place" or ticket not in self._tickets:
                 return True
-            self._charged += max(ticket.reserved, ticket.received) - before
-            return self._charged <= terms.budget_bytes
+            more = max(ticket.reserved, ticket.received) - before
+            if more and self._charged + more > terms.budget_bytes:
+                ticket.received -= size
+                return False
+            self._charged += more
+            return True
 
     def count_shed(self) -> None:
         with self._lock:

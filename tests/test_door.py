@@ -164,6 +164,24 @@ def test_budget_bytes_are_charged_as_they_arrive_not_as_declared():
     assert isinstance(small, Ticket) and small.reserved == 10
 
 
+def test_a_body_past_the_budget_is_shed_alone():
+    """The chunk that would take the budget past ``budget_bytes`` is refused and not
+    counted: the other entries' chunks within their shares still pass, and a new entry
+    still finds the bytes its body left, before the shed one is released."""
+    terms = Terms(10**7, budget=5, budget_bytes=5000, body_timeout=20, body_min_rate=500)
+    arrivals, full, upload = Arrivals(), pressure(free=0), headers(content_length="50000")
+    entries = [verdict(upload, full, arrivals, who=f"ip:{i}", terms=terms) for i in range(4)]
+    assert [e.reserved for e in entries] == [1000] * 4
+    assert entries[0].arrived(1900, terms)  # 900 past its share: what the fifth would hold
+    assert not entries[0].arrived(1500, terms)  # this chunk would take 1500 more: shed
+    assert entries[1].arrived(500, terms) and entries[2].arrived(1000, terms)  # own shares
+    assert isinstance(verdict(upload, full, arrivals, who="ip:5", terms=terms), PoolBusy)
+    small = verdict(headers(content_length="100"), full, arrivals, who="ip:6", terms=terms)
+    assert isinstance(small, Ticket) and small.reserved == 100  # the 100 B left
+    assert not entries[3].arrived(1001, terms)  # 1 past its share, 1 past the budget
+    assert entries[3].arrived(1000, terms)
+
+
 def test_a_caller_with_a_job_in_flight_gets_the_pools_429():
     """Rule 2 before rule 3: a declared other key gets 429 with the held job's Retry-After;
     an undeclared upload may join (its own job, or another) and goes in on the budget, and
