@@ -559,18 +559,19 @@ def framework_refusal(request: HttpRequest, view: PooledView) -> HttpResponse | 
 def through_door(
     request: HttpRequest, record: AdmissionRecord, view: PooledView, *, csrf_exempt: bool = False
 ) -> Steps[Refusal | Ticket | HttpResponse]:
-    """The door's answer: Django's CSRF 403 and the framework's 401 first, then who asks,
-    the pool's pressure, ``decide``. A next upload of a caller whose body is arriving, that
-    could only be shed, waits (``BODY_TIMEOUT`` at most, holding nothing) and is decided again."""
-    upload = record.headers
-    if isinstance(upload, UploadRejected):
-        return upload
+    """The door's answer: Django's CSRF 403 and the framework's 401 first, then the view's
+    400 for headers it cannot read, then who asks, the pool's pressure, ``decide``. A next
+    upload of a caller whose body is arriving, that could only be shed, waits
+    (``BODY_TIMEOUT`` at most, holding nothing) and is decided again."""
     forbidden = None if csrf_exempt else csrf_refusal(request)
     if forbidden is None and view.authenticate is not None:
         ask = partial(framework_refusal, request, view)
         forbidden = yield Call(ask, sync_to_async(ask, thread_sensitive=False))
     if forbidden is not None:
         return forbidden
+    upload = record.headers
+    if isinstance(upload, UploadRejected):
+        return upload
     if view.own_caller is None and view.authenticate is None:  # else the framework names it
         record.caller = yield Call(partial(ask_caller, request), partial(aask_caller, request))
     known = record.caller is not None

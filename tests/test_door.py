@@ -392,6 +392,34 @@ def test_djangos_csrf_origin_check_is_asked_from_the_headers(rf, settings):
     assert csrf_refusal(post("https://evil.example")) is None
 
 
+def test_djangos_403_and_the_frameworks_401_come_before_the_views_400(rf, settings):
+    """Without the door, CsrfViewMiddleware's process_view and the framework's
+    authentication answer before the view reads a header it cannot take: so does the door."""
+    from django.http import HttpResponse
+
+    from django_pdfpool.door import run_steps, through_door
+    from django_pdfpool.exceptions import BadDigest
+    from django_pdfpool.record import AdmissionRecord, PooledView
+
+    settings.MIDDLEWARE = [*settings.MIDDLEWARE, "django.middleware.csrf.CsrfViewMiddleware"]
+    settings.ALLOWED_HOSTS = ["testserver"]
+    bad = {"content-type": "application/pdf", "content-length": "1", "repr-digest": "sha-256=:eA:"}
+
+    async def job(upload):
+        return None
+
+    def answer(request, view, **extra):
+        return run_steps(through_door(request, AdmissionRecord.read(bad, view), view, **extra))
+
+    plain = PooledView("file", job, "j", None)
+    foreign = rf.post("/sync/", HTTP_ORIGIN="https://evil.example")
+    assert answer(foreign, plain).status_code == 403
+    assert isinstance(answer(foreign, plain, csrf_exempt=True), BadDigest)
+    locked = PooledView("file", job, "j", None, authenticate=lambda r: HttpResponse(status=401))
+    assert answer(rf.post("/sync/"), locked).status_code == 401
+    assert isinstance(answer(rf.post("/sync/"), plain), BadDigest)
+
+
 def test_the_frameworks_authentication_is_asked_of_a_copy_without_the_body(rf):
     """A framework's check that reads the form (a CSRF check does) reads an empty one: the
     real body stays unread for the door's decision and the view; a check that raises is
