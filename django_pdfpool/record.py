@@ -28,6 +28,7 @@ POOLED = "pdfpool_view"
 """The attribute ``@pdf_pooled`` sets on the view it returns: its ``PooledView``."""
 
 PDF_TYPE = "application/pdf"
+FORM_TYPE = "multipart/form-data"  # the one type Django parses into request.FILES
 RAW_DIGESTS = ("repr-digest", "content-digest")  # RFC 9530, for a raw PDF body
 FILE_DIGEST = "pdf-digest"  # the same syntax, for the file field of a multipart form
 SHA256 = "sha-256"
@@ -47,7 +48,7 @@ class UploadHeaders:
     expects_continue: bool  # Expect: 100-continue: the client waits before the body
     raw: bool  # Content-Type: application/pdf, the body is the PDF itself
     digest: str | None  # the declared SHA-256 of the PDF, lower-case hex
-    boundary: str = ""  # a multipart body's
+    boundary: str = ""  # a multipart/form-data body's ("" for any other type)
 
     @classmethod
     def of(cls, headers: Headers) -> UploadHeaders:
@@ -73,7 +74,7 @@ class UploadHeaders:
             expects_continue=_one(values, "expect").strip().lower() == "100-continue",
             raw=raw,
             digest=digests.pop() if digests else None,
-            boundary=params.get("boundary", ""),
+            boundary=params.get("boundary", "") if content_type == FORM_TYPE else "",
         )
 
     def body_limit(self, max_upload_size: int) -> int:
@@ -82,10 +83,13 @@ class UploadHeaders:
 
     def file_sizes(self, field: str) -> tuple[int, int | None]:
         """The sizes its PDF may have (None: any): a raw body is the PDF; a form's file field
-        ``field`` is at most the body less the smallest envelope Django takes it from."""
+        ``field`` is at most the body less the smallest envelope Django takes it from; any
+        other body proves nothing (a framework's parser may take it whole)."""
         size = self.declared_size
-        if size is None or self.raw:
-            return (size or 0, size)
+        if size is not None and self.raw:
+            return (size, size)
+        if size is None or not self.boundary:
+            return (0, None)
         envelope = f"--{self.boundary}content-disposition:;name={field};filename=x\r\n\r\n"
         return (0, size - len(envelope.encode("utf-8", "replace")))
 

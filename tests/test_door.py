@@ -360,6 +360,18 @@ def test_a_form_is_at_most_its_body_less_the_smallest_envelope():
     )
 
 
+def test_a_body_neither_a_form_nor_a_pdf_proves_no_size():
+    """Only a raw PDF and a multipart form with its boundary tell the file's size: any
+    other body (a framework's parser may take it whole) is never refused on its size."""
+    from django_pdfpool.admission.ledger import Pressure
+
+    full = Pressure(False, 0, False, 2.0, False, 9.0, (2_800_000,))
+    for content_type in ("application/octet-stream; boundary=b", "text/plain", ""):
+        body = headers(content_length="30000", content_type=content_type)
+        assert verdict(body, full).kind == "budget"  # it may be that job's: it may join
+        assert body.file_sizes("file") == (0, None)
+
+
 def test_the_door_counts_anonymous_callers_per_network():
     """One host with many addresses holds one place: /24 for IPv4, the /64 an IPv6
     caller is already; a user is counted as itself."""
