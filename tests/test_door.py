@@ -7,6 +7,8 @@ import asyncio
 import contextlib
 from concurrent.futures import ThreadPoolExecutor
 
+import pytest
+
 from django_pdfpool import get_pool
 from django_pdfpool.admission.ledger import Ledger
 from django_pdfpool.door import Arrivals, Terms, Ticket
@@ -385,7 +387,8 @@ def test_the_door_counts_anonymous_callers_per_network():
 
 def test_djangos_csrf_origin_check_is_asked_from_the_headers(rf, settings):
     """A foreign Origin gets CsrfViewMiddleware's own 403; the site's own and a trusted
-    one pass; without the middleware, or for Django's test client, nothing is checked."""
+    one pass; without the middleware, or for Django's test client, nothing is checked; a
+    host Django does not serve is Django's to answer (CommonMiddleware's 400, say)."""
     from django_pdfpool.door import csrf_refusal
 
     settings.MIDDLEWARE = [*settings.MIDDLEWARE, "django.middleware.csrf.CsrfViewMiddleware"]
@@ -396,7 +399,9 @@ def test_djangos_csrf_origin_check_is_asked_from_the_headers(rf, settings):
         return rf.post("/sync/", HTTP_ORIGIN=origin)
 
     refused = csrf_refusal(post("https://evil.example"))
-    assert refused is not None and refused.status_code == 403
+    assert refused is not None and refused().status_code == 403
+    elsewhere = rf.post("/sync/", HTTP_ORIGIN="https://evil.example", HTTP_HOST="evil.example")
+    assert csrf_refusal(elsewhere) is None
     assert csrf_refusal(post("http://testserver")) is None
     assert csrf_refusal(post("https://partner.example")) is None
     assert csrf_refusal(rf.post("/sync/")) is None  # no Origin: the token decides, later
@@ -430,6 +435,38 @@ def test_djangos_403_and_the_frameworks_401_come_before_the_views_400(rf, settin
     locked = PooledView("file", job, "j", None, authenticate=lambda r: HttpResponse(status=401))
     assert answer(rf.post("/sync/"), locked).status_code == 401
     assert isinstance(answer(rf.post("/sync/"), plain), BadDigest)
+
+
+def csrf_failure_from_the_database(request, reason=""):
+    """A project's CSRF_FAILURE_VIEW: it reads the database, and defers its rendering."""
+    from django.contrib.auth.models import User
+    from django.template import engines
+    from django.template.response import TemplateResponse
+
+    users = User.objects.count()
+    template = engines["django"].from_string("refused ({{ users }} users): {{ reason }}")
+    return TemplateResponse(request, template, {"users": users, "reason": reason}, status=403)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_csrf_failure_view_runs_off_the_loop_and_is_rendered(rf, settings):
+    """On an event loop the door runs the CSRF_FAILURE_VIEW as Django runs sync code (it
+    may read the database there) and renders the response it defers, as Django would."""
+    from django_pdfpool.door import arun_steps, through_door
+    from django_pdfpool.record import AdmissionRecord, PooledView
+
+    settings.MIDDLEWARE = [*settings.MIDDLEWARE, "django.middleware.csrf.CsrfViewMiddleware"]
+    settings.CSRF_FAILURE_VIEW = "tests.test_door.csrf_failure_from_the_database"
+
+    async def job(upload):
+        return None
+
+    view = PooledView("file", job, "j", None)
+    request = rf.post("/sync/", HTTP_ORIGIN="https://evil.example")
+    record = AdmissionRecord.read({"content-type": "application/pdf", "content-length": "9"})
+    answer = asyncio.run(arun_steps(through_door(request, record, view)))
+    assert answer.status_code == 403
+    assert answer.content.startswith(b"refused (0 users): Origin checking failed")
 
 
 def test_the_frameworks_authentication_is_asked_of_a_copy_without_the_body(rf):
