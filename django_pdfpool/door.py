@@ -582,8 +582,7 @@ def through_door(
     refuse = None if csrf_exempt else csrf_refusal(request)
     forbidden: HttpResponse | None = None if refuse is None else (yield Call.django(refuse))
     if forbidden is None and view.authenticate is not None:
-        ask = partial(framework_refusal, request, view)
-        forbidden = yield Call(ask, sync_to_async(ask, thread_sensitive=False))
+        forbidden = yield Call.django(partial(framework_refusal, request, view))
     if forbidden is not None:
         return forbidden
     upload = record.headers

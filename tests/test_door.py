@@ -469,6 +469,45 @@ def test_the_csrf_failure_view_runs_off_the_loop_and_is_rendered(rf, settings):
     assert answer.content.startswith(b"refused (0 users): Origin checking failed")
 
 
+@pytest.mark.django_db(transaction=True)
+def test_the_frameworks_probe_opens_no_connection_per_thread(rf):
+    """The framework's authentication (DRF's TokenAuthentication reads the database) runs
+    where Django runs sync code, not in pool threads whose connections nobody closes:
+    probe after probe, at most one connection is opened."""
+    from django.contrib.auth.models import User
+    from django.db.backends.signals import connection_created
+    from django.http import HttpResponse
+
+    from django_pdfpool.door import arun_steps, through_door
+    from django_pdfpool.record import AdmissionRecord, PooledView
+
+    def authenticate(probe):
+        User.objects.filter(username="nobody").exists()
+        return HttpResponse(status=401)
+
+    async def job(upload):
+        return None
+
+    view = PooledView("file", job, "j", None, authenticate=authenticate)
+    record = AdmissionRecord.read({"content-type": "application/pdf", "content-length": "9"})
+    opened = []
+
+    def note(sender, connection, **kwargs):
+        opened.append(connection)
+
+    async def probes():
+        steps = [arun_steps(through_door(rf.post("/sync/"), record, view)) for _ in range(4)]
+        return await asyncio.gather(*steps)
+
+    connection_created.connect(note)
+    try:
+        for _ in range(3):  # each asyncio.run with its own pool of threads
+            assert [a.status_code for a in asyncio.run(probes())] == [401] * 4
+    finally:
+        connection_created.disconnect(note)
+    assert len(opened) <= 1
+
+
 def test_the_frameworks_authentication_is_asked_of_a_copy_without_the_body(rf):
     """A framework's check that reads the form (a CSRF check does) reads an empty one: the
     real body stays unread for the door's decision and the view; a check that raises is
