@@ -90,6 +90,7 @@ class UploadHeaders:
             return (size, size)
         if size is None or not self.boundary:
             return (0, None)
+        # the headers and the closing boundary; Django also needs a byte after it: not counted
         envelope = f"--{self.boundary}content-disposition:;name={field};filename=x\r\n\r\n"
         return (0, size - len(envelope.encode("utf-8", "replace")))
 

@@ -347,11 +347,46 @@ def test_sizes_prove_what_cannot_join_a_full_pool():
     assert verdict(small, full((2_800_000,), free=1), arrivals).kind == "budget"  # not full
 
 
+def parsed_file_size(body: bytes, boundary: str, field: str) -> int | None:
+    """The size of the file Django's MultiPartParser takes from ``body``'s ``field``."""
+    import io
+
+    from django.core.files.uploadhandler import MemoryFileUploadHandler
+    from django.http.multipartparser import MultiPartParser, MultiPartParserError
+
+    meta = {
+        "CONTENT_TYPE": f'multipart/form-data; boundary="{boundary}"',
+        "CONTENT_LENGTH": str(len(body)),
+    }
+    parser = MultiPartParser(meta, io.BytesIO(body), [MemoryFileUploadHandler()])
+    try:
+        found = parser.parse()[1].get(field)
+    except MultiPartParserError:
+        return None
+    return None if found is None else found.size
+
+
 def test_a_form_is_at_most_its_body_less_the_smallest_envelope():
-    form = headers(content_length="1000", content_type='multipart/form-data; boundary="bb"')
-    low, high = form.file_sizes("file")
-    envelope = len(b"--bbcontent-disposition:;name=file;filename=x\r\n\r\n")
-    assert (low, high) == (0, 1000 - envelope)
+    """The smallest body Django's parser takes a file from (no opening boundary, the
+    closing one and a byte after it) carries a file the door's bound allows, one byte
+    loose at most; with any byte of that envelope less, Django takes no such file."""
+    for boundary, field in (("bb", "file"), ("a'b(c)+d_e-f", "pdf")):
+        head = f"content-disposition:;name={field};filename=x\r\n\r\n".encode()
+        tail, pdf = f"--{boundary}-".encode(), b"%PDF-1.4 " + b"x" * 1000
+        envelope = head + tail
+        body = head + pdf + tail
+        assert parsed_file_size(body, boundary, field) == len(pdf)
+        form = headers(
+            content_length=str(len(body)),
+            content_type=f'multipart/form-data; boundary="{boundary}"',
+        )
+        low, high = form.file_sizes(field)
+        assert low == 0 and high is not None and len(pdf) <= high <= len(pdf) + 1
+        for gone in range(len(envelope)):
+            shorter = envelope[:gone] + envelope[gone + 1 :]
+            cut = len(head) - (gone < len(head))
+            less = shorter[:cut] + pdf + shorter[cut:]
+            assert parsed_file_size(less, boundary, field) != len(pdf)
     assert headers(content_length="1000", content_type="application/pdf").file_sizes("f") == (
         1000,
         1000,
