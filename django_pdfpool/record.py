@@ -164,22 +164,24 @@ def parse_digest(value: str, header: str = "Repr-Digest") -> str | None:
     """The ``sha-256`` member of an RFC 9530 dictionary (RFC 8941's syntax: other members
     and parameters allowed and ignored, base64 padding optional) as lower-case hex; None
     when it names only other algorithms. Two different sha-256 members (repeated headers
-    joined by a server) are a 400."""
-    found = None
+    joined by a server), valid or not, are a 400 as such."""
+    found: set[bytes | str | None] = set()  # each member's bytes, or what is not bytes
     for name, item in _members(value, header):
-        if name != SHA256:
-            continue
-        if item is None:
-            raise BadDigest(Wording.DIGEST_FORM.format(header=header))
-        raw = _bytes(item)
-        if raw is None:
-            raise BadDigest(Wording.DIGEST_BASE64.format(header=header))
-        if len(raw) != 32:
-            raise BadDigest(Wording.DIGEST_LENGTH.format(header=header))
-        if found is not None and found != raw.hex():
-            raise RepeatedHeader(Wording.TWO_SHA256.format(header=header))
-        found = raw.hex()
-    return found
+        if name == SHA256:
+            raw = None if item is None else _bytes(item)
+            found.add(item if raw is None else raw)
+    if len(found) > 1:
+        raise RepeatedHeader(Wording.TWO_SHA256.format(header=header))
+    if not found:
+        return None
+    (one,) = found
+    if one is None:
+        raise BadDigest(Wording.DIGEST_FORM.format(header=header))
+    if isinstance(one, str):
+        raise BadDigest(Wording.DIGEST_BASE64.format(header=header))
+    if len(one) != 32:
+        raise BadDigest(Wording.DIGEST_LENGTH.format(header=header))
+    return one.hex()
 
 
 def _members(text: str, header: str) -> Iterator[tuple[str, str | None]]:
