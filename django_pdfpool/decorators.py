@@ -310,7 +310,7 @@ async def submit(
     if ticket is not None:
         ticket.release()  # the door's place goes back: from here the pool counts this call
     try:
-        result = await run_staged(upload, caller, view, record.key)
+        result = await run_staged(upload, caller, view)
     except (Refused, ExtractionError) as error:
         return error
     request.pdf = result  # type: ignore[attr-defined]
@@ -335,14 +335,13 @@ def checked(staged: StagedUpload, upload: UploadHeaders) -> StagedUpload:
     return staged
 
 
-async def run_staged(
-    upload: StagedUpload, caller: str, view: PooledView, key: str | None = None
-) -> Any:
+async def run_staged(upload: StagedUpload, caller: str, view: PooledView) -> Any:
     """Run or join the view's job on ``upload`` in the process's pool under its
-    single-flight key; the job deletes the copy when done, else the pool's ``on_drop``
-    does. Raises what the pool raises (``Refused``) and what the job raises."""
+    single-flight key (the running view's, never another entry's guess); the job deletes
+    the copy when done, else the pool's ``on_drop`` does. Raises what the pool raises
+    (``Refused``) and what the job raises."""
     with discarded_on_error(upload):
-        key = key or view.key(upload.sha256)  # the record's, of the digest checked
+        key = view.key(upload.sha256)
         pool = get_pool()
         fn = functools.partial(_run_then_discard, view.job, upload)
     return await pool.run(key, caller, fn, on_drop=upload.discard, size=upload.size)

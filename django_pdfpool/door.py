@@ -277,14 +277,20 @@ class Arrivals:
         return ticket
 
     def charge(self, ticket: Ticket, size: int, terms: Terms) -> bool:
-        """``Ticket.arrived``: its bytes counted, a budget entry's past its reserve charged."""
+        """``Ticket.arrived``: its bytes counted, a budget entry's past its reserve charged;
+        a chunk that would take the budget past ``budget_bytes`` is not (the body is shed,
+        nobody else), and one within its reserve never fails."""
         with self._lock:
             before = max(ticket.reserved, ticket.received)
             ticket.received += size
             if ticket.kind == "place" or ticket not in self._tickets:
                 return True
-            self._charged += max(ticket.reserved, ticket.received) - before
-            return self._charged <= terms.budget_bytes
+            more = max(ticket.reserved, ticket.received) - before
+            if more and self._charged + more > terms.budget_bytes:
+                ticket.received -= size
+                return False
+            self._charged += more
+            return True
 
     def count_shed(self) -> None:
         with self._lock:
@@ -437,6 +443,13 @@ class Call(Generic[Value]):
         """``read``, which may wait (on the network, say): in a thread off the event loop."""
         return cls(read, sync_to_async(read, thread_sensitive=False))
 
+    @classmethod
+    def django(cls, code: Callable[[], Value]) -> Call[Value]:
+        """``code``, which may use the database: off the event loop on the thread Django
+        runs a request's sync code on (``thread_sensitive``), never a pool thread that
+        would keep its connections open."""
+        return cls(code, sync_to_async(code, thread_sensitive=True))
+
 
 Steps = Generator[Call[Any], Any, Value]
 """A step function's generator: it yields calls, is sent their values, returns a ``Value``."""
@@ -500,9 +513,11 @@ async def aask_caller(request: HttpRequest) -> str | None:
         del request.META[ASKING]
 
 
-def csrf_refusal(request: HttpRequest) -> HttpResponse | None:
-    """Django's own 403 for a POST whose ``Origin`` ``CsrfViewMiddleware`` refuses (it
-    checks the origin before any token, so the headers tell); None where it would not."""
+def csrf_refusal(request: HttpRequest) -> Callable[[], HttpResponse] | None:
+    """What gives Django's own 403 for a POST whose ``Origin`` ``CsrfViewMiddleware``
+    refuses (it checks the origin before any token, so the headers tell): a call to run as
+    sync code (the ``CSRF_FAILURE_VIEW`` may read the database). None where Django would
+    not refuse it, or would answer a host it does not serve before (CommonMiddleware)."""
     if "HTTP_ORIGIN" not in request.META or getattr(request, "_dont_enforce_csrf_checks", False):
         return None  # (the second: django.test.Client's)
     trusted = tuple(settings.CSRF_TRUSTED_ORIGINS)
@@ -510,13 +525,20 @@ def csrf_refusal(request: HttpRequest) -> HttpResponse | None:
     if middleware is None:
         return None
     try:
-        if middleware._origin_verified(request):
-            return None
-    except DisallowedHost:  # Django answers it 400 itself
+        request.get_host()
+    except DisallowedHost:  # Django's answer, whichever it is, not the door's
         return None
-    return cast(
-        HttpResponse, middleware._reject(request, REASON_BAD_ORIGIN % request.META["HTTP_ORIGIN"])
-    )
+    if middleware._origin_verified(request):
+        return None
+    return partial(_csrf_rejected, middleware, request)
+
+
+def _csrf_rejected(middleware: Any, request: HttpRequest) -> HttpResponse:
+    """``CsrfViewMiddleware``'s 403, rendered as Django's handler renders a response that
+    defers it (a ``TemplateResponse`` from the ``CSRF_FAILURE_VIEW``)."""
+    response = middleware._reject(request, REASON_BAD_ORIGIN % request.META["HTTP_ORIGIN"])
+    render = getattr(response, "render", None)
+    return cast(HttpResponse, render() if callable(render) else response)
 
 
 @functools.lru_cache(maxsize=4)
@@ -553,18 +575,19 @@ def framework_refusal(request: HttpRequest, view: PooledView) -> HttpResponse | 
 def through_door(
     request: HttpRequest, record: AdmissionRecord, view: PooledView, *, csrf_exempt: bool = False
 ) -> Steps[Refusal | Ticket | HttpResponse]:
-    """The door's answer: Django's CSRF 403 and the framework's 401 first, then who asks,
-    the pool's pressure, ``decide``. A next upload of a caller whose body is arriving, that
-    could only be shed, waits (``BODY_TIMEOUT`` at most, holding nothing) and is decided again."""
+    """The door's answer: Django's CSRF 403 and the framework's 401 first, then the view's
+    400 for headers it cannot read, then who asks, the pool's pressure, ``decide``. A next
+    upload of a caller whose body is arriving, that could only be shed, waits
+    (``BODY_TIMEOUT`` at most, holding nothing) and is decided again."""
+    refuse = None if csrf_exempt else csrf_refusal(request)
+    forbidden: HttpResponse | None = None if refuse is None else (yield Call.django(refuse))
+    if forbidden is None and view.authenticate is not None:
+        forbidden = yield Call.django(partial(framework_refusal, request, view))
+    if forbidden is not None:
+        return forbidden
     upload = record.headers
     if isinstance(upload, UploadRejected):
         return upload
-    forbidden = None if csrf_exempt else csrf_refusal(request)
-    if forbidden is None and view.authenticate is not None:
-        ask = partial(framework_refusal, request, view)
-        forbidden = yield Call(ask, sync_to_async(ask, thread_sensitive=False))
-    if forbidden is not None:
-        return forbidden
     if view.own_caller is None and view.authenticate is None:  # else the framework names it
         record.caller = yield Call(partial(ask_caller, request), partial(aask_caller, request))
     known = record.caller is not None

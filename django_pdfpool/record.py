@@ -28,6 +28,7 @@ POOLED = "pdfpool_view"
 """The attribute ``@pdf_pooled`` sets on the view it returns: its ``PooledView``."""
 
 PDF_TYPE = "application/pdf"
+FORM_TYPE = "multipart/form-data"  # the one type Django parses into request.FILES
 RAW_DIGESTS = ("repr-digest", "content-digest")  # RFC 9530, for a raw PDF body
 FILE_DIGEST = "pdf-digest"  # the same syntax, for the file field of a multipart form
 SHA256 = "sha-256"
@@ -47,7 +48,7 @@ class UploadHeaders:
     expects_continue: bool  # Expect: 100-continue: the client waits before the body
     raw: bool  # Content-Type: application/pdf, the body is the PDF itself
     digest: str | None  # the declared SHA-256 of the PDF, lower-case hex
-    boundary: str = ""  # a multipart body's
+    boundary: str = ""  # a multipart/form-data body's ("" for any other type)
 
     @classmethod
     def of(cls, headers: Headers) -> UploadHeaders:
@@ -73,7 +74,7 @@ class UploadHeaders:
             expects_continue=_one(values, "expect").strip().lower() == "100-continue",
             raw=raw,
             digest=digests.pop() if digests else None,
-            boundary=params.get("boundary", ""),
+            boundary=params.get("boundary", "") if content_type == FORM_TYPE else "",
         )
 
     def body_limit(self, max_upload_size: int) -> int:
@@ -82,10 +83,14 @@ class UploadHeaders:
 
     def file_sizes(self, field: str) -> tuple[int, int | None]:
         """The sizes its PDF may have (None: any): a raw body is the PDF; a form's file field
-        ``field`` is at most the body less the smallest envelope Django takes it from."""
+        ``field`` is at most the body less the smallest envelope Django takes it from; any
+        other body proves nothing (a framework's parser may take it whole)."""
         size = self.declared_size
-        if size is None or self.raw:
-            return (size or 0, size)
+        if size is not None and self.raw:
+            return (size, size)
+        if size is None or not self.boundary:
+            return (0, None)
+        # the headers and the closing boundary; Django also needs a byte after it: not counted
         envelope = f"--{self.boundary}content-disposition:;name={field};filename=x\r\n\r\n"
         return (0, size - len(envelope.encode("utf-8", "replace")))
 
@@ -159,22 +164,24 @@ def parse_digest(value: str, header: str = "Repr-Digest") -> str | None:
     """The ``sha-256`` member of an RFC 9530 dictionary (RFC 8941's syntax: other members
     and parameters allowed and ignored, base64 padding optional) as lower-case hex; None
     when it names only other algorithms. Two different sha-256 members (repeated headers
-    joined by a server) are a 400."""
-    found = None
+    joined by a server), valid or not, are a 400 as such."""
+    found: set[bytes | str | None] = set()  # each member's bytes, or what is not bytes
     for name, item in _members(value, header):
-        if name != SHA256:
-            continue
-        if item is None:
-            raise BadDigest(Wording.DIGEST_FORM.format(header=header))
-        raw = _bytes(item)
-        if raw is None:
-            raise BadDigest(Wording.DIGEST_BASE64.format(header=header))
-        if len(raw) != 32:
-            raise BadDigest(Wording.DIGEST_LENGTH.format(header=header))
-        if found is not None and found != raw.hex():
-            raise RepeatedHeader(Wording.TWO_SHA256.format(header=header))
-        found = raw.hex()
-    return found
+        if name == SHA256:
+            raw = None if item is None else _bytes(item)
+            found.add(item if raw is None else raw)
+    if len(found) > 1:
+        raise RepeatedHeader(Wording.TWO_SHA256.format(header=header))
+    if not found:
+        return None
+    (one,) = found
+    if one is None:
+        raise BadDigest(Wording.DIGEST_FORM.format(header=header))
+    if isinstance(one, str):
+        raise BadDigest(Wording.DIGEST_BASE64.format(header=header))
+    if len(one) != 32:
+        raise BadDigest(Wording.DIGEST_LENGTH.format(header=header))
+    return one.hex()
 
 
 def _members(text: str, header: str) -> Iterator[tuple[str, str | None]]:

@@ -143,6 +143,23 @@ def test_concurrent_identical_async_uploads_share_one_run(pdfpool):
     assert leftovers(pdfpool()) == []
 
 
+def test_the_job_runs_under_the_running_views_key_whatever_the_record_says(pdfpool):
+    """The door's record may carry the key of another pooled view (its URL resolution is
+    not the handler's): the running view's key is the job's, never the record's."""
+    from django_pdfpool.record import RECORD, AdmissionRecord, UploadHeaders
+
+    data = b"%PDF- keyed"
+    elsewhere = f"another.view_job:{hashlib.sha256(data).hexdigest()}"
+    record = AdmissionRecord(UploadHeaders(None, False, False, False, None), key=elsewhere)
+    with held_requests(1) as threads:
+        answer = threads.submit(post, "/held/sync/", data, "10.0.3.1", **{RECORD: record})
+        wait_until(lambda: get_pool().running() == 1)
+        assert get_pool().pressure(held_key(data)).in_flight
+        assert not get_pool().pressure(elsewhere).in_flight
+        HELD.release.set()
+        assert answer.result(timeout=SOON).status_code == 200
+
+
 # --- one job per caller, queue, wait -----------------------------------------
 
 

@@ -7,6 +7,8 @@ import asyncio
 import contextlib
 from concurrent.futures import ThreadPoolExecutor
 
+import pytest
+
 from django_pdfpool import get_pool
 from django_pdfpool.admission.ledger import Ledger
 from django_pdfpool.door import Arrivals, Terms, Ticket
@@ -162,6 +164,24 @@ def test_budget_bytes_are_charged_as_they_arrive_not_as_declared():
     assert entries[1].arrived(MiB + 1, terms)  # what the first held is free again
     small = verdict(headers(content_length="10"), full, arrivals, who="ip:4", terms=terms)
     assert isinstance(small, Ticket) and small.reserved == 10
+
+
+def test_a_body_past_the_budget_is_shed_alone():
+    """The chunk that would take the budget past ``budget_bytes`` is refused and not
+    counted: the other entries' chunks within their shares still pass, and a new entry
+    still finds the bytes its body left, before the shed one is released."""
+    terms = Terms(10**7, budget=5, budget_bytes=5000, body_timeout=20, body_min_rate=500)
+    arrivals, full, upload = Arrivals(), pressure(free=0), headers(content_length="50000")
+    entries = [verdict(upload, full, arrivals, who=f"ip:{i}", terms=terms) for i in range(4)]
+    assert [e.reserved for e in entries] == [1000] * 4
+    assert entries[0].arrived(1900, terms)  # 900 past its share: what the fifth would hold
+    assert not entries[0].arrived(1500, terms)  # this chunk would take 1500 more: shed
+    assert entries[1].arrived(500, terms) and entries[2].arrived(1000, terms)  # own shares
+    assert isinstance(verdict(upload, full, arrivals, who="ip:5", terms=terms), PoolBusy)
+    small = verdict(headers(content_length="100"), full, arrivals, who="ip:6", terms=terms)
+    assert isinstance(small, Ticket) and small.reserved == 100  # the 100 B left
+    assert not entries[3].arrived(1001, terms)  # 1 past its share, 1 past the budget
+    assert entries[3].arrived(1000, terms)
 
 
 def test_a_caller_with_a_job_in_flight_gets_the_pools_429():
@@ -327,11 +347,46 @@ def test_sizes_prove_what_cannot_join_a_full_pool():
     assert verdict(small, full((2_800_000,), free=1), arrivals).kind == "budget"  # not full
 
 
+def parsed_file_size(body: bytes, boundary: str, field: str) -> int | None:
+    """The size of the file Django's MultiPartParser takes from ``body``'s ``field``."""
+    import io
+
+    from django.core.files.uploadhandler import MemoryFileUploadHandler
+    from django.http.multipartparser import MultiPartParser, MultiPartParserError
+
+    meta = {
+        "CONTENT_TYPE": f'multipart/form-data; boundary="{boundary}"',
+        "CONTENT_LENGTH": str(len(body)),
+    }
+    parser = MultiPartParser(meta, io.BytesIO(body), [MemoryFileUploadHandler()])
+    try:
+        found = parser.parse()[1].get(field)
+    except MultiPartParserError:
+        return None
+    return None if found is None else found.size
+
+
 def test_a_form_is_at_most_its_body_less_the_smallest_envelope():
-    form = headers(content_length="1000", content_type='multipart/form-data; boundary="bb"')
-    low, high = form.file_sizes("file")
-    envelope = len(b"--bbcontent-disposition:;name=file;filename=x\r\n\r\n")
-    assert (low, high) == (0, 1000 - envelope)
+    """The smallest body Django's parser takes a file from (no opening boundary, the
+    closing one and a byte after it) carries a file the door's bound allows, one byte
+    loose at most; with any byte of that envelope less, Django takes no such file."""
+    for boundary, field in (("bb", "file"), ("a'b(c)+d_e-f", "pdf")):
+        head = f"content-disposition:;name={field};filename=x\r\n\r\n".encode()
+        tail, pdf = f"--{boundary}-".encode(), b"%PDF-1.4 " + b"x" * 1000
+        envelope = head + tail
+        body = head + pdf + tail
+        assert parsed_file_size(body, boundary, field) == len(pdf)
+        form = headers(
+            content_length=str(len(body)),
+            content_type=f'multipart/form-data; boundary="{boundary}"',
+        )
+        low, high = form.file_sizes(field)
+        assert low == 0 and high is not None and len(pdf) <= high <= len(pdf) + 1
+        for gone in range(len(envelope)):
+            shorter = envelope[:gone] + envelope[gone + 1 :]
+            cut = len(head) - (gone < len(head))
+            less = shorter[:cut] + pdf + shorter[cut:]
+            assert parsed_file_size(less, boundary, field) != len(pdf)
     assert headers(content_length="1000", content_type="application/pdf").file_sizes("f") == (
         1000,
         1000,
@@ -340,6 +395,18 @@ def test_a_form_is_at_most_its_body_less_the_smallest_envelope():
         0,
         None,
     )
+
+
+def test_a_body_neither_a_form_nor_a_pdf_proves_no_size():
+    """Only a raw PDF and a multipart form with its boundary tell the file's size: any
+    other body (a framework's parser may take it whole) is never refused on its size."""
+    from django_pdfpool.admission.ledger import Pressure
+
+    full = Pressure(False, 0, False, 2.0, False, 9.0, (2_800_000,))
+    for content_type in ("application/octet-stream; boundary=b", "text/plain", ""):
+        body = headers(content_length="30000", content_type=content_type)
+        assert verdict(body, full).kind == "budget"  # it may be that job's: it may join
+        assert body.file_sizes("file") == (0, None)
 
 
 def test_the_door_counts_anonymous_callers_per_network():
@@ -355,7 +422,8 @@ def test_the_door_counts_anonymous_callers_per_network():
 
 def test_djangos_csrf_origin_check_is_asked_from_the_headers(rf, settings):
     """A foreign Origin gets CsrfViewMiddleware's own 403; the site's own and a trusted
-    one pass; without the middleware, or for Django's test client, nothing is checked."""
+    one pass; without the middleware, or for Django's test client, nothing is checked; a
+    host Django does not serve is Django's to answer (CommonMiddleware's 400, say)."""
     from django_pdfpool.door import csrf_refusal
 
     settings.MIDDLEWARE = [*settings.MIDDLEWARE, "django.middleware.csrf.CsrfViewMiddleware"]
@@ -366,12 +434,113 @@ def test_djangos_csrf_origin_check_is_asked_from_the_headers(rf, settings):
         return rf.post("/sync/", HTTP_ORIGIN=origin)
 
     refused = csrf_refusal(post("https://evil.example"))
-    assert refused is not None and refused.status_code == 403
+    assert refused is not None and refused().status_code == 403
+    elsewhere = rf.post("/sync/", HTTP_ORIGIN="https://evil.example", HTTP_HOST="evil.example")
+    assert csrf_refusal(elsewhere) is None
     assert csrf_refusal(post("http://testserver")) is None
     assert csrf_refusal(post("https://partner.example")) is None
     assert csrf_refusal(rf.post("/sync/")) is None  # no Origin: the token decides, later
     settings.MIDDLEWARE = [m for m in settings.MIDDLEWARE if "csrf" not in m]
     assert csrf_refusal(post("https://evil.example")) is None
+
+
+def test_djangos_403_and_the_frameworks_401_come_before_the_views_400(rf, settings):
+    """Without the door, CsrfViewMiddleware's process_view and the framework's
+    authentication answer before the view reads a header it cannot take: so does the door."""
+    from django.http import HttpResponse
+
+    from django_pdfpool.door import run_steps, through_door
+    from django_pdfpool.exceptions import BadDigest
+    from django_pdfpool.record import AdmissionRecord, PooledView
+
+    settings.MIDDLEWARE = [*settings.MIDDLEWARE, "django.middleware.csrf.CsrfViewMiddleware"]
+    settings.ALLOWED_HOSTS = ["testserver"]
+    bad = {"content-type": "application/pdf", "content-length": "1", "repr-digest": "sha-256=:eA:"}
+
+    async def job(upload):
+        return None
+
+    def answer(request, view, **extra):
+        return run_steps(through_door(request, AdmissionRecord.read(bad, view), view, **extra))
+
+    plain = PooledView("file", job, "j", None)
+    foreign = rf.post("/sync/", HTTP_ORIGIN="https://evil.example")
+    assert answer(foreign, plain).status_code == 403
+    assert isinstance(answer(foreign, plain, csrf_exempt=True), BadDigest)
+    locked = PooledView("file", job, "j", None, authenticate=lambda r: HttpResponse(status=401))
+    assert answer(rf.post("/sync/"), locked).status_code == 401
+    assert isinstance(answer(rf.post("/sync/"), plain), BadDigest)
+
+
+def csrf_failure_from_the_database(request, reason=""):
+    """A project's CSRF_FAILURE_VIEW: it reads the database, and defers its rendering."""
+    from django.contrib.auth.models import User
+    from django.template import engines
+    from django.template.response import TemplateResponse
+
+    users = User.objects.count()
+    template = engines["django"].from_string("refused ({{ users }} users): {{ reason }}")
+    return TemplateResponse(request, template, {"users": users, "reason": reason}, status=403)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_csrf_failure_view_runs_off_the_loop_and_is_rendered(rf, settings):
+    """On an event loop the door runs the CSRF_FAILURE_VIEW as Django runs sync code (it
+    may read the database there) and renders the response it defers, as Django would."""
+    from django_pdfpool.door import arun_steps, through_door
+    from django_pdfpool.record import AdmissionRecord, PooledView
+
+    settings.MIDDLEWARE = [*settings.MIDDLEWARE, "django.middleware.csrf.CsrfViewMiddleware"]
+    settings.CSRF_FAILURE_VIEW = "tests.test_door.csrf_failure_from_the_database"
+
+    async def job(upload):
+        return None
+
+    view = PooledView("file", job, "j", None)
+    request = rf.post("/sync/", HTTP_ORIGIN="https://evil.example")
+    record = AdmissionRecord.read({"content-type": "application/pdf", "content-length": "9"})
+    answer = asyncio.run(arun_steps(through_door(request, record, view)))
+    assert answer.status_code == 403
+    assert answer.content.startswith(b"refused (0 users): Origin checking failed")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_frameworks_probe_opens_no_connection_per_thread(rf):
+    """The framework's authentication (DRF's TokenAuthentication reads the database) runs
+    where Django runs sync code, not in pool threads whose connections nobody closes:
+    probe after probe, at most one connection is opened."""
+    from django.contrib.auth.models import User
+    from django.db.backends.signals import connection_created
+    from django.http import HttpResponse
+
+    from django_pdfpool.door import arun_steps, through_door
+    from django_pdfpool.record import AdmissionRecord, PooledView
+
+    def authenticate(probe):
+        User.objects.filter(username="nobody").exists()
+        return HttpResponse(status=401)
+
+    async def job(upload):
+        return None
+
+    view = PooledView("file", job, "j", None, authenticate=authenticate)
+    record = AdmissionRecord.read({"content-type": "application/pdf", "content-length": "9"})
+    opened = []
+
+    def note(sender, connection, **kwargs):
+        opened.append(connection)
+
+    async def probes():
+        steps = [arun_steps(through_door(rf.post("/sync/"), record, view)) for _ in range(4)]
+        return await asyncio.gather(*steps)
+
+    connection_created.connect(note)
+    try:
+        for _ in range(3):  # each asyncio.run with its own pool of threads
+            assert [a.status_code for a in asyncio.run(probes())] == [401] * 4
+    finally:
+        connection_created.disconnect(note)
+    assert len(opened) <= 1
 
 
 def test_the_frameworks_authentication_is_asked_of_a_copy_without_the_body(rf):

@@ -20,6 +20,7 @@ from tests.e2e.test_door_servers import (
     MiB,
     answered,
     connect,
+    continued,
     form_head,
     port_of,
     read_answer,
@@ -75,14 +76,20 @@ def test_a_67_mb_upload_is_refused_before_its_body_on_each_route_kind(staged, se
 
 
 def test_with_the_door_off_the_body_is_awaited(staged):
-    """The layer off: no answer comes until the body does (the server waits for it)."""
+    """The layer off: the body is asked for (``100 Continue``) and read whole, and only
+    then answered: the view's own 413."""
     off = settings(DOOR=False)
     with (
         uvicorn(APP, pdfpool=off, staged=staged, env=CONTRIB) as running,
         connect(port_of(running.url), "127.0.6.2") as sock,
     ):
-        sock.sendall(form_head("/drf/documents/", HUGE, authorization="Token alice"))
-        assert not answered(sock, 3.0)
+        sock.sendall(
+            form_head("/drf/documents/", HUGE, authorization="Token alice", expect="100-continue")
+        )
+        assert continued(sock)
+        sock.sendall(b"x" * HUGE)
+        _raw, status, _fields, body = read_answer(sock)
+    assert status == 413 and json.loads(body)["code"] == "too_large", body[:200]
 
 
 def test_a_busy_pool_is_refused_before_the_body_through_each_frameworks_handler(staged):

@@ -21,6 +21,7 @@ from tests.e2e.test_door_servers import (
     MiB,
     answered,
     connect,
+    continued,
     form_head,
     head,
     port_of,
@@ -141,22 +142,27 @@ def _held(url: str) -> list[dict]:
 def test_a_cross_site_post_gets_djangos_403_before_its_body(state):
     """Any web page can make its visitors POST to the CSRF-protected upload page: the door
     answers Django's own 403 from the headers (the Origin is not the site's) and closes the
-    connection; the body is never asked for. The site's own origin is let through."""
+    connection; the body is never asked for. The site's own origin is let through: its body
+    asked for, then Django's own answer (403: no CSRF token)."""
     with uvicorn("demo.asgi:application", env=demo_env(state), cwd=PROJECT) as server:
         port = port_of(server.url)
+        host = f"Host: 127.0.0.1:{port}".encode()  # one the site serves (else Django's 400)
         with connect(port, "127.0.30.1") as sock:
-            sock.sendall(
-                form_head("/", 100_000, origin="https://evil.example", sec_fetch_site="cross-site")
-            )
+            foreign = {"origin": "https://evil.example", "sec_fetch_site": "cross-site"}
+            cross = form_head("/", 100_000, **foreign)
+            sock.sendall(cross.replace(b"Host: test", host))
             assert answered(sock, PATIENCE)  # not a body byte sent
             _raw, status, fields, body = read_answer(sock)
             assert status == 403 and b"CSRF" in body, body[:200]
             assert fields["connection"] == "close"
             assert closed_by_server(sock, KEEP_ALIVE)
         with connect(port, "127.0.30.2") as sock:  # the site's own origin: not the door's
-            own = form_head("/", 100_000, origin=f"http://127.0.0.1:{port}")
-            sock.sendall(own.replace(b"Host: test", f"Host: 127.0.0.1:{port}".encode()))
-            assert not answered(sock, 1.0)
+            own = form_head("/", 100_000, origin=f"http://127.0.0.1:{port}", expect="100-continue")
+            sock.sendall(own.replace(b"Host: test", host))
+            assert continued(sock)  # the door let it in: the body is asked for
+            sock.sendall(b"x" * 100_000)
+            _raw, status, _fields, body = read_answer(sock)
+            assert status == 403 and b"CSRF" in body, body[:200]  # Django's, after the body
 
 
 def test_an_api_key_user_is_not_taken_for_its_address(staged):

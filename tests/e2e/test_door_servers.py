@@ -78,6 +78,20 @@ def answered(sock: socket.socket, timeout: float) -> bool:
     return bool(select.select([sock], [], [], timeout)[0])
 
 
+def continued(sock: socket.socket) -> bool:
+    """Whether the server's first answer to a head sent with ``Expect: 100-continue`` is
+    ``100 Continue`` (the application asked for the body: uvicorn's first ``receive()``)
+    rather than a final answer from the headers."""
+    raw = b""
+    deadline = time.monotonic() + PATIENCE
+    while b"\r\n\r\n" not in raw and time.monotonic() < deadline:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        raw += chunk
+    return raw.startswith(b"HTTP/1.1 100 ")
+
+
 def read_answer(sock: socket.socket) -> tuple[bytes, int, dict[str, str], bytes]:
     """Everything the server sent until it closed (or its answer is complete): the raw
     bytes, the final status, its headers and body."""
