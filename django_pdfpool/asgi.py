@@ -30,7 +30,6 @@ from .door import (
     Refusal,
     Ticket,
     arun_steps,
-    closes_connection,
     through_door,
 )
 from .exceptions import BodyTimeout, UploadTooLarge, Wording
@@ -79,11 +78,11 @@ class PdfPoolDoor:
         exempt = getattr(func, "csrf_exempt", False)
         decided = await arun_steps(through_door(request, record, view, csrf_exempt=exempt))
         if not isinstance(decided, Ticket):
-            closing = record.declares_body()  # an unread body never keeps the connection
+            unread = receive if record.declares_body() else None  # read and dropped, then closed
             if isinstance(decided, HttpResponse):
-                await send_response(decided, send, closing)
+                await send_response(decided, send, unread)
             else:
-                await send_refusal(request, send, decided, view.answer, closing)
+                await send_refusal(request, send, decided, view.answer, unread)
             return
         body = _CountedBody(request, receive, send, view.answer, decided)
         try:
@@ -143,7 +142,8 @@ class _CountedBody:
         return message
 
     async def _refuse(self, refusal: Refusal) -> Message:
-        await send_refusal(self._request, self._send, refusal, self._answer, closing=True)
+        self.ticket.release()  # the rest of the body, dropped, holds no place
+        await send_refusal(self._request, self._send, refusal, self._answer, self._receive)
         self.answered = True
         return {"type": "http.disconnect"}  # Django's handler stops reading here
 
@@ -157,27 +157,28 @@ async def send_refusal(
     send: Send,
     refusal: Refusal,
     answer: RefusalView | None = None,
-    closing: bool = False,
+    unread: Receive | None = None,
 ) -> None:
     """Answer ``refusal`` as the view's ``answer=`` or the ``REFUSAL_VIEW`` would, without
-    reading the body, with ``Connection: close`` when ``closing`` (a body is declared, or
-    comes no further) or the refusal closes it anyway (``closes_connection``). An answer
-    that reads nothing of the request is built once per distinct answer."""
-    closing = closing or closes_connection(refusal)
+    reading the body; with ``unread`` (a body is declared, or comes no further), closing the
+    connection after a ``linger``. An answer that reads nothing of the request is built once
+    per distinct answer."""
     built = prebuilt_answer(refusal, answer)
-    if built is not None:
-        status, headers, body = built
-        listed = [*headers, (b"Connection", b"close")] if closing else list(headers)
-        await send({"type": "http.response.start", "status": status, "headers": listed})
-        await send({"type": "http.response.body", "body": body})
+    if built is None:
+        await send_response(await arefusal_answer(request, refusal, answer), send, unread)
         return
-    await send_response(await arefusal_answer(request, refusal, answer), send, closing)
+    status, headers, body = built
+    listed = [*headers, (b"Connection", b"close")] if unread is not None else list(headers)
+    await send({"type": "http.response.start", "status": status, "headers": listed})
+    await send({"type": "http.response.body", "body": body, "more_body": unread is not None})
+    if unread is not None:
+        await linger(unread, send)
 
 
-async def send_response(response: HttpResponse, send: Send, closing: bool = False) -> None:
-    """A complete (not streaming) Django response, as ASGI messages; ``closing``: with
-    ``Connection: close`` (the server closes the connection once it is sent)."""
-    if closing:
+async def send_response(response: HttpResponse, send: Send, unread: Receive | None = None) -> None:
+    """A complete (not streaming) Django response, as ASGI messages; with ``unread``, with
+    ``Connection: close`` and ended only after a ``linger`` on it."""
+    if unread is not None:
         response["Connection"] = "close"
     if not response.has_header("Content-Length"):
         response["Content-Length"] = str(len(response.content))
@@ -190,7 +191,30 @@ async def send_response(response: HttpResponse, send: Send, closing: bool = Fals
     )
     start: dict[str, Any] = {"type": "http.response.start", "status": response.status_code}
     await send({**start, "headers": headers})
-    await send({"type": "http.response.body", "body": response.content})
+    more = unread is not None
+    await send({"type": "http.response.body", "body": response.content, "more_body": more})
+    if unread is not None:
+        await linger(unread, send)
+
+
+LINGER_SECONDS = 2.0  # many round trips: a client stops sending once it reads the answer
+LINGER_BYTES = 4 * 1024 * 1024  # about Linux's largest send buffer: what a client has queued
+
+
+async def linger(receive: Receive, send: Send) -> None:
+    """End an answer already sent, once the client's unread body is read and dropped, it
+    leaves, or ``LINGER_SECONDS`` or ``LINGER_BYTES`` run out (nginx's ``lingering_close``):
+    a server that closes with a body unread makes the kernel reset the connection, and the
+    client may see the reset, not the answer. The response has started: no ``100 Continue``."""
+    left = LINGER_BYTES
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(LINGER_SECONDS):
+            while left > 0:
+                message = await receive()
+                left -= len(message.get("body", b""))
+                if not message.get("more_body", False):
+                    break  # the body is complete, or the client left (``http.disconnect``)
+    await send({"type": "http.response.body", "body": b""})
 
 
 SignalHandler = Any  # what signal.getsignal returns: a callable, SIG_DFL, SIG_IGN or None

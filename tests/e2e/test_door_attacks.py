@@ -5,6 +5,7 @@ the framework's, a refused connection kept open, a body asked for that cannot jo
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import hashlib
 import json
 import socket
@@ -19,6 +20,7 @@ from django_pdfpool.record import format_digest
 from tests.e2e.test_door_servers import (
     PATIENCE,
     MiB,
+    _final,
     answered,
     connect,
     continued,
@@ -30,7 +32,7 @@ from tests.e2e.test_door_servers import (
 )
 from tests.e2e.test_example import JSON, PROJECT, demo_env, manage
 from tests.support import pdfs
-from tests.support.servers import uvicorn, wait_for
+from tests.support.servers import serve, uvicorn, wait_for
 
 CONTRIB = {"DJANGO_SETTINGS_MODULE": "tests.project.contrib_settings"}
 CONTRIB_APP = "tests.project.contrib_asgi:application"
@@ -142,8 +144,9 @@ def _held(url: str) -> list[dict]:
 def test_a_cross_site_post_gets_djangos_403_before_its_body(state):
     """Any web page can make its visitors POST to the CSRF-protected upload page: the door
     answers Django's own 403 from the headers (the Origin is not the site's) and closes the
-    connection; the body is never asked for. The site's own origin is let through: its body
-    asked for, then Django's own answer (403: no CSRF token)."""
+    connection; the body is never asked for (sent anyway, it is read and dropped first). The
+    site's own origin is let through: its body asked for, then Django's own answer (403: no
+    CSRF token)."""
     with uvicorn("demo.asgi:application", env=demo_env(state), cwd=PROJECT) as server:
         port = port_of(server.url)
         host = f"Host: 127.0.0.1:{port}".encode()  # one the site serves (else Django's 400)
@@ -155,7 +158,8 @@ def test_a_cross_site_post_gets_djangos_403_before_its_body(state):
             _raw, status, fields, body = read_answer(sock)
             assert status == 403 and b"CSRF" in body, body[:200]
             assert fields["connection"] == "close"
-            assert closed_by_server(sock, KEEP_ALIVE)
+            assert send_paced(sock, 100_000) is None  # sent anyway: read and dropped
+            assert read_to_close(sock, KEEP_ALIVE) == b""
         with connect(port, "127.0.30.2") as sock:  # the site's own origin: not the door's
             own = form_head("/", 100_000, origin=f"http://127.0.0.1:{port}", expect="100-continue")
             sock.sendall(own.replace(b"Host: test", host))
@@ -242,6 +246,84 @@ def test_a_connection_refused_from_the_headers_is_closed(staged):
         finally:
             for sock in socks:
                 sock.close()
+
+
+def send_paced(sock: socket.socket, size: int) -> OSError | None:
+    """Send ``size`` body bytes 16 KiB at a time through a small send buffer, each piece
+    only once the server has taken the one before (paced by the socket, as a real link
+    paces it); the error a send met, if any."""
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 8192)
+    try:
+        for start in range(0, size, 16384):
+            sock.sendall(b"x" * min(16384, size - start))
+    except OSError as error:  # the server closed with the body unread: the kernel's reset
+        return error
+    return None
+
+
+def read_to_close(sock: socket.socket, within: float) -> bytes | None:
+    """All the server sends until it closes the connection cleanly; None if it resets it or
+    keeps it open past ``within`` seconds."""
+    sock.settimeout(0.2)
+    raw, deadline = b"", time.monotonic() + within
+    while time.monotonic() < deadline:
+        try:
+            chunk = sock.recv(65536)
+        except TimeoutError:
+            continue
+        except ConnectionResetError:
+            return None
+        if not chunk:
+            return raw
+        raw += chunk
+    return None
+
+
+@pytest.mark.parametrize("expect", [False, True])
+@pytest.mark.parametrize("name", ["uvicorn", "hypercorn"])
+def test_a_body_refused_from_the_headers_is_read_and_dropped_before_the_close(staged, name, expect):
+    """A 400 from the headers (an unreadable digest), its declared 1 MB body sent anyway
+    once the answer is in, paced by the socket: every send is taken and the whole answer is
+    read, then the server closes cleanly (``asgi.linger``); closed at once, the kernel
+    answers the unread body with a reset. With ``Expect: 100-continue``: never a
+    ``100 Continue``, though the drain calls ``receive()``. (granian ends ``receive()`` when
+    the answer starts, and closes at once: docs/door.md.)"""
+    size = 64 * 16384
+    extra = {"expect": "100-continue"} if expect else {}
+    with (
+        serve(name, pdfpool=settings(), staged=staged) as server,
+        connect(port_of(server.url), "127.0.35.1") as sock,
+    ):
+        sock.sendall(form_head("/gated/", size, pdf_digest="sha-256=nonsense", **extra))
+        assert answered(sock, PATIENCE)  # the answer is in before the body goes
+        error = send_paced(sock, size)
+        raw = read_to_close(sock, KEEP_ALIVE)
+    assert error is None, f"a send failed: {error!r}"
+    assert raw is not None, "reset, or not closed"
+    assert b"100 Continue" not in raw
+    status, fields, body = _final(raw) or (0, {}, b"")
+    assert status == 400 and fields["connection"] == "close", raw[:300]
+    assert len(body) == int(fields["content-length"]) and json.loads(body)["error"]
+
+
+def test_the_drain_after_a_refusal_reads_a_few_mib_at_most(staged):
+    """A 413 from the headers for 200 MiB, and the client sends as fast as it can: the door
+    drops ``LINGER_BYTES`` of it, then the server closes (a reset: the rest is unread), long
+    before the 200 MiB are through (about 10 MiB here; without the cap, all 200 in well under
+    the 2 s)."""
+    sent = 0
+    with (
+        uvicorn(DOOR_APP, pdfpool=settings(), staged=staged) as server,
+        connect(port_of(server.url), "127.0.35.2") as sock,
+    ):
+        sock.sendall(form_head("/gated/", 200 * MiB))
+        assert answered(sock, PATIENCE)
+        with contextlib.suppress(OSError):
+            while sent < 200 * MiB:
+                sock.sendall(b"x" * MiB)
+                sent += MiB
+    assert sent < 100 * MiB, sent  # 4 MiB dropped, plus the kernels' buffers (tcp_rmem, tcp_wmem)
+    print(f"{sent // MiB} MiB taken before the close")
 
 
 def test_a_small_undeclared_upload_beside_a_busy_large_job_is_refused_unread(staged):
