@@ -117,9 +117,10 @@ def test_a_cancellation_inside_fn_is_a_failure_seen_by_everyone(pool_of):
 
 def test_stop_still_cancels_a_running_job(pool_of):
     pool = pool_of(1, 1, 5.0)
-    cancelled = threading.Event()
+    inside, cancelled = threading.Event(), threading.Event()
 
     async def runs_until_cancelled():
+        inside.set()
         try:
             await asyncio.sleep(60)
         except asyncio.CancelledError:
@@ -128,7 +129,8 @@ def test_stop_still_cancels_a_running_job(pool_of):
 
     async def scenario():
         job = asyncio.create_task(pool.run("k", "c", runs_until_cancelled))
-        await until(lambda: pool.running() == 1)
+        # running() counts the job from its start; its coroutine's first step comes after
+        await until(lambda: pool.running() == 1 and inside.is_set())
         await pool.stop()
         with pytest.raises(Exception) as stopped:
             await job
