@@ -165,7 +165,8 @@ def test_the_local_fallback_counts_the_jobs_running_when_redis_failed(own_redis)
 
     async def scenario():
         running = asyncio.create_task(pool.run("k", "a", held("K", gate, calls)))
-        await until(lambda: pool.running() == 1)
+        # running() counts the job once Redis admits it; it runs here once its fn has begun
+        await until(lambda: pool.running() == 1 and calls == ["K"])
         own_redis.kill()
         await until(lambda: pool.mode == "local-fallback")
         joiner = asyncio.create_task(pool.run("k", "b", held("again", gate, calls)))
