@@ -19,6 +19,7 @@ from ..exceptions import CallerBusy, PoolBusy, PoolClosed, Refused
 RECENT = 256  # how many recent durations the summaries and estimates cover
 DEFAULT_RUN_TIME = 1.0  # seconds assumed for a job before any has finished
 LIKELY = 0.9  # a Retry-After is when the place (or the caller) has freed, this often
+ALIKE = 3  # recent runs of a size within 2x a job's that make its own estimate (else all runs)
 AGAIN = 3  # a caller refused again while nothing changed: its Retry-After doubles, 3 times at most
 REMEMBERED = 1024  # callers whose refusals are remembered (the oldest forgotten first)
 
@@ -244,8 +245,8 @@ class Ledger:
     ``ceiling``: the longest a job may run, which no estimate of a job's end goes past.
     How the estimates are made: docs/pool.md (Refusals)."""
 
-    __slots__ = ("_counts", "_lock", "_queue_waits", "_refused", "_run_times", "_state", "born",
-                 "ceiling", "queue", "slots", "wait")  # fmt: skip
+    __slots__ = ("_counts", "_lock", "_queue_waits", "_refused", "_run_sizes", "_run_times",
+                 "_state", "born", "ceiling", "queue", "slots", "wait")  # fmt: skip
 
     def __init__(
         self, slots: int, ceiling: float | None = None, queue: int = 0, wait: float | None = None
@@ -256,6 +257,7 @@ class Ledger:
         self._counts = dict.fromkeys(Counter, 0)
         self._queue_waits: deque[float] = deque(maxlen=RECENT)
         self._run_times: deque[float] = deque(maxlen=RECENT)
+        self._run_sizes: deque[int | None] = deque(maxlen=RECENT)  # the input's, by _run_times
         self._refused: dict[str, int] = {}  # callers refused since the pool last changed
         self._state: Hashable = None  # the pool as last observed (a Redis pool's)
 
@@ -287,10 +289,13 @@ class Ledger:
             self._queue_waits.append(queued_for)
             self._refused.clear()
 
-    def ended(self, outcome: Counter, took: float) -> None:  # outcome: Counter.ended's
+    def ended(self, outcome: Counter, took: float, size: int | None = None) -> None:
+        """A job that held a slot ended (``outcome``: ``Counter.ended``'s) after ``took`` s;
+        ``size``: its input's bytes, if known."""
         with self._lock:
             self._counts[outcome] += 1
             self._run_times.append(took)
+            self._run_sizes.append(size)
             self._refused.clear()
 
     def gave_up(self, waited: Sequence[float], callers: int) -> None:
@@ -303,30 +308,34 @@ class Ledger:
 
     def expected_start(
         self, queued: int, running_for: Sequence[float] = (), head_waited: float | None = None,
-        *, start: bool = False, caller: str | None = None,
+        *, start: bool = False, caller: str | None = None, sizes: Sequence[int | None] = (),
     ) -> float:  # fmt: skip
         """The Retry-After until a newcomer is let in: a place frees (a running job ends, or
         the queue's head, queued ``head_waited`` s, is given up); ``start``: until it would
-        take a slot. ``running_for``: how long each running job has run."""
+        take a slot. ``running_for``: how long each running job has run; ``sizes``: their
+        inputs' bytes, if known."""
         with self._lock:
             typical = self._typical(running_for)
             behind = len(running_for) + queued + 1 - self.slots - (0 if start else self.queue)
-            seconds = self._nth_free(running_for, behind, typical)
+            seconds = self._nth_free(running_for, behind, typical, sizes)
             if head_waited is not None and self.wait is not None and not start:
                 seconds = min(seconds, max(0.0, self.wait - head_waited))
             return self._told(seconds, caller)
 
     def expected_end(
         self, running_for: float | None, ahead: int, others: Sequence[float] = (),
-        waited: float = 0.0, *, caller: str | None = None,
+        waited: float = 0.0, *, caller: str | None = None, size: int | None = None,
+        sizes: Sequence[int | None] = (),
     ) -> float:  # fmt: skip
         """The Retry-After until a caller's job ends: one running for ``running_for`` s, or
-        (None) one queued ``waited`` s behind ``ahead`` jobs while ``others`` run."""
+        (None) one queued ``waited`` s behind ``ahead`` jobs while ``others`` run; ``size``
+        and ``sizes``: the inputs' bytes of that job and of the others, if known."""
         with self._lock:
             if running_for is not None:
-                return self._told(self._freed_by((running_for,)), caller)
+                return self._told(self._freed_by((running_for,), (size,)), caller)
             typical = self._typical(others)
-            seconds = self._nth_free(others, ahead + 1, typical) + self._freed_by((0.0,))
+            seconds = self._nth_free(others, ahead + 1, typical, sizes)
+            seconds += self._freed_by((0.0,), (size,))
             if self.wait is not None:  # given up once it has waited that long
                 seconds = min(seconds, max(0.0, self.wait - waited))
             return self._told(seconds, caller)
@@ -338,11 +347,19 @@ class Ledger:
             return sum(self._run_times) / len(self._run_times)
         return max((DEFAULT_RUN_TIME, *running_for))
 
-    def _more(self, running_for: float) -> list[float]:  # under the lock
-        """What the recent runs that took longer than ``running_for`` s took more, sorted;
-        none of them: as long again (never under ``DEFAULT_RUN_TIME`` in all); never past
-        the ceiling."""
-        more = sorted(took - running_for for took in self._run_times if took > running_for)
+    def _more(self, running_for: float, size: int | None) -> list[float]:  # under the lock
+        """What the recent runs that took longer than ``running_for`` s took more, sorted (of
+        a size within 2x of ``size`` when there are ``ALIKE`` such runs); none of them: as
+        long again (never under ``DEFAULT_RUN_TIME`` in all); never past the ceiling."""
+        runs: Sequence[float] = self._run_times
+        if size is not None:
+            alike = [
+                t
+                for t, s in zip(runs, self._run_sizes, strict=True)
+                if s and size <= 2 * s <= 4 * size
+            ]
+            runs = alike if len(alike) >= ALIKE else runs
+        more = sorted(took - running_for for took in runs if took > running_for)
         if not more:
             more = [max(running_for, DEFAULT_RUN_TIME - running_for)]
         if self.ceiling is not None:
@@ -350,10 +367,14 @@ class Ledger:
             more = [min(seconds, most) for seconds in more]
         return more
 
-    def _freed_by(self, running_for: Sequence[float]) -> float:  # under the lock
-        """The first time by which one of the jobs that have run ``running_for`` s each has
-        ended in ``LIKELY`` of the cases the recent runs that took longer make."""
-        mores = [self._more(seconds) for seconds in running_for]
+    def _freed_by(self, running_for: Sequence[float], sizes: Sequence[int | None] = ()) -> float:
+        """The first time by which one of the jobs that have run ``running_for`` s each (their
+        inputs ``sizes`` bytes, if known) has ended in ``LIKELY`` of the cases the recent runs
+        that took longer make."""
+        known = list(sizes) if len(sizes) == len(running_for) else [None] * len(running_for)
+        mores = [
+            self._more(seconds, size) for seconds, size in zip(running_for, known, strict=True)
+        ]
 
         def ended(by: float) -> bool:  # all still running at ``by``: unlikely enough
             running = [1 - bisect.bisect_right(more, by) / len(more) for more in mores]
@@ -362,13 +383,15 @@ class Ledger:
         times = sorted(set().union(*mores))  # when some job may end
         return times[bisect.bisect_left(times, True, key=ended)]
 
-    def _nth_free(self, running_for: Sequence[float], n: int, typical: float) -> float:
+    def _nth_free(
+        self, running_for: Sequence[float], n: int, typical: float, sizes: Sequence[int | None]
+    ) -> float:
         """Seconds until the ``n``-th slot frees (a free slot is free now): the first once a
         running job has likely ended, each later one a typical run over the slots after."""
         free = self.slots - len(running_for)
         if n <= free:
             return 0.0
-        first = self._freed_by(running_for) if running_for else typical
+        first = self._freed_by(running_for, sizes) if running_for else typical
         return first + typical * (n - max(free, 0) - 1) / self.slots
 
     def _told(self, seconds: float, caller: str | None) -> float:  # under the lock

@@ -98,23 +98,30 @@ class Pool:
     ) -> None:
         self._books.refused(Counter.refused(refusal), caller)
 
-    def _running_for(self, now: float) -> list[float]:  # under the lock
-        return [t for job in self._jobs.values() if (t := job.running_for(now)) is not None]
+    def _runs(self, now: float) -> tuple[list[float], list[int | None]]:  # under the lock
+        """How long each running job has run, and its input's bytes (if known)."""
+        jobs = [
+            (t, job.size) for job in self._jobs.values() if (t := job.running_for(now)) is not None
+        ]
+        return [t for t, _ in jobs], [size for _, size in jobs]
 
     def _held_end(self, held: JobRecord, caller: str | None) -> float:  # rule 2's; locked
         now = time.monotonic()
         if held.state != "queued":
-            return self._books.expected_end(held.running_for(now), 0, caller=caller)
+            return self._books.expected_end(held.running_for(now), 0, caller=caller, size=held.size)
         ahead, waited = self._queue.index(held), now - held.queued_mono
-        others = self._running_for(now)
-        return self._books.expected_end(None, ahead, others, waited, caller=caller)
+        others, sizes = self._runs(now)
+        return self._books.expected_end(
+            None, ahead, others, waited, caller=caller, size=held.size, sizes=sizes
+        )
 
     def _expected_start(self, caller: str | None = None, *, start: bool = False) -> float:
         """The Retry-After until a newcomer is let in (``start``: takes a slot); locked."""
         now = time.monotonic()
         head = now - self._queue[0].queued_mono if self._queue else None
+        running_for, sizes = self._runs(now)
         return self._books.expected_start(
-            len(self._queue), self._running_for(now), head, start=start, caller=caller
+            len(self._queue), running_for, head, start=start, caller=caller, sizes=sizes
         )
 
     def idle(self) -> bool:
@@ -220,7 +227,7 @@ class Pool:
             dropped = job.release()  # stopped before fn was called: on_drop instead
             if task is not None:
                 took = time.monotonic() - (job.started_mono or job.queued_mono)
-                self._books.ended(Counter.ended(task.cancelled(), error), took)
+                self._books.ended(Counter.ended(task.cancelled(), error), took, job.size)
             job.state = "done"
             del self._jobs[job.key]
             if self._callers.get(job.caller) is job:
