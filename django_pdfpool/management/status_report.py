@@ -34,14 +34,13 @@ def check_redis(conf: RedisSettings) -> None:
     url, timeout = conf.url, conf.timeout
     client = redis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout)
     try:
-        client.ping()
+        with client:
+            client.ping()
     except redis.RedisError as error:
         raise CommandError(
             f"Redis at {presentable(url)} does not answer ({type(error).__name__}): "
             "the cluster's state cannot be read."
         ) from None
-    finally:
-        client.close()
 
 
 def annotate(data: dict[str, Any], *, fresh: bool) -> dict[str, Any]:

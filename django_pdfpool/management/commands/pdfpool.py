@@ -4,6 +4,7 @@ pool, and one PDF tried under the production limits, its outcome as text (docs/c
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import re
@@ -69,11 +70,9 @@ def file_size(path: str) -> int:
 
 def refuse_in_event_loop(message: str) -> None:
     """CommandError(``message``) when called from async code, whose loop it would block."""
-    try:
+    with contextlib.suppress(RuntimeError):  # no running loop
         asyncio.get_running_loop()
-    except RuntimeError:
-        return
-    raise CommandError(message)
+        raise CommandError(message)
 
 
 def run(
@@ -228,10 +227,9 @@ class Command(BaseCommand):
         engine = options["engine"] or conf.engine
         size, shown = file_size(path), safe(path)
         heading = f"{shown} ({fmt(size, 'bytes')})"
-        pages = "all" if conf.max_pages is None else str(conf.max_pages)
         limits = (
             f"engine {engine}, timeout {fmt(conf.timeout, 'seconds')}, memory limit "
-            f"{fmt(conf.memory_limit, 'bytes')}, pages {pages}, text "
+            f"{fmt(conf.memory_limit, 'bytes')}, pages {conf.max_pages or 'all'}, text "
             f"{fmt(conf.max_text_bytes, 'bytes')}, upload {fmt(conf.max_upload_size, 'bytes')}"
         )
         try:
