@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import textwrap
 from collections.abc import Sequence
+from operator import itemgetter
 from typing import Any
 
 from django.core.management.base import CommandError
@@ -18,6 +19,9 @@ FRESH_NOTES = {  # by backend: the command built its pool just now, nothing ran 
     "redis": " That is this command's process, which ran no job: they are left out.",
 }
 JOB_COLUMNS = ("STATE", "JOB", "CALLER", "SHARERS", "QUEUED FOR", "RUNNING FOR")
+JOB_CELLS = itemgetter(
+    "state", "short_key", "caller", "sharers", "queued_for_text", "running_for_text"
+)
 
 
 def check_redis(conf: RedisSettings) -> None:
@@ -30,14 +34,13 @@ def check_redis(conf: RedisSettings) -> None:
     url, timeout = conf.url, conf.timeout
     client = redis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout)
     try:
-        client.ping()
+        with client:
+            client.ping()
     except redis.RedisError as error:
         raise CommandError(
             f"Redis at {presentable(url)} does not answer ({type(error).__name__}): "
             "the cluster's state cannot be read."
         ) from None
-    finally:
-        client.close()
 
 
 def annotate(data: dict[str, Any], *, fresh: bool) -> dict[str, Any]:
@@ -66,15 +69,7 @@ def status_text(data: dict[str, Any]) -> str:
         ("State", "closed (draining or stopped)" if data["closed"] else "accepting"),
     ]
     jobs = [
-        [
-            job["state"],
-            job["short_key"],
-            job["caller_name"] or job["caller"],
-            str(job["sharers"]),
-            job["queued_for_text"],
-            job["running_for_text"],
-        ]
-        for job in rows["jobs"]
+        JOB_CELLS({**job, "caller": job["caller_name"] or job["caller"]}) for job in rows["jobs"]
     ]
     refusing = " (not met: extractions are refused)" if sandbox["refusing"] else ""
     blocks = [
@@ -87,11 +82,11 @@ def status_text(data: dict[str, Any]) -> str:
         holds = [
             [
                 hold["process"],
-                str(hold["pid"]),
+                hold["pid"],
                 f"{hold['lease_left']:.1f} s",
-                str(len(hold["running"])),
-                str(len(hold["queued"])),
-                str(hold["waiting"]),
+                len(hold["running"]),
+                len(hold["queued"]),
+                hold["waiting"],
             ]
             for hold in cluster["processes"]
         ]
@@ -113,7 +108,7 @@ def status_text(data: dict[str, Any]) -> str:
     ]
     if not data["fresh"] or data["scope"] == "cluster":
         whose = "the cluster" if data["scope"] == "cluster" else f"process {data['pid']}"
-        counters = [(label, str(data["counters"][field]), what) for label, field, what in COUNTERS]
+        counters = [(label, data["counters"][field], what) for label, field, what in COUNTERS]
         blocks.append([f"Counters of {whose}:", *_table(["EVENT", "COUNT", "WHAT"], counters)])
         columns = ["", *(label.upper() for label in rows["figure_columns"])]
         figures = [(label, *(text for _, _, text in cells)) for label, cells in rows["figures"]]
@@ -121,15 +116,13 @@ def status_text(data: dict[str, Any]) -> str:
     return "\n\n".join("\n".join(block) for block in blocks) + "\n"
 
 
-def _listing(name: str, header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+def _listing(name: str, header: Sequence[str], rows: Sequence[Sequence[object]]) -> list[str]:
     """``name (n):`` over a table of the rows, or ``name: none.``"""
     return [f"{name} ({len(rows)}):", *_table(header, rows)] if rows else [f"{name}: none."]
 
 
-def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+def _table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> list[str]:
     """Left-aligned columns two spaces apart, under a header row."""
-    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
-    return [
-        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
-        for row in [header, *rows]
-    ]
+    cells = [[str(cell) for cell in row] for row in [header, *rows]]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
+    return ["  ".join(map(str.ljust, row, widths)).rstrip() for row in cells]

@@ -55,17 +55,11 @@ class PoolCollector:
 
 
 def _family(metric: MetricDefinition, reading: Reading | None) -> Metric:
-    labels = [metric.label] if metric.label else []
     kind = CounterMetricFamily if metric.kind == "counter" else GaugeMetricFamily
-    family = kind(metric.name, metric.help, labels=labels)
+    family = kind(metric.name, metric.help, labels=[metric.label] if metric.label else [])
     for label, value in metric.samples(reading) if reading else ():
         family.add_metric([label] if metric.label else [], value)
     return family
-
-
-def _own_labels(metric: MetricDefinition) -> list[str]:
-    """A metric's labels in multiprocess mode, where prometheus_client adds ``pid``."""
-    return [metric.label] if metric.label and metric.label != PID_LABEL else []
 
 
 class ProcessExporter:
@@ -89,7 +83,7 @@ class ProcessExporter:
         self._counted: dict[tuple[str, str], float] = {}  # counter values already added
         self._counted_for: weakref.ref[AdmissionPool] | None = None  # the pool they are of
         self._stop: threading.Event | None = None  # set: the refreshing thread ends
-        _exporters.add(self)
+        os.register_at_fork(after_in_child=self._after_fork)
 
     def refresh(self) -> bool:
         """Copy the pool into the metrics now; False while there is no pool."""
@@ -106,7 +100,7 @@ class ProcessExporter:
             for metric in METRICS:
                 live = self._metrics[metric.name]
                 for label, value in metric.samples(reading):
-                    child = live.labels(label) if _own_labels(metric) else live
+                    child = live if metric.label in (None, PID_LABEL) else live.labels(label)
                     if isinstance(child, Gauge):
                         child.set(value)
                     else:
@@ -117,26 +111,19 @@ class ProcessExporter:
         return True
 
     def start(self) -> None:
-        """Refresh every ``interval`` seconds in a daemon thread, if not already."""
-        with self._lock:
-            if self._stop is not None:
-                return
-            stop = self._stop = threading.Event()
+        """Refresh every ``interval`` seconds in a daemon thread; started once per process."""
+        stop = self._stop = threading.Event()
         threading.Thread(
             target=self._run, args=(stop,), name="pdfpool-metrics", daemon=True
         ).start()
 
-    def stop(self) -> None:
-        """End the refreshing thread (the metrics keep their last values)."""
+    def at_exit(self) -> None:
+        """End the refreshing thread, count what happened since its last refresh, then remove
+        this process's gauges (a server's ``child_exit`` hook does so for a killed worker)."""
         with self._lock:
             if self._stop is not None:
                 self._stop.set()
                 self._stop = None
-
-    def at_exit(self) -> None:
-        """Count what happened since the last refresh, then remove this process's gauges
-        (a server's ``child_exit`` hook does the same for a worker that was killed)."""
-        self.stop()
         try:
             self.refresh()
         except Exception:
@@ -163,22 +150,14 @@ class ProcessExporter:
 
 
 def _live(metric: MetricDefinition) -> Gauge | Counter:
-    """The prometheus_client metric behind one definition, in no registry (the files are)."""
-    labels = _own_labels(metric)
+    """The prometheus_client metric behind one definition, in no registry (the files are);
+    its labels but ``pid``, which multiprocess mode adds itself."""
+    labels = [] if metric.label in (None, PID_LABEL) else [str(metric.label)]
     if metric.kind == "counter":
         return Counter(metric.name, metric.help, labels, registry=None)
     return Gauge(metric.name, metric.help, labels, registry=None, multiprocess_mode="liveall")
 
 
-_exporters: weakref.WeakSet[ProcessExporter] = weakref.WeakSet()
-
-
-def _after_fork() -> None:
-    for exporter in list(_exporters):
-        exporter._after_fork()
-
-
-os.register_at_fork(after_in_child=_after_fork)
 _registered: PoolCollector | ProcessExporter | None = None
 _registering = threading.Lock()
 

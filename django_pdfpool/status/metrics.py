@@ -13,7 +13,7 @@ from django.http import HttpRequest, HttpResponse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
-from ..admission.ledger import REFUSALS, Counter, DurationSummary, PoolSnapshot
+from ..admission.ledger import REFUSALS, Counter, PoolSnapshot
 from ..admission.protocol import AdmissionPool
 from ..conf import get_settings
 from ..configured import get_pool
@@ -33,9 +33,9 @@ class Reading:
     snapshot: PoolSnapshot
     timeout: float
     pid: int
-    arriving: tuple[str, ...] = ()  # "place" or "budget"
-    shed: int = 0
-    timed_out: int = 0
+    arriving: tuple[str, ...]  # "place" or "budget"
+    shed: int
+    timed_out: int
 
     @classmethod
     def now(cls, snapshot: PoolSnapshot, timeout: float, pid: int) -> Reading:
@@ -60,13 +60,12 @@ class MetricDefinition:
         return value if isinstance(value, list) else [("", float(value))]
 
 
-def _stats(
-    name: str, help_: str, summary: Callable[[PoolSnapshot], DurationSummary]
-) -> MetricDefinition:
+def _stats(name: str, help_: str, field: str) -> MetricDefinition:
+    """The mean, p95 and max of one of the snapshot's duration summaries, labelled ``stat``."""
+
     def read(r: Reading) -> list[MetricSample]:
-        return [
-            (stat, float(getattr(summary(r.snapshot), stat))) for stat in ("mean", "p95", "max")
-        ]
+        summary = getattr(r.snapshot, field)
+        return [(stat, float(getattr(summary, stat))) for stat in ("mean", "p95", "max")]
 
     return MetricDefinition(name, help_, read, label="stat")
 
@@ -105,10 +104,8 @@ METRICS: tuple[MetricDefinition, ...] = (
         "counter",
         "reason",
     ),
-    _stats(
-        "pdfpool_queue_wait_seconds", "Queue wait of recently started jobs.", lambda s: s.queue_wait
-    ),
-    _stats("pdfpool_run_seconds", "Run time of recently finished jobs.", lambda s: s.run_time),
+    _stats("pdfpool_queue_wait_seconds", "Queue wait of recently started jobs.", "queue_wait"),
+    _stats("pdfpool_run_seconds", "Run time of recently finished jobs.", "run_time"),
     MetricDefinition(
         "pdfpool_door_held",
         "Bodies the door let in that are still arriving, on a place or the budget.",

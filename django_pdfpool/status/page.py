@@ -223,13 +223,7 @@ def status_context(data: dict[str, Any], dash: str = "—") -> dict[str, Any]:
         "counters": counters,
         "figure_columns": [label for label, _ in DURATIONS],
         "figures": [
-            (
-                label,
-                [
-                    (f"{field}.{stat}", kind, _figure(data[field], stat, kind, dash))
-                    for _, field in DURATIONS
-                ],
-            )
+            (label, [_figure(data, field, stat, kind, dash) for _, field in DURATIONS])
             for label, stat, kind in DURATION_ROWS
         ],
         "chart": chart(data),
@@ -255,11 +249,12 @@ def status_context(data: dict[str, Any], dash: str = "—") -> dict[str, Any]:
     }
 
 
-def _figure(summary: dict[str, Any], stat: str, kind: str, dash: str) -> str:
-    """A duration summary's ``stat``, formatted; ``dash`` while it has no job."""
+def _figure(data: dict[str, Any], field: str, stat: str, kind: str, dash: str) -> tuple[str, ...]:
+    """A duration summary's ``stat``: its JSON field, format and text (``dash`` while no job)."""
+    summary, path = data[field], f"{field}.{stat}"
     if kind == "int":
-        return str(summary[stat])
-    return fmt(summary[stat], "seconds") if summary["count"] else dash
+        return path, kind, str(summary[stat])
+    return path, kind, fmt(summary[stat], "seconds") if summary["count"] else dash
 
 
 def chart(data: dict[str, Any]) -> dict[str, Any]:

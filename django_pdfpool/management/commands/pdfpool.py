@@ -4,11 +4,12 @@ pool, and one PDF tried under the production limits, its outcome as text (docs/c
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
+import re
 import stat
 import time
-import unicodedata
 from collections.abc import Callable
 from typing import Any
 
@@ -43,19 +44,16 @@ PREVIEW_CHARS = 600  # of the text, shown without --text
 LIMITS = ("timeout", "memory_limit", "max_pages", "max_text_bytes")  # the settings extract() takes
 ERROR_FIELDS = ("code", "message", "detail", "elapsed", "peak_rss")  # of ExtractionError, as JSON
 
-# Bidirectional overrides and isolates: they reorder what a terminal shows (CVE-2021-42574)
-_BIDI = {"\u061c", "\u200e", "\u200f", *map(chr, range(0x202A, 0x202F))}
-_BIDI |= set(map(chr, range(0x2066, 0x206A)))
+# Control characters (category Cc), and the bidirectional marks, embeddings, overrides and
+# isolates that reorder what a terminal shows (CVE-2021-42574)
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 
 
 def safe(text: str, *, keep: str = "") -> str:
     """``text`` with control characters (but those in ``keep``) and bidirectional controls
     escaped: what a hostile PDF says must not drive the operator's terminal."""
-    return "".join(
-        ch.encode("unicode_escape").decode("ascii")
-        if ch not in keep and (unicodedata.category(ch) == "Cc" or ch in _BIDI)
-        else ch
-        for ch in text
+    return _UNSAFE.sub(
+        lambda m: m[0] if m[0] in keep else m[0].encode("unicode_escape").decode(), text
     )
 
 
@@ -72,33 +70,27 @@ def file_size(path: str) -> int:
 
 def refuse_in_event_loop(message: str) -> None:
     """CommandError(``message``) when called from async code, whose loop it would block."""
-    try:
+    with contextlib.suppress(RuntimeError):  # no running loop
         asyncio.get_running_loop()
-    except RuntimeError:
-        return
-    raise CommandError(message)
+        raise CommandError(message)
 
 
 def run(
-    path: str, conf: PoolSettings, engine: str, progress: Callable[[float], None] | None
+    path: str, conf: PoolSettings, engine: str, say: Callable[[str], None] | None
 ) -> Extraction:
-    """Extract ``path`` in a cold child (no template left behind), calling ``progress(elapsed)``
-    every ``PROGRESS_EVERY`` seconds while it runs; raises ExtractionError."""
+    """Extract ``path`` in a cold child (no template left behind) under the settings' limits,
+    telling ``say`` every ``PROGRESS_EVERY`` seconds while it runs; raises ExtractionError."""
     refuse_in_event_loop("pdfpool extract runs its own event loop: call it from synchronous code.")
-    limits: dict[str, Any] = {name: getattr(conf, name) for name in LIMITS}
+    limits = {name: getattr(conf, name) for name in LIMITS}
+    configure_extraction(child_env=conf.sandbox.child_env)
 
     async def extracting() -> Extraction:
         start = time.monotonic()
         task = asyncio.ensure_future(extract_file(path, warm=False, engine=engine, **limits))
-        try:
-            while not (await asyncio.wait({task}, timeout=PROGRESS_EVERY if progress else None))[0]:
-                if progress is not None:
-                    progress(time.monotonic() - start)
-            return task.result()
-        finally:
-            if not task.done():  # interrupted (Ctrl-C): the child is killed and reaped
-                task.cancel()
-                await asyncio.gather(task, return_exceptions=True)
+        while say and not (await asyncio.wait({task}, timeout=PROGRESS_EVERY))[0]:
+            took, timeout = time.monotonic() - start, fmt(conf.timeout, "seconds")
+            say(f"{safe(path)}: still extracting, {took:.0f} s of {timeout} so far")
+        return await task  # interrupted (Ctrl-C): asyncio.run cancels it, the child is reaped
 
     return asyncio.run(extracting())
 
@@ -130,12 +122,9 @@ def summary(result: Extraction, *, full_text: bool) -> str:
     rows += [(f"meta {safe(key)}", safe(value)) for key, value in sorted(result.metadata.items())]
     width = max(len(label) for label, _ in rows)
     lines = [f"{label.ljust(width)}  {value}" for label, value in rows]
-    if not full_text and len(result.text) > PREVIEW_CHARS:
-        lines += [f"--- text, first {PREVIEW_CHARS} characters (--text for all) ---"]
-        text = result.text[:PREVIEW_CHARS]
-    else:
-        lines, text = [*lines, "--- text ---"], result.text
-    return "\n".join([*lines, safe(text, keep="\n\t"), ""])
+    text = result.text if full_text else result.text[:PREVIEW_CHARS]
+    cut_at = f", first {PREVIEW_CHARS} characters (--text for all)" if text != result.text else ""
+    return "\n".join([*lines, f"--- text{cut_at} ---", safe(text, keep="\n\t"), ""])
 
 
 class Command(BaseCommand):
@@ -238,10 +227,9 @@ class Command(BaseCommand):
         engine = options["engine"] or conf.engine
         size, shown = file_size(path), safe(path)
         heading = f"{shown} ({fmt(size, 'bytes')})"
-        pages = "all" if conf.max_pages is None else str(conf.max_pages)
         limits = (
             f"engine {engine}, timeout {fmt(conf.timeout, 'seconds')}, memory limit "
-            f"{fmt(conf.memory_limit, 'bytes')}, pages {pages}, text "
+            f"{fmt(conf.memory_limit, 'bytes')}, pages {conf.max_pages or 'all'}, text "
             f"{fmt(conf.max_text_bytes, 'bytes')}, upload {fmt(conf.max_upload_size, 'bytes')}"
         )
         try:
@@ -256,19 +244,11 @@ class Command(BaseCommand):
                     raise CommandError("--pool runs the pool's job, with the ENGINE setting.")
                 result = extract_pooled(path, caller=options["caller"])
             else:
-                progress = None
-                if size >= PROGRESS_BYTES and not options["no_progress"]:
+                loud = size >= PROGRESS_BYTES and not options["no_progress"]
+                if loud:
                     self.stderr.write(f"{heading}: extracting with {limits}")
-                    timeout = fmt(conf.timeout, "seconds")
-
-                    def progress(elapsed: float) -> None:
-                        self.stderr.write(
-                            f"{shown}: still extracting, {elapsed:.0f} s of {timeout} so far"
-                        )
-
-                configure_extraction(child_env=conf.sandbox.child_env)
                 try:
-                    result = run(path, conf, engine, progress)
+                    result = run(path, conf, engine, self.stderr.write if loud else None)
                 except (ImportError, ValueError) as error:  # an engine not installed, a bad limit
                     raise CommandError(str(error)) from None
         except ExtractionError as error:
