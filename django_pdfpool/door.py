@@ -1,8 +1,6 @@
 """The door: the pool's (and Django's, and the framework's) answer to an upload from its
-headers, before its body is read; never another answer. An upload that might join is let in
-on a budget whose bytes are charged as they arrive; every ticket has a deadline. ``decide``
-is the rule; ``through_door`` asks what it needs, for ``PdfPoolDoor`` (ASGI) and
-``AdmissionMiddleware`` (WSGI) alike, as one step function (sans IO). See docs/door.md."""
+headers, before its body is read; never another answer. ``decide`` is the rule;
+``through_door`` asks what it needs, as one step function for both adapters (docs/door.md)."""
 
 from __future__ import annotations
 
@@ -15,8 +13,7 @@ import io
 import logging
 import threading
 import time
-from collections import Counter
-from collections.abc import Awaitable, Callable, Generator
+from collections.abc import Awaitable, Callable, Generator, Iterator
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Generic, Literal, TypeVar, cast
@@ -52,8 +49,7 @@ Sizes = tuple[int, int | None]  # the sizes a body's PDF may have, low to high (
 
 
 def closes_connection(refusal: Exception) -> bool:
-    """Whether an answer to ``refusal`` closes the connection even if no body was declared: a
-    413 (the rest of the body is over the limit) or a 408 (the rest is not coming)."""
+    """Whether its answer closes the connection even with no body declared: 413 or 408."""
     return isinstance(refusal, UploadTooLarge | BodyTimeout)
 
 
@@ -70,8 +66,7 @@ class Terms:
 
 
 def terms() -> Terms:
-    """The door's terms from the settings (its defaults while it is off: the status page
-    still shows them)."""
+    """The door's terms from the settings (its defaults while it is off, for the status page)."""
     conf = get_settings()
     door = conf.door or DoorSettings.defaults()
     timing = (door.body_timeout, door.body_min_rate, door.body_timeout_max)
@@ -130,84 +125,63 @@ class Ticket:
     def released(self) -> bool:
         return self._arrivals is None
 
-    def release(self) -> None:
-        self._let_go()
-
     def time_out(self) -> None:
         """Release it as past its deadline (counted once, whoever notices first)."""
-        arrivals = self._let_go()
-        if arrivals is not None:
-            arrivals.count_timed_out()
+        self.release(timed_out=True)
 
-    def _watch(self, watcher: Callable[[], object]) -> bool:
-        """Call ``watcher`` at the release; False (and no call) if it is released already."""
-        with self._lock:
-            if self._arrivals is not None:
-                self._watchers.append(watcher)
-                return True
-        return False
-
-    def _unwatch(self, watcher: Callable[[], object]) -> None:
-        with self._lock:
-            if watcher in self._watchers:
-                self._watchers.remove(watcher)
-
-    def wait_released(self, timeout: float) -> bool:  # on a sync request's thread
-        gone = threading.Event()
-        if not self._watch(gone.set):
-            return True
-        if gone.wait(max(0.0, timeout)):
-            return True
-        self._unwatch(gone.set)
-        return self.released
-
-    async def areleased(self, timeout: float) -> bool:
-        """Await the release up to ``timeout`` s, woken by whichever thread releases it."""
-        loop = asyncio.get_running_loop()
-        gone: asyncio.Future[None] = loop.create_future()
-
-        def wake() -> None:
-            if not gone.done():
-                gone.set_result(None)
-
-        def watcher() -> None:
-            loop.call_soon_threadsafe(wake)
-
-        if not self._watch(watcher):
-            return True
-        try:
-            await asyncio.wait_for(gone, max(0.0, timeout))
-        except TimeoutError:
-            self._unwatch(watcher)
-            return self.released
-        except BaseException:  # cancelled: the client left
-            self._unwatch(watcher)
-            raise
-        return True
-
-    def _let_go(self) -> Arrivals | None:
+    def release(self, timed_out: bool = False) -> None:
+        """Give it back, once; wake who waits for that."""
         with self._lock:
             arrivals, self._arrivals = self._arrivals, None
             watchers, self._watchers = self._watchers, []
         if arrivals is not None:
-            arrivals.forget(self)
+            arrivals.forget(self, timed_out)
         for watcher in watchers:
             with contextlib.suppress(RuntimeError):  # a waiter's loop that has closed
                 watcher()
-        return arrivals
+
+    def wait_released(self, timeout: float) -> bool:  # on a sync request's thread
+        gone = threading.Event()
+        with self._watching(gone.set):
+            gone.wait(max(0.0, timeout))
+        return self.released
+
+    async def areleased(self, timeout: float) -> bool:
+        """Await the release up to ``timeout`` s, woken by whichever thread releases it."""
+        gone = asyncio.Event()
+        wake = partial(asyncio.get_running_loop().call_soon_threadsafe, gone.set)
+        with self._watching(wake), contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(gone.wait(), max(0.0, timeout))
+        return self.released
+
+    @contextlib.contextmanager
+    def _watching(self, watcher: Callable[[], object]) -> Iterator[None]:
+        """``watcher`` called at the release (at once if it is released already) while in
+        the block; a cancel too leaves it unwatched."""
+        with self._lock:
+            held = self._arrivals is not None
+            if held:
+                self._watchers.append(watcher)
+        if not held:
+            watcher()
+        try:
+            yield
+        finally:
+            with self._lock:
+                if watcher in self._watchers:
+                    self._watchers.remove(watcher)
 
 
 class Arrivals:
     """This process's bodies let in and still arriving: places (each a place the pool
-    will be asked for) and budget entries (bodies that may join), with the keys they
-    declared, the bytes the budget holds, what was shed and what timed out. Thread-safe."""
+    will be asked for) and budget entries (bodies that may join), with the bytes the budget
+    holds, what was shed and what timed out. Thread-safe."""
 
-    __slots__ = ("_charged", "_keys", "_lock", "_tickets", "shed", "timed_out")
+    __slots__ = ("_charged", "_lock", "_tickets", "shed", "timed_out")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()  # guards every field, and each held ticket's received
         self._tickets: set[Ticket] = set()
-        self._keys: Counter[str] = Counter()  # declared keys of the bodies arriving
         self._charged = 0  # budget bytes held: each entry's reserve, or what it has sent
         self.shed = 0  # refused past the budget (they might have joined)
         self.timed_out = 0  # let in, then past their deadline
@@ -219,7 +193,7 @@ class Arrivals:
     def carries(self, key: str | None) -> bool:
         """Whether a body arriving now declared ``key``: its job will be there to join."""
         with self._lock:
-            return key is not None and key in self._keys
+            return key is not None and any(t.key == key for t in self._tickets)
 
     def may_start(self, sizes: Sizes, keyed: bool = False) -> bool:
         """Whether a body on a place may start a job of one of ``sizes`` (an upload that
@@ -239,7 +213,6 @@ class Arrivals:
             return next((t for t in self._tickets if t.who == who), None)
 
     def holds_place(self, who: str) -> bool:
-        """Whether ``who`` has a body arriving on a place."""
         with self._lock:
             return any(t.kind == "place" and t.who == who for t in self._tickets)
 
@@ -248,11 +221,7 @@ class Arrivals:
     ) -> Ticket | None:
         """A place if fewer than ``free`` are taken by arriving bodies and ``who`` holds
         none (one job per caller: a second body of theirs can only join)."""
-        with self._lock:
-            places = [t for t in self._tickets if t.kind == "place"]
-            if len(places) >= free or any(t.who == who for t in places):
-                return None
-            return self._take(Ticket(self, who, "place", key, 0, sizes))
+        return self._take(Ticket(self, who, "place", key, 0, sizes), free)
 
     def budget(
         self, who: str, key: str | None, size: int, terms: Terms, sizes: Sizes = (0, None)
@@ -261,20 +230,21 @@ class Arrivals:
         reserves ``size`` up to its share of ``budget_bytes`` (``budget_bytes / budget``)
         and is charged past that as its bytes arrive, not as they are declared."""
         reserve = min(size, terms.budget_bytes // max(terms.budget, 1))
-        with self._lock:
-            entries = [t for t in self._tickets if t.kind == "budget"]
-            if len(entries) >= terms.budget or any(t.who == who for t in entries):
-                return None
-            if self._charged + reserve > terms.budget_bytes:
-                return None
-            self._charged += reserve
-            return self._take(Ticket(self, who, "budget", key, reserve, sizes))
+        entry = Ticket(self, who, "budget", key, reserve, sizes)
+        return self._take(entry, terms.budget, terms.budget_bytes)
 
-    def _take(self, ticket: Ticket) -> Ticket:
-        self._tickets.add(ticket)
-        if ticket.key is not None:
-            self._keys[ticket.key] += 1
-        return ticket
+    def _take(self, ticket: Ticket, most: int, most_bytes: int = 0) -> Ticket | None:
+        """``ticket`` held, unless ``most`` of its kind are, or one of its caller's is, or
+        a budget entry's reserve would take the budget past ``most_bytes``."""
+        with self._lock:
+            same = [t for t in self._tickets if t.kind == ticket.kind]
+            if len(same) >= most or any(t.who == ticket.who for t in same):
+                return None
+            if ticket.kind == "budget" and self._charged + ticket.reserved > most_bytes:
+                return None
+            self._charged += ticket.reserved
+            self._tickets.add(ticket)
+            return ticket
 
     def charge(self, ticket: Ticket, size: int, terms: Terms) -> bool:
         """``Ticket.arrived``: its bytes counted, a budget entry's past its reserve charged;
@@ -296,10 +266,6 @@ class Arrivals:
         with self._lock:
             self.shed += 1
 
-    def count_timed_out(self) -> None:
-        with self._lock:
-            self.timed_out += 1
-
     def expire(self, terms: Terms, now: float | None = None) -> list[Ticket]:
         """Release every ticket past its deadline (so that a silent client holds nothing);
         the adapters answer those requests 408 when they next look."""
@@ -311,8 +277,8 @@ class Arrivals:
         return overdue
 
     def held(self, terms: Terms) -> list[HeldInfo]:
-        """The bodies arriving now, oldest first; one past its deadline holds nothing, read
-        or not, so it is released first (every reader agrees: status page, metrics)."""
+        """The bodies arriving now, oldest first, those past their deadline released first
+        (every reader agrees: status page, metrics)."""
         self.expire(terms)
         now = time.monotonic()
         with self._lock:
@@ -322,18 +288,14 @@ class Arrivals:
             for t in tickets
         ]
 
-    def forget(self, ticket: Ticket) -> None:
+    def forget(self, ticket: Ticket, timed_out: bool = False) -> None:
         """Drop a released ticket (``Ticket.release`` calls it)."""
         with self._lock:
-            if ticket not in self._tickets:
-                return
-            self._tickets.discard(ticket)
-            if ticket.kind == "budget":
-                self._charged -= max(ticket.reserved, ticket.received)
-            if ticket.key is not None:
-                self._keys[ticket.key] -= 1
-                if not self._keys[ticket.key]:
-                    del self._keys[ticket.key]
+            self.timed_out += timed_out
+            if ticket in self._tickets:
+                self._tickets.discard(ticket)
+                if ticket.kind == "budget":
+                    self._charged -= max(ticket.reserved, ticket.received)
 
 
 TERMS = Terms(0, 0, 0, 20.0, 500)  # a ticket's until ``decide`` gives it the settings'
@@ -357,17 +319,15 @@ def decide(
     ``key``: the single-flight key the upload declares, if any (and trusted); ``who``: the
     caller, or its network when ``known`` is False (the caller could not be told before
     the body); ``field``: the form field a multipart body carries its PDF in."""
-    too_much = upload.declares_too_much(terms.max_upload_size)
-    limit, sizes = upload.body_limit(terms.max_upload_size), upload.file_sizes(field)
     if pressure.closed:
         return jobs.closing(), False
-    if too_much:
+    if upload.declares_too_much(terms.max_upload_size):
         return UploadTooLarge.over(terms.max_upload_size), False
     arrivals.expire(terms)
+    limit, sizes = upload.body_limit(terms.max_upload_size), upload.file_sizes(field)
     size = limit if upload.declared_size is None else upload.declared_size
-    decided = _rule(
-        key, pressure, arrivals, who, known and pressure.caller_busy, size, sizes, terms
-    )
+    busy = known and pressure.caller_busy
+    decided = _rule(key, pressure, arrivals, who, busy, size, sizes, terms)
     if isinstance(decided[0], Ticket):
         decided[0].limit, decided[0].terms = limit, terms  # what its body is read against
     return decided
@@ -431,7 +391,7 @@ class Call(Generic[Value]):
 
     @classmethod
     def quick(cls, read: Callable[[], Value]) -> Call[Value]:
-        """``read`` as it is on either side: it never waits (fine on an event loop)."""
+        """``read``, which never waits: called as it is on either side."""
 
         async def on_the_loop() -> Value:
             return read()
@@ -445,9 +405,8 @@ class Call(Generic[Value]):
 
     @classmethod
     def django(cls, code: Callable[[], Value]) -> Call[Value]:
-        """``code``, which may use the database: off the event loop on the thread Django
-        runs a request's sync code on (``thread_sensitive``), never a pool thread that
-        would keep its connections open."""
+        """``code``, which may use the database: on the thread Django runs a request's sync
+        code on, never a pool thread that would keep its connections open."""
         return cls(code, sync_to_async(code, thread_sensitive=True))
 
 
@@ -472,8 +431,8 @@ def run_steps(steps: Steps[Value]) -> Value:
 
 
 async def arun_steps(steps: Steps[Value]) -> Value:
-    """Run ``steps`` on this event loop: each call's async side, awaited (a cancel too is
-    raised inside the step function)."""
+    """``run_steps`` on this event loop: each call's async side (a cancel too is raised
+    inside the step function)."""
     try:
         call = next(steps)
         while True:
@@ -487,30 +446,33 @@ async def arun_steps(steps: Steps[Value]) -> Value:
         return cast(Value, done.value)
 
 
+@contextlib.contextmanager
+def _asking(request: HttpRequest) -> Iterator[None]:
+    """While the door asks ``CALLER``: one that raises (it reads ``request.user``, say,
+    written for the view) cannot tell before the body, and is asked in the view."""
+    request.META[ASKING] = True
+    try:
+        yield
+    except Exception:
+        logger.debug("CALLER could not tell the door who asks", exc_info=True)
+    finally:
+        del request.META[ASKING]
+
+
 def ask_caller(request: HttpRequest) -> str | None:
     """The caller, asked from a sync request's thread (where it may read the database);
     None when the ``CALLER`` function cannot tell before the body."""
-    request.META[ASKING] = True
-    try:
+    with _asking(request):
         return caller_of(request)
-    except Exception:  # written for the view (it reads request.user, say): asked there
-        logger.debug("CALLER could not tell the door who asks", exc_info=True)
-        return None
-    finally:
-        del request.META[ASKING]
+    return None
 
 
 async def aask_caller(request: HttpRequest) -> str | None:
     """``ask_caller`` from an event loop (``acaller_of``: a project's sync function runs
     in a thread; ``request.user`` resolved first, where authentication has run)."""
-    request.META[ASKING] = True
-    try:
+    with _asking(request):
         return await acaller_of(request)
-    except Exception:  # as in ask_caller
-        logger.debug("CALLER could not tell the door who asks", exc_info=True)
-        return None
-    finally:
-        del request.META[ASKING]
+    return None
 
 
 def csrf_refusal(request: HttpRequest) -> Callable[[], HttpResponse] | None:
@@ -530,15 +492,13 @@ def csrf_refusal(request: HttpRequest) -> Callable[[], HttpResponse] | None:
         return None
     if middleware._origin_verified(request):
         return None
-    return partial(_csrf_rejected, middleware, request)
 
+    def rejected() -> HttpResponse:  # rendered as Django's handler renders a TemplateResponse
+        response = middleware._reject(request, REASON_BAD_ORIGIN % request.META["HTTP_ORIGIN"])
+        render = getattr(response, "render", None)
+        return cast(HttpResponse, render() if callable(render) else response)
 
-def _csrf_rejected(middleware: Any, request: HttpRequest) -> HttpResponse:
-    """``CsrfViewMiddleware``'s 403, rendered as Django's handler renders a response that
-    defers it (a ``TemplateResponse`` from the ``CSRF_FAILURE_VIEW``)."""
-    response = middleware._reject(request, REASON_BAD_ORIGIN % request.META["HTTP_ORIGIN"])
-    render = getattr(response, "render", None)
-    return cast(HttpResponse, render() if callable(render) else response)
+    return rejected
 
 
 @functools.lru_cache(maxsize=4)
@@ -623,15 +583,13 @@ def through_door(
 
 def door_status() -> dict[str, Any]:
     """This process's door, JSON-ready: the bodies arriving (caller, place or budget,
-    bytes so far, age, seconds left), what was shed past the budget, what timed out."""
-    door_terms = terms()
+    bytes so far, age, seconds left), what was shed past the budget, what timed out, and
+    its terms."""
+    door_terms = dataclasses.asdict(terms())
+    del door_terms["max_upload_size"]
     return {
-        "held": [dataclasses.asdict(held) for held in ARRIVING.held(door_terms)],
+        "held": [dataclasses.asdict(held) for held in ARRIVING.held(terms())],
         "shed": ARRIVING.shed,
         "timed_out": ARRIVING.timed_out,
-        "budget": door_terms.budget,
-        "budget_bytes": door_terms.budget_bytes,
-        "body_timeout": door_terms.body_timeout,
-        "body_min_rate": door_terms.body_min_rate,
-        "body_timeout_max": door_terms.body_timeout_max,
+        **door_terms,
     }
