@@ -48,7 +48,7 @@ Value = TypeVar("Value")  # what a step's call gives
 Sizes = tuple[int, int | None]  # the sizes a body's PDF may have, low to high (None: any)
 
 
-def closes_connection(refusal: Exception) -> bool:
+def closes_connection(refusal: object) -> bool:
     """Whether its answer closes the connection even with no body declared: 413 or 408."""
     return isinstance(refusal, UploadTooLarge | BodyTimeout)
 

@@ -72,15 +72,14 @@ class AdmissionMiddleware:
         exempt = getattr(func, "csrf_exempt", False)
         decided = yield from through_door(request, record, view, csrf_exempt=exempt)
         if not isinstance(decided, Ticket):
-            closing = record.declares_body()
+            closing = record.declares_body() or closes_connection(decided)
             if isinstance(decided, HttpResponse):
                 refused = decided
             else:
-                answer = partial(refusal_answer, request, decided, view.answer)
+                said = (request, decided, view.answer)
                 refused = yield Call(
-                    answer, partial(arefusal_answer, request, decided, view.answer)
+                    partial(refusal_answer, *said), partial(arefusal_answer, *said)
                 )
-                closing = closing or closes_connection(decided)
             if asgi and closing:  # under WSGI Connection is the server's
                 refused["Connection"] = "close"
             return refused

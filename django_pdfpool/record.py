@@ -37,6 +37,7 @@ SINGLE = ("content-type", "content-length", *RAW_DIGESTS, FILE_DIGEST)
 """Headers that must come once: two of them could be read differently by two readers."""
 
 Headers = Mapping[str, str] | Iterable[tuple[str, str]]
+_QUOTED = re.compile(r'"(?:[^"\\]|\\.)*(?:"|\\?\Z)', re.DOTALL)  # a quoted string, maybe unclosed
 
 
 @dataclass(frozen=True)
@@ -57,7 +58,7 @@ class UploadHeaders:
         read alike: a malformed digest, a repeated header, a chunked multipart form."""
         values = _collect(headers)
         content_type = _one(values, "content-type")
-        if "," in _unquoted(content_type):  # two, joined by a server: one media type has none
+        if "," in _QUOTED.sub("", content_type):  # two joined by a server: one type has none
             raise RepeatedHeader(Wording.REPEATED_HEADER.format(header="Content-Type"))
         content_type, params = parse_header_parameters(content_type)
         raw = content_type == PDF_TYPE
@@ -116,21 +117,6 @@ def _one(values: dict[str, list[str]], name: str) -> str:
     if len(found) > 1 and name in SINGLE and not equal_lengths:
         raise RepeatedHeader(Wording.REPEATED_HEADER.format(header=name.title()))
     return found[0] if found else ""
-
-
-def _unquoted(value: str) -> str:
-    """``value`` without its quoted strings (a quoted boundary may hold a comma)."""
-    out, quoted, escaped = [], False, False
-    for char in value:
-        if escaped:
-            escaped = False
-        elif quoted and char == "\\":
-            escaped = True
-        elif char == '"':
-            quoted = not quoted
-        elif not quoted:
-            out.append(char)
-    return "".join(out)
 
 
 def _length(value: str) -> int | None:
@@ -289,15 +275,9 @@ def route_of(request: HttpRequest) -> ResolverMatch | None:
         return None
 
 
-def pooled_view(path_info: str, urlconf: str | None = None) -> PooledView | None:
-    """The pooled view ``path_info`` resolves to, or None (not found, or not pooled): a
-    POST whose URL Django's own resolver maps to a pooled view (no second list of URLs)."""
-    found = pooled_route(path_info, urlconf)
-    return None if found is None else found[1]
-
-
 def pooled_route(path_info: str, urlconf: str | None = None) -> tuple[Any, PooledView] | None:
-    """``pooled_view``'s route: the view function Django will call, and its pooled view."""
+    """The view function Django will call for a POST to ``path_info``, and its pooled view;
+    None if it is not pooled (Django's own resolver: no second list of URLs)."""
     try:
         match = resolve(path_info, urlconf)
     except Resolver404:
@@ -345,33 +325,23 @@ def _closed_over(func: Callable[..., Any]) -> PooledView | None:
     return None
 
 
-def pooled_routes(urlconf: str | None = None) -> Iterator[tuple[str, Any, PooledView]]:
-    """Every route of the URLconf whose view is pooled: its pattern, view and pooled view."""
-
-    def walk(patterns: list[Any], prefix: str) -> Iterator[tuple[str, Any, PooledView]]:
-        for pattern in patterns:
-            if isinstance(pattern, URLResolver):
-                yield from walk(pattern.url_patterns, prefix + str(pattern.pattern))
-            elif isinstance(pattern, URLPattern):
-                found = pooled_view_of(pattern.callback)
-                if found is not None:
-                    yield prefix + str(pattern.pattern), pattern.callback, found
-
-    yield from walk(get_resolver(urlconf).url_patterns, "/")
-
-
 def framework_mismatches(urlconf: str | None = None) -> list[tuple[str, str]]:
     """Routes of DRF or django-ninja pooled by ``django_pdfpool.pdf_pooled`` instead of
     the framework's integration, with the integration to use (for ``manage.py check``):
     such a route works, but answers refusals itself, not through the framework's handlers
     (and names ninja's callers by ``request.user``, not ``request.auth``)."""
-    found = []
-    for route, view, pooled in pooled_routes(urlconf):
-        framework = _framework(view)
-        integration = f"django_pdfpool.contrib.{framework}"
-        if framework is not None and getattr(pooled.answer, "__module__", "") != integration:
-            found.append((route, integration))
-    return found
+
+    def walk(patterns: list[Any], prefix: str) -> Iterator[tuple[str, str]]:
+        for pattern in patterns:
+            if isinstance(pattern, URLResolver):
+                yield from walk(pattern.url_patterns, prefix + str(pattern.pattern))
+            elif isinstance(pattern, URLPattern):
+                pooled, framework = pooled_view_of(pattern.callback), _framework(pattern.callback)
+                integration = f"django_pdfpool.contrib.{framework}"
+                if pooled and framework and getattr(pooled.answer, "__module__", "") != integration:
+                    yield prefix + str(pattern.pattern), integration
+
+    return list(walk(get_resolver(urlconf).url_patterns, "/"))
 
 
 def _framework(view: Any) -> str | None:
