@@ -339,33 +339,27 @@ def _rule(
 ) -> tuple[Refusal | Ticket, bool]:  # fmt: skip
     """``decide``'s rule, once the upload is within the limit and the pool open."""
 
+    def refused(shed: bool) -> tuple[Refusal, bool]:  # the pool's rule 2 (busy), else rule 3
+        if busy:
+            return jobs.caller_busy(pressure.caller_retry_after), shed
+        return jobs.queue_full(pressure.retry_after), shed
+
     def may_join() -> tuple[Refusal | Ticket, bool]:
         entry = arrivals.budget(who, key, size, terms, sizes)
-        if entry is not None:
-            return entry, False
-        if busy:
-            return jobs.caller_busy(pressure.caller_retry_after), True
-        return jobs.queue_full(pressure.retry_after), True
+        return refused(True) if entry is None else (entry, False)
 
-    if key is not None:
-        if pressure.in_flight or arrivals.carries(key):
-            return may_join()  # it joins: no slot, no queue place, any caller
-        if busy:
-            return jobs.caller_busy(pressure.caller_retry_after), False
-        ticket = arrivals.place(pressure.free, who, key, sizes)
-        if ticket is not None:
-            return ticket, False
-        if arrivals.may_start(sizes, keyed=True) or arrivals.holds_place(who):
-            return may_join()  # a body on its way may turn out to start this key's job
-        return jobs.queue_full(pressure.retry_after), False
-    if not busy:
-        ticket = arrivals.place(pressure.free, who, None, sizes)
-        if ticket is not None:
-            return ticket, False
+    if key is not None and (pressure.in_flight or arrivals.carries(key)):
+        return may_join()  # it joins: no slot, no queue place, any caller
+    if key is not None and busy:
+        return refused(False)
+    ticket = None if busy else arrivals.place(pressure.free, who, key, sizes)
+    if ticket is not None:
+        return ticket, False
+    if key is not None:  # a body on its way may turn out to start this key's job
+        may_start = arrivals.may_start(sizes, keyed=True) or arrivals.holds_place(who)
+        return may_join() if may_start else refused(False)
     if (busy or not pressure.free) and not _may_be_in_flight(sizes, pressure, arrivals):
-        if busy:  # its size is no job's in flight: the pool's rule 2, then rule 3
-            return jobs.caller_busy(pressure.caller_retry_after), False
-        return jobs.queue_full(pressure.retry_after), False
+        return refused(False)  # its size is no job's in flight
     return may_join()  # every place taken, or the caller busy: it can only join
 
 
