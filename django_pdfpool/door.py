@@ -30,14 +30,7 @@ from .admission.ledger import Pressure
 from .callers import ASKING, acaller_of, address_caller, caller_of, network_of
 from .conf import DoorSettings, get_settings
 from .configured import get_pool
-from .exceptions import (
-    BodyTimeout,
-    CallerBusy,
-    PoolBusy,
-    PoolClosed,
-    UploadRejected,
-    UploadTooLarge,
-)
+from .exceptions import CallerBusy, PoolBusy, PoolClosed, UploadRejected, UploadTooLarge
 from .record import AdmissionRecord, PooledView, UploadHeaders
 
 logger = logging.getLogger("django_pdfpool.door")
@@ -46,11 +39,6 @@ Refusal = PoolClosed | PoolBusy | CallerBusy | UploadRejected
 Kind = Literal["place", "budget"]
 Value = TypeVar("Value")  # what a step's call gives
 Sizes = tuple[int, int | None]  # the sizes a body's PDF may have, low to high (None: any)
-
-
-def closes_connection(refusal: object) -> bool:
-    """Whether its answer closes the connection even with no body declared: 413 or 408."""
-    return isinstance(refusal, UploadTooLarge | BodyTimeout)
 
 
 @dataclass(frozen=True)
@@ -563,16 +551,15 @@ def through_door(
             record.ticket = decided
             return decided
         own = ARRIVING.own(who) if shed else None
-        if own is None:
-            if shed:
-                ARRIVING.count_shed()
-            elif isinstance(decided, PoolBusy | PoolClosed | CallerBusy):
-                pool.count_refusal(decided, record.caller)
-            return decided
-        left = give_up - time.monotonic()
-        if not (yield Call(partial(own.wait_released, left), partial(own.areleased, left))):
+        if own is not None:  # its caller's body is arriving: wait for it, decide again
+            left = give_up - time.monotonic()
+            if (yield Call(partial(own.wait_released, left), partial(own.areleased, left))):
+                continue
+        if shed:
             ARRIVING.count_shed()
-            return decided
+        elif isinstance(decided, PoolBusy | PoolClosed | CallerBusy):
+            pool.count_refusal(decided, record.caller)
+        return decided
 
 
 def door_status() -> dict[str, Any]:

@@ -15,19 +15,8 @@ from django.http import HttpRequest, HttpResponse
 from .admission.jobs import queue_full
 from .conf import get_settings
 from .configured import get_pool
-from .door import (
-    ARRIVING,
-    Call,
-    Steps,
-    Terms,
-    Ticket,
-    arun_steps,
-    closes_connection,
-    run_steps,
-    terms,
-    through_door,
-)
-from .exceptions import BodyTimeout, ExtractionError, Refused, Wording
+from .door import ARRIVING, Call, Steps, Terms, Ticket, arun_steps, run_steps, through_door
+from .exceptions import BodyTimeout, ExtractionError, Refused, UploadTooLarge, Wording
 from .record import RECORD, AdmissionRecord, PooledView, pooled_route
 from .responses import arefusal_answer, refusal_answer
 
@@ -72,7 +61,7 @@ class AdmissionMiddleware:
         exempt = getattr(func, "csrf_exempt", False)
         decided = yield from through_door(request, record, view, csrf_exempt=exempt)
         if not isinstance(decided, Ticket):
-            closing = record.declares_body() or closes_connection(decided)
+            closing = record.declares_body() or isinstance(decided, UploadTooLarge | BodyTimeout)
             if isinstance(decided, HttpResponse):
                 refused = decided
             else:
@@ -85,7 +74,7 @@ class AdmissionMiddleware:
             return refused
         stream = getattr(request, "_stream", None)
         if stream is not None and not asgi:  # WSGI: the body is still unread
-            request._stream = TimedStream(stream, decided, terms())  # type: ignore[assignment]
+            request._stream = TimedStream(stream, decided, decided.terms)  # type: ignore[assignment]
         try:
             respond = partial(self.get_response, request)
             response: HttpResponse = yield Call(cast(Sync, respond), cast(Async, respond))
