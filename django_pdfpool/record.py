@@ -121,10 +121,8 @@ def _one(values: dict[str, list[str]], name: str) -> str:
 
 def _length(value: str) -> int | None:
     """``Content-Length`` as h11 and Django take it: a list of equal values is that value."""
-    parts = {part.strip() for part in value.split(",")} if value else set()
-    if len(parts) != 1:
-        return None
-    (part,) = parts
+    parts = {part.strip() for part in value.split(",")}
+    part = parts.pop() if len(parts) == 1 else ""
     return int(part) if part.isdigit() else None
 
 
@@ -252,15 +250,14 @@ class AdmissionRecord:
             upload = UploadHeaders.of(headers)
         except UploadRejected as rejected:
             return cls(rejected)
-        declared = upload.digest if view is not None else None
-        return cls(upload, key=view.key(declared) if view is not None and declared else None)
+        key = view.key(upload.digest) if view is not None and upload.digest else None
+        return cls(upload, key=key)
 
     def declares_body(self) -> bool:
-        """Whether the request says a body follows (a length above 0, or chunked)."""
+        """Whether the request says a body follows (a length above 0, or chunked); headers
+        it cannot read may say anything."""
         headers = self.headers
-        if isinstance(headers, UploadRejected):
-            return True  # unreadable headers: assume the worst
-        return headers.chunked or bool(headers.declared_size)
+        return isinstance(headers, UploadRejected) or headers.chunked or bool(headers.declared_size)
 
 
 def route_of(request: HttpRequest) -> ResolverMatch | None:
@@ -292,23 +289,20 @@ def pooled_view_of(func: Callable[..., Any]) -> PooledView | None:
     ``method_decorator`` or ``@pdf_pooled`` put it; a DRF ViewSet's action for POST); in
     the handler's closure (DRF's ``@api_view``); or among the operations the view serves
     (django-ninja's path views). The door imports no framework: it reads what they keep."""
+    view_class = getattr(func, "view_class", None) or getattr(func, "cls", None)
+    if getattr(func, POOLED, None) is None and view_class is not None:
+        actions = getattr(func, "actions", None)  # a DRF ViewSet's {"post": "create"}
+        name = actions.get("post") if isinstance(actions, dict) else "post"
+        return _pooled(getattr(view_class, name, None) if isinstance(name, str) else None)
+    return _pooled(func)
+
+
+def _pooled(func: Callable[..., Any] | None) -> PooledView | None:
+    """``func``'s own pooled view, or one it closes over: the function DRF's ``@api_view``
+    handler calls, or the POST operation of the django-ninja path view ``func`` wraps."""
     found = getattr(func, POOLED, None)
     if found is not None:
         return cast(PooledView, found)
-    view_class = getattr(func, "view_class", None) or getattr(func, "cls", None)
-    if view_class is not None:
-        actions = getattr(func, "actions", None)  # a DRF ViewSet's {"post": "create"}
-        name = actions.get("post") if isinstance(actions, dict) else "post"
-        handler = getattr(view_class, name, None) if isinstance(name, str) else None
-        if handler is None:
-            return None
-        return getattr(handler, POOLED, None) or _closed_over(handler)
-    return _closed_over(func)
-
-
-def _closed_over(func: Callable[..., Any]) -> PooledView | None:
-    """A pooled view ``func`` closes over: the function DRF's ``@api_view`` handler calls,
-    or the POST operation of the django-ninja path view whose wrapper ``func`` is."""
     for cell in getattr(func, "__closure__", None) or ():
         try:
             held = cell.cell_contents
