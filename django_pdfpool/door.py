@@ -77,20 +77,19 @@ class Ticket:
     call reaches the pool, its request ends, or its deadline passes."""
 
     __slots__ = (
-        "_arrivals", "_lock", "_watchers", "key", "kind", "limit", "received", "reserved",
-        "sizes", "started", "terms", "who",
+        "_watchers", "arrivals", "key", "kind", "limit", "received", "reserved", "sizes",
+        "started", "terms", "who",
     )  # fmt: skip
 
     def __init__(
         self, arrivals: Arrivals, who: str, kind: Kind, key: str | None, reserved: int,
         sizes: Sizes = (0, None),
     ) -> None:  # fmt: skip
-        self._lock = threading.Lock()
-        self._arrivals: Arrivals | None = arrivals  # guarded by _lock; None once released
-        self._watchers: list[Callable[[], object]] = []  # guarded by _lock; called at release
+        self.arrivals = arrivals  # whose lock guards it while it is held
+        self._watchers: list[Callable[[], object]] = []  # called at release
         self.who, self.kind, self.key, self.reserved = who, kind, key, reserved
         self.sizes = sizes  # of the PDF it carries: what the job it may start will be
-        self.received = 0  # body bytes so far (the arrivals' lock guards it while held)
+        self.received = 0  # body bytes so far
         self.started = time.monotonic()
         self.limit, self.terms = reserved, TERMS  # its body's limit and terms: ``decide``'s
 
@@ -103,30 +102,18 @@ class Ticket:
     def arrived(self, size: int, terms: Terms) -> bool:
         """Count ``size`` more body bytes; False when a budget entry's bytes now take the
         budget past ``budget_bytes`` (the body is shed: a slow one never gets that far)."""
-        arrivals = self._arrivals
-        if arrivals is None:
-            self.received += size
-            return True
-        return arrivals.charge(self, size, terms)
+        return self.arrivals.charge(self, size, terms)
 
     @property
     def released(self) -> bool:
-        return self._arrivals is None
+        return self not in self.arrivals._tickets
 
     def time_out(self) -> None:
         """Release it as past its deadline (counted once, whoever notices first)."""
         self.release(timed_out=True)
 
     def release(self, timed_out: bool = False) -> None:
-        """Give it back, once; wake who waits for that."""
-        with self._lock:
-            arrivals, self._arrivals = self._arrivals, None
-            watchers, self._watchers = self._watchers, []
-        if arrivals is not None:
-            arrivals.forget(self, timed_out)
-        for watcher in watchers:
-            with contextlib.suppress(RuntimeError):  # a waiter's loop that has closed
-                watcher()
+        self.arrivals.release(self, timed_out)
 
     def wait_released(self, timeout: float) -> bool:  # on a sync request's thread
         gone = threading.Event()
@@ -146,8 +133,8 @@ class Ticket:
     def _watching(self, watcher: Callable[[], object]) -> Iterator[None]:
         """``watcher`` called at the release (at once if it is released already) while in
         the block; a cancel too leaves it unwatched."""
-        with self._lock:
-            held = self._arrivals is not None
+        with self.arrivals._lock:
+            held = self in self.arrivals._tickets
             if held:
                 self._watchers.append(watcher)
         if not held:
@@ -155,7 +142,7 @@ class Ticket:
         try:
             yield
         finally:
-            with self._lock:
+            with self.arrivals._lock:
                 if watcher in self._watchers:
                     self._watchers.remove(watcher)
 
@@ -168,7 +155,7 @@ class Arrivals:
     __slots__ = ("_charged", "_lock", "_tickets", "shed", "timed_out")
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()  # guards every field, and each held ticket's received
+        self._lock = threading.Lock()  # guards every field, and each held ticket's own
         self._tickets: set[Ticket] = set()
         self._charged = 0  # budget bytes held: each entry's reserve, or what it has sent
         self.shed = 0  # refused past the budget (they might have joined)
@@ -276,14 +263,19 @@ class Arrivals:
             for t in tickets
         ]
 
-    def forget(self, ticket: Ticket, timed_out: bool = False) -> None:
-        """Drop a released ticket (``Ticket.release`` calls it)."""
+    def release(self, ticket: Ticket, timed_out: bool = False) -> None:
+        """``Ticket.release``: drop it, once (a time-out counted), and wake who waits for that."""
         with self._lock:
+            if ticket not in self._tickets:
+                return
+            self._tickets.discard(ticket)
             self.timed_out += timed_out
-            if ticket in self._tickets:
-                self._tickets.discard(ticket)
-                if ticket.kind == "budget":
-                    self._charged -= max(ticket.reserved, ticket.received)
+            if ticket.kind == "budget":
+                self._charged -= max(ticket.reserved, ticket.received)
+            watchers, ticket._watchers = ticket._watchers, []
+        for watcher in watchers:
+            with contextlib.suppress(RuntimeError):  # a waiter's loop that has closed
+                watcher()
 
 
 TERMS = Terms(0, 0, 0, 20.0, 500)  # a ticket's until ``decide`` gives it the settings'
