@@ -303,9 +303,9 @@ def decide(
         return jobs.closing(), False
     if upload.declares_too_much(terms.max_upload_size):
         return UploadTooLarge.over(terms.max_upload_size), False
-    arrivals.expire(terms)
     limit, sizes = upload.body_limit(terms.max_upload_size), upload.file_sizes(field)
     size = limit if upload.declared_size is None else upload.declared_size
+    arrivals.expire(terms)
     busy = known and pressure.caller_busy
     decided = _rule(key, pressure, arrivals, who, busy, size, sizes, terms)
     if isinstance(decided[0], Ticket):
