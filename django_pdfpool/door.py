@@ -100,9 +100,20 @@ class Ticket:
         return self.started + min(earned, terms.body_timeout_max)
 
     def arrived(self, size: int, terms: Terms) -> bool:
-        """Count ``size`` more body bytes; False when a budget entry's bytes now take the
-        budget past ``budget_bytes`` (the body is shed: a slow one never gets that far)."""
-        return self.arrivals.charge(self, size, terms)
+        """Count ``size`` more bytes, a budget entry's past its reserve charged to the budget;
+        False (not counted) if that takes it past ``budget_bytes``: this body is shed."""
+        arrivals = self.arrivals
+        with arrivals._lock:
+            before = max(self.reserved, self.received)
+            self.received += size
+            if self.kind == "place" or self not in arrivals._tickets:
+                return True
+            more = max(self.reserved, self.received) - before
+            if more and arrivals._charged + more > terms.budget_bytes:
+                self.received -= size
+                return False
+            arrivals._charged += more
+            return True
 
     @property
     def released(self) -> bool:
@@ -113,7 +124,19 @@ class Ticket:
         self.release(timed_out=True)
 
     def release(self, timed_out: bool = False) -> None:
-        self.arrivals.release(self, timed_out)
+        """Give it back, once (a time-out counted), and wake who waits for that."""
+        arrivals = self.arrivals
+        with arrivals._lock:
+            if self not in arrivals._tickets:
+                return
+            arrivals._tickets.discard(self)
+            arrivals.timed_out += timed_out
+            if self.kind == "budget":
+                arrivals._charged -= max(self.reserved, self.received)
+            watchers, self._watchers = self._watchers, []
+        for watcher in watchers:
+            with contextlib.suppress(RuntimeError):  # a waiter's loop that has closed
+                watcher()
 
     def wait_released(self, timeout: float) -> bool:  # on a sync request's thread
         gone = threading.Event()
@@ -221,22 +244,6 @@ class Arrivals:
             self._tickets.add(ticket)
             return ticket
 
-    def charge(self, ticket: Ticket, size: int, terms: Terms) -> bool:
-        """``Ticket.arrived``: its bytes counted, a budget entry's past its reserve charged;
-        a chunk that would take the budget past ``budget_bytes`` is not (the body is shed,
-        nobody else), and one within its reserve never fails."""
-        with self._lock:
-            before = max(ticket.reserved, ticket.received)
-            ticket.received += size
-            if ticket.kind == "place" or ticket not in self._tickets:
-                return True
-            more = max(ticket.reserved, ticket.received) - before
-            if more and self._charged + more > terms.budget_bytes:
-                ticket.received -= size
-                return False
-            self._charged += more
-            return True
-
     def count_shed(self) -> None:
         with self._lock:
             self.shed += 1
@@ -262,20 +269,6 @@ class Arrivals:
             HeldInfo(t.who, t.kind, t.received, now - t.started, t.deadline(terms) - now)
             for t in tickets
         ]
-
-    def release(self, ticket: Ticket, timed_out: bool = False) -> None:
-        """``Ticket.release``: drop it, once (a time-out counted), and wake who waits for that."""
-        with self._lock:
-            if ticket not in self._tickets:
-                return
-            self._tickets.discard(ticket)
-            self.timed_out += timed_out
-            if ticket.kind == "budget":
-                self._charged -= max(ticket.reserved, ticket.received)
-            watchers, ticket._watchers = ticket._watchers, []
-        for watcher in watchers:
-            with contextlib.suppress(RuntimeError):  # a waiter's loop that has closed
-                watcher()
 
 
 TERMS = Terms(0, 0, 0, 20.0, 500)  # a ticket's until ``decide`` gives it the settings'
