@@ -1,7 +1,6 @@
-"""The ASGI wrappers: ``PdfPoolDoor(PoolLifespan(KeptThreads(get_asgi_application())))``.
-``PdfPoolDoor`` decides from the headers before the first ``receive()`` (no ``100 Continue``
-for a refused upload), then counts the body as it arrives (docs/door.md); ``PoolLifespan``
-drains at shutdown; ``KeptThreads`` runs a request's sync code on a kept thread."""
+"""The ASGI wrappers, ``PdfPoolDoor(PoolLifespan(KeptThreads(get_asgi_application())))``:
+the door before the first ``receive()`` (no ``100 Continue`` for a refused upload), then
+the body counted as it arrives; a drain at shutdown; a request's sync code on a kept thread."""
 
 from __future__ import annotations
 
@@ -48,9 +47,8 @@ __all__ = [
 
 
 class PdfPoolDoor:
-    """``application = PdfPoolDoor(PoolLifespan(KeptThreads(get_asgi_application())))``:
-    uploads to ``@pdf_pooled`` views are refused before their body when the pool cannot take
-    them; every other request goes to ``app`` untouched."""
+    """Uploads to ``@pdf_pooled`` views refused before their body when the pool cannot
+    take them; every other request goes to ``app`` untouched."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -92,10 +90,9 @@ def path_info(scope: Scope) -> str:
 
 @dataclass(slots=True)
 class _CountedBody:
-    """``receive`` and ``send`` for one request let in: past the ticket's ``limit`` of body
-    bytes answer 413, past its deadline 408 (its place goes back), past the budget's bytes
-    503; then tell the app the client left, and drop what it sends. Once the body is in,
-    messages pass."""
+    """``receive`` and ``send`` for a request let in: past its ``limit`` 413, past its
+    deadline 408, past the budget's bytes 503; then the app is told the client left and what
+    it sends is dropped. Once the body is in, messages pass."""
 
     _request: HttpRequest
     _receive: Receive
@@ -146,10 +143,9 @@ async def send_refusal(
     answer: RefusalView | None = None,
     unread: Receive | None = None,
 ) -> None:
-    """Answer ``refusal`` as the view's ``answer=`` or the ``REFUSAL_VIEW`` would (or send
-    Django's complete response), without reading the body; an answer that reads nothing of
-    the request is built once per distinct answer. With ``unread`` (a body is declared, or
-    comes no further), with ``Connection: close``, ended only after a ``linger`` on it."""
+    """Answer ``refusal`` as the view's ``answer=`` or ``REFUSAL_VIEW`` would (built once per
+    distinct answer when that reads nothing of the request), or send Django's response; with
+    ``unread`` (the body not read in full), ``Connection: close`` and a ``linger``."""
     built = None if isinstance(refusal, HttpResponse) else prebuilt_answer(refusal, answer)
     if built is None:
         response = (

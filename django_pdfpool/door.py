@@ -1,6 +1,5 @@
 """The door: the pool's (and Django's, and the framework's) answer to an upload from its
-headers, before its body is read; never another answer. ``decide`` is the rule;
-``through_door`` asks what it needs, as one step function for both adapters (docs/door.md)."""
+headers, before its body is read (docs/door.md); ``decide`` the rule, ``through_door`` its steps."""
 
 from __future__ import annotations
 
@@ -171,9 +170,8 @@ class Ticket:
 
 
 class Arrivals:
-    """This process's bodies let in and still arriving: places (each a place the pool
-    will be asked for) and budget entries (bodies that may join), with the bytes the budget
-    holds, what was shed and what timed out. Thread-safe."""
+    """This process's bodies let in and still arriving, each on a place or a budget entry
+    (one that may join), with what was shed and what timed out. Thread-safe."""
 
     __slots__ = ("_charged", "_lock", "_tickets", "shed", "timed_out")
 
@@ -224,9 +222,8 @@ class Arrivals:
     def budget(
         self, who: str, key: str | None, size: int, terms: Terms, sizes: Sizes = (0, None)
     ) -> Ticket | None:
-        """A budget entry, if the count and the bytes allow and ``who`` holds none. It
-        reserves ``size`` up to its share of ``budget_bytes`` (``budget_bytes / budget``)
-        and is charged past that as its bytes arrive, not as they are declared."""
+        """A budget entry if the count and bytes allow and ``who`` holds none; it reserves
+        its share of ``budget_bytes`` at most, charged past that as its bytes arrive."""
         reserve = min(size, terms.budget_bytes // max(terms.budget, 1))
         entry = Ticket(self, who, "budget", key, reserve, sizes)
         return self._take(entry, terms.budget, terms.budget_bytes)
@@ -287,11 +284,9 @@ def decide(
     terms: Terms,
     field: str = "file",
 ) -> tuple[Refusal | Ticket, bool]:
-    """The pool's answer, or a ticket for the body; and whether a refusal is a shed (the
-    budget's, not the pool's; the caller counts it, or first waits for its own body).
-    ``key``: the single-flight key the upload declares, if any (and trusted); ``who``: the
-    caller, or its network when ``known`` is False (the caller could not be told before
-    the body); ``field``: the form field a multipart body carries its PDF in."""
+    """The pool's answer, or a ticket for the body; and whether a refusal is the budget's
+    shed. ``key``: the key the upload declares, if trusted; ``who``: the caller, or its
+    network when not ``known`` (it could not be told before the body)."""
     if pressure.closed:
         return jobs.closing(), False
     if upload.declares_too_much(terms.max_upload_size):
@@ -443,10 +438,9 @@ async def aask_caller(request: HttpRequest) -> str | None:
 
 
 def csrf_refusal(request: HttpRequest) -> Callable[[], HttpResponse] | None:
-    """What gives Django's own 403 for a POST whose ``Origin`` ``CsrfViewMiddleware``
-    refuses (it checks the origin before any token, so the headers tell): a call to run as
-    sync code (the ``CSRF_FAILURE_VIEW`` may read the database). None where Django would
-    not refuse it, or would answer a host it does not serve before (CommonMiddleware)."""
+    """Django's own 403 for a POST whose ``Origin`` ``CsrfViewMiddleware`` refuses (before
+    any token: the headers tell), as sync code to run; None where Django would not refuse
+    it, or would first answer a host it does not serve."""
     if "HTTP_ORIGIN" not in request.META or getattr(request, "_dont_enforce_csrf_checks", False):
         return None  # (the second: django.test.Client's)
     trusted = tuple(settings.CSRF_TRUSTED_ORIGINS)
@@ -480,13 +474,10 @@ def _csrf_middleware(paths: tuple[str, ...], trusted: tuple[str, ...]) -> Any:
 
 
 def framework_refusal(request: HttpRequest, view: PooledView) -> HttpResponse | None:
-    """The framework's 401 for a request its authentication refuses from the headers
-    (``view.authenticate``), asked of a copy whose body is empty (a CSRF check there reads
-    none of the real one); None if it may pass, or if a session not read yet may."""
-    session_unread = settings.SESSION_COOKIE_NAME in request.COOKIES and not hasattr(
-        request, "user"
-    )
-    if view.authenticate is None or session_unread:
+    """The framework's 401 from the headers (``view.authenticate``), asked of a copy with an
+    empty body; None if it may pass, or if a session not read yet may."""
+    unread = not hasattr(request, "user") and settings.SESSION_COOKIE_NAME in request.COOKIES
+    if view.authenticate is None or unread:
         return None
     probe = copy.copy(request)
     for parsed in ("_post", "_files", "_body"):
@@ -502,10 +493,9 @@ def framework_refusal(request: HttpRequest, view: PooledView) -> HttpResponse | 
 def through_door(
     request: HttpRequest, record: AdmissionRecord, view: PooledView, *, csrf_exempt: bool = False
 ) -> Steps[Refusal | Ticket | HttpResponse]:
-    """The door's answer: Django's CSRF 403 and the framework's 401 first, then the view's
-    400 for headers it cannot read, then who asks, the pool's pressure, ``decide``. A next
-    upload of a caller whose body is arriving, that could only be shed, waits
-    (``BODY_TIMEOUT`` at most, holding nothing) and is decided again."""
+    """Django's CSRF 403, the framework's 401, the view's 400, then ``decide`` on the
+    pool's pressure. A caller's next upload that could only be shed waits for the body it
+    has arriving (``BODY_TIMEOUT`` at most, holding nothing) and is decided again."""
     refuse = None if csrf_exempt else csrf_refusal(request)
     forbidden: HttpResponse | None = None if refuse is None else (yield Call.django(refuse))
     if forbidden is None and view.authenticate is not None:
@@ -548,9 +538,8 @@ def through_door(
 
 
 def door_status() -> dict[str, Any]:
-    """This process's door, JSON-ready: the bodies arriving (caller, place or budget,
-    bytes so far, age, seconds left), what was shed past the budget, what timed out, and
-    its terms."""
+    """This process's door, JSON-ready: the bodies arriving, what was shed and what timed
+    out, and its terms."""
     door_terms = dataclasses.asdict(terms())
     del door_terms["max_upload_size"]
     return {

@@ -1,6 +1,5 @@
 """``AdmissionMiddleware``: the door inside Django, before the body is parsed (under WSGI
-after authentication, the body read against its deadline); it also answers refusals and
-extraction errors raised by views that call the pool themselves."""
+the body read against its deadline); it also answers refusals and extraction errors views raise."""
 
 from __future__ import annotations
 
@@ -91,10 +90,8 @@ class AdmissionMiddleware:
 
 
 class TimedStream:
-    """A WSGI body read against its ticket's deadline: each read counts its bytes, one past
-    the deadline raises ``BodyTimeout`` (408), one past the budget's bytes ``PoolBusy``. A
-    read the client never answers blocks in the server; the place goes back at the
-    deadline all the same."""
+    """A WSGI body read against its ticket: a read past the deadline raises ``BodyTimeout``
+    (408), past the budget's bytes ``PoolBusy``; at the deadline the place goes back."""
 
     def __init__(self, stream: Any, ticket: Ticket, terms: Terms) -> None:
         self._stream, self._ticket, self._terms = stream, ticket, terms

@@ -209,10 +209,9 @@ class Releasable(Protocol):
 
 @dataclass(frozen=True)
 class PooledView:
-    """What ``@pdf_pooled`` (or an integration) declares of a view, for every stage before
-    it: the form field of the upload, the job and the stable name that starts its keys, the
-    view's own ``answer=`` (None: ``REFUSAL_VIEW``) and a caller function asked before
-    ``CALLER`` (ninja's ``request.auth``)."""
+    """What ``@pdf_pooled`` (or an integration) declares of a view for every stage before it:
+    its upload's field, its job and the name that starts its keys, its ``answer=`` (None:
+    ``REFUSAL_VIEW``), and a caller function asked before ``CALLER`` (ninja's ``request.auth``)."""
 
     field: str
     job: Callable[[Any], Awaitable[Any]]
@@ -221,9 +220,8 @@ class PooledView:
     own_caller: Callable[[HttpRequest], str | None] | None = None
     tagged: bool = False  # the default job: its key carries the settings' results tag
     authenticate: Callable[[HttpRequest], HttpResponse | None] | None = None
-    """A framework's 401 for a request its authentication refuses from the headers; a view
-    that declares it (or ``own_caller``) has its caller named by the framework, after the
-    door."""
+    """A framework's 401 from the headers; with it (or ``own_caller``) the framework names the
+    caller, after the door."""
 
     def key(self, sha256: str) -> str:
         """The single-flight key of an upload with this digest: ``<job name>:<sha256>``,
@@ -284,11 +282,8 @@ def pooled_route(path_info: str, urlconf: str | None = None) -> tuple[Any, Poole
 
 
 def pooled_view_of(func: Callable[..., Any]) -> PooledView | None:
-    """``func``'s pooled view, wherever a framework keeps it: on the function itself; on
-    the POST handler of its class (a Django class-based view or DRF ``APIView``, where
-    ``method_decorator`` or ``@pdf_pooled`` put it; a DRF ViewSet's action for POST); in
-    the handler's closure (DRF's ``@api_view``); or among the operations the view serves
-    (django-ninja's path views). The door imports no framework: it reads what they keep."""
+    """``func``'s pooled view, wherever a framework keeps it (on the function, on its class's
+    POST handler or a DRF ViewSet's POST action, or closed over): read, no framework imported."""
     view_class = getattr(func, "view_class", None) or getattr(func, "cls", None)
     if getattr(func, POOLED, None) is None and view_class is not None:
         actions = getattr(func, "actions", None)  # a DRF ViewSet's {"post": "create"}
@@ -320,10 +315,8 @@ def _pooled(func: Callable[..., Any] | None) -> PooledView | None:
 
 
 def framework_mismatches(urlconf: str | None = None) -> list[tuple[str, str]]:
-    """Routes of DRF or django-ninja pooled by ``django_pdfpool.pdf_pooled`` instead of
-    the framework's integration, with the integration to use (for ``manage.py check``):
-    such a route works, but answers refusals itself, not through the framework's handlers
-    (and names ninja's callers by ``request.user``, not ``request.auth``)."""
+    """Routes of DRF or django-ninja pooled by ``pdf_pooled``, not the framework's integration,
+    with the integration to use (``manage.py check``): they answer refusals themselves."""
 
     def walk(patterns: list[Any], prefix: str) -> Iterator[tuple[str, str]]:
         for pattern in patterns:
