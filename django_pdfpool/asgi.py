@@ -62,10 +62,8 @@ class PdfPoolDoor:
             await self.app(scope, receive, send)
             return
         func, view = route
-        pairs = scope.get("headers", ())
-        record = AdmissionRecord.read(
-            ((n.decode("latin-1"), v.decode("latin-1")) for n, v in pairs), view
-        )
+        pairs = [(n.decode("latin-1"), v.decode("latin-1")) for n, v in scope.get("headers", ())]
+        record = AdmissionRecord.read(pairs, view)
         request = ASGIRequest(scope, io.BytesIO())  # the request before its body, asked once
         exempt = getattr(func, "csrf_exempt", False)
         decided = await arun_steps(through_door(request, record, view, csrf_exempt=exempt))

@@ -508,11 +508,10 @@ def through_door(
     if view.own_caller is None and view.authenticate is None:  # else the framework names it
         record.caller = yield Call(partial(ask_caller, request), partial(aask_caller, request))
     known = record.caller is not None
-    address = address_caller(request.META.get("REMOTE_ADDR") or "unknown")
-    who = network_of(record.caller or address)  # anonymous callers count per network
-    conf, pool = get_settings(), get_pool()
-    digests = conf.door is not None and conf.door.digests  # answer from a declared digest
-    key = record.key if digests else None
+    address = request.META.get("REMOTE_ADDR") or "unknown"
+    who = network_of(record.caller or address_caller(address))  # anonymous: per network
+    door, pool = get_settings().door, get_pool()
+    key = record.key if door is not None and door.digests else None  # answer from a digest
     read = partial(pool.pressure, key, record.caller)
     door_terms = terms()
     give_up = time.monotonic() + door_terms.body_timeout
