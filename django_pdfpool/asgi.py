@@ -145,12 +145,15 @@ async def send_refusal(
     distinct answer when that reads nothing of the request), or send Django's response; with
     ``unread`` (the body not read in full), ``Connection: close`` and a ``linger``."""
     built = None if isinstance(refusal, HttpResponse) else prebuilt_answer(refusal, answer)
+    close = [(b"Connection", b"close")] if unread is not None else []
     if built is None:
         response = (
             refusal
             if isinstance(refusal, HttpResponse)
             else await arefusal_answer(request, refusal, answer)
         )
+        if close:  # in place of any the response has
+            response["Connection"], close = "close", []
         if not response.has_header("Content-Length"):
             response["Content-Length"] = str(len(response.content))
         cookies = [("Set-Cookie", c.output(header="").strip()) for c in response.cookies.values()]
@@ -158,7 +161,6 @@ async def send_refusal(
         headers = tuple((n.encode("latin-1"), v.encode("latin-1")) for n, v in pairs)
         built = response.status_code, headers, response.content
     status, headers, body = built
-    close = [(b"Connection", b"close")] if unread is not None else []
     await send({"type": "http.response.start", "status": status, "headers": [*headers, *close]})
     await send({"type": "http.response.body", "body": body, "more_body": unread is not None})
     if unread is not None:
