@@ -144,14 +144,12 @@ async def send_refusal(
     """Answer ``refusal`` as the view's ``answer=`` or ``REFUSAL_VIEW`` would (built once per
     distinct answer when that reads nothing of the request), or send Django's response; with
     ``unread`` (the body not read in full), ``Connection: close`` and a ``linger``."""
-    built = None if isinstance(refusal, HttpResponse) else prebuilt_answer(refusal, answer)
     close = [(b"Connection", b"close")] if unread is not None else []
+    if isinstance(refusal, HttpResponse):
+        response, built = refusal, None
+    elif (built := prebuilt_answer(refusal, answer)) is None:
+        response = await arefusal_answer(request, refusal, answer)
     if built is None:
-        response = (
-            refusal
-            if isinstance(refusal, HttpResponse)
-            else await arefusal_answer(request, refusal, answer)
-        )
         if close:  # in place of any the response has
             response["Connection"], close = "close", []
         if not response.has_header("Content-Length"):
@@ -200,7 +198,6 @@ class PoolLifespan:
         self._chained: dict[int, tuple[Any, Any]] = {}  # each signal's (ours, previous) handler
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """Lifespan events are answered here; every other scope goes to ``app``."""
         if scope["type"] != "lifespan":
             await self.app(scope, receive, send)
             return
