@@ -47,8 +47,9 @@ __all__ = [
 
 
 class PdfPoolDoor:
-    """Uploads to ``@pdf_pooled`` views refused before their body when the pool cannot
-    take them; every other request goes to ``app`` untouched."""
+    """``application = PdfPoolDoor(PoolLifespan(KeptThreads(get_asgi_application())))``:
+    uploads to ``@pdf_pooled`` views are refused before their body when the pool cannot take
+    them; every other request goes to ``app`` untouched."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
