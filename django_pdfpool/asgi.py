@@ -1,7 +1,6 @@
-"""The ASGI wrappers: ``PdfPoolDoor(PoolLifespan(KeptThreads(get_asgi_application())))``.
-``PdfPoolDoor`` decides from the headers before the first ``receive()`` (no ``100 Continue``
-for a refused upload), then counts the body as it arrives (docs/door.md); ``PoolLifespan``
-drains at shutdown; ``KeptThreads`` runs a request's sync code on a kept thread."""
+"""The ASGI wrappers, ``PdfPoolDoor(PoolLifespan(KeptThreads(get_asgi_application())))``:
+the door before the first ``receive()`` (no ``100 Continue`` for a refused upload), then
+the body counted as it arrives; a drain at shutdown; a request's sync code on a kept thread."""
 
 from __future__ import annotations
 
@@ -15,6 +14,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from types import FrameType
 from typing import Any, TypeVar
 
@@ -25,13 +25,7 @@ from django.http import HttpRequest, HttpResponse
 from .admission import jobs
 from .conf import get_settings
 from .configured import adrain_pool, get_pool, peek_pool
-from .door import (
-    ARRIVING,
-    Refusal,
-    Ticket,
-    arun_steps,
-    through_door,
-)
+from .door import ARRIVING, Refusal, Ticket, arun_steps, through_door
 from .exceptions import BodyTimeout, UploadTooLarge, Wording
 from .record import RECORD, AdmissionRecord, pooled_route
 from .responses import RefusalView, arefusal_answer, prebuilt_answer
@@ -62,27 +56,21 @@ class PdfPoolDoor:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         post = str(scope.get("method", "")).upper() == "POST"  # as Django's request.method
-        if scope["type"] != "http" or not post or RECORD in scope:
-            await self.app(scope, receive, send)
-            return
-        route = pooled_route(path_info(scope)) if get_settings().door else None
+        route = None
+        if scope["type"] == "http" and post and RECORD not in scope and get_settings().door:
+            route = pooled_route(path_info(scope))
         if route is None:
             await self.app(scope, receive, send)
             return
         func, view = route
-        pairs = scope.get("headers", ())
-        record = AdmissionRecord.read(
-            ((n.decode("latin-1"), v.decode("latin-1")) for n, v in pairs), view
-        )
+        pairs = [(n.decode("latin-1"), v.decode("latin-1")) for n, v in scope.get("headers", ())]
+        record = AdmissionRecord.read(pairs, view)
         request = ASGIRequest(scope, io.BytesIO())  # the request before its body, asked once
         exempt = getattr(func, "csrf_exempt", False)
         decided = await arun_steps(through_door(request, record, view, csrf_exempt=exempt))
         if not isinstance(decided, Ticket):
             unread = receive if record.declares_body() else None  # read and dropped, then closed
-            if isinstance(decided, HttpResponse):
-                await send_response(decided, send, unread)
-            else:
-                await send_refusal(request, send, decided, view.answer, unread)
+            await send_refusal(request, send, decided, view.answer, unread)
             return
         body = _CountedBody(request, receive, send, view.answer, decided)
         try:
@@ -99,24 +87,19 @@ def path_info(scope: Scope) -> str:
     return path.removeprefix(script_name) if script_name else path
 
 
+@dataclass(slots=True)
 class _CountedBody:
-    """``receive`` and ``send`` for one request let in: past the ticket's ``limit`` of body
-    bytes answer 413, past its deadline 408 (its place goes back), past the budget's bytes
-    503; then tell the app the client left, and drop what it sends. Once the body is in,
-    messages pass."""
+    """``receive`` and ``send`` for a request let in: past its ``limit`` 413, past its
+    deadline 408, past the budget's bytes 503; then the app is told the client left and what
+    it sends is dropped. Once the body is in, messages pass."""
 
-    __slots__ = ("_answer", "_receive", "_request", "_send", "answered", "complete", "ticket")
-
-    def __init__(
-        self,
-        request: HttpRequest,
-        receive: Receive,
-        send: Send,
-        answer: RefusalView | None,
-        ticket: Ticket,
-    ) -> None:
-        self._request, self._receive, self._send = request, receive, send
-        self._answer, self.ticket, self.answered, self.complete = answer, ticket, False, False
+    _request: HttpRequest
+    _receive: Receive
+    _send: Send
+    _answer: RefusalView | None
+    ticket: Ticket
+    answered: bool = False
+    complete: bool = False
 
     async def receive(self) -> Message:
         if self.answered:
@@ -155,44 +138,30 @@ class _CountedBody:
 async def send_refusal(
     request: HttpRequest,
     send: Send,
-    refusal: Refusal,
+    refusal: Refusal | HttpResponse,
     answer: RefusalView | None = None,
     unread: Receive | None = None,
 ) -> None:
-    """Answer ``refusal`` as the view's ``answer=`` or the ``REFUSAL_VIEW`` would, without
-    reading the body; with ``unread`` (a body is declared, or comes no further), closing the
-    connection after a ``linger``. An answer that reads nothing of the request is built once
-    per distinct answer."""
-    built = prebuilt_answer(refusal, answer)
+    """Answer ``refusal`` as the view's ``answer=`` or ``REFUSAL_VIEW`` would (built once per
+    distinct answer when that reads nothing of the request), or send Django's response; with
+    ``unread`` (the body not read in full), ``Connection: close`` and a ``linger``."""
+    close = [(b"Connection", b"close")] if unread is not None else []
+    if isinstance(refusal, HttpResponse):
+        response, built = refusal, None
+    elif (built := prebuilt_answer(refusal, answer)) is None:
+        response = await arefusal_answer(request, refusal, answer)
     if built is None:
-        await send_response(await arefusal_answer(request, refusal, answer), send, unread)
-        return
+        if close:  # in place of any the response has
+            response["Connection"], close = "close", []
+        if not response.has_header("Content-Length"):
+            response["Content-Length"] = str(len(response.content))
+        cookies = [("Set-Cookie", c.output(header="").strip()) for c in response.cookies.values()]
+        pairs = [*response.items(), *cookies]
+        headers = tuple((n.encode("latin-1"), v.encode("latin-1")) for n, v in pairs)
+        built = response.status_code, headers, response.content
     status, headers, body = built
-    listed = [*headers, (b"Connection", b"close")] if unread is not None else list(headers)
-    await send({"type": "http.response.start", "status": status, "headers": listed})
+    await send({"type": "http.response.start", "status": status, "headers": [*headers, *close]})
     await send({"type": "http.response.body", "body": body, "more_body": unread is not None})
-    if unread is not None:
-        await linger(unread, send)
-
-
-async def send_response(response: HttpResponse, send: Send, unread: Receive | None = None) -> None:
-    """A complete (not streaming) Django response, as ASGI messages; with ``unread``, with
-    ``Connection: close`` and ended only after a ``linger`` on it."""
-    if unread is not None:
-        response["Connection"] = "close"
-    if not response.has_header("Content-Length"):
-        response["Content-Length"] = str(len(response.content))
-    headers: list[tuple[bytes, bytes]] = [
-        (name.encode("latin-1"), value.encode("latin-1")) for name, value in response.items()
-    ]
-    headers.extend(
-        (b"Set-Cookie", cookie.output(header="").strip().encode("latin-1"))
-        for cookie in response.cookies.values()
-    )
-    start: dict[str, Any] = {"type": "http.response.start", "status": response.status_code}
-    await send({**start, "headers": headers})
-    more = unread is not None
-    await send({"type": "http.response.body", "body": response.content, "more_body": more})
     if unread is not None:
         await linger(unread, send)
 
@@ -217,11 +186,6 @@ async def linger(receive: Receive, send: Send) -> None:
     await send({"type": "http.response.body", "body": b""})
 
 
-SignalHandler = Any  # what signal.getsignal returns: a callable, SIG_DFL, SIG_IGN or None
-
-SIGNALS = (signal.SIGTERM, signal.SIGINT)
-
-
 class PoolLifespan:
     """Answers lifespan events: ``drain_timeout`` (None: ``WAIT + TIMEOUT + 5``) s of drain
     at shutdown; ``close_on_signal=False`` leaves the stop signals' handlers alone."""
@@ -232,10 +196,9 @@ class PoolLifespan:
         self.app = app
         self.drain_timeout = drain_timeout
         self.close_on_signal = close_on_signal
-        self._chained: dict[int, tuple[SignalHandler, SignalHandler]] = {}  # (ours, previous)
+        self._chained: dict[int, tuple[Any, Any]] = {}  # each signal's (ours, previous) handler
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """Lifespan events are answered here; every other scope goes to ``app``."""
         if scope["type"] != "lifespan":
             await self.app(scope, receive, send)
             return
@@ -260,7 +223,7 @@ class PoolLifespan:
         ends the process anyway; SIG_IGN or a C-level handler: nothing stops on that signal."""
         if threading.current_thread() is not threading.main_thread():
             return
-        for number in SIGNALS:
+        for number in (signal.SIGTERM, signal.SIGINT):
             previous = signal.getsignal(number)
             if not callable(previous):
                 continue

@@ -1,8 +1,5 @@
 """The door: the pool's (and Django's, and the framework's) answer to an upload from its
-headers, before its body is read; never another answer. An upload that might join is let in
-on a budget whose bytes are charged as they arrive; every ticket has a deadline. ``decide``
-is the rule; ``through_door`` asks what it needs, for ``PdfPoolDoor`` (ASGI) and
-``AdmissionMiddleware`` (WSGI) alike, as one step function (sans IO). See docs/door.md."""
+headers, before its body is read (docs/door.md); ``decide`` the rule, ``through_door`` its steps."""
 
 from __future__ import annotations
 
@@ -15,8 +12,7 @@ import io
 import logging
 import threading
 import time
-from collections import Counter
-from collections.abc import Awaitable, Callable, Generator
+from collections.abc import Awaitable, Callable, Generator, Iterator
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Generic, Literal, TypeVar, cast
@@ -33,14 +29,7 @@ from .admission.ledger import Pressure
 from .callers import ASKING, acaller_of, address_caller, caller_of, network_of
 from .conf import DoorSettings, get_settings
 from .configured import get_pool
-from .exceptions import (
-    BodyTimeout,
-    CallerBusy,
-    PoolBusy,
-    PoolClosed,
-    UploadRejected,
-    UploadTooLarge,
-)
+from .exceptions import CallerBusy, PoolBusy, PoolClosed, UploadRejected, UploadTooLarge
 from .record import AdmissionRecord, PooledView, UploadHeaders
 
 logger = logging.getLogger("django_pdfpool.door")
@@ -49,12 +38,6 @@ Refusal = PoolClosed | PoolBusy | CallerBusy | UploadRejected
 Kind = Literal["place", "budget"]
 Value = TypeVar("Value")  # what a step's call gives
 Sizes = tuple[int, int | None]  # the sizes a body's PDF may have, low to high (None: any)
-
-
-def closes_connection(refusal: Exception) -> bool:
-    """Whether an answer to ``refusal`` closes the connection even if no body was declared: a
-    413 (the rest of the body is over the limit) or a 408 (the rest is not coming)."""
-    return isinstance(refusal, UploadTooLarge | BodyTimeout)
 
 
 @dataclass(frozen=True)
@@ -70,8 +53,7 @@ class Terms:
 
 
 def terms() -> Terms:
-    """The door's terms from the settings (its defaults while it is off: the status page
-    still shows them)."""
+    """The door's terms from the settings (its defaults while it is off, for the status page)."""
     conf = get_settings()
     door = conf.door or DoorSettings.defaults()
     timing = (door.body_timeout, door.body_min_rate, door.body_timeout_max)
@@ -94,20 +76,19 @@ class Ticket:
     call reaches the pool, its request ends, or its deadline passes."""
 
     __slots__ = (
-        "_arrivals", "_lock", "_watchers", "key", "kind", "limit", "received", "reserved",
-        "sizes", "started", "terms", "who",
+        "_watchers", "arrivals", "key", "kind", "limit", "received", "reserved", "sizes",
+        "started", "terms", "who",
     )  # fmt: skip
 
     def __init__(
         self, arrivals: Arrivals, who: str, kind: Kind, key: str | None, reserved: int,
         sizes: Sizes = (0, None),
     ) -> None:  # fmt: skip
-        self._lock = threading.Lock()
-        self._arrivals: Arrivals | None = arrivals  # guarded by _lock; None once released
-        self._watchers: list[Callable[[], object]] = []  # guarded by _lock; called at release
+        self.arrivals = arrivals  # whose lock guards it while it is held
+        self._watchers: list[Callable[[], object]] = []  # called at release
         self.who, self.kind, self.key, self.reserved = who, kind, key, reserved
         self.sizes = sizes  # of the PDF it carries: what the job it may start will be
-        self.received = 0  # body bytes so far (the arrivals' lock guards it while held)
+        self.received = 0  # body bytes so far
         self.started = time.monotonic()
         self.limit, self.terms = reserved, TERMS  # its body's limit and terms: ``decide``'s
 
@@ -118,96 +99,85 @@ class Ticket:
         return self.started + min(earned, terms.body_timeout_max)
 
     def arrived(self, size: int, terms: Terms) -> bool:
-        """Count ``size`` more body bytes; False when a budget entry's bytes now take the
-        budget past ``budget_bytes`` (the body is shed: a slow one never gets that far)."""
-        arrivals = self._arrivals
-        if arrivals is None:
+        """Count ``size`` more bytes, a budget entry's past its reserve charged to the budget;
+        False (not counted) if that takes it past ``budget_bytes``: this body is shed."""
+        arrivals = self.arrivals
+        with arrivals._lock:
+            before = max(self.reserved, self.received)
             self.received += size
+            if self.kind == "place" or self not in arrivals._tickets:
+                return True
+            more = max(self.reserved, self.received) - before
+            if more and arrivals._charged + more > terms.budget_bytes:
+                self.received -= size
+                return False
+            arrivals._charged += more
             return True
-        return arrivals.charge(self, size, terms)
 
     @property
     def released(self) -> bool:
-        return self._arrivals is None
-
-    def release(self) -> None:
-        self._let_go()
+        return self not in self.arrivals._tickets
 
     def time_out(self) -> None:
         """Release it as past its deadline (counted once, whoever notices first)."""
-        arrivals = self._let_go()
-        if arrivals is not None:
-            arrivals.count_timed_out()
+        self.release(timed_out=True)
 
-    def _watch(self, watcher: Callable[[], object]) -> bool:
-        """Call ``watcher`` at the release; False (and no call) if it is released already."""
-        with self._lock:
-            if self._arrivals is not None:
-                self._watchers.append(watcher)
-                return True
-        return False
-
-    def _unwatch(self, watcher: Callable[[], object]) -> None:
-        with self._lock:
-            if watcher in self._watchers:
-                self._watchers.remove(watcher)
+    def release(self, timed_out: bool = False) -> None:
+        """Give it back, once (a time-out counted), and wake who waits for that."""
+        arrivals = self.arrivals
+        with arrivals._lock:
+            if self not in arrivals._tickets:
+                return
+            arrivals._tickets.discard(self)
+            arrivals.timed_out += timed_out
+            if self.kind == "budget":
+                arrivals._charged -= max(self.reserved, self.received)
+            watchers, self._watchers = self._watchers, []
+        for watcher in watchers:
+            with contextlib.suppress(RuntimeError):  # a waiter's loop that has closed
+                watcher()
 
     def wait_released(self, timeout: float) -> bool:  # on a sync request's thread
         gone = threading.Event()
-        if not self._watch(gone.set):
-            return True
-        if gone.wait(max(0.0, timeout)):
-            return True
-        self._unwatch(gone.set)
+        with self._watching(gone.set):
+            gone.wait(max(0.0, timeout))
         return self.released
 
     async def areleased(self, timeout: float) -> bool:
         """Await the release up to ``timeout`` s, woken by whichever thread releases it."""
-        loop = asyncio.get_running_loop()
-        gone: asyncio.Future[None] = loop.create_future()
+        gone = asyncio.Event()
+        wake = partial(asyncio.get_running_loop().call_soon_threadsafe, gone.set)
+        with self._watching(wake), contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(gone.wait(), max(0.0, timeout))
+        return self.released
 
-        def wake() -> None:
-            if not gone.done():
-                gone.set_result(None)
-
-        def watcher() -> None:
-            loop.call_soon_threadsafe(wake)
-
-        if not self._watch(watcher):
-            return True
+    @contextlib.contextmanager
+    def _watching(self, watcher: Callable[[], object]) -> Iterator[None]:
+        """``watcher`` called at the release (at once if it is released already) while in
+        the block; a cancel too leaves it unwatched."""
+        with self.arrivals._lock:
+            held = self in self.arrivals._tickets
+            if held:
+                self._watchers.append(watcher)
+        if not held:
+            watcher()
         try:
-            await asyncio.wait_for(gone, max(0.0, timeout))
-        except TimeoutError:
-            self._unwatch(watcher)
-            return self.released
-        except BaseException:  # cancelled: the client left
-            self._unwatch(watcher)
-            raise
-        return True
-
-    def _let_go(self) -> Arrivals | None:
-        with self._lock:
-            arrivals, self._arrivals = self._arrivals, None
-            watchers, self._watchers = self._watchers, []
-        if arrivals is not None:
-            arrivals.forget(self)
-        for watcher in watchers:
-            with contextlib.suppress(RuntimeError):  # a waiter's loop that has closed
-                watcher()
-        return arrivals
+            yield
+        finally:
+            with self.arrivals._lock:
+                if watcher in self._watchers:
+                    self._watchers.remove(watcher)
 
 
 class Arrivals:
-    """This process's bodies let in and still arriving: places (each a place the pool
-    will be asked for) and budget entries (bodies that may join), with the keys they
-    declared, the bytes the budget holds, what was shed and what timed out. Thread-safe."""
+    """This process's bodies let in and still arriving, each on a place or a budget entry
+    (one that may join), with what was shed and what timed out. Thread-safe."""
 
-    __slots__ = ("_charged", "_keys", "_lock", "_tickets", "shed", "timed_out")
+    __slots__ = ("_charged", "_lock", "_tickets", "shed", "timed_out")
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()  # guards every field, and each held ticket's received
+        self._lock = threading.Lock()  # guards every field, and each held ticket's own
         self._tickets: set[Ticket] = set()
-        self._keys: Counter[str] = Counter()  # declared keys of the bodies arriving
         self._charged = 0  # budget bytes held: each entry's reserve, or what it has sent
         self.shed = 0  # refused past the budget (they might have joined)
         self.timed_out = 0  # let in, then past their deadline
@@ -219,7 +189,7 @@ class Arrivals:
     def carries(self, key: str | None) -> bool:
         """Whether a body arriving now declared ``key``: its job will be there to join."""
         with self._lock:
-            return key is not None and key in self._keys
+            return key is not None and any(t.key == key for t in self._tickets)
 
     def may_start(self, sizes: Sizes, keyed: bool = False) -> bool:
         """Whether a body on a place may start a job of one of ``sizes`` (an upload that
@@ -239,7 +209,6 @@ class Arrivals:
             return next((t for t in self._tickets if t.who == who), None)
 
     def holds_place(self, who: str) -> bool:
-        """Whether ``who`` has a body arriving on a place."""
         with self._lock:
             return any(t.kind == "place" and t.who == who for t in self._tickets)
 
@@ -248,57 +217,33 @@ class Arrivals:
     ) -> Ticket | None:
         """A place if fewer than ``free`` are taken by arriving bodies and ``who`` holds
         none (one job per caller: a second body of theirs can only join)."""
-        with self._lock:
-            places = [t for t in self._tickets if t.kind == "place"]
-            if len(places) >= free or any(t.who == who for t in places):
-                return None
-            return self._take(Ticket(self, who, "place", key, 0, sizes))
+        return self._take(Ticket(self, who, "place", key, 0, sizes), free)
 
     def budget(
         self, who: str, key: str | None, size: int, terms: Terms, sizes: Sizes = (0, None)
     ) -> Ticket | None:
-        """A budget entry, if the count and the bytes allow and ``who`` holds none. It
-        reserves ``size`` up to its share of ``budget_bytes`` (``budget_bytes / budget``)
-        and is charged past that as its bytes arrive, not as they are declared."""
+        """A budget entry if the count and bytes allow and ``who`` holds none; it reserves
+        its share of ``budget_bytes`` at most, charged past that as its bytes arrive."""
         reserve = min(size, terms.budget_bytes // max(terms.budget, 1))
-        with self._lock:
-            entries = [t for t in self._tickets if t.kind == "budget"]
-            if len(entries) >= terms.budget or any(t.who == who for t in entries):
-                return None
-            if self._charged + reserve > terms.budget_bytes:
-                return None
-            self._charged += reserve
-            return self._take(Ticket(self, who, "budget", key, reserve, sizes))
+        entry = Ticket(self, who, "budget", key, reserve, sizes)
+        return self._take(entry, terms.budget, terms.budget_bytes)
 
-    def _take(self, ticket: Ticket) -> Ticket:
-        self._tickets.add(ticket)
-        if ticket.key is not None:
-            self._keys[ticket.key] += 1
-        return ticket
-
-    def charge(self, ticket: Ticket, size: int, terms: Terms) -> bool:
-        """``Ticket.arrived``: its bytes counted, a budget entry's past its reserve charged;
-        a chunk that would take the budget past ``budget_bytes`` is not (the body is shed,
-        nobody else), and one within its reserve never fails."""
+    def _take(self, ticket: Ticket, most: int, most_bytes: int = 0) -> Ticket | None:
+        """``ticket`` held, unless ``most`` of its kind are, or one of its caller's is, or
+        a budget entry's reserve would take the budget past ``most_bytes``."""
         with self._lock:
-            before = max(ticket.reserved, ticket.received)
-            ticket.received += size
-            if ticket.kind == "place" or ticket not in self._tickets:
-                return True
-            more = max(ticket.reserved, ticket.received) - before
-            if more and self._charged + more > terms.budget_bytes:
-                ticket.received -= size
-                return False
-            self._charged += more
-            return True
+            same = [t for t in self._tickets if t.kind == ticket.kind]
+            if len(same) >= most or any(t.who == ticket.who for t in same):
+                return None
+            if ticket.kind == "budget" and self._charged + ticket.reserved > most_bytes:
+                return None
+            self._charged += ticket.reserved
+            self._tickets.add(ticket)
+            return ticket
 
     def count_shed(self) -> None:
         with self._lock:
             self.shed += 1
-
-    def count_timed_out(self) -> None:
-        with self._lock:
-            self.timed_out += 1
 
     def expire(self, terms: Terms, now: float | None = None) -> list[Ticket]:
         """Release every ticket past its deadline (so that a silent client holds nothing);
@@ -311,8 +256,8 @@ class Arrivals:
         return overdue
 
     def held(self, terms: Terms) -> list[HeldInfo]:
-        """The bodies arriving now, oldest first; one past its deadline holds nothing, read
-        or not, so it is released first (every reader agrees: status page, metrics)."""
+        """The bodies arriving now, oldest first, those past their deadline released first
+        (every reader agrees: status page, metrics)."""
         self.expire(terms)
         now = time.monotonic()
         with self._lock:
@@ -321,19 +266,6 @@ class Arrivals:
             HeldInfo(t.who, t.kind, t.received, now - t.started, t.deadline(terms) - now)
             for t in tickets
         ]
-
-    def forget(self, ticket: Ticket) -> None:
-        """Drop a released ticket (``Ticket.release`` calls it)."""
-        with self._lock:
-            if ticket not in self._tickets:
-                return
-            self._tickets.discard(ticket)
-            if ticket.kind == "budget":
-                self._charged -= max(ticket.reserved, ticket.received)
-            if ticket.key is not None:
-                self._keys[ticket.key] -= 1
-                if not self._keys[ticket.key]:
-                    del self._keys[ticket.key]
 
 
 TERMS = Terms(0, 0, 0, 20.0, 500)  # a ticket's until ``decide`` gives it the settings'
@@ -352,22 +284,18 @@ def decide(
     terms: Terms,
     field: str = "file",
 ) -> tuple[Refusal | Ticket, bool]:
-    """The pool's answer, or a ticket for the body; and whether a refusal is a shed (the
-    budget's, not the pool's; the caller counts it, or first waits for its own body).
-    ``key``: the single-flight key the upload declares, if any (and trusted); ``who``: the
-    caller, or its network when ``known`` is False (the caller could not be told before
-    the body); ``field``: the form field a multipart body carries its PDF in."""
-    too_much = upload.declares_too_much(terms.max_upload_size)
-    limit, sizes = upload.body_limit(terms.max_upload_size), upload.file_sizes(field)
+    """The pool's answer, or a ticket for the body; and whether a refusal is the budget's
+    shed. ``key``: the key the upload declares, if trusted; ``who``: the caller, or its
+    network when not ``known`` (it could not be told before the body)."""
     if pressure.closed:
         return jobs.closing(), False
-    if too_much:
+    if upload.declares_too_much(terms.max_upload_size):
         return UploadTooLarge.over(terms.max_upload_size), False
-    arrivals.expire(terms)
+    limit, sizes = upload.body_limit(terms.max_upload_size), upload.file_sizes(field)
     size = limit if upload.declared_size is None else upload.declared_size
-    decided = _rule(
-        key, pressure, arrivals, who, known and pressure.caller_busy, size, sizes, terms
-    )
+    arrivals.expire(terms)
+    busy = known and pressure.caller_busy
+    decided = _rule(key, pressure, arrivals, who, busy, size, sizes, terms)
     if isinstance(decided[0], Ticket):
         decided[0].limit, decided[0].terms = limit, terms  # what its body is read against
     return decided
@@ -379,33 +307,27 @@ def _rule(
 ) -> tuple[Refusal | Ticket, bool]:  # fmt: skip
     """``decide``'s rule, once the upload is within the limit and the pool open."""
 
+    def refused(shed: bool) -> tuple[Refusal, bool]:  # the pool's rule 2 (busy), else rule 3
+        if busy:
+            return jobs.caller_busy(pressure.caller_retry_after), shed
+        return jobs.queue_full(pressure.retry_after), shed
+
     def may_join() -> tuple[Refusal | Ticket, bool]:
         entry = arrivals.budget(who, key, size, terms, sizes)
-        if entry is not None:
-            return entry, False
-        if busy:
-            return jobs.caller_busy(pressure.caller_retry_after), True
-        return jobs.queue_full(pressure.retry_after), True
+        return refused(True) if entry is None else (entry, False)
 
-    if key is not None:
-        if pressure.in_flight or arrivals.carries(key):
-            return may_join()  # it joins: no slot, no queue place, any caller
-        if busy:
-            return jobs.caller_busy(pressure.caller_retry_after), False
-        ticket = arrivals.place(pressure.free, who, key, sizes)
-        if ticket is not None:
-            return ticket, False
-        if arrivals.may_start(sizes, keyed=True) or arrivals.holds_place(who):
-            return may_join()  # a body on its way may turn out to start this key's job
-        return jobs.queue_full(pressure.retry_after), False
-    if not busy:
-        ticket = arrivals.place(pressure.free, who, None, sizes)
-        if ticket is not None:
-            return ticket, False
+    if key is not None and (pressure.in_flight or arrivals.carries(key)):
+        return may_join()  # it joins: no slot, no queue place, any caller
+    if key is not None and busy:
+        return refused(False)
+    ticket = None if busy else arrivals.place(pressure.free, who, key, sizes)
+    if ticket is not None:
+        return ticket, False
+    if key is not None:  # a body on its way may turn out to start this key's job
+        may_start = arrivals.may_start(sizes, keyed=True) or arrivals.holds_place(who)
+        return may_join() if may_start else refused(False)
     if (busy or not pressure.free) and not _may_be_in_flight(sizes, pressure, arrivals):
-        if busy:  # its size is no job's in flight: the pool's rule 2, then rule 3
-            return jobs.caller_busy(pressure.caller_retry_after), False
-        return jobs.queue_full(pressure.retry_after), False
+        return refused(False)  # its size is no job's in flight
     return may_join()  # every place taken, or the caller busy: it can only join
 
 
@@ -431,7 +353,7 @@ class Call(Generic[Value]):
 
     @classmethod
     def quick(cls, read: Callable[[], Value]) -> Call[Value]:
-        """``read`` as it is on either side: it never waits (fine on an event loop)."""
+        """``read``, which never waits: called as it is on either side."""
 
         async def on_the_loop() -> Value:
             return read()
@@ -445,9 +367,8 @@ class Call(Generic[Value]):
 
     @classmethod
     def django(cls, code: Callable[[], Value]) -> Call[Value]:
-        """``code``, which may use the database: off the event loop on the thread Django
-        runs a request's sync code on (``thread_sensitive``), never a pool thread that
-        would keep its connections open."""
+        """``code``, which may use the database: on the thread Django runs a request's sync
+        code on, never a pool thread that would keep its connections open."""
         return cls(code, sync_to_async(code, thread_sensitive=True))
 
 
@@ -472,8 +393,8 @@ def run_steps(steps: Steps[Value]) -> Value:
 
 
 async def arun_steps(steps: Steps[Value]) -> Value:
-    """Run ``steps`` on this event loop: each call's async side, awaited (a cancel too is
-    raised inside the step function)."""
+    """``run_steps`` on this event loop: each call's async side (a cancel too is raised
+    inside the step function)."""
     try:
         call = next(steps)
         while True:
@@ -487,37 +408,39 @@ async def arun_steps(steps: Steps[Value]) -> Value:
         return cast(Value, done.value)
 
 
+@contextlib.contextmanager
+def _asking(request: HttpRequest) -> Iterator[None]:
+    """While the door asks ``CALLER``: one that raises (it reads ``request.user``, say,
+    written for the view) cannot tell before the body, and is asked in the view."""
+    request.META[ASKING] = True
+    try:
+        yield
+    except Exception:
+        logger.debug("CALLER could not tell the door who asks", exc_info=True)
+    finally:
+        del request.META[ASKING]
+
+
 def ask_caller(request: HttpRequest) -> str | None:
     """The caller, asked from a sync request's thread (where it may read the database);
     None when the ``CALLER`` function cannot tell before the body."""
-    request.META[ASKING] = True
-    try:
+    with _asking(request):
         return caller_of(request)
-    except Exception:  # written for the view (it reads request.user, say): asked there
-        logger.debug("CALLER could not tell the door who asks", exc_info=True)
-        return None
-    finally:
-        del request.META[ASKING]
+    return None
 
 
 async def aask_caller(request: HttpRequest) -> str | None:
     """``ask_caller`` from an event loop (``acaller_of``: a project's sync function runs
     in a thread; ``request.user`` resolved first, where authentication has run)."""
-    request.META[ASKING] = True
-    try:
+    with _asking(request):
         return await acaller_of(request)
-    except Exception:  # as in ask_caller
-        logger.debug("CALLER could not tell the door who asks", exc_info=True)
-        return None
-    finally:
-        del request.META[ASKING]
+    return None
 
 
 def csrf_refusal(request: HttpRequest) -> Callable[[], HttpResponse] | None:
-    """What gives Django's own 403 for a POST whose ``Origin`` ``CsrfViewMiddleware``
-    refuses (it checks the origin before any token, so the headers tell): a call to run as
-    sync code (the ``CSRF_FAILURE_VIEW`` may read the database). None where Django would
-    not refuse it, or would answer a host it does not serve before (CommonMiddleware)."""
+    """Django's own 403 for a POST whose ``Origin`` ``CsrfViewMiddleware`` refuses (before
+    any token: the headers tell), as sync code to run; None where Django would not refuse
+    it, or would first answer a host it does not serve."""
     if "HTTP_ORIGIN" not in request.META or getattr(request, "_dont_enforce_csrf_checks", False):
         return None  # (the second: django.test.Client's)
     trusted = tuple(settings.CSRF_TRUSTED_ORIGINS)
@@ -530,15 +453,13 @@ def csrf_refusal(request: HttpRequest) -> Callable[[], HttpResponse] | None:
         return None
     if middleware._origin_verified(request):
         return None
-    return partial(_csrf_rejected, middleware, request)
 
+    def rejected() -> HttpResponse:  # rendered as Django's handler renders a TemplateResponse
+        response = middleware._reject(request, REASON_BAD_ORIGIN % request.META["HTTP_ORIGIN"])
+        render = getattr(response, "render", None)
+        return cast(HttpResponse, render() if callable(render) else response)
 
-def _csrf_rejected(middleware: Any, request: HttpRequest) -> HttpResponse:
-    """``CsrfViewMiddleware``'s 403, rendered as Django's handler renders a response that
-    defers it (a ``TemplateResponse`` from the ``CSRF_FAILURE_VIEW``)."""
-    response = middleware._reject(request, REASON_BAD_ORIGIN % request.META["HTTP_ORIGIN"])
-    render = getattr(response, "render", None)
-    return cast(HttpResponse, render() if callable(render) else response)
+    return rejected
 
 
 @functools.lru_cache(maxsize=4)
@@ -553,13 +474,10 @@ def _csrf_middleware(paths: tuple[str, ...], trusted: tuple[str, ...]) -> Any:
 
 
 def framework_refusal(request: HttpRequest, view: PooledView) -> HttpResponse | None:
-    """The framework's 401 for a request its authentication refuses from the headers
-    (``view.authenticate``), asked of a copy whose body is empty (a CSRF check there reads
-    none of the real one); None if it may pass, or if a session not read yet may."""
-    session_unread = settings.SESSION_COOKIE_NAME in request.COOKIES and not hasattr(
-        request, "user"
-    )
-    if view.authenticate is None or session_unread:
+    """The framework's 401 from the headers (``view.authenticate``), asked of a copy with an
+    empty body; None if it may pass, or if a session not read yet may."""
+    unread = not hasattr(request, "user") and settings.SESSION_COOKIE_NAME in request.COOKIES
+    if view.authenticate is None or unread:
         return None
     probe = copy.copy(request)
     for parsed in ("_post", "_files", "_body"):
@@ -575,10 +493,9 @@ def framework_refusal(request: HttpRequest, view: PooledView) -> HttpResponse | 
 def through_door(
     request: HttpRequest, record: AdmissionRecord, view: PooledView, *, csrf_exempt: bool = False
 ) -> Steps[Refusal | Ticket | HttpResponse]:
-    """The door's answer: Django's CSRF 403 and the framework's 401 first, then the view's
-    400 for headers it cannot read, then who asks, the pool's pressure, ``decide``. A next
-    upload of a caller whose body is arriving, that could only be shed, waits
-    (``BODY_TIMEOUT`` at most, holding nothing) and is decided again."""
+    """Django's CSRF 403, the framework's 401, the view's 400, then ``decide`` on the
+    pool's pressure. A caller's next upload that could only be shed waits for the body it
+    has arriving (``BODY_TIMEOUT`` at most, holding nothing) and is decided again."""
     refuse = None if csrf_exempt else csrf_refusal(request)
     forbidden: HttpResponse | None = None if refuse is None else (yield Call.django(refuse))
     if forbidden is None and view.authenticate is not None:
@@ -591,11 +508,10 @@ def through_door(
     if view.own_caller is None and view.authenticate is None:  # else the framework names it
         record.caller = yield Call(partial(ask_caller, request), partial(aask_caller, request))
     known = record.caller is not None
-    address = address_caller(request.META.get("REMOTE_ADDR") or "unknown")
-    who = network_of(record.caller or address)  # anonymous callers count per network
-    conf, pool = get_settings(), get_pool()
-    digests = conf.door is not None and conf.door.digests  # answer from a declared digest
-    key = record.key if digests else None
+    address = request.META.get("REMOTE_ADDR") or "unknown"
+    who = network_of(record.caller or address_caller(address))  # anonymous: per network
+    door, pool = get_settings().door, get_pool()
+    key = record.key if door is not None and door.digests else None  # answer from a digest
     read = partial(pool.pressure, key, record.caller)
     door_terms = terms()
     give_up = time.monotonic() + door_terms.body_timeout
@@ -609,29 +525,25 @@ def through_door(
             record.ticket = decided
             return decided
         own = ARRIVING.own(who) if shed else None
-        if own is None:
-            if shed:
-                ARRIVING.count_shed()
-            elif isinstance(decided, PoolBusy | PoolClosed | CallerBusy):
-                pool.count_refusal(decided, record.caller)
-            return decided
-        left = give_up - time.monotonic()
-        if not (yield Call(partial(own.wait_released, left), partial(own.areleased, left))):
+        if own is not None:  # its caller's body is arriving: wait for it, decide again
+            left = give_up - time.monotonic()
+            if (yield Call(partial(own.wait_released, left), partial(own.areleased, left))):
+                continue
+        if shed:
             ARRIVING.count_shed()
-            return decided
+        elif isinstance(decided, PoolBusy | PoolClosed | CallerBusy):
+            pool.count_refusal(decided, record.caller)
+        return decided
 
 
 def door_status() -> dict[str, Any]:
-    """This process's door, JSON-ready: the bodies arriving (caller, place or budget,
-    bytes so far, age, seconds left), what was shed past the budget, what timed out."""
-    door_terms = terms()
+    """This process's door, JSON-ready: the bodies arriving, what was shed and what timed
+    out, and its terms."""
+    door_terms = dataclasses.asdict(terms())
+    del door_terms["max_upload_size"]
     return {
-        "held": [dataclasses.asdict(held) for held in ARRIVING.held(door_terms)],
+        "held": [dataclasses.asdict(held) for held in ARRIVING.held(terms())],
         "shed": ARRIVING.shed,
         "timed_out": ARRIVING.timed_out,
-        "budget": door_terms.budget,
-        "budget_bytes": door_terms.budget_bytes,
-        "body_timeout": door_terms.body_timeout,
-        "body_min_rate": door_terms.body_min_rate,
-        "body_timeout_max": door_terms.body_timeout_max,
+        **door_terms,
     }

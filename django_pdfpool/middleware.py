@@ -1,6 +1,5 @@
 """``AdmissionMiddleware``: the door inside Django, before the body is parsed (under WSGI
-after authentication, the body read against its deadline); it also answers refusals and
-extraction errors raised by views that call the pool themselves."""
+the body read against its deadline); it also answers refusals and extraction errors views raise."""
 
 from __future__ import annotations
 
@@ -15,19 +14,8 @@ from django.http import HttpRequest, HttpResponse
 from .admission.jobs import queue_full
 from .conf import get_settings
 from .configured import get_pool
-from .door import (
-    ARRIVING,
-    Call,
-    Steps,
-    Terms,
-    Ticket,
-    arun_steps,
-    closes_connection,
-    run_steps,
-    terms,
-    through_door,
-)
-from .exceptions import BodyTimeout, ExtractionError, Refused, Wording
+from .door import ARRIVING, Call, Steps, Terms, Ticket, arun_steps, run_steps, through_door
+from .exceptions import BodyTimeout, ExtractionError, Refused, UploadTooLarge, Wording
 from .record import RECORD, AdmissionRecord, PooledView, pooled_route
 from .responses import arefusal_answer, refusal_answer
 
@@ -72,21 +60,20 @@ class AdmissionMiddleware:
         exempt = getattr(func, "csrf_exempt", False)
         decided = yield from through_door(request, record, view, csrf_exempt=exempt)
         if not isinstance(decided, Ticket):
-            closing = record.declares_body()
+            closing = record.declares_body() or isinstance(decided, UploadTooLarge | BodyTimeout)
             if isinstance(decided, HttpResponse):
                 refused = decided
             else:
-                answer = partial(refusal_answer, request, decided, view.answer)
+                said = (request, decided, view.answer)
                 refused = yield Call(
-                    answer, partial(arefusal_answer, request, decided, view.answer)
+                    partial(refusal_answer, *said), partial(arefusal_answer, *said)
                 )
-                closing = closing or closes_connection(decided)
             if asgi and closing:  # under WSGI Connection is the server's
                 refused["Connection"] = "close"
             return refused
         stream = getattr(request, "_stream", None)
         if stream is not None and not asgi:  # WSGI: the body is still unread
-            request._stream = TimedStream(stream, decided, terms())  # type: ignore[assignment]
+            request._stream = TimedStream(stream, decided, decided.terms)  # type: ignore[assignment]
         try:
             respond = partial(self.get_response, request)
             response: HttpResponse = yield Call(cast(Sync, respond), cast(Async, respond))
@@ -103,10 +90,8 @@ class AdmissionMiddleware:
 
 
 class TimedStream:
-    """A WSGI body read against its ticket's deadline: each read counts its bytes, one past
-    the deadline raises ``BodyTimeout`` (408), one past the budget's bytes ``PoolBusy``. A
-    read the client never answers blocks in the server; the place goes back at the
-    deadline all the same."""
+    """A WSGI body read against its ticket: a read past the deadline raises ``BodyTimeout``
+    (408), past the budget's bytes ``PoolBusy``; at the deadline the place goes back."""
 
     def __init__(self, stream: Any, ticket: Ticket, terms: Terms) -> None:
         self._stream, self._ticket, self._terms = stream, ticket, terms

@@ -37,6 +37,7 @@ SINGLE = ("content-type", "content-length", *RAW_DIGESTS, FILE_DIGEST)
 """Headers that must come once: two of them could be read differently by two readers."""
 
 Headers = Mapping[str, str] | Iterable[tuple[str, str]]
+_QUOTED = re.compile(r'"(?:[^"\\]|\\.)*(?:"|\\?\Z)', re.DOTALL)  # a quoted string, maybe unclosed
 
 
 @dataclass(frozen=True)
@@ -57,7 +58,7 @@ class UploadHeaders:
         read alike: a malformed digest, a repeated header, a chunked multipart form."""
         values = _collect(headers)
         content_type = _one(values, "content-type")
-        if "," in _unquoted(content_type):  # two, joined by a server: one media type has none
+        if "," in _QUOTED.sub("", content_type):  # two joined by a server: one type has none
             raise RepeatedHeader(Wording.REPEATED_HEADER.format(header="Content-Type"))
         content_type, params = parse_header_parameters(content_type)
         raw = content_type == PDF_TYPE
@@ -118,27 +119,10 @@ def _one(values: dict[str, list[str]], name: str) -> str:
     return found[0] if found else ""
 
 
-def _unquoted(value: str) -> str:
-    """``value`` without its quoted strings (a quoted boundary may hold a comma)."""
-    out, quoted, escaped = [], False, False
-    for char in value:
-        if escaped:
-            escaped = False
-        elif quoted and char == "\\":
-            escaped = True
-        elif char == '"':
-            quoted = not quoted
-        elif not quoted:
-            out.append(char)
-    return "".join(out)
-
-
 def _length(value: str) -> int | None:
     """``Content-Length`` as h11 and Django take it: a list of equal values is that value."""
-    parts = {part.strip() for part in value.split(",")} if value else set()
-    if len(parts) != 1:
-        return None
-    (part,) = parts
+    parts = {part.strip() for part in value.split(",")}
+    part = parts.pop() if len(parts) == 1 else ""
     return int(part) if part.isdigit() else None
 
 
@@ -225,10 +209,9 @@ class Releasable(Protocol):
 
 @dataclass(frozen=True)
 class PooledView:
-    """What ``@pdf_pooled`` (or an integration) declares of a view, for every stage before
-    it: the form field of the upload, the job and the stable name that starts its keys, the
-    view's own ``answer=`` (None: ``REFUSAL_VIEW``) and a caller function asked before
-    ``CALLER`` (ninja's ``request.auth``)."""
+    """What ``@pdf_pooled`` (or an integration) declares of a view for every stage before it:
+    its upload's field, its job and the name that starts its keys, its ``answer=`` (None:
+    ``REFUSAL_VIEW``), and a caller function asked before ``CALLER`` (ninja's ``request.auth``)."""
 
     field: str
     job: Callable[[Any], Awaitable[Any]]
@@ -237,9 +220,8 @@ class PooledView:
     own_caller: Callable[[HttpRequest], str | None] | None = None
     tagged: bool = False  # the default job: its key carries the settings' results tag
     authenticate: Callable[[HttpRequest], HttpResponse | None] | None = None
-    """A framework's 401 for a request its authentication refuses from the headers; a view
-    that declares it (or ``own_caller``) has its caller named by the framework, after the
-    door."""
+    """A framework's 401 from the headers; with it (or ``own_caller``) the framework names the
+    caller, after the door."""
 
     def key(self, sha256: str) -> str:
         """The single-flight key of an upload with this digest: ``<job name>:<sha256>``,
@@ -266,15 +248,14 @@ class AdmissionRecord:
             upload = UploadHeaders.of(headers)
         except UploadRejected as rejected:
             return cls(rejected)
-        declared = upload.digest if view is not None else None
-        return cls(upload, key=view.key(declared) if view is not None and declared else None)
+        key = view.key(upload.digest) if view is not None and upload.digest else None
+        return cls(upload, key=key)
 
     def declares_body(self) -> bool:
-        """Whether the request says a body follows (a length above 0, or chunked)."""
+        """Whether the request says a body follows (a length above 0, or chunked); headers
+        it cannot read may say anything."""
         headers = self.headers
-        if isinstance(headers, UploadRejected):
-            return True  # unreadable headers: assume the worst
-        return headers.chunked or bool(headers.declared_size)
+        return isinstance(headers, UploadRejected) or headers.chunked or bool(headers.declared_size)
 
 
 def route_of(request: HttpRequest) -> ResolverMatch | None:
@@ -289,15 +270,9 @@ def route_of(request: HttpRequest) -> ResolverMatch | None:
         return None
 
 
-def pooled_view(path_info: str, urlconf: str | None = None) -> PooledView | None:
-    """The pooled view ``path_info`` resolves to, or None (not found, or not pooled): a
-    POST whose URL Django's own resolver maps to a pooled view (no second list of URLs)."""
-    found = pooled_route(path_info, urlconf)
-    return None if found is None else found[1]
-
-
 def pooled_route(path_info: str, urlconf: str | None = None) -> tuple[Any, PooledView] | None:
-    """``pooled_view``'s route: the view function Django will call, and its pooled view."""
+    """The view function Django will call for a POST to ``path_info``, and its pooled view;
+    None if it is not pooled (Django's own resolver: no second list of URLs)."""
     try:
         match = resolve(path_info, urlconf)
     except Resolver404:
@@ -307,28 +282,22 @@ def pooled_route(path_info: str, urlconf: str | None = None) -> tuple[Any, Poole
 
 
 def pooled_view_of(func: Callable[..., Any]) -> PooledView | None:
-    """``func``'s pooled view, wherever a framework keeps it: on the function itself; on
-    the POST handler of its class (a Django class-based view or DRF ``APIView``, where
-    ``method_decorator`` or ``@pdf_pooled`` put it; a DRF ViewSet's action for POST); in
-    the handler's closure (DRF's ``@api_view``); or among the operations the view serves
-    (django-ninja's path views). The door imports no framework: it reads what they keep."""
+    """``func``'s pooled view, wherever a framework keeps it (on the function, on its class's
+    POST handler or a DRF ViewSet's POST action, or closed over): read, no framework imported."""
+    view_class = getattr(func, "view_class", None) or getattr(func, "cls", None)
+    if getattr(func, POOLED, None) is None and view_class is not None:
+        actions = getattr(func, "actions", None)  # a DRF ViewSet's {"post": "create"}
+        name = actions.get("post") if isinstance(actions, dict) else "post"
+        return _pooled(getattr(view_class, name, None) if isinstance(name, str) else None)
+    return _pooled(func)
+
+
+def _pooled(func: Callable[..., Any] | None) -> PooledView | None:
+    """``func``'s own pooled view, or one it closes over: the function DRF's ``@api_view``
+    handler calls, or the POST operation of the django-ninja path view ``func`` wraps."""
     found = getattr(func, POOLED, None)
     if found is not None:
         return cast(PooledView, found)
-    view_class = getattr(func, "view_class", None) or getattr(func, "cls", None)
-    if view_class is not None:
-        actions = getattr(func, "actions", None)  # a DRF ViewSet's {"post": "create"}
-        name = actions.get("post") if isinstance(actions, dict) else "post"
-        handler = getattr(view_class, name, None) if isinstance(name, str) else None
-        if handler is None:
-            return None
-        return getattr(handler, POOLED, None) or _closed_over(handler)
-    return _closed_over(func)
-
-
-def _closed_over(func: Callable[..., Any]) -> PooledView | None:
-    """A pooled view ``func`` closes over: the function DRF's ``@api_view`` handler calls,
-    or the POST operation of the django-ninja path view whose wrapper ``func`` is."""
     for cell in getattr(func, "__closure__", None) or ():
         try:
             held = cell.cell_contents
@@ -345,33 +314,21 @@ def _closed_over(func: Callable[..., Any]) -> PooledView | None:
     return None
 
 
-def pooled_routes(urlconf: str | None = None) -> Iterator[tuple[str, Any, PooledView]]:
-    """Every route of the URLconf whose view is pooled: its pattern, view and pooled view."""
+def framework_mismatches(urlconf: str | None = None) -> list[tuple[str, str]]:
+    """Routes of DRF or django-ninja pooled by ``pdf_pooled``, not the framework's integration,
+    with the integration to use (``manage.py check``): they answer refusals themselves."""
 
-    def walk(patterns: list[Any], prefix: str) -> Iterator[tuple[str, Any, PooledView]]:
+    def walk(patterns: list[Any], prefix: str) -> Iterator[tuple[str, str]]:
         for pattern in patterns:
             if isinstance(pattern, URLResolver):
                 yield from walk(pattern.url_patterns, prefix + str(pattern.pattern))
             elif isinstance(pattern, URLPattern):
-                found = pooled_view_of(pattern.callback)
-                if found is not None:
-                    yield prefix + str(pattern.pattern), pattern.callback, found
+                pooled, framework = pooled_view_of(pattern.callback), _framework(pattern.callback)
+                integration = f"django_pdfpool.contrib.{framework}"
+                if pooled and framework and getattr(pooled.answer, "__module__", "") != integration:
+                    yield prefix + str(pattern.pattern), integration
 
-    yield from walk(get_resolver(urlconf).url_patterns, "/")
-
-
-def framework_mismatches(urlconf: str | None = None) -> list[tuple[str, str]]:
-    """Routes of DRF or django-ninja pooled by ``django_pdfpool.pdf_pooled`` instead of
-    the framework's integration, with the integration to use (for ``manage.py check``):
-    such a route works, but answers refusals itself, not through the framework's handlers
-    (and names ninja's callers by ``request.user``, not ``request.auth``)."""
-    found = []
-    for route, view, pooled in pooled_routes(urlconf):
-        framework = _framework(view)
-        integration = f"django_pdfpool.contrib.{framework}"
-        if framework is not None and getattr(pooled.answer, "__module__", "") != integration:
-            found.append((route, integration))
-    return found
+    return list(walk(get_resolver(urlconf).url_patterns, "/"))
 
 
 def _framework(view: Any) -> str | None:

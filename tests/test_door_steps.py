@@ -206,13 +206,14 @@ def test_the_pools_pressure_is_read_off_the_loop_only_when_reading_waits(
     """A pool whose reads wait on the network (``blocking_reads``: the Redis pool) is read
     in a thread by the async path; a local pool's memory read stays on the loop."""
     from django_pdfpool import door
-    from django_pdfpool.record import AdmissionRecord, pooled_view
+    from django_pdfpool.record import AdmissionRecord, pooled_route
 
     pdfpool()
     noted = _NotedPool(blocking)
     monkeypatch.setattr(door, "get_pool", lambda: noted)
-    view = pooled_view("/gated/")
-    assert view is not None
+    route = pooled_route("/gated/")
+    assert route is not None
+    view = route[1]
     request = rf.post("/gated/", REMOTE_ADDR="10.7.0.1")
 
     def record() -> AdmissionRecord:

@@ -222,8 +222,8 @@ MUTANTS = [
     Mutant(
         "door: join takes no place",
         RULES,
-        "if pressure.in_flight or arrivals.carries(key):",
-        "if arrivals.carries(key):",
+        "(pressure.in_flight or arrivals.carries(key)):",
+        "(arrivals.carries(key)):",
         "door",
     ),
     Mutant(
@@ -236,8 +236,8 @@ MUTANTS = [
     Mutant(
         "door: a full pool refuses",
         RULES,
-        "ticket = arrivals.place(pressure.free, who, key)",
-        "ticket = arrivals.place(pressure.free + 1, who, key)",
+        "arrivals.place(pressure.free, who, key, sizes)",
+        "arrivals.place(pressure.free + 1, who, key, sizes)",
         "door",
     ),
 ]
