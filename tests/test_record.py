@@ -153,6 +153,7 @@ def test_one_reading_of_the_request_as_django_reads_it():
         == 811
     )
     assert UploadHeaders.of([pdf, ("content-length", "811, 812")]).declared_size is None
+    assert UploadHeaders.of([pdf, ("content-length", "\xb2")]).declared_size is None  # not ASCII
     with pytest.raises(LengthRequired) as chunked:
         UploadHeaders.of([form, ("transfer-encoding", "chunked")])
     assert chunked.value.status == 411
