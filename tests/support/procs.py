@@ -47,12 +47,24 @@ def name(pid: int) -> str:
     return _read(f"/proc/{pid}/comm").decode().strip()
 
 
+def _starting_templates() -> set[int]:
+    """This process's own children started as a template (a job may start one while it runs
+    cold; ``idle_pids`` names it once it is ready). Its forked children are not these."""
+    me = os.getpid()
+    return {
+        pid
+        for pid in child_pids()
+        if _read(f"/proc/{pid}/stat").rsplit(b")", 1)[-1].split()[1:2] == [str(me).encode()]
+        and b"--template" in _read(f"/proc/{pid}/cmdline").split(b"\0")
+    }
+
+
 def leftovers(before: set[int], timeout: float = 2.0) -> set[int]:
     """Extraction processes that are neither old nor the template, once exiting ones had
     `timeout`."""
     deadline = time.monotonic() + timeout
     while True:
-        extra = child_pids() - before - set(extraction.idle_pids())
+        extra = child_pids() - before - set(extraction.idle_pids()) - _starting_templates()
         if not extra or time.monotonic() > deadline:
             return extra
         time.sleep(0.01)
