@@ -3,21 +3,19 @@ the view runs, which gets the result as ``request.pdf`` (docs/usage.md)."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import functools
 import inspect
-import threading
-from collections.abc import Awaitable, Callable, Iterator, MutableMapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping, MutableMapping
 from typing import Any, TypeVar, cast, overload
 
-from asgiref.sync import async_to_sync, iscoroutinefunction, sync_to_async
+from asgiref.sync import async_to_sync, iscoroutinefunction
 from django.core.exceptions import ImproperlyConfigured
 from django.core.files.uploadedfile import UploadedFile
 from django.http import HttpRequest, HttpResponse
 
 from .callers import acaller_of, caller_of
-from .conf import PoolSettings, get_settings
+from .conf import get_settings
 from .configured import get_pool
 from .exceptions import (
     DigestMismatch,
@@ -31,7 +29,7 @@ from .exceptions import (
 from .record import POOLED, RECORD, AdmissionRecord, PooledView, UploadHeaders
 from .responses import Failure, RefusalView, arefusal_answer, refusal_answer
 from .sandbox.extract import Extraction, extract
-from .uploads import StagedUpload, chunks_of, stage, stage_chunks
+from .uploads import StagedUpload, chunks_of, stage, stage_chunks, stage_in_thread
 
 ViewFunc = TypeVar("ViewFunc", bound=Callable[..., Any])
 UploadJob = Callable[[StagedUpload], Awaitable[Any]]
@@ -89,16 +87,26 @@ def pdf_pooled(
     if view is None:
         return functools.partial(pdf_pooled, field=field, job=job, job_name=name, answer=answer)
     refuse_misplaced(view)
-    pooled = declared_view(field, job, name, answer)
+    return pooled_view(view, declared_view(job, name, field, answer))
 
+
+def pooled_view(
+    view: ViewFunc,
+    pooled: PooledView,
+    raise_as: Callable[[HttpRequest, Failure], Exception] | None = None,
+) -> ViewFunc:
+    """``view`` (sync or async) after ``admit``: a refusal answered as ``pooled.answer``
+    says, or raised as ``raise_as`` makes it (a framework's exception)."""
     if iscoroutinefunction(view):
 
         @functools.wraps(view)
         async def async_wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
             refused = await aadmit(pooled, request)
-            if refused is not None:
-                return await arefusal_answer(request, refused, pooled.answer)
-            return await view(request, *args, **kwargs)
+            if refused is None:
+                return await view(request, *args, **kwargs)
+            if raise_as is not None:
+                raise raise_as(request, refused) from refused
+            return await arefusal_answer(request, refused, pooled.answer)
 
         wrapper: Callable[..., Any] = async_wrapper
     else:
@@ -106,9 +114,11 @@ def pdf_pooled(
         @functools.wraps(view)
         def sync_wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
             refused = admit(pooled, request)
-            if refused is not None:
-                return refusal_answer(request, refused, pooled.answer)
-            return view(request, *args, **kwargs)
+            if refused is None:
+                return view(request, *args, **kwargs)
+            if raise_as is not None:
+                raise raise_as(request, refused) from refused
+            return refusal_answer(request, refused, pooled.answer)
 
         wrapper = sync_wrapper
     setattr(wrapper, POOLED, pooled)
@@ -116,8 +126,7 @@ def pdf_pooled(
 
 
 def refuse_misplaced(view: Callable[..., Any]) -> None:
-    """Raise ImproperlyConfigured, at import, where ``@pdf_pooled`` could not see the
-    request it needs, saying where to put it instead."""
+    """ImproperlyConfigured, at import, where ``@pdf_pooled`` could not see its request."""
     where = getattr(view, "__qualname__", None) or repr(view)
     if getattr(view, "_ninja_operation", None) is not None:
         raise ImproperlyConfigured(
@@ -167,27 +176,27 @@ def resolve_job_name(job: UploadJob, job_name: str | None = None) -> str:
 
 
 def declared_view(
-    field: str,
     job: UploadJob,
-    job_name: str,
-    answer: RefusalView | None,
+    job_name: str | None,
+    field: str = "file",
+    answer: RefusalView | None = None,
     own_caller: Callable[[HttpRequest], str | None] | None = None,
     authenticate: Callable[[HttpRequest], HttpResponse | None] | None = None,
 ) -> PooledView:
     """The ``PooledView`` a decorator declares (the default job's keys carry its tag)."""
+    name = resolve_job_name(job, job_name)
     tagged = job is extract_upload
-    return PooledView(field, job, job_name, answer, own_caller, tagged, authenticate)
+    return PooledView(field, job, name, answer, own_caller, tagged, authenticate)
 
 
 def pool_key(sha256: str, job: UploadJob = extract_upload, job_name: str | None = None) -> str:
     """The single-flight key of an upload with this digest to this job, as the decorator
     makes it: ``<job name>:<sha256>``; for the default job ``<name>:<settings tag>:<sha256>``."""
-    return declared_view("file", job, resolve_job_name(job, job_name), None).key(sha256)
+    return declared_view(job, job_name).key(sha256)
 
 
 def record_of(request: HttpRequest) -> AdmissionRecord:
-    """The request's record: the one the door left in its scope or environ, else one read
-    now from its headers and kept on it."""
+    """The record the door left in the request's scope or environ, else one read now."""
     scope: MutableMapping[str, Any] | None = getattr(request, "scope", None)
     found: AdmissionRecord | None = (scope or {}).get(RECORD) or request.META.get(RECORD)
     if found is None:
@@ -206,9 +215,8 @@ def discarded_on_error(upload: StagedUpload) -> Iterator[StagedUpload]:
 
 
 def admit(view: PooledView, request: HttpRequest) -> Failure | None:
-    """A sync view's POST through the pool: None lets the view run (with ``request.pdf``
-    set), else the failure to answer in its place. The caller is asked here, in the
-    request's thread, where it may read the database, unless the record knows it."""
+    """A sync view's POST through the pool: None lets the view run (``request.pdf`` set),
+    else the failure to answer; the caller is asked in the request's thread (the DB)."""
     request.pdf = None  # type: ignore[attr-defined]
     if request.method != "POST":
         return None
@@ -223,14 +231,13 @@ def admit(view: PooledView, request: HttpRequest) -> Failure | None:
 
 
 async def aadmit(view: PooledView, request: HttpRequest) -> Failure | None:
-    """``admit`` for an async view: staging in a worker thread, the caller asked as
-    ``acaller_of`` asks (``request.user`` resolved first)."""
+    """``admit`` for an async view: staging in a worker thread, the caller from ``acaller_of``."""
     request.pdf = None  # type: ignore[attr-defined]
     if request.method != "POST":
         return None
     record = record_of(request)
     try:
-        upload = await _aprepare(view, request, record)
+        upload = await stage_in_thread(functools.partial(prepare, view, request, record))
     except UploadRejected as rejected:
         return rejected
     with discarded_on_error(upload):
@@ -244,54 +251,29 @@ def _known_caller(view: PooledView, request: HttpRequest, record: AdmissionRecor
     return own or record.caller
 
 
-def prepare(view: PooledView, request: HttpRequest, record: AdmissionRecord) -> StagedUpload:
-    """Check the upload's size and presence, stage a copy the job will own, and check
-    it against its declared digest; ``UploadRejected`` says what is wrong."""
+def prepare(
+    view: PooledView,
+    request: HttpRequest,
+    record: AdmissionRecord,
+    parsed: Mapping[str, UploadedFile[bytes]] | None = None,
+) -> StagedUpload:
+    """Stage a copy of the upload for the job, checked for size, presence and digest
+    (``UploadRejected`` else); ``parsed``: the files a framework's parsers made of the body."""
     conf = get_settings()
-    upload = record.headers
+    upload, limit = record.headers, conf.max_upload_size
     if isinstance(upload, UploadRejected):
         raise upload
-    if record.ticket is None and upload.declares_too_much(conf.max_upload_size):
-        raise UploadTooLarge.over(conf.max_upload_size)  # (a door that let it in checked)
-    if not upload.raw:
-        form_file = request.FILES.get(view.field)
-        if form_file is None:
-            raise no_upload(view.field)
-        return stage_form_file(form_file, upload, conf)
-    chunks = chunks_of(request)
-    return checked(stage_chunks(chunks, "upload.pdf", conf.temp_dir, conf.max_upload_size), upload)
-
-
-def no_upload(field: str) -> NoUpload:
-    """The 400 for a POST without its PDF, worded once."""
-    return NoUpload(Wording.NO_UPLOAD.format(field=field))
-
-
-async def _aprepare(
-    view: PooledView, request: HttpRequest, record: AdmissionRecord
-) -> StagedUpload:
-    """``prepare`` in a worker thread (parsing and copying block); a copy staged after
-    the caller was cancelled is deleted by the thread that made it."""
-    lock = threading.Lock()
-    made: list[StagedUpload] = []
-    gone: list[bool] = []
-
-    def prepare_or_discard() -> StagedUpload:
-        prepared = prepare(view, request, record)
-        with lock:
-            if gone:
-                prepared.discard()
-            made.append(prepared)
-        return prepared
-
-    try:
-        return await sync_to_async(prepare_or_discard, thread_sensitive=False)()
-    except asyncio.CancelledError:
-        with lock:
-            gone.append(True)
-            for prepared in made:
-                prepared.discard()
-        raise
+    if record.ticket is None and upload.declares_too_much(limit):
+        raise UploadTooLarge.over(limit)  # (a door that let it in checked)
+    if upload.raw and parsed is None:
+        return checked(stage_chunks(chunks_of(request), "upload.pdf", conf.temp_dir, limit), upload)
+    files = request.FILES if parsed is None else parsed
+    form_file = files.get("file" if upload.raw else view.field)  # a raw body parsed: "file"
+    if form_file is None:
+        raise NoUpload(Wording.NO_UPLOAD.format(field=view.field))
+    if form_file.size is not None and form_file.size > limit:
+        raise UploadTooLarge.over(limit)
+    return checked(stage(form_file, conf.temp_dir), upload)
 
 
 async def submit(
@@ -301,11 +283,8 @@ async def submit(
     upload: StagedUpload,
     view: PooledView,
 ) -> Refused | ExtractionError | None:
-    """Run or join the upload's job; set ``request.pdf``, or return the refusal (the
-    wrapper answers it in its own context: a project's refusal view may use the DB).
-    The job owns the upload once ``run`` is called: the pool calls exactly one of the
-    job (which deletes it when done) and ``discard``, so a caller that leaves never
-    pulls it away. Until then (no pool, a bad setting) it is deleted here."""
+    """Run or join the upload's job and set ``request.pdf``, or return the refusal for the
+    wrapper to answer in its own context (a project's refusal view may use the DB)."""
     record.caller, ticket, record.ticket = caller, record.ticket, None
     if ticket is not None:
         ticket.release()  # the door's place goes back: from here the pool counts this call
@@ -317,16 +296,6 @@ async def submit(
     return None
 
 
-def stage_form_file(
-    form_file: UploadedFile[bytes], upload: UploadHeaders, conf: PoolSettings
-) -> StagedUpload:
-    """Stage a parsed upload (a form's file, or what a framework's parser made of a
-    body): 413 over ``MAX_UPLOAD_SIZE``, 400 when it does not match its declared digest."""
-    if form_file.size is not None and form_file.size > conf.max_upload_size:
-        raise UploadTooLarge.over(conf.max_upload_size)
-    return checked(stage(form_file, conf.temp_dir), upload)
-
-
 def checked(staged: StagedUpload, upload: UploadHeaders) -> StagedUpload:
     """``staged``, if it is what its request declared (``DigestMismatch`` else)."""
     if upload.digest is not None and upload.digest != staged.sha256:
@@ -336,10 +305,9 @@ def checked(staged: StagedUpload, upload: UploadHeaders) -> StagedUpload:
 
 
 async def run_staged(upload: StagedUpload, caller: str, view: PooledView) -> Any:
-    """Run or join the view's job on ``upload`` in the process's pool under its
-    single-flight key (the running view's, never another entry's guess); the job deletes
-    the copy when done, else the pool's ``on_drop`` does. Raises what the pool raises
-    (``Refused``) and what the job raises."""
+    """Run or join the view's job on ``upload`` under its key; the pool calls exactly one
+    of the job (which deletes the copy when done) and ``on_drop``, so a caller that leaves
+    never pulls it away. Raises what the pool (``Refused``) and the job raise."""
     with discarded_on_error(upload):
         key = view.key(upload.sha256)
         pool = get_pool()

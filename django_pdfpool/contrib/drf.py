@@ -30,10 +30,9 @@ from ..decorators import (
     declared_view,
     discarded_on_error,
     extract_upload,
-    no_upload,
+    prepare,
     record_of,
     resolve_job_name,
-    stage_form_file,
     submit,
 )
 from ..exceptions import UploadRejected, UploadTooLarge
@@ -182,7 +181,7 @@ def pdf_pooled(
     if handler is None:
         return functools.partial(pdf_pooled, field=field, job=job, job_name=name)
     _refuse_misplaced(handler)
-    admission = declared_view(field, job, name, door_answer, authenticate=door_authenticate)
+    admission = declared_view(job, name, field, door_answer, authenticate=door_authenticate)
 
     @functools.wraps(handler)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -224,18 +223,9 @@ def _request_among(args: tuple[Any, ...], handler: Callable[..., Any]) -> Reques
 
 def _admit(request: Request, view: PooledView) -> None:
     """Stage the upload DRF parsed and run it; a ``PdfPoolError`` for a refusal."""
-    conf = get_settings()
     record = record_of(request._request)
     try:
-        upload = record.headers
-        if isinstance(upload, UploadRejected):
-            raise upload
-        if upload.declares_too_much(conf.max_upload_size):
-            raise UploadTooLarge.over(conf.max_upload_size)
-        form_file = request.FILES.get("file" if upload.raw else view.field)
-        if form_file is None:
-            raise no_upload(view.field)
-        staged = stage_form_file(form_file, upload, conf)
+        staged = prepare(view, request._request, record, request.FILES)
     except UploadRejected as rejected:
         raise api_exception(rejected) from rejected
     with discarded_on_error(staged):

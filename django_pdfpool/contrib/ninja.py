@@ -22,8 +22,8 @@ from ninja.operation import Operation as NinjaOperation
 from ninja.operation import PathView
 from ninja.utils import contribute_operation_callback
 
-from ..decorators import UploadJob, aadmit, admit, declared_view, extract_upload, resolve_job_name
-from ..record import POOLED, route_of
+from ..decorators import UploadJob, declared_view, extract_upload, pooled_view, resolve_job_name
+from ..record import route_of
 from ..responses import TITLES, Failure, describe, json_answer
 
 __all__ = ["PdfPoolHttpError", "auth_caller", "door_answer", "pdf_pooled"]
@@ -99,36 +99,15 @@ def pdf_pooled(
             "the function before it was decorated. Put @pdf_pooled below @api.post."
         )
     admission = declared_view(  # request.auth first; the door asks ninja's authentication
-        field, job, name, door_answer, auth_caller, authenticate=door_authenticate
+        job, name, field, door_answer, auth_caller, authenticate=door_authenticate
     )
-    wrapper: Callable[..., Any]
-    if iscoroutinefunction(operation):
-
-        @functools.wraps(operation)
-        async def async_wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
-            refused = await aadmit(admission, request)
-            if refused is not None:
-                raise _refusal(request, refused) from refused
-            return await operation(request, *args, **kwargs)
-
-        wrapper = async_wrapper
-    else:
-
-        @functools.wraps(operation)
-        def sync_wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
-            refused = admit(admission, request)
-            if refused is not None:
-                raise _refusal(request, refused) from refused
-            return operation(request, *args, **kwargs)
-
-        wrapper = sync_wrapper
-    setattr(wrapper, POOLED, admission)
+    wrapper = pooled_view(operation, admission, raise_as=_refusal)
     contribute_operation_callback(wrapper, functools.partial(_documented, field))
     # ninja reads the parameters' annotations from the wrapper, in this module's globals:
     # hand it the operation's own, resolved where it was written (postponed annotations)
     with contextlib.suppress(NameError, TypeError, ValueError):
         cast(Any, wrapper).__signature__ = inspect.signature(operation, eval_str=True)
-    return cast(Operation, decorate_view(_with_retry_after)(wrapper))
+    return decorate_view(_with_retry_after)(wrapper)
 
 
 def _documented(field: str, operation: NinjaOperation) -> None:
