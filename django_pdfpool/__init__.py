@@ -1,10 +1,7 @@
 """django-pdfpool: admit expensive PDF work through a small scheduler.
 
-The names a project calls, each loaded from its module on first use so that
-``import django_pdfpool`` imports no Django and needs no settings. The exceptions live in
-``django_pdfpool.exceptions``, the pools in ``django_pdfpool.admission``, the sandbox's
-process-wide controls in ``django_pdfpool.sandbox``, the answers in
-``django_pdfpool.responses`` (docs/architecture.md).
+The names a project calls, each loaded from its module on first use: ``import django_pdfpool``
+imports no Django. Exceptions, pools, sandbox and answers have their modules (docs/reference.md).
 """
 
 from __future__ import annotations
@@ -43,27 +40,22 @@ __all__ = [
     "register_metrics",
 ]
 
-_HOMES = {  # each public name -> the module that defines it
-    "Extraction": "sandbox.extract",
-    "KeptThreads": "asgi",
-    "PdfPoolDoor": "asgi",
-    "PoolLifespan": "asgi",
-    "StagedUpload": "uploads",
-    "adrain_pool": "configured",
-    "aextract_pooled": "pooled",
-    "caller_of": "callers",
-    "drain_pool": "configured",
-    "extract": "sandbox.extract",
-    "extract_pooled": "pooled",
-    "get_pool": "configured",
-    "metrics_view": "status.metrics",
-    "pdf_pooled": "decorators",
-    "register_metrics": "status.collector",
+_HOMES = {  # each module -> the public names it defines
+    "asgi": ("KeptThreads", "PdfPoolDoor", "PoolLifespan"),
+    "callers": ("caller_of",),
+    "configured": ("adrain_pool", "drain_pool", "get_pool"),
+    "decorators": ("pdf_pooled",),
+    "pooled": ("aextract_pooled", "extract_pooled"),
+    "sandbox.extract": ("Extraction", "extract"),
+    "status.collector": ("register_metrics",),
+    "status.metrics": ("metrics_view",),
+    "uploads": ("StagedUpload",),
 }
 
 
 def __getattr__(name: str) -> Any:
     """A public name, read from its module (imported on first use)."""
-    if name in _HOMES:
-        return getattr(import_module(f"{__name__}.{_HOMES[name]}"), name)
+    for module, names in _HOMES.items():
+        if name in names:
+            return getattr(import_module(f"{__name__}.{module}"), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

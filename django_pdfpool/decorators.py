@@ -26,7 +26,7 @@ from .exceptions import (
     UploadTooLarge,
     Wording,
 )
-from .record import POOLED, RECORD, AdmissionRecord, PooledView, UploadHeaders
+from .record import POOLED, RECORD, AdmissionRecord, PooledView
 from .responses import Failure, RefusalView, arefusal_answer, refusal_answer
 from .sandbox.extract import Extraction, extract
 from .uploads import StagedUpload, chunks_of, stage, stage_chunks, stage_in_thread
@@ -87,10 +87,10 @@ def pdf_pooled(
     if view is None:
         return functools.partial(pdf_pooled, field=field, job=job, job_name=name, answer=answer)
     refuse_misplaced(view)
-    return pooled_view(view, declared_view(job, name, field, answer))
+    return admitting(view, declared_view(job, name, field, answer))
 
 
-def pooled_view(
+def admitting(
     view: ViewFunc,
     pooled: PooledView,
     raise_as: Callable[[HttpRequest, Failure], Exception] | None = None,
@@ -266,14 +266,19 @@ def prepare(
     if record.ticket is None and upload.declares_too_much(limit):
         raise UploadTooLarge.over(limit)  # (a door that let it in checked)
     if upload.raw and parsed is None:
-        return checked(stage_chunks(chunks_of(request), "upload.pdf", conf.temp_dir, limit), upload)
-    files = request.FILES if parsed is None else parsed
-    form_file = files.get("file" if upload.raw else view.field)  # a raw body parsed: "file"
-    if form_file is None:
-        raise NoUpload(Wording.NO_UPLOAD.format(field=view.field))
-    if form_file.size is not None and form_file.size > limit:
-        raise UploadTooLarge.over(limit)
-    return checked(stage(form_file, conf.temp_dir), upload)
+        staged = stage_chunks(chunks_of(request), "upload.pdf", conf.temp_dir, limit)
+    else:
+        files = request.FILES if parsed is None else parsed
+        form_file = files.get("file" if upload.raw else view.field)  # a raw body parsed: "file"
+        if form_file is None:
+            raise NoUpload(Wording.NO_UPLOAD.format(field=view.field))
+        if form_file.size is not None and form_file.size > limit:
+            raise UploadTooLarge.over(limit)
+        staged = stage(form_file, conf.temp_dir)
+    if upload.digest is not None and upload.digest != staged.sha256:
+        staged.discard()
+        raise DigestMismatch(Wording.DIGEST_MISMATCH)
+    return staged
 
 
 async def submit(
@@ -294,14 +299,6 @@ async def submit(
         return error
     request.pdf = result  # type: ignore[attr-defined]
     return None
-
-
-def checked(staged: StagedUpload, upload: UploadHeaders) -> StagedUpload:
-    """``staged``, if it is what its request declared (``DigestMismatch`` else)."""
-    if upload.digest is not None and upload.digest != staged.sha256:
-        staged.discard()
-        raise DigestMismatch(Wording.DIGEST_MISMATCH)
-    return staged
 
 
 async def run_staged(upload: StagedUpload, caller: str, view: PooledView) -> Any:

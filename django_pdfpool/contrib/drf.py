@@ -36,7 +36,7 @@ from ..decorators import (
     submit,
 )
 from ..exceptions import UploadRejected, UploadTooLarge
-from ..record import POOLED, PooledView, route_of
+from ..record import POOLED, route_of
 from ..responses import Failure, describe
 
 __all__ = [
@@ -180,23 +180,6 @@ def pdf_pooled(
     name = resolve_job_name(job, job_name)
     if handler is None:
         return functools.partial(pdf_pooled, field=field, job=job, job_name=name)
-    _refuse_misplaced(handler)
-    admission = declared_view(job, name, field, door_answer, authenticate=door_authenticate)
-
-    @functools.wraps(handler)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        request = _request_among(args, handler)
-        request._request.pdf = None  # type: ignore[attr-defined]  # read as request.pdf
-        if request.method == "POST":
-            _admit(request, admission)
-        return handler(*args, **kwargs)
-
-    setattr(wrapper, POOLED, admission)
-    return cast(Handler, wrapper)
-
-
-def _refuse_misplaced(handler: Callable[..., Any]) -> None:
-    """Fail at import where the decorator could not see DRF's authenticated request."""
     where = getattr(handler, "__qualname__", repr(handler))
     if inspect.isclass(handler) or hasattr(handler, "cls"):
         raise ImproperlyConfigured(
@@ -207,29 +190,31 @@ def _refuse_misplaced(handler: Callable[..., Any]) -> None:
         raise ImproperlyConfigured(
             f"{where} is async: Django REST framework runs synchronous handlers only."
         )
+    admission = declared_view(job, name, field, door_answer, authenticate=door_authenticate)
 
+    @functools.wraps(handler)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        request = next((arg for arg in args[:2] if isinstance(arg, Request)), None)
+        if request is None:  # `request` or `self, request`
+            raise ImproperlyConfigured(
+                f"{where} was called without a DRF Request: django_pdfpool.contrib.drf."
+                "pdf_pooled goes on DRF handlers, below @api_view; for a plain Django view "
+                "use django_pdfpool.pdf_pooled."
+            )
+        request._request.pdf = None  # type: ignore[attr-defined]  # read as request.pdf
+        if request.method != "POST":
+            return handler(*args, **kwargs)
+        record = record_of(request._request)
+        try:  # the upload DRF parsed
+            staged = prepare(admission, request._request, record, request.FILES)
+        except UploadRejected as rejected:
+            raise api_exception(rejected) from rejected
+        with discarded_on_error(staged):
+            caller = caller_of(request)  # the CALLER setting, given DRF's authenticated request
+        refused = async_to_sync(submit)(request._request, record, caller, staged, admission)
+        if refused is not None:
+            raise api_exception(refused) from refused
+        return handler(*args, **kwargs)
 
-def _request_among(args: tuple[Any, ...], handler: Callable[..., Any]) -> Request:
-    """The DRF request among a handler's first arguments (``request`` or ``self, request``)."""
-    for arg in args[:2]:
-        if isinstance(arg, Request):
-            return arg
-    raise ImproperlyConfigured(
-        f"{getattr(handler, '__qualname__', handler)} was called without a DRF Request: "
-        "django_pdfpool.contrib.drf.pdf_pooled goes on DRF handlers, below @api_view; "
-        "for a plain Django view use django_pdfpool.pdf_pooled."
-    )
-
-
-def _admit(request: Request, view: PooledView) -> None:
-    """Stage the upload DRF parsed and run it; a ``PdfPoolError`` for a refusal."""
-    record = record_of(request._request)
-    try:
-        staged = prepare(view, request._request, record, request.FILES)
-    except UploadRejected as rejected:
-        raise api_exception(rejected) from rejected
-    with discarded_on_error(staged):
-        caller = caller_of(request)  # the CALLER setting, given DRF's authenticated request
-    refused = async_to_sync(submit)(request._request, record, caller, staged, view)
-    if refused is not None:
-        raise api_exception(refused) from refused
+    setattr(wrapper, POOLED, admission)
+    return cast(Handler, wrapper)

@@ -22,7 +22,7 @@ from ninja.operation import Operation as NinjaOperation
 from ninja.operation import PathView
 from ninja.utils import contribute_operation_callback
 
-from ..decorators import UploadJob, declared_view, extract_upload, pooled_view, resolve_job_name
+from ..decorators import UploadJob, admitting, declared_view, extract_upload, resolve_job_name
 from ..record import route_of
 from ..responses import TITLES, Failure, describe, json_answer
 
@@ -101,7 +101,7 @@ def pdf_pooled(
     admission = declared_view(  # request.auth first; the door asks ninja's authentication
         job, name, field, door_answer, auth_caller, authenticate=door_authenticate
     )
-    wrapper = pooled_view(operation, admission, raise_as=_refusal)
+    wrapper = admitting(operation, admission, raise_as=_refusal)
     contribute_operation_callback(wrapper, functools.partial(_documented, field))
     # ninja reads the parameters' annotations from the wrapper, in this module's globals:
     # hand it the operation's own, resolved where it was written (postponed annotations)
