@@ -60,9 +60,8 @@ def address_caller(address: str, prefix: int = IPV6_PREFIX) -> str:
 
 
 def network_of(caller: str) -> str:
-    """The network an anonymous caller holds: ``ip:a.b.c.0/24`` for ``ip:a.b.c.d`` (an IPv6
-    caller is its /64 already); any other caller as it is. The door counts bodies per
-    network, so that one host with many addresses holds no more than one."""
+    """The network an anonymous caller holds (``ip:a.b.c.0/24`` for ``ip:a.b.c.d``), else the
+    caller: the door counts bodies per network, one for a host with many addresses."""
     try:
         ip = ipaddress.IPv4Address(caller.removeprefix("ip:")) if caller[:3] == "ip:" else None
     except ValueError:

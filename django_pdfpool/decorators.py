@@ -214,19 +214,25 @@ def discarded_on_error(upload: StagedUpload) -> Iterator[StagedUpload]:
         raise
 
 
-def admit(view: PooledView, request: HttpRequest) -> Failure | None:
+def admit(
+    view: PooledView,
+    request: HttpRequest,
+    parsed: Mapping[str, UploadedFile[bytes]] | None = None,
+    asked: Any = None,
+) -> Failure | None:
     """A sync view's POST through the pool: None lets the view run (``request.pdf`` set),
-    else the failure to answer; the caller is asked in the request's thread (the DB)."""
+    else the failure to answer. The caller is asked in the request's thread (the DB), of
+    ``asked`` if given: a framework's own request, whose parsers made ``parsed``."""
     request.pdf = None  # type: ignore[attr-defined]
     if request.method != "POST":
         return None
     record = record_of(request)
     try:
-        upload = prepare(view, request, record)
+        upload = prepare(view, request, record, parsed)
     except UploadRejected as rejected:
         return rejected
     with discarded_on_error(upload):
-        caller = _known_caller(view, request, record) or caller_of(request)
+        caller = _known_caller(view, request, record) or caller_of(asked or request)
     return async_to_sync(submit)(request, record, caller, upload, view)
 
 
@@ -302,9 +308,8 @@ async def submit(
 
 
 async def run_staged(upload: StagedUpload, caller: str, view: PooledView) -> Any:
-    """Run or join the view's job on ``upload`` under its key; the pool calls exactly one
-    of the job (which deletes the copy when done) and ``on_drop``, so a caller that leaves
-    never pulls it away. Raises what the pool (``Refused``) and the job raise."""
+    """Run or join the view's job on ``upload`` (``Refused`` or the job's error); the pool
+    calls exactly one of the job and ``on_drop``, each deleting the copy."""
     with discarded_on_error(upload):
         key = view.key(upload.sha256)
         pool = get_pool()

@@ -116,10 +116,8 @@ _STAGED = re.compile(r"pdfpool-(?:(\d+)\.(\d+)-)?[^/]*\.pdf")  # the owner: pid.
 
 
 def started(pid: int) -> int | None:
-    """When process ``pid`` started, in clock ticks since boot (``/proc/<pid>/stat``, field
-    22), None when no process has it: with the pid it names one process for good, where a
-    pid alone is reused (and is 1 again in each fresh container). Without ``/proc``, 0 for
-    any live process."""
+    """When process ``pid`` started (``/proc/<pid>/stat``, field 22: with the pid it names one
+    process for good), None when no process has it; without ``/proc``, 0 for a live one."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as stat:
             fields = stat.read().rpartition(b")")[2].split()  # the name may hold ")" and spaces
@@ -145,10 +143,8 @@ def owner(pid: int) -> str:
 
 
 def sweep(directory: str | None, older_than: float | None) -> list[str]:
-    """Delete (and log) the staged copies in ``directory`` that no live job can own: named
-    for a process that is gone (no process has its pid, or the one that has it started at
-    another time: the directory must be this host's own), or named for none and last
-    written over ``older_than`` seconds ago."""
+    """Delete (and log) the staged copies in ``directory`` (this host's) no live job can own:
+    named for a process that is gone, or for none and written over ``older_than`` s ago."""
     directory = directory or tempfile.gettempdir()
     try:
         names = os.listdir(directory)

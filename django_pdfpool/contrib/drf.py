@@ -8,7 +8,7 @@ import inspect
 from collections.abc import Callable
 from typing import IO, Any, TypeVar, cast, overload
 
-from asgiref.sync import async_to_sync, iscoroutinefunction
+from asgiref.sync import iscoroutinefunction
 from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest, HttpResponse
 from rest_framework.exceptions import (
@@ -23,19 +23,9 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from ..callers import caller_of
 from ..conf import get_settings
-from ..decorators import (
-    UploadJob,
-    declared_view,
-    discarded_on_error,
-    extract_upload,
-    prepare,
-    record_of,
-    resolve_job_name,
-    submit,
-)
-from ..exceptions import UploadRejected, UploadTooLarge
+from ..decorators import UploadJob, admit, declared_view, extract_upload, resolve_job_name
+from ..exceptions import UploadTooLarge
 from ..record import POOLED, route_of
 from ..responses import Failure, describe
 
@@ -94,8 +84,7 @@ def door_authenticate(request: HttpRequest) -> HttpResponse | None:
 
 def drf_answer(request: HttpRequest, exc: APIException | None) -> HttpResponse | None:
     """``exc`` answered by the DRF view ``request`` resolves to (``APIView`` if none); with
-    ``exc`` None, the view's authentication and permissions asked: their refusal answered,
-    None when they let it through."""
+    ``exc`` None, the refusal of its authentication and permissions, if any."""
     match = route_of(request)
     func, args, kwargs = (match.func, match.args, match.kwargs) if match else (None, (), {})
     view_class = getattr(func, "cls", None) or APIView
@@ -202,18 +191,10 @@ def pdf_pooled(
                 "use django_pdfpool.pdf_pooled."
             )
         request._request.pdf = None  # type: ignore[attr-defined]  # read as request.pdf
-        if request.method != "POST":
-            return handler(*args, **kwargs)
-        record = record_of(request._request)
-        try:  # the upload DRF parsed
-            staged = prepare(admission, request._request, record, request.FILES)
-        except UploadRejected as rejected:
-            raise api_exception(rejected) from rejected
-        with discarded_on_error(staged):
-            caller = caller_of(request)  # the CALLER setting, given DRF's authenticated request
-        refused = async_to_sync(submit)(request._request, record, caller, staged, admission)
-        if refused is not None:
-            raise api_exception(refused) from refused
+        if request.method == "POST":  # the upload DRF parsed; the caller, DRF's user's
+            refused = admit(admission, request._request, request.FILES, asked=request)
+            if refused is not None:
+                raise api_exception(refused) from refused
         return handler(*args, **kwargs)
 
     setattr(wrapper, POOLED, admission)
