@@ -278,11 +278,17 @@ class PoolSettings:
         secret = self.redis.deployment if self.redis else None  # None: SECRET_KEY
         return salted_hmac("django_pdfpool.redis", "deployment", secret=secret).hexdigest()[:32]
 
+    @property
+    def job_terms(self) -> dict[str, Any]:
+        """``extract``'s terms for the default job: they decide what it returns, or its outcome."""
+        names = ("engine", "max_pages", "max_text_bytes", "memory_limit", "timeout")
+        return {name: getattr(self, name) for name in names}
+
     @functools.cached_property
     def results_tag(self) -> str:
-        """A digest of the settings that change what the default job returns (or its outcome):
-        part of its single-flight key, the same in every process of a Redis namespace."""
-        values = (self.engine, self.max_pages, self.max_text_bytes, self.memory_limit, self.timeout)
+        """A digest of ``job_terms``: part of the default job's single-flight key, the same in
+        every process of a Redis namespace."""
+        values = tuple(self.job_terms.values())
         return hashlib.sha256(repr(values).encode()).hexdigest()[:12]
 
 

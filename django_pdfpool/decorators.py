@@ -38,15 +38,7 @@ UploadJob = Callable[[StagedUpload], Awaitable[Any]]
 
 async def extract_upload(upload: StagedUpload) -> Extraction:
     """The default job: extract the upload's text in a limited child process."""
-    conf = get_settings()
-    return await extract(
-        upload.path,
-        timeout=conf.timeout,
-        memory_limit=conf.memory_limit,
-        max_pages=conf.max_pages,
-        engine=conf.engine,
-        max_text_bytes=conf.max_text_bytes,
-    )
+    return await extract(upload.path, **get_settings().job_terms)
 
 
 @overload
