@@ -6,12 +6,11 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
-from collections.abc import Awaitable, Callable, Iterator, Mapping, MutableMapping
+from collections.abc import Awaitable, Callable, Iterator, MutableMapping
 from typing import Any, TypeVar, cast, overload
 
 from asgiref.sync import async_to_sync, iscoroutinefunction
 from django.core.exceptions import ImproperlyConfigured
-from django.core.files.uploadedfile import UploadedFile
 from django.http import HttpRequest, HttpResponse
 
 from .callers import acaller_of, caller_of
@@ -82,23 +81,16 @@ def pdf_pooled(
     return admitting(view, declared_view(job, name, field, answer))
 
 
-def admitting(
-    view: ViewFunc,
-    pooled: PooledView,
-    raise_as: Callable[[HttpRequest, Failure], Exception] | None = None,
-) -> ViewFunc:
-    """``view`` (sync or async) after ``admit``: a refusal answered as ``pooled.answer``
-    says, or raised as ``raise_as`` makes it (a framework's exception)."""
+def admitting(view: ViewFunc, pooled: PooledView) -> ViewFunc:
+    """``view`` (sync or async) after ``admit``, a refusal answered by ``pooled.answer``."""
     if iscoroutinefunction(view):
 
         @functools.wraps(view)
         async def async_wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
             refused = await aadmit(pooled, request)
-            if refused is None:
-                return await view(request, *args, **kwargs)
-            if raise_as is not None:
-                raise raise_as(request, refused) from refused
-            return await arefusal_answer(request, refused, pooled.answer)
+            if refused is not None:
+                return await arefusal_answer(request, refused, pooled.answer)
+            return await view(request, *args, **kwargs)
 
         wrapper: Callable[..., Any] = async_wrapper
     else:
@@ -106,11 +98,9 @@ def admitting(
         @functools.wraps(view)
         def sync_wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
             refused = admit(pooled, request)
-            if refused is None:
-                return view(request, *args, **kwargs)
-            if raise_as is not None:
-                raise raise_as(request, refused) from refused
-            return refusal_answer(request, refused, pooled.answer)
+            if refused is not None:
+                return refusal_answer(request, refused, pooled.answer)
+            return view(request, *args, **kwargs)
 
         wrapper = sync_wrapper
     setattr(wrapper, POOLED, pooled)
@@ -206,25 +196,20 @@ def discarded_on_error(upload: StagedUpload) -> Iterator[StagedUpload]:
         raise
 
 
-def admit(
-    view: PooledView,
-    request: HttpRequest,
-    parsed: Mapping[str, UploadedFile[bytes]] | None = None,
-    asked: Any = None,
-) -> Failure | None:
+def admit(view: PooledView, request: HttpRequest, framework: Any = None) -> Failure | None:
     """A sync view's POST through the pool: None lets the view run (``request.pdf`` set),
     else the failure to answer. The caller is asked in the request's thread (the DB), of
-    ``asked`` if given: a framework's own request, whose parsers made ``parsed``."""
+    ``framework`` if given: a framework's own request (DRF's), whose parsers read the body."""
     request.pdf = None  # type: ignore[attr-defined]
     if request.method != "POST":
         return None
     record = record_of(request)
     try:
-        upload = prepare(view, request, record, parsed)
+        upload = prepare(view, request, record, framework)
     except UploadRejected as rejected:
         return rejected
     with discarded_on_error(upload):
-        caller = _known_caller(view, request, record) or caller_of(asked or request)
+        caller = _known_caller(view, request, record) or caller_of(framework or request)
     return async_to_sync(submit)(request, record, caller, upload, view)
 
 
@@ -250,23 +235,20 @@ def _known_caller(view: PooledView, request: HttpRequest, record: AdmissionRecor
 
 
 def prepare(
-    view: PooledView,
-    request: HttpRequest,
-    record: AdmissionRecord,
-    parsed: Mapping[str, UploadedFile[bytes]] | None = None,
+    view: PooledView, request: HttpRequest, record: AdmissionRecord, framework: Any = None
 ) -> StagedUpload:
     """Stage a copy of the upload for the job, checked for size, presence and digest
-    (``UploadRejected`` else); ``parsed``: the files a framework's parsers made of the body."""
+    (``UploadRejected`` else); the body as ``framework``'s parsers read it, if given."""
     conf = get_settings()
     upload, limit = record.headers, conf.max_upload_size
     if isinstance(upload, UploadRejected):
         raise upload
     if record.ticket is None and upload.declares_too_much(limit):
         raise UploadTooLarge.over(limit)  # (a door that let it in checked)
-    if upload.raw and parsed is None:
+    if upload.raw and framework is None:
         staged = stage_chunks(chunks_of(request), "upload.pdf", conf.temp_dir, limit)
     else:
-        files = request.FILES if parsed is None else parsed
+        files = (request if framework is None else framework).FILES
         form_file = files.get("file" if upload.raw else view.field)  # a raw body parsed: "file"
         if form_file is None:
             raise NoUpload(Wording.NO_UPLOAD.format(field=view.field))

@@ -192,7 +192,7 @@ def pdf_pooled(
             )
         request._request.pdf = None  # type: ignore[attr-defined]  # read as request.pdf
         if request.method == "POST":  # the upload DRF parsed; the caller, DRF's user's
-            refused = admit(admission, request._request, request.FILES, asked=request)
+            refused = admit(admission, request._request, request)
             if refused is not None:
                 raise api_exception(refused) from refused
         return handler(*args, **kwargs)

@@ -1,5 +1,5 @@
 """django-ninja: ``@pdf_pooled`` below ``@api.post(...)``, run after ninja's authentication,
-its refusals raised as ``PdfPoolHttpError`` to the API's handlers (docs/ninja.md)."""
+its refusals handed as ``PdfPoolHttpError`` to the API's handlers (docs/ninja.md)."""
 
 from __future__ import annotations
 
@@ -10,12 +10,10 @@ from collections.abc import Callable
 from http import HTTPStatus
 from typing import Any, TypeVar, cast, overload
 
-from asgiref.sync import iscoroutinefunction
 from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest, HttpResponse
 from django.utils.crypto import salted_hmac
 from ninja import operation as ninja_operation
-from ninja.decorators import decorate_view
 from ninja.errors import HttpError
 from ninja.openapi.schema import BODY_CONTENT_TYPES
 from ninja.operation import Operation as NinjaOperation
@@ -31,7 +29,6 @@ __all__ = ["PdfPoolHttpError", "auth_caller", "door_answer", "pdf_pooled"]
 Operation = TypeVar("Operation", bound=Callable[..., Any])
 
 _SALT = "django_pdfpool.contrib.ninja.auth_caller"
-_RETRY = "pdfpool_retry_after"  # on the request: the Retry-After of the refusal raised
 _RETRY_AFTER = {
     "description": "Seconds to wait before trying again (at least 1).",
     "schema": {"type": "integer", "minimum": 1},
@@ -101,13 +98,13 @@ def pdf_pooled(
     admission = declared_view(  # request.auth first; the door asks ninja's authentication
         job, name, field, door_answer, auth_caller, authenticate=door_authenticate
     )
-    wrapper = admitting(operation, admission, raise_as=_refusal)
+    wrapper = admitting(operation, admission)  # refusals answered as door_answer answers
     contribute_operation_callback(wrapper, functools.partial(_documented, field))
     # ninja reads the parameters' annotations from the wrapper, in this module's globals:
     # hand it the operation's own, resolved where it was written (postponed annotations)
     with contextlib.suppress(NameError, TypeError, ValueError):
         cast(Any, wrapper).__signature__ = inspect.signature(operation, eval_str=True)
-    return decorate_view(_with_retry_after)(wrapper)
+    return wrapper
 
 
 def _documented(field: str, operation: NinjaOperation) -> None:
@@ -134,15 +131,16 @@ def _documented(field: str, operation: NinjaOperation) -> None:
 
 
 def door_answer(request: HttpRequest, exception: Failure) -> HttpResponse:
-    """The door's answer for a ninja route (before ninja runs): the ``PdfPoolHttpError``
-    the operation would raise, answered by its API's exception handlers, with
-    ``Retry-After``."""
+    """A refusal on a ninja route, from the door or the operation: a ``PdfPoolHttpError``
+    answered by its API's exception handlers, with ``Retry-After``."""
     operation = _operation_of(request)
     if operation is None:  # not a ninja route after all: the library's own JSON answer
         return json_answer(request, exception)
-    api = operation.api
-    response = api.on_exception(request, _refusal(request, exception))
-    return cast(HttpResponse, _retry_header(request, response))
+    raised = PdfPoolHttpError(exception)
+    response = operation.api.on_exception(request, raised)
+    if raised.retry_after is not None and not response.has_header("Retry-After"):
+        response["Retry-After"] = str(raised.retry_after)
+    return response
 
 
 def door_authenticate(request: HttpRequest) -> HttpResponse | None:
@@ -166,33 +164,3 @@ def _operation_of(request: HttpRequest) -> ninja_operation.Operation | None:
                 if "POST" in operation.methods:
                     return operation
     return None
-
-
-def _refusal(request: HttpRequest, error: Failure) -> PdfPoolHttpError:
-    """The exception to raise, noting its retry time for ``_with_retry_after``."""
-    raised = PdfPoolHttpError(error)
-    setattr(request, _RETRY, raised.retry_after)
-    return raised
-
-
-def _with_retry_after(run: Callable[..., Any]) -> Callable[..., Any]:
-    """The answer to a refusal raised in ``run`` gets ``Retry-After`` unless it has one."""
-    if iscoroutinefunction(run):
-
-        async def arun(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
-            return _retry_header(request, await run(request, *args, **kwargs))
-
-        return arun
-
-    def srun(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
-        return _retry_header(request, run(request, *args, **kwargs))
-
-    return srun
-
-
-def _retry_header(request: HttpRequest, response: Any) -> Any:
-    seconds = getattr(request, _RETRY, None)
-    wanted = seconds is not None and isinstance(response, HttpResponse)
-    if wanted and not response.has_header("Retry-After"):
-        response["Retry-After"] = str(seconds)
-    return response
