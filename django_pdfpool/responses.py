@@ -50,6 +50,11 @@ TITLES: dict[str | int, str] = {  # the HTML page's title: by code, else by stat
     503: "Busy: please try again shortly",
 }
 
+_PAGE = (  # the HTML answer: title, message and code escaped by format_html
+    '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{title}</title></head>'
+    "<body><h1>{title}</h1><p>{message}{retry}</p><p><small>code: {code}</small></p></body></html>"
+)
+
 
 class Described(NamedTuple):
     """A failure as a client is told it; ``retry_after`` in whole seconds (at least 1)."""
@@ -78,16 +83,7 @@ def _answer(said: Described, html: bool) -> HttpResponse:
     if html:
         title = TITLES.get(said.code) or TITLES.get(said.status, "Error")
         retry = "" if said.retry_after is None else f" Try again in {said.retry_after} s."
-        page = format_html(
-            '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
-            "<title>{}</title></head><body><h1>{}</h1><p>{}{}</p>"
-            "<p><small>code: {}</small></p></body></html>",
-            title,
-            title,
-            said.message,
-            retry,
-            said.code,
-        )
+        page = format_html(_PAGE, title=title, message=said.message, retry=retry, code=said.code)
         response = HttpResponse(page, status=said.status)
     else:
         body: dict[str, object] = {"error": said.code, "message": said.message}

@@ -10,6 +10,7 @@ from typing import IO, Any, TypeVar, cast, overload
 
 from asgiref.sync import iscoroutinefunction
 from django.core.exceptions import ImproperlyConfigured
+from django.core.handlers.wsgi import LimitedStream
 from django.http import HttpRequest, HttpResponse
 from rest_framework.exceptions import (
     APIException,
@@ -120,23 +121,12 @@ class PdfParser(FileUploadParser):
     def parse(
         self, stream: IO[bytes], media_type: str | None = None, parser_context: Any = None
     ) -> DataAndFiles[Any, Any]:
-        limit = get_settings().max_upload_size
-        limited = cast(IO[bytes], _Limited(stream, limit))  # read() is all the parser uses
-        return cast("DataAndFiles[Any, Any]", super().parse(limited, media_type, parser_context))
-
-
-class _Limited:
-    """A body stream that raises the 413 ``PdfPoolError`` past ``limit`` bytes read."""
-
-    def __init__(self, stream: IO[bytes], limit: int) -> None:
-        self.stream, self.limit, self.read_so_far = stream, limit, 0
-
-    def read(self, size: int = -1) -> bytes:
-        chunk = self.stream.read(size)
-        self.read_so_far += len(chunk)
-        if self.read_so_far > self.limit:
-            raise api_exception(UploadTooLarge.over(self.limit))
-        return chunk
+        limit = get_settings().max_upload_size  # one byte more read tells a body over it
+        limited = cast(IO[bytes], LimitedStream(cast(Any, stream), limit + 1))
+        parsed = super().parse(limited, media_type, parser_context)
+        if (parsed.files["file"].size or 0) > limit:
+            raise api_exception(UploadTooLarge.over(limit))
+        return cast("DataAndFiles[Any, Any]", parsed)
 
 
 @overload
