@@ -5,6 +5,7 @@ the memory envelope and a server that serves one request at a time."""
 from __future__ import annotations
 
 import ast
+import contextlib
 import os
 import sys
 from pathlib import Path
@@ -160,14 +161,11 @@ def _config_literals(path: str) -> dict[str, Any] | None:
     found: dict[str, Any] = {}
     literal: set[ast.AST] = set()
     for statement in tree.body:
-        if isinstance(statement, ast.Assign) or (
-            isinstance(statement, ast.AnnAssign) and statement.value is not None
-        ):
-            targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
-            try:
-                value = ast.literal_eval(statement.value)  # type: ignore[arg-type]
-            except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-                continue
+        if not isinstance(statement, ast.Assign | ast.AnnAssign) or statement.value is None:
+            continue
+        targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
+        with contextlib.suppress(ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+            value = ast.literal_eval(statement.value)  # not a literal: not taken
             names = [target for target in targets if isinstance(target, ast.Name)]
             found |= {target.id: value for target in names}
             literal.update(names)
