@@ -44,9 +44,7 @@ class PdfPoolHttpError(HttpError):
     def __init__(self, error: Failure) -> None:
         said = describe(error)
         super().__init__(said.status, said.message)
-        self.code = said.code
-        self.retry_after = said.retry_after
-        self.error = error
+        self.code, self.retry_after, self.error = said.code, said.retry_after, error
 
 
 def auth_caller(request: HttpRequest) -> str | None:
