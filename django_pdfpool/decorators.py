@@ -197,9 +197,8 @@ def discarded_on_error(upload: StagedUpload) -> Iterator[StagedUpload]:
 
 
 def admit(view: PooledView, request: HttpRequest, framework: Any = None) -> Failure | None:
-    """A sync view's POST through the pool: None lets the view run (``request.pdf`` set),
-    else the failure to answer. The caller is asked in the request's thread (the DB), of
-    ``framework`` if given: a framework's own request (DRF's), whose parsers read the body."""
+    """A sync view's POST through the pool: None lets the view run (``request.pdf`` set), else
+    the failure to answer. ``framework``: DRF's request, which parses and names the caller."""
     request.pdf = None  # type: ignore[attr-defined]
     if request.method != "POST":
         return None

@@ -93,8 +93,7 @@ def drf_answer(request: HttpRequest, exc: APIException | None) -> HttpResponse |
     view.action_map = getattr(func, "actions", None) or {}  # a ViewSet's routing
     view.args, view.kwargs = args, kwargs
     view.headers = view.default_response_headers
-    drf_request = view.initialize_request(request, *args, **kwargs)
-    view.request = drf_request
+    view.request = drf_request = view.initialize_request(request, *args, **kwargs)
     view.format_kwarg = view.get_format_suffix(**kwargs)
     if exc is None:
         try:
