@@ -245,7 +245,7 @@ def prepare(
     if record.ticket is None and upload.declares_too_much(limit):
         raise UploadTooLarge.over(limit)  # (a door that let it in checked)
     if upload.raw and framework is None:
-        staged = stage_chunks(chunks_of(request), "upload.pdf", conf.temp_dir, limit)
+        staged = stage_chunks(chunks_of(request.read), "upload.pdf", conf.temp_dir, limit)
     else:
         files = (request if framework is None else framework).FILES
         form_file = files.get("file" if upload.raw else view.field)  # a raw body parsed: "file"

@@ -82,4 +82,4 @@ def stage_source(source: Source, conf: PoolSettings) -> StagedUpload:
     if info.st_size > limit:
         raise UploadTooLarge.over(limit)
     with open(path, "rb") as file:
-        return stage_chunks(chunks_of(file), os.path.basename(path), conf.temp_dir, limit)
+        return stage_chunks(chunks_of(file.read), os.path.basename(path), conf.temp_dir, limit)

@@ -17,22 +17,18 @@ import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from asgiref.sync import sync_to_async
 from django.core.files.uploadedfile import UploadedFile
 
 from .exceptions import UploadTooLarge
 
-if TYPE_CHECKING:
-    from _typeshed import SupportsRead
-
 STAGING_CHUNK = 64 * 1024  # bytes read at a time from a raw body or a file being staged
 
 
-def chunks_of(source: SupportsRead[bytes]) -> Iterator[bytes]:
-    """``source``'s bytes (a request's body, an open file) to its end, a chunk at a time."""
-    return iter(functools.partial(source.read, STAGING_CHUNK), b"")
+def chunks_of(read: Callable[[int], bytes]) -> Iterator[bytes]:
+    """What ``read`` reads (a request's body, an open file) to its end, a chunk at a time."""
+    return iter(functools.partial(read, STAGING_CHUNK), b"")
 
 
 def _remove(path: str) -> None:
