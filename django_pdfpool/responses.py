@@ -7,7 +7,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 from asgiref.sync import sync_to_async
 from django.http import HttpRequest, HttpResponse, JsonResponse
@@ -129,8 +129,7 @@ def refusal_answer(
 ) -> HttpResponse:
     """The answer in a view's place: ``answer`` (a view's ``answer=``) when given, else the
     project's ``REFUSAL_VIEW``. Every entry answers through here (or its async twin)."""
-    response: HttpResponse = (answer or get_settings().refusal_view)(request, error)
-    return response
+    return cast(HttpResponse, (answer or get_settings().refusal_view)(request, error))
 
 
 async def arefusal_answer(

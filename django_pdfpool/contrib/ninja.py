@@ -106,8 +106,7 @@ def pdf_pooled(
 
 
 def _documented(field: str, operation: NinjaOperation) -> None:
-    """The refusals in the operation's OpenAPI schema, and the PDF it takes when it declares
-    no body."""
+    """The refusals in the operation's OpenAPI schema, and its PDF body if it declares none."""
     told = {status: title for status, title in TITLES.items() if isinstance(status, int)}
     if operation.auth_callbacks:
         told[401] = HTTPStatus.UNAUTHORIZED.phrase
