@@ -116,8 +116,7 @@ def refuse_misplaced(view: Callable[..., Any]) -> None:
             "before it was decorated, so it would never run. Put the decorator below "
             "@api.post, and use django_pdfpool.contrib.ninja.pdf_pooled (docs/ninja.md)."
         )
-    view_class = getattr(view, "cls", None)
-    if inspect.isclass(view) or hasattr(view_class, "authentication_classes"):
+    if inspect.isclass(view) or hasattr(getattr(view, "cls", None), "authentication_classes"):
         raise ImproperlyConfigured(
             f"@pdf_pooled wraps the DRF view {where} from outside: it would see the request "
             "before DRF authenticates it (the caller would be the client's address, and a "

@@ -17,7 +17,7 @@ from .callers import caller_of as caller_of  # public here too: django_pdfpool.c
 from .conf import PoolSettings, get_settings
 from .decorators import UploadJob, declared_view, extract_upload, run_staged
 from .exceptions import UploadTooLarge
-from .uploads import StagedUpload, chunks_of, stage_chunks, stage_in_thread
+from .uploads import StagedUpload, stage_chunks, stage_in_thread
 
 Source: TypeAlias = "str | os.PathLike[str] | bytes | bytearray | memoryview | File[Any]"
 """What ``extract_pooled`` reads: a path, a Django ``File`` or ``FieldFile`` (any storage)
@@ -76,10 +76,7 @@ def stage_source(source: Source, conf: PoolSettings) -> StagedUpload:
         with source.open("rb") if source.closed else contextlib.nullcontext(source) as opened:
             return stage_chunks(opened.chunks(), name, conf.temp_dir, limit)
     path = os.fspath(source)
-    info = os.stat(path)
-    if not stat.S_ISREG(info.st_mode):
+    if not stat.S_ISREG(os.stat(path).st_mode):
         raise ValueError(f"{path!r} is not a regular file.")
-    if info.st_size > limit:
-        raise UploadTooLarge.over(limit)
-    with open(path, "rb") as file:
-        return stage_chunks(chunks_of(file.read), os.path.basename(path), conf.temp_dir, limit)
+    with open(path, "rb") as file:  # staged as a File: its size checked before copying
+        return stage_source(File(file, path), conf)

@@ -13,7 +13,6 @@ from typing import Any, TypeVar, cast, overload
 from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest, HttpResponse
 from django.utils.crypto import salted_hmac
-from ninja import operation as ninja_operation
 from ninja.errors import HttpError
 from ninja.openapi.schema import BODY_CONTENT_TYPES
 from ninja.operation import Operation as NinjaOperation
@@ -146,11 +145,11 @@ def door_authenticate(request: HttpRequest) -> HttpResponse | None:
     operation = _operation_of(request)
     if operation is None or not operation.auth_callbacks:
         return None
-    answer = ninja_operation.Operation._run_authentication(operation, request)  # sync: a thread
+    answer = NinjaOperation._run_authentication(operation, request)  # sync: a thread
     return answer if answer is not None and answer.status_code == 401 else None
 
 
-def _operation_of(request: HttpRequest) -> ninja_operation.Operation | None:
+def _operation_of(request: HttpRequest) -> NinjaOperation | None:
     """The POST operation ``request`` resolves to: ninja's path view, the object its URL's
     view function closes over, holds the operations."""
     match = route_of(request)
