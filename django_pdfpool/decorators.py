@@ -28,7 +28,7 @@ from .exceptions import (
 from .record import POOLED, RECORD, AdmissionRecord, PooledView
 from .responses import Failure, RefusalView, arefusal_answer, refusal_answer
 from .sandbox.extract import Extraction, extract
-from .uploads import StagedUpload, chunks_of, stage, stage_chunks, stage_in_thread
+from .uploads import STAGING_CHUNK, StagedUpload, stage, stage_chunks, stage_in_thread
 
 ViewFunc = TypeVar("ViewFunc", bound=Callable[..., Any])
 UploadJob = Callable[[StagedUpload], Awaitable[Any]]
@@ -171,8 +171,7 @@ def declared_view(
 
 
 def pool_key(sha256: str, job: UploadJob = extract_upload, job_name: str | None = None) -> str:
-    """The single-flight key of an upload with this digest to this job, as the decorator
-    makes it: ``<job name>:<sha256>``; for the default job ``<name>:<settings tag>:<sha256>``."""
+    """The decorator's single-flight key for an upload with this digest to this job."""
     return declared_view(job, job_name).key(sha256)
 
 
@@ -244,7 +243,8 @@ def prepare(
     if record.ticket is None and upload.declares_too_much(limit):
         raise UploadTooLarge.over(limit)  # (a door that let it in checked)
     if upload.raw and framework is None:
-        staged = stage_chunks(chunks_of(request.read), "upload.pdf", conf.temp_dir, limit)
+        body = iter(functools.partial(request.read, STAGING_CHUNK), b"")  # a chunk at a time
+        staged = stage_chunks(body, "upload.pdf", conf.temp_dir, limit)
     else:
         files = (request if framework is None else framework).FILES
         form_file = files.get("file" if upload.raw else view.field)  # a raw body parsed: "file"

@@ -66,9 +66,8 @@ class Described(NamedTuple):
 
 
 def describe(error: Failure) -> Described:
-    """The status (the exception class's ``status``: 503, 429 ``CallerBusy``, 422
-    ``ExtractionError``, 400/408/411/413 ``UploadRejected``), code, message and retry time
-    of ``error``: what every answer, the library's or an integration's, says of it."""
+    """What every answer, the library's or an integration's, says of ``error``: its class's
+    ``status`` (503, 429, 422, 400/408/411/413), code, message and retry time."""
     if isinstance(error, ExtractionError):
         return Described(error.status, error.code, error.message, None)
     if isinstance(error, UploadRejected):

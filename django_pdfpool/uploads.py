@@ -15,7 +15,7 @@ import tempfile
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from asgiref.sync import sync_to_async
@@ -23,12 +23,7 @@ from django.core.files.uploadedfile import UploadedFile
 
 from .exceptions import UploadTooLarge
 
-STAGING_CHUNK = 64 * 1024  # bytes read at a time from a raw body or a file being staged
-
-
-def chunks_of(read: Callable[[int], bytes]) -> Iterator[bytes]:
-    """What ``read`` reads (a request's body, an open file) to its end, a chunk at a time."""
-    return iter(functools.partial(read, STAGING_CHUNK), b"")
+STAGING_CHUNK = 64 * 1024  # bytes read at a time from a raw body (as File.chunks() reads a file)
 
 
 def _remove(path: str) -> None:

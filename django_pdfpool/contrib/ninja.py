@@ -140,8 +140,7 @@ def door_answer(request: HttpRequest, exception: Failure) -> HttpResponse:
 
 
 def door_authenticate(request: HttpRequest) -> HttpResponse | None:
-    """ninja's 401 for a request its authentication refuses (the door asks, from the
-    headers); None when it lets the request through, or would answer otherwise."""
+    """ninja's 401 for a request its authentication refuses from the headers, else None."""
     operation = _operation_of(request)
     if operation is None or not operation.auth_callbacks:
         return None
