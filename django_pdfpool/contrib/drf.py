@@ -60,7 +60,6 @@ def api_exception(error: Failure) -> PdfPoolError:
     """The DRF exception for a refusal, an extraction error or a rejected upload, with the
     same status, code, message and retry time as the decorator's answers."""
     said = describe(error)
-    found: PdfPoolError
     if said.retry_after is None:
         found = PdfPoolError(said.message, said.code)
     else:
