@@ -52,11 +52,10 @@ def integer(low: int, high: int | None = None, *, unit: str = "") -> Bound:
     )
 
 
-def seconds(*, at_least: float | None = None, above: float | None = None) -> Bound:
+def seconds(*, at_least: float = 0, above: float | None = None) -> Bound:
     """A finite number of seconds, ``>= at_least`` or ``> above``."""
     if above is not None:
         return Bound(lambda v: is_number(v) and v > above, f"seconds > {shown(above)}")
-    assert at_least is not None
     return Bound(lambda v: is_number(v) and v >= at_least, f"seconds >= {shown(at_least)}")
 
 

@@ -29,14 +29,6 @@ def cannot_know_yet(request: HttpRequest) -> bool:
     return "HTTP_AUTHORIZATION" in request.META or settings.SESSION_COOKIE_NAME in request.COOKIES
 
 
-def _bare(address: str) -> str:
-    """``address`` without brackets or a port: ``[2001:db8::1]:443``, ``2.2.2.2:80``."""
-    address = address.strip()
-    if address.startswith("["):
-        return address[1:].split("]", 1)[0]
-    return address.split(":", 1)[0] if address.count(":") == 1 else address  # IPv4 and a port
-
-
 def _as_ipv4(ip: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
     """The IPv4 address an IPv6 address carries: mapped, NAT64 or IPv4-compatible."""
     if ip.ipv4_mapped is not None:
@@ -50,8 +42,13 @@ def address_caller(address: str, prefix: int = IPV6_PREFIX) -> str:
     """``ip:<address>`` for IPv4 (IPv4 carried in IPv6 read as IPv4), ``ip:<network>/<n>``
     for IPv6 (its network of ``prefix`` bits: one host holds a whole /64); brackets and a
     port stripped first; anything else as it is."""
+    bare = address.strip()  # without brackets or a port: [2001:db8::1]:443, 2.2.2.2:80
+    if bare.startswith("["):
+        bare = bare[1:].split("]", 1)[0]
+    elif bare.count(":") == 1:  # IPv4 and a port
+        bare = bare.split(":", 1)[0]
     try:
-        ip = ipaddress.ip_address(_bare(address).split("%", 1)[0])
+        ip = ipaddress.ip_address(bare.split("%", 1)[0])
     except ValueError:
         return f"ip:{address}"
     if isinstance(ip, ipaddress.IPv6Address):
@@ -60,9 +57,8 @@ def address_caller(address: str, prefix: int = IPV6_PREFIX) -> str:
 
 
 def network_of(caller: str) -> str:
-    """The network an anonymous caller holds: ``ip:a.b.c.0/24`` for ``ip:a.b.c.d`` (an IPv6
-    caller is its /64 already); any other caller as it is. The door counts bodies per
-    network, so that one host with many addresses holds no more than one."""
+    """The network an anonymous caller holds (``ip:a.b.c.0/24`` for ``ip:a.b.c.d``), else the
+    caller: the door counts bodies per network, one for a host with many addresses."""
     try:
         ip = ipaddress.IPv4Address(caller.removeprefix("ip:")) if caller[:3] == "ip:" else None
     except ValueError:

@@ -5,6 +5,7 @@ the memory envelope and a server that serves one request at a time."""
 from __future__ import annotations
 
 import ast
+import contextlib
 import os
 import sys
 from pathlib import Path
@@ -18,7 +19,7 @@ from .conf import RedisSettings, get_settings, problems, raw_setting, table_of
 
 @checks.register()
 def check_settings(**kwargs: Any) -> list[CheckMessage]:
-    """The problems ``conf.problems`` finds, on which ``get_settings()`` raises too."""
+    """The problems on which ``get_settings()`` raises too."""
     return problems(raw_setting())
 
 
@@ -108,9 +109,7 @@ def check_memory(**kwargs: Any) -> list[CheckMessage]:
 @checks.register()
 def check_server(**kwargs: Any) -> list[CheckMessage]:
     """W041: the server serves one request at a time per process (runserver --nothreading,
-    gunicorn's sync worker with one thread), as far as this process can see it: gunicorn's
-    settings as gunicorn reads them (its config file, GUNICORN_CMD_ARGS, and its command line
-    when this is gunicorn's process)."""
+    gunicorn's sync worker with one thread), as far as this process can see it."""
     if sys.argv[1:2] == ["runserver"] and "--nothreading" in sys.argv:
         server = "runserver --nothreading"
     elif _gunicorn_is_serial():
@@ -127,7 +126,8 @@ def check_server(**kwargs: Any) -> list[CheckMessage]:
 
 
 def _gunicorn_is_serial() -> bool:
-    """Whether gunicorn serves this project with its sync worker (one thread)."""
+    """Whether gunicorn serves this project with its sync worker (one thread): its settings
+    as gunicorn reads them (config file, GUNICORN_CMD_ARGS, its command line if ours)."""
     try:
         from gunicorn.config import Config, get_default_config_file  # type: ignore[import-untyped]
     except ImportError:
@@ -152,9 +152,6 @@ def _gunicorn_is_serial() -> bool:
     return config.worker_class_str in ("sync", "gunicorn.workers.sync.SyncWorker")
 
 
-_WORKER_SETTINGS = ("worker_class", "threads")  # what decides gunicorn's worker
-
-
 def _config_literals(path: str) -> dict[str, Any] | None:
     """A gunicorn config file's literal top-level assignments, read and never run; None when
     its code may set the worker otherwise (a computed value, a branch, an import)."""
@@ -164,26 +161,23 @@ def _config_literals(path: str) -> dict[str, Any] | None:
     found: dict[str, Any] = {}
     literal: set[ast.AST] = set()
     for statement in tree.body:
-        if isinstance(statement, ast.Assign) or (
-            isinstance(statement, ast.AnnAssign) and statement.value is not None
-        ):
-            targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
-            try:
-                value = ast.literal_eval(statement.value)  # type: ignore[arg-type]
-            except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-                continue
+        if not isinstance(statement, ast.Assign | ast.AnnAssign) or statement.value is None:
+            continue
+        targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
+        with contextlib.suppress(ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+            value = ast.literal_eval(statement.value)  # not a literal: not taken
             names = [target for target in targets if isinstance(target, ast.Name)]
             found |= {target.id: value for target in names}
             literal.update(names)
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
-            bound = [node.id] if node not in literal else []
+    for node in ast.walk(tree):  # what decides the worker, bound otherwise
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store) and node not in literal:
+            bound = node.id
         elif isinstance(node, ast.alias):
-            bound = [node.asname or node.name]  # "*" binds anything
+            bound = node.asname or node.name  # "*" binds anything
         elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-            bound = [node.name]
+            bound = node.name
         else:
             continue
-        if not set(bound).isdisjoint({*_WORKER_SETTINGS, "*"}):
+        if bound in ("worker_class", "threads", "*"):
             return None
     return found

@@ -9,7 +9,7 @@ import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from importlib.util import find_spec
-from typing import Any
+from typing import Any, TypeVar
 
 from django.conf import settings
 from django.core.checks import CheckMessage, Error
@@ -25,6 +25,7 @@ from .sandbox.confine import REQUIRE
 from .sandbox.wire import ENGINE
 
 More = Callable[[str, Any], list[CheckMessage]]  # what a value that passed its bound lacks
+Built = TypeVar("Built")  # a settings dataclass
 
 
 @dataclass(frozen=True)
@@ -50,7 +51,7 @@ def table_of(cls: type[Any]) -> dict[str, Setting]:
     return {f.name.upper(): f.metadata["setting"] for f in fields(cls) if "setting" in f.metadata}
 
 
-def _build(cls: type[Any], raw: dict[str, Any]) -> Any:
+def _build(cls: type[Built], raw: dict[str, Any]) -> Built:
     """``cls`` from a valid dict over its defaults; a dict key (DOOR...) is built the same
     way (True: its defaults; False or None: off)."""
     values = {}
@@ -164,7 +165,7 @@ class DoorSettings:
     @classmethod
     def defaults(cls) -> DoorSettings:
         """The door's terms with no DOOR dict: what the status page shows of a door off."""
-        return _build(cls, {})  # type: ignore[no-any-return]
+        return _build(cls, {})
 
 
 @dataclass(frozen=True)
@@ -278,11 +279,16 @@ class PoolSettings:
         secret = self.redis.deployment if self.redis else None  # None: SECRET_KEY
         return salted_hmac("django_pdfpool.redis", "deployment", secret=secret).hexdigest()[:32]
 
+    @property
+    def job_terms(self) -> dict[str, Any]:
+        """``extract``'s terms for the default job: they decide what it returns, or its outcome."""
+        names = ("engine", "max_pages", "max_text_bytes", "memory_limit", "timeout")
+        return {name: getattr(self, name) for name in names}
+
     @functools.cached_property
     def results_tag(self) -> str:
-        """A digest of the settings that change what the default job returns (or its outcome):
-        part of its single-flight key, the same in every process of a Redis namespace."""
-        values = (self.engine, self.max_pages, self.max_text_bytes, self.memory_limit, self.timeout)
+        """A digest of ``job_terms`` in the default job's keys, alike in a Redis namespace."""
+        values = tuple(self.job_terms.values())
         return hashlib.sha256(repr(values).encode()).hexdigest()[:12]
 
 
@@ -350,8 +356,7 @@ def get_settings() -> PoolSettings:
     raw = raw_setting()
     if found := problems(raw):
         raise ImproperlyConfigured(" ".join(f"[{p.id}] {p.msg}" for p in found))
-    built: PoolSettings = _build(PoolSettings, raw)
-    return replace(built, temp_dir=settings.FILE_UPLOAD_TEMP_DIR)
+    return replace(_build(PoolSettings, raw), temp_dir=settings.FILE_UPLOAD_TEMP_DIR)
 
 
 @receiver(setting_changed)

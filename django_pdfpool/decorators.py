@@ -3,21 +3,18 @@ the view runs, which gets the result as ``request.pdf`` (docs/usage.md)."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import functools
 import inspect
-import threading
 from collections.abc import Awaitable, Callable, Iterator, MutableMapping
 from typing import Any, TypeVar, cast, overload
 
-from asgiref.sync import async_to_sync, iscoroutinefunction, sync_to_async
+from asgiref.sync import async_to_sync, iscoroutinefunction
 from django.core.exceptions import ImproperlyConfigured
-from django.core.files.uploadedfile import UploadedFile
 from django.http import HttpRequest, HttpResponse
 
 from .callers import acaller_of, caller_of
-from .conf import PoolSettings, get_settings
+from .conf import get_settings
 from .configured import get_pool
 from .exceptions import (
     DigestMismatch,
@@ -28,10 +25,10 @@ from .exceptions import (
     UploadTooLarge,
     Wording,
 )
-from .record import POOLED, RECORD, AdmissionRecord, PooledView, UploadHeaders
+from .record import POOLED, RECORD, AdmissionRecord, PooledView
 from .responses import Failure, RefusalView, arefusal_answer, refusal_answer
 from .sandbox.extract import Extraction, extract
-from .uploads import StagedUpload, chunks_of, stage, stage_chunks
+from .uploads import STAGING_CHUNK, StagedUpload, stage, stage_chunks, stage_in_thread
 
 ViewFunc = TypeVar("ViewFunc", bound=Callable[..., Any])
 UploadJob = Callable[[StagedUpload], Awaitable[Any]]
@@ -40,15 +37,7 @@ UploadJob = Callable[[StagedUpload], Awaitable[Any]]
 
 async def extract_upload(upload: StagedUpload) -> Extraction:
     """The default job: extract the upload's text in a limited child process."""
-    conf = get_settings()
-    return await extract(
-        upload.path,
-        timeout=conf.timeout,
-        memory_limit=conf.memory_limit,
-        max_pages=conf.max_pages,
-        engine=conf.engine,
-        max_text_bytes=conf.max_text_bytes,
-    )
+    return await extract(upload.path, **get_settings().job_terms)
 
 
 @overload
@@ -89,8 +78,11 @@ def pdf_pooled(
     if view is None:
         return functools.partial(pdf_pooled, field=field, job=job, job_name=name, answer=answer)
     refuse_misplaced(view)
-    pooled = declared_view(field, job, name, answer)
+    return admitting(view, declared_view(job, name, field, answer))
 
+
+def admitting(view: ViewFunc, pooled: PooledView) -> ViewFunc:
+    """``view`` (sync or async) after ``admit``, a refusal answered by ``pooled.answer``."""
     if iscoroutinefunction(view):
 
         @functools.wraps(view)
@@ -116,8 +108,7 @@ def pdf_pooled(
 
 
 def refuse_misplaced(view: Callable[..., Any]) -> None:
-    """Raise ImproperlyConfigured, at import, where ``@pdf_pooled`` could not see the
-    request it needs, saying where to put it instead."""
+    """ImproperlyConfigured, at import, where ``@pdf_pooled`` could not see its request."""
     where = getattr(view, "__qualname__", None) or repr(view)
     if getattr(view, "_ninja_operation", None) is not None:
         raise ImproperlyConfigured(
@@ -125,8 +116,7 @@ def refuse_misplaced(view: Callable[..., Any]) -> None:
             "before it was decorated, so it would never run. Put the decorator below "
             "@api.post, and use django_pdfpool.contrib.ninja.pdf_pooled (docs/ninja.md)."
         )
-    view_class = getattr(view, "cls", None)
-    if inspect.isclass(view) or hasattr(view_class, "authentication_classes"):
+    if inspect.isclass(view) or hasattr(getattr(view, "cls", None), "authentication_classes"):
         raise ImproperlyConfigured(
             f"@pdf_pooled wraps the DRF view {where} from outside: it would see the request "
             "before DRF authenticates it (the caller would be the client's address, and a "
@@ -167,27 +157,26 @@ def resolve_job_name(job: UploadJob, job_name: str | None = None) -> str:
 
 
 def declared_view(
-    field: str,
     job: UploadJob,
-    job_name: str,
-    answer: RefusalView | None,
+    job_name: str | None,
+    field: str = "file",
+    answer: RefusalView | None = None,
     own_caller: Callable[[HttpRequest], str | None] | None = None,
     authenticate: Callable[[HttpRequest], HttpResponse | None] | None = None,
 ) -> PooledView:
     """The ``PooledView`` a decorator declares (the default job's keys carry its tag)."""
+    name = resolve_job_name(job, job_name)
     tagged = job is extract_upload
-    return PooledView(field, job, job_name, answer, own_caller, tagged, authenticate)
+    return PooledView(field, job, name, answer, own_caller, tagged, authenticate)
 
 
 def pool_key(sha256: str, job: UploadJob = extract_upload, job_name: str | None = None) -> str:
-    """The single-flight key of an upload with this digest to this job, as the decorator
-    makes it: ``<job name>:<sha256>``; for the default job ``<name>:<settings tag>:<sha256>``."""
-    return declared_view("file", job, resolve_job_name(job, job_name), None).key(sha256)
+    """The decorator's single-flight key for an upload with this digest to this job."""
+    return declared_view(job, job_name).key(sha256)
 
 
 def record_of(request: HttpRequest) -> AdmissionRecord:
-    """The request's record: the one the door left in its scope or environ, else one read
-    now from its headers and kept on it."""
+    """The record the door left in the request's scope or environ, else one read now."""
     scope: MutableMapping[str, Any] | None = getattr(request, "scope", None)
     found: AdmissionRecord | None = (scope or {}).get(RECORD) or request.META.get(RECORD)
     if found is None:
@@ -205,32 +194,30 @@ def discarded_on_error(upload: StagedUpload) -> Iterator[StagedUpload]:
         raise
 
 
-def admit(view: PooledView, request: HttpRequest) -> Failure | None:
-    """A sync view's POST through the pool: None lets the view run (with ``request.pdf``
-    set), else the failure to answer in its place. The caller is asked here, in the
-    request's thread, where it may read the database, unless the record knows it."""
+def admit(view: PooledView, request: HttpRequest, framework: Any = None) -> Failure | None:
+    """A sync view's POST through the pool: None lets the view run (``request.pdf`` set), else
+    the failure to answer. ``framework``: DRF's request, which parses and names the caller."""
     request.pdf = None  # type: ignore[attr-defined]
     if request.method != "POST":
         return None
     record = record_of(request)
     try:
-        upload = prepare(view, request, record)
+        upload = prepare(view, request, record, framework)
     except UploadRejected as rejected:
         return rejected
     with discarded_on_error(upload):
-        caller = _known_caller(view, request, record) or caller_of(request)
+        caller = _known_caller(view, request, record) or caller_of(framework or request)
     return async_to_sync(submit)(request, record, caller, upload, view)
 
 
 async def aadmit(view: PooledView, request: HttpRequest) -> Failure | None:
-    """``admit`` for an async view: staging in a worker thread, the caller asked as
-    ``acaller_of`` asks (``request.user`` resolved first)."""
+    """``admit`` for an async view: staging in a worker thread, the caller from ``acaller_of``."""
     request.pdf = None  # type: ignore[attr-defined]
     if request.method != "POST":
         return None
     record = record_of(request)
     try:
-        upload = await _aprepare(view, request, record)
+        upload = await stage_in_thread(functools.partial(prepare, view, request, record))
     except UploadRejected as rejected:
         return rejected
     with discarded_on_error(upload):
@@ -244,54 +231,32 @@ def _known_caller(view: PooledView, request: HttpRequest, record: AdmissionRecor
     return own or record.caller
 
 
-def prepare(view: PooledView, request: HttpRequest, record: AdmissionRecord) -> StagedUpload:
-    """Check the upload's size and presence, stage a copy the job will own, and check
-    it against its declared digest; ``UploadRejected`` says what is wrong."""
+def prepare(
+    view: PooledView, request: HttpRequest, record: AdmissionRecord, framework: Any = None
+) -> StagedUpload:
+    """Stage a copy of the upload for the job, checked for size, presence and digest
+    (``UploadRejected`` else); the body as ``framework``'s parsers read it, if given."""
     conf = get_settings()
-    upload = record.headers
+    upload, limit = record.headers, conf.max_upload_size
     if isinstance(upload, UploadRejected):
         raise upload
-    if record.ticket is None and upload.declares_too_much(conf.max_upload_size):
-        raise UploadTooLarge.over(conf.max_upload_size)  # (a door that let it in checked)
-    if not upload.raw:
-        form_file = request.FILES.get(view.field)
+    if record.ticket is None and upload.declares_too_much(limit):
+        raise UploadTooLarge.over(limit)  # (a door that let it in checked)
+    if upload.raw and framework is None:
+        body = iter(functools.partial(request.read, STAGING_CHUNK), b"")  # a chunk at a time
+        staged = stage_chunks(body, "upload.pdf", conf.temp_dir, limit)
+    else:
+        files = (request if framework is None else framework).FILES
+        form_file = files.get("file" if upload.raw else view.field)  # a raw body parsed: "file"
         if form_file is None:
-            raise no_upload(view.field)
-        return stage_form_file(form_file, upload, conf)
-    chunks = chunks_of(request)
-    return checked(stage_chunks(chunks, "upload.pdf", conf.temp_dir, conf.max_upload_size), upload)
-
-
-def no_upload(field: str) -> NoUpload:
-    """The 400 for a POST without its PDF, worded once."""
-    return NoUpload(Wording.NO_UPLOAD.format(field=field))
-
-
-async def _aprepare(
-    view: PooledView, request: HttpRequest, record: AdmissionRecord
-) -> StagedUpload:
-    """``prepare`` in a worker thread (parsing and copying block); a copy staged after
-    the caller was cancelled is deleted by the thread that made it."""
-    lock = threading.Lock()
-    made: list[StagedUpload] = []
-    gone: list[bool] = []
-
-    def prepare_or_discard() -> StagedUpload:
-        prepared = prepare(view, request, record)
-        with lock:
-            if gone:
-                prepared.discard()
-            made.append(prepared)
-        return prepared
-
-    try:
-        return await sync_to_async(prepare_or_discard, thread_sensitive=False)()
-    except asyncio.CancelledError:
-        with lock:
-            gone.append(True)
-            for prepared in made:
-                prepared.discard()
-        raise
+            raise NoUpload(Wording.NO_UPLOAD.format(field=view.field))
+        if form_file.size is not None and form_file.size > limit:
+            raise UploadTooLarge.over(limit)
+        staged = stage(form_file, conf.temp_dir)
+    if upload.digest is not None and upload.digest != staged.sha256:
+        staged.discard()
+        raise DigestMismatch(Wording.DIGEST_MISMATCH)
+    return staged
 
 
 async def submit(
@@ -301,11 +266,8 @@ async def submit(
     upload: StagedUpload,
     view: PooledView,
 ) -> Refused | ExtractionError | None:
-    """Run or join the upload's job; set ``request.pdf``, or return the refusal (the
-    wrapper answers it in its own context: a project's refusal view may use the DB).
-    The job owns the upload once ``run`` is called: the pool calls exactly one of the
-    job (which deletes it when done) and ``discard``, so a caller that leaves never
-    pulls it away. Until then (no pool, a bad setting) it is deleted here."""
+    """Run or join the upload's job and set ``request.pdf``, or return the refusal for the
+    wrapper to answer in its own context (a project's refusal view may use the DB)."""
     record.caller, ticket, record.ticket = caller, record.ticket, None
     if ticket is not None:
         ticket.release()  # the door's place goes back: from here the pool counts this call
@@ -317,29 +279,9 @@ async def submit(
     return None
 
 
-def stage_form_file(
-    form_file: UploadedFile[bytes], upload: UploadHeaders, conf: PoolSettings
-) -> StagedUpload:
-    """Stage a parsed upload (a form's file, or what a framework's parser made of a
-    body): 413 over ``MAX_UPLOAD_SIZE``, 400 when it does not match its declared digest."""
-    if form_file.size is not None and form_file.size > conf.max_upload_size:
-        raise UploadTooLarge.over(conf.max_upload_size)
-    return checked(stage(form_file, conf.temp_dir), upload)
-
-
-def checked(staged: StagedUpload, upload: UploadHeaders) -> StagedUpload:
-    """``staged``, if it is what its request declared (``DigestMismatch`` else)."""
-    if upload.digest is not None and upload.digest != staged.sha256:
-        staged.discard()
-        raise DigestMismatch(Wording.DIGEST_MISMATCH)
-    return staged
-
-
 async def run_staged(upload: StagedUpload, caller: str, view: PooledView) -> Any:
-    """Run or join the view's job on ``upload`` in the process's pool under its
-    single-flight key (the running view's, never another entry's guess); the job deletes
-    the copy when done, else the pool's ``on_drop`` does. Raises what the pool raises
-    (``Refused``) and what the job raises."""
+    """Run or join the view's job on ``upload`` (``Refused`` or the job's error); the pool
+    calls exactly one of the job and ``on_drop``, each deleting the copy."""
     with discarded_on_error(upload):
         key = view.key(upload.sha256)
         pool = get_pool()

@@ -3,32 +3,6 @@ Redis pool rebuilds exceptions of this module, and only of this module, from JSO
 
 from __future__ import annotations
 
-__all__ = [
-    "EXTRACTION_MESSAGES",
-    "BadDigest",
-    "BlockingCallWarning",
-    "BodyTimeout",
-    "CallerBusy",
-    "CoordinatorUnavailable",
-    "DigestMismatch",
-    "ExtractionError",
-    "JobFault",
-    "LengthRequired",
-    "NoUpload",
-    "PoolBusy",
-    "PoolClosed",
-    "PoolMisconfigured",
-    "Refused",
-    "RemoteJobError",
-    "RepeatedHeader",
-    "ResultTooLarge",
-    "RunnerLost",
-    "SandboxUnavailable",
-    "UploadRejected",
-    "UploadTooLarge",
-    "Wording",
-]
-
 
 class Wording:
     """What a client is told of each refusal, worded once (``{...}`` filled in where raised);
@@ -252,3 +226,6 @@ class ExtractionError(Exception):
 
     def __str__(self) -> str:
         return f"{self.code}: {self.message}"
+
+
+__all__ = [name for name in dir() if name[:1].isupper()]  # every exception and table above

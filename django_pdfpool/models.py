@@ -18,6 +18,3 @@ class PoolStatus(models.Model):
         default_permissions = ()
         permissions = (("view_pool_status", "Can view the PDF pool status"),)
         verbose_name = verbose_name_plural = "status"
-
-    def __str__(self) -> str:
-        return "PDF pool status"

@@ -4,6 +4,8 @@ the process's pool, with the limits and the single-flight keys of uploads (docs/
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import os
 import stat
 from typing import Any, TypeAlias
@@ -13,10 +15,9 @@ from django.core.files import File
 
 from .callers import caller_of as caller_of  # public here too: django_pdfpool.caller_of
 from .conf import PoolSettings, get_settings
-from .decorators import UploadJob, declared_view, extract_upload, resolve_job_name, run_staged
+from .decorators import UploadJob, declared_view, extract_upload, run_staged
 from .exceptions import UploadTooLarge
-from .record import PooledView
-from .uploads import StagedUpload, chunks_of, stage_chunks
+from .uploads import StagedUpload, stage_chunks, stage_in_thread
 
 Source: TypeAlias = "str | os.PathLike[str] | bytes | bytearray | memoryview | File[Any]"
 """What ``extract_pooled`` reads: a path, a Django ``File`` or ``FieldFile`` (any storage)
@@ -31,7 +32,7 @@ def extract_pooled(
     shares the one run. Raises ``UploadTooLarge``, a ``Refused`` (``PoolBusy``,
     ``CallerBusy``, ``PoolClosed``) or ``ExtractionError``. For synchronous code (a Celery
     task, a command); in async code, ``await aextract_pooled(...)``."""
-    view = _view(job, job_name)
+    view = declared_view(job, job_name)
     who = _caller(caller)
     try:
         asyncio.get_running_loop()
@@ -48,26 +49,10 @@ async def aextract_pooled(
 ) -> Any:
     """``extract_pooled`` for async code: the copy is made in a worker thread, and a caller
     cancelled meanwhile leaves no copy behind."""
-    view = _view(job, job_name)
+    view = declared_view(job, job_name)
     who = _caller(caller)
-    conf = get_settings()
-    copying = asyncio.get_running_loop().run_in_executor(None, stage_source, source, conf)
-    try:
-        staged = await asyncio.shield(copying)
-    except asyncio.CancelledError:
-        copying.add_done_callback(_discard_made)
-        raise
+    staged = await stage_in_thread(functools.partial(stage_source, source, get_settings()))
     return await run_staged(staged, who, view)
-
-
-def _discard_made(copying: asyncio.Future[StagedUpload]) -> None:
-    if not copying.cancelled() and copying.exception() is None:
-        copying.result().discard()
-
-
-def _view(job: UploadJob, job_name: str | None) -> PooledView:
-    """The job as a pooled view declares it: its keys are those of uploads to that view."""
-    return declared_view("file", job, resolve_job_name(job, job_name), None)
 
 
 def _caller(caller: object) -> str:
@@ -81,31 +66,17 @@ def stage_source(source: Source, conf: PoolSettings) -> StagedUpload:
     ``MAX_UPLOAD_SIZE`` (checked before copying where the size is known)."""
     limit = conf.max_upload_size
     if isinstance(source, bytes | bytearray | memoryview):
-        if len(source) > limit:
+        return stage_chunks([bytes(source)], "upload.pdf", conf.temp_dir, limit)
+    if isinstance(source, File):  # opened and closed again, or read from the start, left open
+        if not source.name and source.closed:
+            raise ValueError("The file has no name and is not open: there is nothing to read.")
+        if source.size is not None and source.size > limit:
             raise UploadTooLarge.over(limit)
-        return stage_chunks([bytes(source)], "upload.pdf", conf.temp_dir)
-    if isinstance(source, File):
-        return _stage_file(source, conf)
-    path = os.fspath(source)
-    info = os.stat(path)
-    if not stat.S_ISREG(info.st_mode):
-        raise ValueError(f"{path!r} is not a regular file.")
-    if info.st_size > limit:
-        raise UploadTooLarge.over(limit)
-    with open(path, "rb") as file:
-        return stage_chunks(chunks_of(file), os.path.basename(path), conf.temp_dir, limit)
-
-
-def _stage_file(source: File[Any], conf: PoolSettings) -> StagedUpload:
-    """A Django ``File``: opened (and closed again) if it is closed, else read from the
-    start and left open, as ``File.chunks()`` does."""
-    if not source.name and source.closed:
-        raise ValueError("The file has no name and is not open: there is nothing to read.")
-    limit = conf.max_upload_size
-    if source.size is not None and source.size > limit:
-        raise UploadTooLarge.over(limit)
-    name = os.path.basename(source.name or "upload.pdf")
-    if source.closed:
-        with source.open("rb") as opened:
+        name = os.path.basename(source.name or "upload.pdf")
+        with source.open("rb") if source.closed else contextlib.nullcontext(source) as opened:
             return stage_chunks(opened.chunks(), name, conf.temp_dir, limit)
-    return stage_chunks(source.chunks(), name, conf.temp_dir, limit)
+    path = os.fspath(source)
+    if not stat.S_ISREG(os.stat(path).st_mode):
+        raise ValueError(f"{path!r} is not a regular file.")
+    with open(path, "rb") as file:  # staged as a File: its size checked before copying
+        return stage_source(File(file, path), conf)

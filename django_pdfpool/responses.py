@@ -1,15 +1,13 @@
-"""A refusal, from exception to response, in one module: what a client is told of each
-failure (``describe``), the library's answers (JSON, HTML, either as the client prefers),
-and the one path every entry takes, ``refusal_answer``: the view's ``answer=``, else the
-``REFUSAL_VIEW`` setting, each a ``(request, exception) -> HttpResponse``. Only codes and
-messages meant for users reach the client, never a traceback or a path."""
+"""A refusal, from exception to response: what a client is told of it (``describe``), the
+library's answers (JSON, HTML), and ``refusal_answer``, the one path every entry takes: the
+view's ``answer=``, else ``REFUSAL_VIEW``. Never a traceback or a path reaches the client."""
 
 from __future__ import annotations
 
 import functools
 import math
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 from asgiref.sync import sync_to_async
 from django.http import HttpRequest, HttpResponse, JsonResponse
@@ -52,6 +50,11 @@ TITLES: dict[str | int, str] = {  # the HTML page's title: by code, else by stat
     503: "Busy: please try again shortly",
 }
 
+_PAGE = (  # the HTML answer: title, message and code escaped by format_html
+    '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{title}</title></head>'
+    "<body><h1>{title}</h1><p>{message}{retry}</p><p><small>code: {code}</small></p></body></html>"
+)
+
 
 class Described(NamedTuple):
     """A failure as a client is told it; ``retry_after`` in whole seconds (at least 1)."""
@@ -63,9 +66,8 @@ class Described(NamedTuple):
 
 
 def describe(error: Failure) -> Described:
-    """The status (the exception class's ``status``: 503, 429 ``CallerBusy``, 422
-    ``ExtractionError``, 400/408/411/413 ``UploadRejected``), code, message and retry time
-    of ``error``: what every answer, the library's or an integration's, says of it."""
+    """What every answer, the library's or an integration's, says of ``error``: its class's
+    ``status`` (503, 429, 422, 400/408/411/413), code, message and retry time."""
     if isinstance(error, ExtractionError):
         return Described(error.status, error.code, error.message, None)
     if isinstance(error, UploadRejected):
@@ -75,30 +77,18 @@ def describe(error: Failure) -> Described:
     return Described(error.status, error.code, message, max(1, math.ceil(error.retry_after)))
 
 
-def _json(said: Described) -> HttpResponse:
-    body: dict[str, object] = {"error": said.code, "message": said.message}
-    if said.retry_after is not None:
-        body["retry_after"] = said.retry_after
-    return _with_retry(JsonResponse(body, status=said.status), said)
-
-
-def _html(said: Described) -> HttpResponse:
-    title = TITLES.get(said.code) or TITLES.get(said.status, "Error")
-    retry = "" if said.retry_after is None else f" Try again in {said.retry_after} s."
-    page = format_html(
-        '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
-        "<title>{}</title></head><body><h1>{}</h1><p>{}{}</p>"
-        "<p><small>code: {}</small></p></body></html>",
-        title,
-        title,
-        said.message,
-        retry,
-        said.code,
-    )
-    return _with_retry(HttpResponse(page, status=said.status), said)
-
-
-def _with_retry(response: HttpResponse, said: Described) -> HttpResponse:
+def _answer(said: Described, html: bool) -> HttpResponse:
+    """``said`` as a small HTML page or as JSON, with ``Retry-After`` where it has a time."""
+    if html:
+        title = TITLES.get(said.code) or TITLES.get(said.status, "Error")
+        retry = "" if said.retry_after is None else f" Try again in {said.retry_after} s."
+        page = format_html(_PAGE, title=title, message=said.message, retry=retry, code=said.code)
+        response = HttpResponse(page, status=said.status)
+    else:
+        body: dict[str, object] = {"error": said.code, "message": said.message}
+        if said.retry_after is not None:
+            body["retry_after"] = said.retry_after
+        response = JsonResponse(body, status=said.status)
     if said.retry_after is not None:
         response["Retry-After"] = str(said.retry_after)
     return response
@@ -107,12 +97,12 @@ def _with_retry(response: HttpResponse, said: Described) -> HttpResponse:
 def json_answer(request: HttpRequest, exception: Failure) -> HttpResponse:
     """``{"error": code, "message": message, "retry_after": seconds}``, whatever the client
     accepts (for APIs), with a ``Retry-After`` header where there is a retry time."""
-    return _json(describe(exception))
+    return _answer(describe(exception), html=False)
 
 
 def html_answer(request: HttpRequest, exception: Failure) -> HttpResponse:
     """A small standalone HTML page saying the same."""
-    return _html(describe(exception))
+    return _answer(describe(exception), html=True)
 
 
 def error_answer(request: HttpRequest, exception: Failure) -> HttpResponse:
@@ -138,8 +128,7 @@ def refusal_answer(
 ) -> HttpResponse:
     """The answer in a view's place: ``answer`` (a view's ``answer=``) when given, else the
     project's ``REFUSAL_VIEW``. Every entry answers through here (or its async twin)."""
-    response: HttpResponse = (answer or get_settings().refusal_view)(request, error)
-    return response
+    return cast(HttpResponse, (answer or get_settings().refusal_view)(request, error))
 
 
 async def arefusal_answer(
@@ -157,17 +146,17 @@ AsgiAnswer = tuple[int, tuple[tuple[bytes, bytes], ...], bytes]
 
 
 def prebuilt_answer(error: Failure, answer: RefusalView | None) -> AsgiAnswer | None:
-    """What ``refusal_answer(request, error, answer)`` gives, as ASGI parts built once per
-    distinct answer, when ``answer`` reads nothing of the request (``json_answer``,
-    ``html_answer``); else None. For the door, which refuses hundreds of uploads a second
-    with a handful of distinct answers: building each would cost the event loop."""
-    build = _json if answer is json_answer else _html if answer is html_answer else None
-    return None if build is None else _built(build, describe(error))
+    """``refusal_answer(request, error, answer)`` as ASGI parts, built once per distinct
+    answer, when ``answer`` reads nothing of the request (``json_answer``, ``html_answer``);
+    else None. The door refuses hundreds a second with a handful of distinct answers."""
+    if answer is not json_answer and answer is not html_answer:
+        return None
+    return _built(describe(error), answer is html_answer)
 
 
 @functools.lru_cache(maxsize=256)  # distinct answers: codes x messages x retry seconds
-def _built(build: Callable[[Described], HttpResponse], said: Described) -> AsgiAnswer:
-    response = build(said)
+def _built(said: Described, html: bool) -> AsgiAnswer:
+    response = _answer(said, html)
     headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in response.items()]
     if not response.has_header("Content-Length"):
         headers.append((b"Content-Length", str(len(response.content)).encode("latin-1")))

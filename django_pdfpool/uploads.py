@@ -4,6 +4,7 @@ by processes that ended (docs/deployment.md)."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import hashlib
@@ -11,25 +12,18 @@ import logging
 import os
 import re
 import tempfile
+import threading
 import time
 import weakref
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
+from asgiref.sync import sync_to_async
 from django.core.files.uploadedfile import UploadedFile
 
 from .exceptions import UploadTooLarge
 
-if TYPE_CHECKING:
-    from _typeshed import SupportsRead
-
-STAGING_CHUNK = 64 * 1024  # bytes read at a time from a raw body or a file being staged
-
-
-def chunks_of(source: SupportsRead[bytes]) -> Iterator[bytes]:
-    """``source``'s bytes (a request's body, an open file) to its end, a chunk at a time."""
-    return iter(functools.partial(source.read, STAGING_CHUNK), b"")
+STAGING_CHUNK = 64 * 1024  # bytes read at a time from a raw body (as File.chunks() reads a file)
 
 
 def _remove(path: str) -> None:
@@ -88,14 +82,33 @@ def stage_chunks(
     return StagedUpload(path, digest.hexdigest(), size, name, owned=True)
 
 
+async def stage_in_thread(make: Callable[[], StagedUpload]) -> StagedUpload:
+    """``make()`` in a worker thread (copying blocks); a copy finished after the caller was
+    cancelled is deleted: each side notes its part, then checks the other's."""
+    made: list[StagedUpload] = []
+    cancelled = threading.Event()
+
+    def make_or_discard() -> StagedUpload:
+        made.append(staged := make())
+        if cancelled.is_set():
+            staged.discard()
+        return staged
+
+    try:
+        return await sync_to_async(make_or_discard, thread_sensitive=False)()
+    except asyncio.CancelledError:
+        cancelled.set()
+        for staged in made:
+            staged.discard()
+        raise
+
+
 _STAGED = re.compile(r"pdfpool-(?:(\d+)\.(\d+)-)?[^/]*\.pdf")  # the owner: pid.start time
 
 
 def started(pid: int) -> int | None:
-    """When process ``pid`` started, in clock ticks since boot (``/proc/<pid>/stat``, field
-    22), None when no process has it: with the pid it names one process for good, where a
-    pid alone is reused (and is 1 again in each fresh container). Without ``/proc``, 0 for
-    any live process."""
+    """When process ``pid`` started (``/proc/<pid>/stat``, field 22: with the pid it names one
+    process for good), None when no process has it; without ``/proc``, 0 for a live one."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as stat:
             fields = stat.read().rpartition(b")")[2].split()  # the name may hold ")" and spaces
@@ -121,10 +134,8 @@ def owner(pid: int) -> str:
 
 
 def sweep(directory: str | None, older_than: float | None) -> list[str]:
-    """Delete (and log) the staged copies in ``directory`` that no live job can own: named
-    for a process that is gone (no process has its pid, or the one that has it started at
-    another time: the directory must be this host's own), or named for none and last
-    written over ``older_than`` seconds ago."""
+    """Delete (and log) the staged copies in ``directory`` (this host's) no live job can own:
+    named for a process that is gone, or for none and written over ``older_than`` s ago."""
     directory = directory or tempfile.gettempdir()
     try:
         names = os.listdir(directory)

@@ -175,7 +175,7 @@ def test_the_command_extracts_through_the_pool(pdfpool, tmp_path):
 
 def test_a_cancelled_async_call_leaves_no_copy(pdfpool):
     """Cancelled while its source is being copied (in a worker thread): the copy made
-    after the cancel is deleted by the callback, not left for garbage collection."""
+    after the cancel is deleted by the thread that made it, not left for garbage collection."""
     data = b"%PDF-" + b"x" * (8 << 20)
 
     async def main():

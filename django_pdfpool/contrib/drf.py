@@ -8,8 +8,9 @@ import inspect
 from collections.abc import Callable
 from typing import IO, Any, TypeVar, cast, overload
 
-from asgiref.sync import async_to_sync, iscoroutinefunction
+from asgiref.sync import iscoroutinefunction
 from django.core.exceptions import ImproperlyConfigured
+from django.core.handlers.wsgi import LimitedStream
 from django.http import HttpRequest, HttpResponse
 from rest_framework.exceptions import (
     APIException,
@@ -23,21 +24,10 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from ..callers import caller_of
 from ..conf import get_settings
-from ..decorators import (
-    UploadJob,
-    declared_view,
-    discarded_on_error,
-    extract_upload,
-    no_upload,
-    record_of,
-    resolve_job_name,
-    stage_form_file,
-    submit,
-)
-from ..exceptions import UploadRejected, UploadTooLarge
-from ..record import POOLED, PooledView, route_of
+from ..decorators import UploadJob, admit, declared_view, extract_upload, resolve_job_name
+from ..exceptions import UploadTooLarge
+from ..record import POOLED, route_of
 from ..responses import Failure, describe
 
 __all__ = [
@@ -70,7 +60,6 @@ def api_exception(error: Failure) -> PdfPoolError:
     """The DRF exception for a refusal, an extraction error or a rejected upload, with the
     same status, code, message and retry time as the decorator's answers."""
     said = describe(error)
-    found: PdfPoolError
     if said.retry_after is None:
         found = PdfPoolError(said.message, said.code)
     else:
@@ -95,8 +84,7 @@ def door_authenticate(request: HttpRequest) -> HttpResponse | None:
 
 def drf_answer(request: HttpRequest, exc: APIException | None) -> HttpResponse | None:
     """``exc`` answered by the DRF view ``request`` resolves to (``APIView`` if none); with
-    ``exc`` None, the view's authentication and permissions asked: their refusal answered,
-    None when they let it through."""
+    ``exc`` None, the refusal of its authentication and permissions, if any."""
     match = route_of(request)
     func, args, kwargs = (match.func, match.args, match.kwargs) if match else (None, (), {})
     view_class = getattr(func, "cls", None) or APIView
@@ -104,8 +92,7 @@ def drf_answer(request: HttpRequest, exc: APIException | None) -> HttpResponse |
     view.action_map = getattr(func, "actions", None) or {}  # a ViewSet's routing
     view.args, view.kwargs = args, kwargs
     view.headers = view.default_response_headers
-    drf_request = view.initialize_request(request, *args, **kwargs)
-    view.request = drf_request
+    view.request = drf_request = view.initialize_request(request, *args, **kwargs)
     view.format_kwarg = view.get_format_suffix(**kwargs)
     if exc is None:
         try:
@@ -132,23 +119,12 @@ class PdfParser(FileUploadParser):
     def parse(
         self, stream: IO[bytes], media_type: str | None = None, parser_context: Any = None
     ) -> DataAndFiles[Any, Any]:
-        limit = get_settings().max_upload_size
-        limited = cast(IO[bytes], _Limited(stream, limit))  # read() is all the parser uses
-        return cast("DataAndFiles[Any, Any]", super().parse(limited, media_type, parser_context))
-
-
-class _Limited:
-    """A body stream that raises the 413 ``PdfPoolError`` past ``limit`` bytes read."""
-
-    def __init__(self, stream: IO[bytes], limit: int) -> None:
-        self.stream, self.limit, self.read_so_far = stream, limit, 0
-
-    def read(self, size: int = -1) -> bytes:
-        chunk = self.stream.read(size)
-        self.read_so_far += len(chunk)
-        if self.read_so_far > self.limit:
-            raise api_exception(UploadTooLarge.over(self.limit))
-        return chunk
+        limit = get_settings().max_upload_size  # one byte more read tells a body over it
+        limited = cast(IO[bytes], LimitedStream(cast(Any, stream), limit + 1))
+        parsed = super().parse(limited, media_type, parser_context)
+        if (parsed.files["file"].size or 0) > limit:
+            raise api_exception(UploadTooLarge.over(limit))
+        return cast("DataAndFiles[Any, Any]", parsed)
 
 
 @overload
@@ -181,23 +157,6 @@ def pdf_pooled(
     name = resolve_job_name(job, job_name)
     if handler is None:
         return functools.partial(pdf_pooled, field=field, job=job, job_name=name)
-    _refuse_misplaced(handler)
-    admission = declared_view(field, job, name, door_answer, authenticate=door_authenticate)
-
-    @functools.wraps(handler)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        request = _request_among(args, handler)
-        request._request.pdf = None  # type: ignore[attr-defined]  # read as request.pdf
-        if request.method == "POST":
-            _admit(request, admission)
-        return handler(*args, **kwargs)
-
-    setattr(wrapper, POOLED, admission)
-    return cast(Handler, wrapper)
-
-
-def _refuse_misplaced(handler: Callable[..., Any]) -> None:
-    """Fail at import where the decorator could not see DRF's authenticated request."""
     where = getattr(handler, "__qualname__", repr(handler))
     if inspect.isclass(handler) or hasattr(handler, "cls"):
         raise ImproperlyConfigured(
@@ -208,38 +167,23 @@ def _refuse_misplaced(handler: Callable[..., Any]) -> None:
         raise ImproperlyConfigured(
             f"{where} is async: Django REST framework runs synchronous handlers only."
         )
+    admission = declared_view(job, name, field, door_answer, authenticate=door_authenticate)
 
+    @functools.wraps(handler)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        request = next((arg for arg in args[:2] if isinstance(arg, Request)), None)
+        if request is None:  # `request` or `self, request`
+            raise ImproperlyConfigured(
+                f"{where} was called without a DRF Request: django_pdfpool.contrib.drf."
+                "pdf_pooled goes on DRF handlers, below @api_view; for a plain Django view "
+                "use django_pdfpool.pdf_pooled."
+            )
+        request._request.pdf = None  # type: ignore[attr-defined]  # read as request.pdf
+        if request.method == "POST":  # the upload DRF parsed; the caller, DRF's user's
+            refused = admit(admission, request._request, request)
+            if refused is not None:
+                raise api_exception(refused) from refused
+        return handler(*args, **kwargs)
 
-def _request_among(args: tuple[Any, ...], handler: Callable[..., Any]) -> Request:
-    """The DRF request among a handler's first arguments (``request`` or ``self, request``)."""
-    for arg in args[:2]:
-        if isinstance(arg, Request):
-            return arg
-    raise ImproperlyConfigured(
-        f"{getattr(handler, '__qualname__', handler)} was called without a DRF Request: "
-        "django_pdfpool.contrib.drf.pdf_pooled goes on DRF handlers, below @api_view; "
-        "for a plain Django view use django_pdfpool.pdf_pooled."
-    )
-
-
-def _admit(request: Request, view: PooledView) -> None:
-    """Stage the upload DRF parsed and run it; a ``PdfPoolError`` for a refusal."""
-    conf = get_settings()
-    record = record_of(request._request)
-    try:
-        upload = record.headers
-        if isinstance(upload, UploadRejected):
-            raise upload
-        if upload.declares_too_much(conf.max_upload_size):
-            raise UploadTooLarge.over(conf.max_upload_size)
-        form_file = request.FILES.get("file" if upload.raw else view.field)
-        if form_file is None:
-            raise no_upload(view.field)
-        staged = stage_form_file(form_file, upload, conf)
-    except UploadRejected as rejected:
-        raise api_exception(rejected) from rejected
-    with discarded_on_error(staged):
-        caller = caller_of(request)  # the CALLER setting, given DRF's authenticated request
-    refused = async_to_sync(submit)(request._request, record, caller, staged, view)
-    if refused is not None:
-        raise api_exception(refused) from refused
+    setattr(wrapper, POOLED, admission)
+    return cast(Handler, wrapper)

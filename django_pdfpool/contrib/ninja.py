@@ -1,5 +1,5 @@
 """django-ninja: ``@pdf_pooled`` below ``@api.post(...)``, run after ninja's authentication,
-its refusals raised as ``PdfPoolHttpError`` to the API's handlers (docs/ninja.md)."""
+its refusals handed as ``PdfPoolHttpError`` to the API's handlers (docs/ninja.md)."""
 
 from __future__ import annotations
 
@@ -10,20 +10,17 @@ from collections.abc import Callable
 from http import HTTPStatus
 from typing import Any, TypeVar, cast, overload
 
-from asgiref.sync import iscoroutinefunction
 from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest, HttpResponse
 from django.utils.crypto import salted_hmac
-from ninja import operation as ninja_operation
-from ninja.decorators import decorate_view
 from ninja.errors import HttpError
 from ninja.openapi.schema import BODY_CONTENT_TYPES
 from ninja.operation import Operation as NinjaOperation
 from ninja.operation import PathView
 from ninja.utils import contribute_operation_callback
 
-from ..decorators import UploadJob, aadmit, admit, declared_view, extract_upload, resolve_job_name
-from ..record import POOLED, route_of
+from ..decorators import UploadJob, admitting, declared_view, extract_upload, resolve_job_name
+from ..record import route_of
 from ..responses import TITLES, Failure, describe, json_answer
 
 __all__ = ["PdfPoolHttpError", "auth_caller", "door_answer", "pdf_pooled"]
@@ -31,7 +28,6 @@ __all__ = ["PdfPoolHttpError", "auth_caller", "door_answer", "pdf_pooled"]
 Operation = TypeVar("Operation", bound=Callable[..., Any])
 
 _SALT = "django_pdfpool.contrib.ninja.auth_caller"
-_RETRY = "pdfpool_retry_after"  # on the request: the Retry-After of the refusal raised
 _RETRY_AFTER = {
     "description": "Seconds to wait before trying again (at least 1).",
     "schema": {"type": "integer", "minimum": 1},
@@ -47,9 +43,7 @@ class PdfPoolHttpError(HttpError):
     def __init__(self, error: Failure) -> None:
         said = describe(error)
         super().__init__(said.status, said.message)
-        self.code = said.code
-        self.retry_after = said.retry_after
-        self.error = error
+        self.code, self.retry_after, self.error = said.code, said.retry_after, error
 
 
 def auth_caller(request: HttpRequest) -> str | None:
@@ -99,41 +93,19 @@ def pdf_pooled(
             "the function before it was decorated. Put @pdf_pooled below @api.post."
         )
     admission = declared_view(  # request.auth first; the door asks ninja's authentication
-        field, job, name, door_answer, auth_caller, authenticate=door_authenticate
+        job, name, field, door_answer, auth_caller, authenticate=door_authenticate
     )
-    wrapper: Callable[..., Any]
-    if iscoroutinefunction(operation):
-
-        @functools.wraps(operation)
-        async def async_wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
-            refused = await aadmit(admission, request)
-            if refused is not None:
-                raise _refusal(request, refused) from refused
-            return await operation(request, *args, **kwargs)
-
-        wrapper = async_wrapper
-    else:
-
-        @functools.wraps(operation)
-        def sync_wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
-            refused = admit(admission, request)
-            if refused is not None:
-                raise _refusal(request, refused) from refused
-            return operation(request, *args, **kwargs)
-
-        wrapper = sync_wrapper
-    setattr(wrapper, POOLED, admission)
+    wrapper = admitting(operation, admission)  # refusals answered as door_answer answers
     contribute_operation_callback(wrapper, functools.partial(_documented, field))
     # ninja reads the parameters' annotations from the wrapper, in this module's globals:
     # hand it the operation's own, resolved where it was written (postponed annotations)
     with contextlib.suppress(NameError, TypeError, ValueError):
         cast(Any, wrapper).__signature__ = inspect.signature(operation, eval_str=True)
-    return cast(Operation, decorate_view(_with_retry_after)(wrapper))
+    return wrapper
 
 
 def _documented(field: str, operation: NinjaOperation) -> None:
-    """The refusals in the operation's OpenAPI schema, and the PDF it takes when it declares
-    no body."""
+    """The refusals in the operation's OpenAPI schema, and its PDF body if it declares none."""
     told = {status: title for status, title in TITLES.items() if isinstance(status, int)}
     if operation.auth_callbacks:
         told[401] = HTTPStatus.UNAUTHORIZED.phrase
@@ -155,28 +127,28 @@ def _documented(field: str, operation: NinjaOperation) -> None:
 
 
 def door_answer(request: HttpRequest, exception: Failure) -> HttpResponse:
-    """The door's answer for a ninja route (before ninja runs): the ``PdfPoolHttpError``
-    the operation would raise, answered by its API's exception handlers, with
-    ``Retry-After``."""
+    """A refusal on a ninja route, from the door or the operation: a ``PdfPoolHttpError``
+    answered by its API's exception handlers, with ``Retry-After``."""
     operation = _operation_of(request)
     if operation is None:  # not a ninja route after all: the library's own JSON answer
         return json_answer(request, exception)
-    api = operation.api
-    response = api.on_exception(request, _refusal(request, exception))
-    return cast(HttpResponse, _retry_header(request, response))
+    raised = PdfPoolHttpError(exception)
+    response = operation.api.on_exception(request, raised)
+    if raised.retry_after is not None and not response.has_header("Retry-After"):
+        response["Retry-After"] = str(raised.retry_after)
+    return response
 
 
 def door_authenticate(request: HttpRequest) -> HttpResponse | None:
-    """ninja's 401 for a request its authentication refuses (the door asks, from the
-    headers); None when it lets the request through, or would answer otherwise."""
+    """ninja's 401 for a request its authentication refuses from the headers, else None."""
     operation = _operation_of(request)
     if operation is None or not operation.auth_callbacks:
         return None
-    answer = ninja_operation.Operation._run_authentication(operation, request)  # sync: a thread
+    answer = NinjaOperation._run_authentication(operation, request)  # sync: a thread
     return answer if answer is not None and answer.status_code == 401 else None
 
 
-def _operation_of(request: HttpRequest) -> ninja_operation.Operation | None:
+def _operation_of(request: HttpRequest) -> NinjaOperation | None:
     """The POST operation ``request`` resolves to: ninja's path view, the object its URL's
     view function closes over, holds the operations."""
     match = route_of(request)
@@ -187,33 +159,3 @@ def _operation_of(request: HttpRequest) -> ninja_operation.Operation | None:
                 if "POST" in operation.methods:
                     return operation
     return None
-
-
-def _refusal(request: HttpRequest, error: Failure) -> PdfPoolHttpError:
-    """The exception to raise, noting its retry time for ``_with_retry_after``."""
-    raised = PdfPoolHttpError(error)
-    setattr(request, _RETRY, raised.retry_after)
-    return raised
-
-
-def _with_retry_after(run: Callable[..., Any]) -> Callable[..., Any]:
-    """The answer to a refusal raised in ``run`` gets ``Retry-After`` unless it has one."""
-    if iscoroutinefunction(run):
-
-        async def arun(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
-            return _retry_header(request, await run(request, *args, **kwargs))
-
-        return arun
-
-    def srun(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
-        return _retry_header(request, run(request, *args, **kwargs))
-
-    return srun
-
-
-def _retry_header(request: HttpRequest, response: Any) -> Any:
-    seconds = getattr(request, _RETRY, None)
-    wanted = seconds is not None and isinstance(response, HttpResponse)
-    if wanted and not response.has_header("Retry-After"):
-        response["Retry-After"] = str(seconds)
-    return response
