@@ -228,4 +228,28 @@ class ExtractionError(Exception):
         return f"{self.code}: {self.message}"
 
 
-__all__ = [name for name in dir() if name[:1].isupper()]  # every exception and table above
+__all__ = [
+    "BadDigest",
+    "BlockingCallWarning",
+    "BodyTimeout",
+    "CallerBusy",
+    "CoordinatorUnavailable",
+    "DigestMismatch",
+    "EXTRACTION_MESSAGES",
+    "ExtractionError",
+    "JobFault",
+    "LengthRequired",
+    "NoUpload",
+    "PoolBusy",
+    "PoolClosed",
+    "PoolMisconfigured",
+    "Refused",
+    "RemoteJobError",
+    "RepeatedHeader",
+    "ResultTooLarge",
+    "RunnerLost",
+    "SandboxUnavailable",
+    "UploadRejected",
+    "UploadTooLarge",
+    "Wording",
+]

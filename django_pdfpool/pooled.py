@@ -66,6 +66,8 @@ def stage_source(source: Source, conf: PoolSettings) -> StagedUpload:
     ``MAX_UPLOAD_SIZE`` (checked before copying where the size is known)."""
     limit = conf.max_upload_size
     if isinstance(source, bytes | bytearray | memoryview):
+        if len(source) > limit:
+            raise UploadTooLarge.over(limit)
         return stage_chunks([bytes(source)], "upload.pdf", conf.temp_dir, limit)
     if isinstance(source, File):  # opened and closed again, or read from the start, left open
         if not source.name and source.closed:
