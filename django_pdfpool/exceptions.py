@@ -229,13 +229,13 @@ class ExtractionError(Exception):
 
 
 __all__ = [
+    "EXTRACTION_MESSAGES",
     "BadDigest",
     "BlockingCallWarning",
     "BodyTimeout",
     "CallerBusy",
     "CoordinatorUnavailable",
     "DigestMismatch",
-    "EXTRACTION_MESSAGES",
     "ExtractionError",
     "JobFault",
     "LengthRequired",
