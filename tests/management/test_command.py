@@ -321,7 +321,7 @@ def test_extract_escapes_what_would_drive_the_terminal(pdfpool, tmp_path):
 
 def large_slow_pdf() -> bytes:
     """Over a MiB on disk (incompressible filler nobody reads) and a few seconds of work."""
-    ops = b"BT /F1 12 Tf (large) Tj " + b"1 0 0 1 72 720 Tm (a) Tj " * ((4 << 20) // 25) + b"ET"
+    ops = b"BT /F1 12 Tf (large) Tj " + b"1 0 0 1 72 720 Tm (a) Tj " * ((1 << 20) // 25) + b"ET"
     objects = pdfs.document([b""])
     objects[4] = pdfs.stream(zlib.compress(ops, 6), b"/Filter /FlateDecode ")
     objects.append(pdfs.stream(os.urandom(command.PROGRESS_BYTES)))
@@ -332,13 +332,14 @@ def test_extract_a_large_file_shows_progress_on_stderr(tmp_path):
     """A real ``python -m django`` process: progress lines go to stderr while the child
     works, the result to stdout."""
     path = write(tmp_path, "large.pdf", large_slow_pdf())
-    shown = manage("extract", path, cwd=tmp_path)
+    slow = {"TIMEOUT": 120.0}  # a few seconds alone, far longer on a machine kept busy
+    shown = manage("extract", path, pdfpool=slow, cwd=tmp_path)
     assert shown.returncode == 0, shown.stderr
     lines = shown.stderr.splitlines()
     assert lines[0].startswith(f"{path} (1 MiB): extracting with engine pypdf")
     assert any("still extracting, " in line for line in lines[1:]), lines
     assert "large" in shown.stdout and "1 in the document, 1 extracted" in shown.stdout
-    quiet = manage("extract", path, "--no-progress", "--json", cwd=tmp_path)
+    quiet = manage("extract", path, "--no-progress", "--json", pdfpool=slow, cwd=tmp_path)
     assert quiet.returncode == 0 and quiet.stderr == ""
     assert json.loads(quiet.stdout)["page_count"] == 1
 
