@@ -47,15 +47,15 @@ MUTANTS = [
     Mutant(
         "queue",
         LOCAL,
-        "and len(self._queue) >= self.queue_size:",
-        "and len(self._queue) > self.queue_size:",
+        "and len(self._queue) >= self.queue_size\n",
+        "and len(self._queue) > self.queue_size\n",
         "local",
     ),
     Mutant(
         "wait",
         LOCAL,
-        "if self.wait is not None and not self._timer_wanted:",
-        "if self.wait is None and not self._timer_wanted:",
+        "            if self.wait is not None:\n                call_in_job_loop(self._arm",
+        "            if self.wait is None:\n                call_in_job_loop(self._arm",
         "local",
     ),
     Mutant(
@@ -82,8 +82,8 @@ MUTANTS = [
     Mutant(
         "one job per caller",
         LOCAL,
-        "if held is not None:  # Rule 2",
-        "if held is not None and held.state == 'queued':  # Rule 2",
+        "if held is not None or full:",
+        "if full:",
         "local",
     ),
     Mutant(

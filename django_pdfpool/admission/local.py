@@ -21,9 +21,9 @@ from .jobs import (
     caller_busy,
     closing,
     deliver,
+    ended,
     log_failure,
     nothing_to_join,
-    outcome_of,
     queue_full,
     report_failure,
     run_fn,
@@ -63,9 +63,6 @@ class Pool:
         self._closed = False
         self._stopping = False
         self._idle_waiters: list[Waiter] = []  # drain/stop, woken once nothing is in flight
-        self._timer_wanted = False  # the queue's head has a deadline: `_timer` should be armed
-        # the job loop's alone (not under the lock): the timer for the queue's head
-        self._timer: asyncio.TimerHandle | None = None
 
     # --- reading ------------------------------------------------------------
 
@@ -185,20 +182,16 @@ class Pool:
             self._start(job)
         else:
             self._queue.append(job)
-            if self.wait is not None and not self._timer_wanted:
-                self._timer_wanted = True
-                call_in_job_loop(self._arm_timer)
+            if self.wait is not None:
+                call_in_job_loop(self._arm, job, self.wait)
         return job
 
-    def _start(self, job: JobRecord, *, on_job_loop: bool = False) -> None:  # under the lock
+    def _start(self, job: JobRecord) -> None:  # under the lock
         job.state = "running"
         job.started_mono = time.monotonic()
         self._running += 1
         self._books.started(job.started_mono - job.queued_mono)
-        if on_job_loop:
-            self._spawn(job)
-        else:
-            call_in_job_loop(self._spawn, job)
+        call_in_job_loop(self._spawn, job)
 
     def _spawn(self, job: JobRecord) -> None:  # on the job loop; its ending is _finish's
         job.task = asyncio.get_running_loop().create_task(run_fn(job))
@@ -215,12 +208,8 @@ class Pool:
         and the caller, forget the key (rule 5: no cache), start what the queue holds, and hand
         the outcome to every sharer."""
         if task is not None:
-            result, error = outcome_of(task, self._stopping)
+            result, error, _, _ = ended(job, task, self._stopping, self._books)
         with self._lock:
-            dropped = job.release()  # stopped before fn was called: on_drop instead
-            if task is not None:
-                took = time.monotonic() - (job.started_mono or job.queued_mono)
-                self._books.ended(Counter.ended(task.cancelled(), error), took)
             job.state = "done"
             del self._jobs[job.key]
             if self._callers.get(job.caller) is job:
@@ -228,11 +217,9 @@ class Pool:
             self._running -= 1
             waiters, job.waiters = job.waiters, set()
             while self._queue and self._running < self.slots:
-                self._start(self._dequeue(self._queue[0]), on_job_loop=True)
-            idle = self._take_idle_waiters()
-        call_dropped(dropped)
+                self._start(self._dequeue(self._queue[0]))
+            self._wake_if_idle()
         deliver(waiters, result, error)
-        deliver(idle, None, None)
         if task is not None and error is not None and not task.cancelled():
             report_failure(self._on_error, job.key, error)
 
@@ -250,42 +237,37 @@ class Pool:
             self._running += 1
         return functools.partial(self._finish, job, None)
 
-    def _dequeue(self, job: JobRecord) -> JobRecord:  # an empty queue needs no timer; locked
+    def _dequeue(self, job: JobRecord) -> JobRecord:  # its timer goes, on the job loop; locked
         self._queue.remove(job)
-        if not self._queue and self._timer_wanted:
-            self._timer_wanted = False
-            call_in_job_loop(self._arm_timer)
+        if self.wait is not None:
+            call_in_job_loop(job.disarm)
         return job
 
-    def _arm_timer(self) -> None:
-        """On the job loop: (re)arm the timer for the queue's head if it is wanted, else drop it."""
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        with self._lock:
-            if self._timer_wanted and self._queue and self.wait is not None:
-                delay = self._queue[0].queued_mono + self.wait - time.monotonic()
-                self._timer = asyncio.get_running_loop().call_later(max(0.0, delay), self._expire)
+    def _arm(self, job: JobRecord, wait: float) -> None:
+        """On the job loop: ``_expire`` once ``job`` has been queued ``wait`` seconds."""
+        if job.state == "queued":  # else it left the queue before this ran
+            delay = max(0.0, job.queued_mono + wait - time.monotonic())
+            job.timer = asyncio.get_running_loop().call_later(delay, self._expire, job, wait)
 
-    def _expire(self) -> None:
-        """On the job loop: rule 3, ``wait`` passed for the queue's head (and any job behind it
-        due as well); PoolBusy to every sharer of each."""
-        self._timer = None
+    def _expire(self, job: JobRecord, wait: float) -> None:
+        """On the job loop: rule 3, ``wait`` passed for the queue's head and any job behind it
+        due as well (``job``, unless it left the queue); PoolBusy to every sharer of each."""
         refused: list[set[Waiter]] = []
         dropped: list[DropFn | None] = []
         with self._lock:
             now, waited = time.monotonic(), []
-            while self._queue and self._queue[0].queued_mono + (self.wait or 0.0) <= now:
+            while self._queue and self._queue[0].queued_mono + wait <= now:
                 waited.append(now - self._queue[0].queued_mono)
                 refused.append(self._forget_queued(self._queue[0], dropped))
-            self._books.gave_up(waited, sum(map(len, refused)))
+            if waited:
+                self._books.gave_up(waited, sum(map(len, refused)))
             retry_after = self._expected_start(start=True)
-            idle = self._take_idle_waiters()
-        self._arm_timer()
+            self._wake_if_idle()
+        if job.state == "queued":  # the clock fired early
+            self._arm(job, wait)
         call_dropped(*dropped)
         for waiters in refused:
-            deliver(waiters, None, waited_too_long(self.wait, retry_after))
-        deliver(idle, None, None)
+            deliver(waiters, None, waited_too_long(wait, retry_after))
 
     def _forget_queued(self, job: JobRecord, dropped: list[DropFn | None]) -> set[Waiter]:
         """Drop a queued job that will never run; its ``on_drop`` to ``dropped``, for after the
@@ -309,9 +291,8 @@ class Pool:
             dropped: list[DropFn | None] = []
             self._forget_queued(job, dropped)
             self._books.count(Counter.ABANDONED)
-            idle = self._take_idle_waiters()
+            self._wake_if_idle()
         call_dropped(*dropped)
-        deliver(idle, None, None)
 
     # --- closing ------------------------------------------------------------
 
@@ -337,10 +318,9 @@ class Pool:
             for job in running:
                 abandoned |= job.waiters
                 job.waiters = set()
-            idle = self._take_idle_waiters()
+            self._wake_if_idle()
         call_dropped(*dropped)
         deliver(abandoned, None, stopped())
-        deliver(idle, None, None)
         call_in_job_loop(_cancel_tasks, running)
         await self._until_idle()
 
@@ -357,11 +337,10 @@ class Pool:
                 if waiter in self._idle_waiters:
                     self._idle_waiters.remove(waiter)
 
-    def _take_idle_waiters(self) -> list[Waiter]:  # to wake once nothing is in flight; locked
-        if self._jobs or not self._idle_waiters:
-            return []
-        waiters, self._idle_waiters = self._idle_waiters, []
-        return waiters
+    def _wake_if_idle(self) -> None:  # drain/stop's waiters, once nothing is in flight; locked
+        if not self._jobs:
+            deliver(self._idle_waiters, None, None)
+            self._idle_waiters = []
 
     def __repr__(self) -> str:
         return (

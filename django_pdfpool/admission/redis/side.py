@@ -34,8 +34,8 @@ from ..jobs import (
     caller_busy,
     closing,
     deliver,
+    ended,
     nothing_to_join,
-    outcome_of,
     queue_full,
     report_failure,
     run_fn,
@@ -83,43 +83,33 @@ class Closing:
     stopping: bool = False  # set by stop: running jobs are cancelled
 
 
+@dataclass(slots=True, eq=False)
 class RedisWaiter(Waiter):
-    """One call of this process (``future`` on the caller's loop, as ``Waiter``'s)."""
+    """One call of this process: its arguments, set before the job loop sees it, read there."""
 
-    __slots__ = ("admission", "caller", "fn", "handed_back", "job", "key", "on_drop", "size")
-
-    def __init__(
-        self, loop: asyncio.AbstractEventLoop, key: str, caller: str, fn: JobFn | None,
-        on_drop: DropFn | None, size: int | None = None,
-    ) -> None:  # fmt: skip
-        super().__init__(loop)
-        # the call's arguments: set before the job loop sees the waiter, read there
-        self.key, self.caller, self.fn, self.on_drop = key, caller, fn, on_drop
-        self.size = size
-        self.admission: asyncio.Task[None] | None = None  # job loop
-        self.job: RedisJob | None = None  # job loop: the job it waits on, once admitted
-        self.handed_back = False  # job loop: Redis failed, the call goes to the fallback
+    key: str
+    caller: str
+    fn: JobFn | None
+    on_drop: DropFn | None
+    size: int | None = None
+    admission: asyncio.Task[None] | None = None  # job loop
+    job: RedisJob | None = None  # job loop: the job it waits on, once admitted
+    handed_back: bool = False  # job loop: Redis failed, the call goes to the fallback
 
 
+@dataclass(slots=True, eq=False)
 class RedisJob(JobRecord):
     """A job this process runs or queues (``owned``) or waits on. Written on the job loop;
     other threads read ``owned``, ``state`` and the waiters under ``ProcessSide._lock``."""
 
-    __slots__ = (
-        "collecting", "finishing", "gone_seen", "id", "inflight", "local_hold", "owned", "timer"
-    )  # fmt: skip
-
-    def __init__(self, key: str, job_id: str, state: str) -> None:
-        super().__init__(key)
-        self.id, self.state = job_id, state
-        self.owned = False  # this process runs or queues it (else it waits on another's)
-        self.collecting = False  # its outcome is being read from Redis
-        self.finishing = False  # its task ended: never to be counted again (see beat.lua)
-        self.gone_seen = False  # the last beat did not find it in Redis
-        self.inflight = 0  # scripts about it on their way: the beat does not judge it then
-        self.timer: asyncio.TimerHandle | None = None  # its queue deadline, while queued
-        # Redis failed while it ran: the fallback pool counts it until this ends it
-        self.local_hold: Callable[[Any, BaseException | None], None] | None = None
+    id: str = ""
+    owned: bool = False  # this process runs or queues it (else it waits on another's)
+    collecting: bool = False  # its outcome is being read from Redis
+    finishing: bool = False  # its task ended: never to be counted again (see beat.lua)
+    gone_seen: bool = False  # the last beat did not find it in Redis
+    inflight: int = 0  # scripts about it on their way: the beat does not judge it then
+    # Redis failed while it ran: the fallback pool counts it until this ends it
+    local_hold: Callable[[Any, BaseException | None], None] | None = None
 
 
 class ProcessSide:
@@ -287,7 +277,7 @@ class ProcessSide:
                 deliver([waiter], ended[1], ended[2])
                 return
             job = self._jobs.get(reply.job_id) or self._add(
-                RedisJob(key, reply.job_id, reply.state)
+                RedisJob(key, id=reply.job_id, state=reply.state)
             )
             lost = not job.owned and reply.job_id not in self._pending
             if reply.owner == self.process and lost:  # ours, from a call whose reply was lost
@@ -295,7 +285,7 @@ class ProcessSide:
             job.waiters.add(waiter)
             waiter.job = job
         elif reply.status in ("started", "queued"):  # rule 3: a slot, or a queue place
-            job = self._jobs.get(job_id) or self._add(RedisJob(key, job_id, "queued"))
+            job = self._jobs.get(job_id) or self._add(RedisJob(key, id=job_id))
             job.owned, job.caller, job.fn = True, waiter.caller, waiter.fn
             job.on_drop, job.starter = waiter.on_drop, waiter
             job.waiters.add(waiter)
@@ -393,7 +383,7 @@ class ProcessSide:
 
     def _start(self, job: RedisJob) -> None:
         """Run an owned job that has its slot, as a task on this loop."""
-        _disarm(job)
+        job.disarm()
         job.state = "running"
         job.started_mono = time.monotonic()
         self._books.started(job.started_mono - job.queued_mono)
@@ -403,11 +393,7 @@ class ProcessSide:
     async def _finish(self, job: RedisJob, task: asyncio.Task[Any]) -> None:
         """Free the slot and the caller in Redis (the outcome to sharers elsewhere), then answer."""
         job.finishing = True
-        result, error = outcome_of(task, self._closing.stopping)
-        call_dropped(job.release())  # stopped before fn was called: on_drop instead
-        outcome = Counter.ended(task.cancelled(), error)
-        took = time.monotonic() - (job.started_mono or job.queued_mono)
-        self._books.ended(outcome, took)
+        result, error, outcome, took = ended(job, task, self._closing.stopping, self._books)
         took_ms = str(max(0, round(took * 1000)))
         try:
             with _about(job):
@@ -732,7 +718,7 @@ class ProcessSide:
         return job
 
     def _remove(self, job: RedisJob) -> None:
-        _disarm(job)
+        job.disarm()
         with self._lock:
             if self._jobs.get(job.id) is job:
                 del self._jobs[job.id]
@@ -832,12 +818,6 @@ def _about(job: RedisJob) -> Iterator[None]:
         yield
     finally:
         job.inflight -= 1
-
-
-def _disarm(job: RedisJob) -> None:
-    if job.timer is not None:
-        job.timer.cancel()
-        job.timer = None
 
 
 def _job_args(job: RedisJob, now: float) -> list[str]:
