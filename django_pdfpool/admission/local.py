@@ -99,12 +99,10 @@ class Pool:
         return [t for job in self._jobs.values() if (t := job.running_for(now)) is not None]
 
     def _held_end(self, held: JobRecord, caller: str | None) -> float:  # rule 2's; locked
-        now = time.monotonic()
-        if held.state != "queued":
-            return self._books.expected_end(held.running_for(now), 0, caller=caller)
-        ahead, waited = self._queue.index(held), now - held.queued_mono
-        others = self._running_for(now)
-        return self._books.expected_end(None, ahead, others, waited, caller=caller)
+        now = time.monotonic()  # a running job's end ignores the queue (Ledger.expected_end)
+        ahead = self._queue.index(held) if held.state == "queued" else 0
+        waited, others = now - held.queued_mono, self._running_for(now)
+        return self._books.expected_end(held.running_for(now), ahead, others, waited, caller=caller)
 
     def _expected_start(self, caller: str | None = None, *, start: bool = False) -> float:
         """The Retry-After until a newcomer is let in (``start``: takes a slot); locked."""
@@ -133,17 +131,15 @@ class Pool:
         self, key: str, caller: str, fn: JobFn | None, *, on_drop: DropFn | None = None,
         size: int | None = None,
     ) -> Any:  # fmt: skip
-        waiter = Waiter(asyncio.get_running_loop())
+        waiter, adopted = Waiter(asyncio.get_running_loop()), False
         try:
             with self._lock:
                 job = self._admit(key, caller, fn, on_drop, waiter)
                 job.size = job.size if job.size is not None else size
                 adopted = job.starter is waiter  # this call made the job
-        except BaseException:
-            call_dropped(on_drop)
-            raise
-        if not adopted:
-            call_dropped(on_drop)  # joined: this call's fn is not needed
+        finally:
+            if not adopted:  # refused, or joined: this call's fn is not needed
+                call_dropped(on_drop)
         try:
             return await waiter.future
         except BaseException:

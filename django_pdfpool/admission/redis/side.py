@@ -7,6 +7,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import logging
+import math
 import os
 import secrets
 import socket
@@ -248,17 +249,10 @@ class ProcessSide:
         """An admission ended: act on the early events no admission can claim any more."""
         with self._lock:
             self.admissions.discard(task)
-            idle = not self.admissions
-        if idle:
-            stale, self._early = self._early, {}
-            self._finished.clear()
-        else:
-            old = time.monotonic() - 2 * self._settings.timeout
-            stale = {job_id: early for job_id, early in self._early.items() if early[0] < old}
-            for job_id in stale:
-                del self._early[job_id]
-            for job_id in [i for i, (at, _, _) in self._finished.items() if at < old]:
-                del self._finished[job_id]
+            old = math.inf if not self.admissions else time.monotonic() - 2 * self._settings.timeout
+        stale = {job_id: early for job_id, early in self._early.items() if early[0] < old}
+        self._early = {job_id: early for job_id, early in self._early.items() if early[0] >= old}
+        self._finished = {job_id: end for job_id, end in self._finished.items() if end[0] >= old}
         for event in (event for _, events in stale.values() for event in events):
             if event.job_id in self._jobs:
                 self._on_event(event)
