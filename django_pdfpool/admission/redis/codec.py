@@ -121,12 +121,6 @@ def _rebuild(data: dict[str, Any]) -> BaseException:
 
 def _known_class(module: str, name: str) -> type[Exception] | None:
     """A builtin exception class, or one of ``django_pdfpool.exceptions``; else None."""
-    if module == "builtins":
-        found: Any = getattr(builtins, name, None)
-    elif module == OWN_EXCEPTIONS:
-        found = getattr(exceptions, name, None)
-    else:
-        return None
-    if isinstance(found, type) and issubclass(found, Exception):
-        return found
-    return None
+    home = {"builtins": builtins, OWN_EXCEPTIONS: exceptions}.get(module)
+    found = None if home is None else getattr(home, name, None)
+    return found if isinstance(found, type) and issubclass(found, Exception) else None

@@ -241,13 +241,10 @@ class Link:
             await self._unsubscribe()
             pubsub = self.client().pubsub()
             try:
-                await pubsub.subscribe(self.channel)
-                while True:
-                    message = await pubsub.get_message(timeout=self.settings.timeout)
-                    if message is None:
-                        raise redis.exceptions.TimeoutError("no confirmation of SUBSCRIBE")
-                    if message["type"] == "subscribe":
-                        break
+                await pubsub.subscribe(self.channel)  # confirmed by the first message
+                message = await pubsub.get_message(timeout=self.settings.timeout)
+                if message is None or message["type"] != "subscribe":
+                    raise redis.exceptions.TimeoutError("no confirmation of SUBSCRIBE")
             except BaseException:
                 with contextlib.suppress(Exception):
                     await pubsub.aclose()  # type: ignore[no-untyped-call, unused-ignore]  # typed in redis 8.2

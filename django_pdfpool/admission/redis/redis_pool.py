@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 from redis.connection import parse_url
 from redis.exceptions import RedisError
 
-from ...bounds import CALL_TIMEOUT, FALLBACK, LEASE, NAMESPACE
+from ...bounds import CALL_TIMEOUT, FALLBACK, LEASE, NAMESPACE, integer
 from ...exceptions import CallerBusy, PoolBusy, PoolClosed
 from ..jobs import Waiter, call_dropped, call_in_job_loop, closing, get_job_loop, log_failure
 from ..ledger import (
@@ -72,8 +72,7 @@ class RedisPool:
         LEASE.require("lease", lease)
         NAMESPACE.require("namespace", namespace)
         FALLBACK.require("fallback", fallback)
-        if not isinstance(max_result_bytes, int) or max_result_bytes < 1024:
-            raise ValueError(f"max_result_bytes must be an integer >= 1024: {max_result_bytes!r}")
+        integer(1024).require("max_result_bytes", max_result_bytes)
         CALL_TIMEOUT.require("timeout", timeout)
         if not isinstance(fingerprint, str) or len(fingerprint) > 1024:
             raise ValueError("fingerprint must be a string of at most 1024 characters")

@@ -238,7 +238,7 @@ class ProcessSide:
                 call_dropped(waiter.on_drop)
                 deliver([waiter], None, error)
                 return
-            self._register(waiter, job_id, reply)
+            self._register(waiter, reply)
         finally:
             self._pending.discard(job_id)
         for known in (job_id, reply.job_id):
@@ -260,9 +260,12 @@ class ProcessSide:
                 self._unclaimed(event)
         self._settle()
 
-    def _register(self, waiter: RedisWaiter, job_id: str, reply: AdmitReply) -> None:
+    def _register(self, waiter: RedisWaiter, reply: AdmitReply) -> None:
         """Follow the admit script's answer (the rules are applied there)."""
-        key = waiter.key
+        if reply.status not in ("joined", "started", "queued"):
+            call_dropped(waiter.on_drop)
+            deliver([waiter], None, self._refusal(waiter, reply))
+            return
         if reply.status == "joined":  # rule 1
             call_dropped(waiter.on_drop)  # joined: this call's fn is not needed
             self._books.count(Counter.JOINED)
@@ -270,27 +273,22 @@ class ProcessSide:
             if ended is not None:
                 deliver([waiter], ended[1], ended[2])
                 return
-            job = self._jobs.get(reply.job_id) or self._add(
-                RedisJob(key, id=reply.job_id, state=reply.state)
-            )
+        job = self._jobs.get(reply.job_id) or self._add(
+            RedisJob(waiter.key, id=reply.job_id, state=reply.state)
+        )
+        job.waiters.add(waiter)
+        waiter.job = job
+        if reply.status == "joined":
             lost = not job.owned and reply.job_id not in self._pending
             if reply.owner == self.process and lost:  # ours, from a call whose reply was lost
                 self.spawn(self._drop(job, "lost"))
-            job.waiters.add(waiter)
-            waiter.job = job
-        elif reply.status in ("started", "queued"):  # rule 3: a slot, or a queue place
-            job = self._jobs.get(job_id) or self._add(RedisJob(key, id=job_id))
-            job.owned, job.caller, job.fn = True, waiter.caller, waiter.fn
-            job.on_drop, job.starter = waiter.on_drop, waiter
-            job.waiters.add(waiter)
-            waiter.job = job
-            if reply.status == "started":
-                self._start(job)
-            elif self._settings.wait is not None:  # Redis's clock decides when it has passed
-                self._arm(job, self._settings.wait)
-        else:
-            call_dropped(waiter.on_drop)
-            deliver([waiter], None, self._refusal(waiter, reply))
+            return
+        job.owned, job.caller, job.fn = True, waiter.caller, waiter.fn  # rule 3: a slot,
+        job.on_drop, job.starter = waiter.on_drop, waiter  # or a queue place
+        if reply.status == "started":
+            self._start(job)
+        elif self._settings.wait is not None:  # Redis's clock decides when it has passed
+            self._arm(job, self._settings.wait)
 
     def _refusal(self, waiter: RedisWaiter, reply: AdmitReply) -> BaseException:
         books, caller, load = self._books, waiter.caller, reply.load
@@ -455,14 +453,13 @@ class ProcessSide:
     # --- rule 3's wait (expire.lua): Redis's clock decides; a `busy` event ends the job ------
 
     def _arm(self, job: RedisJob, delay: float) -> None:
-        job.timer = asyncio.get_running_loop().call_later(delay, self._on_timer, job)
-
-    def _on_timer(self, job: RedisJob) -> None:
-        job.timer = None
-        if self._holds(job) and job.state == "queued":
-            self.spawn(self._expire(job))
+        loop = asyncio.get_running_loop()
+        job.timer = loop.call_later(delay, lambda: self.spawn(self._expire(job)))
 
     async def _expire(self, job: RedisJob) -> None:
+        job.timer = None
+        if not self._holds(job) or job.state != "queued":
+            return
         with _about(job):
             reply = await self._script("expire", job.key, job.id)
         left = 0 if reply is None else int(reply[0]) / 1000  # seconds
@@ -601,16 +598,14 @@ class ProcessSide:
     def failed(self, error: BaseException) -> asyncio.Future[bool]:
         """Redis failed a call: whether it still answers (only a connection dropped), else the
         fallback until a probe succeeds. One judgement at a time."""
-        if self.mode != REDIS or self.retired:
-            judged: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-            judged.set_result(self.mode == REDIS)
-            return judged
         if self._confirming is None:
             self._confirming = self.spawn(self._confirm(error))
         return self._confirming
 
     async def _confirm(self, error: BaseException) -> bool:
         try:
+            if self.mode != REDIS or self.retired:  # judged already, or for good
+                return self.mode == REDIS
             dropped = isinstance(error, redis_errors.ConnectionError)
             if dropped and not isinstance(error, redis_errors.TimeoutError):
                 try:
