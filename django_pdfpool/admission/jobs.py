@@ -164,20 +164,19 @@ def nothing_to_join(key: str) -> ValueError:
 
 def ended(
     job: JobRecord, task: asyncio.Task[Any], stopping: bool, books: Ledger
-) -> tuple[Any, BaseException | None, Counter, float]:
+) -> tuple[Any, BaseException | None, float]:
     """A job's task ended: ``on_drop`` if ``fn`` was never called, the end counted. Its result
     or error (cancelled: PoolClosed when the pool is stopping, else an error saying so, never
-    CancelledError: sharers were not cancelled), the end's Counter and the seconds it took."""
+    CancelledError: sharers were not cancelled) and the seconds it took."""
     result, error = None, None if task.cancelled() else task.exception()
     if task.cancelled():
         error = stopped() if stopping else RuntimeError("the job was cancelled")
     elif error is None:
         result = task.result()
     call_dropped(job.release())
-    outcome = Counter.ended(task.cancelled(), error)
     took = time.monotonic() - (job.started_mono or job.queued_mono)
-    books.ended(outcome, took)
-    return result, error, outcome, took
+    books.ended(Counter.ended(task.cancelled(), error), took)
+    return result, error, took
 
 
 def deliver(waiters: Iterable[Waiter], result: Any, error: BaseException | None) -> None:

@@ -204,7 +204,7 @@ class Pool:
         and the caller, forget the key (rule 5: no cache), start what the queue holds, and hand
         the outcome to every sharer."""
         if task is not None:
-            result, error, _, _ = ended(job, task, self._stopping, self._books)
+            result, error, _ = ended(job, task, self._stopping, self._books)
         with self._lock:
             job.state = "done"
             del self._jobs[job.key]

@@ -52,6 +52,10 @@ class Event(NamedTuple):
     job_id: str
 
 
+OnEvent = Callable[[Event], None]
+OnError = Callable[[BaseException], object]
+
+
 def events_of(flat: list[str]) -> list[Event]:
     """``[kind, key, id, ...]``: every mutating script's last reply item (admit's, its 7th)."""
     return [Event(*flat[i : i + 3]) for i in range(0, len(flat), 3)]
@@ -231,9 +235,7 @@ class Link:
         await self.client().ping()
         await self._scripts["probe"](keys=[self.procs_key])
 
-    async def subscribe(
-        self, on_event: Callable[[Event], None], on_error: Callable[[BaseException], object]
-    ) -> None:
+    async def subscribe(self, on_event: OnEvent, on_error: OnError) -> None:
         """Listen on this process's channel, unless listening; returns once Redis confirmed."""
         async with self._subscribing:
             if self._reader is not None and not self._reader.done():
@@ -250,16 +252,10 @@ class Link:
                     await pubsub.aclose()  # type: ignore[no-untyped-call, unused-ignore]  # typed in redis 8.2
                 raise
             self._pubsub = pubsub
-            self._reader = asyncio.get_running_loop().create_task(
-                self._read(pubsub, on_event, on_error)
-            )
+            reading = self._read(pubsub, on_event, on_error)
+            self._reader = asyncio.get_running_loop().create_task(reading)
 
-    async def _read(
-        self,
-        pubsub: Any,
-        on_event: Callable[[Event], None],
-        on_error: Callable[[BaseException], object],
-    ) -> None:
+    async def _read(self, pubsub: Any, on_event: OnEvent, on_error: OnError) -> None:
         try:
             while True:
                 message = await pubsub.get_message(timeout=None)

@@ -155,23 +155,16 @@ class RedisPool:
         found = self._shared(lambda link: link.pressure(key, caller))
         if found is None:
             return dataclasses.replace(self._local.pressure(key, caller), closed=closed)
-        books, load = self._books, found.load
+        books, load, age = self._books, found.load, found.age
         books.observe(load.state)
         free = max(0, self.slots + self.queue_size - found.running - found.queued)
+        others = load.running_for
+        start = books.expected_start(found.queued, others, load.head_waited, caller=caller)
         retry = 0.0
         if found.caller_busy:
-            age, others = found.age, load.running_for
             running_for = age if found.state == "running" else None
             retry = books.expected_end(running_for, found.ahead, others, age, caller=caller)
-        return Pressure(
-            closed,
-            free,
-            found.in_flight,
-            books.expected_start(found.queued, load.running_for, load.head_waited, caller=caller),
-            caller_busy=found.caller_busy,
-            caller_retry_after=retry,
-            sizes=found.sizes,
-        )
+        return Pressure(closed, free, found.in_flight, start, found.caller_busy, retry, found.sizes)
 
     def count_refusal(
         self, refusal: PoolBusy | PoolClosed | CallerBusy, caller: str | None = None

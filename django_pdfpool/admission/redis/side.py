@@ -291,21 +291,17 @@ class ProcessSide:
             self._arm(job, self._settings.wait)
 
     def _refusal(self, waiter: RedisWaiter, reply: AdmitReply) -> BaseException:
-        books, caller, load = self._books, waiter.caller, reply.load
+        books, caller, load, age = self._books, waiter.caller, reply.load, reply.age
         if load is not None:  # rule 2, or rule 3 (a full queue)
             books.observe(load.state)
+            others, queued = load.running_for, reply.queued  # caller: the jobs ahead of its job
             if reply.status == "caller":
-                age = reply.age
                 running_for = age if reply.state == "running" else None
-                retry = books.expected_end(
-                    running_for, reply.queued, load.running_for, age, caller=caller
-                )
+                retry = books.expected_end(running_for, queued, others, age, caller=caller)
                 refusal: PoolBusy | CallerBusy = caller_busy(retry)
             else:
-                head = load.head_waited
-                refusal = queue_full(
-                    books.expected_start(reply.queued, load.running_for, head, caller=caller)
-                )
+                retry = books.expected_start(queued, others, load.head_waited, caller=caller)
+                refusal = queue_full(retry)
             books.refused(Counter.refused(refusal), caller)
             return refusal
         if reply.status not in ("rebuilding", "mismatch"):
@@ -385,7 +381,8 @@ class ProcessSide:
     async def _finish(self, job: RedisJob, task: asyncio.Task[Any]) -> None:
         """Free the slot and the caller in Redis (the outcome to sharers elsewhere), then answer."""
         job.finishing = True
-        result, error, outcome, took = ended(job, task, self._closing.stopping, self._books)
+        result, error, took = ended(job, task, self._closing.stopping, self._books)
+        outcome = Counter.ended(task.cancelled(), error)  # for finish.lua's tally
         took_ms = str(max(0, round(took * 1000)))
         try:
             with _about(job):
