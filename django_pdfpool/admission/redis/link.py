@@ -92,8 +92,7 @@ class AdmitReply(NamedTuple):
     @classmethod
     def of(cls, reply: Any) -> AdmitReply:
         status, job_id, state, owner, age_ms, queued, events, *rest = reply
-        flat = rest[0] if rest else []
-        differs = {flat[i]: flat[i + 1] for i in range(0, len(flat), 2)}
+        differs = dict(zip(rest[0][::2], rest[0][1::2], strict=False)) if rest else {}
         load = Load.of(rest[1]) if len(rest) > 1 else None
         age = int(age_ms) / 1000
         return cls(status, job_id, state, owner, age, int(queued), events_of(events), differs, load)

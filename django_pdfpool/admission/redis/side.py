@@ -431,7 +431,8 @@ class ProcessSide:
         elif kind not in ("", "dropped"):
             error = RunnerLost(Wording.RUNNER_LOST)
         if kind != "dropped":  # nobody waits on a dropped job
-            self._remember(job.id, result, error)
+            if self.admissions:  # kept while a join's reply may still be on its way
+                self._finished[job.id] = (time.monotonic(), result, error)
             deliver(waiters, result, error)
         if job.local_hold is not None:  # the fallback pool counted it: its joiners too
             job.local_hold(result, error)
@@ -712,11 +713,6 @@ class ProcessSide:
     def _holds(self, job: RedisJob) -> bool:
         """Whether ``job`` is still the table's (not ended, not replaced)."""
         return self._jobs.get(job.id) is job
-
-    def _remember(self, job_id: str, result: Any, error: BaseException | None) -> None:
-        """A job ended here: keep its outcome while a join's reply may still be on its way."""
-        if self.admissions:
-            self._finished[job_id] = (time.monotonic(), result, error)
 
     # --- idle, stopping, retiring -----------------------------------------------------------
 
