@@ -164,8 +164,7 @@ class ProcessSide:
             deliver([waiter], None, closing())
             return
         self._keep_redis()
-        task = self.spawn(self._admit(waiter))
-        waiter.admission = task
+        task = waiter.admission = self.spawn(self._admit(waiter))
         with self._lock:
             self.admissions.add(task)
         task.add_done_callback(self._admitted)
