@@ -54,8 +54,8 @@ MUTANTS = [
     Mutant(
         "wait",
         LOCAL,
-        "            if self.wait is not None:\n                call_in_job_loop(self._arm",
-        "            if self.wait is None:\n                call_in_job_loop(self._arm",
+        "            if self.wait is not None:\n                jobs.call_in_job_loop(self._arm",
+        "            if self.wait is None:\n                jobs.call_in_job_loop(self._arm",
         "local",
     ),
     Mutant(
@@ -103,8 +103,8 @@ MUTANTS = [
     Mutant(
         "error reaches every sharer",
         LOCAL,
-        "        deliver(waiters, result, error)\n",
-        "        deliver(waiters if error is None else list(waiters)[:1], result, error)\n",
+        "        jobs.deliver(waiters, result, error)\n",
+        "        jobs.deliver(waiters if error is None else list(waiters)[:1], result, error)\n",
         "local",
     ),
     Mutant(
@@ -192,8 +192,8 @@ MUTANTS = [
     Mutant(
         "error reaches every sharer",
         SIDE,
-        "        deliver(waiters, result, error)\n",
-        "        deliver(waiters if error is None else list(waiters)[:1], result, error)\n",
+        "        jobs.deliver(waiters, result, error)\n",
+        "        jobs.deliver(waiters if error is None else list(waiters)[:1], result, error)\n",
         "redis",
     ),
     Mutant(
@@ -206,8 +206,8 @@ MUTANTS = [
     Mutant(
         "unobserved fault logged",
         SIDE,
-        "        if error is not None and not task.cancelled():\n            report_failure",
-        "        if error is not None and task.cancelled():\n            report_failure",
+        "        if error is not None and not task.cancelled():\n            jobs.report_failure",
+        "        if error is not None and task.cancelled():\n            jobs.report_failure",
         "redis",
     ),
     Mutant(

@@ -13,23 +13,8 @@ from typing import Any
 
 from ..bounds import QUEUE, SLOTS, WAIT
 from ..exceptions import CallerBusy, PoolBusy, PoolClosed
-from .jobs import (
-    JobRecord,
-    Waiter,
-    call_dropped,
-    call_in_job_loop,
-    caller_busy,
-    closing,
-    deliver,
-    ended,
-    log_failure,
-    nothing_to_join,
-    queue_full,
-    report_failure,
-    run_fn,
-    stopped,
-    waited_too_long,
-)
+from . import jobs
+from .jobs import JobRecord, Waiter
 from .ledger import ClusterSnapshot, Counter, Ledger, PoolSnapshot, Pressure
 from .protocol import DropFn, ErrorObserver, JobFn
 
@@ -53,7 +38,7 @@ class Pool:
         QUEUE.require("queue", queue)
         WAIT.require("wait", wait)  # also refuses NaN
         self.slots, self.queue_size, self.wait = slots, queue, wait
-        self._on_error = on_error or log_failure
+        self._on_error = on_error or jobs.log_failure
         self._books = Ledger(slots, run_time_ceiling, queue, wait)  # thread-safe on its own
         self._lock = threading.Lock()  # guards every field below, and each job's fields
         self._jobs: dict[str, JobRecord] = {}  # in flight, by key
@@ -139,7 +124,7 @@ class Pool:
                 adopted = job.starter is waiter  # this call made the job
         finally:
             if not adopted:  # refused, or joined: this call's fn is not needed
-                call_dropped(on_drop)
+                jobs.call_dropped(on_drop)
         try:
             return await waiter.future
         except BaseException:
@@ -155,21 +140,21 @@ class Pool:
         """Apply the rules, in order, to a new call; return the job it now waits for."""
         if self._closed:  # Rule 0: closed.
             self._books.count(Counter.REFUSED_CLOSED)
-            raise closing()
+            raise jobs.closing()
         job = self._jobs.get(key)
         if job is not None:  # Rule 1: join; no slot, no queue place, any caller.
             job.waiters.add(waiter)
             self._books.count(Counter.JOINED)
             return job
         if fn is None:
-            raise nothing_to_join(key)
+            raise jobs.nothing_to_join(key)
         held = self._callers.get(caller)  # Rule 2: one job per caller, even if its starter left
         full = self._running >= self.slots and len(self._queue) >= self.queue_size
         if held is not None or full:
             refusal: PoolBusy | CallerBusy = (  # Rule 3: a full queue refuses at once
-                queue_full(self._expected_start(caller))
+                jobs.queue_full(self._expected_start(caller))
                 if held is None
-                else caller_busy(self._held_end(held, caller))
+                else jobs.caller_busy(self._held_end(held, caller))
             )
             self._books.refused(Counter.refused(refusal), caller)
             raise refusal
@@ -179,7 +164,7 @@ class Pool:
         else:
             self._queue.append(job)
             if self.wait is not None:
-                call_in_job_loop(self._arm, job, self.wait)
+                jobs.call_in_job_loop(self._arm, job, self.wait)
         return job
 
     def _start(self, job: JobRecord) -> None:  # under the lock
@@ -187,10 +172,10 @@ class Pool:
         job.started_mono = time.monotonic()
         self._running += 1
         self._books.started(job.started_mono - job.queued_mono)
-        call_in_job_loop(self._spawn, job)
+        jobs.call_in_job_loop(self._spawn, job)
 
     def _spawn(self, job: JobRecord) -> None:  # on the job loop; its ending is _finish's
-        job.task = asyncio.get_running_loop().create_task(run_fn(job))
+        job.task = asyncio.get_running_loop().create_task(jobs.run_fn(job))
         job.task.add_done_callback(functools.partial(self._finish, job))
 
     def _finish(
@@ -204,7 +189,7 @@ class Pool:
         and the caller, forget the key (rule 5: no cache), start what the queue holds, and hand
         the outcome to every sharer."""
         if task is not None:
-            result, error, _ = ended(job, task, self._stopping, self._books)
+            result, error, _ = jobs.ended(job, task, self._stopping, self._books)
         with self._lock:
             job.state = "done"
             del self._jobs[job.key]
@@ -215,9 +200,9 @@ class Pool:
             while self._queue and self._running < self.slots:
                 self._start(self._dequeue(self._queue[0]))
             self._wake_if_idle()
-        deliver(waiters, result, error)
+        jobs.deliver(waiters, result, error)
         if task is not None and error is not None and not task.cancelled():
-            report_failure(self._on_error, job.key, error)
+            jobs.report_failure(self._on_error, job.key, error)
 
     def hold(self, key: str, caller: str) -> Callable[[Any, BaseException | None], None]:
         """Count a job running elsewhere in this process (a Redis pool's, when this pool takes
@@ -236,7 +221,7 @@ class Pool:
     def _dequeue(self, job: JobRecord) -> JobRecord:  # its timer goes, on the job loop; locked
         self._queue.remove(job)
         if self.wait is not None:
-            call_in_job_loop(job.disarm)
+            jobs.call_in_job_loop(job.disarm)
         return job
 
     def _arm(self, job: JobRecord, wait: float) -> None:
@@ -261,9 +246,9 @@ class Pool:
             self._wake_if_idle()
         if job.state == "queued":  # the clock fired early
             self._arm(job, wait)
-        call_dropped(*dropped)
+        jobs.call_dropped(*dropped)
         for waiters in refused:
-            deliver(waiters, None, waited_too_long(wait, retry_after))
+            jobs.deliver(waiters, None, jobs.waited_too_long(wait, retry_after))
 
     def _forget_queued(self, job: JobRecord, dropped: list[DropFn | None]) -> set[Waiter]:
         """Drop a queued job that will never run; its ``on_drop`` to ``dropped``, for after the
@@ -288,7 +273,7 @@ class Pool:
             self._forget_queued(job, dropped)
             self._books.count(Counter.ABANDONED)
             self._wake_if_idle()
-        call_dropped(*dropped)
+        jobs.call_dropped(*dropped)
 
     # --- closing ------------------------------------------------------------
 
@@ -315,9 +300,9 @@ class Pool:
                 abandoned |= job.waiters
                 job.waiters = set()
             self._wake_if_idle()
-        call_dropped(*dropped)
-        deliver(abandoned, None, stopped())
-        call_in_job_loop(_cancel_tasks, running)
+        jobs.call_dropped(*dropped)
+        jobs.deliver(abandoned, None, jobs.stopped())
+        jobs.call_in_job_loop(_cancel_tasks, running)
         await self._until_idle()
 
     async def _until_idle(self) -> None:
@@ -335,7 +320,7 @@ class Pool:
 
     def _wake_if_idle(self) -> None:  # drain/stop's waiters, once nothing is in flight; locked
         if not self._jobs:
-            deliver(self._idle_waiters, None, None)
+            jobs.deliver(self._idle_waiters, None, None)
             self._idle_waiters = []
 
     def __repr__(self) -> str:
@@ -345,8 +330,8 @@ class Pool:
         )
 
 
-def _cancel_tasks(jobs: list[JobRecord]) -> None:
+def _cancel_tasks(running: list[JobRecord]) -> None:
     """On the job loop (after each job's ``_spawn``): cancel the jobs' tasks."""
-    for job in jobs:
+    for job in running:
         if job.task is not None:
             job.task.cancel()

@@ -28,21 +28,8 @@ from ...exceptions import (
     RunnerLost,
     Wording,
 )
-from ..jobs import (
-    JobRecord,
-    Waiter,
-    call_dropped,
-    caller_busy,
-    closing,
-    deliver,
-    ended,
-    nothing_to_join,
-    queue_full,
-    report_failure,
-    run_fn,
-    stopped,
-    waited_too_long,
-)
+from .. import jobs
+from ..jobs import JobRecord, Waiter
 from ..ledger import Counter, JobInfo, Ledger
 from ..local import Pool
 from ..protocol import DropFn, JobFn
@@ -160,8 +147,8 @@ class ProcessSide:
     def begin(self, waiter: RedisWaiter) -> None:
         """Start admitting a call; its waiter learns the outcome."""
         if self.retired:  # closed between the caller's check and now
-            call_dropped(waiter.on_drop)
-            deliver([waiter], None, closing())
+            jobs.call_dropped(waiter.on_drop)
+            jobs.deliver([waiter], None, jobs.closing())
             return
         self._keep_redis()
         task = waiter.admission = self.spawn(self._admit(waiter))
@@ -225,17 +212,17 @@ class ProcessSide:
                 reply = AdmitReply.of(raw)
             except RedisError as error:
                 if await self.failed(error):  # only a connection dropped: Redis is up,
-                    call_dropped(waiter.on_drop)  # and whether the script ran is unknown
+                    jobs.call_dropped(waiter.on_drop)  # and whether the script ran is unknown
                     self._books.count(Counter.REFUSED_BUSY)
-                    deliver([waiter], None, unavailable("dropped", 1.0))
+                    jobs.deliver([waiter], None, unavailable("dropped", 1.0))
                     return
                 waiter.handed_back = True  # the caller takes it to the fallback, or (gone) leaves
-                deliver([waiter], GO_LOCAL, None)
+                jobs.deliver([waiter], GO_LOCAL, None)
                 return
             except Exception as error:  # a bug: the caller must hear of it, not hang
                 logger.exception("admitting a job failed")
-                call_dropped(waiter.on_drop)
-                deliver([waiter], None, error)
+                jobs.call_dropped(waiter.on_drop)
+                jobs.deliver([waiter], None, error)
                 return
             self._register(waiter, reply)
         finally:
@@ -262,15 +249,15 @@ class ProcessSide:
     def _register(self, waiter: RedisWaiter, reply: AdmitReply) -> None:
         """Follow the admit script's answer (the rules are applied there)."""
         if reply.status not in ("joined", "started", "queued"):
-            call_dropped(waiter.on_drop)
-            deliver([waiter], None, self._refusal(waiter, reply))
+            jobs.call_dropped(waiter.on_drop)
+            jobs.deliver([waiter], None, self._refusal(waiter, reply))
             return
         if reply.status == "joined":  # rule 1
-            call_dropped(waiter.on_drop)  # joined: this call's fn is not needed
+            jobs.call_dropped(waiter.on_drop)  # joined: this call's fn is not needed
             self._books.count(Counter.JOINED)
             ended = self._finished.get(reply.job_id)  # it ended here while the reply travelled
             if ended is not None:
-                deliver([waiter], ended[1], ended[2])
+                jobs.deliver([waiter], ended[1], ended[2])
                 return
         job = self._jobs.get(reply.job_id) or self._add(
             RedisJob(waiter.key, id=reply.job_id, state=reply.state)
@@ -297,14 +284,14 @@ class ProcessSide:
             if reply.status == "caller":
                 running_for = age if reply.state == "running" else None
                 retry = books.expected_end(running_for, queued, others, age, caller=caller)
-                refusal: PoolBusy | CallerBusy = caller_busy(retry)
+                refusal: PoolBusy | CallerBusy = jobs.caller_busy(retry)
             else:
                 retry = books.expected_start(queued, others, load.head_waited, caller=caller)
-                refusal = queue_full(retry)
+                refusal = jobs.queue_full(retry)
             books.refused(Counter.refused(refusal), caller)
             return refusal
         if reply.status not in ("rebuilding", "mismatch"):
-            return nothing_to_join(waiter.key)
+            return jobs.nothing_to_join(waiter.key)
         books.count(Counter.REFUSED_BUSY)
         if reply.status == "rebuilding":  # bad data took state: the beats count it again
             return PoolBusy(Wording.REBUILDING, self._settings.lease)
@@ -350,7 +337,7 @@ class ProcessSide:
                 await asyncio.wait([waiter.admission])
             job = waiter.job
             if job is None and waiter.handed_back:  # it left before the fallback took it
-                call_dropped(waiter.on_drop)
+                jobs.call_dropped(waiter.on_drop)
                 return
             if job is None or waiter not in job.waiters:
                 return  # refused, or answered as it left
@@ -374,13 +361,13 @@ class ProcessSide:
         job.state = "running"
         job.started_mono = time.monotonic()
         self._books.started(job.started_mono - job.queued_mono)
-        job.task = asyncio.get_running_loop().create_task(run_fn(job))
+        job.task = asyncio.get_running_loop().create_task(jobs.run_fn(job))
         job.task.add_done_callback(lambda task: self.spawn(self._finish(job, task)))
 
     async def _finish(self, job: RedisJob, task: asyncio.Task[Any]) -> None:
         """Free the slot and the caller in Redis (the outcome to sharers elsewhere), then answer."""
         job.finishing = True
-        result, error, took = ended(job, task, self._closing.stopping, self._books)
+        result, error, took = jobs.ended(job, task, self._closing.stopping, self._books)
         outcome = Counter.ended(task.cancelled(), error)  # for finish.lua's tally
         took_ms = str(max(0, round(took * 1000)))
         try:
@@ -398,7 +385,7 @@ class ProcessSide:
             logger.exception("finishing job %s in Redis failed", job.key)
         self._end(job, result=result, error=error)
         if error is not None and not task.cancelled():
-            report_failure(self._settings.on_error, job.key, error)
+            jobs.report_failure(self._settings.on_error, job.key, error)
 
     # --- the end of a job here: its outcome, or an event's kind without one (drop.lua) -------
 
@@ -412,7 +399,7 @@ class ProcessSide:
         self._remove(job)
         waiters, job.waiters = job.waiters, set()
         if kind and job.owned:
-            call_dropped(job.release())
+            jobs.call_dropped(job.release())
             if kind == "dropped":
                 self._books.count(Counter.ABANDONED)
         if kind == "busy":  # rule 3: waited longer than `wait` (Redis's clock said so)
@@ -420,9 +407,9 @@ class ProcessSide:
             self._books.gave_up(waited, len(waiters))
             s = self._settings  # the load is not known here: every slot taken, the queue full
             retry_after = self._books.expected_start(s.queue_size, (0.0,) * s.slots, start=True)
-            error = waited_too_long(s.wait, retry_after)
+            error = jobs.waited_too_long(s.wait, retry_after)
         elif kind == "closed":
-            error = stopped()
+            error = jobs.stopped()
         elif kind == "unavailable":
             error = unavailable("waiting", self._settings.probe_every)
         elif kind == "expired":
@@ -432,7 +419,7 @@ class ProcessSide:
         if kind != "dropped":  # nobody waits on a dropped job
             if self.admissions:  # kept while a join's reply may still be on its way
                 self._finished[job.id] = (time.monotonic(), result, error)
-            deliver(waiters, result, error)
+            jobs.deliver(waiters, result, error)
         if job.local_hold is not None:  # the fallback pool counted it: its joiners too
             job.local_hold(result, error)
             job.local_hold = None
@@ -545,12 +532,12 @@ class ProcessSide:
 
     async def _beat_once(self) -> float | None:
         """One beat now; the seconds until the next other lease ends, or None (docs/cluster.md)."""
-        jobs = self.jobs()
-        if not jobs:
+        here = self.jobs()
+        if not here:
             return None  # nothing to tell Redis (an idle process stays out of its table)
         now = time.monotonic()
-        args = [str(self._seq), str(len(jobs))]
-        for job in jobs:
+        args = [str(self._seq), str(len(here))]
+        for job in here:
             args += _job_args(job, now)
         args += [*self._pending, *self._dropping]
         self._beats += 1
@@ -565,7 +552,7 @@ class ProcessSide:
             return None
         self._last_ok = time.monotonic()
         next_ms, states, _ = reply
-        for i, job in enumerate(jobs):
+        for i, job in enumerate(here):
             self._reconcile(job, states[2 * i], states[2 * i + 1])
         return None if int(next_ms) < 0 else int(next_ms) / 1000
 
@@ -720,7 +707,7 @@ class ProcessSide:
         if self.busy():
             return
         idle, self._idle_waiters = self._idle_waiters, []
-        deliver(idle, None, None)
+        jobs.deliver(idle, None, None)
         if not self._closing.closed and self._release_timer is None and self.mode == REDIS:
             loop = asyncio.get_running_loop()
             self._release_timer = loop.call_later(self._settings.lease, self._release_if_idle)
@@ -748,7 +735,7 @@ class ProcessSide:
         for job in self.jobs():
             if job.owned and job.state == "running":
                 waiters, job.waiters = job.waiters, set()
-                deliver(waiters, None, stopped())
+                jobs.deliver(waiters, None, jobs.stopped())
                 if job.task is not None:
                     job.task.cancel()
             elif job.owned:
