@@ -190,9 +190,7 @@ def deliver(waiters: Iterable[Waiter], result: Any, error: BaseException | None)
 
 
 def _settle(futures: list[asyncio.Future[Any]], result: Any, error: BaseException | None) -> None:
-    for future in futures:
-        if future.done():  # cancelled meanwhile
-            continue
+    for future in (future for future in futures if not future.done()):  # not cancelled since
         if error is None:
             future.set_result(result)
         else:
