@@ -199,8 +199,9 @@ class Pool:
             waiters, job.waiters = job.waiters, set()
             while self._queue and self._running < self.slots:
                 self._start(self._dequeue(self._queue[0]))
-            self._wake_if_idle()
+            idle = self._take_idle_waiters()
         jobs.deliver(waiters, result, error)
+        jobs.deliver(idle, None, None)
         if task is not None and error is not None and not task.cancelled():
             jobs.report_failure(self._on_error, job.key, error)
 
@@ -243,12 +244,13 @@ class Pool:
             if waited:
                 self._books.gave_up(waited, sum(map(len, refused)))
             retry_after = self._expected_start(start=True)
-            self._wake_if_idle()
+            idle = self._take_idle_waiters()
         if job.state == "queued":  # the clock fired early
             self._arm(job, wait)
         jobs.call_dropped(*dropped)
         for waiters in refused:
             jobs.deliver(waiters, None, jobs.waited_too_long(wait, retry_after))
+        jobs.deliver(idle, None, None)
 
     def _forget_queued(self, job: JobRecord, dropped: list[DropFn | None]) -> set[Waiter]:
         """Drop a queued job that will never run; its ``on_drop`` to ``dropped``, for after the
@@ -272,8 +274,9 @@ class Pool:
             dropped: list[DropFn | None] = []
             self._forget_queued(job, dropped)
             self._books.count(Counter.ABANDONED)
-            self._wake_if_idle()
+            idle = self._take_idle_waiters()
         jobs.call_dropped(*dropped)
+        jobs.deliver(idle, None, None)
 
     # --- closing ------------------------------------------------------------
 
@@ -299,9 +302,10 @@ class Pool:
             for job in running:
                 abandoned |= job.waiters
                 job.waiters = set()
-            self._wake_if_idle()
+            idle = self._take_idle_waiters()
         jobs.call_dropped(*dropped)
         jobs.deliver(abandoned, None, jobs.stopped())
+        jobs.deliver(idle, None, None)
         jobs.call_in_job_loop(_cancel_tasks, running)
         await self._until_idle()
 
@@ -318,10 +322,11 @@ class Pool:
                 if waiter in self._idle_waiters:
                     self._idle_waiters.remove(waiter)
 
-    def _wake_if_idle(self) -> None:  # drain/stop's waiters, once nothing is in flight; locked
-        if not self._jobs:
-            jobs.deliver(self._idle_waiters, None, None)
-            self._idle_waiters = []
+    def _take_idle_waiters(self) -> list[Waiter]:  # to wake once nothing is in flight; locked
+        if self._jobs:
+            return []
+        waiters, self._idle_waiters = self._idle_waiters, []
+        return waiters
 
     def __repr__(self) -> str:
         return (
