@@ -47,15 +47,15 @@ MUTANTS = [
     Mutant(
         "queue",
         LOCAL,
-        "and len(self._queue) >= self.queue_size:",
-        "and len(self._queue) > self.queue_size:",
+        "and len(self._queue) >= self.queue_size\n",
+        "and len(self._queue) > self.queue_size\n",
         "local",
     ),
     Mutant(
         "wait",
         LOCAL,
-        "if self.wait is not None and not self._timer_wanted:",
-        "if self.wait is None and not self._timer_wanted:",
+        "            if self.wait is not None:\n                jobs.call_in_job_loop(self._arm",
+        "            if self.wait is None:\n                jobs.call_in_job_loop(self._arm",
         "local",
     ),
     Mutant(
@@ -82,8 +82,8 @@ MUTANTS = [
     Mutant(
         "one job per caller",
         LOCAL,
-        "if held is not None:  # Rule 2",
-        "if held is not None and held.state == 'queued':  # Rule 2",
+        "if held is not None or full:",
+        "if full:",
         "local",
     ),
     Mutant(
@@ -103,8 +103,8 @@ MUTANTS = [
     Mutant(
         "error reaches every sharer",
         LOCAL,
-        "        deliver(waiters, result, error)\n",
-        "        deliver(waiters if error is None else list(waiters)[:1], result, error)\n",
+        "        jobs.deliver(waiters, result, error)\n",
+        "        jobs.deliver(waiters if error is None else list(waiters)[:1], result, error)\n",
         "local",
     ),
     Mutant(
@@ -192,8 +192,8 @@ MUTANTS = [
     Mutant(
         "error reaches every sharer",
         SIDE,
-        "        deliver(waiters, result, error)\n",
-        "        deliver(waiters if error is None else list(waiters)[:1], result, error)\n",
+        "        jobs.deliver(waiters, result, error)\n",
+        "        jobs.deliver(waiters if error is None else list(waiters)[:1], result, error)\n",
         "redis",
     ),
     Mutant(
@@ -206,8 +206,8 @@ MUTANTS = [
     Mutant(
         "unobserved fault logged",
         SIDE,
-        "        if error is not None and not task.cancelled():\n            report_failure",
-        "        if error is not None and task.cancelled():\n            report_failure",
+        "        if error is not None and not task.cancelled():\n            jobs.report_failure",
+        "        if error is not None and task.cancelled():\n            jobs.report_failure",
         "redis",
     ),
     Mutant(

@@ -13,18 +13,15 @@ import weakref
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from .jobs import call_in_job_loop
-from .ledger import REFUSALS, PoolSnapshot
+from .ledger import REFUSALS
+from .protocol import AdmissionPool
 
 __all__ = ["HistoryPoint", "Recorder"]
 
 logger = logging.getLogger("django_pdfpool.history")
-
-
-class Snapshots(Protocol):  # what a recorder reads, such as a Pool
-    def snapshot(self) -> PoolSnapshot: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,14 +49,14 @@ class Recorder:
     keeping the last ``size`` samples."""
 
     def __init__(
-        self, read: Callable[[], Snapshots | None], *, interval: float = 1.0, size: int = 300
+        self, read: Callable[[], AdmissionPool | None], *, interval: float = 1.0, size: int = 300
     ) -> None:
         if not interval > 0 or size < 2:
             raise ValueError("interval must be > 0 and size >= 2")
         self.read, self.interval, self.size = read, interval, size
         self._lock = threading.Lock()
         self._samples: deque[HistoryPoint] = deque(maxlen=size)
-        self._last: tuple[Snapshots, Books, int] | None = None  # pool, books, refusals
+        self._last: tuple[AdmissionPool, Books, int] | None = None  # pool, books, refusals
         self._generation = 0  # bumped by start() and stop(): older tick chains end
         self._ticking = False
         _recorders.add(self)

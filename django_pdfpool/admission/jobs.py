@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..exceptions import CallerBusy, JobFault, PoolBusy, PoolClosed, Wording
-from .ledger import JobInfo
+from .ledger import Counter, JobInfo, Ledger
 from .protocol import DropFn, ErrorObserver, JobFn
 
 logger = logging.getLogger("django_pdfpool.pool")
@@ -66,14 +66,15 @@ os.register_at_fork(after_in_child=_forget_after_fork)
 # --- a job and its waiters --------------------------------------------------------------
 
 
+@dataclass(slots=True, eq=False)
 class Waiter:
     """One awaiting call: a future on the caller's own loop, settled only there."""
 
-    __slots__ = ("future", "loop")
+    loop: asyncio.AbstractEventLoop
+    future: asyncio.Future[Any] = field(init=False)
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.loop = loop
-        self.future: asyncio.Future[Any] = loop.create_future()
+    def __post_init__(self) -> None:
+        self.future = self.loop.create_future()
 
 
 @dataclass(slots=True, eq=False)
@@ -89,10 +90,11 @@ class JobRecord:
     size: int | None = None  # bytes of the job's input, if its caller said
     ran: bool = field(default=False, init=False)  # fn was called (not so if cancelled first)
     waiters: set[Any] = field(init=False)  # the starter's, then each sharer's Waiter
-    state: str = field(default="queued", init=False)  # then "running"; a local job ends "done"
+    state: str = "queued"  # then "running"; a local job ends "done"
     queued_mono: float = field(default_factory=time.monotonic, init=False)
     started_mono: float | None = field(default=None, init=False)
     task: asyncio.Task[Any] | None = field(default=None, init=False)
+    timer: asyncio.TimerHandle | None = field(default=None, init=False)  # job loop: rule 3's
 
     def __post_init__(self) -> None:
         self.waiters = set() if self.starter is None else {self.starter}
@@ -104,6 +106,11 @@ class JobRecord:
         if self.state == "running" and self.started_mono is not None:
             return now - self.started_mono
         return None
+
+    def disarm(self) -> None:  # on the job loop
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
 
     def release(self) -> DropFn | None:
         """Let go of ``fn`` and ``on_drop``; return ``on_drop`` if ``fn`` was never called, for
@@ -155,13 +162,21 @@ def nothing_to_join(key: str) -> ValueError:
 # --- an outcome, to every waiter on its own loop ----------------------------------------
 
 
-def outcome_of(task: asyncio.Task[Any], stopping: bool) -> tuple[Any, BaseException | None]:
-    """A finished job task's result or error; cancelled: PoolClosed when the pool is
-    stopping, else an error saying so (never CancelledError: sharers were not cancelled)."""
+def ended(
+    job: JobRecord, task: asyncio.Task[Any], stopping: bool, books: Ledger
+) -> tuple[Any, BaseException | None, float]:
+    """A job's task ended: ``on_drop`` if ``fn`` was never called, the end counted. Its result
+    or error (cancelled: PoolClosed when the pool is stopping, else an error saying so, never
+    CancelledError: sharers were not cancelled) and the seconds it took."""
+    result, error = None, None if task.cancelled() else task.exception()
     if task.cancelled():
-        return None, stopped() if stopping else RuntimeError("the job was cancelled")
-    error = task.exception()
-    return (None, error) if error is not None else (task.result(), None)
+        error = stopped() if stopping else RuntimeError("the job was cancelled")
+    elif error is None:
+        result = task.result()
+    call_dropped(job.release())
+    took = time.monotonic() - (job.started_mono or job.queued_mono)
+    books.ended(Counter.ended(task.cancelled(), error), took, job.size)
+    return result, error, took
 
 
 def deliver(waiters: Iterable[Waiter], result: Any, error: BaseException | None) -> None:
@@ -175,9 +190,7 @@ def deliver(waiters: Iterable[Waiter], result: Any, error: BaseException | None)
 
 
 def _settle(futures: list[asyncio.Future[Any]], result: Any, error: BaseException | None) -> None:
-    for future in futures:
-        if future.done():  # cancelled meanwhile
-            continue
+    for future in (future for future in futures if not future.done()):  # not cancelled since
         if error is None:
             future.set_result(result)
         else:

@@ -13,23 +13,8 @@ from typing import Any
 
 from ..bounds import QUEUE, SLOTS, WAIT
 from ..exceptions import CallerBusy, PoolBusy, PoolClosed
-from .jobs import (
-    JobRecord,
-    Waiter,
-    call_dropped,
-    call_in_job_loop,
-    caller_busy,
-    closing,
-    deliver,
-    log_failure,
-    nothing_to_join,
-    outcome_of,
-    queue_full,
-    report_failure,
-    run_fn,
-    stopped,
-    waited_too_long,
-)
+from . import jobs
+from .jobs import JobRecord, Waiter
 from .ledger import ClusterSnapshot, Counter, Ledger, PoolSnapshot, Pressure
 from .protocol import DropFn, ErrorObserver, JobFn
 
@@ -53,7 +38,7 @@ class Pool:
         QUEUE.require("queue", queue)
         WAIT.require("wait", wait)  # also refuses NaN
         self.slots, self.queue_size, self.wait = slots, queue, wait
-        self._on_error = on_error or log_failure
+        self._on_error = on_error or jobs.log_failure
         self._books = Ledger(slots, run_time_ceiling, queue, wait)  # thread-safe on its own
         self._lock = threading.Lock()  # guards every field below, and each job's fields
         self._jobs: dict[str, JobRecord] = {}  # in flight, by key
@@ -63,9 +48,6 @@ class Pool:
         self._closed = False
         self._stopping = False
         self._idle_waiters: list[Waiter] = []  # drain/stop, woken once nothing is in flight
-        self._timer_wanted = False  # the queue's head has a deadline: `_timer` should be armed
-        # the job loop's alone (not under the lock): the timer for the queue's head
-        self._timer: asyncio.TimerHandle | None = None
 
     # --- reading ------------------------------------------------------------
 
@@ -106,13 +88,11 @@ class Pool:
         return [t for t, _ in jobs], [size for _, size in jobs]
 
     def _held_end(self, held: JobRecord, caller: str | None) -> float:  # rule 2's; locked
-        now = time.monotonic()
-        if held.state != "queued":
-            return self._books.expected_end(held.running_for(now), 0, caller=caller, size=held.size)
-        ahead, waited = self._queue.index(held), now - held.queued_mono
-        others, sizes = self._runs(now)
+        now = time.monotonic()  # a running job's end ignores the queue (Ledger.expected_end)
+        ahead = self._queue.index(held) if held.state == "queued" else 0
+        waited, (others, sizes) = now - held.queued_mono, self._runs(now)
         return self._books.expected_end(
-            None, ahead, others, waited, caller=caller, size=held.size, sizes=sizes
+            held.running_for(now), ahead, others, waited, caller=caller, size=held.size, sizes=sizes
         )
 
     def _expected_start(self, caller: str | None = None, *, start: bool = False) -> float:
@@ -143,17 +123,15 @@ class Pool:
         self, key: str, caller: str, fn: JobFn | None, *, on_drop: DropFn | None = None,
         size: int | None = None,
     ) -> Any:  # fmt: skip
-        waiter = Waiter(asyncio.get_running_loop())
+        waiter, adopted = Waiter(asyncio.get_running_loop()), False
         try:
             with self._lock:
                 job = self._admit(key, caller, fn, on_drop, waiter)
                 job.size = job.size if job.size is not None else size
                 adopted = job.starter is waiter  # this call made the job
-        except BaseException:
-            call_dropped(on_drop)
-            raise
-        if not adopted:
-            call_dropped(on_drop)  # joined: this call's fn is not needed
+        finally:
+            if not adopted:  # refused, or joined: this call's fn is not needed
+                jobs.call_dropped(on_drop)
         try:
             return await waiter.future
         except BaseException:
@@ -169,21 +147,21 @@ class Pool:
         """Apply the rules, in order, to a new call; return the job it now waits for."""
         if self._closed:  # Rule 0: closed.
             self._books.count(Counter.REFUSED_CLOSED)
-            raise closing()
+            raise jobs.closing()
         job = self._jobs.get(key)
         if job is not None:  # Rule 1: join; no slot, no queue place, any caller.
             job.waiters.add(waiter)
             self._books.count(Counter.JOINED)
             return job
         if fn is None:
-            raise nothing_to_join(key)
+            raise jobs.nothing_to_join(key)
         held = self._callers.get(caller)  # Rule 2: one job per caller, even if its starter left
         full = self._running >= self.slots and len(self._queue) >= self.queue_size
         if held is not None or full:
             refusal: PoolBusy | CallerBusy = (  # Rule 3: a full queue refuses at once
-                queue_full(self._expected_start(caller))
+                jobs.queue_full(self._expected_start(caller))
                 if held is None
-                else caller_busy(self._held_end(held, caller))
+                else jobs.caller_busy(self._held_end(held, caller))
             )
             self._books.refused(Counter.refused(refusal), caller)
             raise refusal
@@ -192,23 +170,19 @@ class Pool:
             self._start(job)
         else:
             self._queue.append(job)
-            if self.wait is not None and not self._timer_wanted:
-                self._timer_wanted = True
-                call_in_job_loop(self._arm_timer)
+            if self.wait is not None:
+                jobs.call_in_job_loop(self._arm, job, self.wait)
         return job
 
-    def _start(self, job: JobRecord, *, on_job_loop: bool = False) -> None:  # under the lock
+    def _start(self, job: JobRecord) -> None:  # under the lock
         job.state = "running"
         job.started_mono = time.monotonic()
         self._running += 1
         self._books.started(job.started_mono - job.queued_mono)
-        if on_job_loop:
-            self._spawn(job)
-        else:
-            call_in_job_loop(self._spawn, job)
+        jobs.call_in_job_loop(self._spawn, job)
 
     def _spawn(self, job: JobRecord) -> None:  # on the job loop; its ending is _finish's
-        job.task = asyncio.get_running_loop().create_task(run_fn(job))
+        job.task = asyncio.get_running_loop().create_task(jobs.run_fn(job))
         job.task.add_done_callback(functools.partial(self._finish, job))
 
     def _finish(
@@ -222,12 +196,8 @@ class Pool:
         and the caller, forget the key (rule 5: no cache), start what the queue holds, and hand
         the outcome to every sharer."""
         if task is not None:
-            result, error = outcome_of(task, self._stopping)
+            result, error, _ = jobs.ended(job, task, self._stopping, self._books)
         with self._lock:
-            dropped = job.release()  # stopped before fn was called: on_drop instead
-            if task is not None:
-                took = time.monotonic() - (job.started_mono or job.queued_mono)
-                self._books.ended(Counter.ended(task.cancelled(), error), took, job.size)
             job.state = "done"
             del self._jobs[job.key]
             if self._callers.get(job.caller) is job:
@@ -235,13 +205,12 @@ class Pool:
             self._running -= 1
             waiters, job.waiters = job.waiters, set()
             while self._queue and self._running < self.slots:
-                self._start(self._dequeue(self._queue[0]), on_job_loop=True)
+                self._start(self._dequeue(self._queue[0]))
             idle = self._take_idle_waiters()
-        call_dropped(dropped)
-        deliver(waiters, result, error)
-        deliver(idle, None, None)
+        jobs.deliver(waiters, result, error)
+        jobs.deliver(idle, None, None)
         if task is not None and error is not None and not task.cancelled():
-            report_failure(self._on_error, job.key, error)
+            jobs.report_failure(self._on_error, job.key, error)
 
     def hold(self, key: str, caller: str) -> Callable[[Any, BaseException | None], None]:
         """Count a job running elsewhere in this process (a Redis pool's, when this pool takes
@@ -257,42 +226,38 @@ class Pool:
             self._running += 1
         return functools.partial(self._finish, job, None)
 
-    def _dequeue(self, job: JobRecord) -> JobRecord:  # an empty queue needs no timer; locked
+    def _dequeue(self, job: JobRecord) -> JobRecord:  # its timer goes, on the job loop; locked
         self._queue.remove(job)
-        if not self._queue and self._timer_wanted:
-            self._timer_wanted = False
-            call_in_job_loop(self._arm_timer)
+        if self.wait is not None:
+            jobs.call_in_job_loop(job.disarm)
         return job
 
-    def _arm_timer(self) -> None:
-        """On the job loop: (re)arm the timer for the queue's head if it is wanted, else drop it."""
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        with self._lock:
-            if self._timer_wanted and self._queue and self.wait is not None:
-                delay = self._queue[0].queued_mono + self.wait - time.monotonic()
-                self._timer = asyncio.get_running_loop().call_later(max(0.0, delay), self._expire)
+    def _arm(self, job: JobRecord, wait: float) -> None:
+        """On the job loop: ``_expire`` once ``job`` has been queued ``wait`` seconds."""
+        if job.state == "queued":  # else it left the queue before this ran
+            delay = max(0.0, job.queued_mono + wait - time.monotonic())
+            job.timer = asyncio.get_running_loop().call_later(delay, self._expire, job, wait)
 
-    def _expire(self) -> None:
-        """On the job loop: rule 3, ``wait`` passed for the queue's head (and any job behind it
-        due as well); PoolBusy to every sharer of each."""
-        self._timer = None
+    def _expire(self, job: JobRecord, wait: float) -> None:
+        """On the job loop: rule 3, ``wait`` passed for the queue's head and any job behind it
+        due as well (``job``, unless it left the queue); PoolBusy to every sharer of each."""
         refused: list[set[Waiter]] = []
         dropped: list[DropFn | None] = []
         with self._lock:
             now, waited = time.monotonic(), []
-            while self._queue and self._queue[0].queued_mono + (self.wait or 0.0) <= now:
+            while self._queue and self._queue[0].queued_mono + wait <= now:
                 waited.append(now - self._queue[0].queued_mono)
                 refused.append(self._forget_queued(self._queue[0], dropped))
-            self._books.gave_up(waited, sum(map(len, refused)))
+            if waited:
+                self._books.gave_up(waited, sum(map(len, refused)))
             retry_after = self._expected_start(start=True)
             idle = self._take_idle_waiters()
-        self._arm_timer()
-        call_dropped(*dropped)
+        if job.state == "queued":  # the clock fired early
+            self._arm(job, wait)
+        jobs.call_dropped(*dropped)
         for waiters in refused:
-            deliver(waiters, None, waited_too_long(self.wait, retry_after))
-        deliver(idle, None, None)
+            jobs.deliver(waiters, None, jobs.waited_too_long(wait, retry_after))
+        jobs.deliver(idle, None, None)
 
     def _forget_queued(self, job: JobRecord, dropped: list[DropFn | None]) -> set[Waiter]:
         """Drop a queued job that will never run; its ``on_drop`` to ``dropped``, for after the
@@ -317,8 +282,8 @@ class Pool:
             self._forget_queued(job, dropped)
             self._books.count(Counter.ABANDONED)
             idle = self._take_idle_waiters()
-        call_dropped(*dropped)
-        deliver(idle, None, None)
+        jobs.call_dropped(*dropped)
+        jobs.deliver(idle, None, None)
 
     # --- closing ------------------------------------------------------------
 
@@ -345,10 +310,10 @@ class Pool:
                 abandoned |= job.waiters
                 job.waiters = set()
             idle = self._take_idle_waiters()
-        call_dropped(*dropped)
-        deliver(abandoned, None, stopped())
-        deliver(idle, None, None)
-        call_in_job_loop(_cancel_tasks, running)
+        jobs.call_dropped(*dropped)
+        jobs.deliver(abandoned, None, jobs.stopped())
+        jobs.deliver(idle, None, None)
+        jobs.call_in_job_loop(_cancel_tasks, running)
         await self._until_idle()
 
     async def _until_idle(self) -> None:
@@ -365,7 +330,7 @@ class Pool:
                     self._idle_waiters.remove(waiter)
 
     def _take_idle_waiters(self) -> list[Waiter]:  # to wake once nothing is in flight; locked
-        if self._jobs or not self._idle_waiters:
+        if self._jobs:
             return []
         waiters, self._idle_waiters = self._idle_waiters, []
         return waiters
@@ -377,8 +342,8 @@ class Pool:
         )
 
 
-def _cancel_tasks(jobs: list[JobRecord]) -> None:
+def _cancel_tasks(running: list[JobRecord]) -> None:
     """On the job loop (after each job's ``_spawn``): cancel the jobs' tasks."""
-    for job in jobs:
+    for job in running:
         if job.task is not None:
             job.task.cancel()

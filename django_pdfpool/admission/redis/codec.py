@@ -103,8 +103,9 @@ def _rebuild(data: dict[str, Any]) -> BaseException:
     module, name = str(data.get("module", "")), str(data.get("name", ""))
     args, attrs = list(data.get("args") or []), dict(data.get("attrs") or {})
     message = str(data.get("message", ""))
-    cls = _known_class(module, name)
-    if cls is None:
+    home = {"builtins": builtins, OWN_EXCEPTIONS: exceptions}.get(module)  # never another module
+    cls = None if home is None else getattr(home, name, None)
+    if not (isinstance(cls, type) and issubclass(cls, Exception)):
         return RemoteJobError(f"{module}.{name}", message)
     try:
         if module == "builtins":
@@ -117,16 +118,3 @@ def _rebuild(data: dict[str, Any]) -> BaseException:
     except Exception:
         return RemoteJobError(f"{module}.{name}", message)
     return error
-
-
-def _known_class(module: str, name: str) -> type[Exception] | None:
-    """A builtin exception class, or one of ``django_pdfpool.exceptions``; else None."""
-    if module == "builtins":
-        found: Any = getattr(builtins, name, None)
-    elif module == OWN_EXCEPTIONS:
-        found = getattr(exceptions, name, None)
-    else:
-        return None
-    if isinstance(found, type) and issubclass(found, Exception):
-        return found
-    return None

@@ -52,6 +52,10 @@ class Event(NamedTuple):
     job_id: str
 
 
+OnEvent = Callable[[Event], None]
+OnError = Callable[[BaseException], object]
+
+
 def events_of(flat: list[str]) -> list[Event]:
     """``[kind, key, id, ...]``: every mutating script's last reply item (admit's, its 7th)."""
     return [Event(*flat[i : i + 3]) for i in range(0, len(flat), 3)]
@@ -88,8 +92,7 @@ class AdmitReply(NamedTuple):
     @classmethod
     def of(cls, reply: Any) -> AdmitReply:
         status, job_id, state, owner, age_ms, queued, events, *rest = reply
-        flat = rest[0] if rest else []
-        differs = {flat[i]: flat[i + 1] for i in range(0, len(flat), 2)}
+        differs = dict(zip(rest[0][::2], rest[0][1::2], strict=False)) if rest else {}
         load = Load.of(rest[1]) if len(rest) > 1 else None
         age = int(age_ms) / 1000
         return cls(status, job_id, state, owner, age, int(queued), events_of(events), differs, load)
@@ -231,9 +234,7 @@ class Link:
         await self.client().ping()
         await self._scripts["probe"](keys=[self.procs_key])
 
-    async def subscribe(
-        self, on_event: Callable[[Event], None], on_error: Callable[[BaseException], object]
-    ) -> None:
+    async def subscribe(self, on_event: OnEvent, on_error: OnError) -> None:
         """Listen on this process's channel, unless listening; returns once Redis confirmed."""
         async with self._subscribing:
             if self._reader is not None and not self._reader.done():
@@ -241,28 +242,19 @@ class Link:
             await self._unsubscribe()
             pubsub = self.client().pubsub()
             try:
-                await pubsub.subscribe(self.channel)
-                while True:
-                    message = await pubsub.get_message(timeout=self.settings.timeout)
-                    if message is None:
-                        raise redis.exceptions.TimeoutError("no confirmation of SUBSCRIBE")
-                    if message["type"] == "subscribe":
-                        break
+                await pubsub.subscribe(self.channel)  # confirmed by the first message
+                message = await pubsub.get_message(timeout=self.settings.timeout)
+                if message is None or message["type"] != "subscribe":
+                    raise redis.exceptions.TimeoutError("no confirmation of SUBSCRIBE")
             except BaseException:
                 with contextlib.suppress(Exception):
                     await pubsub.aclose()  # type: ignore[no-untyped-call, unused-ignore]  # typed in redis 8.2
                 raise
             self._pubsub = pubsub
-            self._reader = asyncio.get_running_loop().create_task(
-                self._read(pubsub, on_event, on_error)
-            )
+            reading = self._read(pubsub, on_event, on_error)
+            self._reader = asyncio.get_running_loop().create_task(reading)
 
-    async def _read(
-        self,
-        pubsub: Any,
-        on_event: Callable[[Event], None],
-        on_error: Callable[[BaseException], object],
-    ) -> None:
+    async def _read(self, pubsub: Any, on_event: OnEvent, on_error: OnError) -> None:
         try:
             while True:
                 message = await pubsub.get_message(timeout=None)

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 from redis.connection import parse_url
 from redis.exceptions import RedisError
 
-from ...bounds import CALL_TIMEOUT, FALLBACK, LEASE, NAMESPACE
+from ...bounds import CALL_TIMEOUT, FALLBACK, LEASE, NAMESPACE, integer
 from ...exceptions import CallerBusy, PoolBusy, PoolClosed
 from ..jobs import Waiter, call_dropped, call_in_job_loop, closing, get_job_loop, log_failure
 from ..ledger import (
@@ -72,8 +72,7 @@ class RedisPool:
         LEASE.require("lease", lease)
         NAMESPACE.require("namespace", namespace)
         FALLBACK.require("fallback", fallback)
-        if not isinstance(max_result_bytes, int) or max_result_bytes < 1024:
-            raise ValueError(f"max_result_bytes must be an integer >= 1024: {max_result_bytes!r}")
+        integer(1024).require("max_result_bytes", max_result_bytes)
         CALL_TIMEOUT.require("timeout", timeout)
         if not isinstance(fingerprint, str) or len(fingerprint) > 1024:
             raise ValueError("fingerprint must be a string of at most 1024 characters")
@@ -156,23 +155,16 @@ class RedisPool:
         found = self._shared(lambda link: link.pressure(key, caller))
         if found is None:
             return dataclasses.replace(self._local.pressure(key, caller), closed=closed)
-        books, load = self._books, found.load
+        books, load, age = self._books, found.load, found.age
         books.observe(load.state)
         free = max(0, self.slots + self.queue_size - found.running - found.queued)
+        others = load.running_for
+        start = books.expected_start(found.queued, others, load.head_waited, caller=caller)
         retry = 0.0
         if found.caller_busy:
-            age, others = found.age, load.running_for
             running_for = age if found.state == "running" else None
             retry = books.expected_end(running_for, found.ahead, others, age, caller=caller)
-        return Pressure(
-            closed,
-            free,
-            found.in_flight,
-            books.expected_start(found.queued, load.running_for, load.head_waited, caller=caller),
-            caller_busy=found.caller_busy,
-            caller_retry_after=retry,
-            sizes=found.sizes,
-        )
+        return Pressure(closed, free, found.in_flight, start, found.caller_busy, retry, found.sizes)
 
     def count_refusal(
         self, refusal: PoolBusy | PoolClosed | CallerBusy, caller: str | None = None

@@ -7,6 +7,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import logging
+import math
 import os
 import secrets
 import socket
@@ -27,21 +28,8 @@ from ...exceptions import (
     RunnerLost,
     Wording,
 )
-from ..jobs import (
-    JobRecord,
-    Waiter,
-    call_dropped,
-    caller_busy,
-    closing,
-    deliver,
-    nothing_to_join,
-    outcome_of,
-    queue_full,
-    report_failure,
-    run_fn,
-    stopped,
-    waited_too_long,
-)
+from .. import jobs
+from ..jobs import JobRecord, Waiter
 from ..ledger import Counter, JobInfo, Ledger
 from ..local import Pool
 from ..protocol import DropFn, JobFn
@@ -83,43 +71,33 @@ class Closing:
     stopping: bool = False  # set by stop: running jobs are cancelled
 
 
+@dataclass(slots=True, eq=False)
 class RedisWaiter(Waiter):
-    """One call of this process (``future`` on the caller's loop, as ``Waiter``'s)."""
+    """One call of this process: its arguments, set before the job loop sees it, read there."""
 
-    __slots__ = ("admission", "caller", "fn", "handed_back", "job", "key", "on_drop", "size")
-
-    def __init__(
-        self, loop: asyncio.AbstractEventLoop, key: str, caller: str, fn: JobFn | None,
-        on_drop: DropFn | None, size: int | None = None,
-    ) -> None:  # fmt: skip
-        super().__init__(loop)
-        # the call's arguments: set before the job loop sees the waiter, read there
-        self.key, self.caller, self.fn, self.on_drop = key, caller, fn, on_drop
-        self.size = size
-        self.admission: asyncio.Task[None] | None = None  # job loop
-        self.job: RedisJob | None = None  # job loop: the job it waits on, once admitted
-        self.handed_back = False  # job loop: Redis failed, the call goes to the fallback
+    key: str
+    caller: str
+    fn: JobFn | None
+    on_drop: DropFn | None
+    size: int | None = None
+    admission: asyncio.Task[None] | None = None  # job loop
+    job: RedisJob | None = None  # job loop: the job it waits on, once admitted
+    handed_back: bool = False  # job loop: Redis failed, the call goes to the fallback
 
 
+@dataclass(slots=True, eq=False)
 class RedisJob(JobRecord):
     """A job this process runs or queues (``owned``) or waits on. Written on the job loop;
     other threads read ``owned``, ``state`` and the waiters under ``ProcessSide._lock``."""
 
-    __slots__ = (
-        "collecting", "finishing", "gone_seen", "id", "inflight", "local_hold", "owned", "timer"
-    )  # fmt: skip
-
-    def __init__(self, key: str, job_id: str, state: str) -> None:
-        super().__init__(key)
-        self.id, self.state = job_id, state
-        self.owned = False  # this process runs or queues it (else it waits on another's)
-        self.collecting = False  # its outcome is being read from Redis
-        self.finishing = False  # its task ended: never to be counted again (see beat.lua)
-        self.gone_seen = False  # the last beat did not find it in Redis
-        self.inflight = 0  # scripts about it on their way: the beat does not judge it then
-        self.timer: asyncio.TimerHandle | None = None  # its queue deadline, while queued
-        # Redis failed while it ran: the fallback pool counts it until this ends it
-        self.local_hold: Callable[[Any, BaseException | None], None] | None = None
+    id: str = ""
+    owned: bool = False  # this process runs or queues it (else it waits on another's)
+    collecting: bool = False  # its outcome is being read from Redis
+    finishing: bool = False  # its task ended: never to be counted again (see beat.lua)
+    gone_seen: bool = False  # the last beat did not find it in Redis
+    inflight: int = 0  # scripts about it on their way: the beat does not judge it then
+    # Redis failed while it ran: the fallback pool counts it until this ends it
+    local_hold: Callable[[Any, BaseException | None], None] | None = None
 
 
 class ProcessSide:
@@ -169,12 +147,11 @@ class ProcessSide:
     def begin(self, waiter: RedisWaiter) -> None:
         """Start admitting a call; its waiter learns the outcome."""
         if self.retired:  # closed between the caller's check and now
-            call_dropped(waiter.on_drop)
-            deliver([waiter], None, closing())
+            jobs.call_dropped(waiter.on_drop)
+            jobs.deliver([waiter], None, jobs.closing())
             return
         self._keep_redis()
-        task = self.spawn(self._admit(waiter))
-        waiter.admission = task
+        task = waiter.admission = self.spawn(self._admit(waiter))
         with self._lock:
             self.admissions.add(task)
         task.add_done_callback(self._admitted)
@@ -235,19 +212,19 @@ class ProcessSide:
                 reply = AdmitReply.of(raw)
             except RedisError as error:
                 if await self.failed(error):  # only a connection dropped: Redis is up,
-                    call_dropped(waiter.on_drop)  # and whether the script ran is unknown
+                    jobs.call_dropped(waiter.on_drop)  # and whether the script ran is unknown
                     self._books.count(Counter.REFUSED_BUSY)
-                    deliver([waiter], None, unavailable("dropped", 1.0))
+                    jobs.deliver([waiter], None, unavailable("dropped", 1.0))
                     return
                 waiter.handed_back = True  # the caller takes it to the fallback, or (gone) leaves
-                deliver([waiter], GO_LOCAL, None)
+                jobs.deliver([waiter], GO_LOCAL, None)
                 return
             except Exception as error:  # a bug: the caller must hear of it, not hang
                 logger.exception("admitting a job failed")
-                call_dropped(waiter.on_drop)
-                deliver([waiter], None, error)
+                jobs.call_dropped(waiter.on_drop)
+                jobs.deliver([waiter], None, error)
                 return
-            self._register(waiter, job_id, reply)
+            self._register(waiter, reply)
         finally:
             self._pending.discard(job_id)
         for known in (job_id, reply.job_id):
@@ -258,17 +235,10 @@ class ProcessSide:
         """An admission ended: act on the early events no admission can claim any more."""
         with self._lock:
             self.admissions.discard(task)
-            idle = not self.admissions
-        if idle:
-            stale, self._early = self._early, {}
-            self._finished.clear()
-        else:
-            old = time.monotonic() - 2 * self._settings.timeout
-            stale = {job_id: early for job_id, early in self._early.items() if early[0] < old}
-            for job_id in stale:
-                del self._early[job_id]
-            for job_id in [i for i, (at, _, _) in self._finished.items() if at < old]:
-                del self._finished[job_id]
+            old = math.inf if not self.admissions else time.monotonic() - 2 * self._settings.timeout
+        stale = {job_id: early for job_id, early in self._early.items() if early[0] < old}
+        self._early = {job_id: early for job_id, early in self._early.items() if early[0] >= old}
+        self._finished = {job_id: end for job_id, end in self._finished.items() if end[0] >= old}
         for event in (event for _, events in stale.values() for event in events):
             if event.job_id in self._jobs:
                 self._on_event(event)
@@ -276,58 +246,52 @@ class ProcessSide:
                 self._unclaimed(event)
         self._settle()
 
-    def _register(self, waiter: RedisWaiter, job_id: str, reply: AdmitReply) -> None:
+    def _register(self, waiter: RedisWaiter, reply: AdmitReply) -> None:
         """Follow the admit script's answer (the rules are applied there)."""
-        key = waiter.key
+        if reply.status not in ("joined", "started", "queued"):
+            jobs.call_dropped(waiter.on_drop)
+            jobs.deliver([waiter], None, self._refusal(waiter, reply))
+            return
         if reply.status == "joined":  # rule 1
-            call_dropped(waiter.on_drop)  # joined: this call's fn is not needed
+            jobs.call_dropped(waiter.on_drop)  # joined: this call's fn is not needed
             self._books.count(Counter.JOINED)
             ended = self._finished.get(reply.job_id)  # it ended here while the reply travelled
             if ended is not None:
-                deliver([waiter], ended[1], ended[2])
+                jobs.deliver([waiter], ended[1], ended[2])
                 return
-            job = self._jobs.get(reply.job_id) or self._add(
-                RedisJob(key, reply.job_id, reply.state)
-            )
+        job = self._jobs.get(reply.job_id) or self._add(
+            RedisJob(waiter.key, id=reply.job_id, state=reply.state)
+        )
+        job.waiters.add(waiter)
+        waiter.job = job
+        if reply.status == "joined":
             lost = not job.owned and reply.job_id not in self._pending
             if reply.owner == self.process and lost:  # ours, from a call whose reply was lost
                 self.spawn(self._drop(job, "lost"))
-            job.waiters.add(waiter)
-            waiter.job = job
-        elif reply.status in ("started", "queued"):  # rule 3: a slot, or a queue place
-            job = self._jobs.get(job_id) or self._add(RedisJob(key, job_id, "queued"))
-            job.owned, job.caller, job.fn = True, waiter.caller, waiter.fn
-            job.on_drop, job.starter = waiter.on_drop, waiter
-            job.waiters.add(waiter)
-            waiter.job = job
-            if reply.status == "started":
-                self._start(job)
-            elif self._settings.wait is not None:  # Redis's clock decides when it has passed
-                self._arm(job, self._settings.wait)
-        else:
-            call_dropped(waiter.on_drop)
-            deliver([waiter], None, self._refusal(waiter, reply))
+            return
+        job.owned, job.caller, job.fn = True, waiter.caller, waiter.fn  # rule 3: a slot,
+        job.on_drop, job.starter = waiter.on_drop, waiter  # or a queue place
+        if reply.status == "started":
+            self._start(job)
+        elif self._settings.wait is not None:  # Redis's clock decides when it has passed
+            self._arm(job, self._settings.wait)
 
     def _refusal(self, waiter: RedisWaiter, reply: AdmitReply) -> BaseException:
-        books, caller, load = self._books, waiter.caller, reply.load
+        books, caller, load, age = self._books, waiter.caller, reply.load, reply.age
         if load is not None:  # rule 2, or rule 3 (a full queue)
             books.observe(load.state)
+            others, queued = load.running_for, reply.queued  # caller: the jobs ahead of its job
             if reply.status == "caller":
-                age = reply.age
                 running_for = age if reply.state == "running" else None
-                retry = books.expected_end(
-                    running_for, reply.queued, load.running_for, age, caller=caller
-                )
-                refusal: PoolBusy | CallerBusy = caller_busy(retry)
+                retry = books.expected_end(running_for, queued, others, age, caller=caller)
+                refusal: PoolBusy | CallerBusy = jobs.caller_busy(retry)
             else:
-                head = load.head_waited
-                refusal = queue_full(
-                    books.expected_start(reply.queued, load.running_for, head, caller=caller)
-                )
+                retry = books.expected_start(queued, others, load.head_waited, caller=caller)
+                refusal = jobs.queue_full(retry)
             books.refused(Counter.refused(refusal), caller)
             return refusal
         if reply.status not in ("rebuilding", "mismatch"):
-            return nothing_to_join(waiter.key)
+            return jobs.nothing_to_join(waiter.key)
         books.count(Counter.REFUSED_BUSY)
         if reply.status == "rebuilding":  # bad data took state: the beats count it again
             return PoolBusy(Wording.REBUILDING, self._settings.lease)
@@ -373,7 +337,7 @@ class ProcessSide:
                 await asyncio.wait([waiter.admission])
             job = waiter.job
             if job is None and waiter.handed_back:  # it left before the fallback took it
-                call_dropped(waiter.on_drop)
+                jobs.call_dropped(waiter.on_drop)
                 return
             if job is None or waiter not in job.waiters:
                 return  # refused, or answered as it left
@@ -393,21 +357,18 @@ class ProcessSide:
 
     def _start(self, job: RedisJob) -> None:
         """Run an owned job that has its slot, as a task on this loop."""
-        _disarm(job)
+        job.disarm()
         job.state = "running"
         job.started_mono = time.monotonic()
         self._books.started(job.started_mono - job.queued_mono)
-        job.task = asyncio.get_running_loop().create_task(run_fn(job))
+        job.task = asyncio.get_running_loop().create_task(jobs.run_fn(job))
         job.task.add_done_callback(lambda task: self.spawn(self._finish(job, task)))
 
     async def _finish(self, job: RedisJob, task: asyncio.Task[Any]) -> None:
         """Free the slot and the caller in Redis (the outcome to sharers elsewhere), then answer."""
         job.finishing = True
-        result, error = outcome_of(task, self._closing.stopping)
-        call_dropped(job.release())  # stopped before fn was called: on_drop instead
-        outcome = Counter.ended(task.cancelled(), error)
-        took = time.monotonic() - (job.started_mono or job.queued_mono)
-        self._books.ended(outcome, took)
+        result, error, took = jobs.ended(job, task, self._closing.stopping, self._books)
+        outcome = Counter.ended(task.cancelled(), error)  # for finish.lua's tally
         took_ms = str(max(0, round(took * 1000)))
         try:
             with _about(job):
@@ -424,7 +385,7 @@ class ProcessSide:
             logger.exception("finishing job %s in Redis failed", job.key)
         self._end(job, result=result, error=error)
         if error is not None and not task.cancelled():
-            report_failure(self._settings.on_error, job.key, error)
+            jobs.report_failure(self._settings.on_error, job.key, error)
 
     # --- the end of a job here: its outcome, or an event's kind without one (drop.lua) -------
 
@@ -438,7 +399,7 @@ class ProcessSide:
         self._remove(job)
         waiters, job.waiters = job.waiters, set()
         if kind and job.owned:
-            call_dropped(job.release())
+            jobs.call_dropped(job.release())
             if kind == "dropped":
                 self._books.count(Counter.ABANDONED)
         if kind == "busy":  # rule 3: waited longer than `wait` (Redis's clock said so)
@@ -446,9 +407,9 @@ class ProcessSide:
             self._books.gave_up(waited, len(waiters))
             s = self._settings  # the load is not known here: every slot taken, the queue full
             retry_after = self._books.expected_start(s.queue_size, (0.0,) * s.slots, start=True)
-            error = waited_too_long(s.wait, retry_after)
+            error = jobs.waited_too_long(s.wait, retry_after)
         elif kind == "closed":
-            error = stopped()
+            error = jobs.stopped()
         elif kind == "unavailable":
             error = unavailable("waiting", self._settings.probe_every)
         elif kind == "expired":
@@ -456,8 +417,9 @@ class ProcessSide:
         elif kind not in ("", "dropped"):
             error = RunnerLost(Wording.RUNNER_LOST)
         if kind != "dropped":  # nobody waits on a dropped job
-            self._remember(job.id, result, error)
-            deliver(waiters, result, error)
+            if self.admissions:  # kept while a join's reply may still be on its way
+                self._finished[job.id] = (time.monotonic(), result, error)
+            jobs.deliver(waiters, result, error)
         if job.local_hold is not None:  # the fallback pool counted it: its joiners too
             job.local_hold(result, error)
             job.local_hold = None
@@ -475,14 +437,13 @@ class ProcessSide:
     # --- rule 3's wait (expire.lua): Redis's clock decides; a `busy` event ends the job ------
 
     def _arm(self, job: RedisJob, delay: float) -> None:
-        job.timer = asyncio.get_running_loop().call_later(delay, self._on_timer, job)
-
-    def _on_timer(self, job: RedisJob) -> None:
-        job.timer = None
-        if self._holds(job) and job.state == "queued":
-            self.spawn(self._expire(job))
+        loop = asyncio.get_running_loop()
+        job.timer = loop.call_later(delay, lambda: self.spawn(self._expire(job)))
 
     async def _expire(self, job: RedisJob) -> None:
+        job.timer = None
+        if not self._holds(job) or job.state != "queued":
+            return
         with _about(job):
             reply = await self._script("expire", job.key, job.id)
         left = 0 if reply is None else int(reply[0]) / 1000  # seconds
@@ -571,12 +532,12 @@ class ProcessSide:
 
     async def _beat_once(self) -> float | None:
         """One beat now; the seconds until the next other lease ends, or None (docs/cluster.md)."""
-        jobs = self.jobs()
-        if not jobs:
+        here = self.jobs()
+        if not here:
             return None  # nothing to tell Redis (an idle process stays out of its table)
         now = time.monotonic()
-        args = [str(self._seq), str(len(jobs))]
-        for job in jobs:
+        args = [str(self._seq), str(len(here))]
+        for job in here:
             args += _job_args(job, now)
         args += [*self._pending, *self._dropping]
         self._beats += 1
@@ -591,7 +552,7 @@ class ProcessSide:
             return None
         self._last_ok = time.monotonic()
         next_ms, states, _ = reply
-        for i, job in enumerate(jobs):
+        for i, job in enumerate(here):
             self._reconcile(job, states[2 * i], states[2 * i + 1])
         return None if int(next_ms) < 0 else int(next_ms) / 1000
 
@@ -621,16 +582,14 @@ class ProcessSide:
     def failed(self, error: BaseException) -> asyncio.Future[bool]:
         """Redis failed a call: whether it still answers (only a connection dropped), else the
         fallback until a probe succeeds. One judgement at a time."""
-        if self.mode != REDIS or self.retired:
-            judged: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-            judged.set_result(self.mode == REDIS)
-            return judged
         if self._confirming is None:
             self._confirming = self.spawn(self._confirm(error))
         return self._confirming
 
     async def _confirm(self, error: BaseException) -> bool:
         try:
+            if self.mode != REDIS or self.retired:  # judged already, or for good
+                return self.mode == REDIS
             dropped = isinstance(error, redis_errors.ConnectionError)
             if dropped and not isinstance(error, redis_errors.TimeoutError):
                 try:
@@ -732,7 +691,7 @@ class ProcessSide:
         return job
 
     def _remove(self, job: RedisJob) -> None:
-        _disarm(job)
+        job.disarm()
         with self._lock:
             if self._jobs.get(job.id) is job:
                 del self._jobs[job.id]
@@ -741,11 +700,6 @@ class ProcessSide:
         """Whether ``job`` is still the table's (not ended, not replaced)."""
         return self._jobs.get(job.id) is job
 
-    def _remember(self, job_id: str, result: Any, error: BaseException | None) -> None:
-        """A job ended here: keep its outcome while a join's reply may still be on its way."""
-        if self.admissions:
-            self._finished[job_id] = (time.monotonic(), result, error)
-
     # --- idle, stopping, retiring -----------------------------------------------------------
 
     def _settle(self) -> None:
@@ -753,7 +707,7 @@ class ProcessSide:
         if self.busy():
             return
         idle, self._idle_waiters = self._idle_waiters, []
-        deliver(idle, None, None)
+        jobs.deliver(idle, None, None)
         if not self._closing.closed and self._release_timer is None and self.mode == REDIS:
             loop = asyncio.get_running_loop()
             self._release_timer = loop.call_later(self._settings.lease, self._release_if_idle)
@@ -781,7 +735,7 @@ class ProcessSide:
         for job in self.jobs():
             if job.owned and job.state == "running":
                 waiters, job.waiters = job.waiters, set()
-                deliver(waiters, None, stopped())
+                jobs.deliver(waiters, None, jobs.stopped())
                 if job.task is not None:
                     job.task.cancel()
             elif job.owned:
@@ -832,12 +786,6 @@ def _about(job: RedisJob) -> Iterator[None]:
         yield
     finally:
         job.inflight -= 1
-
-
-def _disarm(job: RedisJob) -> None:
-    if job.timer is not None:
-        job.timer.cancel()
-        job.timer = None
 
 
 def _job_args(job: RedisJob, now: float) -> list[str]:

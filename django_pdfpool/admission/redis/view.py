@@ -22,8 +22,7 @@ def parse_view(
     jobs: list[JobInfo] = []
     owners: dict[str, str] = {}
     waits: dict[str, int] = {}
-    for i in range(0, len(flat) - 1, 2):
-        key, pairs = flat[i], flat[i + 1]
+    for key, pairs in zip(flat[::2], flat[1::2], strict=False):
         fields = dict(zip(pairs[::2], pairs[1::2], strict=False))
         queued_ms = whole(fields.get("qt"))
         if queued_ms is None or key in owners:
@@ -41,9 +40,9 @@ def parse_view(
         owners[key] = fields.get("owner", "")
     holders: list[ProcessHold] = []
     ends: dict[str, float] = {}
-    for i in range(0, len(leases) - 1, 2):
+    for who, end in zip(leases[::2], leases[1::2], strict=False):
         with contextlib.suppress(ValueError, OverflowError):
-            ends[leases[i]] = int(float(leases[i + 1])) / 1000
+            ends[who] = int(float(end)) / 1000
     for process in sorted(set(ends) | set(owners.values()) | set(waits)):
         host, _, rest = process.partition(":")
         pid = rest.partition(":")[0]
@@ -59,11 +58,8 @@ def parse_view(
                 waiting=waits.get(process, 0),
             )
         )
-    stats = {
-        stats_flat[i]: n
-        for i in range(0, len(stats_flat) - 1, 2)
-        if (n := whole(stats_flat[i + 1])) is not None
-    }
+    pairs = zip(stats_flat[::2], stats_flat[1::2], strict=False)
+    stats = {name: n for name, value in pairs if (n := whole(value)) is not None}
     since = stats.get("since")
     books = dataclasses.replace(
         snapshot(jobs),
