@@ -279,7 +279,7 @@ class PoolSettings:
         secret = self.redis.deployment if self.redis else None  # None: SECRET_KEY
         return salted_hmac("django_pdfpool.redis", "deployment", secret=secret).hexdigest()[:32]
 
-    @property
+    @functools.cached_property
     def job_terms(self) -> dict[str, Any]:
         """``extract``'s terms for the default job: they decide what it returns, or its outcome."""
         names = ("engine", "max_pages", "max_text_bytes", "memory_limit", "timeout")

@@ -3,13 +3,15 @@ the view runs, which gets the result as ``request.pdf`` (docs/usage.md)."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import inspect
+import threading
 from collections.abc import Awaitable, Callable, Iterator, MutableMapping
 from typing import Any, TypeVar, cast, overload
 
-from asgiref.sync import async_to_sync, iscoroutinefunction
+from asgiref.sync import async_to_sync, iscoroutinefunction, sync_to_async
 from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest, HttpResponse
 
@@ -28,7 +30,7 @@ from .exceptions import (
 from .record import POOLED, RECORD, AdmissionRecord, PooledView
 from .responses import Failure, RefusalView, arefusal_answer, refusal_answer
 from .sandbox.extract import Extraction, extract
-from .uploads import STAGING_CHUNK, StagedUpload, stage, stage_chunks, stage_in_thread
+from .uploads import STAGING_CHUNK, StagedUpload, stage, stage_chunks
 
 ViewFunc = TypeVar("ViewFunc", bound=Callable[..., Any])
 UploadJob = Callable[[StagedUpload], Awaitable[Any]]
@@ -208,6 +210,27 @@ def admit(view: PooledView, request: HttpRequest, framework: Any = None) -> Fail
     with discarded_on_error(upload):
         caller = _known_caller(view, request, record) or caller_of(framework or request)
     return async_to_sync(submit)(request, record, caller, upload, view)
+
+
+async def stage_in_thread(make: Callable[[], StagedUpload]) -> StagedUpload:
+    """``make()`` in a worker thread (copying blocks); a copy finished after the caller was
+    cancelled is deleted: each side notes its part, then checks the other's."""
+    made: list[StagedUpload] = []
+    cancelled = threading.Event()
+
+    def make_or_discard() -> StagedUpload:
+        made.append(staged := make())
+        if cancelled.is_set():
+            staged.discard()
+        return staged
+
+    try:
+        return await sync_to_async(make_or_discard, thread_sensitive=False)()
+    except asyncio.CancelledError:
+        cancelled.set()
+        for staged in made:
+            staged.discard()
+        raise
 
 
 async def aadmit(view: PooledView, request: HttpRequest) -> Failure | None:

@@ -15,9 +15,9 @@ from django.core.files import File
 
 from .callers import caller_of as caller_of  # public here too: django_pdfpool.caller_of
 from .conf import PoolSettings, get_settings
-from .decorators import UploadJob, declared_view, extract_upload, run_staged
+from .decorators import UploadJob, declared_view, extract_upload, run_staged, stage_in_thread
 from .exceptions import UploadTooLarge
-from .uploads import StagedUpload, stage_chunks, stage_in_thread
+from .uploads import StagedUpload, stage_chunks
 
 Source: TypeAlias = "str | os.PathLike[str] | bytes | bytearray | memoryview | File[Any]"
 """What ``extract_pooled`` reads: a path, a Django ``File`` or ``FieldFile`` (any storage)

@@ -4,7 +4,6 @@ by processes that ended (docs/deployment.md)."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import functools
 import hashlib
@@ -12,13 +11,11 @@ import logging
 import os
 import re
 import tempfile
-import threading
 import time
 import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 
-from asgiref.sync import sync_to_async
 from django.core.files.uploadedfile import UploadedFile
 
 from .exceptions import UploadTooLarge
@@ -80,27 +77,6 @@ def stage_chunks(
         _remove(path)
         raise
     return StagedUpload(path, digest.hexdigest(), size, name, owned=True)
-
-
-async def stage_in_thread(make: Callable[[], StagedUpload]) -> StagedUpload:
-    """``make()`` in a worker thread (copying blocks); a copy finished after the caller was
-    cancelled is deleted: each side notes its part, then checks the other's."""
-    made: list[StagedUpload] = []
-    cancelled = threading.Event()
-
-    def make_or_discard() -> StagedUpload:
-        made.append(staged := make())
-        if cancelled.is_set():
-            staged.discard()
-        return staged
-
-    try:
-        return await sync_to_async(make_or_discard, thread_sensitive=False)()
-    except asyncio.CancelledError:
-        cancelled.set()
-        for staged in made:
-            staged.discard()
-        raise
 
 
 _STAGED = re.compile(r"pdfpool-(?:(\d+)\.(\d+)-)?[^/]*\.pdf")  # the owner: pid.start time

@@ -123,10 +123,10 @@ class Pool:
         self, key: str, caller: str, fn: JobFn | None, *, on_drop: DropFn | None = None,
         size: int | None = None,
     ) -> Any:  # fmt: skip
-        waiter, adopted = Waiter(asyncio.get_running_loop()), False
+        loop, adopted = asyncio.get_running_loop(), False
         try:
             with self._lock:
-                job = self._admit(key, caller, fn, on_drop, waiter)
+                job, waiter = self._admit(key, caller, fn, on_drop, loop)
                 job.size = job.size if job.size is not None else size
                 adopted = job.starter is waiter  # this call made the job
         finally:
@@ -142,17 +142,19 @@ class Pool:
             raise
 
     def _admit(
-        self, key: str, caller: str, fn: JobFn | None, on_drop: DropFn | None, waiter: Waiter
-    ) -> JobRecord:
-        """Apply the rules, in order, to a new call; return the job it now waits for."""
+        self, key: str, caller: str, fn: JobFn | None, on_drop: DropFn | None,
+        loop: asyncio.AbstractEventLoop,
+    ) -> tuple[JobRecord, Waiter]:  # fmt: skip
+        """Apply the rules, in order, to a new call; return the job it now waits for, and
+        its place among the job's waiters (woken on ``loop``)."""
         if self._closed:  # Rule 0: closed.
             self._books.count(Counter.REFUSED_CLOSED)
             raise jobs.closing()
         job = self._jobs.get(key)
         if job is not None:  # Rule 1: join; no slot, no queue place, any caller.
-            job.waiters.add(waiter)
+            job.waiters.add(waiter := Waiter(loop))
             self._books.count(Counter.JOINED)
-            return job
+            return job, waiter
         if fn is None:
             raise jobs.nothing_to_join(key)
         held = self._callers.get(caller)  # Rule 2: one job per caller, even if its starter left
@@ -165,6 +167,7 @@ class Pool:
             )
             self._books.refused(Counter.refused(refusal), caller)
             raise refusal
+        waiter = Waiter(loop)
         job = self._jobs[key] = self._callers[caller] = JobRecord(key, caller, fn, on_drop, waiter)
         if self._running < self.slots:
             self._start(job)
@@ -172,7 +175,7 @@ class Pool:
             self._queue.append(job)
             if self.wait is not None:
                 jobs.call_in_job_loop(self._arm, job, self.wait)
-        return job
+        return job, waiter
 
     def _start(self, job: JobRecord) -> None:  # under the lock
         job.state = "running"
