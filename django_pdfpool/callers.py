@@ -4,6 +4,7 @@ asks before the body: a caller function returns None there when it cannot know y
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 from typing import cast
 
@@ -38,6 +39,7 @@ def _as_ipv4(ip: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
     return ipaddress.IPv4Address(low) if nat64_or_compatible else None
 
 
+@functools.lru_cache(maxsize=4096)  # pure: a busy server sees the same addresses again
 def address_caller(address: str, prefix: int = IPV6_PREFIX) -> str:
     """``ip:<address>`` for IPv4 (IPv4 carried in IPv6 read as IPv4), ``ip:<network>/<n>``
     for IPv6 (its network of ``prefix`` bits: one host holds a whole /64); brackets and a
@@ -56,6 +58,7 @@ def address_caller(address: str, prefix: int = IPV6_PREFIX) -> str:
     return f"ip:{ip}"
 
 
+@functools.lru_cache(maxsize=4096)
 def network_of(caller: str) -> str:
     """The network an anonymous caller holds (``ip:a.b.c.0/24`` for ``ip:a.b.c.d``), else the
     caller: the door counts bodies per network, one for a host with many addresses."""
