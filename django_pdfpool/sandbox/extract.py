@@ -24,8 +24,29 @@ from typing import Any, Literal, NoReturn
 
 from .. import bounds as limits
 from ..exceptions import ExtractionError, SandboxUnavailable, Wording
-from . import children, wire
+from .children import (
+    CHILD_MODULE,
+    COLD,
+    ChildStarts,
+    Handle,
+    Outcome,
+    Template,
+    child_env,
+    drop,
+    remember,
+)
 from .confine import LAYERS, LEVELS, REQUIRE
+from .wire import (
+    DEFAULT_MAX_TEXT_BYTES,
+    ENGINE,
+    PROBE_OPTION,
+    SANDBOX_OFF,
+    Extracted,
+    ExtractionJob,
+    answer_limit,
+    decode_answer,
+    encode_job,
+)
 
 PAGE_SEPARATOR = "\n\n"
 """Between two pages in ``Extraction.text``."""
@@ -62,7 +83,7 @@ class Extraction:
     text_truncated: bool = False  # cut at max_text_bytes (`truncated` is then True too)
     # How the child started: "forked" from the warm template, or "cold" (a new interpreter).
     # Not part of the result: left out of as_dict() and of comparisons.
-    child_start: str = field(default=children.COLD, compare=False)
+    child_start: str = field(default=COLD, compare=False)
 
     def __post_init__(self) -> None:
         if type(self.pages) is not tuple:
@@ -143,15 +164,15 @@ def _check_layers(found: SandboxLayers) -> None:
 def probe(python: str, env: tuple[str, ...], sandbox: str) -> SandboxLayers:
     """Start a probe child (`child_main --probe`): it puts on every layer, start-up's and a
     job's, and says which it got."""
-    if sandbox == wire.SANDBOX_OFF:
+    if sandbox == SANDBOX_OFF:
         missing = dict.fromkeys(LAYERS, "the sandbox is turned off")
         return SandboxLayers((), missing, 0, "none", enabled=False)
     try:
         proc = subprocess.run(
-            [python, "-P", "-m", children.CHILD_MODULE, wire.PROBE_OPTION],
+            [python, "-P", "-m", CHILD_MODULE, PROBE_OPTION],
             stdin=subprocess.DEVNULL,
             capture_output=True,
-            env=children.child_env(env),
+            env=child_env(env),
             timeout=PROBE_TIMEOUT,
             check=False,
         )
@@ -165,7 +186,7 @@ def probe(python: str, env: tuple[str, ...], sandbox: str) -> SandboxLayers:
     return SandboxLayers(layers, missing, abi, reached[-1])
 
 
-_template = children.Template()  # the process's template, forking warm children
+_template = Template()  # the process's template, forking warm children
 _required = "none"  # the sandbox level below which extractions are refused
 _found: dict[tuple[str, tuple[str, ...], str], SandboxLayers] = {}  # by interpreter, env, sandbox
 _logged: set[tuple[object, ...]] = set()  # the refusals' findings logged so far
@@ -223,8 +244,8 @@ def configure(
         _required = require  # the last argument checked
     level = None
     if sandbox is not None or require is not None:
-        enabled = _template.sandbox != wire.SANDBOX_OFF if sandbox is None else sandbox
-        level = _required if enabled else wire.SANDBOX_OFF
+        enabled = _template.sandbox != SANDBOX_OFF if sandbox is None else sandbox
+        level = _required if enabled else SANDBOX_OFF
     names = None if child_env is None else tuple(child_env)
     _template.configure(enabled=warm, python=python, env=names, sandbox=level, nice=nice)
     if tmp_dir is not _UNSET:
@@ -241,7 +262,7 @@ def shutdown() -> None:
     _template.shutdown()
 
 
-child_starts: Callable[[], children.ChildStarts] = _template.status  # forked and cold starts
+child_starts: Callable[[], ChildStarts] = _template.status  # forked and cold starts
 idle_pids: Callable[[], list[int]] = _template.idle_pids  # the template and its ready children
 
 
@@ -254,7 +275,7 @@ async def extract(
     engine: str = "pypdf",
     on_too_many_pages: Literal["truncate", "refuse"] = "truncate",
     warm: bool = True,
-    max_text_bytes: int = wire.DEFAULT_MAX_TEXT_BYTES,
+    max_text_bytes: int = DEFAULT_MAX_TEXT_BYTES,
 ) -> Extraction:
     """The text of `source` (a path the caller keeps, or bytes), read in a child limited to
     `memory_limit` bytes and `timeout` seconds, cut to `max_text_bytes` of UTF-8 (then
@@ -267,7 +288,7 @@ async def extract(
     if _required != "none":  # probed once: at once after that
         await asyncio.to_thread(lambda: _check_layers(sandbox_layers()))
     refuse = on_too_many_pages == "refuse"
-    job = wire.ExtractionJob("", engine, timeout, memory_limit, max_pages, refuse, max_text_bytes)
+    job = ExtractionJob("", engine, timeout, memory_limit, max_pages, refuse, max_text_bytes)
     run = _Job(source, job, time.monotonic() + timeout, warm)
     _workers.run(run)
     try:
@@ -293,7 +314,7 @@ def _check(
     limits.MEMORY_LIMIT.require("memory_limit", memory_limit)
     limits.MAX_PAGES.require("max_pages", max_pages)
     if not (isinstance(engine, str) and engine in _registered):
-        wire.ENGINE.require("engine", engine)
+        ENGINE.require("engine", engine)
     limits.MAX_TEXT_BYTES.require("max_text_bytes", max_text_bytes)
     if on_too_many_pages not in ("truncate", "refuse"):
         raise ValueError("on_too_many_pages must be 'truncate' or 'refuse'")
@@ -313,9 +334,9 @@ class _Workers:
     a starter thread, off the caller's loop (``Thread.start()`` waits; docs/architecture.md)."""
 
     WORKING, IDLE = "pdfpool-extract", "pdfpool-idle"
-    idle = 2.0
 
-    def __init__(self) -> None:  # and again in a forked child
+    def __init__(self, idle: float = 2.0) -> None:  # and again in a forked child
+        self.idle = idle
         self._lock = threading.Lock()
         self._waiting = 0  # threads waiting for a job on the queue
         self._queue: queue.SimpleQueue[_Job] = queue.SimpleQueue()
@@ -370,18 +391,18 @@ class _Workers:
 
 
 _workers = _Workers()
-os.register_at_fork(after_in_child=lambda: _Workers.__init__(_workers))
+os.register_at_fork(after_in_child=lambda: _Workers.__init__(_workers, _workers.idle))
 
 
 class _Job:
     """One job's parent side, shared by the awaiting coroutine (which may cancel) and the
     worker thread holding the conversation with its child."""
 
-    def __init__(self, source: Any, job: wire.ExtractionJob, deadline: float, warm: bool) -> None:
+    def __init__(self, source: Any, job: ExtractionJob, deadline: float, warm: bool) -> None:
         self.source, self.job, self.deadline, self.warm = source, job, deadline, warm
-        self.future: Future[children.Outcome] = Future()
+        self.future: Future[Outcome] = Future()
         self._lock, self.cancelled = threading.Lock(), False
-        self._child: children.Handle | None = None
+        self._child: Handle | None = None
 
     def run(self) -> None:
         """The worker thread: the job's file, a child, the conversation; the child reaped and a
@@ -391,8 +412,8 @@ class _Job:
         try:
             path, owned = _job_file(self.source, self.job.memory_limit)
             try:
-                line = wire.encode_job(replace(self.job, path=path))
-                outcome = self._converse(line, wire.answer_limit(self.job.max_text_bytes))
+                line = encode_job(replace(self.job, path=path))
+                outcome = self._converse(line, answer_limit(self.job.max_text_bytes))
             finally:
                 if owned:
                     with contextlib.suppress(FileNotFoundError):
@@ -402,10 +423,10 @@ class _Job:
         else:
             self.future.set_result(outcome)
 
-    def _converse(self, job_line: bytes, max_output: int) -> children.Outcome:
+    def _converse(self, job_line: bytes, max_output: int) -> Outcome:
         """A child takes the job (a second if the first was gone) and is reaped: one that has
         answered is ended at once, before the job's slot is freed."""
-        outcome = children.Outcome(b"", None, lost=True)
+        outcome = Outcome(b"", None, lost=True)
         for _attempt in range(2):
             if self.cancelled:
                 break
@@ -419,19 +440,19 @@ class _Job:
                     child.kill()
             try:
                 if not child.send(job_line):
-                    children.drop(child)
+                    drop(child)
                     continue
                 outcome = child.receive(self.deadline, max_output)
             except BaseException:
-                children.drop(child)
+                drop(child)
                 raise
             if outcome.complete and not self.cancelled:
-                children.drop(child)
-                children.remember(child)
+                drop(child)
+                remember(child)
                 return outcome
             outcome.returncode = child.finish(self.deadline)
             if outcome.started or outcome.timed_out or outcome.overflow:
-                children.remember(child)
+                remember(child)
                 break
             outcome.lost = True  # died before it read the job (e.g. killed just now)
         return outcome
@@ -475,17 +496,17 @@ _PDFIUM_MEMORY_SIGNALS = {signal.SIGSEGV, signal.SIGABRT, signal.SIGBUS, signal.
                           signal.SIGTRAP}  # fmt: skip
 
 
-def _conclude(outcome: children.Outcome, engine: str) -> Extraction:
+def _conclude(outcome: Outcome, engine: str) -> Extraction:
     """An Extraction from a child's answer, or the ExtractionError its ending stands for."""
     output, outcome.output = outcome.output, b""
-    answer = wire.decode_answer(output)  # empties the buffer before the pages are parsed
+    answer = decode_answer(output)  # empties the buffer before the pages are parsed
     del output
-    if isinstance(answer, wire.Extracted):  # the same fields, but how the child started
+    if isinstance(answer, Extracted):  # the same fields, but how the child started
         return Extraction(**vars(answer), child_start=outcome.start)
     raise _ending_without_answer(outcome, engine) if answer is None else answer
 
 
-def _ending_without_answer(outcome: children.Outcome, engine: str) -> ExtractionError:
+def _ending_without_answer(outcome: Outcome, engine: str) -> ExtractionError:
     """The error for a child that gave no valid answer: the deadline, overflow, or its death."""
     if outcome.timed_out:
         return ExtractionError("too_complex", detail="deadline")
