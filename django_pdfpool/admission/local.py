@@ -11,9 +11,10 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+import django_pdfpool.admission.jobs as jobs
+
 from ..bounds import QUEUE, SLOTS, WAIT
 from ..exceptions import CallerBusy, PoolBusy, PoolClosed
-from . import jobs
 from .jobs import JobRecord, Waiter
 from .ledger import ClusterSnapshot, Counter, Ledger, PoolSnapshot, Pressure
 from .protocol import DropFn, ErrorObserver, JobFn

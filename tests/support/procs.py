@@ -47,14 +47,14 @@ def name(pid: int) -> str:
     return _read(f"/proc/{pid}/comm").decode().strip()
 
 
-def _starting_templates() -> set[int]:
-    """This process's own children started as a template (a job may start one while it runs
-    cold; ``idle_pids`` names it once it is ready). Its forked children are not these."""
-    me = os.getpid()
+def _starting_templates(pids: set[int]) -> set[int]:
+    """Those of ``pids`` this process started as a template (a job may start one while it
+    runs cold; ``idle_pids`` names it once it is ready). Its forked children are not these."""
+    me = str(os.getpid()).encode()
     return {
         pid
-        for pid in child_pids()
-        if _read(f"/proc/{pid}/stat").rsplit(b")", 1)[-1].split()[1:2] == [str(me).encode()]
+        for pid in pids
+        if _read(f"/proc/{pid}/stat").rsplit(b")", 1)[-1].split()[1:2] == [me]
         and b"--template" in _read(f"/proc/{pid}/cmdline").split(b"\0")
     }
 
@@ -64,7 +64,8 @@ def leftovers(before: set[int], timeout: float = 2.0) -> set[int]:
     `timeout`."""
     deadline = time.monotonic() + timeout
     while True:
-        extra = child_pids() - before - set(extraction.idle_pids()) - _starting_templates()
+        extra = child_pids() - before - set(extraction.idle_pids())
+        extra -= _starting_templates(extra)
         if not extra or time.monotonic() > deadline:
             return extra
         time.sleep(0.01)

@@ -20,6 +20,8 @@ from typing import Any
 from redis import exceptions as redis_errors
 from redis.exceptions import RedisError
 
+import django_pdfpool.admission.jobs as jobs
+
 from ...exceptions import (
     CallerBusy,
     CoordinatorUnavailable,
@@ -28,7 +30,6 @@ from ...exceptions import (
     RunnerLost,
     Wording,
 )
-from .. import jobs
 from ..jobs import JobRecord, Waiter
 from ..ledger import Counter, JobInfo, Ledger
 from ..local import Pool
