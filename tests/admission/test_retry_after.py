@@ -151,7 +151,7 @@ def test_no_refusal_carries_less_than_a_second():
 
 def test_a_running_job_is_given_what_runs_of_its_size_took():
     """Nine runs in ten took 0.1 s, the tenth (2 MB inputs) 6 s: a refused newcomer is told
-    a second while a small job runs, about 6 s while a 2 MB one does (the pool knows each
+    about a second while a small job runs, up to 6 s while a 2 MB one does (the pool knows each
     job's size); a ledger told no sizes goes by every run."""
     pool = Pool(1, 0, 10.0)
     for _ in range(27):
@@ -171,5 +171,6 @@ def test_a_running_job_is_given_what_runs_of_its_size_took():
         assert await running == "done"
         return told
 
-    assert asyncio.run(scenario(10_000)) == 1.0
-    assert 5.0 <= asyncio.run(scenario(2_100_000)) <= 6.0
+    # the running job's age (how late the refusal came) takes off its estimate: bounds loose
+    assert asyncio.run(scenario(10_000)) < 2.0
+    assert 3.0 <= asyncio.run(scenario(2_100_000)) <= 6.0
