@@ -110,8 +110,8 @@ async def acaller_of(request: HttpRequest) -> str:
     if hasattr(request, "auser"):
         request.user = await request.auser()  # resolved once, not on the loop later
     function = get_settings().caller
-    if iscoroutinefunction(function):
-        return cast(str, await function(request))
     if function in _QUICK:
         return cast(str, function(request))
+    if iscoroutinefunction(function):
+        return cast(str, await function(request))
     return cast(str, await sync_to_async(function, thread_sensitive=False)(request))

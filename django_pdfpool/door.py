@@ -53,11 +53,17 @@ class Terms:
 
 
 def terms() -> Terms:
-    """The door's terms from the settings (its defaults while it is off, for the status page)."""
+    """The door's terms from the settings (its defaults while it is off, for the status page),
+    built once per settings object."""
+    global _terms_of
     conf = get_settings()
-    door = conf.door or DoorSettings.defaults()
-    timing = (door.body_timeout, door.body_min_rate, door.body_timeout_max)
-    return Terms(conf.max_upload_size, door.budget, door.budget_bytes, *timing)
+    built_from, found = _terms_of
+    if built_from is not conf:
+        door = conf.door or DoorSettings.defaults()
+        timing = (door.body_timeout, door.body_min_rate, door.body_timeout_max)
+        found = Terms(conf.max_upload_size, door.budget, door.budget_bytes, *timing)
+        _terms_of = (conf, found)
+    return found
 
 
 @dataclass(frozen=True)
@@ -269,6 +275,7 @@ class Arrivals:
 
 
 TERMS = Terms(0, 0, 0, 20.0, 500)  # a ticket's until ``decide`` gives it the settings'
+_terms_of: tuple[object, Terms] = (None, TERMS)  # ``terms()``'s last, and the settings it read
 ARRIVING = Arrivals()
 """This process's bodies on their way in, for both adapters."""
 
@@ -408,23 +415,30 @@ async def arun_steps(steps: Steps[Value]) -> Value:
         return cast(Value, done.value)
 
 
-@contextlib.contextmanager
-def _asking(request: HttpRequest) -> Iterator[None]:
+class _Asking:
     """While the door asks ``CALLER``: one that raises (it reads ``request.user``, say,
     written for the view) cannot tell before the body, and is asked in the view."""
-    request.META[ASKING] = True
-    try:
-        yield
-    except Exception:
-        logger.debug("CALLER could not tell the door who asks", exc_info=True)
-    finally:
-        del request.META[ASKING]
+
+    __slots__ = ("meta",)
+
+    def __init__(self, request: HttpRequest) -> None:
+        self.meta = request.META
+
+    def __enter__(self) -> None:
+        self.meta[ASKING] = True
+
+    def __exit__(self, kind: object, error: BaseException | None, trace: object) -> bool:
+        del self.meta[ASKING]
+        if not isinstance(error, Exception):
+            return False
+        logger.debug("CALLER could not tell the door who asks", exc_info=error)
+        return True
 
 
 def ask_caller(request: HttpRequest) -> str | None:
     """The caller, asked from a sync request's thread (where it may read the database);
     None when the ``CALLER`` function cannot tell before the body."""
-    with _asking(request):
+    with _Asking(request):
         return caller_of(request)
     return None
 
@@ -432,7 +446,7 @@ def ask_caller(request: HttpRequest) -> str | None:
 async def aask_caller(request: HttpRequest) -> str | None:
     """``ask_caller`` from an event loop (``acaller_of``: a project's sync function runs
     in a thread; ``request.user`` resolved first, where authentication has run)."""
-    with _asking(request):
+    with _Asking(request):
         return await acaller_of(request)
     return None
 
@@ -516,7 +530,7 @@ def through_door(
     door_terms = terms()
     give_up = time.monotonic() + door_terms.body_timeout
     while True:
-        pressure = yield Call.blocking(read) if pool.blocking_reads else Call.quick(read)
+        pressure = (yield Call.blocking(read)) if pool.blocking_reads else read()  # memory only
         decided, shed = decide(
             upload, key, pressure, ARRIVING, who=who, known=known, terms=door_terms,
             field=view.field,

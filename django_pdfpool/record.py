@@ -35,6 +35,7 @@ SHA256 = "sha-256"
 MULTIPART_SLACK = 64 * 1024  # bytes of form overhead allowed over MAX_UPLOAD_SIZE
 SINGLE = ("content-type", "content-length", *RAW_DIGESTS, FILE_DIGEST)
 """Headers that must come once: two of them could be read differently by two readers."""
+READ = frozenset((*SINGLE, "transfer-encoding", "expect"))  # the headers an upload's are read from
 
 Headers = Mapping[str, str] | Iterable[tuple[str, str]]
 _QUOTED = re.compile(r'"(?:[^"\\]|\\.)*(?:"|\\?\Z)', re.DOTALL)  # a quoted string, maybe unclosed
@@ -58,7 +59,7 @@ class UploadHeaders:
         read alike: a malformed digest, a repeated header, a chunked multipart form."""
         values = _collect(headers)
         content_type = _one(values, "content-type")
-        if "," in _QUOTED.sub("", content_type):  # two joined by a server: one type has none
+        if "," in content_type and "," in _QUOTED.sub("", content_type):  # two joined: one has none
             raise RepeatedHeader(Wording.REPEATED_HEADER.format(header="Content-Type"))
         content_type, params = parse_header_parameters(content_type)
         raw = content_type == PDF_TYPE
@@ -66,7 +67,8 @@ class UploadHeaders:
         if chunked and content_type.startswith("multipart/"):
             raise LengthRequired(Wording.LENGTH_REQUIRED)
         names = RAW_DIGESTS if raw else (FILE_DIGEST,)
-        digests = {d for name in names if (d := parse_digest(_one(values, name), name))}
+        present = [name for name in names if name in values]
+        digests = {d for name in present if (d := parse_digest(_one(values, name), name))}
         if len(digests) > 1:
             raise BadDigest(Wording.TWO_DIGESTS)
         return cls(
@@ -102,19 +104,20 @@ class UploadHeaders:
 
 
 def _collect(headers: Headers) -> dict[str, list[str]]:
-    """Each header's values by lower-case name, in the order sent."""
+    """Each header's values by lower-case name, in the order sent (those ``READ`` only)."""
     pairs = headers.items() if isinstance(headers, Mapping) else headers
     values: dict[str, list[str]] = {}
     for name, value in pairs:
-        values.setdefault(name.lower(), []).append(value)
+        if (lower := name.lower()) in READ:
+            values.setdefault(lower, []).append(value)
     return values
 
 
 def _one(values: dict[str, list[str]], name: str) -> str:
     """The value of a header that must come once ('' when absent); a repeat is a 400."""
     found = values.get(name, ())
-    equal_lengths = name == "content-length" and len({v.strip() for v in found}) == 1
-    if len(found) > 1 and name in SINGLE and not equal_lengths:
+    repeated = len(found) > 1 and name in SINGLE
+    if repeated and not (name == "content-length" and len({v.strip() for v in found}) == 1):
         raise RepeatedHeader(Wording.REPEATED_HEADER.format(header=name.title()))
     return found[0] if found else ""
 
