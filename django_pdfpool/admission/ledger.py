@@ -321,9 +321,8 @@ class Ledger:
         take a slot. ``running_for``: how long each running job has run; ``sizes``: their
         inputs' bytes, if known."""
         with self._lock:
-            typical = self._typical(running_for)
             behind = len(running_for) + queued + 1 - self.slots - (0 if start else self.queue)
-            seconds = self._nth_free(running_for, behind, typical, sizes)
+            seconds = self._nth_free(running_for, behind, sizes)
             if head_waited is not None and self.wait is not None and not start:
                 seconds = min(seconds, max(0.0, self.wait - head_waited))
             return self._told(seconds, caller)
@@ -339,8 +338,7 @@ class Ledger:
         with self._lock:
             if running_for is not None:
                 return self._told(self._freed_by((running_for,), (size,)), caller)
-            typical = self._typical(others)
-            seconds = self._nth_free(others, ahead + 1, typical, sizes)
+            seconds = self._nth_free(others, ahead + 1, sizes)
             seconds += self._freed_by((0.0,), (size,))
             if self.wait is not None:  # given up once it has waited that long
                 seconds = min(seconds, max(0.0, self.wait - waited))
@@ -389,14 +387,13 @@ class Ledger:
         times = sorted(set().union(*mores))  # when some job may end
         return times[bisect.bisect_left(times, True, key=ended)]
 
-    def _nth_free(
-        self, running_for: Sequence[float], n: int, typical: float, sizes: Sequence[int | None]
-    ) -> float:
+    def _nth_free(self, running_for: Sequence[float], n: int, sizes: Sequence[int | None]) -> float:
         """Seconds until the ``n``-th slot frees (a free slot is free now): the first once a
         running job has likely ended, each later one a typical run over the slots after."""
         free = self.slots - len(running_for)
         if n <= free:
             return 0.0
+        typical = self._typical(running_for)
         first = self._freed_by(running_for, sizes) if running_for else typical
         return first + typical * (n - max(free, 0) - 1) / self.slots
 
