@@ -419,16 +419,16 @@ class _Asking:
     """While the door asks ``CALLER``: one that raises (it reads ``request.user``, say,
     written for the view) cannot tell before the body, and is asked in the view."""
 
-    __slots__ = ("meta",)
+    __slots__ = ("request",)
 
     def __init__(self, request: HttpRequest) -> None:
-        self.meta = request.META
+        self.request = request
 
     def __enter__(self) -> None:
-        self.meta[ASKING] = True
+        self.request.META[ASKING] = True
 
     def __exit__(self, kind: object, error: BaseException | None, trace: object) -> bool:
-        del self.meta[ASKING]
+        del self.request.META[ASKING]
         if not isinstance(error, Exception):
             return False
         logger.debug("CALLER could not tell the door who asks", exc_info=error)
