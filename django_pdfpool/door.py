@@ -359,15 +359,6 @@ class Call(Generic[Value]):
     async_: Callable[[], Awaitable[Value]]
 
     @classmethod
-    def quick(cls, read: Callable[[], Value]) -> Call[Value]:
-        """``read``, which never waits: called as it is on either side."""
-
-        async def on_the_loop() -> Value:
-            return read()
-
-        return cls(read, on_the_loop)
-
-    @classmethod
     def blocking(cls, read: Callable[[], Value]) -> Call[Value]:
         """``read``, which may wait (on the network, say): in a thread off the event loop."""
         return cls(read, sync_to_async(read, thread_sensitive=False))

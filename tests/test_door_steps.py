@@ -111,21 +111,14 @@ def test_a_cancel_while_awaiting_runs_the_step_functions_finally_then_cancels():
     assert released == [asyncio.CancelledError]
 
 
-def test_a_blocking_call_runs_off_the_loop_and_a_quick_one_on_it():
+def test_a_blocking_call_runs_off_the_loop():
     def thread() -> int | None:
         return threading.get_ident()
 
-    async def main() -> tuple[object, object, int]:
-        def both() -> Steps[tuple[object, object]]:
-            blocking = yield Call.blocking(thread)
-            quick = yield Call.quick(thread)
-            return blocking, quick
+    async def main() -> tuple[object, int]:
+        return await arun_steps(iter_once(Call.blocking(thread))), threading.get_ident()
 
-        blocking, quick = await arun_steps(both())
-        return blocking, quick, threading.get_ident()
-
-    blocking, quick, loop_thread = asyncio.run(main())
-    assert quick == loop_thread
+    blocking, loop_thread = asyncio.run(main())
     assert blocking != loop_thread
     assert run_steps(iter_once(Call.blocking(thread))) == threading.get_ident()  # sync: right here
 
