@@ -191,10 +191,8 @@ def serve_job(renamed: bool = False) -> NoReturn:
         data = wire.encode_answer(answer)
     except MemoryError:
         del answer
-        elapsed = time.perf_counter() - started
-        error = ExtractionError(
-            "too_large", detail="MemoryError", elapsed=elapsed, peak_rss=peak_rss()
-        )
+        error = ExtractionError("too_large", detail="MemoryError", peak_rss=peak_rss())
+        error.elapsed = time.perf_counter() - started
         data = wire.encode_answer(error)
     write_all(1, data)
     # No interpreter teardown: the parent has its answer, and the memory goes back anyway.
