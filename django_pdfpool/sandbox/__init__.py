@@ -1,8 +1,6 @@
 """The extraction sandbox: untrusted PDFs read in limited, short-lived child processes.
-
-Parent side: extract, children; child side: child_main, engines, confine; both: wire.
-The process-wide controls are importable from here, loaded on first use: a child imports
-this package too, and none of the parent side. (``extract`` itself is ``django_pdfpool.extract``.)
+Parent side: extract, children; child side: child_main, engines, confine; both: wire. The
+controls below load ``extract`` on first use: a child imports this package, never the parent side.
 """
 
 from __future__ import annotations
@@ -11,14 +9,7 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .extract import (
-        PAGE_SEPARATOR,
-        SandboxLayers,
-        configure,
-        prewarm,
-        sandbox_layers,
-        shutdown,
-    )
+    from .extract import PAGE_SEPARATOR, SandboxLayers, configure, prewarm, sandbox_layers, shutdown
 
 __all__ = ["PAGE_SEPARATOR", "SandboxLayers", "configure", "prewarm", "sandbox_layers", "shutdown"]
 

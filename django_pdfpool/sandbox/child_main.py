@@ -23,32 +23,7 @@ from collections import deque
 from typing import Any, NoReturn
 
 from ..exceptions import ExtractionError
-from . import confine
-from .engines import (
-    WARM_UP_PDF,
-    classify,
-    configure_pypdf,
-    decompression_cap,
-    encrypted_warm_ups,
-    extract_pages,
-    preload,
-)
-from .wire import (
-    FORK_REQUEST,
-    PID_FORMAT,
-    PIDS_REQUEST,
-    READY,
-    SANDBOX_OFF,
-    STARTED,
-    STATUS_FORMAT,
-    ChildAnswer,
-    Extracted,
-    ExtractionJob,
-    decode_job,
-    encode_answer,
-    encode_job,
-    read_child_options,
-)
+from . import confine, engines, wire
 
 CPU_MARGIN = 1  # seconds of CPU time granted beyond the job's timeout before SIGXCPU
 ALARM_MARGIN = 2  # seconds of wall time beyond the timeout before the child's own SIGALRM
@@ -63,27 +38,28 @@ READY_NAME = b"pdfpool-ready"  # /proc/PID/comm of a ready child, until its job 
 
 def main(argv: list[str]) -> None:
     """Start up, then do one job, or serve forks as the template."""
-    options = read_child_options(argv)
+    options = wire.read_child_options(argv)
     os.nice(options.nice)  # added to the server's own; inherited by the template's forks
-    if options.parent is not None:
-        # A cold child dies at once with its parent (SIGKILL); the template gets SIGTERM,
-        # so that it kills its own children first.
-        die_with_parent(options.parent, signal.SIGTERM if options.template else signal.SIGKILL)
-    engines = ("pypdf", *options.preload)
-    for engine in engines:
-        preload(engine)
+    if options.parent is not None:  # dies with the thread that started it (not Linux: pipes)
+        # A cold child at once (SIGKILL); the template by SIGTERM: it kills its children first.
+        _prctl(PR_SET_PDEATHSIG, signal.SIGTERM if options.template else signal.SIGKILL)
+        if os.getppid() != options.parent:  # gone already
+            os._exit(0)
+    imported = ("pypdf", *options.preload)
+    for engine in imported:
+        engines.preload(engine)
     if options.warm_up or options.template:
-        rehearse(engines, encrypted=options.template)
+        rehearse(imported, encrypted=options.template)
     gc.collect()
     gc.freeze()  # start-up objects are never collected: later collections skip them
-    if options.sandbox != SANDBOX_OFF:  # once, for every child forked from here on
+    if options.sandbox != wire.SANDBOX_OFF:  # once, for every child forked from here on
         confine.confine_process(confine.LEVELS[options.sandbox])
     if options.probe:
         report_layers()
     if options.template:
-        serve_template(engines, *options.ready)
-    write_all(sys.stdout.fileno(), READY)
-    serve_job(0, 1)
+        serve_template(imported, *options.ready)
+    write_all(sys.stdout.fileno(), wire.READY)
+    serve_job()
 
 
 def report_layers() -> None:
@@ -93,15 +69,7 @@ def report_layers() -> None:
     applied = dataclasses.asdict(confine.applied())
     applied["layers"] = sorted(applied["layers"])
     write_all(sys.stdout.fileno(), json.dumps(applied).encode() + b"\n")
-    sys.stdout.flush()
     raise SystemExit(0)
-
-
-def die_with_parent(parent: int, signum: int) -> None:
-    """`signum` when the thread that started this process dies; exit now if it is gone."""
-    _prctl(PR_SET_PDEATHSIG, signum)  # not Linux: the parent's pipes still end the process
-    if os.getppid() != parent:
-        os._exit(0)
 
 
 def set_name(name: bytes) -> None:
@@ -145,52 +113,49 @@ def read_document(path: str) -> bytes:
         return handle.read()
 
 
-def extract_job(job: ExtractionJob, data: bytes | None = None) -> ChildAnswer:
+def extract_job(job: wire.ExtractionJob, data: bytes | None = None) -> wire.ChildAnswer:
     """Read (unless given), hash and extract the job's file; every ending is an answer."""
     try:
         if job.engine != "pypdf":  # pypdf's own setup is configure_pypdf's, just below
-            preload(job.engine)  # at once if preloaded; imported here otherwise
-        configure_pypdf(decompression_cap(job.memory_limit))
+            engines.preload(job.engine)  # at once if preloaded; imported here otherwise
+        engines.configure_pypdf(engines.decompression_cap(job.memory_limit))
         if data is None:
             data = read_document(job.path)
         # Hashed here, over the very bytes that are parsed: the parent never reads the file.
         digest = hashlib.sha256(data).hexdigest()
         max_pages, refuse, cap = job.max_pages, job.refuse, job.max_text_bytes
-        text = extract_pages(
+        text = engines.extract_pages(
             job.engine, data, max_pages=max_pages, refuse=refuse, max_text_bytes=cap
         )
-        return Extracted(sha256=digest, **text)
+        return wire.Extracted(sha256=digest, **text)
     except BaseException as exc:
-        code, detail = classify(exc)
+        code, detail = engines.classify(exc)
     # Out of the except block: the traceback and the frames holding the document are freed.
     return ExtractionError(code, detail=detail)
 
 
-def rehearse(engines: tuple[str, ...], encrypted: bool = False) -> None:
+def rehearse(imported: tuple[str, ...], encrypted: bool = False) -> None:
     """A job's whole path on the warm-up document with each engine (also encrypted, for the
     template), no limits set: imports, caches and copy-on-write faults paid before a job."""
-    locked = encrypted_warm_ups() if encrypted else []
-    for engine in engines:
-        job = ExtractionJob("", engine, REHEARSAL_TIMEOUT, REHEARSAL_MEMORY, None, False)
-        for document in [WARM_UP_PDF, *(locked if engine == "pypdf" else ())]:
-            encode_answer(extract_job(decode_job(encode_job(job)), document))
+    locked = engines.encrypted_warm_ups() if encrypted else []
+    for engine in imported:
+        job = wire.ExtractionJob("", engine, REHEARSAL_TIMEOUT, REHEARSAL_MEMORY, None, False)
+        for document in [engines.WARM_UP_PDF, *(locked if engine == "pypdf" else ())]:
+            wire.encode_answer(extract_job(wire.decode_job(wire.encode_job(job)), document))
 
 
 def peak_rss() -> int:
     """VmHWM in bytes (ru_maxrss counts the parent's), by the fd opened before the sandbox."""
+    fd = confine.status_fd()
     try:
-        fd = confine.status_fd()
         if fd is not None:
             status = os.pread(fd, 1 << 14, 0)
         else:
             with open("/proc/self/status", "rb") as file:
                 status = file.read()
-        for line in status.splitlines():
-            if line.startswith(b"VmHWM:"):
-                return int(line.split()[1]) * 1024
+        return int(status.split(b"VmHWM:")[1].split()[0]) * 1024
     except (OSError, ValueError, IndexError, MemoryError):
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 def write_all(fd: int, data: bytes) -> None:
@@ -200,48 +165,36 @@ def write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view) :]
 
 
-def read_line(fd: int) -> bytes:
-    """Bytes up to and including the first newline, or all there was before EOF."""
-    line = b""
-    while not line.endswith(b"\n"):
-        chunk = os.read(fd, 1 << 16)
-        if not chunk:
-            break
-        line += chunk
-    return line
-
-
-def serve_job(stdin: int = 0, stdout: int = 1, renamed: bool = False) -> NoReturn:
-    """Wait for the job line, limit this process, say STARTED, answer, exit (no teardown);
-    a ready child (`renamed` while it waits) takes JOB_NAME with its job."""
+def serve_job(renamed: bool = False) -> NoReturn:
+    """Wait for the job line on stdin, limit this process, say STARTED, answer on stdout, exit
+    (no teardown); a ready child (`renamed` while it waits) takes JOB_NAME with its job."""
     confine.prepare_job()  # the job's sandbox but its file: a ready child's, while it waits
-    line = read_line(stdin)
+    with open(0, "rb", closefd=False) as stdin:
+        line = stdin.readline()
     if not line.strip():  # EOF: the parent is gone or discarded this child
         os._exit(0)
     if renamed:
         set_name(JOB_NAME)
     started = time.perf_counter()
-    job = decode_job(line)
+    job = wire.decode_job(line)
     try:
         confine.confine_job(job.path)  # before a byte of the PDF is read
         refused = None
     except OSError:  # a required layer could not be had: the PDF is not read
         refused = ExtractionError("crashed", detail="sandbox layer unavailable")
     limit_self(job.memory_limit, job.timeout)
-    write_all(stdout, STARTED)
+    write_all(1, wire.STARTED)
     answer = extract_job(job) if refused is None else refused
     answer.elapsed = time.perf_counter() - started
     answer.peak_rss = peak_rss()
     try:
-        data = encode_answer(answer)
+        data = wire.encode_answer(answer)
     except MemoryError:
         del answer
-        elapsed = time.perf_counter() - started
-        error = ExtractionError(
-            "too_large", detail="MemoryError", elapsed=elapsed, peak_rss=peak_rss()
-        )
-        data = encode_answer(error)
-    write_all(stdout, data)
+        error = ExtractionError("too_large", detail="MemoryError", peak_rss=peak_rss())
+        error.elapsed = time.perf_counter() - started
+        data = wire.encode_answer(error)
+    write_all(1, data)
     # No interpreter teardown: the parent has its answer, and the memory goes back anyway.
     os._exit(0)
 
@@ -262,8 +215,8 @@ class _Forked:
 class _Template:
     """The template's state: every child by pidfd, the ready ones oldest first, and demand."""
 
-    def __init__(self, control: socket.socket, engines: tuple[str, ...], most: int, idle: float):
-        self.control, self.engines, self.most, self.idle = control, engines, most, idle
+    def __init__(self, control: socket.socket, imported: tuple[str, ...], most: int, idle: float):
+        self.control, self.imported, self.most, self.idle = control, imported, most, idle
         self.children: dict[int, _Forked] = {}
         self.ready: deque[_Forked] = deque()
         self.wanted = 0  # ready children to keep: the most jobs seen running at once lately
@@ -305,22 +258,21 @@ class _Template:
             message = self.control.recv(16)
         except OSError:
             return False
-        if message == PIDS_REQUEST:
-            pids = b"".join(struct.pack(PID_FORMAT, child.pid) for child in self.ready)
+        if message == wire.PIDS_REQUEST:
+            pids = b"".join(struct.pack(wire.PID_FORMAT, child.pid) for child in self.ready)
             with contextlib.suppress(OSError):
                 self.control.send(pids or b"-")
             return True
-        if message != FORK_REQUEST:
+        if message != wire.FORK_REQUEST:
             return bool(message)
         self.last_request = time.monotonic()
         child = self.ready.popleft() if self.ready else self.fork(warm=False)
         self.handed[child.pidfd] = self.last_request
         running = len(self.children) - len(self.ready)  # this job's child included
         self.wanted = min(self.most, max(self.wanted, running))
+        pid = struct.pack(wire.PID_FORMAT, child.pid)
         try:
-            socket.send_fds(
-                self.control, [struct.pack(PID_FORMAT, child.pid)], [child.pidfd, *child.ends]
-            )
+            socket.send_fds(self.control, [pid], [child.pidfd, *child.ends])
         except OSError:
             return False
         finally:
@@ -336,7 +288,7 @@ class _Template:
             set_name(READY_NAME)
         pid = os.fork()
         if pid == 0:
-            _become_job_child(job_in, answer_out, self.engines if warm else None)
+            _become_job_child(job_in, answer_out, self.imported if warm else None)
         if warm:
             set_name(self.name)
         os.close(job_in)
@@ -357,13 +309,13 @@ class _Template:
         if child in self.ready:  # died while ready (killed from outside): nobody waits
             self.ready.remove(child)
             child.close_ends()
-        code = struct.pack(STATUS_FORMAT, os.waitstatus_to_exitcode(status), usage.ru_maxrss << 10)
+        code = os.waitstatus_to_exitcode(status)
         with contextlib.suppress(OSError):  # the server may have stopped listening for it
-            os.write(child.status_out, code)
+            os.write(child.status_out, struct.pack(wire.STATUS_FORMAT, code, usage.ru_maxrss << 10))
         os.close(child.status_out)
 
 
-def serve_template(engines: tuple[str, ...], most: int, idle: float) -> NoReturn:
+def serve_template(imported: tuple[str, ...], most: int, idle: float) -> NoReturn:
     """Say READY on the control socket, then fork children on request until the server goes;
     never returns."""
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # the server is gone
@@ -372,12 +324,11 @@ def serve_template(engines: tuple[str, ...], most: int, idle: float) -> NoReturn
     os.dup2(null, 0)  # the control socket only under its own number from here on
     os.dup2(null, 1)  # nor the server's pipe: nothing is written to it
     os.close(null)
-    control.send(READY)
-    template = _Template(control, engines, most, idle)
+    control.send(wire.READY)
+    template = _Template(control, imported, most, idle)
     try:
-        template.serve()
-    except KeyboardInterrupt:  # SIGTERM
-        pass
+        with contextlib.suppress(KeyboardInterrupt):  # SIGTERM
+            template.serve()
     finally:
         for pidfd, child in template.children.items():  # none reaped: no pid reused
             with contextlib.suppress(OSError):
@@ -387,9 +338,9 @@ def serve_template(engines: tuple[str, ...], most: int, idle: float) -> NoReturn
     os._exit(0)
 
 
-def _become_job_child(job_in: int, answer_out: int, engines: tuple[str, ...] | None) -> NoReturn:
+def _become_job_child(job_in: int, answer_out: int, imported: tuple[str, ...] | None) -> NoReturn:
     """In the new child: own group, the job's pipes as stdin/stdout, stderr to /dev/null, no
-    other fd, default signals; rehearsed if `engines` (a ready child), then the job."""
+    other fd, default signals; rehearsed if `imported` (a ready child), then the job."""
     try:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         os.setpgid(0, 0)
@@ -401,10 +352,10 @@ def _become_job_child(job_in: int, answer_out: int, engines: tuple[str, ...] | N
         for kept in (*confine.kept_fds(), os.sysconf("SC_OPEN_MAX")):
             os.closerange(low, kept)
             low = kept + 1
-        if engines is not None:  # named READY_NAME from birth (see fork)
-            rehearse(engines)  # its copy-on-write faults and caches paid before the job
+        if imported is not None:  # named READY_NAME from birth (see fork)
+            rehearse(imported)  # its copy-on-write faults and caches paid before the job
             gc.freeze()
-        serve_job(0, 1, renamed=engines is not None)
+        serve_job(renamed=imported is not None)
     except BaseException:
         os._exit(JOB_EXIT_ON_ERROR)
 

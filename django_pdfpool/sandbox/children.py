@@ -6,6 +6,7 @@ from __future__ import annotations
 import atexit
 import collections
 import contextlib
+import io
 import os
 import select
 import signal
@@ -18,19 +19,9 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO
 
-from .wire import (
-    DEFAULT_NICE,
-    FORK_REQUEST,
-    PID_FORMAT,
-    PIDS_REQUEST,
-    READY,
-    STARTED,
-    STATUS_FORMAT,
-    child_options,
-    holds_answer,
-)
+from . import wire
 
 CHILD_MODULE = "django_pdfpool.sandbox.child_main"
 READ_CHUNK = 1 << 20
@@ -60,7 +51,7 @@ def child_env(names: tuple[str, ...] = ()) -> dict[str, str]:
 
 def job_started(output: bytes | bytearray) -> bool:
     """Whether the child said it read its job (after READY from a cold child)."""
-    return output.startswith(STARTED) or output.startswith(READY + STARTED)
+    return output.startswith(wire.STARTED) or output.startswith(wire.READY + wire.STARTED)
 
 
 @dataclass
@@ -92,8 +83,8 @@ class Handle:
     start = COLD
     peak_rss: int | None = None  # bytes, its ru_maxrss from the kernel once reaped
     pid: int
-    _job_fd: int | None
-    _answer_fd: int
+    _job: IO[bytes] | None  # the job pipe, until the job is handed over
+    _answer: IO[bytes]
     _pidfd: int | None
 
     def __init__(self) -> None:
@@ -109,9 +100,17 @@ class Handle:
         raise NotImplementedError
 
     def _close_job_pipe(self) -> None:
-        if self._job_fd is not None:
-            os.close(self._job_fd)
-            self._job_fd = None
+        if self._job is not None:
+            self._job.close()
+            self._job = None
+
+    def _close(self) -> None:
+        """Release the pipes and the pidfd (once reaped, or let go of)."""
+        self._close_job_pipe()
+        self._answer.close()
+        if self._pidfd is not None:
+            os.close(self._pidfd)
+            self._pidfd = None
 
     def _forget(self) -> None:
         with _live_lock:
@@ -120,27 +119,25 @@ class Handle:
     def send(self, job_line: bytes) -> bool:
         """Hand the job over; False if the child is gone already (it never saw the job)."""
         try:
-            if self._job_fd is None:
+            if self._job is None:
                 return False
-            os.write(self._job_fd, job_line)  # a few hundred bytes: never blocks
+            self._job.write(job_line)  # a few hundred bytes: never blocks
             return True
-        except OSError:
+        except (OSError, ValueError):  # ValueError: closed under us (kill_all at exit)
             return False
         finally:
             self._close_job_pipe()
 
     def receive(self, deadline: float, max_output: int) -> Outcome:
         """Read until a whole answer, EOF, the deadline or too much output (these two kill)."""
-        output, fd = bytearray(), self._answer_fd
+        output, fd = bytearray(), self._answer.fileno()
         timed_out = overflow = False
-        poller = select.poll()
-        poller.register(fd, select.POLLIN)
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 timed_out = True
                 break
-            if not poller.poll(remaining * 1000 + 1):
+            if not _readable([fd], remaining + 0.001):
                 continue
             try:
                 chunk = os.read(fd, READ_CHUNK)
@@ -152,7 +149,7 @@ class Handle:
             if len(output) > max_output:
                 overflow = True
                 break
-            if holds_answer(output):  # handed on as it is: no copy
+            if wire.holds_answer(output):  # handed on as it is: no copy
                 return Outcome(output, None, complete=True, started=True, start=self.start)
         if timed_out or overflow:
             self.kill()
@@ -160,20 +157,19 @@ class Handle:
         return Outcome(output, None, timed_out, overflow, started=started, start=self.start)
 
     def finish(self, deadline: float) -> int | None:
-        """Wait for the child's exit (killing it if it outlives the deadline) and reap it."""
-        if not self._exits_by(deadline):
+        """After EOF the child is exiting: wait for that without reaping it, up to the deadline
+        (then kill it), and reap it."""
+        if self._pidfd is not None:
+            exited = _readable([self._pidfd], max(0.0, deadline - time.monotonic()))
+        else:
+            flags = os.WEXITED | os.WNOHANG | os.WNOWAIT
+            while not (exited := os.waitid(os.P_PID, self.pid, flags) is not None):
+                if time.monotonic() >= deadline:
+                    break
+                time.sleep(0.001)
+        if not exited:
             self.kill()
         return self.reap()
-
-    def _exits_by(self, deadline: float) -> bool:
-        """After EOF the child is exiting: wait for that without reaping, up to the deadline."""
-        if self._pidfd is not None:
-            return _readable([self._pidfd], max(0.0, deadline - time.monotonic()))
-        while os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(0.001)
-        return True
 
 
 class Child(Handle):
@@ -187,15 +183,11 @@ class Child(Handle):
         template: int | None = None,
         ready: tuple[int, float] = (0, 0.0),
         sandbox: str = "none",
-        nice: int = DEFAULT_NICE,
+        nice: int = wire.DEFAULT_NICE,
     ) -> None:
         # -P: the cwd not on sys.path; stderr nowhere (pypdf's thousands of lines would fill it)
-        role: dict[str, Any] = {
-            "template": template is not None,
-            "parent": os.getpid(),
-            "ready": ready,
-        }
-        options = child_options(preload, False, **role, sandbox=sandbox, nice=nice)
+        role = {"template": template is not None, "parent": os.getpid(), "ready": ready}
+        options = wire.child_options(preload, False, **role, sandbox=sandbox, nice=nice)
         self.proc = subprocess.Popen(
             [python, "-P", "-m", CHILD_MODULE, *options],
             stdin=subprocess.PIPE if template is None else template,
@@ -206,10 +198,9 @@ class Child(Handle):
             env=child_env(env),
             bufsize=0,
         )
-        self.pid = self.proc.pid
-        self._job_fd = None if self.proc.stdin is None else self.proc.stdin.fileno()
+        self.pid, self._job = self.proc.pid, self.proc.stdin
         assert self.proc.stdout is not None  # stdout=PIPE
-        self._answer_fd = self.proc.stdout.fileno()
+        self._answer = self.proc.stdout
         try:
             self._pidfd = os.pidfd_open(self.pid)
         except (AttributeError, OSError):
@@ -236,26 +227,13 @@ class Child(Handle):
                 self.proc.returncode = os.waitstatus_to_exitcode(status)
                 self.peak_rss = usage.ru_maxrss * 1024
             returncode = self.proc.returncode
-            self._close_pipes()
+            self._close()
         self._forget()
         return returncode
 
-    def _close_job_pipe(self) -> None:
-        if self.proc.stdin is not None:
-            self.proc.stdin.close()
-        self._job_fd = None
-
-    def _close_pipes(self) -> None:
-        for pipe in (self.proc.stdin, self.proc.stdout):
-            if pipe is not None:
-                pipe.close()
-        if self._pidfd is not None:
-            os.close(self._pidfd)
-        self._job_fd = self._pidfd = None
-
     def disown(self) -> None:
         """In a forked process: let go of the parent's child without signalling it."""
-        self._close_pipes()
+        self._close()
         self.proc.returncode = 0  # not ours to wait for
 
 
@@ -265,8 +243,8 @@ class ForkedChild(Handle):
     start = FORKED
 
     def __init__(self, pid: int, pidfd: int, job_fd: int, answer_fd: int, status_fd: int) -> None:
-        self.pid, self._pidfd = pid, pidfd
-        self._job_fd, self._answer_fd, self._status_fd = job_fd, answer_fd, status_fd
+        self.pid, self._pidfd, self._status_fd = pid, pidfd, status_fd
+        self._job, self._answer = io.FileIO(job_fd, "w"), io.FileIO(answer_fd, "r")
         self._reaped = False
         super().__init__()
 
@@ -291,15 +269,13 @@ class ForkedChild(Handle):
                 _readable([self._pidfd], None)
             ready = _readable([self._status_fd], STATUS_TIMEOUT)
             status = os.read(self._status_fd, _STATUS_SIZE) if ready else b""
-            self._close_job_pipe()
-            for fd in (self._answer_fd, self._status_fd, self._pidfd):
-                if fd is not None:
-                    os.close(fd)
-            self._pidfd, self._reaped = None, True
+            self._close()
+            os.close(self._status_fd)
+            self._reaped = True
         self._forget()
         if len(status) != _STATUS_SIZE:
             return None
-        returncode, self.peak_rss = struct.unpack(STATUS_FORMAT, status)
+        returncode, self.peak_rss = struct.unpack(wire.STATUS_FORMAT, status)
         return int(returncode)
 
 
@@ -317,7 +293,7 @@ class ChildStarts:
 
 _live: set[Handle] = set()  # every unreaped child, killed at exit
 _live_lock = threading.Lock()
-_STATUS_SIZE = struct.calcsize(STATUS_FORMAT)
+_STATUS_SIZE = struct.calcsize(wire.STATUS_FORMAT)
 RECENT_JOBS = 20  # job children whose peak this process remembers
 # Each reaped job child's (time.time(), peak RSS bytes (the kernel's: a cold child's counts
 # the server's pages at its start), COLD or FORKED), the newest last.
@@ -365,18 +341,19 @@ class _Running:
 
     def fork(self) -> ForkedChild | None:
         """A (ready) child from the template, or None if the template did not answer."""
-        reply, fds = self._ask(FORK_REQUEST)
-        if len(reply) != struct.calcsize(PID_FORMAT) or len(fds) != 4:
+        reply, fds = self._ask(wire.FORK_REQUEST)
+        if len(reply) != struct.calcsize(wire.PID_FORMAT) or len(fds) != 4:
             for fd in fds:
                 os.close(fd)
             return None
-        (pid,) = struct.unpack(PID_FORMAT, reply)
+        (pid,) = struct.unpack(wire.PID_FORMAT, reply)
         return ForkedChild(pid, *fds)
 
     def ready_pids(self) -> list[int]:
         """The pids of the template's ready children ([] if it does not answer)."""
-        reply = self._ask(PIDS_REQUEST)[0]
-        return [pid for (pid,) in struct.iter_unpack(PID_FORMAT, reply)] if reply != b"-" else []
+        reply = self._ask(wire.PIDS_REQUEST)[0]
+        pids = b"" if reply == b"-" else reply
+        return [pid for (pid,) in struct.iter_unpack(wire.PID_FORMAT, pids)]
 
     def _ask(self, request: bytes) -> tuple[bytes, list[int]]:
         """The template's reply and descriptors; nothing if it is gone or too slow (timeout)."""
@@ -402,7 +379,7 @@ class Template:
         self.env: tuple[str, ...] = ()  # names of variables children get besides the minimum
         self.preload: tuple[str, ...] = ()  # engines beyond pypdf that jobs have asked for
         self.sandbox = "none"  # the level children must reach (confine.LEVELS), or "off"
-        self.nice = DEFAULT_NICE  # the children's nice above the server's (bounds.NICE)
+        self.nice = wire.DEFAULT_NICE  # the children's nice above the server's (bounds.NICE)
         self.max_ready, self.ready_idle = MAX_READY, READY_IDLE  # read when a template starts
         self._reset()
         os.register_at_fork(after_in_child=self._after_fork)
@@ -569,7 +546,7 @@ class Template:
             theirs.close()
         ours.settimeout(START_TIMEOUT)
         try:  # its imports and rehearsal done, it says READY on the socket
-            answered = ours.recv(len(READY)) == READY
+            answered = ours.recv(len(wire.READY)) == wire.READY
         except OSError:  # a timeout, or the template is gone
             answered = False
         if not answered or child._pidfd is None:

@@ -22,12 +22,8 @@ CLONE_THREAD = 0x10000
 TIOCSTI, TIOCLINUX = 0x5412, 0x541C  # ioctls that type into a terminal
 
 NO_NEW_PRIVS, NOT_DUMPABLE, NAMESPACES = "no_new_privs", "not_dumpable", "namespaces"
-SECCOMP, LANDLOCK_FS, LANDLOCK_NET, LANDLOCK_SIGNAL = (
-    "seccomp",
-    "landlock_fs",
-    "landlock_net",
-    "landlock_signal",
-)
+SECCOMP, LANDLOCK_FS = "seccomp", "landlock_fs"
+LANDLOCK_NET, LANDLOCK_SIGNAL = "landlock_net", "landlock_signal"
 _BASIC = (NO_NEW_PRIVS, NOT_DUMPABLE, SECCOMP)
 _LANDLOCK = (*_BASIC, LANDLOCK_FS, LANDLOCK_NET, LANDLOCK_SIGNAL)
 LAYERS = (*_LANDLOCK, NAMESPACES)
@@ -91,7 +87,7 @@ class _State:
     require: tuple[str, ...] = ()
     applied: Applied = field(default_factory=Applied)
     read_roots: tuple[str, ...] = ()
-    job_filter: tuple[Any, ...] = ()  # the job's seccomp filter: its BPF, sock_fprog, reference
+    job_filter: Any = None  # a reference to the job's seccomp filter (its sock_fprog)
     plan: _Plan | None = None  # the job's Landlock ruleset, prepared at start-up
     job_ruleset_fd: int | None = None  # made by prepare_job, enforced by confine_job
     status_fd: int | None = None  # /proc/self/status, opened before the job's domain
@@ -108,9 +104,9 @@ def libc() -> Any:
 
 
 class _SockFprog(ctypes.Structure):
-    """struct sock_fprog: a seccomp filter's BPF program."""
+    """struct sock_fprog: a seccomp filter's BPF program (its bytes, kept alive by the field)."""
 
-    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_char_p)]
 
 
 def _fail(layer: str, reason: str) -> None:
@@ -161,11 +157,10 @@ def prepare_job() -> None:
                 os.close(fd)
             plan.root_fds = []
         _state.status_fd = os.open("/proc/self/status", os.O_RDONLY | os.O_CLOEXEC)
-        if _state.job_filter:
-            program = _state.job_filter[-1]
-            if libc().prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, program, 0, 0) != 0:
-                number = ctypes.get_errno()
-                raise OSError(number, os.strerror(number))
+        program = _state.job_filter
+        if program is not None and libc().prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, program, 0, 0):
+            number = ctypes.get_errno()
+            raise OSError(number, os.strerror(number))
     except OSError as exc:  # raised again by confine_job: the job is refused
         _state.prepare_error = exc
 
@@ -229,6 +224,7 @@ def read_roots() -> tuple[str, ...]:
     """What a job's child may read (none beneath another): the interpreter's prefixes, the
     standard library and site directories, ENGINE_PACKAGES and LIBRARY_DIRS; never another
     sys.path entry (PYTHONPATH=/app would give the project's settings)."""
+    import importlib.util
     import site
     import sysconfig
 
@@ -238,26 +234,13 @@ def read_roots() -> tuple[str, ...]:
     roots.update(site.getsitepackages())
     if site.ENABLE_USER_SITE:
         roots.add(site.getusersitepackages())
-    for name in ENGINE_PACKAGES:
-        roots.update(_package_paths(name))
+    for name in ENGINE_PACKAGES:  # its directories (a module: its file), found, not imported
+        with contextlib.suppress(ImportError, ValueError):
+            spec = importlib.util.find_spec(name)
+            places = [] if spec is None else spec.submodule_search_locations or [spec.origin or ""]
+            roots.update(place for place in places if place and os.path.isabs(place))
     found = sorted(os.path.abspath(root) for root in roots if root and os.path.exists(root))
     return tuple(r for r in found if not any(o != r and _beneath(r, o) for o in found))
-
-
-def _package_paths(name: str) -> list[str]:
-    """Where the top-level package `name` lives (its directories; a single module: its file),
-    imported or not (a lazily imported engine is found without importing it); [] if absent."""
-    import importlib.util
-
-    try:
-        spec = importlib.util.find_spec(name)
-    except (ImportError, ValueError):
-        return []
-    if spec is None:
-        return []
-    if spec.submodule_search_locations is not None:
-        return list(spec.submodule_search_locations)
-    return [spec.origin] if spec.origin and os.path.isabs(spec.origin) else []
 
 
 # The libraries the bindings ask ctypes.util.find_library for, by their sonames: found with
@@ -271,14 +254,9 @@ def _import_bindings() -> None:
     real = ctypes.util.find_library
 
     def find_library(name: str) -> str | None:
-        soname = _SONAMES.get(name)
-        if soname is not None:
-            try:
-                ctypes.CDLL(soname)
-            except OSError:
-                pass
-            else:
-                return soname
+        with contextlib.suppress(KeyError, OSError):
+            ctypes.CDLL(_SONAMES[name])
+            return _SONAMES[name]
         return real(name)
 
     ctypes.util.find_library = find_library
@@ -299,19 +277,17 @@ def _landlock() -> None:
     and abstract unix sockets scoped to the domain (reads are left to each job's domain)."""
     try:
         import landlockpy
-        from landlockpy import AccessFS, AccessNet, Scope, _syscall  # noqa: F401 (a job's calls)
+        from landlockpy import AccessFS, AccessNet, Scope, _syscall
     except ImportError:
         return _landlock_missing("landlockpy is not installed")
     abi = landlockpy.abi_version()
     _state.applied.landlock_abi = abi
     if abi < 1:
         return _landlock_missing("the kernel offers no Landlock")
-    read = AccessFS.READ_FILE | AccessFS.READ_DIR
-    ruleset = landlockpy.Ruleset(  # what the ABI has of these: landlockpy drops the rest
-        handled_fs=landlockpy.fs_for_abi(abi) & ~read,
-        handled_net=AccessNet.BIND_TCP | AccessNet.CONNECT_TCP,
-        scoped=Scope.SIGNAL | Scope.ABSTRACT_UNIX_SOCKET,
-    )
+    fs, read = landlockpy.fs_for_abi(abi), AccessFS.READ_FILE | AccessFS.READ_DIR
+    net = (AccessNet.BIND_TCP | AccessNet.CONNECT_TCP) & landlockpy.net_for_abi(abi)
+    scoped = (Scope.SIGNAL | Scope.ABSTRACT_UNIX_SOCKET) & landlockpy.scope_for_abi(abi)
+    ruleset = landlockpy.Ruleset(handled_fs=fs & ~read, handled_net=net, scoped=scoped)
     try:
         with ruleset:
             for path in WRITABLE:
@@ -319,7 +295,10 @@ def _landlock() -> None:
             ruleset.restrict(no_new_privs=True)
     except OSError as exc:
         return _landlock_missing(exc.strerror or "restrict failed")
-    _state.plan = _plan(abi)
+    # The job's: built here, so that a job's child makes only system calls.
+    attr = _syscall.RulesetAttr(int(fs), int(net), int(scoped))
+    file_rule = _syscall.PathBeneathAttr(int(AccessFS.READ_FILE), -1)
+    _state.plan = _Plan(attr, *_root_rules(_state.read_roots), file_rule)
     for layer, needs in LANDLOCK_ABI.items():
         if abi >= needs:
             _state.applied.layers.add(layer)
@@ -342,18 +321,6 @@ class _Plan:
     root_fds: list[int]
     root_rules: list[Any]  # struct landlock_path_beneath_attr, one per root fd
     file_rule: Any  # the job's file: parent_fd set by confine_job
-
-
-def _plan(abi: int) -> _Plan:
-    """Opened and built once, so that a job's child makes only system calls."""
-    import landlockpy
-    from landlockpy import AccessFS, AccessNet, Scope, _syscall
-
-    net = int(AccessNet.BIND_TCP | AccessNet.CONNECT_TCP) if abi >= 4 else 0
-    scoped = int(Scope.SIGNAL | Scope.ABSTRACT_UNIX_SOCKET) if abi >= 6 else 0
-    attr = _syscall.RulesetAttr(int(landlockpy.fs_for_abi(abi)), net, scoped)
-    file_rule = _syscall.PathBeneathAttr(int(AccessFS.READ_FILE), -1)
-    return _Plan(attr, *_root_rules(_state.read_roots), file_rule)
 
 
 def _root_rules(roots: Any) -> tuple[list[int], list[Any]]:
@@ -398,24 +365,16 @@ def _seccomp_process() -> None:
             seccomp.Arg(0, seccomp.MASKED_EQ, CLONE_THREAD, 0),
         )
         job.add_rule(seccomp.ERRNO(errno.ENOSYS), "clone3")
-        program = _compiled(job)
-        bpf = ctypes.create_string_buffer(program, len(program))
-        fprog = _SockFprog(len(program) // 8, ctypes.addressof(bpf))
-        _state.job_filter = (bpf, fprog, ctypes.byref(fprog))
+        read, write = os.pipe()  # the BPF program, as libseccomp would load it
+        with open(read, "rb") as reader:
+            with open(write, "wb") as writer:
+                job.export_bpf(writer)
+            program = reader.read()
+        _state.job_filter = ctypes.byref(_SockFprog(len(program) // 8, program))
     except OSError as exc:
         return _fail(SECCOMP, exc.strerror or "seccomp failed")
     _state.applied.layers.add(SECCOMP)
     return None
-
-
-def _compiled(syscall_filter: Any) -> bytes:
-    """The filter's BPF program, as libseccomp would load it (through a pipe: a few hundred
-    bytes)."""
-    read, write = os.pipe()
-    with open(read, "rb") as reader:
-        with open(write, "wb") as writer:
-            syscall_filter.export_bpf(writer)
-        return reader.read()
 
 
 def _deny(seccomp: Any, syscall_filter: Any, name: str, *args: Any) -> None:

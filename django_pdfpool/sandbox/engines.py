@@ -171,12 +171,6 @@ def fit(text: str, room: int) -> str:
     return ""
 
 
-def check_header(data: bytes) -> None:
-    """Refuse what does not even claim to be a PDF, before any engine sees it."""
-    if b"%PDF-" not in data[:HEADER_WINDOW]:
-        raise ExtractionError("not_a_pdf", detail="empty file" if not data else "no %PDF- header")
-
-
 def extract_pages(
     engine: str,
     data: bytes,
@@ -186,7 +180,8 @@ def extract_pages(
     max_text_bytes: int = DEFAULT_MAX_TEXT_BYTES,
 ) -> dict[str, Any]:
     """The text of `data` by `engine` (Extracted's fields); no page is read past the text cap."""
-    check_header(data)
+    if b"%PDF-" not in data[:HEADER_WINDOW]:  # does not even claim to be a PDF
+        raise ExtractionError("not_a_pdf", detail="empty file" if not data else "no %PDF- header")
     if ":" in engine:  # a registered engine: its every page, no metadata
         texts, max_pages = registered(engine)(data), None
         opened: _Opened = len(texts), texts.__getitem__, dict

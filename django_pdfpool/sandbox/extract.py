@@ -24,29 +24,8 @@ from typing import Any, Literal, NoReturn
 
 from .. import bounds as limits
 from ..exceptions import ExtractionError, SandboxUnavailable, Wording
-from .children import (
-    CHILD_MODULE,
-    COLD,
-    ChildStarts,
-    Handle,
-    Outcome,
-    Template,
-    child_env,
-    drop,
-    remember,
-)
+from . import children, wire
 from .confine import LAYERS, LEVELS, REQUIRE
-from .wire import (
-    DEFAULT_MAX_TEXT_BYTES,
-    ENGINE,
-    PROBE_OPTION,
-    SANDBOX_OFF,
-    Extracted,
-    ExtractionJob,
-    answer_limit,
-    decode_answer,
-    encode_job,
-)
 
 PAGE_SEPARATOR = "\n\n"
 """Between two pages in ``Extraction.text``."""
@@ -83,7 +62,7 @@ class Extraction:
     text_truncated: bool = False  # cut at max_text_bytes (`truncated` is then True too)
     # How the child started: "forked" from the warm template, or "cold" (a new interpreter).
     # Not part of the result: left out of as_dict() and of comparisons.
-    child_start: str = field(default=COLD, compare=False)
+    child_start: str = field(default=children.COLD, compare=False)
 
     def __post_init__(self) -> None:
         if type(self.pages) is not tuple:
@@ -164,15 +143,15 @@ def _check_layers(found: SandboxLayers) -> None:
 def probe(python: str, env: tuple[str, ...], sandbox: str) -> SandboxLayers:
     """Start a probe child (`child_main --probe`): it puts on every layer, start-up's and a
     job's, and says which it got."""
-    if sandbox == SANDBOX_OFF:
+    if sandbox == wire.SANDBOX_OFF:
         missing = dict.fromkeys(LAYERS, "the sandbox is turned off")
         return SandboxLayers((), missing, 0, "none", enabled=False)
     try:
         proc = subprocess.run(
-            [python, "-P", "-m", CHILD_MODULE, PROBE_OPTION],
+            [python, "-P", "-m", children.CHILD_MODULE, wire.PROBE_OPTION],
             stdin=subprocess.DEVNULL,
             capture_output=True,
-            env=child_env(env),
+            env=children.child_env(env),
             timeout=PROBE_TIMEOUT,
             check=False,
         )
@@ -186,7 +165,7 @@ def probe(python: str, env: tuple[str, ...], sandbox: str) -> SandboxLayers:
     return SandboxLayers(layers, missing, abi, reached[-1])
 
 
-_template = Template()  # the process's template, forking warm children
+_template = children.Template()  # the process's template, forking warm children
 _required = "none"  # the sandbox level below which extractions are refused
 _found: dict[tuple[str, tuple[str, ...], str], SandboxLayers] = {}  # by interpreter, env, sandbox
 _logged: set[tuple[object, ...]] = set()  # the refusals' findings logged so far
@@ -244,8 +223,8 @@ def configure(
         _required = require  # the last argument checked
     level = None
     if sandbox is not None or require is not None:
-        enabled = _template.sandbox != SANDBOX_OFF if sandbox is None else sandbox
-        level = _required if enabled else SANDBOX_OFF
+        enabled = _template.sandbox != wire.SANDBOX_OFF if sandbox is None else sandbox
+        level = _required if enabled else wire.SANDBOX_OFF
     names = None if child_env is None else tuple(child_env)
     _template.configure(enabled=warm, python=python, env=names, sandbox=level, nice=nice)
     if tmp_dir is not _UNSET:
@@ -262,7 +241,7 @@ def shutdown() -> None:
     _template.shutdown()
 
 
-child_starts: Callable[[], ChildStarts] = _template.status  # forked and cold starts
+child_starts: Callable[[], children.ChildStarts] = _template.status  # forked and cold starts
 idle_pids: Callable[[], list[int]] = _template.idle_pids  # the template and its ready children
 
 
@@ -275,7 +254,7 @@ async def extract(
     engine: str = "pypdf",
     on_too_many_pages: Literal["truncate", "refuse"] = "truncate",
     warm: bool = True,
-    max_text_bytes: int = DEFAULT_MAX_TEXT_BYTES,
+    max_text_bytes: int = wire.DEFAULT_MAX_TEXT_BYTES,
 ) -> Extraction:
     """The text of `source` (a path the caller keeps, or bytes), read in a child limited to
     `memory_limit` bytes and `timeout` seconds, cut to `max_text_bytes` of UTF-8 (then
@@ -288,7 +267,7 @@ async def extract(
     if _required != "none":  # probed once: at once after that
         await asyncio.to_thread(lambda: _check_layers(sandbox_layers()))
     refuse = on_too_many_pages == "refuse"
-    job = ExtractionJob("", engine, timeout, memory_limit, max_pages, refuse, max_text_bytes)
+    job = wire.ExtractionJob("", engine, timeout, memory_limit, max_pages, refuse, max_text_bytes)
     run = _Job(source, job, time.monotonic() + timeout, warm)
     _workers.run(run)
     try:
@@ -314,7 +293,7 @@ def _check(
     limits.MEMORY_LIMIT.require("memory_limit", memory_limit)
     limits.MAX_PAGES.require("max_pages", max_pages)
     if not (isinstance(engine, str) and engine in _registered):
-        ENGINE.require("engine", engine)
+        wire.ENGINE.require("engine", engine)
     limits.MAX_TEXT_BYTES.require("max_text_bytes", max_text_bytes)
     if on_too_many_pages not in ("truncate", "refuse"):
         raise ValueError("on_too_many_pages must be 'truncate' or 'refuse'")
@@ -334,9 +313,9 @@ class _Workers:
     a starter thread, off the caller's loop (``Thread.start()`` waits; docs/architecture.md)."""
 
     WORKING, IDLE = "pdfpool-extract", "pdfpool-idle"
+    idle = 2.0
 
-    def __init__(self, idle: float = 2.0) -> None:  # and again in a forked child
-        self.idle = idle
+    def __init__(self) -> None:  # and again in a forked child
         self._lock = threading.Lock()
         self._waiting = 0  # threads waiting for a job on the queue
         self._queue: queue.SimpleQueue[_Job] = queue.SimpleQueue()
@@ -391,18 +370,18 @@ class _Workers:
 
 
 _workers = _Workers()
-os.register_at_fork(after_in_child=lambda: _Workers.__init__(_workers, _workers.idle))
+os.register_at_fork(after_in_child=lambda: _Workers.__init__(_workers))
 
 
 class _Job:
     """One job's parent side, shared by the awaiting coroutine (which may cancel) and the
     worker thread holding the conversation with its child."""
 
-    def __init__(self, source: Any, job: ExtractionJob, deadline: float, warm: bool) -> None:
+    def __init__(self, source: Any, job: wire.ExtractionJob, deadline: float, warm: bool) -> None:
         self.source, self.job, self.deadline, self.warm = source, job, deadline, warm
-        self.future: Future[Outcome] = Future()
+        self.future: Future[children.Outcome] = Future()
         self._lock, self.cancelled = threading.Lock(), False
-        self._child: Handle | None = None
+        self._child: children.Handle | None = None
 
     def run(self) -> None:
         """The worker thread: the job's file, a child, the conversation; the child reaped and a
@@ -412,8 +391,8 @@ class _Job:
         try:
             path, owned = _job_file(self.source, self.job.memory_limit)
             try:
-                line = encode_job(replace(self.job, path=path))
-                outcome = self._converse(line, answer_limit(self.job.max_text_bytes))
+                line = wire.encode_job(replace(self.job, path=path))
+                outcome = self._converse(line, wire.answer_limit(self.job.max_text_bytes))
             finally:
                 if owned:
                     with contextlib.suppress(FileNotFoundError):
@@ -423,10 +402,10 @@ class _Job:
         else:
             self.future.set_result(outcome)
 
-    def _converse(self, job_line: bytes, max_output: int) -> Outcome:
+    def _converse(self, job_line: bytes, max_output: int) -> children.Outcome:
         """A child takes the job (a second if the first was gone) and is reaped: one that has
         answered is ended at once, before the job's slot is freed."""
-        outcome = Outcome(b"", None, lost=True)
+        outcome = children.Outcome(b"", None, lost=True)
         for _attempt in range(2):
             if self.cancelled:
                 break
@@ -440,19 +419,19 @@ class _Job:
                     child.kill()
             try:
                 if not child.send(job_line):
-                    drop(child)
+                    children.drop(child)
                     continue
                 outcome = child.receive(self.deadline, max_output)
             except BaseException:
-                drop(child)
+                children.drop(child)
                 raise
             if outcome.complete and not self.cancelled:
-                drop(child)
-                remember(child)
+                children.drop(child)
+                children.remember(child)
                 return outcome
             outcome.returncode = child.finish(self.deadline)
             if outcome.started or outcome.timed_out or outcome.overflow:
-                remember(child)
+                children.remember(child)
                 break
             outcome.lost = True  # died before it read the job (e.g. killed just now)
         return outcome
@@ -496,17 +475,17 @@ _PDFIUM_MEMORY_SIGNALS = {signal.SIGSEGV, signal.SIGABRT, signal.SIGBUS, signal.
                           signal.SIGTRAP}  # fmt: skip
 
 
-def _conclude(outcome: Outcome, engine: str) -> Extraction:
+def _conclude(outcome: children.Outcome, engine: str) -> Extraction:
     """An Extraction from a child's answer, or the ExtractionError its ending stands for."""
     output, outcome.output = outcome.output, b""
-    answer = decode_answer(output)  # empties the buffer before the pages are parsed
+    answer = wire.decode_answer(output)  # empties the buffer before the pages are parsed
     del output
-    if isinstance(answer, Extracted):  # the same fields, but how the child started
+    if isinstance(answer, wire.Extracted):  # the same fields, but how the child started
         return Extraction(**vars(answer), child_start=outcome.start)
     raise _ending_without_answer(outcome, engine) if answer is None else answer
 
 
-def _ending_without_answer(outcome: Outcome, engine: str) -> ExtractionError:
+def _ending_without_answer(outcome: children.Outcome, engine: str) -> ExtractionError:
     """The error for a child that gave no valid answer: the deadline, overflow, or its death."""
     if outcome.timed_out:
         return ExtractionError("too_complex", detail="deadline")

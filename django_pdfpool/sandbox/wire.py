@@ -54,22 +54,15 @@ class ChildOptions(NamedTuple):
     nice: int = DEFAULT_NICE
 
 
-def child_options(
-    preload: tuple[str, ...],
-    warm_up: bool,
-    *,
-    template: bool = False,
-    parent: int | None = None,
-    ready: tuple[int, float] = (0, 0.0),
-    sandbox: str = "none",
-    nice: int = DEFAULT_NICE,
-) -> list[str]:
-    """The child's command line (`ChildOptions`, the parent to die with last)."""
+def child_options(preload: tuple[str, ...], warm_up: bool, **role: Any) -> list[str]:
+    """The child's command line (`role`: the other `ChildOptions`; the parent to die with last)."""
+    o = ChildOptions(preload, warm_up, **role)
     options = [part for engine in preload for part in (PRELOAD_OPTION, engine)]
-    options += [SANDBOX_OPTION, sandbox] if sandbox != "none" else []
-    options += [NICE_OPTION, str(nice), *[WARM_UP_OPTION] * warm_up, *[TEMPLATE_OPTION] * template]
-    options += [READY_OPTION, f"{ready[0]},{ready[1]}"] if template and ready[0] else []
-    return options if parent is None else [*options, PARENT_OPTION, str(parent)]
+    options += [SANDBOX_OPTION, o.sandbox] if o.sandbox != "none" else []
+    options += [NICE_OPTION, str(o.nice), *[WARM_UP_OPTION] * warm_up]
+    options += [TEMPLATE_OPTION] if o.template else []
+    options += [READY_OPTION, f"{o.ready[0]},{o.ready[1]}"] if o.template and o.ready[0] else []
+    return options if o.parent is None else [*options, PARENT_OPTION, str(o.parent)]
 
 
 def read_child_options(argv: list[str]) -> ChildOptions:

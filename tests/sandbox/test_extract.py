@@ -21,7 +21,7 @@ import django_pdfpool.sandbox.extract as extraction
 from django_pdfpool import Extraction, extract
 from django_pdfpool.exceptions import EXTRACTION_MESSAGES as MESSAGES
 from django_pdfpool.exceptions import ExtractionError
-from django_pdfpool.sandbox.children import CHILD_MODULE, holds_answer, job_started
+from django_pdfpool.sandbox.children import CHILD_MODULE, job_started
 from django_pdfpool.sandbox.engines import preload
 from django_pdfpool.sandbox.wire import (
     DEFAULT_NICE,
@@ -35,6 +35,7 @@ from django_pdfpool.sandbox.wire import (
     decode_job,
     encode_answer,
     encode_job,
+    holds_answer,
     read_child_options,
 )
 from tests.support import pdfs

@@ -215,6 +215,10 @@ class Sampler:
     ``peak_all`` counts every extraction process; ``pids`` holds every one seen at work.
     A template's ready children (forked ahead, named READY_NAME until their job line
     arrives) are idle, not at work: counted in ``peak_all`` only.
+    A look at every child takes a while (tens of ms on a loaded machine, this thread waiting
+    for the GIL): meanwhile a job's child may answer and be reaped and the next job's ready
+    child, listed already, take its job. So a child counts if it is at work at two looks,
+    the second after every first: those counted were all at work at once, between the two.
     """
 
     def __init__(self, pid: int) -> None:
@@ -247,13 +251,10 @@ class Sampler:
     def _sample(self) -> None:
         while not self._stop.is_set():
             children = extraction_children(self.pid)
-            working = 0
-            seen = set()
-            for child in children:
-                if name(child.pid) == READY_NAME:
-                    continue
-                seen.add(child.pid)
-                working += self._at_work(child.pid)
+            seen = {child.pid for child in children if name(child.pid) != READY_NAME}
+            first = {pid for pid in seen if self._at_work(pid)}
+            # looked at again once every first look is done: see the class docstring
+            working = sum(name(pid) != READY_NAME and self._at_work(pid) for pid in first)
             self.peak = max(self.peak, working)
             self.peak_all = max(self.peak_all, len(children))
             self.pids.update(seen)
