@@ -20,7 +20,7 @@ RECENT = 256  # how many recent durations the summaries and estimates cover
 DEFAULT_RUN_TIME = 1.0  # seconds assumed for a job before any has finished
 LIKELY = 0.9  # a Retry-After is when the place (or the caller) has freed, this often
 ALIKE = 3  # recent runs of a size within 2x a job's that make its own estimate (else all runs)
-AGAIN = 3  # a caller refused again while nothing changed: its Retry-After doubles, 3 times at most
+AGAIN = 3  # a caller back as told and refused while nothing changed is told 2x as long, 3 times
 REMEMBERED = 1024  # callers whose refusals are remembered (the oldest forgotten first)
 
 # --- the counters (docs/metrics.md) -----------------------------------------------------
@@ -264,7 +264,8 @@ class Ledger:
         self._queue_waits: deque[float] = deque(maxlen=RECENT)
         self._run_times: deque[float] = deque(maxlen=RECENT)
         self._run_sizes: deque[int | None] = deque(maxlen=RECENT)  # the input's, by _run_times
-        self._refused: dict[str, int] = {}  # callers refused since the pool last changed
+        self._refused: dict[str, tuple[int, float]] = {}  # callers refused since the pool last
+        # changed: the doublings they were told, and when (monotonic) they were told to come back
         self._state: Hashable = None  # the pool as last observed (a Redis pool's)
 
     def count(self, counter: Counter, n: int = 1) -> None:
@@ -273,12 +274,13 @@ class Ledger:
             if counter is Counter.ABANDONED:
                 self._refused.clear()  # a place freed
 
-    def refused(self, counter: Counter, caller: str | None = None) -> None:
-        """Count a refusal; ``caller``'s Retry-After doubles until the pool changes."""
+    def refused(self, counter: Counter, caller: str | None = None, told: float = 0.0) -> None:
+        """Count a refusal; ``caller``, told to come back in ``told`` s, is told twice as long
+        each time it comes back as told and is refused while nothing changed."""
         with self._lock:
             self._counts[counter] += 1
             if caller:
-                self._refused[caller] = min(self._refused.pop(caller, 0) + 1, AGAIN)
+                self._refused[caller] = (self._doublings(caller), time.monotonic() + told)
                 if len(self._refused) > REMEMBERED:
                     del self._refused[next(iter(self._refused))]
 
@@ -398,8 +400,16 @@ class Ledger:
         return first + typical * (n - max(free, 0) - 1) / self.slots
 
     def _told(self, seconds: float, caller: str | None) -> float:  # under the lock
-        """``seconds``, at least 1, doubled per refusal of ``caller`` since the pool changed."""
-        return max(1.0, seconds) * float(2 ** self._refused.get(caller or "", 0))
+        """``seconds``, at least 1, doubled as ``_doublings`` says."""
+        return max(1.0, seconds) * float(2 ** self._doublings(caller))
+
+    def _doublings(self, caller: str | None) -> int:  # under the lock
+        """How often ``caller``'s Retry-After doubles now: once more than it was last told if
+        it came back as told (none the first time), as last told if it came back sooner."""
+        if not caller or caller not in self._refused:
+            return 0
+        told, back = self._refused[caller]
+        return min(told + 1, AGAIN) if time.monotonic() >= back else told
 
     def snapshot(
         self, queue: int, wait: float | None, closed: bool, jobs: Iterable[JobInfo],

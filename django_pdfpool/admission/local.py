@@ -79,7 +79,7 @@ class Pool:
     def count_refusal(
         self, refusal: PoolBusy | PoolClosed | CallerBusy, caller: str | None = None
     ) -> None:
-        self._books.refused(Counter.refused(refusal), caller)
+        self._books.refused(Counter.refused(refusal), caller, refusal.retry_after)
 
     def _runs(self, now: float) -> tuple[list[float], list[int | None]]:  # under the lock
         """How long each running job has run, and its input's bytes (if known)."""
@@ -169,7 +169,7 @@ class Pool:
                 if held is None
                 else jobs.caller_busy(self._held_end(held, caller))
             )
-            self._books.refused(Counter.refused(refusal), caller)
+            self._books.refused(Counter.refused(refusal), caller, refusal.retry_after)
             raise refusal
         waiter = Waiter(loop)
         job = self._jobs[key] = self._callers[caller] = JobRecord(key, caller, fn, on_drop, waiter)

@@ -46,6 +46,12 @@ async def age(pool, key: str, seconds: float) -> None:
         await asyncio.to_thread(link.sync().hincrby, job, "st", -round(seconds * 1000))
 
 
+def back_as_told(pool, caller: str) -> None:
+    """``caller`` as if it had waited the Retry-After it was last told (without waiting)."""
+    told, _ = pool._books._refused[caller]
+    pool._books._refused[caller] = (told, 0.0)
+
+
 async def refused(pool, key: str, caller: str) -> float:
     with pytest.raises((PoolBusy, CallerBusy)) as refusal:
         await pool.run(key, caller, held("never", threading.Event()))
@@ -97,9 +103,10 @@ def test_an_overdue_job_is_given_as_long_again_never_under_a_second(make):
 
 
 def test_a_caller_refused_again_while_nothing_changed_is_told_longer(make):
-    """Each refusal of the same caller since the pool last changed doubles its Retry-After
-    (``AGAIN`` times at most), whether refused by ``run`` or by a door that read the pool's
-    pressure and counted its refusal; a job that ends starts the count again."""
+    """Each time the same caller comes back as told and is refused while the pool has not
+    changed, its Retry-After doubles (``AGAIN`` times at most), whether refused by ``run`` or
+    by a door that read the pool's pressure and counted its refusal; a job that ends starts
+    the count again."""
     pool = make([20.0])
     gate = threading.Event()
 
@@ -107,18 +114,24 @@ def test_a_caller_refused_again_while_nothing_changed_is_told_longer(make):
         running = asyncio.ensure_future(pool.run("long", "c1", held("done", gate)))
         await until(lambda: pool.running() == 1)
         first = await refused(pool, "other", "c2")
+        back_as_told(pool, "c2")
         second = await refused(pool, "other", "c2")
         assert 1.9 * first <= second <= 2 * first
         assert (await refused(pool, "other", "c3")) <= first  # another caller: not grown
+        back_as_told(pool, "c2")
         door = await asyncio.to_thread(pool.pressure, "other", "c2")  # the door's reading
         assert 1.9 * second <= door.retry_after <= 2 * second
         pool.count_refusal(PoolBusy("at the door", door.retry_after), "c2")
+        back_as_told(pool, "c2")
         read = await asyncio.to_thread(pool.pressure, "other", "c2")
         assert read.retry_after >= 1.9 * door.retry_after
         for _ in range(AGAIN + 2):
+            back_as_told(pool, "c2")
             most = await refused(pool, "other", "c2")
         assert most <= 2**AGAIN * first
-        busy = [await refused(pool, "mine", "c1") for _ in range(2)]  # the 429 grows too
+        busy = [await refused(pool, "mine", "c1")]
+        back_as_told(pool, "c1")
+        busy.append(await refused(pool, "mine", "c1"))  # the 429 grows too
         assert busy[1] >= 1.9 * busy[0]
         gate.set()
         assert await running == "done"
@@ -129,6 +142,28 @@ def test_a_caller_refused_again_while_nothing_changed_is_told_longer(make):
         assert await refused(pool, "other", "c2") < 1.5 * first  # the pool changed: not grown
         other_gate.set()
         assert await again == "done"
+
+    asyncio.run(scenario())
+
+
+def test_a_caller_back_sooner_than_told_is_told_as_before(make):
+    """A client that comes back before its Retry-After (ignoring it) is told what it was told
+    last, from a fresh estimate, not longer: the header stays near the actual wait."""
+    pool = make([20.0])
+    gate = threading.Event()
+
+    async def scenario():
+        running = asyncio.ensure_future(pool.run("long", "c1", held("done", gate)))
+        await until(lambda: pool.running() == 1)
+        first = await refused(pool, "other", "c2")
+        soon = [await refused(pool, "other", "c2") for _ in range(AGAIN + 1)]
+        assert max(soon) <= 1.1 * first
+        back_as_told(pool, "c2")
+        assert await refused(pool, "other", "c2") >= 1.9 * max(soon)  # then back as told
+        again = await refused(pool, "other", "c2")  # and at once: as last told
+        assert 1.9 * max(soon) <= again <= 2.2 * max(soon)
+        gate.set()
+        assert await running == "done"
 
     asyncio.run(scenario())
 

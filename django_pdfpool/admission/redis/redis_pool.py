@@ -171,7 +171,7 @@ class RedisPool:
     ) -> None:
         """Count a refusal the door gave: here, and a busy or caller one in Redis too."""
         counter = Counter.refused(refusal)
-        self._books.refused(counter, caller)
+        self._books.refused(counter, caller, refusal.retry_after)
         if counter.counted_by is not CountedBy.PROCESS and self.mode == REDIS:
             call_in_job_loop(self._side.count_refused, counter)
 

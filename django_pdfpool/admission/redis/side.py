@@ -289,7 +289,7 @@ class ProcessSide:
             else:
                 retry = books.expected_start(queued, others, load.head_waited, caller=caller)
                 refusal = jobs.queue_full(retry)
-            books.refused(Counter.refused(refusal), caller)
+            books.refused(Counter.refused(refusal), caller, refusal.retry_after)
             return refusal
         if reply.status not in ("rebuilding", "mismatch"):
             return jobs.nothing_to_join(waiter.key)
