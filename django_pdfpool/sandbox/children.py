@@ -132,12 +132,14 @@ class Handle:
         """Read until a whole answer, EOF, the deadline or too much output (these two kill)."""
         output, fd = bytearray(), self._answer.fileno()
         timed_out = overflow = False
+        poller = select.poll()  # one for the whole answer (``_readable`` makes one per call)
+        poller.register(fd, select.POLLIN)
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 timed_out = True
                 break
-            if not _readable([fd], remaining + 0.001):
+            if not poller.poll(remaining * 1000 + 1):
                 continue
             try:
                 chunk = os.read(fd, READ_CHUNK)
