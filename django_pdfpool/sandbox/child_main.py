@@ -22,8 +22,11 @@ import time
 from collections import deque
 from typing import Any, NoReturn
 
+import django_pdfpool.sandbox.confine as confine
+import django_pdfpool.sandbox.engines as engines
+import django_pdfpool.sandbox.wire as wire
+
 from ..exceptions import ExtractionError
-from . import confine, engines, wire
 
 CPU_MARGIN = 1  # seconds of CPU time granted beyond the job's timeout before SIGXCPU
 ALARM_MARGIN = 2  # seconds of wall time beyond the timeout before the child's own SIGALRM

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from . import wire
+import django_pdfpool.sandbox.wire as wire
 
 CHILD_MODULE = "django_pdfpool.sandbox.child_main"
 READ_CHUNK = 1 << 20

@@ -22,9 +22,11 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal, NoReturn
 
+import django_pdfpool.sandbox.children as children
+import django_pdfpool.sandbox.wire as wire
+
 from .. import bounds as limits
 from ..exceptions import ExtractionError, SandboxUnavailable, Wording
-from . import children, wire
 from .confine import LAYERS, LEVELS, REQUIRE
 
 PAGE_SEPARATOR = "\n\n"

@@ -52,6 +52,13 @@ def back_as_told(pool, caller: str) -> None:
     pool._books._refused[caller] = (told, 0.0)
 
 
+async def holding(pool, gate: threading.Event) -> asyncio.Future:
+    """Caller ``c1``'s job ``long`` in the pool's one slot, running until ``gate`` is set."""
+    running = asyncio.ensure_future(pool.run("long", "c1", held("done", gate)))
+    await until(lambda: pool.running() == 1)
+    return running
+
+
 async def refused(pool, key: str, caller: str) -> float:
     with pytest.raises((PoolBusy, CallerBusy)) as refusal:
         await pool.run(key, caller, held("never", threading.Event()))
@@ -65,8 +72,7 @@ def test_a_running_job_is_given_what_runs_like_it_took_more(make):
     gate = threading.Event()
 
     async def scenario():
-        running = asyncio.ensure_future(pool.run("long", "c1", held("done", gate)))
-        await until(lambda: pool.running() == 1)
+        running = await holding(pool, gate)
         began = time.monotonic()
         await age(pool, "long", 0.6)  # past every short run
         told = await refused(pool, "other", "c2")
@@ -88,8 +94,7 @@ def test_an_overdue_job_is_given_as_long_again_never_under_a_second(make):
 
     async def scenario():
         assert (await asyncio.to_thread(pool.pressure)).retry_after >= 1.0  # idle: 1 s
-        running = asyncio.ensure_future(pool.run("long", "c1", held("done", gate)))
-        await until(lambda: pool.running() == 1)
+        running = await holding(pool, gate)
         assert await refused(pool, "other", "c2") >= 1.0  # 0.1 s runs: still a second
         assert await refused(pool, "again", "c1") >= 1.0  # the caller's own job: 429
         began = time.monotonic()
@@ -111,8 +116,7 @@ def test_a_caller_refused_again_while_nothing_changed_is_told_longer(make):
     gate = threading.Event()
 
     async def scenario():
-        running = asyncio.ensure_future(pool.run("long", "c1", held("done", gate)))
-        await until(lambda: pool.running() == 1)
+        running = await holding(pool, gate)
         first = await refused(pool, "other", "c2")
         back_as_told(pool, "c2")
         second = await refused(pool, "other", "c2")
@@ -148,13 +152,13 @@ def test_a_caller_refused_again_while_nothing_changed_is_told_longer(make):
 
 def test_a_caller_back_sooner_than_told_is_told_as_before(make):
     """A client that comes back before its Retry-After (ignoring it) is told what it was told
-    last, from a fresh estimate, not longer: the header stays near the actual wait."""
-    pool = make([20.0])
+    last, from a fresh estimate, not longer: the header stays near the actual wait (runs of
+    200 s: a slow second between two refusals moves the estimate by half a percent)."""
+    pool = make([200.0])
     gate = threading.Event()
 
     async def scenario():
-        running = asyncio.ensure_future(pool.run("long", "c1", held("done", gate)))
-        await until(lambda: pool.running() == 1)
+        running = await holding(pool, gate)
         first = await refused(pool, "other", "c2")
         soon = [await refused(pool, "other", "c2") for _ in range(AGAIN + 1)]
         assert max(soon) <= 1.1 * first
