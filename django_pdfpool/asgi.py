@@ -139,8 +139,8 @@ async def send_refusal(
     request: HttpRequest,
     send: Send,
     refusal: Refusal | HttpResponse,
-    answer: RefusalView | None = None,
-    unread: Receive | None = None,
+    answer: RefusalView | None,
+    unread: Receive | None,
 ) -> None:
     """Answer ``refusal`` as the view's ``answer=`` or ``REFUSAL_VIEW`` would (built once per
     distinct answer when that reads nothing of the request), or send Django's response; with

@@ -172,9 +172,9 @@ def declared_view(
     return PooledView(field, job, name, answer, own_caller, tagged, authenticate)
 
 
-def pool_key(sha256: str, job: UploadJob = extract_upload, job_name: str | None = None) -> str:
-    """The decorator's single-flight key for an upload with this digest to this job."""
-    return declared_view(job, job_name).key(sha256)
+def pool_key(sha256: str) -> str:
+    """The decorator's single-flight key for an upload with this digest to the default job."""
+    return declared_view(extract_upload, None).key(sha256)
 
 
 def record_of(request: HttpRequest) -> AdmissionRecord:

@@ -317,7 +317,7 @@ def _pooled(func: Callable[..., Any] | None) -> PooledView | None:
     return None
 
 
-def framework_mismatches(urlconf: str | None = None) -> list[tuple[str, str]]:
+def framework_mismatches() -> list[tuple[str, str]]:
     """Routes of DRF or django-ninja pooled by ``pdf_pooled``, not the framework's integration,
     with the integration to use (``manage.py check``): they answer refusals themselves."""
 
@@ -331,7 +331,7 @@ def framework_mismatches(urlconf: str | None = None) -> list[tuple[str, str]]:
                 if pooled and framework and getattr(pooled.answer, "__module__", "") != integration:
                     yield prefix + str(pattern.pattern), integration
 
-    return list(walk(get_resolver(urlconf).url_patterns, "/"))
+    return list(walk(get_resolver().url_patterns, "/"))
 
 
 def _framework(view: Any) -> str | None:

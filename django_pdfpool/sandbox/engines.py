@@ -299,10 +299,8 @@ def classify(exc: BaseException) -> tuple[str, str]:
         return "too_large", name
     if isinstance(exc, OSError):  # the job's own file could not be read: not the PDF's fault
         return "crashed", name
-    try:
-        from pypdf import errors
-    except ImportError:  # pragma: no cover - pypdf is a dependency
-        return "malformed", name
+    from pypdf import errors
+
     if isinstance(exc, (errors.FileNotDecryptedError, errors.DependencyError)):
         # DependencyError: AES needs the optional `cryptography`; the file is locked to us.
         return "encrypted", name
