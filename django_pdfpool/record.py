@@ -35,7 +35,7 @@ SHA256 = "sha-256"
 MULTIPART_SLACK = 64 * 1024  # bytes of form overhead allowed over MAX_UPLOAD_SIZE
 SINGLE = ("content-type", "content-length", *RAW_DIGESTS, FILE_DIGEST)
 """Headers that must come once: two of them could be read differently by two readers."""
-READ = frozenset((*SINGLE, "transfer-encoding", "expect"))  # the headers an upload's are read from
+READ = frozenset((*SINGLE, "transfer-encoding"))  # the headers an upload's are read from
 
 Headers = Mapping[str, str] | Iterable[tuple[str, str]]
 _QUOTED = re.compile(r'"(?:[^"\\]|\\.)*(?:"|\\?\Z)', re.DOTALL)  # a quoted string, maybe unclosed
@@ -47,7 +47,6 @@ class UploadHeaders:
 
     declared_size: int | None  # Content-Length; None when absent (chunked) or unreadable
     chunked: bool  # Transfer-Encoding: chunked (no declared size)
-    expects_continue: bool  # Expect: 100-continue: the client waits before the body
     raw: bool  # Content-Type: application/pdf, the body is the PDF itself
     digest: str | None  # the declared SHA-256 of the PDF, lower-case hex
     boundary: str = ""  # a multipart/form-data body's ("" for any other type)
@@ -74,7 +73,6 @@ class UploadHeaders:
         return cls(
             declared_size=_length(_one(values, "content-length")),
             chunked=chunked,
-            expects_continue=_one(values, "expect").strip().lower() == "100-continue",
             raw=raw,
             digest=digests.pop() if digests else None,
             boundary=params.get("boundary", "") if content_type == FORM_TYPE else "",

@@ -150,7 +150,7 @@ def test_the_job_runs_under_the_running_views_key_whatever_the_record_says(pdfpo
 
     data = b"%PDF- keyed"
     elsewhere = f"another.view_job:{hashlib.sha256(data).hexdigest()}"
-    record = AdmissionRecord(UploadHeaders(None, False, False, False, None), key=elsewhere)
+    record = AdmissionRecord(UploadHeaders(None, False, False, None), key=elsewhere)
     with held_requests(1) as threads:
         answer = threads.submit(post, "/held/sync/", data, "10.0.3.1", **{RECORD: record})
         wait_until(lambda: get_pool().running() == 1)

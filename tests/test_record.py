@@ -100,7 +100,7 @@ def test_the_digest_parser_agrees_with_http_sf(text):
         assert ours == "refused"  # a sha-256 that is no 32-byte sequence
 
 
-def test_the_headers_say_size_form_expectation_and_digest():
+def test_the_headers_say_size_form_and_digest():
     digest = sha(b"x")
     raw = headers(
         content_length="12", content_type="application/pdf", repr_digest=format_digest(digest)
@@ -109,10 +109,9 @@ def test_the_headers_say_size_form_expectation_and_digest():
     chunked = headers(
         transfer_encoding="chunked",
         content_type="application/pdf",
-        expect="100-continue",
         repr_digest=format_digest(digest),
     )
-    assert (chunked.declared_size, chunked.chunked, chunked.expects_continue) == (None, True, True)
+    assert (chunked.declared_size, chunked.chunked) == (None, True)
     assert chunked.digest == digest
     form = headers(content_type="multipart/form-data; boundary=x", pdf_digest=format_digest(digest))
     assert form.digest == digest and not form.raw
