@@ -139,13 +139,13 @@ _DICT_OR_NONE = Bound(lambda v: v is None or isinstance(v, dict), "None, or a di
 class DoorSettings:
     """PDFPOOL["DOOR"]: admission from the headers, before the body (docs/door.md)."""
 
-    budget: int = setting(64, integer(0),
+    budget: int = setting(256, integer(0),
         "with every place taken, bodies the door lets in because they may join a job in flight "
         "(one per caller); past it the door sheds from the headers and counts it apart "
         "([the door](door.md#joins-and-the-budget)).")  # fmt: skip
     budget_bytes: int = setting(64 * MiB, integer(0, unit="bytes"),
-        "the declared bytes of those bodies together (a chunked body counts as the whole "
-        "limit).")  # fmt: skip
+        "the bytes of those bodies together, charged as they arrive: an entry reserves "
+        "`BUDGET_BYTES / BUDGET` at most.")  # fmt: skip
     digests: bool = setting(True, FLAG,
         "the door answers from a declared digest (at once: it joins, or 503/429); `False`: it "
         "reads the body instead ([what the answer reveals](security.md#what-the-doors-answer-"

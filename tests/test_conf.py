@@ -82,7 +82,7 @@ def test_the_defaults_build_the_settings(settings):
         if not declared.group:  # a dict's own test is below
             assert getattr(built, key.lower()) == declared.convert(declared.default), key
     assert (built.wait, built.timeout, built.redis) == (10.0, 30.0, None)
-    assert built.door is not None and built.door.budget == 64 and built.sandbox.layers is True
+    assert built.door is not None and built.door.budget == 256 and built.sandbox.layers is True
     assert callable(built.caller) and callable(built.refusal_view)
 
 
