@@ -209,10 +209,12 @@ class Arrivals:
                 for t in self._tickets
             )  # fmt: skip
 
-    def own(self, who: str) -> Ticket | None:
-        """The body ``who`` has arriving, if any (one per caller: a second waits for it)."""
+    def own(self, who: str, key: str | None = None) -> Ticket | None:
+        """The body ``who`` has arriving for ``key``, else any it has (a next upload that
+        could only be shed waits for it)."""
         with self._lock:
-            return next((t for t in self._tickets if t.who == who), None)
+            mine = [t for t in self._tickets if t.who == who]
+        return next((t for t in mine if t.key == key), mine[0] if mine else None)
 
     def holds_place(self, who: str) -> bool:
         with self._lock:
@@ -226,20 +228,26 @@ class Arrivals:
         return self._take(Ticket(self, who, "place", key, 0, sizes), free)
 
     def budget(
-        self, who: str, key: str | None, size: int, terms: Terms, sizes: Sizes = (0, None)
-    ) -> Ticket | None:
-        """A budget entry if the count and bytes allow and ``who`` holds none; it reserves
-        its share of ``budget_bytes`` at most, charged past that as its bytes arrive."""
+        self, who: str, key: str | None, size: int, terms: Terms, sizes: Sizes = (0, None),
+        in_flight: bool = False,
+    ) -> Ticket | None:  # fmt: skip
+        """A budget entry if the count and bytes allow and ``who`` holds none (none for
+        ``key``, if ``in_flight``: each job in flight is one more to join); it reserves its
+        share of ``budget_bytes`` at most, charged past that as its bytes arrive."""
         reserve = min(size, terms.budget_bytes // max(terms.budget, 1))
         entry = Ticket(self, who, "budget", key, reserve, sizes)
-        return self._take(entry, terms.budget, terms.budget_bytes)
+        return self._take(entry, terms.budget, terms.budget_bytes, in_flight)
 
-    def _take(self, ticket: Ticket, most: int, most_bytes: int = 0) -> Ticket | None:
-        """``ticket`` held, unless ``most`` of its kind are, or one of its caller's is, or
-        a budget entry's reserve would take the budget past ``most_bytes``."""
+    def _take(
+        self, ticket: Ticket, most: int, most_bytes: int = 0, per_key: bool = False
+    ) -> Ticket | None:
+        """``ticket`` held, unless ``most`` of its kind are, or its caller holds one (one
+        for its key, if ``per_key``), or its reserve would take the budget past
+        ``most_bytes``."""
         with self._lock:
             same = [t for t in self._tickets if t.kind == ticket.kind]
-            if len(same) >= most or any(t.who == ticket.who for t in same):
+            mine = (t for t in same if t.who == ticket.who)
+            if len(same) >= most or any(not per_key or t.key == ticket.key for t in mine):
                 return None
             if ticket.kind == "budget" and self._charged + ticket.reserved > most_bytes:
                 return None
@@ -319,12 +327,12 @@ def _rule(
             return jobs.caller_busy(pressure.caller_retry_after), shed
         return jobs.queue_full(pressure.retry_after), shed
 
-    def may_join() -> tuple[Refusal | Ticket, bool]:
-        entry = arrivals.budget(who, key, size, terms, sizes)
+    def may_join(in_flight: bool = False) -> tuple[Refusal | Ticket, bool]:
+        entry = arrivals.budget(who, key, size, terms, sizes, in_flight)
         return refused(True) if entry is None else (entry, False)
 
     if key is not None and (pressure.in_flight or arrivals.carries(key)):
-        return may_join()  # it joins: no slot, no queue place, any caller
+        return may_join(pressure.in_flight)  # it joins: no slot, no queue place, any caller
     if key is not None and busy:
         return refused(False)
     ticket = None if busy else arrivals.place(pressure.free, who, key, sizes)
@@ -529,7 +537,7 @@ def through_door(
         if isinstance(decided, Ticket):
             record.ticket = decided
             return decided
-        own = ARRIVING.own(who) if shed else None
+        own = ARRIVING.own(who, key) if shed else None
         if own is not None:  # its caller's body is arriving: wait for it, decide again
             left = give_up - time.monotonic()
             if (yield Call(partial(own.wait_released, left), partial(own.areleased, left))):

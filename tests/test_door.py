@@ -146,6 +146,28 @@ def test_the_budget_is_bounded_in_bodies_and_bytes_and_one_per_caller():
     assert arrivals.own("ip:1") is first and arrivals.own("ip:6") is None
 
 
+def test_a_caller_joins_each_job_in_flight_it_names_on_an_entry_of_its_own():
+    """A declared key in flight is a certain join: the caller gets an entry for each such
+    job (there are at most as many as jobs in flight), one per key. Anything else it sends
+    on the budget, a key only a body on its way may start too, takes its one entry."""
+    arrivals, upload = Arrivals(), headers(content_length="10")
+    flight = pressure(free=0, in_flight=True)
+    a = verdict(upload, flight, arrivals, key="job:a", who="ip:1")
+    b = verdict(upload, flight, arrivals, key="job:b", who="ip:1")
+    assert isinstance(a, Ticket) and isinstance(b, Ticket) and a.kind == b.kind == "budget"
+    again, shed = decided(upload, flight, arrivals, key="job:a", who="ip:1")
+    assert isinstance(again, PoolBusy) and shed and arrivals.own("ip:1", "job:a") is a
+    assert decided(upload, pressure(free=0), arrivals, who="ip:1")[1]  # undeclared: shed
+    assert verdict(upload, pressure(free=0), arrivals, who="ip:2").kind == "budget"
+    arrivals = Arrivals()  # the budget's count aside
+    own_place = verdict(upload, pressure(free=1), arrivals, who="ip:3")
+    assert own_place.kind == "place"  # its body may start any job: keys it names may join
+    first = verdict(upload, pressure(free=0), arrivals, key="job:r1", who="ip:3")
+    second, shed = decided(upload, pressure(free=0), arrivals, key="job:r2", who="ip:3")
+    assert first.kind == "budget" and isinstance(second, PoolBusy) and shed
+    assert arrivals.count == 2
+
+
 def test_budget_bytes_are_charged_as_they_arrive_not_as_declared():
     """A body declaring 50 MiB holds its share of the budget (``budget_bytes / budget``)
     until more of it arrives, not 50 MiB: tricklers declaring the limit keep nobody out.
