@@ -240,6 +240,20 @@ MUTANTS = [
         "arrivals.place(pressure.free + 1, who, key, sizes)",
         "door",
     ),
+    Mutant(
+        "door: one budget entry per caller",
+        RULES,
+        "any(not per_key or t.key == ticket.key for t in mine)",
+        "any(per_key and t.key == ticket.key for t in mine)",
+        "door",
+    ),
+    Mutant(
+        "door: entries per digest in flight only",
+        RULES,
+        "return may_join() if may_start else refused(False)",
+        "return may_join(True) if may_start else refused(False)",
+        "door",
+    ),
 ]
 
 # Each suite's tests: the rule's folder (tests laid out like the package); the given
