@@ -141,7 +141,8 @@ class DoorSettings:
 
     budget: int = setting(256, integer(0),
         "with every place taken, bodies the door lets in because they may join a job in flight "
-        "(one per caller); past it the door sheds from the headers and counts it apart "
+        "(one per caller, and one per job in flight whose digest it declares); past it the door "
+        "sheds from the headers and counts it apart "
         "([the door](door.md#joins-and-the-budget)).")  # fmt: skip
     budget_bytes: int = setting(64 * MiB, integer(0, unit="bytes"),
         "the bytes of those bodies together, charged as they arrive: an entry reserves "

@@ -50,6 +50,7 @@ class Terms:
     body_timeout: float  # seconds a body has, before its rate extends it
     body_min_rate: int  # bytes a second that earn another second
     body_timeout_max: float = 300.0  # seconds a body has in all, however fast it comes
+    caller_entries: int = 1  # budget entries a caller may hold: 1 + SLOTS + QUEUE, one per job
 
 
 def terms() -> Terms:
@@ -61,7 +62,8 @@ def terms() -> Terms:
     if built_from is not conf:
         door = conf.door or DoorSettings.defaults()
         timing = (door.body_timeout, door.body_min_rate, door.body_timeout_max)
-        found = Terms(conf.max_upload_size, door.budget, door.budget_bytes, *timing)
+        entries = 1 + conf.slots + conf.queue  # one, and one per job that can be in flight
+        found = Terms(conf.max_upload_size, door.budget, door.budget_bytes, *timing, entries)
         _terms_of = (conf, found)
     return found
 
@@ -231,23 +233,27 @@ class Arrivals:
         self, who: str, key: str | None, size: int, terms: Terms, sizes: Sizes = (0, None),
         in_flight: bool = False,
     ) -> Ticket | None:  # fmt: skip
-        """A budget entry if the count and bytes allow and ``who`` holds none (none for
-        ``key``, if ``in_flight``: each job in flight is one more to join); it reserves its
-        share of ``budget_bytes`` at most, charged past that as its bytes arrive."""
+        """A budget entry if the count and bytes allow and ``who`` holds none (if ``key``'s
+        job is ``in_flight``: none for ``key``, fewer than ``caller_entries``, one per job it
+        may join); it reserves its share of ``budget_bytes`` at most, charged past that as
+        its bytes arrive."""
         reserve = min(size, terms.budget_bytes // max(terms.budget, 1))
         entry = Ticket(self, who, "budget", key, reserve, sizes)
-        return self._take(entry, terms.budget, terms.budget_bytes, in_flight)
+        mine = terms.caller_entries if in_flight else 1
+        return self._take(entry, terms.budget, terms.budget_bytes, mine)
 
     def _take(
-        self, ticket: Ticket, most: int, most_bytes: int = 0, per_key: bool = False
+        self, ticket: Ticket, most: int, most_bytes: int = 0, mine_most: int = 1
     ) -> Ticket | None:
-        """``ticket`` held, unless ``most`` of its kind are, or its caller holds one (one
-        for its key, if ``per_key``), or its reserve would take the budget past
+        """``ticket`` held, unless ``most`` of its kind are, or its caller holds ``mine_most``
+        of them or one for its key, or its reserve would take the budget past
         ``most_bytes``."""
         with self._lock:
             same = [t for t in self._tickets if t.kind == ticket.kind]
-            mine = (t for t in same if t.who == ticket.who)
-            if len(same) >= most or any(not per_key or t.key == ticket.key for t in mine):
+            mine = [t for t in same if t.who == ticket.who]
+            if len(same) >= most or len(mine) >= mine_most:
+                return None
+            if any(t.key == ticket.key for t in mine):
                 return None
             if ticket.kind == "budget" and self._charged + ticket.reserved > most_bytes:
                 return None
@@ -553,7 +559,7 @@ def door_status() -> dict[str, Any]:
     """This process's door, JSON-ready: the bodies arriving, what was shed and what timed
     out, and its terms."""
     door_terms = dataclasses.asdict(terms())
-    del door_terms["max_upload_size"]
+    del door_terms["max_upload_size"], door_terms["caller_entries"]  # the pool's settings
     return {
         "held": [dataclasses.asdict(held) for held in ARRIVING.held(terms())],
         "shed": ARRIVING.shed,

@@ -11,7 +11,7 @@ import pytest
 
 from django_pdfpool import get_pool
 from django_pdfpool.admission.ledger import Ledger
-from django_pdfpool.door import Arrivals, Terms, Ticket
+from django_pdfpool.door import Arrivals, Terms, Ticket, terms
 from django_pdfpool.exceptions import (
     CallerBusy,
     PoolBusy,
@@ -148,24 +148,39 @@ def test_the_budget_is_bounded_in_bodies_and_bytes_and_one_per_caller():
 
 def test_a_caller_joins_each_job_in_flight_it_names_on_an_entry_of_its_own():
     """A declared key in flight is a certain join: the caller gets an entry for each such
-    job (there are at most as many as jobs in flight), one per key. Anything else it sends
-    on the budget, a key only a body on its way may start too, takes its one entry."""
+    job, one per key, ``caller_entries`` (1 + SLOTS + QUEUE) at most even as jobs end and
+    others start. Anything else it sends on the budget, a key only carried by a body on its
+    way or that one may start too, takes its one entry."""
+    terms = Terms(MiB, budget=50, budget_bytes=10 * MiB, body_timeout=20, body_min_rate=500,
+                  caller_entries=3)  # fmt: skip
     arrivals, upload = Arrivals(), headers(content_length="10")
     flight = pressure(free=0, in_flight=True)
-    a = verdict(upload, flight, arrivals, key="job:a", who="ip:1")
-    b = verdict(upload, flight, arrivals, key="job:b", who="ip:1")
+
+    def entry(key, who="ip:1", state=flight):
+        return decided(upload, state, arrivals, key=key, who=who, terms=terms)
+
+    a, b = entry("job:a")[0], entry("job:b")[0]
     assert isinstance(a, Ticket) and isinstance(b, Ticket) and a.kind == b.kind == "budget"
-    again, shed = decided(upload, flight, arrivals, key="job:a", who="ip:1")
-    assert isinstance(again, PoolBusy) and shed and arrivals.own("ip:1", "job:a") is a
-    assert decided(upload, pressure(free=0), arrivals, who="ip:1")[1]  # undeclared: shed
-    assert verdict(upload, pressure(free=0), arrivals, who="ip:2").kind == "budget"
+    again, shed = entry("job:a")
+    assert isinstance(again, PoolBusy) and shed
+    assert arrivals.own("ip:1", "job:a") is a and arrivals.own("ip:1", "job:b") is b
+    assert entry(None, state=pressure(free=0))[1]  # undeclared: shed
+    assert entry("job:c")[0].kind == "budget"  # its third
+    assert [entry(f"job:{n}")[1] for n in range(5)] == [True] * 5  # churn: never a fourth
+    assert entry("job:x", who="ip:2")[0].kind == "budget"  # a body declaring job:x arrives
+    assert entry("job:a", who="ip:4")[0].kind == "budget"
+    assert entry("job:x", who="ip:4", state=pressure(free=0))[1]  # carried, not in flight
     arrivals = Arrivals()  # the budget's count aside
-    own_place = verdict(upload, pressure(free=1), arrivals, who="ip:3")
-    assert own_place.kind == "place"  # its body may start any job: keys it names may join
-    first = verdict(upload, pressure(free=0), arrivals, key="job:r1", who="ip:3")
-    second, shed = decided(upload, pressure(free=0), arrivals, key="job:r2", who="ip:3")
-    assert first.kind == "budget" and isinstance(second, PoolBusy) and shed
-    assert arrivals.count == 2
+    full = pressure(free=0)
+    assert entry(None, "ip:3", pressure(free=1))[0].kind == "place"  # it may start any job
+    assert entry("job:r1", "ip:3", full)[0].kind == "budget"  # so a key it names may join
+    second, shed = entry("job:r2", "ip:3", full)
+    assert isinstance(second, PoolBusy) and shed and arrivals.count == 2
+
+
+def test_a_callers_entries_are_one_and_one_per_job_that_can_be_in_flight(pdfpool):
+    pdfpool(SLOTS=3, QUEUE=5, DOOR={"BUDGET": 20})
+    assert (terms().budget, terms().caller_entries) == (20, 9)
 
 
 def test_budget_bytes_are_charged_as_they_arrive_not_as_declared():

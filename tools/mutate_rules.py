@@ -243,8 +243,15 @@ MUTANTS = [
     Mutant(
         "door: one budget entry per caller",
         RULES,
-        "any(not per_key or t.key == ticket.key for t in mine)",
-        "any(per_key and t.key == ticket.key for t in mine)",
+        "len(same) >= most or len(mine) >= mine_most:",
+        "len(same) >= most or len(mine) > mine_most:",
+        "door",
+    ),
+    Mutant(
+        "door: carried is not in flight",
+        RULES,
+        "return may_join(pressure.in_flight)",
+        "return may_join(True)",
         "door",
     ),
     Mutant(
