@@ -68,17 +68,14 @@ def _imported(value: Any) -> Any:
     return import_string(value) if isinstance(value, str) else value
 
 
-def _are_addresses(value: Any) -> bool:
-    """A list of ``host:port`` with a port number (Sentinels' addresses)."""
+def _addresses(value: Any) -> tuple[tuple[str, int], ...] | None:
+    """Sentinels' ``["host:port", ...]`` as ``((host, port), ...)`` (``[::1]`` loses its
+    brackets); None unless a list of ``host:port`` with a port number."""
     if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
-        return False
-    pairs = (address.rpartition(":") for address in value)
-    return all(host and port.isdigit() and 0 < int(port) < 65536 for host, _, port in pairs)
-
-
-def _addresses(value: Any) -> tuple[tuple[str, int], ...]:
-    """``["host:port", ...]`` as ``((host, port), ...)``; ``[::1]`` loses its brackets."""
-    pairs = (address.rpartition(":") for address in value)
+        return None
+    pairs = [address.rpartition(":") for address in value]
+    if not all(host and port.isdigit() and 0 < int(port) < 65536 for host, _, port in pairs):
+        return None
     return tuple((host.strip("[]"), int(port)) for host, _, port in pairs)
 
 
@@ -127,7 +124,7 @@ def _redis_problems(name: str, redis: Any) -> list[CheckMessage]:
 
 _DOTTED = Bound(lambda v: isinstance(v, str) or callable(v), "a dotted path or a callable")
 _URL = Bound(lambda v: isinstance(v, str), "a redis://, rediss:// or unix:// URL")
-_SENTINELS = Bound(_are_addresses, 'a list of "host:port" strings')
+_SENTINELS = Bound(lambda v: _addresses(v) is not None, 'a list of "host:port" strings')
 _NAME = Bound(lambda v: v is None or (isinstance(v, str) and 0 < len(v) <= 200), "None or a name")
 _DICT = Bound(lambda v: isinstance(v, dict), "a dict")
 _DICT_OR_FLAG = Bound(lambda v: isinstance(v, dict | bool), "True, False, or a dict")

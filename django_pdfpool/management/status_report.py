@@ -71,7 +71,6 @@ def status_text(data: dict[str, Any]) -> str:
     jobs = [
         JOB_CELLS({**job, "caller": job["caller_name"] or job["caller"]}) for job in rows["jobs"]
     ]
-    refusing = " (not met: extractions are refused)" if sandbox["refusing"] else ""
     blocks = [
         [title, "", *textwrap.wrap(data["note"], 92)],
         _table(["SETTING", "VALUE"], [(label, text) for label, _, _, text in rows["config"]]),
@@ -92,17 +91,16 @@ def status_text(data: dict[str, Any]) -> str:
         ]
         header = ["PROCESS", "PID", "LEASE LEFT", "RUNNING", "QUEUED", "WAITING"]
         blocks.append(_listing("Processes holding or waiting on something", header, holds))
-    blocks.append(
-        [
-            f"Extraction sandbox on this host: level {sandbox['level']}, required "
-            f"{sandbox['required']}{refusing}, Landlock ABI {sandbox['landlock_abi']}.",
-            *_table(["LAYER", "STATE"], list(sandbox["layers"].items())),
-        ]
-    )
+    refusing = " (not met: extractions are refused)" if sandbox["refusing"] else ""
     memory = rows["memory"]
     envelope = [(label, text, note) for label, _, text, note in memory["rows"]]
     peaks = [(f"{ended:%H:%M:%S}", peak, start) for ended, peak, start in memory["jobs"]]
     blocks += [
+        [
+            f"Extraction sandbox on this host: level {sandbox['level']}, required "
+            f"{sandbox['required']}{refusing}, Landlock ABI {sandbox['landlock_abi']}.",
+            *_table(["LAYER", "STATE"], list(sandbox["layers"].items())),
+        ],
         [f"Memory envelope of process {data['pid']}:", *_table(["", "BYTES", ""], envelope)],
         _listing("Recent jobs' peak RSS", ["ENDED", "PEAK RSS", "CHILD"], peaks),
     ]

@@ -105,8 +105,7 @@ class ProcessExporter:
                         child.set(value)
                     else:
                         before = self._counted.get((metric.name, label), 0.0)
-                        if value > before:
-                            child.inc(value - before)
+                        child.inc(max(0.0, value - before))
                         self._counted[(metric.name, label)] = value
         return True
 

@@ -34,6 +34,7 @@ CONFIG = [  # (label, field, format)
 ]
 COUNTERS = [(c.label, c.value, c.meaning) for c in Counter]  # (label, field under "counters", help)
 PROCESS_ONLY = {c.value for c in Counter if c.counted_by is CountedBy.PROCESS}  # not in Redis
+PROCESS_ONLY_NOTE = "; each process counts it alone, never in Redis: see this process's column"
 DURATIONS = [("Queue wait", "queue_wait"), ("Run time", "run_time")]  # columns
 DURATION_ROWS = [("Jobs", "count", "int"), ("Mean", "mean", "figure")]  # "figure": a duration
 DURATION_ROWS += [("p95", "p95", "figure"), ("Max", "max", "figure")]
@@ -171,15 +172,11 @@ def status_context(data: dict[str, Any], dash: str = "—") -> dict[str, Any]:
         cells = [(f"counters.{field}", str(data["counters"][field]))]
         if cluster_books:
             if field in PROCESS_ONLY:  # no cluster-wide figure
-                cells = [("", dash)]
-                meaning += (
-                    "; each process counts it alone, never in Redis: see this process's column"
-                )
+                cells, meaning = [("", dash)], meaning + PROCESS_ONLY_NOTE
             local = data["cluster"]["local"]["counters"][field]
             cells.append((f"cluster.local.counters.{field}", str(local)))
-        counters.append(
-            {"label": label, "help": meaning, "cells": cells, "refused": "refused" in field}
-        )
+        row = {"label": label, "help": meaning, "cells": cells, "refused": "refused" in field}
+        counters.append(row)
     gauges = []  # a bar for each field out of its limit, one tick per unit up to 32
     for label, field, of in (("Running", "running", "slots"), ("Queued", "queued", "queue")):
         value, limit = data[field], data[of]
@@ -195,6 +192,15 @@ def status_context(data: dict[str, Any], dash: str = "—") -> dict[str, Any]:
                 "ticks": [f"{100 * i / limit:.1f}" for i in range(1, limit)] if limit <= 32 else [],
             }
         )
+    jobs = []
+    for job in data["jobs"]:
+        running = fmt(job["running_for"], "seconds") if job["started_at"] else dash
+        queued = fmt(job["queued_for"], "seconds")
+        jobs.append({**job, "queued_for_text": queued, "running_for_text": running})
+    door_held = []
+    for held in data["door"]["held"]:
+        left = fmt(max(0.0, held["left"]), "seconds")
+        door_held.append({**held, "age_text": fmt(held["age"], "seconds"), "left_text": left})
     memory = data["memory"]
     notes = {  # the envelope's rows: label -> JSON field, a note
         "May use": ("allowed", f"({memory['allowed_by']})"),
@@ -210,16 +216,7 @@ def status_context(data: dict[str, Any], dash: str = "—") -> dict[str, Any]:
         "scope_sentence": scope_sentence(data),
         "config": [(label, field, kind, fmt(data[field], kind)) for label, field, kind in CONFIG],
         "gauges": gauges,
-        "jobs": [
-            {
-                **job,
-                "queued_for_text": fmt(job["queued_for"], "seconds"),
-                "running_for_text": fmt(job["running_for"], "seconds")
-                if job["started_at"]
-                else dash,
-            }
-            for job in data["jobs"]
-        ],
+        "jobs": jobs,
         "counters": counters,
         "figure_columns": [label for label, _ in DURATIONS],
         "figures": [
@@ -238,14 +235,7 @@ def status_context(data: dict[str, Any], dash: str = "—") -> dict[str, Any]:
                 for job in memory["recent_jobs"]
             ],
         },
-        "door_held": [
-            {
-                **held,
-                "age_text": fmt(held["age"], "seconds"),
-                "left_text": fmt(max(0.0, held["left"]), "seconds"),
-            }
-            for held in data["door"]["held"]
-        ],
+        "door_held": door_held,
     }
 
 
@@ -263,11 +253,10 @@ def chart(data: dict[str, Any]) -> dict[str, Any]:
     history = data["history"]
     window, end = history["window"], data["taken_at"]
     capacity = max(1, data["slots"] + data["queue"])
+    series = [history[name] for name in ("t", "running", "queued", "refused")]
     points = [
         (CHART_W * (1 - (end - t) / window), min(r, capacity), min(r + q, capacity), x)
-        for t, r, q, x in zip(
-            history["t"], history["running"], history["queued"], history["refused"], strict=True
-        )
+        for t, r, q, x in zip(*series, strict=True)
         if end - t <= window
     ]
     peak = max((p[3] for p in points), default=0)

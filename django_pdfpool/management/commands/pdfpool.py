@@ -41,7 +41,6 @@ NO_POOL_HERE = (
 PROGRESS_BYTES = 1 << 20  # files at least this large get progress lines on stderr
 PROGRESS_EVERY = 1.0  # seconds between progress lines
 PREVIEW_CHARS = 600  # of the text, shown without --text
-LIMITS = ("timeout", "memory_limit", "max_pages", "max_text_bytes")  # the settings extract() takes
 ERROR_FIELDS = ("code", "message", "detail", "elapsed", "peak_rss")  # of ExtractionError, as JSON
 
 # Control characters (category Cc), and the bidirectional marks, embeddings, overrides and
@@ -81,12 +80,12 @@ def run(
     """Extract ``path`` in a cold child (no template left behind) under the settings' limits,
     telling ``say`` every ``PROGRESS_EVERY`` seconds while it runs; raises ExtractionError."""
     refuse_in_event_loop("pdfpool extract runs its own event loop: call it from synchronous code.")
-    limits = {name: getattr(conf, name) for name in LIMITS}
+    terms = conf.job_terms | {"engine": engine}
     configure_extraction(child_env=conf.sandbox.child_env)
 
     async def extracting() -> Extraction:
         start = time.monotonic()
-        task = asyncio.ensure_future(extract_file(path, warm=False, engine=engine, **limits))
+        task = asyncio.ensure_future(extract_file(path, warm=False, **terms))
         while say and not (await asyncio.wait({task}, timeout=PROGRESS_EVERY))[0]:
             took, timeout = time.monotonic() - start, fmt(conf.timeout, "seconds")
             say(f"{safe(path)}: still extracting, {took:.0f} s of {timeout} so far")
