@@ -106,10 +106,9 @@ def error_text(error: ExtractionError) -> str:
 
 def summary(result: Extraction, *, full_text: bool) -> str:
     """The outcome as text: figures, metadata, and the text (a preview unless full)."""
+    cut = "yes, at the page limit (MAX_PAGES)" if result.truncated else "no"
     if result.text_truncated:
         cut = "yes, at the text limit (MAX_TEXT_BYTES)"
-    else:
-        cut = "yes, at the page limit (MAX_PAGES)" if result.truncated else "no"
     rows = [
         ("sha256", result.sha256),
         ("pages", f"{result.page_count} in the document, {len(result.pages)} extracted"),
