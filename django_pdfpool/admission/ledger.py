@@ -75,11 +75,7 @@ class Counter(StrEnum):
     @classmethod
     def refused(cls, refusal: PoolBusy | PoolClosed | CallerBusy) -> Counter:
         """The counter a refusal counts in (a ``CoordinatorUnavailable`` is a ``PoolBusy``)."""
-        if (counter := _BY_KIND.get(kind := type(refusal))) is None:
-            counter = _BY_KIND[kind] = next(
-                c for c in REFUSALS if issubclass(kind, c.refusal or ())
-            )
-        return counter
+        return next(c for c in REFUSALS if isinstance(refusal, c.refusal or ()))
 
     @classmethod
     def ended(cls, cancelled: bool, error: BaseException | None) -> Counter:
@@ -88,8 +84,6 @@ class Counter(StrEnum):
 
 
 REFUSALS = tuple(counter for counter in Counter if counter.reason is not None)  # enum's order
-
-_BY_KIND: dict[type, Counter] = {}  # Counter.refused's answers, found once per class
 
 # --- the snapshot: plain, immutable, JSON-ready through ``as_dict`` ---------------------
 
@@ -251,9 +245,6 @@ class Ledger:
     ``ceiling``: the longest a job may run, which no estimate of a job's end goes past.
     How the estimates are made: docs/pool.md (Refusals)."""
 
-    __slots__ = ("_counts", "_lock", "_queue_waits", "_refused", "_run_sizes", "_run_times",
-                 "_state", "born", "ceiling", "queue", "slots", "wait")  # fmt: skip
-
     def __init__(
         self, slots: int, ceiling: float | None = None, queue: int = 0, wait: float | None = None
     ) -> None:
@@ -359,11 +350,8 @@ class Ledger:
         long again (never under ``DEFAULT_RUN_TIME`` in all); never past the ceiling."""
         runs: Sequence[float] = self._run_times
         if size is not None:
-            alike = [
-                t
-                for t, s in zip(runs, self._run_sizes, strict=True)
-                if s and size <= 2 * s <= 4 * size
-            ]
+            sized = zip(runs, self._run_sizes, strict=True)
+            alike = [t for t, s in sized if s and size <= 2 * s <= 4 * size]
             runs = alike if len(alike) >= ALIKE else runs
         more = sorted(took - running_for for took in runs if took > running_for)
         if not more:
@@ -377,10 +365,8 @@ class Ledger:
         """The first time by which one of the jobs that have run ``running_for`` s each (their
         inputs ``sizes`` bytes, if known) has ended in ``LIKELY`` of the cases the recent runs
         that took longer make."""
-        known = list(sizes) if len(sizes) == len(running_for) else [None] * len(running_for)
-        mores = [
-            self._more(seconds, size) for seconds, size in zip(running_for, known, strict=True)
-        ]
+        known = sizes or (None,) * len(running_for)
+        mores = [self._more(t, size) for t, size in zip(running_for, known, strict=True)]
 
         def ended(by: float) -> bool:  # all still running at ``by``: unlikely enough
             running = [1 - bisect.bisect_right(more, by) / len(more) for more in mores]

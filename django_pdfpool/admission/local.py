@@ -68,13 +68,11 @@ class Pool:
             free = max(0, self.slots + self.queue_size - self._running - len(self._queue))
             in_flight = key is not None and key in self._jobs
             held = None if in_flight else self._callers.get(caller or "")  # else it joins
-            busy = held is not None and held.key != key
-            retry = self._held_end(held, caller) if busy and held else 0.0
+            retry = 0.0 if held is None else self._held_end(held, caller)
             sizes = tuple(job.size for job in self._jobs.values() if job.size is not None)
             known = sizes if sizes and len(sizes) == len(self._jobs) else None
-            return Pressure(
-                self._closed, free, in_flight, self._expected_start(caller), busy, retry, known
-            )
+            start = self._expected_start(caller)
+            return Pressure(self._closed, free, in_flight, start, held is not None, retry, known)
 
     def count_refusal(
         self, refusal: PoolBusy | PoolClosed | CallerBusy, caller: str | None = None
@@ -83,13 +81,10 @@ class Pool:
 
     def _runs(self, now: float) -> tuple[list[float], list[int | None]]:  # under the lock
         """How long each running job has run, and its input's bytes (if known)."""
-        running_for: list[float] = []
-        sizes: list[int | None] = []
-        for job in self._jobs.values():
-            if (t := job.running_for(now)) is not None:
-                running_for.append(t)
-                sizes.append(job.size)
-        return running_for, sizes
+        runs = [
+            (t, job.size) for job in self._jobs.values() if (t := job.running_for(now)) is not None
+        ]
+        return [t for t, _ in runs], [size for _, size in runs]
 
     def _held_end(self, held: JobRecord, caller: str | None) -> float:  # rule 2's; locked
         now = time.monotonic()  # a running job's end ignores the queue (Ledger.expected_end)
