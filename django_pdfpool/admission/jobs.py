@@ -45,9 +45,8 @@ def get_job_loop() -> asyncio.AbstractEventLoop:
 
 def on_job_loop() -> bool:
     """Whether the caller runs on the job loop's thread (where nothing may block)."""
-    loop = _loop
     with contextlib.suppress(RuntimeError):  # no running loop
-        return loop is not None and loop.is_running() and asyncio.get_running_loop() is loop
+        return asyncio.get_running_loop() is _loop
     return False
 
 

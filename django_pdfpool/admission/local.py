@@ -164,7 +164,7 @@ class Pool:
                 if held is None
                 else jobs.caller_busy(self._held_end(held, caller))
             )
-            self._books.refused(Counter.refused(refusal), caller, refusal.retry_after)
+            self.count_refusal(refusal, caller)
             raise refusal
         waiter = Waiter(loop)
         job = self._jobs[key] = self._callers[caller] = JobRecord(key, caller, fn, on_drop, waiter)
@@ -177,28 +177,25 @@ class Pool:
         return job, waiter
 
     def _start(self, job: JobRecord) -> None:  # under the lock
-        job.state = "running"
-        job.started_mono = time.monotonic()
+        job.state, job.started_mono = "running", time.monotonic()
         self._running += 1
         self._books.started(job.started_mono - job.queued_mono)
         jobs.call_in_job_loop(self._spawn, job)
 
-    def _spawn(self, job: JobRecord) -> None:  # on the job loop; its ending is _finish's
+    def _spawn(self, job: JobRecord) -> None:  # on the job loop
         job.task = asyncio.get_running_loop().create_task(jobs.run_fn(job))
-        job.task.add_done_callback(functools.partial(self._finish, job))
+        job.task.add_done_callback(functools.partial(self._ended, job))
 
-    def _finish(
-        self,
-        job: JobRecord,
-        task: asyncio.Task[Any] | None,
-        result: Any = None,
-        error: BaseException | None = None,
-    ) -> None:
+    def _ended(self, job: JobRecord, task: asyncio.Task[Any]) -> None:  # on the job loop
+        result, error, _ = jobs.ended(job, task, self._stopping, self._books)
+        self._finish(job, result, error)
+        if error is not None and not task.cancelled():
+            jobs.report_failure(self._on_error, job.key, error)
+
+    def _finish(self, job: JobRecord, result: Any, error: BaseException | None) -> None:
         """On the job loop: the job's task ended (or a held job's outcome came); free the slot
         and the caller, forget the key (rule 5: no cache), start what the queue holds, and hand
         the outcome to every sharer."""
-        if task is not None:
-            result, error, _ = jobs.ended(job, task, self._stopping, self._books)
         with self._lock:
             job.state = "done"
             del self._jobs[job.key]
@@ -211,8 +208,6 @@ class Pool:
             idle = self._take_idle_waiters()
         jobs.deliver(waiters, result, error)
         jobs.deliver(idle, None, None)
-        if task is not None and error is not None and not task.cancelled():
-            jobs.report_failure(self._on_error, job.key, error)
 
     def hold(self, key: str, caller: str) -> Callable[[Any, BaseException | None], None]:
         """Count a job running elsewhere in this process (a Redis pool's, when this pool takes
@@ -226,7 +221,7 @@ class Pool:
             job.state, job.started_mono = "running", time.monotonic()
             self._callers.setdefault(caller, job)
             self._running += 1
-        return functools.partial(self._finish, job, None)
+        return functools.partial(self._finish, job)
 
     def _dequeue(self, job: JobRecord) -> JobRecord:  # its timer goes, on the job loop; locked
         self._queue.remove(job)
@@ -275,9 +270,7 @@ class Pool:
     def _leave(self, job: JobRecord, waiter: Waiter) -> None:
         """A waiter gave up (rule 4). A queued job left by everyone gives up its place."""
         with self._lock:
-            if waiter not in job.waiters:
-                return  # the job already ended and answered
-            job.waiters.discard(waiter)
+            job.waiters.discard(waiter)  # gone if the job ended and answered (then not queued)
             if job.state != "queued" or job.waiters:
                 return
             dropped: list[DropFn | None] = []
