@@ -30,8 +30,7 @@ _loop: asyncio.AbstractEventLoop | None = None  # set under _lock once running; 
 def get_job_loop() -> asyncio.AbstractEventLoop:
     """The running job loop, its thread started if needed."""
     global _loop
-    loop = _loop
-    if loop is not None:
+    if (loop := _loop) is not None:
         return loop
     with _lock:
         if _loop is None:

@@ -87,8 +87,6 @@ REFUSALS = tuple(counter for counter in Counter if counter.reason is not None)  
 
 # --- the snapshot: plain, immutable, JSON-ready through ``as_dict`` ---------------------
 
-BooksScope = Literal["process", "cluster"]  # whose counters: a process's or the cluster's
-
 
 @dataclass(frozen=True)
 class Pressure:
@@ -117,7 +115,7 @@ class DurationSummary:
         values = sorted(samples)
         if not values:
             return cls()
-        p95 = values[max(0, math.ceil(0.95 * len(values)) - 1)]
+        p95 = values[math.ceil(0.95 * len(values)) - 1]
         return cls(len(values), sum(values) / len(values), p95, values[-1])
 
 
@@ -198,7 +196,7 @@ class PoolSnapshot:
     queue_wait: DurationSummary  # over recently started jobs
     run_time: DurationSummary  # over recently finished jobs
     taken_at: float  # wall clock
-    scope: BooksScope = "process"
+    scope: Literal["process", "cluster"] = "process"
     counted_since: float | None = None  # wall clock; None while nothing was counted
 
     def as_dict(self) -> dict[str, Any]:  # ready for json.dumps
@@ -337,13 +335,6 @@ class Ledger:
                 seconds = min(seconds, max(0.0, self.wait - waited))
             return self._told(seconds, caller)
 
-    def _typical(self, running_for: Iterable[float]) -> float:  # under the lock
-        """A job's likely run time: the recent mean, else the longest run so far (at least
-        ``DEFAULT_RUN_TIME``)."""
-        if self._run_times:
-            return sum(self._run_times) / len(self._run_times)
-        return max((DEFAULT_RUN_TIME, *running_for))
-
     def _more(self, running_for: float, size: int | None) -> list[float]:  # under the lock
         """What the recent runs that took longer than ``running_for`` s took more, sorted (of
         a size within 2x of ``size`` when there are ``ALIKE`` such runs); none of them: as
@@ -377,11 +368,13 @@ class Ledger:
 
     def _nth_free(self, running_for: Sequence[float], n: int, sizes: Sequence[int | None]) -> float:
         """Seconds until the ``n``-th slot frees (a free slot is free now): the first once a
-        running job has likely ended, each later one a typical run over the slots after."""
+        running job has likely ended, each later one a typical run (the recent mean, else the
+        longest run so far, at least ``DEFAULT_RUN_TIME``) over the slots after."""
         free = self.slots - len(running_for)
         if n <= free:
             return 0.0
-        typical = self._typical(running_for)
+        runs = self._run_times
+        typical = sum(runs) / len(runs) if runs else max((DEFAULT_RUN_TIME, *running_for))
         first = self._freed_by(running_for, sizes) if running_for else typical
         return first + typical * (n - max(free, 0) - 1) / self.slots
 

@@ -216,8 +216,7 @@ class Pool:
         with self._lock:
             if key in self._jobs:  # already this pool's: nothing more to count
                 return lambda result, error: None
-            job = self._jobs[key] = JobRecord(key, caller)
-            job.ran = True  # its fn is not this pool's to call, nor an on_drop
+            job = self._jobs[key] = JobRecord(key, caller)  # no fn or on_drop: not this pool's
             job.state, job.started_mono = "running", time.monotonic()
             self._callers.setdefault(caller, job)
             self._running += 1
