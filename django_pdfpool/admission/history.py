@@ -68,8 +68,7 @@ class Recorder:
                 return
             self._ticking = True
             self._generation += 1
-            generation = self._generation
-        call_in_job_loop(self._tick, generation)
+            call_in_job_loop(self._tick, self._generation)
 
     def stop(self) -> None:
         """Stop sampling; the samples taken so far stay."""

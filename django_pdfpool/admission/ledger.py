@@ -122,8 +122,6 @@ class DurationSummary:
 class CountersBase:
     """``Counters`` besides its fields: read by ``Counter``, as a dict (in ``Counter`` order)."""
 
-    __slots__ = ()
-
     def __getitem__(self, counter: Counter) -> int:
         return int(getattr(self, counter.value))
 

@@ -184,15 +184,15 @@ class Pool:
 
     def _spawn(self, job: JobRecord) -> None:  # on the job loop
         job.task = asyncio.get_running_loop().create_task(jobs.run_fn(job))
-        job.task.add_done_callback(functools.partial(self._ended, job))
+        job.task.add_done_callback(functools.partial(self._finish, job))
 
-    def _ended(self, job: JobRecord, task: asyncio.Task[Any]) -> None:  # on the job loop
+    def _finish(self, job: JobRecord, task: asyncio.Task[Any]) -> None:  # on the job loop
         result, error, _ = jobs.ended(job, task, self._stopping, self._books)
-        self._finish(job, result, error)
+        self._answer(job, result, error)
         if error is not None and not task.cancelled():
             jobs.report_failure(self._on_error, job.key, error)
 
-    def _finish(self, job: JobRecord, result: Any, error: BaseException | None) -> None:
+    def _answer(self, job: JobRecord, result: Any, error: BaseException | None) -> None:
         """On the job loop: the job's task ended (or a held job's outcome came); free the slot
         and the caller, forget the key (rule 5: no cache), start what the queue holds, and hand
         the outcome to every sharer."""
@@ -220,7 +220,7 @@ class Pool:
             job.state, job.started_mono = "running", time.monotonic()
             self._callers.setdefault(caller, job)
             self._running += 1
-        return functools.partial(self._finish, job)
+        return functools.partial(self._answer, job)
 
     def _dequeue(self, job: JobRecord) -> JobRecord:  # its timer goes, on the job loop; locked
         self._queue.remove(job)
