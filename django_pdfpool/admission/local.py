@@ -205,7 +205,9 @@ class Pool:
             waiters, job.waiters = job.waiters, set()
             while self._queue and self._running < self.slots:
                 self._start(self._dequeue(self._queue[0]))
-            idle = self._take_idle_waiters()
+            idle: list[Waiter] = []  # drain/stop's: only a job's end can leave nothing in flight
+            if not self._jobs:
+                idle, self._idle_waiters = self._idle_waiters, []
         jobs.deliver(waiters, result, error)
         jobs.deliver(idle, None, None)
 
@@ -247,13 +249,11 @@ class Pool:
             if waited:
                 self._books.gave_up(waited, sum(map(len, refused)))
             retry_after = self._expected_start(start=True)
-            idle = self._take_idle_waiters()
         if job.state == "queued":  # the clock fired early
             self._arm(job, wait)
         jobs.call_dropped(*dropped)
         for waiters in refused:
             jobs.deliver(waiters, None, jobs.waited_too_long(wait, retry_after))
-        jobs.deliver(idle, None, None)
 
     def _forget_queued(self, job: JobRecord, dropped: list[DropFn | None]) -> set[Waiter]:
         """Drop a queued job that will never run; its ``on_drop`` to ``dropped``, for after the
@@ -275,9 +275,7 @@ class Pool:
             dropped: list[DropFn | None] = []
             self._forget_queued(job, dropped)
             self._books.count(Counter.ABANDONED)
-            idle = self._take_idle_waiters()
         jobs.call_dropped(*dropped)
-        jobs.deliver(idle, None, None)
 
     # --- closing ------------------------------------------------------------
 
@@ -303,10 +301,8 @@ class Pool:
             for job in running:
                 abandoned |= job.waiters
                 job.waiters = set()
-            idle = self._take_idle_waiters()
         jobs.call_dropped(*dropped)
         jobs.deliver(abandoned, None, jobs.stopped())
-        jobs.deliver(idle, None, None)
         jobs.call_in_job_loop(_cancel_tasks, running)
         await self._until_idle()
 
@@ -322,12 +318,6 @@ class Pool:
             with self._lock:
                 if waiter in self._idle_waiters:
                     self._idle_waiters.remove(waiter)
-
-    def _take_idle_waiters(self) -> list[Waiter]:  # to wake once nothing is in flight; locked
-        if self._jobs:
-            return []
-        waiters, self._idle_waiters = self._idle_waiters, []
-        return waiters
 
     def __repr__(self) -> str:
         return (
