@@ -133,8 +133,7 @@ class Pool:
                 jobs.call_dropped(on_drop)
         try:
             return await waiter.future
-        except BaseException:
-            # Leaving (cancelled, timed out) never stops the job for others.
+        except BaseException:  # leaving (cancelled, timed out) never stops the job for others
             self._leave(job, waiter)
             if waiter.future.done() and not waiter.future.cancelled():
                 waiter.future.exception()  # answered as we left: mark it retrieved
@@ -256,8 +255,7 @@ class Pool:
             jobs.deliver(waiters, None, jobs.waited_too_long(wait, retry_after))
 
     def _forget_queued(self, job: JobRecord, dropped: list[DropFn | None]) -> set[Waiter]:
-        """Drop a queued job that will never run; its ``on_drop`` to ``dropped``, for after the
-        lock. Under the lock."""
+        """Drop a queued job that will never run (locked); its ``on_drop`` to ``dropped``."""
         self._dequeue(job)
         dropped.append(job.release())
         job.state = "done"
