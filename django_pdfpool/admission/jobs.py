@@ -24,21 +24,19 @@ logger = logging.getLogger("django_pdfpool.pool")
 # --- the job loop: one daemon thread per process, where every job runs ------------------
 
 _lock = threading.Lock()  # guards starting the loop's thread
-_loop: asyncio.AbstractEventLoop | None = None  # set under _lock once running; read without
+_loop: asyncio.AbstractEventLoop | None = None  # set under _lock once its thread runs
 
 
 def get_job_loop() -> asyncio.AbstractEventLoop:
-    """The running job loop, its thread started if needed."""
+    """The job loop, its thread started if needed."""
     global _loop
     if (loop := _loop) is not None:
         return loop
     with _lock:
         if _loop is None:
-            new_loop, ready = asyncio.new_event_loop(), threading.Event()
-            new_loop.call_soon(ready.set)
-            threading.Thread(target=new_loop.run_forever, name="pdfpool-jobs", daemon=True).start()
-            ready.wait()
-            _loop = new_loop
+            loop = asyncio.new_event_loop()
+            threading.Thread(target=loop.run_forever, name="pdfpool-jobs", daemon=True).start()
+            _loop = loop
         return _loop
 
 
