@@ -78,8 +78,7 @@ class Recorder:
 
     def sample(self) -> HistoryPoint | None:
         """Take one sample now (from any thread); None when there is no pool yet."""
-        source = self.read()
-        if source is None:
+        if (source := self.read()) is None:
             return None
         snapshot = source.snapshot()
         total = sum(snapshot.counters[counter] for counter in REFUSALS)

@@ -194,8 +194,7 @@ def _settle(futures: list[asyncio.Future[Any]], result: Any, error: BaseExceptio
 
 
 def own_copy(error: BaseException) -> BaseException:
-    """One sharer's copy of ``error``, chained to it: sharers never share (and grow) one
-    traceback."""
+    """A sharer's own copy of ``error``, chained to it: no two sharers grow one traceback."""
     try:
         duplicate = copy.copy(error)
     except Exception:  # an __init__ that its own args cannot call again

@@ -60,8 +60,7 @@ class Pool:
 
     def waiting(self, key: str) -> int:
         with self._lock:
-            job = self._jobs.get(key)
-            return 0 if job is None else job.sharers()
+            return 0 if (job := self._jobs.get(key)) is None else job.sharers()
 
     def pressure(self, key: str | None = None, caller: str | None = None) -> Pressure:
         with self._lock:
@@ -195,9 +194,8 @@ class Pool:
             jobs.report_failure(self._on_error, job.key, error)
 
     def _answer(self, job: JobRecord, result: Any, error: BaseException | None) -> None:
-        """On the job loop: the job's task ended (or a held job's outcome came); free the slot
-        and the caller, forget the key (rule 5: no cache), start what the queue holds, and hand
-        the outcome to every sharer."""
+        """On the job loop, with a job's outcome (its task's or a held job's): free the slot and
+        the caller, forget the key (rule 5: no cache), start the queued, answer every sharer."""
         with self._lock:
             job.state = "done"
             del self._jobs[job.key]
