@@ -19,8 +19,6 @@ from .jobs import call_in_job_loop
 from .ledger import REFUSALS
 from .protocol import AdmissionPool
 
-__all__ = ["HistoryPoint", "Recorder"]
-
 logger = logging.getLogger("django_pdfpool.history")
 
 
@@ -61,10 +59,6 @@ class Recorder:
         self._ticking = False
         _recorders.add(self)
 
-    @property
-    def window(self) -> float:  # seconds of history the ring holds when full
-        return self.interval * self.size
-
     def start(self) -> None:
         """Start sampling, if not already; cheap to call on every request."""
         if self._ticking:
@@ -74,8 +68,7 @@ class Recorder:
                 return
             self._ticking = True
             self._generation += 1
-            generation = self._generation
-        call_in_job_loop(self._tick, generation)
+            call_in_job_loop(self._tick, self._generation)
 
     def stop(self) -> None:
         """Stop sampling; the samples taken so far stay."""
@@ -85,22 +78,19 @@ class Recorder:
 
     def sample(self) -> HistoryPoint | None:
         """Take one sample now (from any thread); None when there is no pool yet."""
-        source = self.read()
-        if source is None:
+        if (source := self.read()) is None:
             return None
         snapshot = source.snapshot()
         total = sum(snapshot.counters[counter] for counter in REFUSALS)
         books = (snapshot.scope, snapshot.counted_since)
         with self._lock:
-            last = self._last
-            if last is None:
-                refused = 0  # the first sample is the baseline, not a burst
-            elif last[0] is source and _same_books(last[1], books):
-                refused = max(0, total - last[2])
-            elif last[0] is not source and books[0] == "process":
+            pool, was, before = self._last or (source, books, total)  # the first: a baseline
+            if pool is source and _same_books(was, books):
+                refused = max(0, total - before)
+            elif pool is not source and books[0] == "process":
                 refused = total  # a rebuilt pool counts from zero
-            else:  # other books (Redis failing or back, or the cluster's restarted)
-                refused = 0  # a baseline again, not their whole count as a burst
+            else:  # other books (Redis failing or back, the cluster's restarted): a baseline
+                refused = 0
             self._last = (source, books, total)
             sample = HistoryPoint(snapshot.taken_at, snapshot.running, snapshot.queued, refused)
             self._samples.append(sample)
@@ -114,7 +104,7 @@ class Recorder:
         samples = self.samples()
         return {
             "interval": self.interval,
-            "window": self.window,
+            "window": self.interval * self.size,  # seconds the ring holds when full
             "t": [round(s.t, 2) for s in samples],
             "running": [s.running for s in samples],
             "queued": [s.queued for s in samples],

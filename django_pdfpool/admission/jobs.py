@@ -24,30 +24,26 @@ logger = logging.getLogger("django_pdfpool.pool")
 # --- the job loop: one daemon thread per process, where every job runs ------------------
 
 _lock = threading.Lock()  # guards starting the loop's thread
-_loop: asyncio.AbstractEventLoop | None = None  # set under _lock once running; read without
+_loop: asyncio.AbstractEventLoop | None = None  # set under _lock once its thread runs
 
 
 def get_job_loop() -> asyncio.AbstractEventLoop:
-    """The running job loop, its thread started if needed."""
+    """The job loop, its thread started if needed."""
     global _loop
-    loop = _loop
-    if loop is not None:
+    if (loop := _loop) is not None:
         return loop
     with _lock:
         if _loop is None:
-            new_loop, ready = asyncio.new_event_loop(), threading.Event()
-            new_loop.call_soon(ready.set)
-            threading.Thread(target=new_loop.run_forever, name="pdfpool-jobs", daemon=True).start()
-            ready.wait()
-            _loop = new_loop
+            loop = asyncio.new_event_loop()
+            threading.Thread(target=loop.run_forever, name="pdfpool-jobs", daemon=True).start()
+            _loop = loop
         return _loop
 
 
 def on_job_loop() -> bool:
     """Whether the caller runs on the job loop's thread (where nothing may block)."""
-    loop = _loop
     with contextlib.suppress(RuntimeError):  # no running loop
-        return loop is not None and loop.is_running() and asyncio.get_running_loop() is loop
+        return asyncio.get_running_loop() is _loop
     return False
 
 
@@ -198,8 +194,7 @@ def _settle(futures: list[asyncio.Future[Any]], result: Any, error: BaseExceptio
 
 
 def own_copy(error: BaseException) -> BaseException:
-    """One sharer's copy of ``error``, chained to it: sharers never share (and grow) one
-    traceback."""
+    """A sharer's own copy of ``error``, chained to it: no two sharers grow one traceback."""
     try:
         duplicate = copy.copy(error)
     except Exception:  # an __init__ that its own args cannot call again

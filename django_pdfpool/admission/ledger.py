@@ -93,8 +93,6 @@ _BY_KIND: dict[type, Counter] = {}  # Counter.refused's answers, found once per 
 
 # --- the snapshot: plain, immutable, JSON-ready through ``as_dict`` ---------------------
 
-BooksScope = Literal["process", "cluster"]  # whose counters: a process's or the cluster's
-
 
 @dataclass(frozen=True)
 class Pressure:
@@ -123,14 +121,12 @@ class DurationSummary:
         values = sorted(samples)
         if not values:
             return cls()
-        p95 = values[max(0, math.ceil(0.95 * len(values)) - 1)]
+        p95 = values[math.ceil(0.95 * len(values)) - 1]
         return cls(len(values), sum(values) / len(values), p95, values[-1])
 
 
 class CountersBase:
     """``Counters`` besides its fields: read by ``Counter``, as a dict (in ``Counter`` order)."""
-
-    __slots__ = ()
 
     def __getitem__(self, counter: Counter) -> int:
         return int(getattr(self, counter.value))
@@ -204,7 +200,7 @@ class PoolSnapshot:
     queue_wait: DurationSummary  # over recently started jobs
     run_time: DurationSummary  # over recently finished jobs
     taken_at: float  # wall clock
-    scope: BooksScope = "process"
+    scope: Literal["process", "cluster"] = "process"
     counted_since: float | None = None  # wall clock; None while nothing was counted
 
     def as_dict(self) -> dict[str, Any]:  # ready for json.dumps
@@ -250,9 +246,6 @@ class Ledger:
     """One pool's books; thread-safe, its lock a leaf (a pool may call it under its own).
     ``ceiling``: the longest a job may run, which no estimate of a job's end goes past.
     How the estimates are made: docs/pool.md (Refusals)."""
-
-    __slots__ = ("_counts", "_lock", "_queue_waits", "_refused", "_run_sizes", "_run_times",
-                 "_state", "born", "ceiling", "queue", "slots", "wait")  # fmt: skip
 
     def __init__(
         self, slots: int, ceiling: float | None = None, queue: int = 0, wait: float | None = None
@@ -346,24 +339,14 @@ class Ledger:
                 seconds = min(seconds, max(0.0, self.wait - waited))
             return self._told(seconds, caller)
 
-    def _typical(self, running_for: Iterable[float]) -> float:  # under the lock
-        """A job's likely run time: the recent mean, else the longest run so far (at least
-        ``DEFAULT_RUN_TIME``)."""
-        if self._run_times:
-            return sum(self._run_times) / len(self._run_times)
-        return max((DEFAULT_RUN_TIME, *running_for))
-
     def _more(self, running_for: float, size: int | None) -> list[float]:  # under the lock
         """What the recent runs that took longer than ``running_for`` s took more, sorted (of
         a size within 2x of ``size`` when there are ``ALIKE`` such runs); none of them: as
         long again (never under ``DEFAULT_RUN_TIME`` in all); never past the ceiling."""
         runs: Sequence[float] = self._run_times
         if size is not None:
-            alike = [
-                t
-                for t, s in zip(runs, self._run_sizes, strict=True)
-                if s and size <= 2 * s <= 4 * size
-            ]
+            sized = zip(runs, self._run_sizes, strict=True)
+            alike = [t for t, s in sized if s and size <= 2 * s <= 4 * size]
             runs = alike if len(alike) >= ALIKE else runs
         more = sorted(took - running_for for took in runs if took > running_for)
         if not more:
@@ -377,10 +360,8 @@ class Ledger:
         """The first time by which one of the jobs that have run ``running_for`` s each (their
         inputs ``sizes`` bytes, if known) has ended in ``LIKELY`` of the cases the recent runs
         that took longer make."""
-        known = list(sizes) if len(sizes) == len(running_for) else [None] * len(running_for)
-        mores = [
-            self._more(seconds, size) for seconds, size in zip(running_for, known, strict=True)
-        ]
+        known = sizes or (None,) * len(running_for)
+        mores = [self._more(t, size) for t, size in zip(running_for, known, strict=True)]
 
         def ended(by: float) -> bool:  # all still running at ``by``: unlikely enough
             running = [1 - bisect.bisect_right(more, by) / len(more) for more in mores]
@@ -391,11 +372,13 @@ class Ledger:
 
     def _nth_free(self, running_for: Sequence[float], n: int, sizes: Sequence[int | None]) -> float:
         """Seconds until the ``n``-th slot frees (a free slot is free now): the first once a
-        running job has likely ended, each later one a typical run over the slots after."""
+        running job has likely ended, each later one a typical run (the recent mean, else the
+        longest run so far, at least ``DEFAULT_RUN_TIME``) over the slots after."""
         free = self.slots - len(running_for)
         if n <= free:
             return 0.0
-        typical = self._typical(running_for)
+        runs = self._run_times
+        typical = sum(runs) / len(runs) if runs else max((DEFAULT_RUN_TIME, *running_for))
         first = self._freed_by(running_for, sizes) if running_for else typical
         return first + typical * (n - max(free, 0) - 1) / self.slots
 

@@ -60,21 +60,18 @@ class Pool:
 
     def waiting(self, key: str) -> int:
         with self._lock:
-            job = self._jobs.get(key)
-            return 0 if job is None else job.sharers()
+            return 0 if (job := self._jobs.get(key)) is None else job.sharers()
 
     def pressure(self, key: str | None = None, caller: str | None = None) -> Pressure:
         with self._lock:
             free = max(0, self.slots + self.queue_size - self._running - len(self._queue))
             in_flight = key is not None and key in self._jobs
             held = None if in_flight else self._callers.get(caller or "")  # else it joins
-            busy = held is not None and held.key != key
-            retry = self._held_end(held, caller) if busy and held else 0.0
+            retry = 0.0 if held is None else self._held_end(held, caller)
             sizes = tuple(job.size for job in self._jobs.values() if job.size is not None)
             known = sizes if sizes and len(sizes) == len(self._jobs) else None
-            return Pressure(
-                self._closed, free, in_flight, self._expected_start(caller), busy, retry, known
-            )
+            start = self._expected_start(caller)
+            return Pressure(self._closed, free, in_flight, start, held is not None, retry, known)
 
     def count_refusal(
         self, refusal: PoolBusy | PoolClosed | CallerBusy, caller: str | None = None
@@ -138,8 +135,7 @@ class Pool:
                 jobs.call_dropped(on_drop)
         try:
             return await waiter.future
-        except BaseException:
-            # Leaving (cancelled, timed out) never stops the job for others.
+        except BaseException:  # leaving (cancelled, timed out) never stops the job for others
             self._leave(job, waiter)
             if waiter.future.done() and not waiter.future.cancelled():
                 waiter.future.exception()  # answered as we left: mark it retrieved
@@ -169,7 +165,7 @@ class Pool:
                 if held is None
                 else jobs.caller_busy(self._held_end(held, caller))
             )
-            self._books.refused(Counter.refused(refusal), caller, refusal.retry_after)
+            self.count_refusal(refusal, caller)
             raise refusal
         waiter = Waiter(loop)
         job = self._jobs[key] = self._callers[caller] = JobRecord(key, caller, fn, on_drop, waiter)
@@ -182,28 +178,24 @@ class Pool:
         return job, waiter
 
     def _start(self, job: JobRecord) -> None:  # under the lock
-        job.state = "running"
-        job.started_mono = time.monotonic()
+        job.state, job.started_mono = "running", time.monotonic()
         self._running += 1
         self._books.started(job.started_mono - job.queued_mono)
         jobs.call_in_job_loop(self._spawn, job)
 
-    def _spawn(self, job: JobRecord) -> None:  # on the job loop; its ending is _finish's
+    def _spawn(self, job: JobRecord) -> None:  # on the job loop
         job.task = asyncio.get_running_loop().create_task(jobs.run_fn(job))
         job.task.add_done_callback(functools.partial(self._finish, job))
 
-    def _finish(
-        self,
-        job: JobRecord,
-        task: asyncio.Task[Any] | None,
-        result: Any = None,
-        error: BaseException | None = None,
-    ) -> None:
-        """On the job loop: the job's task ended (or a held job's outcome came); free the slot
-        and the caller, forget the key (rule 5: no cache), start what the queue holds, and hand
-        the outcome to every sharer."""
-        if task is not None:
-            result, error, _ = jobs.ended(job, task, self._stopping, self._books)
+    def _finish(self, job: JobRecord, task: asyncio.Task[Any]) -> None:  # on the job loop
+        result, error, _ = jobs.ended(job, task, self._stopping, self._books)
+        self._answer(job, result, error)
+        if error is not None and not task.cancelled():
+            jobs.report_failure(self._on_error, job.key, error)
+
+    def _answer(self, job: JobRecord, result: Any, error: BaseException | None) -> None:
+        """On the job loop, with a job's outcome (its task's or a held job's): free the slot and
+        the caller, forget the key (rule 5: no cache), start the queued, answer every sharer."""
         with self._lock:
             job.state = "done"
             del self._jobs[job.key]
@@ -213,11 +205,11 @@ class Pool:
             waiters, job.waiters = job.waiters, set()
             while self._queue and self._running < self.slots:
                 self._start(self._dequeue(self._queue[0]))
-            idle = self._take_idle_waiters()
+            idle: list[Waiter] = []  # drain/stop's: only a job's end can leave nothing in flight
+            if not self._jobs:
+                idle, self._idle_waiters = self._idle_waiters, []
         jobs.deliver(waiters, result, error)
         jobs.deliver(idle, None, None)
-        if task is not None and error is not None and not task.cancelled():
-            jobs.report_failure(self._on_error, job.key, error)
 
     def hold(self, key: str, caller: str) -> Callable[[Any, BaseException | None], None]:
         """Count a job running elsewhere in this process (a Redis pool's, when this pool takes
@@ -226,12 +218,11 @@ class Pool:
         with self._lock:
             if key in self._jobs:  # already this pool's: nothing more to count
                 return lambda result, error: None
-            job = self._jobs[key] = JobRecord(key, caller)
-            job.ran = True  # its fn is not this pool's to call, nor an on_drop
+            job = self._jobs[key] = JobRecord(key, caller)  # no fn or on_drop: not this pool's
             job.state, job.started_mono = "running", time.monotonic()
             self._callers.setdefault(caller, job)
             self._running += 1
-        return functools.partial(self._finish, job, None)
+        return functools.partial(self._answer, job)
 
     def _dequeue(self, job: JobRecord) -> JobRecord:  # its timer goes, on the job loop; locked
         self._queue.remove(job)
@@ -258,17 +249,14 @@ class Pool:
             if waited:
                 self._books.gave_up(waited, sum(map(len, refused)))
             retry_after = self._expected_start(start=True)
-            idle = self._take_idle_waiters()
         if job.state == "queued":  # the clock fired early
             self._arm(job, wait)
         jobs.call_dropped(*dropped)
         for waiters in refused:
             jobs.deliver(waiters, None, jobs.waited_too_long(wait, retry_after))
-        jobs.deliver(idle, None, None)
 
     def _forget_queued(self, job: JobRecord, dropped: list[DropFn | None]) -> set[Waiter]:
-        """Drop a queued job that will never run; its ``on_drop`` to ``dropped``, for after the
-        lock. Under the lock."""
+        """Drop a queued job that will never run (locked); its ``on_drop`` to ``dropped``."""
         self._dequeue(job)
         dropped.append(job.release())
         job.state = "done"
@@ -280,17 +268,13 @@ class Pool:
     def _leave(self, job: JobRecord, waiter: Waiter) -> None:
         """A waiter gave up (rule 4). A queued job left by everyone gives up its place."""
         with self._lock:
-            if waiter not in job.waiters:
-                return  # the job already ended and answered
-            job.waiters.discard(waiter)
+            job.waiters.discard(waiter)  # gone if the job ended and answered (then not queued)
             if job.state != "queued" or job.waiters:
                 return
             dropped: list[DropFn | None] = []
             self._forget_queued(job, dropped)
             self._books.count(Counter.ABANDONED)
-            idle = self._take_idle_waiters()
         jobs.call_dropped(*dropped)
-        jobs.deliver(idle, None, None)
 
     # --- closing ------------------------------------------------------------
 
@@ -316,10 +300,8 @@ class Pool:
             for job in running:
                 abandoned |= job.waiters
                 job.waiters = set()
-            idle = self._take_idle_waiters()
         jobs.call_dropped(*dropped)
         jobs.deliver(abandoned, None, jobs.stopped())
-        jobs.deliver(idle, None, None)
         jobs.call_in_job_loop(_cancel_tasks, running)
         await self._until_idle()
 
@@ -335,12 +317,6 @@ class Pool:
             with self._lock:
                 if waiter in self._idle_waiters:
                     self._idle_waiters.remove(waiter)
-
-    def _take_idle_waiters(self) -> list[Waiter]:  # to wake once nothing is in flight; locked
-        if self._jobs:
-            return []
-        waiters, self._idle_waiters = self._idle_waiters, []
-        return waiters
 
     def __repr__(self) -> str:
         return (

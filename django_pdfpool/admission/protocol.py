@@ -45,8 +45,7 @@ class AdmissionPool(Protocol):
         """Callers sharing ``key``'s job, not counting the one that started it."""
 
     def pressure(self, key: str | None = None, caller: str | None = None) -> Pressure:
-        """What a door reads before a request's body (the pool stays the authority): see
-        ``Pressure``."""
+        """What a door reads before a request's body (the pool decides): see ``Pressure``."""
 
     def count_refusal(
         self, refusal: PoolBusy | PoolClosed | CallerBusy, caller: str | None = None
