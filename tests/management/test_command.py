@@ -293,6 +293,21 @@ def test_extract_refuses_a_file_over_max_upload_size_before_any_child(pdfpool, t
     assert refused.value.returncode == 3 and not child_pids() - before  # none started
 
 
+def test_extract_holds_the_sandbox_settings_as_uploads_do(pdfpool, tmp_path):
+    """SANDBOX["REQUIRE"] fails closed for the command too, even where the system checks do
+    not run first (call_command, --skip-checks): refused with the pool's code, exit 3."""
+    from django_pdfpool import sandbox
+
+    path = write(tmp_path, "doc.pdf", pdfs.simple(["never read"]))
+    pdfpool(SANDBOX={"LAYERS": False, "REQUIRE": "basic"})
+    try:
+        with pytest.raises(CommandError, match="sandbox_unavailable") as refused:
+            run("extract", path)
+        assert refused.value.returncode == command.EXIT_REFUSED
+    finally:
+        sandbox.configure(sandbox=True, require="none")
+
+
 def test_extract_engine_option(pdfpool, tmp_path):
     pytest.importorskip("pypdfium2")
     path = write(tmp_path, "doc.pdf", pdfs.simple(["engine choice"]))

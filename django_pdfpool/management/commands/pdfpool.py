@@ -22,7 +22,6 @@ from ...configured import drain_pool, drain_timeout, peek_pool
 from ...exceptions import ExtractionError, Refused, UploadRejected, Wording
 from ...pooled import extract_pooled
 from ...sandbox.extract import Extraction
-from ...sandbox.extract import configure as configure_extraction
 from ...sandbox.extract import extract as extract_file
 from ...sandbox.wire import ENGINES
 from ...status.metrics import own_snapshot
@@ -81,7 +80,7 @@ def run(
     telling ``say`` every ``PROGRESS_EVERY`` seconds while it runs; raises ExtractionError."""
     refuse_in_event_loop("pdfpool extract runs its own event loop: call it from synchronous code.")
     terms = conf.job_terms | {"engine": engine}
-    configure_extraction(child_env=conf.sandbox.child_env)
+    conf.sandbox.configure()  # its layers, required level and environment, as uploads have
 
     async def extracting() -> Extraction:
         start = time.monotonic()
