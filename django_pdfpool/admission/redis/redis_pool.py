@@ -74,10 +74,9 @@ class RedisPool:
         FALLBACK.require("fallback", fallback)
         integer(1024).require("max_result_bytes", max_result_bytes)
         CALL_TIMEOUT.require("timeout", timeout)
-        if not isinstance(fingerprint, str) or len(fingerprint) > 1024:
-            raise ValueError("fingerprint must be a string of at most 1024 characters")
-        if not isinstance(deployment, str) or len(deployment) > 256:
-            raise ValueError("deployment must be a string of at most 256 characters")
+        for name, tag, most in ("fingerprint", fingerprint, 1024), ("deployment", deployment, 256):
+            if not isinstance(tag, str) or len(tag) > most:
+                raise ValueError(f"{name} must be a string of at most {most} characters")
         parse_url(url)  # type: ignore[no-untyped-call]  # ValueError for anything but redis://, rediss:// and unix://
         self.slots, self.queue_size, self.wait = slots, queue, wait
         self.lease, self.namespace, self.fallback = float(lease), namespace, fallback
@@ -215,10 +214,6 @@ class RedisPool:
         return self._books.snapshot(
             queue=self.queue_size, wait=self.wait, closed=closed, jobs=jobs, extra=extra
         )
-
-    def keys(self) -> list[str]:
-        """Every Redis key of the namespace (SCAN), for tests and diagnostics."""
-        return self._side.link.keys()
 
     # --- running ------------------------------------------------------------
 
