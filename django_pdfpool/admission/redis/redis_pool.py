@@ -172,7 +172,7 @@ class RedisPool:
         counter = Counter.refused(refusal)
         self._books.refused(counter, caller, refusal.retry_after)
         if counter.counted_by is not CountedBy.PROCESS and self.mode == REDIS:
-            call_in_job_loop(self._side.count_refused, counter)
+            call_in_job_loop(self._side.quietly, self._side.link.call("refused", counter))
 
     def idle(self) -> bool:
         """Nothing in flight in this process (``running()``/``queued()`` count every one)."""
@@ -229,7 +229,7 @@ class RedisPool:
         if self.mode != REDIS:
             return await self._run_degraded(key, caller, fn, on_drop)
         waiter = RedisWaiter(asyncio.get_running_loop(), key, caller, fn, on_drop, size)
-        get_job_loop().call_soon_threadsafe(self._side.begin, waiter)
+        call_in_job_loop(self._side.begin, waiter)
         try:
             result = await waiter.future
         except BaseException:
@@ -255,7 +255,7 @@ class RedisPool:
     async def _leave(self, waiter: RedisWaiter) -> None:
         """Take ``waiter`` off its job, in Redis too; waited for, so counts read next are right."""
         done: concurrent.futures.Future[None] = concurrent.futures.Future()
-        get_job_loop().call_soon_threadsafe(self._side.leave, waiter, done)
+        call_in_job_loop(self._side.spawn, self._side.leave(waiter, done))
         with contextlib.suppress(BaseException):  # cancelled again: the leave goes on
             await asyncio.shield(asyncio.wrap_future(done))
 

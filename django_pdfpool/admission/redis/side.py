@@ -156,17 +156,9 @@ class ProcessSide:
             self.admissions.add(task)
         task.add_done_callback(self._admitted)
 
-    def leave(self, waiter: RedisWaiter, done: concurrent.futures.Future[None]) -> None:
-        """Take a caller that gave up off its job, here and in Redis; ``done`` once done."""
-        self.spawn(self._leave(waiter, done))
-
     def add_idle_waiter(self, waiter: Waiter) -> None:
         self._idle_waiters.append(waiter)
         self._settle()
-
-    def count_refused(self, counter: Counter) -> None:
-        """Count a refusal the door gave, in the cluster's books (``refused.lua``)."""
-        self.quietly(self.link.call("refused", counter))
 
     # --- readings from any thread ----------------------------------------------------------
 
@@ -326,7 +318,8 @@ class ProcessSide:
 
     # --- rule 4: leaving (leave.lua) --------------------------------------------------------
 
-    async def _leave(self, waiter: RedisWaiter, done: concurrent.futures.Future[Any]) -> None:
+    async def leave(self, waiter: RedisWaiter, done: concurrent.futures.Future[None]) -> None:
+        """Take a caller that gave up off its job, here and in Redis; ``done`` once done."""
         try:
             if waiter.admission is not None and not waiter.admission.done():
                 await asyncio.wait([waiter.admission])
@@ -609,12 +602,11 @@ class ProcessSide:
         """Switch to the fallback (one warning; docs/cluster.md), then probe until Redis is back."""
         if self.mode != REDIS or self.retired:
             return
-        local = self._fallback is not None
         if self._fallback is not None:  # counted there before any caller can see the mode:
             for job in self.jobs():  # a caller thread reads it and admits there at once
                 if job.owned and job.state == "running" and job.local_hold is None:
                     job.local_hold = self._fallback.hold(job.key, job.caller)
-        self.mode = LOCAL_FALLBACK if local else REFUSING
+        self.mode = LOCAL_FALLBACK if self._fallback is not None else REFUSING
         self.trouble = trouble_of(error)
         self.failures[self.trouble] += 1
         self.last_error = f"{type(error).__name__}: {error}"
@@ -624,7 +616,7 @@ class ProcessSide:
             "refused a write" if self.trouble == REFUSED else "failed",
             self.last_error,
             "new jobs run in this process's own pool, with per-process limits"
-            if local
+            if self.mode == LOCAL_FALLBACK
             else "new jobs are refused (503) until it is back",
         )
         self.quietly(self.link.reset())
