@@ -22,8 +22,7 @@ def encode_outcome(
     """The outcome as JSON of at most ``limit`` bytes (UTF-8); total: at worst, the error's type."""
     if error is None:
         try:
-            value = encode(result) if encode is not None else result
-            text = _dumps({"ok": value})
+            text = _dumps({"ok": encode(result) if encode is not None else result})
         except Exception as exc:  # not JSON-able, or the encode hook failed
             name = f"{type(result).__module__}.{type(result).__qualname__}"
             why = f"the result cannot travel as JSON: {_shown(exc, str)}"

@@ -184,9 +184,9 @@ class RedisPool:
 
     def local_snapshot(self) -> PoolSnapshot:
         """The jobs this process runs or queues, its fallback pool's included."""
-        fallback = self._local.snapshot()
-        jobs = [*self._side.owned_infos(time.monotonic(), time.time()), *fallback.jobs]
-        return self._snapshot(jobs, extra=fallback.counters)
+        fallback, now, wall = self._local.snapshot(), time.monotonic(), time.time()
+        here = [job.info(now, wall) for job in self._side.jobs() if job.owned]
+        return self._snapshot([*here, *fallback.jobs], extra=fallback.counters)
 
     def cluster_snapshot(self) -> ClusterSnapshot:
         """Cluster-wide and local snapshots, and who holds what, in one reading."""

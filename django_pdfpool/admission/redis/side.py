@@ -31,7 +31,7 @@ from ...exceptions import (
     Wording,
 )
 from ..jobs import JobRecord, Waiter
-from ..ledger import Counter, JobInfo, Ledger
+from ..ledger import Counter, Ledger
 from ..local import Pool
 from ..protocol import DropFn, JobFn
 from .codec import decode_outcome, encode_outcome
@@ -173,9 +173,6 @@ class ProcessSide:
 
     def owned(self, state: str) -> int:
         return sum(job.owned and job.state == state for job in self.jobs())
-
-    def owned_infos(self, now: float, wall: float) -> list[JobInfo]:
-        return [job.info(now, wall) for job in self.jobs() if job.owned]
 
     def sharers(self, key: str) -> int:
         """This process's callers sharing ``key``'s job, less its starter."""
