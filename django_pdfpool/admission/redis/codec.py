@@ -15,8 +15,6 @@ from ...exceptions import RemoteJobError, ResultTooLarge
 Encode = Callable[[Any], Any]
 Decode = Callable[[Any], Any]
 
-OWN_EXCEPTIONS = exceptions.__name__  # the one module of ours rebuilt from data
-
 
 def encode_outcome(
     result: Any, error: BaseException | None, *, encode: Encode | None = None, limit: int
@@ -24,8 +22,7 @@ def encode_outcome(
     """The outcome as JSON of at most ``limit`` bytes (UTF-8); total: at worst, the error's type."""
     if error is None:
         try:
-            value = encode(result) if encode is not None else result
-            text = _dumps({"ok": value})
+            text = _dumps({"ok": encode(result) if encode is not None else result})
         except Exception as exc:  # not JSON-able, or the encode hook failed
             name = f"{type(result).__module__}.{type(result).__qualname__}"
             why = f"the result cannot travel as JSON: {_shown(exc, str)}"
@@ -103,7 +100,7 @@ def _rebuild(data: dict[str, Any]) -> BaseException:
     module, name = str(data.get("module", "")), str(data.get("name", ""))
     args, attrs = list(data.get("args") or []), dict(data.get("attrs") or {})
     message = str(data.get("message", ""))
-    home = {"builtins": builtins, OWN_EXCEPTIONS: exceptions}.get(module)  # never another module
+    home = {"builtins": builtins, exceptions.__name__: exceptions}.get(module)  # no other module
     cls = None if home is None else getattr(home, name, None)
     if not (isinstance(cls, type) and issubclass(cls, Exception)):
         return RemoteJobError(f"{module}.{name}", message)

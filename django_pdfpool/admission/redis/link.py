@@ -240,17 +240,15 @@ class Link:
             if self._reader is not None and not self._reader.done():
                 return
             await self._unsubscribe()
-            pubsub = self.client().pubsub()
+            self._pubsub = pubsub = self.client().pubsub()
             try:
                 await pubsub.subscribe(self.channel)  # confirmed by the first message
                 message = await pubsub.get_message(timeout=self.settings.timeout)
                 if message is None or message["type"] != "subscribe":
                     raise redis.exceptions.TimeoutError("no confirmation of SUBSCRIBE")
             except BaseException:
-                with contextlib.suppress(Exception):
-                    await pubsub.aclose()  # type: ignore[no-untyped-call, unused-ignore]  # typed in redis 8.2
+                await self._unsubscribe()
                 raise
-            self._pubsub = pubsub
             reading = self._read(pubsub, on_event, on_error)
             self._reader = asyncio.get_running_loop().create_task(reading)
 
@@ -356,8 +354,3 @@ class Link:
         """Everything in flight, with the process leases (``view.lua``)."""
         client = self.sync()
         return self._sync_scripts["view"](keys=[self.procs_key], client=client)
-
-    def keys(self) -> list[str]:
-        """Every key of the namespace (SCAN; for tests and diagnostics)."""
-        pattern = "".join("\\" + c if c in "*?[]\\" else c for c in self.prefix) + "*"
-        return sorted(self.sync().scan_iter(match=pattern, count=1000))

@@ -74,10 +74,9 @@ class RedisPool:
         FALLBACK.require("fallback", fallback)
         integer(1024).require("max_result_bytes", max_result_bytes)
         CALL_TIMEOUT.require("timeout", timeout)
-        if not isinstance(fingerprint, str) or len(fingerprint) > 1024:
-            raise ValueError("fingerprint must be a string of at most 1024 characters")
-        if not isinstance(deployment, str) or len(deployment) > 256:
-            raise ValueError("deployment must be a string of at most 256 characters")
+        for name, tag, most in ("fingerprint", fingerprint, 1024), ("deployment", deployment, 256):
+            if not isinstance(tag, str) or len(tag) > most:
+                raise ValueError(f"{name} must be a string of at most {most} characters")
         parse_url(url)  # type: ignore[no-untyped-call]  # ValueError for anything but redis://, rediss:// and unix://
         self.slots, self.queue_size, self.wait = slots, queue, wait
         self.lease, self.namespace, self.fallback = float(lease), namespace, fallback
@@ -173,7 +172,7 @@ class RedisPool:
         counter = Counter.refused(refusal)
         self._books.refused(counter, caller, refusal.retry_after)
         if counter.counted_by is not CountedBy.PROCESS and self.mode == REDIS:
-            call_in_job_loop(self._side.count_refused, counter)
+            call_in_job_loop(self._side.quietly, self._side.link.call("refused", counter))
 
     def idle(self) -> bool:
         """Nothing in flight in this process (``running()``/``queued()`` count every one)."""
@@ -185,9 +184,9 @@ class RedisPool:
 
     def local_snapshot(self) -> PoolSnapshot:
         """The jobs this process runs or queues, its fallback pool's included."""
-        fallback = self._local.snapshot()
-        jobs = [*self._side.owned_infos(time.monotonic(), time.time()), *fallback.jobs]
-        return self._snapshot(jobs, extra=fallback.counters)
+        fallback, now, wall = self._local.snapshot(), time.monotonic(), time.time()
+        here = [job.info(now, wall) for job in self._side.jobs() if job.owned]
+        return self._snapshot([*here, *fallback.jobs], extra=fallback.counters)
 
     def cluster_snapshot(self) -> ClusterSnapshot:
         """Cluster-wide and local snapshots, and who holds what, in one reading."""
@@ -216,10 +215,6 @@ class RedisPool:
             queue=self.queue_size, wait=self.wait, closed=closed, jobs=jobs, extra=extra
         )
 
-    def keys(self) -> list[str]:
-        """Every Redis key of the namespace (SCAN), for tests and diagnostics."""
-        return self._side.link.keys()
-
     # --- running ------------------------------------------------------------
 
     async def run(
@@ -234,7 +229,7 @@ class RedisPool:
         if self.mode != REDIS:
             return await self._run_degraded(key, caller, fn, on_drop)
         waiter = RedisWaiter(asyncio.get_running_loop(), key, caller, fn, on_drop, size)
-        get_job_loop().call_soon_threadsafe(self._side.begin, waiter)
+        call_in_job_loop(self._side.begin, waiter)
         try:
             result = await waiter.future
         except BaseException:
@@ -260,7 +255,7 @@ class RedisPool:
     async def _leave(self, waiter: RedisWaiter) -> None:
         """Take ``waiter`` off its job, in Redis too; waited for, so counts read next are right."""
         done: concurrent.futures.Future[None] = concurrent.futures.Future()
-        get_job_loop().call_soon_threadsafe(self._side.leave, waiter, done)
+        call_in_job_loop(self._side.spawn, self._side.leave(waiter, done))
         with contextlib.suppress(BaseException):  # cancelled again: the leave goes on
             await asyncio.shield(asyncio.wrap_future(done))
 

@@ -31,7 +31,7 @@ from ...exceptions import (
     Wording,
 )
 from ..jobs import JobRecord, Waiter
-from ..ledger import Counter, JobInfo, Ledger
+from ..ledger import Counter, Ledger
 from ..local import Pool
 from ..protocol import DropFn, JobFn
 from .codec import decode_outcome, encode_outcome
@@ -58,10 +58,9 @@ def unavailable(why: str, retry_after: float) -> CoordinatorUnavailable:
 
 def trouble_of(error: BaseException) -> str:
     """``UNREACHABLE`` when Redis did not answer, ``REFUSED`` when it answered an error."""
+    silent = redis_errors.ConnectionError | redis_errors.TimeoutError | OSError
     denied = redis_errors.AuthenticationError | redis_errors.AuthorizationError  # answered
-    if isinstance(error, redis_errors.ConnectionError | redis_errors.TimeoutError | OSError):
-        return REFUSED if isinstance(error, denied) else UNREACHABLE
-    return REFUSED
+    return UNREACHABLE if isinstance(error, silent) and not isinstance(error, denied) else REFUSED
 
 
 @dataclass
@@ -89,7 +88,7 @@ class RedisWaiter(Waiter):
 @dataclass(slots=True, eq=False)
 class RedisJob(JobRecord):
     """A job this process runs or queues (``owned``) or waits on. Written on the job loop;
-    other threads read ``owned``, ``state`` and the waiters under ``ProcessSide._lock``."""
+    other threads read ``owned``, ``state`` and the waiters (``ProcessSide.jobs``)."""
 
     id: str = ""
     owned: bool = False  # this process runs or queues it (else it waits on another's)
@@ -157,17 +156,9 @@ class ProcessSide:
             self.admissions.add(task)
         task.add_done_callback(self._admitted)
 
-    def leave(self, waiter: RedisWaiter, done: concurrent.futures.Future[None]) -> None:
-        """Take a caller that gave up off its job, here and in Redis; ``done`` once done."""
-        self.spawn(self._leave(waiter, done))
-
     def add_idle_waiter(self, waiter: Waiter) -> None:
         self._idle_waiters.append(waiter)
         self._settle()
-
-    def count_refused(self, counter: Counter) -> None:
-        """Count a refusal the door gave, in the cluster's books (``refused.lua``)."""
-        self.quietly(self.link.call("refused", counter))
 
     # --- readings from any thread ----------------------------------------------------------
 
@@ -181,17 +172,11 @@ class ProcessSide:
             return list(self._jobs.values())
 
     def owned(self, state: str) -> int:
-        with self._lock:
-            return sum(job.owned and job.state == state for job in self._jobs.values())
-
-    def owned_infos(self, now: float, wall: float) -> list[JobInfo]:
-        with self._lock:
-            return [job.info(now, wall) for job in self._jobs.values() if job.owned]
+        return sum(job.owned and job.state == state for job in self.jobs())
 
     def sharers(self, key: str) -> int:
         """This process's callers sharing ``key``'s job, less its starter."""
-        with self._lock:
-            return sum(job.sharers() for job in self._jobs.values() if job.key == key)
+        return sum(job.sharers() for job in self.jobs() if job.key == key)
 
     # --- rules 1-3: admission (admit.lua) ---------------------------------------------------
 
@@ -206,11 +191,10 @@ class ProcessSide:
                     raise RedisError("Redis failed a moment ago")
                 await self._listen()
                 s, has_fn = self._settings, "1" if waiter.fn is not None else "0"
-                raw = await self.link.call(
+                reply = AdmitReply.of(await self.link.call(
                     "admit", str(s.queue_size), s.wait_ms, waiter.key, waiter.caller, job_id,
                     has_fn, s.fingerprint, s.deployment, "" if waiter.size is None else waiter.size,
-                )  # fmt: skip
-                reply = AdmitReply.of(raw)
+                ))  # fmt: skip
             except RedisError as error:
                 if await self.failed(error):  # only a connection dropped: Redis is up,
                     jobs.call_dropped(waiter.on_drop)  # and whether the script ran is unknown
@@ -301,7 +285,6 @@ class ProcessSide:
     def _mismatch(self, differs: dict[str, str]) -> PoolMisconfigured:
         """A live process of the namespace has other terms: a deployment error."""
         s = self._settings
-        namespace = s.namespace
         ms = {"wait": s.wait_ms, "lease": str(round(s.lease * 1000))}
         mine = {"slots": str(s.slots), "queue": str(s.queue_size), **ms}
         named = [
@@ -313,14 +296,14 @@ class ProcessSide:
             named.append("the settings that change results differ (fingerprint)")
         if "deployment" in differs:
             message = (
-                f"Another deployment uses the Redis namespace {namespace!r}: its processes "
+                f"Another deployment uses the Redis namespace {s.namespace!r}: its processes "
                 "have another SECRET_KEY (or PDFPOOL['REDIS']['DEPLOYMENT']) than this one, so "
                 "their pools are kept apart, not merged. Give each deployment a NAMESPACE of "
                 "its own (or, for one deployment, the same SECRET_KEY everywhere)."
             )
         else:
             message = (
-                f"The PDF pool's processes sharing the Redis namespace {namespace!r} have "
+                f"The PDF pool's processes sharing the Redis namespace {s.namespace!r} have "
                 f"other settings than this one: {'; '.join(named)}. Give them all the same "
                 "settings, or each deployment a namespace of its own."
             )
@@ -332,7 +315,8 @@ class ProcessSide:
 
     # --- rule 4: leaving (leave.lua) --------------------------------------------------------
 
-    async def _leave(self, waiter: RedisWaiter, done: concurrent.futures.Future[Any]) -> None:
+    async def leave(self, waiter: RedisWaiter, done: concurrent.futures.Future[None]) -> None:
+        """Take a caller that gave up off its job, here and in Redis; ``done`` once done."""
         try:
             if waiter.admission is not None and not waiter.admission.done():
                 await asyncio.wait([waiter.admission])
@@ -593,13 +577,10 @@ class ProcessSide:
                 return self.mode == REDIS
             dropped = isinstance(error, redis_errors.ConnectionError)
             if dropped and not isinstance(error, redis_errors.TimeoutError):
-                try:
+                with contextlib.suppress(RedisError):
                     await self.link.refresh_idle()
                     await self.link.client().ping()
                     await self._listen()  # the channel's connection may be the dropped one
-                except RedisError:
-                    pass
-                else:
                     logger.info(
                         "PDF pool: a connection to Redis at %s was dropped (%s); a fresh one "
                         "answers",
@@ -618,12 +599,11 @@ class ProcessSide:
         """Switch to the fallback (one warning; docs/cluster.md), then probe until Redis is back."""
         if self.mode != REDIS or self.retired:
             return
-        local = self._fallback is not None
         if self._fallback is not None:  # counted there before any caller can see the mode:
             for job in self.jobs():  # a caller thread reads it and admits there at once
                 if job.owned and job.state == "running" and job.local_hold is None:
                     job.local_hold = self._fallback.hold(job.key, job.caller)
-        self.mode = LOCAL_FALLBACK if local else REFUSING
+        self.mode = LOCAL_FALLBACK if self._fallback is not None else REFUSING
         self.trouble = trouble_of(error)
         self.failures[self.trouble] += 1
         self.last_error = f"{type(error).__name__}: {error}"
@@ -633,7 +613,7 @@ class ProcessSide:
             "refused a write" if self.trouble == REFUSED else "failed",
             self.last_error,
             "new jobs run in this process's own pool, with per-process limits"
-            if local
+            if self.mode == LOCAL_FALLBACK
             else "new jobs are refused (503) until it is back",
         )
         self.quietly(self.link.reset())

@@ -33,13 +33,10 @@ def presentable(url: object) -> str:
     path = parts.path
     if parts.scheme.lower() != "unix" and not _DB.fullmatch(path):
         path = "/" + MASK
-    pieces = re.split(r"([&;])", parts.query)  # redis-py splits on "&"; ";" to be safe
-    query = "".join(_masked(piece) for piece in pieces)
+    query = re.sub(r"[^&;]+", _masked, parts.query)  # redis-py splits on "&"; ";" to be safe
     return f"{parts.scheme}://{userinfo}{at}{hostport}{path}" + (f"?{query}" if query else "")
 
 
-def _masked(piece: str) -> str:
-    name = piece.partition("=")[0]
-    if piece not in ("&", ";") and _SECRET_NAME.search(unquote(name)):
-        return f"{name}={MASK}"
-    return piece
+def _masked(parameter: re.Match[str]) -> str:
+    name = parameter[0].partition("=")[0]
+    return f"{name}={MASK}" if _SECRET_NAME.search(unquote(name)) else parameter[0]
