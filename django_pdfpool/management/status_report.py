@@ -25,20 +25,21 @@ JOB_CELLS = itemgetter(
 
 
 def check_redis(conf: RedisSettings) -> None:
-    """CommandError unless the pool's Redis answers a PING: a pool that cannot reach Redis
-    reads its own process instead, which would pass for an idle cluster."""
+    """CommandError unless the pool's Redis (through its Sentinels, if set) answers a PING: a
+    pool that cannot reach Redis reads its own process instead, which would pass for an idle
+    cluster."""
     import redis
 
+    from ..admission.redis.link import connect
     from ..admission.redis.urls import presentable
 
-    url, timeout = conf.url, conf.timeout
-    client = redis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout)
+    client = connect(conf.url, conf.sentinels, conf.timeout)
     try:
         with client:
             client.ping()
     except redis.RedisError as error:
         raise CommandError(
-            f"Redis at {presentable(url)} does not answer ({type(error).__name__}): "
+            f"Redis at {presentable(conf.url)} does not answer ({type(error).__name__}): "
             "the cluster's state cannot be read."
         ) from None
 

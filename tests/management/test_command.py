@@ -167,6 +167,18 @@ def test_status_with_redis_unreachable_fails_instead_of_showing_an_idle_cluster(
     assert shown.stdout == ""
 
 
+def test_status_with_redis_through_sentinel_asks_the_sentinels_for_the_primary(
+    sentinel_set, tmp_path
+):
+    """With ``SENTINELS`` set, the URL's host names the primary, not a host: the check
+    before the reading finds it through the Sentinels, as the pool does."""
+    sentinels = [f"{host}:{port}" for host, port in sentinel_set.sentinels]
+    settings = {"REDIS": {"URL": sentinel_set.url, "SENTINELS": sentinels}}
+    shown = manage("status", pdfpool=settings, cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    assert "mode redis" in shown.stdout
+
+
 # --- drain ----------------------------------------------------------------------------------
 
 

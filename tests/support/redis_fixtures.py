@@ -1,7 +1,8 @@
 """Pytest fixtures for the Redis tests: ``pytest_plugins = ["tests.support.redis_fixtures"]``.
 
 ``redis_server`` is one server for the session; ``own_redis`` a server for one test
-(to kill and restart it). ``make_pool`` builds ``RedisPool``s in a fresh namespace,
+(to kill and restart it); ``sentinel_set`` a primary, its replica and a redis-sentinel.
+``make_pool`` builds ``RedisPool``s in a fresh namespace,
 stops them afterwards and then checks that the namespace left no key in Redis.
 """
 
@@ -14,7 +15,14 @@ from uuid import uuid4
 import pytest
 
 from django_pdfpool.admission import RedisPool
-from tests.support.redis_server import RedisServer, available, namespace_keys, pools_in
+from tests.support.redis_server import (
+    RedisServer,
+    SentinelSet,
+    available,
+    namespace_keys,
+    pools_in,
+    sentinel_available,
+)
 
 
 def _server() -> RedisServer:
@@ -56,3 +64,14 @@ def make_pool(redis_server: RedisServer, namespace: str) -> Iterator[Callable[..
 
     asyncio.run(asyncio.wait_for(stop_all(), 10))
     assert namespace_keys(redis_server.url, namespace) == []
+
+
+@pytest.fixture
+def sentinel_set() -> Iterator[SentinelSet]:
+    if not (available() and sentinel_available()):
+        pytest.skip(
+            "redis-sentinel is not installed beside redis-server (apt-get install redis-sentinel)"
+        )
+    watched = SentinelSet().start()
+    yield watched
+    watched.stop()

@@ -153,6 +153,29 @@ class RedisPoolSettings:
         return min(1.0, self.lease / 2)
 
 
+def connect(
+    url: str, sentinels: Sentinels, timeout: float,
+    sentinel: Callable[..., Any] = redis.sentinel.Sentinel,
+    direct: Callable[..., Any] = redis.Redis.from_url, **options: Any,
+) -> Any:  # fmt: skip
+    """A client (text replies, ``options``) whose connects and calls time out after
+    ``timeout``: to ``url``, or through the ``sentinels`` to the primary the URL's host names."""
+    timeouts = {"socket_timeout": timeout, "socket_connect_timeout": timeout}
+    if not sentinels:
+        return direct(url, decode_responses=True, **timeouts, **options)
+    parsed = dict(parse_url(url))  # type: ignore[no-untyped-call]
+    service = str(parsed["host"])
+    for name in ("host", "port", "path", "connection_class"):
+        parsed.pop(name, None)
+    if url.lower().startswith("rediss://"):
+        parsed["ssl"] = True
+    client = sentinel(
+        list(sentinels), sentinel_kwargs=timeouts, **parsed, **timeouts, decode_responses=True,
+        **options,
+    )  # fmt: skip
+    return client.master_for(service)
+
+
 MAX_CONNECTIONS = 16  # per pool, on the job loop; callers beyond wait for one
 
 
@@ -181,24 +204,6 @@ class Link:
         """Whether the asyncio client was ever made (a pool never used has nothing to undo)."""
         return self._client is not None
 
-    def _connect(self, sentinel: Callable[..., Any], direct: Callable[..., Any], retry: Any) -> Any:
-        """A client: the call timeout, text replies, ``retry``; through Sentinel if set."""
-        s, timeout = self.settings, self.settings.timeout
-        options = {"socket_timeout": timeout, "socket_connect_timeout": timeout}
-        if not s.sentinels:
-            return direct(s.url, decode_responses=True, retry=retry, **options)
-        parsed = dict(parse_url(s.url))  # type: ignore[no-untyped-call]
-        service = str(parsed["host"])
-        for name in ("host", "port", "path", "connection_class"):
-            parsed.pop(name, None)
-        if s.url.lower().startswith("rediss://"):
-            parsed["ssl"] = True
-        client = sentinel(
-            list(s.sentinels), sentinel_kwargs=options, **parsed, **options,
-            decode_responses=True, retry=retry,
-        )  # fmt: skip
-        return client.master_for(service)
-
     # --- on the job loop ------------------------------------------------------
 
     def client(self) -> aredis.Redis:
@@ -211,8 +216,9 @@ class Link:
                 )
                 return aredis.Redis(connection_pool=pool)
 
-            retry = AsyncRetry(NoBackoff(), 0)
-            self._client = self._connect(aredis_sentinel.Sentinel, direct, retry)
+            s, retry = self.settings, AsyncRetry(NoBackoff(), 0)
+            sentinel = aredis_sentinel.Sentinel
+            self._client = connect(s.url, s.sentinels, s.timeout, sentinel, direct, retry=retry)
             self._scripts = {name: self._client.register_script(SOURCES[name]) for name in SOURCES}
         return self._client
 
@@ -330,8 +336,8 @@ class Link:
             )
         with self._sync_lock:
             if self._sync is None:  # reads: again once if the connection was stale
-                retry = Retry(NoBackoff(), 1)
-                self._sync = self._connect(redis.sentinel.Sentinel, redis.Redis.from_url, retry)
+                s, retry = self.settings, Retry(NoBackoff(), 1)
+                self._sync = connect(s.url, s.sentinels, s.timeout, retry=retry)
                 self._sync_scripts = {
                     name: self._sync.register_script(SOURCES[name]) for name in ("view", "pressure")
                 }

@@ -21,10 +21,8 @@ from django_pdfpool.exceptions import CoordinatorUnavailable
 from tests.support.redis_server import (
     LEASE,
     RedisServer,
-    SentinelSet,
     available,
     namespace_keys,
-    sentinel_available,
 )
 
 pytest_plugins = ["tests.support.redis_fixtures"]
@@ -197,17 +195,6 @@ def test_an_acl_user_refused_is_told_as_refused(own_redis, password, rights, sai
 
 
 # --- Sentinel ----------------------------------------------------------------------------
-
-
-@pytest.fixture
-def sentinel_set() -> Iterator[SentinelSet]:
-    if not (available() and sentinel_available()):
-        pytest.skip(
-            "redis-sentinel is not installed beside redis-server (apt-get install redis-sentinel)"
-        )
-    watched = SentinelSet().start()
-    yield watched
-    watched.stop()
 
 
 def test_through_sentinel_the_limits_hold_across_a_failover(sentinel_set):
