@@ -25,10 +25,10 @@ from django.http import HttpRequest, HttpResponse
 from .admission import jobs
 from .conf import get_settings
 from .configured import adrain_pool, get_pool, peek_pool
-from .door import ARRIVING, Refusal, Ticket, arun_steps, through_door
+from .door import Refusal, Ticket, arun_steps, through_door
 from .exceptions import BodyTimeout, UploadTooLarge, Wording
 from .record import RECORD, AdmissionRecord, pooled_route
-from .responses import RefusalView, arefusal_answer, prebuilt_answer
+from .responses import RefusalView, arefusal_answer, asgi_parts, prebuilt_answer
 from .sandbox.extract import shutdown as shutdown_extraction
 
 # The ASGI types, in the shape django-stubs gives Django's own handler (``asgiref.typing``'s
@@ -58,7 +58,7 @@ class PdfPoolDoor:
         post = str(scope.get("method", "")).upper() == "POST"  # as Django's request.method
         route = None
         if scope["type"] == "http" and post and RECORD not in scope and get_settings().door:
-            route = pooled_route(path_info(scope))
+            route = pooled_route(scope["path"].removeprefix(get_script_prefix(scope)))
         if route is None:
             await self.app(scope, receive, send)
             return
@@ -78,13 +78,6 @@ class PdfPoolDoor:
         finally:
             if record.ticket is not None:  # not given back by the call reaching the pool
                 record.ticket.release()
-
-
-def path_info(scope: Scope) -> str:
-    """The path Django resolves, as ``ASGIRequest`` computes it."""
-    script_name = get_script_prefix(scope)
-    path: str = scope["path"]
-    return path.removeprefix(script_name) if script_name else path
 
 
 @dataclass(slots=True)
@@ -112,11 +105,10 @@ class _CountedBody:
                 raise TimeoutError
             message = await asyncio.wait_for(self._receive(), left)
         except TimeoutError:
-            self.ticket.time_out()
+            self.ticket.release(timed_out=True)
             return await self._refuse(BodyTimeout(Wording.TIMED_OUT))
         if message["type"] == "http.request":
             if not self.ticket.arrived(len(message.get("body", b"")), self.ticket.terms):
-                ARRIVING.count_shed()  # past the budget's bytes: the door's shed, as before it
                 pressure = await asyncio.to_thread(get_pool().pressure)  # rare: off the loop
                 return await self._refuse(jobs.queue_full(pressure.retry_after))
             if self.ticket.received > self.ticket.limit:
@@ -146,19 +138,14 @@ async def send_refusal(
     distinct answer when that reads nothing of the request), or send Django's response; with
     ``unread`` (the body not read in full), ``Connection: close`` and a ``linger``."""
     close = [(b"Connection", b"close")] if unread is not None else []
-    if isinstance(refusal, HttpResponse):
-        response, built = refusal, None
-    elif (built := prebuilt_answer(refusal, answer)) is None:
-        response = await arefusal_answer(request, refusal, answer)
+    built = None if isinstance(refusal, HttpResponse) else prebuilt_answer(refusal, answer)
     if built is None:
+        response = refusal
+        if not isinstance(response, HttpResponse):
+            response = await arefusal_answer(request, response, answer)
         if close:  # in place of any the response has
             response["Connection"], close = "close", []
-        if not response.has_header("Content-Length"):
-            response["Content-Length"] = str(len(response.content))
-        cookies = [("Set-Cookie", c.output(header="").strip()) for c in response.cookies.values()]
-        pairs = [*response.items(), *cookies]
-        headers = tuple((n.encode("latin-1"), v.encode("latin-1")) for n, v in pairs)
-        built = response.status_code, headers, response.content
+        built = asgi_parts(response)
     status, headers, body = built
     await send({"type": "http.response.start", "status": status, "headers": [*headers, *close]})
     await send({"type": "http.response.body", "body": body, "more_body": unread is not None})
@@ -263,31 +250,32 @@ NUMBERS = itertools.count(1)  # each kept thread's name: pdfpool-request-N_0
 
 
 class RequestThread(ThreadPoolExecutor):
-    """One thread, lent to one request at a time; counts the calls it has not finished."""
+    """One thread, lent to one request at a time; idle again once the request and every call
+    it was given have ended."""
 
     def __init__(self, kept: KeptThreads) -> None:
         super().__init__(max_workers=1, thread_name_prefix=f"{THREAD_NAME}-{next(NUMBERS)}")
         self.kept = kept
-        self.unfinished = 0  # guarded by kept._lock
-        self.lent = True  # guarded by kept._lock
+        self.holds = 1  # its request, and each call not finished; guarded by kept._lock
 
     def submit(self, fn: Callable[..., Returned], /, *args: Any, **kwargs: Any) -> Future[Returned]:
         with self.kept._lock:
-            self.unfinished += 1
+            self.holds += 1
         try:
             future = super().submit(fn, *args, **kwargs)
         except BaseException:  # shut down at interpreter exit (one past keep is never lent)
             with self.kept._lock:
-                self.unfinished -= 1
+                self.holds -= 1
             raise
-        future.add_done_callback(self._finished)  # before asyncio's own callback is added
+        future.add_done_callback(self.let_go)  # before asyncio's own callback is added
         return future
 
-    def _finished(self, future: Future[Any]) -> None:
+    def let_go(self, future: Future[Any] | None = None) -> None:
+        """A call (or the request) has ended: the last to end makes the thread idle again."""
         with self.kept._lock:
-            self.unfinished -= 1
-            done = not self.unfinished and not self.lent
-        if done:  # the request ended before this call did
+            self.holds -= 1
+            done = not self.holds
+        if done:
             self.kept._idle_again(self)
 
 
@@ -314,11 +302,7 @@ class KeptThreads:
             async with ThreadSensitiveContext(executor=lent):
                 await self.app(scope, receive, send)
         finally:
-            with self._lock:
-                lent.lent = False
-                done = not lent.unfinished
-            if done:
-                self._idle_again(lent)
+            lent.let_go()
 
     def waiting(self) -> int:
         """How many kept threads wait for a request now."""
@@ -329,7 +313,7 @@ class KeptThreads:
         with self._lock:
             if self._idle:
                 lent = self._idle.pop()
-                lent.lent = True
+                lent.holds += 1
                 return lent
         return RequestThread(self)
 

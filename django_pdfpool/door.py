@@ -108,7 +108,7 @@ class Ticket:
 
     def arrived(self, size: int, terms: Terms) -> bool:
         """Count ``size`` more bytes, a budget entry's past its reserve charged to the budget;
-        False (not counted) if that takes it past ``budget_bytes``: this body is shed."""
+        False (not counted, the body shed) if that takes it past ``budget_bytes``."""
         arrivals = self.arrivals
         with arrivals._lock:
             before = max(self.reserved, self.received)
@@ -118,6 +118,7 @@ class Ticket:
             more = max(self.reserved, self.received) - before
             if more and arrivals._charged + more > terms.budget_bytes:
                 self.received -= size
+                arrivals.shed += 1
                 return False
             arrivals._charged += more
             return True
@@ -126,12 +127,9 @@ class Ticket:
     def released(self) -> bool:
         return self not in self.arrivals._tickets
 
-    def time_out(self) -> None:
-        """Release it as past its deadline (counted once, whoever notices first)."""
-        self.release(timed_out=True)
-
     def release(self, timed_out: bool = False) -> None:
-        """Give it back, once (a time-out counted), and wake who waits for that."""
+        """Give it back, once (a time-out counted once, whoever notices first), and wake who
+        waits for that."""
         arrivals = self.arrivals
         with arrivals._lock:
             if self not in arrivals._tickets:
@@ -272,7 +270,7 @@ class Arrivals:
         with self._lock:
             overdue = [t for t in self._tickets if t.deadline(terms) <= now]
         for ticket in overdue:
-            ticket.time_out()
+            ticket.release(timed_out=True)
         return overdue
 
     def held(self, terms: Terms) -> list[HeldInfo]:

@@ -14,7 +14,7 @@ from django.http import HttpRequest, HttpResponse
 from .admission.jobs import queue_full
 from .conf import get_settings
 from .configured import get_pool
-from .door import ARRIVING, Call, Steps, Terms, Ticket, arun_steps, run_steps, through_door
+from .door import Call, Steps, Terms, Ticket, arun_steps, run_steps, through_door
 from .exceptions import BodyTimeout, ExtractionError, Refused, UploadTooLarge, Wording
 from .record import RECORD, AdmissionRecord, PooledView, pooled_route
 from .responses import arefusal_answer, refusal_answer
@@ -98,14 +98,13 @@ class TimedStream:
 
     def _check(self) -> None:
         if time.monotonic() >= self._ticket.deadline(self._terms):
-            self._ticket.time_out()
+            self._ticket.release(timed_out=True)
             raise BodyTimeout(Wording.TIMED_OUT)
 
     def _timed(self, read: Callable[[int], bytes], size: int) -> bytes:
         self._check()
         data = read(size)
         if not self._ticket.arrived(len(data), self._terms):  # past the budget's bytes
-            ARRIVING.count_shed()
             raise queue_full(get_pool().pressure().retry_after)
         self._check()
         return data

@@ -156,8 +156,14 @@ def prebuilt_answer(error: Failure, answer: RefusalView | None) -> AsgiAnswer | 
 
 @functools.lru_cache(maxsize=256)  # distinct answers: codes x messages x retry seconds
 def _built(said: Described, html: bool) -> AsgiAnswer:
-    response = _answer(said, html)
-    headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in response.items()]
+    return asgi_parts(_answer(said, html))
+
+
+def asgi_parts(response: HttpResponse) -> AsgiAnswer:
+    """``response`` as ASGI parts, its ``Content-Length`` and cookies included."""
     if not response.has_header("Content-Length"):
-        headers.append((b"Content-Length", str(len(response.content)).encode("latin-1")))
-    return response.status_code, tuple(headers), response.content
+        response["Content-Length"] = str(len(response.content))
+    cookies = [("Set-Cookie", c.output(header="").strip()) for c in response.cookies.values()]
+    pairs = [*response.items(), *cookies]
+    headers = tuple((n.encode("latin-1"), v.encode("latin-1")) for n, v in pairs)
+    return response.status_code, headers, response.content
