@@ -82,9 +82,8 @@ class PdfPoolDoor:
 
 @dataclass(slots=True)
 class _CountedBody:
-    """``receive`` and ``send`` for a request let in: past its ``limit`` 413, past its
-    deadline 408, past the budget's bytes 503; then the app is told the client left and what
-    it sends is dropped. Once the body is in, messages pass."""
+    """``receive`` and ``send`` for a body let in: past its ``limit`` 413, its deadline 408,
+    the budget's bytes 503, then the app is told the client left and what it sends dropped."""
 
     _request: HttpRequest
     _receive: Receive
@@ -134,9 +133,8 @@ async def send_refusal(
     answer: RefusalView | None,
     unread: Receive | None,
 ) -> None:
-    """Answer ``refusal`` as the view's ``answer=`` or ``REFUSAL_VIEW`` would (built once per
-    distinct answer when that reads nothing of the request), or send Django's response; with
-    ``unread`` (the body not read in full), ``Connection: close`` and a ``linger``."""
+    """Send ``refusal`` as ``refusal_answer`` answers it, or Django's response; with ``unread``
+    (the body not read in full), ``Connection: close`` and a ``linger``."""
     close = [(b"Connection", b"close")] if unread is not None else []
     built = None if isinstance(refusal, HttpResponse) else prebuilt_answer(refusal, answer)
     if built is None:
@@ -158,10 +156,9 @@ LINGER_BYTES = 4 * 1024 * 1024  # about Linux's largest send buffer: what a clie
 
 
 async def linger(receive: Receive, send: Send) -> None:
-    """End an answer already sent, once the client's unread body is read and dropped, it
-    leaves, or ``LINGER_SECONDS`` or ``LINGER_BYTES`` run out (nginx's ``lingering_close``):
-    a server that closes with a body unread makes the kernel reset the connection, and the
-    client may see the reset, not the answer. The response has started: no ``100 Continue``."""
+    """End an answer sent once the client's unread body is read and dropped, it leaves, or
+    ``LINGER_*`` run out (nginx's ``lingering_close``): closed with a body unread, the kernel
+    resets the connection and the client may see the reset, not the answer."""
     left = LINGER_BYTES
     with contextlib.suppress(TimeoutError):
         async with asyncio.timeout(LINGER_SECONDS):
@@ -205,9 +202,8 @@ class PoolLifespan:
                 return
 
     def _chain(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Put our handler in front of the server's for each stop signal, from the main thread
-        only (nowhere else can handlers be set). Only a Python callable is chained: SIG_DFL
-        ends the process anyway; SIG_IGN or a C-level handler: nothing stops on that signal."""
+        """Put our handler before the server's Python handler of each stop signal (SIG_DFL
+        ends the process anyway, SIG_IGN stops nothing); only the main thread can set them."""
         if threading.current_thread() is not threading.main_thread():
             return
         for number in (signal.SIGTERM, signal.SIGINT):

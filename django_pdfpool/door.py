@@ -231,10 +231,8 @@ class Arrivals:
         self, who: str, key: str | None, size: int, terms: Terms, sizes: Sizes = (0, None),
         in_flight: bool = False,
     ) -> Ticket | None:  # fmt: skip
-        """A budget entry if the count and bytes allow and ``who`` holds none (if ``key``'s
-        job is ``in_flight``: none for ``key``, fewer than ``caller_entries``, one per job it
-        may join); it reserves its share of ``budget_bytes`` at most, charged past that as
-        its bytes arrive."""
+        """A budget entry reserving its share of ``budget_bytes`` at most; ``who`` may hold one,
+        or ``caller_entries`` (one per job it may join) if ``key``'s job is ``in_flight``."""
         reserve = min(size, terms.budget_bytes // max(terms.budget, 1))
         entry = Ticket(self, who, "budget", key, reserve, sizes)
         mine = terms.caller_entries if in_flight else 1
@@ -243,9 +241,8 @@ class Arrivals:
     def _take(
         self, ticket: Ticket, most: int, most_bytes: int = 0, mine_most: int = 1
     ) -> Ticket | None:
-        """``ticket`` held, unless ``most`` of its kind are, or its caller holds ``mine_most``
-        of them or one for its key, or its reserve would take the budget past
-        ``most_bytes``."""
+        """``ticket`` held, unless ``most`` of its kind are, its caller holds ``mine_most`` or
+        one for its key, or its reserve would take the budget past ``most_bytes``."""
         with self._lock:
             same = [t for t in self._tickets if t.kind == ticket.kind]
             mine = [t for t in same if t.who == ticket.who]
@@ -303,9 +300,8 @@ def decide(
     terms: Terms,
     field: str = "file",
 ) -> tuple[Refusal | Ticket, bool]:
-    """The pool's answer, or a ticket for the body; and whether a refusal is the budget's
-    shed. ``key``: the key the upload declares, if trusted; ``who``: the caller, or its
-    network when not ``known`` (it could not be told before the body)."""
+    """The pool's answer, or a ticket for the body; and whether a refusal is the budget's shed.
+    ``key``: the upload's, if trusted; ``who``: the caller, or its network if not ``known``."""
     if pressure.closed:
         return jobs.closing(), False
     if upload.declares_too_much(terms.max_upload_size):
@@ -314,26 +310,19 @@ def decide(
     size = limit if upload.declared_size is None else upload.declared_size
     arrivals.expire(terms)
     busy = known and pressure.caller_busy
-    decided = _rule(key, pressure, arrivals, who, busy, size, sizes, terms)
-    if isinstance(decided[0], Ticket):
-        decided[0].limit, decided[0].terms = limit, terms  # what its body is read against
-    return decided
-
-
-def _rule(
-    key: str | None, pressure: Pressure, arrivals: Arrivals, who: str, busy: bool, size: int,
-    sizes: Sizes, terms: Terms,
-) -> tuple[Refusal | Ticket, bool]:  # fmt: skip
-    """``decide``'s rule, once the upload is within the limit and the pool open."""
 
     def refused(shed: bool) -> tuple[Refusal, bool]:  # the pool's rule 2 (busy), else rule 3
         if busy:
             return jobs.caller_busy(pressure.caller_retry_after), shed
         return jobs.queue_full(pressure.retry_after), shed
 
+    def let_in(ticket: Ticket) -> tuple[Ticket, bool]:
+        ticket.limit, ticket.terms = limit, terms  # what its body is read against
+        return ticket, False
+
     def may_join(in_flight: bool = False) -> tuple[Refusal | Ticket, bool]:
         entry = arrivals.budget(who, key, size, terms, sizes, in_flight)
-        return refused(True) if entry is None else (entry, False)
+        return refused(True) if entry is None else let_in(entry)
 
     if key is not None and (pressure.in_flight or arrivals.carries(key)):
         return may_join(pressure.in_flight)  # it joins: no slot, no queue place, any caller
@@ -341,22 +330,20 @@ def _rule(
         return refused(False)
     ticket = None if busy else arrivals.place(pressure.free, who, key, sizes)
     if ticket is not None:
-        return ticket, False
+        return let_in(ticket)
     if key is not None:  # a body on its way may turn out to start this key's job
         may_start = arrivals.may_start(sizes, keyed=True) or arrivals.holds_place(who)
         return may_join() if may_start else refused(False)
-    if (busy or not pressure.free) and not _may_be_in_flight(sizes, pressure, arrivals):
-        return refused(False)  # its size is no job's in flight
+    low, high = sizes  # of its PDF (the pool's job sizes unknown: it may be any job's)
+    if (
+        (busy or not pressure.free)
+        and pressure.sizes is not None
+        and high is not None
+        and not any(low <= job <= high for job in pressure.sizes)
+        and not arrivals.may_start(sizes)
+    ):
+        return refused(False)  # no job in flight, nor one a body on a place may start, has it
     return may_join()  # every place taken, or the caller busy: it can only join
-
-
-def _may_be_in_flight(sizes: Sizes, pressure: Pressure, arrivals: Arrivals) -> bool:
-    """Whether a PDF of one of ``sizes`` may be a job in flight, or one a body arriving on
-    a place may start (the pool's job sizes unknown: it may)."""
-    low, high = sizes
-    if pressure.sizes is None or high is None:
-        return True
-    return any(low <= size <= high for size in pressure.sizes) or arrivals.may_start(sizes)
 
 
 # --- the steps around the rule, run on a thread or an event loop ---------------------------

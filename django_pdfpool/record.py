@@ -144,10 +144,8 @@ _NEXT = re.compile(r"[ \t]*(?:,[ \t]*|$)")
 
 
 def parse_digest(value: str, header: str = "Repr-Digest") -> str | None:
-    """The ``sha-256`` member of an RFC 9530 dictionary (RFC 8941's syntax: other members
-    and parameters allowed and ignored, base64 padding optional) as lower-case hex; None
-    when it names only other algorithms. Two different sha-256 members (repeated headers
-    joined by a server), valid or not, are a 400 as such."""
+    """The ``sha-256`` of an RFC 9530 dictionary as lower-case hex (None: other algorithms
+    only); two different ones (repeated headers a server joined), valid or not, are a 400."""
     found: set[bytes | str | None] = set()  # each member's bytes, or what is not bytes
     for name, item in _members(value, header):
         if name == SHA256:
@@ -206,14 +204,13 @@ class Releasable(Protocol):
 
 @dataclass(frozen=True)
 class PooledView:
-    """What ``@pdf_pooled`` (or an integration) declares of a view for every stage before it:
-    its upload's field, its job and the name that starts its keys, its ``answer=`` (None:
-    ``REFUSAL_VIEW``), and a caller function asked before ``CALLER`` (ninja's ``request.auth``)."""
+    """What ``@pdf_pooled`` (or an integration) declares of a view for every stage before it;
+    ``own_caller`` is asked before ``CALLER`` (ninja's ``request.auth``)."""
 
     field: str
     job: Callable[[Any], Awaitable[Any]]
     job_name: str
-    answer: RefusalView | None
+    answer: RefusalView | None  # None: the REFUSAL_VIEW setting
     own_caller: Callable[[HttpRequest], str | None] | None = None
     tagged: bool = False  # the default job: its key carries the settings' results tag
     authenticate: Callable[[HttpRequest], HttpResponse | None] | None = None
@@ -230,9 +227,8 @@ class PooledView:
 
 @dataclass(eq=False)
 class AdmissionRecord:
-    """One request's upload as the package knows it, built once. ``caller`` is None until
-    someone could tell who asks (before authentication the ``CALLER`` function may say it
-    cannot know yet); ``ticket`` is the door's place while the body arrives."""
+    """One request's upload as the package knows it, built once; ``caller`` None until someone
+    could tell who asks, ``ticket`` the door's place while the body arrives."""
 
     headers: UploadHeaders | UploadRejected  # what they say, or why they cannot be taken
     caller: str | None = None
