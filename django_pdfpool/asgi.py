@@ -1,6 +1,5 @@
-"""The ASGI wrappers, ``PdfPoolDoor(PoolLifespan(KeptThreads(get_asgi_application())))``:
-the door before the first ``receive()`` (no ``100 Continue`` for a refused upload), then
-the body counted as it arrives; a drain at shutdown; a request's sync code on a kept thread."""
+"""The ASGI wrappers, ``PdfPoolDoor(PoolLifespan(KeptThreads(get_asgi_application())))``: the
+door before the first ``receive()``, a drain at shutdown, a request's sync code on a kept thread."""
 
 from __future__ import annotations
 
@@ -252,7 +251,7 @@ class RequestThread(ThreadPoolExecutor):
     def __init__(self, kept: KeptThreads) -> None:
         super().__init__(max_workers=1, thread_name_prefix=f"{THREAD_NAME}-{next(NUMBERS)}")
         self.kept = kept
-        self.holds = 1  # its request, and each call not finished; guarded by kept._lock
+        self.holds = 0  # its request, and each call not finished; guarded by kept._lock
 
     def submit(self, fn: Callable[..., Returned], /, *args: Any, **kwargs: Any) -> Future[Returned]:
         with self.kept._lock:
@@ -291,7 +290,9 @@ class KeptThreads:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        lent = self._borrow()
+        with self._lock:
+            lent = self._idle.pop() if self._idle else RequestThread(self)
+            lent.holds += 1
         try:
             # Django's handler enters its own ThreadSensitiveContext(), which inside this one
             # does nothing: its thread-sensitive calls go to the lent thread
@@ -304,14 +305,6 @@ class KeptThreads:
         """How many kept threads wait for a request now."""
         with self._lock:
             return len(self._idle)
-
-    def _borrow(self) -> RequestThread:
-        with self._lock:
-            if self._idle:
-                lent = self._idle.pop()
-                lent.holds += 1
-                return lent
-        return RequestThread(self)
 
     def _idle_again(self, lent: RequestThread) -> None:
         """Kept for the next request, or ended when ``keep`` threads already wait

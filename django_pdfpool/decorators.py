@@ -305,16 +305,14 @@ async def submit(
 async def run_staged(upload: StagedUpload, caller: str, view: PooledView) -> Any:
     """Run or join the view's job on ``upload`` (``Refused`` or the job's error); the pool
     calls exactly one of the job and ``on_drop``, each deleting the copy."""
+
+    async def run_then_discard() -> Any:
+        try:
+            return await view.job(upload)
+        finally:
+            upload.discard()
+
     with discarded_on_error(upload):
         key = view.key(upload.sha256)
         pool = get_pool()
-        fn = functools.partial(_run_then_discard, view.job, upload)
-    return await pool.run(key, caller, fn, on_drop=upload.discard, size=upload.size)
-
-
-async def _run_then_discard(job: UploadJob, upload: StagedUpload) -> Any:
-    """Run ``job`` on the upload, then delete the upload whatever the ending."""
-    try:
-        return await job(upload)
-    finally:
-        upload.discard()
+    return await pool.run(key, caller, run_then_discard, on_drop=upload.discard, size=upload.size)

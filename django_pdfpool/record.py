@@ -1,6 +1,5 @@
 """One upload's admission record, built by the first entry that sees it and kept on the
-request: its headers read once as Django reads them (a rejection travels in it), its key,
-who asks, the door's ticket; and the pooled view its URL resolves to."""
+request (its headers read once as Django reads them); and the pooled view of its URL."""
 
 from __future__ import annotations
 
@@ -53,9 +52,8 @@ class UploadHeaders:
 
     @classmethod
     def of(cls, headers: Headers) -> UploadHeaders:
-        """Read ``headers`` (an ASGI scope's pairs, or a mapping whose repeats a server
-        joined with commas); ``UploadRejected`` for what neither Django nor the door can
-        read alike: a malformed digest, a repeated header, a chunked multipart form."""
+        """Read ``headers`` (a scope's pairs, or a mapping); ``UploadRejected`` for what Django
+        and the door could read differently: a bad digest, a repeated header, a chunked form."""
         values = _collect(headers)
         content_type = _one(values, "content-type")
         if "," in content_type and "," in _QUOTED.sub("", content_type):  # two joined: one has none

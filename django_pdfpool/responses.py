@@ -1,6 +1,5 @@
-"""A refusal, from exception to response: what a client is told of it (``describe``), the
-library's answers (JSON, HTML), and ``refusal_answer``, the one path every entry takes: the
-view's ``answer=``, else ``REFUSAL_VIEW``. Never a traceback or a path reaches the client."""
+"""A refusal, from exception to response (``refusal_answer``, the one path every entry takes:
+the view's ``answer=``, else ``REFUSAL_VIEW``); never a traceback or a path."""
 
 from __future__ import annotations
 
@@ -146,9 +145,8 @@ AsgiAnswer = tuple[int, tuple[tuple[bytes, bytes], ...], bytes]
 
 
 def prebuilt_answer(error: Failure, answer: RefusalView | None) -> AsgiAnswer | None:
-    """``refusal_answer(request, error, answer)`` as ASGI parts, built once per distinct
-    answer, when ``answer`` reads nothing of the request (``json_answer``, ``html_answer``);
-    else None. The door refuses hundreds a second with a handful of distinct answers."""
+    """``refusal_answer(request, error, answer)`` as ASGI parts, built once per distinct answer
+    (for the door's refusals), when ``answer`` reads nothing of the request; else None."""
     if answer is not json_answer and answer is not html_answer:
         return None
     return _built(describe(error), answer is html_answer)
