@@ -442,9 +442,8 @@ async def aask_caller(request: HttpRequest) -> str | None:
 
 
 def csrf_refusal(request: HttpRequest) -> Callable[[], HttpResponse] | None:
-    """Django's own 403 for a POST whose ``Origin`` ``CsrfViewMiddleware`` refuses (before
-    any token: the headers tell), as sync code to run; None where Django would not refuse
-    it, or would first answer a host it does not serve."""
+    """Django's own 403, as sync code to run, for a POST whose ``Origin`` ``CsrfViewMiddleware``
+    refuses before any token; None if it would not, or would first refuse the host."""
     if "HTTP_ORIGIN" not in request.META or getattr(request, "_dont_enforce_csrf_checks", False):
         return None  # (the second: django.test.Client's)
     trusted = tuple(settings.CSRF_TRUSTED_ORIGINS)
@@ -497,9 +496,8 @@ def framework_refusal(request: HttpRequest, view: PooledView) -> HttpResponse | 
 def through_door(
     request: HttpRequest, record: AdmissionRecord, view: PooledView, *, csrf_exempt: bool = False
 ) -> Steps[Refusal | Ticket | HttpResponse]:
-    """Django's CSRF 403, the framework's 401, the view's 400, then ``decide`` on the
-    pool's pressure. A caller's next upload that could only be shed waits for the body it
-    has arriving (``BODY_TIMEOUT`` at most, holding nothing) and is decided again."""
+    """Django's CSRF 403, the framework's 401, the view's 400, then ``decide``; an upload that
+    could only be shed waits (holding nothing) for its caller's body arriving, and decides again."""
     refuse = None if csrf_exempt else csrf_refusal(request)
     forbidden: HttpResponse | None = None if refuse is None else (yield Call.django(refuse))
     if forbidden is None and view.authenticate is not None:

@@ -15,7 +15,7 @@ from .admission.jobs import queue_full
 from .conf import get_settings
 from .configured import get_pool
 from .door import Call, Steps, Terms, Ticket, arun_steps, run_steps, through_door
-from .exceptions import BodyTimeout, ExtractionError, Refused, UploadTooLarge, Wording
+from .exceptions import BodyTimeout, ExtractionError, Refused, Wording
 from .record import RECORD, AdmissionRecord, PooledView, pooled_route
 from .responses import arefusal_answer, refusal_answer
 
@@ -60,15 +60,13 @@ class AdmissionMiddleware:
         exempt = getattr(func, "csrf_exempt", False)
         decided = yield from through_door(request, record, view, csrf_exempt=exempt)
         if not isinstance(decided, Ticket):
-            closing = record.declares_body() or isinstance(decided, UploadTooLarge | BodyTimeout)
-            if isinstance(decided, HttpResponse):
-                refused = decided
-            else:
-                said = (request, decided, view.answer)
+            refused = decided
+            if not isinstance(refused, HttpResponse):
+                said = (request, refused, view.answer)
                 refused = yield Call(
                     partial(refusal_answer, *said), partial(arefusal_answer, *said)
                 )
-            if asgi and closing:  # under WSGI Connection is the server's
+            if asgi and record.declares_body():  # under WSGI Connection is the server's
                 refused["Connection"] = "close"
             return refused
         stream = getattr(request, "_stream", None)

@@ -64,8 +64,7 @@ class UploadHeaders:
         if chunked and content_type.startswith("multipart/"):
             raise LengthRequired(Wording.LENGTH_REQUIRED)
         names = RAW_DIGESTS if raw else (FILE_DIGEST,)
-        present = [name for name in names if name in values]
-        digests = {d for name in present if (d := parse_digest(_one(values, name), name))}
+        digests = {d for n in names if n in values and (d := parse_digest(_one(values, n), n))}
         if len(digests) > 1:
             raise BadDigest(Wording.TWO_DIGESTS)
         return cls(
