@@ -75,8 +75,8 @@ class PdfPoolDoor:
         try:
             await self.app({**scope, RECORD: record}, body.receive, body.send)
         finally:
-            if record.ticket is not None:  # not given back by the call reaching the pool
-                record.ticket.release()
+            if record.release is not None:  # not given back by the call reaching the pool
+                record.release()
 
 
 @dataclass(slots=True)

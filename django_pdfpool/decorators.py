@@ -263,7 +263,7 @@ def prepare(
     upload, limit = record.headers, conf.max_upload_size
     if isinstance(upload, UploadRejected):
         raise upload
-    if record.ticket is None and upload.declares_too_much(limit):
+    if record.release is None and upload.declares_too_much(limit):
         raise UploadTooLarge.over(limit)  # (a door that let it in checked)
     if upload.raw and framework is None:
         body = iter(functools.partial(request.read, STAGING_CHUNK), b"")  # a chunk at a time
@@ -291,9 +291,9 @@ async def submit(
 ) -> Refused | ExtractionError | None:
     """Run or join the upload's job and set ``request.pdf``, or return the refusal for the
     wrapper to answer in its own context (a project's refusal view may use the DB)."""
-    record.caller, ticket, record.ticket = caller, record.ticket, None
-    if ticket is not None:
-        ticket.release()  # the door's place goes back: from here the pool counts this call
+    record.caller, release, record.release = caller, record.release, None
+    if release is not None:
+        release()  # the door's place goes back: from here the pool counts this call
     try:
         result = await run_staged(upload, caller, view)
     except (Refused, ExtractionError) as error:

@@ -524,7 +524,7 @@ def through_door(
             field=view.field,
         )  # fmt: skip
         if isinstance(decided, Ticket):
-            record.ticket = decided
+            record.release = decided.release
             return decided
         own = ARRIVING.own(who, key) if shed else None
         if own is not None:  # its caller's body is arriving: wait for it, decide again

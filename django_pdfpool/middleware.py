@@ -77,8 +77,8 @@ class AdmissionMiddleware:
             response: HttpResponse = yield Call(cast(Sync, respond), cast(Async, respond))
             return response
         finally:
-            if record.ticket is not None:  # not given back by the call reaching the pool
-                record.ticket.release()
+            if record.release is not None:  # not given back by the call reaching the pool
+                record.release()
 
     def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
         """The answer for a refusal or an extraction error; None lets anything else through."""

@@ -9,7 +9,7 @@ import contextlib
 import re
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol, cast
+from typing import Any, cast
 
 from django.http import HttpRequest, HttpResponse
 from django.urls import ResolverMatch, URLPattern, URLResolver, get_resolver, resolve
@@ -193,12 +193,6 @@ def format_digest(sha256_hex: str) -> str:
     return f"{SHA256}=:{base64.b64encode(bytes.fromhex(sha256_hex)).decode()}:"
 
 
-class Releasable(Protocol):
-    """What the record keeps of the door's place for a body: it goes back once."""
-
-    def release(self) -> None: ...
-
-
 @dataclass(frozen=True)
 class PooledView:
     """What ``@pdf_pooled`` (or an integration) declares of a view for every stage before it;
@@ -225,11 +219,11 @@ class PooledView:
 @dataclass(eq=False)
 class AdmissionRecord:
     """One request's upload as the package knows it, built once; ``caller`` None until someone
-    could tell who asks, ``ticket`` the door's place while the body arrives."""
+    could tell who asks; ``release`` gives back the door's place while the body arrives."""
 
     headers: UploadHeaders | UploadRejected  # what they say, or why they cannot be taken
     caller: str | None = None
-    ticket: Releasable | None = None
+    release: Callable[[], None] | None = None
     key: str | None = None  # the single-flight key of the digest it declares, for its view
 
     @classmethod
