@@ -405,40 +405,18 @@ async def arun_steps(steps: Steps[Value]) -> Value:
         return cast(Value, done.value)
 
 
-class _Asking:
-    """While the door asks ``CALLER``: one that raises (it reads ``request.user``, say,
-    written for the view) cannot tell before the body, and is asked in the view."""
-
-    __slots__ = ("request",)
-
-    def __init__(self, request: HttpRequest) -> None:
-        self.request = request
-
-    def __enter__(self) -> None:
-        self.request.META[ASKING] = True
-
-    def __exit__(self, kind: object, error: BaseException | None, trace: object) -> bool:
-        del self.request.META[ASKING]
-        if not isinstance(error, Exception):
-            return False
-        logger.debug("CALLER could not tell the door who asks", exc_info=error)
-        return True
-
-
-def ask_caller(request: HttpRequest) -> str | None:
-    """The caller, asked from a sync request's thread (where it may read the database);
-    None when the ``CALLER`` function cannot tell before the body."""
-    with _Asking(request):
-        return caller_of(request)
-    return None
-
-
-async def aask_caller(request: HttpRequest) -> str | None:
-    """``ask_caller`` from an event loop (``acaller_of``: a project's sync function runs
-    in a thread; ``request.user`` resolved first, where authentication has run)."""
-    with _Asking(request):
-        return await acaller_of(request)
-    return None
+def ask_caller(request: HttpRequest) -> Steps[str | None]:
+    """The caller (``caller_of``, or ``acaller_of`` on a loop), or None when ``CALLER`` cannot
+    tell before the body: one that raises (it reads ``request.user``, say) is asked in the view."""
+    request.META[ASKING] = True
+    try:
+        caller: str = yield Call(partial(caller_of, request), partial(acaller_of, request))
+        return caller
+    except Exception:
+        logger.debug("CALLER could not tell the door who asks", exc_info=True)
+        return None
+    finally:
+        del request.META[ASKING]
 
 
 def csrf_refusal(request: HttpRequest) -> Callable[[], HttpResponse] | None:
@@ -508,7 +486,7 @@ def through_door(
     if isinstance(upload, UploadRejected):
         return upload
     if view.own_caller is None and view.authenticate is None:  # else the framework names it
-        record.caller = yield Call(partial(ask_caller, request), partial(aask_caller, request))
+        record.caller = yield from ask_caller(request)
     known = record.caller is not None
     address = request.META.get("REMOTE_ADDR") or "unknown"
     who = network_of(record.caller or address_caller(address))  # anonymous: per network
