@@ -85,26 +85,22 @@ def pdf_pooled(
 
 def admitting(view: ViewFunc, pooled: PooledView) -> ViewFunc:
     """``view`` (sync or async) after ``admit``, a refusal answered by ``pooled.answer``."""
-    if iscoroutinefunction(view):
 
-        @functools.wraps(view)
-        async def async_wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
-            refused = await aadmit(pooled, request)
-            if refused is not None:
-                return await arefusal_answer(request, refused, pooled.answer)
-            return await view(request, *args, **kwargs)
+    @functools.wraps(view)
+    async def async_wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
+        refused = await aadmit(pooled, request)
+        if refused is not None:
+            return await arefusal_answer(request, refused, pooled.answer)
+        return await view(request, *args, **kwargs)
 
-        wrapper: Callable[..., Any] = async_wrapper
-    else:
+    @functools.wraps(view)
+    def sync_wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
+        refused = admit(pooled, request)
+        if refused is not None:
+            return refusal_answer(request, refused, pooled.answer)
+        return view(request, *args, **kwargs)
 
-        @functools.wraps(view)
-        def sync_wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
-            refused = admit(pooled, request)
-            if refused is not None:
-                return refusal_answer(request, refused, pooled.answer)
-            return view(request, *args, **kwargs)
-
-        wrapper = sync_wrapper
+    wrapper = async_wrapper if iscoroutinefunction(view) else sync_wrapper
     setattr(wrapper, POOLED, pooled)
     return cast(ViewFunc, wrapper)
 
