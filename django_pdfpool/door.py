@@ -128,8 +128,7 @@ class Ticket:
         return self not in self.arrivals._tickets
 
     def release(self, timed_out: bool = False) -> None:
-        """Give it back, once (a time-out counted once, whoever notices first), and wake who
-        waits for that."""
+        """Give it back, once (a time-out counted once), and wake who waits for that."""
         arrivals = self.arrivals
         with arrivals._lock:
             if self not in arrivals._tickets:
