@@ -221,10 +221,8 @@ class PoolLifespan:
             self._chained[number] = (handler, previous)
 
     def _unchain(self) -> None:
-        """Put the previous handlers back, unless someone replaced ours meanwhile."""
+        """Put back the handlers ``_chain`` replaced (none off the main thread), unless ours was."""
         chained, self._chained = self._chained, {}
-        if threading.current_thread() is not threading.main_thread():
-            return
         for number, (ours, previous) in chained.items():
             if signal.getsignal(number) is ours:
                 signal.signal(number, previous)

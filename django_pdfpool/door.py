@@ -487,8 +487,7 @@ def through_door(
     if view.own_caller is None and view.authenticate is None:  # else the framework names it
         record.caller = yield from ask_caller(request)
     known = record.caller is not None
-    address = request.META.get("REMOTE_ADDR") or "unknown"
-    who = network_of(record.caller or address_caller(address))  # anonymous: per network
+    who = network_of(record.caller or address_caller(request.META.get("REMOTE_ADDR") or "unknown"))
     door, pool = get_settings().door, get_pool()
     key = record.key if door is not None and door.digests else None  # answer from a digest
     read = partial(pool.pressure, key, record.caller)
