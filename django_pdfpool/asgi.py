@@ -252,14 +252,9 @@ class RequestThread(ThreadPoolExecutor):
         self.holds = 0  # its request, and each call not finished; guarded by kept._lock
 
     def submit(self, fn: Callable[..., Returned], /, *args: Any, **kwargs: Any) -> Future[Returned]:
+        future = super().submit(fn, *args, **kwargs)  # its request holds it meanwhile
         with self.kept._lock:
             self.holds += 1
-        try:
-            future = super().submit(fn, *args, **kwargs)
-        except BaseException:  # shut down at interpreter exit (one past keep is never lent)
-            with self.kept._lock:
-                self.holds -= 1
-            raise
         future.add_done_callback(self.let_go)  # before asyncio's own callback is added
         return future
 
