@@ -1,6 +1,5 @@
-"""The ASGI wrappers, ``PdfPoolDoor(PoolLifespan(KeptThreads(get_asgi_application())))``:
-the door before the first ``receive()`` (no ``100 Continue`` for a refused upload), then
-the body counted as it arrives; a drain at shutdown; a request's sync code on a kept thread."""
+"""The ASGI wrappers, ``PdfPoolDoor(PoolLifespan(KeptThreads(get_asgi_application())))``: the
+door before the first ``receive()``, a drain at shutdown, a request's sync code on a kept thread."""
 
 from __future__ import annotations
 
@@ -25,10 +24,10 @@ from django.http import HttpRequest, HttpResponse
 from .admission import jobs
 from .conf import get_settings
 from .configured import adrain_pool, get_pool, peek_pool
-from .door import ARRIVING, Refusal, Ticket, arun_steps, through_door
+from .door import Refusal, Ticket, arun_steps, through_door
 from .exceptions import BodyTimeout, UploadTooLarge, Wording
 from .record import RECORD, AdmissionRecord, pooled_route
-from .responses import RefusalView, arefusal_answer, prebuilt_answer
+from .responses import RefusalView, arefusal_answer, asgi_parts, prebuilt_answer
 from .sandbox.extract import shutdown as shutdown_extraction
 
 # The ASGI types, in the shape django-stubs gives Django's own handler (``asgiref.typing``'s
@@ -58,7 +57,7 @@ class PdfPoolDoor:
         post = str(scope.get("method", "")).upper() == "POST"  # as Django's request.method
         route = None
         if scope["type"] == "http" and post and RECORD not in scope and get_settings().door:
-            route = pooled_route(path_info(scope))
+            route = pooled_route(scope["path"].removeprefix(get_script_prefix(scope)))
         if route is None:
             await self.app(scope, receive, send)
             return
@@ -76,22 +75,14 @@ class PdfPoolDoor:
         try:
             await self.app({**scope, RECORD: record}, body.receive, body.send)
         finally:
-            if record.ticket is not None:  # not given back by the call reaching the pool
-                record.ticket.release()
-
-
-def path_info(scope: Scope) -> str:
-    """The path Django resolves, as ``ASGIRequest`` computes it."""
-    script_name = get_script_prefix(scope)
-    path: str = scope["path"]
-    return path.removeprefix(script_name) if script_name else path
+            if record.release is not None:  # not given back by the call reaching the pool
+                record.release()
 
 
 @dataclass(slots=True)
 class _CountedBody:
-    """``receive`` and ``send`` for a request let in: past its ``limit`` 413, past its
-    deadline 408, past the budget's bytes 503; then the app is told the client left and what
-    it sends is dropped. Once the body is in, messages pass."""
+    """``receive`` and ``send`` for a body let in: past its ``limit`` 413, its deadline 408,
+    the budget's bytes 503, then the app is told the client left and what it sends dropped."""
 
     _request: HttpRequest
     _receive: Receive
@@ -112,11 +103,10 @@ class _CountedBody:
                 raise TimeoutError
             message = await asyncio.wait_for(self._receive(), left)
         except TimeoutError:
-            self.ticket.time_out()
+            self.ticket.release(timed_out=True)
             return await self._refuse(BodyTimeout(Wording.TIMED_OUT))
         if message["type"] == "http.request":
             if not self.ticket.arrived(len(message.get("body", b"")), self.ticket.terms):
-                ARRIVING.count_shed()  # past the budget's bytes: the door's shed, as before it
                 pressure = await asyncio.to_thread(get_pool().pressure)  # rare: off the loop
                 return await self._refuse(jobs.queue_full(pressure.retry_after))
             if self.ticket.received > self.ticket.limit:
@@ -142,23 +132,17 @@ async def send_refusal(
     answer: RefusalView | None,
     unread: Receive | None,
 ) -> None:
-    """Answer ``refusal`` as the view's ``answer=`` or ``REFUSAL_VIEW`` would (built once per
-    distinct answer when that reads nothing of the request), or send Django's response; with
-    ``unread`` (the body not read in full), ``Connection: close`` and a ``linger``."""
+    """Send ``refusal`` as ``refusal_answer`` answers it, or Django's response; with ``unread``
+    (the body not read in full), ``Connection: close`` and a ``linger``."""
     close = [(b"Connection", b"close")] if unread is not None else []
-    if isinstance(refusal, HttpResponse):
-        response, built = refusal, None
-    elif (built := prebuilt_answer(refusal, answer)) is None:
-        response = await arefusal_answer(request, refusal, answer)
+    built = None if isinstance(refusal, HttpResponse) else prebuilt_answer(refusal, answer)
     if built is None:
+        response = refusal
+        if not isinstance(response, HttpResponse):
+            response = await arefusal_answer(request, response, answer)
         if close:  # in place of any the response has
             response["Connection"], close = "close", []
-        if not response.has_header("Content-Length"):
-            response["Content-Length"] = str(len(response.content))
-        cookies = [("Set-Cookie", c.output(header="").strip()) for c in response.cookies.values()]
-        pairs = [*response.items(), *cookies]
-        headers = tuple((n.encode("latin-1"), v.encode("latin-1")) for n, v in pairs)
-        built = response.status_code, headers, response.content
+        built = asgi_parts(response)
     status, headers, body = built
     await send({"type": "http.response.start", "status": status, "headers": [*headers, *close]})
     await send({"type": "http.response.body", "body": body, "more_body": unread is not None})
@@ -171,10 +155,9 @@ LINGER_BYTES = 4 * 1024 * 1024  # about Linux's largest send buffer: what a clie
 
 
 async def linger(receive: Receive, send: Send) -> None:
-    """End an answer already sent, once the client's unread body is read and dropped, it
-    leaves, or ``LINGER_SECONDS`` or ``LINGER_BYTES`` run out (nginx's ``lingering_close``):
-    a server that closes with a body unread makes the kernel reset the connection, and the
-    client may see the reset, not the answer. The response has started: no ``100 Continue``."""
+    """End an answer sent once the client's unread body is read and dropped, it leaves, or
+    ``LINGER_*`` run out (nginx's ``lingering_close``): closed with a body unread, the kernel
+    resets the connection and the client may see the reset, not the answer."""
     left = LINGER_BYTES
     with contextlib.suppress(TimeoutError):
         async with asyncio.timeout(LINGER_SECONDS):
@@ -218,9 +201,8 @@ class PoolLifespan:
                 return
 
     def _chain(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Put our handler in front of the server's for each stop signal, from the main thread
-        only (nowhere else can handlers be set). Only a Python callable is chained: SIG_DFL
-        ends the process anyway; SIG_IGN or a C-level handler: nothing stops on that signal."""
+        """Put our handler before the server's Python handler of each stop signal (SIG_DFL
+        ends the process anyway, SIG_IGN stops nothing); only the main thread can set them."""
         if threading.current_thread() is not threading.main_thread():
             return
         for number in (signal.SIGTERM, signal.SIGINT):
@@ -239,10 +221,8 @@ class PoolLifespan:
             self._chained[number] = (handler, previous)
 
     def _unchain(self) -> None:
-        """Put the previous handlers back, unless someone replaced ours meanwhile."""
+        """Put back the handlers ``_chain`` replaced (none off the main thread), unless ours was."""
         chained, self._chained = self._chained, {}
-        if threading.current_thread() is not threading.main_thread():
-            return
         for number, (ours, previous) in chained.items():
             if signal.getsignal(number) is ours:
                 signal.signal(number, previous)
@@ -263,31 +243,27 @@ NUMBERS = itertools.count(1)  # each kept thread's name: pdfpool-request-N_0
 
 
 class RequestThread(ThreadPoolExecutor):
-    """One thread, lent to one request at a time; counts the calls it has not finished."""
+    """One thread, lent to one request at a time; idle again once the request and every call
+    it was given have ended."""
 
     def __init__(self, kept: KeptThreads) -> None:
         super().__init__(max_workers=1, thread_name_prefix=f"{THREAD_NAME}-{next(NUMBERS)}")
         self.kept = kept
-        self.unfinished = 0  # guarded by kept._lock
-        self.lent = True  # guarded by kept._lock
+        self.holds = 0  # its request, and each call not finished; guarded by kept._lock
 
     def submit(self, fn: Callable[..., Returned], /, *args: Any, **kwargs: Any) -> Future[Returned]:
+        future = super().submit(fn, *args, **kwargs)  # its request holds it meanwhile
         with self.kept._lock:
-            self.unfinished += 1
-        try:
-            future = super().submit(fn, *args, **kwargs)
-        except BaseException:  # shut down at interpreter exit (one past keep is never lent)
-            with self.kept._lock:
-                self.unfinished -= 1
-            raise
-        future.add_done_callback(self._finished)  # before asyncio's own callback is added
+            self.holds += 1
+        future.add_done_callback(self.let_go)  # before asyncio's own callback is added
         return future
 
-    def _finished(self, future: Future[Any]) -> None:
+    def let_go(self, future: Future[Any] | None = None) -> None:
+        """A call (or the request) has ended: the last to end makes the thread idle again."""
         with self.kept._lock:
-            self.unfinished -= 1
-            done = not self.unfinished and not self.lent
-        if done:  # the request ended before this call did
+            self.holds -= 1
+            done = not self.holds
+        if done:
             self.kept._idle_again(self)
 
 
@@ -307,31 +283,21 @@ class KeptThreads:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        lent = self._borrow()
+        with self._lock:
+            lent = self._idle.pop() if self._idle else RequestThread(self)
+            lent.holds += 1
         try:
             # Django's handler enters its own ThreadSensitiveContext(), which inside this one
             # does nothing: its thread-sensitive calls go to the lent thread
             async with ThreadSensitiveContext(executor=lent):
                 await self.app(scope, receive, send)
         finally:
-            with self._lock:
-                lent.lent = False
-                done = not lent.unfinished
-            if done:
-                self._idle_again(lent)
+            lent.let_go()
 
     def waiting(self) -> int:
         """How many kept threads wait for a request now."""
         with self._lock:
             return len(self._idle)
-
-    def _borrow(self) -> RequestThread:
-        with self._lock:
-            if self._idle:
-                lent = self._idle.pop()
-                lent.lent = True
-                return lent
-        return RequestThread(self)
 
     def _idle_again(self, lent: RequestThread) -> None:
         """Kept for the next request, or ended when ``keep`` threads already wait

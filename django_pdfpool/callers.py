@@ -1,6 +1,5 @@
-"""Who is asking: functions from a request to a caller id, for one-job-per-caller, and the
-one way every entry asks the ``CALLER`` setting (``caller_of``, ``acaller_of``). The door
-asks before the body: a caller function returns None there when it cannot know yet."""
+"""Who is asking, for one job per caller: the ``CALLER`` functions (None when the door asks
+before the body and they cannot know yet), and ``caller_of``, how every entry asks one."""
 
 from __future__ import annotations
 

@@ -85,26 +85,22 @@ def pdf_pooled(
 
 def admitting(view: ViewFunc, pooled: PooledView) -> ViewFunc:
     """``view`` (sync or async) after ``admit``, a refusal answered by ``pooled.answer``."""
-    if iscoroutinefunction(view):
 
-        @functools.wraps(view)
-        async def async_wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
-            refused = await aadmit(pooled, request)
-            if refused is not None:
-                return await arefusal_answer(request, refused, pooled.answer)
-            return await view(request, *args, **kwargs)
+    @functools.wraps(view)
+    async def async_wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
+        refused = await aadmit(pooled, request)
+        if refused is not None:
+            return await arefusal_answer(request, refused, pooled.answer)
+        return await view(request, *args, **kwargs)
 
-        wrapper: Callable[..., Any] = async_wrapper
-    else:
+    @functools.wraps(view)
+    def sync_wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
+        refused = admit(pooled, request)
+        if refused is not None:
+            return refusal_answer(request, refused, pooled.answer)
+        return view(request, *args, **kwargs)
 
-        @functools.wraps(view)
-        def sync_wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
-            refused = admit(pooled, request)
-            if refused is not None:
-                return refusal_answer(request, refused, pooled.answer)
-            return view(request, *args, **kwargs)
-
-        wrapper = sync_wrapper
+    wrapper = async_wrapper if iscoroutinefunction(view) else sync_wrapper
     setattr(wrapper, POOLED, pooled)
     return cast(ViewFunc, wrapper)
 
@@ -263,7 +259,7 @@ def prepare(
     upload, limit = record.headers, conf.max_upload_size
     if isinstance(upload, UploadRejected):
         raise upload
-    if record.ticket is None and upload.declares_too_much(limit):
+    if record.release is None and upload.declares_too_much(limit):
         raise UploadTooLarge.over(limit)  # (a door that let it in checked)
     if upload.raw and framework is None:
         body = iter(functools.partial(request.read, STAGING_CHUNK), b"")  # a chunk at a time
@@ -291,9 +287,9 @@ async def submit(
 ) -> Refused | ExtractionError | None:
     """Run or join the upload's job and set ``request.pdf``, or return the refusal for the
     wrapper to answer in its own context (a project's refusal view may use the DB)."""
-    record.caller, ticket, record.ticket = caller, record.ticket, None
-    if ticket is not None:
-        ticket.release()  # the door's place goes back: from here the pool counts this call
+    record.caller, release, record.release = caller, record.release, None
+    if release is not None:
+        release()  # the door's place goes back: from here the pool counts this call
     try:
         result = await run_staged(upload, caller, view)
     except (Refused, ExtractionError) as error:
@@ -305,16 +301,14 @@ async def submit(
 async def run_staged(upload: StagedUpload, caller: str, view: PooledView) -> Any:
     """Run or join the view's job on ``upload`` (``Refused`` or the job's error); the pool
     calls exactly one of the job and ``on_drop``, each deleting the copy."""
+
+    async def run_then_discard() -> Any:
+        try:
+            return await view.job(upload)
+        finally:
+            upload.discard()
+
     with discarded_on_error(upload):
         key = view.key(upload.sha256)
         pool = get_pool()
-        fn = functools.partial(_run_then_discard, view.job, upload)
-    return await pool.run(key, caller, fn, on_drop=upload.discard, size=upload.size)
-
-
-async def _run_then_discard(job: UploadJob, upload: StagedUpload) -> Any:
-    """Run ``job`` on the upload, then delete the upload whatever the ending."""
-    try:
-        return await job(upload)
-    finally:
-        upload.discard()
+    return await pool.run(key, caller, run_then_discard, on_drop=upload.discard, size=upload.size)

@@ -108,7 +108,7 @@ class Ticket:
 
     def arrived(self, size: int, terms: Terms) -> bool:
         """Count ``size`` more bytes, a budget entry's past its reserve charged to the budget;
-        False (not counted) if that takes it past ``budget_bytes``: this body is shed."""
+        False (not counted, the body shed) if that takes it past ``budget_bytes``."""
         arrivals = self.arrivals
         with arrivals._lock:
             before = max(self.reserved, self.received)
@@ -118,6 +118,7 @@ class Ticket:
             more = max(self.reserved, self.received) - before
             if more and arrivals._charged + more > terms.budget_bytes:
                 self.received -= size
+                arrivals.shed += 1
                 return False
             arrivals._charged += more
             return True
@@ -126,12 +127,8 @@ class Ticket:
     def released(self) -> bool:
         return self not in self.arrivals._tickets
 
-    def time_out(self) -> None:
-        """Release it as past its deadline (counted once, whoever notices first)."""
-        self.release(timed_out=True)
-
     def release(self, timed_out: bool = False) -> None:
-        """Give it back, once (a time-out counted), and wake who waits for that."""
+        """Give it back, once (a time-out counted once), and wake who waits for that."""
         arrivals = self.arrivals
         with arrivals._lock:
             if self not in arrivals._tickets:
@@ -233,10 +230,8 @@ class Arrivals:
         self, who: str, key: str | None, size: int, terms: Terms, sizes: Sizes = (0, None),
         in_flight: bool = False,
     ) -> Ticket | None:  # fmt: skip
-        """A budget entry if the count and bytes allow and ``who`` holds none (if ``key``'s
-        job is ``in_flight``: none for ``key``, fewer than ``caller_entries``, one per job it
-        may join); it reserves its share of ``budget_bytes`` at most, charged past that as
-        its bytes arrive."""
+        """A budget entry reserving its share of ``budget_bytes`` at most; ``who`` may hold one,
+        or ``caller_entries`` (one per job it may join) if ``key``'s job is ``in_flight``."""
         reserve = min(size, terms.budget_bytes // max(terms.budget, 1))
         entry = Ticket(self, who, "budget", key, reserve, sizes)
         mine = terms.caller_entries if in_flight else 1
@@ -245,9 +240,8 @@ class Arrivals:
     def _take(
         self, ticket: Ticket, most: int, most_bytes: int = 0, mine_most: int = 1
     ) -> Ticket | None:
-        """``ticket`` held, unless ``most`` of its kind are, or its caller holds ``mine_most``
-        of them or one for its key, or its reserve would take the budget past
-        ``most_bytes``."""
+        """``ticket`` held, unless ``most`` of its kind are, its caller holds ``mine_most`` or
+        one for its key, or its reserve would take the budget past ``most_bytes``."""
         with self._lock:
             same = [t for t in self._tickets if t.kind == ticket.kind]
             mine = [t for t in same if t.who == ticket.who]
@@ -272,7 +266,7 @@ class Arrivals:
         with self._lock:
             overdue = [t for t in self._tickets if t.deadline(terms) <= now]
         for ticket in overdue:
-            ticket.time_out()
+            ticket.release(timed_out=True)
         return overdue
 
     def held(self, terms: Terms) -> list[HeldInfo]:
@@ -305,9 +299,8 @@ def decide(
     terms: Terms,
     field: str = "file",
 ) -> tuple[Refusal | Ticket, bool]:
-    """The pool's answer, or a ticket for the body; and whether a refusal is the budget's
-    shed. ``key``: the key the upload declares, if trusted; ``who``: the caller, or its
-    network when not ``known`` (it could not be told before the body)."""
+    """The pool's answer, or a ticket for the body; and whether a refusal is the budget's shed.
+    ``key``: the upload's, if trusted; ``who``: the caller, or its network if not ``known``."""
     if pressure.closed:
         return jobs.closing(), False
     if upload.declares_too_much(terms.max_upload_size):
@@ -316,26 +309,19 @@ def decide(
     size = limit if upload.declared_size is None else upload.declared_size
     arrivals.expire(terms)
     busy = known and pressure.caller_busy
-    decided = _rule(key, pressure, arrivals, who, busy, size, sizes, terms)
-    if isinstance(decided[0], Ticket):
-        decided[0].limit, decided[0].terms = limit, terms  # what its body is read against
-    return decided
-
-
-def _rule(
-    key: str | None, pressure: Pressure, arrivals: Arrivals, who: str, busy: bool, size: int,
-    sizes: Sizes, terms: Terms,
-) -> tuple[Refusal | Ticket, bool]:  # fmt: skip
-    """``decide``'s rule, once the upload is within the limit and the pool open."""
 
     def refused(shed: bool) -> tuple[Refusal, bool]:  # the pool's rule 2 (busy), else rule 3
         if busy:
             return jobs.caller_busy(pressure.caller_retry_after), shed
         return jobs.queue_full(pressure.retry_after), shed
 
+    def let_in(ticket: Ticket) -> tuple[Ticket, bool]:
+        ticket.limit, ticket.terms = limit, terms  # what its body is read against
+        return ticket, False
+
     def may_join(in_flight: bool = False) -> tuple[Refusal | Ticket, bool]:
         entry = arrivals.budget(who, key, size, terms, sizes, in_flight)
-        return refused(True) if entry is None else (entry, False)
+        return refused(True) if entry is None else let_in(entry)
 
     if key is not None and (pressure.in_flight or arrivals.carries(key)):
         return may_join(pressure.in_flight)  # it joins: no slot, no queue place, any caller
@@ -343,22 +329,20 @@ def _rule(
         return refused(False)
     ticket = None if busy else arrivals.place(pressure.free, who, key, sizes)
     if ticket is not None:
-        return ticket, False
+        return let_in(ticket)
     if key is not None:  # a body on its way may turn out to start this key's job
         may_start = arrivals.may_start(sizes, keyed=True) or arrivals.holds_place(who)
         return may_join() if may_start else refused(False)
-    if (busy or not pressure.free) and not _may_be_in_flight(sizes, pressure, arrivals):
-        return refused(False)  # its size is no job's in flight
+    low, high = sizes  # of its PDF (the pool's job sizes unknown: it may be any job's)
+    if (
+        (busy or not pressure.free)
+        and pressure.sizes is not None
+        and high is not None
+        and not any(low <= job <= high for job in pressure.sizes)
+        and not arrivals.may_start(sizes)
+    ):
+        return refused(False)  # no job in flight, nor one a body on a place may start, has it
     return may_join()  # every place taken, or the caller busy: it can only join
-
-
-def _may_be_in_flight(sizes: Sizes, pressure: Pressure, arrivals: Arrivals) -> bool:
-    """Whether a PDF of one of ``sizes`` may be a job in flight, or one a body arriving on
-    a place may start (the pool's job sizes unknown: it may)."""
-    low, high = sizes
-    if pressure.sizes is None or high is None:
-        return True
-    return any(low <= size <= high for size in pressure.sizes) or arrivals.may_start(sizes)
 
 
 # --- the steps around the rule, run on a thread or an event loop ---------------------------
@@ -420,46 +404,23 @@ async def arun_steps(steps: Steps[Value]) -> Value:
         return cast(Value, done.value)
 
 
-class _Asking:
-    """While the door asks ``CALLER``: one that raises (it reads ``request.user``, say,
-    written for the view) cannot tell before the body, and is asked in the view."""
-
-    __slots__ = ("request",)
-
-    def __init__(self, request: HttpRequest) -> None:
-        self.request = request
-
-    def __enter__(self) -> None:
-        self.request.META[ASKING] = True
-
-    def __exit__(self, kind: object, error: BaseException | None, trace: object) -> bool:
-        del self.request.META[ASKING]
-        if not isinstance(error, Exception):
-            return False
-        logger.debug("CALLER could not tell the door who asks", exc_info=error)
-        return True
-
-
-def ask_caller(request: HttpRequest) -> str | None:
-    """The caller, asked from a sync request's thread (where it may read the database);
-    None when the ``CALLER`` function cannot tell before the body."""
-    with _Asking(request):
-        return caller_of(request)
-    return None
-
-
-async def aask_caller(request: HttpRequest) -> str | None:
-    """``ask_caller`` from an event loop (``acaller_of``: a project's sync function runs
-    in a thread; ``request.user`` resolved first, where authentication has run)."""
-    with _Asking(request):
-        return await acaller_of(request)
-    return None
+def ask_caller(request: HttpRequest) -> Steps[str | None]:
+    """The caller (``caller_of``, or ``acaller_of`` on a loop), or None when ``CALLER`` cannot
+    tell before the body: one that raises (it reads ``request.user``, say) is asked in the view."""
+    request.META[ASKING] = True
+    try:
+        caller: str = yield Call(partial(caller_of, request), partial(acaller_of, request))
+        return caller
+    except Exception:
+        logger.debug("CALLER could not tell the door who asks", exc_info=True)
+        return None
+    finally:
+        del request.META[ASKING]
 
 
 def csrf_refusal(request: HttpRequest) -> Callable[[], HttpResponse] | None:
-    """Django's own 403 for a POST whose ``Origin`` ``CsrfViewMiddleware`` refuses (before
-    any token: the headers tell), as sync code to run; None where Django would not refuse
-    it, or would first answer a host it does not serve."""
+    """Django's own 403, as sync code to run, for a POST whose ``Origin`` ``CsrfViewMiddleware``
+    refuses before any token; None if it would not, or would first refuse the host."""
     if "HTTP_ORIGIN" not in request.META or getattr(request, "_dont_enforce_csrf_checks", False):
         return None  # (the second: django.test.Client's)
     trusted = tuple(settings.CSRF_TRUSTED_ORIGINS)
@@ -512,9 +473,8 @@ def framework_refusal(request: HttpRequest, view: PooledView) -> HttpResponse | 
 def through_door(
     request: HttpRequest, record: AdmissionRecord, view: PooledView, *, csrf_exempt: bool = False
 ) -> Steps[Refusal | Ticket | HttpResponse]:
-    """Django's CSRF 403, the framework's 401, the view's 400, then ``decide`` on the
-    pool's pressure. A caller's next upload that could only be shed waits for the body it
-    has arriving (``BODY_TIMEOUT`` at most, holding nothing) and is decided again."""
+    """Django's CSRF 403, the framework's 401, the view's 400, then ``decide``; an upload that
+    could only be shed waits (holding nothing) for its caller's body arriving, and decides again."""
     refuse = None if csrf_exempt else csrf_refusal(request)
     forbidden: HttpResponse | None = None if refuse is None else (yield Call.django(refuse))
     if forbidden is None and view.authenticate is not None:
@@ -525,10 +485,9 @@ def through_door(
     if isinstance(upload, UploadRejected):
         return upload
     if view.own_caller is None and view.authenticate is None:  # else the framework names it
-        record.caller = yield Call(partial(ask_caller, request), partial(aask_caller, request))
+        record.caller = yield from ask_caller(request)
     known = record.caller is not None
-    address = request.META.get("REMOTE_ADDR") or "unknown"
-    who = network_of(record.caller or address_caller(address))  # anonymous: per network
+    who = network_of(record.caller or address_caller(request.META.get("REMOTE_ADDR") or "unknown"))
     door, pool = get_settings().door, get_pool()
     key = record.key if door is not None and door.digests else None  # answer from a digest
     read = partial(pool.pressure, key, record.caller)
@@ -541,7 +500,7 @@ def through_door(
             field=view.field,
         )  # fmt: skip
         if isinstance(decided, Ticket):
-            record.ticket = decided
+            record.release = decided.release
             return decided
         own = ARRIVING.own(who, key) if shed else None
         if own is not None:  # its caller's body is arriving: wait for it, decide again

@@ -14,8 +14,8 @@ from django.http import HttpRequest, HttpResponse
 from .admission.jobs import queue_full
 from .conf import get_settings
 from .configured import get_pool
-from .door import ARRIVING, Call, Steps, Terms, Ticket, arun_steps, run_steps, through_door
-from .exceptions import BodyTimeout, ExtractionError, Refused, UploadTooLarge, Wording
+from .door import Call, Steps, Terms, Ticket, arun_steps, run_steps, through_door
+from .exceptions import BodyTimeout, ExtractionError, Refused, Wording
 from .record import RECORD, AdmissionRecord, PooledView, pooled_route
 from .responses import arefusal_answer, refusal_answer
 
@@ -60,15 +60,13 @@ class AdmissionMiddleware:
         exempt = getattr(func, "csrf_exempt", False)
         decided = yield from through_door(request, record, view, csrf_exempt=exempt)
         if not isinstance(decided, Ticket):
-            closing = record.declares_body() or isinstance(decided, UploadTooLarge | BodyTimeout)
-            if isinstance(decided, HttpResponse):
-                refused = decided
-            else:
-                said = (request, decided, view.answer)
+            refused = decided
+            if not isinstance(refused, HttpResponse):
+                said = (request, refused, view.answer)
                 refused = yield Call(
                     partial(refusal_answer, *said), partial(arefusal_answer, *said)
                 )
-            if asgi and closing:  # under WSGI Connection is the server's
+            if asgi and record.declares_body():  # under WSGI Connection is the server's
                 refused["Connection"] = "close"
             return refused
         stream = getattr(request, "_stream", None)
@@ -79,8 +77,8 @@ class AdmissionMiddleware:
             response: HttpResponse = yield Call(cast(Sync, respond), cast(Async, respond))
             return response
         finally:
-            if record.ticket is not None:  # not given back by the call reaching the pool
-                record.ticket.release()
+            if record.release is not None:  # not given back by the call reaching the pool
+                record.release()
 
     def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
         """The answer for a refusal or an extraction error; None lets anything else through."""
@@ -98,14 +96,13 @@ class TimedStream:
 
     def _check(self) -> None:
         if time.monotonic() >= self._ticket.deadline(self._terms):
-            self._ticket.time_out()
+            self._ticket.release(timed_out=True)
             raise BodyTimeout(Wording.TIMED_OUT)
 
     def _timed(self, read: Callable[[int], bytes], size: int) -> bytes:
         self._check()
         data = read(size)
         if not self._ticket.arrived(len(data), self._terms):  # past the budget's bytes
-            ARRIVING.count_shed()
             raise queue_full(get_pool().pressure().retry_after)
         self._check()
         return data

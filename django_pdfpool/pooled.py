@@ -13,7 +13,6 @@ from typing import Any, TypeAlias
 from asgiref.sync import async_to_sync
 from django.core.files import File
 
-from .callers import caller_of as caller_of  # public here too: django_pdfpool.caller_of
 from .conf import PoolSettings, get_settings
 from .decorators import UploadJob, declared_view, extract_upload, run_staged, stage_in_thread
 from .exceptions import UploadTooLarge

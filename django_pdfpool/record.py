@@ -1,6 +1,5 @@
 """One upload's admission record, built by the first entry that sees it and kept on the
-request: its headers read once as Django reads them (a rejection travels in it), its key,
-who asks, the door's ticket; and the pooled view its URL resolves to."""
+request (its headers read once as Django reads them); and the pooled view of its URL."""
 
 from __future__ import annotations
 
@@ -10,7 +9,7 @@ import contextlib
 import re
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol, cast
+from typing import Any, cast
 
 from django.http import HttpRequest, HttpResponse
 from django.urls import ResolverMatch, URLPattern, URLResolver, get_resolver, resolve
@@ -53,9 +52,8 @@ class UploadHeaders:
 
     @classmethod
     def of(cls, headers: Headers) -> UploadHeaders:
-        """Read ``headers`` (an ASGI scope's pairs, or a mapping whose repeats a server
-        joined with commas); ``UploadRejected`` for what neither Django nor the door can
-        read alike: a malformed digest, a repeated header, a chunked multipart form."""
+        """Read ``headers`` (a scope's pairs, or a mapping); ``UploadRejected`` for what Django
+        and the door could read differently: a bad digest, a repeated header, a chunked form."""
         values = _collect(headers)
         content_type = _one(values, "content-type")
         if "," in content_type and "," in _QUOTED.sub("", content_type):  # two joined: one has none
@@ -66,8 +64,7 @@ class UploadHeaders:
         if chunked and content_type.startswith("multipart/"):
             raise LengthRequired(Wording.LENGTH_REQUIRED)
         names = RAW_DIGESTS if raw else (FILE_DIGEST,)
-        present = [name for name in names if name in values]
-        digests = {d for name in present if (d := parse_digest(_one(values, name), name))}
+        digests = {d for n in names if n in values and (d := parse_digest(_one(values, n), n))}
         if len(digests) > 1:
             raise BadDigest(Wording.TWO_DIGESTS)
         return cls(
@@ -128,10 +125,11 @@ def _length(value: str) -> int | None:
 
 
 _KEY = r"[a-z*][a-z0-9_.*-]*"  # RFC 8941's structured fields, as RFC 9651 writes them
+_BASE64 = r"(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2,3})?=*"  # "=" padding optional (4.2.7)
 _BARE = (
     r"(?:-?\d{1,12}\.\d{1,3}(?![\d.])|-?\d{1,15}(?![\d.])|\?[01]|@-?\d{1,15}(?![\d.])"
     r'|"(?:[\x20\x21\x23-\x5b\x5d-\x7e]|\\["\\])*"|%"(?:[\x20\x21\x23\x24\x26-\x7e]|%[0-9a-f]{2})*"'
-    r"|[A-Za-z*][-!#$%&'*+.^_`|~:/0-9A-Za-z]*|:[A-Za-z0-9+/=]*:)"
+    rf"|[A-Za-z*][-!#$%&'*+.^_`|~:/0-9A-Za-z]*|:{_BASE64}:)"
 )
 _PARAMS = rf"(?:;[ ]*{_KEY}(?:={_BARE})?)*"
 _ITEM = _BARE + _PARAMS
@@ -140,16 +138,11 @@ _MEMBER = re.compile(  # key, and the base64 of its value when that is a byte se
     rf"|\([ ]*(?:{_ITEM}(?:[ ]+{_ITEM})*[ ]*)?\){_PARAMS})|{_PARAMS})"
 )
 _NEXT = re.compile(r"[ \t]*(?:,[ \t]*|$)")
-_PARTS = re.compile(  # a member's strings and tokens skipped whole, its byte sequences found
-    r'%"[^"]*"|"(?:[^"\\]|\\.)*"|[A-Za-z*][-!#$%&\'*+.^_`|~:/\w]*|:([^:]*):|.', re.ASCII
-)
 
 
 def parse_digest(value: str, header: str = "Repr-Digest") -> str | None:
-    """The ``sha-256`` member of an RFC 9530 dictionary (RFC 8941's syntax: other members
-    and parameters allowed and ignored, base64 padding optional) as lower-case hex; None
-    when it names only other algorithms. Two different sha-256 members (repeated headers
-    joined by a server), valid or not, are a 400 as such."""
+    """The ``sha-256`` of an RFC 9530 dictionary as lower-case hex (None: other algorithms
+    only); two different ones (repeated headers a server joined), valid or not, are a 400."""
     found: set[bytes | str | None] = set()  # each member's bytes, or what is not bytes
     for name, item in _members(value, header):
         if name == SHA256:
@@ -171,17 +164,15 @@ def parse_digest(value: str, header: str = "Repr-Digest") -> str | None:
 
 def _members(text: str, header: str) -> Iterator[tuple[str, str | None]]:
     """An RFC 8941 dictionary's keys, each with its byte sequence's base64 (None for any
-    other value); ``BadDigest`` where it is not a dictionary."""
+    other value; sha-256's checked by ``parse_digest``); ``BadDigest`` if not a dictionary."""
     text, pos = text.lstrip(" "), 0
     while pos < len(text):
         member = _MEMBER.match(text, pos)
         comma = member and _NEXT.match(text, member.end())
         if member is None or comma is None or (comma.end() == len(text) and "," in comma[0]):
             raise BadDigest(Wording.DIGEST_LIST.format(header=header))
-        own = member.start(2) - pos - 1 if member[1] == SHA256 else -1  # parse_digest's
-        for part in _PARTS.finditer(member[0]):
-            if part[1] is not None and part.start() != own and _bytes(part[1]) is None:
-                raise BadDigest(Wording.DIGEST_LIST.format(header=header))
+        if member[1] != SHA256 and member[2] is not None and _bytes(member[2]) is None:
+            raise BadDigest(Wording.DIGEST_LIST.format(header=header))
         yield member[1], member[2]
         pos = comma.end()
 
@@ -202,22 +193,15 @@ def format_digest(sha256_hex: str) -> str:
     return f"{SHA256}=:{base64.b64encode(bytes.fromhex(sha256_hex)).decode()}:"
 
 
-class Releasable(Protocol):
-    """What the record keeps of the door's place for a body: it goes back once."""
-
-    def release(self) -> None: ...
-
-
 @dataclass(frozen=True)
 class PooledView:
-    """What ``@pdf_pooled`` (or an integration) declares of a view for every stage before it:
-    its upload's field, its job and the name that starts its keys, its ``answer=`` (None:
-    ``REFUSAL_VIEW``), and a caller function asked before ``CALLER`` (ninja's ``request.auth``)."""
+    """What ``@pdf_pooled`` (or an integration) declares of a view for every stage before it;
+    ``own_caller`` is asked before ``CALLER`` (ninja's ``request.auth``)."""
 
     field: str
     job: Callable[[Any], Awaitable[Any]]
     job_name: str
-    answer: RefusalView | None
+    answer: RefusalView | None  # None: the REFUSAL_VIEW setting
     own_caller: Callable[[HttpRequest], str | None] | None = None
     tagged: bool = False  # the default job: its key carries the settings' results tag
     authenticate: Callable[[HttpRequest], HttpResponse | None] | None = None
@@ -234,13 +218,12 @@ class PooledView:
 
 @dataclass(eq=False)
 class AdmissionRecord:
-    """One request's upload as the package knows it, built once. ``caller`` is None until
-    someone could tell who asks (before authentication the ``CALLER`` function may say it
-    cannot know yet); ``ticket`` is the door's place while the body arrives."""
+    """One request's upload as the package knows it, built once; ``caller`` None until someone
+    could tell who asks; ``release`` gives back the door's place while the body arrives."""
 
     headers: UploadHeaders | UploadRejected  # what they say, or why they cannot be taken
     caller: str | None = None
-    ticket: Releasable | None = None
+    release: Callable[[], None] | None = None
     key: str | None = None  # the single-flight key of the digest it declares, for its view
 
     @classmethod

@@ -1,6 +1,5 @@
-"""A refusal, from exception to response: what a client is told of it (``describe``), the
-library's answers (JSON, HTML), and ``refusal_answer``, the one path every entry takes: the
-view's ``answer=``, else ``REFUSAL_VIEW``. Never a traceback or a path reaches the client."""
+"""A refusal, from exception to response (``refusal_answer``, the one path every entry takes:
+the view's ``answer=``, else ``REFUSAL_VIEW``); never a traceback or a path."""
 
 from __future__ import annotations
 
@@ -146,9 +145,8 @@ AsgiAnswer = tuple[int, tuple[tuple[bytes, bytes], ...], bytes]
 
 
 def prebuilt_answer(error: Failure, answer: RefusalView | None) -> AsgiAnswer | None:
-    """``refusal_answer(request, error, answer)`` as ASGI parts, built once per distinct
-    answer, when ``answer`` reads nothing of the request (``json_answer``, ``html_answer``);
-    else None. The door refuses hundreds a second with a handful of distinct answers."""
+    """``refusal_answer(request, error, answer)`` as ASGI parts, built once per distinct answer
+    (for the door's refusals), when ``answer`` reads nothing of the request; else None."""
     if answer is not json_answer and answer is not html_answer:
         return None
     return _built(describe(error), answer is html_answer)
@@ -156,8 +154,14 @@ def prebuilt_answer(error: Failure, answer: RefusalView | None) -> AsgiAnswer | 
 
 @functools.lru_cache(maxsize=256)  # distinct answers: codes x messages x retry seconds
 def _built(said: Described, html: bool) -> AsgiAnswer:
-    response = _answer(said, html)
-    headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in response.items()]
+    return asgi_parts(_answer(said, html))
+
+
+def asgi_parts(response: HttpResponse) -> AsgiAnswer:
+    """``response`` as ASGI parts, its ``Content-Length`` and cookies included."""
     if not response.has_header("Content-Length"):
-        headers.append((b"Content-Length", str(len(response.content)).encode("latin-1")))
-    return response.status_code, tuple(headers), response.content
+        response["Content-Length"] = str(len(response.content))
+    cookies = [("Set-Cookie", c.output(header="").strip()) for c in response.cookies.values()]
+    pairs = [*response.items(), *cookies]
+    headers = tuple((n.encode("latin-1"), v.encode("latin-1")) for n, v in pairs)
+    return response.status_code, headers, response.content

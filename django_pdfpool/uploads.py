@@ -1,6 +1,5 @@
-"""Uploads staged for a job: copied once into a file the job owns, hashed on the way, since a
-job may outlive the request whose upload it is (docs/usage.md); and the sweep of copies left
-by processes that ended (docs/deployment.md)."""
+"""Uploads staged for a job, which may outlive their request: copied once into a file the job
+owns, hashed on the way; and the sweep of copies left by processes that ended."""
 
 from __future__ import annotations
 

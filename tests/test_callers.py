@@ -31,7 +31,7 @@ from django_pdfpool.callers import (
     user_or_ip,
 )
 from django_pdfpool.contrib import drf, ninja
-from django_pdfpool.door import aask_caller, ask_caller
+from django_pdfpool.door import arun_steps, ask_caller, run_steps
 from tests.conftest import held_requests, wait_until
 from tests.project.views import HELD, held_job
 from tests.test_decorators import upload
@@ -125,7 +125,8 @@ def test_the_sync_and_async_pair_and_the_door_agree(pdfpool, rf, setting):
     request = rf.post("/", HTTP_X_WHO="bob")
     assert caller_of(request) == django_pdfpool.caller_of(request) == "who:bob"
     assert asyncio.run(acaller_of(request)) == "who:bob"
-    assert ask_caller(request) == asyncio.run(aask_caller(request)) == "who:bob"
+    asked = run_steps(ask_caller(request))
+    assert asked == asyncio.run(arun_steps(ask_caller(request))) == "who:bob"
 
 
 def test_acaller_of_resolves_the_user_first_and_calls_the_librarys_own_on_the_loop(pdfpool, rf):

@@ -77,12 +77,12 @@ def test_a_caller_function_tells_the_door_it_cannot_know_yet(pdfpool, rf):
 def test_a_caller_function_that_needs_the_user_does_not_break_the_door(pdfpool, rf):
     """Under ASGI the door asks before authentication: a function that reads
     ``request.user`` raises there, and the door takes it as "cannot know yet"."""
-    from django_pdfpool.door import aask_caller, ask_caller
+    from django_pdfpool.door import arun_steps, ask_caller, run_steps
 
     pdfpool(CALLER="tests.test_door.users_only")
     request = rf.post("/sync/", REMOTE_ADDR="10.8.0.1")
-    assert ask_caller(request) is None  # not known yet: the door counts the address
-    assert asyncio.run(aask_caller(request)) is None
+    assert run_steps(ask_caller(request)) is None  # not known yet: the door counts the address
+    assert asyncio.run(arun_steps(ask_caller(request))) is None
 
 
 def test_the_body_settings_are_validated():

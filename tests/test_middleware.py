@@ -466,7 +466,7 @@ def test_the_metrics_count_the_bodies_held_what_was_shed_and_what_timed_out(pdfp
     assert 'pdfpool_door_held{kind="place"} 1' in text
     assert 'pdfpool_door_held{kind="budget"} 1' in text
     assert f"pdfpool_door_shed_total {shed + 1}" in text
-    place.time_out()
+    place.release(timed_out=True)
     budget.release()
     text = render(get_pool().snapshot(), timeout=30.0, pid=1)
     assert 'pdfpool_door_held{kind="place"} 0' in text

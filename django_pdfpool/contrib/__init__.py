@@ -1,3 +1,2 @@
-"""Integrations with frameworks: ``contrib.drf`` (Django REST framework, the ``[drf]``
-extra), ``contrib.ninja`` (django-ninja, ``[ninja]``) and ``contrib.celery`` (Celery,
-``[celery]``). Each imports its framework; nothing else in the package does."""
+"""Integrations: ``drf`` (Django REST framework), ``ninja`` (django-ninja), ``celery``, each
+with its extra; each imports its framework, and nothing else in the package does."""

@@ -1,6 +1,5 @@
-"""Celery: ``PooledTask``, a task base whose retries after a refusal wait what the pool
-said (the refusal's ``retry_after``), so that Celery's own ``autoretry_for`` and
-``self.retry`` follow the pool's estimate (docs/celery.md)."""
+"""Celery: ``PooledTask``, a task base whose retries after a refusal (``autoretry_for``,
+``self.retry``) wait what the pool said, the refusal's ``retry_after`` (docs/celery.md)."""
 
 from __future__ import annotations
 
