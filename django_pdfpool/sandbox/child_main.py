@@ -69,7 +69,7 @@ def report_layers() -> None:
     """The layers a job's child gets on this host, as one JSON line on stdout; then exit."""
     confine.prepare_job()
     confine.confine_job(sys.executable)
-    applied = dataclasses.asdict(confine.applied())
+    applied = dataclasses.asdict(confine.state.applied)
     applied["layers"] = sorted(applied["layers"])
     write_all(sys.stdout.fileno(), json.dumps(applied).encode() + b"\n")
     raise SystemExit(0)
@@ -149,7 +149,7 @@ def rehearse(imported: tuple[str, ...], encrypted: bool = False) -> None:
 
 def peak_rss() -> int:
     """VmHWM in bytes (ru_maxrss counts the parent's), by the fd opened before the sandbox."""
-    fd = confine.status_fd()
+    fd = confine.state.status_fd
     try:
         if fd is not None:
             status = os.pread(fd, 1 << 14, 0)

@@ -88,7 +88,6 @@ class Handle:
     _pidfd: int | None
 
     def __init__(self) -> None:
-        self.owner = os.getpid()
         self._lock = threading.Lock()  # kill vs reap: never signal a reaped (reusable) pid
         with _live_lock:
             _live.add(self)
@@ -105,14 +104,12 @@ class Handle:
             self._job = None
 
     def _close(self) -> None:
-        """Release the pipes and the pidfd (once reaped, or let go of)."""
+        """Release the pipes and the pidfd, and forget the child (reaped, or let go of)."""
         self._close_job_pipe()
         self._answer.close()
         if self._pidfd is not None:
             os.close(self._pidfd)
             self._pidfd = None
-
-    def _forget(self) -> None:
         with _live_lock:
             _live.discard(self)
 
@@ -228,10 +225,8 @@ class Child(Handle):
                 _, status, usage = os.wait4(self.pid, 0)
                 self.proc.returncode = os.waitstatus_to_exitcode(status)
                 self.peak_rss = usage.ru_maxrss * 1024
-            returncode = self.proc.returncode
             self._close()
-        self._forget()
-        return returncode
+            return self.proc.returncode
 
     def disown(self) -> None:
         """In a forked process: let go of the parent's child without signalling it."""
@@ -247,13 +242,12 @@ class ForkedChild(Handle):
     def __init__(self, pid: int, pidfd: int, job_fd: int, answer_fd: int, status_fd: int) -> None:
         self.pid, self._pidfd, self._status_fd = pid, pidfd, status_fd
         self._job, self._answer = io.FileIO(job_fd, "w"), io.FileIO(answer_fd, "r")
-        self._reaped = False
         super().__init__()
 
     def kill(self) -> None:
         """SIGKILL to the child (by pidfd) and, while it runs, to its process group."""
         with self._lock:
-            if self._reaped or self._pidfd is None:
+            if self._pidfd is None:  # reaped
                 return
             running = not _readable([self._pidfd], 0)
             with contextlib.suppress(OSError):
@@ -265,16 +259,13 @@ class ForkedChild(Handle):
     def reap(self) -> int | None:
         """Its exit status as the template reports it (None if the template died first)."""
         with self._lock:
-            if self._reaped:
+            if self._pidfd is None:  # reaped already
                 return None
-            if self._pidfd is not None:
-                _readable([self._pidfd], None)
+            _readable([self._pidfd], None)
             ready = _readable([self._status_fd], STATUS_TIMEOUT)
             status = os.read(self._status_fd, _STATUS_SIZE) if ready else b""
             self._close()
             os.close(self._status_fd)
-            self._reaped = True
-        self._forget()
         if len(status) != _STATUS_SIZE:
             return None
         returncode, self.peak_rss = struct.unpack(wire.STATUS_FORMAT, status)
@@ -317,7 +308,7 @@ def drop(child: Handle) -> None:
 def kill_all() -> None:
     """Kill and reap every child this process still has (at exit)."""
     with _live_lock:
-        children = [child for child in _live if child.owner == os.getpid()]
+        children = list(_live)  # this process's: a fork's forgets its parent's
     for child in children:
         drop(child)
 

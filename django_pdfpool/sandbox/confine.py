@@ -1,7 +1,6 @@
 """Child side: the sandbox layers a child puts on itself, once at start-up (inherited by
-every fork) and per job (after its job line, before the PDF), and the record of which ones
-this host gave it; the job's layers are system calls (landlockpy's) on structures built at
-start-up, as a forked child copies each page it touches. Each layer: docs/security.md."""
+every fork) and per job (after its job line, before the PDF), and which ones this host gave
+it (the state below). Each layer: docs/security.md."""
 
 from __future__ import annotations
 
@@ -82,7 +81,9 @@ class Applied:
 
 
 @dataclass
-class _State:
+class State:
+    """This process's layers: those put on, what start-up prepared for the job's, and errors."""
+
     enabled: bool = False
     require: tuple[str, ...] = ()
     applied: Applied = field(default_factory=Applied)
@@ -94,7 +95,7 @@ class _State:
     prepare_error: OSError | None = None
 
 
-_state = _State()
+state = State()
 
 
 @functools.cache
@@ -110,79 +111,73 @@ class _SockFprog(ctypes.Structure):
 
 
 def _fail(layer: str, reason: str) -> None:
-    _state.applied.missing.setdefault(layer, reason)
-    if layer in _state.require:
+    state.applied.missing.setdefault(layer, reason)
+    if layer in state.require:
         os._exit(EXIT_SANDBOX)
 
 
-def _prctl(option: int, value: int, layer: str) -> None:
-    if libc().prctl(option, value, 0, 0, 0) == 0:
-        _state.applied.layers.add(layer)
+def _put_on(layer: str, result: int) -> None:
+    """`layer` is had if the C call putting it on returned 0, else missing (errno says why)."""
+    if result == 0:
+        state.applied.layers.add(layer)
     else:
         _fail(layer, os.strerror(ctypes.get_errno()))
 
 
-def confine_process(require: tuple[str, ...] = ()) -> Applied:
+def confine_process(require: tuple[str, ...] = ()) -> None:
     """Put on every layer set once for the process; a layer named in `require` that cannot be
     had ends the process (EXIT_SANDBOX). Call single-threaded, after the imports."""
-    _state.enabled, _state.require = True, require
+    state.enabled, state.require = True, require
     _import_bindings()  # before any layer: pyseccomp looks for libseccomp with subprocesses
-    _prctl(PR_SET_NO_NEW_PRIVS, 1, NO_NEW_PRIVS)
-    _prctl(PR_SET_DUMPABLE, 0, NOT_DUMPABLE)
-    if libc().unshare(CLONE_NEWUSER | CLONE_NEWNET | CLONE_NEWIPC) == 0:
-        _state.applied.layers.add(NAMESPACES)
-    else:
-        _fail(NAMESPACES, os.strerror(ctypes.get_errno()))
-    _state.read_roots = read_roots()
+    _put_on(NO_NEW_PRIVS, libc().prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0))
+    _put_on(NOT_DUMPABLE, libc().prctl(PR_SET_DUMPABLE, 0, 0, 0, 0))
+    _put_on(NAMESPACES, libc().unshare(CLONE_NEWUSER | CLONE_NEWNET | CLONE_NEWIPC))
+    state.read_roots = read_roots()
     _landlock()
     _seccomp_process()
-    return _state.applied
 
 
 def prepare_job() -> None:
-    """In a job's child before its job line (a ready child: while it waits): the job's Landlock
-    ruleset made, /proc/self/status opened, the job's seccomp filter loaded; plain system
-    calls on structures built at start-up (a forked child copies each page it touches)."""
-    if not _state.enabled:
+    """Before the job line (a ready child's while it waits): the job's Landlock ruleset made,
+    /proc/self/status opened, its seccomp filter loaded; only system calls on structures built
+    at start-up, as a forked child copies each page it touches."""
+    if not state.enabled:
         return
-    plan = _state.plan
+    plan = state.plan
     try:
         if plan is not None:
             from landlockpy import _syscall
 
-            _state.job_ruleset_fd = ruleset = _syscall.create_ruleset(plan.attr)
+            state.job_ruleset_fd = ruleset = _syscall.create_ruleset(plan.attr)
             for rule in plan.root_rules:
                 _syscall.add_path_beneath(ruleset, rule)
             for fd in plan.root_fds:
                 os.close(fd)
             plan.root_fds = []
-        _state.status_fd = os.open("/proc/self/status", os.O_RDONLY | os.O_CLOEXEC)
-        program = _state.job_filter
+        state.status_fd = os.open("/proc/self/status", os.O_RDONLY | os.O_CLOEXEC)
+        program = state.job_filter
         if program is not None and libc().prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, program, 0, 0):
             number = ctypes.get_errno()
             raise OSError(number, os.strerror(number))
     except OSError as exc:  # raised again by confine_job: the job is refused
-        _state.prepare_error = exc
+        state.prepare_error = exc
 
 
 def confine_job(path: str) -> None:
-    """In a job's child, after prepare_job and its job line: its own Landlock domain, reading
-    only the read roots and `path`; OSError where the job cannot have a layer (no byte of the
-    PDF is read)."""
-    if not _state.enabled:
-        return
-    if _state.prepare_error is not None:
-        raise _state.prepare_error
-    ruleset, _state.job_ruleset_fd = _state.job_ruleset_fd, None
-    plan = _state.plan
+    """After prepare_job and the job line: the job's Landlock domain, reading only the read roots
+    and `path`; OSError where the job cannot have a layer (no byte of the PDF is read)."""
+    if state.prepare_error is not None:
+        raise state.prepare_error
+    ruleset, state.job_ruleset_fd = state.job_ruleset_fd, None
+    plan = state.plan
     if ruleset is None or plan is None:
         return
     from landlockpy import _syscall
 
     directory = os.path.dirname(os.path.abspath(path))
-    roots = [root for root in _state.read_roots if not _beneath(directory, root)]
+    roots = [root for root in state.read_roots if not _beneath(directory, root)]
     try:
-        if len(roots) < len(_state.read_roots):
+        if len(roots) < len(state.read_roots):
             # beneath a read root the job's neighbours (other staged PDFs) would be readable:
             # a ruleset of the other roots instead
             old, ruleset = ruleset, _syscall.create_ruleset(plan.attr)
@@ -203,21 +198,11 @@ def confine_job(path: str) -> None:
 
 def kept_fds() -> list[int]:
     """Descriptors a forked child keeps when it closes the template's (the read roots')."""
-    return [] if _state.plan is None else sorted(_state.plan.root_fds)
+    return [] if state.plan is None else sorted(state.plan.root_fds)
 
 
 def _beneath(directory: str, root: str) -> bool:
     return directory == root or directory.startswith(root + os.sep)
-
-
-def applied() -> Applied:
-    """The layers this process put on itself so far."""
-    return _state.applied
-
-
-def status_fd() -> int | None:
-    """/proc/self/status opened before the job's domain (which cannot open it), or None."""
-    return _state.status_fd
 
 
 def read_roots() -> tuple[str, ...]:
@@ -281,7 +266,7 @@ def _landlock() -> None:
     except ImportError:
         return _landlock_missing("landlockpy is not installed")
     abi = landlockpy.abi_version()
-    _state.applied.landlock_abi = abi
+    state.applied.landlock_abi = abi
     if abi < 1:
         return _landlock_missing("the kernel offers no Landlock")
     fs, read = landlockpy.fs_for_abi(abi), AccessFS.READ_FILE | AccessFS.READ_DIR
@@ -298,10 +283,10 @@ def _landlock() -> None:
     # The job's: built here, so that a job's child makes only system calls.
     attr = _syscall.RulesetAttr(int(fs), int(net), int(scoped))
     file_rule = _syscall.PathBeneathAttr(int(AccessFS.READ_FILE), -1)
-    _state.plan = _Plan(attr, *_root_rules(_state.read_roots), file_rule)
+    state.plan = _Plan(attr, *_root_rules(state.read_roots), file_rule)
     for layer, needs in LANDLOCK_ABI.items():
         if abi >= needs:
-            _state.applied.layers.add(layer)
+            state.applied.layers.add(layer)
         else:
             _fail(layer, f"Landlock ABI {abi} < {needs}")
     return None
@@ -359,21 +344,18 @@ def _seccomp_process() -> None:
         for name in JOB_SELF_ONLY:
             _deny(seccomp, job, name, seccomp.Arg(0, seccomp.NE, 0))
         # clone() without CLONE_THREAD is a fork; clone3 answers ENOSYS (glibc falls back).
-        job.add_rule(
-            seccomp.ERRNO(errno.EPERM),
-            "clone",
-            seccomp.Arg(0, seccomp.MASKED_EQ, CLONE_THREAD, 0),
-        )
+        no_thread = seccomp.Arg(0, seccomp.MASKED_EQ, CLONE_THREAD, 0)
+        job.add_rule(seccomp.ERRNO(errno.EPERM), "clone", no_thread)
         job.add_rule(seccomp.ERRNO(errno.ENOSYS), "clone3")
         read, write = os.pipe()  # the BPF program, as libseccomp would load it
         with open(read, "rb") as reader:
             with open(write, "wb") as writer:
                 job.export_bpf(writer)
             program = reader.read()
-        _state.job_filter = ctypes.byref(_SockFprog(len(program) // 8, program))
+        state.job_filter = ctypes.byref(_SockFprog(len(program) // 8, program))
     except OSError as exc:
         return _fail(SECCOMP, exc.strerror or "seccomp failed")
-    _state.applied.layers.add(SECCOMP)
+    state.applied.layers.add(SECCOMP)
     return None
 
 

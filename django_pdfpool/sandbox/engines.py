@@ -244,8 +244,7 @@ def _open_pypdf(data: bytes, max_pages: int | None, refuse: bool) -> _Opened:
 def _declared_page_count(reader: Any) -> int:
     """The /Count of the trailer's /Root's /Pages, without walking the page tree; 0 if unsure."""
     try:
-        count = reader.trailer["/Root"].get_object()["/Pages"].get_object()["/Count"]
-        count = count.get_object()
+        count = reader.trailer["/Root"]["/Pages"]["/Count"]  # each resolved by pypdf
     except MemoryError:
         raise
     except Exception:  # broken or odd: the page tree's own walk decides

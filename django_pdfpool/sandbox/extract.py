@@ -62,8 +62,7 @@ class Extraction:
     elapsed: float  # seconds, measured in the child from job receipt to answer
     peak_rss: int  # bytes, the child's peak resident set
     text_truncated: bool = False  # cut at max_text_bytes (`truncated` is then True too)
-    # How the child started: "forked" from the warm template, or "cold" (a new interpreter).
-    # Not part of the result: left out of as_dict() and of comparisons.
+    # How the child started ("forked" from the template, or "cold"): not in as_dict() nor ==.
     child_start: str = field(default=children.COLD, compare=False)
 
     def __post_init__(self) -> None:
@@ -279,7 +278,12 @@ async def extract(
         with contextlib.suppress(Exception, asyncio.CancelledError):
             await asyncio.wrap_future(run.future)  # the thread reaps and removes the copy
         raise
-    return _conclude(outcome, engine)
+    output, outcome.output = outcome.output, b""
+    answer = wire.decode_answer(output)  # empties the buffer before the pages are parsed
+    del output  # nor does an error's traceback keep a buffer it did not empty
+    if isinstance(answer, wire.Extracted):  # the same fields, but how the child started
+        return Extraction(**vars(answer), child_start=outcome.start)
+    raise _ending_without_answer(outcome, engine) if answer is None else answer
 
 
 def _check(
@@ -472,19 +476,8 @@ def _job_file(source: Any, memory_limit: int) -> tuple[str, bool]:
 # CPython with SIGABRT when it cannot recover from MemoryError; a SIGKILL we did not send
 # comes from the kernel's OOM killer.
 _TIME_SIGNALS = {signal.SIGXCPU, signal.SIGALRM}
-_MEMORY_SIGNALS = {signal.SIGKILL}
 _PDFIUM_MEMORY_SIGNALS = {signal.SIGSEGV, signal.SIGABRT, signal.SIGBUS, signal.SIGILL,
                           signal.SIGTRAP}  # fmt: skip
-
-
-def _conclude(outcome: children.Outcome, engine: str) -> Extraction:
-    """An Extraction from a child's answer, or the ExtractionError its ending stands for."""
-    output, outcome.output = outcome.output, b""
-    answer = wire.decode_answer(output)  # empties the buffer before the pages are parsed
-    del output
-    if isinstance(answer, wire.Extracted):  # the same fields, but how the child started
-        return Extraction(**vars(answer), child_start=outcome.start)
-    raise _ending_without_answer(outcome, engine) if answer is None else answer
 
 
 def _ending_without_answer(outcome: children.Outcome, engine: str) -> ExtractionError:
@@ -500,8 +493,7 @@ def _ending_without_answer(outcome: children.Outcome, engine: str) -> Extraction
         return ExtractionError("crashed", detail=f"exit status {returncode}, no valid answer")
     number = -returncode
     name = signal.Signals(number).name if number in signal.valid_signals() else str(number)
-    memory = number in _MEMORY_SIGNALS or (
-        engine == "pypdfium2" and number in _PDFIUM_MEMORY_SIGNALS
-    )
+    pdfium = engine == "pypdfium2" and number in _PDFIUM_MEMORY_SIGNALS
+    memory = number == signal.SIGKILL or pdfium
     code = "too_complex" if number in _TIME_SIGNALS else "too_large" if memory else "crashed"
     return ExtractionError(code, detail=name)
