@@ -90,7 +90,7 @@ def _prctl(option: int, value: Any) -> None:
 def limit_self(memory_limit: int, timeout: float) -> None:
     """Address space, CPU seconds from now, a wall-clock alarm, and no core files."""
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    _lower(resource.RLIMIT_AS, memory_limit)
+    _lower(resource.RLIMIT_AS, memory_limit, memory_limit)
     usage = resource.getrusage(resource.RUSAGE_SELF)
     soft = math.ceil(usage.ru_utime + usage.ru_stime + timeout) + CPU_MARGIN
     _lower(resource.RLIMIT_CPU, soft, soft + 1)  # SIGXCPU at soft, SIGKILL at hard
@@ -98,10 +98,9 @@ def limit_self(memory_limit: int, timeout: float) -> None:
     signal.alarm(math.ceil(timeout) + ALARM_MARGIN)
 
 
-def _lower(kind: int, soft: int, hard: int | None = None) -> None:
+def _lower(kind: int, soft: int, hard: int) -> None:
     """Set a limit, never above the hard limit this process inherited."""
     _, current_hard = resource.getrlimit(kind)
-    hard = soft if hard is None else hard
     if current_hard != resource.RLIM_INFINITY:
         soft, hard = min(soft, current_hard), min(hard, current_hard)
     resource.setrlimit(kind, (soft, hard))

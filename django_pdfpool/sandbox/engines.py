@@ -305,11 +305,9 @@ def classify(exc: BaseException) -> tuple[str, str]:
         return "encrypted", name
     if isinstance(exc, errors.EmptyFileError):
         return "not_a_pdf", name
-    if isinstance(exc, errors.LimitReachedError):
-        message = str(exc)
-        if _TOO_COMPLEX.search(message):
-            return "too_complex", name
-        if _TOO_LARGE.search(message):
-            return "too_large", name
-        return "malformed", name  # cycles, depths, entry counts: a broken structure
-    return "malformed", name
+    limit = str(exc) if isinstance(exc, errors.LimitReachedError) else ""
+    if _TOO_COMPLEX.search(limit):
+        return "too_complex", name
+    if _TOO_LARGE.search(limit):
+        return "too_large", name
+    return "malformed", name  # other limits (cycles, depths, entry counts): a broken structure

@@ -154,7 +154,6 @@ def probe(python: str, env: tuple[str, ...], sandbox: str) -> SandboxLayers:
             capture_output=True,
             env=children.child_env(env),
             timeout=PROBE_TIMEOUT,
-            check=False,
         )
         found = json.loads(proc.stdout.splitlines()[-1])
         layers = tuple(layer for layer in LAYERS if layer in found["layers"])
