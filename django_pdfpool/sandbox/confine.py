@@ -89,7 +89,12 @@ class State:
     applied: Applied = field(default_factory=Applied)
     read_roots: tuple[str, ...] = ()
     job_filter: Any = None  # a reference to the job's seccomp filter (its sock_fprog)
-    plan: _Plan | None = None  # the job's Landlock ruleset, prepared at start-up
+    # The job's Landlock ruleset as start-up prepares it (no attr: no Landlock): what it handles,
+    # the read roots' rules on descriptors opened once, and the rule its file's fd completes.
+    ruleset_attr: Any = None  # landlockpy's struct landlock_ruleset_attr
+    root_fds: list[int] = field(default_factory=list)
+    root_rules: list[Any] = field(default_factory=list)  # struct landlock_path_beneath_attr
+    file_rule: Any = None
     job_ruleset_fd: int | None = None  # made by prepare_job, enforced by confine_job
     status_fd: int | None = None  # /proc/self/status, opened before the job's domain
     prepare_error: OSError | None = None
@@ -143,17 +148,16 @@ def prepare_job() -> None:
     at start-up, as a forked child copies each page it touches."""
     if not state.enabled:
         return
-    plan = state.plan
     try:
-        if plan is not None:
+        if state.ruleset_attr is not None:
             from landlockpy import _syscall
 
-            state.job_ruleset_fd = ruleset = _syscall.create_ruleset(plan.attr)
-            for rule in plan.root_rules:
+            state.job_ruleset_fd = ruleset = _syscall.create_ruleset(state.ruleset_attr)
+            for rule in state.root_rules:
                 _syscall.add_path_beneath(ruleset, rule)
-            for fd in plan.root_fds:
+            for fd in state.root_fds:
                 os.close(fd)
-            plan.root_fds = []
+            state.root_fds = []
         state.status_fd = os.open("/proc/self/status", os.O_RDONLY | os.O_CLOEXEC)
         program = state.job_filter
         if program is not None and libc().prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, program, 0, 0):
@@ -169,8 +173,7 @@ def confine_job(path: str) -> None:
     if state.prepare_error is not None:
         raise state.prepare_error
     ruleset, state.job_ruleset_fd = state.job_ruleset_fd, None
-    plan = state.plan
-    if ruleset is None or plan is None:
+    if ruleset is None:
         return
     from landlockpy import _syscall
 
@@ -180,15 +183,15 @@ def confine_job(path: str) -> None:
         if len(roots) < len(state.read_roots):
             # beneath a read root the job's neighbours (other staged PDFs) would be readable:
             # a ruleset of the other roots instead
-            old, ruleset = ruleset, _syscall.create_ruleset(plan.attr)
+            old, ruleset = ruleset, _syscall.create_ruleset(state.ruleset_attr)
             os.close(old)
             for fd, rule in zip(*_root_rules(roots), strict=True):
                 _syscall.add_path_beneath(ruleset, rule)
                 os.close(fd)
         job_fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
         try:
-            plan.file_rule.parent_fd = job_fd
-            _syscall.add_path_beneath(ruleset, plan.file_rule)
+            state.file_rule.parent_fd = job_fd
+            _syscall.add_path_beneath(ruleset, state.file_rule)
         finally:
             os.close(job_fd)
         _syscall.restrict_self(ruleset)
@@ -198,7 +201,7 @@ def confine_job(path: str) -> None:
 
 def kept_fds() -> list[int]:
     """Descriptors a forked child keeps when it closes the template's (the read roots')."""
-    return [] if state.plan is None else sorted(state.plan.root_fds)
+    return sorted(state.root_fds)
 
 
 def _beneath(directory: str, root: str) -> bool:
@@ -281,9 +284,9 @@ def _landlock() -> None:
     except OSError as exc:
         return _landlock_missing(exc.strerror or "restrict failed")
     # The job's: built here, so that a job's child makes only system calls.
-    attr = _syscall.RulesetAttr(int(fs), int(net), int(scoped))
-    file_rule = _syscall.PathBeneathAttr(int(AccessFS.READ_FILE), -1)
-    state.plan = _Plan(attr, *_root_rules(state.read_roots), file_rule)
+    state.ruleset_attr = _syscall.RulesetAttr(int(fs), int(net), int(scoped))
+    state.file_rule = _syscall.PathBeneathAttr(int(AccessFS.READ_FILE), -1)
+    state.root_fds, state.root_rules = _root_rules(state.read_roots)
     for layer, needs in LANDLOCK_ABI.items():
         if abi >= needs:
             state.applied.layers.add(layer)
@@ -295,17 +298,6 @@ def _landlock() -> None:
 def _landlock_missing(reason: str) -> None:
     for layer in LANDLOCK_ABI:
         _fail(layer, reason)
-
-
-@dataclass
-class _Plan:
-    """A job's Landlock ruleset as start-up prepares it: what it handles and the rules of
-    the read roots, on descriptors opened once (inherited by every fork)."""
-
-    attr: Any  # landlockpy's struct landlock_ruleset_attr
-    root_fds: list[int]
-    root_rules: list[Any]  # struct landlock_path_beneath_attr, one per root fd
-    file_rule: Any  # the job's file: parent_fd set by confine_job
 
 
 def _root_rules(roots: Any) -> tuple[list[int], list[Any]]:
