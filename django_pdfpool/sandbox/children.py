@@ -82,12 +82,9 @@ class Handle:
 
     start = COLD
     peak_rss: int | None = None  # bytes, its ru_maxrss from the kernel once reaped
-    pid: int
-    _job: IO[bytes] | None  # the job pipe, until the job is handed over
-    _answer: IO[bytes]
-    _pidfd: int | None
 
-    def __init__(self) -> None:
+    def __init__(self, pid: int, job: IO[bytes] | None, out: IO[bytes], pidfd: int | None) -> None:
+        self.pid, self._job, self._answer, self._pidfd = pid, job, out, pidfd  # job: till sent
         self._lock = threading.Lock()  # kill vs reap: never signal a reaped (reusable) pid
         with _live_lock:
             _live.add(self)
@@ -197,14 +194,12 @@ class Child(Handle):
             env=child_env(env),
             bufsize=0,
         )
-        self.pid, self._job = self.proc.pid, self.proc.stdin
         assert self.proc.stdout is not None  # stdout=PIPE
-        self._answer = self.proc.stdout
         try:
-            self._pidfd = os.pidfd_open(self.pid)
+            pidfd: int | None = os.pidfd_open(self.proc.pid)
         except (AttributeError, OSError):
-            self._pidfd = None
-        super().__init__()
+            pidfd = None
+        super().__init__(self.proc.pid, self.proc.stdin, self.proc.stdout, pidfd)
 
     def alive(self) -> bool:
         """Whether the child has not exited yet."""
@@ -240,9 +235,8 @@ class ForkedChild(Handle):
     start = FORKED
 
     def __init__(self, pid: int, pidfd: int, job_fd: int, answer_fd: int, status_fd: int) -> None:
-        self.pid, self._pidfd, self._status_fd = pid, pidfd, status_fd
-        self._job, self._answer = io.FileIO(job_fd, "w"), io.FileIO(answer_fd, "r")
-        super().__init__()
+        self._status_fd = status_fd
+        super().__init__(pid, io.FileIO(job_fd, "w"), io.FileIO(answer_fd, "r"), pidfd)
 
     def kill(self) -> None:
         """SIGKILL to the child (by pidfd) and, while it runs, to its process group."""
