@@ -40,7 +40,7 @@ BASE_ENV = ("PATH", "LANG", "LANGUAGE", "LD_LIBRARY_PATH", "PYTHONHOME", "PYTHON
             "PYTHONUSERBASE", "PYTHONNOUSERSITE")  # fmt: skip
 
 
-def child_env(names: tuple[str, ...] = ()) -> dict[str, str]:
+def child_env(names: tuple[str, ...]) -> dict[str, str]:
     """BASE_ENV, LC_* and `names` where set; this checkout on PYTHONPATH (never site-packages)."""
     wanted = {*BASE_ENV, *names}
     env = {k: v for k, v in os.environ.items() if k in wanted or k.startswith("LC_")}
@@ -51,7 +51,7 @@ def child_env(names: tuple[str, ...] = ()) -> dict[str, str]:
 
 def job_started(output: bytes | bytearray) -> bool:
     """Whether the child said it read its job (after READY from a cold child)."""
-    return output.startswith(wire.STARTED) or output.startswith(wire.READY + wire.STARTED)
+    return output.startswith((wire.STARTED, wire.READY + wire.STARTED))
 
 
 @dataclass
@@ -383,15 +383,14 @@ class Template:
 
     def child(self, engine: str, warm: bool = True) -> Handle:
         """A child for a job: forked if `warm` and a template is ready, else cold."""
-        if warm:
-            running = self._wanted(engine)
-            forked = running.fork() if running is not None else None
+        running = self._wanted(engine) if warm else None
+        if running is not None:
+            forked = running.fork()
             if forked is not None:
                 with self._lock:
                     self._forked += 1
                 return forked
-            if running is not None:  # it did not answer: replaced, and this job goes cold
-                self._retire(running)
+            self._retire(running)  # it did not answer: replaced, and this job goes cold
         with self._lock:
             self._cold += 1
         preload = (engine,) if engine != "pypdf" else ()
