@@ -522,25 +522,18 @@ class Template:
     ) -> _Running | None:
         """A ready template, or None if it could not start or get ready in time."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        ready = (self.max_ready, self.ready_idle)
-        try:
-            child = Child(python, preload, env, theirs.fileno(), ready, sandbox, nice)
-        except OSError:
-            ours.close()
-            return None
-        finally:
-            theirs.close()
-        ours.settimeout(START_TIMEOUT)
-        try:  # its imports and rehearsal done, it says READY on the socket
-            answered = ours.recv(len(wire.READY)) == wire.READY
-        except OSError:  # a timeout, or the template is gone
-            answered = False
-        if not answered or child._pidfd is None:
-            ours.close()
+        ready, child = (self.max_ready, self.ready_idle), None
+        with contextlib.suppress(OSError):  # no process, a timeout, or the template is gone
+            with theirs:
+                child = Child(python, preload, env, theirs.fileno(), ready, sandbox, nice)
+            ours.settimeout(START_TIMEOUT)  # its imports and rehearsal done, it says READY
+            if ours.recv(len(wire.READY)) == wire.READY and child._pidfd is not None:
+                ours.settimeout(FORK_TIMEOUT)
+                return _Running(child, ours)
+        ours.close()
+        if child is not None:
             drop(child)
-            return None
-        ours.settimeout(FORK_TIMEOUT)
-        return _Running(child, ours)
+        return None
 
     def _after_fork(self) -> None:
         """In a forked process the template belongs to the parent: let go, kill nothing."""
