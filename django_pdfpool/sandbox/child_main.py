@@ -351,7 +351,7 @@ def _become_job_child(job_in: int, answer_out: int, imported: tuple[str, ...] | 
         os.dup2(answer_out, 1)
         os.dup2(null, 2)
         low = 3  # close_range(2) around the descriptors the job's sandbox is prepared on
-        for kept in (*confine.kept_fds(), os.sysconf("SC_OPEN_MAX")):
+        for kept in (*sorted(confine.state.root_fds), os.sysconf("SC_OPEN_MAX")):
             os.closerange(low, kept)
             low = kept + 1
         if imported is not None:  # named READY_NAME from birth (see fork)

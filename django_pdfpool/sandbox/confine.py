@@ -92,7 +92,7 @@ class State:
     # The job's Landlock ruleset as start-up prepares it (no attr: no Landlock): what it handles,
     # the read roots' rules on descriptors opened once, and the rule its file's fd completes.
     ruleset_attr: Any = None  # landlockpy's struct landlock_ruleset_attr
-    root_fds: list[int] = field(default_factory=list)
+    root_fds: list[int] = field(default_factory=list)  # kept by a forked child, until prepared
     root_rules: list[Any] = field(default_factory=list)  # struct landlock_path_beneath_attr
     file_rule: Any = None
     job_ruleset_fd: int | None = None  # made by prepare_job, enforced by confine_job
@@ -199,11 +199,6 @@ def confine_job(path: str) -> None:
         os.close(ruleset)
 
 
-def kept_fds() -> list[int]:
-    """Descriptors a forked child keeps when it closes the template's (the read roots')."""
-    return sorted(state.root_fds)
-
-
 def _beneath(directory: str, root: str) -> bool:
     return directory == root or directory.startswith(root + os.sep)
 
@@ -292,7 +287,6 @@ def _landlock() -> None:
             state.applied.layers.add(layer)
         else:
             _fail(layer, f"Landlock ABI {abi} < {needs}")
-    return None
 
 
 def _landlock_missing(reason: str) -> None:
@@ -348,7 +342,6 @@ def _seccomp_process() -> None:
     except OSError as exc:
         return _fail(SECCOMP, exc.strerror or "seccomp failed")
     state.applied.layers.add(SECCOMP)
-    return None
 
 
 def _deny(seccomp: Any, syscall_filter: Any, name: str, *args: Any) -> None:
