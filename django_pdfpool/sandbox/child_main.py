@@ -125,10 +125,8 @@ def extract_job(job: wire.ExtractionJob, data: bytes | None = None) -> wire.Chil
             data = read_document(job.path)
         # Hashed here, over the very bytes that are parsed: the parent never reads the file.
         digest = hashlib.sha256(data).hexdigest()
-        max_pages, refuse, cap = job.max_pages, job.refuse, job.max_text_bytes
-        text = engines.extract_pages(
-            job.engine, data, max_pages=max_pages, refuse=refuse, max_text_bytes=cap
-        )
+        limits = job.max_pages, job.refuse, job.max_text_bytes
+        text = engines.extract_pages(job.engine, data, *limits)
         return wire.Extracted(sha256=digest, **text)
     except BaseException as exc:
         code, detail = engines.classify(exc)

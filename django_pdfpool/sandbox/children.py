@@ -89,11 +89,9 @@ class Handle:
         with _live_lock:
             _live.add(self)
 
-    def kill(self) -> None:
-        raise NotImplementedError
+    def kill(self) -> None: ...  # each kind of child its own way
 
-    def reap(self) -> int | None:
-        raise NotImplementedError
+    def reap(self) -> int | None: ...
 
     def _close_job_pipe(self) -> None:
         if self._job is not None:

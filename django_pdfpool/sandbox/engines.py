@@ -174,7 +174,6 @@ def fit(text: str, room: int) -> str:
 def extract_pages(
     engine: str,
     data: bytes,
-    *,
     max_pages: int | None,
     refuse: bool,
     max_text_bytes: int = DEFAULT_MAX_TEXT_BYTES,
