@@ -120,7 +120,7 @@ def extract_job(job: wire.ExtractionJob, data: bytes | None = None) -> wire.Chil
     try:
         if job.engine != "pypdf":  # pypdf's own setup is configure_pypdf's, just below
             engines.preload(job.engine)  # at once if preloaded; imported here otherwise
-        engines.configure_pypdf(engines.decompression_cap(job.memory_limit))
+        engines.configure_pypdf(job.memory_limit)
         if data is None:
             data = read_document(job.path)
         # Hashed here, over the very bytes that are parsed: the parent never reads the file.

@@ -244,10 +244,9 @@ def _import_bindings() -> None:
 
     ctypes.util.find_library = find_library
     try:
-        for module in ("landlockpy", "pyseccomp"):
-            with contextlib.suppress(Exception):  # missing, or no libseccomp: so is the layer
-                __import__(module)
-        with contextlib.suppress(Exception):  # landlockpy finds libc at its first call
+        with contextlib.suppress(Exception):  # missing, or no libseccomp: so is the layer
+            import pyseccomp  # type: ignore[import-untyped]  # noqa: F401
+        with contextlib.suppress(Exception):  # missing; else it finds libc at its first call
             import landlockpy
 
             landlockpy.abi_version()
@@ -314,7 +313,7 @@ def _root_rules(roots: Any) -> tuple[list[int], list[Any]]:
 def _seccomp_process() -> None:
     """The start-up filter (PROCESS_DENIED) loaded; the job's (JOB_DENIED) built for later."""
     try:
-        import pyseccomp as seccomp  # type: ignore[import-untyped]
+        import pyseccomp as seccomp
     except Exception:  # not installed, or (RuntimeError) no libseccomp
         return _fail(SECCOMP, "pyseccomp or libseccomp is not installed")
     try:

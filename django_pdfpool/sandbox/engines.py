@@ -98,32 +98,27 @@ _LEGACY_CAPS = ("ZLIB_MAX_OUTPUT_LENGTH", "LZW_MAX_OUTPUT_LENGTH",
     "MAX_ARRAY_BASED_STREAM_OUTPUT_LENGTH", "MAX_DECLARED_STREAM_LENGTH")  # fmt: skip
 
 
-def decompression_cap(memory_limit: int) -> int:
-    """What one pypdf stream may grow to in a job: a quarter of its memory limit, at most 75 MB."""
-    return max(1 << 20, min(memory_limit // 4, 75_000_000))
-
-
-def configure_pypdf(output_cap: int | None = None) -> None:
-    """No external jbig2dec process, quiet logging and, given a cap, lower decompression caps."""
+def configure_pypdf(memory_limit: int | None = None) -> None:
+    """No external jbig2dec process, quiet logging and, given a job's memory limit, what one
+    stream may grow to: a quarter of it, at most 75 MB."""
     import logging
 
     import pypdf
     from pypdf import filters
 
+    cap = None if memory_limit is None else max(1 << 20, min(memory_limit // 4, 75_000_000))
     # pypdf logs thousands of warnings on some real files; formatting them costs time.
     logging.getLogger("pypdf").setLevel(logging.ERROR)
     if hasattr(pypdf, "overwrite_configuration"):  # pypdf >= 7
         known = {field.name for field in dataclasses.fields(pypdf.Configuration)}
-        caps: dict[str, Any] = {
-            name: output_cap for name in _OUTPUT_CAPS if name in known and output_cap
-        }
+        caps: dict[str, Any] = {name: cap for name in _OUTPUT_CAPS if name in known and cap}
         pypdf.overwrite_configuration(jbig2dec_binary=None, disable_legacy_handling=True, **caps)
         return
     if hasattr(filters, "JBIG2DEC_BINARY"):  # older pypdf reads module constants at call time
         filters.JBIG2DEC_BINARY = None
     for name in _LEGACY_CAPS:
-        if output_cap is not None and hasattr(filters, name):
-            setattr(filters, name, output_cap)
+        if cap is not None and hasattr(filters, name):
+            setattr(filters, name, cap)
 
 
 class TextBudget:
