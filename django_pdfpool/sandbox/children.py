@@ -504,8 +504,7 @@ class Template:
                     with self._lock:
                         current = self._running is running
                 died = not running.retired and not running.child.alive()  # by itself
-                self._retire(running)
-                running.close()
+                self._retire(running, end=True)
             young = died and (running is None or time.monotonic() - born < STEADY)
             failures = failures + 1 if young else 0
             if failures > 1:  # failed young twice running: back off, up to 30 s
