@@ -202,9 +202,8 @@ def serve_job(renamed: bool = False) -> NoReturn:
 class _Forked:
     """A child: pid, pidfd, status pipe's write end, and (until handed out) the server's ends."""
 
-    def __init__(self, pid: int, pidfd: int, status_out: int, ends: tuple[int, int, int]):
-        self.pid, self.pidfd, self.status_out = pid, pidfd, status_out
-        self.ends: tuple[int, ...] = ends
+    def __init__(self, pid: int, pidfd: int, status_out: int, ends: tuple[int, ...]):
+        self.pid, self.pidfd, self.status_out, self.ends = pid, pidfd, status_out, ends
 
     def close_ends(self) -> None:
         for fd in self.ends:
