@@ -5,7 +5,6 @@ forks one such child per request instead (docs/architecture.md)."""
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import gc
 import hashlib
 import json
@@ -69,9 +68,9 @@ def report_layers() -> None:
     """The layers a job's child gets on this host, as one JSON line on stdout; then exit."""
     confine.prepare_job()
     confine.confine_job(sys.executable)
-    applied = dataclasses.asdict(confine.state.applied)
-    applied["layers"] = sorted(applied["layers"])
-    write_all(sys.stdout.fileno(), json.dumps(applied).encode() + b"\n")
+    found: dict[str, Any] = dict(layers=sorted(confine.state.layers), missing=confine.state.missing)
+    found["landlock_abi"] = confine.state.landlock_abi
+    write_all(sys.stdout.fileno(), json.dumps(found).encode() + b"\n")
     raise SystemExit(0)
 
 

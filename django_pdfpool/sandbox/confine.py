@@ -72,21 +72,15 @@ WRITABLE = ("/dev/null",)  # the one file a child may open for writing (before i
 
 
 @dataclass
-class Applied:
-    """The layers a child put on itself, and the Landlock ABI it found (0: none)."""
-
-    layers: set[str] = field(default_factory=set)
-    landlock_abi: int = 0
-    missing: dict[str, str] = field(default_factory=dict)  # layer -> why not
-
-
-@dataclass
 class State:
-    """This process's layers: those put on, what start-up prepared for the job's, and errors."""
+    """This process's layers: those it put on, those missing and why, the Landlock ABI found;
+    what start-up prepared for the job's layers, and the error preparing them."""
 
     enabled: bool = False
     require: tuple[str, ...] = ()
-    applied: Applied = field(default_factory=Applied)
+    layers: set[str] = field(default_factory=set)
+    missing: dict[str, str] = field(default_factory=dict)  # layer -> why not
+    landlock_abi: int = 0  # 0: no Landlock
     read_roots: tuple[str, ...] = ()
     job_filter: Any = None  # a reference to the job's seccomp filter (its sock_fprog)
     # The job's Landlock ruleset as start-up prepares it (no attr: no Landlock): what it handles,
@@ -116,7 +110,7 @@ class _SockFprog(ctypes.Structure):
 
 
 def _fail(layer: str, reason: str) -> None:
-    state.applied.missing.setdefault(layer, reason)
+    state.missing.setdefault(layer, reason)
     if layer in state.require:
         os._exit(EXIT_SANDBOX)
 
@@ -124,7 +118,7 @@ def _fail(layer: str, reason: str) -> None:
 def _put_on(layer: str, result: int) -> None:
     """`layer` is had if the C call putting it on returned 0, else missing (errno says why)."""
     if result == 0:
-        state.applied.layers.add(layer)
+        state.layers.add(layer)
     else:
         _fail(layer, os.strerror(ctypes.get_errno()))
 
@@ -263,7 +257,7 @@ def _landlock() -> None:
     except ImportError:
         return _landlock_missing("landlockpy is not installed")
     abi = landlockpy.abi_version()
-    state.applied.landlock_abi = abi
+    state.landlock_abi = abi
     if abi < 1:
         return _landlock_missing("the kernel offers no Landlock")
     fs, read = landlockpy.fs_for_abi(abi), AccessFS.READ_FILE | AccessFS.READ_DIR
@@ -283,7 +277,7 @@ def _landlock() -> None:
     state.root_fds, state.root_rules = _root_rules(state.read_roots)
     for layer, needs in LANDLOCK_ABI.items():
         if abi >= needs:
-            state.applied.layers.add(layer)
+            state.layers.add(layer)
         else:
             _fail(layer, f"Landlock ABI {abi} < {needs}")
 
@@ -340,7 +334,7 @@ def _seccomp_process() -> None:
         state.job_filter = ctypes.byref(_SockFprog(len(program) // 8, program))
     except OSError as exc:
         return _fail(SECCOMP, exc.strerror or "seccomp failed")
-    state.applied.layers.add(SECCOMP)
+    state.layers.add(SECCOMP)
 
 
 def _deny(seccomp: Any, syscall_filter: Any, name: str, *args: Any) -> None:
