@@ -205,10 +205,9 @@ def read_roots() -> tuple[str, ...]:
     import site
     import sysconfig
 
-    roots = {sys.prefix, sys.base_prefix, sys.exec_prefix, *LIBRARY_DIRS}
+    roots = {sys.prefix, sys.base_prefix, sys.exec_prefix, *LIBRARY_DIRS, *site.getsitepackages()}
     paths = sysconfig.get_paths()
     roots.update(paths[name] for name in ("stdlib", "platstdlib", "purelib", "platlib"))
-    roots.update(site.getsitepackages())
     if site.ENABLE_USER_SITE:
         roots.add(site.getusersitepackages())
     for name in ENGINE_PACKAGES:  # its directories (a module: its file), found, not imported

@@ -4,6 +4,7 @@ failures are ExtractionErrors with a public code (`classify` gives any exception
 from __future__ import annotations
 
 import codecs
+import contextlib
 import dataclasses
 import importlib
 import io
@@ -49,19 +50,18 @@ WARM_UP_ENCRYPTIONS = ("RC4-128", "AES-128", "AES-256")
 
 
 def encrypted_warm_ups() -> list[bytes]:
-    """The warm-up document encrypted each way pypdf can write here (AES needs a library)."""
+    """The warm-up document encrypted each way pypdf can write here (writing AES needs a
+    library; reading AES-128 does not, its keys being RC4 and MD5)."""
     from pypdf import PdfWriter
     from pypdf.errors import DependencyError
 
     found = []
     for algorithm in WARM_UP_ENCRYPTIONS:
         writer, out = PdfWriter(clone_from=io.BytesIO(WARM_UP_PDF)), io.BytesIO()
-        try:  # AES-128's keys are RC4 and MD5: only writing it needs the library
+        with contextlib.suppress(DependencyError):
             writer.encrypt("", "pdfpool", algorithm=algorithm)
             writer.write(out)
-        except DependencyError:
-            continue
-        found.append(out.getvalue())
+            found.append(out.getvalue())
     return found
 
 

@@ -1,6 +1,5 @@
-"""Parent side: `extract()` runs one job in a child and maps every ending to an `Extraction`
-or an `ExtractionError` safe to show a user; which sandbox layers this host gives a child
-(asked of a probe child once per configuration) and the level below which jobs are refused."""
+"""Parent side: `extract()` runs one job in a child and maps every ending to an `Extraction` or
+an `ExtractionError` safe to show a user; the sandbox layers this host gives, and those required."""
 
 from __future__ import annotations
 
