@@ -337,7 +337,6 @@ def _seccomp_process() -> None:
 
 
 def _deny(seccomp: Any, syscall_filter: Any, name: str, *args: Any) -> None:
-    """EPERM for `name` (where `args` compare true), unless this architecture has no such
-    system call."""
+    """EPERM for `name` where `args` hold, unless this architecture lacks that system call."""
     with contextlib.suppress(OSError, ValueError, RuntimeError):
         syscall_filter.add_rule(seccomp.ERRNO(errno.EPERM), name, *args)

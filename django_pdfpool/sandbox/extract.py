@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import importlib.util
 import json
 import logging
 import os
@@ -301,11 +302,8 @@ def _check(
     limits.MAX_TEXT_BYTES.require("max_text_bytes", max_text_bytes)
     if on_too_many_pages not in ("truncate", "refuse"):
         raise ValueError("on_too_many_pages must be 'truncate' or 'refuse'")
-    if engine == "pypdfium2":
-        import importlib.util
-
-        if importlib.util.find_spec("pypdfium2") is None:
-            raise ImportError("engine 'pypdfium2' needs django-pdfpool[pdfium]")
+    if engine == "pypdfium2" and importlib.util.find_spec("pypdfium2") is None:
+        raise ImportError("engine 'pypdfium2' needs django-pdfpool[pdfium]")
 
 
 # A tuple of arguments that passed is not checked again (typed: 1 and True are two keys).
