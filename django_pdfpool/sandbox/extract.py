@@ -84,9 +84,7 @@ class Extraction:
         and, unless `text=False`, the joined text."""
         result = {f.name: getattr(self, f.name) for f in fields(self) if f.compare}
         result.update(pages=list(self.pages), metadata=dict(self.metadata))
-        if text:
-            result["text"] = self.text
-        return result
+        return {**result, "text": self.text} if text else result
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Any]) -> Extraction:
