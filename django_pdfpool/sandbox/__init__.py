@@ -1,7 +1,6 @@
-"""The extraction sandbox: untrusted PDFs read in limited, short-lived child processes.
-Parent side: extract, children; child side: child_main, engines, confine; both: wire. The
-controls below load ``extract`` on first use: a child imports this package, never the parent side.
-"""
+"""The extraction sandbox: untrusted PDFs read in limited, short-lived child processes. Parent
+side: extract, children; child side: child_main, engines, confine; both: wire. The controls
+below load ``extract`` on first use: a child imports this package, never the parent side."""
 
 from __future__ import annotations
 

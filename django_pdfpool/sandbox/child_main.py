@@ -5,7 +5,6 @@ forks one such child per request instead (docs/architecture.md)."""
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import gc
 import hashlib
 import json
@@ -69,9 +68,9 @@ def report_layers() -> None:
     """The layers a job's child gets on this host, as one JSON line on stdout; then exit."""
     confine.prepare_job()
     confine.confine_job(sys.executable)
-    applied = dataclasses.asdict(confine.applied())
-    applied["layers"] = sorted(applied["layers"])
-    write_all(sys.stdout.fileno(), json.dumps(applied).encode() + b"\n")
+    found: dict[str, Any] = dict(layers=sorted(confine.state.layers), missing=confine.state.missing)
+    found["landlock_abi"] = confine.state.landlock_abi
+    write_all(sys.stdout.fileno(), json.dumps(found).encode() + b"\n")
     raise SystemExit(0)
 
 
@@ -90,7 +89,7 @@ def _prctl(option: int, value: Any) -> None:
 def limit_self(memory_limit: int, timeout: float) -> None:
     """Address space, CPU seconds from now, a wall-clock alarm, and no core files."""
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    _lower(resource.RLIMIT_AS, memory_limit)
+    _lower(resource.RLIMIT_AS, memory_limit, memory_limit)
     usage = resource.getrusage(resource.RUSAGE_SELF)
     soft = math.ceil(usage.ru_utime + usage.ru_stime + timeout) + CPU_MARGIN
     _lower(resource.RLIMIT_CPU, soft, soft + 1)  # SIGXCPU at soft, SIGKILL at hard
@@ -98,10 +97,9 @@ def limit_self(memory_limit: int, timeout: float) -> None:
     signal.alarm(math.ceil(timeout) + ALARM_MARGIN)
 
 
-def _lower(kind: int, soft: int, hard: int | None = None) -> None:
+def _lower(kind: int, soft: int, hard: int) -> None:
     """Set a limit, never above the hard limit this process inherited."""
     _, current_hard = resource.getrlimit(kind)
-    hard = soft if hard is None else hard
     if current_hard != resource.RLIM_INFINITY:
         soft, hard = min(soft, current_hard), min(hard, current_hard)
     resource.setrlimit(kind, (soft, hard))
@@ -121,15 +119,13 @@ def extract_job(job: wire.ExtractionJob, data: bytes | None = None) -> wire.Chil
     try:
         if job.engine != "pypdf":  # pypdf's own setup is configure_pypdf's, just below
             engines.preload(job.engine)  # at once if preloaded; imported here otherwise
-        engines.configure_pypdf(engines.decompression_cap(job.memory_limit))
+        engines.configure_pypdf(job.memory_limit)
         if data is None:
             data = read_document(job.path)
         # Hashed here, over the very bytes that are parsed: the parent never reads the file.
         digest = hashlib.sha256(data).hexdigest()
-        max_pages, refuse, cap = job.max_pages, job.refuse, job.max_text_bytes
-        text = engines.extract_pages(
-            job.engine, data, max_pages=max_pages, refuse=refuse, max_text_bytes=cap
-        )
+        limits = job.max_pages, job.refuse, job.max_text_bytes
+        text = engines.extract_pages(job.engine, data, *limits)
         return wire.Extracted(sha256=digest, **text)
     except BaseException as exc:
         code, detail = engines.classify(exc)
@@ -149,7 +145,7 @@ def rehearse(imported: tuple[str, ...], encrypted: bool = False) -> None:
 
 def peak_rss() -> int:
     """VmHWM in bytes (ru_maxrss counts the parent's), by the fd opened before the sandbox."""
-    fd = confine.status_fd()
+    fd = confine.state.status_fd
     try:
         if fd is not None:
             status = os.pread(fd, 1 << 14, 0)
@@ -205,9 +201,8 @@ def serve_job(renamed: bool = False) -> NoReturn:
 class _Forked:
     """A child: pid, pidfd, status pipe's write end, and (until handed out) the server's ends."""
 
-    def __init__(self, pid: int, pidfd: int, status_out: int, ends: tuple[int, int, int]):
-        self.pid, self.pidfd, self.status_out = pid, pidfd, status_out
-        self.ends: tuple[int, ...] = ends
+    def __init__(self, pid: int, pidfd: int, status_out: int, ends: tuple[int, ...]):
+        self.pid, self.pidfd, self.status_out, self.ends = pid, pidfd, status_out, ends
 
     def close_ends(self) -> None:
         for fd in self.ends:
@@ -352,7 +347,7 @@ def _become_job_child(job_in: int, answer_out: int, imported: tuple[str, ...] | 
         os.dup2(answer_out, 1)
         os.dup2(null, 2)
         low = 3  # close_range(2) around the descriptors the job's sandbox is prepared on
-        for kept in (*confine.kept_fds(), os.sysconf("SC_OPEN_MAX")):
+        for kept in (*sorted(confine.state.root_fds), os.sysconf("SC_OPEN_MAX")):
             os.closerange(low, kept)
             low = kept + 1
         if imported is not None:  # named READY_NAME from birth (see fork)

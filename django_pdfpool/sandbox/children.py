@@ -40,7 +40,7 @@ BASE_ENV = ("PATH", "LANG", "LANGUAGE", "LD_LIBRARY_PATH", "PYTHONHOME", "PYTHON
             "PYTHONUSERBASE", "PYTHONNOUSERSITE")  # fmt: skip
 
 
-def child_env(names: tuple[str, ...] = ()) -> dict[str, str]:
+def child_env(names: tuple[str, ...]) -> dict[str, str]:
     """BASE_ENV, LC_* and `names` where set; this checkout on PYTHONPATH (never site-packages)."""
     wanted = {*BASE_ENV, *names}
     env = {k: v for k, v in os.environ.items() if k in wanted or k.startswith("LC_")}
@@ -51,7 +51,7 @@ def child_env(names: tuple[str, ...] = ()) -> dict[str, str]:
 
 def job_started(output: bytes | bytearray) -> bool:
     """Whether the child said it read its job (after READY from a cold child)."""
-    return output.startswith(wire.STARTED) or output.startswith(wire.READY + wire.STARTED)
+    return output.startswith((wire.STARTED, wire.READY + wire.STARTED))
 
 
 @dataclass
@@ -82,22 +82,16 @@ class Handle:
 
     start = COLD
     peak_rss: int | None = None  # bytes, its ru_maxrss from the kernel once reaped
-    pid: int
-    _job: IO[bytes] | None  # the job pipe, until the job is handed over
-    _answer: IO[bytes]
-    _pidfd: int | None
 
-    def __init__(self) -> None:
-        self.owner = os.getpid()
+    def __init__(self, pid: int, job: IO[bytes] | None, out: IO[bytes], pidfd: int | None) -> None:
+        self.pid, self._job, self._answer, self._pidfd = pid, job, out, pidfd  # job: till sent
         self._lock = threading.Lock()  # kill vs reap: never signal a reaped (reusable) pid
         with _live_lock:
             _live.add(self)
 
-    def kill(self) -> None:
-        raise NotImplementedError
+    def kill(self) -> None: ...  # each kind of child its own way
 
-    def reap(self) -> int | None:
-        raise NotImplementedError
+    def reap(self) -> int | None: ...
 
     def _close_job_pipe(self) -> None:
         if self._job is not None:
@@ -105,14 +99,12 @@ class Handle:
             self._job = None
 
     def _close(self) -> None:
-        """Release the pipes and the pidfd (once reaped, or let go of)."""
+        """Release the pipes and the pidfd, and forget the child (reaped, or let go of)."""
         self._close_job_pipe()
         self._answer.close()
         if self._pidfd is not None:
             os.close(self._pidfd)
             self._pidfd = None
-
-    def _forget(self) -> None:
         with _live_lock:
             _live.discard(self)
 
@@ -200,14 +192,12 @@ class Child(Handle):
             env=child_env(env),
             bufsize=0,
         )
-        self.pid, self._job = self.proc.pid, self.proc.stdin
         assert self.proc.stdout is not None  # stdout=PIPE
-        self._answer = self.proc.stdout
         try:
-            self._pidfd = os.pidfd_open(self.pid)
+            pidfd: int | None = os.pidfd_open(self.proc.pid)
         except (AttributeError, OSError):
-            self._pidfd = None
-        super().__init__()
+            pidfd = None
+        super().__init__(self.proc.pid, self.proc.stdin, self.proc.stdout, pidfd)
 
     def alive(self) -> bool:
         """Whether the child has not exited yet."""
@@ -228,10 +218,8 @@ class Child(Handle):
                 _, status, usage = os.wait4(self.pid, 0)
                 self.proc.returncode = os.waitstatus_to_exitcode(status)
                 self.peak_rss = usage.ru_maxrss * 1024
-            returncode = self.proc.returncode
             self._close()
-        self._forget()
-        return returncode
+            return self.proc.returncode
 
     def disown(self) -> None:
         """In a forked process: let go of the parent's child without signalling it."""
@@ -245,15 +233,13 @@ class ForkedChild(Handle):
     start = FORKED
 
     def __init__(self, pid: int, pidfd: int, job_fd: int, answer_fd: int, status_fd: int) -> None:
-        self.pid, self._pidfd, self._status_fd = pid, pidfd, status_fd
-        self._job, self._answer = io.FileIO(job_fd, "w"), io.FileIO(answer_fd, "r")
-        self._reaped = False
-        super().__init__()
+        self._status_fd = status_fd
+        super().__init__(pid, io.FileIO(job_fd, "w"), io.FileIO(answer_fd, "r"), pidfd)
 
     def kill(self) -> None:
         """SIGKILL to the child (by pidfd) and, while it runs, to its process group."""
         with self._lock:
-            if self._reaped or self._pidfd is None:
+            if self._pidfd is None:  # reaped
                 return
             running = not _readable([self._pidfd], 0)
             with contextlib.suppress(OSError):
@@ -265,16 +251,13 @@ class ForkedChild(Handle):
     def reap(self) -> int | None:
         """Its exit status as the template reports it (None if the template died first)."""
         with self._lock:
-            if self._reaped:
+            if self._pidfd is None:  # reaped already
                 return None
-            if self._pidfd is not None:
-                _readable([self._pidfd], None)
+            _readable([self._pidfd], None)
             ready = _readable([self._status_fd], STATUS_TIMEOUT)
             status = os.read(self._status_fd, _STATUS_SIZE) if ready else b""
             self._close()
             os.close(self._status_fd)
-            self._reaped = True
-        self._forget()
         if len(status) != _STATUS_SIZE:
             return None
         returncode, self.peak_rss = struct.unpack(wire.STATUS_FORMAT, status)
@@ -317,7 +300,7 @@ def drop(child: Handle) -> None:
 def kill_all() -> None:
     """Kill and reap every child this process still has (at exit)."""
     with _live_lock:
-        children = [child for child in _live if child.owner == os.getpid()]
+        children = list(_live)  # this process's: a fork's forgets its parent's
     for child in children:
         drop(child)
 
@@ -398,15 +381,14 @@ class Template:
 
     def child(self, engine: str, warm: bool = True) -> Handle:
         """A child for a job: forked if `warm` and a template is ready, else cold."""
-        if warm:
-            running = self._wanted(engine)
-            forked = running.fork() if running is not None else None
+        running = self._wanted(engine) if warm else None
+        if running is not None:
+            forked = running.fork()
             if forked is not None:
                 with self._lock:
                     self._forked += 1
                 return forked
-            if running is not None:  # it did not answer: replaced, and this job goes cold
-                self._retire(running)
+            self._retire(running)  # it did not answer: replaced, and this job goes cold
         with self._lock:
             self._cold += 1
         preload = (engine,) if engine != "pypdf" else ()
@@ -522,8 +504,7 @@ class Template:
                     with self._lock:
                         current = self._running is running
                 died = not running.retired and not running.child.alive()  # by itself
-                self._retire(running)
-                running.close()
+                self._retire(running, end=True)
             young = died and (running is None or time.monotonic() - born < STEADY)
             failures = failures + 1 if young else 0
             if failures > 1:  # failed young twice running: back off, up to 30 s
@@ -538,25 +519,18 @@ class Template:
     ) -> _Running | None:
         """A ready template, or None if it could not start or get ready in time."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        ready = (self.max_ready, self.ready_idle)
-        try:
-            child = Child(python, preload, env, theirs.fileno(), ready, sandbox, nice)
-        except OSError:
-            ours.close()
-            return None
-        finally:
-            theirs.close()
-        ours.settimeout(START_TIMEOUT)
-        try:  # its imports and rehearsal done, it says READY on the socket
-            answered = ours.recv(len(wire.READY)) == wire.READY
-        except OSError:  # a timeout, or the template is gone
-            answered = False
-        if not answered or child._pidfd is None:
-            ours.close()
+        ready, child = (self.max_ready, self.ready_idle), None
+        with contextlib.suppress(OSError):  # no process, a timeout, or the template is gone
+            with theirs:
+                child = Child(python, preload, env, theirs.fileno(), ready, sandbox, nice)
+            ours.settimeout(START_TIMEOUT)  # its imports and rehearsal done, it says READY
+            if ours.recv(len(wire.READY)) == wire.READY and child._pidfd is not None:
+                ours.settimeout(FORK_TIMEOUT)
+                return _Running(child, ours)
+        ours.close()
+        if child is not None:
             drop(child)
-            return None
-        ours.settimeout(FORK_TIMEOUT)
-        return _Running(child, ours)
+        return None
 
     def _after_fork(self) -> None:
         """In a forked process the template belongs to the parent: let go, kill nothing."""

@@ -1,7 +1,6 @@
 """Child side: the sandbox layers a child puts on itself, once at start-up (inherited by
-every fork) and per job (after its job line, before the PDF), and the record of which ones
-this host gave it; the job's layers are system calls (landlockpy's) on structures built at
-start-up, as a forked child copies each page it touches. Each layer: docs/security.md."""
+every fork) and per job (after its job line, before the PDF), and which ones this host gave
+it (the state below). Each layer: docs/security.md."""
 
 from __future__ import annotations
 
@@ -73,28 +72,29 @@ WRITABLE = ("/dev/null",)  # the one file a child may open for writing (before i
 
 
 @dataclass
-class Applied:
-    """The layers a child put on itself, and the Landlock ABI it found (0: none)."""
+class State:
+    """This process's layers: those it put on, those missing and why, the Landlock ABI found;
+    what start-up prepared for the job's layers, and the error preparing them."""
 
-    layers: set[str] = field(default_factory=set)
-    landlock_abi: int = 0
-    missing: dict[str, str] = field(default_factory=dict)  # layer -> why not
-
-
-@dataclass
-class _State:
     enabled: bool = False
     require: tuple[str, ...] = ()
-    applied: Applied = field(default_factory=Applied)
+    layers: set[str] = field(default_factory=set)
+    missing: dict[str, str] = field(default_factory=dict)  # layer -> why not
+    landlock_abi: int = 0  # 0: no Landlock
     read_roots: tuple[str, ...] = ()
     job_filter: Any = None  # a reference to the job's seccomp filter (its sock_fprog)
-    plan: _Plan | None = None  # the job's Landlock ruleset, prepared at start-up
+    # The job's Landlock ruleset as start-up prepares it (no attr: no Landlock): what it handles,
+    # the read roots' rules on descriptors opened once, and the rule its file's fd completes.
+    ruleset_attr: Any = None  # landlockpy's struct landlock_ruleset_attr
+    root_fds: list[int] = field(default_factory=list)  # kept by a forked child, until prepared
+    root_rules: list[Any] = field(default_factory=list)  # struct landlock_path_beneath_attr
+    file_rule: Any = None
     job_ruleset_fd: int | None = None  # made by prepare_job, enforced by confine_job
     status_fd: int | None = None  # /proc/self/status, opened before the job's domain
     prepare_error: OSError | None = None
 
 
-_state = _State()
+state = State()
 
 
 @functools.cache
@@ -110,90 +110,82 @@ class _SockFprog(ctypes.Structure):
 
 
 def _fail(layer: str, reason: str) -> None:
-    _state.applied.missing.setdefault(layer, reason)
-    if layer in _state.require:
+    state.missing.setdefault(layer, reason)
+    if layer in state.require:
         os._exit(EXIT_SANDBOX)
 
 
-def _prctl(option: int, value: int, layer: str) -> None:
-    if libc().prctl(option, value, 0, 0, 0) == 0:
-        _state.applied.layers.add(layer)
+def _put_on(layer: str, result: int) -> None:
+    """`layer` is had if the C call putting it on returned 0, else missing (errno says why)."""
+    if result == 0:
+        state.layers.add(layer)
     else:
         _fail(layer, os.strerror(ctypes.get_errno()))
 
 
-def confine_process(require: tuple[str, ...] = ()) -> Applied:
+def confine_process(require: tuple[str, ...] = ()) -> None:
     """Put on every layer set once for the process; a layer named in `require` that cannot be
     had ends the process (EXIT_SANDBOX). Call single-threaded, after the imports."""
-    _state.enabled, _state.require = True, require
+    state.enabled, state.require = True, require
     _import_bindings()  # before any layer: pyseccomp looks for libseccomp with subprocesses
-    _prctl(PR_SET_NO_NEW_PRIVS, 1, NO_NEW_PRIVS)
-    _prctl(PR_SET_DUMPABLE, 0, NOT_DUMPABLE)
-    if libc().unshare(CLONE_NEWUSER | CLONE_NEWNET | CLONE_NEWIPC) == 0:
-        _state.applied.layers.add(NAMESPACES)
-    else:
-        _fail(NAMESPACES, os.strerror(ctypes.get_errno()))
-    _state.read_roots = read_roots()
+    _put_on(NO_NEW_PRIVS, libc().prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0))
+    _put_on(NOT_DUMPABLE, libc().prctl(PR_SET_DUMPABLE, 0, 0, 0, 0))
+    _put_on(NAMESPACES, libc().unshare(CLONE_NEWUSER | CLONE_NEWNET | CLONE_NEWIPC))
+    state.read_roots = read_roots()
     _landlock()
     _seccomp_process()
-    return _state.applied
 
 
 def prepare_job() -> None:
-    """In a job's child before its job line (a ready child: while it waits): the job's Landlock
-    ruleset made, /proc/self/status opened, the job's seccomp filter loaded; plain system
-    calls on structures built at start-up (a forked child copies each page it touches)."""
-    if not _state.enabled:
+    """Before the job line (a ready child's while it waits): the job's Landlock ruleset made,
+    /proc/self/status opened, its seccomp filter loaded; only system calls on structures built
+    at start-up, as a forked child copies each page it touches."""
+    if not state.enabled:
         return
-    plan = _state.plan
     try:
-        if plan is not None:
+        if state.ruleset_attr is not None:
             from landlockpy import _syscall
 
-            _state.job_ruleset_fd = ruleset = _syscall.create_ruleset(plan.attr)
-            for rule in plan.root_rules:
+            state.job_ruleset_fd = ruleset = _syscall.create_ruleset(state.ruleset_attr)
+            for rule in state.root_rules:
                 _syscall.add_path_beneath(ruleset, rule)
-            for fd in plan.root_fds:
+            for fd in state.root_fds:
                 os.close(fd)
-            plan.root_fds = []
-        _state.status_fd = os.open("/proc/self/status", os.O_RDONLY | os.O_CLOEXEC)
-        program = _state.job_filter
+            state.root_fds = []
+        state.status_fd = os.open("/proc/self/status", os.O_RDONLY | os.O_CLOEXEC)
+        program = state.job_filter
         if program is not None and libc().prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, program, 0, 0):
             number = ctypes.get_errno()
             raise OSError(number, os.strerror(number))
     except OSError as exc:  # raised again by confine_job: the job is refused
-        _state.prepare_error = exc
+        state.prepare_error = exc
 
 
 def confine_job(path: str) -> None:
-    """In a job's child, after prepare_job and its job line: its own Landlock domain, reading
-    only the read roots and `path`; OSError where the job cannot have a layer (no byte of the
-    PDF is read)."""
-    if not _state.enabled:
-        return
-    if _state.prepare_error is not None:
-        raise _state.prepare_error
-    ruleset, _state.job_ruleset_fd = _state.job_ruleset_fd, None
-    plan = _state.plan
-    if ruleset is None or plan is None:
+    """After prepare_job and the job line: the job's Landlock domain, reading only the read roots
+    and `path`; OSError where the job cannot have a layer (no byte of the PDF is read)."""
+    if state.prepare_error is not None:
+        raise state.prepare_error
+    ruleset, state.job_ruleset_fd = state.job_ruleset_fd, None
+    if ruleset is None:
         return
     from landlockpy import _syscall
 
     directory = os.path.dirname(os.path.abspath(path))
-    roots = [root for root in _state.read_roots if not _beneath(directory, root)]
+    roots = [root for root in state.read_roots if not _beneath(directory, root)]
     try:
-        if len(roots) < len(_state.read_roots):
+        if len(roots) < len(state.read_roots):
             # beneath a read root the job's neighbours (other staged PDFs) would be readable:
             # a ruleset of the other roots instead
-            old, ruleset = ruleset, _syscall.create_ruleset(plan.attr)
+            old, ruleset = ruleset, _syscall.create_ruleset(state.ruleset_attr)
             os.close(old)
             for fd, rule in zip(*_root_rules(roots), strict=True):
                 _syscall.add_path_beneath(ruleset, rule)
                 os.close(fd)
         job_fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
         try:
-            plan.file_rule.parent_fd = job_fd
-            _syscall.add_path_beneath(ruleset, plan.file_rule)
+            state.file_rule.parent_fd = job_fd
+            _syscall.add_path_beneath(ruleset, state.file_rule)
         finally:
             os.close(job_fd)
         _syscall.restrict_self(ruleset)
@@ -201,23 +193,8 @@ def confine_job(path: str) -> None:
         os.close(ruleset)
 
 
-def kept_fds() -> list[int]:
-    """Descriptors a forked child keeps when it closes the template's (the read roots')."""
-    return [] if _state.plan is None else sorted(_state.plan.root_fds)
-
-
 def _beneath(directory: str, root: str) -> bool:
     return directory == root or directory.startswith(root + os.sep)
-
-
-def applied() -> Applied:
-    """The layers this process put on itself so far."""
-    return _state.applied
-
-
-def status_fd() -> int | None:
-    """/proc/self/status opened before the job's domain (which cannot open it), or None."""
-    return _state.status_fd
 
 
 def read_roots() -> tuple[str, ...]:
@@ -228,10 +205,9 @@ def read_roots() -> tuple[str, ...]:
     import site
     import sysconfig
 
-    roots = {sys.prefix, sys.base_prefix, sys.exec_prefix, *LIBRARY_DIRS}
+    roots = {sys.prefix, sys.base_prefix, sys.exec_prefix, *LIBRARY_DIRS, *site.getsitepackages()}
     paths = sysconfig.get_paths()
     roots.update(paths[name] for name in ("stdlib", "platstdlib", "purelib", "platlib"))
-    roots.update(site.getsitepackages())
     if site.ENABLE_USER_SITE:
         roots.add(site.getusersitepackages())
     for name in ENGINE_PACKAGES:  # its directories (a module: its file), found, not imported
@@ -261,10 +237,9 @@ def _import_bindings() -> None:
 
     ctypes.util.find_library = find_library
     try:
-        for module in ("landlockpy", "pyseccomp"):
-            with contextlib.suppress(Exception):  # missing, or no libseccomp: so is the layer
-                __import__(module)
-        with contextlib.suppress(Exception):  # landlockpy finds libc at its first call
+        with contextlib.suppress(Exception):  # missing, or no libseccomp: so is the layer
+            import pyseccomp  # type: ignore[import-untyped]  # noqa: F401
+        with contextlib.suppress(Exception):  # missing; else it finds libc at its first call
             import landlockpy
 
             landlockpy.abi_version()
@@ -281,7 +256,7 @@ def _landlock() -> None:
     except ImportError:
         return _landlock_missing("landlockpy is not installed")
     abi = landlockpy.abi_version()
-    _state.applied.landlock_abi = abi
+    state.landlock_abi = abi
     if abi < 1:
         return _landlock_missing("the kernel offers no Landlock")
     fs, read = landlockpy.fs_for_abi(abi), AccessFS.READ_FILE | AccessFS.READ_DIR
@@ -296,31 +271,19 @@ def _landlock() -> None:
     except OSError as exc:
         return _landlock_missing(exc.strerror or "restrict failed")
     # The job's: built here, so that a job's child makes only system calls.
-    attr = _syscall.RulesetAttr(int(fs), int(net), int(scoped))
-    file_rule = _syscall.PathBeneathAttr(int(AccessFS.READ_FILE), -1)
-    _state.plan = _Plan(attr, *_root_rules(_state.read_roots), file_rule)
+    state.ruleset_attr = _syscall.RulesetAttr(int(fs), int(net), int(scoped))
+    state.file_rule = _syscall.PathBeneathAttr(int(AccessFS.READ_FILE), -1)
+    state.root_fds, state.root_rules = _root_rules(state.read_roots)
     for layer, needs in LANDLOCK_ABI.items():
         if abi >= needs:
-            _state.applied.layers.add(layer)
+            state.layers.add(layer)
         else:
             _fail(layer, f"Landlock ABI {abi} < {needs}")
-    return None
 
 
 def _landlock_missing(reason: str) -> None:
     for layer in LANDLOCK_ABI:
         _fail(layer, reason)
-
-
-@dataclass
-class _Plan:
-    """A job's Landlock ruleset as start-up prepares it: what it handles and the rules of
-    the read roots, on descriptors opened once (inherited by every fork)."""
-
-    attr: Any  # landlockpy's struct landlock_ruleset_attr
-    root_fds: list[int]
-    root_rules: list[Any]  # struct landlock_path_beneath_attr, one per root fd
-    file_rule: Any  # the job's file: parent_fd set by confine_job
 
 
 def _root_rules(roots: Any) -> tuple[list[int], list[Any]]:
@@ -343,7 +306,7 @@ def _root_rules(roots: Any) -> tuple[list[int], list[Any]]:
 def _seccomp_process() -> None:
     """The start-up filter (PROCESS_DENIED) loaded; the job's (JOB_DENIED) built for later."""
     try:
-        import pyseccomp as seccomp  # type: ignore[import-untyped]
+        import pyseccomp as seccomp
     except Exception:  # not installed, or (RuntimeError) no libseccomp
         return _fail(SECCOMP, "pyseccomp or libseccomp is not installed")
     try:
@@ -359,26 +322,21 @@ def _seccomp_process() -> None:
         for name in JOB_SELF_ONLY:
             _deny(seccomp, job, name, seccomp.Arg(0, seccomp.NE, 0))
         # clone() without CLONE_THREAD is a fork; clone3 answers ENOSYS (glibc falls back).
-        job.add_rule(
-            seccomp.ERRNO(errno.EPERM),
-            "clone",
-            seccomp.Arg(0, seccomp.MASKED_EQ, CLONE_THREAD, 0),
-        )
+        no_thread = seccomp.Arg(0, seccomp.MASKED_EQ, CLONE_THREAD, 0)
+        job.add_rule(seccomp.ERRNO(errno.EPERM), "clone", no_thread)
         job.add_rule(seccomp.ERRNO(errno.ENOSYS), "clone3")
         read, write = os.pipe()  # the BPF program, as libseccomp would load it
         with open(read, "rb") as reader:
             with open(write, "wb") as writer:
                 job.export_bpf(writer)
             program = reader.read()
-        _state.job_filter = ctypes.byref(_SockFprog(len(program) // 8, program))
+        state.job_filter = ctypes.byref(_SockFprog(len(program) // 8, program))
     except OSError as exc:
         return _fail(SECCOMP, exc.strerror or "seccomp failed")
-    _state.applied.layers.add(SECCOMP)
-    return None
+    state.layers.add(SECCOMP)
 
 
 def _deny(seccomp: Any, syscall_filter: Any, name: str, *args: Any) -> None:
-    """EPERM for `name` (where `args` compare true), unless this architecture has no such
-    system call."""
+    """EPERM for `name` where `args` hold, unless this architecture lacks that system call."""
     with contextlib.suppress(OSError, ValueError, RuntimeError):
         syscall_filter.add_rule(seccomp.ERRNO(errno.EPERM), name, *args)

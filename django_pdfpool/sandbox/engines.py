@@ -4,6 +4,7 @@ failures are ExtractionErrors with a public code (`classify` gives any exception
 from __future__ import annotations
 
 import codecs
+import contextlib
 import dataclasses
 import importlib
 import io
@@ -49,19 +50,18 @@ WARM_UP_ENCRYPTIONS = ("RC4-128", "AES-128", "AES-256")
 
 
 def encrypted_warm_ups() -> list[bytes]:
-    """The warm-up document encrypted each way pypdf can write here (AES needs a library)."""
+    """The warm-up document encrypted each way pypdf can write here (writing AES needs a
+    library; reading AES-128 does not, its keys being RC4 and MD5)."""
     from pypdf import PdfWriter
     from pypdf.errors import DependencyError
 
     found = []
     for algorithm in WARM_UP_ENCRYPTIONS:
         writer, out = PdfWriter(clone_from=io.BytesIO(WARM_UP_PDF)), io.BytesIO()
-        try:  # AES-128's keys are RC4 and MD5: only writing it needs the library
+        with contextlib.suppress(DependencyError):
             writer.encrypt("", "pdfpool", algorithm=algorithm)
             writer.write(out)
-        except DependencyError:
-            continue
-        found.append(out.getvalue())
+            found.append(out.getvalue())
     return found
 
 
@@ -98,32 +98,27 @@ _LEGACY_CAPS = ("ZLIB_MAX_OUTPUT_LENGTH", "LZW_MAX_OUTPUT_LENGTH",
     "MAX_ARRAY_BASED_STREAM_OUTPUT_LENGTH", "MAX_DECLARED_STREAM_LENGTH")  # fmt: skip
 
 
-def decompression_cap(memory_limit: int) -> int:
-    """What one pypdf stream may grow to in a job: a quarter of its memory limit, at most 75 MB."""
-    return max(1 << 20, min(memory_limit // 4, 75_000_000))
-
-
-def configure_pypdf(output_cap: int | None = None) -> None:
-    """No external jbig2dec process, quiet logging and, given a cap, lower decompression caps."""
+def configure_pypdf(memory_limit: int | None = None) -> None:
+    """No external jbig2dec process, quiet logging and, given a job's memory limit, what one
+    stream may grow to: a quarter of it, at most 75 MB."""
     import logging
 
     import pypdf
     from pypdf import filters
 
+    cap = None if memory_limit is None else max(1 << 20, min(memory_limit // 4, 75_000_000))
     # pypdf logs thousands of warnings on some real files; formatting them costs time.
     logging.getLogger("pypdf").setLevel(logging.ERROR)
     if hasattr(pypdf, "overwrite_configuration"):  # pypdf >= 7
         known = {field.name for field in dataclasses.fields(pypdf.Configuration)}
-        caps: dict[str, Any] = {
-            name: output_cap for name in _OUTPUT_CAPS if name in known and output_cap
-        }
+        caps: dict[str, Any] = {name: cap for name in _OUTPUT_CAPS if name in known and cap}
         pypdf.overwrite_configuration(jbig2dec_binary=None, disable_legacy_handling=True, **caps)
         return
     if hasattr(filters, "JBIG2DEC_BINARY"):  # older pypdf reads module constants at call time
         filters.JBIG2DEC_BINARY = None
     for name in _LEGACY_CAPS:
-        if output_cap is not None and hasattr(filters, name):
-            setattr(filters, name, output_cap)
+        if cap is not None and hasattr(filters, name):
+            setattr(filters, name, cap)
 
 
 class TextBudget:
@@ -174,7 +169,6 @@ def fit(text: str, room: int) -> str:
 def extract_pages(
     engine: str,
     data: bytes,
-    *,
     max_pages: int | None,
     refuse: bool,
     max_text_bytes: int = DEFAULT_MAX_TEXT_BYTES,
@@ -244,8 +238,7 @@ def _open_pypdf(data: bytes, max_pages: int | None, refuse: bool) -> _Opened:
 def _declared_page_count(reader: Any) -> int:
     """The /Count of the trailer's /Root's /Pages, without walking the page tree; 0 if unsure."""
     try:
-        count = reader.trailer["/Root"].get_object()["/Pages"].get_object()["/Count"]
-        count = count.get_object()
+        count = reader.trailer["/Root"]["/Pages"]["/Count"]  # each resolved by pypdf
     except MemoryError:
         raise
     except Exception:  # broken or odd: the page tree's own walk decides
@@ -306,11 +299,9 @@ def classify(exc: BaseException) -> tuple[str, str]:
         return "encrypted", name
     if isinstance(exc, errors.EmptyFileError):
         return "not_a_pdf", name
-    if isinstance(exc, errors.LimitReachedError):
-        message = str(exc)
-        if _TOO_COMPLEX.search(message):
-            return "too_complex", name
-        if _TOO_LARGE.search(message):
-            return "too_large", name
-        return "malformed", name  # cycles, depths, entry counts: a broken structure
-    return "malformed", name
+    limit = str(exc) if isinstance(exc, errors.LimitReachedError) else ""
+    if _TOO_COMPLEX.search(limit):
+        return "too_complex", name
+    if _TOO_LARGE.search(limit):
+        return "too_large", name
+    return "malformed", name  # other limits (cycles, depths, entry counts): a broken structure

@@ -1,12 +1,12 @@
-"""Parent side: `extract()` runs one job in a child and maps every ending to an `Extraction`
-or an `ExtractionError` safe to show a user; which sandbox layers this host gives a child
-(asked of a probe child once per configuration) and the level below which jobs are refused."""
+"""Parent side: `extract()` runs one job in a child and maps every ending to an `Extraction` or
+an `ExtractionError` safe to show a user; the sandbox layers this host gives, and those required."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import functools
+import importlib.util
 import json
 import logging
 import os
@@ -62,8 +62,7 @@ class Extraction:
     elapsed: float  # seconds, measured in the child from job receipt to answer
     peak_rss: int  # bytes, the child's peak resident set
     text_truncated: bool = False  # cut at max_text_bytes (`truncated` is then True too)
-    # How the child started: "forked" from the warm template, or "cold" (a new interpreter).
-    # Not part of the result: left out of as_dict() and of comparisons.
+    # How the child started ("forked" from the template, or "cold"): not in as_dict() nor ==.
     child_start: str = field(default=children.COLD, compare=False)
 
     def __post_init__(self) -> None:
@@ -85,9 +84,7 @@ class Extraction:
         and, unless `text=False`, the joined text."""
         result = {f.name: getattr(self, f.name) for f in fields(self) if f.compare}
         result.update(pages=list(self.pages), metadata=dict(self.metadata))
-        if text:
-            result["text"] = self.text
-        return result
+        return {**result, "text": self.text} if text else result
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Any]) -> Extraction:
@@ -155,7 +152,6 @@ def probe(python: str, env: tuple[str, ...], sandbox: str) -> SandboxLayers:
             capture_output=True,
             env=children.child_env(env),
             timeout=PROBE_TIMEOUT,
-            check=False,
         )
         found = json.loads(proc.stdout.splitlines()[-1])
         layers = tuple(layer for layer in LAYERS if layer in found["layers"])
@@ -279,7 +275,12 @@ async def extract(
         with contextlib.suppress(Exception, asyncio.CancelledError):
             await asyncio.wrap_future(run.future)  # the thread reaps and removes the copy
         raise
-    return _conclude(outcome, engine)
+    output, outcome.output = outcome.output, b""
+    answer = wire.decode_answer(output)  # empties the buffer before the pages are parsed
+    del output  # nor does an error's traceback keep a buffer it did not empty
+    if isinstance(answer, wire.Extracted):  # the same fields, but how the child started
+        return Extraction(**vars(answer), child_start=outcome.start)
+    raise _ending_without_answer(outcome, engine) if answer is None else answer
 
 
 def _check(
@@ -299,11 +300,8 @@ def _check(
     limits.MAX_TEXT_BYTES.require("max_text_bytes", max_text_bytes)
     if on_too_many_pages not in ("truncate", "refuse"):
         raise ValueError("on_too_many_pages must be 'truncate' or 'refuse'")
-    if engine == "pypdfium2":
-        import importlib.util
-
-        if importlib.util.find_spec("pypdfium2") is None:
-            raise ImportError("engine 'pypdfium2' needs django-pdfpool[pdfium]")
+    if engine == "pypdfium2" and importlib.util.find_spec("pypdfium2") is None:
+        raise ImportError("engine 'pypdfium2' needs django-pdfpool[pdfium]")
 
 
 # A tuple of arguments that passed is not checked again (typed: 1 and True are two keys).
@@ -472,19 +470,8 @@ def _job_file(source: Any, memory_limit: int) -> tuple[str, bool]:
 # CPython with SIGABRT when it cannot recover from MemoryError; a SIGKILL we did not send
 # comes from the kernel's OOM killer.
 _TIME_SIGNALS = {signal.SIGXCPU, signal.SIGALRM}
-_MEMORY_SIGNALS = {signal.SIGKILL}
 _PDFIUM_MEMORY_SIGNALS = {signal.SIGSEGV, signal.SIGABRT, signal.SIGBUS, signal.SIGILL,
                           signal.SIGTRAP}  # fmt: skip
-
-
-def _conclude(outcome: children.Outcome, engine: str) -> Extraction:
-    """An Extraction from a child's answer, or the ExtractionError its ending stands for."""
-    output, outcome.output = outcome.output, b""
-    answer = wire.decode_answer(output)  # empties the buffer before the pages are parsed
-    del output
-    if isinstance(answer, wire.Extracted):  # the same fields, but how the child started
-        return Extraction(**vars(answer), child_start=outcome.start)
-    raise _ending_without_answer(outcome, engine) if answer is None else answer
 
 
 def _ending_without_answer(outcome: children.Outcome, engine: str) -> ExtractionError:
@@ -500,8 +487,7 @@ def _ending_without_answer(outcome: children.Outcome, engine: str) -> Extraction
         return ExtractionError("crashed", detail=f"exit status {returncode}, no valid answer")
     number = -returncode
     name = signal.Signals(number).name if number in signal.valid_signals() else str(number)
-    memory = number in _MEMORY_SIGNALS or (
-        engine == "pypdfium2" and number in _PDFIUM_MEMORY_SIGNALS
-    )
+    pdfium = engine == "pypdfium2" and number in _PDFIUM_MEMORY_SIGNALS
+    memory = number == signal.SIGKILL or pdfium
     code = "too_complex" if number in _TIME_SIGNALS else "too_large" if memory else "crashed"
     return ExtractionError(code, detail=name)

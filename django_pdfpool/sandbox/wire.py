@@ -67,21 +67,18 @@ def child_options(preload: tuple[str, ...], warm_up: bool, **role: Any) -> list[
 
 def read_child_options(argv: list[str]) -> ChildOptions:
     """The options `child_options()` wrote."""
-
-    def value(option: str, default: Any) -> Any:
-        return next((argv[i + 1] for i, arg in enumerate(argv) if arg == option), default)
-
-    most, idle = value(READY_OPTION, "0,0").split(",")
-    parent = value(PARENT_OPTION, None)
+    value = dict(itertools.pairwise(argv))  # an option's value: the word after it
+    most, idle = value.get(READY_OPTION, "0,0").split(",")
+    parent = value.get(PARENT_OPTION)
     return ChildOptions(
-        tuple(argv[i + 1] for i, arg in enumerate(argv) if arg == PRELOAD_OPTION),
+        tuple(word for option, word in itertools.pairwise(argv) if option == PRELOAD_OPTION),
         WARM_UP_OPTION in argv,
         TEMPLATE_OPTION in argv,
         None if parent is None else int(parent),
         (int(most), float(idle)),
-        value(SANDBOX_OPTION, "none"),
+        value.get(SANDBOX_OPTION, "none"),
         PROBE_OPTION in argv,
-        int(value(NICE_OPTION, DEFAULT_NICE)),
+        int(value.get(NICE_OPTION, DEFAULT_NICE)),
     )
 
 
