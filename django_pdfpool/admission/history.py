@@ -34,12 +34,13 @@ class HistoryPoint:
 
 
 Books = tuple[str, float | None]  # whose counters a snapshot gives, and since when
+SAME_START = 1.0  # seconds: the cluster's start, read on Redis's clock, moves by a few ms
 
 
 def _same_books(a: Books, b: Books) -> bool:
     """Counters that go on from one reading to the next (a start not known yet, None, is no
     change: the cluster's books begin at their first event)."""
-    return a[0] == b[0] and (a[1] is None or b[1] is None or a[1] == b[1])
+    return a[0] == b[0] and (a[1] is None or b[1] is None or abs(a[1] - b[1]) < SAME_START)
 
 
 class Recorder:

@@ -15,10 +15,12 @@ import logging
 import threading
 import time
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import pytest
 
 from django_pdfpool.admission import RedisPool
+from django_pdfpool.admission.history import Recorder
 from django_pdfpool.admission.jobs import get_job_loop
 from django_pdfpool.admission.redis.codec import decode_outcome, encode_outcome
 from django_pdfpool.exceptions import (
@@ -31,6 +33,7 @@ from django_pdfpool.exceptions import (
     ResultTooLarge,
 )
 from tests.conftest import held, until
+from tests.support.outages import _answer
 from tests.support.redis_server import namespace_keys, pools_in
 
 pytest_plugins = ["tests.support.redis_fixtures"]
@@ -458,3 +461,27 @@ def test_pressure_tells_a_busy_caller_as_run_would(make_pool):
         assert not there.pressure("other", "c1").caller_busy
 
     run(scenario)
+
+
+def test_the_history_counts_the_clusters_refusals_between_two_samples(make_pool):
+    """The status page's chart: refusals counted in Redis between two samples are that
+    sample's (the cluster's start, read on Redis's clock each time, is the same books)."""
+    pool = make_pool(1, 0, 10.0)
+    recorder = Recorder(lambda: pool, size=10)
+    gate = threading.Event()
+
+    async def scenario() -> tuple[Any, Any]:
+        task = asyncio.create_task(pool.run("k", "a", held(1, gate)))
+        await until(lambda: pool.running() == 1)
+        first = await asyncio.to_thread(recorder.sample)
+        for n in range(3):
+            with pytest.raises(PoolBusy):
+                await pool.run(f"x{n}", f"c{n}", _answer)
+        second = await asyncio.to_thread(recorder.sample)
+        gate.set()
+        await task
+        return first, second
+
+    first, second = run(scenario)
+    assert pool.snapshot().counters.refused_busy == 3
+    assert (first.refused, second.refused) == (0, 3)
