@@ -350,9 +350,10 @@ class _Running:
             return b"", []
 
     def close(self) -> None:
-        """End the template (its running children go on) and reap it."""
-        self.control.close()
+        """End the template (its running children go on) and reap it; killed before its socket
+        closes: a template that read the end of it would kill every child it has, on the way."""
         drop(self.child)
+        self.control.close()
 
 
 class Template:

@@ -13,6 +13,7 @@ import pytest
 
 from django_pdfpool import extract
 from django_pdfpool.sandbox import extract as sandbox
+from django_pdfpool.sandbox import wire
 from tests.conftest import wait_until
 from tests.support import pdfs
 from tests.support.procs import child_pids, job_child, leftovers, rlimits
@@ -95,6 +96,37 @@ def test_a_forked_child_is_as_isolated_as_a_cold_one(warm):
     for mask in ("SigCgt", "SigIgn", "SigBlk"):  # the template's own SIGTERM handler is gone
         assert forked["status"][mask] == cold["status"][mask], mask
     assert not int(forked["status"]["SigCgt"], 16) & (1 << (signal.SIGTERM - 1))
+
+
+def test_a_retired_templates_running_child_finishes_however_late_the_kill_lands(warm, monkeypatch):
+    """A new template is wanted (another nice) while a forked child runs a job: the old one
+    is retired and ended. Its running child goes on, even with the server's thread slow to
+    kill it (held back 0.3 s here): a template that saw its socket closed first would end
+    every child it has on the way out."""
+    from django_pdfpool.sandbox import children
+
+    real_drop = children.drop
+
+    def slow_drop(child: children.Handle) -> None:
+        if child.pid == warm:
+            threading.Event().wait(0.3)  # the server's thread, preempted before the kill
+        real_drop(child)
+
+    async def scenario() -> str:
+        mine = child_pids() - set(sandbox.idle_pids())
+        task = asyncio.ensure_future(extract(pdfs.slow_pdf("still read", 2), **LIMITS))
+        while job_child(child_pids() - mine - set(sandbox.idle_pids()), MEMORY) is None:
+            assert not task.done()
+            await asyncio.sleep(0.01)
+        monkeypatch.setattr(children, "drop", slow_drop)
+        sandbox.configure(nice=3)  # retires the template, which is ended
+        monkeypatch.setattr(children, "drop", real_drop)
+        return (await task).text
+
+    try:
+        assert "still read" in asyncio.run(scenario())
+    finally:
+        sandbox.configure(nice=wire.DEFAULT_NICE)
 
 
 def test_a_template_killed_mid_burst_costs_no_job(warm):
