@@ -68,13 +68,16 @@ class Outcome:
     start: str = COLD  # how the child that answered started: COLD or FORKED
 
 
+POLL_MOST = 2**31 - 1  # ms: the longest wait poll() takes (24.8 days); the answer loop polls again
+
+
 def _readable(fds: list[int], seconds: float | None) -> bool:
     """Whether one of `fds` is readable (or at its end) within `seconds` (None: no end). By
     poll, not select, which refuses a descriptor past FD_SETSIZE (a busy server has them)."""
     poller = select.poll()
     for fd in fds:
         poller.register(fd, select.POLLIN)
-    return bool(poller.poll(None if seconds is None else seconds * 1000))
+    return bool(poller.poll(None if seconds is None else min(seconds * 1000, POLL_MOST)))
 
 
 class Handle:
@@ -131,7 +134,7 @@ class Handle:
             if remaining <= 0:
                 timed_out = True
                 break
-            if not poller.poll(remaining * 1000 + 1):
+            if not poller.poll(min(remaining * 1000 + 1, POLL_MOST)):
                 continue
             try:
                 chunk = os.read(fd, READ_CHUNK)

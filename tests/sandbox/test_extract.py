@@ -479,3 +479,10 @@ def test_answers_that_are_not_well_formed_are_none(output):
     """Whatever a child writes, the parent gets an answer or None, never an exception."""
     assert decode_answer(VALID) == Extracted("0", 1, ["a"], {"k": "v"}, False, False, 0.1, 1)
     assert decode_answer(output) is None
+
+
+def test_a_timeout_of_weeks_is_a_timeout_like_any_other():
+    """TIMEOUT takes any number of seconds: one past the longest single poll() (24.8 days)
+    still extracts (no OverflowError from the wait for the answer)."""
+    limits = {**LIMITS, "timeout": 30 * 86400.0}
+    assert run(pdfs.simple(["patient"]), **limits).text == "patient"
