@@ -370,7 +370,17 @@ class _Workers:
 
 
 _workers = _Workers()
-os.register_at_fork(after_in_child=lambda: _Workers.__init__(_workers))
+
+
+def _after_fork() -> None:
+    """In a forked process: locks of its own (a parent's thread may have held one, as a probe
+    holds ``_layers_lock``), and no workers."""
+    global _layers_lock
+    _layers_lock = threading.Lock()
+    _Workers.__init__(_workers)
+
+
+os.register_at_fork(after_in_child=_after_fork)
 
 
 class _Job:

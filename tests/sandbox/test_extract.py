@@ -8,6 +8,7 @@ import copy
 import hashlib
 import io
 import json
+import os
 import pickle
 import subprocess
 import sys
@@ -486,3 +487,17 @@ def test_a_timeout_of_weeks_is_a_timeout_like_any_other():
     still extracts (no OverflowError from the wait for the answer)."""
     limits = {**LIMITS, "timeout": 30 * 86400.0}
     assert run(pdfs.simple(["patient"]), **limits).text == "patient"
+
+
+def test_a_process_forked_while_the_layers_are_probed_can_ask_for_them():
+    """A probe holds the layers' lock while its child runs; a process forked meanwhile
+    (a prefork server, multiprocessing's fork) has a lock of its own and gets its answer."""
+    with extraction._layers_lock:  # as a probe in another thread holds it
+        pid = os.fork()
+        if pid == 0:  # the forked process: its first question about the layers
+            asking = threading.Thread(target=extraction.sandbox_layers, daemon=True)
+            asking.start()
+            asking.join(30)  # a hang fails the test, after this bound
+            os._exit(1 if asking.is_alive() else 0)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
