@@ -74,22 +74,27 @@ def _addresses(value: Any) -> tuple[tuple[str, int], ...] | None:
     if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
         return None
     pairs = [address.rpartition(":") for address in value]
-    if not all(host and port.isdigit() and 0 < int(port) < 65536 for host, _, port in pairs):
+    digits = all(port.isascii() and port.isdigit() for _, _, port in pairs)  # not int("²")
+    if not digits or not all(host and 0 < int(port) < 65536 for host, _, port in pairs):
         return None
     return tuple((host.strip("[]"), int(port)) for host, _, port in pairs)
 
 
 def _importable(takes: str) -> More:
-    """E004 for a dotted path that cannot be imported (a callable is taken as it is)."""
+    """E004 for a dotted path that cannot be imported, or names what cannot be called (a
+    callable is taken as it is)."""
 
     def more(name: str, path: Any) -> list[CheckMessage]:
         try:
-            _imported(path)
+            found = _imported(path)
         except ImportError as exc:
             msg = f"{name} = {path!r} cannot be imported: {exc}"
-            hint = f"Give the dotted path of a function taking {takes}."
-            return [Error(msg, hint=hint, id="django_pdfpool.E004")]
-        return []
+        else:
+            if callable(found):
+                return []
+            msg = f"{name} = {path!r} is not callable ({type(found).__name__})."
+        hint = f"Give the dotted path of a function taking {takes}."
+        return [Error(msg, hint=hint, id="django_pdfpool.E004")]
 
     return more
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import logging
+import math
 import threading
 from typing import Any
 
@@ -85,9 +86,11 @@ def _log_job_error(key: str, error: BaseException) -> None:
 
 
 def drain_timeout() -> float:
-    """How long a drain may take: a queued job may wait WAIT, then run TIMEOUT."""
+    """How long a drain may take: a queued job may wait WAIT, then run TIMEOUT. With WAIT
+    None it waits for the jobs ahead of it, run SLOTS at a time for TIMEOUT at most each."""
     conf = get_settings()
-    return (conf.wait or 0.0) + conf.timeout + 5.0
+    wait = math.ceil(conf.queue / conf.slots) * conf.timeout if conf.wait is None else conf.wait
+    return wait + conf.timeout + 5.0
 
 
 async def adrain_pool(timeout: float | None = None) -> bool:

@@ -183,6 +183,32 @@ def test_the_table_checks_what_the_bounds_alone_cannot_see():
     assert [p.id for p in problems({"CALLER": 42})] == ["django_pdfpool.E003"]
 
 
+@pytest.mark.parametrize("key", ["CALLER", "REFUSAL_VIEW"])
+def test_a_dotted_path_to_what_cannot_be_called_is_e004(settings, key):
+    """It imports, but every upload (or refusal) would fail on calling it."""
+    (found,) = problems({key: "django_pdfpool.bounds.MiB"})
+    assert found.id == "django_pdfpool.E004"
+    assert found.msg == f"PDFPOOL[{key!r}] = 'django_pdfpool.bounds.MiB' is not callable (int)."
+    settings.PDFPOOL = {key: "django_pdfpool.bounds.MiB"}
+    with pytest.raises(ImproperlyConfigured, match=r"\[django_pdfpool\.E004\]"):
+        get_settings()
+
+
+@pytest.mark.parametrize(
+    "path, value",
+    [
+        (("REDIS", "SENTINELS"), ["10.0.0.5:²⁶³⁷⁹"]),  # digits to isdigit(), not to int()
+        (("WAIT",), 10**400),  # an int no float holds
+        (("TIMEOUT",), 10**400),
+        (("DOOR", "BODY_TIMEOUT"), -(10**400)),
+    ],
+    ids=["unicode-port", "huge-wait", "huge-timeout", "huge-body-timeout"],
+)
+def test_a_value_that_only_looks_like_a_number_is_e003_not_a_crash(path, value):
+    found = [p for p in problems(raw(path, value)) if p.id == "django_pdfpool.E003"]
+    assert [p.msg.split(" must be ")[0] for p in found] == [named(path)]
+
+
 # -- the lower layers' bounds: one object, the same refusals ------------------------------
 
 SHARED_BOUNDS = {

@@ -143,7 +143,8 @@ class Command(BaseCommand):
         drain.add_argument(
             "--timeout",
             type=float,
-            help="seconds to wait before stopping what is left (default WAIT + TIMEOUT + 5)",
+            help="seconds to wait before stopping what is left (default WAIT + TIMEOUT + 5; "
+            "WAIT None: ceil(QUEUE / SLOTS) x TIMEOUT)",
         )
         extract = actions.add_parser(
             "extract", help="Run one PDF through the sandbox under the settings' limits."
