@@ -107,7 +107,8 @@ def _engine_installed(name: str, engine: Any) -> list[CheckMessage]:
 
 
 def _redis_problems(name: str, redis: Any) -> list[CheckMessage]:
-    """E006 without redis-py, E007 without a URL it parses: a REDIS dict needs both."""
+    """E006 without redis-py, E007 without a URL it parses, or one its connections (made,
+    never connected, as the pool makes them) refuse: a REDIS dict needs both."""
     if not isinstance(redis, dict):
         return []  # None: this process's own pool
     if not find_spec("redis"):
@@ -115,6 +116,7 @@ def _redis_problems(name: str, redis: Any) -> list[CheckMessage]:
         return [Error(msg, hint="pip install 'django-pdfpool[redis]'", id="django_pdfpool.E006")]
     from redis.connection import parse_url
 
+    from .admission.redis.link import connect
     from .admission.redis.urls import presentable
 
     url = redis.get("URL")
@@ -124,6 +126,14 @@ def _redis_problems(name: str, redis: Any) -> list[CheckMessage]:
         shown = presentable(url) if isinstance(url, str) else repr(url)
         msg = f"{name}['URL'] must be a redis://, rediss:// or unix:// URL, not {shown}."
         return [Error(msg, hint="For example redis://127.0.0.1:6379/0", id="django_pdfpool.E007")]
+    sentinels = _addresses(redis.get("SENTINELS", [])) or ()
+    try:
+        for on_loop in (False, True):  # the pool's reads, and its job loop's scripts
+            connect(str(url), sentinels, 1.0, on_loop=on_loop)
+    except ValueError as error:
+        msg = f"{name}['URL'] = {error}."
+        hint = "ssl_* options need rediss://; with SENTINELS, redis://SERVICE/0 (docs/cluster.md)."
+        return [Error(msg, hint=hint, id="django_pdfpool.E007")]
     return []
 
 

@@ -261,6 +261,39 @@ def test_the_redis_pool_refuses_what_the_settings_refuse(value):
             RedisPool(**args)  # type: ignore[arg-type]
 
 
+SENTINEL = ["127.0.0.1:26379"]
+REDIS_URLS = [  # (URL, SENTINELS, refused): as the pool's connections, made unconnected, take it
+    ("redis://127.0.0.1:1/0?ssl_ca_certs=/etc/ssl/ca.pem", [], True),  # ssl_*: rediss:// only
+    ("rediss://127.0.0.1:1/0?ssl_ca_certs=/etc/ssl/ca.pem", [], False),
+    ("rediss://127.0.0.1:1/0?ssl_validate_ocsp=true", [], True),  # asyncio's connections lack it
+    ("redis://127.0.0.1:1/0?timeout=1", [], True),  # the synchronous connections lack it
+    ("redis://mymaster/0?ssl_certfile=/etc/ssl/c.pem", SENTINEL, True),
+    ("rediss://mymaster/0?ssl_certfile=/etc/ssl/c.pem", SENTINEL, False),
+    ("unix:///run/redis.sock?db=1", [], False),
+    ("unix:///run/redis.sock", SENTINEL, True),  # no host to name the primary
+    ("redis:///0", SENTINEL, True),
+]
+
+
+@pytest.mark.parametrize(("url", "sentinels", "refused"), REDIS_URLS)
+def test_the_redis_url_the_check_passes_is_the_one_the_pool_can_connect_with(
+    url, sentinels, refused
+):
+    """E007, and RedisPool's ValueError, for a URL its connections would refuse at first use
+    (a TypeError, or KeyError('host') through Sentinel); nothing is sent to find out."""
+    from django_pdfpool.admission.redis.redis_pool import RedisPool
+
+    found = problems({"REDIS": {"URL": url, "NAMESPACE": "n", "SENTINELS": sentinels}})
+    assert [p.id for p in found] == (["django_pdfpool.E007"] if refused else [])
+    assert all(p.msg.startswith("PDFPOOL['REDIS']['URL'] = ") for p in found)
+    addresses = [(host, int(port)) for host, _, port in (s.rpartition(":") for s in sentinels)]
+    if refused:
+        with pytest.raises(ValueError, match=" cannot be used: "):
+            RedisPool(url=url, namespace="n", sentinels=addresses)
+    else:
+        RedisPool(url=url, namespace="n", sentinels=addresses)
+
+
 @pytest.mark.parametrize("value", SAMPLES, ids=repr)
 def test_extract_refuses_what_the_settings_refuse(value):
     """Refused before any child starts: the argument's check is the setting's bound."""
