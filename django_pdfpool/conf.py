@@ -258,7 +258,9 @@ class PoolSettings:
         "`True` (`None`: every page).")  # fmt: skip
     max_text_bytes: int = setting(8 * MiB, integer(1024, unit="bytes"),  # a useful floor
         "bytes of text (UTF-8) one extraction may return; the child cuts it there (`truncated` "
-        "and `text_truncated` are `True`) ([text bombs](#text-bombs)).")  # fmt: skip
+        "and `text_truncated` are `True`) ([text bombs](#text-bombs)). With `REDIS`, the "
+        "pool's limit on results crossing processes grows with it ([what is shared]"
+        "(cluster.md#what-is-shared-and-what-stays-in-the-process)).")  # fmt: skip
     engine: str = setting("pypdf", ENGINE,
         '`"pypdf"`, or `"pypdfium2"` with the `[pdfium]` extra (much faster; see '
         "[security](security.md) for its different failure modes).",
