@@ -170,8 +170,8 @@ async def linger(receive: Receive, send: Send) -> None:
 
 
 class PoolLifespan:
-    """Answers lifespan events: ``drain_timeout`` (None: ``WAIT + TIMEOUT + 5``) s of drain
-    at shutdown; ``close_on_signal=False`` leaves the stop signals' handlers alone."""
+    """Answers lifespan events: ``drain_timeout`` (None: ``configured.drain_timeout()``) s of
+    drain at shutdown; ``close_on_signal=False`` leaves the stop signals' handlers alone."""
 
     def __init__(
         self, app: ASGIApp, *, drain_timeout: float | None = None, close_on_signal: bool = True

@@ -33,8 +33,13 @@ def is_int(value: Any) -> bool:
 
 
 def is_number(value: Any) -> bool:
-    """A finite int or float, not a bool."""
-    return (is_int(value) or isinstance(value, float)) and math.isfinite(value)
+    """A finite int or float, not a bool (nor an int too large for a float)."""
+    if not (is_int(value) or isinstance(value, float)):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
 
 
 def shown(number: float) -> str:

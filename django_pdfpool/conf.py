@@ -74,22 +74,27 @@ def _addresses(value: Any) -> tuple[tuple[str, int], ...] | None:
     if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
         return None
     pairs = [address.rpartition(":") for address in value]
-    if not all(host and port.isdigit() and 0 < int(port) < 65536 for host, _, port in pairs):
+    digits = all(port.isascii() and port.isdigit() for _, _, port in pairs)  # not int("²")
+    if not digits or not all(host and 0 < int(port) < 65536 for host, _, port in pairs):
         return None
     return tuple((host.strip("[]"), int(port)) for host, _, port in pairs)
 
 
 def _importable(takes: str) -> More:
-    """E004 for a dotted path that cannot be imported (a callable is taken as it is)."""
+    """E004 for a dotted path that cannot be imported, or names what cannot be called (a
+    callable is taken as it is)."""
 
     def more(name: str, path: Any) -> list[CheckMessage]:
         try:
-            _imported(path)
+            found = _imported(path)
         except ImportError as exc:
             msg = f"{name} = {path!r} cannot be imported: {exc}"
-            hint = f"Give the dotted path of a function taking {takes}."
-            return [Error(msg, hint=hint, id="django_pdfpool.E004")]
-        return []
+        else:
+            if callable(found):
+                return []
+            msg = f"{name} = {path!r} is not callable ({type(found).__name__})."
+        hint = f"Give the dotted path of a function taking {takes}."
+        return [Error(msg, hint=hint, id="django_pdfpool.E004")]
 
     return more
 
@@ -102,7 +107,8 @@ def _engine_installed(name: str, engine: Any) -> list[CheckMessage]:
 
 
 def _redis_problems(name: str, redis: Any) -> list[CheckMessage]:
-    """E006 without redis-py, E007 without a URL it parses: a REDIS dict needs both."""
+    """E006 without redis-py, E007 without a URL it parses, or one its connections (made,
+    never connected, as the pool makes them) refuse: a REDIS dict needs both."""
     if not isinstance(redis, dict):
         return []  # None: this process's own pool
     if not find_spec("redis"):
@@ -110,6 +116,7 @@ def _redis_problems(name: str, redis: Any) -> list[CheckMessage]:
         return [Error(msg, hint="pip install 'django-pdfpool[redis]'", id="django_pdfpool.E006")]
     from redis.connection import parse_url
 
+    from .admission.redis.link import connect
     from .admission.redis.urls import presentable
 
     url = redis.get("URL")
@@ -119,6 +126,14 @@ def _redis_problems(name: str, redis: Any) -> list[CheckMessage]:
         shown = presentable(url) if isinstance(url, str) else repr(url)
         msg = f"{name}['URL'] must be a redis://, rediss:// or unix:// URL, not {shown}."
         return [Error(msg, hint="For example redis://127.0.0.1:6379/0", id="django_pdfpool.E007")]
+    sentinels = _addresses(redis.get("SENTINELS", [])) or ()
+    try:
+        for on_loop in (False, True):  # the pool's reads, and its job loop's scripts
+            connect(str(url), sentinels, 1.0, on_loop=on_loop)
+    except ValueError as error:
+        msg = f"{name}['URL'] = {error}."
+        hint = "ssl_* options need rediss://; with SENTINELS, redis://SERVICE/0 (docs/cluster.md)."
+        return [Error(msg, hint=hint, id="django_pdfpool.E007")]
     return []
 
 
@@ -243,7 +258,9 @@ class PoolSettings:
         "`True` (`None`: every page).")  # fmt: skip
     max_text_bytes: int = setting(8 * MiB, integer(1024, unit="bytes"),  # a useful floor
         "bytes of text (UTF-8) one extraction may return; the child cuts it there (`truncated` "
-        "and `text_truncated` are `True`) ([text bombs](#text-bombs)).")  # fmt: skip
+        "and `text_truncated` are `True`) ([text bombs](#text-bombs)). With `REDIS`, the "
+        "pool's limit on results crossing processes grows with it ([what is shared]"
+        "(cluster.md#what-is-shared-and-what-stays-in-the-process)).")  # fmt: skip
     engine: str = setting("pypdf", ENGINE,
         '`"pypdf"`, or `"pypdfium2"` with the `[pdfium]` extra (much faster; see '
         "[security](security.md) for its different failure modes).",

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import logging
+import math
 import threading
 from typing import Any
 
@@ -15,6 +16,7 @@ from .admission.protocol import AdmissionPool
 from .conf import PoolSettings, get_settings
 from .exceptions import ExtractionError
 from .sandbox.extract import Extraction
+from .sandbox.wire import ANSWER_OVERHEAD
 
 logger = logging.getLogger("django_pdfpool")
 
@@ -56,11 +58,14 @@ def _build(conf: PoolSettings) -> AdmissionPool:
     common |= {"on_error": _log_job_error, "run_time_ceiling": conf.timeout}
     if conf.redis is None:
         return Pool(**common)
-    from .admission.redis.redis_pool import RedisPool
+    from .admission.redis.redis_pool import MAX_RESULT_BYTES, RedisPool
 
     options = vars(conf.redis) | {  # REDIS's keys are RedisPool's options, but DEPLOYMENT
         "deployment": conf.deployment_tag(),  # two deployments on one namespace are refused
         "fingerprint": conf.results_tag,  # and so are processes whose results would differ
+        # any Extraction MAX_TEXT_BYTES allows reaches other processes: its JSON besides the
+        # pages' text is bounded as the child's answer is
+        "max_result_bytes": max(MAX_RESULT_BYTES, conf.max_text_bytes + ANSWER_OVERHEAD),
     }
     return RedisPool(**common, **options, encode=_encode_result, decode=_decode_result)
 
@@ -85,9 +90,11 @@ def _log_job_error(key: str, error: BaseException) -> None:
 
 
 def drain_timeout() -> float:
-    """How long a drain may take: a queued job may wait WAIT, then run TIMEOUT."""
+    """How long a drain may take: a queued job may wait WAIT, then run TIMEOUT. With WAIT
+    None it waits for the jobs ahead of it, run SLOTS at a time for TIMEOUT at most each."""
     conf = get_settings()
-    return (conf.wait or 0.0) + conf.timeout + 5.0
+    wait = math.ceil(conf.queue / conf.slots) * conf.timeout if conf.wait is None else conf.wait
+    return wait + conf.timeout + 5.0
 
 
 async def adrain_pool(timeout: float | None = None) -> bool:

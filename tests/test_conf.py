@@ -183,6 +183,32 @@ def test_the_table_checks_what_the_bounds_alone_cannot_see():
     assert [p.id for p in problems({"CALLER": 42})] == ["django_pdfpool.E003"]
 
 
+@pytest.mark.parametrize("key", ["CALLER", "REFUSAL_VIEW"])
+def test_a_dotted_path_to_what_cannot_be_called_is_e004(settings, key):
+    """It imports, but every upload (or refusal) would fail on calling it."""
+    (found,) = problems({key: "django_pdfpool.bounds.MiB"})
+    assert found.id == "django_pdfpool.E004"
+    assert found.msg == f"PDFPOOL[{key!r}] = 'django_pdfpool.bounds.MiB' is not callable (int)."
+    settings.PDFPOOL = {key: "django_pdfpool.bounds.MiB"}
+    with pytest.raises(ImproperlyConfigured, match=r"\[django_pdfpool\.E004\]"):
+        get_settings()
+
+
+@pytest.mark.parametrize(
+    "path, value",
+    [
+        (("REDIS", "SENTINELS"), ["10.0.0.5:²⁶³⁷⁹"]),  # digits to isdigit(), not to int()
+        (("WAIT",), 10**400),  # an int no float holds
+        (("TIMEOUT",), 10**400),
+        (("DOOR", "BODY_TIMEOUT"), -(10**400)),
+    ],
+    ids=["unicode-port", "huge-wait", "huge-timeout", "huge-body-timeout"],
+)
+def test_a_value_that_only_looks_like_a_number_is_e003_not_a_crash(path, value):
+    found = [p for p in problems(raw(path, value)) if p.id == "django_pdfpool.E003"]
+    assert [p.msg.split(" must be ")[0] for p in found] == [named(path)]
+
+
 # -- the lower layers' bounds: one object, the same refusals ------------------------------
 
 SHARED_BOUNDS = {
@@ -233,6 +259,39 @@ def test_the_redis_pool_refuses_what_the_settings_refuse(value):
         args: dict[str, object] = {"url": "redis://127.0.0.1:1/0", "namespace": "n", option: value}
         with pytest.raises(ValueError, match=f"^{option} must be "):
             RedisPool(**args)  # type: ignore[arg-type]
+
+
+SENTINEL = ["127.0.0.1:26379"]
+REDIS_URLS = [  # (URL, SENTINELS, refused): as the pool's connections, made unconnected, take it
+    ("redis://127.0.0.1:1/0?ssl_ca_certs=/etc/ssl/ca.pem", [], True),  # ssl_*: rediss:// only
+    ("rediss://127.0.0.1:1/0?ssl_ca_certs=/etc/ssl/ca.pem", [], False),
+    ("rediss://127.0.0.1:1/0?ssl_validate_ocsp=true", [], True),  # asyncio's connections lack it
+    ("redis://127.0.0.1:1/0?timeout=1", [], True),  # the synchronous connections lack it
+    ("redis://mymaster/0?ssl_certfile=/etc/ssl/c.pem", SENTINEL, True),
+    ("rediss://mymaster/0?ssl_certfile=/etc/ssl/c.pem", SENTINEL, False),
+    ("unix:///run/redis.sock?db=1", [], False),
+    ("unix:///run/redis.sock", SENTINEL, True),  # no host to name the primary
+    ("redis:///0", SENTINEL, True),
+]
+
+
+@pytest.mark.parametrize(("url", "sentinels", "refused"), REDIS_URLS)
+def test_the_redis_url_the_check_passes_is_the_one_the_pool_can_connect_with(
+    url, sentinels, refused
+):
+    """E007, and RedisPool's ValueError, for a URL its connections would refuse at first use
+    (a TypeError, or KeyError('host') through Sentinel); nothing is sent to find out."""
+    from django_pdfpool.admission.redis.redis_pool import RedisPool
+
+    found = problems({"REDIS": {"URL": url, "NAMESPACE": "n", "SENTINELS": sentinels}})
+    assert [p.id for p in found] == (["django_pdfpool.E007"] if refused else [])
+    assert all(p.msg.startswith("PDFPOOL['REDIS']['URL'] = ") for p in found)
+    addresses = [(host, int(port)) for host, _, port in (s.rpartition(":") for s in sentinels)]
+    if refused:
+        with pytest.raises(ValueError, match=" cannot be used: "):
+            RedisPool(url=url, namespace="n", sentinels=addresses)
+    else:
+        RedisPool(url=url, namespace="n", sentinels=addresses)
 
 
 @pytest.mark.parametrize("value", SAMPLES, ids=repr)

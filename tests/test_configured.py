@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from django_pdfpool import adrain_pool, drain_pool, get_pool
+from django_pdfpool.configured import drain_timeout
 from tests.conftest import held_requests, wait_until
 from tests.project.views import HELD
 from tests.test_decorators import post
@@ -43,6 +46,18 @@ def test_a_drain_that_times_out_stops_what_is_left(pdfpool):
     assert first.json()["error"] == second.json()["error"] == "closed"
     assert len(HELD.runs) == 1  # the queued one never ran
     assert (get_pool().running(), get_pool().queued()) == (0, 0)
+
+
+@pytest.mark.parametrize(("slots", "queue", "rounds"), [(1, 9, 9), (2, 3, 2), (2, 4, 2), (3, 0, 0)])
+def test_the_default_drain_bound_waits_out_the_queue_when_wait_is_none(
+    pdfpool, slots, queue, rounds
+):
+    """WAIT None: the last queued job waits for ``rounds`` of SLOTS jobs of TIMEOUT at most,
+    then runs TIMEOUT; it is not stopped before (0 + TIMEOUT + 5 would stop it)."""
+    pdfpool(SLOTS=slots, QUEUE=queue, WAIT=None, TIMEOUT=1.5)
+    assert drain_timeout() == rounds * 1.5 + 1.5 + 5
+    pdfpool(SLOTS=slots, QUEUE=queue, WAIT=2.0, TIMEOUT=1.5)
+    assert drain_timeout() == 2.0 + 1.5 + 5  # a queued job waits WAIT at most
 
 
 def test_drain_pool_refuses_to_run_on_an_event_loop(pdfpool):

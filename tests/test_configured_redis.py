@@ -3,6 +3,9 @@ and @pdf_pooled extracting through it (the Extraction crossing Redis as JSON).""
 
 from __future__ import annotations
 
+import asyncio
+import threading
+
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 from django.test import Client
@@ -10,6 +13,9 @@ from django.test import Client
 from django_pdfpool import get_pool
 from django_pdfpool.checks import check_settings
 from django_pdfpool.conf import get_settings
+from django_pdfpool.configured import _build
+from django_pdfpool.sandbox.extract import Extraction
+from tests.conftest import until, wait_until
 from tests.support import pdfs
 from tests.test_decorators import JSON, upload
 
@@ -64,3 +70,45 @@ def test_sentinels_are_a_setting(pdfpool, redis_server, namespace):
     )
     assert check_settings() == []
     assert get_settings().redis.sentinels == (("127.0.0.1", 26379), ("::1", 26380))
+
+
+def test_an_extraction_max_text_bytes_allows_reaches_sharers_in_other_processes(
+    pdfpool, redis_server, namespace
+):
+    """Its text at MAX_TEXT_BYTES (past the Redis pool's 16 MiB default) and its metadata at
+    its caps, every character escaped in JSON: the sharer gets it, not ResultTooLarge."""
+    pdfpool(MAX_TEXT_BYTES=20 << 20, REDIS={"URL": redis_server.url, "NAMESPACE": namespace})
+    here, there = _build(get_settings()), _build(get_settings())  # two processes' pools
+    pages = ("a" * ((20 << 20) - 3),)  # its JSON, quotes and comma, at MAX_TEXT_BYTES
+    metadata = {f"{i:02}" + "\x01" * 1998: "\x01" * 2000 for i in range(64)}  # 6 bytes each
+    gate = threading.Event()
+
+    async def job() -> Extraction:
+        await until(gate.is_set, 30)
+        return Extraction("0" * 64, 1, pages, metadata, True, 0.1, 1, text_truncated=True)
+
+    got: dict[str, object] = {}
+
+    def call(name: str, pool) -> None:
+        try:
+            got[name] = asyncio.run(pool.run("extract:tag:abc", name, job))
+        except Exception as error:  # shown by the assertion
+            got[name] = error
+
+    try:
+        starter = threading.Thread(target=call, args=("starter", here))
+        starter.start()
+        wait_until(lambda: here.running() == 1)
+        sharer = threading.Thread(target=call, args=("sharer", there))
+        sharer.start()
+        wait_until(lambda: there.waiting("extract:tag:abc") == 1)
+        gate.set()
+        starter.join(60)
+        sharer.join(60)
+        assert isinstance(got["sharer"], Extraction), got["sharer"]
+        assert got["sharer"] == got["starter"]
+        assert got["sharer"].pages == pages and dict(got["sharer"].metadata) == metadata
+    finally:
+        gate.set()
+        for pool in (here, there):
+            asyncio.run(pool.stop())

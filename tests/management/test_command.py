@@ -243,10 +243,14 @@ def test_drain_refuses_to_block_an_event_loop(pdfpool):
     assert not get_pool().snapshot().closed
 
 
-def test_drain_timeout_must_be_seconds():
+def test_drain_timeout_must_be_seconds(pdfpool):
+    get_pool()  # read once there is a pool to drain
     for wrong in ("-1", "inf", "soon"):
         with pytest.raises(CommandError, match=r"--timeout must be seconds >= 0|invalid float"):
             run("drain", "--timeout", wrong)
+    with pytest.raises(CommandError) as refused:
+        run("drain", "--timeout", "-1")
+    assert refused.value.returncode == 2  # a wrong argument (docs/command.md)
 
 
 # --- extract --------------------------------------------------------------------------------
@@ -329,6 +333,17 @@ def test_extract_engine_option(pdfpool, tmp_path):
     assert data["engine"] == "pypdfium2" and "engine choice" in data["text"]
     with pytest.raises(CommandError, match="invalid choice"):
         run("extract", path, "--engine", "poppler")
+
+
+def test_extract_pool_with_an_empty_caller_is_a_wrong_argument(pdfpool, tmp_path):
+    """Exit 2, as docs/command.md says of a wrong argument; no job runs."""
+    path = write(tmp_path, "doc.pdf", pdfs.simple(["hello"]))
+    for given in (["--caller", ""], []):
+        options = {} if given else {"caller": ""}  # call_command's keyword, unparsed
+        with pytest.raises(CommandError, match="--caller must name a caller") as refused:
+            run("extract", path, "--pool", *given, **options)
+        assert refused.value.returncode == 2
+    assert get_pool().snapshot().counters.started == 0
 
 
 def test_extract_a_missing_file_is_a_command_error(tmp_path):

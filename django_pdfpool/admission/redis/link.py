@@ -153,30 +153,49 @@ class RedisPoolSettings:
         return min(1.0, self.lease / 2)
 
 
-def connect(
-    url: str, sentinels: Sentinels, timeout: float,
-    sentinel: Callable[..., Any] = redis.sentinel.Sentinel,
-    direct: Callable[..., Any] = redis.Redis.from_url, **options: Any,
-) -> Any:  # fmt: skip
-    """A client (text replies, ``options``) whose connects and calls time out after
-    ``timeout``: to ``url``, or through the ``sentinels`` to the primary the URL's host names."""
-    timeouts = {"socket_timeout": timeout, "socket_connect_timeout": timeout}
-    if not sentinels:
-        return direct(url, decode_responses=True, **timeouts, **options)
-    parsed = dict(parse_url(url))  # type: ignore[no-untyped-call]
-    service = str(parsed["host"])
-    for name in ("host", "port", "path", "connection_class"):
-        parsed.pop(name, None)
-    if url.lower().startswith("rediss://"):
-        parsed["ssl"] = True
-    client = sentinel(
-        list(sentinels), sentinel_kwargs=timeouts, **parsed, **timeouts, decode_responses=True,
-        **options,
-    )  # fmt: skip
-    return client.master_for(service)
-
-
 MAX_CONNECTIONS = 16  # per pool, on the job loop; callers beyond wait for one
+
+
+def connect(
+    url: str, sentinels: Sentinels, timeout: float, *, on_loop: bool = False, **options: Any
+) -> Any:
+    """A client (text replies, ``options``) whose connects and calls time out after
+    ``timeout``: to ``url``, or through the ``sentinels`` to the primary the URL's host names;
+    asyncio's ``on_loop``. Nothing is sent: ValueError for what its connections would refuse."""
+    timeouts = {"socket_timeout": timeout, "socket_connect_timeout": timeout}
+    try:
+        if not sentinels:
+            client = _direct(url, timeout, on_loop, decode_responses=True, **timeouts, **options)
+        else:
+            parsed = dict(parse_url(url))  # type: ignore[no-untyped-call]
+            if "host" not in parsed:
+                raise ValueError("with SENTINELS its host names the primary, and it has none")
+            service = str(parsed["host"])
+            for name in ("host", "port", "path", "connection_class"):
+                parsed.pop(name, None)
+            if url.lower().startswith("rediss://"):
+                parsed["ssl"] = True
+            sentinel: Callable[..., Any] = (
+                aredis_sentinel.Sentinel if on_loop else redis.sentinel.Sentinel
+            )
+            client = sentinel(
+                list(sentinels), sentinel_kwargs=timeouts, **parsed, **timeouts,
+                decode_responses=True, **options,
+            ).master_for(service)  # fmt: skip
+        pool = client.connection_pool
+        pool.connection_class(**pool.connection_kwargs)  # unconnected: refuses a wrong option
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"{presentable(url)} cannot be used: {error}") from None
+    return client
+
+
+def _direct(url: str, timeout: float, on_loop: bool, **options: Any) -> Any:
+    if not on_loop:
+        return redis.Redis.from_url(url, **options)
+    pool = aredis.BlockingConnectionPool.from_url(
+        url, max_connections=MAX_CONNECTIONS, timeout=timeout, **options
+    )
+    return aredis.Redis(connection_pool=pool)
 
 
 class Link:
@@ -209,16 +228,8 @@ class Link:
     def client(self) -> aredis.Redis:
         """The asyncio client; made on first use, on the job loop."""
         if self._client is None:
-
-            def direct(url: str, **options: Any) -> aredis.Redis:
-                pool = aredis.BlockingConnectionPool.from_url(
-                    url, max_connections=MAX_CONNECTIONS, timeout=self.settings.timeout, **options
-                )
-                return aredis.Redis(connection_pool=pool)
-
             s, retry = self.settings, AsyncRetry(NoBackoff(), 0)
-            sentinel = aredis_sentinel.Sentinel
-            self._client = connect(s.url, s.sentinels, s.timeout, sentinel, direct, retry=retry)
+            self._client = connect(s.url, s.sentinels, s.timeout, on_loop=True, retry=retry)
             self._scripts = {name: self._client.register_script(SOURCES[name]) for name in SOURCES}
         return self._client
 

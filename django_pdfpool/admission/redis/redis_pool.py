@@ -13,7 +13,6 @@ import weakref
 from collections.abc import Callable, Coroutine, Iterable
 from typing import Any, TypeVar
 
-from redis.connection import parse_url
 from redis.exceptions import RedisError
 
 from ...bounds import CALL_TIMEOUT, FALLBACK, LEASE, NAMESPACE, integer
@@ -32,7 +31,7 @@ from ..ledger import (
 from ..local import Pool
 from ..protocol import DropFn, ErrorObserver, JobFn
 from .codec import Decode, Encode
-from .link import Link, RedisPoolSettings
+from .link import Link, RedisPoolSettings, connect
 from .side import GO_LOCAL, REDIS, UNREACHABLE, Closing, ProcessSide, RedisWaiter, unavailable
 from .view import parse_view
 
@@ -77,13 +76,15 @@ class RedisPool:
         for name, tag, most in ("fingerprint", fingerprint, 1024), ("deployment", deployment, 256):
             if not isinstance(tag, str) or len(tag) > most:
                 raise ValueError(f"{name} must be a string of at most {most} characters")
-        parse_url(url)  # type: ignore[no-untyped-call]  # ValueError for anything but redis://, rediss:// and unix://
+        addresses = tuple((str(host), int(port)) for host, port in sentinels)
+        for on_loop in (False, True):  # ValueError for a URL its connections refuse; none sent
+            connect(url, addresses, timeout, on_loop=on_loop)
         self.slots, self.queue_size, self.wait = slots, queue, wait
         self.lease, self.namespace, self.fallback = float(lease), namespace, fallback
         self._settings = RedisPoolSettings(
             url=url,
             namespace=namespace,
-            sentinels=tuple((str(host), int(port)) for host, port in sentinels),
+            sentinels=addresses,
             slots=slots,
             queue_size=queue,
             wait=wait,

@@ -29,6 +29,7 @@ from ...status.page import fmt, status_data
 from .. import status_report
 
 POOL_CALLER = "command:pdfpool"  # the caller of `extract --pool` unless --caller names one
+EXIT_USAGE = 2  # a wrong argument, as Django's parser exits
 EXIT_REFUSED = 3  # the command ran; the PDF was refused, or the drain ran out of time
 NO_POOL_HERE = (
     "`manage.py pdfpool drain` runs in a process of its own, which has no pool: it cannot "
@@ -143,7 +144,8 @@ class Command(BaseCommand):
         drain.add_argument(
             "--timeout",
             type=float,
-            help="seconds to wait before stopping what is left (default WAIT + TIMEOUT + 5)",
+            help="seconds to wait before stopping what is left (default WAIT + TIMEOUT + 5; "
+            "WAIT None: ceil(QUEUE / SLOTS) x TIMEOUT)",
         )
         extract = actions.add_parser(
             "extract", help="Run one PDF through the sandbox under the settings' limits."
@@ -201,7 +203,7 @@ class Command(BaseCommand):
         try:
             seconds(at_least=0).require("--timeout", limit)
         except ValueError as error:
-            raise CommandError(str(error)) from None
+            raise CommandError(str(error), returncode=EXIT_USAGE) from None
         mine = own_snapshot(pool)
         self.stdout.write(
             f"Draining the pool of process {os.getpid()}: it accepts no new work; "
@@ -239,6 +241,8 @@ class Command(BaseCommand):
             if options["pool"]:
                 if engine != conf.engine:
                     raise CommandError("--pool runs the pool's job, with the ENGINE setting.")
+                if not isinstance(options["caller"], str) or not options["caller"]:
+                    raise CommandError("--caller must name a caller.", returncode=EXIT_USAGE)
                 result = extract_pooled(path, caller=options["caller"])
             else:
                 loud = size >= PROGRESS_BYTES and not options["no_progress"]
