@@ -23,9 +23,7 @@ from ..ledger import (
     ClusterSnapshot,
     CountedBy,
     Counter,
-    Counters,
     JobInfo,
-    Ledger,
     PoolSnapshot,
     Pressure,
 )
@@ -96,7 +94,7 @@ class RedisPool:
             fingerprint=fingerprint,
             deployment=deployment,
         )
-        self._books = Ledger(slots, run_time_ceiling, queue, wait)  # this process's; thread-safe
+        self._books = self._local._books  # this process's, the fallback's too; thread-safe
         self._closing = Closing()  # see Closing
         self._side = self._new_side()  # replaced in a forked child (the fork hook, any thread)
         _instances.add(self)
@@ -183,10 +181,18 @@ class RedisPool:
         return self.cluster_snapshot().cluster
 
     def local_snapshot(self) -> PoolSnapshot:
-        """The jobs this process runs or queues, its fallback pool's included."""
-        fallback, now, wall = self._local.snapshot(), time.monotonic(), time.time()
-        here = [job.info(now, wall) for job in self._side.jobs() if job.owned]
-        return self._snapshot([*here, *fallback.jobs], extra=fallback.counters)
+        """The jobs this process runs or queues, its fallback pool's included (a job the
+        fallback holds once, with its times from Redis mode and the sharers of both)."""
+        now, wall = time.monotonic(), time.time()
+        fallback = {info.key: info for info in self._local.snapshot().jobs}
+        here = []
+        for job in self._side.jobs():
+            if job.owned:
+                info = job.info(now, wall)
+                if job.local_hold and (held := fallback.pop(job.key, None)) is not None:
+                    info = dataclasses.replace(info, sharers=info.sharers + held.sharers)
+                here.append(info)
+        return self._snapshot([*here, *fallback.values()])
 
     def cluster_snapshot(self) -> ClusterSnapshot:
         """Cluster-wide and local snapshots, and who holds what, in one reading."""
@@ -209,11 +215,9 @@ class RedisPool:
             processes=processes,
         )
 
-    def _snapshot(self, jobs: Iterable[JobInfo], extra: Counters | None = None) -> PoolSnapshot:
+    def _snapshot(self, jobs: Iterable[JobInfo]) -> PoolSnapshot:
         closed = self._closing.closed
-        return self._books.snapshot(
-            queue=self.queue_size, wait=self.wait, closed=closed, jobs=jobs, extra=extra
-        )
+        return self._books.snapshot(queue=self.queue_size, wait=self.wait, closed=closed, jobs=jobs)
 
     # --- running ------------------------------------------------------------
 

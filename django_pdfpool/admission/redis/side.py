@@ -172,7 +172,8 @@ class ProcessSide:
             return list(self._jobs.values())
 
     def owned(self, state: str) -> int:
-        return sum(job.owned and job.state == state for job in self.jobs())
+        """This process's jobs in ``state``, less those the fallback pool holds (it counts them)."""
+        return sum(job.owned and job.state == state and not job.local_hold for job in self.jobs())
 
     def sharers(self, key: str) -> int:
         """This process's callers sharing ``key``'s job, less its starter."""

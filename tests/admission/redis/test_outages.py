@@ -181,6 +181,35 @@ def test_the_local_fallback_counts_the_jobs_running_when_redis_failed(own_redis)
     run(scenario)
 
 
+def test_the_local_fallback_counts_each_job_once_in_one_set_of_books(own_redis):
+    """A job running when Redis failed is held by the fallback pool: counted there, not also
+    as this process's own; the fallback's jobs reach the durations as well as the counters."""
+    pool = pools_in(own_redis, f"t-{uuid4().hex[:12]}")[0](2, 2, 10.0, fallback="local")
+    gate, calls = threading.Event(), []
+
+    async def scenario():
+        running = asyncio.create_task(pool.run("k", "a", held("K", gate, calls)))
+        await until(lambda: _own_jobs(pool) == [("k", "running")] and calls == ["K"])
+        own_redis.kill()
+        await until(lambda: pool.mode == "local-fallback")
+        joiner = asyncio.create_task(pool.run("k", "b", held("again", gate, calls)))
+        await until(lambda: pool.waiting("k") == 1)
+        assert (pool.running(), pool.queued()) == (1, 0)
+        local = pool.local_snapshot()
+        assert [(job.key, job.state, job.sharers) for job in local.jobs] == [("k", "running", 2)]
+        assert local.running == pool.snapshot().running == 1
+        gate.set()
+        assert await asyncio.gather(running, joiner) == ["K", "K"]
+        for n in range(3):
+            assert await pool.run(f"j{n}", "c", _answer) == 42
+        books = pool.snapshot()
+        assert books.counters.started == books.queue_wait.count == 4
+        assert books.counters.completed == books.run_time.count == 4
+        await pool.stop()
+
+    run(scenario)
+
+
 def test_a_call_made_as_the_local_fallback_begins_joins_the_running_job(own_redis):
     """Callers read the mode on their own threads and go straight to the fallback pool: the
     jobs running from Redis mode must be that pool's before the mode says "local-fallback".
