@@ -140,18 +140,18 @@ class RedisPool:
     def waiting(self, key: str) -> int:
         """Callers sharing ``key``'s job in every process, not counting its starter."""
         found = self._shared(lambda link: link.pressure(key))
-        return (
-            self._side.sharers(key) + self._local.waiting(key) if found is None else found.waiting
-        )
+        here = self._local.waiting(key)  # the fallback's: none unless its job still runs
+        return self._side.sharers(key) + here if found is None else found.waiting + here
 
     blocking_reads = True  # the readings ask Redis
 
     def pressure(self, key: str | None = None, caller: str | None = None) -> Pressure:
         """``Pool.pressure`` for the cluster, one round trip (this process's while Redis fails)."""
         closed = self._closing.closed
-        found = self._shared(lambda link: link.pressure(key, caller))
+        local = self._in_fallback(key, caller)
+        found = None if local else self._shared(lambda link: link.pressure(key, caller))
         if found is None:
-            return dataclasses.replace(self._local.pressure(key, caller), closed=closed)
+            return dataclasses.replace(local or self._local.pressure(key, caller), closed=closed)
         books, load, age = self._books, found.load, found.age
         books.observe(load.state)
         free = max(0, self.slots + self.queue_size - found.running - found.queued)
@@ -162,6 +162,14 @@ class RedisPool:
             running_for = age if found.state == "running" else None
             retry = books.expected_end(running_for, found.ahead, others, age, caller=caller)
         return Pressure(closed, free, found.in_flight, start, found.caller_busy, retry, found.sizes)
+
+    def _in_fallback(self, key: str | None, caller: str | None) -> Pressure | None:
+        """The fallback pool's reading when a call is its own though Redis is back: ``key``
+        is in flight there (it joins) or ``caller`` holds a job there (CallerBusy)."""
+        if self._local.idle():
+            return None
+        local = self._local.pressure(key, caller)
+        return local if local.in_flight or local.caller_busy else None
 
     def count_refusal(
         self, refusal: PoolBusy | PoolClosed | CallerBusy, caller: str | None = None
@@ -230,7 +238,7 @@ class RedisPool:
             self._books.count(Counter.REFUSED_CLOSED)
             call_dropped(on_drop)
             raise closing()
-        if self.mode != REDIS:
+        if self.mode != REDIS or self._in_fallback(key, caller):  # its jobs outlive an outage
             return await self._run_degraded(key, caller, fn, on_drop)
         waiter = RedisWaiter(asyncio.get_running_loop(), key, caller, fn, on_drop, size)
         call_in_job_loop(self._side.begin, waiter)

@@ -20,7 +20,7 @@ import redis
 from django_pdfpool.admission import RedisPool
 from django_pdfpool.admission.history import Recorder
 from django_pdfpool.admission.jobs import get_job_loop
-from django_pdfpool.exceptions import CoordinatorUnavailable, RemoteJobError
+from django_pdfpool.exceptions import CallerBusy, CoordinatorUnavailable, RemoteJobError
 from tests.conftest import held, until
 from tests.support.outages import _answer, run
 from tests.support.redis_server import RedisServer, namespace_keys, pools_in
@@ -264,6 +264,33 @@ def test_a_call_made_as_the_local_fallback_begins_joins_the_running_job(own_redi
     finally:
         logger.removeHandler(handler)
         gate.set()
+
+
+def test_jobs_the_fallback_started_keep_the_rules_once_redis_is_back(own_redis):
+    """Redis does not know the jobs the fallback started: until they end, a call for one of
+    their keys joins it, and a caller holding one is refused, in the pool and its readings."""
+    pool = pools_in(own_redis, f"t-{uuid4().hex[:12]}")[0](2, 2, 10.0, fallback="local")
+    gate, calls = threading.Event(), []
+
+    async def scenario():
+        assert await pool.run("warm", "w", _answer) == 42  # Redis in use
+        own_redis.kill()
+        first = asyncio.create_task(pool.run("k", "a", held("first", gate, calls)))
+        await until(lambda: pool.mode == "local-fallback" and calls == ["first"])
+        own_redis.start()
+        await until(lambda: pool.mode == "redis", PATIENCE)
+        assert pool.pressure("k", "b").in_flight and pool.pressure("j", "a").caller_busy
+        joiner = asyncio.create_task(pool.run("k", "b", held("second", gate, calls)))
+        await until(lambda: pool.waiting("k") == 1)
+        with pytest.raises(CallerBusy):
+            await pool.run("j", "a", _answer)
+        assert calls == ["first"], "the fallback's key ran again"
+        gate.set()
+        assert await asyncio.gather(first, joiner) == ["first", "first"]
+        assert await pool.run("j", "a", _answer) == 42  # in Redis once the fallback is idle
+        await pool.stop()
+
+    run(scenario)
 
 
 def test_a_running_job_is_counted_again_after_redis_restarts_empty(own_redis):
