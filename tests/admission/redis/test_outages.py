@@ -293,6 +293,31 @@ def test_jobs_the_fallback_started_keep_the_rules_once_redis_is_back(own_redis):
     run(scenario)
 
 
+def test_an_admission_that_timed_out_leaves_no_job_once_redis_answers(own_redis):
+    """Redis paused: the admit times out (the caller gets its 503 and on_drop) but runs once
+    Redis resumes, making a job nobody runs. Back, the process ends it at once, well before
+    its lease would (a process with short jobs renews its lease and never beats)."""
+    lease = 10.0
+    pool = pools_in(own_redis, f"t-{uuid4().hex[:12]}")[0](1, 0, 10.0, timeout=0.3, lease=lease)
+    drops = []
+
+    async def scenario():
+        assert await pool.run("warm", "w", _answer) == 42
+        own_redis.pause()
+        try:
+            with pytest.raises(CoordinatorUnavailable):
+                await pool.run("x", "a", _answer, on_drop=lambda: drops.append("x"))
+        finally:
+            own_redis.resume()
+        assert drops == ["x"]
+        await until(lambda: pool.mode == "redis", PATIENCE)
+        await until(lambda: pool.running() == 0, lease / 2)  # did not wait for the lease
+        assert await pool.run("y", "a", _answer) == 42  # the slot and the caller are free
+        await pool.stop()
+
+    run(scenario)
+
+
 def test_a_running_job_is_counted_again_after_redis_restarts_empty(own_redis):
     namespace = f"t-{uuid4().hex[:12]}"
     make = pools_in(own_redis, namespace)[0]
