@@ -395,10 +395,9 @@ class Ledger:
         return min(told + 1, AGAIN) if time.monotonic() >= back else told
 
     def snapshot(
-        self, queue: int, wait: float | None, closed: bool, jobs: Iterable[JobInfo],
-        extra: Counters | None = None,
-    ) -> PoolSnapshot:  # fmt: skip
-        """These books with ``jobs``, and ``extra`` counters added to this ledger's."""
+        self, queue: int, wait: float | None, closed: bool, jobs: Iterable[JobInfo]
+    ) -> PoolSnapshot:
+        """These books with ``jobs``."""
         jobs = tuple(jobs)
         running = sum(job.state == "running" for job in jobs)
         with self._lock:
@@ -407,6 +406,6 @@ class Ledger:
         return PoolSnapshot(
             slots=self.slots, queue=queue, wait=wait, closed=closed, running=running,
             queued=len(jobs) - running, jobs=jobs, queue_wait=waits, run_time=runs,
-            counters=counters if extra is None else counters.plus(extra),
+            counters=counters,
             taken_at=time.time(), counted_since=self.born,
         )  # fmt: skip

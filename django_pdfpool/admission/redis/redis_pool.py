@@ -22,9 +22,7 @@ from ..ledger import (
     ClusterSnapshot,
     CountedBy,
     Counter,
-    Counters,
     JobInfo,
-    Ledger,
     PoolSnapshot,
     Pressure,
 )
@@ -97,7 +95,7 @@ class RedisPool:
             fingerprint=fingerprint,
             deployment=deployment,
         )
-        self._books = Ledger(slots, run_time_ceiling, queue, wait)  # this process's; thread-safe
+        self._books = self._local._books  # this process's, the fallback's too; thread-safe
         self._closing = Closing()  # see Closing
         self._side = self._new_side()  # replaced in a forked child (the fork hook, any thread)
         _instances.add(self)
@@ -143,18 +141,18 @@ class RedisPool:
     def waiting(self, key: str) -> int:
         """Callers sharing ``key``'s job in every process, not counting its starter."""
         found = self._shared(lambda link: link.pressure(key))
-        return (
-            self._side.sharers(key) + self._local.waiting(key) if found is None else found.waiting
-        )
+        here = self._local.waiting(key)  # the fallback's: none unless its job still runs
+        return self._side.sharers(key) + here if found is None else found.waiting + here
 
     blocking_reads = True  # the readings ask Redis
 
     def pressure(self, key: str | None = None, caller: str | None = None) -> Pressure:
         """``Pool.pressure`` for the cluster, one round trip (this process's while Redis fails)."""
         closed = self._closing.closed
-        found = self._shared(lambda link: link.pressure(key, caller))
+        local = self._in_fallback(key, caller)
+        found = None if local else self._shared(lambda link: link.pressure(key, caller))
         if found is None:
-            return dataclasses.replace(self._local.pressure(key, caller), closed=closed)
+            return dataclasses.replace(local or self._local.pressure(key, caller), closed=closed)
         books, load, age = self._books, found.load, found.age
         books.observe(load.state)
         free = max(0, self.slots + self.queue_size - found.running - found.queued)
@@ -165,6 +163,14 @@ class RedisPool:
             running_for = age if found.state == "running" else None
             retry = books.expected_end(running_for, found.ahead, others, age, caller=caller)
         return Pressure(closed, free, found.in_flight, start, found.caller_busy, retry, found.sizes)
+
+    def _in_fallback(self, key: str | None, caller: str | None) -> Pressure | None:
+        """The fallback pool's reading when a call is its own though Redis is back: ``key``
+        is in flight there (it joins) or ``caller`` holds a job there (CallerBusy)."""
+        if self._local.idle():
+            return None
+        local = self._local.pressure(key, caller)
+        return local if local.in_flight or local.caller_busy else None
 
     def count_refusal(
         self, refusal: PoolBusy | PoolClosed | CallerBusy, caller: str | None = None
@@ -184,10 +190,18 @@ class RedisPool:
         return self.cluster_snapshot().cluster
 
     def local_snapshot(self) -> PoolSnapshot:
-        """The jobs this process runs or queues, its fallback pool's included."""
-        fallback, now, wall = self._local.snapshot(), time.monotonic(), time.time()
-        here = [job.info(now, wall) for job in self._side.jobs() if job.owned]
-        return self._snapshot([*here, *fallback.jobs], extra=fallback.counters)
+        """The jobs this process runs or queues, its fallback pool's included (a job the
+        fallback holds once, with its times from Redis mode and the sharers of both)."""
+        now, wall = time.monotonic(), time.time()
+        fallback = {info.key: info for info in self._local.snapshot().jobs}
+        here = []
+        for job in self._side.jobs():
+            if job.owned:
+                info = job.info(now, wall)
+                if job.local_hold and (held := fallback.pop(job.key, None)) is not None:
+                    info = dataclasses.replace(info, sharers=info.sharers + held.sharers)
+                here.append(info)
+        return self._snapshot([*here, *fallback.values()])
 
     def cluster_snapshot(self) -> ClusterSnapshot:
         """Cluster-wide and local snapshots, and who holds what, in one reading."""
@@ -210,11 +224,9 @@ class RedisPool:
             processes=processes,
         )
 
-    def _snapshot(self, jobs: Iterable[JobInfo], extra: Counters | None = None) -> PoolSnapshot:
+    def _snapshot(self, jobs: Iterable[JobInfo]) -> PoolSnapshot:
         closed = self._closing.closed
-        return self._books.snapshot(
-            queue=self.queue_size, wait=self.wait, closed=closed, jobs=jobs, extra=extra
-        )
+        return self._books.snapshot(queue=self.queue_size, wait=self.wait, closed=closed, jobs=jobs)
 
     # --- running ------------------------------------------------------------
 
@@ -227,7 +239,7 @@ class RedisPool:
             self._books.count(Counter.REFUSED_CLOSED)
             call_dropped(on_drop)
             raise closing()
-        if self.mode != REDIS:
+        if self.mode != REDIS or self._in_fallback(key, caller):  # its jobs outlive an outage
             return await self._run_degraded(key, caller, fn, on_drop)
         waiter = RedisWaiter(asyncio.get_running_loop(), key, caller, fn, on_drop, size)
         call_in_job_loop(self._side.begin, waiter)

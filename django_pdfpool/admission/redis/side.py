@@ -172,7 +172,8 @@ class ProcessSide:
             return list(self._jobs.values())
 
     def owned(self, state: str) -> int:
-        return sum(job.owned and job.state == state for job in self.jobs())
+        """This process's jobs in ``state``, less those the fallback pool holds (it counts them)."""
+        return sum(job.owned and job.state == state and not job.local_hold for job in self.jobs())
 
     def sharers(self, key: str) -> int:
         """This process's callers sharing ``key``'s job, less its starter."""
@@ -515,10 +516,11 @@ class ProcessSide:
         finally:
             self._beat_task = None
 
-    async def _beat_once(self) -> float | None:
-        """One beat now; the seconds until the next other lease ends, or None (docs/cluster.md)."""
+    async def _beat_once(self, *, always: bool = False) -> float | None:
+        """One beat now; the seconds until the next other lease ends, or None (docs/cluster.md).
+        ``always``: with no job too, to end those a lost reply left in Redis as ours."""
         here = self.jobs()
-        if not here:
+        if not here and not always:
             return None  # nothing to tell Redis (an idle process stays out of its table)
         now = time.monotonic()
         args = [str(self._seq), str(len(here))]
@@ -641,7 +643,7 @@ class ProcessSide:
                 )
                 self._last_ok = time.monotonic()
                 self.mode, self.trouble = REDIS, None
-                await self._beat_once()  # tell Redis at once what runs here
+                await self._beat_once(always=True)  # tell Redis at once what runs here
                 return
         finally:
             self._probe = None

@@ -20,7 +20,7 @@ import redis
 from django_pdfpool.admission import RedisPool
 from django_pdfpool.admission.history import Recorder
 from django_pdfpool.admission.jobs import get_job_loop
-from django_pdfpool.exceptions import CoordinatorUnavailable, RemoteJobError
+from django_pdfpool.exceptions import CallerBusy, CoordinatorUnavailable, RemoteJobError
 from tests.conftest import held, until
 from tests.support.outages import _answer, run
 from tests.support.redis_server import RedisServer, namespace_keys, pools_in
@@ -181,6 +181,35 @@ def test_the_local_fallback_counts_the_jobs_running_when_redis_failed(own_redis)
     run(scenario)
 
 
+def test_the_local_fallback_counts_each_job_once_in_one_set_of_books(own_redis):
+    """A job running when Redis failed is held by the fallback pool: counted there, not also
+    as this process's own; the fallback's jobs reach the durations as well as the counters."""
+    pool = pools_in(own_redis, f"t-{uuid4().hex[:12]}")[0](2, 2, 10.0, fallback="local")
+    gate, calls = threading.Event(), []
+
+    async def scenario():
+        running = asyncio.create_task(pool.run("k", "a", held("K", gate, calls)))
+        await until(lambda: _own_jobs(pool) == [("k", "running")] and calls == ["K"])
+        own_redis.kill()
+        await until(lambda: pool.mode == "local-fallback")
+        joiner = asyncio.create_task(pool.run("k", "b", held("again", gate, calls)))
+        await until(lambda: pool.waiting("k") == 1)
+        assert (pool.running(), pool.queued()) == (1, 0)
+        local = pool.local_snapshot()
+        assert [(job.key, job.state, job.sharers) for job in local.jobs] == [("k", "running", 2)]
+        assert local.running == pool.snapshot().running == 1
+        gate.set()
+        assert await asyncio.gather(running, joiner) == ["K", "K"]
+        for n in range(3):
+            assert await pool.run(f"j{n}", "c", _answer) == 42
+        books = pool.snapshot()
+        assert books.counters.started == books.queue_wait.count == 4
+        assert books.counters.completed == books.run_time.count == 4
+        await pool.stop()
+
+    run(scenario)
+
+
 def test_a_call_made_as_the_local_fallback_begins_joins_the_running_job(own_redis):
     """Callers read the mode on their own threads and go straight to the fallback pool: the
     jobs running from Redis mode must be that pool's before the mode says "local-fallback".
@@ -235,6 +264,58 @@ def test_a_call_made_as_the_local_fallback_begins_joins_the_running_job(own_redi
     finally:
         logger.removeHandler(handler)
         gate.set()
+
+
+def test_jobs_the_fallback_started_keep_the_rules_once_redis_is_back(own_redis):
+    """Redis does not know the jobs the fallback started: until they end, a call for one of
+    their keys joins it, and a caller holding one is refused, in the pool and its readings."""
+    pool = pools_in(own_redis, f"t-{uuid4().hex[:12]}")[0](2, 2, 10.0, fallback="local")
+    gate, calls = threading.Event(), []
+
+    async def scenario():
+        assert await pool.run("warm", "w", _answer) == 42  # Redis in use
+        own_redis.kill()
+        first = asyncio.create_task(pool.run("k", "a", held("first", gate, calls)))
+        await until(lambda: pool.mode == "local-fallback" and calls == ["first"])
+        own_redis.start()
+        await until(lambda: pool.mode == "redis", PATIENCE)
+        assert pool.pressure("k", "b").in_flight and pool.pressure("j", "a").caller_busy
+        joiner = asyncio.create_task(pool.run("k", "b", held("second", gate, calls)))
+        await until(lambda: pool.waiting("k") == 1)
+        with pytest.raises(CallerBusy):
+            await pool.run("j", "a", _answer)
+        assert calls == ["first"], "the fallback's key ran again"
+        gate.set()
+        assert await asyncio.gather(first, joiner) == ["first", "first"]
+        assert await pool.run("j", "a", _answer) == 42  # in Redis once the fallback is idle
+        await pool.stop()
+
+    run(scenario)
+
+
+def test_an_admission_that_timed_out_leaves_no_job_once_redis_answers(own_redis):
+    """Redis paused: the admit times out (the caller gets its 503 and on_drop) but runs once
+    Redis resumes, making a job nobody runs. Back, the process ends it at once, well before
+    its lease would (a process with short jobs renews its lease and never beats)."""
+    lease = 10.0
+    pool = pools_in(own_redis, f"t-{uuid4().hex[:12]}")[0](1, 0, 10.0, timeout=0.3, lease=lease)
+    drops = []
+
+    async def scenario():
+        assert await pool.run("warm", "w", _answer) == 42
+        own_redis.pause()
+        try:
+            with pytest.raises(CoordinatorUnavailable):
+                await pool.run("x", "a", _answer, on_drop=lambda: drops.append("x"))
+        finally:
+            own_redis.resume()
+        assert drops == ["x"]
+        await until(lambda: pool.mode == "redis", PATIENCE)
+        await until(lambda: pool.running() == 0, lease / 2)  # did not wait for the lease
+        assert await pool.run("y", "a", _answer) == 42  # the slot and the caller are free
+        await pool.stop()
+
+    run(scenario)
 
 
 def test_a_running_job_is_counted_again_after_redis_restarts_empty(own_redis):
