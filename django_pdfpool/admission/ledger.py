@@ -134,9 +134,6 @@ class CountersBase:
     def as_dict(self) -> dict[str, int]:
         return {c.value: self[c] for c in Counter}
 
-    def plus(self, other: CountersBase) -> Counters:
-        return Counters(**{c.value: self[c] + other[c] for c in Counter})
-
 
 if TYPE_CHECKING:
 
