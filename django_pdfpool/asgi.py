@@ -67,6 +67,9 @@ class PdfPoolDoor:
         request = ASGIRequest(scope, io.BytesIO())  # the request before its body, asked once
         exempt = getattr(func, "csrf_exempt", False)
         decided = await arun_steps(through_door(request, record, view, csrf_exempt=exempt))
+        if decided is None:  # Django's answer
+            await self.app(scope, receive, send)
+            return
         if not isinstance(decided, Ticket):
             unread = receive if record.declares_body() else None  # read and dropped, then closed
             await send_refusal(request, send, decided, view.answer, unread)

@@ -301,10 +301,10 @@ def decide(
 ) -> tuple[Refusal | Ticket, bool]:
     """The pool's answer, or a ticket for the body; and whether a refusal is the budget's shed.
     ``key``: the upload's, if trusted; ``who``: the caller, or its network if not ``known``."""
+    if upload.declares_too_much(terms.max_upload_size):  # as the decorator: size first
+        return UploadTooLarge.over(terms.max_upload_size), False
     if pressure.closed:
         return jobs.closing(), False
-    if upload.declares_too_much(terms.max_upload_size):
-        return UploadTooLarge.over(terms.max_upload_size), False
     limit, sizes = upload.body_limit(terms.max_upload_size), upload.file_sizes(field)
     size = limit if upload.declared_size is None else upload.declared_size
     arrivals.expire(terms)
@@ -420,16 +420,12 @@ def ask_caller(request: HttpRequest) -> Steps[str | None]:
 
 def csrf_refusal(request: HttpRequest) -> Callable[[], HttpResponse] | None:
     """Django's own 403, as sync code to run, for a POST whose ``Origin`` ``CsrfViewMiddleware``
-    refuses before any token; None if it would not, or would first refuse the host."""
+    refuses before any token; None if it would not."""
     if "HTTP_ORIGIN" not in request.META or getattr(request, "_dont_enforce_csrf_checks", False):
         return None  # (the second: django.test.Client's)
     trusted = tuple(settings.CSRF_TRUSTED_ORIGINS)
     middleware = _csrf_middleware(tuple(settings.MIDDLEWARE), trusted)
     if middleware is None:
-        return None
-    try:
-        request.get_host()
-    except DisallowedHost:  # Django's answer, whichever it is, not the door's
         return None
     if middleware._origin_verified(request):
         return None
@@ -472,9 +468,14 @@ def framework_refusal(request: HttpRequest, view: PooledView) -> HttpResponse | 
 
 def through_door(
     request: HttpRequest, record: AdmissionRecord, view: PooledView, *, csrf_exempt: bool = False
-) -> Steps[Refusal | Ticket | HttpResponse]:
+) -> Steps[Refusal | Ticket | HttpResponse | None]:
     """Django's CSRF 403, the framework's 401, the view's 400, then ``decide``; an upload that
-    could only be shed waits (holding nothing) for its caller's body arriving, and decides again."""
+    could only be shed waits (holding nothing) for its caller's body arriving, and decides again.
+    None: a host Django does not serve, which Django answers (the door steps aside)."""
+    try:
+        request.get_host()
+    except DisallowedHost:
+        return None
     refuse = None if csrf_exempt else csrf_refusal(request)
     forbidden: HttpResponse | None = None if refuse is None else (yield Call.django(refuse))
     if forbidden is None and view.authenticate is not None:

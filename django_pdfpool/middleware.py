@@ -59,7 +59,7 @@ class AdmissionMiddleware:
         record = request.META[RECORD] = AdmissionRecord.read(request.headers, view)
         exempt = getattr(func, "csrf_exempt", False)
         decided = yield from through_door(request, record, view, csrf_exempt=exempt)
-        if not isinstance(decided, Ticket):
+        if decided is not None and not isinstance(decided, Ticket):  # None: Django's answer
             refused = decided
             if not isinstance(refused, HttpResponse):
                 said = (request, refused, view.answer)
@@ -70,7 +70,7 @@ class AdmissionMiddleware:
                 refused["Connection"] = "close"
             return refused
         stream = getattr(request, "_stream", None)
-        if stream is not None and not asgi:  # WSGI: the body is still unread
+        if decided is not None and stream is not None and not asgi:  # WSGI: the body unread
             request._stream = TimedStream(stream, decided, decided.terms)  # type: ignore[assignment]
         try:
             respond = partial(self.get_response, request)

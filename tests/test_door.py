@@ -1,4 +1,4 @@
-"""The door's rules one by one (``decide()`` and the arrivals): closed first, size, a full
+"""The door's rules one by one (``decide()`` and the arrivals): size, closed, a full
 pool, the budget, one job per caller, joins, bodies' deadlines, Retry-After."""
 
 from __future__ import annotations
@@ -102,10 +102,13 @@ def test_the_body_settings_are_validated():
     assert [p.id for p in problems({"SHED_UNDECLARED": True})] == ["django_pdfpool.E002"]
 
 
-def test_a_closed_pool_refuses_first():
+def test_a_closed_pool_refuses_first_but_for_a_size_over_the_limit():
+    """The decorator's order: a declared size over the limit is 413 even while closing."""
     assert isinstance(
         verdict(headers(content_length="10"), pressure(closed=True, free=6)), PoolClosed
     )
+    too_large = headers(content_length=str(2 * MiB), content_type="application/pdf")
+    assert isinstance(verdict(too_large, pressure(closed=True, free=6)), UploadTooLarge)
 
 
 def test_a_declared_size_over_the_limit_is_413_with_the_forms_slack_only_for_forms():
@@ -459,8 +462,7 @@ def test_the_door_counts_anonymous_callers_per_network():
 
 def test_djangos_csrf_origin_check_is_asked_from_the_headers(rf, settings):
     """A foreign Origin gets CsrfViewMiddleware's own 403; the site's own and a trusted
-    one pass; without the middleware, or for Django's test client, nothing is checked; a
-    host Django does not serve is Django's to answer (CommonMiddleware's 400, say)."""
+    one pass; without the middleware, or for Django's test client, nothing is checked."""
     from django_pdfpool.door import csrf_refusal
 
     settings.MIDDLEWARE = [*settings.MIDDLEWARE, "django.middleware.csrf.CsrfViewMiddleware"]
@@ -472,8 +474,6 @@ def test_djangos_csrf_origin_check_is_asked_from_the_headers(rf, settings):
 
     refused = csrf_refusal(post("https://evil.example"))
     assert refused is not None and refused().status_code == 403
-    elsewhere = rf.post("/sync/", HTTP_ORIGIN="https://evil.example", HTTP_HOST="evil.example")
-    assert csrf_refusal(elsewhere) is None
     assert csrf_refusal(post("http://testserver")) is None
     assert csrf_refusal(post("https://partner.example")) is None
     assert csrf_refusal(rf.post("/sync/")) is None  # no Origin: the token decides, later
@@ -483,7 +483,8 @@ def test_djangos_csrf_origin_check_is_asked_from_the_headers(rf, settings):
 
 def test_djangos_403_and_the_frameworks_401_come_before_the_views_400(rf, settings):
     """Without the door, CsrfViewMiddleware's process_view and the framework's
-    authentication answer before the view reads a header it cannot take: so does the door."""
+    authentication answer before the view reads a header it cannot take: so does the door.
+    A host Django does not serve is Django's to answer (None: the door steps aside)."""
     from django.http import HttpResponse
 
     from django_pdfpool.door import run_steps, through_door
@@ -507,6 +508,8 @@ def test_djangos_403_and_the_frameworks_401_come_before_the_views_400(rf, settin
     locked = PooledView("file", job, "j", None, authenticate=lambda r: HttpResponse(status=401))
     assert answer(rf.post("/sync/"), locked).status_code == 401
     assert isinstance(answer(rf.post("/sync/"), plain), BadDigest)
+    elsewhere = rf.post("/sync/", HTTP_ORIGIN="https://evil.example", HTTP_HOST="evil.example")
+    assert answer(elsewhere, plain) is None and answer(elsewhere, locked) is None
 
 
 def csrf_failure_from_the_database(request, reason=""):

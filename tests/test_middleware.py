@@ -182,6 +182,25 @@ def test_a_declared_size_over_the_limit_gets_413_unread(pdfpool):
     assert not response.has_header("Connection")
 
 
+CSRF_NO_COMMON = [  # nothing asks the host before CsrfViewMiddleware's Origin check
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django_pdfpool.middleware.AdmissionMiddleware",
+]
+
+
+@pytest.mark.parametrize("door", [False, True], ids=["door-off", "door-on"])
+def test_a_host_django_does_not_serve_gets_djangos_answer(pdfpool, settings, door):
+    """The door steps aside: Django's answer (CommonMiddleware's 400 where installed, here
+    CsrfViewMiddleware's 403, the Origin not the host's), not the door's 413."""
+    settings.MIDDLEWARE, settings.ALLOWED_HOSTS = CSRF_NO_COMMON, ["testserver"]
+    pdfpool(MAX_UPLOAD_SIZE=MiB, DOOR=door)
+    client = Client(enforce_csrf_checks=True, raise_request_exception=False)
+    evil = {"HTTP_HOST": "evil.example", "HTTP_ORIGIN": "https://evil.example"}
+    environ = {"wsgi.input": UnreadBody(), "CONTENT_LENGTH": str(200 * MiB), **JSON, **evil}
+    response = client.generic("POST", "/sync/", content_type="application/pdf", **environ)
+    assert response.status_code == 403 and b"CSRF" in response.content
+
+
 def test_a_closed_pool_gets_503_unread_and_other_views_pass(pdfpool):
     pdfpool()
     get_pool().close()
