@@ -418,6 +418,25 @@ def ask_caller(request: HttpRequest) -> Steps[str | None]:
         del request.META[ASKING]
 
 
+_SERVED: dict[tuple[str, tuple[str, ...], bool], bool] = {}  # get_host()'s verdict, by its input
+
+
+def _host_served(request: HttpRequest) -> bool:
+    """Whether ``request.get_host()`` passes (else Django answers, 400 from CommonMiddleware
+    say), remembered per raw host and settings: Django's check costs more than the door's rule."""
+    raw = request._get_raw_host()  # type: ignore[attr-defined]  # what get_host() validates
+    key = (raw, tuple(settings.ALLOWED_HOSTS), settings.DEBUG)
+    served = _SERVED.get(key)
+    if served is None:
+        try:
+            served = bool(request.get_host())
+        except DisallowedHost:
+            served = False
+        if len(_SERVED) < 256:  # hosts of every spelling: the rest asked each time
+            _SERVED[key] = served
+    return served
+
+
 def csrf_refusal(request: HttpRequest) -> Callable[[], HttpResponse] | None:
     """Django's own 403, as sync code to run, for a POST whose ``Origin`` ``CsrfViewMiddleware``
     refuses before any token; None if it would not."""
@@ -472,9 +491,7 @@ def through_door(
     """Django's CSRF 403, the framework's 401, the view's 400, then ``decide``; an upload that
     could only be shed waits (holding nothing) for its caller's body arriving, and decides again.
     None: a host Django does not serve, which Django answers (the door steps aside)."""
-    try:
-        request.get_host()
-    except DisallowedHost:
+    if not _host_served(request):
         return None
     refuse = None if csrf_exempt else csrf_refusal(request)
     forbidden: HttpResponse | None = None if refuse is None else (yield Call.django(refuse))
