@@ -21,7 +21,12 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.core.exceptions import DisallowedHost
 from django.http import HttpRequest, HttpResponse
-from django.middleware.csrf import REASON_BAD_ORIGIN, CsrfViewMiddleware
+from django.middleware.csrf import (
+    REASON_BAD_ORIGIN,
+    REASON_NO_CSRF_COOKIE,
+    CsrfViewMiddleware,
+    RejectRequest,
+)
 from django.utils.module_loading import import_string
 
 from .admission import jobs
@@ -438,19 +443,32 @@ def _host_served(request: HttpRequest) -> bool:
 
 
 def csrf_refusal(request: HttpRequest) -> Callable[[], HttpResponse] | None:
-    """Django's own 403, as sync code to run, for a POST whose ``Origin`` ``CsrfViewMiddleware``
-    refuses before any token; None if it would not."""
-    if "HTTP_ORIGIN" not in request.META or getattr(request, "_dont_enforce_csrf_checks", False):
-        return None  # (the second: django.test.Client's)
+    """Django's own 403, as sync code to run, for a POST ``CsrfViewMiddleware`` refuses from
+    its headers: the ``Origin`` (under HTTPS without one, the ``Referer``), then no CSRF cookie
+    (with ``CSRF_USE_SESSIONS`` the secret is the session's: Django's to check); None if not."""
+    if getattr(request, "_dont_enforce_csrf_checks", False):  # django.test.Client's
+        return None
     trusted = tuple(settings.CSRF_TRUSTED_ORIGINS)
     middleware = _csrf_middleware(tuple(settings.MIDDLEWARE), trusted)
     if middleware is None:
         return None
-    if middleware._origin_verified(request):
+    reason = None
+    if "HTTP_ORIGIN" in request.META:  # process_view's order
+        if not middleware._origin_verified(request):
+            reason = REASON_BAD_ORIGIN % request.META["HTTP_ORIGIN"]
+    elif request.is_secure():
+        try:
+            middleware._check_referer(request)
+        except RejectRequest as refused:
+            reason = refused.reason
+    cookie = settings.CSRF_USE_SESSIONS or settings.CSRF_COOKIE_NAME in request.COOKIES
+    if reason is None and not cookie:
+        reason = REASON_NO_CSRF_COOKIE
+    if reason is None:
         return None
 
     def rejected() -> HttpResponse:  # rendered as Django's handler renders a TemplateResponse
-        response = middleware._reject(request, REASON_BAD_ORIGIN % request.META["HTTP_ORIGIN"])
+        response = middleware._reject(request, reason)
         render = getattr(response, "render", None)
         return cast(HttpResponse, render() if callable(render) else response)
 
