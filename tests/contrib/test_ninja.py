@@ -102,6 +102,17 @@ def test_a_token_the_authentication_refuses_403_gets_ninjas_403_not_the_doors_41
     assert response.json() == {"detail": "This token is banned."}
 
 
+def test_a_body_past_its_deadline_while_ninja_parses_it_is_408_through_the_handlers(pdfpool):
+    from tests.test_middleware import trickled_form
+
+    pdfpool(DOOR={"BODY_TIMEOUT": 0.5, "BODY_MIN_RATE": 1000})
+    client = Client(raise_request_exception=False, REMOTE_ADDR="10.0.8.10")
+    environ = trickled_form({"file": upload(b"%PDF- " + b"x" * 200)})
+    response = client.generic("POST", "/ninja/anonymous", **environ)
+    assert response.status_code == 408, response.content
+    assert response.json()["handled_by"] == "project"
+
+
 def test_busy_unreadable_and_too_large_through_the_handlers(pdfpool):
     pdfpool(SLOTS=1, QUEUE=0, DOOR=False, MAX_UPLOAD_SIZE=4000)
     unreadable = send("extract", b"not a pdf")
