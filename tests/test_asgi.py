@@ -2,7 +2,7 @@
 kept from earlier requests (without the wrapper, on a new thread each time); a thread still
 running a request's code is not lent to the next; at most ``keep`` wait; a task outliving
 its request is refused thread-sensitive calls; every other scope passes through. ``PdfPoolDoor``
-steps aside for a host Django does not serve."""
+steps aside for a host Django does not serve, and a query string it cannot read."""
 
 from __future__ import annotations
 
@@ -224,6 +224,28 @@ def test_the_door_lets_django_answer_a_host_it_does_not_serve(pdfpool, settings,
     async def post() -> int:
         talk = ApplicationCommunicator(PdfPoolDoor(get_asgi_application()), request)
         await talk.send_input({"type": "http.request", "body": b"", "more_body": False})
+        start = await talk.receive_output(DEADLINE)
+        await talk.receive_output(DEADLINE)
+        return int(start["status"])
+
+    assert asyncio.run(post()) == 400
+
+
+@pytest.mark.parametrize("door", [False, True], ids=["door-off", "door-on"])
+def test_the_door_lets_django_answer_a_query_string_that_is_not_utf8(pdfpool, door):
+    """Django's handler answers 400 for it; the door, unable to read the request, steps aside."""
+    from django_pdfpool import PdfPoolDoor
+
+    pdfpool(DOOR=door)
+    length = [(b"content-type", b"application/pdf"), (b"content-length", b"10")]
+    request = {
+        **scope(path="/sync/"), "method": "POST", "query_string": b"\xff",
+        "headers": [(b"host", b"testserver"), *length],
+    }  # fmt: skip
+
+    async def post() -> int:
+        talk = ApplicationCommunicator(PdfPoolDoor(get_asgi_application()), request)
+        await talk.send_input({"type": "http.request", "body": b"%PDF- 1234", "more_body": False})
         start = await talk.receive_output(DEADLINE)
         await talk.receive_output(DEADLINE)
         return int(start["status"])
