@@ -64,9 +64,16 @@ class PdfPoolDoor:
         func, view = route
         pairs = [(n.decode("latin-1"), v.decode("latin-1")) for n, v in scope.get("headers", ())]
         record = AdmissionRecord.read(pairs, view)
-        request = ASGIRequest(scope, io.BytesIO())  # the request before its body, asked once
+        try:
+            request = ASGIRequest(scope, io.BytesIO())  # the request before its body, asked once
+        except UnicodeDecodeError:  # a query string Django's handler answers 400
+            await self.app(scope, receive, send)
+            return
         exempt = getattr(func, "csrf_exempt", False)
         decided = await arun_steps(through_door(request, record, view, csrf_exempt=exempt))
+        if decided is None:  # Django's answer
+            await self.app(scope, receive, send)
+            return
         if not isinstance(decided, Ticket):
             unread = receive if record.declares_body() else None  # read and dropped, then closed
             await send_refusal(request, send, decided, view.answer, unread)

@@ -21,7 +21,12 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.core.exceptions import DisallowedHost
 from django.http import HttpRequest, HttpResponse
-from django.middleware.csrf import REASON_BAD_ORIGIN, CsrfViewMiddleware
+from django.middleware.csrf import (
+    REASON_BAD_ORIGIN,
+    REASON_NO_CSRF_COOKIE,
+    CsrfViewMiddleware,
+    RejectRequest,
+)
 from django.utils.module_loading import import_string
 
 from .admission import jobs
@@ -301,10 +306,10 @@ def decide(
 ) -> tuple[Refusal | Ticket, bool]:
     """The pool's answer, or a ticket for the body; and whether a refusal is the budget's shed.
     ``key``: the upload's, if trusted; ``who``: the caller, or its network if not ``known``."""
+    if upload.declares_too_much(terms.max_upload_size):  # as the decorator: size first
+        return UploadTooLarge.over(terms.max_upload_size), False
     if pressure.closed:
         return jobs.closing(), False
-    if upload.declares_too_much(terms.max_upload_size):
-        return UploadTooLarge.over(terms.max_upload_size), False
     limit, sizes = upload.body_limit(terms.max_upload_size), upload.file_sizes(field)
     size = limit if upload.declared_size is None else upload.declared_size
     arrivals.expire(terms)
@@ -418,24 +423,52 @@ def ask_caller(request: HttpRequest) -> Steps[str | None]:
         del request.META[ASKING]
 
 
+_SERVED: dict[tuple[str, tuple[str, ...], bool], bool] = {}  # get_host()'s verdict, by its input
+
+
+def _host_served(request: HttpRequest) -> bool:
+    """Whether ``request.get_host()`` passes (else Django answers, 400 from CommonMiddleware
+    say), remembered per raw host and settings: Django's check costs more than the door's rule."""
+    raw = request._get_raw_host()  # type: ignore[attr-defined]  # what get_host() validates
+    key = (raw, tuple(settings.ALLOWED_HOSTS), settings.DEBUG)
+    served = _SERVED.get(key)
+    if served is None:
+        try:
+            served = bool(request.get_host())
+        except DisallowedHost:
+            served = False
+        if len(_SERVED) < 256:  # hosts of every spelling: the rest asked each time
+            _SERVED[key] = served
+    return served
+
+
 def csrf_refusal(request: HttpRequest) -> Callable[[], HttpResponse] | None:
-    """Django's own 403, as sync code to run, for a POST whose ``Origin`` ``CsrfViewMiddleware``
-    refuses before any token; None if it would not, or would first refuse the host."""
-    if "HTTP_ORIGIN" not in request.META or getattr(request, "_dont_enforce_csrf_checks", False):
-        return None  # (the second: django.test.Client's)
+    """Django's own 403, as sync code to run, for a POST ``CsrfViewMiddleware`` refuses from
+    its headers: the ``Origin`` (under HTTPS without one, the ``Referer``), then no CSRF cookie
+    (with ``CSRF_USE_SESSIONS`` the secret is the session's: Django's to check); None if not."""
+    if getattr(request, "_dont_enforce_csrf_checks", False):  # django.test.Client's
+        return None
     trusted = tuple(settings.CSRF_TRUSTED_ORIGINS)
     middleware = _csrf_middleware(tuple(settings.MIDDLEWARE), trusted)
     if middleware is None:
         return None
-    try:
-        request.get_host()
-    except DisallowedHost:  # Django's answer, whichever it is, not the door's
-        return None
-    if middleware._origin_verified(request):
+    reason = None
+    if "HTTP_ORIGIN" in request.META:  # process_view's order
+        if not middleware._origin_verified(request):
+            reason = REASON_BAD_ORIGIN % request.META["HTTP_ORIGIN"]
+    elif request.is_secure():
+        try:
+            middleware._check_referer(request)
+        except RejectRequest as refused:
+            reason = refused.reason
+    cookie = settings.CSRF_USE_SESSIONS or settings.CSRF_COOKIE_NAME in request.COOKIES
+    if reason is None and not cookie:
+        reason = REASON_NO_CSRF_COOKIE
+    if reason is None:
         return None
 
     def rejected() -> HttpResponse:  # rendered as Django's handler renders a TemplateResponse
-        response = middleware._reject(request, REASON_BAD_ORIGIN % request.META["HTTP_ORIGIN"])
+        response = middleware._reject(request, reason)
         render = getattr(response, "render", None)
         return cast(HttpResponse, render() if callable(render) else response)
 
@@ -472,9 +505,12 @@ def framework_refusal(request: HttpRequest, view: PooledView) -> HttpResponse | 
 
 def through_door(
     request: HttpRequest, record: AdmissionRecord, view: PooledView, *, csrf_exempt: bool = False
-) -> Steps[Refusal | Ticket | HttpResponse]:
+) -> Steps[Refusal | Ticket | HttpResponse | None]:
     """Django's CSRF 403, the framework's 401, the view's 400, then ``decide``; an upload that
-    could only be shed waits (holding nothing) for its caller's body arriving, and decides again."""
+    could only be shed waits (holding nothing) for its caller's body arriving, and decides again.
+    None: a host Django does not serve, which Django answers (the door steps aside)."""
+    if not _host_served(request):
+        return None
     refuse = None if csrf_exempt else csrf_refusal(request)
     forbidden: HttpResponse | None = None if refuse is None else (yield Call.django(refuse))
     if forbidden is None and view.authenticate is not None:

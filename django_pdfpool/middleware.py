@@ -15,7 +15,7 @@ from .admission.jobs import queue_full
 from .conf import get_settings
 from .configured import get_pool
 from .door import Call, Steps, Terms, Ticket, arun_steps, run_steps, through_door
-from .exceptions import BodyTimeout, ExtractionError, Refused, Wording
+from .exceptions import BodyTimeout, ExtractionError, PoolBusy, Refused, Wording
 from .record import RECORD, AdmissionRecord, PooledView, pooled_route
 from .responses import arefusal_answer, refusal_answer
 
@@ -59,7 +59,7 @@ class AdmissionMiddleware:
         record = request.META[RECORD] = AdmissionRecord.read(request.headers, view)
         exempt = getattr(func, "csrf_exempt", False)
         decided = yield from through_door(request, record, view, csrf_exempt=exempt)
-        if not isinstance(decided, Ticket):
+        if decided is not None and not isinstance(decided, Ticket):  # None: Django's answer
             refused = decided
             if not isinstance(refused, HttpResponse):
                 said = (request, refused, view.answer)
@@ -69,13 +69,19 @@ class AdmissionMiddleware:
             if asgi and record.declares_body():  # under WSGI Connection is the server's
                 refused["Connection"] = "close"
             return refused
-        stream = getattr(request, "_stream", None)
-        if stream is not None and not asgi:  # WSGI: the body is still unread
-            request._stream = TimedStream(stream, decided, decided.terms)  # type: ignore[assignment]
+        stream, timed = getattr(request, "_stream", None), None
+        if decided is not None and stream is not None and not asgi:  # WSGI: the body unread
+            timed = request._stream = TimedStream(stream, decided, decided.terms)  # type: ignore[assignment]
         try:
             respond = partial(self.get_response, request)
             response: HttpResponse = yield Call(cast(Sync, respond), cast(Async, respond))
-            return response
+            if timed is None or timed.refused is None:
+                return response
+            said = (request, timed.refused, view.answer)  # whoever read the body (CSRF's form)
+            answer: HttpResponse = yield Call(
+                partial(refusal_answer, *said), partial(arefusal_answer, *said)
+            )
+            return answer
         finally:
             if record.release is not None:  # not given back by the call reaching the pool
                 record.release()
@@ -89,21 +95,25 @@ class AdmissionMiddleware:
 
 class TimedStream:
     """A WSGI body read against its ticket: a read past the deadline raises ``BodyTimeout``
-    (408), past the budget's bytes ``PoolBusy``; at the deadline the place goes back."""
+    (408), past the budget's bytes ``PoolBusy``, kept as ``refused`` (the request's answer,
+    whoever read); at the deadline the place goes back."""
 
     def __init__(self, stream: Any, ticket: Ticket, terms: Terms) -> None:
         self._stream, self._ticket, self._terms = stream, ticket, terms
+        self.refused: BodyTimeout | PoolBusy | None = None
 
     def _check(self) -> None:
         if time.monotonic() >= self._ticket.deadline(self._terms):
             self._ticket.release(timed_out=True)
-            raise BodyTimeout(Wording.TIMED_OUT)
+            self.refused = BodyTimeout(Wording.TIMED_OUT)
+            raise self.refused
 
     def _timed(self, read: Callable[[int], bytes], size: int) -> bytes:
         self._check()
         data = read(size)
         if not self._ticket.arrived(len(data), self._terms):  # past the budget's bytes
-            raise queue_full(get_pool().pressure().retry_after)
+            self.refused = queue_full(get_pool().pressure().retry_after)
+            raise self.refused
         self._check()
         return data
 

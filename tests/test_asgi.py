@@ -1,7 +1,8 @@
 """``KeptThreads``: under Django's own ASGI handler, a request's sync code runs on a thread
 kept from earlier requests (without the wrapper, on a new thread each time); a thread still
 running a request's code is not lent to the next; at most ``keep`` wait; a task outliving
-its request is refused thread-sensitive calls; every other scope passes through."""
+its request is refused thread-sensitive calls; every other scope passes through. ``PdfPoolDoor``
+steps aside for a host Django does not serve, and a query string it cannot read."""
 
 from __future__ import annotations
 
@@ -207,3 +208,46 @@ def test_the_asgi_wrappers_and_their_types_live_in_one_module():
 
 
 ASGI_TYPES = {"Scope", "Message", "Receive", "Send", "ASGIApp"}
+
+
+@pytest.mark.parametrize("door", [False, True], ids=["door-off", "door-on"])
+def test_the_door_lets_django_answer_a_host_it_does_not_serve(pdfpool, settings, door):
+    """CommonMiddleware's 400, not the door's 413 for a size over the limit."""
+    from django_pdfpool import PdfPoolDoor
+
+    settings.ALLOWED_HOSTS = ["testserver"]
+    pdfpool(MAX_UPLOAD_SIZE=1024, DOOR=door)
+    length = [(b"content-type", b"application/pdf"), (b"content-length", b"999999")]
+    headers = [(b"host", b"evil.example"), *length]
+    request = {**scope(path="/sync/"), "method": "POST", "headers": headers}
+
+    async def post() -> int:
+        talk = ApplicationCommunicator(PdfPoolDoor(get_asgi_application()), request)
+        await talk.send_input({"type": "http.request", "body": b"", "more_body": False})
+        start = await talk.receive_output(DEADLINE)
+        await talk.receive_output(DEADLINE)
+        return int(start["status"])
+
+    assert asyncio.run(post()) == 400
+
+
+@pytest.mark.parametrize("door", [False, True], ids=["door-off", "door-on"])
+def test_the_door_lets_django_answer_a_query_string_that_is_not_utf8(pdfpool, door):
+    """Django's handler answers 400 for it; the door, unable to read the request, steps aside."""
+    from django_pdfpool import PdfPoolDoor
+
+    pdfpool(DOOR=door)
+    length = [(b"content-type", b"application/pdf"), (b"content-length", b"10")]
+    request = {
+        **scope(path="/sync/"), "method": "POST", "query_string": b"\xff",
+        "headers": [(b"host", b"testserver"), *length],
+    }  # fmt: skip
+
+    async def post() -> int:
+        talk = ApplicationCommunicator(PdfPoolDoor(get_asgi_application()), request)
+        await talk.send_input({"type": "http.request", "body": b"%PDF- 1234", "more_body": False})
+        start = await talk.receive_output(DEADLINE)
+        await talk.receive_output(DEADLINE)
+        return int(start["status"])
+
+    assert asyncio.run(post()) == 400

@@ -294,18 +294,25 @@ def test_the_order_check_catches_the_door_above_csrf():
 
 
 def test_with_the_documented_order_the_door_answers_before_csrf_reads_the_body(pdfpool, settings):
-    """installation.md's list, CSRF enforced: the closed pool's 503 comes from the door, before
-    CsrfViewMiddleware reads the form (which would answer 403: the control, pool open)."""
+    """installation.md's list, CSRF enforced, a CSRF cookie but no token: the closed pool's 503
+    comes from the door, before CsrfViewMiddleware reads the form (which would answer 403:
+    the control, pool open). Without the cookie, Django's 403 from the headers, door or not."""
     (listed,) = [names for where, names in middleware_lists() if where.startswith("installation")]
     settings.MIDDLEWARE = listed
     client = Client(
         enforce_csrf_checks=True, REMOTE_ADDR="10.0.11.9", HTTP_ACCEPT="application/json"
     )
     form = {"file": upload(pdfs.simple(["csrf after the door"]))}
+    no_cookie = client.post("/sync/", form)
+    client.cookies["csrftoken"] = "A" * 32
     assert client.post("/sync/", form).status_code == 403  # the control: CSRF refuses
     get_pool().close()
     refused = client.post("/sync/", form)
     assert refused.status_code == 503 and refused.json()["error"] == "closed"
+    del client.cookies["csrftoken"]
+    closed_no_cookie = client.post("/sync/", form)
+    assert no_cookie.status_code == closed_no_cookie.status_code == 403
+    assert closed_no_cookie.content == no_cookie.content
 
 
 # --- installing before a release ------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""The door's rules one by one (``decide()`` and the arrivals): closed first, size, a full
+"""The door's rules one by one (``decide()`` and the arrivals): size, closed, a full
 pool, the budget, one job per caller, joins, bodies' deadlines, Retry-After."""
 
 from __future__ import annotations
@@ -102,10 +102,13 @@ def test_the_body_settings_are_validated():
     assert [p.id for p in problems({"SHED_UNDECLARED": True})] == ["django_pdfpool.E002"]
 
 
-def test_a_closed_pool_refuses_first():
+def test_a_closed_pool_refuses_first_but_for_a_size_over_the_limit():
+    """The decorator's order: a declared size over the limit is 413 even while closing."""
     assert isinstance(
         verdict(headers(content_length="10"), pressure(closed=True, free=6)), PoolClosed
     )
+    too_large = headers(content_length=str(2 * MiB), content_type="application/pdf")
+    assert isinstance(verdict(too_large, pressure(closed=True, free=6)), UploadTooLarge)
 
 
 def test_a_declared_size_over_the_limit_is_413_with_the_forms_slack_only_for_forms():
@@ -457,33 +460,55 @@ def test_the_door_counts_anonymous_callers_per_network():
     assert network_of("user:7") == "user:7" and network_of("ip:unknown") == "ip:unknown"
 
 
-def test_djangos_csrf_origin_check_is_asked_from_the_headers(rf, settings):
-    """A foreign Origin gets CsrfViewMiddleware's own 403; the site's own and a trusted
-    one pass; without the middleware, or for Django's test client, nothing is checked; a
-    host Django does not serve is Django's to answer (CommonMiddleware's 400, say)."""
+def csrf_reason(request, reason=""):
+    """A CSRF_FAILURE_VIEW that says why."""
+    from django.http import HttpResponseForbidden
+
+    return HttpResponseForbidden(reason)
+
+
+def test_djangos_csrf_checks_from_the_headers_are_asked(rf, settings):
+    """CsrfViewMiddleware's own 403 where it refuses from the headers, in its order: a foreign
+    Origin (the site's own and a trusted one pass), under HTTPS without one a foreign Referer,
+    then no CSRF cookie (unless CSRF_USE_SESSIONS: the session's secret is Django's to check);
+    without the middleware, or for Django's test client, nothing is checked."""
+    from django.middleware.csrf import REASON_BAD_ORIGIN, REASON_NO_CSRF_COOKIE
+
     from django_pdfpool.door import csrf_refusal
 
     settings.MIDDLEWARE = [*settings.MIDDLEWARE, "django.middleware.csrf.CsrfViewMiddleware"]
     settings.ALLOWED_HOSTS = ["testserver"]
     settings.CSRF_TRUSTED_ORIGINS = ["https://partner.example"]
+    settings.CSRF_FAILURE_VIEW = "tests.test_door.csrf_reason"
+    cookie = {"HTTP_COOKIE": f"csrftoken={'A' * 32}"}
 
-    def post(origin):
-        return rf.post("/sync/", HTTP_ORIGIN=origin)
+    def post(origin, **extra):
+        return rf.post("/sync/", HTTP_ORIGIN=origin, **cookie, **extra)
 
-    refused = csrf_refusal(post("https://evil.example"))
-    assert refused is not None and refused().status_code == 403
-    elsewhere = rf.post("/sync/", HTTP_ORIGIN="https://evil.example", HTTP_HOST="evil.example")
-    assert csrf_refusal(elsewhere) is None
-    assert csrf_refusal(post("http://testserver")) is None
-    assert csrf_refusal(post("https://partner.example")) is None
-    assert csrf_refusal(rf.post("/sync/")) is None  # no Origin: the token decides, later
+    def reason(request):
+        refused = csrf_refusal(request)
+        return None if refused is None else refused().content.decode()
+
+    assert reason(post("https://evil.example")) == REASON_BAD_ORIGIN % "https://evil.example"
+    assert reason(post("http://testserver")) is None
+    assert reason(post("https://partner.example")) is None
+    assert reason(rf.post("/sync/", **cookie)) is None  # the token decides, later
+    assert reason(rf.post("/sync/")) == REASON_NO_CSRF_COOKIE
+    assert reason(rf.post("/sync/", HTTP_ORIGIN="http://testserver")) == REASON_NO_CSRF_COOKIE
+    https = {"secure": True, "HTTP_REFERER": "https://evil.example/"}
+    assert reason(rf.post("/sync/", **https)).startswith("Referer checking failed")
+    assert reason(post("https://evil.example", secure=True)).startswith("Origin checking")
+    settings.CSRF_USE_SESSIONS = True
+    assert reason(rf.post("/sync/")) is None
     settings.MIDDLEWARE = [m for m in settings.MIDDLEWARE if "csrf" not in m]
-    assert csrf_refusal(post("https://evil.example")) is None
+    assert reason(post("https://evil.example")) is None
+    assert reason(rf.post("/sync/")) is None
 
 
 def test_djangos_403_and_the_frameworks_401_come_before_the_views_400(rf, settings):
     """Without the door, CsrfViewMiddleware's process_view and the framework's
-    authentication answer before the view reads a header it cannot take: so does the door."""
+    authentication answer before the view reads a header it cannot take: so does the door.
+    A host Django does not serve is Django's to answer (None: the door steps aside)."""
     from django.http import HttpResponse
 
     from django_pdfpool.door import run_steps, through_door
@@ -501,12 +526,16 @@ def test_djangos_403_and_the_frameworks_401_come_before_the_views_400(rf, settin
         return run_steps(through_door(request, AdmissionRecord.read(bad, view), view, **extra))
 
     plain = PooledView("file", job, "j", None)
+    cookie = {"HTTP_COOKIE": f"csrftoken={'A' * 32}"}  # else CSRF's 403 (no cookie) comes first
     foreign = rf.post("/sync/", HTTP_ORIGIN="https://evil.example")
     assert answer(foreign, plain).status_code == 403
     assert isinstance(answer(foreign, plain, csrf_exempt=True), BadDigest)
     locked = PooledView("file", job, "j", None, authenticate=lambda r: HttpResponse(status=401))
-    assert answer(rf.post("/sync/"), locked).status_code == 401
-    assert isinstance(answer(rf.post("/sync/"), plain), BadDigest)
+    assert answer(rf.post("/sync/", **cookie), locked).status_code == 401
+    assert isinstance(answer(rf.post("/sync/", **cookie), plain), BadDigest)
+    assert answer(rf.post("/sync/"), locked).status_code == 403
+    elsewhere = rf.post("/sync/", HTTP_ORIGIN="https://evil.example", HTTP_HOST="evil.example")
+    assert answer(elsewhere, plain) is None and answer(elsewhere, locked) is None
 
 
 def csrf_failure_from_the_database(request, reason=""):

@@ -22,6 +22,7 @@ from django_pdfpool.middleware import TimedStream
 from django_pdfpool.record import format_digest
 from django_pdfpool.uploads import STAGING_CHUNK
 from tests.conftest import held_requests, wait_until
+from tests.project.views import HELD
 from tests.support import pdfs
 from tests.support.door import JSON, SOON, MiB, headers, pdfs_upload, post, pressure, sha, verdict
 
@@ -159,6 +160,38 @@ class SlowBody(io.RawIOBase):
         return 1
 
 
+class Trickle(io.RawIOBase):
+    """``data`` one byte per read, ``pause`` seconds apart."""
+
+    def __init__(self, data: bytes, pause: float) -> None:
+        self.data, self.pause = data, pause
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        if not self.data:
+            return 0
+        import time
+
+        time.sleep(self.pause)
+        buffer[0], self.data = self.data[0], self.data[1:]
+        return 1
+
+
+def trickled_form(fields: dict) -> dict:
+    """A WSGI environ whose multipart body of ``fields`` comes 50 bytes a second."""
+    from django.test.client import BOUNDARY, MULTIPART_CONTENT, encode_multipart
+
+    body = encode_multipart(BOUNDARY, fields)
+    return {
+        "wsgi.input": Trickle(body, 0.02),
+        "CONTENT_LENGTH": str(len(body)),
+        "CONTENT_TYPE": MULTIPART_CONTENT,
+        **JSON,
+    }
+
+
 def project_refusal(request, exception):
     from django.http import HttpResponse
 
@@ -180,6 +213,25 @@ def test_a_declared_size_over_the_limit_gets_413_unread(pdfpool):
     response = unread_post("/sync/", 200 * MiB)
     assert response.status_code == 413 and response.json()["error"] == "too_large"
     assert not response.has_header("Connection")
+
+
+CSRF_NO_COMMON = [  # nothing asks the host before CsrfViewMiddleware's Origin check
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django_pdfpool.middleware.AdmissionMiddleware",
+]
+
+
+@pytest.mark.parametrize("door", [False, True], ids=["door-off", "door-on"])
+def test_a_host_django_does_not_serve_gets_djangos_answer(pdfpool, settings, door):
+    """The door steps aside: Django's answer (CommonMiddleware's 400 where installed, here
+    CsrfViewMiddleware's 403, the Origin not the host's), not the door's 413."""
+    settings.MIDDLEWARE, settings.ALLOWED_HOSTS = CSRF_NO_COMMON, ["testserver"]
+    pdfpool(MAX_UPLOAD_SIZE=MiB, DOOR=door)
+    client = Client(enforce_csrf_checks=True, raise_request_exception=False)
+    evil = {"HTTP_HOST": "evil.example", "HTTP_ORIGIN": "https://evil.example"}
+    environ = {"wsgi.input": UnreadBody(), "CONTENT_LENGTH": str(200 * MiB), **JSON, **evil}
+    response = client.generic("POST", "/sync/", content_type="application/pdf", **environ)
+    assert response.status_code == 403 and b"CSRF" in response.content
 
 
 def test_a_closed_pool_gets_503_unread_and_other_views_pass(pdfpool):
@@ -341,6 +393,33 @@ def test_a_trickling_body_under_wsgi_gets_408_and_gives_its_place_back(pdfpool):
     assert response.status_code == 408 and response.json()["error"] == "body_timeout"
     assert ARRIVING.count == 0 and ARRIVING.timed_out == timed_out + 1
     assert get_pool().snapshot().counters.started == 0
+
+
+def test_a_body_past_its_deadline_while_csrf_reads_the_form_is_408_not_500(pdfpool, settings):
+    """Whoever reads the body (here CsrfViewMiddleware, for its token), its 408 is the answer."""
+    settings.MIDDLEWARE = [*settings.MIDDLEWARE]
+    settings.MIDDLEWARE.insert(2, "django.middleware.csrf.CsrfViewMiddleware")
+    pdfpool(DOOR={"BODY_TIMEOUT": 0.5, "BODY_MIN_RATE": 1000})
+    token = "A" * 32
+    client = Client(enforce_csrf_checks=True, raise_request_exception=False, REMOTE_ADDR="10.6.0.2")
+    client.cookies["csrftoken"] = token
+    fields = {"csrfmiddlewaretoken": token, "file": pdfs_upload(b"%PDF- " + b"x" * 200)}
+    response = client.generic("POST", "/sync/", **trickled_form(fields))
+    assert response.status_code == 408 and response.json()["error"] == "body_timeout"
+
+
+def test_a_budget_entry_shed_mid_body_is_answered_by_the_views_own_answer(pdfpool):
+    """SLOTS 1, QUEUE 0, a job running: an upload let in on the budget, past its bytes, gets
+    the pool's 503 through the view's ``answer=`` (as the pool's own 503 would be)."""
+    pdfpool(SLOTS=1, QUEUE=0, DOOR={"BUDGET": 1, "BUDGET_BYTES": 1000})
+    HELD.reset()
+    with held_requests(1) as threads:
+        first = threads.submit(post, "/own-answers/", b"%PDF- held", "10.6.1.1")
+        wait_until(lambda: get_pool().running() == 1)
+        shed = post("/own-answers/", b"%PDF- " + b"y" * 5000, "10.6.2.1")
+        HELD.release.set()
+        assert first.result(SOON).status_code == 200
+    assert shed.status_code == 418 and shed.json()["mine"] == "busy"
 
 
 def test_a_lowercase_post_and_a_chunked_form_meet_the_door(pdfpool):

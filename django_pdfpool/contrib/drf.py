@@ -12,13 +12,7 @@ from asgiref.sync import iscoroutinefunction
 from django.core.exceptions import ImproperlyConfigured
 from django.core.handlers.wsgi import LimitedStream
 from django.http import HttpRequest, HttpResponse
-from rest_framework.exceptions import (
-    APIException,
-    AuthenticationFailed,
-    ErrorDetail,
-    NotAuthenticated,
-    Throttled,
-)
+from rest_framework.exceptions import APIException, ErrorDetail, Throttled
 from rest_framework.parsers import DataAndFiles, FileUploadParser
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -77,8 +71,8 @@ def door_answer(request: HttpRequest, exception: Failure) -> HttpResponse:
 
 
 def door_authenticate(request: HttpRequest) -> HttpResponse | None:
-    """DRF's 401 for a request its authentication and permissions refuse before the
-    handler (the door asks, from the headers); None when they let it through."""
+    """DRF's answer (401, 403, ...) for a request its authentication and permissions refuse
+    before the handler (the door asks, from the headers); None when they let it through."""
     return drf_answer(request, None)
 
 
@@ -99,7 +93,7 @@ def drf_answer(request: HttpRequest, exc: APIException | None) -> HttpResponse |
             view.perform_authentication(drf_request)
             view.check_permissions(drf_request)
             return None
-        except (NotAuthenticated, AuthenticationFailed) as refused:
+        except APIException as refused:
             exc = refused
     response = view.finalize_response(drf_request, view.handle_exception(exc))
     if isinstance(response, Response):

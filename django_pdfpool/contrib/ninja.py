@@ -140,12 +140,12 @@ def door_answer(request: HttpRequest, exception: Failure) -> HttpResponse:
 
 
 def door_authenticate(request: HttpRequest) -> HttpResponse | None:
-    """ninja's 401 for a request its authentication refuses from the headers, else None."""
+    """ninja's 401 or 403 for a request its authentication refuses from the headers, else None."""
     operation = _operation_of(request)
     if operation is None or not operation.auth_callbacks:
         return None
     answer = NinjaOperation._run_authentication(operation, request)  # sync: a thread
-    return answer if answer is not None and answer.status_code == 401 else None
+    return answer if answer is not None and answer.status_code in (401, 403) else None
 
 
 def _operation_of(request: HttpRequest) -> NinjaOperation | None:

@@ -1,12 +1,14 @@
 """``django_pdfpool.contrib.drf`` with the real Django REST framework, through Django's test
 client: APIView handlers, ``@api_view`` functions and ViewSet actions; the caller is DRF's
-authenticated user; a request without credentials is 401 before any work; refusals pass
+authenticated user; a request without credentials is 401 before any work (one its
+permissions refuse, DRF's 403); refusals pass
 through the project's ``EXCEPTION_HANDLER``; multipart and raw bodies leave
 ``request.data`` readable; a misplaced decorator fails at import."""
 
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 
 import pytest
@@ -100,6 +102,20 @@ def test_a_request_without_a_token_is_401_before_any_extraction(pdfpool, url):
     assert HELD.runs == []
     assert get_pool().snapshot().counters.started == 0
     assert os.listdir(pdfpool.staged) == []
+
+
+@pytest.mark.parametrize("door", [False, True], ids=["door-off", "door-on"])
+def test_a_user_the_permissions_refuse_gets_drfs_403_not_the_doors_413(pdfpool, door):
+    """Any DRF exception its authentication or permissions raise from the headers is DRF's
+    answer, before the door's own (a declared size over the limit here)."""
+    pdfpool(MAX_UPLOAD_SIZE=1024, DOOR=door)
+    environ = {"wsgi.input": io.BytesIO(), "CONTENT_LENGTH": "100000000"}
+    response = Client(REMOTE_ADDR="10.0.7.9").generic(
+        "POST", "/drf/function/admins/", content_type="application/pdf",
+        HTTP_ACCEPT="application/json", HTTP_AUTHORIZATION="Token alice", **environ,
+    )  # fmt: skip
+    assert response.status_code == 403, response.content
+    assert response.json() == {"detail": "You do not have permission to perform this action."}
 
 
 def test_a_full_pool_is_503_through_the_projects_handler(pdfpool):

@@ -1,10 +1,12 @@
 """``django_pdfpool.contrib.ninja`` with the real django-ninja, through Django's test client:
 async and sync operations with ``File(...)`` and raw bodies; the caller from
-``request.auth``; 401 before any work; refusals through the API's exception handlers with
-``Retry-After``; the decorator above ``@api.post`` fails at import."""
+``request.auth``; 401 (or its authentication's 403) before any work; refusals through the
+API's exception handlers with ``Retry-After``; the decorator above ``@api.post`` fails at
+import."""
 
 from __future__ import annotations
 
+import io
 import os
 
 import pytest
@@ -86,6 +88,29 @@ def test_a_request_without_a_token_is_401_before_any_extraction(pdfpool):
     assert response.status_code == 401
     assert HELD.runs == [] and get_pool().snapshot().counters.started == 0
     assert os.listdir(pdfpool.staged) == []
+
+
+@pytest.mark.parametrize("door", [False, True], ids=["door-off", "door-on"])
+def test_a_token_the_authentication_refuses_403_gets_ninjas_403_not_the_doors_413(pdfpool, door):
+    pdfpool(MAX_UPLOAD_SIZE=1024, DOOR=door)
+    environ = {"wsgi.input": io.BytesIO(), "CONTENT_LENGTH": "100000000"}
+    response = Client(REMOTE_ADDR="10.0.8.9").generic(
+        "POST", "/ninja/raw", content_type="application/pdf",
+        HTTP_AUTHORIZATION="Bearer t-banned", **environ,
+    )  # fmt: skip
+    assert response.status_code == 403, response.content
+    assert response.json() == {"detail": "This token is banned."}
+
+
+def test_a_body_past_its_deadline_while_ninja_parses_it_is_408_through_the_handlers(pdfpool):
+    from tests.test_middleware import trickled_form
+
+    pdfpool(DOOR={"BODY_TIMEOUT": 0.5, "BODY_MIN_RATE": 1000})
+    client = Client(raise_request_exception=False, REMOTE_ADDR="10.0.8.10")
+    environ = trickled_form({"file": upload(b"%PDF- " + b"x" * 200)})
+    response = client.generic("POST", "/ninja/anonymous", **environ)
+    assert response.status_code == 408, response.content
+    assert response.json()["handled_by"] == "project"
 
 
 def test_busy_unreadable_and_too_large_through_the_handlers(pdfpool):

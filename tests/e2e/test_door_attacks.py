@@ -145,8 +145,8 @@ def test_a_cross_site_post_gets_djangos_403_before_its_body(state):
     """Any web page can make its visitors POST to the CSRF-protected upload page: the door
     answers Django's own 403 from the headers (the Origin is not the site's) and closes the
     connection; the body is never asked for (sent anyway, it is read and dropped first). The
-    site's own origin is let through: its body asked for, then Django's own answer (403: no
-    CSRF token)."""
+    site's own origin without a CSRF cookie: Django's 403 from the headers too; with one, it is
+    let through: its body asked for, then Django's own answer (403: no CSRF token)."""
     with uvicorn("demo.asgi:application", env=demo_env(state), cwd=PROJECT) as server:
         port = port_of(server.url)
         host = f"Host: 127.0.0.1:{port}".encode()  # one the site serves (else Django's 400)
@@ -160,11 +160,17 @@ def test_a_cross_site_post_gets_djangos_403_before_its_body(state):
             assert fields["connection"] == "close"
             assert send_paced(sock, 100_000) is None  # sent anyway: read and dropped
             assert read_to_close(sock, KEEP_ALIVE) == b""
-        with connect(port, "127.0.30.2") as sock:  # the site's own origin: not the door's
-            own = form_head("/", 100_000, origin=f"http://127.0.0.1:{port}", expect="100-continue")
-            sock.sendall(own.replace(b"Host: test", host))
+        own = {"origin": f"http://127.0.0.1:{port}", "expect": "100-continue"}
+        with connect(port, "127.0.30.2") as sock:  # no CSRF cookie: refused from the headers
+            sock.sendall(form_head("/", 100_000, **own).replace(b"Host: test", host))
+            raw, status, _fields, body = read_answer(sock)
+            assert status == 403 and b"CSRF" in body and b" 100 " not in raw, raw[:200]
+        with connect(port, "127.0.30.3") as sock:  # a cookie: the token decides, after the body
+            cookie = form_head("/", 100_000, cookie=f"csrftoken={'A' * 32}", **own)
+            sock.sendall(cookie.replace(b"Host: test", host))
             assert continued(sock)  # the door let it in: the body is asked for
-            sock.sendall(b"x" * 100_000)
+            part, end = b'--b\r\nContent-Disposition: form-data; name="x"\r\n\r\n', b"\r\n--b--\r\n"
+            sock.sendall(part + b"x" * (100_000 - len(part) - len(end)) + end)  # a form, no token
             _raw, status, _fields, body = read_answer(sock)
             assert status == 403 and b"CSRF" in body, body[:200]  # Django's, after the body
 

@@ -16,6 +16,7 @@ urlpatterns = [
     path("drf/apiview/default-parsers/", views.DefaultParsersAPIView.as_view()),
     path("drf/function/held/", views.held_function),
     path("drf/function/gated/", views.gated_function),
+    path("drf/function/admins/", views.admins_function),
     *router.urls,
     path("ninja/", views.api.urls),
 ]

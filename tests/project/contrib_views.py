@@ -4,13 +4,14 @@ authentication of each framework (users that need no database)."""
 from __future__ import annotations
 
 from ninja import File, NinjaAPI, UploadedFile
+from ninja.errors import HttpError
 from ninja.security import APIKeyHeader, HttpBearer
 from rest_framework import viewsets
 from rest_framework.authentication import BaseAuthentication
 from rest_framework.decorators import action, api_view, authentication_classes, parser_classes
 from rest_framework.decorators import permission_classes as permissions
 from rest_framework.parsers import MultiPartParser
-from rest_framework.permissions import IsAuthenticated
+from rest_framework.permissions import BasePermission, IsAuthenticated
 from rest_framework.response import Response
 from rest_framework.views import APIView, exception_handler
 
@@ -107,6 +108,21 @@ def gated_function(request):
     return Response(described(request))
 
 
+class AdminsOnly(BasePermission):
+    """An authenticated user other than ``admin`` is refused: DRF's 403."""
+
+    def has_permission(self, request, view):
+        return getattr(request.user, "pk", None) == "admin"
+
+
+@api_view(["POST"])
+@authentication_classes([Token])
+@permissions([AdminsOnly])
+@drf.pdf_pooled(job=held_job)
+def admins_function(request):
+    return Response(described(request))
+
+
 class Documents(viewsets.ViewSet):
     authentication_classes = (Token,)
     permission_classes = (IsAuthenticated,)
@@ -134,6 +150,8 @@ class Bearer(HttpBearer):
     """``Authorization: Bearer t-<anything>``: the token is what ``request.auth`` holds."""
 
     def authenticate(self, request, token):
+        if token == "t-banned":
+            raise HttpError(403, "This token is banned.")
         return token if token.startswith("t-") else None
 
 
