@@ -487,8 +487,9 @@ def _csrf_middleware(paths: tuple[str, ...], trusted: tuple[str, ...]) -> Any:
 
 
 def framework_refusal(request: HttpRequest, view: PooledView) -> HttpResponse | None:
-    """The framework's 401 from the headers (``view.authenticate``), asked of a copy with an
-    empty body; None if it may pass, or if a session not read yet may."""
+    """The framework's 401 or 403 from the headers (``view.authenticate``), asked of a copy
+    with an empty body; None if it may pass, if a session not read yet may, or if it read
+    the body (its answer is the one it gives with the body)."""
     unread = not hasattr(request, "user") and settings.SESSION_COOKIE_NAME in request.COOKIES
     if view.authenticate is None or unread:
         return None
@@ -497,10 +498,11 @@ def framework_refusal(request: HttpRequest, view: PooledView) -> HttpResponse | 
         probe.__dict__.pop(parsed, None)
     probe._stream, probe._read_started = io.BytesIO(), False  # type: ignore[attr-defined]
     try:
-        return view.authenticate(probe)
+        answer = view.authenticate(probe)
     except Exception:  # it needs more than the headers: the framework answers later
         logger.debug("the framework could not authenticate from the headers", exc_info=True)
         return None
+    return None if probe._read_started else answer  # type: ignore[attr-defined]
 
 
 def through_door(

@@ -611,8 +611,9 @@ def test_the_frameworks_probe_opens_no_connection_per_thread(rf):
 
 def test_the_frameworks_authentication_is_asked_of_a_copy_without_the_body(rf):
     """A framework's check that reads the form (a CSRF check does) reads an empty one: the
-    real body stays unread for the door's decision and the view; a check that raises is
-    "may pass"."""
+    real body stays unread for the door's decision and the view, and the answer it gave
+    without the body is not taken (the framework answers with it); a check that raises is
+    "may pass"; one that reads only the headers is the answer."""
     from django.http import HttpResponse
 
     from django_pdfpool.door import framework_refusal
@@ -631,7 +632,11 @@ def test_the_frameworks_authentication_is_asked_of_a_copy_without_the_body(rf):
     answer = framework_refusal(
         request, PooledView("file", job, "j", None, authenticate=authenticate)
     )
-    assert answer is not None and answer.status_code == 401 and seen == [{}]
+    assert answer is None and seen == [{}]  # it read the form: its answer needs the body
+    headers_only = PooledView(
+        "file", job, "j", None, authenticate=lambda p: HttpResponse(status=401)
+    )
+    assert framework_refusal(request, headers_only).status_code == 401
     assert request.POST["a"] == "b"  # the real body, unread until now
 
     def broken(probe):

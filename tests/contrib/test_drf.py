@@ -118,6 +118,23 @@ def test_a_user_the_permissions_refuse_gets_drfs_403_not_the_doors_413(pdfpool, 
     assert response.json() == {"detail": "You do not have permission to perform this action."}
 
 
+@pytest.mark.parametrize("door", [False, True], ids=["door-off", "door-on"])
+def test_a_permission_that_reads_the_body_is_asked_with_the_body(pdfpool, door):
+    """A permission reading ``request.data`` cannot tell from the headers: the door's empty
+    copy of the body would refuse what the real one lets through, so DRF answers with it."""
+    pdfpool(DOOR=door)
+    HELD.reset()
+    HELD.release.set()
+    form = {"title": "kept", "file": upload(pdfs.simple(["titled"]))}
+    response = Client(REMOTE_ADDR="10.0.7.8").post(
+        "/drf/function/titled/", form, HTTP_ACCEPT="application/json",
+        HTTP_AUTHORIZATION="Token alice",
+    )  # fmt: skip
+    assert response.status_code == 200, response.content
+    untitled = send("/drf/function/titled/", pdfs.simple(["untitled"]), ip="10.0.7.7")
+    assert untitled.status_code == 403
+
+
 def test_a_full_pool_is_503_through_the_projects_handler(pdfpool):
     """With the door off (it answers before DRF, through REFUSAL_VIEW), the pool's 503
     comes from the decorator, as a DRF exception."""
