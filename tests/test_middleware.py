@@ -141,27 +141,7 @@ def gated_post(url: str, data: bytes, gate: threading.Event, ip: str):
 
 
 class SlowBody(io.RawIOBase):
-    """A body that sends one byte per read, ``pause`` seconds apart: a trickle."""
-
-    def __init__(self, size: int, pause: float) -> None:
-        self.left, self.pause = size, pause
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer) -> int:
-        if not self.left:
-            return 0
-        import time
-
-        time.sleep(self.pause)
-        buffer[0] = ord("x")
-        self.left -= 1
-        return 1
-
-
-class Trickle(io.RawIOBase):
-    """``data`` one byte per read, ``pause`` seconds apart."""
+    """A body that sends ``data`` one byte per read, ``pause`` seconds apart: a trickle."""
 
     def __init__(self, data: bytes, pause: float) -> None:
         self.data, self.pause = data, pause
@@ -185,7 +165,7 @@ def trickled_form(fields: dict) -> dict:
 
     body = encode_multipart(BOUNDARY, fields)
     return {
-        "wsgi.input": Trickle(body, 0.02),
+        "wsgi.input": SlowBody(body, 0.02),
         "CONTENT_LENGTH": str(len(body)),
         "CONTENT_TYPE": MULTIPART_CONTENT,
         **JSON,
@@ -384,7 +364,7 @@ def test_a_trickling_body_under_wsgi_gets_408_and_gives_its_place_back(pdfpool):
     pdfpool(SLOTS=1, QUEUE=0, DOOR={"BODY_TIMEOUT": 0.5, "BODY_MIN_RATE": 1000})
     timed_out = ARRIVING.timed_out
     environ = {
-        "wsgi.input": SlowBody(10_000, 0.05),
+        "wsgi.input": SlowBody(b"x" * 10_000, 0.05),
         "CONTENT_LENGTH": "10000",
         "CONTENT_TYPE": "application/pdf",
         **JSON,
