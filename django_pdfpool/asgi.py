@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import io
 import itertools
 import logging
@@ -15,10 +16,13 @@ from collections.abc import Awaitable, Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from types import FrameType
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from asgiref.sync import ThreadSensitiveContext
 from django.core.handlers.asgi import ASGIRequest, get_script_prefix
+from django.core.handlers.base import BaseHandler
+from django.core.signals import setting_changed
+from django.dispatch import receiver
 from django.http import HttpRequest, HttpResponse
 
 from .admission import jobs
@@ -27,7 +31,7 @@ from .configured import adrain_pool, get_pool, peek_pool
 from .door import Refusal, Ticket, arun_steps, through_door
 from .exceptions import BodyTimeout, UploadTooLarge, Wording
 from .record import RECORD, AdmissionRecord, pooled_route
-from .responses import RefusalView, arefusal_answer, asgi_parts, prebuilt_answer
+from .responses import RefusalView, arefusal_answer, asgi_parts
 from .sandbox.extract import shutdown as shutdown_extraction
 
 # The ASGI types, in the shape django-stubs gives Django's own handler (``asgiref.typing``'s
@@ -69,8 +73,8 @@ class PdfPoolDoor:
         except UnicodeDecodeError:  # a query string Django's handler answers 400
             await self.app(scope, receive, send)
             return
-        exempt = getattr(func, "csrf_exempt", False)
-        decided = await arun_steps(through_door(request, record, view, csrf_exempt=exempt))
+        request.META[RECORD] = record  # decided: AdmissionMiddleware lets its answer through
+        decided = await arun_steps(through_door(request, record, view, func))
         if decided is None:  # Django's answer
             await self.app(scope, receive, send)
             return
@@ -139,22 +143,51 @@ async def send_refusal(
     answer: RefusalView | None,
     unread: Receive | None,
 ) -> None:
-    """Send ``refusal`` as ``refusal_answer`` answers it, or Django's response; with ``unread``
-    (the body not read in full), ``Connection: close`` and a ``linger``."""
-    close = [(b"Connection", b"close")] if unread is not None else []
-    built = None if isinstance(refusal, HttpResponse) else prebuilt_answer(refusal, answer)
-    if built is None:
-        response = refusal
-        if not isinstance(response, HttpResponse):
-            response = await arefusal_answer(request, response, answer)
-        if close:  # in place of any the response has
-            response["Connection"], close = "close", []
-        built = asgi_parts(response)
-    status, headers, body = built
-    await send({"type": "http.response.start", "status": status, "headers": [*headers, *close]})
+    """Send ``refusal`` as Django would (``answered``); with ``unread`` (the body not read in
+    full), ``Connection: close`` and a ``linger``."""
+    response = await answered(request, refusal, answer)
+    if unread is not None:
+        response["Connection"] = "close"
+    status, headers, body = asgi_parts(response)
+    await send({"type": "http.response.start", "status": status, "headers": list(headers)})
     await send({"type": "http.response.body", "body": body, "more_body": unread is not None})
     if unread is not None:
         await linger(unread, send)
+
+
+class _Answering(BaseHandler):
+    """Django's handler with the door's answer in the view's place: the project's middleware
+    (their code, headers and cookies) and Django's response log, as under WSGI with
+    ``AdmissionMiddleware`` last; no ``process_view``, no view, no body."""
+
+    async def _get_response_async(self, request: HttpRequest) -> HttpResponse:
+        refusal, answer = request.pdfpool_refusal  # type: ignore[attr-defined]
+        if isinstance(refusal, HttpResponse):
+            return refusal
+        return await arefusal_answer(request, refusal, answer)
+
+
+@functools.cache
+def _answering() -> _Answering:
+    """The handler, its middleware loaded once as Django's own (again when a setting changes)."""
+    handler = _Answering()
+    handler.load_middleware(is_async=True)
+    return handler
+
+
+@receiver(setting_changed)
+def _reload(**kwargs: Any) -> None:
+    _answering.cache_clear()
+
+
+async def answered(
+    request: HttpRequest, refusal: Refusal | HttpResponse, answer: RefusalView | None
+) -> HttpResponse:
+    """``refusal`` (or Django's own response) as Django's ASGI handler answers it."""
+    request.pdfpool_refusal = (refusal, answer)  # type: ignore[attr-defined]
+    async with ThreadSensitiveContext():  # a request's sync hooks on a thread of their own
+        response = await _answering().get_response_async(request)
+    return cast(HttpResponse, response)
 
 
 LINGER_SECONDS = 2.0  # many round trips: a client stops sending once it reads the answer

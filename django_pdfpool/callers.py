@@ -99,8 +99,8 @@ def caller_of(request: HttpRequest) -> str:
     is run to completion here)."""
     function = get_settings().caller
     if iscoroutinefunction(function):
-        return cast(str, async_to_sync(function)(request))
-    return cast(str, function(request))
+        return _named(async_to_sync(function)(request), request)
+    return _named(function(request), request)
 
 
 async def acaller_of(request: HttpRequest) -> str:
@@ -110,7 +110,18 @@ async def acaller_of(request: HttpRequest) -> str:
         request.user = await request.auser()  # resolved once, not on the loop later
     function = get_settings().caller
     if function in _QUICK:
-        return cast(str, function(request))
+        return _named(function(request), request)
     if iscoroutinefunction(function):
-        return cast(str, await function(request))
-    return cast(str, await sync_to_async(function, thread_sensitive=False)(request))
+        return _named(await function(request), request)
+    return _named(await sync_to_async(function, thread_sensitive=False)(request), request)
+
+
+def _named(caller: object, request: HttpRequest) -> str:
+    """``caller``, a non-empty string (None only while the door asks): else every caller
+    without one would count as one caller."""
+    if (caller is None and ASKING in request.META) or (isinstance(caller, str) and caller):
+        return cast(str, caller)
+    raise TypeError(
+        f"PDFPOOL['CALLER'] must return a non-empty string for a request whose body is in "
+        f"(None only before it, to the door), not {caller!r}."
+    )

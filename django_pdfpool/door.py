@@ -18,6 +18,7 @@ from functools import partial
 from typing import Any, Generic, Literal, TypeVar, cast
 
 from asgiref.sync import sync_to_async
+from django.apps import apps
 from django.conf import settings
 from django.core.exceptions import DisallowedHost
 from django.http import HttpRequest, HttpResponse
@@ -27,6 +28,7 @@ from django.middleware.csrf import (
     CsrfViewMiddleware,
     RejectRequest,
 )
+from django.utils.deprecation import MiddlewareMixin
 from django.utils.module_loading import import_string
 
 from .admission import jobs
@@ -449,7 +451,7 @@ def csrf_refusal(request: HttpRequest) -> Callable[[], HttpResponse] | None:
     if getattr(request, "_dont_enforce_csrf_checks", False):  # django.test.Client's
         return None
     trusted = tuple(settings.CSRF_TRUSTED_ORIGINS)
-    middleware = _csrf_middleware(tuple(settings.MIDDLEWARE), trusted)
+    middleware = _installed(CsrfViewMiddleware, tuple(settings.MIDDLEWARE), trusted)
     if middleware is None:
         return None
     reason = None
@@ -475,13 +477,41 @@ def csrf_refusal(request: HttpRequest) -> Callable[[], HttpResponse] | None:
     return rejected
 
 
-@functools.lru_cache(maxsize=4)
-def _csrf_middleware(paths: tuple[str, ...], trusted: tuple[str, ...]) -> Any:
-    """The project's CSRF middleware (Django's, or a subclass) if installed: its checks,
-    private but Django's own (``trusted``: its origins are cached per instance)."""
+def login_refusal(request: HttpRequest, func: Callable[..., Any]) -> HttpResponse | None:
+    """``LoginRequiredMiddleware``'s redirect to the login page when the user is certainly
+    anonymous: ``request.user``'s, or with no session cookie (and no remote-user middleware)
+    before ``AuthenticationMiddleware`` has run; None if not, or not known yet."""
+    if not apps.is_installed("django.contrib.auth"):  # its models import only then
+        return None
+    from django.contrib.auth import middleware as auth
+    from django.contrib.auth.models import AnonymousUser
+
+    paths = tuple(settings.MIDDLEWARE)
+    middleware = _installed(auth.LoginRequiredMiddleware, paths)
+    if middleware is None:
+        return None
+    user = getattr(request, "user", None)
+    if user is None:
+        cookie = settings.SESSION_COOKIE_NAME in request.COOKIES
+        if cookie or _installed(auth.RemoteUserMiddleware, paths):
+            return None
+        user = AnonymousUser()
+    if user.is_authenticated:
+        return None
+    probe = copy.copy(request)
+    probe.user = user
+    return cast(HttpResponse | None, middleware.process_view(probe, func, (), {}))
+
+
+@functools.lru_cache(maxsize=8)
+def _installed(
+    kind: type[MiddlewareMixin], paths: tuple[str, ...], trusted: tuple[str, ...] = ()
+) -> Any:
+    """The project's middleware of ``kind`` (Django's, or a subclass) if installed, to ask its
+    checks, private but Django's own (``trusted``: CSRF caches its origins per instance)."""
     for path in paths:
         found = import_string(path)
-        if isinstance(found, type) and issubclass(found, CsrfViewMiddleware):
+        if isinstance(found, type) and issubclass(found, kind):
             return found(HttpResponse)
     return None
 
@@ -506,15 +536,18 @@ def framework_refusal(request: HttpRequest, view: PooledView) -> HttpResponse | 
 
 
 def through_door(
-    request: HttpRequest, record: AdmissionRecord, view: PooledView, *, csrf_exempt: bool = False
+    request: HttpRequest, record: AdmissionRecord, view: PooledView, func: Callable[..., Any]
 ) -> Steps[Refusal | Ticket | HttpResponse | None]:
-    """Django's CSRF 403, the framework's 401, the view's 400, then ``decide``; an upload that
-    could only be shed waits (holding nothing) for its caller's body arriving, and decides again.
-    None: a host Django does not serve, which Django answers (the door steps aside)."""
+    """Django's CSRF 403 and login redirect for ``func`` (the view Django calls), the framework's
+    401, the view's 400, then ``decide``; an upload that could only be shed waits (holding
+    nothing) for its caller's body arriving, and decides again. None: a host Django does not
+    serve, which Django answers (the door steps aside)."""
     if not _host_served(request):
         return None
-    refuse = None if csrf_exempt else csrf_refusal(request)
+    refuse = None if getattr(func, "csrf_exempt", False) else csrf_refusal(request)
     forbidden: HttpResponse | None = None if refuse is None else (yield Call.django(refuse))
+    if forbidden is None:
+        forbidden = login_refusal(request, func)
     if forbidden is None and view.authenticate is not None:
         forbidden = yield Call.django(partial(framework_refusal, request, view))
     if forbidden is not None:

@@ -57,8 +57,7 @@ class AdmissionMiddleware:
         response with the door's place given back (its call counts in the pool by then)."""
         func, view = route
         record = request.META[RECORD] = AdmissionRecord.read(request.headers, view)
-        exempt = getattr(func, "csrf_exempt", False)
-        decided = yield from through_door(request, record, view, csrf_exempt=exempt)
+        decided = yield from through_door(request, record, view, func)
         if decided is not None and not isinstance(decided, Ticket):  # None: Django's answer
             refused = decided
             if not isinstance(refused, HttpResponse):

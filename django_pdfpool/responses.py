@@ -3,7 +3,6 @@ the view's ``answer=``, else ``REFUSAL_VIEW``); never a traceback or a path."""
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Callable
 from typing import NamedTuple, cast
@@ -142,19 +141,6 @@ async def arefusal_answer(
 
 AsgiAnswer = tuple[int, tuple[tuple[bytes, bytes], ...], bytes]
 """A complete answer as ASGI parts: status, headers (``Content-Length`` included), body."""
-
-
-def prebuilt_answer(error: Failure, answer: RefusalView | None) -> AsgiAnswer | None:
-    """``refusal_answer(request, error, answer)`` as ASGI parts, built once per distinct answer
-    (for the door's refusals), when ``answer`` reads nothing of the request; else None."""
-    if answer is not json_answer and answer is not html_answer:
-        return None
-    return _built(describe(error), answer is html_answer)
-
-
-@functools.lru_cache(maxsize=256)  # distinct answers: codes x messages x retry seconds
-def _built(said: Described, html: bool) -> AsgiAnswer:
-    return asgi_parts(_answer(said, html))
 
 
 def asgi_parts(response: HttpResponse) -> AsgiAnswer:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import threading
 import time
 from typing import Any
@@ -251,3 +252,46 @@ def test_the_door_lets_django_answer_a_query_string_that_is_not_utf8(pdfpool, do
         return int(start["status"])
 
     assert asyncio.run(post()) == 400
+
+
+@pytest.mark.parametrize("door", [False, True], ids=["door-off", "door-on"])
+def test_the_doors_refusal_is_answered_through_the_projects_middleware(
+    pdfpool, settings, caplog, door
+):
+    """Their headers and Django's response log, as on the view's own refusal: a browser on
+    another origin can read the 413 (the door answered before the middleware once)."""
+    from django_pdfpool import PdfPoolDoor
+
+    settings.MIDDLEWARE = [
+        "django.middleware.security.SecurityMiddleware",
+        "tests.project.views.AllowOrigin",
+        *settings.MIDDLEWARE,
+        "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    ]
+    pdfpool(MAX_UPLOAD_SIZE=1024, DOOR=door)
+    body = b"%PDF-" + b"x" * 2000
+    length = [(b"content-type", b"application/pdf"), (b"content-length", b"%d" % len(body))]
+    request = {
+        **scope(path="/sync/"),
+        "method": "POST",
+        "headers": [(b"host", b"testserver"), *length],
+    }
+
+    async def post() -> tuple[int, dict[str, str]]:
+        talk = ApplicationCommunicator(PdfPoolDoor(get_asgi_application()), request)
+        await talk.send_input({"type": "http.request", "body": body, "more_body": False})
+        start = await talk.receive_output(DEADLINE)
+        await talk.receive_output(DEADLINE)
+        return int(start["status"]), {k.decode(): v.decode() for k, v in start["headers"]}
+
+    with caplog.at_level(logging.WARNING, logger="django.request"):
+        status, headers = asyncio.run(post())
+    logged = [r.getMessage() for r in caplog.records if r.name == "django.request"]
+    assert status == 413 and headers.pop("Connection", "close") == "close"
+    assert headers == {
+        "Content-Type": "application/json", "Content-Length": headers["Content-Length"],
+        "Access-Control-Allow-Origin": "https://app.example", "X-Frame-Options": "DENY",
+        "X-Content-Type-Options": "nosniff", "Referrer-Policy": "same-origin",
+        "Cross-Origin-Opener-Policy": "same-origin",
+    }  # fmt: skip
+    assert logged == ["Request Entity Too Large: /sync/"]  # Django logs each 4xx and 5xx

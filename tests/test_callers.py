@@ -129,6 +129,30 @@ def test_the_sync_and_async_pair_and_the_door_agree(pdfpool, rf, setting):
     assert asked == asyncio.run(arun_steps(ask_caller(request))) == "who:bob"
 
 
+def unsure_caller(request):
+    """A project's CALLER that cannot tell some requests apart, even with their body."""
+    return request.headers.get("X-Who")
+
+
+async def unsure_async_caller(request):
+    return request.headers.get("X-Who")
+
+
+@pytest.mark.parametrize("setting", ["unsure_caller", "unsure_async_caller"])
+def test_a_caller_function_that_names_nobody_after_the_body_is_a_clear_error(pdfpool, rf, setting):
+    """None is "not known yet" for the door only; with the body in, every such request would
+    be one caller (and wait on each other's jobs)."""
+    pdfpool(CALLER=f"tests.test_callers.{setting}")
+    request = rf.post("/")
+    for ask in (caller_of, lambda r: asyncio.run(acaller_of(r))):
+        with pytest.raises(TypeError, match=r"CALLER.*non-empty string.*not None"):
+            ask(request)
+    assert run_steps(ask_caller(request)) is None  # the door: not known yet
+    assert asyncio.run(acaller_of(rf.post("/", HTTP_X_WHO="ann"))) == "ann"
+    with pytest.raises(TypeError, match="not ''"):
+        caller_of(rf.post("/", HTTP_X_WHO=""))
+
+
 def test_acaller_of_resolves_the_user_first_and_calls_the_librarys_own_on_the_loop(pdfpool, rf):
     """The default CALLER reads ``request.user``: ``acaller_of`` resolves it with
     ``auser()`` before (as Django's own async paths must), and no thread is needed."""

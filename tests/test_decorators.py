@@ -495,37 +495,6 @@ def test_json_answer_answers_json_even_to_browsers(pdfpool):
     assert bad.status_code == 422 and bad.json()["error"] == "not_a_pdf"
 
 
-@pytest.mark.parametrize("kind", ["json", "html"])
-def test_a_prebuilt_answer_is_byte_for_byte_the_answer_built_for_the_request(pdfpool, kind):
-    """What the door sends from ``prebuilt_answer`` (built once per distinct answer) is what
-    ``answer`` builds for each request: status, every header, the body."""
-    from django_pdfpool.exceptions import CallerBusy, ExtractionError, PoolBusy, PoolClosed
-    from django_pdfpool.responses import (
-        error_answer,
-        html_answer,
-        json_answer,
-        prebuilt_answer,
-    )
-
-    answer = json_answer if kind == "json" else html_answer
-    request = RequestFactory().post("/api/", HTTP_ACCEPT="text/html")
-    errors = [PoolBusy("busy", retry_after=1.5), PoolClosed("closed"), CallerBusy("yours", 0.2)]
-    errors.append(ExtractionError("encrypted"))
-    for error in errors:
-        built = prebuilt_answer(error, answer)
-        response = answer(request, error)
-        assert built is not None
-        status, headers, body = built
-        assert status == response.status_code and body == response.content
-        expected = {k.lower(): v for k, v in response.items()}
-        expected.setdefault("content-length", str(len(response.content)))
-        assert {k.decode().lower(): v.decode() for k, v in headers} == expected
-        assert prebuilt_answer(error, answer) is built  # built once
-    # answers that read the request (the client's Accept, a project's page) are not prebuilt
-    assert prebuilt_answer(errors[0], error_answer) is None
-    assert prebuilt_answer(errors[0], None) is None
-
-
 def test_a_views_own_answer_function_makes_every_refusal(pdfpool):
     missing = Client().post("/own-answers/", {"other": "x"})
     assert (missing.status_code, missing.json()["mine"]) == (418, "no_upload")

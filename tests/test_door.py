@@ -8,10 +8,12 @@ import contextlib
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from asgiref.testing import ApplicationCommunicator
+from django.test import Client
 
 from django_pdfpool import get_pool
 from django_pdfpool.admission.ledger import Ledger
-from django_pdfpool.door import Arrivals, Terms, Ticket, terms
+from django_pdfpool.door import Arrivals, Terms, Ticket, door_status, terms
 from django_pdfpool.exceptions import (
     CallerBusy,
     PoolBusy,
@@ -510,6 +512,7 @@ def test_djangos_403_and_the_frameworks_401_come_before_the_views_400(rf, settin
     authentication answer before the view reads a header it cannot take: so does the door.
     A host Django does not serve is Django's to answer (None: the door steps aside)."""
     from django.http import HttpResponse
+    from django.views.decorators.csrf import csrf_exempt
 
     from django_pdfpool.door import run_steps, through_door
     from django_pdfpool.exceptions import BadDigest
@@ -522,14 +525,14 @@ def test_djangos_403_and_the_frameworks_401_come_before_the_views_400(rf, settin
     async def job(upload):
         return None
 
-    def answer(request, view, **extra):
-        return run_steps(through_door(request, AdmissionRecord.read(bad, view), view, **extra))
+    def answer(request, view, func=job):
+        return run_steps(through_door(request, AdmissionRecord.read(bad, view), view, func))
 
     plain = PooledView("file", job, "j", None)
     cookie = {"HTTP_COOKIE": f"csrftoken={'A' * 32}"}  # else CSRF's 403 (no cookie) comes first
     foreign = rf.post("/sync/", HTTP_ORIGIN="https://evil.example")
     assert answer(foreign, plain).status_code == 403
-    assert isinstance(answer(foreign, plain, csrf_exempt=True), BadDigest)
+    assert isinstance(answer(foreign, plain, func=csrf_exempt(job)), BadDigest)
     locked = PooledView("file", job, "j", None, authenticate=lambda r: HttpResponse(status=401))
     assert answer(rf.post("/sync/", **cookie), locked).status_code == 401
     assert isinstance(answer(rf.post("/sync/", **cookie), plain), BadDigest)
@@ -565,7 +568,7 @@ def test_the_csrf_failure_view_runs_off_the_loop_and_is_rendered(rf, settings):
     view = PooledView("file", job, "j", None)
     request = rf.post("/sync/", HTTP_ORIGIN="https://evil.example")
     record = AdmissionRecord.read({"content-type": "application/pdf", "content-length": "9"})
-    answer = asyncio.run(arun_steps(through_door(request, record, view)))
+    answer = asyncio.run(arun_steps(through_door(request, record, view, view.job)))
     assert answer.status_code == 403
     assert answer.content.startswith(b"refused (0 users): Origin checking failed")
 
@@ -597,7 +600,9 @@ def test_the_frameworks_probe_opens_no_connection_per_thread(rf):
         opened.append(connection)
 
     async def probes():
-        steps = [arun_steps(through_door(rf.post("/sync/"), record, view)) for _ in range(4)]
+        steps = [
+            arun_steps(through_door(rf.post("/sync/"), record, view, view.job)) for _ in range(4)
+        ]
         return await asyncio.gather(*steps)
 
     connection_created.connect(note)
@@ -645,3 +650,68 @@ def test_the_frameworks_authentication_is_asked_of_a_copy_without_the_body(rf):
     assert (
         framework_refusal(request, PooledView("file", job, "j", None, authenticate=broken)) is None
     )
+
+
+LOGIN_REQUIRED = "django.contrib.auth.middleware.LoginRequiredMiddleware"
+
+
+@pytest.mark.parametrize("door", [False, True], ids=["door-off", "door-on"])
+def test_an_anonymous_upload_to_a_view_that_needs_a_login_is_sent_to_log_in(
+    pdfpool, settings, door
+):
+    """``LoginRequiredMiddleware``'s redirect comes before the view's 413: the door gives it
+    from the headers (WSGI and ASGI), taking nothing."""
+    from django.core.asgi import get_asgi_application
+
+    from django_pdfpool import PdfPoolDoor
+
+    settings.MIDDLEWARE = [*settings.MIDDLEWARE, LOGIN_REQUIRED]
+    pdfpool(MAX_UPLOAD_SIZE=64, DOOR=door)
+    big = b"%PDF-" + b"x" * 100
+    response = Client().post("/sync/", big, content_type="application/pdf")
+    assert (response.status_code, response["Location"]) == (302, "/accounts/login/?next=/sync/")
+    headers = [(b"host", b"testserver"), (b"content-type", b"application/pdf")]
+    scope = {
+        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
+        "scheme": "http", "path": "/sync/", "raw_path": b"/sync/", "query_string": b"",
+        "root_path": "", "client": ("127.0.0.1", 5000), "server": ("testserver", 80),
+        "headers": [*headers, (b"content-length", b"%d" % len(big))],
+    }  # fmt: skip
+
+    async def post() -> tuple[int, dict[bytes, bytes]]:
+        talk = ApplicationCommunicator(PdfPoolDoor(get_asgi_application()), scope)
+        await talk.send_input({"type": "http.request", "body": big, "more_body": False})
+        start = await talk.receive_output(10)
+        await talk.receive_output(10)
+        return start["status"], dict(start["headers"])
+
+    status, sent = asyncio.run(post())
+    assert (status, sent[b"Location"]) == (302, b"/accounts/login/?next=/sync/")
+    assert door_status()["held"] == []
+
+
+def test_the_door_sends_to_log_in_only_a_user_it_knows_is_anonymous(rf, settings):
+    """``request.user`` when set (WSGI), else anonymous only without a session cookie or a
+    remote-user middleware; a view marked ``login_not_required`` is let through."""
+    from django.contrib.auth.decorators import login_not_required
+    from django.contrib.auth.models import AnonymousUser, User
+
+    from django_pdfpool.door import login_refusal
+
+    def view(request):
+        return None
+
+    assert login_refusal(rf.post("/sync/"), view) is None  # not installed
+    settings.MIDDLEWARE = [*settings.MIDDLEWARE, LOGIN_REQUIRED]
+    assert login_refusal(rf.post("/sync/"), view).status_code == 302
+    assert login_refusal(rf.post("/sync/"), login_not_required(lambda request: None)) is None
+    signed = rf.post("/sync/", HTTP_COOKIE=f"{settings.SESSION_COOKIE_NAME}=abc")
+    assert login_refusal(signed, view) is None  # its session not read yet
+    known = rf.post("/sync/", HTTP_COOKIE=f"{settings.SESSION_COOKIE_NAME}=abc")
+    known.user = AnonymousUser()
+    assert login_refusal(known, view).status_code == 302
+    known.user = User(username="ann")
+    assert login_refusal(known, view) is None
+    remote = "django.contrib.auth.middleware.RemoteUserMiddleware"
+    settings.MIDDLEWARE = [*settings.MIDDLEWARE, remote]
+    assert login_refusal(rf.post("/sync/"), view) is None

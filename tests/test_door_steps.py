@@ -213,10 +213,10 @@ def test_the_pools_pressure_is_read_off_the_loop_only_when_reading_waits(
         return AdmissionRecord.read({"content-type": "application/pdf", "content-length": "10"})
 
     async def read() -> int:
-        (await arun_steps(door.through_door(request, record(), view))).release()
+        (await arun_steps(door.through_door(request, record(), view, view.job))).release()
         return threading.get_ident()
 
     loop_thread = asyncio.run(read())
     assert (noted.threads[0] != loop_thread) is blocking
-    run_steps(door.through_door(request, record(), view)).release()
+    run_steps(door.through_door(request, record(), view, view.job)).release()
     assert noted.threads[1] == threading.get_ident()  # sync: read right here

@@ -1,7 +1,6 @@
 """``responses``: the one path from a refusal to a response. What a client is told of each
 failure (status, code, message, Retry-After), the library's answers, the one hook shape
-``(request, exception)`` for ``REFUSAL_VIEW`` and ``answer=``, and the door's prebuilt
-answers."""
+``(request, exception)`` for ``REFUSAL_VIEW`` and ``answer=``."""
 
 from __future__ import annotations
 
@@ -10,7 +9,7 @@ from typing import ClassVar
 
 import pytest
 from django.http import JsonResponse
-from django.test import Client, RequestFactory, override_settings
+from django.test import Client, override_settings
 from django.urls import path
 
 from django_pdfpool import pdf_pooled
@@ -33,7 +32,6 @@ from django_pdfpool.responses import (
     error_answer,
     html_answer,
     json_answer,
-    prebuilt_answer,
     refusal_answer,
 )
 
@@ -149,19 +147,6 @@ def test_a_views_answer_answers_every_refusal_the_pool_and_the_door(pdfpool, doo
         unreadable = Client().post("/own/", b"not a pdf", content_type="application/pdf")
         assert unreadable.status_code == 418 and unreadable.json()["code"] == "not_a_pdf"
         assert unreadable.json()["status"] == 422
-
-
-def test_the_door_prebuilds_only_the_answers_that_read_no_request():
-    error = PoolBusy("full", 1.0)
-    built = prebuilt_answer(error, json_answer)
-    assert built is not None and built is prebuilt_answer(PoolBusy("full", 1.0), json_answer)
-    status, headers, body = built
-    response = json_answer(RequestFactory().post("/"), error)
-    assert (status, body) == (503, response.content)
-    assert (b"Retry-After", b"1") in headers
-    assert prebuilt_answer(error, html_answer) is not None
-    for reads_the_request in (error_answer, own_answer, None):
-        assert prebuilt_answer(error, reads_the_request) is None
 
 
 @pytest.mark.urls("tests.project.contrib_urls")

@@ -8,8 +8,9 @@ import threading
 from typing import ClassVar
 
 from django.core.files.uploadhandler import FileUploadHandler
-from django.http import HttpRequest, JsonResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.utils.decorators import method_decorator
+from django.utils.deprecation import MiddlewareMixin
 from django.views import View
 
 from django_pdfpool import StagedUpload, get_pool, pdf_pooled
@@ -254,3 +255,11 @@ async def orphaned(request):
 
     Orphans.task = asyncio.create_task(later())
     return JsonResponse({"started": True})
+
+
+class AllowOrigin(MiddlewareMixin):
+    """A project's own middleware (CORS's shape): a header on every response."""
+
+    def process_response(self, request: HttpRequest, response: HttpResponse) -> HttpResponse:
+        response["Access-Control-Allow-Origin"] = "https://app.example"
+        return response
