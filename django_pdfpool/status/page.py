@@ -108,7 +108,8 @@ def _caller_names(callers: Iterable[str]) -> dict[str, str]:
     try:
         users = get_user_model()._default_manager.filter(pk__in=pks)
         return {f"user:{user.pk}": user.get_username() for user in users}
-    except (TypeError, ValueError, DatabaseError):  # keys not integers; no user table
+    except (TypeError, ValueError, OverflowError, DatabaseError):  # keys not integers, or
+        # past what the key column holds; no user table
         return {}
 
 

@@ -293,6 +293,30 @@ def test_a_signed_in_caller_is_shown_by_name(pdfpool, users):
     assert f'title="{caller}"' in page
 
 
+def test_a_caller_naming_no_storable_user_is_shown_as_it_is(pdfpool, users):
+    """``user:<pk>`` past what the user table's key can hold (a ``CALLER`` of the project's,
+    ``extract_pooled(caller=...)``): no user, and no 500 for the page or its JSON."""
+    release = threading.Event()
+
+    async def held():
+        while not release.is_set():
+            await asyncio.sleep(0.005)
+
+    caller = "user:" + "9" * 30
+    client = client_for(users["superuser"])
+    with ThreadPoolExecutor(1) as threads:
+        try:
+            done = threads.submit(asyncio.run, get_pool().run("k:" + "cd" * 32, caller, held))
+            wait_until(lambda: get_pool().running() == 1)
+            page, data = client.get(URL), client.get(URL, {"format": "json"})
+        finally:
+            release.set()
+        done.result(timeout=10)
+    assert (page.status_code, data.status_code) == (200, 200)
+    assert job_rows(page.content.decode())[0][:2] == ["k:cdcdcdcdcdcd", caller]
+    assert data.json()["jobs"][0]["caller_name"] is None
+
+
 def test_short_keys_keep_the_job_name_and_twelve_hex_digits():
     digest = hashlib.sha256(b"x").hexdigest()
     assert (
