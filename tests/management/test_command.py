@@ -346,6 +346,16 @@ def test_extract_pool_with_an_empty_caller_is_a_wrong_argument(pdfpool, tmp_path
     assert get_pool().snapshot().counters.started == 0
 
 
+def test_extract_pool_with_another_engine_is_a_wrong_argument(pdfpool, tmp_path):
+    """``--pool`` runs the pool's job, with the ENGINE setting: ``--engine`` naming another
+    is a wrong argument (exit 2), as an empty ``--caller`` is; no job runs."""
+    path = write(tmp_path, "doc.pdf", pdfs.simple(["hello"]))
+    with pytest.raises(CommandError, match="with the ENGINE setting") as refused:
+        run("extract", path, "--pool", "--engine", "pypdfium2")
+    assert refused.value.returncode == 2
+    assert get_pool().snapshot().counters.started == 0
+
+
 def test_extract_a_missing_file_is_a_command_error(tmp_path):
     with pytest.raises(CommandError, match="No such file") as failed:
         run("extract", str(tmp_path / "absent.pdf"))

@@ -240,7 +240,10 @@ class Command(BaseCommand):
                 )
             if options["pool"]:
                 if engine != conf.engine:
-                    raise CommandError("--pool runs the pool's job, with the ENGINE setting.")
+                    raise CommandError(
+                        "--pool runs the pool's job, with the ENGINE setting.",
+                        returncode=EXIT_USAGE,
+                    )
                 if not isinstance(options["caller"], str) or not options["caller"]:
                     raise CommandError("--caller must name a caller.", returncode=EXIT_USAGE)
                 result = extract_pooled(path, caller=options["caller"])
