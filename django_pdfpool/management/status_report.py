@@ -3,6 +3,7 @@ a note saying whose figures they are (docs/command.md)."""
 
 from __future__ import annotations
 
+import re
 import textwrap
 from collections.abc import Sequence
 from operator import itemgetter
@@ -22,6 +23,18 @@ JOB_COLUMNS = ("STATE", "JOB", "CALLER", "SHARERS", "QUEUED FOR", "RUNNING FOR")
 JOB_CELLS = itemgetter(
     "state", "short_key", "caller", "sharers", "queued_for_text", "running_for_text"
 )
+
+# Control characters (category Cc), and the bidirectional marks, embeddings, overrides and
+# isolates that reorder what a terminal shows (CVE-2021-42574)
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def safe(text: str, *, keep: str = "") -> str:
+    """``text`` with control characters (but those in ``keep``) and bidirectional controls
+    escaped: what a hostile PDF, or a caller's name, says must not drive the terminal."""
+    return _UNSAFE.sub(
+        lambda m: m[0] if m[0] in keep else m[0].encode("unicode_escape").decode(), text
+    )
 
 
 def check_redis(conf: RedisSettings) -> None:
@@ -112,7 +125,7 @@ def status_text(data: dict[str, Any]) -> str:
         columns = ["", *(label.upper() for label in rows["figure_columns"])]
         figures = [(label, *(text for _, _, text in cells)) for label, cells in rows["figures"]]
         blocks.append([f"Recent jobs of {whose}:", *_table(columns, figures)])
-    return "\n\n".join("\n".join(block) for block in blocks) + "\n"
+    return safe("\n\n".join("\n".join(block) for block in blocks), keep="\n") + "\n"
 
 
 def _listing(name: str, header: Sequence[str], rows: Sequence[Sequence[object]]) -> list[str]:

@@ -106,6 +106,21 @@ def test_status_shows_this_processs_pool_with_its_job_and_counters(pdfpool):
     assert data["counters"]["started"] == 1
 
 
+def test_status_escapes_what_would_drive_the_terminal(pdfpool):
+    """A caller is any string the project's ``CALLER`` (or ``extract_pooled``) names, a
+    header's value say: printed as ``extract`` prints a hostile PDF's metadata."""
+    caller = "api:\x1b]0;owned\x07\x1b[31mred\u202etxt.exe"
+    gate = threading.Event()
+    thread = holding(get_pool(), "tests.job:" + "ef" * 32, caller, gate)
+    try:
+        text, _ = run("status")
+    finally:
+        gate.set()
+        thread.join(SOON)
+    assert "\x1b" not in text and "\x07" not in text and "\u202e" not in text
+    assert "api:\\x1b]0;owned\\x07\\x1b[31mred\\u202etxt.exe" in text
+
+
 def test_status_from_the_shell_says_its_local_pool_is_its_own_and_empty(tmp_path):
     """A real ``python -m django`` process: the local backend's pool there is that process's,
     built by the command, and the output says so instead of passing for the workers'."""

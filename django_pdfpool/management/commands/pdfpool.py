@@ -7,7 +7,6 @@ import asyncio
 import contextlib
 import json
 import os
-import re
 import stat
 import time
 from collections.abc import Callable
@@ -27,6 +26,7 @@ from ...sandbox.wire import ENGINES
 from ...status.metrics import own_snapshot
 from ...status.page import fmt, status_data
 from .. import status_report
+from ..status_report import safe
 
 POOL_CALLER = "command:pdfpool"  # the caller of `extract --pool` unless --caller names one
 EXIT_USAGE = 2  # a wrong argument, as Django's parser exits
@@ -42,18 +42,6 @@ PROGRESS_BYTES = 1 << 20  # files at least this large get progress lines on stde
 PROGRESS_EVERY = 1.0  # seconds between progress lines
 PREVIEW_CHARS = 600  # of the text, shown without --text
 ERROR_FIELDS = ("code", "message", "detail", "elapsed", "peak_rss")  # of ExtractionError, as JSON
-
-# Control characters (category Cc), and the bidirectional marks, embeddings, overrides and
-# isolates that reorder what a terminal shows (CVE-2021-42574)
-_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
-
-
-def safe(text: str, *, keep: str = "") -> str:
-    """``text`` with control characters (but those in ``keep``) and bidirectional controls
-    escaped: what a hostile PDF says must not drive the operator's terminal."""
-    return _UNSAFE.sub(
-        lambda m: m[0] if m[0] in keep else m[0].encode("unicode_escape").decode(), text
-    )
 
 
 def file_size(path: str) -> int:
