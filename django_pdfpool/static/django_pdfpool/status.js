@@ -93,15 +93,40 @@
                 cell(job.started_at ? fmt(job.running_for, "seconds") : "\u2014", "num"));
             return tr;
         });
+        fill("pdfpool-jobs", rows, "No jobs in flight.", 6);
+    }
+
+    function row(...cells) {
+        const tr = document.createElement("tr");
+        tr.append(...cells);
+        return tr;
+    }
+
+    function fill(id, rows, empty, columns) {
+        // The table body ``id`` (if the page has it): ``rows``, or one saying ``empty``.
+        const body = document.getElementById(id);
+        if (!body) return;
         if (!rows.length) {
-            const tr = document.createElement("tr");
-            tr.className = "empty";
-            const td = cell("No jobs in flight.");
-            td.colSpan = 6;
-            tr.append(td);
-            rows.push(tr);
+            const td = cell(empty);
+            td.colSpan = columns;
+            rows = [row(td)];
+            rows[0].className = "empty";
         }
-        document.getElementById("pdfpool-jobs").replaceChildren(...rows);
+        body.replaceChildren(...rows);
+    }
+
+    function updateTables(data) {
+        fill("pdfpool-door", data.door.held.map((held) => row(cell(held.caller), cell(held.kind),
+            cell(String(held.received), "num"), cell(fmt(held.age, "seconds"), "num"),
+            cell(fmt(Math.max(0, held.left), "seconds"), "num"))), "No body arriving.", 5);
+        fill("pdfpool-peaks", data.memory.recent_jobs.map((job) => row(cell(clock(job.ended)),
+            cell(fmt(job.peak_rss, "bytes"), "num"), cell(job.start))), "No job ended yet.", 3);
+        if (!data.cluster) return;
+        fill("pdfpool-processes", data.cluster.processes.map((hold) => row(
+            cell(hold.host + ":" + hold.pid + (hold.process === data.cluster.process ? " (this one)" : "")),
+            cell(String(hold.running.length)), cell(String(hold.queued.length)),
+            cell(String(hold.waiting)), cell(hold.lease_left.toFixed(1) + " s"))),
+            "No process holds anything.", 5);
     }
 
     function updateCharts(data) {
@@ -156,6 +181,7 @@
         updateFields(data);
         updateGauges(data);
         updateJobs(data);
+        updateTables(data);
         updateCharts(data);
         live.className = "pdfpool-live live";
         setText(live, "Live, updated " + clock(data.taken_at));

@@ -1,0 +1,104 @@
+"""The status page's tables in Debian's chromium: what its refresh finds (a body arriving at
+the door, a job's peak RSS, a process's hold in Redis) replaces what the page was loaded
+with, as the numbers beside them are, and a caller's name stays text."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from django.contrib.auth.models import Permission
+
+from django_pdfpool import get_pool
+from django_pdfpool.door import ARRIVING
+from tests.support import pdfs
+from tests.support.sandbox import run
+
+URL = "/admin/django_pdfpool/poolstatus/"
+pytest_plugins = ["tests.support.redis_fixtures"]
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture
+def operator(django_user_model, settings):
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    user = django_user_model.objects.create_user("operator", password="pw", is_staff=True)
+    user.user_permissions.add(Permission.objects.get(codename="view_pool_status"))
+    return user
+
+
+def signed_in(browser, live_server):
+    page = browser.new_context().new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.goto(live_server.url + URL)
+    page.fill("#id_username", "operator")
+    page.fill("#id_password", "pw")
+    page.click("input[type=submit]")
+    page.wait_for_url(re.compile(re.escape(URL) + "$"))
+    return page, errors
+
+
+def refreshed(page) -> None:
+    """Wait for a refresh that read the pool after this call."""
+    from playwright.sync_api import expect
+
+    status = page.locator("#pdfpool-status")
+    done = int(status.get_attribute("data-updates") or 0)
+    expect(status).to_have_attribute("data-updates", re.compile(rf"^(?!{done}$)\d+$"))
+    done = int(status.get_attribute("data-updates") or 0)
+    expect(status).to_have_attribute("data-updates", re.compile(rf"^(?!{done}$)\d+$"))
+
+
+def test_the_door_and_peaks_tables_follow_the_refresh(pdfpool, live_server, operator, browser):
+    from playwright.sync_api import expect
+
+    caller = 'ip:<img src=x onerror="document.title=1">'
+    ticket = ARRIVING.place(1, caller, None)
+    assert ticket is not None
+    try:
+        page, errors = signed_in(browser, live_server)
+        door, peaks = page.locator("#pdfpool-door"), page.locator("#pdfpool-peaks")
+        expect(door.locator("td").first).to_have_text(caller)
+        expect(peaks).to_have_text("No job ended yet.")
+        ticket.release()
+        with ThreadPoolExecutor(1) as thread:  # off the main thread: Playwright's loop is there
+            thread.submit(run, pdfs.simple(["peak"])).result(60)
+        refreshed(page)
+    finally:
+        ticket.release()
+    expect(door).to_have_text("No body arriving.")
+    expect(peaks.locator("tr").first.locator("td").nth(1)).to_have_text(
+        re.compile(r"\d+ (MiB|GiB)")
+    )
+    assert errors == [] and page.title() != "1"
+
+
+def test_the_redis_processes_table_follows_the_refresh(
+    pdfpool, live_server, operator, browser, redis_server, namespace
+):
+    from playwright.sync_api import expect
+
+    pdfpool(REDIS={"URL": redis_server.url, "NAMESPACE": namespace})
+    pool = get_pool()
+    opened = [False]
+
+    async def job() -> int:
+        while not opened[0]:
+            await asyncio.sleep(0.005)
+        return 1
+
+    with ThreadPoolExecutor(1) as thread:
+        done = thread.submit(asyncio.run, pool.run("k:" + "ab" * 32, "ip:192.0.2.1", job))
+        try:
+            page, errors = signed_in(browser, live_server)
+            holds = page.locator(".pdfpool-cluster tbody tr").first.locator("td")
+            expect(holds.nth(1)).to_have_text("1")  # running
+        finally:
+            opened[0] = True
+        done.result(30)
+    refreshed(page)
+    expect(holds.nth(1)).to_have_text("0")
+    assert errors == []
