@@ -9,6 +9,7 @@ import os
 import re
 import socket
 from collections.abc import Iterable
+from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
 from django.contrib.auth import get_user_model
@@ -119,19 +120,25 @@ def fmt(value: Any, kind: str) -> str:
         if value is None:
             return "no limit"
         if value < 1:
-            return f"{value * 1000:.0f} ms"
+            return f"{_fixed(value * 1000, 0)} ms"
         if value < 10:
-            return f"{value:.1f} s"
+            return f"{_fixed(value, 1)} s"
         if value < 59.5:
-            return f"{value:.0f} s"
+            return f"{_fixed(value, 0)} s"
         minutes, seconds = divmod(int(value + 0.5), 60)  # as JS's Math.round
         return f"{minutes} min" if not seconds else f"{minutes} min {seconds:02d} s"
     if kind == "bytes":
         for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
             if value >= size:
-                return f"{value / size:.0f} {unit}"
+                return f"{_fixed(value / size, 0)} {unit}"
         return f"{value} B"
     return str(value)
+
+
+def _fixed(value: float, digits: int) -> str:
+    """``value`` with ``digits`` decimals, halves away from zero as JavaScript's
+    ``toFixed`` rounds them (Python's format rounds them to even)."""
+    return str(Decimal(value).quantize(Decimal(1).scaleb(-digits), ROUND_HALF_UP))
 
 
 def _when(epoch: float | None) -> datetime.datetime | None:
