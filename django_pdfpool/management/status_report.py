@@ -9,7 +9,9 @@ from collections.abc import Sequence
 from operator import itemgetter
 from typing import Any
 
+from django.conf import settings
 from django.core.management.base import CommandError
+from django.utils.timezone import localtime
 
 from ..conf import RedisSettings
 from ..status.page import COUNTERS, scope_sentence, status_context
@@ -108,7 +110,8 @@ def status_text(data: dict[str, Any]) -> str:
     refusing = " (not met: extractions are refused)" if sandbox["refusing"] else ""
     memory = rows["memory"]
     envelope = [(label, text, note) for label, _, text, note in memory["rows"]]
-    peaks = [(f"{ended:%H:%M:%S}", peak, start) for ended, peak, start in memory["jobs"]]
+    when = localtime if settings.USE_TZ else lambda ended: ended  # as the page's ``|time``
+    peaks = [(f"{when(ended):%H:%M:%S}", peak, start) for ended, peak, start in memory["jobs"]]
     blocks += [
         [
             f"Extraction sandbox on this host: level {sandbox['level']}, required "

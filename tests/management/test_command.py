@@ -443,3 +443,20 @@ def test_status_shows_the_memory_envelope_and_recent_jobs_peaks(pdfpool):
     assert start == "cold" and (int(peak) >= 80 if unit == "MiB" else unit == "GiB"), block
     data = json.loads(run("status", "--json")[0])["memory"]
     assert data["pool"] == 512 << 20 and data["recent_jobs"][0]["peak_rss"] >= 80 << 20
+
+
+@pytest.mark.django_db
+def test_status_tells_when_a_job_ended_in_the_time_zone_of_the_page(
+    pdfpool, admin_client, settings
+):
+    """The recent jobs' end times read as on the status page: in Django's current time zone,
+    not in UTC (the same job shown at two times, neither saying which zone)."""
+    from tests.support.sandbox import run as extract
+
+    settings.TIME_ZONE = "Asia/Kathmandu"  # UTC+05:45: no other zone shows the same clock
+    extract(pdfs.simple(["when"]), warm=False)
+    out, _ = run("status")
+    ended = out.split("Recent jobs' peak RSS (")[1].splitlines()[2].split()[0]  # newest
+    page = admin_client.get("/admin/django_pdfpool/poolstatus/").content.decode()
+    shown = page.split('id="pdfpool-peaks">')[1].split("<td>")[1].split("</td>")[0]
+    assert ended == shown
