@@ -3,16 +3,17 @@ and as the template's rows (``status_context``), formatted as ``status.js`` form
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime
 import os
-import re
 import socket
 from collections.abc import Iterable
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
 from django.contrib.auth import get_user_model
+from django.core.exceptions import ValidationError
 from django.db import DatabaseError
 
 from ..admission.ledger import ClusterSnapshot, CountedBy, Counter
@@ -41,7 +42,7 @@ DURATION_ROWS = [("Jobs", "count", "int"), ("Mean", "mean", "figure")]  # "figur
 DURATION_ROWS += [("p95", "p95", "figure"), ("Max", "max", "figure")]
 CONF_FIELDS = ("timeout", "memory_limit", "max_upload_size", "engine")  # settings
 LOCAL_FIELDS = ("running", "queued", "counters", "queue_wait", "run_time", "counted_since")
-_USER_CALLER = re.compile(r"user:(\d+)\Z")  # what callers.user_or_ip gives a signed-in user
+_USER = "user:"  # callers.user_or_ip's caller for a signed-in user: user:<pk>
 
 
 def short_key(key: str) -> str:
@@ -102,15 +103,20 @@ def _cluster(cluster: ClusterSnapshot | None) -> dict[str, Any] | None:
 
 
 def _caller_names(callers: Iterable[str]) -> dict[str, str]:
-    """``user:<pk>`` callers -> usernames, in one query; other callers are shown as they are."""
-    pks = {int(m[1]) for m in map(_USER_CALLER.match, callers) if m}
+    """``user:<pk>`` callers -> usernames, in one query, whatever the user model's key (an
+    integer, a UUID...); other callers are shown as they are."""
+    model = get_user_model()
+    pks = set()
+    for caller in callers:
+        if caller.startswith(_USER):
+            with contextlib.suppress(ValidationError):  # no key of the user model
+                pks.add(model._meta.pk.to_python(caller.removeprefix(_USER)))
     if not pks:
         return {}
     try:
-        users = get_user_model()._default_manager.filter(pk__in=pks)
-        return {f"user:{user.pk}": user.get_username() for user in users}
-    except (TypeError, ValueError, OverflowError, DatabaseError):  # keys not integers, or
-        # past what the key column holds; no user table
+        users = model._default_manager.filter(pk__in=pks)
+        return {f"{_USER}{user.pk}": user.get_username() for user in users}
+    except (OverflowError, DatabaseError):  # a key past what its column holds; no table
         return {}
 
 

@@ -10,6 +10,8 @@ import html
 import os
 import re
 import socket
+import subprocess
+import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -315,6 +317,65 @@ def test_a_caller_naming_no_storable_user_is_shown_as_it_is(pdfpool, users):
     assert (page.status_code, data.status_code) == (200, 200)
     assert job_rows(page.content.decode())[0][:2] == ["k:cdcdcdcdcdcd", caller]
     assert data.json()["jobs"][0]["caller_name"] is None
+
+
+UUID_USERS = """
+import asyncio, sys, threading, time, django
+django.setup()
+from django.contrib.auth import get_user_model
+from django.core.management import call_command
+from django_pdfpool import get_pool
+from django_pdfpool.status.page import status_data
+
+call_command("makemigrations", "uuidusers", verbosity=0)
+call_command("migrate", verbosity=0)
+user = get_user_model().objects.create_user("uuid-named")
+release = threading.Event()
+
+async def held():
+    while not release.is_set():
+        await asyncio.sleep(0.005)
+
+job = get_pool().run("k:1", f"user:{user.pk}", held)
+thread = threading.Thread(target=asyncio.run, args=(job,))
+thread.start()
+while get_pool().running() != 1:  # the subprocess's timeout bounds it
+    time.sleep(0.005)
+try:
+    print(status_data()["jobs"][0]["caller_name"])
+finally:
+    release.set()
+    thread.join(10)
+"""
+
+
+def test_a_signed_in_caller_is_shown_by_name_whatever_the_user_key(tmp_path):
+    """A user model keyed by UUID (as many projects have): ``user:<uuid>`` callers, which
+    ``user_or_ip`` and ninja's ``auth_caller`` give, are shown by name too."""
+    app = tmp_path / "uuidusers"
+    (app / "migrations").mkdir(parents=True)
+    (app / "__init__.py").write_text("")
+    (app / "migrations" / "__init__.py").write_text("")
+    (app / "models.py").write_text(
+        "import uuid\n"
+        "from django.contrib.auth.models import AbstractUser\n"
+        "from django.db import models\n"
+        "class User(AbstractUser):\n"
+        "    id = models.UUIDField(primary_key=True, default=uuid.uuid4)\n"
+    )
+    (tmp_path / "uuid_settings.py").write_text(
+        "from tests.project.settings import *\n"
+        "INSTALLED_APPS = [*INSTALLED_APPS, 'uuidusers']\nAUTH_USER_MODEL = 'uuidusers.User'\n"
+    )
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "uuid_settings", "PDFPOOL_JSON": "{}"}
+    env["PYTHONPATH"] = os.pathsep.join([root, str(tmp_path)])
+    shown = subprocess.run(
+        [sys.executable, "-c", UUID_USERS], env=env, cwd=tmp_path, capture_output=True,
+        text=True, timeout=60,
+    )  # fmt: skip
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.strip() == "uuid-named"
 
 
 def test_short_keys_keep_the_job_name_and_twelve_hex_digits():
