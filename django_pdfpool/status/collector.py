@@ -50,7 +50,7 @@ class PoolCollector:
         """Every metric, from one snapshot; nothing while there is no pool."""
         pool = self._pool()
         if pool is not None:
-            reading = Reading.now(pool.snapshot(), self._timeout(), os.getpid())
+            reading = Reading.of(pool, self._timeout(), os.getpid())
             yield from (_family(metric, reading) for metric in METRICS)
 
 

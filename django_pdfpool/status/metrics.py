@@ -5,7 +5,7 @@ serves the same through prometheus_client (docs/metrics.md)."""
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -13,7 +13,7 @@ from django.http import HttpRequest, HttpResponse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
-from ..admission.ledger import REFUSALS, Counter, PoolSnapshot
+from ..admission.ledger import REFUSALS, CountedBy, Counter, PoolSnapshot
 from ..admission.protocol import AdmissionPool
 from ..conf import get_settings
 from ..configured import get_pool
@@ -36,12 +36,28 @@ class Reading:
     arriving: tuple[str, ...]  # "place" or "budget"
     shed: int
     timed_out: int
+    counted: frozenset[Counter] = frozenset(Counter)  # the counters its scope counts
 
     @classmethod
-    def now(cls, snapshot: PoolSnapshot, timeout: float, pid: int) -> Reading:
+    def now(
+        cls, snapshot: PoolSnapshot, timeout: float, pid: int, counted: Iterable[Counter] = Counter
+    ) -> Reading:
         """With this process's door as it is now."""
         arriving = tuple(entry.kind for entry in ARRIVING.held(terms()))
-        return cls(snapshot, timeout, pid, arriving, ARRIVING.shed, ARRIVING.timed_out)
+        door = (arriving, ARRIVING.shed, ARRIVING.timed_out)
+        return cls(snapshot, timeout, pid, *door, frozenset(counted))
+
+    @classmethod
+    def of(cls, pool: AdmissionPool, timeout: float, pid: int) -> Reading:
+        """``pool`` as one process's scrape reports it: a Redis pool's cluster, with only the
+        counters Redis counts, and none while Redis is out (this process's books in their
+        place would read as a counter reset, and their return as a spike)."""
+        cluster = pool.cluster_snapshot()
+        if cluster is None:
+            return cls.now(pool.snapshot(), timeout, pid)
+        snapshot = cluster.cluster
+        redis = [c for c in Counter if c.counted_by is not CountedBy.PROCESS]
+        return cls.now(snapshot, timeout, pid, redis if snapshot.scope == "cluster" else ())
 
 
 @dataclass(frozen=True)
@@ -93,14 +109,16 @@ METRICS: tuple[MetricDefinition, ...] = (
     MetricDefinition(
         "pdfpool_jobs_total",
         "Job events since the pool was built.",
-        lambda r: [(str(e), float(r.snapshot.counters[e])) for e in EVENTS],
+        lambda r: [(str(e), float(r.snapshot.counters[e])) for e in EVENTS if e in r.counted],
         "counter",
         "event",
     ),
     MetricDefinition(
         "pdfpool_refused_total",
         "Refused callers since the pool was built, by reason.",
-        lambda r: [(str(c.reason), float(r.snapshot.counters[c])) for c in REFUSALS],
+        lambda r: [
+            (str(c.reason), float(r.snapshot.counters[c])) for c in REFUSALS if c in r.counted
+        ],
         "counter",
         "reason",
     ),
@@ -134,10 +152,9 @@ def own_snapshot(pool: AdmissionPool) -> PoolSnapshot:
     return pool.snapshot() if cluster is None else cluster.local
 
 
-def render(snapshot: PoolSnapshot, *, timeout: float, pid: int) -> str:
-    """The text exposition format (0.0.4) of one snapshot."""
+def render(reading: Reading) -> str:
+    """The text exposition format (0.0.4) of one reading."""
     lines: list[str] = []
-    reading = Reading.now(snapshot, timeout, pid)
     for metric in METRICS:
         lines += [f"# HELP {metric.name} {metric.help}", f"# TYPE {metric.name} {metric.kind}"]
         for label, value in metric.samples(reading):
@@ -152,5 +169,5 @@ def render(snapshot: PoolSnapshot, *, timeout: float, pid: int) -> str:
 def metrics_view(request: HttpRequest) -> HttpResponse:
     """This process's pool for Prometheus: ``path("...", metrics_view)`` where only your
     scraper can reach it."""
-    text = render(get_pool().snapshot(), timeout=get_settings().timeout, pid=os.getpid())
+    text = render(Reading.of(get_pool(), get_settings().timeout, os.getpid()))
     return HttpResponse(text, content_type=CONTENT_TYPE)

@@ -168,3 +168,58 @@ def test_redis_counts_each_event_once_however_many_processes_share_it(
     assert snap.scope == "cluster"
     assert (snap.counters.started, snap.counters.joined, snap.counters.completed) == (1, 4, 1)
     assert (snap.queue_wait.count, snap.run_time.count) == (1, 1)
+
+
+@pytest.mark.django_db
+@pytest.mark.urls("tests.project.status_urls")
+def test_a_scrape_reports_the_counters_redis_counts_and_none_while_it_is_out(
+    pdfpool, own_redis, namespace
+):
+    """The cluster's counters, never this process's books in their place during an outage
+    (Prometheus would read a reset, then a spike): absent until Redis answers again; and no
+    ``closed`` sample, which no process counts in Redis."""
+    import asyncio
+
+    from django_pdfpool.conf import get_settings
+    from django_pdfpool.configured import _build
+    from tests.status.test_metrics import parse
+
+    redis_options = {"URL": own_redis.url, "NAMESPACE": namespace, "LEASE": 2.0, "TIMEOUT": 0.5}
+    pdfpool(REDIS={**redis_options, "FALLBACK": "local"})
+    other = _build(get_settings())  # another process's pool in the namespace
+
+    def run(pool: Any, n: int, tag: str) -> None:
+        async def job() -> int:
+            return 1
+
+        async def jobs() -> None:
+            for i in range(n):
+                await pool.run(f"{tag}{i}", "c", job)
+
+        asyncio.run(jobs())
+
+    def counters() -> dict[tuple[str, str], float]:
+        samples = parse(Client().get("/metrics/").content.decode())[1]
+        return {
+            (name, dict(labels).get("event") or dict(labels)["reason"]): value
+            for (name, labels), value in samples.items()
+            if name in ("pdfpool_jobs_total", "pdfpool_refused_total")
+        }
+
+    run(other, 5, "o")
+    run(get_pool(), 2, "a")
+    seen = counters()
+    assert seen[("pdfpool_jobs_total", "completed")] == 7
+    assert ("pdfpool_refused_total", "closed") not in seen
+    own_redis.pause()
+    try:
+        run(get_pool(), 1, "b")  # in this process's fallback books
+        assert counters() == {}
+    finally:
+        own_redis.resume()
+    deadline = time.monotonic() + 30
+    while get_pool().cluster_snapshot().mode != "redis":
+        assert time.monotonic() < deadline, "Redis mode never came back"
+        time.sleep(0.05)
+    assert counters()[("pdfpool_jobs_total", "completed")] >= 7
+    asyncio.run(other.stop())

@@ -27,7 +27,7 @@ from django_pdfpool.admission.ledger import ClusterSnapshot
 from django_pdfpool.admission.local import Pool
 from django_pdfpool.status import collector as collector_module
 from django_pdfpool.status.collector import PoolCollector, ProcessExporter, register_metrics
-from django_pdfpool.status.metrics import METRICS, render
+from django_pdfpool.status.metrics import METRICS, Reading, render
 from tests.conftest import wait_until
 from tests.support import pdfs
 from tests.support.servers import project_env
@@ -70,7 +70,7 @@ def test_the_collector_and_the_endpoint_render_the_one_list_of_definitions(pdfpo
     registry = CollectorRegistry()
     registry.register(PoolCollector())
     pool = configured.get_pool()
-    hand_made = parse(render(pool.snapshot(), timeout=12.0, pid=os.getpid()))
+    hand_made = parse(render(Reading.now(pool.snapshot(), 12.0, os.getpid())))
     collected = scrape(registry)
     assert collected == hand_made  # same families, types, help texts, labels and values
     exposed = {
