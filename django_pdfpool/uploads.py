@@ -48,8 +48,12 @@ class StagedUpload:
 
 
 def stage(upload: UploadedFile[bytes], directory: str | None = None) -> StagedUpload:
-    """Copy ``upload`` into a new temporary file, computing its SHA-256 on the way."""
-    return stage_chunks(upload.chunks(), upload.name or "upload.pdf", directory)
+    """Copy ``upload`` into a new temporary file, computing its SHA-256 on the way; ``upload``
+    is left at its start, as Django hands it to the view."""
+    try:
+        return stage_chunks(upload.chunks(), upload.name or "upload.pdf", directory)
+    finally:
+        upload.seek(0)
 
 
 def stage_chunks(
