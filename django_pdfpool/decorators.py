@@ -264,6 +264,9 @@ def prepare(
     if upload.raw and framework is None:
         body = iter(functools.partial(request.read, STAGING_CHUNK), b"")  # a chunk at a time
         staged = stage_chunks(body, "upload.pdf", conf.temp_dir, limit)
+        if not staged.size:  # an empty body is no body (RFC 9110 8.6): no job for it
+            staged.discard()
+            raise NoUpload(Wording.NO_UPLOAD.format(field=view.field))
     else:
         files = (request if framework is None else framework).FILES
         form_file = files.get("file" if upload.raw else view.field)  # a raw body parsed: "file"

@@ -311,6 +311,17 @@ def test_a_post_without_the_upload_gets_400(pdfpool, url):
 
 
 @pytest.mark.parametrize("url", ["/sync/", "/async/"])
+def test_an_empty_pdf_body_is_no_upload_and_runs_no_job(pdfpool, url):
+    """Content-Length: 0 is no content (RFC 9110 8.6), not an empty PDF to extract."""
+    empty = {"CONTENT_TYPE": "application/pdf", "CONTENT_LENGTH": "0"}  # as the client omits it
+    response = Client().post(url, b"", content_type="application/pdf", **JSON, **empty)
+    assert response.status_code == 400
+    assert response.json()["error"] == "no_upload"
+    assert get_pool().snapshot().counters.started == 0
+    assert leftovers(pdfpool()) == []
+
+
+@pytest.mark.parametrize("url", ["/sync/", "/async/"])
 def test_an_oversized_upload_gets_413_before_any_work(pdfpool, url):
     pdfpool(MAX_UPLOAD_SIZE=1000)
     field = "document" if url == "/async/" else "file"
