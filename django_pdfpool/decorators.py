@@ -100,9 +100,16 @@ def admitting(view: ViewFunc, pooled: PooledView) -> ViewFunc:
             return refusal_answer(request, refused, pooled.answer)
         return view(request, *args, **kwargs)
 
-    wrapper = async_wrapper if iscoroutinefunction(view) else sync_wrapper
+    wrapper = async_wrapper if answers_awaitable(view) else sync_wrapper
     setattr(wrapper, POOLED, pooled)
     return cast(ViewFunc, wrapper)
+
+
+def answers_awaitable(view: Callable[..., Any]) -> bool:
+    """Whether ``view`` answers with an awaitable: an async function, or the ``dispatch`` of an
+    async class-based view, which ``method_decorator`` hands over bound in a partial."""
+    bound_to = getattr(getattr(view, "func", None), "__self__", None)
+    return iscoroutinefunction(view) or getattr(bound_to, "view_is_async", False) is True
 
 
 def refuse_misplaced(view: Callable[..., Any]) -> None:

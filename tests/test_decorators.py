@@ -18,6 +18,8 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import AsyncClient, Client, RequestFactory
 from django.urls import path
+from django.utils.decorators import method_decorator
+from django.views import View
 
 from django_pdfpool import decorators, get_pool, pdf_pooled
 from django_pdfpool.callers import user_or_forwarded_ip, user_or_ip
@@ -538,7 +540,47 @@ def _named(pages: str):
         return pdf_pooled(job=page_job(pages))(_describe)
 
 
-urlpatterns = [path("first/", _named("first")), path("all/", _named("all"))]
+async def _digest_job(upload):
+    return {"sha256": upload.sha256}
+
+
+@method_decorator(pdf_pooled(job=_digest_job), name="dispatch")
+class AsyncDispatchView(View):
+    async def get(self, request):
+        return _describe(request)
+
+    async def post(self, request):
+        return _describe(request)
+
+
+@method_decorator(pdf_pooled(job=_digest_job), name="dispatch")
+class SyncDispatchView(View):
+    def get(self, request):
+        return _describe(request)
+
+    def post(self, request):
+        return _describe(request)
+
+
+urlpatterns = [
+    path("first/", _named("first")),
+    path("all/", _named("all")),
+    path("dispatch/async/", AsyncDispatchView.as_view()),
+    path("dispatch/sync/", SyncDispatchView.as_view()),
+]
+
+
+@pytest.mark.urls("tests.test_decorators")
+@pytest.mark.parametrize("url", ["/dispatch/sync/", "/dispatch/async/"])
+@pytest.mark.parametrize("client", ["wsgi", "asgi"])
+def test_method_decorator_on_dispatch_pools_the_post_of_sync_and_async_views(pdfpool, url, client):
+    """Django's idiom for class-based views; an async view's dispatch is a sync method that
+    returns its handler's coroutine, on the event loop under ASGI."""
+    data = b"%PDF- through dispatch"
+    response = post(url, data) if client == "wsgi" else asyncio.run(apost(url, data))
+    assert response.status_code == 200, response.content
+    assert response.json() == {"pdf": {"sha256": hashlib.sha256(data).hexdigest()}}
+    assert Client().get(url).json() == {"pdf": None}
 
 
 class _CallableJob:
