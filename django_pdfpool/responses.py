@@ -125,8 +125,11 @@ def refusal_answer(
     request: HttpRequest, error: Failure, answer: RefusalView | None = None
 ) -> HttpResponse:
     """The answer in a view's place: ``answer`` (a view's ``answer=``) when given, else the
-    project's ``REFUSAL_VIEW``. Every entry answers through here (or its async twin)."""
-    return cast(HttpResponse, (answer or get_settings().refusal_view)(request, error))
+    project's ``REFUSAL_VIEW``. Every entry answers through here (or its async twin); a
+    ``TemplateResponse`` is rendered here, since the door answers where Django would not."""
+    response = (answer or get_settings().refusal_view)(request, error)
+    render = getattr(response, "render", None)
+    return cast(HttpResponse, render() if callable(render) else response)
 
 
 async def arefusal_answer(
