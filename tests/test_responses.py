@@ -209,6 +209,21 @@ def test_a_refusal_view_may_answer_with_a_template_response(pdfpool, door, clien
     assert (status, content) == (503, b"<p>closed</p>")
 
 
+def no_answer(request, exception):
+    return None  # a project's answer that forgot its return
+
+
+@pytest.mark.parametrize("door", [True, False], ids=["door-on", "door-off"])
+def test_a_refusal_view_that_returns_no_response_is_named_in_the_error(pdfpool, door):
+    """Not Django's "the view didn't return an HttpResponse" (the view never ran), nor an
+    AttributeError from the door: the project's function is named."""
+    pdfpool(REFUSAL_VIEW="tests.test_responses.no_answer", DOOR=door)
+    get_pool().close()
+    form = {"file": SimpleUploadedFile("doc.pdf", b"%PDF- refused")}
+    with pytest.raises(TypeError, match="refusal view no_answer returned None, not an Http"):
+        Client().post("/sync/", form)
+
+
 REFUSALS = {
     "Refused", "PoolBusy", "CallerBusy", "PoolClosed", "RunnerLost", "CoordinatorUnavailable",
     "PoolMisconfigured", "SandboxUnavailable", "UploadRejected", "UploadTooLarge", "NoUpload",
