@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import json
 import os
 import signal
@@ -15,12 +16,13 @@ from pathlib import Path
 
 import pytest
 from django.core.exceptions import ImproperlyConfigured
+from django.core.files.uploadedfile import UploadedFile
 from django.http import JsonResponse
 from django.test import AsyncClient, Client
 from django.urls import path
 
 from django_pdfpool import StagedUpload, decorators, pdf_pooled
-from django_pdfpool.uploads import started
+from django_pdfpool.uploads import stage, started
 from tests.project.views import HELD
 from tests.support.uploads import JSON, upload
 
@@ -105,6 +107,26 @@ def test_the_view_reads_the_uploaded_file_from_its_start(pdfpool, settings, url,
     data = b"%PDF- read by the job's staging, then by the view"
     response = Client().post(url, {"file": upload(data)}, **JSON)
     assert response.json() == {"read": data.decode(), "size": len(data)}
+
+
+def test_an_upload_that_cannot_seek_is_staged_all_the_same(tmp_path):
+    """As ``File.chunks()`` reads it: a custom upload handler's stream may not seek."""
+    data = b"%PDF- from a stream that only reads"
+    stream = io.BufferedReader(_Unseekable(data))
+    staged = stage(UploadedFile(stream, "doc.pdf", size=len(data)), str(tmp_path))
+    assert Path(staged.path).read_bytes() == data
+    staged.discard()
+
+
+class _Unseekable(io.RawIOBase):
+    def __init__(self, data: bytes) -> None:
+        self.data = io.BytesIO(data)
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        return self.data.readinto(buffer)
 
 
 def test_a_staged_copy_is_named_with_its_process(pdfpool):
