@@ -77,6 +77,10 @@ def pdf_pooled(
     every view by default.
     """
     name = resolve_job_name(job, job_name)  # an ambiguous job fails here, at decoration
+    if answer is not None and not callable(answer):  # else a TypeError at the first refusal
+        raise ImproperlyConfigured(
+            f"answer= takes a function (request, exception) -> HttpResponse, not {answer!r}."
+        )
     if view is None:
         return functools.partial(pdf_pooled, field=field, job=job, job_name=name, answer=answer)
     refuse_misplaced(view)

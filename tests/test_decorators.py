@@ -618,6 +618,14 @@ def test_an_ambiguous_job_without_a_name_is_refused_when_the_view_is_decorated(k
         pdf_pooled(_describe, job=AMBIGUOUS[kind])
 
 
+def test_an_answer_that_is_no_function_is_refused_when_the_view_is_decorated():
+    """A dotted path, as REFUSAL_VIEW takes, would fail only at the first refusal."""
+    with pytest.raises(ImproperlyConfigured, match="answer= takes a function"):
+        pdf_pooled(answer="myapp.views.pdf_refused")(_describe)
+    with pytest.raises(ImproperlyConfigured, match="answer= takes a function"):
+        pdf_pooled(_describe, answer="myapp.views.pdf_refused")
+
+
 def test_a_module_function_needs_no_name_and_a_named_job_is_accepted():
     pdf_pooled(job=_module_job)(_describe)
     pdf_pooled(job=AMBIGUOUS["lambda"], job_name="tests.lambda")(_describe)
