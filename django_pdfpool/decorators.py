@@ -275,7 +275,7 @@ def prepare(
     if upload.raw and framework is None:
         body = iter(functools.partial(request.read, STAGING_CHUNK), b"")  # a chunk at a time
         staged = stage_chunks(body, "upload.pdf", conf.temp_dir, limit)
-        if not staged.size:  # an empty body is no body (RFC 9110 8.6): no job for it
+        if staged.size < (upload.declared_size or 1):  # none, or cut short (WSGI: client left)
             staged.discard()
             raise NoUpload(Wording.NO_UPLOAD.format(field=view.field))
     else:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import hashlib
+import io
 import json
 import os
 import subprocess
@@ -319,6 +320,18 @@ def test_an_empty_pdf_body_is_no_upload_and_runs_no_job(pdfpool, url):
     response = Client().post(url, b"", content_type="application/pdf", **JSON, **empty)
     assert response.status_code == 400
     assert response.json()["error"] == "no_upload"
+    assert get_pool().snapshot().counters.started == 0
+    assert leftovers(pdfpool()) == []
+
+
+@pytest.mark.parametrize("url", ["/sync/", "/async/"])
+def test_a_pdf_body_cut_short_runs_no_job(pdfpool, url):
+    """Under WSGI a client that leaves mid-body leaves the view a short body (under ASGI
+    Django aborts the request): no job for a PDF it never finished sending."""
+    data = pdfs.simple(["cut short"])
+    cut = {"wsgi.input": io.BytesIO(data), "CONTENT_LENGTH": str(len(data) + 5000)}
+    response = Client().generic("POST", url, CONTENT_TYPE="application/pdf", **JSON, **cut)
+    assert response.status_code == 400 and response.json()["error"] == "no_upload"
     assert get_pool().snapshot().counters.started == 0
     assert leftovers(pdfpool()) == []
 
