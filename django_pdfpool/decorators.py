@@ -125,13 +125,19 @@ def refuse_misplaced(view: Callable[..., Any]) -> None:
             "before it was decorated, so it would never run. Put the decorator below "
             "@api.post, and use django_pdfpool.contrib.ninja.pdf_pooled (docs/ninja.md)."
         )
-    if inspect.isclass(view) or hasattr(getattr(view, "cls", None), "authentication_classes"):
+    view_class = view if inspect.isclass(view) else getattr(view, "cls", None)
+    if hasattr(view_class, "authentication_classes"):
         raise ImproperlyConfigured(
             f"@pdf_pooled wraps the DRF view {where} from outside: it would see the request "
             "before DRF authenticates it (the caller would be the client's address, and a "
             "request without credentials would be extracted before its 401). Use "
             "django_pdfpool.contrib.drf.pdf_pooled on the handler, or below @api_view "
             "(docs/drf.md)."
+        )
+    if inspect.isclass(view):
+        raise ImproperlyConfigured(
+            f"@pdf_pooled is on the class {where}, not a view function: decorate its handler "
+            'with method_decorator(pdf_pooled, name="post") (docs/usage.md).'
         )
     try:  # not following __wrapped__: method_decorator hands over a bound partial
         parameters = list(inspect.signature(view, follow_wrapped=False).parameters)

@@ -631,6 +631,13 @@ def test_an_ambiguous_job_without_a_name_is_refused_when_the_view_is_decorated(k
         pdf_pooled(_describe, job=AMBIGUOUS[kind])
 
 
+def test_a_class_based_view_decorated_whole_is_told_to_use_method_decorator():
+    """Not told it is a DRF view (the class check once named DRF for every class)."""
+    with pytest.raises(ImproperlyConfigured, match="method_decorator") as told:
+        pdf_pooled(SyncDispatchView)
+    assert "DRF" not in str(told.value)
+
+
 def test_an_answer_that_is_no_function_is_refused_when_the_view_is_decorated():
     """A dotted path, as REFUSAL_VIEW takes, would fail only at the first refusal."""
     with pytest.raises(ImproperlyConfigured, match="answer= takes a function"):
