@@ -77,6 +77,10 @@ def pdf_pooled(
     every view by default.
     """
     name = resolve_job_name(job, job_name)  # an ambiguous job fails here, at decoration
+    if answer is not None and not callable(answer):  # else a TypeError at the first refusal
+        raise ImproperlyConfigured(
+            f"answer= takes a function (request, exception) -> HttpResponse, not {answer!r}."
+        )
     if view is None:
         return functools.partial(pdf_pooled, field=field, job=job, job_name=name, answer=answer)
     refuse_misplaced(view)
@@ -100,9 +104,16 @@ def admitting(view: ViewFunc, pooled: PooledView) -> ViewFunc:
             return refusal_answer(request, refused, pooled.answer)
         return view(request, *args, **kwargs)
 
-    wrapper = async_wrapper if iscoroutinefunction(view) else sync_wrapper
+    wrapper = async_wrapper if answers_awaitable(view) else sync_wrapper
     setattr(wrapper, POOLED, pooled)
     return cast(ViewFunc, wrapper)
+
+
+def answers_awaitable(view: Callable[..., Any]) -> bool:
+    """Whether ``view`` answers with an awaitable: an async function, or the ``dispatch`` of an
+    async class-based view, which ``method_decorator`` hands over bound in a partial."""
+    bound_to = getattr(getattr(view, "func", None), "__self__", None)
+    return iscoroutinefunction(view) or getattr(bound_to, "view_is_async", False) is True
 
 
 def refuse_misplaced(view: Callable[..., Any]) -> None:
@@ -114,13 +125,19 @@ def refuse_misplaced(view: Callable[..., Any]) -> None:
             "before it was decorated, so it would never run. Put the decorator below "
             "@api.post, and use django_pdfpool.contrib.ninja.pdf_pooled (docs/ninja.md)."
         )
-    if inspect.isclass(view) or hasattr(getattr(view, "cls", None), "authentication_classes"):
+    view_class = view if inspect.isclass(view) else getattr(view, "cls", None)
+    if hasattr(view_class, "authentication_classes"):
         raise ImproperlyConfigured(
             f"@pdf_pooled wraps the DRF view {where} from outside: it would see the request "
             "before DRF authenticates it (the caller would be the client's address, and a "
             "request without credentials would be extracted before its 401). Use "
             "django_pdfpool.contrib.drf.pdf_pooled on the handler, or below @api_view "
             "(docs/drf.md)."
+        )
+    if inspect.isclass(view):
+        raise ImproperlyConfigured(
+            f"@pdf_pooled is on the class {where}, not a view function: decorate its handler "
+            'with method_decorator(pdf_pooled, name="post") (docs/usage.md).'
         )
     try:  # not following __wrapped__: method_decorator hands over a bound partial
         parameters = list(inspect.signature(view, follow_wrapped=False).parameters)
@@ -264,6 +281,9 @@ def prepare(
     if upload.raw and framework is None:
         body = iter(functools.partial(request.read, STAGING_CHUNK), b"")  # a chunk at a time
         staged = stage_chunks(body, "upload.pdf", conf.temp_dir, limit)
+        if staged.size < (upload.declared_size or 1):  # none, or cut short (WSGI: client left)
+            staged.discard()
+            raise NoUpload(Wording.NO_UPLOAD.format(field=view.field))
     else:
         files = (request if framework is None else framework).FILES
         form_file = files.get("file" if upload.raw else view.field)  # a raw body parsed: "file"

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import NamedTuple, cast
 
 from asgiref.sync import sync_to_async
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse
 from django.utils.html import format_html
 
 from .conf import get_settings
@@ -125,8 +125,15 @@ def refusal_answer(
     request: HttpRequest, error: Failure, answer: RefusalView | None = None
 ) -> HttpResponse:
     """The answer in a view's place: ``answer`` (a view's ``answer=``) when given, else the
-    project's ``REFUSAL_VIEW``. Every entry answers through here (or its async twin)."""
-    return cast(HttpResponse, (answer or get_settings().refusal_view)(request, error))
+    project's ``REFUSAL_VIEW``. Every entry answers through here (or its async twin); a
+    ``TemplateResponse`` is rendered here, since the door answers where Django would not."""
+    view = answer or get_settings().refusal_view
+    response = view(request, error)
+    if not isinstance(response, HttpResponseBase):
+        name = getattr(view, "__qualname__", repr(view))
+        raise TypeError(f"The refusal view {name} returned {response!r}, not an HttpResponse.")
+    render = getattr(response, "render", None)
+    return cast(HttpResponse, render() if callable(render) else response)
 
 
 async def arefusal_answer(

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import io
 import logging
 import os
 import re
@@ -48,8 +49,12 @@ class StagedUpload:
 
 
 def stage(upload: UploadedFile[bytes], directory: str | None = None) -> StagedUpload:
-    """Copy ``upload`` into a new temporary file, computing its SHA-256 on the way."""
-    return stage_chunks(upload.chunks(), upload.name or "upload.pdf", directory)
+    """Copy ``upload`` into a new temporary file, computing its SHA-256 on the way; ``upload``
+    is left at its start, as Django hands it to the view."""
+    staged = stage_chunks(upload.chunks(), upload.name or "upload.pdf", directory)
+    with contextlib.suppress(AttributeError, io.UnsupportedOperation):  # as File.chunks() seeks
+        upload.seek(0)
+    return staged
 
 
 def stage_chunks(

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import hashlib
+import io
 import json
 import os
 import subprocess
@@ -18,6 +19,8 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import AsyncClient, Client, RequestFactory
 from django.urls import path
+from django.utils.decorators import method_decorator
+from django.views import View
 
 from django_pdfpool import decorators, get_pool, pdf_pooled
 from django_pdfpool.callers import user_or_forwarded_ip, user_or_ip
@@ -311,6 +314,29 @@ def test_a_post_without_the_upload_gets_400(pdfpool, url):
 
 
 @pytest.mark.parametrize("url", ["/sync/", "/async/"])
+def test_an_empty_pdf_body_is_no_upload_and_runs_no_job(pdfpool, url):
+    """Content-Length: 0 is no content (RFC 9110 8.6), not an empty PDF to extract."""
+    empty = {"CONTENT_TYPE": "application/pdf", "CONTENT_LENGTH": "0"}  # as the client omits it
+    response = Client().post(url, b"", content_type="application/pdf", **JSON, **empty)
+    assert response.status_code == 400
+    assert response.json()["error"] == "no_upload"
+    assert get_pool().snapshot().counters.started == 0
+    assert leftovers(pdfpool()) == []
+
+
+@pytest.mark.parametrize("url", ["/sync/", "/async/"])
+def test_a_pdf_body_cut_short_runs_no_job(pdfpool, url):
+    """Under WSGI a client that leaves mid-body leaves the view a short body (under ASGI
+    Django aborts the request): no job for a PDF it never finished sending."""
+    data = pdfs.simple(["cut short"])
+    cut = {"wsgi.input": io.BytesIO(data), "CONTENT_LENGTH": str(len(data) + 5000)}
+    response = Client().generic("POST", url, CONTENT_TYPE="application/pdf", **JSON, **cut)
+    assert response.status_code == 400 and response.json()["error"] == "no_upload"
+    assert get_pool().snapshot().counters.started == 0
+    assert leftovers(pdfpool()) == []
+
+
+@pytest.mark.parametrize("url", ["/sync/", "/async/"])
 def test_an_oversized_upload_gets_413_before_any_work(pdfpool, url):
     pdfpool(MAX_UPLOAD_SIZE=1000)
     field = "document" if url == "/async/" else "file"
@@ -527,7 +553,47 @@ def _named(pages: str):
         return pdf_pooled(job=page_job(pages))(_describe)
 
 
-urlpatterns = [path("first/", _named("first")), path("all/", _named("all"))]
+async def _digest_job(upload):
+    return {"sha256": upload.sha256}
+
+
+@method_decorator(pdf_pooled(job=_digest_job), name="dispatch")
+class AsyncDispatchView(View):
+    async def get(self, request):
+        return _describe(request)
+
+    async def post(self, request):
+        return _describe(request)
+
+
+@method_decorator(pdf_pooled(job=_digest_job), name="dispatch")
+class SyncDispatchView(View):
+    def get(self, request):
+        return _describe(request)
+
+    def post(self, request):
+        return _describe(request)
+
+
+urlpatterns = [
+    path("first/", _named("first")),
+    path("all/", _named("all")),
+    path("dispatch/async/", AsyncDispatchView.as_view()),
+    path("dispatch/sync/", SyncDispatchView.as_view()),
+]
+
+
+@pytest.mark.urls("tests.test_decorators")
+@pytest.mark.parametrize("url", ["/dispatch/sync/", "/dispatch/async/"])
+@pytest.mark.parametrize("client", ["wsgi", "asgi"])
+def test_method_decorator_on_dispatch_pools_the_post_of_sync_and_async_views(pdfpool, url, client):
+    """Django's idiom for class-based views; an async view's dispatch is a sync method that
+    returns its handler's coroutine, on the event loop under ASGI."""
+    data = b"%PDF- through dispatch"
+    response = post(url, data) if client == "wsgi" else asyncio.run(apost(url, data))
+    assert response.status_code == 200, response.content
+    assert response.json() == {"pdf": {"sha256": hashlib.sha256(data).hexdigest()}}
+    assert Client().get(url).json() == {"pdf": None}
 
 
 class _CallableJob:
@@ -563,6 +629,21 @@ def test_an_ambiguous_job_without_a_name_is_refused_when_the_view_is_decorated(k
         pdf_pooled(job=AMBIGUOUS[kind])(_describe)
     with pytest.raises(ImproperlyConfigured, match="job_name="):
         pdf_pooled(_describe, job=AMBIGUOUS[kind])
+
+
+def test_a_class_based_view_decorated_whole_is_told_to_use_method_decorator():
+    """Not told it is a DRF view (the class check once named DRF for every class)."""
+    with pytest.raises(ImproperlyConfigured, match="method_decorator") as told:
+        pdf_pooled(SyncDispatchView)
+    assert "DRF" not in str(told.value)
+
+
+def test_an_answer_that_is_no_function_is_refused_when_the_view_is_decorated():
+    """A dotted path, as REFUSAL_VIEW takes, would fail only at the first refusal."""
+    with pytest.raises(ImproperlyConfigured, match="answer= takes a function"):
+        pdf_pooled(answer="myapp.views.pdf_refused")(_describe)
+    with pytest.raises(ImproperlyConfigured, match="answer= takes a function"):
+        pdf_pooled(_describe, answer="myapp.views.pdf_refused")
 
 
 def test_a_module_function_needs_no_name_and_a_named_job_is_accepted():

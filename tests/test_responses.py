@@ -4,15 +4,21 @@ failure (status, code, message, Retry-After), the library's answers, the one hoo
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import ClassVar
 
+import httpx
 import pytest
+from django.core.asgi import get_asgi_application
+from django.core.files.uploadedfile import SimpleUploadedFile
 from django.http import JsonResponse
+from django.template import engines
+from django.template.response import TemplateResponse
 from django.test import Client, override_settings
 from django.urls import path
 
-from django_pdfpool import pdf_pooled
+from django_pdfpool import PdfPoolDoor, get_pool, pdf_pooled
 from django_pdfpool.exceptions import (
     BodyTimeout,
     CallerBusy,
@@ -170,6 +176,52 @@ def test_the_integrations_door_answers_read_the_route_once_resolved(pdfpool, rf)
     assert response.status_code == 503 and response["Retry-After"] == "1"
     assert "POST" in response["Allow"]  # the route's own view class answered
     assert "POST" not in drf.door_answer(rf.post("/nowhere/"), error)["Allow"]  # APIView's
+
+
+def templated_refusal(request, exception):
+    """A project's refusal view whose response renders later, as a class-based view's does."""
+    page = engines["django"].from_string("<p>{{ code }}</p>")
+    return TemplateResponse(request, page, {"code": exception.code}, status=exception.status)
+
+
+@pytest.mark.parametrize("door", [True, False], ids=["door-on", "door-off"])
+@pytest.mark.parametrize("client", ["wsgi", "asgi"])
+def test_a_refusal_view_may_answer_with_a_template_response(pdfpool, door, client):
+    """Django renders a view's TemplateResponse, not a middleware's: the door's (the
+    middleware under WSGI, ``PdfPoolDoor`` under ASGI) is rendered all the same."""
+    pdfpool(REFUSAL_VIEW="tests.test_responses.templated_refusal", DOOR=door)
+    get_pool().close()
+    if client == "wsgi":
+        form = {"file": SimpleUploadedFile("doc.pdf", b"%PDF- refused")}
+        response = Client(raise_request_exception=False).post("/sync/", form)
+        status, content = response.status_code, response.content
+    else:
+        app = PdfPoolDoor(get_asgi_application())
+
+        async def send() -> httpx.Response:
+            transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+            async with httpx.AsyncClient(transport=transport, base_url="http://x") as client:
+                files = {"file": ("doc.pdf", b"%PDF- refused", "application/pdf")}
+                return await client.post("/sync/", files=files, headers={"Host": "testserver"})
+
+        answered = asyncio.run(send())
+        status, content = answered.status_code, answered.content
+    assert (status, content) == (503, b"<p>closed</p>")
+
+
+def no_answer(request, exception):
+    return None  # a project's answer that forgot its return
+
+
+@pytest.mark.parametrize("door", [True, False], ids=["door-on", "door-off"])
+def test_a_refusal_view_that_returns_no_response_is_named_in_the_error(pdfpool, door):
+    """Not Django's "the view didn't return an HttpResponse" (the view never ran), nor an
+    AttributeError from the door: the project's function is named."""
+    pdfpool(REFUSAL_VIEW="tests.test_responses.no_answer", DOOR=door)
+    get_pool().close()
+    form = {"file": SimpleUploadedFile("doc.pdf", b"%PDF- refused")}
+    with pytest.raises(TypeError, match="refusal view no_answer returned None, not an Http"):
+        Client().post("/sync/", form)
 
 
 REFUSALS = {

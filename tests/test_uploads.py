@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import json
 import os
 import signal
@@ -15,10 +16,13 @@ from pathlib import Path
 
 import pytest
 from django.core.exceptions import ImproperlyConfigured
+from django.core.files.uploadedfile import UploadedFile
+from django.http import JsonResponse
 from django.test import AsyncClient, Client
+from django.urls import path
 
-from django_pdfpool import decorators
-from django_pdfpool.uploads import started
+from django_pdfpool import StagedUpload, decorators, pdf_pooled
+from django_pdfpool.uploads import stage, started
 from tests.project.views import HELD
 from tests.support.uploads import JSON, upload
 
@@ -74,6 +78,55 @@ def test_a_pool_that_cannot_be_had_leaves_no_staged_copy(pdfpool, monkeypatch):
     with pytest.raises(ImproperlyConfigured) as raised:
         Client().post("/sync/", {"file": upload(b"%PDF- no pool")}, **JSON)
     assert staged(conf) == [] and raised.value is not None
+
+
+async def sized(upload: StagedUpload) -> int:
+    return upload.size
+
+
+@pdf_pooled(job=sized)
+def reads_its_file(request):
+    return JsonResponse({"read": request.FILES["file"].read().decode(), "size": request.pdf})
+
+
+@pdf_pooled(job=sized)
+async def areads_its_file(request):
+    return JsonResponse({"read": request.FILES["file"].read().decode(), "size": request.pdf})
+
+
+urlpatterns = [path("reads/sync/", reads_its_file), path("reads/async/", areads_its_file)]
+
+
+@pytest.mark.urls(__name__)
+@pytest.mark.parametrize("url", ["/reads/sync/", "/reads/async/"])
+@pytest.mark.parametrize("memory_size", [2_621_440, 0], ids=["in memory", "on disk"])
+def test_the_view_reads_the_uploaded_file_from_its_start(pdfpool, settings, url, memory_size):
+    """Staging reads the upload Django made; the view still gets it as Django gives it."""
+    pdfpool()
+    settings.FILE_UPLOAD_MAX_MEMORY_SIZE = memory_size
+    data = b"%PDF- read by the job's staging, then by the view"
+    response = Client().post(url, {"file": upload(data)}, **JSON)
+    assert response.json() == {"read": data.decode(), "size": len(data)}
+
+
+def test_an_upload_that_cannot_seek_is_staged_all_the_same(tmp_path):
+    """As ``File.chunks()`` reads it: a custom upload handler's stream may not seek."""
+    data = b"%PDF- from a stream that only reads"
+    stream = io.BufferedReader(_Unseekable(data))
+    staged = stage(UploadedFile(stream, "doc.pdf", size=len(data)), str(tmp_path))
+    assert Path(staged.path).read_bytes() == data
+    staged.discard()
+
+
+class _Unseekable(io.RawIOBase):
+    def __init__(self, data: bytes) -> None:
+        self.data = io.BytesIO(data)
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        return self.data.readinto(buffer)
 
 
 def test_a_staged_copy_is_named_with_its_process(pdfpool):
