@@ -78,7 +78,8 @@ def door_authenticate(request: HttpRequest) -> HttpResponse | None:
 
 def drf_answer(request: HttpRequest, exc: APIException | None) -> HttpResponse | None:
     """``exc`` answered by the DRF view ``request`` resolves to (``APIView`` if none); with
-    ``exc`` None, the refusal of its authentication and permissions, if any."""
+    ``exc`` None, the refusal of ``initial()``'s checks before its throttles (content
+    negotiation, versioning, authentication, permissions), if any."""
     match = route_of(request)
     func, args, kwargs = (match.func, match.args, match.kwargs) if match else (None, (), {})
     view_class = getattr(func, "cls", None) or APIView
@@ -89,7 +90,11 @@ def drf_answer(request: HttpRequest, exc: APIException | None) -> HttpResponse |
     view.request = drf_request = view.initialize_request(request, *args, **kwargs)
     view.format_kwarg = view.get_format_suffix(**kwargs)
     if exc is None:
-        try:
+        try:  # as APIView.initial() does
+            neg = view.perform_content_negotiation(drf_request)
+            drf_request.accepted_renderer, drf_request.accepted_media_type = neg
+            version, scheme = view.determine_version(drf_request, *args, **kwargs)
+            drf_request.version, drf_request.versioning_scheme = version, scheme
             view.perform_authentication(drf_request)
             view.check_permissions(drf_request)
             return None

@@ -135,6 +135,21 @@ def test_a_permission_that_reads_the_body_is_asked_with_the_body(pdfpool, door):
     assert untitled.status_code == 403
 
 
+@pytest.mark.parametrize("door", [False, True], ids=["door-off", "door-on"])
+def test_an_accept_drf_cannot_satisfy_is_its_406_before_the_pools_refusal(pdfpool, door):
+    """DRF negotiates the response before authenticating: with the pool full, an ``Accept``
+    no renderer of the view satisfies is DRF's 406, at the door as in the view."""
+    pdfpool(SLOTS=1, QUEUE=0, DOOR={"BUDGET": 0} if door else False)
+    HELD.reset()
+    with held_requests(1) as threads:
+        threads.submit(send, "/drf/function/held/", b"%PDF- one")
+        wait_until(lambda: len(HELD.runs) == 1)
+        refused = send("/drf/documents/", b"%PDF- two", user="carol", HTTP_ACCEPT="text/csv")
+    assert refused.status_code == 406, refused.content
+    assert "Accept" in refused.json()["detail"] and "Retry-After" not in refused
+    assert len(HELD.runs) == 1
+
+
 def test_a_full_pool_is_503_through_the_projects_handler(pdfpool):
     """With the door off (it answers before DRF, through REFUSAL_VIEW), the pool's 503
     comes from the decorator, as a DRF exception."""
