@@ -144,6 +144,8 @@ def door_authenticate(request: HttpRequest) -> HttpResponse | None:
     operation = _operation_of(request)
     if operation is None or not operation.auth_callbacks:
         return None
+    if operation.csrf_exempt:  # as Operation._run_checks: its auth skips the CSRF check
+        request._ninja_csrf_exempt = True  # type: ignore[attr-defined]
     answer = NinjaOperation._run_authentication(operation, request)  # sync: a thread
     return answer if answer is not None and answer.status_code in (401, 403) else None
 

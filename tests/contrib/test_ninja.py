@@ -163,6 +163,39 @@ def test_the_default_handler_answers_detail_with_retry_after(pdfpool):
     assert "multipart file field" in response.json()["detail"]
 
 
+@pytest.mark.parametrize("door", [False, True], ids=["door-off", "door-on"])
+def test_a_csrf_exempt_operation_skips_its_cookie_auths_csrf_check_at_the_door_too(pdfpool, door):
+    """ninja skips the CSRF check of a cookie authentication on a ``csrf_exempt`` operation:
+    the door, asking that authentication from the headers, must too."""
+    from django.test import override_settings
+    from django.urls import path
+    from django.views.decorators.csrf import csrf_exempt
+    from ninja.security import APIKeyCookie
+
+    class Key(APIKeyCookie):  # csrf=True: a form or a header token, unless exempt
+        param_name = "key"
+
+        def authenticate(self, request, key):
+            return key
+
+    exempt = NinjaAPI(urls_namespace="pdfpool-csrf-exempt")
+
+    @exempt.post("/x", auth=Key())
+    @csrf_exempt
+    @ninja.pdf_pooled
+    def x(request):
+        return {"text": request.pdf.text}
+
+    pdfpool(DOOR=door)
+    urls = type("urls", (), {"urlpatterns": [path("exempt/", exempt.urls)]})
+    client = Client(enforce_csrf_checks=True, REMOTE_ADDR="10.0.8.11")
+    client.cookies["key"] = "k-1"
+    with override_settings(ROOT_URLCONF=urls):
+        response = client.post("/exempt/x", pdfs.simple(["exempt"]), "application/pdf")
+    assert response.status_code == 200, response.content
+    assert response.json() == {"text": "exempt"}
+
+
 def test_the_decorator_above_api_post_fails_at_import():
     api = NinjaAPI(urls_namespace="pdfpool-misplaced")
 
