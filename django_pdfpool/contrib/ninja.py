@@ -140,14 +140,15 @@ def door_answer(request: HttpRequest, exception: Failure) -> HttpResponse:
 
 
 def door_authenticate(request: HttpRequest) -> HttpResponse | None:
-    """ninja's 401 or 403 for a request its authentication refuses from the headers, else None."""
+    """ninja's answer (401, 403, any 4xx) for a request its authentication refuses from the
+    headers, else None (a server error there is not the request's: the view meets it)."""
     operation = _operation_of(request)
     if operation is None or not operation.auth_callbacks:
         return None
     if operation.csrf_exempt:  # as Operation._run_checks: its auth skips the CSRF check
         request._ninja_csrf_exempt = True  # type: ignore[attr-defined]
     answer = NinjaOperation._run_authentication(operation, request)  # sync: a thread
-    return answer if answer is not None and answer.status_code in (401, 403) else None
+    return answer if answer is not None and 400 <= answer.status_code < 500 else None
 
 
 def _operation_of(request: HttpRequest) -> NinjaOperation | None:

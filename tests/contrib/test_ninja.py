@@ -13,6 +13,7 @@ import pytest
 from django.core.exceptions import ImproperlyConfigured
 from django.test import Client
 from ninja import NinjaAPI
+from ninja.errors import HttpError
 
 import django_pdfpool
 from django_pdfpool import get_pool
@@ -100,6 +101,41 @@ def test_a_token_the_authentication_refuses_403_gets_ninjas_403_not_the_doors_41
     )  # fmt: skip
     assert response.status_code == 403, response.content
     assert response.json() == {"detail": "This token is banned."}
+
+
+@pytest.mark.parametrize("door", [False, True], ids=["door-off", "door-on"])
+def test_any_client_error_the_authentication_raises_is_ninjas_not_the_doors_413(pdfpool, door):
+    """An ``HttpError`` an authentication raises from the headers (400 for a malformed key
+    here) is ninja's answer, given before the body with the door as without it."""
+    from django.test import override_settings
+    from django.urls import path
+    from ninja.security import APIKeyHeader
+
+    class Key(APIKeyHeader):
+        param_name = "X-API-Key"
+
+        def authenticate(self, request, key):
+            if not (key or "").startswith("k-"):
+                raise HttpError(400, "A key starts with k-.")
+            return key
+
+    keyed = NinjaAPI(urls_namespace="pdfpool-malformed-key")
+
+    @keyed.post("/x", auth=Key())
+    @ninja.pdf_pooled
+    def x(request):
+        return {"text": request.pdf.text}
+
+    pdfpool(MAX_UPLOAD_SIZE=1024, DOOR=door)
+    urls = type("urls", (), {"urlpatterns": [path("keyed/", keyed.urls)]})
+    environ = {"wsgi.input": io.BytesIO(), "CONTENT_LENGTH": "100000000"}
+    with override_settings(ROOT_URLCONF=urls):
+        response = Client(REMOTE_ADDR="10.0.8.12").generic(
+            "POST", "/keyed/x", content_type="application/pdf", HTTP_X_API_KEY="nope",
+            **environ,
+        )  # fmt: skip
+    assert response.status_code == 400, response.content
+    assert response.json() == {"detail": "A key starts with k-."}
 
 
 def test_a_body_past_its_deadline_while_ninja_parses_it_is_408_through_the_handlers(pdfpool):
