@@ -123,7 +123,18 @@ def _documented(field: str, operation: NinjaOperation) -> None:
         form = {"type": "object", "properties": {field: pdf}, "required": [field]}
         content = {"application/pdf": {"schema": pdf}, "multipart/form-data": {"schema": form}}
         extra["requestBody"] = {"required": True, "content": content}
-    operation.openapi_extra = {**extra, **(operation.openapi_extra or {})}
+    operation.openapi_extra = _merged(extra, operation.openapi_extra or {})
+
+
+def _merged(ours: dict[Any, Any], theirs: dict[Any, Any]) -> dict[Any, Any]:
+    """``theirs`` over ``ours`` key by key, as ninja merges ``openapi_extra`` into a schema."""
+    merged = dict(ours)
+    for key, value in theirs.items():
+        mine = merged.get(key)
+        merged[key] = (
+            _merged(mine, value) if isinstance(mine, dict) and isinstance(value, dict) else value
+        )
+    return merged
 
 
 def door_answer(request: HttpRequest, exception: Failure) -> HttpResponse:

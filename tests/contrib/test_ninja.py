@@ -294,3 +294,24 @@ def test_the_operations_own_responses_keep_their_words_and_get_retry_after():
     assert "content" in busy and "Retry-After" in busy["headers"]
     form = post["requestBody"]["content"]["multipart/form-data"]["schema"]
     assert form["required"] == ["document"]
+
+
+def test_openapi_extra_of_the_operations_own_adds_to_the_refusals_and_the_body():
+    """ninja merges an operation's ``openapi_extra`` into its schema key by key: responses
+    and a body description of the operation's own keep the refusals and the PDF body."""
+    api = NinjaAPI(urls_namespace="pdfpool-extra")
+    extra = {"responses": {404: {"description": "No such folder"}},
+             "requestBody": {"description": "The report"}}  # fmt: skip
+
+    @api.post("/op", openapi_extra=extra)
+    @ninja.pdf_pooled
+    def op(request):
+        return {}
+
+    post = api.get_openapi_schema(path_prefix="/")["paths"]["/op"]["post"]
+    assert set(post["responses"]) == {200, 404, *REFUSALS}
+    assert post["responses"][404] == {"description": "No such folder"}
+    assert "Retry-After" in post["responses"][503]["headers"]
+    body = post["requestBody"]
+    assert body["description"] == "The report"
+    assert set(body["content"]) == {"application/pdf", "multipart/form-data"}
