@@ -50,9 +50,10 @@ def auth_caller(request: HttpRequest) -> str | None:
     """The caller of what ninja's authentication returned (``request.auth``): a user is
     ``user:<pk>`` (as the ``CALLER`` setting names users); anything else, a token say,
     ``auth:<16 hex digits of its HMAC under SECRET_KEY>`` (no secret, nor a hash one could
-    test guesses against, on the status page); None when ninja did not authenticate."""
+    test guesses against, on the status page); None when ninja did not authenticate, or
+    returned ``True`` (it may pass, but who it is, ``CALLER`` says)."""
     auth = getattr(request, "auth", None)
-    if auth is None or auth is False:
+    if auth is None or isinstance(auth, bool):
         return None
     if getattr(auth, "is_authenticated", False) and getattr(auth, "pk", None) is not None:
         return f"user:{auth.pk}"

@@ -19,7 +19,7 @@ import django_pdfpool
 from django_pdfpool import get_pool
 from django_pdfpool.contrib import ninja
 from tests.conftest import held_requests, wait_until
-from tests.project.views import HELD
+from tests.project.views import HELD, held_job
 from tests.support import pdfs
 from tests.test_decorators import upload
 
@@ -72,6 +72,39 @@ def test_the_caller_is_request_auth(pdfpool):
 class _Authed:
     def __init__(self, auth):
         self.auth = auth
+
+
+def test_an_authentication_that_returns_true_names_nobody(pdfpool):
+    """``True`` says a request may pass, not who sent it: the ``CALLER`` setting names the
+    caller (the address here), else every client of the API would be one caller."""
+    from django.test import override_settings
+    from django.urls import path
+
+    allowed = NinjaAPI(urls_namespace="pdfpool-true-auth")
+
+    @allowed.post("/x", auth=lambda request: True)
+    @ninja.pdf_pooled(job=held_job)
+    def x(request):
+        return {"ok": True}
+
+    urls = type("urls", (), {"urlpatterns": [path("allowed/", allowed.urls)]})
+
+    def send_from(ip, data):
+        with override_settings(ROOT_URLCONF=urls):
+            return Client(REMOTE_ADDR=ip).post("/allowed/x", data, "application/pdf")
+
+    HELD.reset()
+    with held_requests(2) as threads:
+        first = threads.submit(send_from, "10.0.8.21", b"%PDF- one")
+        wait_until(lambda: len(HELD.runs) == 1)
+        second = threads.submit(send_from, "10.0.8.22", b"%PDF- two")
+        wait_until(lambda: len(HELD.runs) == 2 or second.done())
+        assert {job.caller for job in get_pool().snapshot().jobs} == {
+            "ip:10.0.8.21",
+            "ip:10.0.8.22",
+        }
+        HELD.release.set()
+        assert first.result(SOON).status_code == second.result(SOON).status_code == 200
 
 
 def test_without_ninja_auth_the_caller_setting_names_the_caller(pdfpool):
