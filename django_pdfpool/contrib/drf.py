@@ -11,7 +11,8 @@ from typing import IO, Any, TypeVar, cast, overload
 from asgiref.sync import iscoroutinefunction
 from django.core.exceptions import ImproperlyConfigured
 from django.core.handlers.wsgi import LimitedStream
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, QueryDict
+from django.utils.datastructures import MultiValueDict
 from rest_framework.exceptions import APIException, ErrorDetail, Throttled
 from rest_framework.parsers import DataAndFiles, FileUploadParser
 from rest_framework.request import Request
@@ -121,8 +122,13 @@ class PdfParser(FileUploadParser):
         limit = get_settings().max_upload_size  # one byte more read tells a body over it
         limited = cast(IO[bytes], LimitedStream(cast(Any, stream), limit + 1))
         parsed = super().parse(limited, media_type, parser_context)
-        if (parsed.files["file"].size or 0) > limit:
+        file = parsed.files["file"]
+        if (file.size or 0) > limit:
             raise api_exception(UploadTooLarge.over(limit))
+        request = (parser_context or {}).get("request")
+        request = getattr(request, "_request", request)  # as DRF does for a form's files:
+        if request is not None:  # Django closes (deletes) them when the request ends
+            request._post, request._files = QueryDict(), MultiValueDict({"file": [file]})
         return cast("DataAndFiles[Any, Any]", parsed)
 
 
