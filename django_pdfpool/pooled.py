@@ -76,6 +76,11 @@ def stage_source(source: Source, conf: PoolSettings) -> StagedUpload:
         name = os.path.basename(source.name or "upload.pdf")
         with source.open("rb") if source.closed else contextlib.nullcontext(source) as opened:
             return stage_chunks(opened.chunks(), name, conf.temp_dir, limit)
+    if not isinstance(source, str | os.PathLike):
+        raise TypeError(
+            "extract_pooled reads a path, a django.core.files.File (wrap an open file in "
+            f"File(...)) or the PDF's bytes, not {type(source).__name__}."
+        )
     path = os.fspath(source)
     if not stat.S_ISREG(os.stat(path).st_mode):
         raise ValueError(f"{path!r} is not a regular file.")
