@@ -71,6 +71,8 @@ def stage_source(source: Source, conf: PoolSettings) -> StagedUpload:
     if isinstance(source, File):  # opened and closed again, or read from the start, left open
         if not source.name and source.closed:
             raise ValueError("The file has no name and is not open: there is nothing to read.")
+        if not source.closed and "b" not in getattr(source, "mode", "b"):
+            raise TypeError(f"{source.name!r} is open in text mode: open it with 'rb'.")
         if source.size is not None and source.size > limit:
             raise UploadTooLarge.over(limit)
         name = os.path.basename(source.name or "upload.pdf")

@@ -12,6 +12,7 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from django.core.files import File
 from django.core.files.base import ContentFile
 from django.core.files.storage import FileSystemStorage, InMemoryStorage
 from django.core.management import call_command
@@ -143,6 +144,8 @@ def test_a_source_it_cannot_read_is_a_clear_type_error(pdfpool, tmp_path):
             with pytest.raises(TypeError, match=r"django\.core\.files\.File") as refused:
                 extract_pooled(source, caller="task:types")
             assert type(source).__name__ in str(refused.value)
+        with open(mine.name, encoding="latin-1") as text, pytest.raises(TypeError, match="text"):
+            extract_pooled(File(text), caller="task:types")
     assert os.listdir(pdfpool.staged) == []
 
 
