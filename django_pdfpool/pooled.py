@@ -71,11 +71,18 @@ def stage_source(source: Source, conf: PoolSettings) -> StagedUpload:
     if isinstance(source, File):  # opened and closed again, or read from the start, left open
         if not source.name and source.closed:
             raise ValueError("The file has no name and is not open: there is nothing to read.")
+        if not source.closed and "b" not in getattr(source, "mode", "b"):
+            raise TypeError(f"{source.name!r} is open in text mode: open it with 'rb'.")
         if source.size is not None and source.size > limit:
             raise UploadTooLarge.over(limit)
         name = os.path.basename(source.name or "upload.pdf")
         with source.open("rb") if source.closed else contextlib.nullcontext(source) as opened:
             return stage_chunks(opened.chunks(), name, conf.temp_dir, limit)
+    if not isinstance(source, str | os.PathLike):
+        raise TypeError(
+            "extract_pooled reads a path, a django.core.files.File (wrap an open file in "
+            f"File(...)) or the PDF's bytes, not {type(source).__name__}."
+        )
     path = os.fspath(source)
     if not stat.S_ISREG(os.stat(path).st_mode):
         raise ValueError(f"{path!r} is not a regular file.")

@@ -12,6 +12,7 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from django.core.files import File
 from django.core.files.base import ContentFile
 from django.core.files.storage import FileSystemStorage, InMemoryStorage
 from django.core.management import call_command
@@ -133,6 +134,19 @@ def test_the_limits_apply(pdfpool):
         assert refused.value.retry_after > 0
     with pytest.raises(TypeError):
         extract_pooled(b"%PDF-", caller="")
+
+
+def test_a_source_it_cannot_read_is_a_clear_type_error(pdfpool, tmp_path):
+    """An open file object (not a Django ``File``) is no path: the error says what is read,
+    not that a path may be bytes (bytes are the PDF itself here)."""
+    with open(stored(tmp_path, pdfs.simple(["mine"])), "rb") as mine:
+        for source in (mine, io.BytesIO(b"%PDF-"), 42):
+            with pytest.raises(TypeError, match=r"django\.core\.files\.File") as refused:
+                extract_pooled(source, caller="task:types")
+            assert type(source).__name__ in str(refused.value)
+        with open(mine.name, encoding="latin-1") as text, pytest.raises(TypeError, match="text"):
+            extract_pooled(File(text), caller="task:types")
+    assert os.listdir(pdfpool.staged) == []
 
 
 def test_the_async_api(pdfpool, tmp_path):

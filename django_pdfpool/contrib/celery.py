@@ -9,18 +9,19 @@ from typing import Any
 
 from celery import Task  # type: ignore[import-untyped]
 
-from ..exceptions import CallerBusy, PoolBusy, Refused
+from ..exceptions import CallerBusy, PoolBusy, Refused, RunnerLost
 
 __all__ = ["PooledTask"]
 
 
 class PooledTask(Task):  # type: ignore[misc]  # Celery has no type hints
-    """Retried on ``PoolBusy`` and ``CallerBusy`` (``autoretry_for``), ten times at most;
-    a retry for a refusal counts down its ``retry_after`` (at least 1 s), or Celery's
-    exponential backoff when that is longer, and with ``retry_jitter`` (Celery's default)
-    up to half as long again, so that tasks refused together do not return together."""
+    """Retried on ``PoolBusy``, ``CallerBusy`` and ``RunnerLost`` (``autoretry_for``: the
+    refusals trying again fixes), ten times at most; a retry for a refusal counts down its
+    ``retry_after`` (at least 1 s), or Celery's exponential backoff when that is longer, and
+    with ``retry_jitter`` (Celery's default) up to half as long again, so that tasks refused
+    together do not return together."""
 
-    autoretry_for = (PoolBusy, CallerBusy)
+    autoretry_for = (PoolBusy, CallerBusy, RunnerLost)
     retry_backoff = True  # 1, 2, 4... s at most: a refusal repeated waits longer
     retry_jitter = True  # Celery's default, which Task itself does not declare
     max_retries = 10

@@ -11,7 +11,8 @@ from typing import IO, Any, TypeVar, cast, overload
 from asgiref.sync import iscoroutinefunction
 from django.core.exceptions import ImproperlyConfigured
 from django.core.handlers.wsgi import LimitedStream
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, QueryDict
+from django.utils.datastructures import MultiValueDict
 from rest_framework.exceptions import APIException, ErrorDetail, Throttled
 from rest_framework.parsers import DataAndFiles, FileUploadParser
 from rest_framework.request import Request
@@ -78,7 +79,8 @@ def door_authenticate(request: HttpRequest) -> HttpResponse | None:
 
 def drf_answer(request: HttpRequest, exc: APIException | None) -> HttpResponse | None:
     """``exc`` answered by the DRF view ``request`` resolves to (``APIView`` if none); with
-    ``exc`` None, the refusal of its authentication and permissions, if any."""
+    ``exc`` None, the refusal of ``initial()``'s checks before its throttles (content
+    negotiation, versioning, authentication, permissions), if any."""
     match = route_of(request)
     func, args, kwargs = (match.func, match.args, match.kwargs) if match else (None, (), {})
     view_class = getattr(func, "cls", None) or APIView
@@ -89,7 +91,11 @@ def drf_answer(request: HttpRequest, exc: APIException | None) -> HttpResponse |
     view.request = drf_request = view.initialize_request(request, *args, **kwargs)
     view.format_kwarg = view.get_format_suffix(**kwargs)
     if exc is None:
-        try:
+        try:  # as APIView.initial() does
+            neg = view.perform_content_negotiation(drf_request)
+            drf_request.accepted_renderer, drf_request.accepted_media_type = neg
+            version, scheme = view.determine_version(drf_request, *args, **kwargs)
+            drf_request.version, drf_request.versioning_scheme = version, scheme
             view.perform_authentication(drf_request)
             view.check_permissions(drf_request)
             return None
@@ -116,8 +122,13 @@ class PdfParser(FileUploadParser):
         limit = get_settings().max_upload_size  # one byte more read tells a body over it
         limited = cast(IO[bytes], LimitedStream(cast(Any, stream), limit + 1))
         parsed = super().parse(limited, media_type, parser_context)
-        if (parsed.files["file"].size or 0) > limit:
+        file = parsed.files["file"]
+        if (file.size or 0) > limit:
             raise api_exception(UploadTooLarge.over(limit))
+        request = (parser_context or {}).get("request")
+        request = getattr(request, "_request", request)  # as DRF does for a form's files:
+        if request is not None:  # Django closes (deletes) them when the request ends
+            request._post, request._files = QueryDict(), MultiValueDict({"file": [file]})
         return cast("DataAndFiles[Any, Any]", parsed)
 
 

@@ -50,9 +50,10 @@ def auth_caller(request: HttpRequest) -> str | None:
     """The caller of what ninja's authentication returned (``request.auth``): a user is
     ``user:<pk>`` (as the ``CALLER`` setting names users); anything else, a token say,
     ``auth:<16 hex digits of its HMAC under SECRET_KEY>`` (no secret, nor a hash one could
-    test guesses against, on the status page); None when ninja did not authenticate."""
+    test guesses against, on the status page); None when ninja did not authenticate, or
+    returned ``True`` (it may pass, but who it is, ``CALLER`` says)."""
     auth = getattr(request, "auth", None)
-    if auth is None or auth is False:
+    if auth is None or isinstance(auth, bool):
         return None
     if getattr(auth, "is_authenticated", False) and getattr(auth, "pk", None) is not None:
         return f"user:{auth.pk}"
@@ -123,7 +124,18 @@ def _documented(field: str, operation: NinjaOperation) -> None:
         form = {"type": "object", "properties": {field: pdf}, "required": [field]}
         content = {"application/pdf": {"schema": pdf}, "multipart/form-data": {"schema": form}}
         extra["requestBody"] = {"required": True, "content": content}
-    operation.openapi_extra = {**extra, **(operation.openapi_extra or {})}
+    operation.openapi_extra = _merged(extra, operation.openapi_extra or {})
+
+
+def _merged(ours: dict[Any, Any], theirs: dict[Any, Any]) -> dict[Any, Any]:
+    """``theirs`` over ``ours`` key by key, as ninja merges ``openapi_extra`` into a schema."""
+    merged = dict(ours)
+    for key, value in theirs.items():
+        mine = merged.get(key)
+        merged[key] = (
+            _merged(mine, value) if isinstance(mine, dict) and isinstance(value, dict) else value
+        )
+    return merged
 
 
 def door_answer(request: HttpRequest, exception: Failure) -> HttpResponse:
@@ -140,12 +152,15 @@ def door_answer(request: HttpRequest, exception: Failure) -> HttpResponse:
 
 
 def door_authenticate(request: HttpRequest) -> HttpResponse | None:
-    """ninja's 401 or 403 for a request its authentication refuses from the headers, else None."""
+    """ninja's answer (401, 403, any 4xx) for a request its authentication refuses from the
+    headers, else None (a server error there is not the request's: the view meets it)."""
     operation = _operation_of(request)
     if operation is None or not operation.auth_callbacks:
         return None
+    if operation.csrf_exempt:  # as Operation._run_checks: its auth skips the CSRF check
+        request._ninja_csrf_exempt = True  # type: ignore[attr-defined]
     answer = NinjaOperation._run_authentication(operation, request)  # sync: a thread
-    return answer if answer is not None and answer.status_code in (401, 403) else None
+    return answer if answer is not None and 400 <= answer.status_code < 500 else None
 
 
 def _operation_of(request: HttpRequest) -> NinjaOperation | None:

@@ -23,6 +23,7 @@ from django.test import Client
 
 from django_pdfpool import extract_pooled, get_pool
 from django_pdfpool.decorators import pool_key
+from django_pdfpool.exceptions import CallerBusy, PoolBusy, PoolClosed, RunnerLost
 from django_pdfpool.record import format_digest
 from tests.conftest import held_requests, wait_until
 from tests.project.views import HELD, held_job
@@ -165,3 +166,29 @@ def test_a_worker_runs_the_docs_task_against_the_redis_pool(pdfpool, worker, tmp
 def countdowns(log: list[bytes]) -> list[float]:
     """The countdowns of the retries the worker logged (Celery's "Retry in 1.27s: ...")."""
     return [float(found) for found in re.findall(rb"Retry in ([0-9.]+)s", b"".join(log))]
+
+
+@pytest.mark.parametrize("refusal", [PoolBusy, CallerBusy, RunnerLost])
+def test_a_refusal_that_trying_again_fixes_is_retried(refusal):
+    """``RunnerLost`` (the process running a shared job died: trying again runs it anew) is
+    retried like a busy pool, not a task's failure; ``PoolClosed`` (this worker stops) is not.
+    Eager: Celery runs each retry at once, here, whatever its countdown."""
+    from django_pdfpool.contrib.celery import PooledTask
+
+    app = celery.Celery("retries", set_as_current=False)
+    app.conf.task_always_eager = True
+    tries: list[int] = []
+
+    @app.task(base=PooledTask, bind=True, retry_jitter=False)
+    def task(self, closed=False):
+        tries.append(self.request.retries)
+        if len(tries) == 1:
+            raise PoolClosed() if closed else refusal("refused", retry_after=2.0)
+        return "ran"
+
+    assert task.apply().get() == "ran"
+    assert tries == [0, 1]
+    tries.clear()
+    with pytest.raises(PoolClosed):
+        task.apply(kwargs={"closed": True}).get()
+    assert tries == [0]

@@ -7,6 +7,7 @@ through the project's ``EXCEPTION_HANDLER``; multipart and raw bodies leave
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import io
 import os
@@ -135,6 +136,21 @@ def test_a_permission_that_reads_the_body_is_asked_with_the_body(pdfpool, door):
     assert untitled.status_code == 403
 
 
+@pytest.mark.parametrize("door", [False, True], ids=["door-off", "door-on"])
+def test_an_accept_drf_cannot_satisfy_is_its_406_before_the_pools_refusal(pdfpool, door):
+    """DRF negotiates the response before authenticating: with the pool full, an ``Accept``
+    no renderer of the view satisfies is DRF's 406, at the door as in the view."""
+    pdfpool(SLOTS=1, QUEUE=0, DOOR={"BUDGET": 0} if door else False)
+    HELD.reset()
+    with held_requests(1) as threads:
+        threads.submit(send, "/drf/function/held/", b"%PDF- one")
+        wait_until(lambda: len(HELD.runs) == 1)
+        refused = send("/drf/documents/", b"%PDF- two", user="carol", HTTP_ACCEPT="text/csv")
+    assert refused.status_code == 406, refused.content
+    assert "Accept" in refused.json()["detail"] and "Retry-After" not in refused
+    assert len(HELD.runs) == 1
+
+
 def test_a_full_pool_is_503_through_the_projects_handler(pdfpool):
     """With the door off (it answers before DRF, through REFUSAL_VIEW), the pool's 503
     comes from the decorator, as a DRF exception."""
@@ -245,6 +261,24 @@ def test_a_raw_body_over_the_limit_without_a_length_is_cut_by_pdf_parser(pdfpool
     with pytest.raises(drf.PdfPoolError) as refused:
         request.parse(BytesIO(b"y" * 5000), "application/pdf", {"request": django_request})
     assert refused.value.status_code == 413 and refused.value.get_codes()["code"] == "too_large"
+
+
+def test_a_raw_body_pdf_parser_wrote_to_disk_is_deleted_when_the_request_ends(pdfpool, settings):
+    """Django closes (and so deletes) the files of ``request.FILES`` at the end of the
+    request; DRF hands it a form's files only, so ``PdfParser`` hands over its own: none is
+    left for the garbage collector to find."""
+    settings.FILE_UPLOAD_MAX_MEMORY_SIZE = 1000  # to disk, in pdfpool.staged
+    data = pdfs.padded("on disk", 3000)
+    collecting = gc.isenabled()
+    gc.disable()  # the view, its request and its parsers hold one another: no cycle collected
+    try:
+        response = send("/drf/apiview/extract/", data, raw=True)
+        assert response.status_code == 200, response.content
+        assert response.json()["data"] == ["file"]
+        assert os.listdir(pdfpool.staged) == []
+    finally:
+        if collecting:
+            gc.enable()
 
 
 def _post(self, request): ...

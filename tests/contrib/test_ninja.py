@@ -13,12 +13,13 @@ import pytest
 from django.core.exceptions import ImproperlyConfigured
 from django.test import Client
 from ninja import NinjaAPI
+from ninja.errors import HttpError
 
 import django_pdfpool
 from django_pdfpool import get_pool
 from django_pdfpool.contrib import ninja
 from tests.conftest import held_requests, wait_until
-from tests.project.views import HELD
+from tests.project.views import HELD, held_job
 from tests.support import pdfs
 from tests.test_decorators import upload
 
@@ -73,6 +74,39 @@ class _Authed:
         self.auth = auth
 
 
+def test_an_authentication_that_returns_true_names_nobody(pdfpool):
+    """``True`` says a request may pass, not who sent it: the ``CALLER`` setting names the
+    caller (the address here), else every client of the API would be one caller."""
+    from django.test import override_settings
+    from django.urls import path
+
+    allowed = NinjaAPI(urls_namespace="pdfpool-true-auth")
+
+    @allowed.post("/x", auth=lambda request: True)
+    @ninja.pdf_pooled(job=held_job)
+    def x(request):
+        return {"ok": True}
+
+    urls = type("urls", (), {"urlpatterns": [path("allowed/", allowed.urls)]})
+
+    def send_from(ip, data):
+        with override_settings(ROOT_URLCONF=urls):
+            return Client(REMOTE_ADDR=ip).post("/allowed/x", data, "application/pdf")
+
+    HELD.reset()
+    with held_requests(2) as threads:
+        first = threads.submit(send_from, "10.0.8.21", b"%PDF- one")
+        wait_until(lambda: len(HELD.runs) == 1)
+        second = threads.submit(send_from, "10.0.8.22", b"%PDF- two")
+        wait_until(lambda: len(HELD.runs) == 2 or second.done())
+        assert {job.caller for job in get_pool().snapshot().jobs} == {
+            "ip:10.0.8.21",
+            "ip:10.0.8.22",
+        }
+        HELD.release.set()
+        assert first.result(SOON).status_code == second.result(SOON).status_code == 200
+
+
 def test_without_ninja_auth_the_caller_setting_names_the_caller(pdfpool):
     HELD.reset()
     with held_requests(1) as threads:
@@ -100,6 +134,41 @@ def test_a_token_the_authentication_refuses_403_gets_ninjas_403_not_the_doors_41
     )  # fmt: skip
     assert response.status_code == 403, response.content
     assert response.json() == {"detail": "This token is banned."}
+
+
+@pytest.mark.parametrize("door", [False, True], ids=["door-off", "door-on"])
+def test_any_client_error_the_authentication_raises_is_ninjas_not_the_doors_413(pdfpool, door):
+    """An ``HttpError`` an authentication raises from the headers (400 for a malformed key
+    here) is ninja's answer, given before the body with the door as without it."""
+    from django.test import override_settings
+    from django.urls import path
+    from ninja.security import APIKeyHeader
+
+    class Key(APIKeyHeader):
+        param_name = "X-API-Key"
+
+        def authenticate(self, request, key):
+            if not (key or "").startswith("k-"):
+                raise HttpError(400, "A key starts with k-.")
+            return key
+
+    keyed = NinjaAPI(urls_namespace="pdfpool-malformed-key")
+
+    @keyed.post("/x", auth=Key())
+    @ninja.pdf_pooled
+    def x(request):
+        return {"text": request.pdf.text}
+
+    pdfpool(MAX_UPLOAD_SIZE=1024, DOOR=door)
+    urls = type("urls", (), {"urlpatterns": [path("keyed/", keyed.urls)]})
+    environ = {"wsgi.input": io.BytesIO(), "CONTENT_LENGTH": "100000000"}
+    with override_settings(ROOT_URLCONF=urls):
+        response = Client(REMOTE_ADDR="10.0.8.12").generic(
+            "POST", "/keyed/x", content_type="application/pdf", HTTP_X_API_KEY="nope",
+            **environ,
+        )  # fmt: skip
+    assert response.status_code == 400, response.content
+    assert response.json() == {"detail": "A key starts with k-."}
 
 
 def test_a_body_past_its_deadline_while_ninja_parses_it_is_408_through_the_handlers(pdfpool):
@@ -161,6 +230,39 @@ def test_the_default_handler_answers_detail_with_retry_after(pdfpool):
     assert response.status_code == 400
     assert response.json() == {"detail": response.json()["detail"]}
     assert "multipart file field" in response.json()["detail"]
+
+
+@pytest.mark.parametrize("door", [False, True], ids=["door-off", "door-on"])
+def test_a_csrf_exempt_operation_skips_its_cookie_auths_csrf_check_at_the_door_too(pdfpool, door):
+    """ninja skips the CSRF check of a cookie authentication on a ``csrf_exempt`` operation:
+    the door, asking that authentication from the headers, must too."""
+    from django.test import override_settings
+    from django.urls import path
+    from django.views.decorators.csrf import csrf_exempt
+    from ninja.security import APIKeyCookie
+
+    class Key(APIKeyCookie):  # csrf=True: a form or a header token, unless exempt
+        param_name = "key"
+
+        def authenticate(self, request, key):
+            return key
+
+    exempt = NinjaAPI(urls_namespace="pdfpool-csrf-exempt")
+
+    @exempt.post("/x", auth=Key())
+    @csrf_exempt
+    @ninja.pdf_pooled
+    def x(request):
+        return {"text": request.pdf.text}
+
+    pdfpool(DOOR=door)
+    urls = type("urls", (), {"urlpatterns": [path("exempt/", exempt.urls)]})
+    client = Client(enforce_csrf_checks=True, REMOTE_ADDR="10.0.8.11")
+    client.cookies["key"] = "k-1"
+    with override_settings(ROOT_URLCONF=urls):
+        response = client.post("/exempt/x", pdfs.simple(["exempt"]), "application/pdf")
+    assert response.status_code == 200, response.content
+    assert response.json() == {"text": "exempt"}
 
 
 def test_the_decorator_above_api_post_fails_at_import():
@@ -225,3 +327,24 @@ def test_the_operations_own_responses_keep_their_words_and_get_retry_after():
     assert "content" in busy and "Retry-After" in busy["headers"]
     form = post["requestBody"]["content"]["multipart/form-data"]["schema"]
     assert form["required"] == ["document"]
+
+
+def test_openapi_extra_of_the_operations_own_adds_to_the_refusals_and_the_body():
+    """ninja merges an operation's ``openapi_extra`` into its schema key by key: responses
+    and a body description of the operation's own keep the refusals and the PDF body."""
+    api = NinjaAPI(urls_namespace="pdfpool-extra")
+    extra = {"responses": {404: {"description": "No such folder"}},
+             "requestBody": {"description": "The report"}}  # fmt: skip
+
+    @api.post("/op", openapi_extra=extra)
+    @ninja.pdf_pooled
+    def op(request):
+        return {}
+
+    post = api.get_openapi_schema(path_prefix="/")["paths"]["/op"]["post"]
+    assert set(post["responses"]) == {200, 404, *REFUSALS}
+    assert post["responses"][404] == {"description": "No such folder"}
+    assert "Retry-After" in post["responses"][503]["headers"]
+    body = post["requestBody"]
+    assert body["description"] == "The report"
+    assert set(body["content"]) == {"application/pdf", "multipart/form-data"}
