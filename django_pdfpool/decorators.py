@@ -21,6 +21,7 @@ from .configured import get_pool
 from .exceptions import (
     DigestMismatch,
     ExtractionError,
+    LengthRequired,
     NoUpload,
     Refused,
     UploadRejected,
@@ -283,6 +284,8 @@ def prepare(
         staged = stage_chunks(body, "upload.pdf", conf.temp_dir, limit)
         if staged.size < (upload.declared_size or 1):  # none, or cut short (WSGI: client left)
             staged.discard()
+            if upload.chunked and getattr(request, "scope", None) is None:  # WSGI reads none
+                raise LengthRequired(Wording.CHUNKED_UNREAD)
             raise NoUpload(Wording.NO_UPLOAD.format(field=view.field))
     else:
         files = (request if framework is None else framework).FILES

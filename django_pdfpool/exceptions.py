@@ -38,6 +38,7 @@ class Wording:
         "A multipart upload needs a Content-Length: send it unchunked, or send the "
         "PDF itself with Content-Type: application/pdf."
     )
+    CHUNKED_UNREAD = "This server passes no chunked body on: send the PDF with a Content-Length."
     REPEATED_HEADER = "The {header} header was sent more than once."
     TWO_DIGESTS = "The request declares two different digests for one PDF."
     TWO_SHA256 = "The {header} header declares two different sha-256 values."
@@ -145,7 +146,8 @@ class RepeatedHeader(UploadRejected):
 
 
 class LengthRequired(UploadRejected):
-    """A multipart form sent chunked: Django parses a form only with a ``Content-Length``."""
+    """A multipart form sent chunked (Django parses a form only with a ``Content-Length``), or
+    any body sent chunked to a WSGI server (Django reads none there)."""
 
     status = 411
     code = "length_required"

@@ -325,6 +325,19 @@ def test_an_empty_pdf_body_is_no_upload_and_runs_no_job(pdfpool, url):
 
 
 @pytest.mark.parametrize("url", ["/sync/", "/async/"])
+def test_a_pdf_body_sent_chunked_to_a_wsgi_server_is_411(pdfpool, url):
+    """Django reads no chunked body under WSGI (no Content-Length: an empty stream): the
+    client is told to send a length, not that it sent nothing."""
+    data = pdfs.simple(["chunked"])
+    chunked = {"wsgi.input": io.BytesIO(data), "HTTP_TRANSFER_ENCODING": "chunked"}
+    response = Client().generic("POST", url, CONTENT_TYPE="application/pdf", **JSON, **chunked)
+    assert response.status_code == 411 and response.json()["error"] == "length_required"
+    assert "Content-Length" in response.json()["message"]
+    assert get_pool().snapshot().counters.started == 0
+    assert leftovers(pdfpool()) == []
+
+
+@pytest.mark.parametrize("url", ["/sync/", "/async/"])
 def test_a_pdf_body_cut_short_runs_no_job(pdfpool, url):
     """Under WSGI a client that leaves mid-body leaves the view a short body (under ASGI
     Django aborts the request): no job for a PDF it never finished sending."""
