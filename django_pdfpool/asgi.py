@@ -12,18 +12,19 @@ import logging
 import signal
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from types import FrameType
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 from asgiref.sync import ThreadSensitiveContext
-from django.core.handlers.asgi import ASGIRequest, get_script_prefix
-from django.core.handlers.base import BaseHandler
+from django.core.handlers.asgi import ASGIHandler, ASGIRequest, get_script_prefix
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 from django.http import HttpRequest, HttpResponse
+from django.http.response import HttpResponseBase
+from django.urls import ResolverMatch
 
 from .admission import jobs
 from .conf import get_settings
@@ -31,7 +32,7 @@ from .configured import adrain_pool, get_pool, peek_pool
 from .door import Refusal, Ticket, arun_steps, through_door
 from .exceptions import BodyTimeout, UploadTooLarge, Wording
 from .record import RECORD, AdmissionRecord, pooled_route
-from .responses import RefusalView, arefusal_answer, asgi_parts
+from .responses import RefusalView, arefusal_answer
 from .sandbox.extract import shutdown as shutdown_extraction
 
 # The ASGI types, in the shape django-stubs gives Django's own handler (``asgiref.typing``'s
@@ -73,18 +74,18 @@ class PdfPoolDoor:
         except UnicodeDecodeError:  # a query string Django's handler answers 400
             await self.app(scope, receive, send)
             return
-        request.META[RECORD] = record  # decided: AdmissionMiddleware lets its answer through
         decided = await arun_steps(through_door(request, record, view, func))
         if decided is None:  # Django's answer
             await self.app(scope, receive, send)
             return
+        scope = {**scope, RECORD: record}  # decided: AdmissionMiddleware lets it through
         if not isinstance(decided, Ticket):
             unread = receive if record.declares_body() else None  # read and dropped, then closed
-            await send_refusal(request, send, decided, view.answer, unread)
+            await send_refusal(scope, send, decided, view.answer, unread)
             return
-        body = _CountedBody(request, receive, send, view.answer, decided)
+        body = _CountedBody(scope, receive, send, view.answer, decided)
         try:
-            await self.app({**scope, RECORD: record}, body.receive, body.send)
+            await self.app(scope, body.receive, body.send)
         finally:
             if record.release is not None:  # not given back by the call reaching the pool
                 record.release()
@@ -95,7 +96,7 @@ class _CountedBody:
     """``receive`` and ``send`` for a body let in: past its ``limit`` 413, its deadline 408,
     the budget's bytes 503, then the app is told the client left and what it sends dropped."""
 
-    _request: HttpRequest
+    _scope: Scope
     _receive: Receive
     _send: Send
     _answer: RefusalView | None
@@ -127,7 +128,7 @@ class _CountedBody:
 
     async def _refuse(self, refusal: Refusal) -> Message:
         self.ticket.release()  # the rest of the body, dropped, holds no place
-        await send_refusal(self._request, self._send, refusal, self._answer, self._receive)
+        await send_refusal(self._scope, self._send, refusal, self._answer, self._receive)
         self.answered = True
         return {"type": "http.disconnect"}  # Django's handler stops reading here
 
@@ -137,57 +138,75 @@ class _CountedBody:
 
 
 async def send_refusal(
-    request: HttpRequest,
+    scope: Scope,
     send: Send,
     refusal: Refusal | HttpResponse,
     answer: RefusalView | None,
     unread: Receive | None,
 ) -> None:
-    """Send ``refusal`` as Django would (``answered``); with ``unread`` (the body not read in
-    full), ``Connection: close`` and a ``linger``."""
-    response = await answered(request, refusal, answer)
-    if unread is not None:
-        response["Connection"] = "close"
-    status, headers, body = asgi_parts(response)
-    await send({"type": "http.response.start", "status": status, "headers": list(headers)})
-    await send({"type": "http.response.body", "body": body, "more_body": unread is not None})
+    """Send ``refusal`` as Django's handler sends a view's answer (``_Answering``); with
+    ``unread`` (the body not read in full), ``Connection: close`` and a ``linger``."""
+    told: list[Message] = [{"type": "http.request"}]  # no body; then no disconnect
+
+    async def receive() -> Message:
+        return told.pop() if told else await asyncio.get_running_loop().create_future()
+
+    async def sending(message: Mapping[str, Any]) -> None:
+        last = message["type"] == "http.response.body" and not message.get("more_body")
+        lingers = last and unread is not None  # the last message comes after the linger
+        await send({**message, "more_body": True} if lingers else {**message})
+
+    await _answering()({**scope, REFUSAL: (refusal, answer, unread is not None)}, receive, sending)
     if unread is not None:
         await linger(unread, send)
 
 
-class _Answering(BaseHandler):
-    """Django's handler with the door's answer in the view's place: the project's middleware
-    (their code, headers and cookies) and Django's response log, as under WSGI with
-    ``AdmissionMiddleware`` last; no ``process_view``, no view, no body."""
+REFUSAL = "django_pdfpool.refusal"  # in the scope ``_Answering`` answers: what it answers
 
-    async def _get_response_async(self, request: HttpRequest) -> HttpResponse:
-        refusal, answer = request.pdfpool_refusal  # type: ignore[attr-defined]
-        if isinstance(refusal, HttpResponse):
-            return refusal
-        return await arefusal_answer(request, refusal, answer)
+
+class _Answering(ASGIHandler):
+    """Django's ASGI handler with the door's answer in the view's place: the project's
+    middleware (their code, headers and cookies), Django's signals, response log and
+    streaming, as under WSGI with ``AdmissionMiddleware`` last; no ``process_view``, no body."""
+
+    def load_middleware(self, is_async: bool = False) -> None:
+        super().load_middleware(is_async)
+        self._view_middleware: list[Any] = []  # the door decides before any view
+
+    def resolve_request(self, request: HttpRequest) -> ResolverMatch:
+        return ResolverMatch(_answer, (), {})
+
+    def make_view_atomic(
+        self, view: Callable[..., HttpResponseBase]
+    ) -> Callable[..., HttpResponseBase]:
+        return view  # an answer, no view's work (ATOMIC_REQUESTS refuses an async view)
+
+    async def run_get_response(self, request: HttpRequest) -> HttpResponseBase:
+        response = await super().run_get_response(request)
+        if request.scope[REFUSAL][2]:  # type: ignore[attr-defined]  # the linger follows
+            response["Connection"] = "close"
+            if isinstance(response, HttpResponse) and not response.has_header("Content-Length"):
+                response["Content-Length"] = str(len(response.content))  # its end, before
+        return response
+
+
+async def _answer(request: ASGIRequest) -> HttpResponse:
+    """The door's answer, in the view's place."""
+    refusal, answer, _ = request.scope[REFUSAL]
+    if isinstance(refusal, HttpResponse):
+        return refusal
+    return await arefusal_answer(request, refusal, answer)
 
 
 @functools.cache
 def _answering() -> _Answering:
     """The handler, its middleware loaded once as Django's own (again when a setting changes)."""
-    handler = _Answering()
-    handler.load_middleware(is_async=True)
-    return handler
+    return _Answering()
 
 
 @receiver(setting_changed)
 def _reload(**kwargs: Any) -> None:
     _answering.cache_clear()
-
-
-async def answered(
-    request: HttpRequest, refusal: Refusal | HttpResponse, answer: RefusalView | None
-) -> HttpResponse:
-    """``refusal`` (or Django's own response) as Django's ASGI handler answers it."""
-    request.pdfpool_refusal = (refusal, answer)  # type: ignore[attr-defined]
-    async with ThreadSensitiveContext():  # a request's sync hooks on a thread of their own
-        response = await _answering().get_response_async(request)
-    return cast(HttpResponse, response)
 
 
 LINGER_SECONDS = 2.0  # many round trips: a client stops sending once it reads the answer

@@ -11,11 +11,16 @@ import json
 import logging
 import threading
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 from asgiref.testing import ApplicationCommunicator
 from django.core.asgi import get_asgi_application
+from django.core.signals import request_finished, request_started
+from django.http import StreamingHttpResponse
+from django.template import engines
+from django.template.response import TemplateResponse
 
 from django_pdfpool import KeptThreads
 from django_pdfpool.asgi import THREAD_NAME
@@ -295,3 +300,74 @@ def test_the_doors_refusal_is_answered_through_the_projects_middleware(
         "Cross-Origin-Opener-Policy": "same-origin",
     }  # fmt: skip
     assert logged == ["Request Entity Too Large: /sync/"]  # Django logs each 4xx and 5xx
+
+
+class StreamingMaintenance:
+    """A project's maintenance middleware that answers every request with a stream."""
+
+    def __init__(self, get_response: Any) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: Any) -> StreamingHttpResponse:
+        async def page() -> AsyncIterator[bytes]:
+            yield b"down for "
+            yield b"maintenance"
+
+        return StreamingHttpResponse(page(), status=503)
+
+
+def template_refusal(request: Any, exception: Any) -> TemplateResponse:
+    """A project's REFUSAL_VIEW rendering a template, as views do (Django renders it)."""
+    page = engines["django"].from_string("refused: {{ code }}")
+    return TemplateResponse(request, page, {"code": exception.code}, status=exception.status)
+
+
+async def answer_of(app: Any, request: dict[str, Any], body: bytes) -> tuple[int, bytes]:
+    """The status and whole body ``app`` answers to ``request`` and its ``body``."""
+    talk = ApplicationCommunicator(app, request)
+    await talk.send_input({"type": "http.request", "body": body, "more_body": False})
+    start, sent, more = await talk.receive_output(DEADLINE), b"", True
+    while more:
+        message = await talk.receive_output(DEADLINE)
+        sent, more = sent + message.get("body", b""), message.get("more_body", False)
+    await talk.wait(DEADLINE)
+    assert talk.output_queue.empty()  # nothing after the last message
+    return int(start["status"]), sent
+
+
+def oversized(root_path: str = "") -> tuple[dict[str, Any], bytes]:
+    """A raw PDF upload to /sync/ over a MAX_UPLOAD_SIZE of 1024 bytes, and its body."""
+    body = b"%PDF-" + b"x" * 2000
+    length = [(b"content-type", b"application/pdf"), (b"content-length", b"%d" % len(body))]
+    request = {
+        **scope(path=f"{root_path}/sync/"), "method": "POST", "root_path": root_path,
+        "headers": [(b"host", b"testserver"), *length],
+    }  # fmt: skip
+    return request, body
+
+
+@pytest.mark.parametrize("door", [False, True], ids=["door-off", "door-on"])
+def test_a_refusal_is_answered_as_djangos_handler_answers_a_views(pdfpool, settings, door):
+    """A middleware's streamed answer is streamed, a REFUSAL_VIEW's template response is
+    rendered, and the request starts and finishes (Django's signals: its connections closed)."""
+    from django_pdfpool import PdfPoolDoor
+
+    pdfpool(MAX_UPLOAD_SIZE=1024, DOOR=door, REFUSAL_VIEW="tests.test_asgi.template_refusal")
+    request, body = oversized()
+    seen: list[str] = []
+
+    def note(signal: Any, **kwargs: Any) -> None:
+        seen.append("started" if signal is request_started else "finished")
+
+    request_started.connect(note)
+    request_finished.connect(note)
+    try:
+        answer = asyncio.run(answer_of(PdfPoolDoor(get_asgi_application()), request, body))
+        settings.MIDDLEWARE = ["tests.test_asgi.StreamingMaintenance", *settings.MIDDLEWARE]
+        down = asyncio.run(answer_of(PdfPoolDoor(get_asgi_application()), request, body))
+    finally:
+        request_started.disconnect(note)
+        request_finished.disconnect(note)
+    assert answer == (413, b"refused: too_large")
+    assert down == (503, b"down for maintenance")
+    assert seen == ["started", "finished"] * 2
