@@ -24,7 +24,7 @@ from django.core.signals import setting_changed
 from django.dispatch import receiver
 from django.http import HttpRequest, HttpResponse
 from django.http.response import HttpResponseBase
-from django.urls import ResolverMatch
+from django.urls import ResolverMatch, set_script_prefix
 
 from .admission import jobs
 from .conf import get_settings
@@ -67,6 +67,7 @@ class PdfPoolDoor:
             await self.app(scope, receive, send)
             return
         func, view = route
+        set_script_prefix(get_script_prefix(scope))  # as Django's handler: reverse() under it
         pairs = [(n.decode("latin-1"), v.decode("latin-1")) for n, v in scope.get("headers", ())]
         record = AdmissionRecord.read(pairs, view)
         try:

@@ -322,8 +322,10 @@ def template_refusal(request: Any, exception: Any) -> TemplateResponse:
     return TemplateResponse(request, page, {"code": exception.code}, status=exception.status)
 
 
-async def answer_of(app: Any, request: dict[str, Any], body: bytes) -> tuple[int, bytes]:
-    """The status and whole body ``app`` answers to ``request`` and its ``body``."""
+async def answer_of(
+    app: Any, request: dict[str, Any], body: bytes
+) -> tuple[int, bytes, dict[bytes, bytes]]:
+    """The status, whole body and headers ``app`` answers to ``request`` and its ``body``."""
     talk = ApplicationCommunicator(app, request)
     await talk.send_input({"type": "http.request", "body": body, "more_body": False})
     start, sent, more = await talk.receive_output(DEADLINE), b"", True
@@ -332,7 +334,7 @@ async def answer_of(app: Any, request: dict[str, Any], body: bytes) -> tuple[int
         sent, more = sent + message.get("body", b""), message.get("more_body", False)
     await talk.wait(DEADLINE)
     assert talk.output_queue.empty()  # nothing after the last message
-    return int(start["status"]), sent
+    return int(start["status"]), sent, dict(start["headers"])
 
 
 def oversized(root_path: str = "") -> tuple[dict[str, Any], bytes]:
@@ -368,6 +370,24 @@ def test_a_refusal_is_answered_as_djangos_handler_answers_a_views(pdfpool, setti
     finally:
         request_started.disconnect(note)
         request_finished.disconnect(note)
-    assert answer == (413, b"refused: too_large")
-    assert down == (503, b"down for maintenance")
+    assert answer[:2] == (413, b"refused: too_large")
+    assert down[:2] == (503, b"down for maintenance")
     assert seen == ["started", "finished"] * 2
+
+
+@pytest.mark.parametrize("door", [False, True], ids=["door-off", "door-on"])
+def test_the_login_redirect_is_under_the_script_prefix(pdfpool, settings, door):
+    """A ``LOGIN_URL`` named, not written: reversed under the application's mount point (the
+    ASGI ``root_path``), as Django's handler sets it before any middleware runs."""
+    from django_pdfpool import PdfPoolDoor
+
+    settings.MIDDLEWARE = [*settings.MIDDLEWARE, LOGIN_REQUIRED]
+    settings.LOGIN_URL = "admin:login"
+    pdfpool(MAX_UPLOAD_SIZE=1024, DOOR=door)
+    request, body = oversized(root_path="/app")
+    request["query_string"] = b"a=1"
+    status, _, headers = asyncio.run(answer_of(PdfPoolDoor(get_asgi_application()), request, body))
+    assert (status, headers[b"Location"]) == (302, b"/app/admin/login/?next=/app/sync/%3Fa%3D1")
+
+
+LOGIN_REQUIRED = "django.contrib.auth.middleware.LoginRequiredMiddleware"
