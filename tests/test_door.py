@@ -715,3 +715,37 @@ def test_the_door_sends_to_log_in_only_a_user_it_knows_is_anonymous(rf, settings
     remote = "django.contrib.auth.middleware.RemoteUserMiddleware"
     settings.MIDDLEWARE = [*settings.MIDDLEWARE, remote]
     assert login_refusal(rf.post("/sync/"), view) is None
+
+
+CSRF, ADMISSION = (
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django_pdfpool.middleware.AdmissionMiddleware",
+)
+SESSION, AUTH = (
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+)
+
+
+@pytest.mark.parametrize("door", [False, True], ids=["door-off", "door-on"])
+def test_the_login_redirect_and_the_csrf_403_come_in_the_order_of_middleware(
+    pdfpool, settings, door
+):
+    """Django runs ``process_view`` hooks in ``MIDDLEWARE``'s order: CSRF's first checks the
+    form's token (the body: 403 without it, the redirect with it); the login's first redirects
+    even a cross-site POST. The door gives each answer Django gives, or lets the body in."""
+    pdfpool(DOOR=door)
+    token = "A" * 32
+    client = Client(enforce_csrf_checks=True, HTTP_COOKIE=f"csrftoken={token}")
+    pdf = b"%PDF- a small one"
+    settings.MIDDLEWARE = [SESSION, CSRF, AUTH, LOGIN_REQUIRED, ADMISSION]
+    unsigned = client.post("/sync/", pdf, content_type="application/pdf")
+    assert unsigned.status_code == 403  # Django's CSRF page: "CSRF token missing"
+    signed = client.post("/sync/", pdf, content_type="application/pdf", HTTP_X_CSRFTOKEN=token)
+    assert (signed.status_code, signed["Location"]) == (302, "/accounts/login/?next=/sync/")
+    settings.MIDDLEWARE = [SESSION, AUTH, LOGIN_REQUIRED, CSRF, ADMISSION]
+    client = Client(enforce_csrf_checks=True, HTTP_COOKIE=f"csrftoken={token}")  # loads them
+    foreign = client.post(
+        "/sync/", pdf, content_type="application/pdf", HTTP_ORIGIN="https://x.example"
+    )
+    assert (foreign.status_code, foreign["Location"]) == (302, "/accounts/login/?next=/sync/")
