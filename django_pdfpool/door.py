@@ -479,9 +479,9 @@ def csrf_refusal(request: HttpRequest) -> Callable[[], HttpResponse] | None:
 
 def login_refusal(request: HttpRequest, func: Callable[..., Any]) -> HttpResponse | None:
     """``LoginRequiredMiddleware``'s redirect to the login page when the user is certainly
-    anonymous: ``request.user``'s, or with no session cookie (and no remote-user middleware)
-    before ``AuthenticationMiddleware`` has run; None if not, not known yet, or if
-    ``CsrfViewMiddleware``, listed before it, checks a token first."""
+    anonymous: ``request.user``'s, or with no session cookie, no ``Authorization`` header
+    (and no remote-user middleware) before ``AuthenticationMiddleware`` has run; None if not,
+    not known yet, or if ``CsrfViewMiddleware``, listed before it, checks a token first."""
     if not apps.is_installed("django.contrib.auth"):  # its models import only then
         return None
     from django.contrib.auth import middleware as auth
@@ -500,8 +500,9 @@ def login_refusal(request: HttpRequest, func: Callable[..., Any]) -> HttpRespons
         return None
     user = getattr(request, "user", None)
     if user is None:
-        cookie = settings.SESSION_COOKIE_NAME in request.COOKIES
-        if cookie or _installed(auth.RemoteUserMiddleware, paths):
+        credentials = "HTTP_AUTHORIZATION" in request.META  # a token a middleware may read
+        credentials |= settings.SESSION_COOKIE_NAME in request.COOKIES
+        if credentials or _installed(auth.RemoteUserMiddleware, paths):
             return None
         user = AnonymousUser()
     if user.is_authenticated:

@@ -749,3 +749,54 @@ def test_the_login_redirect_and_the_csrf_403_come_in_the_order_of_middleware(
         "/sync/", pdf, content_type="application/pdf", HTTP_ORIGIN="https://x.example"
     )
     assert (foreign.status_code, foreign["Location"]) == (302, "/accounts/login/?next=/sync/")
+
+
+class BearerUser:
+    """A project's token middleware (django-oauth-toolkit's ``OAuth2TokenMiddleware``'s shape):
+    ``request.user`` from an ``Authorization`` header, no session."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        from django.contrib.auth.models import User
+
+        if request.headers.get("Authorization") == "Bearer ann":
+            request.user = User(pk=7, username="ann")
+        return self.get_response(request)
+
+
+@pytest.mark.parametrize("door", [False, True], ids=["door-off", "door-on"])
+def test_a_user_a_middleware_signs_in_from_a_header_is_not_sent_to_log_in(pdfpool, settings, door):
+    """Under ASGI the door decides before any middleware: an ``Authorization`` header is
+    credentials not read yet, as for ``CALLER`` (the view's 413 here, door on or off)."""
+    from django.core.asgi import get_asgi_application
+
+    from django_pdfpool import PdfPoolDoor
+
+    settings.MIDDLEWARE = [
+        *settings.MIDDLEWARE[:-1],
+        "tests.test_door.BearerUser",
+        LOGIN_REQUIRED,
+        ADMISSION,
+    ]
+    pdfpool(MAX_UPLOAD_SIZE=64, DOOR=door)
+    big = b"%PDF-" + b"x" * 100
+    headers = [(b"host", b"testserver"), (b"content-type", b"application/pdf")]
+    scope = {
+        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
+        "scheme": "http", "path": "/sync/", "raw_path": b"/sync/", "query_string": b"",
+        "root_path": "", "client": ("127.0.0.1", 5000), "server": ("testserver", 80),
+        "headers": [
+            *headers, (b"authorization", b"Bearer ann"), (b"content-length", b"%d" % len(big))
+        ],
+    }  # fmt: skip
+
+    async def post() -> int:
+        talk = ApplicationCommunicator(PdfPoolDoor(get_asgi_application()), scope)
+        await talk.send_input({"type": "http.request", "body": big, "more_body": False})
+        start = await talk.receive_output(10)
+        await talk.receive_output(10)
+        return int(start["status"])
+
+    assert asyncio.run(post()) == 413
