@@ -75,18 +75,18 @@ class PdfPoolDoor:
         except UnicodeDecodeError:  # a query string Django's handler answers 400
             await self.app(scope, receive, send)
             return
+        request.META[RECORD] = record  # decided: AdmissionMiddleware lets its answer through
         decided = await arun_steps(through_door(request, record, view, func))
         if decided is None:  # Django's answer
             await self.app(scope, receive, send)
             return
-        scope = {**scope, RECORD: record}  # decided: AdmissionMiddleware lets it through
         if not isinstance(decided, Ticket):
             unread = receive if record.declares_body() else None  # read and dropped, then closed
-            await send_refusal(scope, send, decided, view.answer, unread)
+            await send_refusal(request, send, decided, view.answer, unread)
             return
-        body = _CountedBody(scope, receive, send, view.answer, decided)
+        body = _CountedBody(request, receive, send, view.answer, decided)
         try:
-            await self.app(scope, body.receive, body.send)
+            await self.app({**scope, RECORD: record}, body.receive, body.send)
         finally:
             if record.release is not None:  # not given back by the call reaching the pool
                 record.release()
@@ -97,7 +97,7 @@ class _CountedBody:
     """``receive`` and ``send`` for a body let in: past its ``limit`` 413, its deadline 408,
     the budget's bytes 503, then the app is told the client left and what it sends dropped."""
 
-    _scope: Scope
+    _request: HttpRequest
     _receive: Receive
     _send: Send
     _answer: RefusalView | None
@@ -129,7 +129,7 @@ class _CountedBody:
 
     async def _refuse(self, refusal: Refusal) -> Message:
         self.ticket.release()  # the rest of the body, dropped, holds no place
-        await send_refusal(self._scope, self._send, refusal, self._answer, self._receive)
+        await send_refusal(self._request, self._send, refusal, self._answer, self._receive)
         self.answered = True
         return {"type": "http.disconnect"}  # Django's handler stops reading here
 
@@ -139,7 +139,7 @@ class _CountedBody:
 
 
 async def send_refusal(
-    scope: Scope,
+    request: HttpRequest,
     send: Send,
     refusal: Refusal | HttpResponse,
     answer: RefusalView | None,
@@ -147,28 +147,30 @@ async def send_refusal(
 ) -> None:
     """Send ``refusal`` as Django's handler sends a view's answer (``_Answering``); with
     ``unread`` (the body not read in full), ``Connection: close`` and a ``linger``."""
-    told: list[Message] = [{"type": "http.request"}]  # no body; then no disconnect
-
-    async def receive() -> Message:
-        return told.pop() if told else await asyncio.get_running_loop().create_future()
+    request.pdfpool_refusal = (refusal, answer)  # type: ignore[attr-defined]
+    handler = _answering()
 
     async def sending(message: Mapping[str, Any]) -> None:
         last = message["type"] == "http.response.body" and not message.get("more_body")
         lingers = last and unread is not None  # the last message comes after the linger
         await send({**message, "more_body": True} if lingers else {**message})
 
-    await _answering()({**scope, REFUSAL: (refusal, answer, unread is not None)}, receive, sending)
+    async with ThreadSensitiveContext():  # a request's sync hooks on a thread of their own
+        response = await handler.get_response_async(request)
+        if unread is not None:
+            response["Connection"] = "close"
+            if isinstance(response, HttpResponse) and not response.has_header("Content-Length"):
+                response["Content-Length"] = str(len(response.content))  # its end, first
+        await handler.send_response(response, sending)
     if unread is not None:
         await linger(unread, send)
 
 
-REFUSAL = "django_pdfpool.refusal"  # in the scope ``_Answering`` answers: what it answers
-
-
 class _Answering(ASGIHandler):
     """Django's ASGI handler with the door's answer in the view's place: the project's
-    middleware (their code, headers and cookies), Django's signals, response log and
-    streaming, as under WSGI with ``AdmissionMiddleware`` last; no ``process_view``, no body."""
+    middleware (their code, headers and cookies), Django's response log, a template response
+    rendered, a stream streamed, as under WSGI with ``AdmissionMiddleware`` last; no
+    ``process_view``, no body; no ``request_started``/``request_finished`` (docs/door.md)."""
 
     def load_middleware(self, is_async: bool = False) -> None:
         super().load_middleware(is_async)
@@ -182,18 +184,10 @@ class _Answering(ASGIHandler):
     ) -> Callable[..., HttpResponseBase]:
         return view  # an answer, no view's work (ATOMIC_REQUESTS refuses an async view)
 
-    async def run_get_response(self, request: HttpRequest) -> HttpResponseBase:
-        response = await super().run_get_response(request)
-        if request.scope[REFUSAL][2]:  # type: ignore[attr-defined]  # the linger follows
-            response["Connection"] = "close"
-            if isinstance(response, HttpResponse) and not response.has_header("Content-Length"):
-                response["Content-Length"] = str(len(response.content))  # its end, before
-        return response
 
-
-async def _answer(request: ASGIRequest) -> HttpResponse:
+async def _answer(request: HttpRequest) -> HttpResponse:
     """The door's answer, in the view's place."""
-    refusal, answer, _ = request.scope[REFUSAL]
+    refusal, answer = request.pdfpool_refusal  # type: ignore[attr-defined]
     if isinstance(refusal, HttpResponse):
         return refusal
     return await arefusal_answer(request, refusal, answer)
