@@ -477,11 +477,12 @@ def csrf_refusal(request: HttpRequest) -> Callable[[], HttpResponse] | None:
     return rejected
 
 
-def login_refusal(request: HttpRequest, func: Callable[..., Any]) -> HttpResponse | None:
+def login_refusal(request: HttpRequest, func: Callable[..., Any]) -> Steps[HttpResponse | None]:
     """``LoginRequiredMiddleware``'s redirect to the login page when the user is certainly
-    anonymous: ``request.user``'s, or with no session cookie, no ``Authorization`` header
-    (and no remote-user middleware) before ``AuthenticationMiddleware`` has run; None if not,
-    not known yet, or if ``CsrfViewMiddleware``, listed before it, checks a token first."""
+    anonymous: ``request.user``'s (read off the event loop), or with no session cookie, no
+    ``Authorization`` header (and no remote-user middleware) before ``AuthenticationMiddleware``
+    has run; None if not, not known yet, or if ``CsrfViewMiddleware``, listed before it,
+    checks a token first."""
     if not apps.is_installed("django.contrib.auth"):  # its models import only then
         return None
     from django.contrib.auth import middleware as auth
@@ -499,6 +500,9 @@ def login_refusal(request: HttpRequest, func: Callable[..., Any]) -> HttpRespons
     if csrf is not None and csrf[0] < at and not exempt:  # its token may be in the body
         return None
     user = getattr(request, "user", None)
+    auser = getattr(request, "auser", None)
+    if user is not None and auser is not None:  # AuthenticationMiddleware's: it reads the session
+        user = yield Call(partial(getattr, request, "user"), auser)
     if user is None:
         credentials = "HTTP_AUTHORIZATION" in request.META  # a token a middleware may read
         credentials |= settings.SESSION_COOKIE_NAME in request.COOKIES
@@ -558,7 +562,7 @@ def through_door(
     serve, which Django answers (the door steps aside)."""
     if not _host_served(request):
         return None
-    forbidden = login_refusal(request, func)  # when it comes first, or CSRF's does not
+    forbidden = yield from login_refusal(request, func)  # when it comes first, or CSRF's not
     exempt = forbidden is not None or getattr(func, "csrf_exempt", False)
     refuse = None if exempt else csrf_refusal(request)
     if refuse is not None:

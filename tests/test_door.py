@@ -696,25 +696,28 @@ def test_the_door_sends_to_log_in_only_a_user_it_knows_is_anonymous(rf, settings
     from django.contrib.auth.decorators import login_not_required
     from django.contrib.auth.models import AnonymousUser, User
 
-    from django_pdfpool.door import login_refusal
+    from django_pdfpool.door import login_refusal, run_steps
 
     def view(request):
         return None
 
-    assert login_refusal(rf.post("/sync/"), view) is None  # not installed
+    assert run_steps(login_refusal(rf.post("/sync/"), view)) is None  # not installed
     settings.MIDDLEWARE = [*settings.MIDDLEWARE, LOGIN_REQUIRED]
-    assert login_refusal(rf.post("/sync/"), view).status_code == 302
-    assert login_refusal(rf.post("/sync/"), login_not_required(lambda request: None)) is None
+    assert run_steps(login_refusal(rf.post("/sync/"), view)).status_code == 302
+    assert (
+        run_steps(login_refusal(rf.post("/sync/"), login_not_required(lambda request: None)))
+        is None
+    )
     signed = rf.post("/sync/", HTTP_COOKIE=f"{settings.SESSION_COOKIE_NAME}=abc")
-    assert login_refusal(signed, view) is None  # its session not read yet
+    assert run_steps(login_refusal(signed, view)) is None  # its session not read yet
     known = rf.post("/sync/", HTTP_COOKIE=f"{settings.SESSION_COOKIE_NAME}=abc")
     known.user = AnonymousUser()
-    assert login_refusal(known, view).status_code == 302
+    assert run_steps(login_refusal(known, view)).status_code == 302
     known.user = User(username="ann")
-    assert login_refusal(known, view) is None
+    assert run_steps(login_refusal(known, view)) is None
     remote = "django.contrib.auth.middleware.RemoteUserMiddleware"
     settings.MIDDLEWARE = [*settings.MIDDLEWARE, remote]
-    assert login_refusal(rf.post("/sync/"), view) is None
+    assert run_steps(login_refusal(rf.post("/sync/"), view)) is None
 
 
 CSRF, ADMISSION = (
@@ -800,3 +803,21 @@ def test_a_user_a_middleware_signs_in_from_a_header_is_not_sent_to_log_in(pdfpoo
         return int(start["status"])
 
     assert asyncio.run(post()) == 413
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("door", [False, True], ids=["door-off", "door-on"])
+def test_a_signed_in_user_meets_the_login_check_on_an_async_stack(pdfpool, settings, door):
+    """``AdmissionMiddleware`` in an async chain: the user (a session read from the
+    database) is read off the event loop, not a 500 (SynchronousOnlyOperation)."""
+    from asgiref.sync import async_to_sync
+    from django.contrib.auth.models import User
+    from django.test import AsyncClient
+
+    settings.MIDDLEWARE = [*settings.MIDDLEWARE, LOGIN_REQUIRED]
+    pdfpool(MAX_UPLOAD_SIZE=64, DOOR=door)
+    client = AsyncClient(raise_request_exception=False)
+    async_to_sync(client.aforce_login)(User.objects.create_user("ann"))
+    big = b"%PDF-" + b"x" * 100
+    response = async_to_sync(client.post)("/sync/", big, content_type="application/pdf")
+    assert response.status_code == 413  # the view's (the door's) answer: she is signed in
