@@ -19,12 +19,16 @@ from types import FrameType
 from typing import Any, TypeVar
 
 from asgiref.sync import ThreadSensitiveContext
+from django.conf import settings
+from django.conf.urls.i18n import is_language_prefix_patterns_used
 from django.core.handlers.asgi import ASGIHandler, ASGIRequest, get_script_prefix
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 from django.http import HttpRequest, HttpResponse
 from django.http.response import HttpResponseBase
 from django.urls import ResolverMatch, set_script_prefix
+from django.utils import translation
+from django.utils.translation import get_language_from_path
 
 from .admission import jobs
 from .conf import get_settings
@@ -62,7 +66,11 @@ class PdfPoolDoor:
         post = str(scope.get("method", "")).upper() == "POST"  # as Django's request.method
         route = None
         if scope["type"] == "http" and post and RECORD not in scope and get_settings().door:
-            route = pooled_route(scope["path"].removeprefix(get_script_prefix(scope)))
+            path_info = scope["path"].removeprefix(get_script_prefix(scope))
+            i18n, _ = is_language_prefix_patterns_used(settings.ROOT_URLCONF)
+            language = get_language_from_path(path_info) if i18n else None  # LocaleMiddleware's
+            with translation.override(language) if language else contextlib.nullcontext():
+                route = pooled_route(path_info)  # i18n_patterns resolve under it
         if route is None:
             await self.app(scope, receive, send)
             return

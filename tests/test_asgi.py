@@ -16,14 +16,16 @@ from typing import Any
 
 import pytest
 from asgiref.testing import ApplicationCommunicator
+from django.conf.urls.i18n import i18n_patterns
 from django.core.asgi import get_asgi_application
 from django.http import StreamingHttpResponse
 from django.template import engines
 from django.template.response import TemplateResponse
+from django.urls import path as route
 
 from django_pdfpool import KeptThreads
 from django_pdfpool.asgi import THREAD_NAME
-from tests.project.views import Orphans, Threads
+from tests.project.views import Orphans, Threads, sync_extract
 
 DEADLINE = 30.0
 
@@ -378,3 +380,29 @@ def test_the_login_redirect_is_under_the_script_prefix(pdfpool, settings, door):
 
 
 LOGIN_REQUIRED = "django.contrib.auth.middleware.LoginRequiredMiddleware"
+
+
+LOCALE = "django.middleware.locale.LocaleMiddleware"
+urlpatterns = i18n_patterns(route("sync/", sync_extract))  # ROOT_URLCONF for the test below
+
+
+@pytest.mark.parametrize("language", ["en", "fr"])
+def test_the_door_finds_a_pooled_view_under_each_languages_prefix(pdfpool, settings, language):
+    """``i18n_patterns`` resolve under the language of the path, which LocaleMiddleware
+    activates: the door answers an upload to /fr/ from its headers as to /en/."""
+    from django_pdfpool import PdfPoolDoor
+
+    settings.ROOT_URLCONF, settings.LANGUAGE_CODE = "tests.test_asgi", "en"
+    settings.MIDDLEWARE = [settings.MIDDLEWARE[0], LOCALE, *settings.MIDDLEWARE[1:]]
+    pdfpool(MAX_UPLOAD_SIZE=1024)
+    request, _ = oversized()
+    request["path"] = f"/{language}/sync/"
+
+    async def post() -> int:  # no body byte sent: Django's handler would wait for them
+        talk = ApplicationCommunicator(PdfPoolDoor(get_asgi_application()), request)
+        await talk.send_input({"type": "http.request", "body": b"", "more_body": True})
+        status = int((await talk.receive_output(DEADLINE))["status"])
+        talk.future.cancel()
+        return status
+
+    assert asyncio.run(post()) == 413
