@@ -28,6 +28,7 @@ from django.middleware.csrf import (
     CsrfViewMiddleware,
     RejectRequest,
 )
+from django.middleware.locale import LocaleMiddleware
 from django.utils.deprecation import MiddlewareMixin
 from django.utils.module_loading import import_string
 
@@ -516,6 +517,14 @@ def login_refusal(request: HttpRequest, func: Callable[..., Any]) -> Steps[HttpR
     return cast(HttpResponse | None, middleware.process_view(probe, func, (), {}))
 
 
+def _speak_its_language(request: HttpRequest) -> None:
+    """Activate the language ``LocaleMiddleware`` activates before any view (unless it has
+    run): Django's answers from the door (CSRF's page, the login URL) speak it."""
+    found = _installed(LocaleMiddleware, tuple(settings.MIDDLEWARE))
+    if found is not None and not hasattr(request, "LANGUAGE_CODE"):
+        found[1].process_request(request)
+
+
 def _trusted() -> tuple[str, ...]:
     return tuple(settings.CSRF_TRUSTED_ORIGINS)
 
@@ -562,6 +571,7 @@ def through_door(
     serve, which Django answers (the door steps aside)."""
     if not _host_served(request):
         return None
+    _speak_its_language(request)
     forbidden = yield from login_refusal(request, func)  # when it comes first, or CSRF's not
     exempt = forbidden is not None or getattr(func, "csrf_exempt", False)
     refuse = None if exempt else csrf_refusal(request)

@@ -821,3 +821,37 @@ def test_a_signed_in_user_meets_the_login_check_on_an_async_stack(pdfpool, setti
     big = b"%PDF-" + b"x" * 100
     response = async_to_sync(client.post)("/sync/", big, content_type="application/pdf")
     assert response.status_code == 413  # the view's (the door's) answer: she is signed in
+
+
+@pytest.mark.parametrize("door", [False, True], ids=["door-off", "door-on"])
+def test_djangos_403_from_the_door_speaks_the_requests_language(pdfpool, settings, door):
+    """LocaleMiddleware activates the client's language before any ``process_view``: CSRF's
+    403 page is French for a French browser, from the door as from Django."""
+    from django.core.asgi import get_asgi_application
+
+    from django_pdfpool import PdfPoolDoor
+
+    locale = "django.middleware.locale.LocaleMiddleware"
+    settings.MIDDLEWARE = [SESSION, locale, CSRF, *settings.MIDDLEWARE[1:]]
+    pdfpool(DOOR=door)
+    pdf = b"%PDF- a small one"
+    headers = [(b"host", b"testserver"), (b"content-type", b"application/pdf")]
+    headers += [(b"origin", b"https://evil.example"), (b"accept-language", b"fr")]
+    scope = {
+        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
+        "scheme": "http", "path": "/sync/", "raw_path": b"/sync/", "query_string": b"",
+        "root_path": "", "client": ("127.0.0.1", 5000), "server": ("testserver", 80),
+        "headers": [*headers, (b"content-length", b"%d" % len(pdf))],
+    }  # fmt: skip
+
+    async def post() -> tuple[int, bytes]:
+        talk = ApplicationCommunicator(PdfPoolDoor(get_asgi_application()), scope)
+        await talk.send_input({"type": "http.request", "body": pdf, "more_body": False})
+        start, page, more = await talk.receive_output(10), b"", True
+        while more:
+            message = await talk.receive_output(10)
+            page, more = page + message.get("body", b""), message.get("more_body", False)
+        return int(start["status"]), page
+
+    status, page = asyncio.run(post())
+    assert status == 403 and b"Interdit" in page  # "Forbidden"
