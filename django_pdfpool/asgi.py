@@ -12,18 +12,23 @@ import logging
 import signal
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from types import FrameType
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 from asgiref.sync import ThreadSensitiveContext
-from django.core.handlers.asgi import ASGIRequest, get_script_prefix
-from django.core.handlers.base import BaseHandler
+from django.conf import settings
+from django.conf.urls.i18n import is_language_prefix_patterns_used
+from django.core.handlers.asgi import ASGIHandler, ASGIRequest, get_script_prefix
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 from django.http import HttpRequest, HttpResponse
+from django.http.response import HttpResponseBase
+from django.urls import ResolverMatch, set_script_prefix
+from django.utils import translation
+from django.utils.translation import get_language_from_path
 
 from .admission import jobs
 from .conf import get_settings
@@ -31,7 +36,7 @@ from .configured import adrain_pool, get_pool, peek_pool
 from .door import Refusal, Ticket, arun_steps, through_door
 from .exceptions import BodyTimeout, UploadTooLarge, Wording
 from .record import RECORD, AdmissionRecord, pooled_route
-from .responses import RefusalView, arefusal_answer, asgi_parts
+from .responses import RefusalView, arefusal_answer
 from .sandbox.extract import shutdown as shutdown_extraction
 
 # The ASGI types, in the shape django-stubs gives Django's own handler (``asgiref.typing``'s
@@ -61,11 +66,16 @@ class PdfPoolDoor:
         post = str(scope.get("method", "")).upper() == "POST"  # as Django's request.method
         route = None
         if scope["type"] == "http" and post and RECORD not in scope and get_settings().door:
-            route = pooled_route(scope["path"].removeprefix(get_script_prefix(scope)))
+            path_info = scope["path"].removeprefix(get_script_prefix(scope))
+            i18n, _ = is_language_prefix_patterns_used(settings.ROOT_URLCONF)
+            language = get_language_from_path(path_info) if i18n else None  # LocaleMiddleware's
+            with translation.override(language) if language else contextlib.nullcontext():
+                route = pooled_route(path_info)  # i18n_patterns resolve under it
         if route is None:
             await self.app(scope, receive, send)
             return
         func, view = route
+        set_script_prefix(get_script_prefix(scope))  # as Django's handler: reverse() under it
         pairs = [(n.decode("latin-1"), v.decode("latin-1")) for n, v in scope.get("headers", ())]
         record = AdmissionRecord.read(pairs, view)
         try:
@@ -143,51 +153,63 @@ async def send_refusal(
     answer: RefusalView | None,
     unread: Receive | None,
 ) -> None:
-    """Send ``refusal`` as Django would (``answered``); with ``unread`` (the body not read in
-    full), ``Connection: close`` and a ``linger``."""
-    response = await answered(request, refusal, answer)
-    if unread is not None:
-        response["Connection"] = "close"
-    status, headers, body = asgi_parts(response)
-    await send({"type": "http.response.start", "status": status, "headers": list(headers)})
-    await send({"type": "http.response.body", "body": body, "more_body": unread is not None})
+    """Send ``refusal`` as Django's handler sends a view's answer (``_Answering``); with
+    ``unread`` (the body not read in full), ``Connection: close`` and a ``linger``."""
+    request.pdfpool_refusal = (refusal, answer)  # type: ignore[attr-defined]
+    handler = _answering()
+
+    async def sending(message: Mapping[str, Any]) -> None:
+        last = message["type"] == "http.response.body" and not message.get("more_body")
+        lingers = last and unread is not None  # the last message comes after the linger
+        await send({**message, "more_body": True} if lingers else {**message})
+
+    async with ThreadSensitiveContext():  # a request's sync hooks on a thread of their own
+        response = await handler.get_response_async(request)
+        if unread is not None:
+            response["Connection"] = "close"
+            if isinstance(response, HttpResponse) and not response.has_header("Content-Length"):
+                response["Content-Length"] = str(len(response.content))  # its end, first
+        await handler.send_response(response, sending)
     if unread is not None:
         await linger(unread, send)
 
 
-class _Answering(BaseHandler):
-    """Django's handler with the door's answer in the view's place: the project's middleware
-    (their code, headers and cookies) and Django's response log, as under WSGI with
-    ``AdmissionMiddleware`` last; no ``process_view``, no view, no body."""
+class _Answering(ASGIHandler):
+    """Django's ASGI handler with the door's answer in the view's place: the project's
+    middleware (their code, headers and cookies), Django's response log, a template response
+    rendered, a stream streamed, as under WSGI with ``AdmissionMiddleware`` last; no
+    ``process_view``, no body; no ``request_started``/``request_finished`` (docs/door.md)."""
 
-    async def _get_response_async(self, request: HttpRequest) -> HttpResponse:
-        refusal, answer = request.pdfpool_refusal  # type: ignore[attr-defined]
-        if isinstance(refusal, HttpResponse):
-            return refusal
-        return await arefusal_answer(request, refusal, answer)
+    def load_middleware(self, is_async: bool = False) -> None:
+        super().load_middleware(is_async)
+        self._view_middleware: list[Any] = []  # the door decides before any view
+
+    def resolve_request(self, request: HttpRequest) -> ResolverMatch:
+        return ResolverMatch(_answer, (), {})
+
+    def make_view_atomic(
+        self, view: Callable[..., HttpResponseBase]
+    ) -> Callable[..., HttpResponseBase]:
+        return view  # an answer, no view's work (ATOMIC_REQUESTS refuses an async view)
+
+
+async def _answer(request: HttpRequest) -> HttpResponse:
+    """The door's answer, in the view's place."""
+    refusal, answer = request.pdfpool_refusal  # type: ignore[attr-defined]
+    if isinstance(refusal, HttpResponse):
+        return refusal
+    return await arefusal_answer(request, refusal, answer)
 
 
 @functools.cache
 def _answering() -> _Answering:
     """The handler, its middleware loaded once as Django's own (again when a setting changes)."""
-    handler = _Answering()
-    handler.load_middleware(is_async=True)
-    return handler
+    return _Answering()
 
 
 @receiver(setting_changed)
 def _reload(**kwargs: Any) -> None:
     _answering.cache_clear()
-
-
-async def answered(
-    request: HttpRequest, refusal: Refusal | HttpResponse, answer: RefusalView | None
-) -> HttpResponse:
-    """``refusal`` (or Django's own response) as Django's ASGI handler answers it."""
-    request.pdfpool_refusal = (refusal, answer)  # type: ignore[attr-defined]
-    async with ThreadSensitiveContext():  # a request's sync hooks on a thread of their own
-        response = await _answering().get_response_async(request)
-    return cast(HttpResponse, response)
 
 
 LINGER_SECONDS = 2.0  # many round trips: a client stops sending once it reads the answer

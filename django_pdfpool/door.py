@@ -28,6 +28,7 @@ from django.middleware.csrf import (
     CsrfViewMiddleware,
     RejectRequest,
 )
+from django.middleware.locale import LocaleMiddleware
 from django.utils.deprecation import MiddlewareMixin
 from django.utils.module_loading import import_string
 
@@ -450,10 +451,10 @@ def csrf_refusal(request: HttpRequest) -> Callable[[], HttpResponse] | None:
     (with ``CSRF_USE_SESSIONS`` the secret is the session's: Django's to check); None if not."""
     if getattr(request, "_dont_enforce_csrf_checks", False):  # django.test.Client's
         return None
-    trusted = tuple(settings.CSRF_TRUSTED_ORIGINS)
-    middleware = _installed(CsrfViewMiddleware, tuple(settings.MIDDLEWARE), trusted)
-    if middleware is None:
+    found = _installed(CsrfViewMiddleware, tuple(settings.MIDDLEWARE), _trusted())
+    if found is None:
         return None
+    middleware = found[1]
     reason = None
     if "HTTP_ORIGIN" in request.META:  # process_view's order
         if not middleware._origin_verified(request):
@@ -477,23 +478,36 @@ def csrf_refusal(request: HttpRequest) -> Callable[[], HttpResponse] | None:
     return rejected
 
 
-def login_refusal(request: HttpRequest, func: Callable[..., Any]) -> HttpResponse | None:
+def login_refusal(request: HttpRequest, func: Callable[..., Any]) -> Steps[HttpResponse | None]:
     """``LoginRequiredMiddleware``'s redirect to the login page when the user is certainly
-    anonymous: ``request.user``'s, or with no session cookie (and no remote-user middleware)
-    before ``AuthenticationMiddleware`` has run; None if not, or not known yet."""
+    anonymous: ``request.user``'s (read off the event loop), or with no session cookie, no
+    ``Authorization`` header (and no remote-user middleware) before ``AuthenticationMiddleware``
+    has run; None if not, not known yet, or if ``CsrfViewMiddleware``, listed before it,
+    checks a token first."""
     if not apps.is_installed("django.contrib.auth"):  # its models import only then
         return None
     from django.contrib.auth import middleware as auth
     from django.contrib.auth.models import AnonymousUser
 
     paths = tuple(settings.MIDDLEWARE)
-    middleware = _installed(auth.LoginRequiredMiddleware, paths)
-    if middleware is None:
+    found = _installed(auth.LoginRequiredMiddleware, paths)
+    if found is None:
+        return None
+    at, middleware = found
+    csrf = _installed(CsrfViewMiddleware, paths, _trusted())
+    exempt = getattr(func, "csrf_exempt", False) or getattr(
+        request, "_dont_enforce_csrf_checks", False
+    )
+    if csrf is not None and csrf[0] < at and not exempt:  # its token may be in the body
         return None
     user = getattr(request, "user", None)
+    auser = getattr(request, "auser", None)
+    if user is not None and auser is not None:  # AuthenticationMiddleware's: it reads the session
+        user = yield Call(partial(getattr, request, "user"), auser)
     if user is None:
-        cookie = settings.SESSION_COOKIE_NAME in request.COOKIES
-        if cookie or _installed(auth.RemoteUserMiddleware, paths):
+        credentials = "HTTP_AUTHORIZATION" in request.META  # a token a middleware may read
+        credentials |= settings.SESSION_COOKIE_NAME in request.COOKIES
+        if credentials or _installed(auth.RemoteUserMiddleware, paths):
             return None
         user = AnonymousUser()
     if user.is_authenticated:
@@ -503,16 +517,29 @@ def login_refusal(request: HttpRequest, func: Callable[..., Any]) -> HttpRespons
     return cast(HttpResponse | None, middleware.process_view(probe, func, (), {}))
 
 
+def _speak_its_language(request: HttpRequest) -> None:
+    """Activate the language ``LocaleMiddleware`` activates before any view (unless it has
+    run): Django's answers from the door (CSRF's page, the login URL) speak it."""
+    found = _installed(LocaleMiddleware, tuple(settings.MIDDLEWARE))
+    if found is not None and not hasattr(request, "LANGUAGE_CODE"):
+        found[1].process_request(request)
+
+
+def _trusted() -> tuple[str, ...]:
+    return tuple(settings.CSRF_TRUSTED_ORIGINS)
+
+
 @functools.lru_cache(maxsize=8)
 def _installed(
     kind: type[MiddlewareMixin], paths: tuple[str, ...], trusted: tuple[str, ...] = ()
-) -> Any:
-    """The project's middleware of ``kind`` (Django's, or a subclass) if installed, to ask its
-    checks, private but Django's own (``trusted``: CSRF caches its origins per instance)."""
-    for path in paths:
+) -> tuple[int, Any] | None:
+    """The project's first middleware of ``kind`` (Django's, or a subclass) if installed, and
+    its place in ``paths``, to ask its checks, private but Django's own (``trusted``: CSRF
+    caches its origins per instance)."""
+    for at, path in enumerate(paths):
         found = import_string(path)
         if isinstance(found, type) and issubclass(found, kind):
-            return found(HttpResponse)
+            return at, found(HttpResponse)
     return None
 
 
@@ -538,16 +565,18 @@ def framework_refusal(request: HttpRequest, view: PooledView) -> HttpResponse | 
 def through_door(
     request: HttpRequest, record: AdmissionRecord, view: PooledView, func: Callable[..., Any]
 ) -> Steps[Refusal | Ticket | HttpResponse | None]:
-    """Django's CSRF 403 and login redirect for ``func`` (the view Django calls), the framework's
+    """Django's login redirect and CSRF 403 for ``func`` (the view Django calls), the framework's
     401, the view's 400, then ``decide``; an upload that could only be shed waits (holding
     nothing) for its caller's body arriving, and decides again. None: a host Django does not
     serve, which Django answers (the door steps aside)."""
     if not _host_served(request):
         return None
-    refuse = None if getattr(func, "csrf_exempt", False) else csrf_refusal(request)
-    forbidden: HttpResponse | None = None if refuse is None else (yield Call.django(refuse))
-    if forbidden is None:
-        forbidden = login_refusal(request, func)
+    _speak_its_language(request)
+    forbidden = yield from login_refusal(request, func)  # when it comes first, or CSRF's not
+    exempt = forbidden is not None or getattr(func, "csrf_exempt", False)
+    refuse = None if exempt else csrf_refusal(request)
+    if refuse is not None:
+        forbidden = yield Call.django(refuse)
     if forbidden is None and view.authenticate is not None:
         forbidden = yield Call.django(partial(framework_refusal, request, view))
     if forbidden is not None:

@@ -15,7 +15,7 @@ from .admission.jobs import queue_full
 from .conf import get_settings
 from .configured import get_pool
 from .door import Call, Steps, Terms, Ticket, arun_steps, run_steps, through_door
-from .exceptions import BodyTimeout, ExtractionError, PoolBusy, Refused, Wording
+from .exceptions import BodyTimeout, ExtractionError, PoolBusy, Refused, UploadRejected, Wording
 from .record import RECORD, AdmissionRecord, PooledView, pooled_route
 from .responses import arefusal_answer, refusal_answer
 
@@ -59,12 +59,7 @@ class AdmissionMiddleware:
         record = request.META[RECORD] = AdmissionRecord.read(request.headers, view)
         decided = yield from through_door(request, record, view, func)
         if decided is not None and not isinstance(decided, Ticket):  # None: Django's answer
-            refused = decided
-            if not isinstance(refused, HttpResponse):
-                said = (request, refused, view.answer)
-                refused = yield Call(
-                    partial(refusal_answer, *said), partial(arefusal_answer, *said)
-                )
+            refused = yield from _answered(request, decided, view)
             if asgi and record.declares_body():  # under WSGI Connection is the server's
                 refused["Connection"] = "close"
             return refused
@@ -76,11 +71,7 @@ class AdmissionMiddleware:
             response: HttpResponse = yield Call(cast(Sync, respond), cast(Async, respond))
             if timed is None or timed.refused is None:
                 return response
-            said = (request, timed.refused, view.answer)  # whoever read the body (CSRF's form)
-            answer: HttpResponse = yield Call(
-                partial(refusal_answer, *said), partial(arefusal_answer, *said)
-            )
-            return answer
+            return (yield from _answered(request, timed.refused, view))  # whoever read the body
         finally:
             if record.release is not None:  # not given back by the call reaching the pool
                 record.release()
@@ -90,6 +81,19 @@ class AdmissionMiddleware:
         if isinstance(exception, Refused | ExtractionError):
             return refusal_answer(request, exception)
         return None
+
+
+def _answered(
+    request: HttpRequest, refusal: Refused | UploadRejected | HttpResponse, view: PooledView
+) -> Steps[HttpResponse]:
+    """``refusal`` answered in the view's place, rendered as Django renders a view's template
+    response (it renders none a middleware returns)."""
+    answer = refusal
+    if not isinstance(answer, HttpResponse):
+        said = (request, answer, view.answer)
+        answer = yield Call(partial(refusal_answer, *said), partial(arefusal_answer, *said))
+    render = getattr(answer, "render", None)
+    return (yield Call.django(render)) if callable(render) else answer
 
 
 class TimedStream:

@@ -11,15 +11,21 @@ import json
 import logging
 import threading
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 from asgiref.testing import ApplicationCommunicator
+from django.conf.urls.i18n import i18n_patterns
 from django.core.asgi import get_asgi_application
+from django.http import StreamingHttpResponse
+from django.template import engines
+from django.template.response import TemplateResponse
+from django.urls import path as route
 
 from django_pdfpool import KeptThreads
 from django_pdfpool.asgi import THREAD_NAME
-from tests.project.views import Orphans, Threads
+from tests.project.views import Orphans, Threads, sync_extract
 
 DEADLINE = 30.0
 
@@ -295,3 +301,108 @@ def test_the_doors_refusal_is_answered_through_the_projects_middleware(
         "Cross-Origin-Opener-Policy": "same-origin",
     }  # fmt: skip
     assert logged == ["Request Entity Too Large: /sync/"]  # Django logs each 4xx and 5xx
+
+
+class StreamingMaintenance:
+    """A project's maintenance middleware that answers every request with a stream."""
+
+    def __init__(self, get_response: Any) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: Any) -> StreamingHttpResponse:
+        async def page() -> AsyncIterator[bytes]:
+            yield b"down for "
+            yield b"maintenance"
+
+        return StreamingHttpResponse(page(), status=503)
+
+
+def template_refusal(request: Any, exception: Any) -> TemplateResponse:
+    """A project's REFUSAL_VIEW rendering a template, as views do (Django renders it)."""
+    page = engines["django"].from_string("refused: {{ code }}")
+    return TemplateResponse(request, page, {"code": exception.code}, status=exception.status)
+
+
+async def answer_of(
+    app: Any, request: dict[str, Any], body: bytes
+) -> tuple[int, bytes, dict[bytes, bytes]]:
+    """The status, whole body and headers ``app`` answers to ``request`` and its ``body``."""
+    talk = ApplicationCommunicator(app, request)
+    await talk.send_input({"type": "http.request", "body": body, "more_body": False})
+    start, sent, more = await talk.receive_output(DEADLINE), b"", True
+    while more:
+        message = await talk.receive_output(DEADLINE)
+        sent, more = sent + message.get("body", b""), message.get("more_body", False)
+    await talk.wait(DEADLINE)
+    assert talk.output_queue.empty()  # nothing after the last message
+    return int(start["status"]), sent, dict(start["headers"])
+
+
+def oversized(root_path: str = "") -> tuple[dict[str, Any], bytes]:
+    """A raw PDF upload to /sync/ over a MAX_UPLOAD_SIZE of 1024 bytes, and its body."""
+    body = b"%PDF-" + b"x" * 2000
+    length = [(b"content-type", b"application/pdf"), (b"content-length", b"%d" % len(body))]
+    request = {
+        **scope(path=f"{root_path}/sync/"), "method": "POST", "root_path": root_path,
+        "headers": [(b"host", b"testserver"), *length],
+    }  # fmt: skip
+    return request, body
+
+
+@pytest.mark.parametrize("door", [False, True], ids=["door-off", "door-on"])
+def test_a_refusal_is_answered_as_djangos_handler_answers_a_views(pdfpool, settings, door):
+    """A middleware's streamed answer is streamed (and the linger's last message comes after
+    it), a REFUSAL_VIEW's template response is rendered."""
+    from django_pdfpool import PdfPoolDoor
+
+    pdfpool(MAX_UPLOAD_SIZE=1024, DOOR=door, REFUSAL_VIEW="tests.test_asgi.template_refusal")
+    request, body = oversized()
+    answer = asyncio.run(answer_of(PdfPoolDoor(get_asgi_application()), request, body))
+    assert answer[:2] == (413, b"refused: too_large")
+    settings.MIDDLEWARE = ["tests.test_asgi.StreamingMaintenance", *settings.MIDDLEWARE]
+    down = asyncio.run(answer_of(PdfPoolDoor(get_asgi_application()), request, body))
+    assert down[:2] == (503, b"down for maintenance")
+
+
+@pytest.mark.parametrize("door", [False, True], ids=["door-off", "door-on"])
+def test_the_login_redirect_is_under_the_script_prefix(pdfpool, settings, door):
+    """A ``LOGIN_URL`` named, not written: reversed under the application's mount point (the
+    ASGI ``root_path``), as Django's handler sets it before any middleware runs."""
+    from django_pdfpool import PdfPoolDoor
+
+    settings.MIDDLEWARE = [*settings.MIDDLEWARE, LOGIN_REQUIRED]
+    settings.LOGIN_URL = "admin:login"
+    pdfpool(MAX_UPLOAD_SIZE=1024, DOOR=door)
+    request, body = oversized(root_path="/app")
+    request["query_string"] = b"a=1"
+    status, _, headers = asyncio.run(answer_of(PdfPoolDoor(get_asgi_application()), request, body))
+    assert (status, headers[b"Location"]) == (302, b"/app/admin/login/?next=/app/sync/%3Fa%3D1")
+
+
+LOGIN_REQUIRED = "django.contrib.auth.middleware.LoginRequiredMiddleware"
+
+
+LOCALE = "django.middleware.locale.LocaleMiddleware"
+urlpatterns = i18n_patterns(route("sync/", sync_extract))  # ROOT_URLCONF for the test below
+
+
+@pytest.mark.parametrize("language", ["en", "fr"])
+def test_the_door_finds_a_pooled_view_under_each_languages_prefix(pdfpool, settings, language):
+    """``i18n_patterns`` resolve under the language of the path, which LocaleMiddleware
+    activates: the door answers an upload to /fr/ from its headers as to /en/."""
+    from django_pdfpool import PdfPoolDoor
+
+    settings.ROOT_URLCONF, settings.LANGUAGE_CODE = "tests.test_asgi", "en"
+    settings.MIDDLEWARE = [settings.MIDDLEWARE[0], LOCALE, *settings.MIDDLEWARE[1:]]
+    pdfpool(MAX_UPLOAD_SIZE=1024)
+    request, _ = oversized()
+    request["path"] = f"/{language}/sync/"
+
+    async def post() -> int:  # no body byte sent: Django's handler would wait for them
+        talk = ApplicationCommunicator(PdfPoolDoor(get_asgi_application()), request)
+        await talk.send_input({"type": "http.request", "body": b"", "more_body": True})
+        status = int((await talk.receive_output(DEADLINE))["status"])
+        talk.future.cancel()
+        return status
+
+    assert asyncio.run(post()) == 413

@@ -696,22 +696,162 @@ def test_the_door_sends_to_log_in_only_a_user_it_knows_is_anonymous(rf, settings
     from django.contrib.auth.decorators import login_not_required
     from django.contrib.auth.models import AnonymousUser, User
 
-    from django_pdfpool.door import login_refusal
+    from django_pdfpool.door import login_refusal, run_steps
 
     def view(request):
         return None
 
-    assert login_refusal(rf.post("/sync/"), view) is None  # not installed
+    assert run_steps(login_refusal(rf.post("/sync/"), view)) is None  # not installed
     settings.MIDDLEWARE = [*settings.MIDDLEWARE, LOGIN_REQUIRED]
-    assert login_refusal(rf.post("/sync/"), view).status_code == 302
-    assert login_refusal(rf.post("/sync/"), login_not_required(lambda request: None)) is None
+    assert run_steps(login_refusal(rf.post("/sync/"), view)).status_code == 302
+    assert (
+        run_steps(login_refusal(rf.post("/sync/"), login_not_required(lambda request: None)))
+        is None
+    )
     signed = rf.post("/sync/", HTTP_COOKIE=f"{settings.SESSION_COOKIE_NAME}=abc")
-    assert login_refusal(signed, view) is None  # its session not read yet
+    assert run_steps(login_refusal(signed, view)) is None  # its session not read yet
     known = rf.post("/sync/", HTTP_COOKIE=f"{settings.SESSION_COOKIE_NAME}=abc")
     known.user = AnonymousUser()
-    assert login_refusal(known, view).status_code == 302
+    assert run_steps(login_refusal(known, view)).status_code == 302
     known.user = User(username="ann")
-    assert login_refusal(known, view) is None
+    assert run_steps(login_refusal(known, view)) is None
     remote = "django.contrib.auth.middleware.RemoteUserMiddleware"
     settings.MIDDLEWARE = [*settings.MIDDLEWARE, remote]
-    assert login_refusal(rf.post("/sync/"), view) is None
+    assert run_steps(login_refusal(rf.post("/sync/"), view)) is None
+
+
+CSRF, ADMISSION = (
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django_pdfpool.middleware.AdmissionMiddleware",
+)
+SESSION, AUTH = (
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+)
+
+
+@pytest.mark.parametrize("door", [False, True], ids=["door-off", "door-on"])
+def test_the_login_redirect_and_the_csrf_403_come_in_the_order_of_middleware(
+    pdfpool, settings, door
+):
+    """Django runs ``process_view`` hooks in ``MIDDLEWARE``'s order: CSRF's first checks the
+    form's token (the body: 403 without it, the redirect with it); the login's first redirects
+    even a cross-site POST. The door gives each answer Django gives, or lets the body in."""
+    pdfpool(DOOR=door)
+    token = "A" * 32
+    client = Client(enforce_csrf_checks=True, HTTP_COOKIE=f"csrftoken={token}")
+    pdf = b"%PDF- a small one"
+    settings.MIDDLEWARE = [SESSION, CSRF, AUTH, LOGIN_REQUIRED, ADMISSION]
+    unsigned = client.post("/sync/", pdf, content_type="application/pdf")
+    assert unsigned.status_code == 403  # Django's CSRF page: "CSRF token missing"
+    signed = client.post("/sync/", pdf, content_type="application/pdf", HTTP_X_CSRFTOKEN=token)
+    assert (signed.status_code, signed["Location"]) == (302, "/accounts/login/?next=/sync/")
+    settings.MIDDLEWARE = [SESSION, AUTH, LOGIN_REQUIRED, CSRF, ADMISSION]
+    client = Client(enforce_csrf_checks=True, HTTP_COOKIE=f"csrftoken={token}")  # loads them
+    foreign = client.post(
+        "/sync/", pdf, content_type="application/pdf", HTTP_ORIGIN="https://x.example"
+    )
+    assert (foreign.status_code, foreign["Location"]) == (302, "/accounts/login/?next=/sync/")
+
+
+class BearerUser:
+    """A project's token middleware (django-oauth-toolkit's ``OAuth2TokenMiddleware``'s shape):
+    ``request.user`` from an ``Authorization`` header, no session."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        from django.contrib.auth.models import User
+
+        if request.headers.get("Authorization") == "Bearer ann":
+            request.user = User(pk=7, username="ann")
+        return self.get_response(request)
+
+
+@pytest.mark.parametrize("door", [False, True], ids=["door-off", "door-on"])
+def test_a_user_a_middleware_signs_in_from_a_header_is_not_sent_to_log_in(pdfpool, settings, door):
+    """Under ASGI the door decides before any middleware: an ``Authorization`` header is
+    credentials not read yet, as for ``CALLER`` (the view's 413 here, door on or off)."""
+    from django.core.asgi import get_asgi_application
+
+    from django_pdfpool import PdfPoolDoor
+
+    settings.MIDDLEWARE = [
+        *settings.MIDDLEWARE[:-1],
+        "tests.test_door.BearerUser",
+        LOGIN_REQUIRED,
+        ADMISSION,
+    ]
+    pdfpool(MAX_UPLOAD_SIZE=64, DOOR=door)
+    big = b"%PDF-" + b"x" * 100
+    headers = [(b"host", b"testserver"), (b"content-type", b"application/pdf")]
+    scope = {
+        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
+        "scheme": "http", "path": "/sync/", "raw_path": b"/sync/", "query_string": b"",
+        "root_path": "", "client": ("127.0.0.1", 5000), "server": ("testserver", 80),
+        "headers": [
+            *headers, (b"authorization", b"Bearer ann"), (b"content-length", b"%d" % len(big))
+        ],
+    }  # fmt: skip
+
+    async def post() -> int:
+        talk = ApplicationCommunicator(PdfPoolDoor(get_asgi_application()), scope)
+        await talk.send_input({"type": "http.request", "body": big, "more_body": False})
+        start = await talk.receive_output(10)
+        await talk.receive_output(10)
+        return int(start["status"])
+
+    assert asyncio.run(post()) == 413
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("door", [False, True], ids=["door-off", "door-on"])
+def test_a_signed_in_user_meets_the_login_check_on_an_async_stack(pdfpool, settings, door):
+    """``AdmissionMiddleware`` in an async chain: the user (a session read from the
+    database) is read off the event loop, not a 500 (SynchronousOnlyOperation)."""
+    from asgiref.sync import async_to_sync
+    from django.contrib.auth.models import User
+    from django.test import AsyncClient
+
+    settings.MIDDLEWARE = [*settings.MIDDLEWARE, LOGIN_REQUIRED]
+    pdfpool(MAX_UPLOAD_SIZE=64, DOOR=door)
+    client = AsyncClient(raise_request_exception=False)
+    async_to_sync(client.aforce_login)(User.objects.create_user("ann"))
+    big = b"%PDF-" + b"x" * 100
+    response = async_to_sync(client.post)("/sync/", big, content_type="application/pdf")
+    assert response.status_code == 413  # the view's (the door's) answer: she is signed in
+
+
+@pytest.mark.parametrize("door", [False, True], ids=["door-off", "door-on"])
+def test_djangos_403_from_the_door_speaks_the_requests_language(pdfpool, settings, door):
+    """LocaleMiddleware activates the client's language before any ``process_view``: CSRF's
+    403 page is French for a French browser, from the door as from Django."""
+    from django.core.asgi import get_asgi_application
+
+    from django_pdfpool import PdfPoolDoor
+
+    locale = "django.middleware.locale.LocaleMiddleware"
+    settings.MIDDLEWARE = [SESSION, locale, CSRF, *settings.MIDDLEWARE[1:]]
+    pdfpool(DOOR=door)
+    pdf = b"%PDF- a small one"
+    headers = [(b"host", b"testserver"), (b"content-type", b"application/pdf")]
+    headers += [(b"origin", b"https://evil.example"), (b"accept-language", b"fr")]
+    scope = {
+        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
+        "scheme": "http", "path": "/sync/", "raw_path": b"/sync/", "query_string": b"",
+        "root_path": "", "client": ("127.0.0.1", 5000), "server": ("testserver", 80),
+        "headers": [*headers, (b"content-length", b"%d" % len(pdf))],
+    }  # fmt: skip
+
+    async def post() -> tuple[int, bytes]:
+        talk = ApplicationCommunicator(PdfPoolDoor(get_asgi_application()), scope)
+        await talk.send_input({"type": "http.request", "body": pdf, "more_body": False})
+        start, page, more = await talk.receive_output(10), b"", True
+        while more:
+            message = await talk.receive_output(10)
+            page, more = page + message.get("body", b""), message.get("more_body", False)
+        return int(start["status"]), page
+
+    status, page = asyncio.run(post())
+    assert status == 403 and b"Interdit" in page  # "Forbidden"

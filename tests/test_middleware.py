@@ -11,6 +11,7 @@ import os
 import threading
 
 import pytest
+from asgiref.sync import async_to_sync
 from django.test import Client
 
 from django_pdfpool import get_pool
@@ -530,3 +531,26 @@ def test_the_metrics_count_the_bodies_held_what_was_shed_and_what_timed_out(pdfp
     text = render(get_pool().snapshot(), timeout=30.0, pid=1)
     assert 'pdfpool_door_held{kind="place"} 0' in text
     assert f"pdfpool_door_timed_out_total {timed_out + 1}" in text
+
+
+def template_refusal(request, exception):
+    """A project's REFUSAL_VIEW rendering a template, as views do (Django renders it)."""
+    from django.template import engines
+    from django.template.response import TemplateResponse
+
+    page = engines["django"].from_string("refused: {{ code }}")
+    return TemplateResponse(request, page, {"code": exception.code}, status=exception.status)
+
+
+@pytest.mark.parametrize("door", [False, True], ids=["door-off", "door-on"])
+def test_a_refusal_views_template_response_is_rendered(pdfpool, door):
+    """Django renders a view's template response, not a middleware's: the door renders its
+    own, sync and async, as the refusal a view answers is rendered."""
+    from django.test import AsyncClient
+
+    pdfpool(MAX_UPLOAD_SIZE=1024, DOOR=door, REFUSAL_VIEW="tests.test_middleware.template_refusal")
+    big = b"%PDF-" + b"x" * 2048
+    response = Client().post("/sync/", big, content_type="application/pdf")
+    assert (response.status_code, response.content) == (413, b"refused: too_large")
+    response = async_to_sync(AsyncClient().post)("/sync/", big, content_type="application/pdf")
+    assert (response.status_code, response.content) == (413, b"refused: too_large")
