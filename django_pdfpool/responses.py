@@ -125,15 +125,13 @@ def refusal_answer(
     request: HttpRequest, error: Failure, answer: RefusalView | None = None
 ) -> HttpResponse:
     """The answer in a view's place: ``answer`` (a view's ``answer=``) when given, else the
-    project's ``REFUSAL_VIEW``. Every entry answers through here (or its async twin); a
-    ``TemplateResponse`` is rendered here, since the door answers where Django would not."""
+    project's ``REFUSAL_VIEW``. Every entry answers through here (or its async twin)."""
     view = answer or get_settings().refusal_view
     response = view(request, error)
     if not isinstance(response, HttpResponseBase):
         name = getattr(view, "__qualname__", repr(view))
         raise TypeError(f"The refusal view {name} returned {response!r}, not an HttpResponse.")
-    render = getattr(response, "render", None)
-    return cast(HttpResponse, render() if callable(render) else response)
+    return cast(HttpResponse, response)
 
 
 async def arefusal_answer(
@@ -144,17 +142,3 @@ async def arefusal_answer(
     if answers_quickly(answer):
         return refusal_answer(request, error, answer)
     return await sync_to_async(refusal_answer, thread_sensitive=False)(request, error, answer)
-
-
-AsgiAnswer = tuple[int, tuple[tuple[bytes, bytes], ...], bytes]
-"""A complete answer as ASGI parts: status, headers (``Content-Length`` included), body."""
-
-
-def asgi_parts(response: HttpResponse) -> AsgiAnswer:
-    """``response`` as ASGI parts, its ``Content-Length`` and cookies included."""
-    if not response.has_header("Content-Length"):
-        response["Content-Length"] = str(len(response.content))
-    cookies = [("Set-Cookie", c.output(header="").strip()) for c in response.cookies.values()]
-    pairs = [*response.items(), *cookies]
-    headers = tuple((n.encode("latin-1"), v.encode("latin-1")) for n, v in pairs)
-    return response.status_code, headers, response.content

@@ -30,7 +30,7 @@ from django_pdfpool.admission.ledger import CountedBy, Counter, Counters, Ledger
 from django_pdfpool.exceptions import CallerBusy, CoordinatorUnavailable, PoolBusy, PoolClosed
 from django_pdfpool.management import status_report
 from django_pdfpool.status import page as status_page
-from django_pdfpool.status.metrics import METRICS, render
+from django_pdfpool.status.metrics import METRICS, Reading, render
 from tests.conftest import until
 
 pytest_plugins = ["tests.support.redis_fixtures"]
@@ -145,7 +145,7 @@ def test_the_status_page_the_metrics_and_the_command_show_every_counter(pdfpool,
         assert f'data-field="counters.{counter}"' in page, counter
         assert f">{counter.label}</th>" in page and f'title="{counter.meaning}"' in page
     snapshot = get_pool().snapshot()
-    text = render(snapshot, timeout=1.0, pid=1)
+    text = render(Reading.now(snapshot, 1.0, 1))
     for counter in Counter:
         sample = f'event="{counter}"' if counter.reason is None else f'reason="{counter.reason}"'
         assert sample in text, counter

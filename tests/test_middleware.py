@@ -513,7 +513,7 @@ def test_a_refusal_view_may_read_the_database_from_async_views_too(pdfpool):
 
 def test_the_metrics_count_the_bodies_held_what_was_shed_and_what_timed_out(pdfpool):
     from django_pdfpool.door import ARRIVING
-    from django_pdfpool.status.metrics import render
+    from django_pdfpool.status.metrics import Reading, render
 
     pdfpool()
     upload = headers(content_length="10")
@@ -522,13 +522,13 @@ def test_the_metrics_count_the_bodies_held_what_was_shed_and_what_timed_out(pdfp
     budget = verdict(upload, pressure(free=0), ARRIVING, who="ip:metrics-2")
     verdict(upload, pressure(free=0), ARRIVING, who="ip:metrics-3", terms=NO_BUDGET)
     ARRIVING.count_shed()  # what the door's entry counts for that shed
-    text = render(get_pool().snapshot(), timeout=30.0, pid=1)
+    text = render(Reading.now(get_pool().snapshot(), 30.0, 1))
     assert 'pdfpool_door_held{kind="place"} 1' in text
     assert 'pdfpool_door_held{kind="budget"} 1' in text
     assert f"pdfpool_door_shed_total {shed + 1}" in text
     place.release(timed_out=True)
     budget.release()
-    text = render(get_pool().snapshot(), timeout=30.0, pid=1)
+    text = render(Reading.now(get_pool().snapshot(), 30.0, 1))
     assert 'pdfpool_door_held{kind="place"} 0' in text
     assert f"pdfpool_door_timed_out_total {timed_out + 1}" in text
 
