@@ -178,7 +178,7 @@ def declared_view(
     field: str = "file",
     answer: RefusalView | None = None,
     own_caller: Callable[[HttpRequest], str | None] | None = None,
-    authenticate: Callable[[HttpRequest], HttpResponse | None] | None = None,
+    authenticate: Callable[[HttpRequest, bool], HttpResponse | None] | None = None,
 ) -> PooledView:
     """The ``PooledView`` a decorator declares (the default job's keys carry its tag)."""
     name = resolve_job_name(job, job_name)

@@ -543,10 +543,12 @@ def _installed(
     return None
 
 
-def framework_refusal(request: HttpRequest, view: PooledView) -> HttpResponse | None:
-    """The framework's 401 or 403 from the headers (``view.authenticate``), asked of a copy
-    with an empty body; None if it may pass, if a session not read yet may, or if it read
-    the body (its answer is the one it gives with the body)."""
+def framework_refusal(
+    request: HttpRequest, view: PooledView, throttle: bool = False
+) -> HttpResponse | None:
+    """The framework's 401 or 403 from the headers (``view.authenticate``), with ``throttle``
+    its 429 too, asked of a copy with an empty body; None if it may pass, if a session not
+    read yet may, or if it read the body (its answer is the one it gives with the body)."""
     unread = not hasattr(request, "user") and settings.SESSION_COOKIE_NAME in request.COOKIES
     if view.authenticate is None or unread:
         return None
@@ -555,20 +557,32 @@ def framework_refusal(request: HttpRequest, view: PooledView) -> HttpResponse | 
         probe.__dict__.pop(parsed, None)
     probe._stream, probe._read_started = io.BytesIO(), False  # type: ignore[attr-defined]
     try:
-        answer = view.authenticate(probe)
+        answer = view.authenticate(probe, throttle)
     except Exception:  # it needs more than the headers: the framework answers later
         logger.debug("the framework could not authenticate from the headers", exc_info=True)
         return None
     return None if probe._read_started else answer  # type: ignore[attr-defined]
 
 
+def _throttled(request: HttpRequest, view: PooledView) -> Steps[HttpResponse | None]:
+    """The framework's 429 for an upload the door refuses: its throttles come before its view
+    (and count the request, once, as they would)."""
+    if view.authenticate is None:
+        return None
+    answer: HttpResponse | None = yield Call.django(
+        partial(framework_refusal, request, view, throttle=True)
+    )
+    return answer
+
+
 def through_door(
     request: HttpRequest, record: AdmissionRecord, view: PooledView, func: Callable[..., Any]
 ) -> Steps[Refusal | Ticket | HttpResponse | None]:
     """Django's login redirect and CSRF 403 for ``func`` (the view Django calls), the framework's
-    401, the view's 400, then ``decide``; an upload that could only be shed waits (holding
-    nothing) for its caller's body arriving, and decides again. None: a host Django does not
-    serve, which Django answers (the door steps aside)."""
+    401, the view's 400, then ``decide`` (its refusals ask the framework's throttles first); an
+    upload that could only be shed waits (holding nothing) for its caller's body arriving, and
+    decides again. None: a host Django does not serve, which Django answers (the door steps
+    aside)."""
     if not _host_served(request):
         return None
     _speak_its_language(request)
@@ -583,7 +597,7 @@ def through_door(
         return forbidden
     upload = record.headers
     if isinstance(upload, UploadRejected):
-        return upload
+        return (yield from _throttled(request, view)) or upload
     if view.own_caller is None and view.authenticate is None:  # else the framework names it
         record.caller = yield from ask_caller(request)
     known = record.caller is not None
@@ -607,6 +621,9 @@ def through_door(
             left = give_up - time.monotonic()
             if (yield Call(partial(own.wait_released, left), partial(own.areleased, left))):
                 continue
+        throttled = yield from _throttled(request, view)
+        if throttled is not None:
+            return throttled
         if shed:
             ARRIVING.count_shed()
         elif isinstance(decided, PoolBusy | PoolClosed | CallerBusy):

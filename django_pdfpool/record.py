@@ -204,9 +204,10 @@ class PooledView:
     answer: RefusalView | None  # None: the REFUSAL_VIEW setting
     own_caller: Callable[[HttpRequest], str | None] | None = None
     tagged: bool = False  # the default job: its key carries the settings' results tag
-    authenticate: Callable[[HttpRequest], HttpResponse | None] | None = None
-    """A framework's 401 from the headers; with it (or ``own_caller``) the framework names the
-    caller, after the door."""
+    authenticate: Callable[[HttpRequest, bool], HttpResponse | None] | None = None
+    """A framework's 401 from the headers, ``(request, throttle)``: with ``throttle`` its 429
+    too (asked of a request the door refuses); with it (or ``own_caller``) the framework names
+    the caller, after the door."""
 
     def key(self, sha256: str) -> str:
         """The single-flight key of an upload with this digest: ``<job name>:<sha256>``,

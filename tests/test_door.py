@@ -533,7 +533,7 @@ def test_djangos_403_and_the_frameworks_401_come_before_the_views_400(rf, settin
     foreign = rf.post("/sync/", HTTP_ORIGIN="https://evil.example")
     assert answer(foreign, plain).status_code == 403
     assert isinstance(answer(foreign, plain, func=csrf_exempt(job)), BadDigest)
-    locked = PooledView("file", job, "j", None, authenticate=lambda r: HttpResponse(status=401))
+    locked = PooledView("file", job, "j", None, authenticate=lambda r, t: HttpResponse(status=401))
     assert answer(rf.post("/sync/", **cookie), locked).status_code == 401
     assert isinstance(answer(rf.post("/sync/", **cookie), plain), BadDigest)
     assert answer(rf.post("/sync/"), locked).status_code == 403
@@ -585,7 +585,7 @@ def test_the_frameworks_probe_opens_no_connection_per_thread(rf):
     from django_pdfpool.door import arun_steps, through_door
     from django_pdfpool.record import AdmissionRecord, PooledView
 
-    def authenticate(probe):
+    def authenticate(probe, throttle):
         User.objects.filter(username="nobody").exists()
         return HttpResponse(status=401)
 
@@ -626,7 +626,7 @@ def test_the_frameworks_authentication_is_asked_of_a_copy_without_the_body(rf):
 
     seen = []
 
-    def authenticate(probe):
+    def authenticate(probe, throttle):
         seen.append(dict(probe.POST))
         return HttpResponse(status=401)
 
@@ -639,12 +639,12 @@ def test_the_frameworks_authentication_is_asked_of_a_copy_without_the_body(rf):
     )
     assert answer is None and seen == [{}]  # it read the form: its answer needs the body
     headers_only = PooledView(
-        "file", job, "j", None, authenticate=lambda p: HttpResponse(status=401)
+        "file", job, "j", None, authenticate=lambda p, throttle: HttpResponse(status=401)
     )
     assert framework_refusal(request, headers_only).status_code == 401
     assert request.POST["a"] == "b"  # the real body, unread until now
 
-    def broken(probe):
+    def broken(probe, throttle):
         raise RuntimeError("needs the body")
 
     assert (

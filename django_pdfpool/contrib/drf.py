@@ -71,16 +71,19 @@ def door_answer(request: HttpRequest, exception: Failure) -> HttpResponse:
     return cast(HttpResponse, drf_answer(request, api_exception(exception)))
 
 
-def door_authenticate(request: HttpRequest) -> HttpResponse | None:
-    """DRF's answer (401, 403, ...) for a request its authentication and permissions refuse
-    before the handler (the door asks, from the headers); None when they let it through."""
-    return drf_answer(request, None)
+def door_authenticate(request: HttpRequest, throttle: bool = False) -> HttpResponse | None:
+    """DRF's answer (401, 403, 406, ...) for a request ``initial()``'s checks refuse before the
+    handler (the door asks, from the headers), with ``throttle`` its throttles' 429 too (asked
+    of a request the door refuses: they count it, once, as DRF does); None if they let it be."""
+    return drf_answer(request, None, throttle)
 
 
-def drf_answer(request: HttpRequest, exc: APIException | None) -> HttpResponse | None:
+def drf_answer(
+    request: HttpRequest, exc: APIException | None, throttle: bool = False
+) -> HttpResponse | None:
     """``exc`` answered by the DRF view ``request`` resolves to (``APIView`` if none); with
-    ``exc`` None, the refusal of ``initial()``'s checks before its throttles (content
-    negotiation, versioning, authentication, permissions), if any."""
+    ``exc`` None, the refusal of ``initial()``'s checks (content negotiation, versioning,
+    authentication, permissions, and with ``throttle`` the throttles), if any."""
     match = route_of(request)
     func, args, kwargs = (match.func, match.args, match.kwargs) if match else (None, (), {})
     view_class = getattr(func, "cls", None) or APIView
@@ -98,6 +101,8 @@ def drf_answer(request: HttpRequest, exc: APIException | None) -> HttpResponse |
             drf_request.version, drf_request.versioning_scheme = version, scheme
             view.perform_authentication(drf_request)
             view.check_permissions(drf_request)
+            if throttle:
+                view.check_throttles(drf_request)
             return None
         except APIException as refused:
             exc = refused

@@ -151,15 +151,20 @@ def door_answer(request: HttpRequest, exception: Failure) -> HttpResponse:
     return response
 
 
-def door_authenticate(request: HttpRequest) -> HttpResponse | None:
+def door_authenticate(request: HttpRequest, throttle: bool = False) -> HttpResponse | None:
     """ninja's answer (401, 403, any 4xx) for a request its authentication refuses from the
-    headers, else None (a server error there is not the request's: the view meets it)."""
+    headers, with ``throttle`` its throttles' 429 too (asked of a request the door refuses:
+    they count it, once, as ninja does); else None (a server error is the view's to meet)."""
     operation = _operation_of(request)
-    if operation is None or not operation.auth_callbacks:
+    if operation is None:
         return None
     if operation.csrf_exempt:  # as Operation._run_checks: its auth skips the CSRF check
         request._ninja_csrf_exempt = True  # type: ignore[attr-defined]
-    answer = NinjaOperation._run_authentication(operation, request)  # sync: a thread
+    answer = None
+    if operation.auth_callbacks:
+        answer = NinjaOperation._run_authentication(operation, request)  # sync: a thread
+    if answer is None and throttle and operation.throttle_objects:
+        answer = NinjaOperation._check_throttles(operation, request)
     return answer if answer is not None and 400 <= answer.status_code < 500 else None
 
 

@@ -17,6 +17,7 @@ urlpatterns = [
     path("drf/function/held/", views.held_function),
     path("drf/function/gated/", views.gated_function),
     path("drf/function/admins/", views.admins_function),
+    path("drf/function/throttled/", views.throttled_function),
     path("drf/function/titled/", views.titled_function),
     *router.urls,
     path("ninja/", views.api.urls),

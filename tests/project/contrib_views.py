@@ -6,13 +6,21 @@ from __future__ import annotations
 from ninja import File, NinjaAPI, UploadedFile
 from ninja.errors import HttpError
 from ninja.security import APIKeyHeader, HttpBearer
+from ninja.throttling import AnonRateThrottle as NinjaAnonThrottle
 from rest_framework import viewsets
 from rest_framework.authentication import BaseAuthentication
-from rest_framework.decorators import action, api_view, authentication_classes, parser_classes
+from rest_framework.decorators import (
+    action,
+    api_view,
+    authentication_classes,
+    parser_classes,
+    throttle_classes,
+)
 from rest_framework.decorators import permission_classes as permissions
 from rest_framework.parsers import MultiPartParser
-from rest_framework.permissions import BasePermission, IsAuthenticated
+from rest_framework.permissions import AllowAny, BasePermission, IsAuthenticated
 from rest_framework.response import Response
+from rest_framework.throttling import AnonRateThrottle
 from rest_framework.views import APIView, exception_handler
 
 from django_pdfpool.contrib import drf, ninja
@@ -105,6 +113,23 @@ def held_function(request):
 @parser_classes([MultiPartParser, drf.PdfParser])
 @drf.pdf_pooled(job=gated_job)
 def gated_function(request):
+    return Response(described(request))
+
+
+class OnePerDay(AnonRateThrottle):
+    """One upload a day for each address, counted in the test project's cache."""
+
+    def get_rate(self):
+        return "1/day"
+
+
+@api_view(["POST"])
+@authentication_classes([])
+@permissions([AllowAny])
+@throttle_classes([OnePerDay])
+@parser_classes([drf.PdfParser])
+@drf.pdf_pooled(job=held_job)
+def throttled_function(request):
     return Response(described(request))
 
 
@@ -208,6 +233,12 @@ async def ninja_extract(request, file: File[UploadedFile]):
 @ninja.pdf_pooled(job=gated_job)
 async def ninja_gated(request, file: File[UploadedFile]):
     return ninja_described(request)
+
+
+@api.post("/throttled", throttle=NinjaAnonThrottle("1/d"))
+@ninja.pdf_pooled(job=held_job)
+def ninja_throttled(request, file: File[UploadedFile]):
+    return {"ran": True}
 
 
 @api.post("/anonymous")
