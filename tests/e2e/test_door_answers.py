@@ -17,6 +17,7 @@ import pytest
 
 from django_pdfpool.record import format_digest
 from tests.e2e.test_door_servers import answered, connect, form_head, head, port_of, read_answer
+from tests.support import pdfs
 from tests.support.servers import SERVED, serve, wait_for
 
 MiB = 1024 * 1024
@@ -155,6 +156,21 @@ def test_a_chunked_multipart_upload_is_411_from_the_headers(server):
     )
     status, _, body = refused_unread(server, request)
     assert status == 411 and error_of(body) == "length_required"
+
+
+def test_a_chunked_pdf_body_is_read_under_asgi_and_411_under_wsgi(server):
+    """ASGI servers pass a chunked body on; Django reads none under WSGI (no Content-Length):
+    there the answer asks for a length, it does not say nothing was sent."""
+    data = pdfs.simple(["sent chunked"])
+    with contextlib.closing(connect(port_of(server.url), "127.0.6.9")) as sock:
+        sock.sendall(head("/sync/", content_type="application/pdf", transfer_encoding="chunked"))
+        sock.sendall(b"%x\r\n%s\r\n0\r\n\r\n" % (len(data), data))
+        _, status, headers, body = read_answer(sock)
+    body = body[: int(headers["content-length"])]  # runserver reads the chunks as a request
+    if server.name.startswith(("gunicorn", "runserver")):
+        assert status == 411 and error_of(body) == "length_required"
+    else:
+        assert status == 200 and "sent chunked" in json.loads(body)["pdf"]["text"]
 
 
 def test_a_declared_digest_that_lies_runs_and_joins_nothing(server):
