@@ -346,27 +346,31 @@ def test_a_client_the_throttles_refuse_gets_drfs_429_with_the_pool_full(pdfpool,
     """DRF's throttles come before the handler: a client they refuse gets their 429 (their
     Retry-After) whatever the pool says, the door's refusal included; a request the door
     lets in is counted once."""
-    cache.clear()
     pdfpool(SLOTS=1, QUEUE=0, DOOR={"BUDGET": 0} if door else False)  # refused at the door
+    again, fresh = throttled_and_not("/drf/function/throttled/", lambda body: body)
+    assert again.status_code == 429 and int(again["Retry-After"]) > 3600, again.content
+    assert fresh.status_code == 503 and int(fresh["Retry-After"]) < 3600, fresh.content
 
-    def send(url, body, address):
+
+def throttled_and_not(url, data):
+    """With the slot held, the answers to a client whose one upload a day is spent and to a
+    fresh one; ``data(body)`` is what the route takes (a raw body, or a form)."""
+    cache.clear()
+
+    def send(body, address):
+        kind = {"content_type": "application/pdf"} if isinstance(data(body), bytes) else {}
         return Client(REMOTE_ADDR=address).post(
-            url, body, content_type="application/pdf", HTTP_ACCEPT="application/json"
+            url, data(body), HTTP_ACCEPT="application/json", **kind
         )
 
     HELD.reset()
     HELD.release.set()
-    assert send(URL, b"%PDF- the day's one", "10.3.3.3").status_code == 200
+    assert send(b"%PDF- the day's one", "10.3.3.3").status_code == 200
     HELD.reset()
     with held_requests(1) as threads:
         holder = Client(REMOTE_ADDR="10.3.3.1")
         threads.submit(holder.post, "/ninja/anonymous", {"file": upload(b"%PDF- holds it")})
         wait_until(lambda: len(HELD.runs) == 1)
-        again = send(URL, b"%PDF- another", "10.3.3.3")
-        fresh = send(URL, b"%PDF- a third", "10.3.3.4")  # not throttled: the pool's 503
+        answers = send(b"%PDF- another", "10.3.3.3"), send(b"%PDF- a third", "10.3.3.4")
         HELD.release.set()
-    assert again.status_code == 429 and int(again["Retry-After"]) > 3600, again.content
-    assert fresh.status_code == 503 and int(fresh["Retry-After"]) < 3600, fresh.content
-
-
-URL = "/drf/function/throttled/"
+    return answers

@@ -10,7 +10,6 @@ import io
 import os
 
 import pytest
-from django.core.cache import cache
 from django.core.exceptions import ImproperlyConfigured
 from django.test import Client
 from ninja import NinjaAPI
@@ -353,30 +352,11 @@ def test_openapi_extra_of_the_operations_own_adds_to_the_refusals_and_the_body()
 
 @pytest.mark.parametrize("door", [False, True], ids=["door-off", "door-on"])
 def test_a_client_the_throttles_refuse_gets_ninjas_429_with_the_pool_full(pdfpool, door):
-    """ninja's throttles come before the handler: a client they refuse gets their 429 (their
-    Retry-After) whatever the pool says, the door's refusal included; a request the door
-    lets in is counted once."""
-    cache.clear()
+    """ninja's throttles come before the operation: a client they refuse gets their 429 (their
+    Retry-After) whatever the pool says, the door's refusal included."""
+    from tests.contrib.test_drf import throttled_and_not
+
     pdfpool(SLOTS=1, QUEUE=0, DOOR={"BUDGET": 0} if door else False)  # refused at the door
-
-    def send(url, body, address):
-        return Client(REMOTE_ADDR=address).post(
-            url, {"file": upload(body)}, HTTP_ACCEPT="application/json"
-        )
-
-    HELD.reset()
-    HELD.release.set()
-    assert send(URL, b"%PDF- the day's one", "10.3.3.3").status_code == 200
-    HELD.reset()
-    with held_requests(1) as threads:
-        holder = Client(REMOTE_ADDR="10.3.3.1")
-        threads.submit(holder.post, "/ninja/anonymous", {"file": upload(b"%PDF- holds it")})
-        wait_until(lambda: len(HELD.runs) == 1)
-        again = send(URL, b"%PDF- another", "10.3.3.3")
-        fresh = send(URL, b"%PDF- a third", "10.3.3.4")  # not throttled: the pool's 503
-        HELD.release.set()
+    again, fresh = throttled_and_not("/ninja/throttled", lambda body: {"file": upload(body)})
     assert again.status_code == 429 and int(again["Retry-After"]) > 3600, again.content
     assert fresh.status_code == 503 and int(fresh["Retry-After"]) < 3600, fresh.content
-
-
-URL = "/ninja/throttled"
