@@ -20,6 +20,18 @@ from tests.support.ci_strict import pytest_runtest_makereport  # noqa: F401 (CI=
 
 
 @pytest.fixture
+def operator(django_user_model, settings):
+    """Staff with the status permission, and a password for the real login form.
+    (Before the browser: Playwright's sync API runs a loop that forbids ORM calls.)"""
+    from django.contrib.auth.models import Permission
+
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    user = django_user_model.objects.create_user("operator", password="pw", is_staff=True)
+    user.user_permissions.add(Permission.objects.get(codename="view_pool_status"))
+    return user
+
+
+@pytest.fixture
 def pdfpool(settings, tmp_path) -> Callable[..., dict]:
     """Set PDFPOOL for this test (a fresh pool); uploads are staged in tmp_path/staged
     (FILE_UPLOAD_TEMP_DIR: ``pdfpool.staged``) and jobs' children start cold."""

@@ -15,7 +15,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from django.contrib.auth.models import Permission
 
 from django_pdfpool import configured, get_pool
 from django_pdfpool.admission import history
@@ -38,16 +37,6 @@ def threads():
     yield executor
     HELD.release.set()
     executor.shutdown(wait=True)
-
-
-@pytest.fixture
-def operator(django_user_model, settings):
-    """Staff with the status permission, and a password for the real login form.
-    (Before the browser: Playwright's sync API runs a loop that forbids ORM calls.)"""
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-    user = django_user_model.objects.create_user("operator", password="pw", is_staff=True)
-    user.user_permissions.add(Permission.objects.get(codename="view_pool_status"))
-    return user
 
 
 @pytest.fixture

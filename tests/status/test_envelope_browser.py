@@ -9,7 +9,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from django.contrib.auth.models import Permission
 
 from django_pdfpool.sandbox import extract as extraction
 from django_pdfpool.status.envelope import memory_allowed
@@ -20,14 +19,6 @@ from tests.support.sandbox import run
 URL = "/admin/django_pdfpool/poolstatus/"
 OUTPUT = Path(__file__).resolve().parents[2] / "test-output"
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
-
-
-@pytest.fixture
-def operator(django_user_model, settings):
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-    user = django_user_model.objects.create_user("operator", password="pw", is_staff=True)
-    user.user_permissions.add(Permission.objects.get(codename="view_pool_status"))
-    return user
 
 
 def test_the_page_shows_the_envelope_and_a_jobs_peak(pdfpool, live_server, operator, browser):

@@ -9,7 +9,6 @@ import re
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from django.contrib.auth.models import Permission
 
 from django_pdfpool import get_pool
 from django_pdfpool.door import ARRIVING
@@ -20,14 +19,6 @@ from tests.support.sandbox import run
 URL = "/admin/django_pdfpool/poolstatus/"
 pytest_plugins = ["tests.support.redis_fixtures"]
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
-
-
-@pytest.fixture
-def operator(django_user_model, settings):
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-    user = django_user_model.objects.create_user("operator", password="pw", is_staff=True)
-    user.user_permissions.add(Permission.objects.get(codename="view_pool_status"))
-    return user
 
 
 def signed_in(browser, live_server):
