@@ -350,6 +350,12 @@ class ProcessSide:
         job.task = asyncio.get_running_loop().create_task(jobs.run_fn(job))
         job.task.add_done_callback(lambda task: self.spawn(self._finish(job, task)))
 
+    def _slot_given(self, job: RedisJob) -> None:
+        """Redis gave a queued job of ours a slot: run it, unless this process is stopping
+        (``stop_jobs`` drops it, freeing the slot)."""
+        if job.owned and job.state == "queued" and not self._closing.stopping:
+            self._start(job)
+
     async def _finish(self, job: RedisJob, task: asyncio.Task[Any]) -> None:
         """Free the slot and the caller in Redis (the outcome to sharers elsewhere), then answer."""
         job.finishing = True
@@ -480,8 +486,7 @@ class ProcessSide:
                 self._unclaimed(event)
             return
         if event.kind == "start":
-            if job.owned and job.state == "queued":
-                self._start(job)
+            self._slot_given(job)
         elif event.kind == "done":
             if not job.owned:
                 self.spawn(self._collect(job))
@@ -553,8 +558,8 @@ class ProcessSide:
             return
         if state != "gone":
             job.gone_seen = False
-            if job.owned and state == "running" and job.state == "queued":
-                self._start(job)  # its start event was lost
+            if job.owned and state == "running":
+                self._slot_given(job)  # its start event was lost
             elif not job.owned:
                 job.state = state
             return

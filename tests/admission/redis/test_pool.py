@@ -23,6 +23,7 @@ from django_pdfpool.admission import RedisPool
 from django_pdfpool.admission.history import Recorder
 from django_pdfpool.admission.jobs import get_job_loop
 from django_pdfpool.admission.redis.codec import decode_outcome, encode_outcome
+from django_pdfpool.admission.redis.link import Event
 from django_pdfpool.exceptions import (
     CallerBusy,
     CoordinatorUnavailable,
@@ -357,6 +358,50 @@ def test_closing_is_per_process_and_stop_reaches_sharers_elsewhere(make_pool):
         await there.drain()
         with pytest.raises(PoolClosed):
             await there.run("b", "c3", held("B", gate))
+
+    run(scenario)
+
+
+@pytest.mark.parametrize("after_its_list", [False, True])
+def test_a_slot_freed_while_a_process_stops_starts_none_of_its_jobs(make_pool, after_its_list):
+    """A queued job's `start` reaching its process once stop() began (before or after stop
+    took its list of jobs to drop): the job is dropped, never run, nor left running for
+    stop() to wait on. The `start` is held back (unsubscribed, no beat within the lease)
+    and delivered then."""
+    here, there = make_pool(1, 1, None, lease=60.0), make_pool(1, 1, None, lease=60.0)
+    gate, never, ran = threading.Event(), threading.Event(), []
+    loop = get_job_loop()
+
+    async def scenario():
+        first = asyncio.create_task(here.run("a", "c1", held("A", gate)))
+        await until(lambda: here.running() == 1)
+        queued = asyncio.create_task(there.run("b", "c2", held("B", never, ran)))
+        await until(lambda: here.queued() == 1)
+        on_job_loop(there._side.link.unsubscribe())
+        gate.set()
+        assert await first == "A"
+        await until(lambda: here.queued() == 0)  # Redis gave "b" the slot: `start` was sent
+        (job,) = there._side.jobs()
+        assert job.state == "queued"  # the `start` was missed
+        start = Event("start", "b", job.id)
+        hold = threading.Event()
+        loop.call_soon_threadsafe(hold.wait, 5)  # the job loop waits while stop() begins
+        stopping = asyncio.create_task(there.stop())
+        await asyncio.sleep(0)  # stop() began: its part on the job loop is queued there
+        if after_its_list:  # queued behind stop()'s first step on the job loop
+            loop.call_soon_threadsafe(loop.call_soon, there._side._on_event, start)
+        else:
+            loop.call_soon_threadsafe(there._side._on_event, start)
+        hold.set()
+        try:
+            await asyncio.wait_for(stopping, 5)
+        finally:
+            never.set()
+        with pytest.raises(PoolClosed):
+            await queued
+        counters = there.local_snapshot().counters
+        assert (ran, counters.started, counters.cancelled) == ([], 0, 0)
+        assert (here.running(), here.queued()) == (0, 0)
 
     run(scenario)
 

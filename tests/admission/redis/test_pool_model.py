@@ -79,6 +79,7 @@ from hypothesis.stateful import (
 )
 
 from django_pdfpool.admission import RedisPool
+from django_pdfpool.admission.jobs import get_job_loop
 from django_pdfpool.admission.ledger import Counters
 from django_pdfpool.exceptions import RemoteJobError
 from tests.admission import test_pool_model
@@ -229,8 +230,13 @@ class TwoPoolModel(PoolModel):
         self.run_until(lambda: call.task.done() or self.pool.queued() > queued)
 
     async def closing(self, how: str) -> None:
-        """Both pools drain, or both stop (the model's one pool closing)."""
-        await asyncio.gather(*(getattr(pool, how)() for pool in self.pools))
+        """Both pools drain, or both stop (the model's one pool closing), begun in one turn
+        of the job loop: neither starts a job whose slot the other's stop has just freed."""
+
+        async def both() -> None:
+            await asyncio.gather(*(getattr(pool, how)() for pool in self.pools))
+
+        await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(both(), get_job_loop()))
 
     # --- faults ---------------------------------------------------------------------
 
