@@ -26,6 +26,7 @@ from django.urls import path as route
 from django_pdfpool import KeptThreads
 from django_pdfpool.asgi import THREAD_NAME
 from tests.project.views import Orphans, Threads, sync_extract
+from tests.support.door import answer_of, asgi_post
 
 DEADLINE = 30.0
 
@@ -224,18 +225,9 @@ def test_the_door_lets_django_answer_a_host_it_does_not_serve(pdfpool, settings,
 
     settings.ALLOWED_HOSTS = ["testserver"]
     pdfpool(MAX_UPLOAD_SIZE=1024, DOOR=door)
-    length = [(b"content-type", b"application/pdf"), (b"content-length", b"999999")]
-    headers = [(b"host", b"evil.example"), *length]
-    request = {**scope(path="/sync/"), "method": "POST", "headers": headers}
-
-    async def post() -> int:
-        talk = ApplicationCommunicator(PdfPoolDoor(get_asgi_application()), request)
-        await talk.send_input({"type": "http.request", "body": b"", "more_body": False})
-        start = await talk.receive_output(DEADLINE)
-        await talk.receive_output(DEADLINE)
-        return int(start["status"])
-
-    assert asyncio.run(post()) == 400
+    request = asgi_post("/sync/", b"%PDF-" + b"x" * 2000, host=b"evil.example")
+    door = PdfPoolDoor(get_asgi_application())
+    assert asyncio.run(answer_of(door, request, b"%PDF-" + b"x" * 2000))[0] == 400
 
 
 @pytest.mark.parametrize("door", [False, True], ids=["door-off", "door-on"])
@@ -244,20 +236,9 @@ def test_the_door_lets_django_answer_a_query_string_that_is_not_utf8(pdfpool, do
     from django_pdfpool import PdfPoolDoor
 
     pdfpool(DOOR=door)
-    length = [(b"content-type", b"application/pdf"), (b"content-length", b"10")]
-    request = {
-        **scope(path="/sync/"), "method": "POST", "query_string": b"\xff",
-        "headers": [(b"host", b"testserver"), *length],
-    }  # fmt: skip
-
-    async def post() -> int:
-        talk = ApplicationCommunicator(PdfPoolDoor(get_asgi_application()), request)
-        await talk.send_input({"type": "http.request", "body": b"%PDF- 1234", "more_body": False})
-        start = await talk.receive_output(DEADLINE)
-        await talk.receive_output(DEADLINE)
-        return int(start["status"])
-
-    assert asyncio.run(post()) == 400
+    request = asgi_post("/sync/", b"%PDF- 1234", query=b"\xff")
+    door = PdfPoolDoor(get_asgi_application())
+    assert asyncio.run(answer_of(door, request, b"%PDF- 1234"))[0] == 400
 
 
 @pytest.mark.parametrize("door", [False, True], ids=["door-off", "door-on"])
@@ -275,23 +256,11 @@ def test_the_doors_refusal_is_answered_through_the_projects_middleware(
         "django.middleware.clickjacking.XFrameOptionsMiddleware",
     ]
     pdfpool(MAX_UPLOAD_SIZE=1024, DOOR=door)
-    body = b"%PDF-" + b"x" * 2000
-    length = [(b"content-type", b"application/pdf"), (b"content-length", b"%d" % len(body))]
-    request = {
-        **scope(path="/sync/"),
-        "method": "POST",
-        "headers": [(b"host", b"testserver"), *length],
-    }
-
-    async def post() -> tuple[int, dict[str, str]]:
-        talk = ApplicationCommunicator(PdfPoolDoor(get_asgi_application()), request)
-        await talk.send_input({"type": "http.request", "body": body, "more_body": False})
-        start = await talk.receive_output(DEADLINE)
-        await talk.receive_output(DEADLINE)
-        return int(start["status"]), {k.decode(): v.decode() for k, v in start["headers"]}
-
+    request, body = oversized()
     with caplog.at_level(logging.WARNING, logger="django.request"):
-        status, headers = asyncio.run(post())
+        door = PdfPoolDoor(get_asgi_application())
+        status, _, sent = asyncio.run(answer_of(door, request, body))
+    headers = {name.decode(): value.decode() for name, value in sent.items()}
     logged = [r.getMessage() for r in caplog.records if r.name == "django.request"]
     assert status == 413 and headers.pop("Connection", "close") == "close"
     assert headers == {
@@ -323,30 +292,10 @@ def template_refusal(request: Any, exception: Any) -> TemplateResponse:
     return TemplateResponse(request, page, {"code": exception.code}, status=exception.status)
 
 
-async def answer_of(
-    app: Any, request: dict[str, Any], body: bytes
-) -> tuple[int, bytes, dict[bytes, bytes]]:
-    """The status, whole body and headers ``app`` answers to ``request`` and its ``body``."""
-    talk = ApplicationCommunicator(app, request)
-    await talk.send_input({"type": "http.request", "body": body, "more_body": False})
-    start, sent, more = await talk.receive_output(DEADLINE), b"", True
-    while more:
-        message = await talk.receive_output(DEADLINE)
-        sent, more = sent + message.get("body", b""), message.get("more_body", False)
-    await talk.wait(DEADLINE)
-    assert talk.output_queue.empty()  # nothing after the last message
-    return int(start["status"]), sent, dict(start["headers"])
-
-
 def oversized(root_path: str = "") -> tuple[dict[str, Any], bytes]:
     """A raw PDF upload to /sync/ over a MAX_UPLOAD_SIZE of 1024 bytes, and its body."""
     body = b"%PDF-" + b"x" * 2000
-    length = [(b"content-type", b"application/pdf"), (b"content-length", b"%d" % len(body))]
-    request = {
-        **scope(path=f"{root_path}/sync/"), "method": "POST", "root_path": root_path,
-        "headers": [(b"host", b"testserver"), *length],
-    }  # fmt: skip
-    return request, body
+    return asgi_post("/sync/", body, root_path=root_path), body
 
 
 @pytest.mark.parametrize("door", [False, True], ids=["door-off", "door-on"])
@@ -375,7 +324,8 @@ def test_the_login_redirect_is_under_the_script_prefix(pdfpool, settings, door):
     pdfpool(MAX_UPLOAD_SIZE=1024, DOOR=door)
     request, body = oversized(root_path="/app")
     request["query_string"] = b"a=1"
-    status, _, headers = asyncio.run(answer_of(PdfPoolDoor(get_asgi_application()), request, body))
+    door = PdfPoolDoor(get_asgi_application())
+    status, _, headers = asyncio.run(answer_of(door, request, body))
     assert (status, headers[b"Location"]) == (302, b"/app/admin/login/?next=/app/sync/%3Fa%3D1")
 
 

@@ -8,7 +8,6 @@ import contextlib
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from asgiref.testing import ApplicationCommunicator
 from django.test import Client
 
 from django_pdfpool import get_pool
@@ -23,7 +22,19 @@ from django_pdfpool.exceptions import (
 from django_pdfpool.record import MULTIPART_SLACK, format_digest
 from tests.conftest import held_requests, wait_until
 from tests.project.views import HELD
-from tests.support.door import SOON, TERMS, MiB, decided, headers, post, pressure, sha, verdict
+from tests.support.door import (
+    SOON,
+    TERMS,
+    MiB,
+    answer_of,
+    asgi_post,
+    decided,
+    headers,
+    post,
+    pressure,
+    sha,
+    verdict,
+)
 
 pytest_plugins = ["tests.support.redis_fixtures"]
 
@@ -670,22 +681,8 @@ def test_an_anonymous_upload_to_a_view_that_needs_a_login_is_sent_to_log_in(
     big = b"%PDF-" + b"x" * 100
     response = Client().post("/sync/", big, content_type="application/pdf")
     assert (response.status_code, response["Location"]) == (302, "/accounts/login/?next=/sync/")
-    headers = [(b"host", b"testserver"), (b"content-type", b"application/pdf")]
-    scope = {
-        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
-        "scheme": "http", "path": "/sync/", "raw_path": b"/sync/", "query_string": b"",
-        "root_path": "", "client": ("127.0.0.1", 5000), "server": ("testserver", 80),
-        "headers": [*headers, (b"content-length", b"%d" % len(big))],
-    }  # fmt: skip
-
-    async def post() -> tuple[int, dict[bytes, bytes]]:
-        talk = ApplicationCommunicator(PdfPoolDoor(get_asgi_application()), scope)
-        await talk.send_input({"type": "http.request", "body": big, "more_body": False})
-        start = await talk.receive_output(10)
-        await talk.receive_output(10)
-        return start["status"], dict(start["headers"])
-
-    status, sent = asyncio.run(post())
+    door_app = PdfPoolDoor(get_asgi_application())
+    status, _, sent = asyncio.run(answer_of(door_app, asgi_post("/sync/", big), big))
     assert (status, sent[b"Location"]) == (302, b"/accounts/login/?next=/sync/")
     assert door_status()["held"] == []
 
@@ -785,24 +782,8 @@ def test_a_user_a_middleware_signs_in_from_a_header_is_not_sent_to_log_in(pdfpoo
     ]
     pdfpool(MAX_UPLOAD_SIZE=64, DOOR=door)
     big = b"%PDF-" + b"x" * 100
-    headers = [(b"host", b"testserver"), (b"content-type", b"application/pdf")]
-    scope = {
-        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
-        "scheme": "http", "path": "/sync/", "raw_path": b"/sync/", "query_string": b"",
-        "root_path": "", "client": ("127.0.0.1", 5000), "server": ("testserver", 80),
-        "headers": [
-            *headers, (b"authorization", b"Bearer ann"), (b"content-length", b"%d" % len(big))
-        ],
-    }  # fmt: skip
-
-    async def post() -> int:
-        talk = ApplicationCommunicator(PdfPoolDoor(get_asgi_application()), scope)
-        await talk.send_input({"type": "http.request", "body": big, "more_body": False})
-        start = await talk.receive_output(10)
-        await talk.receive_output(10)
-        return int(start["status"])
-
-    assert asyncio.run(post()) == 413
+    request = asgi_post("/sync/", big, (b"authorization", b"Bearer ann"))
+    assert asyncio.run(answer_of(PdfPoolDoor(get_asgi_application()), request, big))[0] == 413
 
 
 @pytest.mark.django_db(transaction=True)
@@ -835,23 +816,7 @@ def test_djangos_403_from_the_door_speaks_the_requests_language(pdfpool, setting
     settings.MIDDLEWARE = [SESSION, locale, CSRF, *settings.MIDDLEWARE[1:]]
     pdfpool(DOOR=door)
     pdf = b"%PDF- a small one"
-    headers = [(b"host", b"testserver"), (b"content-type", b"application/pdf")]
-    headers += [(b"origin", b"https://evil.example"), (b"accept-language", b"fr")]
-    scope = {
-        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
-        "scheme": "http", "path": "/sync/", "raw_path": b"/sync/", "query_string": b"",
-        "root_path": "", "client": ("127.0.0.1", 5000), "server": ("testserver", 80),
-        "headers": [*headers, (b"content-length", b"%d" % len(pdf))],
-    }  # fmt: skip
-
-    async def post() -> tuple[int, bytes]:
-        talk = ApplicationCommunicator(PdfPoolDoor(get_asgi_application()), scope)
-        await talk.send_input({"type": "http.request", "body": pdf, "more_body": False})
-        start, page, more = await talk.receive_output(10), b"", True
-        while more:
-            message = await talk.receive_output(10)
-            page, more = page + message.get("body", b""), message.get("more_body", False)
-        return int(start["status"]), page
-
-    status, page = asyncio.run(post())
+    foreign = [(b"origin", b"https://evil.example"), (b"accept-language", b"fr")]
+    request = asgi_post("/sync/", pdf, *foreign)
+    status, page, _ = asyncio.run(answer_of(PdfPoolDoor(get_asgi_application()), request, pdf))
     assert status == 403 and b"Interdit" in page  # "Forbidden"

@@ -182,21 +182,11 @@ def test_a_scrape_reports_the_counters_redis_counts_and_none_while_it_is_out(
 
     from django_pdfpool.conf import get_settings
     from django_pdfpool.configured import _build
-    from tests.status.test_metrics import parse
+    from tests.status.test_metrics import parse, run_jobs
 
     redis_options = {"URL": own_redis.url, "NAMESPACE": namespace, "LEASE": 2.0, "TIMEOUT": 0.5}
     pdfpool(REDIS={**redis_options, "FALLBACK": "local"})
     other = _build(get_settings())  # another process's pool in the namespace
-
-    def run(pool: Any, n: int, tag: str) -> None:
-        async def job() -> int:
-            return 1
-
-        async def jobs() -> None:
-            for i in range(n):
-                await pool.run(f"{tag}{i}", "c", job)
-
-        asyncio.run(jobs())
 
     def counters() -> dict[tuple[str, str], float]:
         samples = parse(Client().get("/metrics/").content.decode())[1]
@@ -206,14 +196,14 @@ def test_a_scrape_reports_the_counters_redis_counts_and_none_while_it_is_out(
             if name in ("pdfpool_jobs_total", "pdfpool_refused_total")
         }
 
-    run(other, 5, "o")
-    run(get_pool(), 2, "a")
+    run_jobs(other, 5)
+    run_jobs(get_pool(), 2)
     seen = counters()
     assert seen[("pdfpool_jobs_total", "completed")] == 7
     assert ("pdfpool_refused_total", "closed") not in seen
     own_redis.pause()
     try:
-        run(get_pool(), 1, "b")  # in this process's fallback books
+        run_jobs(get_pool(), 1)  # in this process's fallback books
         assert counters() == {}
     finally:
         own_redis.resume()

@@ -1,9 +1,11 @@
-"""Helpers of the door's tests: headers, pressure, a decision."""
+"""Helpers of the door's tests: headers, pressure, a decision, an upload through ``PdfPoolDoor``."""
 
 from __future__ import annotations
 
 import hashlib
+from typing import Any
 
+from asgiref.testing import ApplicationCommunicator
 from django.test import Client
 
 from django_pdfpool.admission.ledger import Pressure
@@ -55,3 +57,36 @@ def pdfs_upload(data: bytes):
     from django.core.files.uploadedfile import SimpleUploadedFile
 
     return SimpleUploadedFile("doc.pdf", data, content_type="application/pdf")
+
+
+def asgi_post(
+    path: str,
+    body: bytes,
+    *headers: tuple[bytes, bytes],
+    host: bytes = b"testserver",
+    root_path: str = "",
+    query: bytes = b"",
+) -> dict[str, Any]:
+    """The scope of a raw PDF upload of ``body`` to ``path``, with ``headers`` besides."""
+    sent = [(b"host", host), (b"content-type", b"application/pdf"), *headers]
+    return {
+        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
+        "scheme": "http", "path": root_path + path, "raw_path": (root_path + path).encode(),
+        "query_string": query, "root_path": root_path, "client": ("127.0.0.1", 5000),
+        "server": ("testserver", 80), "headers": [*sent, (b"content-length", b"%d" % len(body))],
+    }  # fmt: skip
+
+
+async def answer_of(
+    app: Any, request: dict[str, Any], body: bytes, patience: float = SOON
+) -> tuple[int, bytes, dict[bytes, bytes]]:
+    """The status, whole body and headers ``app`` answers to ``request`` and its ``body``."""
+    talk = ApplicationCommunicator(app, request)
+    await talk.send_input({"type": "http.request", "body": body, "more_body": False})
+    start, sent, more = await talk.receive_output(patience), b"", True
+    while more:
+        message = await talk.receive_output(patience)
+        sent, more = sent + message.get("body", b""), message.get("more_body", False)
+    await talk.wait(patience)
+    assert talk.output_queue.empty()  # nothing after the last message
+    return int(start["status"]), sent, dict(start["headers"])
