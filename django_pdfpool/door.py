@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import copy
 import dataclasses
+import enum
 import functools
 import io
 import logging
@@ -478,12 +479,21 @@ def csrf_refusal(request: HttpRequest) -> Callable[[], HttpResponse] | None:
     return rejected
 
 
-def login_refusal(request: HttpRequest, func: Callable[..., Any]) -> Steps[HttpResponse | None]:
+class Unknown(enum.Enum):
+    """Why Django's answer before the view is not known from the headers."""
+
+    SESSION = "a session or credentials not read yet"
+    BODY = "an anonymous user's form token, which CSRF checks before the login"
+
+
+def login_refusal(
+    request: HttpRequest, func: Callable[..., Any]
+) -> Steps[HttpResponse | Unknown | None]:
     """``LoginRequiredMiddleware``'s redirect to the login page when the user is certainly
     anonymous: ``request.user``'s (read off the event loop), or with no session cookie, no
     ``Authorization`` header (and no remote-user middleware) before ``AuthenticationMiddleware``
-    has run; None if not, not known yet, or if ``CsrfViewMiddleware``, listed before it,
-    checks a token first."""
+    has run; None if it passes; ``Unknown`` if not known yet, or if ``CsrfViewMiddleware``,
+    listed before it, checks a token first."""
     if not apps.is_installed("django.contrib.auth"):  # its models import only then
         return None
     from django.contrib.auth import middleware as auth
@@ -491,15 +501,9 @@ def login_refusal(request: HttpRequest, func: Callable[..., Any]) -> Steps[HttpR
 
     paths = tuple(settings.MIDDLEWARE)
     found = _installed(auth.LoginRequiredMiddleware, paths)
-    if found is None:
+    if found is None or not getattr(func, "login_required", True):  # login_not_required
         return None
     at, middleware = found
-    csrf = _installed(CsrfViewMiddleware, paths, _trusted())
-    exempt = getattr(func, "csrf_exempt", False) or getattr(
-        request, "_dont_enforce_csrf_checks", False
-    )
-    if csrf is not None and csrf[0] < at and not exempt:  # its token may be in the body
-        return None
     user = getattr(request, "user", None)
     auser = getattr(request, "auser", None)
     if user is not None and auser is not None:  # AuthenticationMiddleware's: it reads the session
@@ -508,13 +512,39 @@ def login_refusal(request: HttpRequest, func: Callable[..., Any]) -> Steps[HttpR
         credentials = "HTTP_AUTHORIZATION" in request.META  # a token a middleware may read
         credentials |= settings.SESSION_COOKIE_NAME in request.COOKIES
         if credentials or _installed(auth.RemoteUserMiddleware, paths):
-            return None
+            return Unknown.SESSION
         user = AnonymousUser()
     if user.is_authenticated:
         return None
+    csrf = _installed(CsrfViewMiddleware, paths, _trusted())
+    exempt = getattr(func, "csrf_exempt", False) or getattr(
+        request, "_dont_enforce_csrf_checks", False
+    )
+    if csrf is not None and csrf[0] < at and not exempt:  # its token may be in the body
+        return Unknown.BODY
     probe = copy.copy(request)
     probe.user = user
     return cast(HttpResponse | None, middleware.process_view(probe, func, (), {}))
+
+
+def _session_read(request: HttpRequest) -> HttpRequest | None:
+    """A copy of ``request`` with the session and user ``SessionMiddleware`` and
+    ``AuthenticationMiddleware`` give it (read when asked), if they are installed and nothing
+    else may sign its user in; else None."""
+    if hasattr(request, "user") or not apps.is_installed("django.contrib.auth"):
+        return None
+    from django.contrib.auth import middleware as auth
+    from django.contrib.sessions.middleware import SessionMiddleware
+
+    paths = tuple(settings.MIDDLEWARE)
+    found = [_installed(kind, paths) for kind in (SessionMiddleware, auth.AuthenticationMiddleware)]
+    others = "HTTP_AUTHORIZATION" in request.META or _installed(auth.RemoteUserMiddleware, paths)
+    if others or None in found:
+        return None
+    probe = copy.copy(request)
+    for _, middleware in filter(None, found):
+        middleware.process_request(probe)
+    return probe
 
 
 def _speak_its_language(request: HttpRequest) -> None:
@@ -549,8 +579,7 @@ def framework_refusal(
     """The framework's 401 or 403 from the headers (``view.authenticate``), with ``throttle``
     its 429 too, asked of a copy with an empty body; None if it may pass, if a session not
     read yet may, or if it read the body (its answer is the one it gives with the body)."""
-    unread = not hasattr(request, "user") and settings.SESSION_COOKIE_NAME in request.COOKIES
-    if view.authenticate is None or unread:
+    if view.authenticate is None or _unread_session(request):
         return None
     probe = copy.copy(request)
     for parsed in ("_post", "_files", "_body"):
@@ -564,6 +593,10 @@ def framework_refusal(
     return None if probe._read_started else answer  # type: ignore[attr-defined]
 
 
+def _unread_session(request: HttpRequest) -> bool:
+    return not hasattr(request, "user") and settings.SESSION_COOKIE_NAME in request.COOKIES
+
+
 def _throttled(request: HttpRequest, view: PooledView) -> Steps[HttpResponse | None]:
     """The framework's 429 for an upload the door refuses: its throttles come before its view
     (and count the request, once, as they would)."""
@@ -575,29 +608,64 @@ def _throttled(request: HttpRequest, view: PooledView) -> Steps[HttpResponse | N
     return answer
 
 
+def before_view(
+    request: HttpRequest, func: Callable[..., Any], view: PooledView
+) -> Steps[HttpResponse | Unknown | None]:
+    """What Django (the login's redirect, CSRF's 403, in ``MIDDLEWARE``'s order) and the
+    framework (its 401 or 403) answer before ``func`` from the headers: None if they pass."""
+    login = yield from login_refusal(request, func)
+    if isinstance(login, HttpResponse):
+        return login
+    refuse = None if getattr(func, "csrf_exempt", False) else csrf_refusal(request)
+    if refuse is not None:
+        return cast(HttpResponse, (yield Call.django(refuse)))
+    if login is None and view.authenticate is not None:
+        if _unread_session(request):
+            return Unknown.SESSION  # the framework reads it
+        login = yield Call.django(partial(framework_refusal, request, view))
+    return login
+
+
 def through_door(
     request: HttpRequest, record: AdmissionRecord, view: PooledView, func: Callable[..., Any]
 ) -> Steps[Refusal | Ticket | HttpResponse | None]:
-    """Django's login redirect and CSRF 403 for ``func`` (the view Django calls), the framework's
-    401, the view's 400, then ``decide`` (its refusals ask the framework's throttles first); an
-    upload that could only be shed waits (holding nothing) for its caller's body arriving, and
-    decides again. None: a host Django does not serve, which Django answers (the door steps
-    aside)."""
+    """``before_view``'s answer, then ``decide``: an upload that could only be shed waits
+    (holding nothing) for its caller's body arriving, and decides again; before a refusal, a
+    session not read yet is read and ``before_view`` asked again, then the framework's
+    throttles. None: Django answers (a host it does not serve, a form's CSRF token before a
+    login), the door steps aside."""
     if not _host_served(request):
         return None
     _speak_its_language(request)
-    forbidden = yield from login_refusal(request, func)  # when it comes first, or CSRF's not
-    exempt = forbidden is not None or getattr(func, "csrf_exempt", False)
-    refuse = None if exempt else csrf_refusal(request)
-    if refuse is not None:
-        forbidden = yield Call.django(refuse)
-    if forbidden is None and view.authenticate is not None:
-        forbidden = yield Call.django(partial(framework_refusal, request, view))
-    if forbidden is not None:
-        return forbidden
+    first = yield from before_view(request, func, view)
+    if first is Unknown.BODY or isinstance(first, HttpResponse):
+        return None if first is Unknown.BODY else first
+    refusal, shed = yield from _decided(request, record, view)
+    if isinstance(refusal, Ticket):
+        return refusal
+    read = _session_read(request) if first is Unknown.SESSION else None
+    if read is not None:  # a stale session is an anonymous user: Django's answer first
+        first = yield from before_view(read, func, view)
+        if first is Unknown.BODY or isinstance(first, HttpResponse):
+            return None if first is Unknown.BODY else first
+    throttled = yield from _throttled(read or request, view)
+    if throttled is not None:
+        return throttled
+    if shed:
+        ARRIVING.count_shed()
+    elif isinstance(refusal, PoolBusy | PoolClosed | CallerBusy):
+        get_pool().count_refusal(refusal, record.caller)
+    return refusal
+
+
+def _decided(
+    request: HttpRequest, record: AdmissionRecord, view: PooledView
+) -> Steps[tuple[Refusal | Ticket, bool]]:
+    """``decide`` on the pool's pressure (the caller asked first): a ticket (its place given
+    back through ``record.release``), or a refusal and whether it is the budget's shed."""
     upload = record.headers
     if isinstance(upload, UploadRejected):
-        return (yield from _throttled(request, view)) or upload
+        return upload, False
     if view.own_caller is None and view.authenticate is None:  # else the framework names it
         record.caller = yield from ask_caller(request)
     known = record.caller is not None
@@ -615,20 +683,13 @@ def through_door(
         )  # fmt: skip
         if isinstance(decided, Ticket):
             record.release = decided.release
-            return decided
+            return decided, False
         own = ARRIVING.own(who, key) if shed else None
         if own is not None:  # its caller's body is arriving: wait for it, decide again
             left = give_up - time.monotonic()
             if (yield Call(partial(own.wait_released, left), partial(own.areleased, left))):
                 continue
-        throttled = yield from _throttled(request, view)
-        if throttled is not None:
-            return throttled
-        if shed:
-            ARRIVING.count_shed()
-        elif isinstance(decided, PoolBusy | PoolClosed | CallerBusy):
-            pool.count_refusal(decided, record.caller)
-        return decided
+        return decided, shed
 
 
 def door_status() -> dict[str, Any]:

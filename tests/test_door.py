@@ -693,7 +693,7 @@ def test_the_door_sends_to_log_in_only_a_user_it_knows_is_anonymous(rf, settings
     from django.contrib.auth.decorators import login_not_required
     from django.contrib.auth.models import AnonymousUser, User
 
-    from django_pdfpool.door import login_refusal, run_steps
+    from django_pdfpool.door import Unknown, login_refusal, run_steps
 
     def view(request):
         return None
@@ -706,7 +706,7 @@ def test_the_door_sends_to_log_in_only_a_user_it_knows_is_anonymous(rf, settings
         is None
     )
     signed = rf.post("/sync/", HTTP_COOKIE=f"{settings.SESSION_COOKIE_NAME}=abc")
-    assert run_steps(login_refusal(signed, view)) is None  # its session not read yet
+    assert run_steps(login_refusal(signed, view)) is Unknown.SESSION  # not read yet
     known = rf.post("/sync/", HTTP_COOKIE=f"{settings.SESSION_COOKIE_NAME}=abc")
     known.user = AnonymousUser()
     assert run_steps(login_refusal(known, view)).status_code == 302
@@ -714,7 +714,7 @@ def test_the_door_sends_to_log_in_only_a_user_it_knows_is_anonymous(rf, settings
     assert run_steps(login_refusal(known, view)) is None
     remote = "django.contrib.auth.middleware.RemoteUserMiddleware"
     settings.MIDDLEWARE = [*settings.MIDDLEWARE, remote]
-    assert run_steps(login_refusal(rf.post("/sync/"), view)) is None
+    assert run_steps(login_refusal(rf.post("/sync/"), view)) is Unknown.SESSION
 
 
 CSRF, ADMISSION = (
@@ -820,3 +820,72 @@ def test_djangos_403_from_the_door_speaks_the_requests_language(pdfpool, setting
     request = asgi_post("/sync/", pdf, *foreign)
     status, page, _ = asyncio.run(answer_of(PdfPoolDoor(get_asgi_application()), request, pdf))
     assert status == 403 and b"Interdit" in page  # "Forbidden"
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("door", [False, True], ids=["door-off", "door-on"])
+def test_a_stale_session_cookie_is_sent_to_log_in_as_django_sends_it(pdfpool, settings, door):
+    """A session cookie the database no longer knows is an anonymous user: Django's redirect,
+    not the view's 413, door on or off (the door reads the session before it refuses)."""
+    from django.core.asgi import get_asgi_application
+
+    from django_pdfpool import PdfPoolDoor
+
+    settings.MIDDLEWARE = [*settings.MIDDLEWARE, LOGIN_REQUIRED]
+    pdfpool(MAX_UPLOAD_SIZE=64, DOOR=door)
+    big = b"%PDF-" + b"x" * 100
+    stale = (b"cookie", f"{settings.SESSION_COOKIE_NAME}={'s' * 32}".encode())
+    app = PdfPoolDoor(get_asgi_application())
+    status, _, sent = asyncio.run(answer_of(app, asgi_post("/sync/", big, stale), big))
+    assert (status, sent.get(b"Location")) == (302, b"/accounts/login/?next=/sync/")
+    assert door_status()["held"] == []
+
+
+@pytest.mark.parametrize("door", [False, True], ids=["door-off", "door-on"])
+def test_an_anonymous_upload_past_a_csrf_check_is_sent_to_log_in_not_refused(
+    pdfpool, settings, door
+):
+    """CSRF's check first, then the login's: an anonymous upload whose token passes is
+    redirected, never the view's 413 (the door cannot read a form's token: Django answers)."""
+    from django.core.asgi import get_asgi_application
+
+    from django_pdfpool import PdfPoolDoor
+
+    settings.MIDDLEWARE = [SESSION, CSRF, AUTH, LOGIN_REQUIRED, ADMISSION]
+    pdfpool(MAX_UPLOAD_SIZE=64, DOOR=door)
+    token = "A" * 32
+    big = b"%PDF-" + b"x" * 100
+    signed = [(b"cookie", f"csrftoken={token}".encode()), (b"x-csrftoken", token.encode())]
+    app = PdfPoolDoor(get_asgi_application())
+    status, _, sent = asyncio.run(answer_of(app, asgi_post("/sync/", big, *signed), big))
+    assert (status, sent.get(b"Location")) == (302, b"/accounts/login/?next=/sync/")
+
+
+@pytest.mark.django_db
+def test_a_framework_reading_the_session_is_asked_with_it_before_a_refusal(rf, settings):
+    """A framework's session authentication (DRF's ``SessionAuthentication``) cannot tell from
+    the headers, so the door decides first; before it refuses, it reads the session as
+    Django's middleware would: a stale one gets the framework's 403, not the door's 413."""
+    from django.http import HttpResponse
+
+    from django_pdfpool.door import run_steps, through_door
+    from django_pdfpool.exceptions import UploadTooLarge
+    from django_pdfpool.record import AdmissionRecord, PooledView
+
+    settings.PDFPOOL = {"MAX_UPLOAD_SIZE": 64}
+    big = {"content-type": "application/pdf", "content-length": "100"}
+
+    async def job(upload):
+        return None
+
+    def session_only(request, throttle):
+        return None if request.user.is_authenticated else HttpResponse(status=403)
+
+    view = PooledView("file", job, "j", None, authenticate=session_only)
+    stale = rf.post("/sync/", HTTP_COOKIE=f"{settings.SESSION_COOKIE_NAME}={'s' * 32}")
+    answer = run_steps(through_door(stale, AdmissionRecord.read(big, view), view, job))
+    assert answer.status_code == 403
+    settings.MIDDLEWARE = [m for m in settings.MIDDLEWARE if "Session" not in m]
+    unread = rf.post("/sync/", HTTP_COOKIE=f"{settings.SESSION_COOKIE_NAME}={'s' * 32}")
+    answer = run_steps(through_door(unread, AdmissionRecord.read(big, view), view, job))
+    assert isinstance(answer, UploadTooLarge)  # no session middleware: the pool's answer
