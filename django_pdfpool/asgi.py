@@ -35,7 +35,7 @@ from .conf import get_settings
 from .configured import adrain_pool, get_pool, peek_pool
 from .door import Refusal, Ticket, arun_steps, through_door
 from .exceptions import BodyTimeout, UploadTooLarge, Wording
-from .record import RECORD, AdmissionRecord, pooled_route
+from .record import RECORD, AdmissionRecord, pooled_route, sent_headers
 from .responses import RefusalView, arefusal_answer
 from .sandbox.extract import shutdown as shutdown_extraction
 
@@ -76,13 +76,12 @@ class PdfPoolDoor:
             return
         func, view = route
         set_script_prefix(get_script_prefix(scope))  # as Django's handler: reverse() under it
-        pairs = [(n.decode("latin-1"), v.decode("latin-1")) for n, v in scope.get("headers", ())]
-        record = AdmissionRecord.read(pairs, view)
         try:
             request = ASGIRequest(scope, io.BytesIO())  # the request before its body, asked once
         except UnicodeDecodeError:  # a query string Django's handler answers 400
             await self.app(scope, receive, send)
             return
+        record = AdmissionRecord.read(sent_headers(request), view)
         request.META[RECORD] = record  # decided: AdmissionMiddleware lets its answer through
         decided = await arun_steps(through_door(request, record, view, func))
         if decided is None:  # Django's answer

@@ -28,7 +28,7 @@ from .exceptions import (
     UploadTooLarge,
     Wording,
 )
-from .record import POOLED, RECORD, AdmissionRecord, PooledView
+from .record import POOLED, RECORD, AdmissionRecord, PooledView, sent_headers
 from .responses import Failure, RefusalView, arefusal_answer, refusal_answer
 from .sandbox.extract import Extraction, extract
 from .uploads import STAGING_CHUNK, StagedUpload, stage, stage_chunks
@@ -196,7 +196,7 @@ def record_of(request: HttpRequest) -> AdmissionRecord:
     scope: MutableMapping[str, Any] | None = getattr(request, "scope", None)
     found: AdmissionRecord | None = (scope or {}).get(RECORD) or request.META.get(RECORD)
     if found is None:
-        found = request.META[RECORD] = AdmissionRecord.read(request.headers)
+        found = request.META[RECORD] = AdmissionRecord.read(sent_headers(request))
     return found
 
 

@@ -27,6 +27,7 @@ from django.middleware.csrf import (
     REASON_BAD_ORIGIN,
     REASON_NO_CSRF_COOKIE,
     CsrfViewMiddleware,
+    InvalidTokenFormat,
     RejectRequest,
 )
 from django.middleware.locale import LocaleMiddleware
@@ -38,7 +39,15 @@ from .admission.ledger import Pressure
 from .callers import ASKING, acaller_of, address_caller, caller_of, network_of
 from .conf import DoorSettings, get_settings
 from .configured import get_pool
-from .exceptions import CallerBusy, PoolBusy, PoolClosed, UploadRejected, UploadTooLarge
+from .exceptions import (
+    CallerBusy,
+    NoUpload,
+    PoolBusy,
+    PoolClosed,
+    UploadRejected,
+    UploadTooLarge,
+    Wording,
+)
 from .record import AdmissionRecord, PooledView, UploadHeaders
 
 logger = logging.getLogger("django_pdfpool.door")
@@ -307,11 +316,15 @@ def decide(
     known: bool,
     terms: Terms,
     field: str = "file",
+    framework: bool = False,
 ) -> tuple[Refusal | Ticket, bool]:
     """The pool's answer, or a ticket for the body; and whether a refusal is the budget's shed.
-    ``key``: the upload's, if trusted; ``who``: the caller, or its network if not ``known``."""
+    ``key``: the upload's, if trusted; ``who``: the caller, or its network if not ``known``;
+    ``field``: the form's file field; ``framework``: the body is a framework's parsers' to read."""
     if upload.declares_too_much(terms.max_upload_size):  # as the decorator: size first
         return UploadTooLarge.over(terms.max_upload_size), False
+    if not framework and upload.holds_no_pdf():  # then the file
+        return NoUpload(Wording.NO_UPLOAD.format(field=field)), False
     if pressure.closed:
         return jobs.closing(), False
     limit, sizes = upload.body_limit(terms.max_upload_size), upload.file_sizes(field)
@@ -446,10 +459,14 @@ def _host_served(request: HttpRequest) -> bool:
     return served
 
 
+_FORMS = ("multipart/form-data", "application/x-www-form-urlencoded")  # Django reads their body
+
+
 def csrf_refusal(request: HttpRequest) -> Callable[[], HttpResponse] | None:
     """Django's own 403, as sync code to run, for a POST ``CsrfViewMiddleware`` refuses from
-    its headers: the ``Origin`` (under HTTPS without one, the ``Referer``), then no CSRF cookie
-    (with ``CSRF_USE_SESSIONS`` the secret is the session's: Django's to check); None if not."""
+    its headers: the ``Origin`` (under HTTPS without one, the ``Referer``), then the cookie, and
+    the header's token unless a form's may be in the body (with ``CSRF_USE_SESSIONS`` the
+    secret is the session's: Django's to check); None if not."""
     if getattr(request, "_dont_enforce_csrf_checks", False):  # django.test.Client's
         return None
     found = _installed(CsrfViewMiddleware, tuple(settings.MIDDLEWARE), _trusted())
@@ -465,9 +482,16 @@ def csrf_refusal(request: HttpRequest) -> Callable[[], HttpResponse] | None:
             middleware._check_referer(request)
         except RejectRequest as refused:
             reason = refused.reason
-    cookie = settings.CSRF_USE_SESSIONS or settings.CSRF_COOKIE_NAME in request.COOKIES
-    if reason is None and not cookie:
-        reason = REASON_NO_CSRF_COOKIE
+    try:
+        if reason is None and not settings.CSRF_USE_SESSIONS:  # else the session's to check
+            if request.content_type not in _FORMS:  # no token in the body: the header's
+                middleware._check_token(request)
+            elif middleware._get_secret(request) is None:  # the form's token: the body's
+                reason = REASON_NO_CSRF_COOKIE
+    except InvalidTokenFormat as bad:
+        reason = f"CSRF cookie {bad.reason}."
+    except RejectRequest as refused:
+        reason = refused.reason
     if reason is None:
         return None
 
@@ -480,20 +504,19 @@ def csrf_refusal(request: HttpRequest) -> Callable[[], HttpResponse] | None:
 
 
 class Unknown(enum.Enum):
-    """Why Django's answer before the view is not known from the headers."""
+    """What keeps Django's answer before the view from the headers."""
 
-    SESSION = "a session or credentials not read yet"
-    BODY = "an anonymous user's form token, which CSRF checks before the login"
+    USER = "a user whose session or credentials are not read yet"
+    ANSWER = "Django refuses, but which answer it gives needs the body (a form's CSRF token)"
 
 
 def login_refusal(
     request: HttpRequest, func: Callable[..., Any]
 ) -> Steps[HttpResponse | Unknown | None]:
     """``LoginRequiredMiddleware``'s redirect to the login page when the user is certainly
-    anonymous: ``request.user``'s (read off the event loop), or with no session cookie, no
-    ``Authorization`` header (and no remote-user middleware) before ``AuthenticationMiddleware``
-    has run; None if it passes; ``Unknown`` if not known yet, or if ``CsrfViewMiddleware``,
-    listed before it, checks a token first."""
+    anonymous: ``request.user``'s (read off the event loop), or with no session cookie and
+    nothing else to sign in with (``_others_sign_in``) before ``AuthenticationMiddleware`` has
+    run; None if it passes; ``Unknown.USER`` if not known yet."""
     if not apps.is_installed("django.contrib.auth"):  # its models import only then
         return None
     from django.contrib.auth import middleware as auth
@@ -503,48 +526,58 @@ def login_refusal(
     found = _installed(auth.LoginRequiredMiddleware, paths)
     if found is None or not getattr(func, "login_required", True):  # login_not_required
         return None
-    at, middleware = found
     user = getattr(request, "user", None)
     auser = getattr(request, "auser", None)
     if user is not None and auser is not None:  # AuthenticationMiddleware's: it reads the session
         user = yield Call(partial(getattr, request, "user"), auser)
     if user is None:
-        credentials = "HTTP_AUTHORIZATION" in request.META  # a token a middleware may read
-        credentials |= settings.SESSION_COOKIE_NAME in request.COOKIES
-        if credentials or _installed(auth.RemoteUserMiddleware, paths):
-            return Unknown.SESSION
+        if settings.SESSION_COOKIE_NAME in request.COOKIES or _others_sign_in(request, paths):
+            return Unknown.USER
         user = AnonymousUser()
     if user.is_authenticated:
         return None
-    csrf = _installed(CsrfViewMiddleware, paths, _trusted())
-    exempt = getattr(func, "csrf_exempt", False) or getattr(
-        request, "_dont_enforce_csrf_checks", False
-    )
-    if csrf is not None and csrf[0] < at and not exempt:  # its token may be in the body
-        return Unknown.BODY
     probe = copy.copy(request)
     probe.user = user
-    return cast(HttpResponse | None, middleware.process_view(probe, func, (), {}))
+    return cast(HttpResponse | None, found[1].process_view(probe, func, (), {}))
+
+
+def _login_first() -> bool:
+    """Whether ``LoginRequiredMiddleware`` comes before ``CsrfViewMiddleware`` (or alone)."""
+    from django.contrib.auth.middleware import LoginRequiredMiddleware
+
+    paths = tuple(settings.MIDDLEWARE)
+    login, csrf = _installed(LoginRequiredMiddleware, paths), _installed(CsrfViewMiddleware, paths)
+    return csrf is None or (login is not None and login[0] < csrf[0])
 
 
 def _session_read(request: HttpRequest) -> HttpRequest | None:
-    """A copy of ``request`` with the session and user ``SessionMiddleware`` and
-    ``AuthenticationMiddleware`` give it (read when asked), if they are installed and nothing
-    else may sign its user in; else None."""
-    if hasattr(request, "user") or not apps.is_installed("django.contrib.auth"):
+    """For a session cookie not read yet, a copy of ``request`` with the session and user
+    ``SessionMiddleware`` and ``AuthenticationMiddleware`` give it (read when asked), if they
+    are installed and nothing else may sign its user in; else None."""
+    if not _unread_session(request) or not apps.is_installed("django.contrib.auth"):
         return None
     from django.contrib.auth import middleware as auth
     from django.contrib.sessions.middleware import SessionMiddleware
 
     paths = tuple(settings.MIDDLEWARE)
     found = [_installed(kind, paths) for kind in (SessionMiddleware, auth.AuthenticationMiddleware)]
-    others = "HTTP_AUTHORIZATION" in request.META or _installed(auth.RemoteUserMiddleware, paths)
-    if others or None in found:
+    if None in found or _others_sign_in(request, paths):
         return None
     probe = copy.copy(request)
     for _, middleware in filter(None, found):
         middleware.process_request(probe)
     return probe
+
+
+def _others_sign_in(request: HttpRequest, paths: tuple[str, ...]) -> bool:
+    """Whether a middleware may sign the user in from more than the session: a remote-user
+    one, or with an ``Authorization`` header, any not Django's (Django's never read it)."""
+    from django.contrib.auth.middleware import RemoteUserMiddleware
+
+    if _installed(RemoteUserMiddleware, paths) is not None:
+        return True
+    ours = ("django.", f"{__package__}.")
+    return "HTTP_AUTHORIZATION" in request.META and not all(p.startswith(ours) for p in paths)
 
 
 def _speak_its_language(request: HttpRequest) -> None:
@@ -611,17 +644,24 @@ def _throttled(request: HttpRequest, view: PooledView) -> Steps[HttpResponse | N
 def before_view(
     request: HttpRequest, func: Callable[..., Any], view: PooledView
 ) -> Steps[HttpResponse | Unknown | None]:
-    """What Django (the login's redirect, CSRF's 403, in ``MIDDLEWARE``'s order) and the
-    framework (its 401 or 403) answer before ``func`` from the headers: None if they pass."""
+    """What Django (CSRF's 403 and the login's redirect, in ``MIDDLEWARE``'s order) and then
+    the framework (its 401 or 403) answer before ``func`` from the headers: None if they pass,
+    ``Unknown`` if that is not known."""
     login = yield from login_refusal(request, func)
-    if isinstance(login, HttpResponse):
-        return login
-    refuse = None if getattr(func, "csrf_exempt", False) else csrf_refusal(request)
+    exempt = getattr(func, "csrf_exempt", False)
+    refuse = None if exempt else csrf_refusal(request)
+    if login is not None and _login_first():
+        if isinstance(login, HttpResponse):
+            return login
+        if refuse is not None:  # Django refuses: the redirect, or for a user 403
+            return Unknown.ANSWER
     if refuse is not None:
         return cast(HttpResponse, (yield Call.django(refuse)))
+    if isinstance(login, HttpResponse):  # past CSRF's check: from a form, the body's
+        return Unknown.ANSWER if request.content_type in _FORMS and not exempt else login
     if login is None and view.authenticate is not None:
         if _unread_session(request):
-            return Unknown.SESSION  # the framework reads it
+            return Unknown.USER  # the framework reads it
         login = yield Call.django(partial(framework_refusal, request, view))
     return login
 
@@ -629,33 +669,31 @@ def before_view(
 def through_door(
     request: HttpRequest, record: AdmissionRecord, view: PooledView, func: Callable[..., Any]
 ) -> Steps[Refusal | Ticket | HttpResponse | None]:
-    """``before_view``'s answer, then ``decide``: an upload that could only be shed waits
-    (holding nothing) for its caller's body arriving, and decides again; before a refusal, a
-    session not read yet is read and ``before_view`` asked again, then the framework's
-    throttles. None: Django answers (a host it does not serve, a form's CSRF token before a
-    login), the door steps aside."""
+    """``before_view``'s answer (a session it needs read as Django's middleware would read
+    it), else ``decide``'s: an upload that could only be shed waits (holding nothing) for its
+    caller's body arriving, and decides again; the framework's throttles before a refusal.
+    None: Django answers (a host it does not serve, an answer it gives from the body), the
+    door steps aside."""
     if not _host_served(request):
         return None
     _speak_its_language(request)
     first = yield from before_view(request, func, view)
-    if first is Unknown.BODY or isinstance(first, HttpResponse):
-        return None if first is Unknown.BODY else first
-    refusal, shed = yield from _decided(request, record, view)
-    if isinstance(refusal, Ticket):
-        return refusal
-    read = _session_read(request) if first is Unknown.SESSION else None
-    if read is not None:  # a stale session is an anonymous user: Django's answer first
-        first = yield from before_view(read, func, view)
-        if first is Unknown.BODY or isinstance(first, HttpResponse):
-            return None if first is Unknown.BODY else first
-    throttled = yield from _throttled(read or request, view)
+    if first is Unknown.USER and (read := _session_read(request)) is not None:
+        request = read
+        first = yield from before_view(request, func, view)
+    if first is Unknown.ANSWER or isinstance(first, HttpResponse):
+        return None if first is Unknown.ANSWER else first
+    answer, shed = yield from _decided(request, record, view)
+    if isinstance(answer, Ticket):
+        return answer
+    throttled = yield from _throttled(request, view)
     if throttled is not None:
         return throttled
     if shed:
         ARRIVING.count_shed()
-    elif isinstance(refusal, PoolBusy | PoolClosed | CallerBusy):
-        get_pool().count_refusal(refusal, record.caller)
-    return refusal
+    elif isinstance(answer, PoolBusy | PoolClosed | CallerBusy):
+        get_pool().count_refusal(answer, record.caller)
+    return answer
 
 
 def _decided(
@@ -666,12 +704,14 @@ def _decided(
     upload = record.headers
     if isinstance(upload, UploadRejected):
         return upload, False
-    if view.own_caller is None and view.authenticate is None:  # else the framework names it
+    framework = view.own_caller is not None or view.authenticate is not None
+    if not framework:  # else the framework names it, after its parsers
         record.caller = yield from ask_caller(request)
     known = record.caller is not None
     who = network_of(record.caller or address_caller(request.META.get("REMOTE_ADDR") or "unknown"))
     door, pool = get_settings().door, get_pool()
-    key = record.key if door is not None and door.digests else None  # answer from a digest
+    sized = upload.declared_size is not None  # else a 413 or 400 from the body may come first
+    key = record.key if door is not None and door.digests and sized else None  # from a digest
     read = partial(pool.pressure, key, record.caller)
     door_terms = terms()
     give_up = time.monotonic() + door_terms.body_timeout
@@ -679,7 +719,7 @@ def _decided(
         pressure = (yield Call.blocking(read)) if pool.blocking_reads else read()  # memory only
         decided, shed = decide(
             upload, key, pressure, ARRIVING, who=who, known=known, terms=door_terms,
-            field=view.field,
+            field=view.field, framework=framework,
         )  # fmt: skip
         if isinstance(decided, Ticket):
             record.release = decided.release

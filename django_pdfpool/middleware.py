@@ -16,7 +16,7 @@ from .conf import get_settings
 from .configured import get_pool
 from .door import Call, Steps, Terms, Ticket, arun_steps, run_steps, through_door
 from .exceptions import BodyTimeout, ExtractionError, PoolBusy, Refused, UploadRejected, Wording
-from .record import RECORD, AdmissionRecord, PooledView, pooled_route
+from .record import RECORD, AdmissionRecord, PooledView, pooled_route, sent_headers
 from .responses import arefusal_answer, refusal_answer
 
 GetResponse = Callable[[HttpRequest], HttpResponse | Awaitable[HttpResponse]]
@@ -56,7 +56,7 @@ class AdmissionMiddleware:
         """The door, then the view, sync or async: a refusal's answer, or the view's
         response with the door's place given back (its call counts in the pool by then)."""
         func, view = route
-        record = request.META[RECORD] = AdmissionRecord.read(request.headers, view)
+        record = request.META[RECORD] = AdmissionRecord.read(sent_headers(request), view)
         decided = yield from through_door(request, record, view, func)
         if decided is not None and not isinstance(decided, Ticket):  # None: Django's answer
             refused = yield from _answered(request, decided, view)

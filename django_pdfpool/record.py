@@ -48,7 +48,7 @@ class UploadHeaders:
     chunked: bool  # Transfer-Encoding: chunked (no declared size)
     raw: bool  # Content-Type: application/pdf, the body is the PDF itself
     digest: str | None  # the declared SHA-256 of the PDF, lower-case hex
-    boundary: str = ""  # a multipart/form-data body's ("" for any other type)
+    boundary: str | None = None  # a multipart/form-data body's ("" if none); None: another type
 
     @classmethod
     def of(cls, headers: Headers) -> UploadHeaders:
@@ -72,7 +72,7 @@ class UploadHeaders:
             chunked=chunked,
             raw=raw,
             digest=digests.pop() if digests else None,
-            boundary=params.get("boundary", "") if content_type == FORM_TYPE else "",
+            boundary=params.get("boundary", "") if content_type == FORM_TYPE else None,
         )
 
     def body_limit(self, max_upload_size: int) -> int:
@@ -92,10 +92,24 @@ class UploadHeaders:
         envelope = f"--{self.boundary}content-disposition:;name={field};filename=x\r\n\r\n"
         return (0, size - len(envelope.encode("utf-8", "replace")))
 
+    def holds_no_pdf(self) -> bool:
+        """An empty raw body, or a type Django takes no file from (a framework's parsers may
+        take other types: for ``@pdf_pooled``'s own reading only)."""
+        return self.declared_size == 0 if self.raw else self.boundary is None
+
     def declares_too_much(self, max_upload_size: int) -> bool:
         """Its ``Content-Length`` is past ``body_limit``: 413 before a byte is read."""
         size = self.declared_size
         return size is not None and size > self.body_limit(max_upload_size)
+
+
+def sent_headers(request: HttpRequest) -> Headers:
+    """The request's headers as sent: an ASGI scope's lines one by one (``request.headers``
+    joins a repeated one, hiding the repeat), else Django's."""
+    scope = getattr(request, "scope", None)
+    if scope is None:
+        return request.headers
+    return [(n.decode("latin-1"), v.decode("latin-1")) for n, v in scope.get("headers", ())]
 
 
 def _collect(headers: Headers) -> dict[str, list[str]]:

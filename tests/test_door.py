@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
+import json
+import random
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -706,7 +709,7 @@ def test_the_door_sends_to_log_in_only_a_user_it_knows_is_anonymous(rf, settings
         is None
     )
     signed = rf.post("/sync/", HTTP_COOKIE=f"{settings.SESSION_COOKIE_NAME}=abc")
-    assert run_steps(login_refusal(signed, view)) is Unknown.SESSION  # not read yet
+    assert run_steps(login_refusal(signed, view)) is Unknown.USER  # not read yet
     known = rf.post("/sync/", HTTP_COOKIE=f"{settings.SESSION_COOKIE_NAME}=abc")
     known.user = AnonymousUser()
     assert run_steps(login_refusal(known, view)).status_code == 302
@@ -714,7 +717,7 @@ def test_the_door_sends_to_log_in_only_a_user_it_knows_is_anonymous(rf, settings
     assert run_steps(login_refusal(known, view)) is None
     remote = "django.contrib.auth.middleware.RemoteUserMiddleware"
     settings.MIDDLEWARE = [*settings.MIDDLEWARE, remote]
-    assert run_steps(login_refusal(rf.post("/sync/"), view)) is Unknown.SESSION
+    assert run_steps(login_refusal(rf.post("/sync/"), view)) is Unknown.USER
 
 
 CSRF, ADMISSION = (
@@ -889,3 +892,132 @@ def test_a_framework_reading_the_session_is_asked_with_it_before_a_refusal(rf, s
     unread = rf.post("/sync/", HTTP_COOKIE=f"{settings.SESSION_COOKIE_NAME}={'s' * 32}")
     answer = run_steps(through_door(unread, AdmissionRecord.read(big, view), view, job))
     assert isinstance(answer, UploadTooLarge)  # no session middleware: the pool's answer
+
+
+def test_an_upload_that_holds_no_pdf_is_the_decorators_400_after_its_413():
+    """``@pdf_pooled`` takes a PDF from a raw body or a form: an empty raw body, or a body of
+    another type, is its 400 ``no_upload`` before the pool is asked (a closed one here), and
+    after the 413 of a body over the limit; a framework's parsers may take any type."""
+    from django_pdfpool.exceptions import NoUpload, UploadTooLarge
+
+    closed = pressure(closed=True)
+    for upload in (
+        headers(content_length="0", content_type="application/pdf"),
+        headers(content_length="10", content_type="text/plain"),
+        headers(content_length="10"),
+    ):
+        assert isinstance(verdict(upload, closed, framework=False), NoUpload)
+        assert isinstance(verdict(upload, closed), PoolClosed)  # a framework's route
+    over = headers(content_length=str(2 * MiB), content_type="text/plain")
+    assert isinstance(verdict(over, closed, framework=False), UploadTooLarge)
+    for upload in (
+        headers(content_length="10", content_type="application/pdf"),
+        headers(content_length="10", content_type="multipart/form-data; boundary=b"),
+        headers(content_length="10", content_type="multipart/form-data"),  # Django's 400 then
+    ):
+        assert isinstance(verdict(upload, closed, framework=False), PoolClosed)
+
+
+# Door on against door off: the same upload, the same answer (status, redirect, refusal code).
+TOKEN = "A" * 32
+STACKS = {
+    "plain": [SESSION, AUTH, ADMISSION],
+    "csrf": [SESSION, CSRF, AUTH, ADMISSION],
+    "login": [SESSION, AUTH, LOGIN_REQUIRED, ADMISSION],
+    "csrf-login": [SESSION, CSRF, AUTH, LOGIN_REQUIRED, ADMISSION],
+    "login-csrf": [SESSION, AUTH, LOGIN_REQUIRED, CSRF, ADMISSION],
+}
+MINE, THEIRS = b"%PDF-1.4\n" + b"x" * 300, b"%PDF-1.4\n" + b"y" * 300  # theirs: in flight
+
+
+def _form(field: str, data: bytes) -> tuple[bytes, str]:
+    head = f'--b\r\nContent-Disposition: form-data; name="{field}"; filename="a.pdf"\r\n\r\n'
+    return head.encode() + data + b"\r\n--b--\r\n", "multipart/form-data; boundary=b"
+
+
+BODIES = {
+    "raw": (MINE, "application/pdf"),
+    "raw-over": (b"%PDF-" + b"z" * 5000, "application/pdf"),
+    "raw-empty": (b"", "application/pdf"),
+    "form": _form("file", MINE),
+    "form-other-field": _form("other", MINE),
+    "form-over": _form("file", b"%PDF-" + b"z" * 5000),
+    "text": (b"hello", "text/plain"),
+    "untyped": (MINE, None),
+}
+DIGESTS = {
+    "none": [],
+    "mine": [(b"repr-digest", format_digest(sha(MINE)).encode())],
+    "theirs": [(b"repr-digest", format_digest(sha(THEIRS)).encode())],
+    "unreadable": [(b"repr-digest", b"sha-256=:!!:")],
+    "twice": [(b"repr-digest", format_digest(sha(MINE)).encode())] * 2,
+}
+COOKIES = {
+    "none": [],
+    "csrf": [(b"cookie", f"csrftoken={TOKEN}".encode())],
+    "stale-session": [(b"cookie", b"sessionid=" + b"s" * 32)],
+    "both": [(b"cookie", f"csrftoken={TOKEN}; sessionid={'s' * 32}".encode())],
+}
+EXTRAS = {
+    "none": [],
+    "token": [(b"x-csrftoken", TOKEN.encode())],
+    "cross-site": [(b"origin", b"https://evil.example")],
+    "same-site": [(b"origin", b"http://testserver"), (b"x-csrftoken", TOKEN.encode())],
+    "authorization": [(b"authorization", b"Token x")],
+}
+GRID = list(itertools.product(STACKS, BODIES, DIGESTS, COOKIES, EXTRAS, ("length", "chunked")))
+random.Random(7).shuffle(GRID)
+FOUND = [  # cases that once differed
+    ("login-csrf", "untyped", "twice", "stale-session", "token", "chunked"),
+    ("csrf", "raw-empty", "unreadable", "both", "authorization", "chunked"),
+    ("plain", "raw-empty", "mine", "both", "same-site", "length"),
+    ("login", "raw-over", "none", "csrf", "authorization", "length"),
+    ("plain", "raw-over", "twice", "stale-session", "same-site", "chunked"),
+    ("plain", "raw", "twice", "none", "same-site", "chunked"),
+    ("login", "raw-over", "theirs", "stale-session", "same-site", "chunked"),
+    ("plain", "raw-over", "mine", "none", "token", "chunked"),
+]
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("full", [False, True], ids=["idle", "full"])
+@pytest.mark.parametrize("case", FOUND + GRID[:150], ids="-".join)
+def test_the_door_answers_as_django_and_the_pool_answer_with_the_door_off(
+    pdfpool, settings, case, full
+):
+    """Through ``PdfPoolDoor`` under each middleware order, for bodies, digests, cookies and
+    CSRF headers of every kind, sized or chunked, with the pool idle or full (its one slot
+    held for another upload): the door's answer is the one its absence gives."""
+    from django.core.asgi import get_asgi_application
+
+    from django_pdfpool import PdfPoolDoor
+
+    stack, kind, digest, cookie, extra, length = case
+    body, content_type = BODIES[kind]
+    sent = [(b"content-type", content_type.encode())] if content_type else []
+    sent += DIGESTS[digest] + COOKIES[cookie] + EXTRAS[extra]
+    if length == "length":
+        sent.append((b"content-length", b"%d" % len(body)))
+    request = {**asgi_post("/held/async/", body), "client": ("10.1.2.3", 5000)}
+    request["headers"] = [(b"host", b"testserver"), *sent]
+    answers = []
+    for door in (False, True):
+        pdfpool(MAX_UPLOAD_SIZE=4096, DOOR=door, SLOTS=1, QUEUE=0)
+        settings.MIDDLEWARE = STACKS["plain"]  # theirs is let in
+        HELD.reset()
+        with held_requests(1) as threads:
+            if full:
+                theirs = asgi_post("/held/async/", THEIRS)
+                app = PdfPoolDoor(get_asgi_application())
+                threads.submit(asyncio.run, answer_of(app, theirs, THEIRS))
+                wait_until(lambda: get_pool().running() == 1)
+            else:
+                HELD.release.set()
+            settings.MIDDLEWARE = STACKS[stack]
+            status, page, headers = asyncio.run(
+                answer_of(PdfPoolDoor(get_asgi_application()), request, body)
+            )
+        code = json.loads(page).get("code") if page.startswith(b"{") else None
+        answers.append((status, headers.get(b"Location"), code))
+        wait_until(lambda: get_pool().running() == 0)
+    assert answers[1] == answers[0]

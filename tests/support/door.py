@@ -40,9 +40,16 @@ TERMS = Terms(
 )
 
 
-def decided(upload, state, arrivals=None, key=None, who="ip:10.0.0.1", known=True, terms=TERMS):
+def decided(
+    upload, state, arrivals=None, key=None, who="ip:10.0.0.1", known=True, terms=TERMS,
+    framework=True,
+):  # fmt: skip
+    """``decide``'s answer; by default for a framework's route, whose parsers may take a body
+    of any type (``@pdf_pooled``'s own refuses one that holds no PDF: ``framework=False``)."""
     arrivals = arrivals if arrivals is not None else Arrivals()
-    return decide(upload, key, state, arrivals, who=who, known=known, terms=terms)
+    return decide(
+        upload, key, state, arrivals, who=who, known=known, terms=terms, framework=framework
+    )
 
 
 def verdict(*args, **kwargs):
