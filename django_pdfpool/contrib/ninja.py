@@ -97,12 +97,31 @@ def pdf_pooled(
         job, name, field, door_answer, auth_caller, authenticate=door_authenticate
     )
     wrapper = admitting(operation, admission)  # refusals answered as door_answer answers
+    contribute_operation_callback(wrapper, functools.partial(_reads_its_file, field))
     contribute_operation_callback(wrapper, functools.partial(_documented, field))
     # ninja reads the parameters' annotations from the wrapper, in this module's globals:
     # hand it the operation's own, resolved where it was written (postponed annotations)
     with contextlib.suppress(NameError, TypeError, ValueError):
         cast(Any, wrapper).__signature__ = inspect.signature(operation, eval_str=True)
     return wrapper
+
+
+def _reads_its_file(field: str, operation: NinjaOperation) -> None:
+    """ImproperlyConfigured, at declaration, for ``File`` parameters none of which is the form
+    field ``field``: ninja would require theirs (422) and the pool its own (400) of every upload."""
+    files = [
+        info.alias or name
+        for model in operation.models
+        if getattr(model, "__ninja_param_source__", None) == "file"
+        for name, info in model.model_fields.items()
+    ]
+    if files and field not in files:
+        raise ImproperlyConfigured(
+            f"pdf_pooled reads the PDF from the form field {field!r}, but "
+            f"{operation.view_func.__qualname__} takes its File parameters from "
+            f"{', '.join(map(repr, files))}: every upload would be refused. Name one of them "
+            f"{field!r}, or pass field={files[0]!r} to pdf_pooled."
+        )
 
 
 def _documented(field: str, operation: NinjaOperation) -> None:

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import io
 import os
+from typing import Annotated
 
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 from django.test import Client
-from ninja import NinjaAPI
+from ninja import File, NinjaAPI, UploadedFile
 from ninja.errors import HttpError
 
 import django_pdfpool
@@ -360,3 +361,44 @@ def test_a_client_the_throttles_refuse_gets_ninjas_429_with_the_pool_full(pdfpoo
     again, fresh = throttled_and_not("/ninja/throttled", lambda body: {"file": upload(body)})
     assert again.status_code == 429 and int(again["Retry-After"]) > 3600, again.content
     assert fresh.status_code == 503 and int(fresh["Retry-After"]) < 3600, fresh.content
+
+
+def test_a_file_parameter_the_decorator_does_not_read_fails_at_declaration():
+    """``document: File[...]`` with the decorator reading the form field ``file``: ninja
+    requires ``document`` (422 without it) and the pool ``file`` (400 without it), so every
+    upload would fail; the route is refused where it is declared, naming both."""
+    api = NinjaAPI(urls_namespace="pdfpool-other-field")
+    with pytest.raises(ImproperlyConfigured, match=r"'file'.*'document'.*field='document'"):
+
+        @api.post("/op")
+        @ninja.pdf_pooled
+        def op(request, document: File[UploadedFile]): ...
+
+
+@pytest.mark.parametrize("declared", ["name", "alias"])
+def test_the_file_parameter_the_decorator_reads_is_the_pdf(pdfpool, declared):
+    """``field=`` names the ``File`` parameter's form field: its name, or its alias."""
+    from django.test import override_settings
+    from django.urls import path
+
+    api = NinjaAPI(urls_namespace=f"pdfpool-field-{declared}")
+    if declared == "name":
+
+        @api.post("/op")
+        @ninja.pdf_pooled(field="document")
+        def op(request, document: File[UploadedFile], image: File[UploadedFile] = None):
+            return {"text": request.pdf.text, "name": document.name}
+
+    else:
+
+        @api.post("/op")
+        @ninja.pdf_pooled(field="document")
+        def op(request, doc: Annotated[UploadedFile, File(alias="document")]):
+            return {"text": request.pdf.text, "name": doc.name}
+
+    urls = type("urls", (), {"urlpatterns": [path("named/", api.urls)]})
+    with override_settings(ROOT_URLCONF=urls):
+        sent = {"document": upload(pdfs.simple(["the document"]))}
+        response = Client(REMOTE_ADDR="10.0.8.13").post("/named/op", sent)
+    assert response.status_code == 200, response.content
+    assert response.json() == {"text": "the document", "name": "doc.pdf"}
