@@ -147,9 +147,11 @@ def _documented(field: str, operation: NinjaOperation) -> None:
 
 
 def _merged(ours: dict[Any, Any], theirs: dict[Any, Any]) -> dict[Any, Any]:
-    """``theirs`` over ``ours`` key by key, as ninja merges ``openapi_extra`` into a schema."""
+    """``theirs`` over ``ours`` key by key, as ninja merges ``openapi_extra`` into a schema;
+    a key written as a string is ours of that name (a status "503" is our 503: one JSON key)."""
     merged = dict(ours)
     for key, value in theirs.items():
+        key = next((mine for mine in merged if str(mine) == str(key)), key)
         mine = merged.get(key)
         merged[key] = (
             _merged(mine, value) if isinstance(mine, dict) and isinstance(value, dict) else value

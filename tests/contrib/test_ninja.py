@@ -402,3 +402,20 @@ def test_the_file_parameter_the_decorator_reads_is_the_pdf(pdfpool, declared):
         response = Client(REMOTE_ADDR="10.0.8.13").post("/named/op", sent)
     assert response.status_code == 200, response.content
     assert response.json() == {"text": "the document", "name": "doc.pdf"}
+
+
+def test_responses_the_operation_declares_by_string_key_are_merged_not_doubled():
+    """OpenAPI writes statuses as strings: an ``openapi_extra`` response ``"503"`` is the
+    503 the refusals document (one JSON key, its words and ``Retry-After``), not a second."""
+    api = NinjaAPI(urls_namespace="pdfpool-string-statuses")
+
+    @api.post("/op", openapi_extra={"responses": {"503": {"description": "Pool full"}}})
+    @ninja.pdf_pooled
+    def op(request):
+        return {}
+
+    responses = api.get_openapi_schema(path_prefix="/")["paths"]["/op"]["post"]["responses"]
+    statuses = [str(status) for status in responses]
+    assert sorted(statuses) == sorted(set(statuses)), statuses
+    (busy,) = (answer for status, answer in responses.items() if str(status) == "503")
+    assert busy["description"] == "Pool full" and "Retry-After" in busy["headers"]
