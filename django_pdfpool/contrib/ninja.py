@@ -51,9 +51,9 @@ def auth_caller(request: HttpRequest) -> str | None:
     ``user:<pk>`` (as the ``CALLER`` setting names users); anything else, a token say,
     ``auth:<16 hex digits of its HMAC under SECRET_KEY>`` (no secret, nor a hash one could
     test guesses against, on the status page); None when ninja did not authenticate, or
-    returned ``True`` (it may pass, but who it is, ``CALLER`` says)."""
+    returned ``True`` or an anonymous user (it may pass, but who it is, ``CALLER`` says)."""
     auth = getattr(request, "auth", None)
-    if auth is None or isinstance(auth, bool):
+    if auth is None or isinstance(auth, bool) or getattr(auth, "is_anonymous", False) is True:
         return None
     if getattr(auth, "is_authenticated", False) and getattr(auth, "pk", None) is not None:
         return f"user:{auth.pk}"

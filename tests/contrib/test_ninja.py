@@ -11,6 +11,7 @@ import os
 from typing import Annotated
 
 import pytest
+from django.contrib.auth.models import AnonymousUser
 from django.core.exceptions import ImproperlyConfigured
 from django.test import Client
 from ninja import File, NinjaAPI, UploadedFile
@@ -75,15 +76,17 @@ class _Authed:
         self.auth = auth
 
 
-def test_an_authentication_that_returns_true_names_nobody(pdfpool):
-    """``True`` says a request may pass, not who sent it: the ``CALLER`` setting names the
-    caller (the address here), else every client of the API would be one caller."""
+@pytest.mark.parametrize("passes", [True, AnonymousUser()], ids=["true", "anonymous-user"])
+def test_an_authentication_that_returns_true_names_nobody(pdfpool, passes):
+    """``True`` says a request may pass, not who sent it, and so does an ``AnonymousUser``
+    (ninja's optional authentication): the ``CALLER`` setting names the caller (the address
+    here), else every client of the API would be one caller."""
     from django.test import override_settings
     from django.urls import path
 
     allowed = NinjaAPI(urls_namespace="pdfpool-true-auth")
 
-    @allowed.post("/x", auth=lambda request: True)
+    @allowed.post("/x", auth=lambda request: passes)
     @ninja.pdf_pooled(job=held_job)
     def x(request):
         return {"ok": True}
