@@ -108,19 +108,22 @@ def pdf_pooled(
 
 def _reads_its_file(field: str, operation: NinjaOperation) -> None:
     """ImproperlyConfigured, at declaration, for ``File`` parameters none of which is the form
-    field ``field``: ninja would require theirs (422) and the pool its own (400) of every upload."""
-    files = [
-        info.alias or name
-        for model in operation.models
-        if getattr(model, "__ninja_param_source__", None) == "file"
-        for name, info in model.model_fields.items()
-    ]
+    field ``field`` (ninja would require theirs, 422, and the pool its own, 400, of every
+    upload), or one taking a list from it (the pool would extract the last file only)."""
+    models = [m for m in operation.models if getattr(m, "__ninja_param_source__", None) == "file"]
+    files = [info.alias or name for model in models for name, info in model.model_fields.items()]
+    where = operation.view_func.__qualname__
     if files and field not in files:
         raise ImproperlyConfigured(
-            f"pdf_pooled reads the PDF from the form field {field!r}, but "
-            f"{operation.view_func.__qualname__} takes its File parameters from "
-            f"{', '.join(map(repr, files))}: every upload would be refused. Name one of them "
-            f"{field!r}, or pass field={files[0]!r} to pdf_pooled."
+            f"pdf_pooled reads the PDF from the form field {field!r}, but {where} takes its "
+            f"File parameters from {', '.join(map(repr, files))}: every upload would be "
+            f"refused. Name one of them {field!r}, or pass field={files[0]!r} to pdf_pooled."
+        )
+    if any(field in getattr(model, "__ninja_collection_fields__", ()) for model in models):
+        raise ImproperlyConfigured(
+            f"pdf_pooled extracts one PDF, from the form field {field!r}, but {where} takes "
+            "a list of files from it: the others would go unread. Take one file there "
+            "(File[UploadedFile]); extract more with extract_pooled."
         )
 
 

@@ -378,6 +378,17 @@ def test_a_file_parameter_the_decorator_does_not_read_fails_at_declaration():
         def op(request, document: File[UploadedFile]): ...
 
 
+def test_a_list_of_files_in_the_field_the_decorator_reads_fails_at_declaration():
+    """The pool extracts one PDF: of ``file: File[list[UploadedFile]]`` it would take the last
+    and drop the others unread; the route is refused where it is declared."""
+    api = NinjaAPI(urls_namespace="pdfpool-file-list")
+    with pytest.raises(ImproperlyConfigured, match=r"one PDF.*'file'.*a list"):
+
+        @api.post("/op")
+        @ninja.pdf_pooled
+        def op(request, file: File[list[UploadedFile]]): ...
+
+
 @pytest.mark.parametrize("declared", ["name", "alias"])
 def test_the_file_parameter_the_decorator_reads_is_the_pdf(pdfpool, declared):
     """``field=`` names the ``File`` parameter's form field: its name, or its alias."""
