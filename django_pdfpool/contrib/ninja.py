@@ -13,7 +13,7 @@ from typing import Any, TypeVar, cast, overload
 from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest, HttpResponse
 from django.utils.crypto import salted_hmac
-from ninja.errors import HttpError
+from ninja.errors import HttpError, ValidationError
 from ninja.openapi.schema import BODY_CONTENT_TYPES
 from ninja.operation import Operation as NinjaOperation
 from ninja.operation import PathView
@@ -178,7 +178,8 @@ def door_answer(request: HttpRequest, exception: Failure) -> HttpResponse:
 def door_authenticate(request: HttpRequest, throttle: bool = False) -> HttpResponse | None:
     """ninja's answer (401, 403, any 4xx) for a request its authentication refuses from the
     headers, with ``throttle`` its throttles' 429 too (asked of a request the door refuses:
-    they count it, once, as ninja does); else None (a server error is the view's to meet)."""
+    they count it, once, as ninja does), then its parameters' 422 (the door drops it if they
+    read the body); else None (a server error is the view's to meet)."""
     operation = _operation_of(request)
     if operation is None:
         return None
@@ -189,6 +190,12 @@ def door_authenticate(request: HttpRequest, throttle: bool = False) -> HttpRespo
         answer = NinjaOperation._run_authentication(operation, request)  # sync: a thread
     if answer is None and throttle and operation.throttle_objects:
         answer = NinjaOperation._check_throttles(operation, request)
+    if answer is None and throttle:  # as Operation.run: the parameters before the operation
+        match = route_of(request)
+        try:
+            operation._get_values(request, match.kwargs if match else {}, HttpResponse())
+        except ValidationError as invalid:
+            answer = operation.api.on_exception(request, invalid)
     return answer if answer is not None and 400 <= answer.status_code < 500 else None
 
 

@@ -433,3 +433,34 @@ def test_responses_the_operation_declares_by_string_key_are_merged_not_doubled()
     assert sorted(statuses) == sorted(set(statuses)), statuses
     (busy,) = (answer for status, answer in responses.items() if str(status) == "503")
     assert busy["description"] == "Pool full" and "Retry-After" in busy["headers"]
+
+
+@pytest.mark.parametrize("door", [False, True], ids=["door-off", "door-on"])
+def test_a_request_ninja_refuses_from_its_headers_is_ninjas_422_with_the_pool_full(pdfpool, door):
+    """ninja validates the parameters before the operation: a raw body to an operation taking
+    a ``File`` (no form, so no file), or a query without its parameter, is its 422 whatever
+    the pool says, not a 503 to retry."""
+    from django.test import override_settings
+    from django.urls import path
+
+    from tests.project import contrib_urls
+
+    queried = NinjaAPI(urls_namespace="pdfpool-queried")
+
+    @queried.post("/x")
+    @ninja.pdf_pooled
+    def x(request, folder: int):
+        return {"folder": folder}
+
+    urls = type("urls", (), {"urlpatterns": [*contrib_urls.urlpatterns, path("q/", queried.urls)]})
+    pdfpool(SLOTS=1, QUEUE=0, DOOR=door)
+    HELD.reset()
+    with override_settings(ROOT_URLCONF=urls), held_requests(1) as threads:
+        threads.submit(send, "held", b"%PDF- the only slot")
+        wait_until(lambda: len(HELD.runs) == 1)
+        no_form = send("extract", pdfs.simple(["no form"]), "t-gina", raw=True)
+        no_query = Client().post("/q/x?folder=ten", pdfs.simple(["x"]), "application/pdf")
+    for response, where in ((no_form, ["file", "file"]), (no_query, ["query", "folder"])):
+        assert response.status_code == 422, response.content
+        assert response.json()["detail"][0]["loc"] == where
+        assert "Retry-After" not in response
