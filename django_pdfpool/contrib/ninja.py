@@ -115,9 +115,10 @@ def _reads_its_file(field: str, operation: NinjaOperation) -> None:
     where = operation.view_func.__qualname__
     if files and field not in files:
         raise ImproperlyConfigured(
-            f"pdf_pooled reads the PDF from the form field {field!r}, but {where} takes its "
-            f"File parameters from {', '.join(map(repr, files))}: every upload would be "
-            f"refused. Name one of them {field!r}, or pass field={files[0]!r} to pdf_pooled."
+            f"pdf_pooled reads the PDF from the form field {field!r}, but {where} declares "
+            f"File parameters {', '.join(map(repr, files))} only: ninja would ask for those "
+            f"(422 without), the pool for {field!r} (400 without). Declare the PDF as "
+            f"{field}: File[UploadedFile], or pass field={files[0]!r} to pdf_pooled."
         )
     if any(field in getattr(model, "__ninja_collection_fields__", ()) for model in models):
         raise ImproperlyConfigured(
