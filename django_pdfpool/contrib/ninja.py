@@ -97,7 +97,7 @@ def pdf_pooled(
         job, name, field, door_answer, auth_caller, authenticate=door_authenticate
     )
     wrapper = admitting(operation, admission)  # refusals answered as door_answer answers
-    contribute_operation_callback(wrapper, functools.partial(_reads_its_file, field))
+    contribute_operation_callback(wrapper, functools.partial(_takes_a_pdf, field))
     contribute_operation_callback(wrapper, functools.partial(_documented, field))
     # ninja reads the parameters' annotations from the wrapper, in this module's globals:
     # hand it the operation's own, resolved where it was written (postponed annotations)
@@ -106,13 +106,21 @@ def pdf_pooled(
     return wrapper
 
 
-def _reads_its_file(field: str, operation: NinjaOperation) -> None:
-    """ImproperlyConfigured, at declaration, for ``File`` parameters none of which is the form
-    field ``field`` (ninja would require theirs, 422, and the pool its own, 400, of every
-    upload), or one taking a list from it (the pool would extract the last file only)."""
-    models = [m for m in operation.models if getattr(m, "__ninja_param_source__", None) == "file"]
-    files = [info.alias or name for model in models for name, info in model.model_fields.items()]
+def _takes_a_pdf(field: str, operation: NinjaOperation) -> None:
+    """ImproperlyConfigured, at declaration, for parameters no upload could satisfy: a JSON
+    body (ninja's 400 for a PDF), ``File`` parameters none of which is the form field
+    ``field`` (ninja would require theirs, 422, and the pool its own, 400), or one taking a
+    list from it (the pool would extract the last file only)."""
+    sources = {getattr(model, "__ninja_param_source__", None): model for model in operation.models}
     where = operation.view_func.__qualname__
+    if "body" in sources and not {"file", "form"} & set(sources):
+        raise ImproperlyConfigured(
+            f"{where} takes {', '.join(map(repr, sources['body'].model_fields))} as its JSON "
+            "body, where pdf_pooled reads the PDF: ninja would refuse every upload (400). Declare "
+            f"such parameters as Form[...] beside {field}: File[UploadedFile], or as Query[...]."
+        )
+    found = sources.get("file")
+    files = [info.alias or name for name, info in found.model_fields.items()] if found else []
     if files and field not in files:
         raise ImproperlyConfigured(
             f"pdf_pooled reads the PDF from the form field {field!r}, but {where} declares "
@@ -120,7 +128,7 @@ def _reads_its_file(field: str, operation: NinjaOperation) -> None:
             f"(422 without), the pool for {field!r} (400 without). Declare the PDF as "
             f"{field}: File[UploadedFile], or pass field={files[0]!r} to pdf_pooled."
         )
-    if any(field in getattr(model, "__ninja_collection_fields__", ()) for model in models):
+    if field in getattr(found, "__ninja_collection_fields__", ()):
         raise ImproperlyConfigured(
             f"pdf_pooled extracts one PDF, from the form field {field!r}, but {where} takes "
             "a list of files from it: the others would go unread. Take one file there "

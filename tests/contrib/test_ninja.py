@@ -14,7 +14,7 @@ import pytest
 from django.contrib.auth.models import AnonymousUser
 from django.core.exceptions import ImproperlyConfigured
 from django.test import Client
-from ninja import File, NinjaAPI, UploadedFile
+from ninja import File, NinjaAPI, Schema, UploadedFile
 from ninja.errors import HttpError
 
 import django_pdfpool
@@ -387,6 +387,22 @@ def test_a_list_of_files_in_the_field_the_decorator_reads_fails_at_declaration()
         @api.post("/op")
         @ninja.pdf_pooled
         def op(request, file: File[list[UploadedFile]]): ...
+
+
+class Options(Schema):
+    pages: int = 1
+
+
+def test_a_json_body_parameter_fails_at_declaration():
+    """A ``Schema`` parameter without a ``File`` or ``Form`` is ninja's JSON body: a PDF, raw
+    or in a form, is ninja's 400 ("Cannot parse request body") every time; refused where the
+    route is declared."""
+    api = NinjaAPI(urls_namespace="pdfpool-json-body")
+    with pytest.raises(ImproperlyConfigured, match=r"'options' as its JSON body"):
+
+        @api.post("/op")
+        @ninja.pdf_pooled
+        def op(request, options: Options): ...
 
 
 @pytest.mark.parametrize("declared", ["name", "alias"])
