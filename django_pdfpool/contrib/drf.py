@@ -81,7 +81,8 @@ def door_answer(request: HttpRequest, exception: Failure) -> HttpResponse:
 def door_authenticate(request: HttpRequest, throttle: bool = False) -> HttpResponse | None:
     """DRF's answer (401, 403, 406, ...) for a request ``initial()``'s checks refuse before the
     handler (the door asks, from the headers), with ``throttle`` its throttles' 429 too (asked
-    of a request the door refuses: they count it, once, as DRF does); None if they let it be."""
+    of a request the door refuses: they count it, once, as DRF does), then its parsers' 415;
+    None if they let it be."""
     return drf_answer(request, None, throttle)
 
 
@@ -90,7 +91,8 @@ def drf_answer(
 ) -> HttpResponse | None:
     """``exc`` answered by the DRF view ``request`` resolves to (``APIView`` if none); with
     ``exc`` None, the refusal of ``initial()``'s checks (content negotiation, versioning,
-    authentication, permissions, and with ``throttle`` the throttles), if any."""
+    authentication, permissions, and with ``throttle`` the throttles and the body's type),
+    if any."""
     match = route_of(request)
     func, args, kwargs = (match.func, match.args, match.kwargs) if match else (None, (), {})
     view_class = getattr(func, "cls", None) or APIView
@@ -128,10 +130,8 @@ def _check_media_type(request: HttpRequest, view: Any, drf_request: Request) -> 
         get_settings().max_upload_size
     ):
         return
-    parsers = view.get_parsers()
-    if drf_request.stream is not None and not view.get_content_negotiator().select_parser(
-        drf_request, parsers
-    ):
+    parser = view.get_content_negotiator().select_parser(drf_request, view.get_parsers())
+    if parser is None and drf_request.stream is not None:  # as Request._parse decides
         raise UnsupportedMediaType(drf_request.content_type)
 
 
