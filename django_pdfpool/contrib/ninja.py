@@ -4,15 +4,18 @@ its refusals handed as ``PdfPoolHttpError`` to the API's handlers (docs/ninja.md
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import inspect
 from collections.abc import Callable
 from http import HTTPStatus
-from typing import Any, TypeVar, cast, overload
+from typing import Any, NoReturn, TypeVar, cast, overload
 
+from asgiref.sync import iscoroutinefunction
 from django.core.exceptions import ImproperlyConfigured
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseBase
 from django.utils.crypto import salted_hmac
+from ninja.decorators import decorate_view
 from ninja.errors import HttpError, ValidationError
 from ninja.openapi.schema import BODY_CONTENT_TYPES
 from ninja.operation import Operation as NinjaOperation
@@ -20,14 +23,16 @@ from ninja.operation import PathView
 from ninja.utils import contribute_operation_callback
 
 from ..decorators import UploadJob, admitting, declared_view, extract_upload, resolve_job_name
-from ..record import route_of
+from ..record import POOLED, route_of
 from ..responses import TITLES, Failure, describe, json_answer
 
 __all__ = ["PdfPoolHttpError", "auth_caller", "door_answer", "pdf_pooled"]
 
 Operation = TypeVar("Operation", bound=Callable[..., Any])
+Answer = TypeVar("Answer", bound=HttpResponseBase)
 
 _SALT = "django_pdfpool.contrib.ninja.auth_caller"
+_REFUSED = "_pdfpool_refused"  # the request's refusal raised in the operation, for its header
 _RETRY_AFTER = {
     "description": "Seconds to wait before trying again (at least 1).",
     "schema": {"type": "integer", "minimum": 1},
@@ -94,9 +99,11 @@ def pdf_pooled(
             "the function before it was decorated. Put @pdf_pooled below @api.post."
         )
     admission = declared_view(  # request.auth first; the door asks ninja's authentication
-        job, name, field, door_answer, auth_caller, authenticate=door_authenticate
+        job, name, field, _raised, auth_caller, authenticate=door_authenticate
     )
-    wrapper = admitting(operation, admission)  # refusals answered as door_answer answers
+    wrapper = admitting(operation, admission)  # a refusal raised, as an operation's are
+    setattr(wrapper, POOLED, dataclasses.replace(admission, answer=door_answer))  # the door's
+    decorate_view(_retry_after)(wrapper)
     contribute_operation_callback(wrapper, functools.partial(_takes_a_pdf, field))
     contribute_operation_callback(wrapper, functools.partial(_documented, field))
     # ninja reads the parameters' annotations from the wrapper, in this module's globals:
@@ -172,15 +179,46 @@ def _merged(ours: dict[Any, Any], theirs: dict[Any, Any]) -> dict[Any, Any]:
 
 
 def door_answer(request: HttpRequest, exception: Failure) -> HttpResponse:
-    """A refusal on a ninja route, from the door or the operation: a ``PdfPoolHttpError``
-    answered by its API's exception handlers, with ``Retry-After``."""
+    """A refusal on a ninja route before its operation runs (the door's): a
+    ``PdfPoolHttpError`` answered by its API's exception handlers, with ``Retry-After``."""
     operation = _operation_of(request)
     if operation is None:  # not a ninja route after all: the library's own JSON answer
         return json_answer(request, exception)
     raised = PdfPoolHttpError(exception)
-    response = operation.api.on_exception(request, raised)
-    if raised.retry_after is not None and not response.has_header("Retry-After"):
-        response["Retry-After"] = str(raised.retry_after)
+    return _with_retry_after(operation.api.on_exception(request, raised), raised)
+
+
+def _raised(request: HttpRequest, exception: Failure) -> NoReturn:
+    """A refusal in the operation: raised, through any decorator between it and ``@api.post``,
+    to ninja, which answers it with the API's handlers (``_retry_after`` adds the header)."""
+    raised = PdfPoolHttpError(exception)
+    setattr(request, _REFUSED, raised)
+    raise raised
+
+
+def _retry_after(run: Callable[..., Any]) -> Callable[..., Any]:
+    """``Operation.run`` whose answer to a refusal raised in the operation has ``Retry-After``."""
+    if iscoroutinefunction(run):
+
+        @functools.wraps(run)
+        async def arun(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
+            response = await run(request, *args, **kwargs)
+            return _with_retry_after(response, getattr(request, _REFUSED, None))
+
+        return arun
+
+    @functools.wraps(run)
+    def srun(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
+        return _with_retry_after(run(request, *args, **kwargs), getattr(request, _REFUSED, None))
+
+    return srun
+
+
+def _with_retry_after(response: Answer, refused: PdfPoolHttpError | None) -> Answer:
+    """``response``, with ``Retry-After`` for a refusal that has one, unless a handler set it."""
+    after = None if refused is None else refused.retry_after
+    if after is not None and not response.has_header("Retry-After"):
+        response["Retry-After"] = str(after)
     return response
 
 

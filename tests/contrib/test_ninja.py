@@ -480,3 +480,31 @@ def test_a_request_ninja_refuses_from_its_headers_is_ninjas_422_with_the_pool_fu
         assert response.status_code == 422, response.content
         assert response.json()["detail"][0]["loc"] == where
         assert "Retry-After" not in response
+
+
+def test_a_refusal_is_raised_through_decorators_between_it_and_api_post(pdfpool):
+    """ninja's operations refuse by raising: a decorator between ``@api.post`` and the pool's
+    (``@paginate`` here, which pages what the function returns) passes a refusal on to the
+    API's handlers, ``Retry-After`` and all, instead of taking it for the result (a 500)."""
+    from django.test import override_settings
+    from django.urls import path
+    from ninja.pagination import paginate
+
+    paged = NinjaAPI(urls_namespace="pdfpool-paged")
+
+    @paged.post("/pages", response=list[str])
+    @paginate
+    @ninja.pdf_pooled(job=held_job)
+    def pages(request, file: File[UploadedFile]):
+        return [request.pdf["sha256"]]
+
+    pdfpool(SLOTS=1, QUEUE=0, DOOR=False)
+    urls = type("urls", (), {"urlpatterns": [path("paged/", paged.urls)]})
+    client = Client(raise_request_exception=False)
+    with override_settings(ROOT_URLCONF=urls), held_requests(1) as threads:
+        threads.submit(client.post, "/paged/pages", {"file": upload(b"%PDF- the only slot")})
+        wait_until(lambda: len(HELD.runs) == 1)
+        busy = Client(REMOTE_ADDR="10.0.8.14").post("/paged/pages", {"file": upload(b"%PDF-")})
+    assert busy.status_code == 503, busy.content
+    assert busy.json() == {"detail": "Every extraction slot is taken and the queue is full."}
+    assert int(busy["Retry-After"]) >= 1
