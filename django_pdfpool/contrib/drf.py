@@ -13,15 +13,22 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.handlers.wsgi import LimitedStream
 from django.http import HttpRequest, HttpResponse, QueryDict
 from django.utils.datastructures import MultiValueDict
-from rest_framework.exceptions import APIException, ErrorDetail, Throttled
+from rest_framework.exceptions import APIException, ErrorDetail, Throttled, UnsupportedMediaType
 from rest_framework.parsers import DataAndFiles, FileUploadParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from ..conf import get_settings
-from ..decorators import UploadJob, admit, declared_view, extract_upload, resolve_job_name
-from ..exceptions import UploadTooLarge
+from ..decorators import (
+    UploadJob,
+    admit,
+    declared_view,
+    extract_upload,
+    record_of,
+    resolve_job_name,
+)
+from ..exceptions import UploadRejected, UploadTooLarge
 from ..record import POOLED, route_of
 from ..responses import Failure, describe
 
@@ -74,7 +81,8 @@ def door_answer(request: HttpRequest, exception: Failure) -> HttpResponse:
 def door_authenticate(request: HttpRequest, throttle: bool = False) -> HttpResponse | None:
     """DRF's answer (401, 403, 406, ...) for a request ``initial()``'s checks refuse before the
     handler (the door asks, from the headers), with ``throttle`` its throttles' 429 too (asked
-    of a request the door refuses: they count it, once, as DRF does); None if they let it be."""
+    of a request the door refuses: they count it, once, as DRF does), then its parsers' 415;
+    None if they let it be."""
     return drf_answer(request, None, throttle)
 
 
@@ -83,7 +91,8 @@ def drf_answer(
 ) -> HttpResponse | None:
     """``exc`` answered by the DRF view ``request`` resolves to (``APIView`` if none); with
     ``exc`` None, the refusal of ``initial()``'s checks (content negotiation, versioning,
-    authentication, permissions, and with ``throttle`` the throttles), if any."""
+    authentication, permissions, and with ``throttle`` the throttles and the body's type),
+    if any."""
     match = route_of(request)
     func, args, kwargs = (match.func, match.args, match.kwargs) if match else (None, (), {})
     view_class = getattr(func, "cls", None) or APIView
@@ -103,6 +112,7 @@ def drf_answer(
             view.check_permissions(drf_request)
             if throttle:
                 view.check_throttles(drf_request)
+                _check_media_type(request, view, drf_request)
             return None
         except APIException as refused:
             exc = refused
@@ -110,6 +120,19 @@ def drf_answer(
     if isinstance(response, Response):
         response.render()
     return cast(HttpResponse, response)
+
+
+def _check_media_type(request: HttpRequest, view: Any, drf_request: Request) -> None:
+    """DRF's 415 for a body none of the view's parsers takes, from its type (no byte read):
+    the handler's first read meets it before the pool, after the headers' and size's 400 and 413."""
+    upload = record_of(request).headers
+    if isinstance(upload, UploadRejected) or upload.declares_too_much(
+        get_settings().max_upload_size
+    ):
+        return
+    parser = view.get_content_negotiator().select_parser(drf_request, view.get_parsers())
+    if parser is None and drf_request.stream is not None:  # as Request._parse decides
+        raise UnsupportedMediaType(drf_request.content_type)
 
 
 class PdfParser(FileUploadParser):

@@ -4,30 +4,35 @@ its refusals handed as ``PdfPoolHttpError`` to the API's handlers (docs/ninja.md
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import inspect
 from collections.abc import Callable
 from http import HTTPStatus
-from typing import Any, TypeVar, cast, overload
+from typing import Any, NoReturn, TypeVar, cast, overload
 
+from asgiref.sync import iscoroutinefunction
 from django.core.exceptions import ImproperlyConfigured
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseBase
 from django.utils.crypto import salted_hmac
-from ninja.errors import HttpError
+from ninja.decorators import decorate_view
+from ninja.errors import HttpError, ValidationError
 from ninja.openapi.schema import BODY_CONTENT_TYPES
 from ninja.operation import Operation as NinjaOperation
 from ninja.operation import PathView
 from ninja.utils import contribute_operation_callback
 
 from ..decorators import UploadJob, admitting, declared_view, extract_upload, resolve_job_name
-from ..record import route_of
+from ..record import POOLED, route_of
 from ..responses import TITLES, Failure, describe, json_answer
 
 __all__ = ["PdfPoolHttpError", "auth_caller", "door_answer", "pdf_pooled"]
 
 Operation = TypeVar("Operation", bound=Callable[..., Any])
+Answer = TypeVar("Answer", bound=HttpResponseBase)
 
 _SALT = "django_pdfpool.contrib.ninja.auth_caller"
+_REFUSED = "_pdfpool_refused"  # the request's refusal raised in the operation, for its header
 _RETRY_AFTER = {
     "description": "Seconds to wait before trying again (at least 1).",
     "schema": {"type": "integer", "minimum": 1},
@@ -51,9 +56,9 @@ def auth_caller(request: HttpRequest) -> str | None:
     ``user:<pk>`` (as the ``CALLER`` setting names users); anything else, a token say,
     ``auth:<16 hex digits of its HMAC under SECRET_KEY>`` (no secret, nor a hash one could
     test guesses against, on the status page); None when ninja did not authenticate, or
-    returned ``True`` (it may pass, but who it is, ``CALLER`` says)."""
+    returned ``True`` or an anonymous user (it may pass, but who it is, ``CALLER`` says)."""
     auth = getattr(request, "auth", None)
-    if auth is None or isinstance(auth, bool):
+    if auth is None or isinstance(auth, bool) or getattr(auth, "is_anonymous", False) is True:
         return None
     if getattr(auth, "is_authenticated", False) and getattr(auth, "pk", None) is not None:
         return f"user:{auth.pk}"
@@ -94,15 +99,48 @@ def pdf_pooled(
             "the function before it was decorated. Put @pdf_pooled below @api.post."
         )
     admission = declared_view(  # request.auth first; the door asks ninja's authentication
-        job, name, field, door_answer, auth_caller, authenticate=door_authenticate
+        job, name, field, _raised, auth_caller, authenticate=door_authenticate
     )
-    wrapper = admitting(operation, admission)  # refusals answered as door_answer answers
+    wrapper = admitting(operation, admission)  # a refusal raised, as an operation's are
+    setattr(wrapper, POOLED, dataclasses.replace(admission, answer=door_answer))  # the door's
+    decorate_view(_retry_after)(wrapper)
+    contribute_operation_callback(wrapper, functools.partial(_takes_a_pdf, field))
     contribute_operation_callback(wrapper, functools.partial(_documented, field))
     # ninja reads the parameters' annotations from the wrapper, in this module's globals:
     # hand it the operation's own, resolved where it was written (postponed annotations)
     with contextlib.suppress(NameError, TypeError, ValueError):
         cast(Any, wrapper).__signature__ = inspect.signature(operation, eval_str=True)
     return wrapper
+
+
+def _takes_a_pdf(field: str, operation: NinjaOperation) -> None:
+    """ImproperlyConfigured, at declaration, for parameters no upload could satisfy: a JSON
+    body (ninja's 400 for a PDF), ``File`` parameters none of which is the form field
+    ``field`` (ninja would require theirs, 422, and the pool its own, 400), or one taking a
+    list from it (the pool would extract the last file only)."""
+    sources = {getattr(model, "__ninja_param_source__", None): model for model in operation.models}
+    where = operation.view_func.__qualname__
+    if "body" in sources and not {"file", "form"} & set(sources):
+        raise ImproperlyConfigured(
+            f"{where} takes {', '.join(map(repr, sources['body'].model_fields))} as its JSON "
+            "body, where pdf_pooled reads the PDF: ninja would refuse every upload (400). Declare "
+            f"such parameters as Form[...] beside {field}: File[UploadedFile], or as Query[...]."
+        )
+    found = sources.get("file")
+    files = [info.alias or name for name, info in found.model_fields.items()] if found else []
+    if files and field not in files:
+        raise ImproperlyConfigured(
+            f"pdf_pooled reads the PDF from the form field {field!r}, but {where} declares "
+            f"File parameters {', '.join(map(repr, files))} only: ninja would ask for those "
+            f"(422 without), the pool for {field!r} (400 without). Declare the PDF as "
+            f"{field}: File[UploadedFile], or pass field={files[0]!r} to pdf_pooled."
+        )
+    if field in getattr(found, "__ninja_collection_fields__", ()):
+        raise ImproperlyConfigured(
+            f"pdf_pooled extracts one PDF, from the form field {field!r}, but {where} takes "
+            "a list of files from it: the others would go unread. Take one file there "
+            "(File[UploadedFile]); extract more with extract_pooled."
+        )
 
 
 def _documented(field: str, operation: NinjaOperation) -> None:
@@ -128,9 +166,11 @@ def _documented(field: str, operation: NinjaOperation) -> None:
 
 
 def _merged(ours: dict[Any, Any], theirs: dict[Any, Any]) -> dict[Any, Any]:
-    """``theirs`` over ``ours`` key by key, as ninja merges ``openapi_extra`` into a schema."""
+    """``theirs`` over ``ours`` key by key, as ninja merges ``openapi_extra`` into a schema;
+    a key written as a string is ours of that name (a status "503" is our 503: one JSON key)."""
     merged = dict(ours)
     for key, value in theirs.items():
+        key = next((mine for mine in merged if str(mine) == str(key)), key)
         mine = merged.get(key)
         merged[key] = (
             _merged(mine, value) if isinstance(mine, dict) and isinstance(value, dict) else value
@@ -139,22 +179,54 @@ def _merged(ours: dict[Any, Any], theirs: dict[Any, Any]) -> dict[Any, Any]:
 
 
 def door_answer(request: HttpRequest, exception: Failure) -> HttpResponse:
-    """A refusal on a ninja route, from the door or the operation: a ``PdfPoolHttpError``
-    answered by its API's exception handlers, with ``Retry-After``."""
+    """A refusal on a ninja route before its operation runs (the door's): a
+    ``PdfPoolHttpError`` answered by its API's exception handlers, with ``Retry-After``."""
     operation = _operation_of(request)
     if operation is None:  # not a ninja route after all: the library's own JSON answer
         return json_answer(request, exception)
     raised = PdfPoolHttpError(exception)
-    response = operation.api.on_exception(request, raised)
-    if raised.retry_after is not None and not response.has_header("Retry-After"):
-        response["Retry-After"] = str(raised.retry_after)
+    return _with_retry_after(operation.api.on_exception(request, raised), raised)
+
+
+def _raised(request: HttpRequest, exception: Failure) -> NoReturn:
+    """A refusal in the operation: raised, through any decorator between it and ``@api.post``,
+    to ninja, which answers it with the API's handlers (``_retry_after`` adds the header)."""
+    raised = PdfPoolHttpError(exception)
+    setattr(request, _REFUSED, raised)
+    raise raised
+
+
+def _retry_after(run: Callable[..., Any]) -> Callable[..., Any]:
+    """``Operation.run`` whose answer to a refusal raised in the operation has ``Retry-After``."""
+    if iscoroutinefunction(run):
+
+        @functools.wraps(run)
+        async def arun(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
+            response = await run(request, *args, **kwargs)
+            return _with_retry_after(response, getattr(request, _REFUSED, None))
+
+        return arun
+
+    @functools.wraps(run)
+    def srun(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
+        return _with_retry_after(run(request, *args, **kwargs), getattr(request, _REFUSED, None))
+
+    return srun
+
+
+def _with_retry_after(response: Answer, refused: PdfPoolHttpError | None) -> Answer:
+    """``response``, with ``Retry-After`` for a refusal that has one, unless a handler set it."""
+    after = None if refused is None else refused.retry_after
+    if after is not None and not response.has_header("Retry-After"):
+        response["Retry-After"] = str(after)
     return response
 
 
 def door_authenticate(request: HttpRequest, throttle: bool = False) -> HttpResponse | None:
     """ninja's answer (401, 403, any 4xx) for a request its authentication refuses from the
     headers, with ``throttle`` its throttles' 429 too (asked of a request the door refuses:
-    they count it, once, as ninja does); else None (a server error is the view's to meet)."""
+    they count it, once, as ninja does), then its parameters' 422 (the door drops it if they
+    read the body); else None (a server error is the view's to meet)."""
     operation = _operation_of(request)
     if operation is None:
         return None
@@ -165,6 +237,12 @@ def door_authenticate(request: HttpRequest, throttle: bool = False) -> HttpRespo
         answer = NinjaOperation._run_authentication(operation, request)  # sync: a thread
     if answer is None and throttle and operation.throttle_objects:
         answer = NinjaOperation._check_throttles(operation, request)
+    if answer is None and throttle:  # as Operation.run: the parameters before the operation
+        match = route_of(request)
+        try:
+            operation._get_values(request, match.kwargs if match else {}, HttpResponse())
+        except ValidationError as invalid:
+            answer = operation.api.on_exception(request, invalid)
     return answer if answer is not None and 400 <= answer.status_code < 500 else None
 
 

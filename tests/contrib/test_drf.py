@@ -249,6 +249,23 @@ def test_a_raw_body_without_pdf_parser_is_drfs_415_not_a_500(pdfpool):
     assert multipart.status_code == 200 and multipart.json()["pdf"]["text"] == "multipart"
 
 
+@pytest.mark.parametrize("door", [False, True], ids=["door-off", "door-on"])
+def test_a_body_no_parser_takes_is_drfs_415_with_the_pool_full(pdfpool, door):
+    """The handler's first read meets DRF's 415 before the pool: with the pool full too, a
+    raw body to a view without ``PdfParser`` is 415 (never servable), not a 503 to retry;
+    a body declared over the limit is still 413 first, as the decorator checks."""
+    pdfpool(SLOTS=1, QUEUE=0, DOOR=door, MAX_UPLOAD_SIZE=100_000)
+    HELD.reset()
+    with held_requests(1) as threads:
+        threads.submit(send, "/drf/function/held/", b"%PDF- the only slot")
+        wait_until(lambda: len(HELD.runs) == 1)
+        raw = send("/drf/apiview/default-parsers/", pdfs.simple(["raw"]), raw=True, user="dan")
+        large = send("/drf/apiview/default-parsers/", b"%PDF-" + b"x" * 200_000, raw=True)
+    assert raw.status_code == 415, raw.content
+    assert "application/pdf" in raw.json()["detail"] and "Retry-After" not in raw
+    assert large.status_code == 413, large.content
+
+
 def test_a_raw_body_over_the_limit_without_a_length_is_cut_by_pdf_parser(pdfpool):
     """``PdfParser`` stops reading at MAX_UPLOAD_SIZE even where nothing declared a size
     (the view itself, undecorated, parses)."""

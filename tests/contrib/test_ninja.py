@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import io
 import os
+from typing import Annotated
 
 import pytest
+from django.contrib.auth.models import AnonymousUser
 from django.core.exceptions import ImproperlyConfigured
 from django.test import Client
-from ninja import NinjaAPI
+from ninja import File, NinjaAPI, Schema, UploadedFile
 from ninja.errors import HttpError
 
 import django_pdfpool
@@ -74,15 +76,17 @@ class _Authed:
         self.auth = auth
 
 
-def test_an_authentication_that_returns_true_names_nobody(pdfpool):
-    """``True`` says a request may pass, not who sent it: the ``CALLER`` setting names the
-    caller (the address here), else every client of the API would be one caller."""
+@pytest.mark.parametrize("passes", [True, AnonymousUser()], ids=["true", "anonymous-user"])
+def test_an_authentication_that_returns_true_names_nobody(pdfpool, passes):
+    """``True`` says a request may pass, not who sent it, and so does an ``AnonymousUser``
+    (ninja's optional authentication): the ``CALLER`` setting names the caller (the address
+    here), else every client of the API would be one caller."""
     from django.test import override_settings
     from django.urls import path
 
     allowed = NinjaAPI(urls_namespace="pdfpool-true-auth")
 
-    @allowed.post("/x", auth=lambda request: True)
+    @allowed.post("/x", auth=lambda request: passes)
     @ninja.pdf_pooled(job=held_job)
     def x(request):
         return {"ok": True}
@@ -360,3 +364,147 @@ def test_a_client_the_throttles_refuse_gets_ninjas_429_with_the_pool_full(pdfpoo
     again, fresh = throttled_and_not("/ninja/throttled", lambda body: {"file": upload(body)})
     assert again.status_code == 429 and int(again["Retry-After"]) > 3600, again.content
     assert fresh.status_code == 503 and int(fresh["Retry-After"]) < 3600, fresh.content
+
+
+def test_a_file_parameter_the_decorator_does_not_read_fails_at_declaration():
+    """``document: File[...]`` with the decorator reading the form field ``file``: ninja
+    requires ``document`` (422 without it) and the pool ``file`` (400 without it), so every
+    upload would fail; the route is refused where it is declared, naming both."""
+    api = NinjaAPI(urls_namespace="pdfpool-other-field")
+    with pytest.raises(ImproperlyConfigured, match=r"'file'.*'document'.*field='document'"):
+
+        @api.post("/op")
+        @ninja.pdf_pooled
+        def op(request, document: File[UploadedFile]): ...
+
+
+def test_a_list_of_files_in_the_field_the_decorator_reads_fails_at_declaration():
+    """The pool extracts one PDF: of ``file: File[list[UploadedFile]]`` it would take the last
+    and drop the others unread; the route is refused where it is declared."""
+    api = NinjaAPI(urls_namespace="pdfpool-file-list")
+    with pytest.raises(ImproperlyConfigured, match=r"one PDF.*'file'.*a list"):
+
+        @api.post("/op")
+        @ninja.pdf_pooled
+        def op(request, file: File[list[UploadedFile]]): ...
+
+
+class Options(Schema):
+    pages: int = 1
+
+
+def test_a_json_body_parameter_fails_at_declaration():
+    """A ``Schema`` parameter without a ``File`` or ``Form`` is ninja's JSON body: a PDF, raw
+    or in a form, is ninja's 400 ("Cannot parse request body") every time; refused where the
+    route is declared."""
+    api = NinjaAPI(urls_namespace="pdfpool-json-body")
+    with pytest.raises(ImproperlyConfigured, match=r"'options' as its JSON body"):
+
+        @api.post("/op")
+        @ninja.pdf_pooled
+        def op(request, options: Options): ...
+
+
+@pytest.mark.parametrize("declared", ["name", "alias"])
+def test_the_file_parameter_the_decorator_reads_is_the_pdf(pdfpool, declared):
+    """``field=`` names the ``File`` parameter's form field: its name, or its alias."""
+    from django.test import override_settings
+    from django.urls import path
+
+    api = NinjaAPI(urls_namespace=f"pdfpool-field-{declared}")
+    if declared == "name":
+
+        @api.post("/op")
+        @ninja.pdf_pooled(field="document")
+        def op(request, document: File[UploadedFile], image: File[UploadedFile] = None):
+            return {"text": request.pdf.text, "name": document.name}
+
+    else:
+
+        @api.post("/op")
+        @ninja.pdf_pooled(field="document")
+        def op(request, doc: Annotated[UploadedFile, File(alias="document")]):
+            return {"text": request.pdf.text, "name": doc.name}
+
+    urls = type("urls", (), {"urlpatterns": [path("named/", api.urls)]})
+    with override_settings(ROOT_URLCONF=urls):
+        sent = {"document": upload(pdfs.simple(["the document"]))}
+        response = Client(REMOTE_ADDR="10.0.8.13").post("/named/op", sent)
+    assert response.status_code == 200, response.content
+    assert response.json() == {"text": "the document", "name": "doc.pdf"}
+
+
+def test_responses_the_operation_declares_by_string_key_are_merged_not_doubled():
+    """OpenAPI writes statuses as strings: an ``openapi_extra`` response ``"503"`` is the
+    503 the refusals document (one JSON key, its words and ``Retry-After``), not a second."""
+    api = NinjaAPI(urls_namespace="pdfpool-string-statuses")
+
+    @api.post("/op", openapi_extra={"responses": {"503": {"description": "Pool full"}}})
+    @ninja.pdf_pooled
+    def op(request):
+        return {}
+
+    responses = api.get_openapi_schema(path_prefix="/")["paths"]["/op"]["post"]["responses"]
+    statuses = [str(status) for status in responses]
+    assert sorted(statuses) == sorted(set(statuses)), statuses
+    (busy,) = (answer for status, answer in responses.items() if str(status) == "503")
+    assert busy["description"] == "Pool full" and "Retry-After" in busy["headers"]
+
+
+@pytest.mark.parametrize("door", [False, True], ids=["door-off", "door-on"])
+def test_a_request_ninja_refuses_from_its_headers_is_ninjas_422_with_the_pool_full(pdfpool, door):
+    """ninja validates the parameters before the operation: a raw body to an operation taking
+    a ``File`` (no form, so no file), or a query without its parameter, is its 422 whatever
+    the pool says, not a 503 to retry."""
+    from django.test import override_settings
+    from django.urls import path
+
+    from tests.project import contrib_urls
+
+    queried = NinjaAPI(urls_namespace="pdfpool-queried")
+
+    @queried.post("/x")
+    @ninja.pdf_pooled
+    def x(request, folder: int):
+        return {"folder": folder}
+
+    urls = type("urls", (), {"urlpatterns": [*contrib_urls.urlpatterns, path("q/", queried.urls)]})
+    pdfpool(SLOTS=1, QUEUE=0, DOOR=door)
+    HELD.reset()
+    with override_settings(ROOT_URLCONF=urls), held_requests(1) as threads:
+        threads.submit(send, "held", b"%PDF- the only slot")
+        wait_until(lambda: len(HELD.runs) == 1)
+        no_form = send("extract", pdfs.simple(["no form"]), "t-gina", raw=True)
+        no_query = Client().post("/q/x?folder=ten", pdfs.simple(["x"]), "application/pdf")
+    for response, where in ((no_form, ["file", "file"]), (no_query, ["query", "folder"])):
+        assert response.status_code == 422, response.content
+        assert response.json()["detail"][0]["loc"] == where
+        assert "Retry-After" not in response
+
+
+def test_a_refusal_is_raised_through_decorators_between_it_and_api_post(pdfpool):
+    """ninja's operations refuse by raising: a decorator between ``@api.post`` and the pool's
+    (``@paginate`` here, which pages what the function returns) passes a refusal on to the
+    API's handlers, ``Retry-After`` and all, instead of taking it for the result (a 500)."""
+    from django.test import override_settings
+    from django.urls import path
+    from ninja.pagination import paginate
+
+    paged = NinjaAPI(urls_namespace="pdfpool-paged")
+
+    @paged.post("/pages", response=list[str])
+    @paginate
+    @ninja.pdf_pooled(job=held_job)
+    def pages(request, file: File[UploadedFile]):
+        return [request.pdf["sha256"]]
+
+    pdfpool(SLOTS=1, QUEUE=0, DOOR=False)
+    urls = type("urls", (), {"urlpatterns": [path("paged/", paged.urls)]})
+    client = Client(raise_request_exception=False)
+    with override_settings(ROOT_URLCONF=urls), held_requests(1) as threads:
+        threads.submit(client.post, "/paged/pages", {"file": upload(b"%PDF- the only slot")})
+        wait_until(lambda: len(HELD.runs) == 1)
+        busy = Client(REMOTE_ADDR="10.0.8.14").post("/paged/pages", {"file": upload(b"%PDF-")})
+    assert busy.status_code == 503, busy.content
+    assert busy.json() == {"detail": "Every extraction slot is taken and the queue is full."}
+    assert int(busy["Retry-After"]) >= 1
