@@ -40,7 +40,7 @@ from django_pdfpool.sandbox.wire import (
     read_child_options,
 )
 from tests.support import pdfs
-from tests.support.procs import child_pids, leftovers
+from tests.support.procs import child_pids, job_child, leftovers
 
 LIMITS = {"timeout": 10.0, "memory_limit": 256 << 20}
 
@@ -254,6 +254,30 @@ def test_cancelled_by_wait_for(copies):
     assert asyncio.run(scenario()) < LIMITS["timeout"] / 2  # not the job's own deadline
     assert leftovers(before, timeout=0) == set()
     assert list(copies.iterdir()) == []
+
+
+@pytest.mark.parametrize("warm", [True, False], ids=["forked", "cold"])
+def test_a_cancellation_repeated_while_the_child_is_reaped_still_waits_for_it(copies, warm):
+    """Cancelled again and again until it ends (as anyio's cancel scopes do), a job still
+    returns only once its child is reaped and its copy removed."""
+    before = child_pids()
+
+    async def scenario():
+        task = asyncio.create_task(extract(pdfs.cpu_long(), **LIMITS, warm=warm))
+        deadline = time.monotonic() + LIMITS["timeout"]
+        while (pid := job_child(child_pids(), LIMITS["memory_limit"])) is None:
+            assert time.monotonic() < deadline and not task.done(), "no child took the job"
+            await asyncio.sleep(0.01)
+        while not task.done():
+            task.cancel()
+            await asyncio.sleep(0)
+        assert task.cancelled()
+        return os.path.exists(f"/proc/{pid}"), leftovers(before, timeout=0), list(copies.iterdir())
+
+    child, left, files = asyncio.run(scenario())
+    assert not child
+    assert left == set()
+    assert files == []
 
 
 def test_error_messages_are_safe(tmp_path, copies):
