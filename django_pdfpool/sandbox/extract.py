@@ -440,7 +440,7 @@ class _Job:
                 children.drop(child)
                 children.remember(child)
                 return outcome
-            outcome.returncode = child.finish(self.deadline)
+            child.finish(outcome, self.deadline)
             if outcome.started or outcome.timed_out or outcome.overflow:
                 children.remember(child)
                 break
