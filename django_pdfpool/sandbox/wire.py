@@ -221,10 +221,11 @@ def _failure(fields: dict[str, Any]) -> ExtractionError | None:
     return ExtractionError(code, detail=detail, elapsed=elapsed, peak_rss=peak_rss)
 
 
-def holds_answer(output: bytes | bytearray) -> bool:
-    """Whether a child's output so far holds its whole answer (copies nothing but its header)."""
+def answer_end(output: bytes | bytearray) -> int | None:
+    """Where a child's answer ends in its output, as its header says (None until the header
+    line is whole; copies nothing but the header)."""
     header = _header(output)
-    return header is not None and len(output) >= header[1] + header[0].get("size", 0)
+    return None if header is None else header[1] + header[0].get("size", 0)
 
 
 # --- the template's control socket: requests and answers, both sides -----------------------

@@ -36,7 +36,7 @@ from django_pdfpool.sandbox.wire import (
     decode_job,
     encode_answer,
     encode_job,
-    holds_answer,
+    answer_end,
     read_child_options,
 )
 from tests.support import pdfs
@@ -368,9 +368,9 @@ def test_a_real_child_says_ready_then_started_then_answers(tmp_path):
     assert child.returncode == 0
     output = child.stdout
     assert output.startswith(READY + STARTED) and output.count(b"\n") == 3
-    assert job_started(output) and holds_answer(output)
+    assert job_started(output) and answer_end(output) == len(output)
     assert job_started(output.removeprefix(READY))  # as a forked child's output reads
-    assert not holds_answer(READY + STARTED) and not holds_answer(output[:-1])
+    assert answer_end(READY + STARTED) is None and answer_end(output[:-1]) == len(output)
     answer = decode_answer(output)
     assert isinstance(answer, Extracted)
     assert answer.pages == ["over the wire"] and answer.page_count == 1
