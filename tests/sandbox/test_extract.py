@@ -31,12 +31,12 @@ from django_pdfpool.sandbox.wire import (
     STARTED,
     Extracted,
     ExtractionJob,
+    answer_end,
     child_options,
     decode_answer,
     decode_job,
     encode_answer,
     encode_job,
-    answer_end,
     read_child_options,
 )
 from tests.support import pdfs
