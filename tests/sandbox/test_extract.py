@@ -492,6 +492,10 @@ def answer(**fields) -> bytes:
         answer(metadata=True),
         answer(peak_rss=None),
         answer(elapsed=10**400),
+        answer(elapsed=float("nan")),  # JSON's NaN, which no JSON encoder downstream takes
+        answer(elapsed=float("inf")),
+        answer(elapsed=-1.0),
+        answer(peak_rss=-1),
         answer(size=-1),
         answer(size=1.5),
         VALID.replace(b"\xef\xbf\xbf", b"\xef\xbf"),  # a separator cut: not UTF-8
@@ -504,6 +508,14 @@ def test_answers_that_are_not_well_formed_are_none(output):
     """Whatever a child writes, the parent gets an answer or None, never an exception."""
     assert decode_answer(VALID) == Extracted("0", 1, ["a"], {"k": "v"}, False, False, 0.1, 1)
     assert decode_answer(output) is None
+
+
+def test_a_failures_figures_that_are_not_finite_are_left_out():
+    """A failure whose figures are no real count keeps its code, without them."""
+    output = b'{"ok": false, "code": "too_large", "elapsed": NaN, "peak_rss": -1}\n'
+    error = decode_answer(output)
+    assert isinstance(error, ExtractionError) and error.code == "too_large"
+    assert (error.elapsed, error.peak_rss) == (None, None)
 
 
 def test_a_timeout_of_weeks_is_a_timeout_like_any_other():
