@@ -143,19 +143,20 @@ class Handle:
             if not chunk:
                 break
             output += chunk
-            if len(output) > max_output:
+            end = wire.answer_end(output)
+            if max(len(output), end or 0) > max_output:  # sent, or only declared
                 overflow = True
                 break
-            if wire.holds_answer(output):  # handed on as it is: no copy
+            if end is not None and len(output) >= end:  # handed on as it is: no copy
                 return Outcome(output, None, complete=True, started=True, start=self.start)
         if timed_out or overflow:
             self.kill()
         started = job_started(output)
         return Outcome(output, None, timed_out, overflow, started=started, start=self.start)
 
-    def finish(self, deadline: float) -> int | None:
+    def finish(self, outcome: Outcome, deadline: float) -> None:
         """After EOF the child is exiting: wait for that without reaping it, up to the deadline
-        (then kill it), and reap it."""
+        (then kill it: `timed_out`), and reap it into `outcome`."""
         if self._pidfd is not None:
             exited = _readable([self._pidfd], max(0.0, deadline - time.monotonic()))
         else:
@@ -166,7 +167,8 @@ class Handle:
                 time.sleep(0.001)
         if not exited:
             self.kill()
-        return self.reap()
+            outcome.timed_out = True
+        outcome.returncode = self.reap()
 
 
 class Child(Handle):

@@ -272,8 +272,9 @@ async def extract(
         outcome = await asyncio.wrap_future(run.future)
     except asyncio.CancelledError:
         run.cancel()
-        with contextlib.suppress(Exception, asyncio.CancelledError):
-            await asyncio.wrap_future(run.future)  # the thread reaps and removes the copy
+        while not run.future.done():  # the thread reaps and removes the copy, however often
+            with contextlib.suppress(Exception, asyncio.CancelledError):  # we are cancelled
+                await asyncio.wrap_future(run.future)
         raise
     output, outcome.output = outcome.output, b""
     answer = wire.decode_answer(output)  # empties the buffer before the pages are parsed
@@ -439,7 +440,7 @@ class _Job:
                 children.drop(child)
                 children.remember(child)
                 return outcome
-            outcome.returncode = child.finish(self.deadline)
+            child.finish(outcome, self.deadline)
             if outcome.started or outcome.timed_out or outcome.overflow:
                 children.remember(child)
                 break

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import re
 from dataclasses import asdict, dataclass
 from typing import Any, NamedTuple
@@ -207,24 +208,33 @@ def _extracted(fields: dict[str, Any]) -> Extracted | None:
     if not all(isinstance(fields.get(name), kind) for name, kind in _ANSWER_TYPES.items()):
         return None
     values = {name: fields[name] for name in _ANSWER_TYPES}
-    return Extracted(**{**values, "elapsed": float(values["elapsed"])})
+    elapsed = _seconds(values["elapsed"])
+    if elapsed is None or values["peak_rss"] < 0:
+        return None
+    return Extracted(**{**values, "elapsed": elapsed})
+
+
+def _seconds(value: Any) -> float | None:
+    """A child's figure of seconds, if it is one (JSON's NaN and Infinity are not)."""
+    seconds = float(value) if isinstance(value, (int, float)) else math.nan
+    return seconds if 0 <= seconds < math.inf else None
 
 
 def _failure(fields: dict[str, Any]) -> ExtractionError | None:
     code = fields.get("code")
     if not isinstance(code, str) or code not in EXTRACTION_MESSAGES:
         return None
-    elapsed, peak_rss = fields.get("elapsed"), fields.get("peak_rss")
-    elapsed = float(elapsed) if isinstance(elapsed, (int, float)) else None
-    peak_rss = peak_rss if isinstance(peak_rss, int) else None
+    elapsed, peak_rss = _seconds(fields.get("elapsed")), fields.get("peak_rss")
+    peak_rss = peak_rss if isinstance(peak_rss, int) and peak_rss >= 0 else None
     detail = str(fields.get("detail", ""))[:DETAIL_CHARS]
     return ExtractionError(code, detail=detail, elapsed=elapsed, peak_rss=peak_rss)
 
 
-def holds_answer(output: bytes | bytearray) -> bool:
-    """Whether a child's output so far holds its whole answer (copies nothing but its header)."""
+def answer_end(output: bytes | bytearray) -> int | None:
+    """Where a child's answer ends in its output, as its header says (None until the header
+    line is whole; copies nothing but the header)."""
     header = _header(output)
-    return header is not None and len(output) >= header[1] + header[0].get("size", 0)
+    return None if header is None else header[1] + header[0].get("size", 0)
 
 
 # --- the template's control socket: requests and answers, both sides -----------------------

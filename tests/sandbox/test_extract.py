@@ -31,16 +31,16 @@ from django_pdfpool.sandbox.wire import (
     STARTED,
     Extracted,
     ExtractionJob,
+    answer_end,
     child_options,
     decode_answer,
     decode_job,
     encode_answer,
     encode_job,
-    holds_answer,
     read_child_options,
 )
 from tests.support import pdfs
-from tests.support.procs import child_pids, leftovers
+from tests.support.procs import child_pids, job_child, leftovers
 
 LIMITS = {"timeout": 10.0, "memory_limit": 256 << 20}
 
@@ -256,6 +256,30 @@ def test_cancelled_by_wait_for(copies):
     assert list(copies.iterdir()) == []
 
 
+@pytest.mark.parametrize("warm", [True, False], ids=["forked", "cold"])
+def test_a_cancellation_repeated_while_the_child_is_reaped_still_waits_for_it(copies, warm):
+    """Cancelled again and again until it ends (as anyio's cancel scopes do), a job still
+    returns only once its child is reaped and its copy removed."""
+    before = child_pids()
+
+    async def scenario():
+        task = asyncio.create_task(extract(pdfs.cpu_long(), **LIMITS, warm=warm))
+        deadline = time.monotonic() + LIMITS["timeout"]
+        while (pid := job_child(child_pids(), LIMITS["memory_limit"])) is None:
+            assert time.monotonic() < deadline and not task.done(), "no child took the job"
+            await asyncio.sleep(0.01)
+        while not task.done():
+            task.cancel()
+            await asyncio.sleep(0)
+        assert task.cancelled()
+        return os.path.exists(f"/proc/{pid}"), leftovers(before, timeout=0), list(copies.iterdir())
+
+    child, left, files = asyncio.run(scenario())
+    assert not child
+    assert left == set()
+    assert files == []
+
+
 def test_error_messages_are_safe(tmp_path, copies):
     path = tmp_path / "secret-name.pdf"
     path.write_bytes(b"<html>not a pdf</html>")
@@ -344,9 +368,9 @@ def test_a_real_child_says_ready_then_started_then_answers(tmp_path):
     assert child.returncode == 0
     output = child.stdout
     assert output.startswith(READY + STARTED) and output.count(b"\n") == 3
-    assert job_started(output) and holds_answer(output)
+    assert job_started(output) and answer_end(output) == len(output)
     assert job_started(output.removeprefix(READY))  # as a forked child's output reads
-    assert not holds_answer(READY + STARTED) and not holds_answer(output[:-1])
+    assert answer_end(READY + STARTED) is None and answer_end(output[:-1]) == len(output)
     answer = decode_answer(output)
     assert isinstance(answer, Extracted)
     assert answer.pages == ["over the wire"] and answer.page_count == 1
@@ -468,6 +492,10 @@ def answer(**fields) -> bytes:
         answer(metadata=True),
         answer(peak_rss=None),
         answer(elapsed=10**400),
+        answer(elapsed=float("nan")),  # JSON's NaN, which no JSON encoder downstream takes
+        answer(elapsed=float("inf")),
+        answer(elapsed=-1.0),
+        answer(peak_rss=-1),
         answer(size=-1),
         answer(size=1.5),
         VALID.replace(b"\xef\xbf\xbf", b"\xef\xbf"),  # a separator cut: not UTF-8
@@ -482,11 +510,27 @@ def test_answers_that_are_not_well_formed_are_none(output):
     assert decode_answer(output) is None
 
 
+def test_a_failures_figures_that_are_not_finite_are_left_out():
+    """A failure whose figures are no real count keeps its code, without them."""
+    output = b'{"ok": false, "code": "too_large", "elapsed": NaN, "peak_rss": -1}\n'
+    error = decode_answer(output)
+    assert isinstance(error, ExtractionError) and error.code == "too_large"
+    assert (error.elapsed, error.peak_rss) == (None, None)
+
+
 def test_a_timeout_of_weeks_is_a_timeout_like_any_other():
     """TIMEOUT takes any number of seconds: one past the longest single poll() (24.8 days)
     still extracts (no OverflowError from the wait for the answer)."""
     limits = {**LIMITS, "timeout": 30 * 86400.0}
     assert run(pdfs.simple(["patient"]), **limits).text == "patient"
+
+
+@pytest.mark.parametrize("warm", [True, False], ids=["forked", "cold"])
+def test_limits_past_what_the_kernel_takes_are_as_good_as_none(warm):
+    """A timeout past the longest alarm (68 years) and a memory limit past the largest rlimit
+    (2**63 - 1) are accepted like any other: the job extracts, no child crashes on them."""
+    limits = {"timeout": 1e12, "memory_limit": 1 << 64, "warm": warm}
+    assert run(pdfs.simple(["boundless"]), **limits).text == "boundless"
 
 
 def test_a_process_forked_while_the_layers_are_probed_can_ask_for_them():

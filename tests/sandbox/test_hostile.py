@@ -18,6 +18,7 @@ from django_pdfpool import extract
 from django_pdfpool.exceptions import EXTRACTION_MESSAGES as MESSAGES
 from django_pdfpool.exceptions import ExtractionError
 from tests.support import pdfs
+from tests.support.lingering import SILENT_ENGINE
 from tests.support.procs import PeakWatcher, child_pids, cpu_time, job_child, leftovers, rlimits
 
 TIMEOUT = 5.0  # generous: under load a quick refusal must still beat its deadline
@@ -235,6 +236,19 @@ def test_child_killed_by_a_signal(signum, expected, copies):
     assert time.monotonic() - started < timeout - 5  # did not wait for the deadline
     assert leftovers(before) == set()
     assert list(copies.iterdir()) == []
+
+
+@pytest.mark.parametrize("warm", [True, False], ids=["forked", "cold"])
+def test_a_child_silent_and_alive_after_its_output_ends_is_ended_at_the_deadline(warm, copies):
+    """Killed by the parent at the deadline after its output ended: too_complex, like any
+    deadline, not the OOM killer's SIGKILL (too_large)."""
+    before = child_pids()
+    extraction.register_engine(SILENT_ENGINE)
+    options = {"timeout": 2.0, "memory_limit": MEMORY, "engine": SILENT_ENGINE, "warm": warm}
+    with pytest.raises(ExtractionError) as caught:
+        asyncio.run(extract(pdfs.simple(["silent"]), **options))
+    assert (caught.value.code, caught.value.detail) == ("too_complex", "deadline")
+    assert leftovers(before) == set()
 
 
 def test_no_child_can_start(copies):

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -154,5 +155,33 @@ def test_the_parent_refuses_an_answer_over_the_cap_plus_overhead(tmp_path):
         with pytest.raises(ExtractionError) as caught:
             run(pdfs.simple(["x"]), max_text_bytes=cap, warm=False)
         assert caught.value.code == "too_large"
+    finally:
+        extraction.configure(python=sys.executable, warm=True)
+
+
+DECLARING_CHILD = """#!/bin/sh
+# Stands in for the interpreter: its answer's header declares far too much, then it waits.
+printf 'ready\\n'
+read job
+printf 'started\\n{{"ok": true, "size": {size}}}\\n'
+exec sleep 60
+"""
+
+
+def test_an_answer_declaring_more_than_the_cap_is_refused_at_its_header(tmp_path):
+    """A child whose answer's header declares more than the parent would read is killed at
+    once (too_large), not waited for until the deadline."""
+    fake = tmp_path / "python"
+    cap = 4096
+    fake.write_text(DECLARING_CHILD.format(size=answer_limit(cap) + 1))
+    fake.chmod(0o755)
+    extraction.configure(python=str(fake), warm=False)
+    began = time.monotonic()
+    try:
+        with pytest.raises(ExtractionError) as caught:
+            run(pdfs.simple(["x"]), max_text_bytes=cap, warm=False, timeout=60.0)
+        error = caught.value
+        assert (error.code, error.detail) == ("too_large", "answer larger than allowed")
+        assert time.monotonic() - began < 30  # not the deadline
     finally:
         extraction.configure(python=sys.executable, warm=True)

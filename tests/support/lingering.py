@@ -25,3 +25,16 @@ def answer_then_stay(data: bytes) -> list[str]:
     os.write(1, encode_answer(answer))
     time.sleep(120)
     return [pid]
+
+
+SILENT_ENGINE = "tests.support.lingering:close_then_stay"
+
+
+def close_then_stay(data: bytes) -> list[str]:
+    """Ends its output without an answer, then stays alive: only the deadline ends it."""
+    from django_pdfpool.sandbox.engines import WARM_UP_PDF
+
+    if data != WARM_UP_PDF:
+        os.close(1)
+        time.sleep(120)
+    return [str(os.getpid())]
