@@ -595,7 +595,7 @@ class ProcessSide:
                         error,
                     )
                     self._confirming = None  # from here on, a failure is a new one
-                    await self._beat_once()  # Redis may have restarted: tell it what runs here
+                    await self._beat_once(always=True)  # a lost reply may have left a job of ours
                     return True
             self._fall_back(error)
             return False

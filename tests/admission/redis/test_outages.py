@@ -20,7 +20,12 @@ import redis
 from django_pdfpool.admission import RedisPool
 from django_pdfpool.admission.history import Recorder
 from django_pdfpool.admission.jobs import get_job_loop
-from django_pdfpool.exceptions import CallerBusy, CoordinatorUnavailable, RemoteJobError
+from django_pdfpool.exceptions import (
+    CallerBusy,
+    CoordinatorUnavailable,
+    RemoteJobError,
+    RunnerLost,
+)
 from tests.conftest import held, until
 from tests.support.outages import _answer, run
 from tests.support.redis_server import RedisServer, namespace_keys, pools_in
@@ -443,3 +448,38 @@ def test_one_dropped_connection_is_not_redis_failing(make_pool, redis_server, ca
 
     run(scenario)
     assert "failed" not in caplog.text
+
+
+def test_a_finish_dropped_with_its_connection_frees_the_slot_at_once(own_redis):
+    """A job's finish script is dropped before it runs (its connection closed under it):
+    the job's own caller has its result, and the process, finding Redis answering, tells
+    it at once what it runs (nothing), so Redis ends the job it still counts there: its
+    slot and its caller are free, its sharer elsewhere hears within a beat or two, not a
+    lease later (when the idle process would leave Redis)."""
+    lease = 6.0
+    make = pools_in(own_redis, f"t-{uuid4().hex[:12]}")[0]
+    here, there = (make(1, 1, 10.0, lease=lease, timeout=3.0) for _ in range(2))
+    gate = threading.Event()
+
+    async def scenario():
+        running = asyncio.create_task(here.run("k", "a", held("K", gate)))
+        await until(lambda: here.running() == 1)
+        sharer = asyncio.create_task(there.run("k", "b", None))
+        await until(lambda: there.waiting("k") == 1)
+        own_redis.hold_writes(10_000)
+        try:
+            gate.set()  # the job ends: its finish waits in Redis, not run
+            await until(lambda: own_redis.blocked() == 1)
+            own_redis.drop_clients("normal", "pubsub")
+        finally:
+            own_redis.release_writes()
+        assert await running == "K"
+        began = time.monotonic()
+        with pytest.raises(RunnerLost):
+            await sharer
+        assert time.monotonic() - began < lease / 2
+        assert await there.run("j", "a", _answer) == 42  # the slot and the caller are free
+        assert time.monotonic() - began < lease / 2
+        await asyncio.gather(here.stop(), there.stop())
+
+    run(scenario)
