@@ -332,6 +332,7 @@ class ProcessSide:
             if starter:
                 job.starter = None
             with _about(job):
+                await self._no_beat.wait()  # one on its way counts the waiter: sent after it
                 await self._script("leave", job.key, job.id, "1", "1" if starter else "0")
             if not job.owned and not job.waiters and self._holds(job):
                 self._remove(job)  # nobody here waits on it any more
@@ -780,7 +781,7 @@ def _job_args(job: RedisJob, now: float) -> list[str]:
     """One job as beat.lua takes it: KEY ID ROLE CALLER WAITERS STARTER AGE_MS."""
     running_for = job.running_for(now)
     if not job.owned:
-        return [job.key, job.id, "a", "", "0", "0", "0"]
+        return [job.key, job.id, "a", "", str(len(job.waiters)), "0", "0"]
     if running_for is None or job.finishing:  # queued, or over: never counted again
         return [job.key, job.id, "o", "", "0", "0", "0"]
     starter = "1" if job.starter in job.waiters else "0"

@@ -349,6 +349,32 @@ def test_a_running_job_is_counted_again_after_redis_restarts_empty(own_redis):
     assert namespace_keys(own_redis.url, namespace) == []
 
 
+def test_a_sharer_elsewhere_of_a_job_counted_again_after_a_restart_gets_its_result(own_redis):
+    """Redis restarts empty under a running job shared by another process: the owner counts
+    the job again, and the sharer's process its callers on it, so the finished job's result
+    reaches them (it ended with RunnerLost: Redis no longer knew they waited)."""
+    lease = 6.0  # the owner's probe (each second) counts the job again before two beats
+    namespace = f"t-{uuid4().hex[:12]}"
+    make = pools_in(own_redis, namespace)[0]
+    here, there = make(1, 1, 10.0, lease=lease), make(1, 1, 10.0, lease=lease)
+    gate = threading.Event()
+
+    async def scenario():
+        running = asyncio.create_task(here.run("k", "a", held("K", gate)))
+        await until(lambda: here.running() == 1)
+        sharer = asyncio.create_task(there.run("k", "b", None))
+        await until(lambda: there.waiting("k") == 1)
+        own_redis.restart()  # empty
+        await until(lambda: _running_keys(own_redis, namespace) == {"k"}, PATIENCE)
+        await until(lambda: there.mode == "redis" and there.waiting("k") == 1, PATIENCE)
+        gate.set()
+        assert await asyncio.gather(running, sharer) == ["K", "K"]
+        await asyncio.gather(here.stop(), there.stop())
+
+    run(scenario)
+    assert namespace_keys(own_redis.url, namespace) == []
+
+
 def test_the_history_recorder_never_stalls_the_job_loop_on_a_slow_redis(own_redis):
     pool = RedisPool(1, 1, 5.0, url=own_redis.url, namespace=f"t-{uuid4().hex[:12]}")
     recorder = Recorder(lambda: pool, interval=0.05, size=100)
