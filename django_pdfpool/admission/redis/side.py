@@ -191,6 +191,7 @@ class ProcessSide:
                 if self.mode != REDIS:
                     raise RedisError("Redis failed a moment ago")
                 await self._listen()
+                sent = time.monotonic()
                 s, has_fn = self._settings, "1" if waiter.fn is not None else "0"
                 reply = AdmitReply.of(await self.link.call(
                     "admit", str(s.queue_size), s.wait_ms, waiter.key, waiter.caller, job_id,
@@ -210,7 +211,7 @@ class ProcessSide:
                 jobs.call_dropped(waiter.on_drop)
                 jobs.deliver([waiter], None, error)
                 return
-            self._register(waiter, reply)
+            self._register(waiter, reply, sent)
         finally:
             self._pending.discard(job_id)
         for known in (job_id, reply.job_id):
@@ -232,8 +233,8 @@ class ProcessSide:
                 self._unclaimed(event)
         self._settle()
 
-    def _register(self, waiter: RedisWaiter, reply: AdmitReply) -> None:
-        """Follow the admit script's answer (the rules are applied there)."""
+    def _register(self, waiter: RedisWaiter, reply: AdmitReply, sent: float) -> None:
+        """Follow the admit script's answer (the rules are applied there), sent at ``sent``."""
         if reply.status not in ("joined", "started", "queued"):
             jobs.call_dropped(waiter.on_drop)
             jobs.deliver([waiter], None, self._refusal(waiter, reply))
@@ -242,7 +243,7 @@ class ProcessSide:
             jobs.call_dropped(waiter.on_drop)  # joined: this call's fn is not needed
             self._books.count(Counter.JOINED)
             ended = self._finished.get(reply.job_id)  # it ended here while the reply travelled
-            if ended is not None:
+            if ended is not None and ended[0] >= sent:  # (before: Redis counted it again since)
                 jobs.deliver([waiter], ended[1], ended[2])
                 return
         job = self._jobs.get(reply.job_id) or self._add(
