@@ -449,6 +449,45 @@ def test_a_forward_clock_step_past_the_lease_is_survived_as_documented(make_pool
     run(scenario)
 
 
+def _step_clock(url: str, namespace: str, seconds: float) -> str:
+    """Redis's clock stepping ``seconds`` forward, as the scripts see it: every time the
+    namespace keeps made that much earlier. The ``tick`` as left, to tell the next script."""
+    prefix, step = "{" + namespace + "}:", round(seconds * 1000)
+    with redis.Redis.from_url(url, decode_responses=True) as client:
+        tick = str(int(client.get(prefix + "tick")) - step)
+        client.set(prefix + "tick", tick, px=60_000)
+        procs = client.zrange(prefix + "procs", 0, -1, withscores=True)
+        client.zadd(prefix + "procs", {proc: end - step for proc, end in procs})
+        for key in client.scan_iter(match=prefix + "job:*"):
+            times = client.hmget(key, "qt", "st", "dl")
+            for name, value in zip(("qt", "st", "dl"), times, strict=True):
+                if value is not None and int(value) > 0:
+                    client.hset(key, name, int(value) - step)
+    return tick
+
+
+def test_a_forward_clock_step_refuses_no_queued_job_before_its_wait(make_pool, redis_server):
+    """Rule 3's wait is the time a call waited: Redis's clock stepping a minute forward
+    (NTP) does not make every queued job wait too long at once, as leases do not end."""
+    pool = make_pool(1, 1, 10.0)
+    gate = threading.Event()
+
+    async def scenario():
+        running = asyncio.create_task(pool.run("k", "a", held("K", gate)))
+        await until(lambda: pool.running() == 1)
+        queued = asyncio.create_task(pool.run("q", "b", _answer))
+        await until(lambda: pool.queued() == 1)
+        tick = _step_clock(redis_server.url, pool.namespace, 60.0)
+        with redis.Redis.from_url(redis_server.url, decode_responses=True) as client:
+            await until(lambda: client.get("{" + pool.namespace + "}:tick") != tick)
+        assert pool.queued() == 1  # the script that read the step kept the job queued
+        assert not queued.done(), queued.exception()
+        gate.set()
+        assert await asyncio.gather(running, queued) == ["K", 42]
+
+    run(scenario)
+
+
 def test_reads_from_another_thread_while_the_pool_stops_never_crash(make_pool):
     """A status page read during a rolling restart: the read answers (from Redis, or from
     this process's figures), it never dies on a connection closed under it."""
