@@ -23,6 +23,7 @@ from django_pdfpool.admission.jobs import get_job_loop
 from django_pdfpool.exceptions import (
     CallerBusy,
     CoordinatorUnavailable,
+    PoolBusy,
     RemoteJobError,
     RunnerLost,
 )
@@ -450,8 +451,9 @@ def test_a_forward_clock_step_past_the_lease_is_survived_as_documented(make_pool
 
 
 def _step_clock(url: str, namespace: str, seconds: float) -> str:
-    """Redis's clock stepping ``seconds`` forward, as the scripts see it: every time the
-    namespace keeps made that much earlier. The ``tick`` as left, to tell the next script."""
+    """Redis's clock stepping ``seconds`` forward (back if negative), as the scripts see it:
+    every time the namespace keeps made that much earlier. The ``tick`` as left, to tell
+    the next script."""
     prefix, step = "{" + namespace + "}:", round(seconds * 1000)
     with redis.Redis.from_url(url, decode_responses=True) as client:
         tick = str(int(client.get(prefix + "tick")) - step)
@@ -484,6 +486,28 @@ def test_a_forward_clock_step_refuses_no_queued_job_before_its_wait(make_pool, r
         assert not queued.done(), queued.exception()
         gate.set()
         assert await asyncio.gather(running, queued) == ["K", 42]
+
+    run(scenario)
+
+
+def test_a_backward_clock_step_keeps_a_queued_jobs_wait(make_pool, redis_server):
+    """Redis's clock stepping a minute back does not make a queued job wait a minute more
+    than ``wait`` (rule 3)."""
+    pool = make_pool(1, 1, 0.5)
+    gate = threading.Event()
+
+    async def scenario():
+        running = asyncio.create_task(pool.run("k", "a", held("K", gate)))
+        await until(lambda: pool.running() == 1)
+        queued = asyncio.create_task(pool.run("q", "b", _answer))
+        await until(lambda: pool.queued() == 1)
+        _step_clock(redis_server.url, pool.namespace, -60.0)
+        began = time.monotonic()
+        with pytest.raises(PoolBusy):
+            await asyncio.wait_for(queued, PATIENCE)
+        assert time.monotonic() - began < 0.5 + 2.0
+        gate.set()
+        assert await running == "K"
 
     run(scenario)
 

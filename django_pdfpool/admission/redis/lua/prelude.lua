@@ -279,13 +279,13 @@ end
 -- namespace's scripts: a silence longer than a beat (lease/3: Redis paused, its clock
 -- stepped forward, every process stalled) moves every lease and deadline on by what
 -- exceeds the beat, so that a Redis pause ends no lease of a live process and a clock step
--- no queued job's wait. A lease ending more than LEASE ahead (bad data, or the clock
--- stepped back) ends LEASE from now.
+-- no queued job's wait; a clock stepped back moves them back by the step. A lease ending
+-- more than LEASE ahead (bad data) ends LEASE from now.
 local function reap()
   local last = LAST_TICK
   local beat = math.floor(LEASE / 3)
-  if last and NOW - last > beat then
-    local moved = NOW - last - beat
+  if last and (NOW - last > beat or NOW < last) then
+    local moved = NOW < last and NOW - last or NOW - last - beat
     local leases = redis.call('ZRANGE', PROCS, 0, -1, 'WITHSCORES')
     for i = 1, #leases, 2 do
       redis.call('ZADD', PROCS, tonumber(leases[i + 1]) + moved, leases[i])
