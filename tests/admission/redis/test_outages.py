@@ -19,7 +19,7 @@ import redis
 
 from django_pdfpool.admission import RedisPool
 from django_pdfpool.admission.history import Recorder
-from django_pdfpool.admission.jobs import get_job_loop
+from django_pdfpool.admission.jobs import get_job_loop, queue_full
 from django_pdfpool.exceptions import (
     CallerBusy,
     CoordinatorUnavailable,
@@ -508,6 +508,36 @@ def test_a_backward_clock_step_keeps_a_queued_jobs_wait(make_pool, redis_server)
         assert time.monotonic() - began < 0.5 + 2.0
         gate.set()
         assert await running == "K"
+
+    run(scenario)
+
+
+def test_a_refusal_counted_first_after_a_stall_ends_no_lease(own_redis):
+    """Redis stalls (SIGSTOP) for longer than the lease, and the first script it runs when
+    it resumes counts a door's refusal: the stall still ends no lease (the running job's
+    sharer elsewhere gets its result), as when a beat runs first."""
+    lease = 1.5
+    make = pools_in(own_redis, f"t-{uuid4().hex[:12]}")[0]
+    here, there = (make(1, 1, 10.0, lease=lease, timeout=5.0) for _ in range(2))
+    gate = threading.Event()
+
+    async def scenario():
+        running = asyncio.create_task(here.run("k", "a", held("K", gate)))
+        await until(lambda: here.running() == 1)
+        sharer = asyncio.create_task(there.run("k", "b", None))
+        await until(lambda: there.waiting("k") == 1)
+        there.count_refusal(queue_full(1.0))  # its script loaded, a connection idle
+        await until(lambda: there.snapshot().counters.refused_busy == 1)
+        own_redis.pause()
+        stalled = time.monotonic()
+        try:
+            there.count_refusal(queue_full(1.0))  # the first script Redis reads on resuming
+            await until(lambda: time.monotonic() - stalled > lease + lease / 3 + 0.2)
+        finally:
+            own_redis.resume()
+        gate.set()
+        assert await asyncio.gather(running, sharer) == ["K", "K"]
+        await asyncio.gather(here.stop(), there.stop())
 
     run(scenario)
 
