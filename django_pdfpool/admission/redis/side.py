@@ -552,11 +552,13 @@ class ProcessSide:
 
     def _reconcile(self, job: RedisJob, state: str, data: str) -> None:
         """Bring a job in step with what Redis reports (a vanished one after two beats)."""
-        if not self._holds(job) or job.inflight:
+        if not self._holds(job):
             return
-        if state == "done":
+        if state == "done":  # this beat took its outcome: no other read finds it
             job.collecting = True
             self._settle_remote(job, data)
+            return
+        if job.inflight:
             return
         if state != "gone":
             job.gone_seen = False

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 import socket
 import threading
@@ -20,6 +21,7 @@ import redis
 from django_pdfpool.admission import RedisPool
 from django_pdfpool.admission.history import Recorder
 from django_pdfpool.admission.jobs import get_job_loop, queue_full
+from django_pdfpool.admission.redis.link import SOURCES
 from django_pdfpool.exceptions import (
     CallerBusy,
     CoordinatorUnavailable,
@@ -29,7 +31,8 @@ from django_pdfpool.exceptions import (
 )
 from tests.conftest import held, until
 from tests.support.outages import _answer, run
-from tests.support.redis_server import RedisServer, namespace_keys, pools_in
+from tests.support.redis_proxy import HoldingProxy
+from tests.support.redis_server import LEASE, RedisServer, namespace_keys, pools_in
 
 pytest_plugins = ["tests.support.redis_fixtures"]
 
@@ -602,3 +605,42 @@ def test_a_finish_dropped_with_its_connection_frees_the_slot_at_once(own_redis):
         await asyncio.gather(here.stop(), there.stop())
 
     run(scenario)
+
+
+def test_a_result_the_beat_takes_while_a_collect_is_on_its_way_reaches_the_sharer(
+    make_pool, redis_server
+):
+    """A sharer's process reads a finished job's result once, by whichever of its beat and
+    its collect (on the job's ``done``) runs first: the beat taking it while the collect
+    is still on its way (a slow link) answers the sharer, not the collect finding nothing
+    ("expired")."""
+    here = make_pool(1, 1, 10.0)
+    proxy = HoldingProxy(redis_server.port)
+    url = f"redis://127.0.0.1:{proxy.port}/0"
+    there = RedisPool(1, 1, 10.0, url=url, namespace=here.namespace, lease=LEASE)
+    gate = threading.Event()
+    results = "{" + here.namespace + "}:res:*"
+
+    async def scenario():
+        running = asyncio.create_task(here.run("k", "a", held("K", gate)))
+        await until(lambda: here.running() == 1)
+        sharer = asyncio.create_task(there.run("k", "b", None))
+        await until(lambda: there.waiting("k") == 1)
+        proxy.marker = hashlib.sha1(SOURCES["collect"].encode()).hexdigest().encode()
+        gate.set()
+        assert await running == "K"
+        await until(proxy.held.is_set)  # the collect on the way
+        with redis.Redis.from_url(redis_server.url) as client:
+            await until(lambda: not list(client.scan_iter(match=results)), PATIENCE)  # beat
+        proxy.released.set()
+        assert await asyncio.wait_for(sharer, PATIENCE) == "K"
+
+    async def stop() -> None:
+        await there.stop()
+
+    try:
+        run(scenario)
+    finally:
+        proxy.released.set()
+        run(stop)
+        proxy.close()

@@ -7,10 +7,8 @@ of the namespace is left."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import signal
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -23,6 +21,7 @@ import redis
 from django_pdfpool.admission import RedisPool
 from django_pdfpool.exceptions import RunnerLost
 from tests.support.outages import run
+from tests.support.redis_proxy import HoldingProxy
 from tests.support.redis_server import LEASE, RedisServer, namespace_keys
 from tests.support.redis_worker import Worker
 
@@ -251,44 +250,6 @@ def test_a_redis_restart_mid_run_ends_as_documented(own_redis, workers, fallback
     c.open("g")
     assert first.answer(held)["ok"] == "after"
     c.finish()
-
-
-class HoldingProxy:
-    """A TCP proxy to Redis that holds the first request carrying ``marker`` (once set),
-    and everything after it on that connection, until ``release()``: one call on its way."""
-
-    def __init__(self, port: int) -> None:
-        self.upstream = ("127.0.0.1", port)
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self.listener.getsockname()[1]
-        self.marker: bytes | None = None
-        self.held, self.released = threading.Event(), threading.Event()
-        self.sockets: list[socket.socket] = []
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        with contextlib.suppress(OSError):
-            while True:
-                client = self.listener.accept()[0]
-                server = socket.create_connection(self.upstream)
-                self.sockets += [client, server]
-                for source, sink in ((client, server), (server, client)):
-                    threading.Thread(target=self._pump, args=(source, sink), daemon=True).start()
-
-    def _pump(self, source: socket.socket, sink: socket.socket) -> None:
-        with contextlib.suppress(OSError):
-            while data := source.recv(65536):
-                if self.marker and self.marker in data and not self.held.is_set():
-                    self.held.set()
-                    self.released.wait()
-                sink.sendall(data)
-            sink.shutdown(socket.SHUT_WR)
-
-    def close(self) -> None:
-        self.released.set()
-        self.listener.close()
-        for sock in self.sockets:
-            sock.close()
 
 
 def test_a_join_after_a_paused_worker_resumed_waits_for_its_job(cluster, redis_server):
