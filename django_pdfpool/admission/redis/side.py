@@ -599,7 +599,8 @@ class ProcessSide:
                         error,
                     )
                     self._confirming = None  # from here on, a failure is a new one
-                    await self._beat_once(always=True)  # a lost reply may have left a job of ours
+                    # a lost reply may have left a job of ours (unregister ends it, closing)
+                    await self._beat_once(always=not self._closing.closed)
                     return True
             self._fall_back(error)
             return False
