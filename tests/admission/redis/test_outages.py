@@ -644,3 +644,19 @@ def test_a_result_the_beat_takes_while_a_collect_is_on_its_way_reaches_the_share
         proxy.released.set()
         run(stop)
         proxy.close()
+
+
+def test_a_reading_waits_no_longer_than_the_timeout_for_a_silent_redis(own_redis):
+    """A door's or status page's reading of a Redis that stopped answering gives up after
+    REDIS["TIMEOUT"] (then this process's own figures), not after twice that."""
+    timeout = 1.0
+    pool = pools_in(own_redis, f"t-{uuid4().hex[:12]}")[0](1, 1, 10.0, timeout=timeout)
+    assert pool.pressure("k", "c").free == 2  # connected
+    own_redis.pause()
+    try:
+        began = time.monotonic()
+        assert pool.pressure("k", "c").free == 2
+        assert time.monotonic() - began < 1.5 * timeout
+    finally:
+        own_redis.resume()
+    run(pool.stop)
