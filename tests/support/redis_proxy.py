@@ -21,13 +21,19 @@ class HoldingProxy:
         threading.Thread(target=self._accept, daemon=True).start()
 
     def _accept(self) -> None:
-        with contextlib.suppress(OSError):
-            while True:
+        while True:
+            try:
                 client = self.listener.accept()[0]
+            except OSError:  # closed
+                return
+            try:
                 server = socket.create_connection(self.upstream)
-                self.sockets += [client, server]
-                for source, sink in ((client, server), (server, client)):
-                    threading.Thread(target=self._pump, args=(source, sink), daemon=True).start()
+            except OSError:  # Redis is down: so is this connection
+                client.close()
+                continue
+            self.sockets += [client, server]
+            for source, sink in ((client, server), (server, client)):
+                threading.Thread(target=self._pump, args=(source, sink), daemon=True).start()
 
     def _pump(self, source: socket.socket, sink: socket.socket) -> None:
         with contextlib.suppress(OSError):

@@ -191,6 +191,7 @@ class ProcessSide:
                 if self.mode != REDIS:
                     raise RedisError("Redis failed a moment ago")
                 await self._listen()
+                await self._no_beat.wait()  # one on its way may count again jobs Redis lost
                 sent = time.monotonic()
                 s, has_fn = self._settings, "1" if waiter.fn is not None else "0"
                 reply = AdmitReply.of(await self.link.call(

@@ -660,3 +660,40 @@ def test_a_reading_waits_no_longer_than_the_timeout_for_a_silent_redis(own_redis
     finally:
         own_redis.resume()
     run(pool.stop)
+
+
+def test_back_after_a_restart_a_process_admits_only_once_redis_counts_its_jobs(own_redis):
+    """Redis comes back empty under a running job: the process's first beat counts it again
+    before any call of the process is admitted (the beat on a slow link here), so a new
+    call queues behind it instead of taking its slot (two running at SLOTS 1)."""
+    proxy = HoldingProxy(own_redis.port)
+    url = f"redis://127.0.0.1:{proxy.port}/0"
+    pool = RedisPool(1, 1, 10.0, url=url, namespace=f"t-{uuid4().hex[:12]}", lease=3.0)
+    gate, calls = threading.Event(), []
+
+    def started(key: str) -> bool:
+        return key in calls
+
+    async def scenario():
+        running = asyncio.create_task(pool.run("k", "a", held("K", gate, calls)))
+        await until(lambda: _own_jobs(pool) == [("k", "running")])
+        own_redis.kill()
+        await until(lambda: pool.mode == "refusing", PATIENCE)
+        proxy.marker = hashlib.sha1(SOURCES["beat"].encode()).hexdigest().encode()
+        own_redis.start()  # empty
+        await until(lambda: pool.mode == "redis" and proxy.held.is_set(), PATIENCE)
+        new = asyncio.create_task(pool.run("j", "b", held("J", gate, calls)))
+        with contextlib.suppress(AssertionError):  # a call admitted before the beat starts
+            await until(lambda: started("J"), 0.5)
+        proxy.released.set()
+        await until(lambda: started("J") or pool.queued() == 1, PATIENCE)
+        assert calls == ["K"], "a new call took the slot of the job Redis had lost"
+        gate.set()
+        assert await asyncio.gather(running, new) == ["K", "J"]
+        await pool.stop()
+
+    try:
+        run(scenario)
+    finally:
+        proxy.released.set()
+        proxy.close()
