@@ -188,10 +188,10 @@ class ProcessSide:
             self._pending.add(job_id)
         try:
             try:
+                await self._no_beat.wait()  # one on its way may count again jobs Redis lost
                 if self.mode != REDIS:
                     raise RedisError("Redis failed a moment ago")
                 await self._listen()
-                await self._no_beat.wait()  # one on its way may count again jobs Redis lost
                 sent = time.monotonic()
                 s, has_fn = self._settings, "1" if waiter.fn is not None else "0"
                 reply = AdmitReply.of(await self.link.call(
@@ -244,7 +244,8 @@ class ProcessSide:
             jobs.call_dropped(waiter.on_drop)  # joined: this call's fn is not needed
             self._books.count(Counter.JOINED)
             ended = self._finished.get(reply.job_id)  # it ended here while the reply travelled
-            if ended is not None and ended[0] >= sent:  # (before: Redis counted it again since)
+            if ended is not None and ended[0] >= sent:  # (before it was sent: Redis counted
+                # it again since, and this call waits on it again)
                 jobs.deliver([waiter], ended[1], ended[2])
                 return
         job = self._jobs.get(reply.job_id) or self._add(
