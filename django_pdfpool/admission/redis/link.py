@@ -346,8 +346,10 @@ class Link:
                 stacklevel=3,
             )
         with self._sync_lock:
-            if self._sync is None:  # reads: again once if the connection was stale
-                s, retry = self.settings, Retry(NoBackoff(), 1)
+            if self._sync is None:  # reads: again once if the connection was stale, but
+                # not after a timeout (a read waits TIMEOUT at most, as any call)
+                stale = (redis.exceptions.ConnectionError,)
+                s, retry = self.settings, Retry(NoBackoff(), 1, supported_errors=stale)
                 self._sync = connect(s.url, s.sentinels, s.timeout, retry=retry)
                 self._sync_scripts = {
                     name: self._sync.register_script(SOURCES[name]) for name in ("view", "pressure")

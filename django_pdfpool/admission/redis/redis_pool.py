@@ -179,7 +179,7 @@ class RedisPool:
         counter = Counter.refused(refusal)
         self._books.refused(counter, caller, refusal.retry_after)
         if counter.counted_by is not CountedBy.PROCESS and self.mode == REDIS:
-            call_in_job_loop(self._side.quietly, self._side.link.call("refused", counter))
+            call_in_job_loop(self._side.spawn, self._side._script("refused", counter))
 
     def idle(self) -> bool:
         """Nothing in flight in this process (``running()``/``queued()`` count every one)."""

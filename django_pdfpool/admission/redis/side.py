@@ -188,9 +188,11 @@ class ProcessSide:
             self._pending.add(job_id)
         try:
             try:
+                await self._no_beat.wait()  # one on its way may count again jobs Redis lost
                 if self.mode != REDIS:
                     raise RedisError("Redis failed a moment ago")
                 await self._listen()
+                sent = time.monotonic()
                 s, has_fn = self._settings, "1" if waiter.fn is not None else "0"
                 reply = AdmitReply.of(await self.link.call(
                     "admit", str(s.queue_size), s.wait_ms, waiter.key, waiter.caller, job_id,
@@ -210,7 +212,7 @@ class ProcessSide:
                 jobs.call_dropped(waiter.on_drop)
                 jobs.deliver([waiter], None, error)
                 return
-            self._register(waiter, reply)
+            self._register(waiter, reply, sent)
         finally:
             self._pending.discard(job_id)
         for known in (job_id, reply.job_id):
@@ -232,8 +234,8 @@ class ProcessSide:
                 self._unclaimed(event)
         self._settle()
 
-    def _register(self, waiter: RedisWaiter, reply: AdmitReply) -> None:
-        """Follow the admit script's answer (the rules are applied there)."""
+    def _register(self, waiter: RedisWaiter, reply: AdmitReply, sent: float) -> None:
+        """Follow the admit script's answer (the rules are applied there), sent at ``sent``."""
         if reply.status not in ("joined", "started", "queued"):
             jobs.call_dropped(waiter.on_drop)
             jobs.deliver([waiter], None, self._refusal(waiter, reply))
@@ -242,7 +244,8 @@ class ProcessSide:
             jobs.call_dropped(waiter.on_drop)  # joined: this call's fn is not needed
             self._books.count(Counter.JOINED)
             ended = self._finished.get(reply.job_id)  # it ended here while the reply travelled
-            if ended is not None:
+            if ended is not None and ended[0] >= sent:  # (before it was sent: Redis counted
+                # it again since, and this call waits on it again)
                 jobs.deliver([waiter], ended[1], ended[2])
                 return
         job = self._jobs.get(reply.job_id) or self._add(
@@ -332,6 +335,7 @@ class ProcessSide:
             if starter:
                 job.starter = None
             with _about(job):
+                await self._no_beat.wait()  # one on its way counts the waiter: sent after it
                 await self._script("leave", job.key, job.id, "1", "1" if starter else "0")
             if not job.owned and not job.waiters and self._holds(job):
                 self._remove(job)  # nobody here waits on it any more
@@ -550,11 +554,13 @@ class ProcessSide:
 
     def _reconcile(self, job: RedisJob, state: str, data: str) -> None:
         """Bring a job in step with what Redis reports (a vanished one after two beats)."""
-        if not self._holds(job) or job.inflight:
+        if not self._holds(job):
             return
-        if state == "done":
+        if state == "done":  # this beat took its outcome: no other read finds it
             job.collecting = True
             self._settle_remote(job, data)
+            return
+        if job.inflight:
             return
         if state != "gone":
             job.gone_seen = False
@@ -595,7 +601,8 @@ class ProcessSide:
                         error,
                     )
                     self._confirming = None  # from here on, a failure is a new one
-                    await self._beat_once()  # Redis may have restarted: tell it what runs here
+                    # a lost reply may have left a job of ours (unregister ends it, closing)
+                    await self._beat_once(always=not self._closing.closed)
                     return True
             self._fall_back(error)
             return False
@@ -780,7 +787,7 @@ def _job_args(job: RedisJob, now: float) -> list[str]:
     """One job as beat.lua takes it: KEY ID ROLE CALLER WAITERS STARTER AGE_MS."""
     running_for = job.running_for(now)
     if not job.owned:
-        return [job.key, job.id, "a", "", "0", "0", "0"]
+        return [job.key, job.id, "a", "", str(len(job.waiters)), "0", "0"]
     if running_for is None or job.finishing:  # queued, or over: never counted again
         return [job.key, job.id, "o", "", "0", "0", "0"]
     starter = "1" if job.starter in job.waiters else "0"

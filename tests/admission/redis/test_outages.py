@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 import socket
 import threading
@@ -19,11 +20,19 @@ import redis
 
 from django_pdfpool.admission import RedisPool
 from django_pdfpool.admission.history import Recorder
-from django_pdfpool.admission.jobs import get_job_loop
-from django_pdfpool.exceptions import CallerBusy, CoordinatorUnavailable, RemoteJobError
+from django_pdfpool.admission.jobs import get_job_loop, queue_full
+from django_pdfpool.admission.redis.link import SOURCES
+from django_pdfpool.exceptions import (
+    CallerBusy,
+    CoordinatorUnavailable,
+    PoolBusy,
+    RemoteJobError,
+    RunnerLost,
+)
 from tests.conftest import held, until
 from tests.support.outages import _answer, run
-from tests.support.redis_server import RedisServer, namespace_keys, pools_in
+from tests.support.redis_proxy import HoldingProxy
+from tests.support.redis_server import LEASE, RedisServer, namespace_keys, pools_in
 
 pytest_plugins = ["tests.support.redis_fixtures"]
 
@@ -344,6 +353,32 @@ def test_a_running_job_is_counted_again_after_redis_restarts_empty(own_redis):
     assert namespace_keys(own_redis.url, namespace) == []
 
 
+def test_a_sharer_elsewhere_of_a_job_counted_again_after_a_restart_gets_its_result(own_redis):
+    """Redis restarts empty under a running job shared by another process: the owner counts
+    the job again, and the sharer's process its callers on it, so the finished job's result
+    reaches them (it ended with RunnerLost: Redis no longer knew they waited)."""
+    lease = 6.0  # the owner's probe (each second) counts the job again before two beats
+    namespace = f"t-{uuid4().hex[:12]}"
+    make = pools_in(own_redis, namespace)[0]
+    here, there = make(1, 1, 10.0, lease=lease), make(1, 1, 10.0, lease=lease)
+    gate = threading.Event()
+
+    async def scenario():
+        running = asyncio.create_task(here.run("k", "a", held("K", gate)))
+        await until(lambda: here.running() == 1)
+        sharer = asyncio.create_task(there.run("k", "b", None))
+        await until(lambda: there.waiting("k") == 1)
+        own_redis.restart()  # empty
+        await until(lambda: _running_keys(own_redis, namespace) == {"k"}, PATIENCE)
+        await until(lambda: there.mode == "redis" and there.waiting("k") == 1, PATIENCE)
+        gate.set()
+        assert await asyncio.gather(running, sharer) == ["K", "K"]
+        await asyncio.gather(here.stop(), there.stop())
+
+    run(scenario)
+    assert namespace_keys(own_redis.url, namespace) == []
+
+
 def test_the_history_recorder_never_stalls_the_job_loop_on_a_slow_redis(own_redis):
     pool = RedisPool(1, 1, 5.0, url=own_redis.url, namespace=f"t-{uuid4().hex[:12]}")
     recorder = Recorder(lambda: pool, interval=0.05, size=100)
@@ -418,6 +453,98 @@ def test_a_forward_clock_step_past_the_lease_is_survived_as_documented(make_pool
     run(scenario)
 
 
+def _step_clock(url: str, namespace: str, seconds: float) -> str:
+    """Redis's clock stepping ``seconds`` forward (back if negative), as the scripts see it:
+    every time the namespace keeps made that much earlier. The ``tick`` as left, to tell
+    the next script."""
+    prefix, step = "{" + namespace + "}:", round(seconds * 1000)
+    with redis.Redis.from_url(url, decode_responses=True) as client:
+        tick = str(int(client.get(prefix + "tick")) - step)
+        client.set(prefix + "tick", tick, px=60_000)
+        procs = client.zrange(prefix + "procs", 0, -1, withscores=True)
+        client.zadd(prefix + "procs", {proc: end - step for proc, end in procs})
+        for key in client.scan_iter(match=prefix + "job:*"):
+            times = client.hmget(key, "qt", "st", "dl")
+            for name, value in zip(("qt", "st", "dl"), times, strict=True):
+                if value is not None and int(value) > 0:
+                    client.hset(key, name, int(value) - step)
+    return tick
+
+
+def test_a_forward_clock_step_refuses_no_queued_job_before_its_wait(make_pool, redis_server):
+    """Rule 3's wait is the time a call waited: Redis's clock stepping a minute forward
+    (NTP) does not make every queued job wait too long at once, as leases do not end."""
+    pool = make_pool(1, 1, 10.0)
+    gate = threading.Event()
+
+    async def scenario():
+        running = asyncio.create_task(pool.run("k", "a", held("K", gate)))
+        await until(lambda: pool.running() == 1)
+        queued = asyncio.create_task(pool.run("q", "b", _answer))
+        await until(lambda: pool.queued() == 1)
+        tick = _step_clock(redis_server.url, pool.namespace, 60.0)
+        with redis.Redis.from_url(redis_server.url, decode_responses=True) as client:
+            await until(lambda: client.get("{" + pool.namespace + "}:tick") != tick)
+        assert pool.queued() == 1  # the script that read the step kept the job queued
+        assert not queued.done(), queued.exception()
+        gate.set()
+        assert await asyncio.gather(running, queued) == ["K", 42]
+
+    run(scenario)
+
+
+def test_a_backward_clock_step_keeps_a_queued_jobs_wait(make_pool, redis_server):
+    """Redis's clock stepping a minute back does not make a queued job wait a minute more
+    than ``wait`` (rule 3)."""
+    pool = make_pool(1, 1, 0.5)
+    gate = threading.Event()
+
+    async def scenario():
+        running = asyncio.create_task(pool.run("k", "a", held("K", gate)))
+        await until(lambda: pool.running() == 1)
+        queued = asyncio.create_task(pool.run("q", "b", _answer))
+        await until(lambda: pool.queued() == 1)
+        _step_clock(redis_server.url, pool.namespace, -60.0)
+        began = time.monotonic()
+        with pytest.raises(PoolBusy):
+            await asyncio.wait_for(queued, PATIENCE)
+        assert time.monotonic() - began < 0.5 + 2.0
+        gate.set()
+        assert await running == "K"
+
+    run(scenario)
+
+
+def test_a_refusal_counted_first_after_a_stall_ends_no_lease(own_redis):
+    """Redis stalls (SIGSTOP) for longer than the lease, and the first script it runs when
+    it resumes counts a door's refusal: the stall still ends no lease (the running job's
+    sharer elsewhere gets its result), as when a beat runs first."""
+    lease = 1.5
+    make = pools_in(own_redis, f"t-{uuid4().hex[:12]}")[0]
+    here, there = (make(1, 1, 10.0, lease=lease, timeout=5.0) for _ in range(2))
+    gate = threading.Event()
+
+    async def scenario():
+        running = asyncio.create_task(here.run("k", "a", held("K", gate)))
+        await until(lambda: here.running() == 1)
+        sharer = asyncio.create_task(there.run("k", "b", None))
+        await until(lambda: there.waiting("k") == 1)
+        there.count_refusal(queue_full(1.0))  # its script loaded, a connection idle
+        await until(lambda: there.snapshot().counters.refused_busy == 1)
+        own_redis.pause()
+        stalled = time.monotonic()
+        try:
+            there.count_refusal(queue_full(1.0))  # the first script Redis reads on resuming
+            await until(lambda: time.monotonic() - stalled > lease + lease / 3 + 0.2)
+        finally:
+            own_redis.resume()
+        gate.set()
+        assert await asyncio.gather(running, sharer) == ["K", "K"]
+        await asyncio.gather(here.stop(), there.stop())
+
+    run(scenario)
+
+
 def test_reads_from_another_thread_while_the_pool_stops_never_crash(make_pool):
     """A status page read during a rolling restart: the read answers (from Redis, or from
     this process's figures), it never dies on a connection closed under it."""
@@ -443,3 +570,130 @@ def test_one_dropped_connection_is_not_redis_failing(make_pool, redis_server, ca
 
     run(scenario)
     assert "failed" not in caplog.text
+
+
+def test_a_finish_dropped_with_its_connection_frees_the_slot_at_once(own_redis):
+    """A job's finish script is dropped before it runs (its connection closed under it):
+    the job's own caller has its result, and the process, finding Redis answering, tells
+    it at once what it runs (nothing), so Redis ends the job it still counts there: its
+    slot and its caller are free, its sharer elsewhere hears within a beat or two, not a
+    lease later (when the idle process would leave Redis)."""
+    lease = 6.0
+    make = pools_in(own_redis, f"t-{uuid4().hex[:12]}")[0]
+    here, there = (make(1, 1, 10.0, lease=lease, timeout=3.0) for _ in range(2))
+    gate = threading.Event()
+
+    async def scenario():
+        running = asyncio.create_task(here.run("k", "a", held("K", gate)))
+        await until(lambda: here.running() == 1)
+        sharer = asyncio.create_task(there.run("k", "b", None))
+        await until(lambda: there.waiting("k") == 1)
+        own_redis.hold_writes(10_000)
+        try:
+            gate.set()  # the job ends: its finish waits in Redis, not run
+            await until(lambda: own_redis.blocked() == 1)
+            own_redis.drop_clients("normal", "pubsub")
+        finally:
+            own_redis.release_writes()
+        assert await running == "K"
+        began = time.monotonic()
+        with pytest.raises(RunnerLost):
+            await sharer
+        assert time.monotonic() - began < lease / 2
+        assert await there.run("j", "a", _answer) == 42  # the slot and the caller are free
+        assert time.monotonic() - began < lease / 2
+        await asyncio.gather(here.stop(), there.stop())
+
+    run(scenario)
+
+
+def test_a_result_the_beat_takes_while_a_collect_is_on_its_way_reaches_the_sharer(
+    make_pool, redis_server
+):
+    """A sharer's process reads a finished job's result once, by whichever of its beat and
+    its collect (on the job's ``done``) runs first: the beat taking it while the collect
+    is still on its way (a slow link) answers the sharer, not the collect finding nothing
+    ("expired")."""
+    here = make_pool(1, 1, 10.0)
+    proxy = HoldingProxy(redis_server.port)
+    url = f"redis://127.0.0.1:{proxy.port}/0"
+    there = RedisPool(1, 1, 10.0, url=url, namespace=here.namespace, lease=LEASE)
+    gate = threading.Event()
+    results = "{" + here.namespace + "}:res:*"
+
+    async def scenario():
+        running = asyncio.create_task(here.run("k", "a", held("K", gate)))
+        await until(lambda: here.running() == 1)
+        sharer = asyncio.create_task(there.run("k", "b", None))
+        await until(lambda: there.waiting("k") == 1)
+        proxy.marker = hashlib.sha1(SOURCES["collect"].encode()).hexdigest().encode()
+        gate.set()
+        assert await running == "K"
+        await until(proxy.held.is_set)  # the collect on the way
+        with redis.Redis.from_url(redis_server.url) as client:
+            await until(lambda: not list(client.scan_iter(match=results)), PATIENCE)  # beat
+        proxy.released.set()
+        assert await asyncio.wait_for(sharer, PATIENCE) == "K"
+
+    async def stop() -> None:
+        await there.stop()
+
+    try:
+        run(scenario)
+    finally:
+        proxy.released.set()
+        run(stop)
+        proxy.close()
+
+
+def test_a_reading_waits_no_longer_than_the_timeout_for_a_silent_redis(own_redis):
+    """A door's or status page's reading of a Redis that stopped answering gives up after
+    REDIS["TIMEOUT"] (then this process's own figures), not after twice that."""
+    timeout = 1.0
+    pool = pools_in(own_redis, f"t-{uuid4().hex[:12]}")[0](1, 1, 10.0, timeout=timeout)
+    assert pool.pressure("k", "c").free == 2  # connected
+    own_redis.pause()
+    try:
+        began = time.monotonic()
+        assert pool.pressure("k", "c").free == 2
+        assert time.monotonic() - began < 1.5 * timeout
+    finally:
+        own_redis.resume()
+    run(pool.stop)
+
+
+def test_back_after_a_restart_a_process_admits_only_once_redis_counts_its_jobs(own_redis):
+    """Redis comes back empty under a running job: the process's first beat counts it again
+    before any call of the process is admitted (the beat on a slow link here), so a new
+    call queues behind it instead of taking its slot (two running at SLOTS 1)."""
+    proxy = HoldingProxy(own_redis.port)
+    url = f"redis://127.0.0.1:{proxy.port}/0"
+    pool = RedisPool(1, 1, 10.0, url=url, namespace=f"t-{uuid4().hex[:12]}", lease=3.0)
+    gate, calls = threading.Event(), []
+
+    def started(key: str) -> bool:
+        return key in calls
+
+    async def scenario():
+        running = asyncio.create_task(pool.run("k", "a", held("K", gate, calls)))
+        await until(lambda: _own_jobs(pool) == [("k", "running")])
+        own_redis.kill()
+        await until(lambda: pool.mode == "refusing", PATIENCE)
+        proxy.marker = hashlib.sha1(SOURCES["beat"].encode()).hexdigest().encode()
+        own_redis.start()  # empty
+        await until(lambda: pool.mode == "redis" and proxy.held.is_set(), PATIENCE)
+        new = asyncio.create_task(pool.run("j", "b", held("J", gate, calls)))
+        with contextlib.suppress(AssertionError):  # a call admitted before the beat starts
+            await until(lambda: started("J"), 0.5)
+        proxy.released.set()
+        await until(lambda: started("J") or pool.queued() == 1, PATIENCE)
+        assert calls == ["K"], "a new call took the slot of the job Redis had lost"
+        gate.set()
+        assert await asyncio.gather(running, new) == ["K", "J"]
+        await pool.stop()
+
+    try:
+        run(scenario)
+    finally:
+        proxy.released.set()
+        proxy.close()

@@ -6,6 +6,7 @@ of the namespace is left."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import threading
@@ -18,6 +19,9 @@ import pytest
 import redis
 
 from django_pdfpool.admission import RedisPool
+from django_pdfpool.exceptions import RunnerLost
+from tests.support.outages import run
+from tests.support.redis_proxy import HoldingProxy
 from tests.support.redis_server import LEASE, RedisServer, namespace_keys
 from tests.support.redis_worker import Worker
 
@@ -232,8 +236,11 @@ def test_a_redis_restart_mid_run_ends_as_documented(own_redis, workers, fallback
     time.sleep(0.3)
     own_redis.start()  # the same port, empty
     assert first.answer(running, timeout=5)["ok"] == "long"  # its own caller is answered
-    lost = second.answer(shared, timeout=LEASE + 3)
-    assert lost["error"] in ("CoordinatorUnavailable", "RunnerLost"), lost
+    shared_answer = second.answer(shared, timeout=LEASE + 3)  # the result if it was counted
+    assert shared_answer.get("ok") == "long" or shared_answer["error"] in (  # again in time
+        "CoordinatorUnavailable",
+        "RunnerLost",
+    ), shared_answer
     for worker in c.workers:
         until(lambda worker=worker: c.counts(worker)[2] == "redis", timeout=5)
     c.redis = redis.Redis.from_url(c.url, decode_responses=True)
@@ -243,3 +250,50 @@ def test_a_redis_restart_mid_run_ends_as_documented(own_redis, workers, fallback
     c.open("g")
     assert first.answer(held)["ok"] == "after"
     c.finish()
+
+
+def test_a_join_after_a_paused_worker_resumed_waits_for_its_job(cluster, redis_server):
+    """A worker paused past the lease is reaped: a sharer of its running job in another
+    process gets RunnerLost. Once it resumes, its job is counted again (the same job): a
+    call joining it now waits for its result, never that stale RunnerLost (kept in the
+    sharer's process for a join whose reply was on its way, here an unrelated call)."""
+    victim = Worker().ready()
+    proxy = HoldingProxy(redis_server.port)
+    try:
+        c = cluster(slots=2, queue=2)
+        c.add(victim)
+        url = f"redis://127.0.0.1:{proxy.port}/0"
+        here = RedisPool(2, 2, 10.0, url=url, namespace=c.namespace, lease=LEASE, timeout=10.0)
+        owner = c.run(victim, "k", "a", gate="g")
+        until(lambda: c.started() == ["k"])
+
+        async def scenario() -> None:
+            first = asyncio.create_task(here.run("k", "b", None))
+            await asyncio.to_thread(until, lambda: c.observer.waiting("k") == 1)
+            proxy.marker = b"unrelated"  # an admission on its way all along
+            unrelated = asyncio.create_task(here.run("unrelated", "u", None))
+            await asyncio.to_thread(until, proxy.held.is_set)
+            os.kill(victim.pid, signal.SIGSTOP)
+            try:
+                with pytest.raises(RunnerLost):
+                    await asyncio.wait_for(first, LEASE + 2.0)
+            finally:
+                os.kill(victim.pid, signal.SIGCONT)
+            await asyncio.to_thread(until, lambda: c.observer.running() == 1)  # counted again
+            second = asyncio.create_task(here.run("k", "c", None))
+            await asyncio.to_thread(until, lambda: c.observer.waiting("k") == 1 or second.done())
+            assert not second.done(), second.exception()
+            proxy.released.set()
+            c.open("g")
+            assert await asyncio.wait_for(second, 10) == "k"
+            with pytest.raises(ValueError):  # nothing to join
+                await unrelated
+            await here.drain()
+
+        run(scenario)
+        assert victim.answer(owner)["ok"] == "k"
+        victim.ask("drain", pool=c.namespace)
+    finally:
+        proxy.close()
+        victim.process.kill()
+        victim.process.wait()

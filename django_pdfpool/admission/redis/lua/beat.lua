@@ -4,7 +4,8 @@
 -- that ME does not know, among those numbered up to SEQ (a job id is "SEQ.RANDOM": an
 -- admission sent after this beat's arguments were taken may run before it, not judged).
 -- ARGV: ME LEASE SLOTS SEQ M (KEY ID ROLE CALLER WAITERS STARTER AGE_MS)*M PENDING-ID*
---   ROLE r: owned and running, o: owned and queued, a: awaited (its other fields unused)
+--   ROLE r: owned and running, o: owned and queued, a: awaited (CALLER, STARTER, AGE_MS
+--   unused); WAITERS: ME's callers on it, counted again where Redis lost some (restarted)
 -- -> {ms until the next other lease ends (-1: none), {state, data}*M, events}
 reap()
 renew()
@@ -33,6 +34,8 @@ for i = 0, m - 1 do
   if job and job.id == id then
     state = job.state
     if role ~= 'a' then reindex(job) end
+    local waiters = tonumber(ARGV[at + 4])
+    if waiters > (job.w[ME] or 0) then redis.call('HSET', job.jk, 'w:' .. ME, waiters) end
   elseif role == 'r' and not job then
     restore(key, id, ARGV[at + 3], tonumber(ARGV[at + 4]), ARGV[at + 5], tonumber(ARGV[at + 6]))
     state = 'running'

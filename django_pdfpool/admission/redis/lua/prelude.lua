@@ -275,18 +275,25 @@ local function promote()
   end
 end
 
--- Leases end on Redis's clock, but only while Redis runs the namespace's scripts: a
--- silence longer than a beat (lease/3: Redis paused, its clock stepped forward, every
--- process stalled) moves every lease on by what exceeds the beat, so that a Redis pause
--- ends no lease of a live process. A lease ending more than LEASE ahead (bad data, or the
--- clock stepped back) ends LEASE from now.
+-- Leases and queue deadlines end on Redis's clock, but only while Redis runs the
+-- namespace's scripts: a silence longer than a beat (lease/3: Redis paused, its clock
+-- stepped forward, every process stalled) moves every lease and deadline on by what
+-- exceeds the beat, so that a Redis pause ends no lease of a live process and a clock step
+-- no queued job's wait; a clock stepped back moves them back by the step. A lease ending
+-- more than LEASE ahead (bad data) ends LEASE from now.
 local function reap()
   local last = LAST_TICK
   local beat = math.floor(LEASE / 3)
-  if last and NOW - last > beat then
+  if last and (NOW - last > beat or NOW < last) then
+    local moved = NOW < last and NOW - last or NOW - last - beat
     local leases = redis.call('ZRANGE', PROCS, 0, -1, 'WITHSCORES')
     for i = 1, #leases, 2 do
-      redis.call('ZADD', PROCS, tonumber(leases[i + 1]) + NOW - last - beat, leases[i])
+      redis.call('ZADD', PROCS, tonumber(leases[i + 1]) + moved, leases[i])
+    end
+    for _, key in ipairs(redis.call('LRANGE', QUEUE, 0, -1)) do
+      local job = load(key)
+      local due = tonumber(job and job.dl or 0)
+      if due > 0 then redis.call('HSET', job.jk, 'dl', due + moved) end
     end
   end
   for _, proc in ipairs(redis.call('ZRANGEBYSCORE', PROCS, '(' .. (NOW + LEASE), '+inf')) do
