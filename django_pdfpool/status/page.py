@@ -15,6 +15,7 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.db import DatabaseError
+from django.utils import timezone
 
 from ..admission.ledger import ClusterSnapshot, CountedBy, Counter
 from ..conf import get_settings
@@ -148,7 +149,10 @@ def _fixed(value: float, digits: int) -> str:
 
 
 def _when(epoch: float | None) -> datetime.datetime | None:
-    return None if epoch is None else datetime.datetime.fromtimestamp(epoch, tz=datetime.UTC)
+    """``epoch`` in the current time zone, as the admin shows times (USE_TZ or not)."""
+    if epoch is None:
+        return None
+    return timezone.localtime(datetime.datetime.fromtimestamp(epoch, tz=datetime.UTC))
 
 
 def scope_sentence(data: dict[str, Any]) -> str:

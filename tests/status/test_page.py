@@ -5,6 +5,7 @@ chart, and the optional Prometheus endpoint."""
 from __future__ import annotations
 
 import asyncio
+import datetime
 import hashlib
 import html
 import os
@@ -24,6 +25,7 @@ from django_pdfpool import configured, get_pool
 from django_pdfpool.admission import history
 from django_pdfpool.admission.history import Recorder
 from django_pdfpool.admission.ledger import Counters, DurationSummary, PoolSnapshot
+from django_pdfpool.sandbox.children import recent_peaks
 from django_pdfpool.status import page as status_page
 from tests.conftest import held_requests, wait_until
 from tests.project.views import HELD
@@ -222,6 +224,22 @@ def test_the_page_says_which_process_answered_and_that_the_figures_are_its_own(p
     assert "Counted since its pool was built at" in text
     assert "Counters (this process)" in text and "Recent jobs (this process)" in text
     assert 'id="pdfpool-switched" hidden' in page  # status.js fills it if another answers
+
+
+@pytest.mark.parametrize("use_tz", [True, False])
+def test_times_are_shown_in_the_projects_time_zone(pdfpool, users, settings, use_tz):
+    settings.USE_TZ, settings.TIME_ZONE = use_tz, "America/New_York"
+    ended = datetime.datetime(2026, 1, 15, 5, 0, 5, tzinfo=datetime.UTC)  # 00:00:05 there
+    recent_peaks.clear()
+    recent_peaks.append((ended.timestamp(), 100 << 20, "cold"))
+    try:
+        page = client_for(users["superuser"]).get(URL).content.decode()
+    finally:
+        recent_peaks.clear()
+    peaks = page.split('id="pdfpool-peaks">', 1)[1]
+    assert re.search(r"<td>([^<]*)</td>", peaks)[1] == "00:00:05"
+    assert re.search(r"Snapshot at <time[^>]*>[\d:]+ (\w+)<", page)[1] in ("EST", "EDT")
+    assert 'data-time-zone="America/New_York"' in page  # status.js formats times in it
 
 
 def test_the_json_fields_are_the_documented_ones(pdfpool, users):

@@ -5,6 +5,7 @@ with, as the numbers beside them are, and a caller's name stays text."""
 from __future__ import annotations
 
 import asyncio
+import datetime
 import re
 from concurrent.futures import ThreadPoolExecutor
 
@@ -21,8 +22,8 @@ pytest_plugins = ["tests.support.redis_fixtures"]
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
-def signed_in(browser, live_server):
-    page = browser.new_context().new_page()
+def signed_in(browser, live_server, **context):
+    page = browser.new_context(**context).new_page()
     errors: list[str] = []
     page.on("pageerror", lambda error: errors.append(str(error)))
     page.goto(live_server.url + URL)
@@ -94,4 +95,29 @@ def test_the_redis_processes_table_follows_the_refresh(
         done.result(30)
     refreshed(page)
     expect(holds.nth(1)).to_have_text("0")
+    assert errors == []
+
+
+def test_times_are_shown_in_the_projects_time_zone_before_and_after_a_refresh(
+    pdfpool, live_server, operator, browser, settings
+):
+    from playwright.sync_api import expect
+
+    settings.TIME_ZONE = "America/New_York"  # the browser is elsewhere, as people are
+    midnight = datetime.datetime(2026, 1, 15, 5, 0, 5, tzinfo=datetime.UTC)  # 00:00:05 there
+    recent_peaks.clear()
+    recent_peaks.append((midnight.timestamp(), 100 << 20, "cold"))
+    try:
+        page, errors = signed_in(
+            browser, live_server, timezone_id="Asia/Tokyo", locale="en-US"
+        )
+        ended = page.locator("#pdfpool-peaks td").first
+        since = page.locator("#pdfpool-since")
+        expect(ended).to_have_text("00:00:05")
+        loaded = since.inner_text()
+        refreshed(page)
+    finally:
+        recent_peaks.clear()
+    expect(ended).to_have_text("00:00:05")  # not Tokyo's 14:00:05
+    expect(since).to_have_text(loaded)
     assert errors == []

@@ -33,8 +33,12 @@
         return path.split(".").reduce((obj, part) => (obj == null ? obj : obj[part]), data);
     }
 
+    const clockFormat = new Intl.DateTimeFormat("en-GB", {  // the page's H:i:s, 00 to 23
+        timeZone: root.dataset.timeZone, hour: "2-digit", minute: "2-digit", second: "2-digit",
+        hourCycle: "h23"});  // in the time zone the server wrote the page's times in
+
     function clock(epoch) {
-        return new Date(epoch * 1000).toLocaleTimeString([], {hour12: false});
+        return clockFormat.format(new Date(epoch * 1000));
     }
 
     function setText(el, text) {
