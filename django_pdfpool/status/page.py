@@ -206,7 +206,7 @@ def status_context(data: dict[str, Any], dash: str = "—") -> dict[str, Any]:
                 "value": value,
                 "limit": limit,
                 "width": f"{min(100.0, 100.0 * value / limit) if limit else 0:.1f}",
-                "full": value >= limit,
+                "full": 0 < limit <= value,  # no queue is never a full one
                 "ticks": [f"{100 * i / limit:.1f}" for i in range(1, limit)] if limit <= 32 else [],
             }
         )

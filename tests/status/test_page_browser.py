@@ -121,3 +121,15 @@ def test_times_are_shown_in_the_projects_time_zone_before_and_after_a_refresh(
     expect(ended).to_have_text("00:00:05")  # not Tokyo's 14:00:05
     expect(since).to_have_text(loaded)
     assert errors == []
+
+
+def test_a_pool_without_a_queue_shows_no_full_queue(pdfpool, live_server, operator, browser):
+    from playwright.sync_api import expect
+
+    pdfpool(SLOTS=1, QUEUE=0)  # nothing queued, and nothing can queue: no alarm
+    page, errors = signed_in(browser, live_server)
+    queue = page.locator('[data-gauge="queued"]')
+    expect(queue).not_to_have_class(re.compile(r"\bfull\b"))
+    refreshed(page)
+    expect(queue).not_to_have_class(re.compile(r"\bfull\b"))
+    assert errors == []

@@ -62,7 +62,7 @@
             const value = data[gauge.dataset.gauge], limit = data[gauge.dataset.of];
             const width = limit ? Math.min(100, (100 * value) / limit) : 0;
             gauge.querySelector(".fill").setAttribute("width", width.toFixed(1));
-            gauge.classList.toggle("full", value >= limit);
+            gauge.classList.toggle("full", limit > 0 && value >= limit);
         }
         const state = document.getElementById("pdfpool-state");
         state.classList.toggle("closed", data.closed);
