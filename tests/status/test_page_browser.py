@@ -133,3 +133,33 @@ def test_a_pool_without_a_queue_shows_no_full_queue(pdfpool, live_server, operat
     refreshed(page)
     expect(queue).not_to_have_class(re.compile(r"\bfull\b"))
     assert errors == []
+
+
+def test_a_phone_wide_window_scrolls_the_wide_tables_not_the_page(
+    pdfpool, live_server, operator, browser
+):
+    from playwright.sync_api import expect
+
+    caller = "ip:2001:db8:ffff:ffff:ffff:ffff:ffff:ffff"  # as long as a caller gets
+    pdfpool(SLOTS=1, QUEUE=1)
+    pool, opened = get_pool(), [False]
+
+    async def job() -> int:
+        while not opened[0]:
+            await asyncio.sleep(0.005)
+        return 1
+
+    ticket = ARRIVING.place(1, caller, None)
+    with ThreadPoolExecutor(1) as thread:
+        done = thread.submit(asyncio.run, pool.run("views.job:" + "ab" * 32, caller, job))
+        try:
+            page, errors = signed_in(browser, live_server, viewport={"width": 375, "height": 800})
+            expect(page.locator("#pdfpool-jobs tr.running")).to_have_count(1)
+            expect(page.locator("#pdfpool-door td").first).to_have_text(caller)
+            overflow = "document.documentElement.scrollWidth - document.documentElement.clientWidth"
+            assert page.evaluate(overflow) == 0  # as the admin's own pages at this width
+        finally:
+            opened[0] = True
+            ticket.release()
+        done.result(30)
+    assert errors == []
