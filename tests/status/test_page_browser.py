@@ -163,3 +163,42 @@ def test_a_phone_wide_window_scrolls_the_wide_tables_not_the_page(
             ticket.release()
         done.result(30)
     assert errors == []
+
+
+LOW_CONTRAST = """() => {
+  // Text on the page below WCAG AA's contrast (4.5:1, 3:1 for large text), with the
+  // opacity of it and its ancestors applied over the first opaque background behind it.
+  const rgba = (css) => (css.match(/[\\d.]+/g) || []).map(Number);
+  const lum = (rgb) => rgb.slice(0, 3).map((c) => c / 255)
+    .map((c) => (c <= 0.03928 ? c / 12.92 : ((c + 0.055) / 1.055) ** 2.4))
+    .reduce((sum, c, i) => sum + c * [0.2126, 0.7152, 0.0722][i], 0);
+  const found = [];
+  for (const el of document.querySelectorAll("#pdfpool-status *")) {
+    const text = [...el.childNodes].filter((n) => n.nodeType === 3).map((n) => n.textContent)
+      .join("").trim();
+    if (!text || !el.getClientRects().length) continue;
+    let back = [255, 255, 255], alpha = 1;
+    for (let up = el; up; up = up.parentElement) {
+      const style = getComputedStyle(up), bg = rgba(style.backgroundColor);
+      alpha *= parseFloat(style.opacity);
+      if (bg.length === 3 || bg[3] > 0.5) { back = bg; break; }
+    }
+    const style = getComputedStyle(el), fg = rgba(style.color);
+    alpha *= fg.length > 3 ? fg[3] : 1;
+    const seen = fg.slice(0, 3).map((c, i) => c * alpha + back[i] * (1 - alpha));
+    const [hi, lo] = [lum(seen), lum(back)].sort((a, b) => b - a);
+    const large = parseFloat(style.fontSize) >= 24 || (parseFloat(style.fontSize) >= 18.66
+      && parseInt(style.fontWeight, 10) >= 700);
+    const ratio = (hi + 0.05) / (lo + 0.05);
+    if (ratio < (large ? 3 : 4.5)) found.push(text + ": " + ratio.toFixed(2));
+  }
+  return found;
+}"""
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_every_text_meets_wcag_aa_contrast(pdfpool, live_server, operator, browser, scheme):
+    page, errors = signed_in(browser, live_server, color_scheme=scheme)
+    refreshed(page)
+    assert page.evaluate(LOW_CONTRAST) == []
+    assert errors == []
