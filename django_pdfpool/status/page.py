@@ -88,7 +88,7 @@ def status_data() -> dict[str, Any]:
             "landlock_abi": found.landlock_abi,
             "layers": layers,
         },
-        "door": door_status(),
+        "door": {"on": conf.door is not None, **door_status()},  # off: its terms are defaults
         "memory": envelope(conf.slots, conf.memory_limit),
     }
 

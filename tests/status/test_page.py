@@ -251,8 +251,8 @@ def test_the_json_fields_are_the_documented_ones(pdfpool, users):
     }  # fmt: skip
     assert data["scope"] == "process" and data["counted_since"] <= data["taken_at"]
     assert set(data["door"]) == {
-        "held", "shed", "timed_out", "budget", "budget_bytes", "body_timeout", "body_min_rate",
-        "body_timeout_max",
+        "on", "held", "shed", "timed_out", "budget", "budget_bytes", "body_timeout",
+        "body_min_rate", "body_timeout_max",
     }  # fmt: skip
     assert set(data["children"]) == {"forked", "cold", "template", "ready", "restarts"}
     assert set(data["sandbox"]) == {"level", "required", "refusing", "landlock_abi", "layers"}
@@ -264,6 +264,18 @@ def test_the_json_fields_are_the_documented_ones(pdfpool, users):
     assert set(data["counters"]) == set(Counters.__dataclass_fields__)
     assert set(data["run_time"]) == {"count", "mean", "p95", "max"}
     assert (data["timeout"], data["memory_limit"]) == (30.0, 512 * 1024 * 1024)
+
+
+@pytest.mark.parametrize("door", [True, False])
+def test_the_door_block_says_whether_the_door_is_on(pdfpool, users, door):
+    pdfpool(DOOR=door)
+    root = client_for(users["superuser"])
+    page = root.get(URL).content.decode()
+    block = page.split('class="module pdfpool-door"', 1)[1]
+    text = " ".join(html.unescape(re.sub(r"<[^>]+>", "", block)).split())
+    assert root.get(URL, {"format": "json"}).json()["door"]["on"] is door
+    assert ("budget 256 bodies" in text) is door  # no terms shown for a door not there
+    assert ('The door is off (PDFPOOL["DOOR"] is False)' in text) is not door
 
 
 def test_the_children_block_counts_how_extraction_children_started(pdfpool, users):
