@@ -242,6 +242,13 @@ def test_times_are_shown_in_the_projects_time_zone(pdfpool, users, settings, use
     assert 'data-time-zone="America/New_York"' in page  # status.js formats times in it
 
 
+def test_the_admins_own_words_follow_the_projects_language(pdfpool, users, settings):
+    settings.LANGUAGE_CODE = "fr"
+    page = client_for(users["superuser"]).get(URL).content.decode()
+    assert '<a href="/admin/">Accueil</a>' in page  # as on every other admin page
+    assert "<title>PDF pool status | Site d’administration de Django</title>" in page
+
+
 def test_the_json_fields_are_the_documented_ones(pdfpool, users):
     data = client_for(users["staff_with_perm"]).get(URL, {"format": "json"}, **JSON).json()
     snapshot_fields = set(PoolSnapshot.__dataclass_fields__)
