@@ -249,6 +249,17 @@ def test_the_admins_own_words_follow_the_projects_language(pdfpool, users, setti
     assert "<title>PDF pool status | Site d’administration de Django</title>" in page
 
 
+def test_numbers_are_written_as_status_js_writes_them_whatever_the_locale(
+    pdfpool, users, settings
+):
+    settings.LANGUAGE_CODE, settings.USE_THOUSAND_SEPARATOR = "fr", True
+    pdfpool(DOOR={"BODY_TIMEOUT": 12.5, "BUDGET": 2000})
+    page = client_for(users["superuser"]).get(URL).content.decode()
+    assert f'data-pid="{os.getpid()}"' in page  # what status.js compares the JSON's pid with
+    assert "(budget 2000 bodies; deadline 12.5 s plus" in page
+    assert "refusals per 1.0 s" in page
+
+
 def test_the_json_fields_are_the_documented_ones(pdfpool, users):
     data = client_for(users["staff_with_perm"]).get(URL, {"format": "json"}, **JSON).json()
     snapshot_fields = set(PoolSnapshot.__dataclass_fields__)

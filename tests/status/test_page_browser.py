@@ -202,3 +202,15 @@ def test_every_text_meets_wcag_aa_contrast(pdfpool, live_server, operator, brows
     refreshed(page)
     assert page.evaluate(LOW_CONTRAST) == []
     assert errors == []
+
+
+def test_a_refresh_by_the_same_process_says_no_other_answered(
+    pdfpool, live_server, operator, browser, settings
+):
+    from playwright.sync_api import expect
+
+    settings.USE_THOUSAND_SEPARATOR = True  # a pid of 4 digits or more: "12,345"
+    page, errors = signed_in(browser, live_server)
+    refreshed(page)
+    expect(page.locator("#pdfpool-switched")).to_be_hidden()
+    assert errors == []
