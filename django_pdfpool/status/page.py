@@ -181,6 +181,17 @@ def scope_sentence(data: dict[str, Any]) -> str:
     )
 
 
+def state(data: dict[str, Any]) -> tuple[str, bool]:
+    """What new work meets now, and whether it is refused; ``status.js`` has the same rules."""
+    if data["closed"]:
+        return "closed: accepting no new work", True
+    if data["cluster"] is not None and data["cluster"]["mode"] == "refusing":
+        return "refusing new work: Redis is failing", True
+    if data["sandbox"]["refusing"]:
+        return "refusing extractions: sandbox below SANDBOX[\"REQUIRE\"]", True
+    return "accepting work", False
+
+
 def status_context(data: dict[str, Any], dash: str = "—") -> dict[str, Any]:
     """Rows for ``admin/django_pdfpool/status.html``, each naming the JSON field it shows
     (``dash``: a figure there is none of); the command prints the same rows."""
@@ -232,6 +243,7 @@ def status_context(data: dict[str, Any], dash: str = "—") -> dict[str, Any]:
         "counted_since": _when(data["counted_since"]),
         "cluster_books": cluster_books,
         "scope_sentence": scope_sentence(data),
+        "state": state(data),
         "config": [(label, field, kind, fmt(data[field], kind)) for label, field, kind in CONFIG],
         "gauges": gauges,
         "jobs": jobs,

@@ -15,6 +15,7 @@ from django_pdfpool import get_pool
 from django_pdfpool.door import ARRIVING
 from django_pdfpool.sandbox.children import recent_peaks
 from tests.support import pdfs
+from tests.support.redis_server import free_port
 from tests.support.sandbox import run
 
 URL = "/admin/django_pdfpool/poolstatus/"
@@ -213,4 +214,30 @@ def test_a_refresh_by_the_same_process_says_no_other_answered(
     page, errors = signed_in(browser, live_server)
     refreshed(page)
     expect(page.locator("#pdfpool-switched")).to_be_hidden()
+    assert errors == []
+
+
+@pytest.mark.parametrize(
+    ("settings_", "says"),
+    [
+        ({"REDIS": {"URL": "redis://127.0.0.1:{port}/0"}}, "refusing new work: Redis is failing"),
+        ({"SANDBOX": {"LAYERS": False, "REQUIRE": "basic"}}, "refusing extractions: sandbox"),
+    ],
+    ids=["redis-unreachable", "sandbox-below-required"],
+)
+def test_the_state_says_new_work_is_refused_while_it_is(
+    pdfpool, live_server, operator, browser, namespace, settings_, says
+):
+    from playwright.sync_api import expect
+
+    if "REDIS" in settings_:  # nothing listens there: FALLBACK "refuse" answers 503
+        url = settings_["REDIS"]["URL"].format(port=free_port())
+        settings_ = {"REDIS": {"URL": url, "NAMESPACE": namespace}}
+    pdfpool(**settings_)
+    page, errors = signed_in(browser, live_server)
+    state = page.locator("#pdfpool-state")
+    for _ in ("loaded", "refreshed"):
+        expect(state).to_contain_text(says)
+        expect(state).to_have_class(re.compile(r"\brefusing\b"))
+        refreshed(page)
     assert errors == []

@@ -1,6 +1,6 @@
 /* The PDF pool status page: poll ?format=json and update the page in place.
-   Formats and chart geometry mirror django_pdfpool/status/page.py. On any error the
-   polling stops and the page says it is stale; a reload starts it again. */
+   Formats, the state badge and chart geometry mirror django_pdfpool/status/page.py. On
+   any error the polling stops and the page says it is stale; a reload starts it again. */
 "use strict";
 (function () {
     const root = document.getElementById("pdfpool-status");
@@ -64,9 +64,16 @@
             gauge.querySelector(".fill").setAttribute("width", width.toFixed(1));
             gauge.classList.toggle("full", limit > 0 && value >= limit);
         }
-        const state = document.getElementById("pdfpool-state");
-        state.classList.toggle("closed", data.closed);
-        setText(state, data.closed ? "closed: accepting no new work" : "accepting work");
+        const state = document.getElementById("pdfpool-state"), [text, refusing] = stateOf(data);
+        state.classList.toggle("refusing", refusing);
+        setText(state, text);
+    }
+
+    function stateOf(data) {
+        if (data.closed) return ["closed: accepting no new work", true];
+        if (data.cluster && data.cluster.mode === "refusing") return ["refusing new work: Redis is failing", true];
+        if (data.sandbox.refusing) return ["refusing extractions: sandbox below SANDBOX[\"REQUIRE\"]", true];
+        return ["accepting work", false];
     }
 
     function cell(text, className) {
