@@ -188,7 +188,7 @@ def state(data: dict[str, Any]) -> tuple[str, bool]:
     if data["cluster"] is not None and data["cluster"]["mode"] == "refusing":
         return "refusing new work: Redis is failing", True
     if data["sandbox"]["refusing"]:
-        return "refusing extractions: sandbox below SANDBOX[\"REQUIRE\"]", True
+        return 'refusing extractions: sandbox below SANDBOX["REQUIRE"]', True
     return "accepting work", False
 
 

@@ -246,12 +246,10 @@ def test_the_admins_own_words_follow_the_projects_language(pdfpool, users, setti
     settings.LANGUAGE_CODE = "fr"
     page = client_for(users["superuser"]).get(URL).content.decode()
     assert '<a href="/admin/">Accueil</a>' in page  # as on every other admin page
-    assert "<title>PDF pool status | Site d’administration de Django</title>" in page
+    assert "<title>PDF pool status | Site d\u2019administration de Django</title>" in page
 
 
-def test_numbers_are_written_as_status_js_writes_them_whatever_the_locale(
-    pdfpool, users, settings
-):
+def test_numbers_are_written_as_status_js_writes_them_whatever_the_locale(pdfpool, users, settings):
     settings.LANGUAGE_CODE, settings.USE_THOUSAND_SEPARATOR = "fr", True
     pdfpool(DOOR={"BODY_TIMEOUT": 12.5, "BUDGET": 2000})
     page = client_for(users["superuser"]).get(URL).content.decode()

@@ -109,9 +109,7 @@ def test_times_are_shown_in_the_projects_time_zone_before_and_after_a_refresh(
     recent_peaks.clear()
     recent_peaks.append((midnight.timestamp(), 100 << 20, "cold"))
     try:
-        page, errors = signed_in(
-            browser, live_server, timezone_id="Asia/Tokyo", locale="en-US"
-        )
+        page, errors = signed_in(browser, live_server, timezone_id="Asia/Tokyo", locale="en-US")
         ended = page.locator("#pdfpool-peaks td").first
         since = page.locator("#pdfpool-since")
         expect(ended).to_have_text("00:00:05")
