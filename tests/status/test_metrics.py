@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 
 import pytest
@@ -139,6 +140,33 @@ def test_the_exporter_counts_each_event_once_and_a_rebuilt_pool_from_zero():
     assert value("pdfpool_slots") == 3
     current = None
     assert not exporter.refresh()
+
+
+def test_the_exporter_counts_each_event_once_when_two_refreshes_cross():
+    """The refreshing thread and ``at_exit`` may refresh at once: the one that read the pool
+    first, copying after the other, adds nothing the other already added."""
+    pool, older_read, newer_copied = Pool(1, 1, None), threading.Event(), threading.Event()
+
+    def timeout() -> float:  # read just after the pool: the first refresh waits there
+        if not older_read.is_set():
+            older_read.set()
+            assert newer_copied.wait(10)
+        return 5.0
+
+    exporter = ProcessExporter(lambda: pool, timeout)
+    run_jobs(pool, 1)
+    older = threading.Thread(target=exporter.refresh)
+    older.start()
+    assert older_read.wait(10)
+    run_jobs(pool, 2)
+    exporter.refresh()
+    newer_copied.set()
+    older.join(10)
+    run_jobs(pool, 1)
+    exporter.refresh()
+    (family,) = exporter._metrics["pdfpool_jobs_total"].collect()
+    completed = [s.value for s in family.samples if s.labels == {"event": "completed"}]
+    assert completed[0] == 4  # its ``_total``, then its ``_created``
 
 
 def test_the_exporter_reads_this_process_figures_from_a_cluster_pool():
