@@ -101,7 +101,9 @@ class ProcessExporter:
             if not self._metrics:
                 self._metrics = {metric.name: _live(metric) for metric in METRICS}
             if self._counted_for is None or self._counted_for() is not pool:
-                self._counted.clear()  # a new pool counts from zero
+                self._counted = {  # a new pool counts from zero; the door goes on
+                    key: value for key, value in self._counted.items() if key[0] in _OF_PROCESS
+                }
                 self._counted_for = weakref.ref(pool)
             for metric in METRICS:
                 live = self._metrics[metric.name]
@@ -152,6 +154,9 @@ class ProcessExporter:
         self._counted_for = self._stop = None
         if running:
             self.start()
+
+
+_OF_PROCESS = {metric.name for metric in METRICS if not metric.of_pool}
 
 
 def _live(metric: MetricDefinition) -> Gauge | Counter:
