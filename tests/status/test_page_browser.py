@@ -14,6 +14,7 @@ import pytest
 from django_pdfpool import get_pool
 from django_pdfpool.door import ARRIVING
 from django_pdfpool.sandbox.children import recent_peaks
+from tests.conftest import wait_until
 from tests.support import pdfs
 from tests.support.redis_server import free_port
 from tests.support.sandbox import run
@@ -238,4 +239,44 @@ def test_the_state_says_new_work_is_refused_while_it_is(
         expect(state).to_contain_text(says)
         expect(state).to_have_class(re.compile(r"\brefusing\b"))
         refreshed(page)
+    assert errors == []
+
+
+IN_RED = """() => {
+  // The counters' cells shown in the admin's error colour.
+  const probe = document.createElement("span");
+  probe.style.color = "var(--error-fg)";
+  document.body.append(probe);
+  const red = getComputedStyle(probe).color;
+  probe.remove();
+  return [...document.querySelectorAll(".pdfpool-counters td")]
+    .filter((td) => getComputedStyle(td).color === red).map((td) => td.dataset.field);
+}"""
+
+
+def test_only_refusals_that_happened_are_shown_in_red(pdfpool, live_server, operator, browser):
+    from django_pdfpool.exceptions import CallerBusy
+
+    pdfpool(SLOTS=1, QUEUE=1)
+    pool, opened = get_pool(), [False]
+
+    async def job() -> int:
+        while not opened[0]:
+            await asyncio.sleep(0.005)
+        return 1
+
+    page, errors = signed_in(browser, live_server)
+    assert page.evaluate(IN_RED) == []  # no refusal yet: nothing to alarm about
+    with ThreadPoolExecutor(2) as threads:  # off the main thread: Playwright's loop is there
+        done = threads.submit(asyncio.run, pool.run("k:" + "ab" * 32, "ip:192.0.2.1", job))
+        try:
+            wait_until(lambda: pool.running() == 1)
+            again = threads.submit(asyncio.run, pool.run("k:" + "cd" * 32, "ip:192.0.2.1", job))
+            with pytest.raises(CallerBusy):  # the same caller's second job is refused
+                again.result(30)
+        finally:
+            opened[0] = True
+        done.result(30)
+    refreshed(page)
+    assert page.evaluate(IN_RED) == ["counters.refused_caller"]
     assert errors == []

@@ -54,6 +54,7 @@
             } else {
                 setText(el, fmt(get(data, path), kind));
             }
+            if (el.closest("tr.refused")) el.classList.toggle("alarm", el.textContent !== "0");
         }
     }
 
