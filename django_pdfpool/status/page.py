@@ -155,6 +155,17 @@ def _when(epoch: float | None) -> datetime.datetime | None:
     return timezone.localtime(datetime.datetime.fromtimestamp(epoch, tz=datetime.UTC))
 
 
+def _zone_name() -> str:
+    """The current time zone as browsers' Intl names it: its IANA name, or a fixed offset
+    as "+05:30" (Django names that "UTC+05:30", which Intl refuses)."""
+    zone = timezone.get_current_timezone()
+    if not isinstance(zone, datetime.timezone):
+        return timezone.get_current_timezone_name()
+    minutes = round(zone.utcoffset(None).total_seconds() / 60)
+    sign, (hours, minutes) = "-" if minutes < 0 else "+", divmod(abs(minutes), 60)
+    return f"{sign}{hours:02d}:{minutes:02d}" if hours or minutes else "UTC"
+
+
 def scope_sentence(data: dict[str, Any]) -> str:
     """Whose figures the page shows, in a sentence."""
     cluster = data["cluster"]
@@ -239,6 +250,7 @@ def status_context(data: dict[str, Any], dash: str = "—") -> dict[str, Any]:
     }
     return {
         "status": data,
+        "time_zone": _zone_name(),  # status.js writes times in it, as _when does
         "taken_at": _when(data["taken_at"]),
         "counted_since": _when(data["counted_since"]),
         "cluster_books": cluster_books,

@@ -20,6 +20,7 @@ import pytest
 from django.contrib.auth.models import Permission
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client
+from django.utils import timezone
 
 from django_pdfpool import configured, get_pool
 from django_pdfpool.admission import history
@@ -240,6 +241,22 @@ def test_times_are_shown_in_the_projects_time_zone(pdfpool, users, settings, use
     assert re.search(r"<td>([^<]*)</td>", peaks)[1] == "00:00:05"
     assert re.search(r"Snapshot at <time[^>]*>[\d:]+ (\w+)<", page)[1] in ("EST", "EDT")
     assert 'data-time-zone="America/New_York"' in page  # status.js formats times in it
+
+
+def in_plus_0530(get_response):
+    """A middleware activating a fixed offset, as projects that keep each user's offset do."""
+
+    def middleware(request):
+        with timezone.override(datetime.timezone(datetime.timedelta(hours=5, minutes=30))):
+            return get_response(request)
+
+    return middleware
+
+
+def test_a_fixed_offset_time_zone_is_named_as_browsers_know_it(pdfpool, users, settings):
+    settings.MIDDLEWARE = [*settings.MIDDLEWARE, f"{__name__}.in_plus_0530"]
+    page = client_for(users["superuser"]).get(URL).content.decode()
+    assert 'data-time-zone="+05:30"' in page  # Intl refuses Django's name, "UTC+05:30"
 
 
 def test_the_admins_own_words_follow_the_projects_language(pdfpool, users, settings):
