@@ -192,7 +192,7 @@ def scope_sentence(data: dict[str, Any]) -> str:
     )
 
 
-def state(data: dict[str, Any]) -> tuple[str, bool]:
+def work_state(data: dict[str, Any]) -> tuple[str, bool]:
     """What new work meets now, and whether it is refused; ``status.js`` has the same rules."""
     if data["closed"]:
         return "closed: accepting no new work", True
@@ -255,7 +255,7 @@ def status_context(data: dict[str, Any], dash: str = "—") -> dict[str, Any]:
         "counted_since": _when(data["counted_since"]),
         "cluster_books": cluster_books,
         "scope_sentence": scope_sentence(data),
-        "state": state(data),
+        "state": work_state(data),
         "config": [(label, field, kind, fmt(data[field], kind)) for label, field, kind in CONFIG],
         "gauges": gauges,
         "jobs": jobs,
