@@ -280,3 +280,20 @@ def test_only_refusals_that_happened_are_shown_in_red(pdfpool, live_server, oper
     refreshed(page)
     assert page.evaluate(IN_RED) == ["counters.refused_caller"]
     assert errors == []
+
+
+def test_a_refresh_that_hangs_shows_the_page_stale(
+    pdfpool, live_server, operator, browser, own_redis, namespace
+):
+    from playwright.sync_api import expect
+
+    pdfpool(REDIS={"URL": own_redis.url, "NAMESPACE": namespace, "TIMEOUT": 60})
+    page, errors = signed_in(browser, live_server)
+    refreshed(page)
+    own_redis.pause()  # connections stay open and nothing answers: each read waits 60 s
+    try:
+        live = page.locator("#pdfpool-live")
+        expect(live).to_have_class(re.compile(r"\bstale\b"), timeout=20_000)
+    finally:
+        own_redis.resume()
+    assert errors == []

@@ -1,6 +1,7 @@
 /* The PDF pool status page: poll ?format=json and update the page in place.
    Formats, the state badge and chart geometry mirror django_pdfpool/status/page.py. On
-   any error the polling stops and the page says it is stale; a reload starts it again. */
+   any error, or no answer within five periods, the polling stops and the page says it is
+   stale; a reload starts it again. */
 "use strict";
 (function () {
     const root = document.getElementById("pdfpool-status");
@@ -212,7 +213,8 @@
             return;
         }
         try {
-            const response = await fetch(url, {credentials: "same-origin", headers: {Accept: "application/json"}, cache: "no-store"});
+            const response = await fetch(url, {credentials: "same-origin", headers: {Accept: "application/json"},
+                cache: "no-store", signal: AbortSignal.timeout(5 * every)});  // a hung answer is stale too
             const type = response.headers.get("Content-Type") || "";
             if (!response.ok || response.redirected || !type.startsWith("application/json")) {
                 throw new Error("HTTP " + response.status + (response.redirected ? " (signed out?)" : ""));
