@@ -5,6 +5,7 @@ multiprocess mode (``ProcessExporter``); ``register_metrics`` picks (docs/metric
 from __future__ import annotations
 
 import atexit
+import itertools
 import logging
 import os
 import threading
@@ -79,7 +80,9 @@ class ProcessExporter:
         # Made at the first refresh with a pool: an unlabelled metric writes its zero to
         # this process's file as soon as it exists, and a process without a pool has none.
         self._metrics: dict[str, Gauge | Counter] = {}
+        self._reads = itertools.count()  # each refresh's place, taken before it reads the pool
         self._lock = threading.Lock()  # guards the fields below
+        self._copied = -1  # the place of the last reading copied: an earlier one is stale
         self._counted: dict[tuple[str, str], float] = {}  # counter values already added
         self._counted_for: weakref.ref[AdmissionPool] | None = None  # the pool they are of
         self._stop: threading.Event | None = None  # set: the refreshing thread ends
@@ -87,15 +90,20 @@ class ProcessExporter:
 
     def refresh(self) -> bool:
         """Copy the pool into the metrics now; False while there is no pool."""
-        pool = self._pool()
+        place, pool = next(self._reads), self._pool()
         if pool is None:
             return False
         reading = Reading.now(own_snapshot(pool), self._timeout(), os.getpid())
         with self._lock:
+            if place < self._copied:  # a refresh that read the pool later was copied
+                return True
+            self._copied = place
             if not self._metrics:
                 self._metrics = {metric.name: _live(metric) for metric in METRICS}
             if self._counted_for is None or self._counted_for() is not pool:
-                self._counted.clear()  # a new pool counts from zero
+                self._counted = {  # a new pool counts from zero; the door goes on
+                    key: value for key, value in self._counted.items() if key[0] in _OF_PROCESS
+                }
                 self._counted_for = weakref.ref(pool)
             for metric in METRICS:
                 live = self._metrics[metric.name]
@@ -146,6 +154,9 @@ class ProcessExporter:
         self._counted_for = self._stop = None
         if running:
             self.start()
+
+
+_OF_PROCESS = {metric.name for metric in METRICS if not metric.of_pool}
 
 
 def _live(metric: MetricDefinition) -> Gauge | Counter:

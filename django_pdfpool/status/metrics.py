@@ -63,13 +63,15 @@ class Reading:
 @dataclass(frozen=True)
 class MetricDefinition:
     """One metric: ``name`` as exposed (a counter's ends in ``_total``), ``help``, ``read``
-    (its value in one reading, or with a ``label`` its samples), ``kind``."""
+    (its value in one reading, or with a ``label`` its samples), ``kind``, and ``of_pool``:
+    read from the pool (a new pool's counters start from zero), not the process's door."""
 
     name: str
     help: str
     read: Callable[[Reading], float | list[MetricSample]]
     kind: Literal["gauge", "counter"] = "gauge"
     label: str | None = None
+    of_pool: bool = True
 
     def samples(self, reading: Reading) -> list[MetricSample]:
         value = self.read(reading)
@@ -129,18 +131,21 @@ METRICS: tuple[MetricDefinition, ...] = (
         "Bodies the door let in that are still arriving, on a place or the budget.",
         lambda r: [(kind, float(r.arriving.count(kind))) for kind in ("place", "budget")],
         label="kind",
+        of_pool=False,
     ),
     MetricDefinition(
         "pdfpool_door_shed_total",
         "Uploads the door refused from the headers past its budget (they might have joined).",
         lambda r: r.shed,
         "counter",
+        of_pool=False,
     ),
     MetricDefinition(
         "pdfpool_door_timed_out_total",
         "Bodies let in that missed their deadline (408; their place given back).",
         lambda r: r.timed_out,
         "counter",
+        of_pool=False,
     ),
 )
 """Every metric, in the order they are exposed."""

@@ -15,6 +15,7 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.db import DatabaseError
+from django.utils import timezone
 
 from ..admission.ledger import ClusterSnapshot, CountedBy, Counter
 from ..conf import get_settings
@@ -87,7 +88,7 @@ def status_data() -> dict[str, Any]:
             "landlock_abi": found.landlock_abi,
             "layers": layers,
         },
-        "door": door_status(),
+        "door": {"on": conf.door is not None, **door_status()},  # off: its terms are defaults
         "memory": envelope(conf.slots, conf.memory_limit),
     }
 
@@ -148,7 +149,21 @@ def _fixed(value: float, digits: int) -> str:
 
 
 def _when(epoch: float | None) -> datetime.datetime | None:
-    return None if epoch is None else datetime.datetime.fromtimestamp(epoch, tz=datetime.UTC)
+    """``epoch`` in the current time zone, as the admin shows times (USE_TZ or not)."""
+    if epoch is None:
+        return None
+    return timezone.localtime(datetime.datetime.fromtimestamp(epoch, tz=datetime.UTC))
+
+
+def _zone_name() -> str:
+    """The current time zone as browsers' Intl names it: its IANA name, or a fixed offset
+    as "+05:30" (Django names that "UTC+05:30", which Intl refuses)."""
+    zone = timezone.get_current_timezone()
+    if not isinstance(zone, datetime.timezone):
+        return timezone.get_current_timezone_name()
+    minutes = round(zone.utcoffset(None).total_seconds() / 60)
+    sign, (hours, minutes) = "-" if minutes < 0 else "+", divmod(abs(minutes), 60)
+    return f"{sign}{hours:02d}:{minutes:02d}" if hours or minutes else "UTC"
 
 
 def scope_sentence(data: dict[str, Any]) -> str:
@@ -177,6 +192,17 @@ def scope_sentence(data: dict[str, Any]) -> str:
     )
 
 
+def work_state(data: dict[str, Any]) -> tuple[str, bool]:
+    """What new work meets now, and whether it is refused; ``status.js`` has the same rules."""
+    if data["closed"]:
+        return "closed: accepting no new work", True
+    if data["cluster"] is not None and data["cluster"]["mode"] == "refusing":
+        return "refusing new work: Redis is failing", True
+    if data["sandbox"]["refusing"]:
+        return 'refusing extractions: sandbox below SANDBOX["REQUIRE"]', True
+    return "accepting work", False
+
+
 def status_context(data: dict[str, Any], dash: str = "—") -> dict[str, Any]:
     """Rows for ``admin/django_pdfpool/status.html``, each naming the JSON field it shows
     (``dash``: a figure there is none of); the command prints the same rows."""
@@ -202,7 +228,7 @@ def status_context(data: dict[str, Any], dash: str = "—") -> dict[str, Any]:
                 "value": value,
                 "limit": limit,
                 "width": f"{min(100.0, 100.0 * value / limit) if limit else 0:.1f}",
-                "full": value >= limit,
+                "full": 0 < limit <= value,  # no queue is never a full one
                 "ticks": [f"{100 * i / limit:.1f}" for i in range(1, limit)] if limit <= 32 else [],
             }
         )
@@ -224,10 +250,12 @@ def status_context(data: dict[str, Any], dash: str = "—") -> dict[str, Any]:
     }
     return {
         "status": data,
+        "time_zone": _zone_name(),  # status.js writes times in it, as _when does
         "taken_at": _when(data["taken_at"]),
         "counted_since": _when(data["counted_since"]),
         "cluster_books": cluster_books,
         "scope_sentence": scope_sentence(data),
+        "state": work_state(data),
         "config": [(label, field, kind, fmt(data[field], kind)) for label, field, kind in CONFIG],
         "gauges": gauges,
         "jobs": jobs,

@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 
 import pytest
@@ -25,6 +26,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from django_pdfpool import configured
 from django_pdfpool.admission.ledger import ClusterSnapshot
 from django_pdfpool.admission.local import Pool
+from django_pdfpool.door import ARRIVING
 from django_pdfpool.status import collector as collector_module
 from django_pdfpool.status.collector import PoolCollector, ProcessExporter, register_metrics
 from django_pdfpool.status.metrics import METRICS, Reading, render
@@ -139,6 +141,52 @@ def test_the_exporter_counts_each_event_once_and_a_rebuilt_pool_from_zero():
     assert value("pdfpool_slots") == 3
     current = None
     assert not exporter.refresh()
+
+
+def test_the_exporter_counts_each_event_once_when_two_refreshes_cross():
+    """The refreshing thread and ``at_exit`` may refresh at once: the one that read the pool
+    first, copying after the other, adds nothing the other already added."""
+    pool, older_read, newer_copied = Pool(1, 1, None), threading.Event(), threading.Event()
+
+    def timeout() -> float:  # read just after the pool: the first refresh waits there
+        if not older_read.is_set():
+            older_read.set()
+            assert newer_copied.wait(10)
+        return 5.0
+
+    exporter = ProcessExporter(lambda: pool, timeout)
+    run_jobs(pool, 1)
+    older = threading.Thread(target=exporter.refresh)
+    older.start()
+    assert older_read.wait(10)
+    run_jobs(pool, 2)
+    exporter.refresh()
+    newer_copied.set()
+    older.join(10)
+    run_jobs(pool, 1)
+    exporter.refresh()
+    (family,) = exporter._metrics["pdfpool_jobs_total"].collect()
+    completed = [s.value for s in family.samples if s.labels == {"event": "completed"}]
+    assert completed[0] == 4  # its ``_total``, then its ``_created``
+
+
+def test_a_rebuilt_pool_leaves_the_doors_counters_as_they_were():
+    """The door's counters are the process's, not the pool's: a new pool does not make the
+    exporter add them again."""
+    current = Pool(1, 1, None)
+    exporter = ProcessExporter(lambda: current, lambda: 5.0)
+
+    def shed() -> float:
+        (family,) = exporter._metrics["pdfpool_door_shed_total"].collect()
+        return next(s.value for s in family.samples if s.name == "pdfpool_door_shed_total")
+
+    ARRIVING.count_shed()  # as the door does for an upload past its budget
+    exporter.refresh()
+    before = shed()
+    assert before == ARRIVING.shed >= 1
+    current = Pool(2, 1, None)
+    exporter.refresh()
+    assert shed() == before
 
 
 def test_the_exporter_reads_this_process_figures_from_a_cluster_pool():

@@ -5,6 +5,7 @@ chart, and the optional Prometheus endpoint."""
 from __future__ import annotations
 
 import asyncio
+import datetime
 import hashlib
 import html
 import os
@@ -19,11 +20,13 @@ import pytest
 from django.contrib.auth.models import Permission
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client
+from django.utils import timezone
 
 from django_pdfpool import configured, get_pool
 from django_pdfpool.admission import history
 from django_pdfpool.admission.history import Recorder
 from django_pdfpool.admission.ledger import Counters, DurationSummary, PoolSnapshot
+from django_pdfpool.sandbox.children import recent_peaks
 from django_pdfpool.status import page as status_page
 from tests.conftest import held_requests, wait_until
 from tests.project.views import HELD
@@ -224,6 +227,54 @@ def test_the_page_says_which_process_answered_and_that_the_figures_are_its_own(p
     assert 'id="pdfpool-switched" hidden' in page  # status.js fills it if another answers
 
 
+@pytest.mark.parametrize("use_tz", [True, False])
+def test_times_are_shown_in_the_projects_time_zone(pdfpool, users, settings, use_tz):
+    settings.USE_TZ, settings.TIME_ZONE = use_tz, "America/New_York"
+    ended = datetime.datetime(2026, 1, 15, 5, 0, 5, tzinfo=datetime.UTC)  # 00:00:05 there
+    recent_peaks.clear()
+    recent_peaks.append((ended.timestamp(), 100 << 20, "cold"))
+    try:
+        page = client_for(users["superuser"]).get(URL).content.decode()
+    finally:
+        recent_peaks.clear()
+    peaks = page.split('id="pdfpool-peaks">', 1)[1]
+    assert re.search(r"<td>([^<]*)</td>", peaks)[1] == "00:00:05"
+    assert re.search(r"Snapshot at <time[^>]*>[\d:]+ (\w+)<", page)[1] in ("EST", "EDT")
+    assert 'data-time-zone="America/New_York"' in page  # status.js formats times in it
+
+
+def in_plus_0530(get_response):
+    """A middleware activating a fixed offset, as projects that keep each user's offset do."""
+
+    def middleware(request):
+        with timezone.override(datetime.timezone(datetime.timedelta(hours=5, minutes=30))):
+            return get_response(request)
+
+    return middleware
+
+
+def test_a_fixed_offset_time_zone_is_named_as_browsers_know_it(pdfpool, users, settings):
+    settings.MIDDLEWARE = [*settings.MIDDLEWARE, f"{__name__}.in_plus_0530"]
+    page = client_for(users["superuser"]).get(URL).content.decode()
+    assert 'data-time-zone="+05:30"' in page  # Intl refuses Django's name, "UTC+05:30"
+
+
+def test_the_admins_own_words_follow_the_projects_language(pdfpool, users, settings):
+    settings.LANGUAGE_CODE = "fr"
+    page = client_for(users["superuser"]).get(URL).content.decode()
+    assert '<a href="/admin/">Accueil</a>' in page  # as on every other admin page
+    assert "<title>PDF pool status | Site d\u2019administration de Django</title>" in page
+
+
+def test_numbers_are_written_as_status_js_writes_them_whatever_the_locale(pdfpool, users, settings):
+    settings.LANGUAGE_CODE, settings.USE_THOUSAND_SEPARATOR = "fr", True
+    pdfpool(DOOR={"BODY_TIMEOUT": 12.5, "BUDGET": 2000})
+    page = client_for(users["superuser"]).get(URL).content.decode()
+    assert f'data-pid="{os.getpid()}"' in page  # what status.js compares the JSON's pid with
+    assert "(budget 2000 bodies; deadline 12.5 s plus" in page
+    assert "refusals per 1.0 s" in page
+
+
 def test_the_json_fields_are_the_documented_ones(pdfpool, users):
     data = client_for(users["staff_with_perm"]).get(URL, {"format": "json"}, **JSON).json()
     snapshot_fields = set(PoolSnapshot.__dataclass_fields__)
@@ -233,8 +284,8 @@ def test_the_json_fields_are_the_documented_ones(pdfpool, users):
     }  # fmt: skip
     assert data["scope"] == "process" and data["counted_since"] <= data["taken_at"]
     assert set(data["door"]) == {
-        "held", "shed", "timed_out", "budget", "budget_bytes", "body_timeout", "body_min_rate",
-        "body_timeout_max",
+        "on", "held", "shed", "timed_out", "budget", "budget_bytes", "body_timeout",
+        "body_min_rate", "body_timeout_max",
     }  # fmt: skip
     assert set(data["children"]) == {"forked", "cold", "template", "ready", "restarts"}
     assert set(data["sandbox"]) == {"level", "required", "refusing", "landlock_abi", "layers"}
@@ -246,6 +297,18 @@ def test_the_json_fields_are_the_documented_ones(pdfpool, users):
     assert set(data["counters"]) == set(Counters.__dataclass_fields__)
     assert set(data["run_time"]) == {"count", "mean", "p95", "max"}
     assert (data["timeout"], data["memory_limit"]) == (30.0, 512 * 1024 * 1024)
+
+
+@pytest.mark.parametrize("door", [True, False])
+def test_the_door_block_says_whether_the_door_is_on(pdfpool, users, door):
+    pdfpool(DOOR=door)
+    root = client_for(users["superuser"])
+    page = root.get(URL).content.decode()
+    block = page.split('class="module pdfpool-door"', 1)[1]
+    text = " ".join(html.unescape(re.sub(r"<[^>]+>", "", block)).split())
+    assert root.get(URL, {"format": "json"}).json()["door"]["on"] is door
+    assert ("budget 256 bodies" in text) is door  # no terms shown for a door not there
+    assert ('The door is off (PDFPOOL["DOOR"] is False)' in text) is not door
 
 
 def test_the_children_block_counts_how_extraction_children_started(pdfpool, users):

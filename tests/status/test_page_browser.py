@@ -5,6 +5,7 @@ with, as the numbers beside them are, and a caller's name stays text."""
 from __future__ import annotations
 
 import asyncio
+import datetime
 import re
 from concurrent.futures import ThreadPoolExecutor
 
@@ -13,7 +14,9 @@ import pytest
 from django_pdfpool import get_pool
 from django_pdfpool.door import ARRIVING
 from django_pdfpool.sandbox.children import recent_peaks
+from tests.conftest import wait_until
 from tests.support import pdfs
+from tests.support.redis_server import free_port
 from tests.support.sandbox import run
 
 URL = "/admin/django_pdfpool/poolstatus/"
@@ -21,8 +24,8 @@ pytest_plugins = ["tests.support.redis_fixtures"]
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
-def signed_in(browser, live_server):
-    page = browser.new_context().new_page()
+def signed_in(browser, live_server, **context):
+    page = browser.new_context(**context).new_page()
     errors: list[str] = []
     page.on("pageerror", lambda error: errors.append(str(error)))
     page.goto(live_server.url + URL)
@@ -94,4 +97,203 @@ def test_the_redis_processes_table_follows_the_refresh(
         done.result(30)
     refreshed(page)
     expect(holds.nth(1)).to_have_text("0")
+    assert errors == []
+
+
+def test_times_are_shown_in_the_projects_time_zone_before_and_after_a_refresh(
+    pdfpool, live_server, operator, browser, settings
+):
+    from playwright.sync_api import expect
+
+    settings.TIME_ZONE = "America/New_York"  # the browser is elsewhere, as people are
+    midnight = datetime.datetime(2026, 1, 15, 5, 0, 5, tzinfo=datetime.UTC)  # 00:00:05 there
+    recent_peaks.clear()
+    recent_peaks.append((midnight.timestamp(), 100 << 20, "cold"))
+    try:
+        page, errors = signed_in(browser, live_server, timezone_id="Asia/Tokyo", locale="en-US")
+        ended = page.locator("#pdfpool-peaks td").first
+        since = page.locator("#pdfpool-since")
+        expect(ended).to_have_text("00:00:05")
+        loaded = since.inner_text()
+        refreshed(page)
+    finally:
+        recent_peaks.clear()
+    expect(ended).to_have_text("00:00:05")  # not Tokyo's 14:00:05
+    expect(since).to_have_text(loaded)
+    assert errors == []
+
+
+def test_a_pool_without_a_queue_shows_no_full_queue(pdfpool, live_server, operator, browser):
+    from playwright.sync_api import expect
+
+    pdfpool(SLOTS=1, QUEUE=0)  # nothing queued, and nothing can queue: no alarm
+    page, errors = signed_in(browser, live_server)
+    queue = page.locator('[data-gauge="queued"]')
+    expect(queue).not_to_have_class(re.compile(r"\bfull\b"))
+    refreshed(page)
+    expect(queue).not_to_have_class(re.compile(r"\bfull\b"))
+    assert errors == []
+
+
+def test_a_phone_wide_window_scrolls_the_wide_tables_not_the_page(
+    pdfpool, live_server, operator, browser
+):
+    from playwright.sync_api import expect
+
+    caller = "ip:2001:db8:ffff:ffff:ffff:ffff:ffff:ffff"  # as long as a caller gets
+    pdfpool(SLOTS=1, QUEUE=1)
+    pool, opened = get_pool(), [False]
+
+    async def job() -> int:
+        while not opened[0]:
+            await asyncio.sleep(0.005)
+        return 1
+
+    ticket = ARRIVING.place(1, caller, None)
+    with ThreadPoolExecutor(1) as thread:
+        done = thread.submit(asyncio.run, pool.run("views.job:" + "ab" * 32, caller, job))
+        try:
+            page, errors = signed_in(browser, live_server, viewport={"width": 375, "height": 800})
+            expect(page.locator("#pdfpool-jobs tr.running")).to_have_count(1)
+            expect(page.locator("#pdfpool-door td").first).to_have_text(caller)
+            overflow = "document.documentElement.scrollWidth - document.documentElement.clientWidth"
+            assert page.evaluate(overflow) == 0  # as the admin's own pages at this width
+        finally:
+            opened[0] = True
+            ticket.release()
+        done.result(30)
+    assert errors == []
+
+
+LOW_CONTRAST = """() => {
+  // Text on the page below WCAG AA's contrast (4.5:1, 3:1 for large text), with the
+  // opacity of it and its ancestors applied over the first opaque background behind it.
+  const rgba = (css) => (css.match(/[\\d.]+/g) || []).map(Number);
+  const lum = (rgb) => rgb.slice(0, 3).map((c) => c / 255)
+    .map((c) => (c <= 0.03928 ? c / 12.92 : ((c + 0.055) / 1.055) ** 2.4))
+    .reduce((sum, c, i) => sum + c * [0.2126, 0.7152, 0.0722][i], 0);
+  const found = [];
+  for (const el of document.querySelectorAll("#pdfpool-status *")) {
+    const text = [...el.childNodes].filter((n) => n.nodeType === 3).map((n) => n.textContent)
+      .join("").trim();
+    if (!text || !el.getClientRects().length) continue;
+    let back = [255, 255, 255], alpha = 1;
+    for (let up = el; up; up = up.parentElement) {
+      const style = getComputedStyle(up), bg = rgba(style.backgroundColor);
+      alpha *= parseFloat(style.opacity);
+      if (bg.length === 3 || bg[3] > 0.5) { back = bg; break; }
+    }
+    const style = getComputedStyle(el), fg = rgba(style.color);
+    alpha *= fg.length > 3 ? fg[3] : 1;
+    const seen = fg.slice(0, 3).map((c, i) => c * alpha + back[i] * (1 - alpha));
+    const [hi, lo] = [lum(seen), lum(back)].sort((a, b) => b - a);
+    const large = parseFloat(style.fontSize) >= 24 || (parseFloat(style.fontSize) >= 18.66
+      && parseInt(style.fontWeight, 10) >= 700);
+    const ratio = (hi + 0.05) / (lo + 0.05);
+    if (ratio < (large ? 3 : 4.5)) found.push(text + ": " + ratio.toFixed(2));
+  }
+  return found;
+}"""
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_every_text_meets_wcag_aa_contrast(pdfpool, live_server, operator, browser, scheme):
+    page, errors = signed_in(browser, live_server, color_scheme=scheme)
+    refreshed(page)
+    assert page.evaluate(LOW_CONTRAST) == []
+    assert errors == []
+
+
+def test_a_refresh_by_the_same_process_says_no_other_answered(
+    pdfpool, live_server, operator, browser, settings
+):
+    from playwright.sync_api import expect
+
+    settings.USE_THOUSAND_SEPARATOR = True  # a pid of 4 digits or more: "12,345"
+    page, errors = signed_in(browser, live_server)
+    refreshed(page)
+    expect(page.locator("#pdfpool-switched")).to_be_hidden()
+    assert errors == []
+
+
+@pytest.mark.parametrize(
+    ("settings_", "says"),
+    [
+        ({"REDIS": {"URL": "redis://127.0.0.1:{port}/0"}}, "refusing new work: Redis is failing"),
+        ({"SANDBOX": {"LAYERS": False, "REQUIRE": "basic"}}, "refusing extractions: sandbox"),
+    ],
+    ids=["redis-unreachable", "sandbox-below-required"],
+)
+def test_the_state_says_new_work_is_refused_while_it_is(
+    pdfpool, live_server, operator, browser, namespace, settings_, says
+):
+    from playwright.sync_api import expect
+
+    if "REDIS" in settings_:  # nothing listens there: FALLBACK "refuse" answers 503
+        url = settings_["REDIS"]["URL"].format(port=free_port())
+        settings_ = {"REDIS": {"URL": url, "NAMESPACE": namespace}}
+    pdfpool(**settings_)
+    page, errors = signed_in(browser, live_server)
+    state = page.locator("#pdfpool-state")
+    for _ in ("loaded", "refreshed"):
+        expect(state).to_contain_text(says)
+        expect(state).to_have_class(re.compile(r"\brefusing\b"))
+        refreshed(page)
+    assert errors == []
+
+
+IN_RED = """() => {
+  // The counters' cells shown in the admin's error colour.
+  const probe = document.createElement("span");
+  probe.style.color = "var(--error-fg)";
+  document.body.append(probe);
+  const red = getComputedStyle(probe).color;
+  probe.remove();
+  return [...document.querySelectorAll(".pdfpool-counters td")]
+    .filter((td) => getComputedStyle(td).color === red).map((td) => td.dataset.field);
+}"""
+
+
+def test_only_refusals_that_happened_are_shown_in_red(pdfpool, live_server, operator, browser):
+    from django_pdfpool.exceptions import CallerBusy
+
+    pdfpool(SLOTS=1, QUEUE=1)
+    pool, opened = get_pool(), [False]
+
+    async def job() -> int:
+        while not opened[0]:
+            await asyncio.sleep(0.005)
+        return 1
+
+    page, errors = signed_in(browser, live_server)
+    assert page.evaluate(IN_RED) == []  # no refusal yet: nothing to alarm about
+    with ThreadPoolExecutor(2) as threads:  # off the main thread: Playwright's loop is there
+        done = threads.submit(asyncio.run, pool.run("k:" + "ab" * 32, "ip:192.0.2.1", job))
+        try:
+            wait_until(lambda: pool.running() == 1)
+            again = threads.submit(asyncio.run, pool.run("k:" + "cd" * 32, "ip:192.0.2.1", job))
+            with pytest.raises(CallerBusy):  # the same caller's second job is refused
+                again.result(30)
+        finally:
+            opened[0] = True
+        done.result(30)
+    refreshed(page)
+    assert page.evaluate(IN_RED) == ["counters.refused_caller"]
+    assert errors == []
+
+
+def test_a_refresh_that_hangs_shows_the_page_stale(
+    pdfpool, live_server, operator, browser, own_redis, namespace
+):
+    from playwright.sync_api import expect
+
+    pdfpool(REDIS={"URL": own_redis.url, "NAMESPACE": namespace, "TIMEOUT": 60})
+    page, errors = signed_in(browser, live_server)
+    refreshed(page)
+    own_redis.pause()  # connections stay open and nothing answers: each read waits 60 s
+    try:
+        live = page.locator("#pdfpool-live")
+        expect(live).to_have_class(re.compile(r"\bstale\b"), timeout=20_000)
+    finally:
+        own_redis.resume()
     assert errors == []

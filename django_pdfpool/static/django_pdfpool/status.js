@@ -1,6 +1,7 @@
 /* The PDF pool status page: poll ?format=json and update the page in place.
-   Formats and chart geometry mirror django_pdfpool/status/page.py. On any error the
-   polling stops and the page says it is stale; a reload starts it again. */
+   Formats, the state badge and chart geometry mirror django_pdfpool/status/page.py. On
+   any error, or no answer within five periods, the polling stops and the page says it is
+   stale; a reload starts it again. */
 "use strict";
 (function () {
     const root = document.getElementById("pdfpool-status");
@@ -33,8 +34,12 @@
         return path.split(".").reduce((obj, part) => (obj == null ? obj : obj[part]), data);
     }
 
+    const clockFormat = new Intl.DateTimeFormat("en-GB", {  // the page's H:i:s, 00 to 23
+        timeZone: root.dataset.timeZone, hour: "2-digit", minute: "2-digit", second: "2-digit",
+        hourCycle: "h23"});  // in the time zone the server wrote the page's times in
+
     function clock(epoch) {
-        return new Date(epoch * 1000).toLocaleTimeString([], {hour12: false});
+        return clockFormat.format(new Date(epoch * 1000));
     }
 
     function setText(el, text) {
@@ -50,6 +55,7 @@
             } else {
                 setText(el, fmt(get(data, path), kind));
             }
+            if (el.closest("tr.refused")) el.classList.toggle("alarm", el.textContent !== "0");
         }
     }
 
@@ -58,11 +64,18 @@
             const value = data[gauge.dataset.gauge], limit = data[gauge.dataset.of];
             const width = limit ? Math.min(100, (100 * value) / limit) : 0;
             gauge.querySelector(".fill").setAttribute("width", width.toFixed(1));
-            gauge.classList.toggle("full", value >= limit);
+            gauge.classList.toggle("full", limit > 0 && value >= limit);
         }
-        const state = document.getElementById("pdfpool-state");
-        state.classList.toggle("closed", data.closed);
-        setText(state, data.closed ? "closed: accepting no new work" : "accepting work");
+        const state = document.getElementById("pdfpool-state"), [text, refusing] = stateOf(data);
+        state.classList.toggle("refusing", refusing);
+        setText(state, text);
+    }
+
+    function stateOf(data) {
+        if (data.closed) return ["closed: accepting no new work", true];
+        if (data.cluster && data.cluster.mode === "refusing") return ["refusing new work: Redis is failing", true];
+        if (data.sandbox.refusing) return ["refusing extractions: sandbox below SANDBOX[\"REQUIRE\"]", true];
+        return ["accepting work", false];
     }
 
     function cell(text, className) {
@@ -200,7 +213,8 @@
             return;
         }
         try {
-            const response = await fetch(url, {credentials: "same-origin", headers: {Accept: "application/json"}, cache: "no-store"});
+            const response = await fetch(url, {credentials: "same-origin", headers: {Accept: "application/json"},
+                cache: "no-store", signal: AbortSignal.timeout(5 * every)});  // a hung answer is stale too
             const type = response.headers.get("Content-Type") || "";
             if (!response.ok || response.redirected || !type.startsWith("application/json")) {
                 throw new Error("HTTP " + response.status + (response.redirected ? " (signed out?)" : ""));
