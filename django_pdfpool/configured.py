@@ -63,9 +63,9 @@ def _build(conf: PoolSettings) -> AdmissionPool:
     options = vars(conf.redis) | {  # REDIS's keys are RedisPool's options, but DEPLOYMENT
         "deployment": conf.deployment_tag(),  # two deployments on one namespace are refused
         "fingerprint": conf.results_tag,  # and so are processes whose results would differ
-        # any Extraction MAX_TEXT_BYTES allows reaches other processes: its JSON besides the
-        # pages' text is bounded as the child's answer is
-        "max_result_bytes": max(MAX_RESULT_BYTES, conf.max_text_bytes + ANSWER_OVERHEAD),
+        # any Extraction MAX_TEXT_BYTES allows reaches other processes: JSON writes a text byte
+        # in 6 at most (a control character), the rest is bounded as the child's answer is
+        "max_result_bytes": max(MAX_RESULT_BYTES, 6 * conf.max_text_bytes + ANSWER_OVERHEAD),
     }
     return RedisPool(**common, **options, encode=_encode_result, decode=_decode_result)
 

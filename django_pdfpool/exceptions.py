@@ -56,8 +56,11 @@ class Refused(Exception):
     code = "refused"
 
     def __init__(self, message: str = "", retry_after: float = 1.0) -> None:
-        super().__init__(message or self.__doc__)
         self.retry_after = max(1.0, retry_after)
+        super().__init__(message or self.__doc__, self.retry_after)  # cls(*args) rebuilds it
+
+    def __str__(self) -> str:
+        return str(self.args[0])
 
 
 class PoolBusy(Refused):
@@ -190,6 +193,9 @@ class RemoteJobError(Exception):
 class ResultTooLarge(RemoteJobError):
     """The job's outcome is larger than the pool's ``max_result_bytes``: sharers in other
     processes get this instead."""
+
+    def __str__(self) -> str:
+        return f"the job's {self.type_name} is too large: {self.message}"
 
 
 EXTRACTION_MESSAGES = {

@@ -112,3 +112,19 @@ def test_an_extraction_max_text_bytes_allows_reaches_sharers_in_other_processes(
         gate.set()
         for pool in (here, there):
             asyncio.run(pool.stop())
+
+
+def test_an_extraction_of_control_characters_fits_the_results_limit(
+    pdfpool, redis_server, namespace
+):
+    """JSON writes a control character in 6 bytes: an extraction whose text is MAX_TEXT_BYTES
+    of them still fits what the Redis pool lets cross processes."""
+    from django_pdfpool.admission.redis.codec import decode_outcome, encode_outcome
+    from django_pdfpool.configured import _encode_result
+
+    pdfpool(MAX_TEXT_BYTES=4 << 20, REDIS={"URL": redis_server.url, "NAMESPACE": namespace})
+    limit = _build(get_settings())._settings.max_result_bytes
+    pages = ("\x01" * (4 << 20),)
+    extraction = Extraction("0" * 64, 1, pages, {}, False, 0.1, 1)
+    _, error = decode_outcome(encode_outcome(extraction, None, encode=_encode_result, limit=limit))
+    assert error is None, error

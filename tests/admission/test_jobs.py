@@ -164,3 +164,24 @@ def test_refusals_carry_a_code_and_a_retry_after():
             assert str(refusal)
 
     run(scenario)
+
+
+def test_a_refusal_pickled_or_copied_keeps_its_retry_after_and_a_too_large_result_says_so():
+    """A refusal crossing processes keeps what it says and when to come back, rebuilt from
+    its arguments too (Celery's JSON result backend: ``cls(*args)``); a result too large to
+    share is worded as one."""
+    import copy
+    import pickle
+
+    from django_pdfpool.exceptions import CoordinatorUnavailable, ResultTooLarge
+
+    for refusal in (PoolBusy("full", retry_after=7.5), CoordinatorUnavailable("down", 3.0)):
+        rebuilt = type(refusal)(*refusal.args)
+        for again in (pickle.loads(pickle.dumps(refusal)), copy.copy(refusal), rebuilt):
+            assert type(again) is type(refusal)
+            assert (str(again), again.retry_after) == (str(refusal), refusal.retry_after)
+    too_large = ResultTooLarge("result", "18900000 bytes as JSON, over the limit of 16 bytes")
+    assert (
+        str(too_large)
+        == "the job's result is too large: 18900000 bytes as JSON, over the limit of 16 bytes"
+    )
