@@ -87,7 +87,7 @@ def _importable(takes: str) -> More:
     def more(name: str, path: Any) -> list[CheckMessage]:
         try:
             found = _imported(path)
-        except ImportError as exc:
+        except (ImportError, TypeError, ValueError) as exc:  # ".x" is relative, "." empty
             msg = f"{name} = {path!r} cannot be imported: {exc}"
         else:
             if callable(found):
@@ -115,6 +115,7 @@ def _redis_problems(name: str, redis: Any) -> list[CheckMessage]:
         msg = f"{name} is set but redis-py is not installed."
         return [Error(msg, hint="pip install 'django-pdfpool[redis]'", id="django_pdfpool.E006")]
     from redis.connection import parse_url
+    from redis.exceptions import RedisError
 
     from .admission.redis.link import connect
     from .admission.redis.urls import presentable
@@ -130,8 +131,13 @@ def _redis_problems(name: str, redis: Any) -> list[CheckMessage]:
     try:
         for on_loop in (False, True):  # the pool's reads, and its job loop's scripts
             connect(str(url), sentinels, 1.0, on_loop=on_loop)
-    except ValueError as error:
-        msg = f"{name}['URL'] = {error}."
+    except (ValueError, RedisError) as error:  # RedisError: an ssl_* value redis-py refuses
+        said = (
+            error
+            if isinstance(error, ValueError)
+            else f"{presentable(url)} cannot be used: {error}"
+        )
+        msg = f"{name}['URL'] = {said}."
         hint = "ssl_* options need rediss://; with SENTINELS, redis://SERVICE/0 (docs/cluster.md)."
         return [Error(msg, hint=hint, id="django_pdfpool.E007")]
     return []

@@ -194,6 +194,28 @@ def test_a_dotted_path_to_what_cannot_be_called_is_e004(settings, key):
         get_settings()
 
 
+@pytest.mark.parametrize("key", ["CALLER", "REFUSAL_VIEW"])
+@pytest.mark.parametrize("path", [".callers.user_or_ip", "."], ids=["relative", "dot"])
+def test_a_dotted_path_that_is_not_one_is_e004_not_a_crash(settings, key, path):
+    """import_string() raises TypeError or ValueError for these, not ImportError: the checks
+    and get_settings() (so the app's ready()) must not crash on them."""
+    (found,) = problems({key: path})
+    assert found.id == "django_pdfpool.E004"
+    assert found.msg.startswith(f"PDFPOOL[{key!r}] = {path!r} cannot be imported: ")
+    settings.PDFPOOL = {key: path}
+    with pytest.raises(ImproperlyConfigured, match=r"\[django_pdfpool\.E004\]"):
+        get_settings()
+
+
+def test_a_redis_url_option_redis_py_refuses_with_its_own_error_is_e007_not_a_crash():
+    """An ssl_cert_reqs redis-py does not know raises RedisError when the connection is made."""
+    url = "rediss://127.0.0.1:1/0?ssl_cert_reqs=bogus"
+    (found,) = problems({"REDIS": {"URL": url, "NAMESPACE": "n"}})
+    assert found.id == "django_pdfpool.E007"
+    assert found.msg.startswith(f"PDFPOOL['REDIS']['URL'] = {url} cannot be used: ")
+    assert "bogus" in found.msg
+
+
 @pytest.mark.parametrize(
     "path, value",
     [
