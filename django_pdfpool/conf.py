@@ -131,16 +131,14 @@ def _redis_problems(name: str, redis: Any) -> list[CheckMessage]:
     try:
         for on_loop in (False, True):  # the pool's reads, and its job loop's scripts
             connect(str(url), sentinels, 1.0, on_loop=on_loop)
-    except (ValueError, RedisError) as error:  # RedisError: an ssl_* value redis-py refuses
-        said = (
-            error
-            if isinstance(error, ValueError)
-            else f"{presentable(url)} cannot be used: {error}"
-        )
-        msg = f"{name}['URL'] = {said}."
-        hint = "ssl_* options need rediss://; with SENTINELS, redis://SERVICE/0 (docs/cluster.md)."
-        return [Error(msg, hint=hint, id="django_pdfpool.E007")]
-    return []
+    except ValueError as error:
+        said = str(error)
+    except RedisError as error:  # an ssl_* value redis-py refuses as the connection is made
+        said = f"{presentable(url)} cannot be used: {error}"
+    else:
+        return []
+    hint = "ssl_* options need rediss://; with SENTINELS, redis://SERVICE/0 (docs/cluster.md)."
+    return [Error(f"{name}['URL'] = {said}.", hint=hint, id="django_pdfpool.E007")]
 
 
 _DOTTED = Bound(lambda v: isinstance(v, str) or callable(v), "a dotted path or a callable")
