@@ -57,11 +57,19 @@ def integer(low: int, high: int | None = None, *, unit: str = "") -> Bound:
     )
 
 
+LONGEST = 10**9  # seconds (31 years) every timer takes: the child's alarm counts to 2**31 - 1
+
+
 def seconds(*, at_least: float = 0, above: float | None = None) -> Bound:
-    """A finite number of seconds, ``>= at_least`` or ``> above``."""
+    """A number of seconds, ``>= at_least`` or ``> above``, up to ``LONGEST``."""
     if above is not None:
-        return Bound(lambda v: is_number(v) and v > above, f"seconds > {shown(above)}")
-    return Bound(lambda v: is_number(v) and v >= at_least, f"seconds >= {shown(at_least)}")
+        return Bound(
+            lambda v: is_number(v) and above < v <= LONGEST, f"seconds > {shown(above)} and <= 1e9"
+        )
+    return Bound(
+        lambda v: is_number(v) and at_least <= v <= LONGEST,
+        f"seconds >= {shown(at_least)} and <= 1e9",
+    )
 
 
 def one_of(choices: Iterable[str]) -> Bound:

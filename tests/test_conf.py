@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import importlib.util
 import math
 import re
+import threading
 from pathlib import Path
 
 import pytest
@@ -32,6 +34,7 @@ from django_pdfpool.conf import (
 from django_pdfpool.sandbox import extract as sandbox
 from django_pdfpool.sandbox.confine import REQUIRE
 from django_pdfpool.sandbox.wire import ENGINE
+from tests.support import pdfs
 
 NESTED = {key: table_of(declared.group) for key, declared in SETTINGS.items() if declared.group}
 EVERY = {(key,): declared for key, declared in SETTINGS.items() if not declared.group} | {
@@ -113,7 +116,7 @@ def test_nested_values_are_merged_over_their_defaults_and_bounded(settings):
     assert built.door is not None and (built.door.budget, built.door.body_timeout) == (3, 20.0)
     assert built.sandbox.child_env == ("A",) and built.sandbox.require == "none"
     (bad,) = problems({"DOOR": {"BODY_TIMEOUT": 0}})
-    assert bad.msg == "PDFPOOL['DOOR']['BODY_TIMEOUT'] must be seconds > 0, not 0."
+    assert bad.msg == "PDFPOOL['DOOR']['BODY_TIMEOUT'] must be seconds > 0 and <= 1e9, not 0."
 
 
 def test_door_false_turns_the_door_off_and_true_is_the_defaults(settings):
@@ -162,7 +165,7 @@ def test_the_messages_stay_as_they_were():
     found = {p.msg for p in problems({"SLOTS": 0, "WAIT": "soon", "MEMORY_LIMIT": 1024})}
     assert found == {
         "PDFPOOL['SLOTS'] must be an integer >= 1, not 0.",
-        "PDFPOOL['WAIT'] must be seconds >= 0, or None, not 'soon'.",
+        "PDFPOOL['WAIT'] must be seconds >= 0 and <= 1e9, or None, not 'soon'.",
         "PDFPOOL['MEMORY_LIMIT'] must be bytes, an integer >= 128 MiB, not 1024.",
     }
     (unknown,) = problems({"SLOTZ": 2})
@@ -229,6 +232,35 @@ def test_a_redis_url_option_redis_py_refuses_with_its_own_error_is_e007_not_a_cr
 def test_a_value_that_only_looks_like_a_number_is_e003_not_a_crash(path, value):
     found = [p for p in problems(raw(path, value)) if p.id == "django_pdfpool.E003"]
     assert [p.msg.split(" must be ")[0] for p in found] == [named(path)]
+
+
+SECONDS = [
+    path for path, declared in EVERY.items() if declared.check.expected.startswith("seconds")
+]
+
+
+@pytest.mark.parametrize("path", SECONDS, ids="/".join)
+def test_seconds_past_what_every_timer_counts_are_e003_not_a_failure_at_first_use(path):
+    """The child's alarm counts to 2**31 - 1 s, thread waits and socket timeouts to
+    threading.TIMEOUT_MAX, Redis to 2**63 ms: a TIMEOUT of 2**31 passed the checks and then
+    failed every extraction ("no child could take the job"), a LEASE of 1e308 every call."""
+    for value, refused in ((bounds.LONGEST, False), (2**31, True), (1e308, True)):
+        found = [p.msg for p in problems(raw(path, value)) if p.id == "django_pdfpool.E003"]
+        assert found == (
+            [f"{named(path)} must be {EVERY[path].check.expected}, not {value!r}."]
+            if refused
+            else []
+        )
+        assert "<= 1e9" in EVERY[path].check.expected
+
+
+def test_an_extraction_runs_at_the_longest_timeout_and_one_longer_is_refused_before_a_child():
+    assert min(threading.TIMEOUT_MAX, 2**31 - 1 - 2) > bounds.LONGEST  # the alarm's margin
+    data = pdfs.simple(["as long as it takes"])
+    run = functools.partial(sandbox.extract, data, memory_limit=256 << 20, warm=False)
+    assert "as long as it takes" in asyncio.run(run(timeout=bounds.LONGEST)).text
+    with pytest.raises(ValueError, match=r"^timeout must be seconds > 0 and <= 1e9, not "):
+        asyncio.run(run(timeout=float(2**31)))
 
 
 # -- the lower layers' bounds: one object, the same refusals ------------------------------

@@ -4,13 +4,15 @@ and @pdf_pooled extracting through it (the Extraction crossing Redis as JSON).""
 from __future__ import annotations
 
 import asyncio
+import io
 import threading
 
 import pytest
 from django.core.exceptions import ImproperlyConfigured
+from django.core.management import call_command
 from django.test import Client
 
-from django_pdfpool import get_pool
+from django_pdfpool import bounds, get_pool
 from django_pdfpool.checks import check_settings
 from django_pdfpool.conf import get_settings
 from django_pdfpool.configured import _build
@@ -53,6 +55,33 @@ def test_the_redis_backend_serves_the_decorator(pdfpool, redis_server, namespace
     pdf = response.json()["pdf"]
     assert "through redis" in pdf["text"] and pdf["page_count"] == 1
     assert pool.snapshot().counters.completed == 1
+
+
+def test_every_duration_at_its_longest_serves_an_upload_and_the_status(
+    pdfpool, redis_server, namespace
+):
+    """The child's alarm, the door's waits, Redis's milliseconds and socket timeouts all take
+    the longest seconds the checks pass."""
+    longest = bounds.LONGEST
+    pdfpool(
+        TIMEOUT=longest,
+        WAIT=longest,
+        DOOR={"BODY_TIMEOUT": longest, "BODY_TIMEOUT_MAX": longest},
+        REDIS={
+            "URL": redis_server.url,
+            "NAMESPACE": namespace,
+            "LEASE": longest,
+            "TIMEOUT": longest,
+        },
+    )
+    assert check_settings() == []
+    data = pdfs.simple(["a long time"])
+    response = Client().post("/sync/", {"file": upload(data)}, **JSON)
+    assert response.status_code == 200, response.content
+    assert "a long time" in response.json()["pdf"]["text"]
+    out = io.StringIO()
+    call_command("pdfpool", "status", stdout=out)
+    assert f"namespace {namespace}" in out.getvalue()
 
 
 def test_sentinels_are_a_setting(pdfpool, redis_server, namespace):

@@ -268,6 +268,15 @@ def test_drain_timeout_must_be_seconds(pdfpool):
     assert refused.value.returncode == 2  # a wrong argument (docs/command.md)
 
 
+def test_drain_by_default_waits_what_the_settings_give_past_what_the_option_takes(pdfpool):
+    """With WAIT None the default is ceil(QUEUE / SLOTS) x TIMEOUT: over 1e9 seconds here."""
+    pdfpool(SLOTS=1, QUEUE=4, WAIT=None, TIMEOUT=1e9)
+    get_pool()
+    out = io.StringIO()
+    call_command("pdfpool", "drain", stdout=out)
+    assert "Drained in " in out.getvalue()
+
+
 # --- extract --------------------------------------------------------------------------------
 
 

@@ -187,11 +187,14 @@ class Command(BaseCommand):
             "pdfpool drain blocks until the pool is drained: in async code, "
             "await django_pdfpool.adrain_pool() instead."
         )
-        limit = drain_timeout() if options["timeout"] is None else options["timeout"]
-        try:
-            seconds(at_least=0).require("--timeout", limit)
-        except ValueError as error:
-            raise CommandError(str(error), returncode=EXIT_USAGE) from None
+        limit = options["timeout"]
+        if limit is None:  # from valid settings; with WAIT None it may exceed the option's bound
+            limit = drain_timeout()
+        else:
+            try:
+                seconds(at_least=0).require("--timeout", limit)
+            except ValueError as error:
+                raise CommandError(str(error), returncode=EXIT_USAGE) from None
         mine = own_snapshot(pool)
         self.stdout.write(
             f"Draining the pool of process {os.getpid()}: it accepts no new work; "
