@@ -48,13 +48,19 @@ def shown(number: float) -> str:
     return f"{number // MiB} MiB" if whole_mib else f"{number}"
 
 
+LARGEST = 2**53  # the integers JSON readers (the status page's script) and Redis's Lua hold
+
+
 def integer(low: int, high: int | None = None, *, unit: str = "") -> Bound:
-    """An int from ``low`` (to ``high``); ``unit`` ("bytes") comes first in the words."""
-    words = f"an integer >= {shown(low)}" if high is None else f"an integer from {low} to {high}"
-    return Bound(
-        lambda v: is_int(v) and v >= low and (high is None or v <= high),
-        f"{unit}, {words}" if unit else words,
+    """An int from ``low`` to ``high`` (``LARGEST``); ``unit`` ("bytes") comes first in the
+    words."""
+    top = LARGEST if high is None else high
+    words = (
+        f"an integer >= {shown(low)} and <= 2**53"
+        if high is None
+        else f"an integer from {low} to {high}"
     )
+    return Bound(lambda v: is_int(v) and low <= v <= top, f"{unit}, {words}" if unit else words)
 
 
 LONGEST = 10**9  # seconds (31 years) every timer takes: the child's alarm counts to 2**31 - 1

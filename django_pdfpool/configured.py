@@ -13,6 +13,7 @@ from typing import Any
 from .admission.history import Recorder
 from .admission.local import Pool
 from .admission.protocol import AdmissionPool
+from .bounds import LARGEST
 from .conf import PoolSettings, get_settings
 from .exceptions import ExtractionError
 from .sandbox.extract import Extraction
@@ -64,8 +65,10 @@ def _build(conf: PoolSettings) -> AdmissionPool:
         "deployment": conf.deployment_tag(),  # two deployments on one namespace are refused
         "fingerprint": conf.results_tag,  # and so are processes whose results would differ
         # any Extraction MAX_TEXT_BYTES allows reaches other processes: its JSON besides the
-        # pages' text is bounded as the child's answer is
-        "max_result_bytes": max(MAX_RESULT_BYTES, conf.max_text_bytes + ANSWER_OVERHEAD),
+        # pages' text is bounded as the child's answer is (within what an integer bound takes)
+        "max_result_bytes": min(
+            max(MAX_RESULT_BYTES, conf.max_text_bytes + ANSWER_OVERHEAD), LARGEST
+        ),
     }
     return RedisPool(**common, **options, encode=_encode_result, decode=_decode_result)
 

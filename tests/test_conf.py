@@ -164,9 +164,9 @@ def test_the_messages_stay_as_they_were():
     """The words of the checks users already know (tests/e2e/test_example.py reads two of them)."""
     found = {p.msg for p in problems({"SLOTS": 0, "WAIT": "soon", "MEMORY_LIMIT": 1024})}
     assert found == {
-        "PDFPOOL['SLOTS'] must be an integer >= 1, not 0.",
+        "PDFPOOL['SLOTS'] must be an integer >= 1 and <= 2**53, not 0.",
         "PDFPOOL['WAIT'] must be seconds >= 0 and <= 1e9, or None, not 'soon'.",
-        "PDFPOOL['MEMORY_LIMIT'] must be bytes, an integer >= 128 MiB, not 1024.",
+        "PDFPOOL['MEMORY_LIMIT'] must be bytes, an integer >= 128 MiB and <= 2**53, not 1024.",
     }
     (unknown,) = problems({"SLOTZ": 2})
     assert unknown.id == "django_pdfpool.E002"
@@ -261,6 +261,27 @@ def test_an_extraction_runs_at_the_longest_timeout_and_one_longer_is_refused_bef
     assert "as long as it takes" in asyncio.run(run(timeout=bounds.LONGEST)).text
     with pytest.raises(ValueError, match=r"^timeout must be seconds > 0 and <= 1e9, not "):
         asyncio.run(run(timeout=float(2**31)))
+
+
+INTEGERS = [path for path, declared in EVERY.items() if "integer" in declared.check.expected]
+
+
+@pytest.mark.parametrize("path", INTEGERS, ids="/".join)
+def test_integers_past_what_json_and_lua_hold_are_e003_not_a_crash_at_first_use(path):
+    """A MEMORY_LIMIT of 2**63 passed the checks, then failed every extraction (setrlimit);
+    a MAX_UPLOAD_SIZE of 10**40 crashed the status page and `pdfpool status`."""
+    for value, refused in ((bounds.LARGEST, False), (bounds.LARGEST + 1, True), (10**40, True)):
+        found = [p.msg for p in problems(raw(path, value)) if p.id == "django_pdfpool.E003"]
+        expected = f"{named(path)} must be {EVERY[path].check.expected}, not {value!r}."
+        assert found == ([expected] if refused else [])
+
+
+def test_an_extraction_runs_at_the_largest_memory_limit_and_one_larger_is_refused_before_a_child():
+    data = pdfs.simple(["all the memory"])
+    run = functools.partial(sandbox.extract, data, timeout=30.0, warm=False)
+    assert "all the memory" in asyncio.run(run(memory_limit=bounds.LARGEST)).text
+    with pytest.raises(ValueError, match=r"^memory_limit must be bytes, an integer >= 1 and "):
+        asyncio.run(run(memory_limit=2**63))
 
 
 # -- the lower layers' bounds: one object, the same refusals ------------------------------
@@ -392,12 +413,12 @@ def test_one_more_entry_is_a_default_a_check_a_typed_attribute_and_a_row(setting
     monkeypatch.setattr(conf, "PoolSettings", WithOneMore)
     assert conf.problems({"RETRIES": 1}) == []
     (bad,) = conf.problems({"RETRIES": -1})
-    assert bad.msg == "PDFPOOL['RETRIES'] must be an integer >= 0, not -1."
+    assert bad.msg == "PDFPOOL['RETRIES'] must be an integer >= 0 and <= 2**53, not -1."
     settings.PDFPOOL = {"RETRIES": 5}
     built = conf.get_settings()
     assert isinstance(built, WithOneMore) and built.retries == 5 and built.slots == 2
     written = settings_tables().render(PAGE.read_text())  # what tools/settings_tables.py writes
-    assert "| `RETRIES` | `3` | an integer >= 0 | times a failed job" in written
+    assert "| `RETRIES` | `3` | an integer >= 0 and <= 2**53 | times a failed job" in written
 
 
 def settings_tables():

@@ -57,16 +57,19 @@ def test_the_redis_backend_serves_the_decorator(pdfpool, redis_server, namespace
     assert pool.snapshot().counters.completed == 1
 
 
-def test_every_duration_at_its_longest_serves_an_upload_and_the_status(
+def test_every_term_at_its_largest_serves_an_upload_and_the_status(
     pdfpool, redis_server, namespace
 ):
-    """The child's alarm, the door's waits, Redis's milliseconds and socket timeouts all take
-    the longest seconds the checks pass."""
-    longest = bounds.LONGEST
+    """The child's alarm and setrlimit, the door's waits, Redis's milliseconds and Lua's
+    numbers, socket timeouts and the status tables all take the largest values the checks
+    pass."""
+    longest, largest = bounds.LONGEST, bounds.LARGEST
     pdfpool(
+        **dict.fromkeys(["SLOTS", "QUEUE", "MEMORY_LIMIT", "MAX_UPLOAD_SIZE"], largest),
+        **dict.fromkeys(["MAX_PAGES", "MAX_TEXT_BYTES"], largest),
         TIMEOUT=longest,
         WAIT=longest,
-        DOOR={"BODY_TIMEOUT": longest, "BODY_TIMEOUT_MAX": longest},
+        DOOR={"BODY_TIMEOUT": longest, "BODY_TIMEOUT_MAX": longest, "BUDGET": largest},
         REDIS={
             "URL": redis_server.url,
             "NAMESPACE": namespace,
@@ -79,9 +82,10 @@ def test_every_duration_at_its_longest_serves_an_upload_and_the_status(
     response = Client().post("/sync/", {"file": upload(data)}, **JSON)
     assert response.status_code == 200, response.content
     assert "a long time" in response.json()["pdf"]["text"]
-    out = io.StringIO()
-    call_command("pdfpool", "status", stdout=out)
-    assert f"namespace {namespace}" in out.getvalue()
+    for options in ([], ["--json"]):
+        out = io.StringIO()
+        call_command("pdfpool", "status", *options, stdout=out)
+        assert namespace in out.getvalue()
 
 
 def test_sentinels_are_a_setting(pdfpool, redis_server, namespace):

@@ -177,7 +177,7 @@ def test_pool_settings_come_from_the_environment_and_are_checked(state):
     }
     bad = manage(directory, "check", SLOTS=0, WAIT="soon")
     assert bad.returncode != 0
-    assert "PDFPOOL['SLOTS'] must be an integer >= 1, not 0" in bad.stderr
+    assert "PDFPOOL['SLOTS'] must be an integer >= 1 and <= 2**53, not 0" in bad.stderr
     assert "PDFPOOL['WAIT'] must be seconds >= 0 and <= 1e9, or None, not 'soon'" in bad.stderr
 
 

@@ -21,7 +21,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.test import Client
 
-from django_pdfpool import get_pool
+from django_pdfpool import bounds, get_pool
 from django_pdfpool.exceptions import PoolClosed
 from django_pdfpool.management.commands import pdfpool as command
 from tests.conftest import held, held_requests, wait_until
@@ -104,6 +104,18 @@ def test_status_shows_this_processs_pool_with_its_job_and_counters(pdfpool):
     assert (data["pid"], data["slots"], data["queue"], data["running"]) == (os.getpid(), 3, 5, 1)
     assert [job["state"] for job in data["jobs"]] == ["running"]
     assert data["counters"]["started"] == 1
+
+
+def test_status_shows_every_term_at_its_largest(pdfpool):
+    """MAX_UPLOAD_SIZE, and SLOTS x MEMORY_LIMIT in the envelope, are printed in GiB: the
+    checks pass no value too large to print (10**40 bytes once crashed the command)."""
+    largest = bounds.LARGEST
+    pdfpool(**dict.fromkeys(["SLOTS", "QUEUE", "MEMORY_LIMIT", "MAX_UPLOAD_SIZE"], largest))
+    response = post("/sync/", pdfs.simple(["big terms"]), "203.0.113.9")
+    assert response.status_code == 200, response.content
+    text, _ = run("status")
+    assert f"Running  0 of {largest} slots" in text
+    assert json.loads(run("status", json=True)[0])["slots"] == largest
 
 
 def test_status_escapes_what_would_drive_the_terminal(pdfpool):
