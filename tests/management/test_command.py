@@ -106,6 +106,21 @@ def test_status_shows_this_processs_pool_with_its_job_and_counters(pdfpool):
     assert data["counters"]["started"] == 1
 
 
+def test_djangos_own_options_follow_the_action_as_they_follow_any_command(tmp_path):
+    """``manage.py pdfpool status --settings=...`` as ``manage.py migrate --settings=...``;
+    one given before the ACTION is not undone by the subcommand."""
+    after = manage("status", "--settings=tests.project.settings", "-v", "0", cwd=tmp_path)
+    assert after.returncode == 0, after.stderr
+    assert after.stdout.startswith("PDF pool of process ")
+    missing = str(tmp_path / "missing.pdf")
+    for args in (["extract", missing, "--traceback"], ["--traceback", "extract", missing]):
+        shown = manage(*args, cwd=tmp_path)
+        assert shown.returncode == 1
+        assert "Traceback (most recent call last)" in shown.stderr, args
+    plain = manage("extract", missing, cwd=tmp_path)
+    assert plain.stderr == f"CommandError: Cannot read {missing}: No such file or directory.\n"
+
+
 def test_status_shows_every_term_at_its_largest(pdfpool):
     """MAX_UPLOAD_SIZE, and SLOTS x MEMORY_LIMIT in the envelope, are printed in GiB: the
     checks pass no value too large to print (10**40 bytes once crashed the command)."""
