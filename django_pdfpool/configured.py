@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import contextlib
 import logging
 import math
 import threading
@@ -38,11 +39,27 @@ def get_pool() -> AdmissionPool:
         if _pool is None:
             atexit.register(drain_pool)  # graceful by default where nothing else drains
         if _pool is None or (_built_from != current and _pool.idle()):
-            _pool = _build(current)
+            replaced, _pool = _pool, _build(current)
+            if replaced is not None:
+                _retire(replaced)
             current.sandbox.configure(tmp_dir=current.temp_dir)
             recorder.start()  # the status chart then covers the time before anyone looked
             _built_from = current
         return _pool
+
+
+def _retire(pool: AdmissionPool) -> None:
+    """Drain an idle pool that a settings change replaced, before its successor runs a job:
+    a Redis pool left beating keeps this process registered with the old terms, and the
+    other pools of the namespace, its successor included, are refused as misconfigured."""
+
+    def drain() -> None:
+        with contextlib.suppress(Exception):  # Redis gone: the registration's lease lapses
+            asyncio.run(pool.drain())
+
+    thread = threading.Thread(target=drain, name="pdfpool-retire")  # from async code too
+    thread.start()
+    thread.join()
 
 
 def peek_pool() -> AdmissionPool | None:

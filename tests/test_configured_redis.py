@@ -10,7 +10,7 @@ import threading
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management import call_command
-from django.test import Client
+from django.test import Client, override_settings
 
 from django_pdfpool import bounds, get_pool
 from django_pdfpool.checks import check_settings
@@ -86,6 +86,21 @@ def test_every_term_at_its_largest_serves_an_upload_and_the_status(
         out = io.StringIO()
         call_command("pdfpool", "status", *options, stdout=out)
         assert namespace in out.getvalue()
+
+
+def test_a_settings_change_retires_the_pool_it_replaces(pdfpool, redis_server, namespace):
+    """The idle pool replaced is drained: left beating, it kept this process registered with
+    the old SLOTS, and every job of its successor was refused 503 ``misconfigured``."""
+    terms = {"URL": redis_server.url, "NAMESPACE": namespace}
+    pdfpool(SLOTS=2, REDIS=terms)
+    for slots, text in ((2, "before"), (3, "after")):
+        with override_settings(PDFPOOL={"SLOTS": slots, "REDIS": terms}):
+            response = Client().post("/sync/", {"file": upload(pdfs.simple([text]))}, **JSON)
+            assert response.status_code == 200, response.content
+            assert response.json()["pdf"]["text"] == text
+            if slots == 2:
+                replaced = get_pool()
+    assert replaced.snapshot().closed and get_pool() is not replaced
 
 
 def test_sentinels_are_a_setting(pdfpool, redis_server, namespace):
