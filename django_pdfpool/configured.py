@@ -127,9 +127,11 @@ async def adrain_pool(timeout: float | None = None) -> bool:
         await asyncio.wait_for(pool.drain(), drain_timeout() if timeout is None else timeout)
         return True
     except TimeoutError:
-        logger.warning("PDF pool drain timed out; stopping what is left")
+        left = not pool.idle()  # timeout 0 cancels even the drain of an idle pool
+        if left:
+            logger.warning("PDF pool drain timed out; stopping what is left")
         await pool.stop()
-        return False
+        return not left
 
 
 def drain_pool(timeout: float | None = None) -> bool:

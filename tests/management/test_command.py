@@ -274,6 +274,13 @@ def test_drain_that_runs_out_of_time_stops_the_extraction_and_its_child(pdfpool)
     assert leftovers(before) == set()  # the child was killed and reaped
 
 
+def test_drain_of_an_idle_pool_with_no_time_at_all_is_done_not_out_of_time(pdfpool):
+    """``--timeout 0``: stop now. Nothing ran, so nothing was stopped (it said so, exit 3)."""
+    pool = get_pool()
+    out, _ = run("drain", "--timeout", "0")
+    assert "Drained in " in out and pool.snapshot().closed
+
+
 def test_drain_refuses_to_block_an_event_loop(pdfpool):
     get_pool()
 
