@@ -210,6 +210,21 @@ def test_a_dotted_path_that_is_not_one_is_e004_not_a_crash(settings, key, path):
         get_settings()
 
 
+@pytest.mark.parametrize(
+    "key, takes",
+    [("CALLER", "the request"), ("REFUSAL_VIEW", "the request and the exception")],
+)
+def test_a_callable_that_cannot_take_its_arguments_is_e004_not_a_500_on_every_upload(
+    settings, key, takes
+):
+    """It imports and is callable, but every upload (or refusal) raised TypeError."""
+    (found,) = problems({key: "os.getcwd"})
+    assert found.id == "django_pdfpool.E004"
+    assert found.msg == f"PDFPOOL[{key!r}] = 'os.getcwd' cannot be called with {takes}."
+    assert problems({key: lambda *anything: None}) == []
+    assert problems({key: max}) == []  # a builtin without a signature: taken as it is
+
+
 def test_a_redis_url_option_redis_py_refuses_with_its_own_error_is_e007_not_a_crash():
     """An ssl_cert_reqs redis-py does not know raises RedisError when the connection is made."""
     url = "rediss://127.0.0.1:1/0?ssl_cert_reqs=bogus"
