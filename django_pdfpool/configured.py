@@ -82,7 +82,7 @@ def _build(conf: PoolSettings) -> AdmissionPool:
         "deployment": conf.deployment_tag(),  # two deployments on one namespace are refused
         "fingerprint": conf.results_tag,  # and so are processes whose results would differ
         # any Extraction MAX_TEXT_BYTES allows reaches other processes: its JSON besides the
-        # pages' text is bounded as the child's answer is (within what an integer bound takes)
+        # pages' text is bounded as the child's answer is; at most LARGEST, as integers are
         "max_result_bytes": min(
             max(MAX_RESULT_BYTES, conf.max_text_bytes + ANSWER_OVERHEAD), LARGEST
         ),
