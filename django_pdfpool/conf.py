@@ -130,7 +130,6 @@ def _redis_problems(name: str, redis: Any) -> list[CheckMessage]:
         msg = f"{name} is set but redis-py is not installed."
         return [Error(msg, hint="pip install 'django-pdfpool[redis]'", id="django_pdfpool.E006")]
     from redis.connection import parse_url
-    from redis.exceptions import RedisError
 
     from .admission.redis.link import connect
     from .admission.redis.urls import presentable
@@ -148,7 +147,7 @@ def _redis_problems(name: str, redis: Any) -> list[CheckMessage]:
             connect(str(url), sentinels, 1.0, on_loop=on_loop)
     except ValueError as error:
         said = str(error)
-    except RedisError as error:  # an ssl_* value redis-py refuses as the connection is made
+    except Exception as error:  # redis-py's own, on an option's value: RedisError, AttributeError
         said = f"{presentable(url)} cannot be used: {error}"
     else:
         return []

@@ -225,13 +225,23 @@ def test_a_callable_that_cannot_take_its_arguments_is_e004_not_a_500_on_every_up
     assert problems({key: max}) == []  # a builtin without a signature: taken as it is
 
 
-def test_a_redis_url_option_redis_py_refuses_with_its_own_error_is_e007_not_a_crash():
-    """An ssl_cert_reqs redis-py does not know raises RedisError when the connection is made."""
-    url = "rediss://127.0.0.1:1/0?ssl_cert_reqs=bogus"
-    (found,) = problems({"REDIS": {"URL": url, "NAMESPACE": "n"}})
+@pytest.mark.parametrize(
+    "url",
+    ["rediss://127.0.0.1:1/0?ssl_cert_reqs=bogus", "redis://127.0.0.1:1/0?retry=x"],
+    ids=["RedisError", "AttributeError"],
+)
+@pytest.mark.parametrize("sentinels", [[], ["127.0.0.1:26379"]], ids=["direct", "sentinel"])
+def test_a_redis_url_option_redis_py_refuses_with_its_own_error_is_e007_not_a_crash(
+    settings, url, sentinels
+):
+    """redis-py raises its own errors for some options' values as the (unconnected)
+    connection is made: the checks, and the app's ready(), crashed on them."""
+    (found,) = problems({"REDIS": {"URL": url, "NAMESPACE": "n", "SENTINELS": sentinels}})
     assert found.id == "django_pdfpool.E007"
     assert found.msg.startswith(f"PDFPOOL['REDIS']['URL'] = {url} cannot be used: ")
-    assert "bogus" in found.msg
+    settings.PDFPOOL = {"REDIS": {"URL": url, "NAMESPACE": "n"}}
+    with pytest.raises(ImproperlyConfigured, match=r"\[django_pdfpool\.E007\]"):
+        get_settings()
 
 
 @pytest.mark.parametrize(
