@@ -48,20 +48,34 @@ def shown(number: float) -> str:
     return f"{number // MiB} MiB" if whole_mib else f"{number}"
 
 
+LARGEST = 2**53  # the integers JSON readers (the status page's script) and Redis's Lua hold
+
+
 def integer(low: int, high: int | None = None, *, unit: str = "") -> Bound:
-    """An int from ``low`` (to ``high``); ``unit`` ("bytes") comes first in the words."""
-    words = f"an integer >= {shown(low)}" if high is None else f"an integer from {low} to {high}"
-    return Bound(
-        lambda v: is_int(v) and v >= low and (high is None or v <= high),
-        f"{unit}, {words}" if unit else words,
+    """An int from ``low`` to ``high`` (``LARGEST``); ``unit`` ("bytes") comes first in the
+    words."""
+    top = LARGEST if high is None else high
+    words = (
+        f"an integer >= {shown(low)} and <= 2**53"
+        if high is None
+        else f"an integer from {low} to {high}"
     )
+    return Bound(lambda v: is_int(v) and low <= v <= top, f"{unit}, {words}" if unit else words)
+
+
+LONGEST = 10**9  # seconds (31 years) every timer takes: the child's alarm counts to 2**31 - 1
 
 
 def seconds(*, at_least: float = 0, above: float | None = None) -> Bound:
-    """A finite number of seconds, ``>= at_least`` or ``> above``."""
+    """A number of seconds, ``>= at_least`` or ``> above``, up to ``LONGEST``."""
     if above is not None:
-        return Bound(lambda v: is_number(v) and v > above, f"seconds > {shown(above)}")
-    return Bound(lambda v: is_number(v) and v >= at_least, f"seconds >= {shown(at_least)}")
+        return Bound(
+            lambda v: is_number(v) and above < v <= LONGEST, f"seconds > {shown(above)} and <= 1e9"
+        )
+    return Bound(
+        lambda v: is_number(v) and at_least <= v <= LONGEST,
+        f"seconds >= {shown(at_least)} and <= 1e9",
+    )
 
 
 def one_of(choices: Iterable[str]) -> Bound:

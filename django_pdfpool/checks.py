@@ -58,11 +58,14 @@ def check_sandbox(**kwargs: Any) -> list[CheckMessage]:
         for layer, why in found.missing.items()
     ]
     if not found.sufficient:
+        gives = f"this host gives {found.level!r}" if found.enabled else "LAYERS is False"
         msg = (
-            f"PDFPOOL['SANDBOX']['REQUIRE'] is {found.required!r} but this host gives "
-            f"{found.level!r}: every extraction will be refused (503)."
+            f"PDFPOOL['SANDBOX']['REQUIRE'] is {found.required!r} but {gives}: every "
+            "extraction will be refused (503)."
         )
         hint = "Lower SANDBOX['REQUIRE'], or run where the missing layers are offered."
+        if not found.enabled:
+            hint = "Set SANDBOX['LAYERS'] to True (or REQUIRE to 'none', for debugging only)."
         messages.append(checks.Error(msg, hint=hint, id="django_pdfpool.E021"))
     return messages
 

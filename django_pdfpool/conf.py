@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from importlib.util import find_spec
@@ -80,23 +81,37 @@ def _addresses(value: Any) -> tuple[tuple[str, int], ...] | None:
     return tuple((host.strip("[]"), int(port)) for host, _, port in pairs)
 
 
-def _importable(takes: str) -> More:
-    """E004 for a dotted path that cannot be imported, or names what cannot be called (a
-    callable is taken as it is)."""
+def _importable(takes: str, arguments: int) -> More:
+    """E004 for a dotted path that cannot be imported, or names what cannot be called with
+    ``arguments`` positional arguments (a callable is taken as it is)."""
 
     def more(name: str, path: Any) -> list[CheckMessage]:
         try:
             found = _imported(path)
-        except ImportError as exc:
+        except (ImportError, TypeError, ValueError) as exc:  # ".x" is relative, "." empty
             msg = f"{name} = {path!r} cannot be imported: {exc}"
         else:
-            if callable(found):
+            if not callable(found):
+                msg = f"{name} = {path!r} is not callable ({type(found).__name__})."
+            elif not _takes(found, arguments):
+                msg = f"{name} = {path!r} cannot be called with {takes}."
+            else:
                 return []
-            msg = f"{name} = {path!r} is not callable ({type(found).__name__})."
         hint = f"Give the dotted path of a function taking {takes}."
         return [Error(msg, hint=hint, id="django_pdfpool.E004")]
 
     return more
+
+
+def _takes(function: Callable[..., Any], arguments: int) -> bool:
+    """Whether ``function``'s signature takes ``arguments`` positional ones (unknown: yes)."""
+    try:
+        inspect.signature(function).bind(*range(arguments))
+    except ValueError:  # no signature to read (some builtins)
+        return True
+    except TypeError:
+        return False
+    return True
 
 
 def _engine_installed(name: str, engine: Any) -> list[CheckMessage]:
@@ -131,10 +146,13 @@ def _redis_problems(name: str, redis: Any) -> list[CheckMessage]:
         for on_loop in (False, True):  # the pool's reads, and its job loop's scripts
             connect(str(url), sentinels, 1.0, on_loop=on_loop)
     except ValueError as error:
-        msg = f"{name}['URL'] = {error}."
-        hint = "ssl_* options need rediss://; with SENTINELS, redis://SERVICE/0 (docs/cluster.md)."
-        return [Error(msg, hint=hint, id="django_pdfpool.E007")]
-    return []
+        said = str(error)
+    except Exception as error:  # redis-py's own, on an option's value: RedisError, AttributeError
+        said = f"{presentable(url)} cannot be used: {error}"
+    else:
+        return []
+    hint = "ssl_* options need rediss://; with SENTINELS, redis://SERVICE/0 (docs/cluster.md)."
+    return [Error(f"{name}['URL'] = {said}.", hint=hint, id="django_pdfpool.E007")]
 
 
 _DOTTED = Bound(lambda v: isinstance(v, str) or callable(v), "a dotted path or a callable")
@@ -271,13 +289,13 @@ class PoolSettings:
     caller: Callable[..., Any] = setting("django_pdfpool.callers.user_or_ip", _DOTTED,  # noqa: RUF009
         "dotted path (or callable) from a request to a caller id for the one-job-per-caller "
         "rule ([callers](installation.md#callers)).",
-        convert=_imported, more=_importable("the request"))  # fmt: skip
+        convert=_imported, more=_importable("the request", 1))  # fmt: skip
     refusal_view: Callable[..., Any] = setting(  # noqa: RUF009
         "django_pdfpool.responses.default_refusal_view", _DOTTED,
         "dotted path (or callable) of `view(request, exception) -> HttpResponse` answering in a "
         "view's place (400, 413, 422, 429, 503) for the decorator, the middleware and the door "
         "([usage](usage.md#answers-the-view-never-sees)); a decorator's `answer=` overrides it.",
-        convert=_imported, more=_importable("the request and the exception"))  # fmt: skip
+        convert=_imported, more=_importable("the request and the exception", 2))  # fmt: skip
     door: DoorSettings | None = setting(True, _DICT_OR_FLAG,  # noqa: RUF009
         "decide on uploads to `@pdf_pooled` views from their headers, before their bodies "
         "are read: [`DOOR`](#door) (`False`: no door).", group=DoorSettings)  # fmt: skip

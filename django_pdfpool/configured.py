@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import contextlib
 import logging
 import math
 import threading
@@ -13,6 +14,7 @@ from typing import Any
 from .admission.history import Recorder
 from .admission.local import Pool
 from .admission.protocol import AdmissionPool
+from .bounds import LARGEST
 from .conf import PoolSettings, get_settings
 from .exceptions import ExtractionError
 from .sandbox.extract import Extraction
@@ -37,11 +39,27 @@ def get_pool() -> AdmissionPool:
         if _pool is None:
             atexit.register(drain_pool)  # graceful by default where nothing else drains
         if _pool is None or (_built_from != current and _pool.idle()):
-            _pool = _build(current)
+            replaced, _pool = _pool, _build(current)
+            if replaced is not None:
+                _retire(replaced)
             current.sandbox.configure(tmp_dir=current.temp_dir)
             recorder.start()  # the status chart then covers the time before anyone looked
             _built_from = current
         return _pool
+
+
+def _retire(pool: AdmissionPool) -> None:
+    """Drain an idle pool that a settings change replaced, before its successor runs a job:
+    a Redis pool left beating keeps this process registered with the old terms, and the
+    other pools of the namespace, its successor included, are refused as misconfigured."""
+
+    def drain() -> None:
+        with contextlib.suppress(Exception):  # Redis gone: the registration's lease lapses
+            asyncio.run(pool.drain())
+
+    thread = threading.Thread(target=drain, name="pdfpool-retire")  # from async code too
+    thread.start()
+    thread.join()
 
 
 def peek_pool() -> AdmissionPool | None:
@@ -64,8 +82,11 @@ def _build(conf: PoolSettings) -> AdmissionPool:
         "deployment": conf.deployment_tag(),  # two deployments on one namespace are refused
         "fingerprint": conf.results_tag,  # and so are processes whose results would differ
         # any Extraction MAX_TEXT_BYTES allows reaches other processes: JSON writes a text byte
-        # in 6 at most (a control character), the rest is bounded as the child's answer is
-        "max_result_bytes": max(MAX_RESULT_BYTES, 6 * conf.max_text_bytes + ANSWER_OVERHEAD),
+        # in 6 at most (a control character), the rest is bounded as the child's answer is;
+        # at most LARGEST, as integers are
+        "max_result_bytes": min(
+            max(MAX_RESULT_BYTES, 6 * conf.max_text_bytes + ANSWER_OVERHEAD), LARGEST
+        ),
     }
     return RedisPool(**common, **options, encode=_encode_result, decode=_decode_result)
 
@@ -107,9 +128,11 @@ async def adrain_pool(timeout: float | None = None) -> bool:
         await asyncio.wait_for(pool.drain(), drain_timeout() if timeout is None else timeout)
         return True
     except TimeoutError:
-        logger.warning("PDF pool drain timed out; stopping what is left")
+        left = not pool.idle()  # timeout 0 cancels even the drain of an idle pool
+        if left:
+            logger.warning("PDF pool drain timed out; stopping what is left")
         await pool.stop()
-        return False
+        return not left
 
 
 def drain_pool(timeout: float | None = None) -> bool:

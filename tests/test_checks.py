@@ -8,6 +8,7 @@ import pytest
 from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
 
+from django_pdfpool import sandbox
 from django_pdfpool.checks import check_redis_namespace, check_sandbox, check_settings
 from django_pdfpool.conf import RedisSettings, get_settings, problems, table_of
 
@@ -51,6 +52,20 @@ def test_a_wrong_setting_is_reported_once_not_again_by_the_sandbox_check(setting
     settings.PDFPOOL = {"SANDBOX": {"REQUIRE": "everything"}}
     assert [e.id for e in check_settings()] == ["django_pdfpool.E003"]
     assert check_sandbox() == []
+
+
+def test_e021_with_the_layers_turned_off_names_layers_not_the_host(pdfpool):
+    """The host may give every layer: the setting turned them off, and says how to fix it."""
+    pdfpool(SANDBOX={"LAYERS": False, "REQUIRE": "basic"})
+    try:
+        (error,) = [m for m in check_sandbox() if m.id == "django_pdfpool.E021"]
+    finally:
+        sandbox.configure(sandbox=True, require="none")  # as the other tests expect it
+    assert error.msg == (
+        "PDFPOOL['SANDBOX']['REQUIRE'] is 'basic' but LAYERS is False: every extraction will "
+        "be refused (503)."
+    )
+    assert "SANDBOX['LAYERS'] to True" in error.hint
 
 
 @pytest.mark.parametrize(

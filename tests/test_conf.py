@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import importlib.util
 import math
 import re
+import threading
 from pathlib import Path
 
 import pytest
@@ -32,6 +34,7 @@ from django_pdfpool.conf import (
 from django_pdfpool.sandbox import extract as sandbox
 from django_pdfpool.sandbox.confine import REQUIRE
 from django_pdfpool.sandbox.wire import ENGINE
+from tests.support import pdfs
 
 NESTED = {key: table_of(declared.group) for key, declared in SETTINGS.items() if declared.group}
 EVERY = {(key,): declared for key, declared in SETTINGS.items() if not declared.group} | {
@@ -113,7 +116,7 @@ def test_nested_values_are_merged_over_their_defaults_and_bounded(settings):
     assert built.door is not None and (built.door.budget, built.door.body_timeout) == (3, 20.0)
     assert built.sandbox.child_env == ("A",) and built.sandbox.require == "none"
     (bad,) = problems({"DOOR": {"BODY_TIMEOUT": 0}})
-    assert bad.msg == "PDFPOOL['DOOR']['BODY_TIMEOUT'] must be seconds > 0, not 0."
+    assert bad.msg == "PDFPOOL['DOOR']['BODY_TIMEOUT'] must be seconds > 0 and <= 1e9, not 0."
 
 
 def test_door_false_turns_the_door_off_and_true_is_the_defaults(settings):
@@ -161,9 +164,9 @@ def test_the_messages_stay_as_they_were():
     """The words of the checks users already know (tests/e2e/test_example.py reads two of them)."""
     found = {p.msg for p in problems({"SLOTS": 0, "WAIT": "soon", "MEMORY_LIMIT": 1024})}
     assert found == {
-        "PDFPOOL['SLOTS'] must be an integer >= 1, not 0.",
-        "PDFPOOL['WAIT'] must be seconds >= 0, or None, not 'soon'.",
-        "PDFPOOL['MEMORY_LIMIT'] must be bytes, an integer >= 128 MiB, not 1024.",
+        "PDFPOOL['SLOTS'] must be an integer >= 1 and <= 2**53, not 0.",
+        "PDFPOOL['WAIT'] must be seconds >= 0 and <= 1e9, or None, not 'soon'.",
+        "PDFPOOL['MEMORY_LIMIT'] must be bytes, an integer >= 128 MiB and <= 2**53, not 1024.",
     }
     (unknown,) = problems({"SLOTZ": 2})
     assert unknown.id == "django_pdfpool.E002"
@@ -194,6 +197,53 @@ def test_a_dotted_path_to_what_cannot_be_called_is_e004(settings, key):
         get_settings()
 
 
+@pytest.mark.parametrize("key", ["CALLER", "REFUSAL_VIEW"])
+@pytest.mark.parametrize("path", [".callers.user_or_ip", "."], ids=["relative", "dot"])
+def test_a_dotted_path_that_is_not_one_is_e004_not_a_crash(settings, key, path):
+    """import_string() raises TypeError or ValueError for these, not ImportError: the checks
+    and get_settings() (so the app's ready()) must not crash on them."""
+    (found,) = problems({key: path})
+    assert found.id == "django_pdfpool.E004"
+    assert found.msg.startswith(f"PDFPOOL[{key!r}] = {path!r} cannot be imported: ")
+    settings.PDFPOOL = {key: path}
+    with pytest.raises(ImproperlyConfigured, match=r"\[django_pdfpool\.E004\]"):
+        get_settings()
+
+
+@pytest.mark.parametrize(
+    "key, takes",
+    [("CALLER", "the request"), ("REFUSAL_VIEW", "the request and the exception")],
+)
+def test_a_callable_that_cannot_take_its_arguments_is_e004_not_a_500_on_every_upload(
+    settings, key, takes
+):
+    """It imports and is callable, but every upload (or refusal) raised TypeError."""
+    (found,) = problems({key: "os.getcwd"})
+    assert found.id == "django_pdfpool.E004"
+    assert found.msg == f"PDFPOOL[{key!r}] = 'os.getcwd' cannot be called with {takes}."
+    assert problems({key: lambda *anything: None}) == []
+    assert problems({key: max}) == []  # a builtin without a signature: taken as it is
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["rediss://127.0.0.1:1/0?ssl_cert_reqs=bogus", "redis://127.0.0.1:1/0?retry=x"],
+    ids=["RedisError", "AttributeError"],
+)
+@pytest.mark.parametrize("sentinels", [[], ["127.0.0.1:26379"]], ids=["direct", "sentinel"])
+def test_a_redis_url_option_redis_py_refuses_with_its_own_error_is_e007_not_a_crash(
+    settings, url, sentinels
+):
+    """redis-py raises its own errors for some options' values as the (unconnected)
+    connection is made: the checks, and the app's ready(), crashed on them."""
+    (found,) = problems({"REDIS": {"URL": url, "NAMESPACE": "n", "SENTINELS": sentinels}})
+    assert found.id == "django_pdfpool.E007"
+    assert found.msg.startswith(f"PDFPOOL['REDIS']['URL'] = {url} cannot be used: ")
+    settings.PDFPOOL = {"REDIS": {"URL": url, "NAMESPACE": "n"}}
+    with pytest.raises(ImproperlyConfigured, match=r"\[django_pdfpool\.E007\]"):
+        get_settings()
+
+
 @pytest.mark.parametrize(
     "path, value",
     [
@@ -207,6 +257,56 @@ def test_a_dotted_path_to_what_cannot_be_called_is_e004(settings, key):
 def test_a_value_that_only_looks_like_a_number_is_e003_not_a_crash(path, value):
     found = [p for p in problems(raw(path, value)) if p.id == "django_pdfpool.E003"]
     assert [p.msg.split(" must be ")[0] for p in found] == [named(path)]
+
+
+SECONDS = [
+    path for path, declared in EVERY.items() if declared.check.expected.startswith("seconds")
+]
+
+
+@pytest.mark.parametrize("path", SECONDS, ids="/".join)
+def test_seconds_past_what_every_timer_counts_are_e003_not_a_failure_at_first_use(path):
+    """The child's alarm counts to 2**31 - 1 s, thread waits and socket timeouts to
+    threading.TIMEOUT_MAX, Redis to 2**63 ms: a TIMEOUT of 2**31 passed the checks and then
+    failed every extraction ("no child could take the job"), a LEASE of 1e308 every call."""
+    for value, refused in ((bounds.LONGEST, False), (2**31, True), (1e308, True)):
+        found = [p.msg for p in problems(raw(path, value)) if p.id == "django_pdfpool.E003"]
+        assert found == (
+            [f"{named(path)} must be {EVERY[path].check.expected}, not {value!r}."]
+            if refused
+            else []
+        )
+        assert "<= 1e9" in EVERY[path].check.expected
+
+
+def test_an_extraction_runs_at_the_longest_timeout_and_one_longer_is_refused_before_a_child():
+    assert min(threading.TIMEOUT_MAX, 2**31 - 1 - 2) > bounds.LONGEST  # the alarm's margin
+    data = pdfs.simple(["as long as it takes"])
+    run = functools.partial(sandbox.extract, data, memory_limit=256 << 20, warm=False)
+    assert "as long as it takes" in asyncio.run(run(timeout=bounds.LONGEST)).text
+    with pytest.raises(ValueError, match=r"^timeout must be seconds > 0 and <= 1e9, not "):
+        asyncio.run(run(timeout=float(2**31)))
+
+
+INTEGERS = [path for path, declared in EVERY.items() if "integer" in declared.check.expected]
+
+
+@pytest.mark.parametrize("path", INTEGERS, ids="/".join)
+def test_integers_past_what_json_and_lua_hold_are_e003_not_a_crash_at_first_use(path):
+    """A MEMORY_LIMIT of 2**63 passed the checks, then failed every extraction (setrlimit);
+    a MAX_UPLOAD_SIZE of 10**40 crashed the status page and `pdfpool status`."""
+    for value, refused in ((bounds.LARGEST, False), (bounds.LARGEST + 1, True), (10**40, True)):
+        found = [p.msg for p in problems(raw(path, value)) if p.id == "django_pdfpool.E003"]
+        expected = f"{named(path)} must be {EVERY[path].check.expected}, not {value!r}."
+        assert found == ([expected] if refused else [])
+
+
+def test_an_extraction_runs_at_the_largest_memory_limit_and_one_larger_is_refused_before_a_child():
+    data = pdfs.simple(["all the memory"])
+    run = functools.partial(sandbox.extract, data, timeout=30.0, warm=False)
+    assert "all the memory" in asyncio.run(run(memory_limit=bounds.LARGEST)).text
+    with pytest.raises(ValueError, match=r"^memory_limit must be bytes, an integer >= 1 and "):
+        asyncio.run(run(memory_limit=2**63))
 
 
 # -- the lower layers' bounds: one object, the same refusals ------------------------------
@@ -338,12 +438,12 @@ def test_one_more_entry_is_a_default_a_check_a_typed_attribute_and_a_row(setting
     monkeypatch.setattr(conf, "PoolSettings", WithOneMore)
     assert conf.problems({"RETRIES": 1}) == []
     (bad,) = conf.problems({"RETRIES": -1})
-    assert bad.msg == "PDFPOOL['RETRIES'] must be an integer >= 0, not -1."
+    assert bad.msg == "PDFPOOL['RETRIES'] must be an integer >= 0 and <= 2**53, not -1."
     settings.PDFPOOL = {"RETRIES": 5}
     built = conf.get_settings()
     assert isinstance(built, WithOneMore) and built.retries == 5 and built.slots == 2
     written = settings_tables().render(PAGE.read_text())  # what tools/settings_tables.py writes
-    assert "| `RETRIES` | `3` | an integer >= 0 | times a failed job" in written
+    assert "| `RETRIES` | `3` | an integer >= 0 and <= 2**53 | times a failed job" in written
 
 
 def settings_tables():

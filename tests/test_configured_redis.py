@@ -4,13 +4,15 @@ and @pdf_pooled extracting through it (the Extraction crossing Redis as JSON).""
 from __future__ import annotations
 
 import asyncio
+import io
 import threading
 
 import pytest
 from django.core.exceptions import ImproperlyConfigured
-from django.test import Client
+from django.core.management import call_command
+from django.test import Client, override_settings
 
-from django_pdfpool import get_pool
+from django_pdfpool import bounds, get_pool
 from django_pdfpool.checks import check_settings
 from django_pdfpool.conf import get_settings
 from django_pdfpool.configured import _build
@@ -53,6 +55,52 @@ def test_the_redis_backend_serves_the_decorator(pdfpool, redis_server, namespace
     pdf = response.json()["pdf"]
     assert "through redis" in pdf["text"] and pdf["page_count"] == 1
     assert pool.snapshot().counters.completed == 1
+
+
+def test_every_term_at_its_largest_serves_an_upload_and_the_status(
+    pdfpool, redis_server, namespace
+):
+    """The child's alarm and setrlimit, the door's waits, Redis's milliseconds and Lua's
+    numbers, socket timeouts and the status tables all take the largest values the checks
+    pass."""
+    longest, largest = bounds.LONGEST, bounds.LARGEST
+    pdfpool(
+        **dict.fromkeys(["SLOTS", "QUEUE", "MEMORY_LIMIT", "MAX_UPLOAD_SIZE"], largest),
+        **dict.fromkeys(["MAX_PAGES", "MAX_TEXT_BYTES"], largest),
+        TIMEOUT=longest,
+        WAIT=longest,
+        DOOR={"BODY_TIMEOUT": longest, "BODY_TIMEOUT_MAX": longest, "BUDGET": largest},
+        REDIS={
+            "URL": redis_server.url,
+            "NAMESPACE": namespace,
+            "LEASE": longest,
+            "TIMEOUT": longest,
+        },
+    )
+    assert check_settings() == []
+    data = pdfs.simple(["a long time"])
+    response = Client().post("/sync/", {"file": upload(data)}, **JSON)
+    assert response.status_code == 200, response.content
+    assert "a long time" in response.json()["pdf"]["text"]
+    for options in ([], ["--json"]):
+        out = io.StringIO()
+        call_command("pdfpool", "status", *options, stdout=out)
+        assert namespace in out.getvalue()
+
+
+def test_a_settings_change_retires_the_pool_it_replaces(pdfpool, redis_server, namespace):
+    """The idle pool replaced is drained: left beating, it kept this process registered with
+    the old SLOTS, and every job of its successor was refused 503 ``misconfigured``."""
+    terms = {"URL": redis_server.url, "NAMESPACE": namespace}
+    pdfpool(SLOTS=2, REDIS=terms)
+    for slots, text in ((2, "before"), (3, "after")):
+        with override_settings(PDFPOOL={"SLOTS": slots, "REDIS": terms}):
+            response = Client().post("/sync/", {"file": upload(pdfs.simple([text]))}, **JSON)
+            assert response.status_code == 200, response.content
+            assert response.json()["pdf"]["text"] == text
+            if slots == 2:
+                replaced = get_pool()
+    assert replaced.snapshot().closed and get_pool() is not replaced
 
 
 def test_sentinels_are_a_setting(pdfpool, redis_server, namespace):

@@ -161,6 +161,9 @@ MIDDLEWARE = [
     # Views that call get_pool().run() themselves get the same refusal answers.
     "django_pdfpool.middleware.AdmissionMiddleware",
 ]
+# `check --deploy` looks for Django's security, CSRF and clickjacking middleware by their
+# dotted paths: those above are Django's classes (subclassed), which it would report missing.
+SILENCED_SYSTEM_CHECKS = ["security.W001", "security.W002", "security.W003"]
 
 ROOT_URLCONF = "demo.urls"
 WSGI_APPLICATION = "demo.wsgi.application"

@@ -151,6 +151,26 @@ def test_the_admin_password_is_generated_once_then_reused(state):
     assert sign_in_line(other.stdout)[1] != password  # generated, not fixed
 
 
+def test_deploy_checks_silence_only_the_middleware_the_example_has(state):
+    """The security, CSRF and clickjacking middleware are Django's, subclassed
+    (demo.middleware), so `check --deploy` must not say they are missing."""
+    deploy = manage(state[0], "check", "--deploy")
+    assert deploy.returncode == 0, deploy.stderr
+    assert not {"security.W001", "security.W002", "security.W003"} & set(
+        re.findall(r"security\.W\d+", deploy.stderr)
+    )
+    script = (
+        "from django.conf import settings; from django.utils.module_loading import import_string;"
+        "from django.middleware import clickjacking, csrf, security;"
+        "ours = [import_string(path) for path in settings.MIDDLEWARE];"
+        "django = (security.SecurityMiddleware, csrf.CsrfViewMiddleware,"
+        " clickjacking.XFrameOptionsMiddleware);"
+        "print(all(any(issubclass(c, d) for c in ours) for d in django))"
+    )
+    read = manage(state[0], "shell", "--verbosity=0", "-c", script)
+    assert read.stdout.split() == ["True"], read.stderr
+
+
 def test_pool_settings_come_from_the_environment_and_are_checked(state):
     directory = state[0]
     read = manage(
@@ -177,8 +197,8 @@ def test_pool_settings_come_from_the_environment_and_are_checked(state):
     }
     bad = manage(directory, "check", SLOTS=0, WAIT="soon")
     assert bad.returncode != 0
-    assert "PDFPOOL['SLOTS'] must be an integer >= 1, not 0" in bad.stderr
-    assert "PDFPOOL['WAIT'] must be seconds >= 0, or None, not 'soon'" in bad.stderr
+    assert "PDFPOOL['SLOTS'] must be an integer >= 1 and <= 2**53, not 0" in bad.stderr
+    assert "PDFPOOL['WAIT'] must be seconds >= 0 and <= 1e9, or None, not 'soon'" in bad.stderr
 
 
 # --- uploads ---------------------------------------------------------------------

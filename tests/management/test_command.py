@@ -21,7 +21,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.test import Client
 
-from django_pdfpool import get_pool
+from django_pdfpool import bounds, get_pool
 from django_pdfpool.exceptions import PoolClosed
 from django_pdfpool.management.commands import pdfpool as command
 from tests.conftest import held, held_requests, wait_until
@@ -104,6 +104,33 @@ def test_status_shows_this_processs_pool_with_its_job_and_counters(pdfpool):
     assert (data["pid"], data["slots"], data["queue"], data["running"]) == (os.getpid(), 3, 5, 1)
     assert [job["state"] for job in data["jobs"]] == ["running"]
     assert data["counters"]["started"] == 1
+
+
+def test_djangos_own_options_follow_the_action_as_they_follow_any_command(tmp_path):
+    """``manage.py pdfpool status --settings=...`` as ``manage.py migrate --settings=...``;
+    one given before the ACTION is not undone by the subcommand."""
+    after = manage("status", "--settings=tests.project.settings", "-v", "0", cwd=tmp_path)
+    assert after.returncode == 0, after.stderr
+    assert after.stdout.startswith("PDF pool of process ")
+    missing = str(tmp_path / "missing.pdf")
+    for args in (["extract", missing, "--traceback"], ["--traceback", "extract", missing]):
+        shown = manage(*args, cwd=tmp_path)
+        assert shown.returncode == 1
+        assert "Traceback (most recent call last)" in shown.stderr, args
+    plain = manage("extract", missing, cwd=tmp_path)
+    assert plain.stderr == f"CommandError: Cannot read {missing}: No such file or directory.\n"
+
+
+def test_status_shows_every_term_at_its_largest(pdfpool):
+    """MAX_UPLOAD_SIZE, and SLOTS x MEMORY_LIMIT in the envelope, are printed in GiB: the
+    checks pass no value too large to print (10**40 bytes once crashed the command)."""
+    largest = bounds.LARGEST
+    pdfpool(**dict.fromkeys(["SLOTS", "QUEUE", "MEMORY_LIMIT", "MAX_UPLOAD_SIZE"], largest))
+    response = post("/sync/", pdfs.simple(["big terms"]), "203.0.113.9")
+    assert response.status_code == 200, response.content
+    text, _ = run("status")
+    assert f"Running  0 of {largest} slots" in text
+    assert json.loads(run("status", json=True)[0])["slots"] == largest
 
 
 def test_status_escapes_what_would_drive_the_terminal(pdfpool):
@@ -247,6 +274,13 @@ def test_drain_that_runs_out_of_time_stops_the_extraction_and_its_child(pdfpool)
     assert leftovers(before) == set()  # the child was killed and reaped
 
 
+def test_drain_of_an_idle_pool_with_no_time_at_all_is_done_not_out_of_time(pdfpool):
+    """``--timeout 0``: stop now. Nothing ran, so nothing was stopped (it said so, exit 3)."""
+    pool = get_pool()
+    out, _ = run("drain", "--timeout", "0")
+    assert "Drained in " in out and pool.snapshot().closed
+
+
 def test_drain_refuses_to_block_an_event_loop(pdfpool):
     get_pool()
 
@@ -266,6 +300,15 @@ def test_drain_timeout_must_be_seconds(pdfpool):
     with pytest.raises(CommandError) as refused:
         run("drain", "--timeout", "-1")
     assert refused.value.returncode == 2  # a wrong argument (docs/command.md)
+
+
+def test_drain_by_default_waits_what_the_settings_give_past_what_the_option_takes(pdfpool):
+    """With WAIT None the default is ceil(QUEUE / SLOTS) x TIMEOUT: over 1e9 seconds here."""
+    pdfpool(SLOTS=1, QUEUE=4, WAIT=None, TIMEOUT=1e9)
+    get_pool()
+    out = io.StringIO()
+    call_command("pdfpool", "drain", stdout=out)
+    assert "Drained in " in out.getvalue()
 
 
 # --- extract --------------------------------------------------------------------------------

@@ -3,8 +3,10 @@ pool, and one PDF tried under the production limits, its outcome as text (docs/c
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
+import copy
 import json
 import os
 import stat
@@ -113,6 +115,17 @@ def summary(result: Extraction, *, full_text: bool) -> str:
     return "\n".join([*lines, f"--- text{cut_at} ---", safe(text, keep="\n\t"), ""])
 
 
+def shared_options(parser: CommandParser) -> CommandParser:
+    """Django's options of every command (``--settings``, ``-v``, ``--traceback``...) for the
+    subcommands, as they follow any command's arguments; without defaults, so that one given
+    before the ACTION stands."""
+    shared = CommandParser(add_help=False)
+    for action in parser._actions:
+        if action.option_strings and action.dest not in ("help", "version"):
+            shared._add_action(copy.copy(action)).default = argparse.SUPPRESS
+    return shared
+
+
 class Command(BaseCommand):
     help = (
         "Operate the PDF pool: `status` reads it, `drain` drains this process's pool, "
@@ -121,13 +134,17 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+        django_options = [shared_options(parser)]  # --settings, -v...: after ACTION too
         status = actions.add_parser(
             "status",
+            parents=django_options,
             help="The pool's state: this process's pool (backend local), or the cluster (redis).",
         )
         status.add_argument("--json", action="store_true", help="the status page's JSON")
         drain = actions.add_parser(
-            "drain", help="Drain the pool of the process the command runs in (call_command only)."
+            "drain",
+            parents=django_options,
+            help="Drain the pool of the process the command runs in (call_command only).",
         )
         drain.add_argument(
             "--timeout",
@@ -136,7 +153,9 @@ class Command(BaseCommand):
             "WAIT None: ceil(QUEUE / SLOTS) x TIMEOUT)",
         )
         extract = actions.add_parser(
-            "extract", help="Run one PDF through the sandbox under the settings' limits."
+            "extract",
+            parents=django_options,
+            help="Run one PDF through the sandbox under the settings' limits.",
         )
         extract.add_argument("file", help="the PDF to read")
         extract.add_argument("--engine", choices=ENGINES, help="instead of the ENGINE setting")
@@ -187,11 +206,14 @@ class Command(BaseCommand):
             "pdfpool drain blocks until the pool is drained: in async code, "
             "await django_pdfpool.adrain_pool() instead."
         )
-        limit = drain_timeout() if options["timeout"] is None else options["timeout"]
-        try:
-            seconds(at_least=0).require("--timeout", limit)
-        except ValueError as error:
-            raise CommandError(str(error), returncode=EXIT_USAGE) from None
+        limit = options["timeout"]
+        if limit is None:  # from valid settings; with WAIT None it may exceed the option's bound
+            limit = drain_timeout()
+        else:
+            try:
+                seconds(at_least=0).require("--timeout", limit)
+            except ValueError as error:
+                raise CommandError(str(error), returncode=EXIT_USAGE) from None
         mine = own_snapshot(pool)
         self.stdout.write(
             f"Draining the pool of process {os.getpid()}: it accepts no new work; "
