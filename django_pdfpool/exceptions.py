@@ -27,7 +27,7 @@ class Wording:
     # the sandbox's (503 sandbox_unavailable)
     SANDBOX = "Extraction is unavailable on this server."
     # the upload's (400, 408, 411, 413), from the door and the decorator
-    TOO_LARGE = "PDFs up to {mib:g} MiB are accepted."
+    TOO_LARGE = "PDFs up to {size} are accepted."
     TIMED_OUT = "The upload's body did not arrive in time."
     NO_UPLOAD = (
         "Send the PDF as a multipart file field named {field!r}, "
@@ -127,7 +127,9 @@ class UploadTooLarge(UploadRejected):
     @classmethod
     def over(cls, max_upload_size: int) -> UploadTooLarge:
         """The 413 for an upload over ``max_upload_size`` bytes, worded once."""
-        return cls(Wording.TOO_LARGE.format(mib=max_upload_size / 1024 / 1024))
+        units = ((1 << 20, "MiB"), (1 << 10, "KiB"), (1, "bytes"))
+        scale, unit = next((s, u) for s, u in units if max_upload_size >= s or s == 1)
+        return cls(Wording.TOO_LARGE.format(size=f"{max_upload_size / scale:g} {unit}"))
 
 
 class NoUpload(UploadRejected):

@@ -185,3 +185,10 @@ def test_a_refusal_pickled_or_copied_keeps_its_retry_after_and_a_too_large_resul
         str(too_large)
         == "the job's result is too large: 18900000 bytes as JSON, over the limit of 16 bytes"
     )
+
+
+def test_the_413_names_the_limit_in_the_unit_it_is_set_in():
+    from django_pdfpool.exceptions import UploadTooLarge
+
+    for limit, shown in ((50 << 20, "50 MiB"), (1536, "1.5 KiB"), (1000, "1000 bytes")):
+        assert str(UploadTooLarge.over(limit)) == f"PDFs up to {shown} are accepted."

@@ -20,7 +20,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from ...bounds import seconds
 from ...conf import PoolSettings, get_settings
 from ...configured import drain_pool, drain_timeout, peek_pool
-from ...exceptions import ExtractionError, Refused, UploadRejected, Wording
+from ...exceptions import ExtractionError, Refused, UploadRejected, UploadTooLarge
 from ...pooled import extract_pooled
 from ...sandbox.extract import Extraction
 from ...sandbox.extract import extract as extract_file
@@ -245,7 +245,7 @@ class Command(BaseCommand):
             if size > conf.max_upload_size:  # as the decorator answers it (413), before work
                 raise ExtractionError(
                     "too_large",
-                    Wording.TOO_LARGE.format(mib=conf.max_upload_size / 1024 / 1024),
+                    str(UploadTooLarge.over(conf.max_upload_size)),
                     detail=f"{size} bytes, over MAX_UPLOAD_SIZE ({conf.max_upload_size} bytes)",
                 )
             if options["pool"]:
