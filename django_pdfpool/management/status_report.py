@@ -9,12 +9,10 @@ from collections.abc import Sequence
 from operator import itemgetter
 from typing import Any
 
-from django.conf import settings
 from django.core.management.base import CommandError
-from django.utils.timezone import localtime
 
 from ..conf import RedisSettings
-from ..status.page import COUNTERS, scope_sentence, status_context
+from ..status.page import COUNTERS, scope_sentence, status_context, work_state
 
 FRESH_NOTES = {  # by backend: the command built its pool just now, nothing ran in it
     "local": " That is this command's process, whose pool was built just now: it is empty by "
@@ -82,7 +80,7 @@ def status_text(data: dict[str, Any]) -> str:
     pool = [
         ("Running", f"{data['running']} of {data['slots']} slots"),
         ("Queued", f"{data['queued']} of {data['queue']} places"),
-        ("State", "closed (draining or stopped)" if data["closed"] else "accepting"),
+        ("State", work_state(data)[0]),
     ]
     jobs = [
         JOB_CELLS({**job, "caller": job["caller_name"] or job["caller"]}) for job in rows["jobs"]
@@ -110,8 +108,7 @@ def status_text(data: dict[str, Any]) -> str:
     refusing = " (not met: extractions are refused)" if sandbox["refusing"] else ""
     memory = rows["memory"]
     envelope = [(label, text, note) for label, _, text, note in memory["rows"]]
-    when = localtime if settings.USE_TZ else lambda ended: ended  # as the page's ``|time``
-    peaks = [(f"{when(ended):%H:%M:%S}", peak, start) for ended, peak, start in memory["jobs"]]
+    peaks = [(f"{ended:%H:%M:%S}", peak, start) for ended, peak, start in memory["jobs"]]
     blocks += [
         [
             f"Extraction sandbox on this host: level {sandbox['level']}, required "

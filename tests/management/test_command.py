@@ -505,3 +505,11 @@ def test_status_tells_when_a_job_ended_in_the_time_zone_of_the_page(
     page = admin_client.get("/admin/django_pdfpool/poolstatus/").content.decode()
     shown = page.split('id="pdfpool-peaks">')[1].split("<td>")[1].split("</td>")[0]
     assert ended == shown
+
+
+def test_status_says_new_work_is_refused_as_the_page_says_it(pdfpool):
+    """Below ``SANDBOX["REQUIRE"]`` every extraction is refused: the state says so, in the
+    status page's words, not "accepting"."""
+    pdfpool(SANDBOX={"LAYERS": False, "REQUIRE": "basic"})
+    out, _ = run("status")
+    assert "State    refusing extractions: sandbox below" in out
