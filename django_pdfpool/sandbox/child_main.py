@@ -29,7 +29,6 @@ from ..exceptions import ExtractionError
 
 CPU_MARGIN = 1  # seconds of CPU time granted beyond the job's timeout before SIGXCPU
 ALARM_MARGIN = 2  # seconds of wall time beyond the timeout before the child's own SIGALRM
-ALARM_MOST = 2**31 - 1  # seconds: the longest alarm signal.alarm() takes (68 years)
 PR_SET_PDEATHSIG = 1  # prctl(2): the signal this process gets when its parent (thread) dies
 PR_SET_NAME = 15  # prctl(2): this process's name (comm)
 JOB_NAME = b"pdfpool-job"  # a ready child's name once its job line is read
@@ -95,14 +94,15 @@ def limit_self(memory_limit: int, timeout: float) -> None:
     soft = math.ceil(usage.ru_utime + usage.ru_stime + timeout) + CPU_MARGIN
     _lower(resource.RLIMIT_CPU, soft, soft + 1)  # SIGXCPU at soft, SIGKILL at hard
     # If the parent dies mid-job nobody kills this process at the deadline: the alarm does.
-    signal.alarm(min(math.ceil(timeout) + ALARM_MARGIN, ALARM_MOST))
+    signal.alarm(math.ceil(timeout) + ALARM_MARGIN)
 
 
 def _lower(kind: int, soft: int, hard: int) -> None:
-    """Set a limit, never above the hard limit this process inherited (nor past a C long)."""
+    """Set a limit, never above the hard limit this process inherited."""
     _, current_hard = resource.getrlimit(kind)
-    top = sys.maxsize if current_hard == resource.RLIM_INFINITY else current_hard
-    resource.setrlimit(kind, (min(soft, top), min(hard, top)))
+    if current_hard != resource.RLIM_INFINITY:
+        soft, hard = min(soft, current_hard), min(hard, current_hard)
+    resource.setrlimit(kind, (soft, hard))
 
 
 def read_document(path: str) -> bytes:

@@ -24,7 +24,7 @@ from rest_framework.views import APIView
 import django_pdfpool
 from django_pdfpool import get_pool
 from django_pdfpool.contrib import drf
-from django_pdfpool.exceptions import Wording
+from django_pdfpool.exceptions import UploadTooLarge, Wording
 from tests.conftest import held_requests, wait_until
 from tests.project.views import HELD, PARSED, held_job
 from tests.support import pdfs
@@ -224,7 +224,7 @@ def test_drfs_own_handler_answers_a_code_and_the_time_in_every_refusal(pdfpool, 
     assert busy.json() == {"detail": f"{Wording.QUEUE_FULL} {expected_in(busy)}", "code": "busy"}
     too_large = send("/drf/apiview/extract/", b"%PDF-" + b"x" * 5000, raw=True)
     assert too_large.status_code == 413
-    assert too_large.json() == {"detail": Wording.TOO_LARGE.format(mib=2000 / 1024 / 1024),
+    assert too_large.json() == {"detail": str(UploadTooLarge.over(2000)),
                                 "code": "too_large"}  # fmt: skip
     assert "Retry-After" not in too_large
 
