@@ -310,7 +310,8 @@ class PoolSettings:
         """An HMAC under SECRET_KEY (or REDIS["DEPLOYMENT"]) that tells this deployment from
         another on its Redis and namespace, which the Redis pool refuses to merge."""
         secret = self.redis.deployment if self.redis else None  # None: SECRET_KEY
-        return salted_hmac("django_pdfpool.redis", "deployment", secret=secret).hexdigest()[:32]
+        tag = salted_hmac("django_pdfpool.redis", "deployment", secret=secret, algorithm="sha256")
+        return tag.hexdigest()[:32]
 
     @functools.cached_property
     def job_terms(self) -> dict[str, Any]:
