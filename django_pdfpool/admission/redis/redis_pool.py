@@ -157,11 +157,16 @@ class RedisPool:
         books.observe(load.state)
         free = max(0, self.slots + self.queue_size - found.running - found.queued)
         others = load.running_for
-        start = books.expected_start(found.queued, others, load.head_waited, caller=caller)
+        start = books.expected_start(
+            found.queued, others, load.head_waited, caller=caller, sizes=load.sizes
+        )
         retry = 0.0
         if found.caller_busy:
             running_for = age if found.state == "running" else None
-            retry = books.expected_end(running_for, found.ahead, others, age, caller=caller)
+            retry = books.expected_end(
+                running_for, found.ahead, others, age, caller=caller, size=load.size,
+                sizes=load.sizes,
+            )  # fmt: skip
         return Pressure(closed, free, found.in_flight, start, found.caller_busy, retry, found.sizes)
 
     def _in_fallback(self, key: str | None, caller: str | None) -> Pressure | None:
