@@ -23,7 +23,7 @@ import pytest
 
 from django_pdfpool.admission.ledger import CountedBy, Counter
 from django_pdfpool.admission.local import Pool
-from django_pdfpool.exceptions import PoolBusy, Refused
+from django_pdfpool.exceptions import CallerBusy, PoolBusy, Refused
 from tests.conftest import held, until
 
 pytest_plugins = ["tests.support.redis_fixtures"]
@@ -76,14 +76,24 @@ class Script:
 
     def read(self, step: str) -> None:
         pool = self.pool
-        counters = pool.snapshot().counters.as_dict()
+        snapshot = pool.snapshot()
+        counters = snapshot.counters.as_dict()
+        jobs = sorted((job.key, job.caller, job.state, job.sharers) for job in snapshot.jobs)
+        self.trace.append((f"{step}: jobs", (jobs, snapshot.closed, snapshot.running)))
+        books = pool.local_snapshot() if hasattr(pool, "local_snapshot") else snapshot
+        if books is not snapshot:  # the cluster's durations: the same but the seeded runs
+            cluster = (snapshot.queue_wait.count, snapshot.run_time.count + SEEDED)
+            assert cluster == (books.queue_wait.count, books.run_time.count), step
+        self.trace.append((f"{step}: durations", (books.queue_wait.count, books.run_time.count)))
         if hasattr(pool, "local_snapshot"):  # the cluster's books, and this process's
             mine = pool.local_snapshot().counters.as_dict()
             unshared = [c.value for c in Counter if c.counted_by is CountedBy.PROCESS]
             seeded = {Counter.COMPLETED.value: mine[Counter.COMPLETED.value] - SEEDED}
             assert counters == mine | seeded | dict.fromkeys(unshared, 0), step
             counters = mine
-        self.trace.append((f"{step}: counts", (pool.running(), pool.queued(), counters)))
+        waiting = [pool.waiting(key) for key in ("a", "b", "c", "f", "q")]
+        counts = (pool.running(), pool.queued(), waiting, counters, pool.idle())
+        self.trace.append((f"{step}: counts", counts))
         for key in KEYS:
             for caller in CALLERS:
                 p = pool.pressure(key, caller)
@@ -127,8 +137,11 @@ async def play(pool: Any, wait: float | None) -> list[tuple[str, Any]]:
     s.read("left")
     s.start("a7", "a", "c7", fn=None)  # joins the job its starter left
     await until(lambda: pool.waiting("a") == 1)
+    s.start("b9", "b", "c9", fn=None)  # shares the job that will crash
+    await until(lambda: pool.waiting("b") == 1)
     s.gates["b"].set()  # "b" crashes: its slot goes to "c"
     await s.outcome("b2")
+    await s.outcome("b9")
     await until(lambda: pool.running() == 2 and pool.queued() == 0)
     s.read("crashed")
     s.start("q10", "q", "c10", size=SMALL)  # queued, then left by its one caller
@@ -143,7 +156,9 @@ async def play(pool: Any, wait: float | None) -> list[tuple[str, Any]]:
         await s.outcome("f8")
         s.read("expired")
     pool.count_refusal(PoolBusy("refused at the door", pool.pressure("g", "c9").retry_after), "c9")
+    pool.count_refusal(CallerBusy("refused at the door", 2.0), "c1")
     await until(lambda: pool.snapshot().counters[Counter.REFUSED_BUSY] >= 2 + (wait is not None))
+    await until(lambda: pool.snapshot().counters[Counter.REFUSED_CALLER] >= 2)
     s.read("door refused")
     s.gates["a"].set()
     s.gates["c"].set()
@@ -227,5 +242,36 @@ async def play_stop(pool: Any) -> list[tuple[str, Any]]:
 def test_a_stopped_redis_pool_answers_as_the_local_pool(make_pool):
     local = asyncio.run(play_stop(Pool(1, 1, None)))
     redis = asyncio.run(play_stop(make_pool(1, 1, None)))
+    found = differences(local, redis)
+    assert found == [], "\n".join(found)
+
+
+async def play_drain(pool: Any) -> list[tuple[str, Any]]:
+    """``drain()`` with a job running and one queued: both run, a new call is refused."""
+    seed(pool)
+    s = Script(pool)
+    s.start("a1", "a", "c1", size=SMALL)
+    await until(lambda: pool.running() == 1)
+    s.start("b2", "b", "c2", size=SMALL)
+    await until(lambda: pool.queued() == 1)
+    draining = asyncio.ensure_future(pool.drain())
+    await until(lambda: pool.pressure().closed)
+    s.start("late", "c", "c3")
+    await s.outcome("late")
+    s.start("a4", "a", "c4", fn=None)  # a job in flight: closed all the same
+    await s.outcome("a4")
+    s.read("draining")
+    s.gates["a"].set()
+    s.gates["b"].set()
+    await s.outcome("a1")
+    await s.outcome("b2")
+    await draining
+    s.read("drained")
+    return s.trace
+
+
+def test_a_draining_redis_pool_answers_as_the_local_pool(make_pool):
+    local = asyncio.run(play_drain(Pool(1, 1, None)))
+    redis = asyncio.run(play_drain(make_pool(1, 1, None)))
     found = differences(local, redis)
     assert found == [], "\n".join(found)
