@@ -27,12 +27,14 @@ from django_pdfpool.decorators import extract_upload
 from django_pdfpool.exceptions import CallerBusy, UploadTooLarge
 from django_pdfpool.responses import describe
 from django_pdfpool.uploads import STAGING_CHUNK
+from tests import test_configured
 from tests.conftest import held_requests, wait_until
 from tests.project.views import HELD, held_job
 from tests.support import pdfs
 from tests.test_decorators import JSON, held_key, post, upload
 
 pytest_plugins = ["tests.support.redis_fixtures"]
+backend = test_configured.backend  # the fixture: the local pool, or a Redis pool
 SOON = 60
 
 
@@ -206,20 +208,6 @@ def test_a_cancelled_async_call_leaves_no_copy(pdfpool):
     asyncio.run(main())
     wait_until(lambda: os.listdir(pdfpool.staged) == [])
     assert get_pool().snapshot().counters.started == 0
-
-
-@pytest.fixture(params=["local", "redis"])
-def backend(request, pdfpool):
-    """``pdfpool`` with the local pool, or with a Redis pool on a throwaway namespace."""
-
-    def configure(**values):
-        if request.param == "redis":
-            server = request.getfixturevalue("redis_server")
-            url, namespace = server.url, request.getfixturevalue("namespace")
-            values["REDIS"] = {"URL": url, "NAMESPACE": namespace, "LEASE": 2.0}
-        return pdfpool(**values)
-
-    return configure
 
 
 def answered(response) -> tuple:

@@ -252,6 +252,7 @@ class ProcessSide:
             RedisJob(waiter.key, id=reply.job_id, state=reply.state)
         )
         job.waiters.add(waiter)
+        job.size = job.size if job.size is not None else waiter.size  # one key, one input
         waiter.job = job
         if reply.status == "joined":
             lost = not job.owned and reply.job_id not in self._pending
@@ -641,7 +642,7 @@ class ProcessSide:
         if self._fallback is not None:  # counted there before any caller can see the mode:
             for job in self.jobs():  # a caller thread reads it and admits there at once
                 if job.owned and job.state == "running" and job.local_hold is None:
-                    job.local_hold = self._fallback.hold(job.key, job.caller)
+                    job.local_hold = self._fallback.hold(job.key, job.caller, job.size)
         self.mode = LOCAL_FALLBACK if self._fallback is not None else REFUSING
         self.trouble = trouble_of(error)
         self.failures[self.trouble] += 1

@@ -46,6 +46,7 @@ local KEY, CALLER, ID = ARGV[6], ARGV[7], ARGV[8]
 local job = load(KEY)
 if job then  -- rule 1: join; no slot, no queue place, any caller
   redis.call('HINCRBY', job.jk, 'w:' .. ME, 1)
+  if (ARGV[12] or '') ~= '' and not job.size then redis.call('HSET', job.jk, 'size', ARGV[12]) end
   tally('joined', 1)
   touch(job.jk)
   return {'joined', job.id, job.state, job.owner, '0', '0', events}
