@@ -129,6 +129,11 @@ async def play(pool: Any, wait: float | None) -> list[tuple[str, Any]]:
     s.read("full")
     s.start("d4", "d", "c4")  # the queue is full: PoolBusy
     await s.outcome("d4")
+    told, _ = pool._books._refused["c4"]
+    pool._books._refused["c4"] = (told, 0.0)  # back as told, nothing changed: told twice as long
+    s.start("d4 again", "d", "c4")
+    await s.outcome("d4 again")
+    s.read("refused again")
     s.start("e1", "e", "c1")  # c1 holds "a": CallerBusy
     await s.outcome("e1")
     s.start("nothing", "zz", "c5", fn=None)  # nothing to join
