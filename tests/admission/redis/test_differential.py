@@ -58,10 +58,14 @@ class Script:
         self.gates: dict[str, threading.Event] = {}
         self.calls: dict[str, asyncio.Future[Any]] = {}
 
-    def start(self, name: str, key: str, caller: str, fn: Any = "held", size: int | None = None):
+    def start(
+        self, name: str, key: str, caller: str, fn: Any = "held", size: int | None = None,
+        timeout: float | None = None,
+    ) -> None:  # fmt: skip
         gate = self.gates.setdefault(key, threading.Event())
         job = held(f"r-{key}", gate) if fn == "held" else fn
-        self.calls[name] = asyncio.ensure_future(self.pool.run(key, caller, job, size=size))
+        call = asyncio.wait_for(self.pool.run(key, caller, job, size=size), timeout)
+        self.calls[name] = asyncio.ensure_future(call)
 
     async def outcome(self, name: str) -> None:
         try:
@@ -163,6 +167,10 @@ async def play(pool: Any, wait: float | None) -> list[tuple[str, Any]]:
     await s.outcome("q10")
     await until(lambda: pool.queued() == 0)
     s.read("abandoned")
+    s.start("t13", "t", "c13", size=SMALL, timeout=0.05)  # queued, timed out
+    await s.outcome("t13")
+    await until(lambda: pool.queued() == 0)
+    s.read("timed out")
     s.start("f8", "f", "c8", size=LARGE)  # queued behind "a" and "c"
     await until(lambda: pool.queued() == 1)
     if wait is not None:  # it waits longer than `wait`: PoolBusy
