@@ -813,15 +813,16 @@ def _about(job: RedisJob) -> Iterator[None]:
 
 
 def _job_args(job: RedisJob, now: float) -> list[str]:
-    """One job as beat.lua takes it: KEY ID ROLE CALLER WAITERS STARTER AGE_MS."""
+    """One job as beat.lua takes it: KEY ID ROLE CALLER WAITERS STARTER AGE_MS SIZE."""
     running_for = job.running_for(now)
     if not job.owned:
-        return [job.key, job.id, "a", "", str(len(job.waiters)), "0", "0"]
+        return [job.key, job.id, "a", "", str(len(job.waiters)), "0", "0", ""]
     if running_for is None or job.finishing:  # queued, or over: never counted again
-        return [job.key, job.id, "o", "", "0", "0", "0"]
+        return [job.key, job.id, "o", "", "0", "0", "0", ""]
     starter = "1" if job.starter in job.waiters else "0"
     age = str(round(running_for * 1000))
-    return [job.key, job.id, "r", job.caller, str(len(job.waiters)), starter, age]
+    size = "" if job.size is None else str(job.size)
+    return [job.key, job.id, "r", job.caller, str(len(job.waiters)), starter, age, size]
 
 
 def _shown(term: str, value: str) -> str:

@@ -719,3 +719,25 @@ def test_the_local_fallback_tells_the_door_the_sizes_it_was_told(own_redis):
         await pool.stop()
 
     run(scenario)
+
+
+def test_a_job_counted_again_after_redis_restarts_empty_keeps_its_size(own_redis):
+    """The owner's beat counts its running job again with the size it was admitted with:
+    the door still reads it, and a caller's Retry-After still weighs it."""
+    namespace = f"t-{uuid4().hex[:12]}"
+    pool = pools_in(own_redis, namespace)[0](1, 1, 10.0)
+    gate, calls = threading.Event(), []
+
+    async def scenario():
+        running = asyncio.create_task(pool.run("k", "a", held("K", gate, calls), size=1234))
+        await until(lambda: _own_jobs(pool) == [("k", "running")])
+        assert pool.pressure().sizes == (1234,)
+        own_redis.restart()  # empty
+        await until(lambda: _running_keys(own_redis, namespace) == {"k"}, PATIENCE)
+        await until(lambda: pool.mode == "redis", PATIENCE)
+        assert pool.pressure().sizes == (1234,)
+        gate.set()
+        assert await running == "K"
+        await pool.stop()
+
+    run(scenario)
