@@ -13,9 +13,25 @@ from tests.conftest import held_requests, wait_until
 from tests.project.views import HELD
 from tests.test_decorators import post
 
+pytest_plugins = ["tests.support.redis_fixtures"]
 
-def test_drain_finishes_running_and_queued_then_refuses(pdfpool):
-    pdfpool(SLOTS=1, QUEUE=1)
+
+@pytest.fixture(params=["local", "redis"])
+def backend(request, pdfpool):
+    """``pdfpool`` with the local pool, or with a Redis pool on a throwaway namespace."""
+
+    def configure(**values):
+        if request.param == "redis":
+            server = request.getfixturevalue("redis_server")
+            url, namespace = server.url, request.getfixturevalue("namespace")
+            values["REDIS"] = {"URL": url, "NAMESPACE": namespace, "LEASE": 2.0}
+        return pdfpool(**values)
+
+    return configure
+
+
+def test_drain_finishes_running_and_queued_then_refuses(backend):
+    backend(SLOTS=1, QUEUE=1)
     with held_requests(4) as threads:
         running = threads.submit(post, "/held/sync/", b"%PDF- a", "10.0.8.1")
         wait_until(lambda: get_pool().running() == 1)
@@ -33,8 +49,8 @@ def test_drain_finishes_running_and_queued_then_refuses(pdfpool):
     assert (get_pool().running(), get_pool().queued()) == (0, 0)
 
 
-def test_a_drain_that_times_out_stops_what_is_left(pdfpool):
-    pdfpool(SLOTS=1, QUEUE=1)
+def test_a_drain_that_times_out_stops_what_is_left(backend):
+    backend(SLOTS=1, QUEUE=1)
     with held_requests(2) as threads:
         running = threads.submit(post, "/held/sync/", b"%PDF- a", "10.0.9.1")
         wait_until(lambda: get_pool().running() == 1)

@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
+
+import pytest
 
 from django_pdfpool.admission.ledger import Pressure
 from django_pdfpool.admission.local import Pool
 from django_pdfpool.exceptions import (
     PoolBusy,
 )
-from tests.conftest import held, until
+from tests import test_door as door_grid
+from tests.conftest import held, held_requests, until, wait_until
+from tests.project.views import HELD
+from tests.support.door import answer_of, asgi_post
 
 pytest_plugins = ["tests.support.redis_fixtures"]
 
@@ -84,3 +90,43 @@ def test_the_local_pool_tells_the_door_the_sizes_of_its_jobs():
 
 def test_the_redis_pool_tells_the_door_the_sizes_of_the_clusters_jobs(make_pool):
     check_sizes(make_pool(2, 0, 10.0))
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("case", door_grid.FOUND + door_grid.GRID[:24], ids="-".join)
+def test_the_door_on_a_redis_pool_answers_as_the_pool_with_the_door_off(
+    pdfpool, settings, redis_server, namespace, case
+):
+    """tests/test_door.py's grid, with the one slot held in a Redis pool: the door reads the
+    cluster's pressure (off the loop) and answers as the decorator does without it."""
+    from django.core.asgi import get_asgi_application
+
+    from django_pdfpool import PdfPoolDoor, get_pool
+
+    stack, kind, digest, cookie, extra, length = case
+    body, content_type = door_grid.BODIES[kind]
+    sent = [(b"content-type", content_type.encode())] if content_type else []
+    sent += door_grid.DIGESTS[digest] + door_grid.COOKIES[cookie] + door_grid.EXTRAS[extra]
+    if length == "length":
+        sent.append((b"content-length", b"%d" % len(body)))
+    request = {**asgi_post("/held/async/", body), "client": ("10.1.2.3", 5000)}
+    request["headers"] = [(b"host", b"testserver"), *sent]
+    redis = {"URL": redis_server.url, "NAMESPACE": namespace, "LEASE": 2.0}
+    answers = []
+    for door in (False, True):
+        pdfpool(MAX_UPLOAD_SIZE=4096, DOOR=door, SLOTS=1, QUEUE=0, REDIS=redis)
+        settings.MIDDLEWARE = door_grid.STACKS["plain"]  # theirs is let in
+        HELD.reset()
+        with held_requests(1) as threads:
+            theirs = asgi_post("/held/async/", door_grid.THEIRS)
+            app = PdfPoolDoor(get_asgi_application())
+            threads.submit(asyncio.run, answer_of(app, theirs, door_grid.THEIRS))
+            wait_until(lambda: get_pool().running() == 1)
+            settings.MIDDLEWARE = door_grid.STACKS[stack]
+            status, page, headers = asyncio.run(
+                answer_of(PdfPoolDoor(get_asgi_application()), request, body)
+            )
+        code = json.loads(page).get("code") if page.startswith(b"{") else None
+        answers.append((status, headers.get(b"Location"), code))
+        wait_until(lambda: get_pool().running() == 0)
+    assert answers[1] == answers[0]

@@ -5,6 +5,7 @@ keys with uploads; the caller's files are never deleted; ``pdfpool extract --poo
 from __future__ import annotations
 
 import asyncio
+import functools
 import gc
 import hashlib
 import io
@@ -12,6 +13,7 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from django.conf import settings
 from django.core.files import File
 from django.core.files.base import ContentFile
 from django.core.files.storage import FileSystemStorage, InMemoryStorage
@@ -23,12 +25,16 @@ from django.test import Client
 from django_pdfpool import Extraction, StagedUpload, aextract_pooled, extract_pooled, get_pool
 from django_pdfpool.decorators import extract_upload
 from django_pdfpool.exceptions import CallerBusy, UploadTooLarge
+from django_pdfpool.responses import describe
 from django_pdfpool.uploads import STAGING_CHUNK
+from tests import test_configured
 from tests.conftest import held_requests, wait_until
 from tests.project.views import HELD, held_job
 from tests.support import pdfs
 from tests.test_decorators import JSON, held_key, post, upload
 
+pytest_plugins = ["tests.support.redis_fixtures"]
+backend = test_configured.backend  # the fixture: the local pool, or a Redis pool
 SOON = 60
 
 
@@ -202,3 +208,57 @@ def test_a_cancelled_async_call_leaves_no_copy(pdfpool):
     asyncio.run(main())
     wait_until(lambda: os.listdir(pdfpool.staged) == [])
     assert get_pool().snapshot().counters.started == 0
+
+
+def answered(response) -> tuple:
+    """A view's answer as ``said`` words an outcome: status, code, message, Retry-After."""
+    body = response.json()
+    if response.status_code == 200:
+        return (200, body["pdf"]["text"])
+    retry = response.headers.get("Retry-After")
+    return (response.status_code, body["error"], body["message"], retry and int(retry))
+
+
+def said(call) -> tuple:
+    """``call()``'s outcome as the decorator would answer it."""
+    try:
+        return (200, call().text)
+    except Exception as error:
+        described = describe(error)
+        return (described.status, described.code, described.message, described.retry_after)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [b"", b"not a PDF at all", b"%PDF-1.4\n", pdfs.simple(["the same"]), b"%PDF-" + b"x" * 6000],
+    ids=["empty", "not a pdf", "damaged", "a pdf", "too large"],
+)
+def test_extract_pooled_answers_as_the_decorator(backend, data):
+    backend(MAX_UPLOAD_SIZE=5000)
+    assert said(lambda: extract_pooled(data, caller="ip:10.0.7.1")) == answered(
+        post("/sync/", data, "10.0.7.1")
+    )
+    assert said(lambda: asyncio.run(aextract_pooled(data, caller="ip:10.0.7.1"))) == answered(
+        post("/async/", data, "10.0.7.1", field="document")
+    )
+    assert os.listdir(settings.FILE_UPLOAD_TEMP_DIR) == []
+
+
+def test_extract_pooled_is_refused_as_the_decorator(backend):
+    """One place, taken by caller ip:10.0.7.2: that caller is busy (429) and anyone else finds
+    the pool full (503), through either entry, with the same words and Retry-After."""
+    backend(SLOTS=1, QUEUE=0)
+    HELD.reset()
+    with held_requests(1) as threads:
+        threads.submit(extract_pooled, b"%PDF- held", caller="ip:10.0.7.2", job=held_job)
+        wait_until(lambda: get_pool().running() == 1)
+        for ip in ("10.0.7.2", "10.0.7.3"):
+            data = f"%PDF- from {ip}".encode()
+            view = answered(post("/held/sync/", data, ip))
+            assert view[0] == (429 if ip == "10.0.7.2" else 503)
+            direct = functools.partial(extract_pooled, data, caller=f"ip:{ip}", job=held_job)
+            assert said(direct) == view
+            awaited = aextract_pooled(data, caller=f"ip:{ip}", job=held_job)
+            assert said(functools.partial(asyncio.run, awaited)) == answered(
+                post("/held/async/", data, ip)
+            )

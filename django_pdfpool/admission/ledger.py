@@ -269,8 +269,10 @@ class Ledger:
         each time it comes back as told and is refused while nothing changed."""
         with self._lock:
             self._counts[counter] += 1
-            if caller:
-                self._refused[caller] = (self._doublings(caller), time.monotonic() + told)
+            if caller:  # moved to the end: the oldest refusal is forgotten first
+                doublings = self._doublings(caller)
+                self._refused.pop(caller, None)
+                self._refused[caller] = (doublings, time.monotonic() + told)
                 if len(self._refused) > REMEMBERED:
                     del self._refused[next(iter(self._refused))]
 

@@ -211,14 +211,16 @@ class Pool:
         jobs.deliver(waiters, result, error)
         jobs.deliver(idle, None, None)
 
-    def hold(self, key: str, caller: str) -> Callable[[Any, BaseException | None], None]:
+    def hold(
+        self, key: str, caller: str, size: int | None = None
+    ) -> Callable[[Any, BaseException | None], None]:
         """Count a job running elsewhere in this process (a Redis pool's, when this pool takes
         over) as one of this pool's: it holds a slot (even past ``slots``), its key and its
         caller. Return what ends it with its outcome, to be called on the job loop."""
         with self._lock:
             if key in self._jobs:  # already this pool's: nothing more to count
                 return lambda result, error: None
-            job = self._jobs[key] = JobRecord(key, caller)  # no fn or on_drop: not this pool's
+            job = self._jobs[key] = JobRecord(key, caller, size=size)  # no fn: not this pool's
             job.state, job.started_mono = "running", time.monotonic()
             self._callers.setdefault(caller, job)
             self._running += 1

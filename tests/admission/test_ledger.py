@@ -9,6 +9,7 @@ import math
 import pytest
 
 from django_pdfpool.admission import Pool
+from django_pdfpool.admission.ledger import REMEMBERED, Counter, Ledger
 from django_pdfpool.exceptions import CallerBusy, PoolBusy, PoolClosed
 from tests.support.gates import Gate, failing, job, run, until
 
@@ -121,3 +122,15 @@ def test_empty_figures_are_zeros():
     snap = Pool().snapshot()
     for figures in (snap.queue_wait, snap.run_time):
         assert (figures.count, figures.mean, figures.p95, figures.max) == (0, 0.0, 0.0, 0.0)
+
+
+def test_the_callers_refused_last_are_the_ones_remembered():
+    """A caller refused again is among the last refused: when ``REMEMBERED`` others have
+    been refused since its first refusal, it is not the one forgotten."""
+    books = Ledger(1)
+    books.refused(Counter.REFUSED_BUSY, "again", 5.0)
+    for n in range(REMEMBERED - 1):
+        books.refused(Counter.REFUSED_BUSY, f"other-{n}", 5.0)
+    books.refused(Counter.REFUSED_BUSY, "again", 5.0)  # the newest refusal now
+    books.refused(Counter.REFUSED_BUSY, "newcomer", 5.0)
+    assert "again" in books._refused and "other-0" not in books._refused

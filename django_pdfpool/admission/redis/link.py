@@ -67,13 +67,18 @@ class Load(NamedTuple):
     running_for: tuple[float, ...]  # seconds each running job has run
     head_waited: float | None  # seconds the queue's head has waited (None: no queue)
     state: tuple[int, ...]  # the head's queue time and the starts: new once a job moves
+    sizes: tuple[int | None, ...] = ()  # each running job's input, in bytes (None: not known)
+    size: int | None = None  # the input of the caller's job asked about (None: not known)
 
     @classmethod
     def of(cls, flat: list[Any]) -> Load:
-        now, head, *starts = (int(ms) for ms in flat)
-        starts.sort()
+        now, head, size, *runs = (int(n) for n in flat)
+        runs_by_start = sorted(zip(runs[::2], runs[1::2], strict=True))
+        starts = tuple(ms for ms, _ in runs_by_start)
         waited = None if head < 0 else (now - head) / 1000
-        return cls(tuple((now - ms) / 1000 for ms in starts), waited, (head, *starts))
+        sizes = tuple(None if n < 0 else n for _, n in runs_by_start)
+        running_for = tuple((now - ms) / 1000 for ms in starts)
+        return cls(running_for, waited, (head, *starts), sizes, None if size < 0 else size)
 
 
 class AdmitReply(NamedTuple):
@@ -111,6 +116,16 @@ class PressureReply(NamedTuple):
     waiting: int  # callers sharing KEY's job in every process, less its starter
     load: Load
     sizes: tuple[int, ...] | None = None  # of the jobs in flight (None: one not known)
+
+    @classmethod
+    def of(cls, reply: Any) -> PressureReply:
+        running, queued, in_flight, busy, state, age_ms, ahead, waiting, load, sizes = reply
+        listed = str(sizes)
+        known = tuple(map(int, listed.split(","))) if listed and listed != "?" else None
+        return cls(
+            int(running), int(queued), bool(in_flight), bool(busy), str(state),
+            int(age_ms) / 1000, int(ahead), int(waiting), Load.of(load), known,
+        )  # fmt: skip
 
 
 # --- the settings and the connections ------------------------------------------------------
@@ -238,6 +253,12 @@ class Link:
         self.client()
         return await self._scripts[name](keys=[self.procs_key], args=[*self._head, *args])
 
+    async def load(self) -> PressureReply:
+        """``pressure()`` for the job loop: the counts and the load, no key or caller."""
+        self.client()
+        reply = await self._scripts["pressure"](keys=[self.procs_key], args=["", ""])
+        return PressureReply.of(reply)
+
     async def collect(self, job_id: str) -> str | None:
         """Take this process's copy of a finished job's outcome (JSON), or None."""
         self.client()
@@ -361,13 +382,7 @@ class Link:
         client = self.sync()
         args = [key or "", caller or ""]
         raw = self._sync_scripts["pressure"](keys=[self.procs_key], args=args, client=client)
-        running, queued, in_flight, busy, state, age_ms, ahead, waiting, load, sizes = raw
-        listed = str(sizes)
-        known = tuple(map(int, listed.split(","))) if listed and listed != "?" else None
-        return PressureReply(
-            int(running), int(queued), bool(in_flight), bool(busy), str(state),
-            int(age_ms) / 1000, int(ahead), int(waiting), Load.of(load), known,
-        )  # fmt: skip
+        return PressureReply.of(raw)
 
     def view(self) -> Any:
         """Everything in flight, with the process leases (``view.lua``)."""

@@ -157,11 +157,16 @@ class RedisPool:
         books.observe(load.state)
         free = max(0, self.slots + self.queue_size - found.running - found.queued)
         others = load.running_for
-        start = books.expected_start(found.queued, others, load.head_waited, caller=caller)
+        start = books.expected_start(
+            found.queued, others, load.head_waited, caller=caller, sizes=load.sizes
+        )
         retry = 0.0
         if found.caller_busy:
             running_for = age if found.state == "running" else None
-            retry = books.expected_end(running_for, found.ahead, others, age, caller=caller)
+            retry = books.expected_end(
+                running_for, found.ahead, others, age, caller=caller, size=load.size,
+                sizes=load.sizes,
+            )  # fmt: skip
         return Pressure(closed, free, found.in_flight, start, found.caller_busy, retry, found.sizes)
 
     def _in_fallback(self, key: str | None, caller: str | None) -> Pressure | None:
@@ -240,7 +245,7 @@ class RedisPool:
             call_dropped(on_drop)
             raise closing()
         if self.mode != REDIS or self._in_fallback(key, caller):  # its jobs outlive an outage
-            return await self._run_degraded(key, caller, fn, on_drop)
+            return await self._run_degraded(key, caller, fn, on_drop, size)
         waiter = RedisWaiter(asyncio.get_running_loop(), key, caller, fn, on_drop, size)
         call_in_job_loop(self._side.begin, waiter)
         try:
@@ -253,14 +258,14 @@ class RedisPool:
                 call_dropped(on_drop)  # left just as it was sent to the fallback
             raise
         if result is GO_LOCAL:
-            return await self._run_degraded(key, caller, fn, on_drop)
+            return await self._run_degraded(key, caller, fn, on_drop, size)
         return result
 
     async def _run_degraded(
-        self, key: str, caller: str, fn: JobFn | None, on_drop: DropFn | None
+        self, key: str, caller: str, fn: JobFn | None, on_drop: DropFn | None, size: int | None
     ) -> Any:
         if self.fallback == "local":
-            return await self._local.run(key, caller, fn, on_drop=on_drop)
+            return await self._local.run(key, caller, fn, on_drop=on_drop, size=size)
         self._books.count(Counter.REFUSED_BUSY)
         call_dropped(on_drop)
         raise unavailable(self._side.trouble or UNREACHABLE, self._settings.probe_every)

@@ -252,14 +252,15 @@ class ProcessSide:
             RedisJob(waiter.key, id=reply.job_id, state=reply.state)
         )
         job.waiters.add(waiter)
+        job.size = job.size if job.size is not None else waiter.size  # one key, one input
         waiter.job = job
         if reply.status == "joined":
             lost = not job.owned and reply.job_id not in self._pending
             if reply.owner == self.process and lost:  # ours, from a call whose reply was lost
                 self.spawn(self._drop(job, "lost"))
             return
-        job.owned, job.caller, job.fn = True, waiter.caller, waiter.fn  # rule 3: a slot,
-        job.on_drop, job.starter = waiter.on_drop, waiter  # or a queue place
+        job.owned, job.caller, job.fn, job.size = True, waiter.caller, waiter.fn, waiter.size
+        job.on_drop, job.starter = waiter.on_drop, waiter  # rule 3: a slot, or a queue place
         if reply.status == "started":
             self._start(job)
         elif self._settings.wait is not None:  # Redis's clock decides when it has passed
@@ -272,10 +273,15 @@ class ProcessSide:
             others, queued = load.running_for, reply.queued  # caller: the jobs ahead of its job
             if reply.status == "caller":
                 running_for = age if reply.state == "running" else None
-                retry = books.expected_end(running_for, queued, others, age, caller=caller)
+                retry = books.expected_end(
+                    running_for, queued, others, age, caller=caller, size=load.size,
+                    sizes=load.sizes,
+                )  # fmt: skip
                 refusal: PoolBusy | CallerBusy = jobs.caller_busy(retry)
             else:
-                retry = books.expected_start(queued, others, load.head_waited, caller=caller)
+                retry = books.expected_start(
+                    queued, others, load.head_waited, caller=caller, sizes=load.sizes
+                )
                 refusal = jobs.queue_full(retry)
             books.refused(Counter.refused(refusal), caller, refusal.retry_after)
             return refusal
@@ -386,11 +392,16 @@ class ProcessSide:
     # --- the end of a job here: its outcome, or an event's kind without one (drop.lua) -------
 
     def _end(
-        self, job: RedisJob, kind: str = "", result: Any = None, error: BaseException | None = None
-    ) -> None:
+        self, job: RedisJob, kind: str = "", result: Any = None, error: BaseException | None = None,
+        retry_after: float | None = None,
+    ) -> None:  # fmt: skip
         """Hand the outcome to this process's sharers, or end the job without one (``kind``: an
-        event's, or "unavailable"; one of ours running runs on: its finish answers)."""
+        event's, or "unavailable"; one of ours running runs on: its finish answers);
+        ``retry_after``: for "busy", once ``_given_up`` has read it."""
         if kind and job.owned and job.state == "running":
+            return
+        if kind == "busy" and retry_after is None:
+            self.spawn(self._given_up(job))
             return
         self._remove(job)
         waiters, job.waiters = job.waiters, set()
@@ -401,9 +412,7 @@ class ProcessSide:
         if kind == "busy":  # rule 3: waited longer than `wait` (Redis's clock said so)
             waited = [time.monotonic() - job.queued_mono] if job.owned else []
             self._books.gave_up(waited, len(waiters))
-            s = self._settings  # the load is not known here: every slot taken, the queue full
-            retry_after = self._books.expected_start(s.queue_size, (0.0,) * s.slots, start=True)
-            error = jobs.waited_too_long(s.wait, retry_after)
+            error = jobs.waited_too_long(self._settings.wait, retry_after or 0.0)
         elif kind == "closed":
             error = jobs.stopped()
         elif kind == "unavailable":
@@ -420,6 +429,23 @@ class ProcessSide:
             job.local_hold(result, error)
             job.local_hold = None
         self._settle()
+
+    async def _given_up(self, job: RedisJob) -> None:
+        """Rule 3 gave up a queued job: its callers are told when a newcomer would take a
+        slot, from the cluster's load read now (else every slot just taken, the queue full)."""
+        s, books = self._settings, self._books
+        with _about(job):  # the beat leaves it be meanwhile
+            try:
+                found = await self.link.load()
+            except RedisError:
+                retry = books.expected_start(s.queue_size, (0.0,) * s.slots, start=True)
+            else:
+                load = found.load
+                retry = books.expected_start(
+                    found.queued, load.running_for, start=True, sizes=load.sizes
+                )
+        if self._holds(job):
+            self._end(job, "busy", retry_after=retry)
 
     async def _drop(self, job: RedisJob, kind: str) -> None:
         """End a job of ours that will never run, here and in Redis."""
@@ -616,7 +642,7 @@ class ProcessSide:
         if self._fallback is not None:  # counted there before any caller can see the mode:
             for job in self.jobs():  # a caller thread reads it and admits there at once
                 if job.owned and job.state == "running" and job.local_hold is None:
-                    job.local_hold = self._fallback.hold(job.key, job.caller)
+                    job.local_hold = self._fallback.hold(job.key, job.caller, job.size)
         self.mode = LOCAL_FALLBACK if self._fallback is not None else REFUSING
         self.trouble = trouble_of(error)
         self.failures[self.trouble] += 1
@@ -723,16 +749,17 @@ class ProcessSide:
             self.quietly(self.link.release(still_idle))
 
     async def stop_jobs(self) -> None:
-        """Cancel this process's running jobs, drop its queued ones, leave the others'."""
+        """Drop this process's queued jobs, leave the others', then cancel its running ones
+        (their slots, freed first, would start a queued job of ours that never runs)."""
         while self.admissions:
             await asyncio.wait(set(self.admissions))
         calls: list[Coroutine[Any, Any, object]] = []
+        running: list[asyncio.Task[Any]] = []
         for job in self.jobs():
             if job.owned and job.state == "running":
                 waiters, job.waiters = job.waiters, set()
                 jobs.deliver(waiters, None, jobs.stopped())
-                if job.task is not None:
-                    job.task.cancel()
+                running += [job.task] if job.task is not None else []
             elif job.owned:
                 calls.append(self._drop(job, "closed"))
             else:
@@ -740,6 +767,8 @@ class ProcessSide:
                 self._end(job, "closed")
                 calls.append(self._script("leave", job.key, job.id, str(count), "0"))
         await asyncio.gather(*calls)
+        for task in running:
+            task.cancel()
 
     async def retire(self) -> None:
         """Leave Redis for good: unregister, stop the beat and the probe, close."""
@@ -784,15 +813,16 @@ def _about(job: RedisJob) -> Iterator[None]:
 
 
 def _job_args(job: RedisJob, now: float) -> list[str]:
-    """One job as beat.lua takes it: KEY ID ROLE CALLER WAITERS STARTER AGE_MS."""
+    """One job as beat.lua takes it: KEY ID ROLE CALLER WAITERS STARTER AGE_MS SIZE."""
     running_for = job.running_for(now)
     if not job.owned:
-        return [job.key, job.id, "a", "", str(len(job.waiters)), "0", "0"]
+        return [job.key, job.id, "a", "", str(len(job.waiters)), "0", "0", ""]
     if running_for is None or job.finishing:  # queued, or over: never counted again
-        return [job.key, job.id, "o", "", "0", "0", "0"]
+        return [job.key, job.id, "o", "", "0", "0", "0", ""]
     starter = "1" if job.starter in job.waiters else "0"
     age = str(round(running_for * 1000))
-    return [job.key, job.id, "r", job.caller, str(len(job.waiters)), starter, age]
+    size = "" if job.size is None else str(job.size)
+    return [job.key, job.id, "r", job.caller, str(len(job.waiters)), starter, age, size]
 
 
 def _shown(term: str, value: str) -> str:

@@ -697,3 +697,47 @@ def test_back_after_a_restart_a_process_admits_only_once_redis_counts_its_jobs(o
     finally:
         proxy.released.set()
         proxy.close()
+
+
+def test_the_local_fallback_tells_the_door_the_sizes_it_was_told(own_redis):
+    """While Redis fails the door reads the fallback pool, which knows each job's size as
+    the local pool does: one running since Redis mode, one started in the fallback."""
+    pool = pools_in(own_redis, f"t-{uuid4().hex[:12]}")[0](2, 2, 10.0, fallback="local")
+    gate, calls = threading.Event(), []
+
+    async def scenario():
+        running = asyncio.create_task(pool.run("k", "a", held("K", gate, calls), size=1234))
+        await until(lambda: pool.running() == 1 and calls == ["K"])
+        own_redis.kill()
+        await until(lambda: pool.mode == "local-fallback")
+        assert pool.pressure().sizes == (1234,)
+        other = asyncio.create_task(pool.run("j", "b", held("J", gate, calls), size=99))
+        await until(lambda: calls == ["K", "J"])
+        assert sorted(pool.pressure().sizes or ()) == [99, 1234]
+        gate.set()
+        assert await asyncio.gather(running, other) == ["K", "J"]
+        await pool.stop()
+
+    run(scenario)
+
+
+def test_a_job_counted_again_after_redis_restarts_empty_keeps_its_size(own_redis):
+    """The owner's beat counts its running job again with the size it was admitted with:
+    the door still reads it, and a caller's Retry-After still weighs it."""
+    namespace = f"t-{uuid4().hex[:12]}"
+    pool = pools_in(own_redis, namespace)[0](1, 1, 10.0)
+    gate, calls = threading.Event(), []
+
+    async def scenario():
+        running = asyncio.create_task(pool.run("k", "a", held("K", gate, calls), size=1234))
+        await until(lambda: _own_jobs(pool) == [("k", "running")])
+        assert pool.pressure().sizes == (1234,)
+        own_redis.restart()  # empty
+        await until(lambda: _running_keys(own_redis, namespace) == {"k"}, PATIENCE)
+        await until(lambda: pool.mode == "redis", PATIENCE)
+        assert pool.pressure().sizes == (1234,)
+        gate.set()
+        assert await running == "K"
+        await pool.stop()
+
+    run(scenario)

@@ -1,11 +1,12 @@
 -- Rules 1-3 for a new call. ARGV: ME LEASE SLOTS QUEUE WAIT_MS(-1: none) KEY CALLER ID HAS_FN
--- FINGERPRINT DEPLOYMENT SIZE('': not known) -> {status, id, state, owner, age_ms, queued, events}; status is
--- joined (the job's id, state, owner), started or queued (this call's job), caller (the
--- held job's id, state, owner, age and the jobs ahead of it in place of queued; then {}
--- and load_now()), busy (then {} and load_now()), rebuilding (for a lease after bad data took
--- state: see prelude.lua), nojob (nothing to join, no fn), or mismatch
--- (ME's terms are not those of a live process of the namespace: another deployment, or
--- other settings; then {name, theirs}* follows events, and ME is not registered).
+-- FINGERPRINT DEPLOYMENT SIZE('': not known) -> {status, id, state, owner, age_ms, queued,
+-- events}; status is joined (the job's id, state, owner), started or queued (this call's
+-- job), caller (the held job's id, state, owner, age and the jobs ahead of it in place of
+-- queued; then {} and load_now(its key)), busy (then {} and load_now()), rebuilding (for a
+-- lease after bad data took state: see prelude.lua), nojob (nothing to join, no fn), or
+-- mismatch (ME's terms are not those of a live process of the namespace: another
+-- deployment, or other settings; then {name, theirs}* follows events, and ME is not
+-- registered).
 reap()
 local ours = {slots = ARGV[3], queue = ARGV[4], wait = ARGV[5], lease = ARGV[2],
   fingerprint = ARGV[10], deployment = ARGV[11]}
@@ -45,6 +46,7 @@ local KEY, CALLER, ID = ARGV[6], ARGV[7], ARGV[8]
 local job = load(KEY)
 if job then  -- rule 1: join; no slot, no queue place, any caller
   redis.call('HINCRBY', job.jk, 'w:' .. ME, 1)
+  if (ARGV[12] or '') ~= '' and not job.size then redis.call('HSET', job.jk, 'size', ARGV[12]) end
   tally('joined', 1)
   touch(job.jk)
   return {'joined', job.id, job.state, job.owner, '0', '0', events}
@@ -68,7 +70,7 @@ if held then  -- rule 2: one job per caller, even if its starter left
     local since = tonumber(other.st or other.qt) or NOW
     local ahead = other.state == 'queued' and redis.call('LPOS', QUEUE, held) or 0
     return {'caller', other.id, other.state, other.owner, tostring(NOW - since),
-      tostring(ahead), events, {}, load_now()}
+      tostring(ahead), events, {}, load_now(held)}
   end
   redis.call('HDEL', CALLERS, CALLER)
 end

@@ -3,23 +3,25 @@
 -- failover to a replica behind, ME reaped after a pause), and end jobs Redis says ME owns
 -- that ME does not know, among those numbered up to SEQ (a job id is "SEQ.RANDOM": an
 -- admission sent after this beat's arguments were taken may run before it, not judged).
--- ARGV: ME LEASE SLOTS SEQ M (KEY ID ROLE CALLER WAITERS STARTER AGE_MS)*M PENDING-ID*
---   ROLE r: owned and running, o: owned and queued, a: awaited (CALLER, STARTER, AGE_MS
---   unused); WAITERS: ME's callers on it, counted again where Redis lost some (restarted)
+-- ARGV: ME LEASE SLOTS SEQ M (KEY ID ROLE CALLER WAITERS STARTER AGE_MS SIZE)*M PENDING-ID*
+--   ROLE r: owned and running, o: owned and queued, a: awaited (CALLER, STARTER, AGE_MS,
+--   SIZE unused); WAITERS: ME's callers on it, counted again where Redis lost some
+--   (restarted); SIZE: its input's bytes ('': not known)
 -- -> {ms until the next other lease ends (-1: none), {state, data}*M, events}
 reap()
 renew()
 local upto, m = tonumber(ARGV[4]), tonumber(ARGV[5])
 local mine, states = {}, {}
-local STRIDE = 7
+local STRIDE = 8
 
 -- A running job of ME that Redis lost: its slot, key, caller and waiters here, again.
-local function restore(key, id, caller, waiters, starter, age)
+local function restore(key, id, caller, waiters, starter, age, size)
   local jk = jobkey(key)
   local since = NOW - age
   redis.call('HSET', jk, 'id', id, 'caller', caller, 'owner', ME, 'state', 'running',
     'qt', since, 'st', since, 'dl', 0, 'sw', starter)
   if waiters > 0 then redis.call('HSET', jk, 'w:' .. ME, waiters) end
+  if size ~= '' then redis.call('HSET', jk, 'size', size) end
   redis.call('SADD', RUNNING, key)
   if not redis.call('HGET', CALLERS, caller) then redis.call('HSET', CALLERS, caller, key) end
   redis.call('PEXPIRE', jk, KEEP)
@@ -37,7 +39,8 @@ for i = 0, m - 1 do
     local waiters = tonumber(ARGV[at + 4])
     if waiters > (job.w[ME] or 0) then redis.call('HSET', job.jk, 'w:' .. ME, waiters) end
   elseif role == 'r' and not job then
-    restore(key, id, ARGV[at + 3], tonumber(ARGV[at + 4]), ARGV[at + 5], tonumber(ARGV[at + 6]))
+    restore(key, id, ARGV[at + 3], tonumber(ARGV[at + 4]), ARGV[at + 5], tonumber(ARGV[at + 6]),
+      ARGV[at + 7])
     state = 'running'
   elseif role == 'a' then
     local rk = P .. 'res:' .. id

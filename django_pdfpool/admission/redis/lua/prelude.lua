@@ -347,12 +347,20 @@ end
 local function renew() redis.call('ZADD', PROCS, NOW + LEASE, ME) end
 
 -- What a Retry-After is estimated from, as pressure.lua reads it too: {NOW, the queue head's
--- queue time or -1, each running job's start} (ms); a field that is no number is left out.
-local function load_now()
+-- queue time or -1, the size of `held`'s job or -1, then each running job's start and size
+-- or -1} (ms, bytes); a running job whose start is no number is left out.
+local function load_now(held)
+  local function size(key)
+    return key and whole(redis.pcall('HGET', jobkey(key), 'size')) or -1
+  end
   local head = redis.call('LINDEX', QUEUE, 0)
-  local found = {NOW, head and whole(redis.pcall('HGET', jobkey(head), 'qt')) or -1}
+  local found = {NOW, head and whole(redis.pcall('HGET', jobkey(head), 'qt')) or -1, size(held)}
   for _, key in ipairs(redis.call('SMEMBERS', RUNNING)) do
-    found[#found + 1] = whole(redis.pcall('HGET', jobkey(key), 'st')) or nil
+    local start = whole(redis.pcall('HGET', jobkey(key), 'st'))
+    if start then
+      found[#found + 1] = start
+      found[#found + 1] = size(key)
+    end
   end
   return found
 end

@@ -2,8 +2,9 @@
 -- round trip. KEYS: procs; ARGV: KEY CALLER ('' for none) -> {running, queued, KEY's job in
 -- flight (0/1), busy (1: the caller holds a job for another key, and admit.lua would refuse
 -- it), its state, ms since it queued or started, jobs ahead of it in the queue, callers
--- waiting on KEY's job in every process less its starter, the load: {now, the queue head's
--- queue time or -1, each running job's start} (ms), the sizes of the jobs in flight ("1,2"; "?": one not known)}. Bad data reads as nothing.
+-- waiting on KEY's job in every process less its starter, the load (prelude.lua's
+-- load_now(the caller's job)), the sizes of the jobs in flight ("1,2"; "?": one not
+-- known)}. Bad data reads as nothing.
 local P = string.sub(KEYS[1], 1, -6)
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
@@ -42,10 +43,14 @@ end
 local function field(key, name)  -- a job's time field, or nil
   return typed(P .. 'job:' .. key, 'hash') and whole(redis.call('HGET', P .. 'job:' .. key, name))
 end
-local load = {now, queued > 0 and field(redis.call('LINDEX', P .. 'queue', 0), 'qt') or -1}
+local load = {now, queued > 0 and field(redis.call('LINDEX', P .. 'queue', 0), 'qt') or -1, -1}
 if running > 0 then
   for _, key in ipairs(redis.call('SMEMBERS', P .. 'running')) do
-    load[#load + 1] = field(key, 'st') or nil
+    local start = field(key, 'st')
+    if start then
+      load[#load + 1] = start
+      load[#load + 1] = field(key, 'size') or -1
+    end
   end
 end
 local held = CALLER ~= '' and in_flight == 0 and typed(P .. 'callers', 'hash')
@@ -55,6 +60,7 @@ if not held or held == KEY or not typed(P .. 'job:' .. held, 'hash') then
 end
 local job = redis.call('HMGET', P .. 'job:' .. held, 'caller', 'state', 'qt', 'st')
 if job[1] ~= CALLER then return {running, queued, in_flight, 0, '', 0, 0, waiting, load, SIZES} end
+load[3] = field(held, 'size') or -1
 local since = tonumber(job[4] or job[3]) or now
 local ahead = 0
 if job[2] == 'queued' then ahead = redis.call('LPOS', P .. 'queue', held) or 0 end
