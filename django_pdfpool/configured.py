@@ -22,30 +22,31 @@ from .sandbox.wire import ANSWER_OVERHEAD
 
 logger = logging.getLogger("django_pdfpool")
 
-_lock = threading.Lock()
-_pool: AdmissionPool | None = None
-_built_from: PoolSettings | None = None
+_lock = threading.Lock()  # guards replacing _built
+_built: tuple[AdmissionPool, PoolSettings] | None = None
+"""The pool and the settings it was built from, read without the lock: one reference, so a
+reader never pairs one pool with another's settings."""
 
 
 def get_pool() -> AdmissionPool:
     """This process's pool, built from settings; after a settings change it is rebuilt
     once idle, so jobs in flight keep the limits they were admitted under."""
-    global _pool, _built_from
+    global _built
     current = get_settings()
-    pool = _pool
-    if pool is not None and (_built_from is current or _built_from == current):
-        return pool
+    built = _built
+    if built is not None and (built[1] is current or built[1] == current):
+        return built[0]
     with _lock:
-        if _pool is None:
+        if _built is None:
             atexit.register(drain_pool)  # graceful by default where nothing else drains
-        if _pool is None or (_built_from != current and _pool.idle()):
-            replaced, _pool = _pool, _build(current)
-            if replaced is not None:
-                _retire(replaced)
+        if _built is None or (_built[1] != current and _built[0].idle()):
+            pool = _build(current)
+            if _built is not None:
+                _retire(_built[0])
             current.sandbox.configure(tmp_dir=current.temp_dir)
+            _built = (pool, current)
             recorder.start()  # the status chart then covers the time before anyone looked
-            _built_from = current
-        return _pool
+        return _built[0]
 
 
 def _retire(pool: AdmissionPool) -> None:
@@ -64,7 +65,7 @@ def _retire(pool: AdmissionPool) -> None:
 
 def peek_pool() -> AdmissionPool | None:
     """This process's pool if one was built, without building one."""
-    return _pool
+    return _built[0] if _built is not None else None
 
 
 recorder = Recorder(peek_pool)  # the pool's recent history, for the status page and metrics
