@@ -1,10 +1,12 @@
-"""The door on against the door off, over raw sockets on every server: a seeded sample of
-requests (``Expect``, length or chunked, keep-alive or close, HTTP/1.0, a pipelined second
-request, repeated headers, a body sent at once, slowly or never, other methods, query
-strings) gets the same status, refusal code and ``Retry-After`` from a server with the door
-as from one without, with the pool idle or full; where the door answers from the headers,
-the difference is the one it promises (docs/door.md): under ASGI ``Connection: close``
-(a pipelined request after it unanswered), and under uvicorn and granian no ``100 Continue``."""
+"""The door on against the door off, over raw sockets on every server (daphne too): a seeded
+sample of requests (``Expect``, length or chunked, keep-alive or close, HTTP/1.0, a pipelined
+second request, repeated headers, a body sent at once, slowly, never or cut short, other
+methods, odd targets and query strings, a script prefix) gets the same status, refusal code
+and ``Retry-After`` with the door as without, the pool idle or full, and leaves nothing held.
+Where the door answers from the headers the difference is the one it promises (docs/door.md):
+under ASGI ``Connection: close``, no pipelined request answered after it (daphne keeps the
+connection: ``KEEPS``), and no ``100 Continue`` where the application's first ``receive()``
+sends it (``OWN_CONTINUE``; hypercorn, daphne and the WSGI servers send it themselves)."""
 
 from __future__ import annotations
 
