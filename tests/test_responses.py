@@ -257,3 +257,37 @@ def test_refusals_speak_of_the_pools_slots_not_of_workers():
     worded = [value for name, value in vars(Wording).items() if name.isupper()]
     assert len(worded) > 20
     assert [said for said in worded if "worker" in said.lower()] == []
+
+
+def test_the_deployment_pages_logging_filter_drops_the_refusals_django_logs(rf):
+    """docs/deployment.md's ``not_a_refusal`` keeps a 503 or 429 out of the admins' mail: it
+    reads what ``log_response`` puts on the record (``status_code``), a 500 passes."""
+    import logging
+    import re
+    from pathlib import Path
+
+    from django.http import HttpResponse
+    from django.utils.log import log_response
+
+    page = (Path(__file__).parents[1] / "docs" / "deployment.md").read_text()
+    blocks = [b for b in re.findall(r"```python\n(.*?)```", page, re.S) if "not_a_refusal" in b]
+    assert blocks
+    records: list[logging.LogRecord] = []
+
+    class Kept(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(record)
+
+    logger = logging.getLogger("django.request")
+    kept = Kept()
+    logger.addHandler(kept)
+    try:
+        for status in (503, 429, 500):
+            log_response("answered", response=HttpResponse(status=status), request=rf.post("/"))
+    finally:
+        logger.removeHandler(kept)
+    for block in blocks:
+        found: dict[str, object] = {}
+        exec(block, found)
+        keep = found["not_a_refusal"]
+        assert [keep(record) for record in records] == [False, False, True]  # type: ignore[operator]

@@ -101,10 +101,16 @@ def free_port() -> int:
 
 @contextmanager
 def serve(
-    name: str, *, pdfpool: dict | None = None, timeout: float = 30.0, staged: Path | None = None
+    name: str,
+    *,
+    pdfpool: dict | None = None,
+    timeout: float = 30.0,
+    staged: Path | None = None,
+    env: dict[str, str] | None = None,
 ) -> Iterator[Server]:
-    """One of ``SERVED`` on a free port, serving the door, until the block ends (SIGTERM)."""
-    env = {"DJANGO_SETTINGS_MODULE": "tests.project.settings", **project_env(staged)}
+    """One of ``SERVED`` (or daphne) on a free port, serving the door, until the block ends
+    (SIGTERM); ``env``: more of its environment (``SCRIPT_NAME`` for gunicorn, say)."""
+    env = {"DJANGO_SETTINGS_MODULE": "tests.project.settings", **project_env(staged), **(env or {})}
     if name in ("uvicorn", "granian"):
         run = uvicorn if name == "uvicorn" else granian
         with run(DOOR_ASGI, pdfpool=pdfpool, env=env, timeout=timeout) as server:
@@ -114,6 +120,7 @@ def serve(
     bind = f"127.0.0.1:{port}"
     commands = {
         "hypercorn": f"hypercorn {DOOR_ASGI} --bind {bind}",
+        "daphne": f"daphne -b 127.0.0.1 -p {port} {DOOR_ASGI}",
         "gunicorn-sync": f"gunicorn tests.project.wsgi:application -b {bind} -k sync --workers 2",
         "gunicorn-gthread": f"gunicorn tests.project.wsgi:application -b {bind} -k gthread "
         "--threads 4 --workers 1",
