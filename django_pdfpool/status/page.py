@@ -250,7 +250,7 @@ def status_context(data: dict[str, Any], dash: str = "—") -> dict[str, Any]:
     }
     return {
         "status": data,
-        "time_zone": _zone_name(),  # status.js writes times in it, as _when does
+        "zone": _zone_name(),  # status.js writes times in it (not time_zone: Django 6 sets it)
         "taken_at": _when(data["taken_at"]),
         "counted_since": _when(data["counted_since"]),
         "cluster_books": cluster_books,
