@@ -213,12 +213,19 @@ MUTANTS = [
     Mutant(
         "stop cancels what runs",
         SIDE,
-        "                    job.task.cancel()",
-        "                    pass",
+        "        for task in running:\n            task.cancel()",
+        "        for task in running:\n            pass",
         "redis",
     ),
     # --- the door's decide() ----------------------------------------------------------------
     Mutant("door: closed", RULES, "    if pressure.closed:\n", "    if False:\n", "door"),
+    Mutant(
+        "door: a body that holds no PDF",
+        RULES,
+        "if not framework and upload.holds_no_pdf():",
+        "if False:",
+        "door",
+    ),
     Mutant(
         "door: join takes no place",
         RULES,
