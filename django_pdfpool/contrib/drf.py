@@ -3,6 +3,7 @@ refusals raised as DRF exceptions for the project's ``EXCEPTION_HANDLER`` (docs/
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 from collections.abc import Callable
@@ -200,7 +201,9 @@ def pdf_pooled(
         raise ImproperlyConfigured(
             f"{where} is async: Django REST framework runs synchronous handlers only."
         )
-    admission = declared_view(job, name, field, door_answer, authenticate=door_authenticate)
+    admission = dataclasses.replace(
+        declared_view(job, name, field, door_answer, authenticate=door_authenticate), parsers=True
+    )
 
     @functools.wraps(handler)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
