@@ -94,7 +94,7 @@ def drf_answer(
     ``exc`` None, the refusal of ``initial()``'s checks (content negotiation, versioning,
     authentication, permissions, and with ``throttle`` the throttles and the body's type),
     if any."""
-    match = route_of(request)
+    match = request.resolver_match = route_of(request)  # as Django sets it: DRF pages read it
     func, args, kwargs = (match.func, match.args, match.kwargs) if match else (None, (), {})
     view_class = getattr(func, "cls", None) or APIView
     view: Any = view_class(**getattr(func, "initkwargs", {}))
