@@ -103,20 +103,20 @@ def drf_answer(
     view.headers = view.default_response_headers
     view.request = drf_request = view.initialize_request(request, *args, **kwargs)
     view.format_kwarg = view.get_format_suffix(**kwargs)
-    if exc is None:
-        try:  # as APIView.initial() does
-            neg = view.perform_content_negotiation(drf_request)
-            drf_request.accepted_renderer, drf_request.accepted_media_type = neg
-            version, scheme = view.determine_version(drf_request, *args, **kwargs)
-            drf_request.version, drf_request.versioning_scheme = version, scheme
-            view.perform_authentication(drf_request)
+    try:  # as APIView.initial() does (past it, for ``exc``: the user its pages show)
+        neg = view.perform_content_negotiation(drf_request)
+        drf_request.accepted_renderer, drf_request.accepted_media_type = neg
+        version, scheme = view.determine_version(drf_request, *args, **kwargs)
+        drf_request.version, drf_request.versioning_scheme = version, scheme
+        view.perform_authentication(drf_request)
+        if exc is None:
             view.check_permissions(drf_request)
             if throttle:
                 view.check_throttles(drf_request)
                 _check_media_type(request, view, drf_request)
             return None
-        except APIException as refused:
-            exc = refused
+    except APIException as refused:
+        exc = exc or refused
     response = view.finalize_response(drf_request, view.handle_exception(exc))
     if isinstance(response, Response):
         response.render()

@@ -11,6 +11,7 @@ import random
 
 import pytest
 from django.core.cache import cache
+from django.test import Client
 
 from django_pdfpool import get_pool
 from django_pdfpool.record import format_digest
@@ -121,6 +122,7 @@ FOUND = [  # cases that once differed
     ("ninja-sync-raw", "bearer", "json", "form-mine", "json", "plain", "length"),
     ("drf-viewset", "token", "raw-empty", "unreadable", "html", "csrf", "length"),
     ("drf-action", "token", "raw", "mine", "html", "plain", "length"),
+    ("drf-session", "token", "raw-over", "none", "html", "csrf", "length"),
 ]
 
 
@@ -138,31 +140,27 @@ def _signed_in() -> bytes:
     return f"csrftoken={TOKEN}; sessionid={session.session_key}".encode()
 
 
-@pytest.mark.django_db(transaction=True)
-@pytest.mark.parametrize("full", [False, True], ids=["idle", "full"])
-@pytest.mark.parametrize(
-    "case", FOUND + [case for case in GRID[:200] if case not in FOUND], ids="-".join
-)
-def test_the_door_answers_drf_and_ninja_routes_as_with_the_door_off(pdfpool, settings, case, full):
-    """Through ``PdfPoolDoor``, for each route kind of DRF and django-ninja, credentials of
-    each kind, bodies, digests and ``Accept`` headers, sized or chunked, with the pool idle or
-    full (its one slot held for another upload): the door's answer is its absence's."""
-    from django.core.asgi import get_asgi_application
-
-    from django_pdfpool import PdfPoolDoor
-
-    route, credential, kind, digest, accept, stack, length = case
-    body, content_type = BODIES[kind]
+def _sent(case: tuple[str, ...], body: bytes) -> list[tuple[bytes, bytes]]:
+    """The headers of ``case``'s upload of ``body``."""
+    _, credential, kind, digest, accept, _, length = case
+    content_type = BODIES[kind][1]
     sent = [(b"content-type", content_type.encode())] if content_type else []
     sent += CREDENTIALS[credential] + DIGESTS[digest] + ACCEPTS[accept]
     if credential in ("session", "session-csrf"):
         sent.append((b"cookie", _signed_in()))
     if length == "length":
-        sent.append((b"content-length", b"%d" % len(body)))
-    else:
-        sent.append((b"transfer-encoding", b"chunked"))
-    request = {**asgi_post(ROUTES[route][0], body), "client": ("10.1.2.3", 5000)}
-    request["headers"] = [(b"host", b"testserver"), *sent]
+        return [*sent, (b"content-length", b"%d" % len(body))]
+    return [*sent, (b"transfer-encoding", b"chunked")]
+
+
+def _answers(pdfpool, settings, stack, full, ask) -> list[tuple]:
+    """``ask()``'s answer (status, page, headers) with the door off, then on, under ``stack``,
+    the pool idle or full (its one slot held for another upload); as compared: the status,
+    the refusal's code, ``Location``, whether ``Retry-After`` is there, ``WWW-Authenticate``."""
+    from django.core.asgi import get_asgi_application
+
+    from django_pdfpool import PdfPoolDoor
+
     settings.INSTALLED_APPS = [*settings.INSTALLED_APPS, "rest_framework"]  # its HTML pages
     plain = list(settings.MIDDLEWARE)
     answers = []
@@ -180,21 +178,77 @@ def test_the_door_answers_drf_and_ninja_routes_as_with_the_door_off(pdfpool, set
             else:
                 HELD.release.set()
             settings.MIDDLEWARE = plain if stack == "plain" else [SESSION, CSRF, *plain[1:]]
-            status, page, headers = asyncio.run(
-                answer_of(PdfPoolDoor(get_asgi_application()), request, body)
-            )
+            status, page, headers = ask()
         try:
             code = json.loads(page).get("code")
         except (ValueError, AttributeError):
             code = None
+        said = {name.lower(): value for name, value in headers.items()}
         answers.append(
             (
                 status,
                 code,
-                headers.get(b"Location"),
-                b"Retry-After" in headers,
-                headers.get(b"WWW-Authenticate"),
+                said.get("location"),
+                "retry-after" in said,
+                said.get("www-authenticate"),
             )
         )
         wait_until(lambda: get_pool().running() == 0)
+    return answers
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("full", [False, True], ids=["idle", "full"])
+@pytest.mark.parametrize(
+    "case", FOUND + [case for case in GRID[:200] if case not in FOUND], ids="-".join
+)
+def test_the_door_answers_drf_and_ninja_routes_as_with_the_door_off(pdfpool, settings, case, full):
+    """Through ``PdfPoolDoor``, for each route kind of DRF and django-ninja, credentials of
+    each kind, bodies, digests and ``Accept`` headers, sized or chunked, with the pool idle or
+    full: the door's answer is its absence's."""
+    from django.core.asgi import get_asgi_application
+
+    from django_pdfpool import PdfPoolDoor
+
+    body = BODIES[case[2]][0]
+    request = {**asgi_post(ROUTES[case[0]][0], body), "client": ("10.1.2.3", 5000)}
+    request["headers"] = [(b"host", b"testserver"), *_sent(case, body)]
+
+    def ask():
+        status, page, headers = asyncio.run(
+            answer_of(PdfPoolDoor(get_asgi_application()), request, body)
+        )
+        return status, page, {n.decode(): v.decode() for n, v in headers.items()}
+
+    answers = _answers(pdfpool, settings, case[5], full, ask)
+    assert answers[1] == answers[0]
+
+
+WSGI_FOUND = [("drf-session", "token", "empty", "mine", "html", "plain", "length")]  # DRF pages
+SIZED = [case for case in GRID if case[-1] == "length"]  # WSGI reads no body without one
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("full", [False, True], ids=["idle", "full"])
+@pytest.mark.parametrize(
+    "case", WSGI_FOUND + [case for case in SIZED[:40] if case not in WSGI_FOUND], ids="-".join
+)
+def test_the_door_answers_drf_and_ninja_routes_as_with_the_door_off_under_wsgi(
+    pdfpool, settings, case, full
+):
+    """The same under WSGI: ``AdmissionMiddleware``, last, on or off."""
+    body, content_type = BODIES[case[2]]
+    meta = {}
+    for name, value in _sent(case, body):
+        key = "HTTP_" + name.decode().upper().replace("-", "_")
+        meta[key] = f"{meta[key]}; {value.decode()}" if key in meta else value.decode()
+    meta.pop("HTTP_CONTENT_TYPE", None), meta.pop("HTTP_CONTENT_LENGTH", None)
+
+    def ask():
+        client = Client(REMOTE_ADDR="10.1.2.3", raise_request_exception=False)
+        path = ROUTES[case[0]][0]
+        response = client.generic("POST", path, body, content_type=content_type or "", **meta)
+        return response.status_code, response.content, dict(response.items())
+
+    answers = _answers(pdfpool, settings, case[5], full, ask)
     assert answers[1] == answers[0]
