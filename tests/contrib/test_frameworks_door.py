@@ -97,11 +97,11 @@ SESSION, CSRF = (
 def _body_decides(route: str, credential: str, kind: str, digest: str) -> bool:
     """What only the body tells, where the door answers from the headers (docs/door.md): a form
     that declares its file's digest, its file missing or over the limit, or without the CSRF
-    token of a session's user (a full pool's 503); on DRF's session route, a signed-in user's
-    CSRF check, which parses the body (its parsers' 413 before the headers' 400)."""
+    token its session cookie asks for (a full pool's 503); on DRF's session route, a signed-in
+    user's CSRF check, which parses the body (its parsers' 413 before the headers' 400)."""
     if route == "drf-session" and credential == "session-csrf" and digest == "unreadable":
         return True
-    return digest == "form-mine" and (kind != "form" or credential == "session")
+    return digest == "form-mine" and (kind != "form" or credential in ("session", "session-stale"))
 
 
 GRID = [
