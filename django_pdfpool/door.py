@@ -323,7 +323,7 @@ def decide(
     ``field``: the form's file field; ``framework``: the body is a framework's parsers' to read."""
     if upload.declares_too_much(terms.max_upload_size):  # as the decorator: size first
         return UploadTooLarge.over(terms.max_upload_size), False
-    if not framework and upload.holds_no_pdf():  # then the file
+    if upload.holds_no_pdf(framework):  # then the file
         return NoUpload(Wording.NO_UPLOAD.format(field=field)), False
     if pressure.closed:
         return jobs.closing(), False
@@ -719,7 +719,7 @@ def _decided(
         pressure = (yield Call.blocking(read)) if pool.blocking_reads else read()  # memory only
         decided, shed = decide(
             upload, key, pressure, ARRIVING, who=who, known=known, terms=door_terms,
-            field=view.field, framework=framework,
+            field=view.field, framework=view.parsers,
         )  # fmt: skip
         if isinstance(decided, Ticket):
             record.release = decided.release

@@ -92,9 +92,11 @@ class UploadHeaders:
         envelope = f"--{self.boundary}content-disposition:;name={field};filename=x\r\n\r\n"
         return (0, size - len(envelope.encode("utf-8", "replace")))
 
-    def holds_no_pdf(self) -> bool:
-        """An empty raw body, or a type Django takes no file from (a framework's parsers may
-        take other types: for ``@pdf_pooled``'s own reading only)."""
+    def holds_no_pdf(self, parsers: bool = False) -> bool:
+        """An empty raw body, or a type Django takes no file from; with ``parsers`` (DRF's read
+        the body: they may take any type), a body without a length, which DRF never reads."""
+        if parsers:
+            return not self.declared_size
         return self.declared_size == 0 if self.raw else self.boundary is None
 
     def declares_too_much(self, max_upload_size: int) -> bool:
@@ -222,6 +224,7 @@ class PooledView:
     """A framework's 401 from the headers, ``(request, throttle)``: with ``throttle`` its 429
     too (asked of a request the door refuses); with it (or ``own_caller``) the framework names
     the caller, after the door."""
+    parsers: bool = False  # DRF's parsers read the body (``UploadHeaders.holds_no_pdf``)
 
     def key(self, sha256: str) -> str:
         """The single-flight key of an upload with this digest: ``<job name>:<sha256>``,

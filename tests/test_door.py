@@ -212,7 +212,7 @@ def test_budget_bytes_are_charged_as_they_arrive_not_as_declared():
     declared = headers(content_length=str(50 * MiB), content_type="application/pdf")
     chunked = headers(transfer_encoding="chunked", content_type="application/pdf")
     entries = [verdict(declared, full, arrivals, who=f"ip:{i}", terms=terms) for i in range(3)]
-    entries.append(verdict(chunked, full, arrivals, who="ip:3", terms=terms))
+    entries.append(verdict(chunked, full, arrivals, who="ip:3", terms=terms, framework=False))
     assert [e.reserved for e in entries] == [MiB] * 4  # 200 MiB declared, 4 MiB held
     assert entries[0].arrived(MiB, terms)  # within its share
     assert not entries[0].arrived(1, terms)  # past budget_bytes: shed
@@ -897,17 +897,25 @@ def test_a_framework_reading_the_session_is_asked_with_it_before_a_refusal(rf, s
 def test_an_upload_that_holds_no_pdf_is_the_decorators_400_after_its_413():
     """``@pdf_pooled`` takes a PDF from a raw body or a form: an empty raw body, or a body of
     another type, is its 400 ``no_upload`` before the pool is asked (a closed one here), and
-    after the 413 of a body over the limit; a framework's parsers may take any type."""
+    after the 413 of a body over the limit; DRF's parsers may take any type, but read no
+    body without a length."""
     from django_pdfpool.exceptions import NoUpload, UploadTooLarge
 
     closed = pressure(closed=True)
     for upload in (
-        headers(content_length="0", content_type="application/pdf"),
         headers(content_length="10", content_type="text/plain"),
         headers(content_length="10"),
     ):
         assert isinstance(verdict(upload, closed, framework=False), NoUpload)
-        assert isinstance(verdict(upload, closed), PoolClosed)  # a framework's route
+        assert isinstance(verdict(upload, closed), PoolClosed)  # DRF's route
+    for upload in (
+        headers(content_length="0", content_type="application/pdf"),
+        headers(transfer_encoding="chunked", content_type="application/pdf"),
+        headers(content_length="0", content_type="text/plain"),
+    ):
+        assert isinstance(verdict(upload, closed), NoUpload)  # DRF reads no body
+    no_length = headers(transfer_encoding="chunked", content_type="application/pdf")
+    assert isinstance(verdict(no_length, closed, framework=False), PoolClosed)  # it reads it
     over = headers(content_length=str(2 * MiB), content_type="text/plain")
     assert isinstance(verdict(over, closed, framework=False), UploadTooLarge)
     for upload in (

@@ -3,6 +3,7 @@ refusals raised as DRF exceptions for the project's ``EXCEPTION_HANDLER`` (docs/
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 from collections.abc import Callable
@@ -93,7 +94,7 @@ def drf_answer(
     ``exc`` None, the refusal of ``initial()``'s checks (content negotiation, versioning,
     authentication, permissions, and with ``throttle`` the throttles and the body's type),
     if any."""
-    match = route_of(request)
+    match = request.resolver_match = route_of(request)  # as Django sets it: DRF pages read it
     func, args, kwargs = (match.func, match.args, match.kwargs) if match else (None, (), {})
     view_class = getattr(func, "cls", None) or APIView
     view: Any = view_class(**getattr(func, "initkwargs", {}))
@@ -102,20 +103,20 @@ def drf_answer(
     view.headers = view.default_response_headers
     view.request = drf_request = view.initialize_request(request, *args, **kwargs)
     view.format_kwarg = view.get_format_suffix(**kwargs)
-    if exc is None:
-        try:  # as APIView.initial() does
-            neg = view.perform_content_negotiation(drf_request)
-            drf_request.accepted_renderer, drf_request.accepted_media_type = neg
-            version, scheme = view.determine_version(drf_request, *args, **kwargs)
-            drf_request.version, drf_request.versioning_scheme = version, scheme
-            view.perform_authentication(drf_request)
+    try:  # as APIView.initial() does (past it, for ``exc``: the user its pages show)
+        neg = view.perform_content_negotiation(drf_request)
+        drf_request.accepted_renderer, drf_request.accepted_media_type = neg
+        version, scheme = view.determine_version(drf_request, *args, **kwargs)
+        drf_request.version, drf_request.versioning_scheme = version, scheme
+        view.perform_authentication(drf_request)
+        if exc is None:
             view.check_permissions(drf_request)
             if throttle:
                 view.check_throttles(drf_request)
                 _check_media_type(request, view, drf_request)
             return None
-        except APIException as refused:
-            exc = refused
+    except APIException as refused:
+        exc = exc or refused
     response = view.finalize_response(drf_request, view.handle_exception(exc))
     if isinstance(response, Response):
         response.render()
@@ -200,7 +201,9 @@ def pdf_pooled(
         raise ImproperlyConfigured(
             f"{where} is async: Django REST framework runs synchronous handlers only."
         )
-    admission = declared_view(job, name, field, door_answer, authenticate=door_authenticate)
+    admission = dataclasses.replace(
+        declared_view(job, name, field, door_answer, authenticate=door_authenticate), parsers=True
+    )
 
     @functools.wraps(handler)
     def wrapper(*args: Any, **kwargs: Any) -> Any:

@@ -4,6 +4,7 @@ its refusals handed as ``PdfPoolHttpError`` to the API's handlers (docs/ninja.md
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import functools
 import inspect
@@ -224,9 +225,9 @@ def _with_retry_after(response: Answer, refused: PdfPoolHttpError | None) -> Ans
 
 def door_authenticate(request: HttpRequest, throttle: bool = False) -> HttpResponse | None:
     """ninja's answer (401, 403, any 4xx) for a request its authentication refuses from the
-    headers, with ``throttle`` its throttles' 429 too (asked of a request the door refuses:
-    they count it, once, as ninja does), then its parameters' 422 (the door drops it if they
-    read the body); else None (a server error is the view's to meet)."""
+    headers, then its parameters' 422 where the headers fail them, after its throttles' 429,
+    which are asked only of a request refused (they count it, once, as ninja does): with
+    ``throttle`` (the door refuses it) or a 422; else None (a server error is the view's)."""
     operation = _operation_of(request)
     if operation is None:
         return None
@@ -235,15 +236,25 @@ def door_authenticate(request: HttpRequest, throttle: bool = False) -> HttpRespo
     answer = None
     if operation.auth_callbacks:
         answer = NinjaOperation._run_authentication(operation, request)  # sync: a thread
-    if answer is None and throttle and operation.throttle_objects:
+    invalid = None if answer is not None else _invalid(operation, request)
+    if answer is None and (throttle or invalid is not None) and operation.throttle_objects:
         answer = NinjaOperation._check_throttles(operation, request)
-    if answer is None and throttle:  # as Operation.run: the parameters before the operation
-        match = route_of(request)
-        try:
-            operation._get_values(request, match.kwargs if match else {}, HttpResponse())
-        except ValidationError as invalid:
-            answer = operation.api.on_exception(request, invalid)
+    answer = invalid if answer is None else answer  # as Operation.run: then the parameters
     return answer if answer is not None and 400 <= answer.status_code < 500 else None
+
+
+def _invalid(operation: NinjaOperation, request: HttpRequest) -> HttpResponse | None:
+    """ninja's 422 for parameters the headers fail (a ``File`` where no form can hold it),
+    asked of a copy; None if they pass or read the body (their answer needs it)."""
+    probe, match = copy.copy(request), route_of(request)
+    try:
+        operation._get_values(probe, match.kwargs if match else {}, HttpResponse())
+    except ValidationError as invalid:
+        if not probe._read_started:  # type: ignore[attr-defined]
+            return operation.api.on_exception(request, invalid)
+    except Exception:  # the view meets it, with the body
+        pass
+    return None
 
 
 def _operation_of(request: HttpRequest) -> NinjaOperation | None:

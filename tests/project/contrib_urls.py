@@ -12,6 +12,8 @@ router.register("drf/documents", views.Documents, basename="documents")
 urlpatterns = [
     *project,
     path("drf/apiview/held/", views.HeldAPIView.as_view()),
+    path("drf/apiview/session/", views.SessionHeldAPIView.as_view()),
+    path("drf/apiview/versioned/", views.VersionedHeldAPIView.as_view()),
     path("drf/apiview/extract/", views.ExtractAPIView.as_view()),
     path("drf/apiview/default-parsers/", views.DefaultParsersAPIView.as_view()),
     path("drf/function/held/", views.held_function),
@@ -21,4 +23,5 @@ urlpatterns = [
     path("drf/function/titled/", views.titled_function),
     *router.urls,
     path("ninja/", views.api.urls),
+    path("ninja-guarded/", views.guarded.urls),
 ]

@@ -3,12 +3,12 @@ authentication of each framework (users that need no database)."""
 
 from __future__ import annotations
 
-from ninja import File, NinjaAPI, UploadedFile
+from ninja import File, NinjaAPI, Router, UploadedFile
 from ninja.errors import HttpError
-from ninja.security import APIKeyHeader, HttpBearer
+from ninja.security import APIKeyHeader, HttpBearer, django_auth
 from ninja.throttling import AnonRateThrottle as NinjaAnonThrottle
 from rest_framework import viewsets
-from rest_framework.authentication import BaseAuthentication
+from rest_framework.authentication import BaseAuthentication, SessionAuthentication
 from rest_framework.decorators import (
     action,
     api_view,
@@ -21,6 +21,7 @@ from rest_framework.parsers import MultiPartParser
 from rest_framework.permissions import AllowAny, BasePermission, IsAuthenticated
 from rest_framework.response import Response
 from rest_framework.throttling import AnonRateThrottle
+from rest_framework.versioning import AcceptHeaderVersioning
 from rest_framework.views import APIView, exception_handler
 
 from django_pdfpool.contrib import drf, ninja
@@ -79,6 +80,22 @@ class HeldAPIView(Protected):
     @drf.pdf_pooled(job=held_job)
     def post(self, request):
         return Response(described(request))
+
+
+class SessionHeldAPIView(HeldAPIView):
+    """A session's user (DRF's CSRF check for them) or a token's."""
+
+    authentication_classes = (SessionAuthentication, Token)
+
+
+class VersionOne(AcceptHeaderVersioning):
+    allowed_versions = ("1",)
+
+
+class VersionedHeldAPIView(HeldAPIView):
+    """``Accept: application/json; version=2`` is DRF's 406."""
+
+    versioning_class = VersionOne
 
 
 class ExtractAPIView(Protected):
@@ -217,6 +234,18 @@ async def ninja_held(request, file: File[UploadedFile]):
     return ninja_described(request) | {"file_name": file.name}
 
 
+@api.post("/held-raw", auth=Bearer())
+@ninja.pdf_pooled(job=held_job)
+def ninja_held_raw(request):
+    return ninja_described(request)
+
+
+@api.post("/session", auth=django_auth)
+@ninja.pdf_pooled(job=held_job)
+async def ninja_session(request, file: File[UploadedFile]):
+    return ninja_described(request) | {"auth": request.auth.pk}
+
+
 @api.post("/raw", auth=Bearer())
 @ninja.pdf_pooled
 def ninja_raw(request):
@@ -259,4 +288,24 @@ class ApiKey(APIKeyHeader):
 @api.post("/keyed", auth=ApiKey())
 @ninja.pdf_pooled
 async def ninja_keyed(request, file: File[UploadedFile]):
+    return ninja_described(request)
+
+
+keyed = Router(auth=ApiKey())  # the router's authentication, not the operation's
+
+
+@keyed.post("/held")
+@ninja.pdf_pooled(job=held_job)
+async def ninja_router_held(request, file: File[UploadedFile]):
+    return ninja_described(request)
+
+
+api.add_router("/router", keyed)
+
+guarded = NinjaAPI(auth=Bearer(), urls_namespace="pdfpool-tests-guarded")  # the API's
+
+
+@guarded.post("/held")
+@ninja.pdf_pooled(job=held_job)
+def guarded_held(request, file: File[UploadedFile]):
     return ninja_described(request)
