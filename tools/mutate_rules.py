@@ -222,7 +222,7 @@ MUTANTS = [
     Mutant(
         "door: a body that holds no PDF",
         RULES,
-        "if not framework and upload.holds_no_pdf():",
+        "if upload.holds_no_pdf(framework):",
         "if False:",
         "door",
     ),
