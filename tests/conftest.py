@@ -48,7 +48,7 @@ def pdfpool(settings, tmp_path) -> Callable[..., dict]:
     configure()
     HELD.reset()
     yield configure
-    sandbox.configure(warm=True)  # the sandbox's default, for tests without this fixture
+    sandbox.configure(warm=True, sandbox=True, require="none")  # its defaults, for the next
     HELD.release.set()  # never leave a held job behind for the next test
     pool = configured.peek_pool()
     if pool is not None:

@@ -200,7 +200,7 @@ def _answers(pdfpool, settings, stack, full, ask) -> list[tuple]:
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("full", [False, True], ids=["idle", "full"])
 @pytest.mark.parametrize(
-    "case", FOUND + [case for case in GRID[:200] if case not in FOUND], ids="-".join
+    "case", FOUND + [case for case in GRID[:80] if case not in FOUND], ids="-".join
 )
 def test_the_door_answers_drf_and_ninja_routes_as_with_the_door_off(pdfpool, settings, case, full):
     """Through ``PdfPoolDoor``, for each route kind of DRF and django-ninja, credentials of
@@ -231,7 +231,7 @@ SIZED = [case for case in GRID if case[-1] == "length"]  # WSGI reads no body wi
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("full", [False, True], ids=["idle", "full"])
 @pytest.mark.parametrize(
-    "case", WSGI_FOUND + [case for case in SIZED[:40] if case not in WSGI_FOUND], ids="-".join
+    "case", WSGI_FOUND + [case for case in SIZED[:20] if case not in WSGI_FOUND], ids="-".join
 )
 def test_the_door_answers_drf_and_ninja_routes_as_with_the_door_off_under_wsgi(
     pdfpool, settings, case, full

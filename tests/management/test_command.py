@@ -509,7 +509,8 @@ def test_status_tells_when_a_job_ended_in_the_time_zone_of_the_page(
 
 def test_status_says_new_work_is_refused_as_the_page_says_it(pdfpool):
     """Below ``SANDBOX["REQUIRE"]`` every extraction is refused: the state says so, in the
-    status page's words, not "accepting"."""
-    pdfpool(SANDBOX={"LAYERS": False, "REQUIRE": "basic"})
+    status page's words, not "accepting" ("landlock": tests/sandbox reads the log of
+    "basic"'s refusal, logged once per process)."""
+    pdfpool(SANDBOX={"LAYERS": False, "REQUIRE": "landlock"})
     out, _ = run("status")
     assert "State    refusing extractions: sandbox below" in out

@@ -211,7 +211,7 @@ def differences(local: list[tuple[str, Any]], redis: list[tuple[str, Any]]) -> l
     return found
 
 
-@pytest.mark.parametrize("wait", [None, 0.3])
+@pytest.mark.parametrize("wait", [None, 30.0])  # no job waits out 30 s in the script
 def test_the_redis_pool_answers_as_the_local_pool(make_pool, wait):
     local = asyncio.run(play(Pool(2, 1, wait), wait))
     redis = asyncio.run(play(make_pool(2, 1, wait), wait))
