@@ -16,6 +16,7 @@ from django.core.files import File
 from .conf import PoolSettings, get_settings
 from .decorators import UploadJob, declared_view, extract_upload, run_staged, stage_in_thread
 from .exceptions import UploadTooLarge
+from .record import PooledView
 from .uploads import StagedUpload, stage_chunks
 
 Source: TypeAlias = "str | os.PathLike[str] | bytes | bytearray | memoryview | File[Any]"
@@ -31,8 +32,7 @@ def extract_pooled(
     shares the one run. Raises ``UploadTooLarge``, a ``Refused`` (``PoolBusy``,
     ``CallerBusy``, ``PoolClosed``) or ``ExtractionError``. For synchronous code (a Celery
     task, a command); in async code, ``await aextract_pooled(...)``."""
-    view = declared_view(job, job_name)
-    who = _caller(caller)
+    view, who = _declared(job, job_name), _caller(caller)
     try:
         asyncio.get_running_loop()
     except RuntimeError:
@@ -48,10 +48,15 @@ async def aextract_pooled(
 ) -> Any:
     """``extract_pooled`` for async code: the copy is made in a worker thread, and a caller
     cancelled meanwhile leaves no copy behind."""
-    view = declared_view(job, job_name)
-    who = _caller(caller)
+    view, who = _declared(job, job_name), _caller(caller)
     staged = await stage_in_thread(functools.partial(stage_source, source, get_settings()))
     return await run_staged(staged, who, view)
+
+
+def _declared(job: UploadJob, job_name: str | None) -> PooledView:
+    if not callable(job):
+        raise TypeError(f"job must be an async function taking a StagedUpload, not {job!r}.")
+    return declared_view(job, job_name)
 
 
 def _caller(caller: object) -> str:

@@ -372,6 +372,10 @@ REDIS_URLS = [  # (URL, SENTINELS, refused): as the pool's connections, made unc
     ("unix:///run/redis.sock?db=1", [], False),
     ("unix:///run/redis.sock", SENTINEL, True),  # no host to name the primary
     ("redis:///0", SENTINEL, True),
+    ("redis://127.0.0.1:1/0?socket_timeout=-1", [], True),  # REDIS["TIMEOUT"]'s, taken over
+    ("redis://127.0.0.1:1/0?socket_connect_timeout=60", [], True),
+    ("redis://127.0.0.1:1/-1", [], True),  # every command refused ("DB index out of range")
+    ("redis://127.0.0.1:1/0?db=-1", [], True),
 ]
 
 

@@ -262,3 +262,14 @@ def test_extract_pooled_is_refused_as_the_decorator(backend):
             assert said(functools.partial(asyncio.run, awaited)) == answered(
                 post("/held/async/", data, ip)
             )
+
+
+@pytest.mark.parametrize("entry", [extract_pooled, aextract_pooled], ids=["sync", "async"])
+def test_a_job_that_is_no_function_is_a_type_error_naming_the_argument(pdfpool, entry):
+    """``job=42`` is a wrong argument, not a project misconfigured: a TypeError that names
+    ``job``, before anything is copied."""
+    with pytest.raises(TypeError, match=r"job must be an async function .*, not 42"):
+        called = entry(b"%PDF- x", caller="task:9", job=42)
+        if asyncio.iscoroutine(called):
+            asyncio.run(called)
+    assert os.listdir(pdfpool.staged) == []

@@ -179,10 +179,14 @@ def connect(
     asyncio's ``on_loop``. Nothing is sent: ValueError for what its connections would refuse."""
     timeouts = {"socket_timeout": timeout, "socket_connect_timeout": timeout}
     try:
+        parsed = dict(parse_url(url))  # type: ignore[no-untyped-call]
+        if set(timeouts) & set(parsed):  # from_url would take the URL's over TIMEOUT's
+            raise ValueError("its socket timeouts are REDIS['TIMEOUT']'s to set, not the URL's")
+        if int(parsed.get("db", 0)) < 0:
+            raise ValueError("its database number is negative")
         if not sentinels:
             client = _direct(url, timeout, on_loop, decode_responses=True, **timeouts, **options)
         else:
-            parsed = dict(parse_url(url))  # type: ignore[no-untyped-call]
             if "host" not in parsed:
                 raise ValueError("with SENTINELS its host names the primary, and it has none")
             service = str(parsed["host"])
