@@ -34,10 +34,8 @@ def is_int(value: Any) -> bool:
 
 def is_number(value: Any) -> bool:
     """A finite int or float, not a bool (nor an int too large for a float)."""
-    if not (is_int(value) or isinstance(value, float)):
-        return False
     try:
-        return math.isfinite(value)
+        return (is_int(value) or isinstance(value, float)) and math.isfinite(value)
     except OverflowError:
         return False
 
@@ -54,12 +52,9 @@ LARGEST = 2**53  # the integers JSON readers (the status page's script) and Redi
 def integer(low: int, high: int | None = None, *, unit: str = "") -> Bound:
     """An int from ``low`` to ``high`` (``LARGEST``); ``unit`` ("bytes") comes first in the
     words."""
-    top = LARGEST if high is None else high
-    words = (
-        f"an integer >= {shown(low)} and <= 2**53"
-        if high is None
-        else f"an integer from {low} to {high}"
-    )
+    top, words = high, f"an integer from {low} to {high}"
+    if top is None:
+        top, words = LARGEST, f"an integer >= {shown(low)} and <= 2**53"
     return Bound(lambda v: is_int(v) and low <= v <= top, f"{unit}, {words}" if unit else words)
 
 
@@ -68,13 +63,10 @@ LONGEST = 10**9  # seconds (31 years) every timer takes: the child's alarm count
 
 def seconds(*, at_least: float = 0, above: float | None = None) -> Bound:
     """A number of seconds, ``>= at_least`` or ``> above``, up to ``LONGEST``."""
-    if above is not None:
-        return Bound(
-            lambda v: is_number(v) and above < v <= LONGEST, f"seconds > {shown(above)} and <= 1e9"
-        )
+    low, over = (at_least, ">=") if above is None else (above, ">")
     return Bound(
-        lambda v: is_number(v) and at_least <= v <= LONGEST,
-        f"seconds >= {shown(at_least)} and <= 1e9",
+        lambda v: is_number(v) and (low <= v if above is None else low < v) and v <= LONGEST,
+        f"seconds {over} {shown(low)} and <= 1e9",
     )
 
 

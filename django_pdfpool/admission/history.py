@@ -62,8 +62,6 @@ class Recorder:
 
     def start(self) -> None:
         """Start sampling, if not already; cheap to call on every request."""
-        if self._ticking:
-            return
         with self._lock:
             if self._ticking:
                 return
