@@ -179,11 +179,6 @@ class RedisPoolSettings:
         return "-1" if self.wait is None else str(round(self.wait * 1000))
 
     @property
-    def beat_every(self) -> float:
-        """Seconds between two renewals of the lease: three per lease."""
-        return self.lease / 3
-
-    @property
     def probe_every(self) -> float:
         """Seconds between two probes while Redis fails."""
         return min(1.0, self.lease / 2)

@@ -120,10 +120,9 @@ class RedisPool:
 
     def running(self) -> int:
         """Jobs holding a slot, in every process (this process's while Redis fails)."""
-        found = self._shared(Link.pressure)
-        return (
-            self._local.running() + self._side.owned("running") if found is None else found.running
-        )
+        if (found := self._shared(Link.pressure)) is not None:
+            return found.running
+        return self._local.running() + self._side.owned("running")
 
     def queued(self) -> int:
         """Jobs waiting for a slot, in every process (this process's while Redis fails)."""
@@ -215,8 +214,7 @@ class RedisPool:
         )
 
     def _snapshot(self, jobs: Iterable[JobInfo]) -> PoolSnapshot:
-        closed = self._closing.closed
-        return self._books.snapshot(queue=self.queue_size, wait=self.wait, closed=closed, jobs=jobs)
+        return self._books.snapshot(self.queue_size, self.wait, self._closing.closed, jobs)
 
     # --- running ------------------------------------------------------------
 

@@ -520,12 +520,12 @@ class ProcessSide:
     # --- the lease (beat.lua): the only poll, and a bounded one ----------------------------
 
     async def _beat_loop(self) -> None:
-        """Beat while any job is in the table."""
-        delay = self._settings.beat_every
+        """Beat while any job is in the table, three times per lease."""
+        delay = every = self._settings.lease / 3
         try:
             while self._jobs:
                 await asyncio.sleep(delay)
-                delay = self._settings.beat_every
+                delay = every
                 if self.mode != REDIS:
                     if time.monotonic() - self._last_ok > self._settings.lease:
                         for job in self.jobs():
