@@ -26,6 +26,7 @@ from redis.retry import Retry
 
 from ...exceptions import BlockingCallWarning
 from ..jobs import on_job_loop
+from ..ledger import Ledger
 from ..protocol import ErrorObserver
 from .codec import Decode, Encode
 from .urls import presentable
@@ -79,6 +80,26 @@ class Load(NamedTuple):
         sizes = tuple(None if n < 0 else n for _, n in runs_by_start)
         running_for = tuple((now - ms) / 1000 for ms in starts)
         return cls(running_for, waited, (head, *starts), sizes, None if size < 0 else size)
+
+    def until_free(
+        self, books: Ledger, queued: int, caller: str | None = None, *, start: bool = False
+    ) -> float:
+        """``books.expected_start`` under this load, ``queued`` jobs in the queue."""
+        return books.expected_start(
+            queued, self.running_for, self.head_waited, start=start, caller=caller,
+            sizes=self.sizes,
+        )  # fmt: skip
+
+    def until_end(
+        self, books: Ledger, state: str, age: float, ahead: int, caller: str | None
+    ) -> float:
+        """``books.expected_end`` of the caller's job: ``state`` for ``age`` s, ``ahead``
+        jobs before it in the queue."""
+        running_for = age if state == "running" else None
+        return books.expected_end(
+            running_for, ahead, self.running_for, age, caller=caller, size=self.size,
+            sizes=self.sizes,
+        )  # fmt: skip
 
 
 class AdmitReply(NamedTuple):
@@ -158,11 +179,6 @@ class RedisPoolSettings:
         return "-1" if self.wait is None else str(round(self.wait * 1000))
 
     @property
-    def beat_every(self) -> float:
-        """Seconds between two renewals of the lease: three per lease."""
-        return self.lease / 3
-
-    @property
     def probe_every(self) -> float:
         """Seconds between two probes while Redis fails."""
         return min(1.0, self.lease / 2)
@@ -184,8 +200,13 @@ def connect(
             raise ValueError("its socket timeouts are REDIS['TIMEOUT']'s to set, not the URL's")
         if int(parsed.get("db", 0)) < 0:
             raise ValueError("its database number is negative")
-        if not sentinels:
-            client = _direct(url, timeout, on_loop, decode_responses=True, **timeouts, **options)
+        if not sentinels and not on_loop:
+            client: Any = redis.Redis.from_url(url, decode_responses=True, **timeouts, **options)
+        elif not sentinels:  # callers beyond MAX_CONNECTIONS wait for one, up to the timeout
+            client = aredis.Redis(connection_pool=aredis.BlockingConnectionPool.from_url(
+                url, max_connections=MAX_CONNECTIONS, timeout=timeout, decode_responses=True,
+                **timeouts, **options,
+            ))  # fmt: skip
         else:
             if "host" not in parsed:
                 raise ValueError("with SENTINELS its host names the primary, and it has none")
@@ -208,20 +229,14 @@ def connect(
     return client
 
 
-def _direct(url: str, timeout: float, on_loop: bool, **options: Any) -> Any:
-    if not on_loop:
-        return redis.Redis.from_url(url, **options)
-    pool = aredis.BlockingConnectionPool.from_url(
-        url, max_connections=MAX_CONNECTIONS, timeout=timeout, **options
-    )
-    return aredis.Redis(connection_pool=pool)
-
-
 class Link:
     """One pool's connections (one process id, one namespace) to Redis, or to the primary."""
 
-    def __init__(self, settings: RedisPoolSettings, process: str) -> None:
+    def __init__(
+        self, settings: RedisPoolSettings, process: str, on_event: OnEvent, on_error: OnError
+    ) -> None:
         s = self.settings = settings  # set once, as every field down to _head: any thread
+        self._on_event, self._on_error = on_event, on_error  # what the channel's reader calls
         self.prefix = "{" + s.namespace + "}:"
         self.process = process
         self.procs_key = self.prefix + "procs"
@@ -276,7 +291,7 @@ class Link:
         await self.client().ping()
         await self._scripts["probe"](keys=[self.procs_key])
 
-    async def subscribe(self, on_event: OnEvent, on_error: OnError) -> None:
+    async def subscribe(self) -> None:
         """Listen on this process's channel, unless listening; returns once Redis confirmed."""
         async with self._subscribing:
             if self._reader is not None and not self._reader.done():
@@ -291,10 +306,9 @@ class Link:
             except BaseException:
                 await self._unsubscribe()
                 raise
-            reading = self._read(pubsub, on_event, on_error)
-            self._reader = asyncio.get_running_loop().create_task(reading)
+            self._reader = asyncio.get_running_loop().create_task(self._read(pubsub))
 
-    async def _read(self, pubsub: Any, on_event: OnEvent, on_error: OnError) -> None:
+    async def _read(self, pubsub: Any) -> None:
         try:
             while True:
                 message = await pubsub.get_message(timeout=None)
@@ -305,9 +319,9 @@ class Link:
                 except (TypeError, ValueError):
                     logger.warning("ignored a malformed pool event: %r", message["data"])
                     continue
-                on_event(Event(str(kind), str(key), str(job_id)))
+                self._on_event(Event(str(kind), str(key), str(job_id)))
         except (RedisError, OSError) as error:
-            on_error(error)
+            self._on_error(error)
 
     async def unsubscribe(self) -> None:
         """Stop listening (idle, failing or closing); ``subscribe`` starts again."""

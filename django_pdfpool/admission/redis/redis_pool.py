@@ -4,7 +4,6 @@ callers' side, from any thread and loop (``side.ProcessSide`` runs on the job lo
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import dataclasses
 import os
@@ -18,14 +17,7 @@ from redis.exceptions import RedisError
 from ...bounds import CALL_TIMEOUT, FALLBACK, LEASE, NAMESPACE, integer
 from ...exceptions import CallerBusy, PoolBusy, PoolClosed
 from ..jobs import Waiter, call_dropped, call_in_job_loop, closing, get_job_loop, log_failure
-from ..ledger import (
-    ClusterSnapshot,
-    CountedBy,
-    Counter,
-    JobInfo,
-    PoolSnapshot,
-    Pressure,
-)
+from ..ledger import ClusterSnapshot, CountedBy, Counter, JobInfo, PoolSnapshot, Pressure
 from ..local import Pool
 from ..protocol import DropFn, ErrorObserver, JobFn
 from .codec import Decode, Encode
@@ -128,10 +120,9 @@ class RedisPool:
 
     def running(self) -> int:
         """Jobs holding a slot, in every process (this process's while Redis fails)."""
-        found = self._shared(Link.pressure)
-        return (
-            self._local.running() + self._side.owned("running") if found is None else found.running
-        )
+        if (found := self._shared(Link.pressure)) is not None:
+            return found.running
+        return self._local.running() + self._side.owned("running")
 
     def queued(self) -> int:
         """Jobs waiting for a slot, in every process (this process's while Redis fails)."""
@@ -153,20 +144,13 @@ class RedisPool:
         found = None if local else self._shared(lambda link: link.pressure(key, caller))
         if found is None:
             return dataclasses.replace(local or self._local.pressure(key, caller), closed=closed)
-        books, load, age = self._books, found.load, found.age
+        books, load = self._books, found.load
         books.observe(load.state)
         free = max(0, self.slots + self.queue_size - found.running - found.queued)
-        others = load.running_for
-        start = books.expected_start(
-            found.queued, others, load.head_waited, caller=caller, sizes=load.sizes
-        )
+        start = load.until_free(books, found.queued, caller)
         retry = 0.0
         if found.caller_busy:
-            running_for = age if found.state == "running" else None
-            retry = books.expected_end(
-                running_for, found.ahead, others, age, caller=caller, size=load.size,
-                sizes=load.sizes,
-            )  # fmt: skip
+            retry = load.until_end(books, found.state, found.age, found.ahead, caller)
         return Pressure(closed, free, found.in_flight, start, found.caller_busy, retry, found.sizes)
 
     def _in_fallback(self, key: str | None, caller: str | None) -> Pressure | None:
@@ -230,8 +214,7 @@ class RedisPool:
         )
 
     def _snapshot(self, jobs: Iterable[JobInfo]) -> PoolSnapshot:
-        closed = self._closing.closed
-        return self._books.snapshot(queue=self.queue_size, wait=self.wait, closed=closed, jobs=jobs)
+        return self._books.snapshot(self.queue_size, self.wait, self._closing.closed, jobs)
 
     # --- running ------------------------------------------------------------
 
@@ -272,8 +255,7 @@ class RedisPool:
 
     async def _leave(self, waiter: RedisWaiter) -> None:
         """Take ``waiter`` off its job, in Redis too; waited for, so counts read next are right."""
-        done: concurrent.futures.Future[None] = concurrent.futures.Future()
-        call_in_job_loop(self._side.spawn, self._side.leave(waiter, done))
+        done = asyncio.run_coroutine_threadsafe(self._side.leave(waiter), get_job_loop())
         with contextlib.suppress(BaseException):  # cancelled again: the leave goes on
             await asyncio.shield(asyncio.wrap_future(done))
 

@@ -4,7 +4,6 @@ job loop (docs/cluster.md). Made afresh after a fork."""
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import logging
 import math
@@ -112,7 +111,7 @@ class ProcessSide:
         self._books = books  # thread-safe on its own
         self._fallback = fallback  # set once; the pool new calls go to while Redis fails
         self.process = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"  # set once
-        self.link = Link(settings, self.process)  # set once: reads from any thread
+        self.link = Link(settings, self.process, self._on_event, self.failed)  # reads: any thread
         self._tasks: set[asyncio.Task[Any]] = set()  # background tasks, referenced till done
         self.retired = False  # for good: unregistered from Redis, connections closed
         self._idle_waiters: list[Waiter] = []  # drain/stop waiting for nothing in flight
@@ -191,7 +190,7 @@ class ProcessSide:
                 await self._no_beat.wait()  # one on its way may count again jobs Redis lost
                 if self.mode != REDIS:
                     raise RedisError("Redis failed a moment ago")
-                await self._listen()
+                await self.link.subscribe()
                 sent = time.monotonic()
                 s, has_fn = self._settings, "1" if waiter.fn is not None else "0"
                 reply = AdmitReply.of(await self.link.call(
@@ -267,22 +266,14 @@ class ProcessSide:
             self._arm(job, self._settings.wait)
 
     def _refusal(self, waiter: RedisWaiter, reply: AdmitReply) -> BaseException:
-        books, caller, load, age = self._books, waiter.caller, reply.load, reply.age
+        books, caller, load, queued = self._books, waiter.caller, reply.load, reply.queued
         if load is not None:  # rule 2, or rule 3 (a full queue)
             books.observe(load.state)
-            others, queued = load.running_for, reply.queued  # caller: the jobs ahead of its job
-            if reply.status == "caller":
-                running_for = age if reply.state == "running" else None
-                retry = books.expected_end(
-                    running_for, queued, others, age, caller=caller, size=load.size,
-                    sizes=load.sizes,
-                )  # fmt: skip
+            if reply.status == "caller":  # queued: the jobs ahead of its job
+                retry = load.until_end(books, reply.state, reply.age, queued, caller)
                 refusal: PoolBusy | CallerBusy = jobs.caller_busy(retry)
             else:
-                retry = books.expected_start(
-                    queued, others, load.head_waited, caller=caller, sizes=load.sizes
-                )
-                refusal = jobs.queue_full(retry)
+                refusal = jobs.queue_full(load.until_free(books, queued, caller))
             books.refused(Counter.refused(refusal), caller, refusal.retry_after)
             return refusal
         if reply.status not in ("rebuilding", "mismatch"):
@@ -325,8 +316,8 @@ class ProcessSide:
 
     # --- rule 4: leaving (leave.lua) --------------------------------------------------------
 
-    async def leave(self, waiter: RedisWaiter, done: concurrent.futures.Future[None]) -> None:
-        """Take a caller that gave up off its job, here and in Redis; ``done`` once done."""
+    async def leave(self, waiter: RedisWaiter) -> None:
+        """Take a caller that gave up off its job, here and in Redis."""
         try:
             if waiter.admission is not None and not waiter.admission.done():
                 await asyncio.wait([waiter.admission])
@@ -346,7 +337,6 @@ class ProcessSide:
             if not job.owned and not job.waiters and self._holds(job):
                 self._remove(job)  # nobody here waits on it any more
         finally:
-            done.set_result(None)
             self._settle()
 
     # --- a job's life: a slot, then finish.lua (rule 5) ---------------------------------------
@@ -440,10 +430,7 @@ class ProcessSide:
             except RedisError:
                 retry = books.expected_start(s.queue_size, (0.0,) * s.slots, start=True)
             else:
-                load = found.load
-                retry = books.expected_start(
-                    found.queued, load.running_for, start=True, sizes=load.sizes
-                )
+                retry = found.load.until_free(books, found.queued, start=True)
         if self._holds(job):
             self._end(job, "busy", retry_after=retry)
 
@@ -533,12 +520,12 @@ class ProcessSide:
     # --- the lease (beat.lua): the only poll, and a bounded one ----------------------------
 
     async def _beat_loop(self) -> None:
-        """Beat while any job is in the table."""
-        delay = self._settings.beat_every
+        """Beat while any job is in the table, three times per lease."""
+        delay = every = self._settings.lease / 3
         try:
             while self._jobs:
                 await asyncio.sleep(delay)
-                delay = self._settings.beat_every
+                delay = every
                 if self.mode != REDIS:
                     if time.monotonic() - self._last_ok > self._settings.lease:
                         for job in self.jobs():
@@ -619,7 +606,7 @@ class ProcessSide:
                 with contextlib.suppress(RedisError):
                     await self.link.refresh_idle()
                     await self.link.client().ping()
-                    await self._listen()  # the channel's connection may be the dropped one
+                    await self.link.subscribe()  # the channel's connection may be the dropped one
                     logger.info(
                         "PDF pool: a connection to Redis at %s was dropped (%s); a fresh one "
                         "answers",
@@ -671,7 +658,7 @@ class ProcessSide:
                 try:
                     await self.link.reset()
                     await self.link.probe()
-                    await self._listen()
+                    await self.link.subscribe()
                 except RedisError as error:
                     self.trouble = trouble_of(error)  # it may change: back, but read-only
                     self.last_error = f"{type(error).__name__}: {error}"
@@ -685,10 +672,6 @@ class ProcessSide:
                 return
         finally:
             self._probe = None
-
-    async def _listen(self) -> None:
-        """Subscribe to this process's channel, unless subscribed."""
-        await self.link.subscribe(self._on_event, self.failed)
 
     async def _script(self, name: str, *args: str) -> list[Any] | None:
         """Run a script but ``admit``, act on its events; its reply, None if Redis failed."""

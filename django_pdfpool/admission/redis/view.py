@@ -44,8 +44,7 @@ def parse_view(
         with contextlib.suppress(ValueError, OverflowError):
             ends[who] = int(float(end)) / 1000
     for process in sorted(set(ends) | set(owners.values()) | set(waits)):
-        host, _, rest = process.partition(":")
-        pid = rest.partition(":")[0]
+        host, pid, *_ = [*process.split(":"), ""]
         mine = [job for job in jobs if owners[job.key] == process]
         holders.append(
             ProcessHold(
