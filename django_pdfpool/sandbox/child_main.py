@@ -56,22 +56,17 @@ def main(argv: list[str]) -> None:
     gc.freeze()  # start-up objects are never collected: later collections skip them
     if options.sandbox != wire.SANDBOX_OFF:  # once, for every child forked from here on
         confine.confine_process(confine.LEVELS[options.sandbox])
-    if options.probe:
-        report_layers()
+    if options.probe:  # the layers a job's child gets on this host, one JSON line; then exit
+        confine.prepare_job()
+        confine.confine_job(sys.executable)
+        state = confine.state
+        found = {"layers": sorted(state.layers), "missing": state.missing}
+        write_all(1, json.dumps({**found, "landlock_abi": state.landlock_abi}).encode() + b"\n")
+        raise SystemExit(0)
     if options.template:
         serve_template(imported, *options.ready)
     write_all(sys.stdout.fileno(), wire.READY)
     serve_job()
-
-
-def report_layers() -> None:
-    """The layers a job's child gets on this host, as one JSON line on stdout; then exit."""
-    confine.prepare_job()
-    confine.confine_job(sys.executable)
-    found: dict[str, Any] = dict(layers=sorted(confine.state.layers), missing=confine.state.missing)
-    found["landlock_abi"] = confine.state.landlock_abi
-    write_all(sys.stdout.fileno(), json.dumps(found).encode() + b"\n")
-    raise SystemExit(0)
 
 
 def set_name(name: bytes) -> None:
@@ -105,23 +100,17 @@ def _lower(kind: int, soft: int, hard: int) -> None:
     resource.setrlimit(kind, (soft, hard))
 
 
-def read_document(path: str) -> bytes:
-    """The whole file, refusing anything but a regular file (a FIFO or a device would hang)."""
-    # O_NONBLOCK keeps even the open() of a FIFO from waiting.
-    with open(os.open(path, os.O_RDONLY | os.O_NONBLOCK), "rb", buffering=0) as handle:
-        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
-            raise ExtractionError("not_a_pdf", detail="not a regular file")
-        return handle.read()
-
-
 def extract_job(job: wire.ExtractionJob, data: bytes | None = None) -> wire.ChildAnswer:
     """Read (unless given), hash and extract the job's file; every ending is an answer."""
     try:
         if job.engine != "pypdf":  # pypdf's own setup is configure_pypdf's, just below
             engines.preload(job.engine)  # at once if preloaded; imported here otherwise
         engines.configure_pypdf(job.memory_limit)
-        if data is None:
-            data = read_document(job.path)
+        if data is None:  # a regular file only: a FIFO or a device would hang (nonblocking open)
+            with open(os.open(job.path, os.O_RDONLY | os.O_NONBLOCK), "rb", buffering=0) as file:
+                if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):
+                    raise ExtractionError("not_a_pdf", detail="not a regular file")
+                data = file.read()
         # Hashed here, over the very bytes that are parsed: the parent never reads the file.
         digest = hashlib.sha256(data).hexdigest()
         limits = job.max_pages, job.refuse, job.max_text_bytes

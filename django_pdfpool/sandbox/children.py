@@ -129,11 +129,7 @@ class Handle:
         timed_out = overflow = False
         poller = select.poll()  # one for the whole answer (``_readable`` makes one per call)
         poller.register(fd, select.POLLIN)
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                timed_out = True
-                break
+        while (remaining := deadline - time.monotonic()) > 0:
             if not poller.poll(min(remaining * 1000 + 1, POLL_MOST)):
                 continue
             try:
@@ -149,6 +145,8 @@ class Handle:
                 break
             if end is not None and len(output) >= end:  # handed on as it is: no copy
                 return Outcome(output, None, complete=True, started=True, start=self.start)
+        else:
+            timed_out = True
         if timed_out or overflow:
             self.kill()
         started = job_started(output)
@@ -171,20 +169,18 @@ class Handle:
         outcome.returncode = self.reap()
 
 
+# What a child starts with: interpreter, env names, engines to preload, sandbox level, nice.
+Spec = tuple[str, tuple[str, ...], tuple[str, ...], str, int]
+
+
 class Child(Handle):
     """Our own child (its own process group): a cold job's, or the template (`template=` fd)."""
 
     def __init__(
-        self,
-        python: str,
-        preload: tuple[str, ...] = (),
-        env: tuple[str, ...] = (),
-        template: int | None = None,
-        ready: tuple[int, float] = (0, 0.0),
-        sandbox: str = "none",
-        nice: int = wire.DEFAULT_NICE,
+        self, spec: Spec, template: int | None = None, ready: tuple[int, float] = (0, 0.0)
     ) -> None:
         # -P: the cwd not on sys.path; stderr nowhere (pypdf's thousands of lines would fill it)
+        python, env, preload, sandbox, nice = spec
         role = {"template": template is not None, "parent": os.getpid(), "ready": ready}
         options = wire.child_options(preload, False, **role, sandbox=sandbox, nice=nice)
         self.proc = subprocess.Popen(
@@ -354,12 +350,6 @@ class _Running:
         except OSError:
             return b"", []
 
-    def close(self) -> None:
-        """End the template (its running children go on) and reap it; killed before its socket
-        closes: a template that read the end of it would kill every child it has, on the way."""
-        drop(self.child)
-        self.control.close()
-
 
 class Template:
     """The warm template: what it starts with, its supervisor thread, counts of child starts."""
@@ -398,7 +388,7 @@ class Template:
         with self._lock:
             self._cold += 1
         preload = (engine,) if engine != "pypdf" else ()
-        return Child(self.python, preload, self.env, sandbox=self.sandbox, nice=self.nice)
+        return Child((self.python, self.env, preload, self.sandbox, self.nice))
 
     def configure(
         self,
@@ -477,8 +467,9 @@ class Template:
             if self._running is running:
                 self._running = None
         self._wake()
-        if end:
-            running.close()
+        if end:  # its running children go on; killed before its socket closes (a template that
+            drop(running.child)  # read the end of it would kill every child it has, on the way)
+            running.control.close()
 
     def _wake(self) -> None:
         with contextlib.suppress(OSError):
@@ -499,7 +490,7 @@ class Template:
                     self._thread = None
                     return
                 spec = self._spec()
-            running, born, died = self._launch(*spec), time.monotonic(), True
+            running, born, died = self._launch(spec), time.monotonic(), True
             if running is not None:
                 with self._lock:
                     current = self.enabled and spec == self._spec()
@@ -516,19 +507,17 @@ class Template:
             if failures > 1:  # failed young twice running: back off, up to 30 s
                 self._sleep(min(30.0, 0.25 * 2**failures))
 
-    def _spec(self) -> tuple[str, tuple[str, ...], tuple[str, ...], str, int]:
-        """What a template starts with, as ``_launch`` takes it (read under ``_lock``)."""
+    def _spec(self) -> Spec:
+        """What a template starts with (read under ``_lock``)."""
         return self.python, self.env, self.preload, self.sandbox, self.nice
 
-    def _launch(
-        self, python: str, env: tuple[str, ...], preload: tuple[str, ...], sandbox: str, nice: int
-    ) -> _Running | None:
+    def _launch(self, spec: Spec) -> _Running | None:
         """A ready template, or None if it could not start or get ready in time."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         ready, child = (self.max_ready, self.ready_idle), None
         with contextlib.suppress(OSError):  # no process, a timeout, or the template is gone
             with theirs:
-                child = Child(python, preload, env, theirs.fileno(), ready, sandbox, nice)
+                child = Child(spec, theirs.fileno(), ready)
             ours.settimeout(START_TIMEOUT)  # its imports and rehearsal done, it says READY
             if ours.recv(len(wire.READY)) == wire.READY and child._pidfd is not None:
                 ours.settimeout(FORK_TIMEOUT)

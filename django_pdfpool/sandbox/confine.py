@@ -109,10 +109,11 @@ class _SockFprog(ctypes.Structure):
     _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_char_p)]
 
 
-def _fail(layer: str, reason: str) -> None:
-    state.missing.setdefault(layer, reason)
-    if layer in state.require:
-        os._exit(EXIT_SANDBOX)
+def _fail(reason: str, *layers: str) -> None:
+    for layer in layers:
+        state.missing.setdefault(layer, reason)
+        if layer in state.require:
+            os._exit(EXIT_SANDBOX)
 
 
 def _put_on(layer: str, result: int) -> None:
@@ -120,7 +121,7 @@ def _put_on(layer: str, result: int) -> None:
     if result == 0:
         state.layers.add(layer)
     else:
-        _fail(layer, os.strerror(ctypes.get_errno()))
+        _fail(os.strerror(ctypes.get_errno()), layer)
 
 
 def confine_process(require: tuple[str, ...] = ()) -> None:
@@ -254,11 +255,11 @@ def _landlock() -> None:
         import landlockpy
         from landlockpy import AccessFS, AccessNet, Scope, _syscall
     except ImportError:
-        return _landlock_missing("landlockpy is not installed")
+        return _fail("landlockpy is not installed", *LANDLOCK_ABI)
     abi = landlockpy.abi_version()
     state.landlock_abi = abi
     if abi < 1:
-        return _landlock_missing("the kernel offers no Landlock")
+        return _fail("the kernel offers no Landlock", *LANDLOCK_ABI)
     fs, read = landlockpy.fs_for_abi(abi), AccessFS.READ_FILE | AccessFS.READ_DIR
     net = (AccessNet.BIND_TCP | AccessNet.CONNECT_TCP) & landlockpy.net_for_abi(abi)
     scoped = (Scope.SIGNAL | Scope.ABSTRACT_UNIX_SOCKET) & landlockpy.scope_for_abi(abi)
@@ -269,7 +270,7 @@ def _landlock() -> None:
                 ruleset.allow_path(path, AccessFS.WRITE_FILE | AccessFS.IOCTL_DEV)
             ruleset.restrict(no_new_privs=True)
     except OSError as exc:
-        return _landlock_missing(exc.strerror or "restrict failed")
+        return _fail(exc.strerror or "restrict failed", *LANDLOCK_ABI)
     # The job's: built here, so that a job's child makes only system calls.
     state.ruleset_attr = _syscall.RulesetAttr(int(fs), int(net), int(scoped))
     state.file_rule = _syscall.PathBeneathAttr(int(AccessFS.READ_FILE), -1)
@@ -278,12 +279,7 @@ def _landlock() -> None:
         if abi >= needs:
             state.layers.add(layer)
         else:
-            _fail(layer, f"Landlock ABI {abi} < {needs}")
-
-
-def _landlock_missing(reason: str) -> None:
-    for layer in LANDLOCK_ABI:
-        _fail(layer, reason)
+            _fail(f"Landlock ABI {abi} < {needs}", layer)
 
 
 def _root_rules(roots: Any) -> tuple[list[int], list[Any]]:
@@ -308,7 +304,7 @@ def _seccomp_process() -> None:
     try:
         import pyseccomp as seccomp
     except Exception:  # not installed, or (RuntimeError) no libseccomp
-        return _fail(SECCOMP, "pyseccomp or libseccomp is not installed")
+        return _fail("pyseccomp or libseccomp is not installed", SECCOMP)
     try:
         process = seccomp.SyscallFilter(seccomp.ALLOW)
         for name in PROCESS_DENIED:
@@ -332,7 +328,7 @@ def _seccomp_process() -> None:
             program = reader.read()
         state.job_filter = ctypes.byref(_SockFprog(len(program) // 8, program))
     except OSError as exc:
-        return _fail(SECCOMP, exc.strerror or "seccomp failed")
+        return _fail(exc.strerror or "seccomp failed", SECCOMP)
     state.layers.add(SECCOMP)
 
 

@@ -220,7 +220,15 @@ def _open_pypdf(data: bytes, max_pages: int | None, refuse: bool) -> _Opened:
 
     reader = PdfReader(io.BytesIO(data))  # tries the empty password by itself
     if refuse and max_pages is not None:  # on the declared count: no walk of a huge page tree
-        _page_range(_declared_page_count(reader), max_pages, refuse)
+        trailer: Any = reader.trailer
+        try:  # its /Root's /Pages' /Count, each resolved by pypdf
+            count = trailer["/Root"]["/Pages"]["/Count"]
+        except MemoryError:
+            raise
+        except Exception:  # broken or odd: the page tree's own walk decides
+            count = 0
+        if isinstance(count, int) and not isinstance(count, bool):
+            _page_range(count, max_pages, refuse)
 
     def metadata() -> dict[str, str]:
         try:
@@ -233,17 +241,6 @@ def _open_pypdf(data: bytes, max_pages: int | None, refuse: bool) -> _Opened:
 
     # len(reader.pages) is the real count: a /Count that lies low is caught there
     return len(reader.pages), lambda index: reader.pages[index].extract_text(), metadata
-
-
-def _declared_page_count(reader: Any) -> int:
-    """The /Count of the trailer's /Root's /Pages, without walking the page tree; 0 if unsure."""
-    try:
-        count = reader.trailer["/Root"]["/Pages"]["/Count"]  # each resolved by pypdf
-    except MemoryError:
-        raise
-    except Exception:  # broken or odd: the page tree's own walk decides
-        return 0
-    return int(count) if isinstance(count, int) and not isinstance(count, bool) else 0
 
 
 def _open_pdfium(data: bytes, max_pages: int | None, refuse: bool) -> _Opened:

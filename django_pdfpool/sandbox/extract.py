@@ -66,10 +66,8 @@ class Extraction:
     child_start: str = field(default=children.COLD, compare=False)
 
     def __post_init__(self) -> None:
-        if type(self.pages) is not tuple:
-            object.__setattr__(self, "pages", tuple(self.pages))
-        if type(self.metadata) is not ReadOnlyDict:
-            object.__setattr__(self, "metadata", ReadOnlyDict(self.metadata))
+        object.__setattr__(self, "pages", tuple(self.pages))
+        object.__setattr__(self, "metadata", ReadOnlyDict(self.metadata))
 
     @functools.cached_property
     def text(self) -> str:
