@@ -41,7 +41,18 @@ def idle_for():
         sandbox._workers.idle = seconds
 
     yield setting
+    sandbox._workers.idle = 0.05  # the kept threads leave now, each woken with nothing to do
+    for _ in range(sandbox._workers._waiting):
+        sandbox._workers.run(Nothing())
+    until(lambda: not named("pdfpool-idle"))
     sandbox._workers.idle = before
+
+
+class Nothing:
+    """A job that does nothing: it wakes a kept thread, which then waits its idle time."""
+
+    def run(self) -> None:
+        pass
 
 
 def test_a_second_job_runs_on_the_first_jobs_thread_and_starts_none(idle_for):
