@@ -4,6 +4,7 @@ callers' side, from any thread and loop (``side.ProcessSide`` runs on the job lo
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import dataclasses
 import os
@@ -255,7 +256,8 @@ class RedisPool:
 
     async def _leave(self, waiter: RedisWaiter) -> None:
         """Take ``waiter`` off its job, in Redis too; waited for, so counts read next are right."""
-        done = asyncio.run_coroutine_threadsafe(self._side.leave(waiter), get_job_loop())
+        done: concurrent.futures.Future[None] = concurrent.futures.Future()
+        call_in_job_loop(self._side.spawn, self._side.leave(waiter, done))
         with contextlib.suppress(BaseException):  # cancelled again: the leave goes on
             await asyncio.shield(asyncio.wrap_future(done))
 

@@ -4,6 +4,7 @@ job loop (docs/cluster.md). Made afresh after a fork."""
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import logging
 import math
@@ -316,8 +317,8 @@ class ProcessSide:
 
     # --- rule 4: leaving (leave.lua) --------------------------------------------------------
 
-    async def leave(self, waiter: RedisWaiter) -> None:
-        """Take a caller that gave up off its job, here and in Redis."""
+    async def leave(self, waiter: RedisWaiter, done: concurrent.futures.Future[None]) -> None:
+        """Take a caller that gave up off its job, here and in Redis; ``done`` once done."""
         try:
             if waiter.admission is not None and not waiter.admission.done():
                 await asyncio.wait([waiter.admission])
@@ -337,6 +338,7 @@ class ProcessSide:
             if not job.owned and not job.waiters and self._holds(job):
                 self._remove(job)  # nobody here waits on it any more
         finally:
+            done.set_result(None)
             self._settle()
 
     # --- a job's life: a slot, then finish.lua (rule 5) ---------------------------------------
