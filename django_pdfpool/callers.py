@@ -98,9 +98,8 @@ def caller_of(request: HttpRequest) -> str:
     default), from synchronous code, where it may read the database (an async ``CALLER``
     is run to completion here)."""
     function = get_settings().caller
-    if iscoroutinefunction(function):
-        return _named(async_to_sync(function)(request), request)
-    return _named(function(request), request)
+    call = async_to_sync(function) if iscoroutinefunction(function) else function
+    return _named(call(request), request)
 
 
 async def acaller_of(request: HttpRequest) -> str:

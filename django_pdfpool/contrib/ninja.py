@@ -101,8 +101,7 @@ def pdf_pooled(
     wrapper = admitting(operation, admission)  # a refusal raised, as an operation's are
     setattr(wrapper, POOLED, dataclasses.replace(admission, answer=door_answer))  # the door's
     decorate_view(_retry_after)(wrapper)
-    contribute_operation_callback(wrapper, functools.partial(_takes_a_pdf, field))
-    contribute_operation_callback(wrapper, functools.partial(_documented, field))
+    contribute_operation_callback(wrapper, functools.partial(_registered, field))
     # ninja reads the parameters' annotations from the wrapper, in this module's globals:
     # hand it the operation's own, resolved where it was written (postponed annotations)
     with contextlib.suppress(NameError, TypeError, ValueError):
@@ -110,9 +109,10 @@ def pdf_pooled(
     return wrapper
 
 
-def _takes_a_pdf(field: str, operation: NinjaOperation) -> None:
-    """ImproperlyConfigured, at declaration, for parameters no upload could satisfy: a JSON
-    body, ``File`` parameters none of which is the form field ``field``, or a list of files."""
+def _registered(field: str, operation: NinjaOperation) -> None:
+    """ImproperlyConfigured for parameters no upload could satisfy (a JSON body, ``File``
+    parameters none of which is ``field``, a list of files); else the refusals and, if it
+    declares none, the PDF body in the operation's OpenAPI schema."""
     sources = {getattr(model, "__ninja_param_source__", None): model for model in operation.models}
     where = operation.view_func.__qualname__
     if "body" in sources and not {"file", "form"} & set(sources):
@@ -136,10 +136,6 @@ def _takes_a_pdf(field: str, operation: NinjaOperation) -> None:
             "a list of files from it: the others would go unread. Take one file there "
             "(File[UploadedFile]); extract more with extract_pooled."
         )
-
-
-def _documented(field: str, operation: NinjaOperation) -> None:
-    """The refusals in the operation's OpenAPI schema, and its PDF body if it declares none."""
     told = {status: title for status, title in TITLES.items() if isinstance(status, int)}
     if operation.auth_callbacks:
         told[401] = HTTPStatus.UNAUTHORIZED.phrase
@@ -151,8 +147,7 @@ def _documented(field: str, operation: NinjaOperation) -> None:
     for status in (429, 503):
         responses.setdefault(status, {})["headers"] = {"Retry-After": _RETRY_AFTER}
     extra: dict[str, Any] = {"responses": responses}
-    sources = {getattr(model, "__ninja_param_source__", None) for model in operation.models}
-    if not sources & set(BODY_CONTENT_TYPES):
+    if not sources.keys() & set(BODY_CONTENT_TYPES):
         pdf = {"type": "string", "format": "binary"}
         form = {"type": "object", "properties": {field: pdf}, "required": [field]}
         content = {"application/pdf": {"schema": pdf}, "multipart/form-data": {"schema": form}}
