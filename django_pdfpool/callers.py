@@ -84,9 +84,6 @@ def user_or_forwarded_ip(request: HttpRequest) -> str | None:
     return _user_or(request, request.META.get("HTTP_X_FORWARDED_FOR", "").rsplit(",")[-1].strip())
 
 
-_QUICK = (user_or_ip, user_or_forwarded_ip)  # read attributes only: fine on an event loop
-
-
 def caller_of(request: HttpRequest) -> str:
     """The caller the ``CALLER`` setting names for ``request`` (``user:<pk>``, ``ip:...`` by
     default), from synchronous code, where it may read the database (an async ``CALLER``
@@ -102,7 +99,7 @@ async def acaller_of(request: HttpRequest) -> str:
     if hasattr(request, "auser"):
         request.user = await request.auser()  # resolved once, not on the loop later
     function = get_settings().caller
-    if function in _QUICK:
+    if function in (user_or_ip, user_or_forwarded_ip):  # read attributes only: fine on a loop
         return _named(function(request), request)
     if iscoroutinefunction(function):
         return _named(await function(request), request)
