@@ -80,9 +80,8 @@ def door_authenticate(
     request: HttpRequest, throttle: bool = False, exc: APIException | None = None
 ) -> HttpResponse | None:
     """DRF's answer (401, 403, 406, ...) for a request ``initial()``'s checks refuse from the
-    headers (with ``throttle``, the door refuses it: its throttles' 429, then its parsers'
-    415), else None; or ``exc``, answered past those checks. Both by the route's own view
-    class (``APIView`` if none): its exception handler, negotiation and renderers."""
+    headers (``throttle``: its throttles' 429, then its parsers' 415), else None; or ``exc``
+    answered past them; both by the route's view class (``APIView`` if none), as DRF would."""
     match = request.resolver_match = route_of(request)  # as Django sets it: DRF pages read it
     func, args, kwargs = (match.func, match.args, match.kwargs) if match else (None, (), {})
     view_class = getattr(func, "cls", None) or APIView
