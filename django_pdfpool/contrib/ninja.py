@@ -249,10 +249,6 @@ def _operation_of(request: HttpRequest) -> NinjaOperation | None:
     """The POST operation ``request`` resolves to, held by the ``PathView`` its URL's view
     function closes over."""
     match = route_of(request)
-    for cell in getattr(match.func if match else None, "__closure__", None) or ():
-        path_view = cell.cell_contents
-        if isinstance(path_view, PathView):
-            for operation in path_view.operations:
-                if "POST" in operation.methods:
-                    return operation
-    return None
+    cells = getattr(match.func if match else None, "__closure__", None) or ()
+    views = (cell.cell_contents for cell in cells if isinstance(cell.cell_contents, PathView))
+    return next((op for view in views for op in view.operations if "POST" in op.methods), None)
