@@ -29,15 +29,6 @@ def cannot_know_yet(request: HttpRequest) -> bool:
     return "HTTP_AUTHORIZATION" in request.META or settings.SESSION_COOKIE_NAME in request.COOKIES
 
 
-def _as_ipv4(ip: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
-    """The IPv4 address an IPv6 address carries: mapped, NAT64 or IPv4-compatible."""
-    if ip.ipv4_mapped is not None:
-        return ip.ipv4_mapped
-    low = int(ip) & 0xFFFFFFFF
-    nat64_or_compatible = ip in NAT64 or (int(ip) >> 32 == 0 and low > 1)
-    return ipaddress.IPv4Address(low) if nat64_or_compatible else None
-
-
 @functools.lru_cache(maxsize=4096)  # pure: a busy server sees the same addresses again
 def address_caller(address: str, prefix: int = IPV6_PREFIX) -> str:
     """``ip:<address>`` for IPv4 (IPv4 carried in IPv6 read as IPv4), ``ip:<network>/<n>``
@@ -52,8 +43,11 @@ def address_caller(address: str, prefix: int = IPV6_PREFIX) -> str:
         ip = ipaddress.ip_address(bare.split("%", 1)[0])
     except ValueError:
         return f"ip:{address}"
-    if isinstance(ip, ipaddress.IPv6Address):
-        return f"ip:{_as_ipv4(ip) or ipaddress.IPv6Network((int(ip), prefix), strict=False)}"
+    if isinstance(ip, ipaddress.IPv6Address):  # IPv4 in it: mapped, NAT64 or IPv4-compatible
+        low = int(ip) & 0xFFFFFFFF
+        if ip.ipv4_mapped is not None or ip in NAT64 or (int(ip) >> 32 == 0 and low > 1):
+            return f"ip:{ipaddress.IPv4Address(low)}"
+        return f"ip:{ipaddress.IPv6Network((int(ip), prefix), strict=False)}"
     return f"ip:{ip}"
 
 
@@ -90,17 +84,13 @@ def user_or_forwarded_ip(request: HttpRequest) -> str | None:
     return _user_or(request, request.META.get("HTTP_X_FORWARDED_FOR", "").rsplit(",")[-1].strip())
 
 
-_QUICK = (user_or_ip, user_or_forwarded_ip)  # read attributes only: fine on an event loop
-
-
 def caller_of(request: HttpRequest) -> str:
     """The caller the ``CALLER`` setting names for ``request`` (``user:<pk>``, ``ip:...`` by
     default), from synchronous code, where it may read the database (an async ``CALLER``
     is run to completion here)."""
     function = get_settings().caller
-    if iscoroutinefunction(function):
-        return _named(async_to_sync(function)(request), request)
-    return _named(function(request), request)
+    call = async_to_sync(function) if iscoroutinefunction(function) else function
+    return _named(call(request), request)
 
 
 async def acaller_of(request: HttpRequest) -> str:
@@ -109,7 +99,7 @@ async def acaller_of(request: HttpRequest) -> str:
     if hasattr(request, "auser"):
         request.user = await request.auser()  # resolved once, not on the loop later
     function = get_settings().caller
-    if function in _QUICK:
+    if function in (user_or_ip, user_or_forwarded_ip):  # read attributes only: fine on a loop
         return _named(function(request), request)
     if iscoroutinefunction(function):
         return _named(await function(request), request)

@@ -32,7 +32,7 @@ def extract_pooled(
     shares the one run. Raises ``UploadTooLarge``, a ``Refused`` (``PoolBusy``,
     ``CallerBusy``, ``PoolClosed``) or ``ExtractionError``. For synchronous code (a Celery
     task, a command); in async code, ``await aextract_pooled(...)``."""
-    view, who = _declared(job, job_name), _caller(caller)
+    view, who = _checked(job, job_name, caller)
     try:
         asyncio.get_running_loop()
     except RuntimeError:
@@ -48,21 +48,19 @@ async def aextract_pooled(
 ) -> Any:
     """``extract_pooled`` for async code: the copy is made in a worker thread, and a caller
     cancelled meanwhile leaves no copy behind."""
-    view, who = _declared(job, job_name), _caller(caller)
+    view, who = _checked(job, job_name, caller)
     staged = await stage_in_thread(functools.partial(stage_source, source, get_settings()))
     return await run_staged(staged, who, view)
 
 
-def _declared(job: UploadJob, job_name: str | None) -> PooledView:
+def _checked(job: UploadJob, job_name: str | None, caller: object) -> tuple[PooledView, str]:
+    """Both entries' arguments: the job's view, declared, and the caller."""
     if not callable(job):
         raise TypeError(f"job must be an async function taking a StagedUpload, not {job!r}.")
-    return declared_view(job, job_name)
-
-
-def _caller(caller: object) -> str:
+    view = declared_view(job, job_name)
     if not isinstance(caller, str) or not caller:
         raise TypeError(f"caller must be a non-empty string, not {caller!r}.")
-    return caller
+    return view, caller
 
 
 def stage_source(source: Source, conf: PoolSettings) -> StagedUpload:

@@ -112,13 +112,11 @@ def error_answer(request: HttpRequest, exception: Failure) -> HttpResponse:
 
 default_refusal_view = error_answer  # the REFUSAL_VIEW setting's default, by its dotted path
 
-_QUICK = (json_answer, html_answer, error_answer)  # quick and pure: no template, no database
-
 
 def answers_quickly(answer: RefusalView | None) -> bool:
-    """Whether ``refusal_answer(..., answer)`` runs one of this module's own answers only:
-    safe to call on an event loop."""
-    return (answer or get_settings().refusal_view) in _QUICK
+    """Whether ``refusal_answer(..., answer)`` runs one of this module's own answers only
+    (quick and pure: no template, no database): safe to call on an event loop."""
+    return (answer or get_settings().refusal_view) in (json_answer, html_answer, error_answer)
 
 
 def refusal_answer(

@@ -58,10 +58,7 @@ def stage(upload: UploadedFile[bytes], directory: str | None = None) -> StagedUp
 
 
 def stage_chunks(
-    chunks: Iterable[bytes],
-    name: str = "upload.pdf",
-    directory: str | None = None,
-    limit: int | None = None,
+    chunks: Iterable[bytes], name: str, directory: str | None, limit: int | None = None
 ) -> StagedUpload:
     """Copy ``chunks`` (a raw body's, say) into a new temporary file, hashing them;
     ``UploadTooLarge`` past ``limit`` bytes. A failed read leaves no file behind."""

@@ -1,9 +1,5 @@
-"""The admission rules: slots, queue, wait, single-flight and one job per caller.
-
-No Django, no PDFs. ``local.Pool`` keeps them in one process, ``redis.redis_pool.RedisPool``
-across every process sharing a Redis namespace; both are ``protocol.AdmissionPool``s and
-share a job's life (``jobs``) and what is counted and shown (``ledger``).
-"""
+"""The admission rules (slots, queue, wait, single-flight, one job per caller), no Django:
+``Pool`` in one process, ``RedisPool`` across a Redis namespace's; both ``AdmissionPool``s."""
 
 from __future__ import annotations
 

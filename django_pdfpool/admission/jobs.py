@@ -161,9 +161,8 @@ def nothing_to_join(key: str) -> ValueError:
 def ended(
     job: JobRecord, task: asyncio.Task[Any], stopping: bool, books: Ledger
 ) -> tuple[Any, BaseException | None, float]:
-    """A job's task ended: ``on_drop`` if ``fn`` was never called, the end counted. Its result
-    or error (cancelled: PoolClosed when the pool is stopping, else an error saying so, never
-    CancelledError: sharers were not cancelled) and the seconds it took."""
+    """A job's task ended (``on_drop`` called if ``fn`` never was, the end counted): its result
+    or error (never CancelledError: sharers were not cancelled) and the seconds it took."""
     result, error = None, None if task.cancelled() else task.exception()
     if task.cancelled():
         error = stopped() if stopping else RuntimeError("the job was cancelled")

@@ -12,7 +12,7 @@ from collections import deque
 from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from enum import Enum, StrEnum
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from ..exceptions import CallerBusy, PoolBusy, PoolClosed, Refused
 
@@ -75,11 +75,7 @@ class Counter(StrEnum):
     @classmethod
     def refused(cls, refusal: PoolBusy | PoolClosed | CallerBusy) -> Counter:
         """The counter a refusal counts in (a ``CoordinatorUnavailable`` is a ``PoolBusy``)."""
-        if (counter := _BY_KIND.get(kind := type(refusal))) is None:
-            counter = _BY_KIND[kind] = next(
-                c for c in REFUSALS if issubclass(kind, c.refusal or ())
-            )
-        return counter
+        return next(c for c in REFUSALS if isinstance(refusal, c.refusal or ()))
 
     @classmethod
     def ended(cls, cancelled: bool, error: BaseException | None) -> Counter:
@@ -88,8 +84,6 @@ class Counter(StrEnum):
 
 
 REFUSALS = tuple(counter for counter in Counter if counter.reason is not None)  # enum's order
-
-_BY_KIND: dict[type, Counter] = {}  # Counter.refused's answers, found once per class
 
 # --- the snapshot: plain, immutable, JSON-ready through ``as_dict`` ---------------------
 
@@ -125,33 +119,25 @@ class DurationSummary:
         return cls(len(values), sum(values) / len(values), p95, values[-1])
 
 
-class CountersBase:
-    """``Counters`` besides its fields: read by ``Counter``, as a dict (in ``Counter`` order)."""
+@dataclass(frozen=True)
+class Counters:
+    """Events since the pool was built, one field per ``Counter``, in its order."""
+
+    started: int = 0
+    joined: int = 0
+    completed: int = 0
+    failed: int = 0
+    cancelled: int = 0
+    abandoned: int = 0
+    refused_busy: int = 0
+    refused_caller: int = 0
+    refused_closed: int = 0
 
     def __getitem__(self, counter: Counter) -> int:
         return int(getattr(self, counter.value))
 
     def as_dict(self) -> dict[str, int]:
         return {c.value: self[c] for c in Counter}
-
-
-if TYPE_CHECKING:
-
-    class Counters(CountersBase):  # a frozen dataclass with one int field per Counter
-        def __init__(self, **counts: int) -> None: ...
-        def __getattr__(self, name: str) -> int: ...
-
-else:
-    Counters = dataclasses.make_dataclass(
-        "Counters",
-        [(counter.value, int, dataclasses.field(default=0)) for counter in Counter],
-        bases=(CountersBase,),
-        frozen=True,
-        namespace={
-            "__doc__": "Events since the pool was built, by Counter.",
-            "__module__": __name__,
-        },
-    )
 
 
 @dataclass(frozen=True)
@@ -241,8 +227,7 @@ class ClusterSnapshot:
 
 class Ledger:
     """One pool's books; thread-safe, its lock a leaf (a pool may call it under its own).
-    ``ceiling``: the longest a job may run, which no estimate of a job's end goes past.
-    How the estimates are made: docs/pool.md (Refusals)."""
+    No estimate goes past ``ceiling``, the longest a job may run (docs/pool.md, Refusals)."""
 
     def __init__(
         self, slots: int, ceiling: float | None = None, queue: int = 0, wait: float | None = None
@@ -290,8 +275,7 @@ class Ledger:
             self._refused.clear()
 
     def ended(self, outcome: Counter, took: float, size: int | None = None) -> None:
-        """A job that held a slot ended (``outcome``: ``Counter.ended``'s) after ``took`` s;
-        ``size``: its input's bytes, if known."""
+        """A job that held a slot ended as ``outcome`` after ``took`` s (input: ``size`` bytes)."""
         with self._lock:
             self._counts[outcome] += 1
             self._run_times.append(took)
@@ -310,10 +294,8 @@ class Ledger:
         self, queued: int, running_for: Sequence[float] = (), head_waited: float | None = None,
         *, start: bool = False, caller: str | None = None, sizes: Sequence[int | None] = (),
     ) -> float:  # fmt: skip
-        """The Retry-After until a newcomer is let in: a place frees (a running job ends, or
-        the queue's head, queued ``head_waited`` s, is given up); ``start``: until it would
-        take a slot. ``running_for``: how long each running job has run; ``sizes``: their
-        inputs' bytes, if known."""
+        """The Retry-After until a newcomer is let in (``start``: takes a slot): a running job
+        ends, or the queue's head, queued ``head_waited`` s, is given up."""
         with self._lock:
             behind = len(running_for) + queued + 1 - self.slots - (0 if start else self.queue)
             seconds = self._nth_free(running_for, behind, sizes)
@@ -327,8 +309,7 @@ class Ledger:
         sizes: Sequence[int | None] = (),
     ) -> float:  # fmt: skip
         """The Retry-After until a caller's job ends: one running for ``running_for`` s, or
-        (None) one queued ``waited`` s behind ``ahead`` jobs while ``others`` run; ``size``
-        and ``sizes``: the inputs' bytes of that job and of the others, if known."""
+        (None) one queued ``waited`` s behind ``ahead`` jobs while ``others`` run."""
         with self._lock:
             if running_for is not None:
                 return self._told(self._freed_by((running_for,), (size,)), caller)
@@ -339,9 +320,8 @@ class Ledger:
             return self._told(seconds, caller)
 
     def _more(self, running_for: float, size: int | None) -> list[float]:  # under the lock
-        """What the recent runs that took longer than ``running_for`` s took more, sorted (of
-        a size within 2x of ``size`` when there are ``ALIKE`` such runs); none of them: as
-        long again (never under ``DEFAULT_RUN_TIME`` in all); never past the ceiling."""
+        """What the recent runs (of a size like ``size``'s) longer than ``running_for`` took
+        more, sorted; none: as long again, at least ``DEFAULT_RUN_TIME`` in all; capped."""
         runs: Sequence[float] = self._run_times
         if size is not None:
             sized = zip(runs, self._run_sizes, strict=True)
@@ -356,9 +336,8 @@ class Ledger:
         return more
 
     def _freed_by(self, running_for: Sequence[float], sizes: Sequence[int | None] = ()) -> float:
-        """The first time by which one of the jobs that have run ``running_for`` s each (their
-        inputs ``sizes`` bytes, if known) has ended in ``LIKELY`` of the cases the recent runs
-        that took longer make."""
+        """When one of the jobs that have run ``running_for`` s each has ended, in ``LIKELY``
+        of the cases the recent runs make."""
         known = sizes or (None,) * len(running_for)
         mores = [self._more(t, size) for t, size in zip(running_for, known, strict=True)]
 
@@ -370,9 +349,8 @@ class Ledger:
         return times[bisect.bisect_left(times, True, key=ended)]
 
     def _nth_free(self, running_for: Sequence[float], n: int, sizes: Sequence[int | None]) -> float:
-        """Seconds until the ``n``-th slot frees (a free slot is free now): the first once a
-        running job has likely ended, each later one a typical run (the recent mean, else the
-        longest run so far, at least ``DEFAULT_RUN_TIME``) over the slots after."""
+        """Seconds until the ``n``-th slot frees: the first once a running job has likely
+        ended, each later one a typical run (the recent mean) over the slots after."""
         free = self.slots - len(running_for)
         if n <= free:
             return 0.0
@@ -386,8 +364,8 @@ class Ledger:
         return max(1.0, seconds) * float(2 ** self._doublings(caller))
 
     def _doublings(self, caller: str | None) -> int:  # under the lock
-        """How often ``caller``'s Retry-After doubles now: once more than it was last told if
-        it came back as told (none the first time), as last told if it came back sooner."""
+        """How often ``caller``'s Retry-After doubles: once more than it was last told if it
+        came back as told, as often if it came back sooner."""
         if not caller or caller not in self._refused:
             return 0
         told, back = self._refused[caller]

@@ -80,13 +80,8 @@ class Pool:
 
     def _runs(self, now: float) -> tuple[list[float], list[int | None]]:  # under the lock
         """How long each running job has run, and its input's bytes (if known)."""
-        running_for: list[float] = []
-        sizes: list[int | None] = []
-        for job in self._jobs.values():
-            if (t := job.running_for(now)) is not None:
-                running_for.append(t)
-                sizes.append(job.size)
-        return running_for, sizes
+        runs = [(t, j.size) for j in self._jobs.values() if (t := j.running_for(now)) is not None]
+        return [t for t, _ in runs], [size for _, size in runs]
 
     def _held_end(self, held: JobRecord, caller: str | None) -> float:  # rule 2's; locked
         now = time.monotonic()  # a running job's end ignores the queue (Ledger.expected_end)
@@ -215,8 +210,8 @@ class Pool:
         self, key: str, caller: str, size: int | None = None
     ) -> Callable[[Any, BaseException | None], None]:
         """Count a job running elsewhere in this process (a Redis pool's, when this pool takes
-        over) as one of this pool's: it holds a slot (even past ``slots``), its key and its
-        caller. Return what ends it with its outcome, to be called on the job loop."""
+        over) as holding a slot (even past ``slots``), its key and its caller; return what
+        ends it with its outcome, on the job loop."""
         with self._lock:
             if key in self._jobs:  # already this pool's: nothing more to count
                 return lambda result, error: None

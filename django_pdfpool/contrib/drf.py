@@ -46,22 +46,20 @@ Handler = TypeVar("Handler", bound=Callable[..., Any])
 
 
 class PdfPoolError(APIException):
-    """A refusal, an extraction error or a rejected upload, raised in a view's place with the
-    status of the library's answers (400, 408, 411, 413, 422); ``error`` is the library's own
-    exception. DRF's handler answers its ``detail``: ``{"detail": message, "code": code}``."""
+    """A failure raised in a view's place, with the library's status; ``error`` is the library's
+    exception. DRF's handler answers ``{"detail": message, "code": code}``."""
 
     error: Failure | None = None
 
 
 class PdfPoolThrottled(Throttled, PdfPoolError):
-    """429 (this caller has a PDF in progress) or 503 (the pool is full or closing): a
-    ``Throttled`` whose ``wait`` DRF's handler sends as ``Retry-After`` and whose message
-    ends, as a throttle's does, "Expected available in N seconds"."""
+    """A refusal (429, 503) as a ``Throttled``: DRF's handler sends its ``wait`` as
+    ``Retry-After``, its message ends "Expected available in N seconds"."""
 
 
 def api_exception(error: Failure) -> PdfPoolError:
-    """The DRF exception for a refusal, an extraction error or a rejected upload, with the
-    same status, code, message and retry time as the decorator's answers."""
+    """The DRF exception for a failure: the status, code, message and retry time of the
+    decorator's answers."""
     said = describe(error)
     if said.retry_after is None:
         found = PdfPoolError(said.message, said.code)
@@ -73,27 +71,17 @@ def api_exception(error: Failure) -> PdfPoolError:
 
 
 def door_answer(request: HttpRequest, exception: Failure) -> HttpResponse:
-    """The door's answer for a DRF route (before the view runs): the DRF exception the
-    view would raise, answered by the route's own view class as DRF answers it (its
-    exception handler, content negotiation and renderers; ``APIView`` if none), rendered."""
-    return cast(HttpResponse, drf_answer(request, api_exception(exception)))
+    """The door's answer for a DRF route (before the view runs): the DRF exception the view
+    would raise, answered as DRF answers it (``door_authenticate``'s ``exc``), rendered."""
+    return cast(HttpResponse, door_authenticate(request, False, api_exception(exception)))
 
 
-def door_authenticate(request: HttpRequest, throttle: bool = False) -> HttpResponse | None:
-    """DRF's answer (401, 403, 406, ...) for a request ``initial()``'s checks refuse before the
-    handler (the door asks, from the headers), with ``throttle`` its throttles' 429 too (asked
-    of a request the door refuses: they count it, once, as DRF does), then its parsers' 415;
-    None if they let it be."""
-    return drf_answer(request, None, throttle)
-
-
-def drf_answer(
-    request: HttpRequest, exc: APIException | None, throttle: bool = False
+def door_authenticate(
+    request: HttpRequest, throttle: bool = False, exc: APIException | None = None
 ) -> HttpResponse | None:
-    """``exc`` answered by the DRF view ``request`` resolves to (``APIView`` if none); with
-    ``exc`` None, the refusal of ``initial()``'s checks (content negotiation, versioning,
-    authentication, permissions, and with ``throttle`` the throttles and the body's type),
-    if any."""
+    """DRF's answer (401, 403, 406, ...) for a request ``initial()``'s checks refuse from the
+    headers (``throttle``: its throttles' 429, then its parsers' 415), else None; or ``exc``
+    answered past them; both by the route's view class (``APIView`` if none), as DRF would."""
     match = request.resolver_match = route_of(request)  # as Django sets it: DRF pages read it
     func, args, kwargs = (match.func, match.args, match.kwargs) if match else (None, (), {})
     view_class = getattr(func, "cls", None) or APIView
@@ -124,12 +112,10 @@ def drf_answer(
 
 
 def _check_media_type(request: HttpRequest, view: Any, drf_request: Request) -> None:
-    """DRF's 415 for a body none of the view's parsers takes, from its type (no byte read):
-    the handler's first read meets it before the pool, after the headers' and size's 400 and 413."""
-    upload = record_of(request).headers
-    if isinstance(upload, UploadRejected) or upload.declares_too_much(
-        get_settings().max_upload_size
-    ):
+    """DRF's 415 for a body none of the view's parsers takes, from its type (no byte read),
+    unless the headers or the size refuse it first (400, 413)."""
+    upload, limit = record_of(request).headers, get_settings().max_upload_size
+    if isinstance(upload, UploadRejected) or upload.declares_too_much(limit):
         return
     parser = view.get_content_negotiator().select_parser(drf_request, view.get_parsers())
     if parser is None and drf_request.stream is not None:  # as Request._parse decides

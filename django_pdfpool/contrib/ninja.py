@@ -41,10 +41,8 @@ _RETRY_AFTER = {
 
 
 class PdfPoolHttpError(HttpError):
-    """A refusal, an extraction error or a rejected upload, as ninja's ``HttpError`` (its
-    default handler answers ``{"detail": message}`` with ``status_code``); ``code``,
-    ``retry_after`` (whole seconds or None) and ``error`` (the library's exception) for
-    a handler of your own: ``@api.exception_handler(PdfPoolHttpError)``."""
+    """A failure as ninja's ``HttpError``, with ``code``, ``retry_after`` (whole seconds or
+    None) and ``error`` (the library's exception) for a handler of your own."""
 
     def __init__(self, error: Failure) -> None:
         said = describe(error)
@@ -53,11 +51,9 @@ class PdfPoolHttpError(HttpError):
 
 
 def auth_caller(request: HttpRequest) -> str | None:
-    """The caller of what ninja's authentication returned (``request.auth``): a user is
-    ``user:<pk>`` (as the ``CALLER`` setting names users); anything else, a token say,
-    ``auth:<16 hex digits of its HMAC under SECRET_KEY>`` (no secret, nor a hash one could
-    test guesses against, on the status page); None when ninja did not authenticate, or
-    returned ``True`` or an anonymous user (it may pass, but who it is, ``CALLER`` says)."""
+    """The caller of ``request.auth``: ``user:<pk>`` for a user, ``auth:<16 hex digits of its
+    HMAC under SECRET_KEY>`` for a token (no secret on the status page); None when ninja did
+    not authenticate or returned ``True`` or an anonymous user (``CALLER`` says who)."""
     auth = getattr(request, "auth", None)
     if auth is None or isinstance(auth, bool) or getattr(auth, "is_anonymous", False) is True:
         return None
@@ -105,8 +101,7 @@ def pdf_pooled(
     wrapper = admitting(operation, admission)  # a refusal raised, as an operation's are
     setattr(wrapper, POOLED, dataclasses.replace(admission, answer=door_answer))  # the door's
     decorate_view(_retry_after)(wrapper)
-    contribute_operation_callback(wrapper, functools.partial(_takes_a_pdf, field))
-    contribute_operation_callback(wrapper, functools.partial(_documented, field))
+    contribute_operation_callback(wrapper, functools.partial(_registered, field))
     # ninja reads the parameters' annotations from the wrapper, in this module's globals:
     # hand it the operation's own, resolved where it was written (postponed annotations)
     with contextlib.suppress(NameError, TypeError, ValueError):
@@ -114,11 +109,10 @@ def pdf_pooled(
     return wrapper
 
 
-def _takes_a_pdf(field: str, operation: NinjaOperation) -> None:
-    """ImproperlyConfigured, at declaration, for parameters no upload could satisfy: a JSON
-    body (ninja's 400 for a PDF), ``File`` parameters none of which is the form field
-    ``field`` (ninja would require theirs, 422, and the pool its own, 400), or one taking a
-    list from it (the pool would extract the last file only)."""
+def _registered(field: str, operation: NinjaOperation) -> None:
+    """ImproperlyConfigured for parameters no upload could satisfy (a JSON body, ``File``
+    parameters none of which is ``field``, a list of files); else the refusals and, if it
+    declares none, the PDF body in the operation's OpenAPI schema."""
     sources = {getattr(model, "__ninja_param_source__", None): model for model in operation.models}
     where = operation.view_func.__qualname__
     if "body" in sources and not {"file", "form"} & set(sources):
@@ -142,10 +136,6 @@ def _takes_a_pdf(field: str, operation: NinjaOperation) -> None:
             "a list of files from it: the others would go unread. Take one file there "
             "(File[UploadedFile]); extract more with extract_pooled."
         )
-
-
-def _documented(field: str, operation: NinjaOperation) -> None:
-    """The refusals in the operation's OpenAPI schema, and its PDF body if it declares none."""
     told = {status: title for status, title in TITLES.items() if isinstance(status, int)}
     if operation.auth_callbacks:
         told[401] = HTTPStatus.UNAUTHORIZED.phrase
@@ -157,8 +147,7 @@ def _documented(field: str, operation: NinjaOperation) -> None:
     for status in (429, 503):
         responses.setdefault(status, {})["headers"] = {"Retry-After": _RETRY_AFTER}
     extra: dict[str, Any] = {"responses": responses}
-    sources = {getattr(model, "__ninja_param_source__", None) for model in operation.models}
-    if not sources & set(BODY_CONTENT_TYPES):
+    if not sources.keys() & set(BODY_CONTENT_TYPES):
         pdf = {"type": "string", "format": "binary"}
         form = {"type": "object", "properties": {field: pdf}, "required": [field]}
         content = {"application/pdf": {"schema": pdf}, "multipart/form-data": {"schema": form}}
@@ -180,8 +169,8 @@ def _merged(ours: dict[Any, Any], theirs: dict[Any, Any]) -> dict[Any, Any]:
 
 
 def door_answer(request: HttpRequest, exception: Failure) -> HttpResponse:
-    """A refusal on a ninja route before its operation runs (the door's): a
-    ``PdfPoolHttpError`` answered by its API's exception handlers, with ``Retry-After``."""
+    """The door's refusal on a ninja route: a ``PdfPoolHttpError`` answered by its API's
+    exception handlers, with ``Retry-After``."""
     operation = _operation_of(request)
     if operation is None:  # not a ninja route after all: the library's own JSON answer
         return json_answer(request, exception)
@@ -190,8 +179,8 @@ def door_answer(request: HttpRequest, exception: Failure) -> HttpResponse:
 
 
 def _raised(request: HttpRequest, exception: Failure) -> NoReturn:
-    """A refusal in the operation: raised, through any decorator between it and ``@api.post``,
-    to ninja, which answers it with the API's handlers (``_retry_after`` adds the header)."""
+    """A refusal in the operation: raised to ninja's handlers (``_retry_after`` adds the
+    header), through any decorator between it and ``@api.post``."""
     raised = PdfPoolHttpError(exception)
     setattr(request, _REFUSED, raised)
     raise raised
@@ -217,17 +206,16 @@ def _retry_after(run: Callable[..., Any]) -> Callable[..., Any]:
 
 def _with_retry_after(response: Answer, refused: PdfPoolHttpError | None) -> Answer:
     """``response``, with ``Retry-After`` for a refusal that has one, unless a handler set it."""
-    after = None if refused is None else refused.retry_after
+    after = getattr(refused, "retry_after", None)
     if after is not None and not response.has_header("Retry-After"):
         response["Retry-After"] = str(after)
     return response
 
 
 def door_authenticate(request: HttpRequest, throttle: bool = False) -> HttpResponse | None:
-    """ninja's answer (401, 403, any 4xx) for a request its authentication refuses from the
-    headers, then its parameters' 422 where the headers fail them, after its throttles' 429,
-    which are asked only of a request refused (they count it, once, as ninja does): with
-    ``throttle`` (the door refuses it) or a 422; else None (a server error is the view's)."""
+    """ninja's 4xx for a request its authentication refuses from the headers, then its
+    parameters' 422, after its throttles' 429, asked only of a request refused (``throttle``,
+    or a 422: they count it once, as ninja does); else None (a server error is the view's)."""
     operation = _operation_of(request)
     if operation is None:
         return None
@@ -258,13 +246,9 @@ def _invalid(operation: NinjaOperation, request: HttpRequest) -> HttpResponse | 
 
 
 def _operation_of(request: HttpRequest) -> NinjaOperation | None:
-    """The POST operation ``request`` resolves to: ninja's path view, the object its URL's
-    view function closes over, holds the operations."""
+    """The POST operation ``request`` resolves to, held by the ``PathView`` its URL's view
+    function closes over."""
     match = route_of(request)
-    for cell in getattr(match.func if match else None, "__closure__", None) or ():
-        path_view = cell.cell_contents
-        if isinstance(path_view, PathView):
-            for operation in path_view.operations:
-                if "POST" in operation.methods:
-                    return operation
-    return None
+    cells = getattr(match.func if match else None, "__closure__", None) or ()
+    views = (cell.cell_contents for cell in cells if isinstance(cell.cell_contents, PathView))
+    return next((op for view in views for op in view.operations if "POST" in op.methods), None)
