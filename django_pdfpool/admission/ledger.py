@@ -75,7 +75,11 @@ class Counter(StrEnum):
     @classmethod
     def refused(cls, refusal: PoolBusy | PoolClosed | CallerBusy) -> Counter:
         """The counter a refusal counts in (a ``CoordinatorUnavailable`` is a ``PoolBusy``)."""
-        return next(c for c in REFUSALS if isinstance(refusal, c.refusal or ()))
+        if (counter := _BY_KIND.get(kind := type(refusal))) is None:
+            counter = _BY_KIND[kind] = next(
+                c for c in REFUSALS if issubclass(kind, c.refusal or ())
+            )
+        return counter
 
     @classmethod
     def ended(cls, cancelled: bool, error: BaseException | None) -> Counter:
@@ -84,6 +88,8 @@ class Counter(StrEnum):
 
 
 REFUSALS = tuple(counter for counter in Counter if counter.reason is not None)  # enum's order
+
+_BY_KIND: dict[type, Counter] = {}  # Counter.refused's answers, found once per class
 
 # --- the snapshot: plain, immutable, JSON-ready through ``as_dict`` ---------------------
 
