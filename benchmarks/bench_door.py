@@ -84,9 +84,10 @@ def wsgi_figures(number: int, count: int) -> dict[str, float]:
     return interleaved(configs, number, count)
 
 
-async def asgi_request(app: Any, method: str, path: str, body: bytes) -> int:
-    """One request through an ASGI app in process; its status."""
+async def asgi_request(app: Any, method: str, path: str, body: bytes, pdf: bool = False) -> int:
+    """One request through an ASGI app in process (``pdf``: a raw PDF upload); its status."""
     headers = [(b"host", b"127.0.0.1"), (b"content-length", str(len(body)).encode())]
+    headers += [(b"content-type", b"application/pdf")] if pdf else []
     scope = {
         "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": method,
         "scheme": "http", "path": path, "raw_path": path.encode(), "query_string": b"",
@@ -171,7 +172,7 @@ def refusal_figure(number: int, count: int) -> tuple[float, float]:
     def calling(app: Any, status: int) -> Callable[[], None]:
         async def batch() -> None:
             for _ in range(number):
-                got = await asgi_request(app, "POST", "/api/extract/", BODY)
+                got = await asgi_request(app, "POST", "/api/extract/", BODY, pdf=True)
                 assert got == status, got
 
         return lambda: loop.run_until_complete(batch())
