@@ -233,7 +233,8 @@ class ClusterSnapshot:
 
 class Ledger:
     """One pool's books; thread-safe, its lock a leaf (a pool may call it under its own).
-    No estimate goes past ``ceiling``, the longest a job may run (docs/pool.md, Refusals)."""
+    ``ceiling``: the longest a job may run; no estimate of how long a running job runs on
+    goes past it (docs/pool.md, Refusals)."""
 
     def __init__(
         self, slots: int, ceiling: float | None = None, queue: int = 0, wait: float | None = None
@@ -281,7 +282,8 @@ class Ledger:
             self._refused.clear()
 
     def ended(self, outcome: Counter, took: float, size: int | None = None) -> None:
-        """A job that held a slot ended as ``outcome`` after ``took`` s (input: ``size`` bytes)."""
+        """A job that held a slot ended (``outcome``: ``Counter.ended``'s) after ``took`` s;
+        ``size``: its input's bytes, if known."""
         with self._lock:
             self._counts[outcome] += 1
             self._run_times.append(took)
@@ -300,8 +302,10 @@ class Ledger:
         self, queued: int, running_for: Sequence[float] = (), head_waited: float | None = None,
         *, start: bool = False, caller: str | None = None, sizes: Sequence[int | None] = (),
     ) -> float:  # fmt: skip
-        """The Retry-After until a newcomer is let in (``start``: takes a slot): a running job
-        ends, or the queue's head, queued ``head_waited`` s, is given up."""
+        """The Retry-After until a newcomer is let in: a place frees (a running job ends, or
+        the queue's head, queued ``head_waited`` s, is given up); ``start``: until it would
+        take a slot. ``running_for``: how long each running job has run; ``sizes``: their
+        inputs' bytes, if known."""
         with self._lock:
             behind = len(running_for) + queued + 1 - self.slots - (0 if start else self.queue)
             seconds = self._nth_free(running_for, behind, sizes)
@@ -315,7 +319,8 @@ class Ledger:
         sizes: Sequence[int | None] = (),
     ) -> float:  # fmt: skip
         """The Retry-After until a caller's job ends: one running for ``running_for`` s, or
-        (None) one queued ``waited`` s behind ``ahead`` jobs while ``others`` run."""
+        (None) one queued ``waited`` s behind ``ahead`` jobs while ``others`` run; ``size``
+        and ``sizes``: the inputs' bytes of that job and of the others, if known."""
         with self._lock:
             if running_for is not None:
                 return self._told(self._freed_by((running_for,), (size,)), caller)
@@ -326,8 +331,9 @@ class Ledger:
             return self._told(seconds, caller)
 
     def _more(self, running_for: float, size: int | None) -> list[float]:  # under the lock
-        """What the recent runs (of a size like ``size``'s) longer than ``running_for`` took
-        more, sorted; none: as long again, at least ``DEFAULT_RUN_TIME`` in all; capped."""
+        """What the recent runs that took longer than ``running_for`` s took more, sorted (of
+        a size within 2x of ``size`` when there are ``ALIKE`` such runs); none of them: as
+        long again (never under ``DEFAULT_RUN_TIME`` in all); never past the ceiling."""
         runs: Sequence[float] = self._run_times
         if size is not None:
             sized = zip(runs, self._run_sizes, strict=True)
@@ -342,8 +348,9 @@ class Ledger:
         return more
 
     def _freed_by(self, running_for: Sequence[float], sizes: Sequence[int | None] = ()) -> float:
-        """When one of the jobs that have run ``running_for`` s each has ended, in ``LIKELY``
-        of the cases the recent runs make."""
+        """The first time by which one of the jobs that have run ``running_for`` s each (their
+        inputs ``sizes`` bytes, if known) has ended in ``LIKELY`` of the cases the recent runs
+        that took longer make."""
         known = sizes or (None,) * len(running_for)
         mores = [self._more(t, size) for t, size in zip(running_for, known, strict=True)]
 
@@ -355,8 +362,9 @@ class Ledger:
         return times[bisect.bisect_left(times, True, key=ended)]
 
     def _nth_free(self, running_for: Sequence[float], n: int, sizes: Sequence[int | None]) -> float:
-        """Seconds until the ``n``-th slot frees: the first once a running job has likely
-        ended, each later one a typical run (the recent mean) over the slots after."""
+        """Seconds until the ``n``-th slot frees (a free slot is free now): the first once a
+        running job has likely ended, each later one a typical run (the recent mean, else the
+        longest run so far, at least ``DEFAULT_RUN_TIME``) over the slots after."""
         free = self.slots - len(running_for)
         if n <= free:
             return 0.0
@@ -370,8 +378,8 @@ class Ledger:
         return max(1.0, seconds) * float(2 ** self._doublings(caller))
 
     def _doublings(self, caller: str | None) -> int:  # under the lock
-        """How often ``caller``'s Retry-After doubles: once more than it was last told if it
-        came back as told, as often if it came back sooner."""
+        """How often ``caller``'s Retry-After doubles now: once more than it was last told if
+        it came back as told (none the first time), as last told if it came back sooner."""
         if not caller or caller not in self._refused:
             return 0
         told, back = self._refused[caller]

@@ -46,15 +46,17 @@ Handler = TypeVar("Handler", bound=Callable[..., Any])
 
 
 class PdfPoolError(APIException):
-    """A failure raised in a view's place, with the library's status; ``error`` is the library's
-    exception. DRF's handler answers ``{"detail": message, "code": code}``."""
+    """A refusal, an extraction error or a rejected upload, raised in a view's place with the
+    status of the library's answers (400, 408, 411, 413, 422); ``error`` is the library's own
+    exception. DRF's handler answers its ``detail``: ``{"detail": message, "code": code}``."""
 
     error: Failure | None = None
 
 
 class PdfPoolThrottled(Throttled, PdfPoolError):
-    """A refusal (429, 503) as a ``Throttled``: DRF's handler sends its ``wait`` as
-    ``Retry-After``, its message ends "Expected available in N seconds"."""
+    """429 (this caller has a PDF in progress) or 503 (the pool is full or closing): a
+    ``Throttled`` whose ``wait`` DRF's handler sends as ``Retry-After`` and whose message
+    ends, as a throttle's does, "Expected available in N seconds"."""
 
 
 def api_exception(error: Failure) -> PdfPoolError:
@@ -71,8 +73,9 @@ def api_exception(error: Failure) -> PdfPoolError:
 
 
 def door_answer(request: HttpRequest, exception: Failure) -> HttpResponse:
-    """The door's answer for a DRF route (before the view runs): the DRF exception the view
-    would raise, answered as DRF answers it (``door_authenticate``'s ``exc``), rendered."""
+    """The door's answer for a DRF route (before the view runs): the DRF exception the
+    view would raise, answered by the route's own view class as DRF answers it (its
+    exception handler, content negotiation and renderers; ``APIView`` if none), rendered."""
     return cast(HttpResponse, door_authenticate(request, False, api_exception(exception)))
 
 
@@ -80,8 +83,9 @@ def door_authenticate(
     request: HttpRequest, throttle: bool = False, exc: APIException | None = None
 ) -> HttpResponse | None:
     """DRF's answer (401, 403, 406, ...) for a request ``initial()``'s checks refuse from the
-    headers (``throttle``: its throttles' 429, then its parsers' 415), else None; or ``exc``
-    answered past them; both by the route's view class (``APIView`` if none), as DRF would."""
+    headers (``throttle``: its throttles' 429, asked only of a request the door refuses, as
+    they count it once; then its parsers' 415), else None; or ``exc`` answered past them;
+    both by the route's view class (``APIView`` if none), as DRF would."""
     match = request.resolver_match = route_of(request)  # as Django sets it: DRF pages read it
     func, args, kwargs = (match.func, match.args, match.kwargs) if match else (None, (), {})
     view_class = getattr(func, "cls", None) or APIView

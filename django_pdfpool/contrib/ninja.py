@@ -41,8 +41,10 @@ _RETRY_AFTER = {
 
 
 class PdfPoolHttpError(HttpError):
-    """A failure as ninja's ``HttpError``, with ``code``, ``retry_after`` (whole seconds or
-    None) and ``error`` (the library's exception) for a handler of your own."""
+    """A refusal, an extraction error or a rejected upload, as ninja's ``HttpError`` (its
+    default handler answers ``{"detail": message}`` with ``status_code``); ``code``,
+    ``retry_after`` (whole seconds or None) and ``error`` (the library's exception) for
+    a handler of your own: ``@api.exception_handler(PdfPoolHttpError)``."""
 
     def __init__(self, error: Failure) -> None:
         said = describe(error)
@@ -51,9 +53,11 @@ class PdfPoolHttpError(HttpError):
 
 
 def auth_caller(request: HttpRequest) -> str | None:
-    """The caller of ``request.auth``: ``user:<pk>`` for a user, ``auth:<16 hex digits of its
-    HMAC under SECRET_KEY>`` for a token (no secret on the status page); None when ninja did
-    not authenticate or returned ``True`` or an anonymous user (``CALLER`` says who)."""
+    """The caller of what ninja's authentication returned (``request.auth``): a user is
+    ``user:<pk>`` (as the ``CALLER`` setting names users); anything else, a token say,
+    ``auth:<16 hex digits of its HMAC under SECRET_KEY>`` (no secret, nor a hash one could
+    test guesses against, on the status page); None when ninja did not authenticate, or
+    returned ``True`` or an anonymous user (it may pass, but who it is, ``CALLER`` says)."""
     auth = getattr(request, "auth", None)
     if auth is None or isinstance(auth, bool) or getattr(auth, "is_anonymous", False) is True:
         return None
