@@ -26,12 +26,16 @@ from django_pdfpool.record import MULTIPART_SLACK, format_digest
 from tests.conftest import held_requests, wait_until
 from tests.project.views import HELD
 from tests.support.door import (
+    FORM_TYPE,
+    MINE,
     SOON,
     TERMS,
+    THEIRS,
     MiB,
     answer_of,
     asgi_post,
     decided,
+    form,
     headers,
     post,
     pressure,
@@ -53,8 +57,8 @@ def test_callers_by_address_are_normalized(pdfpool):
     from django_pdfpool.callers import address_caller
 
     pdfpool()
-    for form in ("2.2.2.2", "2.2.2.2:443", "::ffff:2.2.2.2", "[::ffff:2.2.2.2]:80", "::2.2.2.2"):
-        assert address_caller(form) == "ip:2.2.2.2", form
+    for written in ("2.2.2.2", "2.2.2.2:443", "::ffff:2.2.2.2", "[::ffff:2.2.2.2]:80", "::2.2.2.2"):
+        assert address_caller(written) == "ip:2.2.2.2", written
     assert address_caller("64:ff9b::a00:1") == address_caller("[64:ff9b::10.0.0.1]:8080")
     assert address_caller("64:ff9b::a00:1") == "ip:10.0.0.1"
     assert address_caller("::10.0.0.1") != address_caller("::10.0.0.2")  # not one /64
@@ -935,21 +939,15 @@ STACKS = {
     "csrf-login": [SESSION, CSRF, AUTH, LOGIN_REQUIRED, ADMISSION],
     "login-csrf": [SESSION, AUTH, LOGIN_REQUIRED, CSRF, ADMISSION],
 }
-MINE, THEIRS = b"%PDF-1.4\n" + b"x" * 300, b"%PDF-1.4\n" + b"y" * 300  # theirs: in flight
-
-
-def _form(field: str, data: bytes) -> tuple[bytes, str]:
-    head = f'--b\r\nContent-Disposition: form-data; name="{field}"; filename="a.pdf"\r\n\r\n'
-    return head.encode() + data + b"\r\n--b--\r\n", "multipart/form-data; boundary=b"
 
 
 BODIES = {
     "raw": (MINE, "application/pdf"),
     "raw-over": (b"%PDF-" + b"z" * 5000, "application/pdf"),
     "raw-empty": (b"", "application/pdf"),
-    "form": _form("file", MINE),
-    "form-other-field": _form("other", MINE),
-    "form-over": _form("file", b"%PDF-" + b"z" * 5000),
+    "form": (form(MINE), FORM_TYPE),
+    "form-other-field": (form(MINE, "other"), FORM_TYPE),
+    "form-over": (form(b"%PDF-" + b"z" * 5000), FORM_TYPE),
     "text": (b"hello", "text/plain"),
     "untyped": (MINE, None),
 }

@@ -17,7 +17,7 @@ from django_pdfpool import get_pool
 from django_pdfpool.record import format_digest
 from tests.conftest import held_requests, wait_until
 from tests.project.views import HELD
-from tests.support.door import answer_of, asgi_post, sha
+from tests.support.door import FORM_TYPE, MINE, THEIRS, answer_of, asgi_post, form, sha
 
 pytestmark = pytest.mark.urls("tests.project.contrib_urls")
 
@@ -53,21 +53,15 @@ CREDENTIALS = {
     "api-key": [(b"x-api-key", b"k-1")],
     "api-key-bad": [(b"x-api-key", b"nope")],
 }
-MINE, THEIRS = b"%PDF-1.4\n" + b"x" * 300, b"%PDF-1.4\n" + b"y" * 300  # theirs: in flight
-
-
-def _form(field: str, data: bytes) -> tuple[bytes, str]:
-    head = f'--b\r\nContent-Disposition: form-data; name="{field}"; filename="a.pdf"\r\n\r\n'
-    return head.encode() + data + b"\r\n--b--\r\n", "multipart/form-data; boundary=b"
 
 
 BODIES = {
     "raw": (MINE, "application/pdf"),
     "raw-empty": (b"", "application/pdf"),
     "raw-over": (b"%PDF-" + b"z" * 5000, "application/pdf"),
-    "form": _form("file", MINE),
-    "form-other-field": _form("other", MINE),
-    "form-over": _form("file", b"%PDF-" + b"z" * 5000),
+    "form": (form(MINE), FORM_TYPE),
+    "form-other-field": (form(MINE, "other"), FORM_TYPE),
+    "form-over": (form(b"%PDF-" + b"z" * 5000), FORM_TYPE),
     # left out: a form declared over the limit without the field, ninja's 422 once all of it
     # is read, the door's 413 from its Content-Length (docs/door.md)
     "json": (b'{"file": "x"}', "application/json"),

@@ -6,7 +6,6 @@ the body is answered with no body byte sent."""
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import time
 from collections.abc import Iterator
@@ -18,6 +17,7 @@ import pytest
 from django_pdfpool.record import format_digest
 from tests.e2e.test_door_servers import answered, connect, form_head, head, port_of, read_answer
 from tests.support import pdfs
+from tests.support.door import form, sha
 from tests.support.servers import SERVED, serve, wait_for
 
 MiB = 1024 * 1024
@@ -45,17 +45,6 @@ def server(request, tmp_path_factory):
 def concurrent_only(server) -> None:
     if server.name not in CONCURRENT:
         pytest.skip("gunicorn's sync worker serves one request at a time, each its own pool")
-
-
-def sha(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-def form(data: bytes) -> bytes:
-    return (
-        b'--b\r\nContent-Disposition: form-data; name="file"; filename="a.pdf"\r\n'
-        b"Content-Type: application/pdf\r\n\r\n" + data + b"\r\n--b--\r\n"
-    )
 
 
 def snapshot(url: str) -> dict:

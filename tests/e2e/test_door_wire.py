@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
-import hashlib
 import json
 import random
 import select
@@ -26,6 +25,7 @@ import pytest
 
 from django_pdfpool.record import format_digest
 from tests.e2e.test_door_servers import port_of
+from tests.support.door import form, sha
 from tests.support.servers import SERVED, serve, wait_for
 
 KiB = 1024
@@ -43,17 +43,6 @@ PREFIXED = {  # a script prefix: the server's environment, and what a client put
 HOLDER = "127.200.0.1"  # the address whose upload holds the only slot of a full pool
 
 PDF = b"%PDF-1.4\n" + b"m" * 300
-
-
-def sha(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-def form(data: bytes) -> bytes:
-    return (
-        b'--b\r\nContent-Disposition: form-data; name="file"; filename="a.pdf"\r\n'
-        b"Content-Type: application/pdf\r\n\r\n" + data + b"\r\n--b--\r\n"
-    )
 
 
 OVER = b"%PDF-" + b"z" * 70 * KiB

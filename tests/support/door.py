@@ -25,6 +25,16 @@ def sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+MINE, THEIRS = b"%PDF-1.4\n" + b"x" * 300, b"%PDF-1.4\n" + b"y" * 300  # theirs: in flight
+FORM_TYPE = "multipart/form-data; boundary=b"  # what ``form`` makes
+
+
+def form(data: bytes, field: str = "file") -> bytes:
+    """``data`` as the PDF in the file field ``field`` of a ``FORM_TYPE`` body."""
+    head = f'--b\r\nContent-Disposition: form-data; name="{field}"; filename="a.pdf"\r\n'
+    return head.encode() + b"Content-Type: application/pdf\r\n\r\n" + data + b"\r\n--b--\r\n"
+
+
 def headers(**values: str) -> UploadHeaders:
     return UploadHeaders.of({name.replace("_", "-"): value for name, value in values.items()})
 
