@@ -7,6 +7,7 @@ import asyncio
 import os
 import signal
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -57,6 +58,9 @@ def inspect_while_busy(warm_call: bool) -> dict:
         while (pid := working()) is None:
             assert not task.done()
             await asyncio.sleep(0.01)
+        deadline = time.monotonic() + 10  # its document, opened and read as its job starts
+        while len(os.listdir(f"/proc/{pid}/fd")) > 4 and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)  # an fd it inherited stays: seen below
         seen.update(
             pid=pid,
             limits=rlimits(pid),
