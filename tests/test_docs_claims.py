@@ -1,0 +1,33 @@
+"""Figures the docs give in prose, held against the code that makes them."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from django.test import override_settings
+
+from django_pdfpool.admission.redis.redis_pool import MAX_RESULT_BYTES
+from django_pdfpool.conf import get_settings
+from django_pdfpool.configured import _build
+
+DOCS = Path(__file__).resolve().parents[1] / "docs"
+MiB = 1 << 20
+
+
+def prose(page: str) -> str:
+    return " ".join((DOCS / page).read_text().split())
+
+
+def test_the_result_limit_across_processes_is_the_one_a_project_builds():
+    """cluster.md: RedisPool's default, and what the settings' defaults give (the pool is
+    built, never connected)."""
+    said = prose("cluster.md")
+    default = re.search(r"`RedisPool`'s argument \((\d+) MiB by default\)", said)
+    built = re.search(r"about (\d+) MiB with the defaults", said)
+    assert default and built, "cluster.md gives both limits"
+    redis = {"URL": "redis://127.0.0.1:1/0", "NAMESPACE": "docs-claims"}
+    with override_settings(PDFPOOL={"REDIS": redis}):
+        pool = _build(get_settings())
+    assert int(default[1]) == MAX_RESULT_BYTES // MiB
+    assert int(built[1]) == round(pool._settings.max_result_bytes / MiB)
