@@ -1,14 +1,18 @@
-"""docs/deployment.md as a newcomer follows it after the quickstart: in a project made by
-`startproject` with the quickstart's files, the page's `asgi.py` and each of its server
-command lines start a server, with no DJANGO_SETTINGS_MODULE in the environment, that
-serves an upload and stops at SIGTERM. The only change made to a line is its address."""
+"""The quickstart's `runserver` and docs/deployment.md's servers as a newcomer runs them: in
+a project made by `startproject` with the quickstart's files and deployment.md's `asgi.py`,
+each command line starts a server, with no DJANGO_SETTINGS_MODULE in the environment, that
+answers the quickstart's `curl` line (run with the real curl) and stops at SIGTERM. The only
+change made to a line is its address, and the file the curl line names."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import json
 import os
 import re
 import shlex
+import shutil
 import signal
 import socket
 import subprocess
@@ -28,15 +32,27 @@ BIN = Path(sys.executable).parent
 SERVERS = ("uvicorn", "gunicorn", "hypercorn", "granian")
 
 
-def command_lines() -> list[str]:
-    """deployment.md's shell lines that start one of the servers above."""
+def shell_lines(page: str) -> list[str]:
+    """``page``'s shell lines, comments cut."""
     return [
         line.split("#")[0].strip()
-        for block in fences_of(DOCS / "deployment.md").blocks
+        for block in fences_of(DOCS / page).blocks
         if block.language == "sh"
         for line in block.body.splitlines()
-        if line.split()[:1] and line.split()[0] in SERVERS
+        if line.strip()
     ]
+
+
+def command_lines() -> list[str]:
+    """The quickstart's runserver line, then deployment.md's lines that start a server."""
+    (runserver,) = [line for line in shell_lines("quickstart.md") if "runserver" in line]
+    served = [line for line in shell_lines("deployment.md") if line.split()[0] in SERVERS]
+    return [runserver, *served]
+
+
+def curl_line() -> str:
+    (line,) = [line for line in shell_lines("quickstart.md") if line.startswith("curl ")]
+    return line
 
 
 def asgi_block() -> str:
@@ -57,8 +73,27 @@ def addressed(line: str, port: int) -> list[str]:
     line = line.replace("0.0.0.0", "127.0.0.1").replace("8000", str(port))
     words = shlex.split(line)
     if str(port) not in line:  # the server's default address
-        words += ["--port", str(port)] if words[0] == "uvicorn" else ["-b", f"127.0.0.1:{port}"]
+        words += {
+            "uvicorn": ["--port", str(port)],
+            "gunicorn": ["-b", f"127.0.0.1:{port}"],
+            "python": [f"127.0.0.1:{port}"],  # manage.py runserver
+        }[words[0]]
     return words
+
+
+def curl(line: str, port: int, document: Path) -> tuple[int, dict[str, object]]:
+    """The quickstart's curl ``line`` against 127.0.0.1:``port``, sending ``document``."""
+    line = line.replace("127.0.0.1:8000", f"127.0.0.1:{port}")
+    words = [re.sub(r"^file=@\S+$", f"file=@{document}", word) for word in shlex.split(line)]
+    done = subprocess.run(
+        [*words, "--silent", "--write-out", "\n%{http_code}"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    body, status = done.stdout.rsplit("\n", 1)
+    return int(status), json.loads(body)
 
 
 @pytest.fixture(scope="module")
@@ -92,20 +127,23 @@ def environment() -> dict[str, str]:
     return {**env, "PYTHONPATH": str(ROOT), "PATH": f"{BIN}{os.pathsep}{env['PATH']}"}
 
 
-def test_the_page_names_each_server():
-    assert {shlex.split(line)[0] for line in command_lines()} == set(SERVERS)
+def test_the_pages_name_runserver_and_each_server():
+    assert {shlex.split(line)[0] for line in command_lines()} == {"python", *SERVERS}
 
 
 @pytest.mark.parametrize("line", command_lines(), ids=lambda line: " ".join(line.split()[:3]))
-def test_each_server_line_serves_an_upload(project: Path, tmp_path: Path, line: str) -> None:
+def test_each_server_line_serves_the_curl_line(project: Path, tmp_path: Path, line: str) -> None:
     if "uvicorn_worker." in line and importlib.util.find_spec("uvicorn_worker") is None:
         pytest.skip("needs the uvicorn-worker package")
+    if shutil.which("curl") is None:
+        pytest.skip("needs curl")
     port = free_port()
     words = addressed(line, port)
+    program = sys.executable if words[0] == "python" else str(BIN / words[0])
     log = tmp_path / "server.log"
     with log.open("wb") as out:
         server = subprocess.Popen(
-            [str(BIN / words[0]), *words[1:]],
+            [program, *words[1:]],
             cwd=project,
             env=environment(),
             stdout=out,
@@ -124,14 +162,14 @@ def test_each_server_line_serves_an_upload(project: Path, tmp_path: Path, line: 
                 pass
             assert time.monotonic() < deadline, f"{words[0]} never answered:\n{log.read_text()}"
             time.sleep(0.2)
-        data = pdfs.simple(["served as the page says"])
-        answer = httpx.post(url, files={"file": ("a.pdf", data)}, timeout=60)
-        assert answer.status_code == 200, answer.text
-        assert answer.json() == {"pages": 1, "text": "served as the page says"}
+        document = tmp_path / "some.pdf"
+        document.write_bytes(pdfs.simple(["served as the page says"]))
+        status, answer = curl(curl_line(), port, document)
+        assert (status, answer) == (200, {"pages": 1, "text": "served as the page says"})
         server.send_signal(signal.SIGTERM)
         server.wait(timeout=60)
         assert not re.search(r"Traceback", log.read_text()), log.read_text()[-3000:]
     finally:
-        if server.poll() is None:
+        with contextlib.suppress(ProcessLookupError):  # runserver's reloaded child, if left
             os.killpg(server.pid, signal.SIGKILL)
-            server.wait()
+        server.wait()
