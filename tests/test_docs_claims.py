@@ -31,3 +31,11 @@ def test_the_result_limit_across_processes_is_the_one_a_project_builds():
         pool = _build(get_settings())
     assert int(default[1]) == MAX_RESULT_BYTES // MiB
     assert int(built[1]) == round(pool._settings.max_result_bytes / MiB)
+
+
+def test_what_the_parent_reads_past_the_text_cap_is_the_answers_overhead():
+    from django_pdfpool.sandbox.wire import ANSWER_OVERHEAD
+
+    said = re.search(r"at most this plus about ([\d.]+) MiB of answer", prose("settings.md"))
+    assert said, "settings.md says what the parent reads past MAX_TEXT_BYTES"
+    assert float(said[1]) == round(ANSWER_OVERHEAD / MiB, 1)
