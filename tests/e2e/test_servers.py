@@ -41,7 +41,7 @@ SERVERS: dict[str, tuple[list[str], str]] = {  # name -> (command, its "listenin
     ),
     "gunicorn-uvicorn": (
         f"gunicorn demo.asgi:application --bind 127.0.0.1:0 --workers 1 "
-        f"--worker-class uvicorn.workers.UvicornWorker --graceful-timeout {GRACE}".split(),
+        f"--worker-class uvicorn_worker.UvicornWorker --graceful-timeout {GRACE}".split(),
         r"Listening at: http://127\.0\.0\.1:(\d+)",
     ),
     "hypercorn": (
