@@ -96,12 +96,12 @@ def status_text(data: dict[str, Any]) -> str:
             [
                 hold["process"],
                 hold["pid"],
-                f"{hold['lease_left']:.1f} s",
+                hold["lease_text"],
                 len(hold["running"]),
                 len(hold["queued"]),
                 hold["waiting"],
             ]
-            for hold in cluster["processes"]
+            for hold in rows["holds"]
         ]
         header = ["PROCESS", "PID", "LEASE LEFT", "RUNNING", "QUEUED", "WAITING"]
         blocks.append(_listing("Processes holding or waiting on something", header, holds))

@@ -134,6 +134,8 @@ def fmt(value: Any, kind: str) -> str:
             return f"{_fixed(value, 0)} s"
         minutes, seconds = divmod(int(value + 0.5), 60)  # as JS's Math.round
         return f"{minutes} min" if not seconds else f"{minutes} min {seconds:02d} s"
+    if kind == "lease":  # a process's lease in Redis; ended: not yet reaped
+        return f"{_fixed(value, 1)} s" if value > 0 else "ended"
     if kind == "bytes":
         for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
             if value >= size:
@@ -241,6 +243,10 @@ def status_context(data: dict[str, Any], dash: str = "—") -> dict[str, Any]:
     for held in data["door"]["held"]:
         left = fmt(max(0.0, held["left"]), "seconds")
         door_held.append({**held, "age_text": fmt(held["age"], "seconds"), "left_text": left})
+    holds = [
+        {**hold, "lease_text": fmt(hold["lease_left"], "lease")}
+        for hold in (data["cluster"] or {}).get("processes", ())
+    ]
     memory = data["memory"]
     notes = {  # the envelope's rows: label -> JSON field, a note
         "May use": ("allowed", f"({memory['allowed_by']})"),
@@ -278,6 +284,7 @@ def status_context(data: dict[str, Any], dash: str = "—") -> dict[str, Any]:
             ],
         },
         "door_held": door_held,
+        "holds": holds,
     }
 
 

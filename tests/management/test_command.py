@@ -201,6 +201,20 @@ def test_status_with_redis_reads_the_cluster_from_another_process(make_pool, nam
     assert (local["running"], local["queued"]) == (0, 0)
 
 
+def test_status_with_redis_says_an_ended_lease_has_ended(redis_server, namespace, tmp_path):
+    """A process stopped while it holds a job: its lease, past its end until a script reaps
+    it, reads "ended", not as a negative duration."""
+    from tests.status.test_cluster import ended_lease
+
+    settings = {"REDIS": {"URL": redis_server.url, "NAMESPACE": namespace}}
+    with ended_lease(redis_server.url, namespace, lease=5.0) as worker:
+        shown = manage("status", pdfpool=settings, cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    holds = shown.stdout.split("Processes holding or waiting on something (1):\n", 1)[1]
+    row = holds.splitlines()[1].split()
+    assert row[1:3] == [str(worker.pid), "ended"], holds
+
+
 def test_status_with_redis_unreachable_fails_instead_of_showing_an_idle_cluster(tmp_path):
     settings = {"REDIS": {"URL": f"redis://127.0.0.1:{free_port()}/0"}}
     shown = manage("status", pdfpool=settings, cwd=tmp_path)
