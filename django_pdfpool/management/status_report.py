@@ -12,7 +12,14 @@ from typing import Any
 from django.core.management.base import CommandError
 
 from ..conf import RedisSettings
-from ..status.page import COUNTERS, scope_sentence, status_context, work_state
+from ..status.page import (
+    COUNTERS,
+    PROCESS_ONLY,
+    PROCESS_ONLY_NOTE,
+    scope_sentence,
+    status_context,
+    work_state,
+)
 
 FRESH_NOTES = {  # by backend: the command built its pool just now, nothing ran in it
     "local": " That is this command's process, whose pool was built just now: it is empty by "
@@ -119,8 +126,14 @@ def status_text(data: dict[str, Any]) -> str:
         _listing("Recent jobs' peak RSS", ["ENDED", "PEAK RSS", "CHILD"], peaks),
     ]
     if not data["fresh"] or data["scope"] == "cluster":
-        whose = "the cluster" if data["scope"] == "cluster" else f"process {data['pid']}"
-        counters = [(label, data["counters"][field], what) for label, field, what in COUNTERS]
+        books = data["scope"] == "cluster"
+        whose = "the cluster" if books else f"process {data['pid']}"
+        counters = [  # no cluster-wide figure for what each process counts alone
+            (label, "-", what + PROCESS_ONLY_NOTE)
+            if books and field in PROCESS_ONLY
+            else (label, data["counters"][field], what)
+            for label, field, what in COUNTERS
+        ]
         blocks.append([f"Counters of {whose}:", *_table(["EVENT", "COUNT", "WHAT"], counters)])
         columns = ["", *(label.upper() for label in rows["figure_columns"])]
         figures = [(label, *(text for _, _, text in cells)) for label, cells in rows["figures"]]

@@ -215,6 +215,23 @@ def test_status_with_redis_says_an_ended_lease_has_ended(redis_server, namespace
     assert row[1:3] == [str(worker.pid), "ended"], holds
 
 
+def test_status_with_redis_counts_nothing_for_the_cluster_that_redis_does_not_count(
+    make_pool, namespace, tmp_path
+):
+    """Refusals while closed are counted by each process alone: the cluster's counters show
+    no figure for them, as the status page does, rather than a 0 nobody counted."""
+    other = make_pool(2, 4, 10.0)
+    asyncio.run(other.run("k:" + "ef" * 32, "ip:198.51.100.5", lambda: asyncio.sleep(0)))
+    settings = {"REDIS": {"URL": other._settings.url, "NAMESPACE": namespace, "LEASE": LEASE}}
+    shown = manage("status", pdfpool=settings, cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    counters = shown.stdout.split("Counters of the cluster:\n", 1)[1].split("\n\n", 1)[0]
+    rows = {line[:16].strip(): line[16:].split(None, 1) for line in counters.splitlines()}
+    assert rows["Started"][0] == "1" and rows["Completed"][0] == "1", counters
+    assert rows["Refused: closed"][0] == "-", counters
+    assert "never in Redis" in rows["Refused: closed"][1], counters
+
+
 def test_status_with_redis_unreachable_fails_instead_of_showing_an_idle_cluster(tmp_path):
     settings = {"REDIS": {"URL": f"redis://127.0.0.1:{free_port()}/0"}}
     shown = manage("status", pdfpool=settings, cwd=tmp_path)
