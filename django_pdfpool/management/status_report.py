@@ -114,7 +114,7 @@ def status_text(data: dict[str, Any]) -> str:
         blocks.append(_listing("Processes holding or waiting on something", header, holds))
     refusing = " (not met: extractions are refused)" if sandbox["refusing"] else ""
     memory = rows["memory"]
-    envelope = [(label, text, note) for label, _, text, note in memory["rows"]]
+    envelope = [(label, text, note[2]) for label, _, _, text, note in memory["rows"]]
     peaks = [(f"{ended:%H:%M:%S}", peak, start) for ended, peak, start in memory["jobs"]]
     blocks += [
         [
@@ -122,7 +122,7 @@ def status_text(data: dict[str, Any]) -> str:
             f"{sandbox['required']}{refusing}, Landlock ABI {sandbox['landlock_abi']}.",
             *_table(["LAYER", "STATE"], list(sandbox["layers"].items())),
         ],
-        [f"Memory envelope of process {data['pid']}:", *_table(["", "BYTES", ""], envelope)],
+        [f"Memory envelope of process {data['pid']}:", *_table(["", "VALUE", ""], envelope)],
         _listing("Recent jobs' peak RSS", ["ENDED", "PEAK RSS", "CHILD"], peaks),
     ]
     if not data["fresh"] or data["scope"] == "cluster":

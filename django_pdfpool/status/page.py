@@ -136,6 +136,8 @@ def fmt(value: Any, kind: str) -> str:
         return f"{minutes} min" if not seconds else f"{minutes} min {seconds:02d} s"
     if kind == "lease":  # a process's lease in Redis; ended: not yet reaped
         return f"{_fixed(value, 1)} s" if value > 0 else "ended"
+    if kind == "fits":  # SLOTS x MEMORY_LIMIT and the server, within what it may use
+        return "" if value else "with the server, over that"
     if kind == "bytes":
         for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
             if value >= size:
@@ -248,13 +250,15 @@ def status_context(data: dict[str, Any], dash: str = "—") -> dict[str, Any]:
         {**hold, "lease_text": fmt(hold["lease_left"], "lease")}
         for hold in (data["cluster"] or {}).get("processes", ())
     ]
-    memory = data["memory"]
-    notes = {  # the envelope's rows: label -> JSON field, a note
-        "May use": ("allowed", f"({memory['allowed_by']})"),
-        "Slots x memory limit": ("pool", "" if memory["fits"] else "with the server, over that"),
-        "Server RSS now": ("server_rss", ""),
-        "Children RSS now": ("children_rss", f"in {memory['children']} processes"),
-    }
+    memory, none = data["memory"], ("", "", "")
+    fits = ("memory.fits", "fits", fmt(memory["fits"], "fits"))  # refreshed as figures are
+    envelope = [  # label, JSON field, format, and a note: its field ("": fixed), format, text
+        ("May use", "allowed", "bytes", ("", "", f"({memory['allowed_by']})")),
+        ("Slots x memory limit", "pool", "bytes", fits),
+        ("Server RSS now", "server_rss", "bytes", none),
+        ("Children RSS now", "children_rss", "bytes", none),
+        ("Child processes now", "children", "int", none),
+    ]
     return {
         "status": data,
         "zone": _zone_name(),  # status.js writes times in it (not time_zone: Django 6 sets it)
@@ -276,8 +280,8 @@ def status_context(data: dict[str, Any], dash: str = "—") -> dict[str, Any]:
         "chart_size": (CHART_W, CHART_H),
         "memory": {  # the envelope's rows, and the recent jobs' peaks, newest first
             "rows": [
-                (label, f"memory.{f}", fmt(memory[f], "bytes"), note)
-                for label, (f, note) in notes.items()
+                (label, f"memory.{f}", kind, fmt(memory[f], kind), note)
+                for label, f, kind, note in envelope
             ],
             "jobs": [
                 (_when(job["ended"]), fmt(job["peak_rss"], "bytes"), job["start"])

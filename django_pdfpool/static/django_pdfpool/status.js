@@ -21,6 +21,7 @@
             return minutes + " min" + (seconds ? " " + String(seconds).padStart(2, "0") + " s" : "");
         }
         if (kind === "lease") return value > 0 ? value.toFixed(1) + " s" : "ended";  // not yet reaped
+        if (kind === "fits") return value ? "" : "with the server, over that";
         if (kind === "bytes") {
             for (const [unit, size] of [["GiB", 2 ** 30], ["MiB", 2 ** 20], ["KiB", 2 ** 10]]) {
                 if (value >= size) return (value / size).toFixed(0) + " " + unit;
