@@ -124,7 +124,11 @@ METRICS: tuple[MetricDefinition, ...] = (
         "counter",
         "reason",
     ),
-    _stats("pdfpool_queue_wait_seconds", "Queue wait of recently started jobs.", "queue_wait"),
+    _stats(
+        "pdfpool_queue_wait_seconds",
+        "Queue wait of recent jobs: started, or refused after waiting the longest wait.",
+        "queue_wait",
+    ),
     _stats("pdfpool_run_seconds", "Run time of recently finished jobs.", "run_time"),
     MetricDefinition(
         "pdfpool_door_held",

@@ -27,6 +27,7 @@ from django_pdfpool import configured
 from django_pdfpool.admission.ledger import ClusterSnapshot
 from django_pdfpool.admission.local import Pool
 from django_pdfpool.door import ARRIVING
+from django_pdfpool.exceptions import PoolBusy
 from django_pdfpool.status import collector as collector_module
 from django_pdfpool.status.collector import PoolCollector, ProcessExporter, register_metrics
 from django_pdfpool.status.metrics import METRICS, Reading, render
@@ -83,6 +84,33 @@ def test_the_collector_and_the_endpoint_render_the_one_list_of_definitions(pdfpo
     assert samples[("pdfpool_slots", ())] == 3 and samples[("pdfpool_timeout_seconds", ())] == 12
     assert samples[("pdfpool_jobs_total", (("event", "completed"),))] == 2
     assert samples[("pdfpool_process_info", (("pid", str(os.getpid())),))] == 1
+
+
+def test_the_queue_wait_figures_cover_jobs_refused_after_waiting_and_say_so():
+    """A job that waited its WAIT out and was refused never started: its wait counts in the
+    queue-wait figures all the same (as on the status page), and their help says so."""
+    pool = Pool(1, 1, 0.2)
+
+    gate = threading.Event()
+
+    async def held() -> None:  # on the pool's job loop
+        while not gate.is_set():
+            await asyncio.sleep(0.005)
+
+    async def scene() -> None:
+        running = asyncio.create_task(pool.run("a", "c1", held))
+        while not pool.running():
+            await asyncio.sleep(0.005)
+        with pytest.raises(PoolBusy):
+            await pool.run("b", "c2", held)
+        gate.set()
+        await running
+
+    asyncio.run(scene())
+    families, samples = parse(render(Reading.now(pool.snapshot(), 5.0, os.getpid())))
+    assert samples[("pdfpool_jobs_total", (("event", "started"),))] == 1
+    assert samples[("pdfpool_queue_wait_seconds", (("stat", "max"),))] >= 0.2
+    assert "refused after waiting" in families["pdfpool_queue_wait_seconds"][1]
 
 
 def test_registering_reads_no_pool_and_each_scrape_reads_it_afresh():
