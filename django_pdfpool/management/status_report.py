@@ -93,7 +93,7 @@ def status_text(data: dict[str, Any]) -> str:
         JOB_CELLS({**job, "caller": job["caller_name"] or job["caller"]}) for job in rows["jobs"]
     ]
     blocks = [
-        [title, "", *textwrap.wrap(data["note"], 92)],
+        [safe(title), "", *textwrap.wrap(data["note"], 92)],
         _table(["SETTING", "VALUE"], [(label, text) for label, _, _, text in rows["config"]]),
         _table(["POOL", "NOW"], pool),
         _listing("Jobs in flight", JOB_COLUMNS, jobs),
@@ -148,6 +148,6 @@ def _listing(name: str, header: Sequence[str], rows: Sequence[Sequence[object]])
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> list[str]:
     """Left-aligned columns two spaces apart, under a header row."""
-    cells = [[str(cell) for cell in row] for row in [header, *rows]]
+    cells = [[safe(str(cell)) for cell in row] for row in [header, *rows]]  # one line each
     widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
     return ["  ".join(map(str.ljust, row, widths)).rstrip() for row in cells]

@@ -148,6 +148,21 @@ def test_status_escapes_what_would_drive_the_terminal(pdfpool):
     assert "api:\\x1b]0;owned\\x07\\x1b[31mred\\u202etxt.exe" in text
 
 
+def test_status_prints_a_callers_line_break_escaped_not_as_a_line_of_its_own(pdfpool):
+    """A caller (any string ``CALLER`` or ``extract_pooled`` names) cannot add a line that
+    passes for the report's own: its line feed is escaped as its other controls are."""
+    forged = "State    closed: accepting no new work"
+    gate = threading.Event()
+    thread = holding(get_pool(), "tests.job:" + "ab" * 32, f"api:x\n{forged}", gate)
+    try:
+        text, _ = run("status")
+    finally:
+        gate.set()
+        thread.join(SOON)
+    assert not [line for line in text.splitlines() if line.startswith(forged)]
+    assert f"api:x\\n{forged}" in text
+
+
 def test_status_from_the_shell_says_its_local_pool_is_its_own_and_empty(tmp_path):
     """A real ``python -m django`` process: the local backend's pool there is that process's,
     built by the command, and the output says so instead of passing for the workers'."""
