@@ -462,6 +462,16 @@ def test_extract_pool_with_another_engine_is_a_wrong_argument(pdfpool, tmp_path)
     assert get_pool().snapshot().counters.started == 0
 
 
+def test_extract_caller_without_pool_is_a_wrong_argument(pdfpool, tmp_path):
+    """``--caller`` names the pool's caller: without ``--pool`` the file would be read outside
+    the pool, taking no slot, as nobody asked; exit 2 and no child starts."""
+    path = write(tmp_path, "doc.pdf", pdfs.simple(["hello"]))
+    before = child_pids()
+    with pytest.raises(CommandError, match="--caller goes with --pool") as refused:
+        run("extract", path, "--caller", "ops:alice")
+    assert refused.value.returncode == 2 and not child_pids() - before
+
+
 def test_extract_a_missing_file_is_a_command_error(tmp_path):
     with pytest.raises(CommandError, match="No such file") as failed:
         run("extract", str(tmp_path / "absent.pdf"))
