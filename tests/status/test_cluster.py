@@ -93,7 +93,7 @@ def namespace_of_workers(redis_server, workers) -> Iterator[Namespace]:
 
 
 @contextlib.contextmanager
-def ended_lease(url: str, namespace: str, lease: float = 1.0) -> Iterator[Worker]:
+def ended_lease(url: str, namespace: str, lease: float = 2.0) -> Iterator[Worker]:
     """A worker holding a running job in ``namespace``, stopped (SIGSTOP) until Redis says its
     lease has ended; its keys stay another ``lease`` (their TTL is two) unless a script of
     another process reaps it. On the way out it resumes, finishes its job and drains."""
