@@ -184,15 +184,13 @@ def scope_sentence(data: dict[str, Any]) -> str:
             "load, jobs, counters, recent-job figures and chart below are cluster-wide; the "
             '"This process" column is this process\'s own.'
         )
-    if cluster["mode"] != "redis":
+    if cluster["mode"] == "redis":  # this reading failed; the pool judges the failure after
+        failing = "did not answer this reading"
+    else:
         failing = "refuses its writes" if cluster["trouble"] == "refused" else "is not answering"
-        return (
-            f"Its pool is coordinated in Redis, but Redis {failing}: every figure below "
-            "is this process's."
-        )
     return (
-        "Its pool is coordinated in Redis: the load and jobs below are cluster-wide; the "
-        "counters and recent-job figures are this process's."
+        f"Its pool is coordinated in Redis, but Redis {failing}: every figure below "
+        "is this process's."
     )
 
 

@@ -203,12 +203,9 @@ def test_status_with_redis_reads_the_cluster_from_another_process(make_pool, nam
     assert other.process in text.stdout  # the process holding the job
     data = json.loads(as_json.stdout)
     assert data["fresh"] is True and data["cluster"]["mode"] == "redis"
-    if data["scope"] == "cluster":  # counters kept in Redis: the cluster's, shown
-        assert "cluster-wide" in data["note"] and "left out" not in data["note"]
-        assert "Counters of the cluster:" in text.stdout
-    else:  # the command's own counters: nothing ran here, left out
-        assert "the counters and recent-job figures are this process's" in data["note"]
-        assert "Counters of" not in text.stdout
+    assert data["scope"] == "cluster"  # counters kept in Redis: the cluster's, shown
+    assert "cluster-wide" in data["note"] and "left out" not in data["note"]
+    assert "Counters of the cluster:" in text.stdout
     assert data["running"] == 1 and [job["key"] for job in data["jobs"]] == [key]
     holds = {hold["process"]: hold for hold in data["cluster"]["processes"]}
     assert holds[other.process]["running"] == [key]

@@ -8,6 +8,7 @@ redis-server with the Django process serving the page, which only reads."""
 from __future__ import annotations
 
 import contextlib
+import html
 import os
 import signal
 import time
@@ -138,6 +139,22 @@ def test_an_ended_lease_reads_ended_not_a_negative_duration(
     assert hold["pid"] == worker.pid and hold["lease_left"] < 0
     row = page.split('id="pdfpool-processes">', 1)[1].split("</tr>", 1)[0]
     assert row.endswith("<td>ended</td>"), row
+
+
+def test_a_reading_redis_did_not_answer_says_every_figure_is_this_processs(
+    pdfpool, admin_client: Client, own_redis, namespace
+):
+    """Redis silent during the page's reading: the pool is still in Redis mode (it judges the
+    failure after), but the load and jobs shown are this process's, and the page says so."""
+    pdfpool(REDIS={"URL": own_redis.url, "NAMESPACE": namespace, "TIMEOUT": 0.3})
+    assert admin_client.get(URL, {"format": "json"}).json()["scope"] == "cluster"
+    own_redis.pause()
+    try:
+        page = admin_client.get(URL).content.decode()
+    finally:
+        own_redis.resume()
+    said = html.unescape(page.split('id="pdfpool-scope">', 1)[1].split("</span>", 1)[0])
+    assert "cluster-wide" not in said and "every figure below is this process's" in said, said
 
 
 def error_of(worker: Worker, cid: str) -> str | None:
