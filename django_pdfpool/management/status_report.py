@@ -12,7 +12,14 @@ from typing import Any
 from django.core.management.base import CommandError
 
 from ..conf import RedisSettings
-from ..status.page import COUNTERS, scope_sentence, status_context, work_state
+from ..status.page import (
+    COUNTERS,
+    PROCESS_ONLY,
+    PROCESS_ONLY_NOTE,
+    scope_sentence,
+    status_context,
+    work_state,
+)
 
 FRESH_NOTES = {  # by backend: the command built its pool just now, nothing ran in it
     "local": " That is this command's process, whose pool was built just now: it is empty by "
@@ -86,7 +93,7 @@ def status_text(data: dict[str, Any]) -> str:
         JOB_CELLS({**job, "caller": job["caller_name"] or job["caller"]}) for job in rows["jobs"]
     ]
     blocks = [
-        [title, "", *textwrap.wrap(data["note"], 92)],
+        [safe(title), "", *textwrap.wrap(data["note"], 92)],
         _table(["SETTING", "VALUE"], [(label, text) for label, _, _, text in rows["config"]]),
         _table(["POOL", "NOW"], pool),
         _listing("Jobs in flight", JOB_COLUMNS, jobs),
@@ -96,18 +103,18 @@ def status_text(data: dict[str, Any]) -> str:
             [
                 hold["process"],
                 hold["pid"],
-                f"{hold['lease_left']:.1f} s",
+                hold["lease_text"],
                 len(hold["running"]),
                 len(hold["queued"]),
                 hold["waiting"],
             ]
-            for hold in cluster["processes"]
+            for hold in rows["holds"]
         ]
         header = ["PROCESS", "PID", "LEASE LEFT", "RUNNING", "QUEUED", "WAITING"]
         blocks.append(_listing("Processes holding or waiting on something", header, holds))
     refusing = " (not met: extractions are refused)" if sandbox["refusing"] else ""
     memory = rows["memory"]
-    envelope = [(label, text, note) for label, _, text, note in memory["rows"]]
+    envelope = [(label, text, note[2]) for label, _, _, text, note in memory["rows"]]
     peaks = [(f"{ended:%H:%M:%S}", peak, start) for ended, peak, start in memory["jobs"]]
     blocks += [
         [
@@ -115,12 +122,18 @@ def status_text(data: dict[str, Any]) -> str:
             f"{sandbox['required']}{refusing}, Landlock ABI {sandbox['landlock_abi']}.",
             *_table(["LAYER", "STATE"], list(sandbox["layers"].items())),
         ],
-        [f"Memory envelope of process {data['pid']}:", *_table(["", "BYTES", ""], envelope)],
+        [f"Memory envelope of process {data['pid']}:", *_table(["", "VALUE", ""], envelope)],
         _listing("Recent jobs' peak RSS", ["ENDED", "PEAK RSS", "CHILD"], peaks),
     ]
     if not data["fresh"] or data["scope"] == "cluster":
-        whose = "the cluster" if data["scope"] == "cluster" else f"process {data['pid']}"
-        counters = [(label, data["counters"][field], what) for label, field, what in COUNTERS]
+        books = data["scope"] == "cluster"
+        whose = "the cluster" if books else f"process {data['pid']}"
+        counters = [  # no cluster-wide figure for what each process counts alone
+            (label, "-", what + PROCESS_ONLY_NOTE)
+            if books and field in PROCESS_ONLY
+            else (label, data["counters"][field], what)
+            for label, field, what in COUNTERS
+        ]
         blocks.append([f"Counters of {whose}:", *_table(["EVENT", "COUNT", "WHAT"], counters)])
         columns = ["", *(label.upper() for label in rows["figure_columns"])]
         figures = [(label, *(text for _, _, text in cells)) for label, cells in rows["figures"]]
@@ -135,6 +148,6 @@ def _listing(name: str, header: Sequence[str], rows: Sequence[Sequence[object]])
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> list[str]:
     """Left-aligned columns two spaces apart, under a header row."""
-    cells = [[str(cell) for cell in row] for row in [header, *rows]]
+    cells = [[safe(str(cell)) for cell in row] for row in [header, *rows]]  # one line each
     widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
     return ["  ".join(map(str.ljust, row, widths)).rstrip() for row in cells]

@@ -124,7 +124,11 @@ METRICS: tuple[MetricDefinition, ...] = (
         "counter",
         "reason",
     ),
-    _stats("pdfpool_queue_wait_seconds", "Queue wait of recently started jobs.", "queue_wait"),
+    _stats(
+        "pdfpool_queue_wait_seconds",
+        "Queue wait of recent jobs: started, or refused after waiting the longest wait.",
+        "queue_wait",
+    ),
     _stats("pdfpool_run_seconds", "Run time of recently finished jobs.", "run_time"),
     MetricDefinition(
         "pdfpool_door_held",
@@ -152,9 +156,9 @@ METRICS: tuple[MetricDefinition, ...] = (
 
 
 def own_snapshot(pool: AdmissionPool) -> PoolSnapshot:
-    """This process's part of ``pool`` (a Redis pool's ``snapshot()`` is the cluster's)."""
-    cluster = pool.cluster_snapshot()
-    return pool.snapshot() if cluster is None else cluster.local
+    """This process's part of ``pool`` (a Redis pool's ``snapshot()`` is the cluster's), read
+    from its memory: a Redis pool's ``local_snapshot()``, as in its ``cluster_snapshot()``."""
+    return getattr(pool, "local_snapshot", pool.snapshot)()
 
 
 def render(reading: Reading) -> str:

@@ -37,7 +37,7 @@ CONFIG = [  # (label, field, format)
 ]
 COUNTERS = [(c.label, c.value, c.meaning) for c in Counter]  # (label, field under "counters", help)
 PROCESS_ONLY = {c.value for c in Counter if c.counted_by is CountedBy.PROCESS}  # not in Redis
-PROCESS_ONLY_NOTE = "; each process counts it alone, never in Redis: see this process's column"
+PROCESS_ONLY_NOTE = "; each process counts it alone, never in Redis"
 DURATIONS = [("Queue wait", "queue_wait"), ("Run time", "run_time")]  # columns
 DURATION_ROWS = [("Jobs", "count", "int"), ("Mean", "mean", "figure")]  # "figure": a duration
 DURATION_ROWS += [("p95", "p95", "figure"), ("Max", "max", "figure")]
@@ -134,6 +134,10 @@ def fmt(value: Any, kind: str) -> str:
             return f"{_fixed(value, 0)} s"
         minutes, seconds = divmod(int(value + 0.5), 60)  # as JS's Math.round
         return f"{minutes} min" if not seconds else f"{minutes} min {seconds:02d} s"
+    if kind == "lease":  # a process's lease in Redis; ended: not yet reaped
+        return f"{_fixed(value, 1)} s" if value > 0 else "ended"
+    if kind == "fits":  # SLOTS x MEMORY_LIMIT and the server, within what it may use
+        return "" if value else "with the server, over that"
     if kind == "bytes":
         for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
             if value >= size:
@@ -180,15 +184,13 @@ def scope_sentence(data: dict[str, Any]) -> str:
             "load, jobs, counters, recent-job figures and chart below are cluster-wide; the "
             '"This process" column is this process\'s own.'
         )
-    if cluster["mode"] != "redis":
+    if cluster["mode"] == "redis":  # this reading failed; the pool judges the failure after
+        failing = "did not answer this reading"
+    else:
         failing = "refuses its writes" if cluster["trouble"] == "refused" else "is not answering"
-        return (
-            f"Its pool is coordinated in Redis, but Redis {failing}: every figure below "
-            "is this process's."
-        )
     return (
-        "Its pool is coordinated in Redis: the load and jobs below are cluster-wide; the "
-        "counters and recent-job figures are this process's."
+        f"Its pool is coordinated in Redis, but Redis {failing}: every figure below "
+        "is this process's."
     )
 
 
@@ -212,7 +214,8 @@ def status_context(data: dict[str, Any], dash: str = "—") -> dict[str, Any]:
         cells = [(f"counters.{field}", str(data["counters"][field]))]
         if cluster_books:
             if field in PROCESS_ONLY:  # no cluster-wide figure
-                cells, meaning = [("", dash)], meaning + PROCESS_ONLY_NOTE
+                cells = [("", dash)]
+                meaning += f"{PROCESS_ONLY_NOTE}: see this process's column"
             local = data["cluster"]["local"]["counters"][field]
             cells.append((f"cluster.local.counters.{field}", str(local)))
         row = {"label": label, "help": meaning, "cells": cells, "refused": "refused" in field}
@@ -241,13 +244,19 @@ def status_context(data: dict[str, Any], dash: str = "—") -> dict[str, Any]:
     for held in data["door"]["held"]:
         left = fmt(max(0.0, held["left"]), "seconds")
         door_held.append({**held, "age_text": fmt(held["age"], "seconds"), "left_text": left})
-    memory = data["memory"]
-    notes = {  # the envelope's rows: label -> JSON field, a note
-        "May use": ("allowed", f"({memory['allowed_by']})"),
-        "Slots x memory limit": ("pool", "" if memory["fits"] else "with the server, over that"),
-        "Server RSS now": ("server_rss", ""),
-        "Children RSS now": ("children_rss", f"in {memory['children']} processes"),
-    }
+    holds = [
+        {**hold, "lease_text": fmt(hold["lease_left"], "lease")}
+        for hold in (data["cluster"] or {}).get("processes", ())
+    ]
+    memory, none = data["memory"], ("", "", "")
+    fits = ("memory.fits", "fits", fmt(memory["fits"], "fits"))  # refreshed as figures are
+    envelope = [  # label, JSON field, format, and a note: its field ("": fixed), format, text
+        ("May use", "allowed", "bytes", ("", "", f"({memory['allowed_by']})")),
+        ("Slots x memory limit", "pool", "bytes", fits),
+        ("Server RSS now", "server_rss", "bytes", none),
+        ("Children RSS now", "children_rss", "bytes", none),
+        ("Child processes now", "children", "int", none),
+    ]
     return {
         "status": data,
         "zone": _zone_name(),  # status.js writes times in it (not time_zone: Django 6 sets it)
@@ -269,8 +278,8 @@ def status_context(data: dict[str, Any], dash: str = "—") -> dict[str, Any]:
         "chart_size": (CHART_W, CHART_H),
         "memory": {  # the envelope's rows, and the recent jobs' peaks, newest first
             "rows": [
-                (label, f"memory.{f}", fmt(memory[f], "bytes"), note)
-                for label, (f, note) in notes.items()
+                (label, f"memory.{f}", kind, fmt(memory[f], kind), note)
+                for label, f, kind, note in envelope
             ],
             "jobs": [
                 (_when(job["ended"]), fmt(job["peak_rss"], "bytes"), job["start"])
@@ -278,6 +287,7 @@ def status_context(data: dict[str, Any], dash: str = "—") -> dict[str, Any]:
             ],
         },
         "door_held": door_held,
+        "holds": holds,
     }
 
 

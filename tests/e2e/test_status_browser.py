@@ -28,6 +28,7 @@ OUTPUT = ROOT / "test-output"
 URL = "/admin/django_pdfpool/poolstatus/"
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+pytest_plugins = ["tests.support.redis_fixtures"]
 
 
 @pytest.fixture
@@ -73,6 +74,38 @@ def run_quick_jobs(threads: ThreadPoolExecutor) -> None:
             done.result(timeout=10)
 
 
+def sign_in(page, url: str) -> None:
+    page.goto(url + URL)  # the admin sends us to its login form
+    page.fill("#id_username", "operator")
+    page.fill("#id_password", "pw")
+    page.click("input[type=submit]")
+    page.wait_for_url(re.compile(re.escape(URL) + "$"))
+
+
+def test_a_process_whose_lease_ended_reads_ended_after_a_refresh(
+    pdfpool, live_server, operator, browser, redis_server, namespace
+):
+    """A process stopped while it holds a job, found by a refresh: its lease reads "ended"
+    until a script reaps it, not a negative duration."""
+    from playwright.sync_api import expect
+
+    from tests.status.test_cluster import ended_lease
+
+    pdfpool(REDIS={"URL": redis_server.url, "NAMESPACE": namespace})
+    get_pool()  # built before the lease ends: building it runs no script that would reap
+    page = browser.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    sign_in(page, live_server.url)
+    holds = page.locator("#pdfpool-processes tr")
+    expect(holds).to_have_text("No process holds anything.")
+    with ended_lease(redis_server.url, namespace, lease=5.0) as worker:
+        expect(holds.first.locator("td").first).to_contain_text(f":{worker.pid}")
+        expect(holds.first.locator("td").last).to_have_text("ended")
+    assert errors == []
+    page.context.close()
+
+
 def test_the_page_refreshes_itself_while_jobs_are_held(
     pdfpool, live_server, operator, fast_history, browser, threads
 ):
@@ -96,11 +129,7 @@ def test_the_page_refreshes_itself_while_jobs_are_held(
     run_quick_jobs(threads)
     held = [threads.submit(post, "/held/sync/", b"%PDF- one", "10.2.0.1")]
     wait_until(lambda: get_pool().running() == 1)
-    page.goto(live_server.url + URL)  # the admin sends us to its login form
-    page.fill("#id_username", "operator")
-    page.fill("#id_password", "pw")
-    page.click("input[type=submit]")
-    page.wait_for_url(re.compile(re.escape(URL) + "$"))
+    sign_in(page, live_server.url)
     expect(field("running")).to_have_text("1")
     expect(field("queued")).to_have_text("0")
     page.evaluate("window.pdfpoolNotReloaded = true")

@@ -148,6 +148,21 @@ def test_status_escapes_what_would_drive_the_terminal(pdfpool):
     assert "api:\\x1b]0;owned\\x07\\x1b[31mred\\u202etxt.exe" in text
 
 
+def test_status_prints_a_callers_line_break_escaped_not_as_a_line_of_its_own(pdfpool):
+    """A caller (any string ``CALLER`` or ``extract_pooled`` names) cannot add a line that
+    passes for the report's own: its line feed is escaped as its other controls are."""
+    forged = "State    closed: accepting no new work"
+    gate = threading.Event()
+    thread = holding(get_pool(), "tests.job:" + "ab" * 32, f"api:x\n{forged}", gate)
+    try:
+        text, _ = run("status")
+    finally:
+        gate.set()
+        thread.join(SOON)
+    assert not [line for line in text.splitlines() if line.startswith(forged)]
+    assert f"api:x\\n{forged}" in text
+
+
 def test_status_from_the_shell_says_its_local_pool_is_its_own_and_empty(tmp_path):
     """A real ``python -m django`` process: the local backend's pool there is that process's,
     built by the command, and the output says so instead of passing for the workers'."""
@@ -188,17 +203,45 @@ def test_status_with_redis_reads_the_cluster_from_another_process(make_pool, nam
     assert other.process in text.stdout  # the process holding the job
     data = json.loads(as_json.stdout)
     assert data["fresh"] is True and data["cluster"]["mode"] == "redis"
-    if data["scope"] == "cluster":  # counters kept in Redis: the cluster's, shown
-        assert "cluster-wide" in data["note"] and "left out" not in data["note"]
-        assert "Counters of the cluster:" in text.stdout
-    else:  # the command's own counters: nothing ran here, left out
-        assert "the counters and recent-job figures are this process's" in data["note"]
-        assert "Counters of" not in text.stdout
+    assert data["scope"] == "cluster"  # counters kept in Redis: the cluster's, shown
+    assert "cluster-wide" in data["note"] and "left out" not in data["note"]
+    assert "Counters of the cluster:" in text.stdout
     assert data["running"] == 1 and [job["key"] for job in data["jobs"]] == [key]
     holds = {hold["process"]: hold for hold in data["cluster"]["processes"]}
     assert holds[other.process]["running"] == [key]
     local = data["cluster"]["local"]  # the command's own process: it holds nothing
     assert (local["running"], local["queued"]) == (0, 0)
+
+
+def test_status_with_redis_says_an_ended_lease_has_ended(redis_server, namespace, tmp_path):
+    """A process stopped while it holds a job: its lease, past its end until a script reaps
+    it, reads "ended", not as a negative duration."""
+    from tests.status.test_cluster import ended_lease
+
+    settings = {"REDIS": {"URL": redis_server.url, "NAMESPACE": namespace}}
+    with ended_lease(redis_server.url, namespace, lease=5.0) as worker:
+        shown = manage("status", pdfpool=settings, cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    holds = shown.stdout.split("Processes holding or waiting on something (1):\n", 1)[1]
+    row = holds.splitlines()[1].split()
+    assert row[1:3] == [str(worker.pid), "ended"], holds
+
+
+def test_status_with_redis_counts_nothing_for_the_cluster_that_redis_does_not_count(
+    make_pool, namespace, tmp_path
+):
+    """Refusals while closed are counted by each process alone: the cluster's counters show
+    no figure for them, as the status page does, rather than a 0 nobody counted."""
+    other = make_pool(2, 4, 10.0)
+    asyncio.run(other.run("k:" + "ef" * 32, "ip:198.51.100.5", lambda: asyncio.sleep(0)))
+    settings = {"REDIS": {"URL": other._settings.url, "NAMESPACE": namespace, "LEASE": LEASE}}
+    shown = manage("status", pdfpool=settings, cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    counters = shown.stdout.split("Counters of the cluster:\n", 1)[1].split("\n\n", 1)[0]
+    rows = {line[:16].strip(): line[16:].split(None, 1) for line in counters.splitlines()}
+    assert rows["Started"][0] == "1" and rows["Completed"][0] == "1", counters
+    assert rows["Refused: closed"][0] == "-", counters
+    assert "never in Redis" in rows["Refused: closed"][1], counters
 
 
 def test_status_with_redis_unreachable_fails_instead_of_showing_an_idle_cluster(tmp_path):
@@ -414,6 +457,16 @@ def test_extract_pool_with_another_engine_is_a_wrong_argument(pdfpool, tmp_path)
         run("extract", path, "--pool", "--engine", "pypdfium2")
     assert refused.value.returncode == 2
     assert get_pool().snapshot().counters.started == 0
+
+
+def test_extract_caller_without_pool_is_a_wrong_argument(pdfpool, tmp_path):
+    """``--caller`` names the pool's caller: without ``--pool`` the file would be read outside
+    the pool, taking no slot, as nobody asked; exit 2 and no child starts."""
+    path = write(tmp_path, "doc.pdf", pdfs.simple(["hello"]))
+    before = child_pids()
+    with pytest.raises(CommandError, match="--caller goes with --pool") as refused:
+        run("extract", path, "--caller", "ops:alice")
+    assert refused.value.returncode == 2 and not child_pids() - before
 
 
 def test_extract_a_missing_file_is_a_command_error(tmp_path):

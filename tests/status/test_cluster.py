@@ -7,6 +7,10 @@ redis-server with the Django process serving the page, which only reads."""
 
 from __future__ import annotations
 
+import contextlib
+import html
+import os
+import signal
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -87,6 +91,70 @@ def namespace_of_workers(redis_server, workers) -> Iterator[Namespace]:
     space = Namespace(redis_server, workers)
     yield space
     space.finish()
+
+
+@contextlib.contextmanager
+def ended_lease(url: str, namespace: str, lease: float = 2.0) -> Iterator[Worker]:
+    """A worker holding a running job in ``namespace``, stopped (SIGSTOP) until Redis says its
+    lease has ended; its keys stay another ``lease`` (their TTL is two) unless a script of
+    another process reaps it. On the way out it resumes, finishes its job and drains."""
+    worker, stopped = Worker().ready(), False
+    try:
+        process = worker.ask("pool", name="p", namespace=namespace, url=url, lease=lease)
+        first = worker.send("run", pool="p", key="k", caller="c", job={"gate": "g"})
+        until(lambda: worker.ask("counts", pool="p")[0] == 1)
+        os.kill(worker.pid, signal.SIGSTOP)
+        stopped = True
+        with redis.Redis.from_url(url) as client:
+
+            def ended() -> bool:
+                seconds, micros = client.time()
+                end_ms = client.zscore(f"{{{namespace}}}:procs", process)
+                return end_ms < seconds * 1e3 + micros / 1e3
+
+            until(ended)
+            yield worker
+            os.kill(worker.pid, signal.SIGCONT)
+            stopped = False
+            client.set(f"test:{namespace}:gate:g", 1)
+        assert worker.answer(first, timeout=20).get("ok") == "k"
+        worker.ask("drain", pool="p", timeout=15)
+    finally:
+        if stopped:
+            os.kill(worker.pid, signal.SIGCONT)
+        worker.close()
+
+
+def test_an_ended_lease_reads_ended_not_a_negative_duration(
+    pdfpool, admin_client: Client, redis_server, namespace
+):
+    """A process stopped while it holds a job: until a script reaps it, its lease is past
+    its end, which the page says in words (a negative duration reads as a clock skew)."""
+    pdfpool(REDIS={"URL": redis_server.url, "NAMESPACE": namespace})
+    get_pool()  # built before the lease ends: building it runs no script that would reap
+    with ended_lease(redis_server.url, namespace) as worker:
+        data = admin_client.get(URL, {"format": "json"}).json()
+        page = admin_client.get(URL).content.decode()
+    hold = data["cluster"]["processes"][0]
+    assert hold["pid"] == worker.pid and hold["lease_left"] < 0
+    row = page.split('id="pdfpool-processes">', 1)[1].split("</tr>", 1)[0]
+    assert row.endswith("<td>ended</td>"), row
+
+
+def test_a_reading_redis_did_not_answer_says_every_figure_is_this_processs(
+    pdfpool, admin_client: Client, own_redis, namespace
+):
+    """Redis silent during the page's reading: the pool is still in Redis mode (it judges the
+    failure after), but the load and jobs shown are this process's, and the page says so."""
+    pdfpool(REDIS={"URL": own_redis.url, "NAMESPACE": namespace, "TIMEOUT": 0.3})
+    assert admin_client.get(URL, {"format": "json"}).json()["scope"] == "cluster"
+    own_redis.pause()
+    try:
+        page = admin_client.get(URL).content.decode()
+    finally:
+        own_redis.resume()
+    said = html.unescape(page.split('id="pdfpool-scope">', 1)[1].split("</span>", 1)[0])
+    assert "cluster-wide" not in said and "every figure below is this process's" in said, said
 
 
 def error_of(worker: Worker, cid: str) -> str | None:

@@ -51,3 +51,27 @@ def test_the_page_shows_the_envelope_and_a_jobs_peak(pdfpool, live_server, opera
     expect(memory.locator('[data-field="memory.pool"]')).to_have_text("512 MiB")  # refreshed
     OUTPUT.mkdir(exist_ok=True)
     memory.screenshot(path=OUTPUT / "status-memory.png")
+
+
+def test_whether_the_pool_fits_follows_the_refresh(pdfpool, live_server, operator, browser):
+    """SLOTS x MEMORY_LIMIT grown past what the process may use: the refresh flags it beside
+    the new figure, as a reload would."""
+    from playwright.sync_api import expect
+
+    allowed, _ = memory_allowed()
+    if not allowed:
+        pytest.skip("no /proc/meminfo: nothing to fit in")
+    limit = 128 << 20
+    pdfpool(SLOTS=1, MEMORY_LIMIT=limit)
+    page = browser.new_context().new_page()
+    page.goto(live_server.url + URL)
+    page.fill("#id_username", "operator")
+    page.fill("#id_password", "pw")
+    page.click("input[type=submit]")
+    page.wait_for_url(re.compile(re.escape(URL) + "$"))
+    row = page.locator("#pdfpool-memory tr", has_text="Slots x memory limit")
+    expect(row).not_to_contain_text("over that")
+    slots = allowed // limit + 1
+    pdfpool(SLOTS=slots, MEMORY_LIMIT=limit)
+    expect(row.locator('[data-field="memory.pool"]')).to_have_text(fmt(slots * limit, "bytes"))
+    expect(row).to_contain_text("with the server, over that")

@@ -24,9 +24,9 @@ from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.parser import text_string_to_metric_families
 
 from django_pdfpool import configured
-from django_pdfpool.admission.ledger import ClusterSnapshot
 from django_pdfpool.admission.local import Pool
 from django_pdfpool.door import ARRIVING
+from django_pdfpool.exceptions import PoolBusy
 from django_pdfpool.status import collector as collector_module
 from django_pdfpool.status.collector import PoolCollector, ProcessExporter, register_metrics
 from django_pdfpool.status.metrics import METRICS, Reading, render
@@ -37,6 +37,7 @@ from tests.support.servers import project_env
 ROOT = Path(__file__).resolve().parents[2]
 
 urlpatterns = [path("metrics", PrometheusDjangoView.as_view())]
+pytest_plugins = ["tests.support.redis_fixtures"]
 
 Series = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
@@ -83,6 +84,33 @@ def test_the_collector_and_the_endpoint_render_the_one_list_of_definitions(pdfpo
     assert samples[("pdfpool_slots", ())] == 3 and samples[("pdfpool_timeout_seconds", ())] == 12
     assert samples[("pdfpool_jobs_total", (("event", "completed"),))] == 2
     assert samples[("pdfpool_process_info", (("pid", str(os.getpid())),))] == 1
+
+
+def test_the_queue_wait_figures_cover_jobs_refused_after_waiting_and_say_so():
+    """A job that waited its WAIT out and was refused never started: its wait counts in the
+    queue-wait figures all the same (as on the status page), and their help says so."""
+    pool = Pool(1, 1, 0.2)
+
+    gate = threading.Event()
+
+    async def held() -> None:  # on the pool's job loop
+        while not gate.is_set():
+            await asyncio.sleep(0.005)
+
+    async def scene() -> None:
+        running = asyncio.create_task(pool.run("a", "c1", held))
+        while not pool.running():
+            await asyncio.sleep(0.005)
+        with pytest.raises(PoolBusy):
+            await pool.run("b", "c2", held)
+        gate.set()
+        await running
+
+    asyncio.run(scene())
+    families, samples = parse(render(Reading.now(pool.snapshot(), 5.0, os.getpid())))
+    assert samples[("pdfpool_jobs_total", (("event", "started"),))] == 1
+    assert samples[("pdfpool_queue_wait_seconds", (("stat", "max"),))] >= 0.2
+    assert "refused after waiting" in families["pdfpool_queue_wait_seconds"][1]
 
 
 def test_registering_reads_no_pool_and_each_scrape_reads_it_afresh():
@@ -189,30 +217,27 @@ def test_a_rebuilt_pool_leaves_the_doors_counters_as_they_were():
     assert shed() == before
 
 
-def test_the_exporter_reads_this_process_figures_from_a_cluster_pool():
+def test_the_exporter_reads_a_redis_pools_own_figures_without_asking_redis(redis_server, make_pool):
     """A Redis pool's ``snapshot()`` is the cluster's; multiprocess mode sums the processes'
-    counters itself, so the exporter takes ``cluster_snapshot().local``."""
-    mine, everyone = Pool(2, 1, None), Pool(9, 1, None)
+    counters itself, so the exporter takes this process's, from its memory: each second in
+    every worker, a reading of the cluster (every job in flight, the books) would be waste."""
+    mine, other = make_pool(2, 1, None), make_pool(2, 1, None)
     run_jobs(mine, 1)
-    run_jobs(everyone, 5)
+    run_jobs(other, 3)
+    exporter = ProcessExporter(lambda: mine, lambda: 5.0)
 
-    class ClusterPool:
-        def snapshot(self):
-            return everyone.snapshot()
+    def scripts_run() -> int:
+        with redis_server.client() as client:
+            stats = client.info("commandstats")
+        return sum(stats.get(f"cmdstat_{name}", {}).get("calls", 0) for name in ("evalsha", "eval"))
 
-        def cluster_snapshot(self):
-            return ClusterSnapshot(
-                "redis", "redis://x", "ns", "me", 5.0, everyone.snapshot(), mine.snapshot(), ()
-            )
-
-    exporter = ProcessExporter(ClusterPool, lambda: 5.0)
-    exporter.refresh()
+    before = scripts_run()
+    for _ in range(3):
+        assert exporter.refresh()
+    assert scripts_run() == before
     (family,) = exporter._metrics["pdfpool_jobs_total"].collect()
-    assert {s.labels["event"]: s.value for s in family.samples if s.name.endswith("_total")}[
-        "completed"
-    ] == 1
-    (slots,) = exporter._metrics["pdfpool_slots"].collect()
-    assert slots.samples[0].value == 2
+    events = {s.labels["event"]: s.value for s in family.samples if s.name.endswith("_total")}
+    assert events["completed"] == 1
 
 
 # --- multiprocess mode: two real processes ------------------------------------------------

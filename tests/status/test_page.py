@@ -456,6 +456,8 @@ def test_formats_match_the_pages_script():
     ]  # fmt: skip
     sizes = (512 << 20, 50 << 20, 1000, 2048)
     assert [status_page.fmt(v, "bytes") for v in sizes] == ["512 MiB", "50 MiB", "1000 B", "2 KiB"]
+    leases = (4.96, 0.04, 0.0, -2.0)  # seconds left; ended, not yet reaped
+    assert [status_page.fmt(v, "lease") for v in leases] == ["5.0 s", "0.0 s", "ended", "ended"]
     # halves round up, as JavaScript's toFixed does: a figure the page's refresh rewrites
     # must not change (a 2.5 GiB MEMORY_LIMIT is "3 GiB" there)
     halves = [(0.0025, "seconds"), (1.25, "seconds"), (12.5, "seconds"), (5 << 29, "bytes")]

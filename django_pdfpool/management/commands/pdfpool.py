@@ -171,9 +171,7 @@ class Command(BaseCommand):
             "upload of the same file would run: its limits, its single-flight key",
         )
         extract.add_argument(
-            "--caller",
-            default=POOL_CALLER,
-            help=f"with --pool: the caller the job runs as (default {POOL_CALLER!r})",
+            "--caller", help=f"with --pool: the caller the job runs as (default {POOL_CALLER!r})"
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -232,7 +230,9 @@ class Command(BaseCommand):
 
     def extract(self, conf: PoolSettings, options: dict[str, Any]) -> None:
         """One PDF under the production limits: its outcome, or its error code (exit 3)."""
-        path, as_json = options["file"], options["json"]
+        path, as_json, caller = options["file"], options["json"], options["caller"]
+        if caller is not None and not options["pool"]:
+            raise CommandError("--caller goes with --pool.", returncode=EXIT_USAGE)
         engine = options["engine"] or conf.engine
         size, shown = file_size(path), safe(path)
         heading = f"{shown} ({fmt(size, 'bytes')})"
@@ -254,9 +254,11 @@ class Command(BaseCommand):
                         "--pool runs the pool's job, with the ENGINE setting.",
                         returncode=EXIT_USAGE,
                     )
-                if not isinstance(options["caller"], str) or not options["caller"]:
+                if caller is None:
+                    caller = POOL_CALLER
+                if not isinstance(caller, str) or not caller:
                     raise CommandError("--caller must name a caller.", returncode=EXIT_USAGE)
-                result = extract_pooled(path, caller=options["caller"])
+                result = extract_pooled(path, caller=caller)
             else:
                 loud = size >= PROGRESS_BYTES and not options["no_progress"]
                 if loud:

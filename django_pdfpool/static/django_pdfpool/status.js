@@ -20,6 +20,8 @@
             const whole = Math.round(value), minutes = Math.floor(whole / 60), seconds = whole % 60;
             return minutes + " min" + (seconds ? " " + String(seconds).padStart(2, "0") + " s" : "");
         }
+        if (kind === "lease") return value > 0 ? value.toFixed(1) + " s" : "ended";  // not yet reaped
+        if (kind === "fits") return value ? "" : "with the server, over that";
         if (kind === "bytes") {
             for (const [unit, size] of [["GiB", 2 ** 30], ["MiB", 2 ** 20], ["KiB", 2 ** 10]]) {
                 if (value >= size) return (value / size).toFixed(0) + " " + unit;
@@ -138,7 +140,7 @@
         fill("pdfpool-processes", data.cluster.processes.map((hold) => row(
             cell(hold.host + ":" + hold.pid + (hold.process === data.cluster.process ? " (this one)" : "")),
             cell(String(hold.running.length)), cell(String(hold.queued.length)),
-            cell(String(hold.waiting)), cell(hold.lease_left.toFixed(1) + " s"))),
+            cell(String(hold.waiting)), cell(fmt(hold.lease_left, "lease")))),
             "No process holds anything.", 5);
     }
 
