@@ -35,7 +35,9 @@ logger = logging.getLogger("django_pdfpool.redis")
 
 # --- the scripts (lua/*.lua, read once at import) and their replies (documented there) ----
 
-READING = ("collect", "view", "pressure", "probe")  # the others change state: after the prelude
+# without the prelude: reads, and writes of a key of their own; the others change state after it
+READING = ("collect", "put", "view", "pressure", "probe")
+PIECE = 1 << 20  # bytes of an outcome a call carries at most: each call fits in the timeout
 _LUA = {
     path.name[:-4]: path.read_text("utf-8")
     for path in files(__package__).joinpath("lua").iterdir()
@@ -278,13 +280,39 @@ class Link:
         reply = await self._scripts["pressure"](keys=[self.procs_key], args=["", ""])
         return PressureReply.of(reply)
 
-    async def collect(self, job_id: str) -> str | None:
-        """Take this process's copy of a finished job's outcome (JSON), or None."""
+    async def put(self, job_id: str, outcome: str) -> int:
+        """Put a finished job's outcome (JSON) in Redis in pieces; their number."""
         self.client()
-        outcome: str | None = await self._scripts["collect"](
-            keys=[self.prefix + "res:" + job_id], args=[self.process]
-        )
-        return outcome
+        data, keep = outcome.encode(), str(round(2000 * self.settings.lease))
+        start = pieces = 0
+        while start < len(data):  # cut between two characters: each piece reads back as text
+            end = min(len(data), start + PIECE)
+            while end < len(data) and data[end] & 0xC0 == 0x80:
+                end -= 1
+            pieces += 1
+            args = [pieces, data[start:end], keep]
+            await self._scripts["put"](keys=[self._result(job_id)], args=args)
+            start = end
+        return pieces
+
+    async def collect(self, job_id: str, *, read: bool = True) -> str | None:
+        """Take this process's copy of a finished job's outcome (JSON), piece by piece, or
+        None; ``read`` False: let it go unread."""
+        self.client()
+        pieces: list[str] = []
+        keep, count = str(round(2000 * self.settings.lease)), 1
+        while len(pieces) < count:
+            index = len(pieces) + 1 if read else 0
+            args = [self.process, index, keep]
+            reply = await self._scripts["collect"](keys=[self._result(job_id)], args=args)
+            if not reply:
+                return None
+            count = int(reply[0])
+            pieces.append(reply[1])
+        return "".join(pieces)
+
+    def _result(self, job_id: str) -> str:
+        return self.prefix + "res:" + job_id
 
     async def probe(self) -> None:
         """PING, then a write in the namespace (``probe.lua``): Redis takes writes again."""

@@ -372,8 +372,13 @@ class ProcessSide:
                 if reply is not None and reply[0] == "need":  # sharers elsewhere: send it
                     s = self._settings
                     data = encode_outcome(result, error, encode=s.encode, limit=s.max_result_bytes)
-                    await self._no_beat.wait()
-                    await self._script("finish", *head, data, outcome, took_ms)
+                    try:
+                        pieces = str(await self.link.put(job.id, data))
+                    except RedisError as failure:  # as a finish lost: the beat ends the job
+                        self.failed(failure)
+                    else:
+                        await self._no_beat.wait()
+                        await self._script("finish", *head, pieces, outcome, took_ms)
         except Exception:  # a bug: the callers here are answered all the same, and the
             # beat frees the slot in Redis of a job this process no longer knows
             logger.exception("finishing job %s in Redis failed", job.key)
@@ -515,7 +520,7 @@ class ProcessSide:
     def _unclaimed(self, event: Event) -> None:
         """An event about a job this process no longer knows."""
         if event.kind == "done":  # nobody here waits any more: take our copy off the shelf
-            self.quietly(self.link.collect(event.job_id))
+            self.quietly(self.link.collect(event.job_id, read=False))
         elif event.kind == "start":  # ours, left from a call whose reply was lost: free it
             self.spawn(self._script("drop", event.key, event.job_id, "lost"))
 
@@ -574,6 +579,9 @@ class ProcessSide:
         if state == "done":  # this beat took its outcome: no other read finds it
             job.collecting = True
             self._settle_remote(job, data)
+            return
+        if state == "ready":  # its outcome, in pieces, waits for a collect
+            self.spawn(self._collect(job))
             return
         if job.inflight:
             return

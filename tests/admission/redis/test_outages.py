@@ -741,3 +741,65 @@ def test_a_job_counted_again_after_redis_restarts_empty_keeps_its_size(own_redis
         await pool.stop()
 
     run(scenario)
+
+
+class ThrottledProxy:
+    """A TCP proxy to Redis passing at most ``rate`` bytes a second each way on each
+    connection: a slow link between a worker and Redis (a cross-host hop)."""
+
+    def __init__(self, port: int, rate: float) -> None:
+        self.upstream, self.rate = ("127.0.0.1", port), rate
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.sockets: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        with contextlib.suppress(OSError):  # closed
+            while True:
+                client = self.listener.accept()[0]
+                server = socket.create_connection(self.upstream)
+                self.sockets += [client, server]
+                for pair in ((client, server), (server, client)):
+                    threading.Thread(target=self._pump, args=pair, daemon=True).start()
+
+    def _pump(self, source: socket.socket, sink: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while data := source.recv(16384):
+                time.sleep(len(data) / self.rate)
+                sink.sendall(data)
+            sink.shutdown(socket.SHUT_WR)
+
+    def close(self) -> None:
+        self.listener.close()
+        for sock in self.sockets:
+            sock.close()
+
+
+def test_a_large_result_reaches_a_sharer_elsewhere_over_a_slow_link(redis_server, namespace):
+    """An outcome within ``max_result_bytes`` crosses a link too slow to carry it within
+    REDIS["TIMEOUT"], or within a lease (it goes in pieces): the sharer in the other process
+    gets it, neither process takes Redis for failing, and nothing is left in Redis."""
+    proxy = ThrottledProxy(redis_server.port, rate=4e6)  # 4 MB/s: 32 Mbit/s
+    url = f"redis://127.0.0.1:{proxy.port}/0"
+    here, there = (RedisPool(1, 1, 10.0, url=url, namespace=namespace, lease=1.0) for _ in "ab")
+    result = "x" * (6 << 20)  # 1.5 s each way at 4 MB/s; within the default 16 MiB
+    gate = threading.Event()
+
+    async def scenario():
+        running = asyncio.create_task(here.run("k", "a", held(result, gate)))
+        await until(lambda: here.running() == 1)
+        sharer = asyncio.create_task(there.run("k", "b", None))
+        await until(lambda: there.waiting("k") == 1)
+        gate.set()
+        assert await running == result
+        assert await asyncio.wait_for(sharer, PATIENCE) == result
+        assert (here.mode, there.mode) == ("redis", "redis")
+        assert here.cluster_snapshot().unreachable == there.cluster_snapshot().unreachable == 0
+        await asyncio.gather(here.stop(), there.stop())
+
+    try:
+        run(scenario)
+    finally:
+        proxy.close()
+    assert namespace_keys(redis_server.url, namespace) == []

@@ -23,7 +23,7 @@ from django_pdfpool.admission import RedisPool
 from django_pdfpool.admission.history import Recorder
 from django_pdfpool.admission.jobs import get_job_loop
 from django_pdfpool.admission.redis.codec import decode_outcome, encode_outcome
-from django_pdfpool.admission.redis.link import Event
+from django_pdfpool.admission.redis.link import PIECE, Event
 from django_pdfpool.exceptions import (
     CallerBusy,
     CoordinatorUnavailable,
@@ -230,6 +230,25 @@ def test_a_lost_wake_up_is_caught_up_by_the_beat(make_pool):
         gate.set()
         began = time.monotonic()
         assert await asyncio.gather(first, sharer, queued) == ["A", "A", "B"]
+        assert time.monotonic() - began < lease  # within a beat or two, not a hang
+
+    run(scenario)
+
+
+def test_a_lost_done_for_an_outcome_in_pieces_is_caught_up_by_the_beat(make_pool):
+    lease = 0.6  # a beat every 0.2 s
+    here, there = make_pool(1, 1, 10.0, lease=lease), make_pool(1, 1, 10.0, lease=lease)
+    gate, result = threading.Event(), "é" * (3 * PIECE // 2 + 1)  # 4 pieces, cut in a character
+
+    async def scenario():
+        first = asyncio.create_task(here.run("a", "c1", held(result, gate)))
+        await until(lambda: here.running() == 1)
+        sharer = asyncio.create_task(there.run("a", "c2", None))
+        await until(lambda: here.waiting("a") == 1)
+        on_job_loop(there._side.link.unsubscribe())  # `done` will be missed
+        gate.set()
+        began = time.monotonic()
+        assert await asyncio.gather(first, sharer) == [result, result]
         assert time.monotonic() - began < lease  # within a beat or two, not a hang
 
     run(scenario)

@@ -1,8 +1,9 @@
--- The lease: renew it and every job's TTL, report each job's state (collecting a result an
--- awaited job left), count again a job ME still runs that Redis lost (restarted empty, a
--- failover to a replica behind, ME reaped after a pause), and end jobs Redis says ME owns
--- that ME does not know, among those numbered up to SEQ (a job id is "SEQ.RANDOM": an
--- admission sent after this beat's arguments were taken may run before it, not judged).
+-- The lease: renew it and every job's TTL, report each job's state (taking an outcome of
+-- one piece an awaited job left: done; ready: one of more pieces, for collect.lua), count
+-- again a job ME still runs that Redis lost (restarted empty, a failover to a replica
+-- behind, ME reaped after a pause), and end jobs Redis says ME owns that ME does not know,
+-- among those numbered up to SEQ (a job id is "SEQ.RANDOM": an admission sent after this
+-- beat's arguments were taken may run before it, not judged).
 -- ARGV: ME LEASE SLOTS SEQ M (KEY ID ROLE CALLER WAITERS STARTER AGE_MS SIZE)*M PENDING-ID*
 --   ROLE r: owned and running, o: owned and queued, a: awaited (CALLER, STARTER, AGE_MS,
 --   SIZE unused); WAITERS: ME's callers on it, counted again where Redis lost some
@@ -44,9 +45,17 @@ for i = 0, m - 1 do
     state = 'running'
   elseif role == 'a' then
     local rk = P .. 'res:' .. id
-    if shaped(rk, 'hash') and redis.call('HDEL', rk, 'r:' .. ME) == 1 then
-      state, data = 'done', redis.call('HGET', rk, 'd') or ''
-      if redis.call('HLEN', rk) <= 1 then redis.call('DEL', rk) end
+    if shaped(rk, 'hash') and redis.call('HEXISTS', rk, 'r:' .. ME) == 1 then
+      state = 'ready'  -- its outcome waits for ME: read in pieces (collect.lua)
+      if redis.call('HGET', rk, 'n') == '1' then  -- in one: taken here
+        state, data = 'done', redis.call('HGET', rk, 'd:1') or ''
+        redis.call('HDEL', rk, 'r:' .. ME)
+        local left = false
+        for _, name in ipairs(redis.call('HKEYS', rk)) do
+          left = left or string.sub(name, 1, 2) == 'r:'
+        end
+        if not left then redis.call('DEL', rk) end
+      end
     end
   end
   states[#states + 1] = state
