@@ -254,6 +254,7 @@ class Ledger:
         self._queue_waits: deque[float] = deque(maxlen=RECENT)
         self._run_times: deque[float] = deque(maxlen=RECENT)
         self._run_sizes: deque[int | None] = deque(maxlen=RECENT)  # the input's, by _run_times
+        self._elsewhere: Sequence[float] = ()  # run times seen elsewhere (``seed``)
         self._refused: dict[str, tuple[int, float]] = {}  # callers refused since the pool last
         # changed: the doublings they were told, and when (monotonic) they were told to come back
         self._state: Hashable = None  # the pool as last observed (a Redis pool's)
@@ -297,6 +298,12 @@ class Ledger:
             self._run_times.append(took)
             self._run_sizes.append(size)
             self._refused.clear()
+
+    def seed(self, took: Sequence[float]) -> None:
+        """Run times of jobs run elsewhere (a cluster's): what books with no runs of their
+        own estimate from (a process new to a cluster), never in their figures."""
+        with self._lock:
+            self._elsewhere = took
 
     def gave_up(self, waited: Sequence[float], callers: int) -> None:
         """Queued jobs were refused after waiting ``waited`` s each (``callers`` in all): their
@@ -342,8 +349,8 @@ class Ledger:
         """What the recent runs that took longer than ``running_for`` s took more, sorted (of
         a size within 2x of ``size`` when there are ``ALIKE`` such runs); none of them: as
         long again (never under ``DEFAULT_RUN_TIME`` in all); never past the ceiling."""
-        runs: Sequence[float] = self._run_times
-        if size is not None:
+        runs: Sequence[float] = self._run_times or self._elsewhere
+        if size is not None and self._run_times:
             sized = zip(runs, self._run_sizes, strict=True)
             alike = [t for t, s in sized if s and size <= 2 * s <= 4 * size]
             runs = alike if len(alike) >= ALIKE else runs
@@ -376,7 +383,7 @@ class Ledger:
         free = self.slots - len(running_for)
         if n <= free:
             return 0.0
-        runs = self._run_times
+        runs = self._run_times or self._elsewhere
         typical = sum(runs) / len(runs) if runs else max((DEFAULT_RUN_TIME, *running_for))
         first = self._freed_by(running_for, sizes) if running_for else typical
         return first + typical * (n - max(free, 0) - 1) / self.slots

@@ -134,3 +134,16 @@ def test_the_callers_refused_last_are_the_ones_remembered():
     books.refused(Counter.REFUSED_BUSY, "again", 5.0)  # the newest refusal now
     books.refused(Counter.REFUSED_BUSY, "newcomer", 5.0)
     assert "again" in books._refused and "other-0" not in books._refused
+
+
+def test_books_with_no_runs_of_their_own_start_from_the_clusters():
+    """``seed``: books that have run nothing estimate from run times seen elsewhere; books
+    with runs of their own keep them."""
+    new, used = Ledger(slots=1), Ledger(slots=1)
+    assert new.expected_start(0, (0.0,)) == 1.0  # nothing known: the default run time
+    new.seed((3.0, 3.0, 3.0))
+    assert new.expected_start(0, (0.0,)) == 3.0
+    used.ended(Counter.COMPLETED, 1.5)
+    used.seed((9.0, 9.0))
+    assert used.expected_start(0, (0.0,)) == 1.5
+    assert new.snapshot(0, None, False, ()).run_time.count == 0  # its figures: its own runs

@@ -72,21 +72,24 @@ class Load(NamedTuple):
     state: tuple[int, ...]  # the head's queue time and the starts: new once a job moves
     sizes: tuple[int | None, ...] = ()  # each running job's input, in bytes (None: not known)
     size: int | None = None  # the input of the caller's job asked about (None: not known)
+    took: tuple[float, ...] = ()  # the cluster's latest run times, seconds (newest first)
 
     @classmethod
     def of(cls, flat: list[Any]) -> Load:
-        now, head, size, *runs = (int(n) for n in flat)
+        now, head, size, n, *rest = (int(n) for n in flat)
+        took, runs = tuple(ms / 1000 for ms in rest[:n]), rest[n:]
         runs_by_start = sorted(zip(runs[::2], runs[1::2], strict=True))
         starts = tuple(ms for ms, _ in runs_by_start)
         waited = None if head < 0 else (now - head) / 1000
         sizes = tuple(None if n < 0 else n for _, n in runs_by_start)
         running_for = tuple((now - ms) / 1000 for ms in starts)
-        return cls(running_for, waited, (head, *starts), sizes, None if size < 0 else size)
+        return cls(running_for, waited, (head, *starts), sizes, None if size < 0 else size, took)
 
     def until_free(
         self, books: Ledger, queued: int, caller: str | None = None, *, start: bool = False
     ) -> float:
         """``books.expected_start`` under this load, ``queued`` jobs in the queue."""
+        books.seed(self.took)
         return books.expected_start(
             queued, self.running_for, self.head_waited, start=start, caller=caller,
             sizes=self.sizes,
@@ -98,6 +101,7 @@ class Load(NamedTuple):
         """``books.expected_end`` of the caller's job: ``state`` for ``age`` s, ``ahead``
         jobs before it in the queue."""
         running_for = age if state == "running" else None
+        books.seed(self.took)
         return books.expected_end(
             running_for, ahead, self.running_for, age, caller=caller, size=self.size,
             sizes=self.sizes,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import json
 import logging
 import threading
@@ -549,3 +550,31 @@ def test_the_history_counts_the_clusters_refusals_between_two_samples(make_pool)
     first, second = run(scenario)
     assert pool.snapshot().counters.refused_busy == 3
     assert (first.refused, second.refused) == (0, 3)
+
+
+def test_a_process_new_to_the_cluster_tells_retry_after_from_the_clusters_runs(make_pool):
+    """A process that has run nothing refuses with the cluster's recent run times (2.5 s
+    here), not the 1 s it would guess from its own empty books."""
+    here, there, door = (make_pool(2, 0, 10.0) for _ in range(3))
+    gate = threading.Event()
+
+    async def slow(name: str):
+        await asyncio.sleep(2.5)
+        return name
+
+    async def scenario():
+        ran = [here.run(k, k, functools.partial(slow, k)) for k in ("a", "b")]
+        assert await asyncio.gather(*ran) == ["a", "b"]
+        running = [asyncio.create_task(here.run(k, k, held(k, gate))) for k in ("x", "y")]
+        await until(lambda: here.running() == 2)
+        with pytest.raises(PoolBusy) as told_here:
+            await here.run("z", "c3", held("Z", gate))
+        with pytest.raises(PoolBusy) as told_there:
+            await there.run("z", "c4", held("Z", gate))
+        assert told_there.value.retry_after >= 2.0, told_there.value.retry_after
+        assert abs(told_there.value.retry_after - told_here.value.retry_after) < 0.5
+        assert door.pressure("z", "c5").retry_after >= 2.0  # a door's reading, as new
+        gate.set()
+        assert await asyncio.gather(*running) == ["x", "y"]
+
+    run(scenario)

@@ -18,6 +18,7 @@ local events = {}
 -- the last event, so that a quiet hour keeps its history.
 local STATS, QWAITS, RUNS = P .. 'stats', P .. 'qwait', P .. 'runs'
 local RECENT = 256  -- as ledger.RECENT
+local SEED = 32  -- the latest run times a process new to the cluster estimates from (load_now)
 local STATS_KEEP = 7 * 24 * 3600 * 1000
 
 -- A whole number (ms, counts) from a stored value, or nil for anything else.
@@ -347,14 +348,19 @@ end
 local function renew() redis.call('ZADD', PROCS, NOW + LEASE, ME) end
 
 -- What a Retry-After is estimated from, as pressure.lua reads it too: {NOW, the queue head's
--- queue time or -1, the size of `held`'s job or -1, then each running job's start and size
--- or -1} (ms, bytes); a running job whose start is no number is left out.
+-- queue time or -1, the size of `held`'s job or -1, N, the cluster's N latest run times,
+-- then each running job's start and size or -1} (ms, bytes); a running job whose start is
+-- no number is left out.
 local function load_now(held)
   local function size(key)
     return key and whole(redis.pcall('HGET', jobkey(key), 'size')) or -1
   end
   local head = redis.call('LINDEX', QUEUE, 0)
   local found = {NOW, head and whole(redis.pcall('HGET', jobkey(head), 'qt')) or -1, size(held)}
+  local runs = redis.pcall('LRANGE', RUNS, 0, SEED - 1)
+  if type(runs) ~= 'table' or runs.err then runs = {} end
+  found[#found + 1] = #runs
+  for _, ms in ipairs(runs) do found[#found + 1] = whole(ms) or 0 end
   for _, key in ipairs(redis.call('SMEMBERS', RUNNING)) do
     local start = whole(redis.pcall('HGET', jobkey(key), 'st'))
     if start then

@@ -44,6 +44,9 @@ local function field(key, name)  -- a job's time field, or nil
   return typed(P .. 'job:' .. key, 'hash') and whole(redis.call('HGET', P .. 'job:' .. key, name))
 end
 local load = {now, queued > 0 and field(redis.call('LINDEX', P .. 'queue', 0), 'qt') or -1, -1}
+local took = typed(P .. 'runs', 'list') and redis.call('LRANGE', P .. 'runs', 0, 31) or {}
+load[#load + 1] = #took  -- as many as load_now's SEED
+for _, ms in ipairs(took) do load[#load + 1] = whole(ms) or 0 end
 if running > 0 then
   for _, key in ipairs(redis.call('SMEMBERS', P .. 'running')) do
     local start = field(key, 'st')
