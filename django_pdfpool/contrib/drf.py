@@ -3,9 +3,11 @@ refusals raised as DRF exceptions for the project's ``EXCEPTION_HANDLER`` (docs/
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 import inspect
+import io
 from collections.abc import Callable
 from typing import IO, Any, TypeVar, cast, overload
 
@@ -75,8 +77,13 @@ def api_exception(error: Failure) -> PdfPoolError:
 def door_answer(request: HttpRequest, exception: Failure) -> HttpResponse:
     """The door's answer for a DRF route (before the view runs): the DRF exception the
     view would raise, answered by the route's own view class as DRF answers it (its
-    exception handler, content negotiation and renderers; ``APIView`` if none), rendered."""
-    return cast(HttpResponse, door_authenticate(request, False, api_exception(exception)))
+    exception handler, content negotiation and renderers; ``APIView`` if none), rendered;
+    from the headers (a copy without the body: a CSRF check or a permission would read it)."""
+    unread = copy.copy(request)
+    for parsed in ("_post", "_files", "_body"):
+        unread.__dict__.pop(parsed, None)
+    unread._stream, unread._read_started = io.BytesIO(), False  # type: ignore[attr-defined]
+    return cast(HttpResponse, door_authenticate(unread, False, api_exception(exception)))
 
 
 def door_authenticate(

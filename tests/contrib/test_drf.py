@@ -191,6 +191,49 @@ def test_the_door_answers_drf_routes_through_the_projects_handler(pdfpool, setti
     assert len(HELD.runs) == 1 and list(PARSED) == []  # refused before the body
 
 
+class ReadCounted(io.BytesIO):
+    """A body that counts the bytes read of it."""
+
+    taken = 0
+
+    def read(self, size=-1):
+        data = super().read(size)
+        self.taken += len(data)
+        return data
+
+    def readline(self, size=-1):
+        data = super().readline(size)
+        self.taken += len(data)
+        return data
+
+
+@pytest.mark.django_db
+def test_the_doors_answer_to_a_session_user_reads_none_of_the_body(pdfpool, django_user_model):
+    """A signed-in user of ``SessionAuthentication`` without a CSRF header: DRF's CSRF check
+    reads the form. Refused at the door (the pool full), the answer is given from the headers:
+    not a byte of the body read, as for any caller (a slow body would hold the worker)."""
+    from django.test.client import BOUNDARY, MULTIPART_CONTENT, encode_multipart
+
+    pdfpool(SLOTS=1, QUEUE=0, DOOR={"BUDGET": 0})
+    client = Client(enforce_csrf_checks=True, REMOTE_ADDR="10.0.7.12")
+    client.force_login(django_user_model.objects.create(username="sam"))
+    client.cookies["csrftoken"] = "A" * 32
+    body = encode_multipart(BOUNDARY, {"file": upload(b"%PDF- two" + b"x" * 100_000)})
+    stream = ReadCounted(body)
+    environ = {"wsgi.input": stream, "CONTENT_LENGTH": str(len(body)),
+               "CONTENT_TYPE": MULTIPART_CONTENT}  # fmt: skip
+    HELD.reset()
+    with held_requests(1) as threads:
+        threads.submit(send, "/drf/function/held/", b"%PDF- one")
+        wait_until(lambda: len(HELD.runs) == 1)
+        busy = client.generic(
+            "POST", "/drf/apiview/session/", HTTP_ACCEPT="application/json", **environ
+        )
+    assert busy.status_code == 503, busy.content
+    assert busy.json()["code"] == "busy" and int(busy["Retry-After"]) >= 1
+    assert stream.taken == 0
+
+
 def expected_in(response) -> str:
     """The end of a throttle's text in DRF's words, for the response's Retry-After."""
     seconds = int(response["Retry-After"])
