@@ -76,6 +76,49 @@ class _Authed:
         self.auth = auth
 
 
+def test_rows_an_authentication_returns_are_callers_by_their_key_not_their_text(pdfpool):
+    """ninja's way: ``authenticate`` returns the row of the key (``Client.objects.get(...)``).
+    Two rows whose ``__str__`` is the same (their owner's name, say) are two callers, each
+    with a job; the same row again is the same caller (429)."""
+    from django.contrib.auth.models import Group
+    from django.test import override_settings
+    from django.urls import path
+    from ninja.security import APIKeyHeader
+
+    class Key(APIKeyHeader):
+        param_name = "X-API-Key"
+
+        def authenticate(self, request, key):  # a row, as fetched for each request
+            return Group(pk=int(key), name="Acme") if key in ("1", "2") else None
+
+    keyed = NinjaAPI(urls_namespace="pdfpool-rows")
+
+    @keyed.post("/x", auth=Key())
+    @ninja.pdf_pooled(job=held_job)
+    def x(request):
+        return {"ok": True}
+
+    urls = type("urls", (), {"urlpatterns": [path("rows/", keyed.urls)]})
+
+    def send_as(key, data):
+        with override_settings(ROOT_URLCONF=urls):
+            client = Client(REMOTE_ADDR="10.0.8.30")
+            return client.post("/rows/x", data, "application/pdf", HTTP_X_API_KEY=key)
+
+    HELD.reset()
+    with held_requests(2) as threads:
+        first = threads.submit(send_as, "1", b"%PDF- one")
+        wait_until(lambda: len(HELD.runs) == 1)
+        second = threads.submit(send_as, "2", b"%PDF- two")
+        wait_until(lambda: len(HELD.runs) == 2 or second.done())
+        again = send_as("1", b"%PDF- one again")
+        assert again.status_code == 429, again.content
+        HELD.release.set()
+        assert first.result(SOON).status_code == 200
+        assert second.result(SOON).status_code == 200, second.result().content
+    assert len(HELD.runs) == 2
+
+
 @pytest.mark.parametrize("passes", [True, AnonymousUser()], ids=["true", "anonymous-user"])
 def test_an_authentication_that_returns_true_names_nobody(pdfpool, passes):
     """``True`` says a request may pass, not who sent it, and so does an ``AnonymousUser``
