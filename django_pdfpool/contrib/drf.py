@@ -92,7 +92,17 @@ def door_authenticate(
     """DRF's answer (401, 403, 406, ...) for a request ``initial()``'s checks refuse from the
     headers (``throttle``: its throttles' 429, asked only of a request the door refuses, as
     they count it once; then its parsers' 415), else None; or ``exc`` answered past them;
-    both by the route's view class (``APIView`` if none), as DRF would."""
+    both by the route's view class (``APIView`` if none), as DRF would. ``request`` is the
+    door's copy without the body: closed after (the files a parser wrote, deleted)."""
+    try:
+        return _answered(request, throttle, exc)
+    finally:  # Django closes the requests it made, not a copy
+        request.close()
+
+
+def _answered(
+    request: HttpRequest, throttle: bool, exc: APIException | None
+) -> HttpResponse | None:
     match = request.resolver_match = route_of(request)  # as Django sets it: DRF pages read it
     func, args, kwargs = (match.func, match.args, match.kwargs) if match else (None, (), {})
     view_class = getattr(func, "cls", None) or APIView
@@ -150,6 +160,7 @@ class PdfParser(FileUploadParser):
         parsed = super().parse(limited, media_type, parser_context)
         file = parsed.files["file"]
         if (file.size or 0) > limit:
+            file.close()  # deleted now, not when the garbage collector finds it
             raise api_exception(UploadTooLarge.over(limit))
         request = (parser_context or {}).get("request")
         request = getattr(request, "_request", request)  # as DRF does for a form's files:

@@ -18,7 +18,14 @@ from django.core.cache import cache
 from django.core.exceptions import ImproperlyConfigured
 from django.test import Client
 from django.views import View
-from rest_framework.decorators import api_view
+from rest_framework.decorators import (
+    api_view,
+    authentication_classes,
+    parser_classes,
+    permission_classes,
+)
+from rest_framework.permissions import BasePermission
+from rest_framework.response import Response
 from rest_framework.views import APIView
 
 import django_pdfpool
@@ -337,6 +344,50 @@ def test_a_raw_body_pdf_parser_wrote_to_disk_is_deleted_when_the_request_ends(pd
         assert response.status_code == 200, response.content
         assert response.json()["data"] == ["file"]
         assert os.listdir(pdfpool.staged) == []
+    finally:
+        if collecting:
+            gc.enable()
+
+
+class ReadsTheFile(BasePermission):
+    """Lets a request in once its body holds a file: a permission that parses the body."""
+
+    def has_permission(self, request, view):
+        return "file" in request.data
+
+
+@api_view(["POST"])
+@authentication_classes([])
+@permission_classes([ReadsTheFile])
+@parser_classes([drf.PdfParser])
+@drf.pdf_pooled
+def reads_the_file(request):
+    return Response({"text": request.pdf.text})
+
+
+@pytest.mark.parametrize("door", [False, True], ids=["door-off", "door-on"])
+def test_no_file_pdf_parser_wrote_to_disk_waits_for_the_garbage_collector(pdfpool, settings, door):
+    """A permission parsing the body before the handler: ``PdfParser``'s file cut at the limit
+    (413), and those it writes parsing the door's header-only copies of the request, are
+    deleted when they are done with, as the file of a request Django closes."""
+    from django.test import override_settings
+    from django.urls import path
+
+    settings.FILE_UPLOAD_MAX_MEMORY_SIZE = 1000  # to disk, in pdfpool.staged
+    pdfpool(MAX_UPLOAD_SIZE=3000, DOOR=door)
+    urls = type("urls", (), {"urlpatterns": [path("reads/", reads_the_file)]})
+    collecting = gc.isenabled()
+    gc.disable()  # the view, its request and its parsers hold one another: no cycle collected
+    try:
+        with override_settings(ROOT_URLCONF=urls):
+            client = Client(REMOTE_ADDR="10.0.7.13")
+            over = client.post("/reads/", b"%PDF-" + b"x" * 8000, "application/pdf")
+            assert over.status_code == 413, over.content
+            assert os.listdir(pdfpool.staged) == []
+            served = client.post("/reads/", pdfs.padded("read first", 1500), "application/pdf")
+            assert served.status_code == 200, served.content
+            assert served.json() == {"text": "read first"}
+            assert os.listdir(pdfpool.staged) == []
     finally:
         if collecting:
             gc.enable()
