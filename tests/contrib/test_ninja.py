@@ -218,6 +218,48 @@ def test_any_client_error_the_authentication_raises_is_ninjas_not_the_doors_413(
     assert response.json() == {"detail": "A key starts with k-."}
 
 
+@pytest.mark.parametrize("door", [False, True], ids=["door-off", "door-on"])
+def test_an_async_authentication_is_asked_before_the_pool_and_names_the_caller(pdfpool, door):
+    """``async def authenticate``: with the pool full, a token it refuses is ninja's 401, one it
+    accepts the pool's 503; let in, the caller is what it returned."""
+    from django.test import override_settings
+    from django.urls import path
+    from ninja.security import HttpBearer
+
+    class AsyncBearer(HttpBearer):
+        async def authenticate(self, request, token):
+            return token if token.startswith("t-") else None
+
+    awaited = NinjaAPI(urls_namespace="pdfpool-async-auth")
+
+    @awaited.post("/x", auth=AsyncBearer())
+    @ninja.pdf_pooled(job=held_job)
+    async def x(request, file: File[UploadedFile]):
+        return {"auth": request.auth}
+
+    urls = type("urls", (), {"urlpatterns": [path("awaited/", awaited.urls)]})
+    pdfpool(SLOTS=1, QUEUE=0, DOOR={"BUDGET": 0} if door else False)
+
+    def send_as(token, data):
+        with override_settings(ROOT_URLCONF=urls):
+            client = Client(REMOTE_ADDR="10.0.8.31")
+            return client.post("/awaited/x", {"file": upload(data)}, HTTP_AUTHORIZATION=token)
+
+    HELD.reset()
+    with held_requests(1) as threads:
+        first = threads.submit(send_as, "Bearer t-first", b"%PDF- first")
+        wait_until(lambda: len(HELD.runs) == 1)
+        assert {job.caller for job in get_pool().snapshot().jobs} == {
+            ninja.auth_caller(_Authed("t-first"))
+        }
+        refused = send_as("Bearer nope", b"%PDF- second")
+        busy = send_as("Bearer t-second", b"%PDF- second")
+        HELD.release.set()
+        assert first.result(SOON).json() == {"auth": "t-first"}
+    assert refused.status_code == 401, refused.content
+    assert busy.status_code == 503 and int(busy["Retry-After"]) >= 1, busy.content
+
+
 def test_a_body_past_its_deadline_while_ninja_parses_it_is_408_through_the_handlers(pdfpool):
     from tests.test_middleware import trickled_form
 
