@@ -107,7 +107,10 @@ def _answered(
     func, args, kwargs = (match.func, match.args, match.kwargs) if match else (None, (), {})
     view_class = getattr(func, "cls", None) or APIView
     view: Any = view_class(**getattr(func, "initkwargs", {}))
-    view.action_map = getattr(func, "actions", None) or {}  # a ViewSet's routing
+    actions = getattr(func, "actions", None)  # a ViewSet's routing
+    if actions is None:  # as Django's as_view() does (a ViewSet's view does not)
+        view.setup(request, *args, **kwargs)
+    view.action_map = actions or {}
     view.args, view.kwargs = args, kwargs
     view.headers = view.default_response_headers
     view.request = drf_request = view.initialize_request(request, *args, **kwargs)

@@ -33,6 +33,7 @@ from django_pdfpool import get_pool
 from django_pdfpool.contrib import drf
 from django_pdfpool.exceptions import UploadTooLarge, Wording
 from tests.conftest import held_requests, wait_until
+from tests.project.contrib_views import described
 from tests.project.views import HELD, PARSED, held_job
 from tests.support import pdfs
 from tests.test_decorators import upload
@@ -391,6 +392,52 @@ def test_no_file_pdf_parser_wrote_to_disk_waits_for_the_garbage_collector(pdfpoo
     finally:
         if collecting:
             gc.enable()
+
+
+class OpsOnly(BasePermission):
+    """A permission reading what the view's ``setup()`` set."""
+
+    def has_permission(self, request, view):
+        return view.team == "ops"
+
+
+class TeamAPIView(APIView):
+    """Sets up, as Django's class-based views do, what its permission reads."""
+
+    authentication_classes = ()
+    permission_classes = (OpsOnly,)
+    parser_classes = (drf.PdfParser,)
+
+    def setup(self, request, *args, **kwargs):
+        super().setup(request, *args, **kwargs)
+        self.team = request.headers.get("X-Team", "")
+
+    @drf.pdf_pooled(job=held_job)
+    def post(self, request):
+        return Response(described(request))
+
+
+@pytest.mark.parametrize("door", [False, True], ids=["door-off", "door-on"])
+def test_the_checks_of_a_view_that_sets_itself_up_are_its_own_at_the_door(pdfpool, door):
+    """Django's ``as_view()`` calls ``setup()`` before DRF's checks: with the pool full, the
+    door asks them of a view set up as DRF's would be (its 403, not a 503 to retry)."""
+    from django.test import override_settings
+    from django.urls import path
+
+    urls = type("urls", (), {"urlpatterns": [path("team/", TeamAPIView.as_view())]})
+    pdfpool(SLOTS=1, QUEUE=0, DOOR={"BUDGET": 0} if door else False)
+    HELD.reset()
+    with held_requests(1) as threads:
+        threads.submit(send, "/drf/function/held/", b"%PDF- the only slot")
+        wait_until(lambda: len(HELD.runs) == 1)
+        with override_settings(ROOT_URLCONF=urls):
+            client = Client(REMOTE_ADDR="10.0.7.14")
+            answers = {
+                team: client.post("/team/", b"%PDF- mine", "application/pdf", HTTP_X_TEAM=team)
+                for team in ("dev", "ops")
+            }
+    assert answers["dev"].status_code == 403, answers["dev"].content
+    assert answers["ops"].status_code == 503, answers["ops"].content
 
 
 def _post(self, request): ...
