@@ -7,6 +7,7 @@ through the project's ``EXCEPTION_HANDLER``; multipart and raw bodies leave
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import hashlib
 import io
@@ -18,20 +19,27 @@ from django.core.cache import cache
 from django.core.exceptions import ImproperlyConfigured
 from django.test import Client
 from django.views import View
+from ninja import File, NinjaAPI, UploadedFile
 from rest_framework.decorators import (
     api_view,
     authentication_classes,
     parser_classes,
     permission_classes,
 )
+from rest_framework.parsers import MultiPartParser
 from rest_framework.permissions import BasePermission
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 import django_pdfpool
 from django_pdfpool import get_pool
-from django_pdfpool.contrib import drf
-from django_pdfpool.exceptions import UploadTooLarge, Wording
+from django_pdfpool.contrib import drf, ninja
+from django_pdfpool.exceptions import (
+    EXTRACTION_MESSAGES,
+    ExtractionError,
+    UploadTooLarge,
+    Wording,
+)
 from tests.conftest import held_requests, wait_until
 from tests.project.contrib_views import described
 from tests.project.views import HELD, PARSED, held_job
@@ -438,6 +446,61 @@ def test_the_checks_of_a_view_that_sets_itself_up_are_its_own_at_the_door(pdfpoo
             }
     assert answers["dev"].status_code == 403, answers["dev"].content
     assert answers["ops"].status_code == 503, answers["ops"].content
+
+
+async def failing_job(upload):
+    """A job that fails as a broken PDF does, once HELD lets it go."""
+    HELD.runs.append(upload.sha256)
+    while not HELD.release.is_set():
+        await asyncio.sleep(0.005)
+    raise ExtractionError("crashed", detail="the child died")
+
+
+@api_view(["POST"])
+@authentication_classes([])
+@permission_classes([])
+@parser_classes([MultiPartParser, drf.PdfParser])
+@drf.pdf_pooled(job=failing_job)
+def failing_function(request):
+    return Response(described(request))
+
+
+def test_a_jobs_failure_reaches_every_sharer_in_its_frameworks_format(pdfpool):
+    """One job shared by a DRF form, a DRF raw body and a ninja operation: its failure is
+    each one's 422, as its framework answers errors (DRF's detail and code, ninja's detail)."""
+    from django.test import override_settings
+    from django.urls import path
+
+    shared = NinjaAPI(urls_namespace="pdfpool-failing")
+
+    @shared.post("/x")
+    @ninja.pdf_pooled(job=failing_job)
+    async def x(request, file: File[UploadedFile]):
+        return {}
+
+    urls = type("urls", (), {"urlpatterns": [path("drf/", failing_function),
+                                             path("ninja/", shared.urls)]})  # fmt: skip
+
+    def post(ip, url, data, **kind):
+        with override_settings(ROOT_URLCONF=urls):
+            return Client(REMOTE_ADDR=ip).post(url, data, HTTP_ACCEPT="application/json", **kind)
+
+    data = b"%PDF- breaks"
+    HELD.reset()
+    with held_requests(3) as threads:
+        form = threads.submit(post, "10.0.7.15", "/drf/", {"file": upload(data)})
+        wait_until(lambda: len(HELD.runs) == 1)
+        raw = threads.submit(post, "10.0.7.16", "/drf/", data, content_type="application/pdf")
+        operation = threads.submit(post, "10.0.7.17", "/ninja/x", {"file": upload(data)})
+        wait_until(lambda: get_pool().snapshot().counters.joined == 2)
+        HELD.release.set()
+        answers = [answer.result(SOON) for answer in (form, raw, operation)]
+    said = EXTRACTION_MESSAGES["crashed"]
+    assert [answer.status_code for answer in answers] == [422] * 3
+    drfs = {"detail": said, "code": "crashed", "handled_by": "project"}  # its EXCEPTION_HANDLER
+    assert answers[0].json() == answers[1].json() == drfs
+    assert answers[2].json() == {"detail": said}
+    assert len(HELD.runs) == 1 and os.listdir(pdfpool.staged) == []
 
 
 def _post(self, request): ...
