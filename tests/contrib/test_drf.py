@@ -26,7 +26,7 @@ from rest_framework.decorators import (
     parser_classes,
     permission_classes,
 )
-from rest_framework.parsers import MultiPartParser
+from rest_framework.parsers import FileUploadParser, MultiPartParser
 from rest_framework.permissions import BasePermission
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -501,6 +501,39 @@ def test_a_jobs_failure_reaches_every_sharer_in_its_frameworks_format(pdfpool):
     assert answers[0].json() == answers[1].json() == drfs
     assert answers[2].json() == {"detail": said}
     assert len(HELD.runs) == 1 and os.listdir(pdfpool.staged) == []
+
+
+class NamedUploadAPIView(APIView):
+    """DRF's own ``FileUploadParser``: any type of body, its file name in the URL."""
+
+    authentication_classes = ()
+    permission_classes = ()
+    parser_classes = (FileUploadParser,)
+
+    @drf.pdf_pooled
+    def put(self, request, filename):  # not pooled: DRF's way, a PUT, runs as it is
+        return Response({"pdf": request.pdf, "name": request.data["file"].name})
+
+    @drf.pdf_pooled
+    def post(self, request, filename):
+        return Response({"text": request.pdf.text, "name": request.data["file"].name})
+
+
+@pytest.mark.parametrize("content_type", ["application/pdf", "application/octet-stream"])
+def test_drfs_file_upload_parser_with_the_file_name_in_the_url_gives_the_pdf(pdfpool, content_type):
+    from django.test import override_settings
+    from django.urls import path
+
+    named = path("up/<str:filename>", NamedUploadAPIView.as_view())
+    urls = type("urls", (), {"urlpatterns": [named]})
+    data = pdfs.simple(["named in the URL"])
+    with override_settings(ROOT_URLCONF=urls):
+        client = Client(REMOTE_ADDR="10.0.7.18")
+        posted = client.post("/up/report.pdf", data, content_type)
+        put = client.put("/up/report.pdf", data, content_type)
+    assert posted.status_code == 200, posted.content
+    assert posted.json() == {"text": "named in the URL", "name": "report.pdf"}
+    assert put.json() == {"pdf": None, "name": "report.pdf"}
 
 
 def _post(self, request): ...
