@@ -3,9 +3,11 @@ refusals raised as DRF exceptions for the project's ``EXCEPTION_HANDLER`` (docs/
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 import inspect
+import io
 from collections.abc import Callable
 from typing import IO, Any, TypeVar, cast, overload
 
@@ -75,8 +77,13 @@ def api_exception(error: Failure) -> PdfPoolError:
 def door_answer(request: HttpRequest, exception: Failure) -> HttpResponse:
     """The door's answer for a DRF route (before the view runs): the DRF exception the
     view would raise, answered by the route's own view class as DRF answers it (its
-    exception handler, content negotiation and renderers; ``APIView`` if none), rendered."""
-    return cast(HttpResponse, door_authenticate(request, False, api_exception(exception)))
+    exception handler, content negotiation and renderers; ``APIView`` if none), rendered;
+    from the headers (a copy without the body: a CSRF check or a permission would read it)."""
+    unread = copy.copy(request)
+    for parsed in ("_post", "_files", "_body"):
+        unread.__dict__.pop(parsed, None)
+    unread._stream, unread._read_started = io.BytesIO(), False  # type: ignore[attr-defined]
+    return cast(HttpResponse, door_authenticate(unread, False, api_exception(exception)))
 
 
 def door_authenticate(
@@ -85,12 +92,25 @@ def door_authenticate(
     """DRF's answer (401, 403, 406, ...) for a request ``initial()``'s checks refuse from the
     headers (``throttle``: its throttles' 429, asked only of a request the door refuses, as
     they count it once; then its parsers' 415), else None; or ``exc`` answered past them;
-    both by the route's view class (``APIView`` if none), as DRF would."""
+    both by the route's view class (``APIView`` if none), as DRF would. ``request`` is the
+    door's copy without the body: closed after (the files a parser wrote, deleted)."""
+    try:
+        return _answered(request, throttle, exc)
+    finally:  # Django closes the requests it made, not a copy
+        request.close()
+
+
+def _answered(
+    request: HttpRequest, throttle: bool, exc: APIException | None
+) -> HttpResponse | None:
     match = request.resolver_match = route_of(request)  # as Django sets it: DRF pages read it
     func, args, kwargs = (match.func, match.args, match.kwargs) if match else (None, (), {})
     view_class = getattr(func, "cls", None) or APIView
     view: Any = view_class(**getattr(func, "initkwargs", {}))
-    view.action_map = getattr(func, "actions", None) or {}  # a ViewSet's routing
+    actions = getattr(func, "actions", None)  # a ViewSet's routing
+    if actions is None:  # as Django's as_view() does (a ViewSet's view does not)
+        view.setup(request, *args, **kwargs)
+    view.action_map = actions or {}
     view.args, view.kwargs = args, kwargs
     view.headers = view.default_response_headers
     view.request = drf_request = view.initialize_request(request, *args, **kwargs)
@@ -143,6 +163,7 @@ class PdfParser(FileUploadParser):
         parsed = super().parse(limited, media_type, parser_context)
         file = parsed.files["file"]
         if (file.size or 0) > limit:
+            file.close()  # deleted now, not when the garbage collector finds it
             raise api_exception(UploadTooLarge.over(limit))
         request = (parser_context or {}).get("request")
         request = getattr(request, "_request", request)  # as DRF does for a form's files:

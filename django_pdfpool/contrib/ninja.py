@@ -14,6 +14,7 @@ from typing import Any, NoReturn, TypeVar, cast, overload
 
 from asgiref.sync import iscoroutinefunction
 from django.core.exceptions import ImproperlyConfigured
+from django.db.models import Model
 from django.http import HttpRequest, HttpResponse, HttpResponseBase
 from django.utils.crypto import salted_hmac
 from ninja.decorators import decorate_view
@@ -54,7 +55,8 @@ class PdfPoolHttpError(HttpError):
 
 def auth_caller(request: HttpRequest) -> str | None:
     """The caller of what ninja's authentication returned (``request.auth``): a user is
-    ``user:<pk>`` (as the ``CALLER`` setting names users); anything else, a token say,
+    ``user:<pk>`` (as the ``CALLER`` setting names users); anything else, a token say, or a
+    row by its model and key (not its text, which two rows may share),
     ``auth:<16 hex digits of its HMAC under SECRET_KEY>`` (no secret, nor a hash one could
     test guesses against, on the status page); None when ninja did not authenticate, or
     returned ``True`` or an anonymous user (it may pass, but who it is, ``CALLER`` says)."""
@@ -63,7 +65,9 @@ def auth_caller(request: HttpRequest) -> str | None:
         return None
     if getattr(auth, "is_authenticated", False) and getattr(auth, "pk", None) is not None:
         return f"user:{auth.pk}"
-    return "auth:" + salted_hmac(_SALT, str(auth), algorithm="sha256").hexdigest()[:16]
+    row = isinstance(auth, Model) and auth.pk is not None
+    named = f"{auth._meta.label}:{auth.pk}" if row else str(auth)
+    return "auth:" + salted_hmac(_SALT, named, algorithm="sha256").hexdigest()[:16]
 
 
 @overload

@@ -7,6 +7,7 @@ through the project's ``EXCEPTION_HANDLER``; multipart and raw bodies leave
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import hashlib
 import io
@@ -18,14 +19,29 @@ from django.core.cache import cache
 from django.core.exceptions import ImproperlyConfigured
 from django.test import Client
 from django.views import View
-from rest_framework.decorators import api_view
+from ninja import File, NinjaAPI, UploadedFile
+from rest_framework.decorators import (
+    api_view,
+    authentication_classes,
+    parser_classes,
+    permission_classes,
+)
+from rest_framework.parsers import FileUploadParser, MultiPartParser
+from rest_framework.permissions import BasePermission
+from rest_framework.response import Response
 from rest_framework.views import APIView
 
 import django_pdfpool
 from django_pdfpool import get_pool
-from django_pdfpool.contrib import drf
-from django_pdfpool.exceptions import UploadTooLarge, Wording
+from django_pdfpool.contrib import drf, ninja
+from django_pdfpool.exceptions import (
+    EXTRACTION_MESSAGES,
+    ExtractionError,
+    UploadTooLarge,
+    Wording,
+)
 from tests.conftest import held_requests, wait_until
+from tests.project.contrib_views import described
 from tests.project.views import HELD, PARSED, held_job
 from tests.support import pdfs
 from tests.test_decorators import upload
@@ -191,6 +207,49 @@ def test_the_door_answers_drf_routes_through_the_projects_handler(pdfpool, setti
     assert len(HELD.runs) == 1 and list(PARSED) == []  # refused before the body
 
 
+class ReadCounted(io.BytesIO):
+    """A body that counts the bytes read of it."""
+
+    taken = 0
+
+    def read(self, size=-1):
+        data = super().read(size)
+        self.taken += len(data)
+        return data
+
+    def readline(self, size=-1):
+        data = super().readline(size)
+        self.taken += len(data)
+        return data
+
+
+@pytest.mark.django_db
+def test_the_doors_answer_to_a_session_user_reads_none_of_the_body(pdfpool, django_user_model):
+    """A signed-in user of ``SessionAuthentication`` without a CSRF header: DRF's CSRF check
+    reads the form. Refused at the door (the pool full), the answer is given from the headers:
+    not a byte of the body read, as for any caller (a slow body would hold the worker)."""
+    from django.test.client import BOUNDARY, MULTIPART_CONTENT, encode_multipart
+
+    pdfpool(SLOTS=1, QUEUE=0, DOOR={"BUDGET": 0})
+    client = Client(enforce_csrf_checks=True, REMOTE_ADDR="10.0.7.12")
+    client.force_login(django_user_model.objects.create(username="sam"))
+    client.cookies["csrftoken"] = "A" * 32
+    body = encode_multipart(BOUNDARY, {"file": upload(b"%PDF- two" + b"x" * 100_000)})
+    stream = ReadCounted(body)
+    environ = {"wsgi.input": stream, "CONTENT_LENGTH": str(len(body)),
+               "CONTENT_TYPE": MULTIPART_CONTENT}  # fmt: skip
+    HELD.reset()
+    with held_requests(1) as threads:
+        threads.submit(send, "/drf/function/held/", b"%PDF- one")
+        wait_until(lambda: len(HELD.runs) == 1)
+        busy = client.generic(
+            "POST", "/drf/apiview/session/", HTTP_ACCEPT="application/json", **environ
+        )
+    assert busy.status_code == 503, busy.content
+    assert busy.json()["code"] == "busy" and int(busy["Retry-After"]) >= 1
+    assert stream.taken == 0
+
+
 def expected_in(response) -> str:
     """The end of a throttle's text in DRF's words, for the response's Retry-After."""
     seconds = int(response["Retry-After"])
@@ -297,6 +356,184 @@ def test_a_raw_body_pdf_parser_wrote_to_disk_is_deleted_when_the_request_ends(pd
     finally:
         if collecting:
             gc.enable()
+
+
+class ReadsTheFile(BasePermission):
+    """Lets a request in once its body holds a file: a permission that parses the body."""
+
+    def has_permission(self, request, view):
+        return "file" in request.data
+
+
+@api_view(["POST"])
+@authentication_classes([])
+@permission_classes([ReadsTheFile])
+@parser_classes([drf.PdfParser])
+@drf.pdf_pooled
+def reads_the_file(request):
+    return Response({"text": request.pdf.text})
+
+
+@pytest.mark.parametrize("door", [False, True], ids=["door-off", "door-on"])
+def test_no_file_pdf_parser_wrote_to_disk_waits_for_the_garbage_collector(pdfpool, settings, door):
+    """A permission parsing the body before the handler: ``PdfParser``'s file cut at the limit
+    (413), and those it writes parsing the door's header-only copies of the request, are
+    deleted when they are done with, as the file of a request Django closes."""
+    from django.test import override_settings
+    from django.urls import path
+
+    settings.FILE_UPLOAD_MAX_MEMORY_SIZE = 1000  # to disk, in pdfpool.staged
+    pdfpool(MAX_UPLOAD_SIZE=3000, DOOR=door)
+    urls = type("urls", (), {"urlpatterns": [path("reads/", reads_the_file)]})
+    collecting = gc.isenabled()
+    gc.disable()  # the view, its request and its parsers hold one another: no cycle collected
+    try:
+        with override_settings(ROOT_URLCONF=urls):
+            client = Client(REMOTE_ADDR="10.0.7.13")
+            over = client.post("/reads/", b"%PDF-" + b"x" * 8000, "application/pdf")
+            assert over.status_code == 413, over.content
+            assert os.listdir(pdfpool.staged) == []
+            served = client.post("/reads/", pdfs.padded("read first", 1500), "application/pdf")
+            assert served.status_code == 200, served.content
+            assert served.json() == {"text": "read first"}
+            assert os.listdir(pdfpool.staged) == []
+    finally:
+        if collecting:
+            gc.enable()
+
+
+class OpsOnly(BasePermission):
+    """A permission reading what the view's ``setup()`` set."""
+
+    def has_permission(self, request, view):
+        return view.team == "ops"
+
+
+class TeamAPIView(APIView):
+    """Sets up, as Django's class-based views do, what its permission reads."""
+
+    authentication_classes = ()
+    permission_classes = (OpsOnly,)
+    parser_classes = (drf.PdfParser,)
+
+    def setup(self, request, *args, **kwargs):
+        super().setup(request, *args, **kwargs)
+        self.team = request.headers.get("X-Team", "")
+
+    @drf.pdf_pooled(job=held_job)
+    def post(self, request):
+        return Response(described(request))
+
+
+@pytest.mark.parametrize("door", [False, True], ids=["door-off", "door-on"])
+def test_the_checks_of_a_view_that_sets_itself_up_are_its_own_at_the_door(pdfpool, door):
+    """Django's ``as_view()`` calls ``setup()`` before DRF's checks: with the pool full, the
+    door asks them of a view set up as DRF's would be (its 403, not a 503 to retry)."""
+    from django.test import override_settings
+    from django.urls import path
+
+    urls = type("urls", (), {"urlpatterns": [path("team/", TeamAPIView.as_view())]})
+    pdfpool(SLOTS=1, QUEUE=0, DOOR={"BUDGET": 0} if door else False)
+    HELD.reset()
+    with held_requests(1) as threads:
+        threads.submit(send, "/drf/function/held/", b"%PDF- the only slot")
+        wait_until(lambda: len(HELD.runs) == 1)
+        with override_settings(ROOT_URLCONF=urls):
+            client = Client(REMOTE_ADDR="10.0.7.14")
+            answers = {
+                team: client.post("/team/", b"%PDF- mine", "application/pdf", HTTP_X_TEAM=team)
+                for team in ("dev", "ops")
+            }
+    assert answers["dev"].status_code == 403, answers["dev"].content
+    assert answers["ops"].status_code == 503, answers["ops"].content
+
+
+async def failing_job(upload):
+    """A job that fails as a broken PDF does, once HELD lets it go."""
+    HELD.runs.append(upload.sha256)
+    while not HELD.release.is_set():
+        await asyncio.sleep(0.005)
+    raise ExtractionError("crashed", detail="the child died")
+
+
+@api_view(["POST"])
+@authentication_classes([])
+@permission_classes([])
+@parser_classes([MultiPartParser, drf.PdfParser])
+@drf.pdf_pooled(job=failing_job)
+def failing_function(request):
+    return Response(described(request))
+
+
+def test_a_jobs_failure_reaches_every_sharer_in_its_frameworks_format(pdfpool):
+    """One job shared by a DRF form, a DRF raw body and a ninja operation: its failure is
+    each one's 422, as its framework answers errors (DRF's detail and code, ninja's detail)."""
+    from django.test import override_settings
+    from django.urls import path
+
+    shared = NinjaAPI(urls_namespace="pdfpool-failing")
+
+    @shared.post("/x")
+    @ninja.pdf_pooled(job=failing_job)
+    async def x(request, file: File[UploadedFile]):
+        return {}
+
+    urls = type("urls", (), {"urlpatterns": [path("drf/", failing_function),
+                                             path("ninja/", shared.urls)]})  # fmt: skip
+
+    def post(ip, url, data, **kind):
+        with override_settings(ROOT_URLCONF=urls):
+            return Client(REMOTE_ADDR=ip).post(url, data, HTTP_ACCEPT="application/json", **kind)
+
+    data = b"%PDF- breaks"
+    HELD.reset()
+    with held_requests(3) as threads:
+        form = threads.submit(post, "10.0.7.15", "/drf/", {"file": upload(data)})
+        wait_until(lambda: len(HELD.runs) == 1)
+        raw = threads.submit(post, "10.0.7.16", "/drf/", data, content_type="application/pdf")
+        operation = threads.submit(post, "10.0.7.17", "/ninja/x", {"file": upload(data)})
+        wait_until(lambda: get_pool().snapshot().counters.joined == 2)
+        HELD.release.set()
+        answers = [answer.result(SOON) for answer in (form, raw, operation)]
+    said = EXTRACTION_MESSAGES["crashed"]
+    assert [answer.status_code for answer in answers] == [422] * 3
+    drfs = {"detail": said, "code": "crashed", "handled_by": "project"}  # its EXCEPTION_HANDLER
+    assert answers[0].json() == answers[1].json() == drfs
+    assert answers[2].json() == {"detail": said}
+    assert len(HELD.runs) == 1 and os.listdir(pdfpool.staged) == []
+
+
+class NamedUploadAPIView(APIView):
+    """DRF's own ``FileUploadParser``: any type of body, its file name in the URL."""
+
+    authentication_classes = ()
+    permission_classes = ()
+    parser_classes = (FileUploadParser,)
+
+    @drf.pdf_pooled
+    def put(self, request, filename):  # not pooled: DRF's way, a PUT, runs as it is
+        return Response({"pdf": request.pdf, "name": request.data["file"].name})
+
+    @drf.pdf_pooled
+    def post(self, request, filename):
+        return Response({"text": request.pdf.text, "name": request.data["file"].name})
+
+
+@pytest.mark.parametrize("content_type", ["application/pdf", "application/octet-stream"])
+def test_drfs_file_upload_parser_with_the_file_name_in_the_url_gives_the_pdf(pdfpool, content_type):
+    from django.test import override_settings
+    from django.urls import path
+
+    named = path("up/<str:filename>", NamedUploadAPIView.as_view())
+    urls = type("urls", (), {"urlpatterns": [named]})
+    data = pdfs.simple(["named in the URL"])
+    with override_settings(ROOT_URLCONF=urls):
+        client = Client(REMOTE_ADDR="10.0.7.18")
+        posted = client.post("/up/report.pdf", data, content_type)
+        put = client.put("/up/report.pdf", data, content_type)
+    assert posted.status_code == 200, posted.content
+    assert posted.json() == {"text": "named in the URL", "name": "report.pdf"}
+    assert put.json() == {"pdf": None, "name": "report.pdf"}
 
 
 def _post(self, request): ...

@@ -76,6 +76,49 @@ class _Authed:
         self.auth = auth
 
 
+def test_rows_an_authentication_returns_are_callers_by_their_key_not_their_text(pdfpool):
+    """ninja's way: ``authenticate`` returns the row of the key (``Client.objects.get(...)``).
+    Two rows whose ``__str__`` is the same (their owner's name, say) are two callers, each
+    with a job; the same row again is the same caller (429)."""
+    from django.contrib.auth.models import Group
+    from django.test import override_settings
+    from django.urls import path
+    from ninja.security import APIKeyHeader
+
+    class Key(APIKeyHeader):
+        param_name = "X-API-Key"
+
+        def authenticate(self, request, key):  # a row, as fetched for each request
+            return Group(pk=int(key), name="Acme") if key in ("1", "2") else None
+
+    keyed = NinjaAPI(urls_namespace="pdfpool-rows")
+
+    @keyed.post("/x", auth=Key())
+    @ninja.pdf_pooled(job=held_job)
+    def x(request):
+        return {"ok": True}
+
+    urls = type("urls", (), {"urlpatterns": [path("rows/", keyed.urls)]})
+
+    def send_as(key, data):
+        with override_settings(ROOT_URLCONF=urls):
+            client = Client(REMOTE_ADDR="10.0.8.30")
+            return client.post("/rows/x", data, "application/pdf", HTTP_X_API_KEY=key)
+
+    HELD.reset()
+    with held_requests(2) as threads:
+        first = threads.submit(send_as, "1", b"%PDF- one")
+        wait_until(lambda: len(HELD.runs) == 1)
+        second = threads.submit(send_as, "2", b"%PDF- two")
+        wait_until(lambda: len(HELD.runs) == 2 or second.done())
+        again = send_as("1", b"%PDF- one again")
+        assert again.status_code == 429, again.content
+        HELD.release.set()
+        assert first.result(SOON).status_code == 200
+        assert second.result(SOON).status_code == 200, second.result().content
+    assert len(HELD.runs) == 2
+
+
 @pytest.mark.parametrize("passes", [True, AnonymousUser()], ids=["true", "anonymous-user"])
 def test_an_authentication_that_returns_true_names_nobody(pdfpool, passes):
     """``True`` says a request may pass, not who sent it, and so does an ``AnonymousUser``
@@ -173,6 +216,48 @@ def test_any_client_error_the_authentication_raises_is_ninjas_not_the_doors_413(
         )  # fmt: skip
     assert response.status_code == 400, response.content
     assert response.json() == {"detail": "A key starts with k-."}
+
+
+@pytest.mark.parametrize("door", [False, True], ids=["door-off", "door-on"])
+def test_an_async_authentication_is_asked_before_the_pool_and_names_the_caller(pdfpool, door):
+    """``async def authenticate``: with the pool full, a token it refuses is ninja's 401, one it
+    accepts the pool's 503; let in, the caller is what it returned."""
+    from django.test import override_settings
+    from django.urls import path
+    from ninja.security import HttpBearer
+
+    class AsyncBearer(HttpBearer):
+        async def authenticate(self, request, token):
+            return token if token.startswith("t-") else None
+
+    awaited = NinjaAPI(urls_namespace="pdfpool-async-auth")
+
+    @awaited.post("/x", auth=AsyncBearer())
+    @ninja.pdf_pooled(job=held_job)
+    async def x(request, file: File[UploadedFile]):
+        return {"auth": request.auth}
+
+    urls = type("urls", (), {"urlpatterns": [path("awaited/", awaited.urls)]})
+    pdfpool(SLOTS=1, QUEUE=0, DOOR={"BUDGET": 0} if door else False)
+
+    def send_as(token, data):
+        with override_settings(ROOT_URLCONF=urls):
+            client = Client(REMOTE_ADDR="10.0.8.31")
+            return client.post("/awaited/x", {"file": upload(data)}, HTTP_AUTHORIZATION=token)
+
+    HELD.reset()
+    with held_requests(1) as threads:
+        first = threads.submit(send_as, "Bearer t-first", b"%PDF- first")
+        wait_until(lambda: len(HELD.runs) == 1)
+        assert {job.caller for job in get_pool().snapshot().jobs} == {
+            ninja.auth_caller(_Authed("t-first"))
+        }
+        refused = send_as("Bearer nope", b"%PDF- second")
+        busy = send_as("Bearer t-second", b"%PDF- second")
+        HELD.release.set()
+        assert first.result(SOON).json() == {"auth": "t-first"}
+    assert refused.status_code == 401, refused.content
+    assert busy.status_code == 503 and int(busy["Retry-After"]) >= 1, busy.content
 
 
 def test_a_body_past_its_deadline_while_ninja_parses_it_is_408_through_the_handlers(pdfpool):

@@ -1,19 +1,22 @@
 """The contrib routes on real servers, over raw sockets: a 67 MB upload to each route kind
 (DRF APIView, ``@api_view``, ViewSet action and create, django-ninja operation) is refused
 413 before its body under uvicorn and granian, and read whole with the door off; the door
-refuses a busy pool on a DRF route before the body. granian (``--interface asgi``) also
+refuses a busy pool on a DRF route before the body; a DRF or ninja client leaving mid-job
+leaves the job to the user sharing it. granian (``--interface asgi``) also
 serves the example project's upload and drains at SIGTERM with an extraction in flight."""
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import hashlib
 import json
 from pathlib import Path
 
 import httpx
 import pytest
 
+from django_pdfpool.record import format_digest
 from tests.e2e.test_door_servers import (
     LIMIT,
     PATIENCE,
@@ -28,8 +31,10 @@ from tests.e2e.test_door_servers import (
 )
 from tests.e2e.test_example import PROJECT, addressed, api_post_async, demo_env, manage
 from tests.e2e.test_servers import upload_then_sigterm
+from tests.e2e.test_uvicorn import until
 from tests.support import pdfs
 from tests.support.pdfs import slow_pdf
+from tests.support.procs import extraction_children
 from tests.support.servers import granian, uvicorn, wait_for
 
 APP = "tests.project.contrib_asgi:application"
@@ -126,6 +131,46 @@ def test_a_busy_pool_is_refused_before_the_body_through_each_frameworks_handler(
         finally:
             (staged / "open").touch()
         assert first.result(PATIENCE).status_code == 200
+
+
+@pytest.mark.parametrize("route", ["/drf/apiview/extract/", "/ninja/extract"])
+def test_a_starter_that_disconnects_leaves_the_job_to_its_sharer(staged, route):
+    """A DRF handler (sync, in a thread) or a ninja operation (async) whose client leaves
+    mid-job: the job shared with another user's identical upload runs on, and that user
+    gets its text; one job started, one completed, no copy left."""
+    data = slow_pdf(f"left {route}", megabytes=2)
+    digest = format_digest(hashlib.sha256(data).hexdigest())  # the door lets it join
+
+    async def post(url: str, user: str, address: str) -> httpx.Response:
+        transport = httpx.AsyncHTTPTransport(local_address=address)
+        headers = {"authorization": credentials(route).replace("alice", user),
+                   "accept": "application/json", "pdf-digest": digest}  # fmt: skip
+        async with httpx.AsyncClient(transport=transport, timeout=PATIENCE) as client:
+            files = {"file": ("doc.pdf", data, "application/pdf")}
+            return await client.post(f"{url}{route}", files=files, headers=headers)
+
+    async def scenario(url: str, pid: int) -> httpx.Response:
+        starter = asyncio.create_task(post(url, "alice", "127.0.6.5"))
+        await until(lambda: extraction_children(pid))
+        sharer = asyncio.create_task(post(url, "bob", "127.0.6.6"))
+        await until(lambda: _counters(url)["joined"] == 1)
+        starter.cancel()  # closes the connection: the server cancels the request
+        with pytest.raises(asyncio.CancelledError):
+            await starter
+        return await sharer
+
+    with uvicorn(APP, pdfpool=settings(), staged=staged, env=CONTRIB) as server:
+        response = asyncio.run(scenario(server.url, server.pid))
+        assert response.status_code == 200, response.text
+        assert f"left {route}" in response.json()["pdf"]["text"]
+        wait_for(lambda: _counters(server.url)["completed"] == 1, PATIENCE)
+        counted = _counters(server.url)
+    assert (counted["started"], counted["cancelled"], counted["failed"]) == (1, 0, 0), counted
+    assert list(staged.iterdir()) == []
+
+
+def _counters(url: str) -> dict:
+    return dict(httpx.get(f"{url}/snapshot/", timeout=PATIENCE).json()["counters"])
 
 
 def _running(url: str) -> int:
