@@ -275,7 +275,7 @@ def test_redis_books_hold_exactly_the_counters_lua_and_python_count(make_pool, r
             await f
         with pytest.raises(PoolClosed):  # refused_closed: this process's own
             await pool.run("g", "cg", job("G", gates["f"]))
-        assert pool.local_snapshot().counters[Counter.REFUSED_CLOSED] == 1
+        assert pool.local_snapshot().counters[Counter.REFUSED_CLOSED] == 2  # cf at stop, cg
 
     asyncio.run(asyncio.wait_for(scenario(), 30))
     with redis.Redis.from_url(redis_server.url, decode_responses=True) as client:
@@ -283,3 +283,37 @@ def test_redis_books_hold_exactly_the_counters_lua_and_python_count(make_pool, r
     stats.pop("since")
     assert set(stats) == {c.value for c in Counter if c.counted_by is not CountedBy.PROCESS}
     assert int(stats["refused_caller"]) == 2  # the pool's, and the door's through refused.lua
+
+
+@pytest.mark.parametrize("kind", ["local", "redis"])
+def test_every_caller_stop_answers_counts_as_refused_closed(kind, request):
+    """``stop()``: the callers of the running job (two sharers) and of the queued one each
+    got PoolClosed: three refused_closed, as the metric counts every such 503."""
+    from django_pdfpool.admission import Pool
+
+    make = request.getfixturevalue("make_pool") if kind == "redis" else Pool
+    gate = threading.Event()
+
+    async def held():
+        while not gate.is_set():
+            await asyncio.sleep(0.002)
+
+    async def scenario():
+        pool = make(1, 1, None)
+        calls = [asyncio.create_task(pool.run("a", "c1", held))]
+        await until(lambda: pool.running() == 1)
+        calls.append(asyncio.create_task(pool.run("a", "c2", None)))
+        await until(lambda: pool.waiting("a") == 1)
+        calls.append(asyncio.create_task(pool.run("b", "c3", held)))
+        await until(lambda: pool.queued() == 1)
+        await pool.stop()
+        for call in calls:
+            with pytest.raises(PoolClosed):
+                await call
+        snapshot = pool.local_snapshot() if kind == "redis" else pool.snapshot()
+        assert snapshot.counters[Counter.REFUSED_CLOSED] == 3
+
+    try:
+        asyncio.run(asyncio.wait_for(scenario(), 30))
+    finally:
+        gate.set()

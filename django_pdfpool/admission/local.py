@@ -302,6 +302,7 @@ class Pool:
             for job in running:
                 abandoned |= job.waiters
                 job.waiters = set()
+            self._books.count(Counter.REFUSED_CLOSED, len(abandoned))
         jobs.call_dropped(*dropped)
         jobs.deliver(abandoned, None, jobs.stopped())
         jobs.call_in_job_loop(_cancel_tasks, running)

@@ -482,6 +482,7 @@ class PoolModel(RuleBasedStateMachine):
             for job in list(self.jobs.values()):
                 for wid in job.waiters:
                     self.calls[wid].expect = ("refused", "closed", True)
+                self.counters["refused_closed"] += len(job.waiters)
                 if job.state == "running":
                     self.counters["cancelled"] += 1
                     self.expect_cancelled.append(job.jid)

@@ -411,6 +411,7 @@ class ProcessSide:
             self._books.gave_up(waited, len(waiters))
             error = jobs.waited_too_long(self._settings.wait, retry_after or 0.0)
         elif kind == "closed":
+            self._books.count(Counter.REFUSED_CLOSED, len(waiters))
             error = jobs.stopped()
         elif kind == "unavailable":
             error = unavailable("waiting", self._settings.probe_every)
@@ -751,6 +752,7 @@ class ProcessSide:
         for job in self.jobs():
             if job.owned and job.state == "running":
                 waiters, job.waiters = job.waiters, set()
+                self._books.count(Counter.REFUSED_CLOSED, len(waiters))
                 jobs.deliver(waiters, None, jobs.stopped())
                 running += [job.task] if job.task is not None else []
             elif job.owned:
