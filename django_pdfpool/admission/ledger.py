@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from enum import Enum, StrEnum
 from typing import TYPE_CHECKING, Any, Literal
 
-from ..exceptions import CallerBusy, PoolBusy, PoolClosed, Refused
+from ..exceptions import CallerBusy, CoordinatorUnavailable, PoolBusy, PoolClosed, Refused
 
 RECENT = 256  # how many recent durations the summaries and estimates cover
 DEFAULT_RUN_TIME = 1.0  # seconds assumed for a job before any has finished
@@ -63,6 +63,10 @@ class Counter(StrEnum):
     REFUSED_CLOSED = (
         "refused_closed", "process", "the pool was draining or stopped (503)", PoolClosed
     )  # fmt: skip
+    REFUSED_UNAVAILABLE = (
+        "refused_unavailable", "process", "Redis could not coordinate the call (503)",
+        CoordinatorUnavailable,
+    )  # fmt: skip
 
     @property
     def label(self) -> str:  # "Refused: busy" for refused_busy
@@ -74,11 +78,10 @@ class Counter(StrEnum):
 
     @classmethod
     def refused(cls, refusal: PoolBusy | PoolClosed | CallerBusy) -> Counter:
-        """The counter a refusal counts in (a ``CoordinatorUnavailable`` is a ``PoolBusy``)."""
+        """The counter a refusal counts in: its own class's, else its nearest base's."""
         if (counter := _BY_KIND.get(kind := type(refusal))) is None:
-            counter = _BY_KIND[kind] = next(
-                c for c in REFUSALS if issubclass(kind, c.refusal or ())
-            )
+            by_class = {c.refusal: c for c in REFUSALS}
+            counter = _BY_KIND[kind] = next(by_class[b] for b in kind.__mro__ if b in by_class)
         return counter
 
     @classmethod

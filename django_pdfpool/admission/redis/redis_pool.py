@@ -250,7 +250,7 @@ class RedisPool:
     ) -> Any:
         if self.fallback == "local":
             return await self._local.run(key, caller, fn, on_drop=on_drop, size=size)
-        self._books.count(Counter.REFUSED_BUSY)
+        self._books.count(Counter.REFUSED_UNAVAILABLE)
         call_dropped(on_drop)
         raise unavailable(self._side.trouble or UNREACHABLE, self._settings.probe_every)
 

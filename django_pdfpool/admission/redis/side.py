@@ -201,7 +201,7 @@ class ProcessSide:
             except RedisError as error:
                 if await self.failed(error):  # only a connection dropped: Redis is up,
                     jobs.call_dropped(waiter.on_drop)  # and whether the script ran is unknown
-                    self._books.count(Counter.REFUSED_BUSY)
+                    self._books.count(Counter.REFUSED_UNAVAILABLE)
                     jobs.deliver([waiter], None, unavailable("dropped", 1.0))
                     return
                 waiter.handed_back = True  # the caller takes it to the fallback, or (gone) leaves
@@ -414,6 +414,7 @@ class ProcessSide:
             self._books.count(Counter.REFUSED_CLOSED, len(waiters))
             error = jobs.stopped()
         elif kind == "unavailable":
+            self._books.count(Counter.REFUSED_UNAVAILABLE, len(waiters))
             error = unavailable("waiting", self._settings.probe_every)
         elif kind == "expired":
             error = RunnerLost(Wording.EXPIRED)

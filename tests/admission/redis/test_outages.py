@@ -123,6 +123,23 @@ def _errors_reading_while_stopping(pool: RedisPool) -> list[BaseException]:
     return errors
 
 
+def test_refusals_for_want_of_redis_are_counted_as_unavailable_not_busy():
+    """An outage is not overload: its 503s count in refused_unavailable (the metrics' reason
+    "unavailable"), none in refused_busy."""
+    with silent_redis() as url:
+        pool = RedisPool(1, 1, 5.0, url=url, namespace="silent", timeout=0.5, fallback="refuse")
+
+        async def scenario():
+            for caller in ("c1", "c2"):  # the first waits out the timeout, the second not
+                with pytest.raises(CoordinatorUnavailable):
+                    await pool.run("k", caller, _answer)
+            await pool.stop()
+
+        run(scenario)
+        counters = pool.local_snapshot().counters
+    assert (counters.refused_unavailable, counters.refused_busy) == (2, 0)
+
+
 @pytest.mark.parametrize("fallback", ["refuse", "local"])
 def test_a_caller_leaving_while_admission_fails_still_gets_on_drop(fallback):
     calls, drops = [], []
