@@ -63,6 +63,7 @@ def stage_chunks(
     """Copy ``chunks`` (a raw body's, say) into a new temporary file, hashing them;
     ``UploadTooLarge`` past ``limit`` bytes. A failed read leaves no file behind."""
     digest = hashlib.sha256()
+    swept_once(directory, os.getpid())
     fd, path = tempfile.mkstemp(
         prefix=f"pdfpool-{owner(os.getpid())}-", suffix=".pdf", dir=directory
     )
@@ -108,6 +109,13 @@ def started(pid: int) -> int | None:
 def owner(pid: int) -> str:
     """``<pid>.<start time>``: the process a copy staged by ``pid`` (this one) belongs to."""
     return f"{pid}.{started(pid) or 0}"
+
+
+@functools.cache
+def swept_once(directory: str | None, pid: int) -> None:
+    """A process's first copy in ``directory`` sweeps it first: a forked child (Celery's
+    prefork, gunicorn --preload) replacing a killed one never ran Django's start-up."""
+    sweep(directory, None)
 
 
 def sweep(directory: str | None, older_than: float | None) -> list[str]:
