@@ -40,7 +40,19 @@ def extract_pooled(
     else:
         raise RuntimeError("extract_pooled() is for synchronous code: await aextract_pooled().")
     staged = stage_source(source, get_settings())
-    return async_to_sync(run_staged)(staged, who, view)
+    waiting: list[asyncio.Task[Any] | None] = []
+
+    async def run() -> Any:
+        waiting.append(asyncio.current_task())
+        return await run_staged(staged, who, view)
+
+    try:
+        return async_to_sync(run)()
+    except BaseException:  # a signal's exception (Ctrl-C, Celery's soft time limit) ended the
+        for task in filter(None, waiting):  # wait: the call leaves its job, as if cancelled
+            with contextlib.suppress(RuntimeError):  # (or it ended, and its loop closed)
+                task.get_loop().call_soon_threadsafe(task.cancel)
+        raise
 
 
 async def aextract_pooled(
