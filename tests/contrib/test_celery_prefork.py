@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import wait_until
-from tests.contrib.test_celery import PROJECT, ROOT, SOON
+from tests.contrib.test_celery import PROJECT, ROOT, SOON, countdowns
 from tests.support.servers import project_env
 
 pytest_plugins = ["tests.support.redis_fixtures"]
@@ -36,6 +36,8 @@ from celery import shared_task
 from celery.exceptions import SoftTimeLimitExceeded
 
 from django_pdfpool import extract_pooled, get_pool
+from django_pdfpool.contrib.celery import PooledTask
+from django_pdfpool.exceptions import PoolBusy
 
 RELEASE = threading.Event()
 
@@ -58,6 +60,27 @@ def killed_mid_job():
 @shared_task
 def staged_after():
     return extract_pooled(b"%PDF- the next child's", caller="celery:after", job=size)
+
+
+@shared_task(bind=True, base=PooledTask, max_retries=1)
+def retried_from_its_except_block(self):
+    RELEASE.clear()
+    holder = threading.Thread(
+        target=extract_pooled,
+        args=(b"%PDF- holds the only place",),
+        kwargs={"caller": "celery:holder", "job": held},
+        daemon=True,
+    )
+    holder.start()
+    while get_pool().running() == 0:
+        time.sleep(0.01)
+    try:
+        extract_pooled(b"%PDF- refused", caller="celery:refused", job=held)
+    except PoolBusy:
+        raise self.retry()  # Celery's idiom: the exception being handled is the one retried
+    finally:
+        RELEASE.set()
+        holder.join(10)
 
 
 @shared_task(soft_time_limit=2)
@@ -167,3 +190,12 @@ def test_a_task_past_its_soft_time_limit_leaves_the_queue_at_once(prefork):
         assert told["interrupted_after"] < 10
         assert told["queued"] == 0
         wait_until(lambda: staged_copies(staged) == [], 10)
+
+
+def test_a_retry_from_the_except_block_counts_down_the_refusals_estimate(prefork):
+    """``raise self.retry()`` in ``except PoolBusy:`` (no ``exc=``: Celery takes the exception
+    being handled) waits the pool's estimate, not Celery's default_retry_delay (180 s)."""
+    with prefork(SLOTS=1, QUEUE=0) as (send, _staged, log):
+        send("myapp.tasks.retried_from_its_except_block")
+        wait_until(lambda: countdowns(log), SOON)
+        assert countdowns(log)[0] < 60, b"".join(log).decode(errors="replace")
