@@ -134,11 +134,11 @@ def sweep(directory: str | None, older_than: float | None) -> list[str]:
                 stale = started(int(match[1])) != int(match[2])
             else:
                 stale = older_than is not None and time.time() - os.stat(path).st_mtime > older_than
-        except OSError:  # gone already
+            if stale:
+                os.unlink(path)
+                removed.append(path)
+        except OSError:  # gone already, or not ours to remove (a shared /tmp): left
             continue
-        if stale:
-            _remove(path)
-            removed.append(path)
     if removed:
         logging.getLogger("django_pdfpool").info(
             "removed %d staged upload(s) left by processes that ended", len(removed)
