@@ -294,7 +294,7 @@ def prepare(
             raise NoUpload(Wording.NO_UPLOAD.format(field=view.field))
         if form_file.size is not None and form_file.size > limit:
             raise UploadTooLarge.over(limit)
-        staged = stage(form_file, conf.temp_dir)
+        staged = stage(form_file, conf.temp_dir, limit)
     if upload.digest is not None and upload.digest != staged.sha256:
         staged.discard()
         raise DigestMismatch(Wording.DIGEST_MISMATCH)

@@ -16,7 +16,7 @@ import weakref
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from django.core.files.uploadedfile import UploadedFile
+from django.core.files import File
 
 from .exceptions import UploadTooLarge
 
@@ -48,10 +48,14 @@ class StagedUpload:
             self._finalizer()
 
 
-def stage(upload: UploadedFile[bytes], directory: str | None = None) -> StagedUpload:
-    """Copy ``upload`` into a new temporary file, computing its SHA-256 on the way; ``upload``
-    is left at its start, as Django hands it to the view."""
-    staged = stage_chunks(upload.chunks(), upload.name or "upload.pdf", directory)
+def stage(
+    upload: File[bytes], directory: str | None = None, limit: int | None = None
+) -> StagedUpload:
+    """Copy ``upload`` (an uploaded file, or any Django ``File``) into a new temporary file,
+    computing its SHA-256 on the way; ``upload`` is left at its start, as Django hands it to
+    the view."""
+    name = os.path.basename(upload.name or "upload.pdf")
+    staged = stage_chunks(upload.chunks(), name, directory, limit)
     with contextlib.suppress(AttributeError, io.UnsupportedOperation):  # as File.chunks() seeks
         upload.seek(0)
     return staged
