@@ -10,6 +10,7 @@ from typing import cast
 from asgiref.sync import async_to_sync, iscoroutinefunction, sync_to_async
 from django.conf import settings
 from django.http import HttpRequest
+from django.utils.functional import SimpleLazyObject
 
 from .conf import get_settings
 
@@ -94,9 +95,11 @@ def caller_of(request: HttpRequest) -> str:
 
 
 async def acaller_of(request: HttpRequest) -> str:
-    """``caller_of`` from an event loop: ``request.user`` resolved first (``auser()``), an
-    async ``CALLER`` awaited, a project's sync one run in a worker thread."""
-    if hasattr(request, "auser"):
+    """``caller_of`` from an event loop: a lazy ``request.user`` resolved first (``auser()``;
+    a user a later middleware set stays: RemoteUserMiddleware's ``auser()`` still says
+    anonymous), an async ``CALLER`` awaited, a project's sync one run in a worker thread."""
+    user = getattr(request, "user", None)
+    if hasattr(request, "auser") and (user is None or isinstance(user, SimpleLazyObject)):
         request.user = await request.auser()  # resolved once, not on the loop later
     function = get_settings().caller
     if function in (user_or_ip, user_or_forwarded_ip):  # read attributes only: fine on a loop

@@ -222,7 +222,7 @@ def admit(view: PooledView, request: HttpRequest, framework: Any = None) -> Fail
     except UploadRejected as rejected:
         return rejected
     with discarded_on_error(upload):
-        caller = _known_caller(view, request, record) or caller_of(framework or request)
+        caller = _own_caller(view, request) or caller_of(framework or request)
     return async_to_sync(submit)(request, record, caller, upload, view)
 
 
@@ -258,14 +258,14 @@ async def aadmit(view: PooledView, request: HttpRequest) -> Failure | None:
     except UploadRejected as rejected:
         return rejected
     with discarded_on_error(upload):
-        caller = _known_caller(view, request, record) or await acaller_of(request)
+        caller = _own_caller(view, request) or await acaller_of(request)
     return await submit(request, record, caller, upload, view)
 
 
-def _known_caller(view: PooledView, request: HttpRequest, record: AdmissionRecord) -> str | None:
-    """The view's own caller function's answer, else the one the door found, if any."""
-    own = view.own_caller(request) if view.own_caller is not None else None
-    return own or record.caller
+def _own_caller(view: PooledView, request: HttpRequest) -> str | None:
+    """The view's own caller function's answer, if any. Not the door's: it may have asked
+    before authentication (under ASGI, before any middleware)."""
+    return view.own_caller(request) if view.own_caller is not None else None
 
 
 def prepare(
@@ -294,7 +294,7 @@ def prepare(
             raise NoUpload(Wording.NO_UPLOAD.format(field=view.field))
         if form_file.size is not None and form_file.size > limit:
             raise UploadTooLarge.over(limit)
-        staged = stage(form_file, conf.temp_dir)
+        staged = stage(form_file, conf.temp_dir, limit)
     if upload.digest is not None and upload.digest != staged.sha256:
         staged.discard()
         raise DigestMismatch(Wording.DIGEST_MISMATCH)

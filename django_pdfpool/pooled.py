@@ -17,7 +17,7 @@ from .conf import PoolSettings, get_settings
 from .decorators import UploadJob, declared_view, extract_upload, run_staged, stage_in_thread
 from .exceptions import UploadTooLarge
 from .record import PooledView
-from .uploads import StagedUpload, stage_chunks
+from .uploads import StagedUpload, stage, stage_chunks
 
 Source: TypeAlias = "str | os.PathLike[str] | bytes | bytearray | memoryview | File[Any]"
 """What ``extract_pooled`` reads: a path, a Django ``File`` or ``FieldFile`` (any storage)
@@ -40,7 +40,19 @@ def extract_pooled(
     else:
         raise RuntimeError("extract_pooled() is for synchronous code: await aextract_pooled().")
     staged = stage_source(source, get_settings())
-    return async_to_sync(run_staged)(staged, who, view)
+    waiting: list[asyncio.Task[Any] | None] = []
+
+    async def run() -> Any:
+        waiting.append(asyncio.current_task())
+        return await run_staged(staged, who, view)
+
+    try:
+        return async_to_sync(run)()
+    except BaseException:  # a signal's exception (Ctrl-C, Celery's soft time limit) ended the
+        for task in filter(None, waiting):  # wait: the call leaves its job, as if cancelled
+            with contextlib.suppress(RuntimeError):  # (or it ended, and its loop closed)
+                task.get_loop().call_soon_threadsafe(task.cancel)
+        raise
 
 
 async def aextract_pooled(
@@ -71,16 +83,15 @@ def stage_source(source: Source, conf: PoolSettings) -> StagedUpload:
         if len(source) > limit:
             raise UploadTooLarge.over(limit)
         return stage_chunks([bytes(source)], "upload.pdf", conf.temp_dir, limit)
-    if isinstance(source, File):  # opened and closed again, or read from the start, left open
+    if isinstance(source, File):  # opened and closed again, or left open at its start
         if not source.name and source.closed:
             raise ValueError("The file has no name and is not open: there is nothing to read.")
         if not source.closed and "b" not in getattr(source, "mode", "b"):
             raise TypeError(f"{source.name!r} is open in text mode: open it with 'rb'.")
         if source.size is not None and source.size > limit:
             raise UploadTooLarge.over(limit)
-        name = os.path.basename(source.name or "upload.pdf")
         with source.open("rb") if source.closed else contextlib.nullcontext(source) as opened:
-            return stage_chunks(opened.chunks(), name, conf.temp_dir, limit)
+            return stage(opened, conf.temp_dir, limit)
     if not isinstance(source, str | os.PathLike):
         raise TypeError(
             "extract_pooled reads a path, a django.core.files.File (wrap an open file in "

@@ -16,7 +16,7 @@ import weakref
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from django.core.files.uploadedfile import UploadedFile
+from django.core.files import File
 
 from .exceptions import UploadTooLarge
 
@@ -48,10 +48,14 @@ class StagedUpload:
             self._finalizer()
 
 
-def stage(upload: UploadedFile[bytes], directory: str | None = None) -> StagedUpload:
-    """Copy ``upload`` into a new temporary file, computing its SHA-256 on the way; ``upload``
-    is left at its start, as Django hands it to the view."""
-    staged = stage_chunks(upload.chunks(), upload.name or "upload.pdf", directory)
+def stage(
+    upload: File[bytes], directory: str | None = None, limit: int | None = None
+) -> StagedUpload:
+    """Copy ``upload`` (an uploaded file, or any Django ``File``) into a new temporary file,
+    computing its SHA-256 on the way; ``upload`` is left at its start, as Django hands it to
+    the view."""
+    name = os.path.basename(upload.name or "upload.pdf")
+    staged = stage_chunks(upload.chunks(), name, directory, limit)
     with contextlib.suppress(AttributeError, io.UnsupportedOperation):  # as File.chunks() seeks
         upload.seek(0)
     return staged
@@ -63,6 +67,7 @@ def stage_chunks(
     """Copy ``chunks`` (a raw body's, say) into a new temporary file, hashing them;
     ``UploadTooLarge`` past ``limit`` bytes. A failed read leaves no file behind."""
     digest = hashlib.sha256()
+    swept_once(directory, os.getpid())
     fd, path = tempfile.mkstemp(
         prefix=f"pdfpool-{owner(os.getpid())}-", suffix=".pdf", dir=directory
     )
@@ -110,6 +115,13 @@ def owner(pid: int) -> str:
     return f"{pid}.{started(pid) or 0}"
 
 
+@functools.cache
+def swept_once(directory: str | None, pid: int) -> None:
+    """A process's first copy in ``directory`` sweeps it first: a forked child (Celery's
+    prefork, gunicorn --preload) replacing a killed one never ran Django's start-up."""
+    sweep(directory, None)
+
+
 def sweep(directory: str | None, older_than: float | None) -> list[str]:
     """Delete (and log) the staged copies in ``directory`` (this host's) no live job can own:
     named for a process that is gone, or for none and written over ``older_than`` s ago."""
@@ -126,11 +138,11 @@ def sweep(directory: str | None, older_than: float | None) -> list[str]:
                 stale = started(int(match[1])) != int(match[2])
             else:
                 stale = older_than is not None and time.time() - os.stat(path).st_mtime > older_than
-        except OSError:  # gone already
+            if stale:
+                os.unlink(path)
+                removed.append(path)
+        except OSError:  # gone already, or not ours to remove (a shared /tmp): left
             continue
-        if stale:
-            _remove(path)
-            removed.append(path)
     if removed:
         logging.getLogger("django_pdfpool").info(
             "removed %d staged upload(s) left by processes that ended", len(removed)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import json
 from pathlib import Path
 from typing import ClassVar
 
@@ -224,3 +225,59 @@ def test_forwarded_ipv6_behind_the_proxy_is_grouped_too(pdfpool):
     request = anonymous("10.0.0.1", "198.51.100.1, 2001:db8:7:7::9")
     assert user_or_forwarded_ip(request) == "ip:2001:db8:7:7::/64"
     assert user_or_ip(request) == "ip:10.0.0.1"
+
+
+class ProxyUser:
+    """A project's authentication from a header its proxy sets (as RemoteUserMiddleware
+    does): no session cookie, no ``Authorization``, so the door, before it, sees an address."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        if name := request.headers.get("X-Auth-User"):
+            request.user = User(pk=ord(name[0]), username=name)
+        return self.get_response(request)
+
+
+@pdf_pooled(job=held_job)
+async def whoami(request):
+    return JsonResponse({"user": request.user.username})
+
+
+class ProxiedRoutes:
+    urlpatterns: ClassVar = [path("whoami/", whoami)]
+
+
+def test_the_caller_is_asked_after_authentication_and_the_view_keeps_its_user(pdfpool, settings):
+    """docs/door.md: ``@pdf_pooled`` always asks after authentication. Two users behind one
+    proxy address are two callers (the door's answer from before authentication, their
+    address, is not the job's caller), and the view gets the user the middleware set."""
+    from django.core.asgi import get_asgi_application
+
+    from django_pdfpool import PdfPoolDoor
+    from tests.support.door import answer_of, asgi_post
+
+    settings.MIDDLEWARE = [*settings.MIDDLEWARE[:-1], "tests.test_callers.ProxyUser"]
+    settings.ROOT_URLCONF = ProxiedRoutes
+    pdfpool(SLOTS=2)
+    door = PdfPoolDoor(get_asgi_application())
+
+    def sent(user: str):
+        body = f"%PDF- {user}'s".encode()
+        request = asgi_post("/whoami/", body, (b"x-auth-user", user.encode()))
+        return asyncio.run(answer_of(door, request, body))
+
+    with held_requests(2) as threads:
+        alice = threads.submit(sent, "alice")
+        wait_until(lambda: get_pool().running() == 1 or alice.done())
+        assert [job.caller for job in get_pool().snapshot().jobs] == [f"user:{ord('a')}"]
+        bob = threads.submit(sent, "bob")
+        wait_until(lambda: get_pool().running() == 2 or bob.done())
+        assert not bob.done(), bob.result()
+        HELD.release.set()
+        answers = [alice.result(SOON), bob.result(SOON)]
+    assert [(status, json.loads(body)) for status, body, _ in answers] == [
+        (200, {"user": "alice"}),
+        (200, {"user": "bob"}),
+    ]

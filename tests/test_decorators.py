@@ -15,6 +15,7 @@ import sys
 
 import pytest
 from django.conf import global_settings
+from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ImproperlyConfigured
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import AsyncClient, Client, RequestFactory
@@ -588,12 +589,36 @@ class SyncDispatchView(View):
         return _describe(request)
 
 
+@login_required
+@pdf_pooled(job=_digest_job)
+def login_above(request):
+    return _describe(request)
+
+
+@pdf_pooled(job=_digest_job)
+@login_required
+def login_below(request):
+    return _describe(request)
+
+
 urlpatterns = [
     path("first/", _named("first")),
     path("all/", _named("all")),
     path("dispatch/async/", AsyncDispatchView.as_view()),
     path("dispatch/sync/", SyncDispatchView.as_view()),
+    path("login/above/", login_above),
+    path("login/below/", login_below),
 ]
+
+
+@pytest.mark.urls("tests.test_decorators")
+def test_a_check_above_the_decorator_refuses_before_the_pool_and_below_it_after(pdfpool):
+    """docs/usage.md: ``login_required`` above ``@pdf_pooled`` turns an anonymous upload away
+    with no job; below it, the upload is extracted first (a job for someone turned away)."""
+    assert post("/login/above/", b"%PDF- anonymous").status_code == 302
+    assert get_pool().snapshot().counters.started == 0
+    assert post("/login/below/", b"%PDF- anonymous").status_code == 302
+    assert get_pool().snapshot().counters.started == 1
 
 
 @pytest.mark.urls("tests.test_decorators")

@@ -10,7 +10,13 @@ import gc
 import hashlib
 import io
 import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 from django.conf import settings
@@ -20,7 +26,9 @@ from django.core.files.storage import FileSystemStorage, InMemoryStorage
 from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db.models.fields.files import FieldFile, FileField
-from django.test import Client
+from django.http import JsonResponse
+from django.test import AsyncClient, Client
+from django.urls import path
 
 from django_pdfpool import Extraction, StagedUpload, aextract_pooled, extract_pooled, get_pool
 from django_pdfpool.decorators import extract_upload
@@ -28,9 +36,10 @@ from django_pdfpool.exceptions import CallerBusy, UploadTooLarge
 from django_pdfpool.responses import describe
 from django_pdfpool.uploads import STAGING_CHUNK
 from tests import test_configured
-from tests.conftest import held_requests, wait_until
+from tests.conftest import held_requests, until, wait_until
 from tests.project.views import HELD, held_job
 from tests.support import pdfs
+from tests.support.servers import project_env
 from tests.test_decorators import JSON, held_key, post, upload
 
 pytest_plugins = ["tests.support.redis_fixtures"]
@@ -74,6 +83,8 @@ def test_bytes_and_files_of_any_storage(pdfpool, tmp_path, kind):
         assert source.storage.exists(source.name)  # never deleted
     if kind == "filesystem":
         assert source.closed  # opened for the copy, closed again
+    if kind == "open file":  # left open at its start, as the decorator leaves request.FILES
+        assert not source.closed and source.read() == data
     assert os.listdir(pdfpool.staged) == []
 
 
@@ -273,3 +284,93 @@ def test_a_job_that_is_no_function_is_a_type_error_naming_the_argument(pdfpool, 
         if asyncio.iscoroutine(called):
             asyncio.run(called)
     assert os.listdir(pdfpool.staged) == []
+
+
+INTERRUPTED = """
+import asyncio, pathlib, sys, threading, time
+
+import django
+
+django.setup()
+from django_pdfpool import extract_pooled, get_pool
+
+gate = pathlib.Path(sys.argv[1])
+
+
+async def held(upload):
+    while not gate.exists():
+        await asyncio.sleep(0.01)
+    return "finished"
+
+
+threading.Thread(target=extract_pooled, args=(b"%PDF- holds the slot",), daemon=True,
+                 kwargs={"caller": "cli:holder", "job": held}).start()
+while get_pool().running() == 0:
+    time.sleep(0.01)
+
+
+def tell_queued():
+    while get_pool().queued() == 0:
+        time.sleep(0.01)
+    print("queued", flush=True)
+
+
+threading.Thread(target=tell_queued, daemon=True).start()
+try:
+    print(extract_pooled(b"%PDF- queued", caller="cli", job=held), flush=True)
+except KeyboardInterrupt:
+    left = time.monotonic() + 10
+    while get_pool().queued() and time.monotonic() < left:
+        time.sleep(0.01)
+    print("interrupted", get_pool().running(), get_pool().queued(), flush=True)
+"""
+
+
+def test_ctrl_c_stops_a_sync_call_at_once_and_frees_its_queue_place(tmp_path):
+    """Ctrl-C (or any signal's exception: Celery's soft time limit) reaches ``extract_pooled``
+    while its job is queued: the call stops, and the job, left by its only caller, gives up
+    its place as a cancelled async call's does; the running job others may share runs on."""
+    gate = tmp_path / "gate"
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.project.settings"}
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[1]), *sys.path])
+    env.update(project_env(tmp_path), PDFPOOL_JSON='{"SLOTS": 1, "QUEUE": 1, "WAIT": 60}')
+    command = [sys.executable, "-c", INTERRUPTED, str(gate)]
+    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, text=True)
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(
+        target=lambda: [lines.put(line) for line in process.stdout], daemon=True
+    ).start()
+    try:
+        assert lines.get(timeout=SOON) == "queued\n"
+        process.send_signal(signal.SIGINT)
+        assert lines.get(timeout=SOON) == "interrupted 1 0\n"
+    finally:
+        gate.touch()
+        assert process.wait(SOON) == 0  # at exit the pool drains: the job ends, then the process
+
+
+def sync_view_extracting(request):
+    return JsonResponse({"size": extract_pooled(b"%PDF- queued", caller="view", job=held_job)})
+
+
+urlpatterns = [path("extracting/", sync_view_extracting)]
+
+
+@pytest.mark.urls(__name__)
+def test_a_sync_view_under_asgi_whose_client_leaves_frees_its_queue_place(pdfpool):
+    """Django runs a sync view in a thread and cancels it when its client goes away: the
+    ``extract_pooled`` it waits on leaves its queued job, as ``aextract_pooled`` would."""
+    pdfpool(SLOTS=1, QUEUE=1)
+    with held_requests(1) as threads:
+        threads.submit(extract_pooled, b"%PDF- held", caller="holder", job=held_job)
+        wait_until(lambda: get_pool().running() == 1)
+
+        async def client_leaves():
+            request = asyncio.ensure_future(AsyncClient().get("/extracting/"))
+            await until(lambda: get_pool().queued() == 1)
+            request.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await request
+            await until(lambda: get_pool().queued() == 0)
+
+        asyncio.run(client_leaves())

@@ -22,8 +22,9 @@ from django.test import AsyncClient, Client
 from django.urls import path
 
 from django_pdfpool import StagedUpload, decorators, pdf_pooled
-from django_pdfpool.uploads import stage, started
+from django_pdfpool.uploads import stage, started, sweep
 from tests.project.views import HELD
+from tests.support import pdfs
 from tests.support.uploads import JSON, upload
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -170,6 +171,18 @@ def test_start_up_sweeps_stale_copies_of_dead_processes_only(tmp_path):
     assert setup.returncode == 0, setup.stderr
     kept = (alive, init, fresh, other)
     assert sorted(p.name for p in folder.iterdir()) == sorted(p.name for p in kept)
+
+
+def test_a_stale_entry_the_sweep_cannot_remove_is_left_and_uploads_go_on(pdfpool):
+    """An entry named as a dead process's copy that cannot be deleted (here a directory;
+    in a shared sticky /tmp, another user's file) stays: neither Django's start-up nor the
+    first upload of a process fails on it."""
+    stuck = Path(pdfpool.staged) / f"pdfpool-{_dead_pid()}.{started(os.getpid())}-dir000.pdf"
+    stuck.mkdir()
+    assert sweep(pdfpool.staged, None) == []
+    response = Client().post("/sync/", {"file": upload(pdfs.simple(["goes on"]))}, **JSON)
+    assert response.status_code == 200, response.content
+    assert os.listdir(pdfpool.staged) == [stuck.name]
 
 
 LIFE = """import json, os, threading, time

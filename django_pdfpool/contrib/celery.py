@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import random
+import sys
 from datetime import datetime
 from typing import Any
 
@@ -37,9 +38,11 @@ class PooledTask(Task):  # type: ignore[misc]  # Celery has no type hints
         max_retries: int | None = None,
         **options: Any,
     ) -> Any:
-        """Celery's ``Task.retry``, its countdown no shorter than the refusal's estimate."""
-        if isinstance(exc, Refused) and eta is None:
-            estimate = max(1.0, exc.retry_after)
+        """Celery's ``Task.retry``, its countdown no shorter than the refusal's estimate (``exc``,
+        else the exception being handled, as Celery takes it)."""
+        refusal = exc if exc is not None else sys.exc_info()[1]
+        if isinstance(refusal, Refused) and eta is None:
+            estimate = max(1.0, refusal.retry_after)
             if self.retry_jitter:
                 estimate *= random.uniform(1.0, 1.5)
             countdown = max(countdown or 0.0, estimate)
