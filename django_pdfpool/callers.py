@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import functools
 import ipaddress
-from typing import cast
+from typing import Any, cast
 
 from asgiref.sync import async_to_sync, iscoroutinefunction, sync_to_async
 from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.db.models import Model
 from django.http import HttpRequest
 from django.utils.functional import SimpleLazyObject
 
@@ -63,17 +65,25 @@ def network_of(caller: str) -> str:
     return caller if ip is None else f"ip:{ipaddress.IPv4Network((int(ip), 24), strict=False)}"
 
 
+def user_caller(user: Any) -> str:
+    """``user:<pk>`` for the project's user model; a row of another model that says it is
+    authenticated (a framework's API client) ``<app_label.model>:<pk>``: never a user's."""
+    if not isinstance(user, Model) or isinstance(user, get_user_model()):
+        return f"user:{user.pk}"
+    return f"{user._meta.label_lower}:{user.pk}"
+
+
 def _user_or(request: HttpRequest, address: str) -> str | None:
     if cannot_know_yet(request):
         return None
     user = getattr(request, "user", None)
     if user is not None and user.is_authenticated:
-        return f"user:{user.pk}"
+        return user_caller(user)
     return address_caller(address or request.META.get("REMOTE_ADDR") or "unknown")
 
 
 def user_or_ip(request: HttpRequest) -> str | None:
-    """``user:<pk>`` for an authenticated user, else ``address_caller(REMOTE_ADDR)``; None
+    """``user_caller`` of an authenticated user, else ``address_caller(REMOTE_ADDR)``; None
     when ``cannot_know_yet``. Forwarded headers are not trusted: behind a proxy every
     anonymous client would share its address (use ``user_or_forwarded_ip`` there)."""
     return _user_or(request, "")

@@ -289,7 +289,7 @@ def prepare(
             raise NoUpload(Wording.NO_UPLOAD.format(field=view.field))
     else:
         files = (request if framework is None else framework).FILES
-        form_file = files.get("file" if upload.raw else view.field)  # a raw body parsed: "file"
+        form_file = files.get(view.field if upload.boundary else "file")  # another parsed: "file"
         if form_file is None:
             raise NoUpload(Wording.NO_UPLOAD.format(field=view.field))
         if form_file.size is not None and form_file.size > limit:

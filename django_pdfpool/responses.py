@@ -4,10 +4,10 @@ the view's ``answer=``, else ``REFUSAL_VIEW``); never a traceback or a path."""
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import NamedTuple, cast
 
-from asgiref.sync import sync_to_async
+from asgiref.sync import async_to_sync, iscoroutinefunction, sync_to_async
 from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse
 from django.utils.html import format_html
 
@@ -28,8 +28,8 @@ __all__ = [
 Failure = Refused | ExtractionError | UploadRejected
 """Everything the app answers in a view's place."""
 
-RefusalView = Callable[[HttpRequest, Failure], HttpResponse]
-"""``view(request, exception) -> HttpResponse``: how a failure is answered. The
+RefusalView = Callable[[HttpRequest, Failure], HttpResponse | Awaitable[HttpResponse]]
+"""``view(request, exception) -> HttpResponse`` (or an async one): how a failure is answered. The
 ``REFUSAL_VIEW`` setting is one; ``@pdf_pooled(answer=...)`` takes one for one view."""
 
 MISCONFIGURED = "The PDF service is misconfigured; its operators have been told."
@@ -125,18 +125,26 @@ def refusal_answer(
     """The answer in a view's place: ``answer`` (a view's ``answer=``) when given, else the
     project's ``REFUSAL_VIEW``. Every entry answers through here (or its async twin)."""
     view = answer or get_settings().refusal_view
-    response = view(request, error)
-    if not isinstance(response, HttpResponseBase):
-        name = getattr(view, "__qualname__", repr(view))
-        raise TypeError(f"The refusal view {name} returned {response!r}, not an HttpResponse.")
-    return cast(HttpResponse, response)
+    if iscoroutinefunction(view):  # an async view, as Django runs one from sync code
+        return _response(view, async_to_sync(view)(request, error))
+    return _response(view, view(request, error))
 
 
 async def arefusal_answer(
     request: HttpRequest, error: Failure, answer: RefusalView | None = None
 ) -> HttpResponse:
-    """``refusal_answer`` from async code: a project's own answer runs in a worker thread,
-    since it may render templates or read the database."""
+    """``refusal_answer`` from async code: a project's own answer awaited if async, else run
+    in a worker thread, since it may render templates or read the database."""
+    view = answer or get_settings().refusal_view
+    if iscoroutinefunction(view):
+        return _response(view, await view(request, error))
     if answers_quickly(answer):
         return refusal_answer(request, error, answer)
     return await sync_to_async(refusal_answer, thread_sensitive=False)(request, error, answer)
+
+
+def _response(view: object, response: object) -> HttpResponse:
+    if not isinstance(response, HttpResponseBase):
+        name = getattr(view, "__qualname__", repr(view))
+        raise TypeError(f"The refusal view {name} returned {response!r}, not an HttpResponse.")
+    return cast(HttpResponse, response)

@@ -281,3 +281,20 @@ def test_the_caller_is_asked_after_authentication_and_the_view_keeps_its_user(pd
         (200, {"user": "alice"}),
         (200, {"user": "bob"}),
     ]
+
+
+def test_a_row_of_another_model_that_says_it_is_authenticated_is_not_a_user(rf):
+    """A framework's API client (a row of its own model, ``is_authenticated`` true) set as
+    ``request.user`` or returned by ninja's auth is its model's caller, never the user's
+    of the same primary key (the two would refuse each other 429)."""
+    from django.contrib.auth.models import Group
+
+    client = Group(pk=7, name="api client")
+    client.is_authenticated = True
+    request, same_pk = rf.post("/"), rf.post("/")
+    request.user, same_pk.user = client, User(pk=7)
+    assert user_or_ip(same_pk) == "user:7"
+    assert user_or_ip(request) == "auth.group:7"
+    request.auth, same_pk.auth = client, User(pk=7)
+    assert ninja.auth_caller(request) == "auth.group:7"
+    assert ninja.auth_caller(same_pk) == "user:7"

@@ -184,12 +184,18 @@ def templated_refusal(request, exception):
     return TemplateResponse(request, page, {"code": exception.code}, status=exception.status)
 
 
+async def async_templated_refusal(request, exception):
+    """The same, an async view: Django runs either kind from either handler."""
+    return templated_refusal(request, exception)
+
+
+@pytest.mark.parametrize("view", ["templated_refusal", "async_templated_refusal"])
 @pytest.mark.parametrize("door", [True, False], ids=["door-on", "door-off"])
 @pytest.mark.parametrize("client", ["wsgi", "asgi"])
-def test_a_refusal_view_may_answer_with_a_template_response(pdfpool, door, client):
+def test_a_refusal_view_may_answer_with_a_template_response(pdfpool, door, client, view):
     """Django renders a view's TemplateResponse, not a middleware's: the door's (the
     middleware under WSGI, ``PdfPoolDoor`` under ASGI) is rendered all the same."""
-    pdfpool(REFUSAL_VIEW="tests.test_responses.templated_refusal", DOOR=door)
+    pdfpool(REFUSAL_VIEW=f"tests.test_responses.{view}", DOOR=door)
     get_pool().close()
     if client == "wsgi":
         form = {"file": SimpleUploadedFile("doc.pdf", b"%PDF- refused")}

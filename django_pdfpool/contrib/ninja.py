@@ -24,6 +24,7 @@ from ninja.operation import Operation as NinjaOperation
 from ninja.operation import PathView
 from ninja.utils import contribute_operation_callback
 
+from ..callers import user_caller
 from ..decorators import UploadJob, admitting, declared_view, extract_upload, resolve_job_name
 from ..record import POOLED, route_of
 from ..responses import TITLES, Failure, describe, json_answer
@@ -64,7 +65,7 @@ def auth_caller(request: HttpRequest) -> str | None:
     if auth is None or isinstance(auth, bool) or getattr(auth, "is_anonymous", False) is True:
         return None
     if getattr(auth, "is_authenticated", False) and getattr(auth, "pk", None) is not None:
-        return f"user:{auth.pk}"
+        return user_caller(auth)
     row = isinstance(auth, Model) and auth.pk is not None
     named = f"{auth._meta.label}:{auth.pk}" if row else str(auth)
     return "auth:" + salted_hmac(_SALT, named, algorithm="sha256").hexdigest()[:16]

@@ -519,12 +519,23 @@ class NamedUploadAPIView(APIView):
         return Response({"text": request.pdf.text, "name": request.data["file"].name})
 
 
+class FieldNamedUploadAPIView(NamedUploadAPIView):
+    """The same, its form field named: ``FileUploadParser`` still files the body as "file"."""
+
+    @drf.pdf_pooled(field="document")
+    def post(self, request, filename):
+        return Response({"text": request.pdf.text, "name": request.data["file"].name})
+
+
+@pytest.mark.parametrize("view", [NamedUploadAPIView, FieldNamedUploadAPIView])
 @pytest.mark.parametrize("content_type", ["application/pdf", "application/octet-stream"])
-def test_drfs_file_upload_parser_with_the_file_name_in_the_url_gives_the_pdf(pdfpool, content_type):
+def test_drfs_file_upload_parser_with_the_file_name_in_the_url_gives_the_pdf(
+    pdfpool, content_type, view
+):
     from django.test import override_settings
     from django.urls import path
 
-    named = path("up/<str:filename>", NamedUploadAPIView.as_view())
+    named = path("up/<str:filename>", view.as_view())
     urls = type("urls", (), {"urlpatterns": [named]})
     data = pdfs.simple(["named in the URL"])
     with override_settings(ROOT_URLCONF=urls):
