@@ -92,6 +92,12 @@ class UploadHeaders:
         envelope = f"--{self.boundary}content-disposition:;name={field};filename=x\r\n\r\n"
         return (0, size - len(envelope.encode("utf-8", "replace")))
 
+    def holds_no_file(self, field: str) -> bool:
+        """A multipart form Django takes no file ``field`` from, whatever its bytes: one without
+        a boundary, or smaller than a file field's smallest envelope (``file_sizes``)."""
+        high = self.file_sizes(field)[1]
+        return self.boundary == "" or (high is not None and high < 0)
+
     def holds_no_pdf(self, parsers: bool = False) -> bool:
         """An empty raw body, or a type Django takes no file from; with ``parsers`` (DRF's read
         the body: they may take any type), a body without a length, which DRF never reads."""

@@ -207,6 +207,24 @@ def test_a_busy_caller_gets_429_from_the_headers(server):
         assert int(fields["retry-after"]) >= 1
 
 
+def test_a_form_that_cannot_hold_the_file_gets_djangos_400_with_every_place_taken(server):
+    """A form smaller than the smallest envelope of a file field, or without a boundary,
+    never reaches the pool (Django finds no file): its 400, as with the door off, never the
+    full pool's 503."""
+    concurrent_only(server)
+    with gated(server, b"%PDF- no file beside " + server.name.encode(), "127.0.6.25"):
+        for content_type, body, code in (
+            ("multipart/form-data; boundary=b", b"", "no_upload"),
+            ("multipart/form-data; boundary=b", b"--b--\r\n", "no_upload"),
+            ("multipart/form-data", b"0123456789", None),  # Django's own 400
+        ):
+            request = head("/gated/", content_type=content_type, content_length=str(len(body)))
+            with connect(port_of(server.url), "127.0.6.26") as sock:
+                sock.sendall(request + body)
+                _raw, status, _, answer = read_answer(sock)
+            assert (status, error_of(answer)) == (400, code), (content_type, body, answer)
+
+
 def test_past_the_budget_the_door_answers_from_the_headers(server):
     """Two silent undeclared uploads (from two networks: the door counts anonymous callers
     per /24) fill the budget (2); the third gets 503 unread."""
