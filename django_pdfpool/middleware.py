@@ -59,10 +59,8 @@ class AdmissionMiddleware:
         record = request.META[RECORD] = AdmissionRecord.read(sent_headers(request), view)
         decided = yield from through_door(request, record, view, func)
         if decided is not None and not isinstance(decided, Ticket):  # None: Django's answer
-            refused = yield from _answered(request, decided, view)
-            if asgi and record.declares_body():  # under WSGI Connection is the server's
-                refused["Connection"] = "close"
-            return refused
+            # no Connection: under ASGI the body is read by now, under WSGI it is the server's
+            return (yield from _answered(request, decided, view))
         stream, timed = getattr(request, "_stream", None), None
         if decided is not None and stream is not None and not asgi:  # WSGI: the body unread
             timed = request._stream = TimedStream(stream, decided, decided.terms)  # type: ignore[assignment]
