@@ -487,7 +487,7 @@ def csrf_refusal(request: HttpRequest) -> Callable[[], HttpResponse] | None:
             reason = refused.reason
     try:
         if reason is None and not settings.CSRF_USE_SESSIONS:  # else the session's to check
-            if request.content_type not in _FORMS:  # no token in the body: the header's
+            if request.content_type not in _FORMS or _parsed_empty(request):  # the header's
                 middleware._check_token(request)
             elif middleware._get_secret(request) is None:  # the form's token: the body's
                 reason = REASON_NO_CSRF_COOKIE
@@ -504,6 +504,11 @@ def csrf_refusal(request: HttpRequest) -> Callable[[], HttpResponse] | None:
         return cast(HttpResponse, render() if callable(render) else response)
 
     return rejected
+
+
+def _parsed_empty(request: HttpRequest) -> bool:
+    """A multipart form without ``Content-Length`` (chunked): Django parses none of it."""
+    return request.content_type == _FORMS[0] and not request.META.get("CONTENT_LENGTH")
 
 
 class Unknown(enum.Enum):
