@@ -113,11 +113,22 @@ class UploadHeaders:
 
 def sent_headers(request: HttpRequest) -> Headers:
     """The request's headers as sent: an ASGI scope's lines one by one (``request.headers``
-    joins a repeated one, hiding the repeat), else Django's."""
+    joins a repeated one, hiding the repeat), else Django's; an HTTP/1 request framed by
+    neither ``Content-Length`` nor ``Transfer-Encoding`` has no body (RFC 9112 6.3): its 0."""
     scope = getattr(request, "scope", None)
     if scope is None:
-        return request.headers
-    return [(n.decode("latin-1"), v.decode("latin-1")) for n, v in scope.get("headers", ())]
+        sent = list(request.headers.items())
+        version = str(request.META.get("SERVER_PROTOCOL", ""))
+    else:
+        sent = [(n.decode("latin-1"), v.decode("latin-1")) for n, v in scope.get("headers", ())]
+        version = f"HTTP/{scope.get('http_version', '')}"
+    if version.startswith("HTTP/1") and not any(n.lower() in _FRAMING and v for n, v in sent):
+        sent = [(n, v) for n, v in sent if n.lower() not in _FRAMING]  # wsgiref's ""
+        sent.append(("content-length", "0"))
+    return sent
+
+
+_FRAMING = ("content-length", "transfer-encoding")
 
 
 def _collect(headers: Headers) -> dict[str, list[str]]:

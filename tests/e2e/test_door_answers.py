@@ -245,6 +245,25 @@ def test_past_the_budget_the_door_answers_from_the_headers(server):
                 sock.close()
 
 
+def test_an_upload_framed_by_no_length_is_empty_past_the_budget_too(server):
+    """HTTP/1.1 without ``Content-Length`` or chunks: no body (RFC 9112), Django's 400
+    ``no_upload`` as with the door off, never the shed 503 of a body that might join."""
+    concurrent_only(server)
+    with gated(server, b"%PDF- unframed " + server.name.encode(), "127.0.6.35"):
+        holders = [connect(port_of(server.url), f"127.0.{64 + i}.1") for i in range(2)]
+        try:
+            for sock in holders:
+                sock.sendall(form_head("/gated/", 1000))
+            wait_for(lambda: len(snapshot(server.url)["door"]["held"]) == 2, PATIENCE)
+            for content_type in ("application/pdf", "multipart/form-data; boundary=b"):
+                request = head("/gated/", content_type=content_type)
+                status, _, body = refused_unread(server, request, "127.0.66.1")
+                assert (status, error_of(body)) == (400, "no_upload"), content_type
+        finally:
+            for sock in holders:
+                sock.close()
+
+
 def test_a_silent_body_gives_its_place_back_at_the_deadline(server):
     """A client sends its headers and nothing: it holds the only place until the deadline,
     then the place is free again (ASGI: it gets 408 and its connection is closed)."""
