@@ -82,8 +82,9 @@ class UploadHeaders:
     def file_sizes(self, field: str) -> tuple[int, int | None]:
         """The sizes its PDF may have (None: any): a raw body is the PDF; a form's file field
         ``field`` is at most the body less the smallest envelope Django takes it from; any
-        other body proves nothing (a framework's parser may take it whole)."""
-        size = self.declared_size
+        other body proves nothing (a framework's parser may take it whole); nor does a length
+        beside chunks, which frame the body (RFC 9112 6.3)."""
+        size = None if self.chunked else self.declared_size
         if size is not None and self.raw:
             return (size, size)
         if size is None or not self.boundary:
@@ -103,7 +104,9 @@ class UploadHeaders:
         the body: they may take any type), a body without a length, which DRF never reads."""
         if parsers:
             return not self.declared_size
-        return self.declared_size == 0 if self.raw else self.boundary is None
+        if self.raw:
+            return self.declared_size == 0 and not self.chunked
+        return self.boundary is None
 
     def declares_too_much(self, max_upload_size: int) -> bool:
         """Its ``Content-Length`` is past ``body_limit``: 413 before a byte is read."""

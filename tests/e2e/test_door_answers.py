@@ -225,6 +225,41 @@ def test_a_form_that_cannot_hold_the_file_gets_djangos_400_with_every_place_take
             assert (status, error_of(answer)) == (400, code), (content_type, body, answer)
 
 
+def test_chunks_frame_the_body_whatever_content_length_says(server):
+    """``Content-Length`` beside ``Transfer-Encoding: chunked``: the chunks frame the body
+    (RFC 9112 6.3), as the servers that take such a request read it and the pool then
+    reads it, so its length proves nothing. A raw PDF sent so with a length of 0 extracts;
+    with a length no job has, the pool full, it joins its twin."""
+    if server.name not in ("uvicorn", "hypercorn", "granian"):
+        pytest.skip("it refuses a request with both itself")
+    import concurrent.futures
+
+    data = b"%PDF- framed by chunks " + server.name.encode()
+
+    def chunked(length: int) -> tuple[int, dict]:
+        request = head(
+            "/gated/", content_type="application/pdf", content_length=str(length),
+            transfer_encoding="chunked",
+        )  # fmt: skip
+        with connect(port_of(server.url), "127.0.6.41") as sock:
+            sock.sendall(request + b"%x\r\n%s\r\n0\r\n\r\n" % (len(data), data))
+            _raw, status, _, body = read_answer(sock)
+        return status, json.loads(body)
+
+    (server.staged / "open").touch()
+    assert chunked(0) == (200, {"pdf": {"sha256": sha(data), "size": len(data)}})
+    before = snapshot(server.url)["counters"]
+    with (
+        concurrent.futures.ThreadPoolExecutor(1) as threads,
+        gated(server, data, "127.0.6.40"),
+    ):  # fmt: skip
+        twin = threads.submit(chunked, 5)
+        wait_for(
+            lambda: snapshot(server.url)["counters"]["joined"] == before["joined"] + 1, PATIENCE
+        )
+    assert twin.result(PATIENCE)[0] == 200
+
+
 def test_past_the_budget_the_door_answers_from_the_headers(server):
     """Two silent undeclared uploads (from two networks: the door counts anonymous callers
     per /24) fill the budget (2); the third gets 503 unread."""
