@@ -507,8 +507,11 @@ def csrf_refusal(request: HttpRequest) -> Callable[[], HttpResponse] | None:
 
 
 def _parsed_empty(request: HttpRequest) -> bool:
-    """A multipart form without ``Content-Length`` (chunked): Django parses none of it."""
-    return request.content_type == _FORMS[0] and not request.META.get("CONTENT_LENGTH")
+    """A form without ``Content-Length`` (chunked) Django parses none of: a multipart one, or
+    under WSGI (its stream is that length) any."""
+    if request.META.get("CONTENT_LENGTH"):
+        return False
+    return request.content_type == _FORMS[0] or getattr(request, "scope", None) is None
 
 
 class Unknown(enum.Enum):
