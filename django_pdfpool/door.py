@@ -317,14 +317,17 @@ def decide(
     terms: Terms,
     field: str = "file",
     framework: bool = False,
-) -> tuple[Refusal | Ticket, bool]:
-    """The pool's answer, or a ticket for the body; and whether a refusal is the budget's shed.
+) -> tuple[Refusal | Ticket | None, bool]:
+    """The pool's answer, or a ticket for the body (None: a form that cannot hold the file never
+    reaches the pool, Django answers); and whether a refusal is the budget's shed.
     ``key``: the upload's, if trusted; ``who``: the caller, or its network if not ``known``;
     ``field``: the form's file field; ``framework``: the body is a framework's parsers' to read."""
     if upload.declares_too_much(terms.max_upload_size):  # as the decorator: size first
         return UploadTooLarge.over(terms.max_upload_size), False
     if upload.holds_no_pdf(framework):  # then the file
         return NoUpload(Wording.NO_UPLOAD.format(field=field)), False
+    if upload.holds_no_file(field):  # Django's (or the framework's) answer, from a few bytes
+        return None, False
     if pressure.closed:
         return jobs.closing(), False
     limit, sizes = upload.body_limit(terms.max_upload_size), upload.file_sizes(field)
@@ -484,7 +487,7 @@ def csrf_refusal(request: HttpRequest) -> Callable[[], HttpResponse] | None:
             reason = refused.reason
     try:
         if reason is None and not settings.CSRF_USE_SESSIONS:  # else the session's to check
-            if request.content_type not in _FORMS:  # no token in the body: the header's
+            if request.content_type not in _FORMS or _parsed_empty(request):  # the header's
                 middleware._check_token(request)
             elif middleware._get_secret(request) is None:  # the form's token: the body's
                 reason = REASON_NO_CSRF_COOKIE
@@ -501,6 +504,14 @@ def csrf_refusal(request: HttpRequest) -> Callable[[], HttpResponse] | None:
         return cast(HttpResponse, render() if callable(render) else response)
 
     return rejected
+
+
+def _parsed_empty(request: HttpRequest) -> bool:
+    """A form without ``Content-Length`` (chunked) Django parses none of: a multipart one, or
+    under WSGI (its stream is that length) any."""
+    if request.META.get("CONTENT_LENGTH"):
+        return False
+    return request.content_type == _FORMS[0] or getattr(request, "scope", None) is None
 
 
 class Unknown(enum.Enum):
@@ -684,7 +695,7 @@ def through_door(
     if first is Unknown.ANSWER or isinstance(first, HttpResponse):
         return None if first is Unknown.ANSWER else first
     answer, shed = yield from _decided(request, record, view)
-    if isinstance(answer, Ticket):
+    if answer is None or isinstance(answer, Ticket):
         return answer
     throttled = yield from _throttled(request, view)
     if throttled is not None:
@@ -698,9 +709,10 @@ def through_door(
 
 def _decided(
     request: HttpRequest, record: AdmissionRecord, view: PooledView
-) -> Steps[tuple[Refusal | Ticket, bool]]:
+) -> Steps[tuple[Refusal | Ticket | None, bool]]:
     """``decide`` on the pool's pressure (the caller asked first): a ticket (its place given
-    back through ``record.release``), or a refusal and whether it is the budget's shed."""
+    back through ``record.release``), or a refusal and whether it is the budget's shed (None:
+    Django answers)."""
     upload = record.headers
     if isinstance(upload, UploadRejected):
         return upload, False

@@ -15,8 +15,16 @@ from .admission.jobs import queue_full
 from .conf import get_settings
 from .configured import get_pool
 from .door import Call, Steps, Terms, Ticket, arun_steps, run_steps, through_door
-from .exceptions import BodyTimeout, ExtractionError, PoolBusy, Refused, UploadRejected, Wording
-from .record import RECORD, AdmissionRecord, PooledView, pooled_route, sent_headers
+from .exceptions import (
+    BodyTimeout,
+    ExtractionError,
+    LengthRequired,
+    PoolBusy,
+    Refused,
+    UploadRejected,
+    Wording,
+)
+from .record import RECORD, AdmissionRecord, PooledView, UploadHeaders, pooled_route, sent_headers
 from .responses import arefusal_answer, refusal_answer
 
 GetResponse = Callable[[HttpRequest], HttpResponse | Awaitable[HttpResponse]]
@@ -57,12 +65,14 @@ class AdmissionMiddleware:
         response with the door's place given back (its call counts in the pool by then)."""
         func, view = route
         record = request.META[RECORD] = AdmissionRecord.read(sent_headers(request), view)
+        upload = record.headers
+        chunks = isinstance(upload, UploadHeaders) and upload.raw and upload.chunked
+        if chunks and not asgi and not view.parsers:  # WSGI reads none: the view's 411 (DRF's 400)
+            record.headers = LengthRequired(Wording.CHUNKED_UNREAD)
         decided = yield from through_door(request, record, view, func)
         if decided is not None and not isinstance(decided, Ticket):  # None: Django's answer
-            refused = yield from _answered(request, decided, view)
-            if asgi and record.declares_body():  # under WSGI Connection is the server's
-                refused["Connection"] = "close"
-            return refused
+            # no Connection: under ASGI the body is read by now, under WSGI it is the server's
+            return (yield from _answered(request, decided, view))
         stream, timed = getattr(request, "_stream", None), None
         if decided is not None and stream is not None and not asgi:  # WSGI: the body unread
             timed = request._stream = TimedStream(stream, decided, decided.terms)  # type: ignore[assignment]

@@ -82,8 +82,9 @@ class UploadHeaders:
     def file_sizes(self, field: str) -> tuple[int, int | None]:
         """The sizes its PDF may have (None: any): a raw body is the PDF; a form's file field
         ``field`` is at most the body less the smallest envelope Django takes it from; any
-        other body proves nothing (a framework's parser may take it whole)."""
-        size = self.declared_size
+        other body proves nothing (a framework's parser may take it whole); nor does a length
+        beside chunks, which frame the body (RFC 9112 6.3)."""
+        size = None if self.chunked else self.declared_size
         if size is not None and self.raw:
             return (size, size)
         if size is None or not self.boundary:
@@ -92,12 +93,20 @@ class UploadHeaders:
         envelope = f"--{self.boundary}content-disposition:;name={field};filename=x\r\n\r\n"
         return (0, size - len(envelope.encode("utf-8", "replace")))
 
+    def holds_no_file(self, field: str) -> bool:
+        """A multipart form Django takes no file ``field`` from, whatever its bytes: one without
+        a boundary, or smaller than a file field's smallest envelope (``file_sizes``)."""
+        high = self.file_sizes(field)[1]
+        return self.boundary == "" or (high is not None and high < 0)
+
     def holds_no_pdf(self, parsers: bool = False) -> bool:
         """An empty raw body, or a type Django takes no file from; with ``parsers`` (DRF's read
         the body: they may take any type), a body without a length, which DRF never reads."""
         if parsers:
             return not self.declared_size
-        return self.declared_size == 0 if self.raw else self.boundary is None
+        if self.raw:
+            return self.declared_size == 0 and not self.chunked
+        return self.boundary is None
 
     def declares_too_much(self, max_upload_size: int) -> bool:
         """Its ``Content-Length`` is past ``body_limit``: 413 before a byte is read."""
@@ -107,11 +116,22 @@ class UploadHeaders:
 
 def sent_headers(request: HttpRequest) -> Headers:
     """The request's headers as sent: an ASGI scope's lines one by one (``request.headers``
-    joins a repeated one, hiding the repeat), else Django's."""
+    joins a repeated one, hiding the repeat), else Django's; an HTTP/1 request framed by
+    neither ``Content-Length`` nor ``Transfer-Encoding`` has no body (RFC 9112 6.3): its 0."""
     scope = getattr(request, "scope", None)
     if scope is None:
-        return request.headers
-    return [(n.decode("latin-1"), v.decode("latin-1")) for n, v in scope.get("headers", ())]
+        sent = list(request.headers.items())
+        version = str(request.META.get("SERVER_PROTOCOL", ""))
+    else:
+        sent = [(n.decode("latin-1"), v.decode("latin-1")) for n, v in scope.get("headers", ())]
+        version = f"HTTP/{scope.get('http_version', '')}"
+    if version.startswith("HTTP/1") and not any(n.lower() in _FRAMING and v for n, v in sent):
+        sent = [(n, v) for n, v in sent if n.lower() not in _FRAMING]  # wsgiref's ""
+        sent.append(("content-length", "0"))
+    return sent
+
+
+_FRAMING = ("content-length", "transfer-encoding")
 
 
 def _collect(headers: Headers) -> dict[str, list[str]]:

@@ -132,7 +132,10 @@ def test_a_closed_pool_refuses_first_but_for_a_size_over_the_limit():
 
 
 def test_a_declared_size_over_the_limit_is_413_with_the_forms_slack_only_for_forms():
-    form, raw = {"content_type": "multipart/form-data"}, {"content_type": "application/pdf"}
+    form, raw = (
+        {"content_type": "multipart/form-data; boundary=b"},
+        {"content_type": "application/pdf"},
+    )
     assert isinstance(
         verdict(headers(content_length=str(MiB + MULTIPART_SLACK + 1), **form), pressure()),
         UploadTooLarge,
@@ -571,6 +574,62 @@ def csrf_failure_from_the_database(request, reason=""):
 
 
 @pytest.mark.django_db(transaction=True)
+def test_a_form_without_a_length_brings_no_csrf_token_django_reads(rf, settings):
+    """A form sent chunked (no ``Content-Length``): Django parses none of a multipart one,
+    and under WSGI (its stream is that length) none of any; its token is the header's. The
+    door's answer is ``CsrfViewMiddleware``'s own, asked of the same request."""
+    import io
+
+    from django.core.handlers.asgi import ASGIRequest
+    from django.core.handlers.wsgi import WSGIRequest
+    from django.middleware.csrf import CsrfViewMiddleware, _mask_cipher_secret
+    from django.test.client import FakePayload
+
+    from django_pdfpool.door import csrf_refusal
+
+    settings.MIDDLEWARE = [*settings.MIDDLEWARE, "django.middleware.csrf.CsrfViewMiddleware"]
+    secret = "A" * 32
+    token = _mask_cipher_secret(secret)
+    forms = {
+        "application/x-www-form-urlencoded": f"csrfmiddlewaretoken={token}".encode(),
+        "multipart/form-data; boundary=b": (
+            f'--b\r\nContent-Disposition: form-data; name="csrfmiddlewaretoken"\r\n\r\n'
+            f"{token}\r\n--b--\r\n"
+        ).encode(),
+    }
+
+    def wsgi(content_type, body):
+        environ = rf._base_environ(
+            REQUEST_METHOD="POST", PATH_INFO="/sync/", CONTENT_TYPE=content_type,
+            HTTP_TRANSFER_ENCODING="chunked", HTTP_COOKIE=f"csrftoken={secret}",
+            **{"wsgi.input": FakePayload(body)},
+        )  # fmt: skip
+        environ.pop("CONTENT_LENGTH", None)
+        return WSGIRequest(environ)
+
+    def asgi(content_type, body):
+        sent = [(b"content-type", content_type.encode()), (b"transfer-encoding", b"chunked")]
+        sent += [(b"cookie", f"csrftoken={secret}".encode()), (b"host", b"testserver")]
+        scope = {
+            "type": "http", "method": "POST", "path": "/sync/", "query_string": b"",
+            "headers": sent, "http_version": "1.1",
+        }  # fmt: skip
+        return ASGIRequest(scope, io.BytesIO(body))
+
+    checked = 0
+    for make in (wsgi, asgi):
+        for content_type, body in forms.items():
+            refused = csrf_refusal(make(content_type, body))
+            django = CsrfViewMiddleware(lambda r: None).process_view(
+                make(content_type, body), lambda r: None, (), {}
+            )
+            door = None if refused is None else refused()
+            assert (door and door.status_code) == (django and django.status_code), (make, body)
+            checked += django is not None
+    assert checked == 3  # all but an urlencoded form under ASGI, whose body Django reads
+
+
+@pytest.mark.django_db
 def test_the_csrf_failure_view_runs_off_the_loop_and_is_rendered(rf, settings):
     """On an event loop the door runs the CSRF_FAILURE_VIEW as Django runs sync code (it
     may read the database there) and renders the response it defers, as Django would."""
@@ -924,10 +983,14 @@ def test_an_upload_that_holds_no_pdf_is_the_decorators_400_after_its_413():
     assert isinstance(verdict(over, closed, framework=False), UploadTooLarge)
     for upload in (
         headers(content_length="10", content_type="application/pdf"),
-        headers(content_length="10", content_type="multipart/form-data; boundary=b"),
-        headers(content_length="10", content_type="multipart/form-data"),  # Django's 400 then
+        headers(content_length="1000", content_type="multipart/form-data; boundary=b"),
     ):
         assert isinstance(verdict(upload, closed, framework=False), PoolClosed)
+    for upload in (  # a form no file fits in never reaches the pool: Django answers (400)
+        headers(content_length="10", content_type="multipart/form-data; boundary=b"),
+        headers(content_length="10", content_type="multipart/form-data"),
+    ):
+        assert verdict(upload, closed, framework=False) is None
 
 
 # Door on against door off: the same upload, the same answer (status, redirect, refusal code).
@@ -1004,6 +1067,8 @@ def test_the_door_answers_as_django_and_the_pool_answer_with_the_door_off(
     sent += DIGESTS[digest] + COOKIES[cookie] + EXTRAS[extra]
     if length == "length":
         sent.append((b"content-length", b"%d" % len(body)))
+    else:  # an HTTP/1.1 body framed by neither is empty: chunks, as a server passes them on
+        sent.append((b"transfer-encoding", b"chunked"))
     request = {**asgi_post("/held/async/", body), "client": ("10.1.2.3", 5000)}
     request["headers"] = [(b"host", b"testserver"), *sent]
     answers = []

@@ -24,6 +24,7 @@ MiB = 1024 * 1024
 PATIENCE = 15.0  # seconds an answer may take on a loaded machine: only "did not hang"
 DEADLINE = 3.0  # DOOR["BODY_TIMEOUT"] of these servers
 CONCURRENT = [name for name in SERVED if name != "gunicorn-sync"]  # one process, many requests
+WSGI = ("gunicorn-sync", "gunicorn-gthread", "runserver")
 
 
 @pytest.fixture(scope="module", params=SERVED)
@@ -207,6 +208,59 @@ def test_a_busy_caller_gets_429_from_the_headers(server):
         assert int(fields["retry-after"]) >= 1
 
 
+def test_a_form_that_cannot_hold_the_file_gets_djangos_400_with_every_place_taken(server):
+    """A form smaller than the smallest envelope of a file field, or without a boundary,
+    never reaches the pool (Django finds no file): its 400, as with the door off, never the
+    full pool's 503."""
+    concurrent_only(server)
+    with gated(server, b"%PDF- no file beside " + server.name.encode(), "127.0.6.25"):
+        for content_type, body, code in (
+            ("multipart/form-data; boundary=b", b"", "no_upload"),
+            ("multipart/form-data; boundary=b", b"--b--\r\n", "no_upload"),
+            ("multipart/form-data", b"0123456789", None),  # Django's own 400
+        ):
+            request = head("/gated/", content_type=content_type, content_length=str(len(body)))
+            with connect(port_of(server.url), "127.0.6.26") as sock:
+                sock.sendall(request + body)
+                _raw, status, _, answer = read_answer(sock)
+            assert (status, error_of(answer)) == (400, code), (content_type, body, answer)
+
+
+def test_chunks_frame_the_body_whatever_content_length_says(server):
+    """``Content-Length`` beside ``Transfer-Encoding: chunked``: the chunks frame the body
+    (RFC 9112 6.3), as the servers that take such a request read it and the pool then
+    reads it, so its length proves nothing. A raw PDF sent so with a length of 0 extracts;
+    with a length no job has, the pool full, it joins its twin."""
+    if server.name not in ("uvicorn", "hypercorn", "granian"):
+        pytest.skip("it refuses a request with both itself")
+    import concurrent.futures
+
+    data = b"%PDF- framed by chunks " + server.name.encode()
+
+    def chunked(length: int) -> tuple[int, dict]:
+        request = head(
+            "/gated/", content_type="application/pdf", content_length=str(length),
+            transfer_encoding="chunked",
+        )  # fmt: skip
+        with connect(port_of(server.url), "127.0.6.41") as sock:
+            sock.sendall(request + b"%x\r\n%s\r\n0\r\n\r\n" % (len(data), data))
+            _raw, status, _, body = read_answer(sock)
+        return status, json.loads(body)
+
+    (server.staged / "open").touch()
+    assert chunked(0) == (200, {"pdf": {"sha256": sha(data), "size": len(data)}})
+    before = snapshot(server.url)["counters"]
+    with (
+        concurrent.futures.ThreadPoolExecutor(1) as threads,
+        gated(server, data, "127.0.6.40"),
+    ):  # fmt: skip
+        twin = threads.submit(chunked, 5)
+        wait_for(
+            lambda: snapshot(server.url)["counters"]["joined"] == before["joined"] + 1, PATIENCE
+        )
+    assert twin.result(PATIENCE)[0] == 200
+
+
 def test_past_the_budget_the_door_answers_from_the_headers(server):
     """Two silent undeclared uploads (from two networks: the door counts anonymous callers
     per /24) fill the budget (2); the third gets 503 unread."""
@@ -222,6 +276,32 @@ def test_past_the_budget_the_door_answers_from_the_headers(server):
             status, _, body = refused_unread(server, form_head("/gated/", 1000), "127.0.63.1")
             assert status == 503 and error_of(body) == "busy"
             assert snapshot(server.url)["door"]["shed"] >= 1
+        finally:
+            for sock in holders:
+                sock.close()
+
+
+def test_an_upload_framed_by_no_length_is_empty_past_the_budget_too(server):
+    """HTTP/1.1 without ``Content-Length`` or chunks: no body (RFC 9112), Django's 400
+    ``no_upload`` as with the door off, never the shed 503 of a body that might join; nor is
+    a chunked PDF under WSGI, where Django reads none (411)."""
+    concurrent_only(server)
+    with gated(server, b"%PDF- unframed " + server.name.encode(), "127.0.6.35"):
+        holders = [connect(port_of(server.url), f"127.0.{64 + i}.1") for i in range(2)]
+        try:
+            for sock in holders:
+                sock.sendall(form_head("/gated/", 1000))
+            wait_for(lambda: len(snapshot(server.url)["door"]["held"]) == 2, PATIENCE)
+            for content_type in ("application/pdf", "multipart/form-data; boundary=b"):
+                request = head("/gated/", content_type=content_type)
+                status, _, body = refused_unread(server, request, "127.0.66.1")
+                assert (status, error_of(body)) == (400, "no_upload"), content_type
+            if server.name in WSGI:  # Django reads no chunks there: the view's 411, not a shed
+                chunked = head(
+                    "/gated/", content_type="application/pdf", transfer_encoding="chunked"
+                )
+                status, _, body = refused_unread(server, chunked, "127.0.66.2")
+                assert (status, error_of(body)) == (411, "length_required")
         finally:
             for sock in holders:
                 sock.close()

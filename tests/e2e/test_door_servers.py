@@ -21,7 +21,7 @@ import pytest
 
 from django_pdfpool.record import format_digest
 from tests.support import pdfs
-from tests.support.servers import gunicorn, read_all_sent, uvicorn, wait_for
+from tests.support.servers import gunicorn, read_all_sent, serve, uvicorn, wait_for
 
 MiB = 1024 * 1024
 LIMIT = MiB  # MAX_UPLOAD_SIZE of these servers
@@ -332,6 +332,39 @@ def test_a_raw_body_upload_extracts_and_a_lying_digest_runs_nothing(server):
     assert lying.status_code == 400 and lying.json()["error"] == "digest_mismatch"
     after = snapshot(server.url)["counters"]
     assert (after["started"], after["joined"]) == (before["started"], before["joined"])
+
+
+@pytest.mark.parametrize("name", ["uvicorn", "hypercorn", "granian", "gunicorn-gthread"])
+def test_a_client_gone_mid_body_gives_its_budget_entry_and_bytes_back(staged, name):
+    """The pool full, budget entries (two, 40 KB between them) whose clients leave halfway
+    through their body, reset or closed: each gives back its entry and every byte charged,
+    so that two more bodies are let in on the budget after them, and nothing is held."""
+    terms = settings(DOOR={"BUDGET": 2, "BUDGET_BYTES": 40_000, "BODY_TIMEOUT": 30})
+    size = 30_000  # each reserves 20 KB, and is charged 25 KB when it leaves
+    arriving = [[25_000]] if name != "gunicorn-gthread" else [[0], [25_000]]  # WSGI: once read
+    with serve(name, pdfpool=terms, staged=staged) as server:
+        port = port_of(server.url)
+        with gated_job(server.url, staged, b"%PDF- holding the only slot"):
+            for n in range(6):
+                with connect(port, f"127.0.{70 + n}.1") as sock:
+                    sock.sendall(form_head("/gated/", size) + b"x" * 25_000)
+                    wait_for(lambda: _held_bytes(server.url) in arriving, PATIENCE)
+                    if n % 2:
+                        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\1\0\0\0\0\0\0\0")
+                wait_for(lambda: not _held_bytes(server.url), PATIENCE)
+            socks = [connect(port, f"127.0.{80 + n}.1") for n in range(2)]
+            try:
+                for sock in socks:
+                    sock.sendall(form_head("/gated/", size))
+                wait_for(lambda: _held_bytes(server.url) == [0, 0], PATIENCE)
+            finally:
+                for sock in socks:
+                    sock.close()
+        wait_for(lambda: not _held_bytes(server.url), PATIENCE)
+
+
+def _held_bytes(url: str) -> list[int]:
+    return [held["received"] for held in snapshot(url)["door"]["held"]]
 
 
 # --- gunicorn (WSGI: AdmissionMiddleware) --------------------------------------------

@@ -19,14 +19,15 @@ import socket
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, replace
+from unittest.mock import ANY
 
 import httpx
 import pytest
 
 from django_pdfpool.record import format_digest
-from tests.e2e.test_door_servers import port_of
+from tests.e2e.test_door_servers import connect, form_head, port_of, settings
 from tests.support.door import form, sha
-from tests.support.servers import SERVED, serve, wait_for
+from tests.support.servers import SERVED, serve, uvicorn, wait_for
 
 KiB = 1024
 PATIENCE = 15.0  # seconds an answer may take on a loaded machine: only "did not hang"
@@ -373,3 +374,24 @@ def test_the_door_answers_over_the_wire_as_its_absence(pair, full):
             for base in bases.values():
                 wait_for(lambda url=base: settled(url, full), PATIENCE)
     assert not found, "\n".join(map(repr, found))
+
+
+@pytest.mark.parametrize("door", [{}, False], ids=["door-on", "door-off"])
+def test_under_asgi_without_pdfpooldoor_a_refusal_keeps_the_connection(tmp_path, door):
+    """``AdmissionMiddleware`` alone under ASGI decides once Django's handler has read the
+    whole body: nothing is left unread, so its 400 keeps the connection and the pipelined
+    request after it is answered, as with the door off."""
+    body = b"--b\r\n" + b"x" * 5000 + b"\r\n--b--\r\n"
+    request = form_head("/gated/", len(body), pdf_digest="sha-256=nonsense") + body
+    after = b"GET /plain/ HTTP/1.1\r\nHost: test\r\n\r\n"
+    with (
+        uvicorn("tests.project.asgi:application", pdfpool=settings(DOOR=door), staged=tmp_path)
+        as server,
+        connect(port_of(server.url)) as sock,
+    ):  # fmt: skip
+        sock.sendall(request + after)
+        wire, deadline = Wire(sock), time.monotonic() + PATIENCE
+        status, fields, answer = wire.answer(False, deadline) or (0, {}, b"")
+        assert status == 400 and json.loads(answer)["error"] == "bad_digest"
+        assert "connection" not in fields
+        assert wire.answer(False, deadline) == (200, ANY, b'{"plain": true}')
