@@ -104,13 +104,25 @@ def caller_of(request: HttpRequest) -> str:
     return _named(call(request), request)
 
 
-async def acaller_of(request: HttpRequest) -> str:
-    """``caller_of`` from an event loop: a lazy ``request.user`` resolved first (``auser()``;
-    a user a later middleware set stays: RemoteUserMiddleware's ``auser()`` still says
-    anonymous), an async ``CALLER`` awaited, a project's sync one run in a worker thread."""
+async def aresolve_user(request: HttpRequest) -> None:
+    """A lazy ``request.user`` resolved (``auser()``), once, not on the loop later; a user a
+    later middleware set stays (RemoteUserMiddleware's ``auser()`` still says anonymous)."""
     user = getattr(request, "user", None)
     if hasattr(request, "auser") and (user is None or isinstance(user, SimpleLazyObject)):
-        request.user = await request.auser()  # resolved once, not on the loop later
+        request.user = await request.auser()
+
+
+def signed_in(request: HttpRequest) -> bool:
+    """Whether ``request``'s user is authenticated (from a loop: after ``aresolve_user``): a
+    caller asked before authentication (the door's) may then not be the view's."""
+    user = getattr(request, "user", None)
+    return user is not None and user.is_authenticated
+
+
+async def acaller_of(request: HttpRequest) -> str:
+    """``caller_of`` from an event loop: ``request.user`` resolved first (``aresolve_user``),
+    an async ``CALLER`` awaited, a project's sync one run in a worker thread."""
+    await aresolve_user(request)
     function = get_settings().caller
     if function in (user_or_ip, user_or_forwarded_ip):  # read attributes only: fine on a loop
         return _named(function(request), request)

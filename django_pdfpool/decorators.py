@@ -13,9 +13,9 @@ from typing import Any, TypeVar, cast, overload
 
 from asgiref.sync import async_to_sync, iscoroutinefunction, sync_to_async
 from django.core.exceptions import ImproperlyConfigured
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest
 
-from .callers import acaller_of, caller_of
+from .callers import acaller_of, aresolve_user, caller_of, signed_in
 from .conf import get_settings
 from .configured import get_pool
 from .exceptions import (
@@ -28,7 +28,7 @@ from .exceptions import (
     UploadTooLarge,
     Wording,
 )
-from .record import POOLED, RECORD, AdmissionRecord, PooledView, sent_headers
+from .record import POOLED, RECORD, AdmissionRecord, Authenticate, PooledView, sent_headers
 from .responses import Failure, RefusalView, arefusal_answer, refusal_answer
 from .sandbox.extract import Extraction, extract
 from .uploads import STAGING_CHUNK, StagedUpload, stage, stage_chunks
@@ -178,7 +178,7 @@ def declared_view(
     field: str = "file",
     answer: RefusalView | None = None,
     own_caller: Callable[[HttpRequest], str | None] | None = None,
-    authenticate: Callable[[HttpRequest, bool], HttpResponse | None] | None = None,
+    authenticate: Authenticate | None = None,
 ) -> PooledView:
     """The ``PooledView`` a decorator declares (the default job's keys carry its tag)."""
     name = resolve_job_name(job, job_name)
@@ -222,7 +222,8 @@ def admit(view: PooledView, request: HttpRequest, framework: Any = None) -> Fail
     except UploadRejected as rejected:
         return rejected
     with discarded_on_error(upload):
-        caller = _own_caller(view, request) or caller_of(framework or request)
+        asked = framework or request
+        caller = _own_caller(view, request) or _door_caller(asked, record) or caller_of(asked)
     return async_to_sync(submit)(request, record, caller, upload, view)
 
 
@@ -258,14 +259,21 @@ async def aadmit(view: PooledView, request: HttpRequest) -> Failure | None:
     except UploadRejected as rejected:
         return rejected
     with discarded_on_error(upload):
-        caller = _own_caller(view, request) or await acaller_of(request)
+        if (caller := _own_caller(view, request)) is None:
+            await aresolve_user(request)
+            caller = _door_caller(request, record) or await acaller_of(request)
     return await submit(request, record, caller, upload, view)
 
 
 def _own_caller(view: PooledView, request: HttpRequest) -> str | None:
-    """The view's own caller function's answer, if any. Not the door's: it may have asked
-    before authentication (under ASGI, before any middleware)."""
+    """The view's own caller function's answer, if any."""
     return view.own_caller(request) if view.own_caller is not None else None
+
+
+def _door_caller(request: HttpRequest, record: AdmissionRecord) -> str | None:
+    """The caller the door named, unless a user is signed in now: the door may have asked
+    before authentication (under ASGI, before any middleware), so ``CALLER`` is asked again."""
+    return None if signed_in(request) else record.caller
 
 
 def prepare(

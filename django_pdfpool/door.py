@@ -619,10 +619,11 @@ def _installed(
 
 def framework_refusal(
     request: HttpRequest, view: PooledView, throttle: bool = False
-) -> HttpResponse | None:
+) -> HttpResponse | str | None:
     """The framework's 401 or 403 from the headers (``view.authenticate``), with ``throttle``
-    its 429 too, asked of a copy with an empty body; None if it may pass, if a session not
-    read yet may, or if it read the body (its answer is the one it gives with the body)."""
+    its 429 too, asked of a copy with an empty body; if it passes, the caller it names (None
+    if it names none); None if a session not read yet may pass, or if it read the body (its
+    answer is the one it gives with the body)."""
     if view.authenticate is None or _unread_session(request):
         return None
     probe = copy.copy(request)
@@ -646,18 +647,18 @@ def _throttled(request: HttpRequest, view: PooledView) -> Steps[HttpResponse | N
     (and count the request, once, as they would)."""
     if view.authenticate is None:
         return None
-    answer: HttpResponse | None = yield Call.django(
+    answer: HttpResponse | str | None = yield Call.django(
         partial(framework_refusal, request, view, throttle=True)
     )
-    return answer
+    return answer if isinstance(answer, HttpResponse) else None
 
 
 def before_view(
     request: HttpRequest, func: Callable[..., Any], view: PooledView
-) -> Steps[HttpResponse | Unknown | None]:
+) -> Steps[HttpResponse | Unknown | str | None]:
     """What Django (CSRF's 403 and the login's redirect, in ``MIDDLEWARE``'s order) and then
-    the framework (its 401 or 403) answer before ``func`` from the headers: None if they pass,
-    ``Unknown`` if that is not known."""
+    the framework (its 401 or 403) answer before ``func`` from the headers: None if they pass
+    (a str: the caller the framework names), ``Unknown`` if that is not known."""
     login = yield from login_refusal(request, func)
     exempt = getattr(func, "csrf_exempt", False)
     refuse = None if exempt else csrf_refusal(request)
@@ -694,6 +695,8 @@ def through_door(
         first = yield from before_view(request, func, view)
     if first is Unknown.ANSWER or isinstance(first, HttpResponse):
         return None if first is Unknown.ANSWER else first
+    if isinstance(first, str):  # the framework let it pass, and said who asks
+        record.caller = first
     answer, shed = yield from _decided(request, record, view)
     if answer is None or isinstance(answer, Ticket):
         return answer
@@ -717,7 +720,7 @@ def _decided(
     if isinstance(upload, UploadRejected):
         return upload, False
     framework = view.own_caller is not None or view.authenticate is not None
-    if not framework:  # else the framework names it, after its parsers
+    if not framework:  # else the framework names it (``before_view``), or its view will
         record.caller = yield from ask_caller(request)
     known = record.caller is not None
     who = network_of(record.caller or address_caller(request.META.get("REMOTE_ADDR") or "unknown"))

@@ -37,6 +37,7 @@ SINGLE = ("content-type", "content-length", *RAW_DIGESTS, FILE_DIGEST)
 READ = frozenset((*SINGLE, "transfer-encoding"))  # the headers an upload's are read from
 
 Headers = Mapping[str, str] | Iterable[tuple[str, str]]
+Authenticate = Callable[[HttpRequest, bool], HttpResponse | str | None]  # PooledView.authenticate
 _QUOTED = re.compile(r'"(?:[^"\\]|\\.)*(?:"|\\?\Z)', re.DOTALL)  # a quoted string, maybe unclosed
 
 
@@ -240,10 +241,10 @@ class PooledView:
     answer: RefusalView | None  # None: the REFUSAL_VIEW setting
     own_caller: Callable[[HttpRequest], str | None] | None = None
     tagged: bool = False  # the default job: its key carries the settings' results tag
-    authenticate: Callable[[HttpRequest, bool], HttpResponse | None] | None = None
+    authenticate: Authenticate | None = None
     """A framework's 401 from the headers, ``(request, throttle)``: with ``throttle`` its 429
-    too (asked of a request the door refuses); with it (or ``own_caller``) the framework names
-    the caller, after the door."""
+    too (asked of a request the door refuses); passing, the caller it names (a str), if it can
+    tell; with it (or ``own_caller``) the framework names the caller, not ``CALLER``."""
     parsers: bool = False  # DRF's parsers read the body (``UploadHeaders.holds_no_pdf``)
 
     def key(self, sha256: str) -> str:

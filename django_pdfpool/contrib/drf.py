@@ -22,6 +22,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from ..callers import caller_of
 from ..conf import get_settings
 from ..decorators import (
     UploadJob,
@@ -88,12 +89,12 @@ def door_answer(request: HttpRequest, exception: Failure) -> HttpResponse:
 
 def door_authenticate(
     request: HttpRequest, throttle: bool = False, exc: APIException | None = None
-) -> HttpResponse | None:
+) -> HttpResponse | str | None:
     """DRF's answer (401, 403, 406, ...) for a request ``initial()``'s checks refuse from the
     headers (``throttle``: its throttles' 429, asked only of a request the door refuses, as
-    they count it once; then its parsers' 415), else None; or ``exc`` answered past them;
-    both by the route's view class (``APIView`` if none), as DRF would. ``request`` is the
-    door's copy without the body: closed after (the files a parser wrote, deleted)."""
+    they count it once; then its parsers' 415), else the caller it names (``caller_of`` the
+    DRF request); or ``exc`` answered past them; both by the route's view class (``APIView``
+    if none), as DRF would. ``request`` is the door's copy without the body: closed after."""
     try:
         return _answered(request, throttle, exc)
     finally:  # Django closes the requests it made, not a copy
@@ -102,7 +103,7 @@ def door_authenticate(
 
 def _answered(
     request: HttpRequest, throttle: bool, exc: APIException | None
-) -> HttpResponse | None:
+) -> HttpResponse | str | None:
     match = request.resolver_match = route_of(request)  # as Django sets it: DRF pages read it
     func, args, kwargs = (match.func, match.args, match.kwargs) if match else (None, (), {})
     view_class = getattr(func, "cls", None) or APIView
@@ -126,7 +127,7 @@ def _answered(
             if throttle:
                 view.check_throttles(drf_request)
                 _check_media_type(request, view, drf_request)
-            return None
+            return caller_of(drf_request)  # as the view names it, past the same checks
     except APIException as refused:
         exc = exc or refused
     response = view.finalize_response(drf_request, view.handle_exception(exc))

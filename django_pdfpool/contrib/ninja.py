@@ -221,10 +221,11 @@ def _with_retry_after(response: Answer, refused: PdfPoolHttpError | None) -> Ans
     return response
 
 
-def door_authenticate(request: HttpRequest, throttle: bool = False) -> HttpResponse | None:
+def door_authenticate(request: HttpRequest, throttle: bool = False) -> HttpResponse | str | None:
     """ninja's 4xx for a request its authentication refuses from the headers, then its
     parameters' 422, after its throttles' 429, asked only of a request refused (``throttle``,
-    or a 422: they count it once, as ninja does); else None (a server error is the view's)."""
+    or a 422: they count it once, as ninja does); else the caller of what its authentication
+    returned (``auth_caller``), if any (a server error is the view's)."""
     operation = _operation_of(request)
     if operation is None:
         return None
@@ -237,7 +238,9 @@ def door_authenticate(request: HttpRequest, throttle: bool = False) -> HttpRespo
     if answer is None and (throttle or invalid is not None) and operation.throttle_objects:
         answer = NinjaOperation._check_throttles(operation, request)
     answer = invalid if answer is None else answer  # as Operation.run: then the parameters
-    return answer if answer is not None and 400 <= answer.status_code < 500 else None
+    if answer is not None and 400 <= answer.status_code < 500:
+        return answer
+    return auth_caller(request) if operation.auth_callbacks and answer is None else None
 
 
 def _invalid(operation: NinjaOperation, request: HttpRequest) -> HttpResponse | None:

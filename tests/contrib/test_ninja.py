@@ -254,10 +254,12 @@ def test_an_async_authentication_is_asked_before_the_pool_and_names_the_caller(p
         }
         refused = send_as("Bearer nope", b"%PDF- second")
         busy = send_as("Bearer t-second", b"%PDF- second")
+        again = send_as("Bearer t-first", b"%PDF- first's second")  # the pool's rule 2 first
         HELD.release.set()
         assert first.result(SOON).json() == {"auth": "t-first"}
     assert refused.status_code == 401, refused.content
     assert busy.status_code == 503 and int(busy["Retry-After"]) >= 1, busy.content
+    assert again.status_code == 429 and int(again["Retry-After"]) >= 1, again.content
 
 
 def test_a_body_past_its_deadline_while_ninja_parses_it_is_408_through_the_handlers(pdfpool):
