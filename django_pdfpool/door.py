@@ -9,7 +9,6 @@ import copy
 import dataclasses
 import enum
 import functools
-import io
 import logging
 import threading
 import time
@@ -48,7 +47,7 @@ from .exceptions import (
     UploadTooLarge,
     Wording,
 )
-from .record import AdmissionRecord, PooledView, UploadHeaders
+from .record import AdmissionRecord, PooledView, UploadHeaders, without_body
 
 logger = logging.getLogger("django_pdfpool.door")
 
@@ -626,10 +625,7 @@ def framework_refusal(
     answer is the one it gives with the body)."""
     if view.authenticate is None or _unread_session(request):
         return None
-    probe = copy.copy(request)
-    for parsed in ("_post", "_files", "_body"):
-        probe.__dict__.pop(parsed, None)
-    probe._stream, probe._read_started = io.BytesIO(), False  # type: ignore[attr-defined]
+    probe = without_body(request)
     try:
         answer = view.authenticate(probe, throttle)
     except Exception:  # it needs more than the headers: the framework answers later

@@ -6,6 +6,8 @@ from __future__ import annotations
 import base64
 import binascii
 import contextlib
+import copy
+import io
 import re
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -363,3 +365,14 @@ def _framework(view: Any) -> str | None:
             if type(cell.cell_contents).__module__.startswith("ninja."):
                 return "ninja"
     return None
+
+
+def without_body(request: HttpRequest) -> HttpRequest:
+    """A copy of ``request`` whose body reads empty (nothing parsed yet): what the door asks
+    Django's and a framework's checks of, before the body; whether they tried to read it,
+    its ``_read_started``."""
+    copied = copy.copy(request)
+    for parsed in ("_post", "_files", "_body"):
+        copied.__dict__.pop(parsed, None)
+    copied._stream, copied._read_started = io.BytesIO(), False  # type: ignore[attr-defined]
+    return copied

@@ -3,11 +3,9 @@ refusals raised as DRF exceptions for the project's ``EXCEPTION_HANDLER`` (docs/
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import functools
 import inspect
-import io
 from collections.abc import Callable
 from typing import IO, Any, TypeVar, cast, overload
 
@@ -33,7 +31,7 @@ from ..decorators import (
     resolve_job_name,
 )
 from ..exceptions import UploadRejected, UploadTooLarge
-from ..record import POOLED, route_of
+from ..record import POOLED, route_of, without_body
 from ..responses import Failure, describe
 
 __all__ = [
@@ -80,10 +78,7 @@ def door_answer(request: HttpRequest, exception: Failure) -> HttpResponse:
     view would raise, answered by the route's own view class as DRF answers it (its
     exception handler, content negotiation and renderers; ``APIView`` if none), rendered;
     from the headers (a copy without the body: a CSRF check or a permission would read it)."""
-    unread = copy.copy(request)
-    for parsed in ("_post", "_files", "_body"):
-        unread.__dict__.pop(parsed, None)
-    unread._stream, unread._read_started = io.BytesIO(), False  # type: ignore[attr-defined]
+    unread = without_body(request)
     return cast(HttpResponse, door_authenticate(unread, False, api_exception(exception)))
 
 
