@@ -112,11 +112,25 @@ async def aresolve_user(request: HttpRequest) -> None:
         request.user = await request.auser()
 
 
-def signed_in(request: HttpRequest) -> bool:
-    """Whether ``request``'s user is authenticated (from a loop: after ``aresolve_user``): a
-    caller asked before authentication (the door's) may then not be the view's."""
+def _signed_in(request: HttpRequest) -> bool:
     user = getattr(request, "user", None)
     return user is not None and user.is_authenticated
+
+
+def caller_after(request: HttpRequest, asked_before: str | None) -> str:
+    """The caller once authentication has run: ``asked_before`` (the door's, asked maybe
+    before it) unless a user is signed in now, else ``caller_of``."""
+    if asked_before is not None and not _signed_in(request):
+        return asked_before
+    return caller_of(request)
+
+
+async def acaller_after(request: HttpRequest, asked_before: str | None) -> str:
+    """``caller_after`` from an event loop (``request.user`` resolved first)."""
+    await aresolve_user(request)
+    if asked_before is not None and not _signed_in(request):
+        return asked_before
+    return await acaller_of(request)
 
 
 async def acaller_of(request: HttpRequest) -> str:

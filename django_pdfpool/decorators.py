@@ -15,7 +15,7 @@ from asgiref.sync import async_to_sync, iscoroutinefunction, sync_to_async
 from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest
 
-from .callers import acaller_of, aresolve_user, caller_of, signed_in
+from .callers import acaller_after, caller_after
 from .conf import get_settings
 from .configured import get_pool
 from .exceptions import (
@@ -222,8 +222,7 @@ def admit(view: PooledView, request: HttpRequest, framework: Any = None) -> Fail
     except UploadRejected as rejected:
         return rejected
     with discarded_on_error(upload):
-        asked = framework or request
-        caller = _own_caller(view, request) or _door_caller(asked, record) or caller_of(asked)
+        caller = _own_caller(view, request) or caller_after(framework or request, record.caller)
     return async_to_sync(submit)(request, record, caller, upload, view)
 
 
@@ -249,7 +248,7 @@ async def stage_in_thread(make: Callable[[], StagedUpload]) -> StagedUpload:
 
 
 async def aadmit(view: PooledView, request: HttpRequest) -> Failure | None:
-    """``admit`` for an async view: staging in a worker thread, the caller from ``acaller_of``."""
+    """``admit`` for an async view: staging in a worker thread, the caller from ``acaller_after``."""
     request.pdf = None  # type: ignore[attr-defined]
     if request.method != "POST":
         return None
@@ -259,21 +258,13 @@ async def aadmit(view: PooledView, request: HttpRequest) -> Failure | None:
     except UploadRejected as rejected:
         return rejected
     with discarded_on_error(upload):
-        if (caller := _own_caller(view, request)) is None:
-            await aresolve_user(request)
-            caller = _door_caller(request, record) or await acaller_of(request)
+        caller = _own_caller(view, request) or await acaller_after(request, record.caller)
     return await submit(request, record, caller, upload, view)
 
 
 def _own_caller(view: PooledView, request: HttpRequest) -> str | None:
     """The view's own caller function's answer, if any."""
     return view.own_caller(request) if view.own_caller is not None else None
-
-
-def _door_caller(request: HttpRequest, record: AdmissionRecord) -> str | None:
-    """The caller the door named, unless a user is signed in now: the door may have asked
-    before authentication (under ASGI, before any middleware), so ``CALLER`` is asked again."""
-    return None if signed_in(request) else record.caller
 
 
 def prepare(
