@@ -287,9 +287,11 @@ def test_a_job_that_is_no_function_is_a_type_error_naming_the_argument(pdfpool, 
 
 
 INTERRUPTED = """
-import asyncio, pathlib, sys, threading, time
+import asyncio, pathlib, signal, sys, threading, time
 
 import django
+
+signal.signal(signal.SIGINT, signal.default_int_handler)  # a background job's is ignored
 
 django.setup()
 from django_pdfpool import extract_pooled, get_pool
