@@ -206,11 +206,13 @@ class Child(Handle):
             return self.proc.poll() is None
 
     def kill(self) -> None:
-        """SIGKILL to the child's whole process group, unless it was already reaped."""
+        """SIGKILL to the child and its process group (which it may have left), unless it was
+        already reaped."""
         with self._lock:
             if self.proc.returncode is None:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(self.pid, signal.SIGKILL)
+                for kill in (os.kill, os.killpg):
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        kill(self.pid, signal.SIGKILL)
 
     def reap(self) -> int:
         """Wait for the (exiting or killed) child and release its pipes."""
