@@ -47,6 +47,9 @@ PROCESS_DENIED = (
     "open_by_handle_at", "kexec_load", "kexec_file_load", "init_module", "finit_module",
     "delete_module", "process_madvise", "quotactl", "swapon", "swapoff", "reboot", "acct",
     "personality",
+    # memory outside RLIMIT_AS: a memfd written to, System V segments and queues (which outlive
+    # the child in its IPC namespace)
+    "memfd_create", "memfd_secret", "shmget", "msgget",
 )  # fmt: skip
 # ioctls typing into the server's terminal (a child is in its session), refused from start-up.
 TERMINAL_DENIED = (TIOCSTI, TIOCLINUX)

@@ -19,3 +19,46 @@ def leave_group_and_stay(data: bytes) -> list[str]:
         signal.alarm(0)
         time.sleep(30)
     return [str(os.getpid())]
+
+
+HOARD = "tests.sandbox.hostile_engines:hoard"
+IPC_PRIVATE, IPC_CREAT, IPC_RMID = 0, 0o1000, 0
+
+
+def hoard(data: bytes) -> list[str]:
+    """Holds the MiB its document names (``%PDF-hoard <MiB>``) outside its address space: in
+    a memfd it writes to, and in a System V segment it fills and leaves behind (in its IPC
+    namespace, which outlives it). One JSON page: each attempt "escaped: ..." or "refused"."""
+    import ctypes
+    import errno
+    import json
+
+    if data == WARM_UP_PDF:
+        return ["{}"]
+    size = int(data.split()[1]) << 20
+    chunk, report = b"\1" * (1 << 20), {}
+    try:
+        fd = os.memfd_create("hoard")
+        for _ in range(size >> 20):
+            os.write(fd, chunk)
+        report["memfd"] = f"escaped: {os.fstat(fd).st_size >> 20} MiB"
+    except OSError as exc:
+        report["memfd"] = f"refused: {errno.errorcode.get(exc.errno or 0)}"
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.shmat.restype = ctypes.c_void_p
+    segments = []
+    for _ in range(size >> 22):  # 4 MiB segments, each attached, filled and detached
+        segment = libc.shmget(IPC_PRIVATE, ctypes.c_size_t(1 << 22), IPC_CREAT | 0o600)
+        if segment < 0:
+            report["shm"] = f"refused: {errno.errorcode.get(ctypes.get_errno())}"
+            break
+        address = libc.shmat(segment, None, 0)
+        if address in (None, ctypes.c_void_p(-1).value):
+            report["shm"] = f"error: shmat {errno.errorcode.get(ctypes.get_errno())}"
+            break
+        ctypes.memset(address, 1, 1 << 22)
+        libc.shmdt(ctypes.c_void_p(address))
+        segments.append(segment)
+    else:
+        report["shm"] = f"escaped: segments {segments}"
+    return [json.dumps(report)]
