@@ -23,14 +23,18 @@ def leave_group_and_stay(data: bytes) -> list[str]:
 
 HOARD = "tests.sandbox.hostile_engines:hoard"
 IPC_PRIVATE, IPC_CREAT, IPC_RMID = 0, 0o1000, 0
+F_SETPIPE_SZ = 1031
 
 
 def hoard(data: bytes) -> list[str]:
     """Holds the MiB its document names (``%PDF-hoard <MiB>``) outside its address space: in
-    a memfd it writes to, and in a System V segment it fills and leaves behind (in its IPC
-    namespace, which outlives it). One JSON page: each attempt "escaped: ..." or "refused"."""
+    a memfd it writes to, in System V segments it fills and leaves behind (in its IPC
+    namespace, which outlives it), and in pipes it fills (as many as its open-files limit
+    allows). One JSON page: each attempt "escaped: ..." or "refused: ERRNO"."""
+    import contextlib
     import ctypes
     import errno
+    import fcntl
     import json
 
     if data == WARM_UP_PDF:
@@ -61,4 +65,18 @@ def hoard(data: bytes) -> list[str]:
         segments.append(segment)
     else:
         report["shm"] = f"escaped: segments {segments}"
+    held, pipes = 0, []
+    try:
+        while held < size:
+            pipes.append(os.pipe())
+            with contextlib.suppress(OSError):
+                fcntl.fcntl(pipes[-1][1], F_SETPIPE_SZ, 1 << 20)
+            os.set_blocking(pipes[-1][1], False)
+            with contextlib.suppress(BlockingIOError):
+                while held < size:
+                    held += os.write(pipes[-1][1], chunk)
+    except OSError as exc:  # out of descriptors, or refused
+        report["pipes"] = f"refused: {errno.errorcode.get(exc.errno or 0)}"
+    if held:
+        report["pipes"] = f"escaped: {held >> 20} MiB"
     return [json.dumps(report)]
