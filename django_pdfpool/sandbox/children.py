@@ -132,8 +132,8 @@ class Handle:
         while (remaining := deadline - time.monotonic()) > 0:
             if not poller.poll(min(remaining * 1000 + 1, POLL_MOST)):
                 continue
-            try:
-                chunk = os.read(fd, READ_CHUNK)
+            try:  # one byte past max_output at most: enough to know it is too much
+                chunk = os.read(fd, min(READ_CHUNK, max_output + 1 - len(output)))
             except OSError:  # closed under us (kill_all at exit): as good as EOF
                 chunk = b""
             if not chunk:
