@@ -208,8 +208,10 @@ def _extracted(fields: dict[str, Any]) -> Extracted | None:
     if not all(isinstance(fields.get(name), kind) for name, kind in _ANSWER_TYPES.items()):
         return None
     values = {name: fields[name] for name in _ANSWER_TYPES}
-    elapsed = _seconds(values["elapsed"])
-    if elapsed is None or values["peak_rss"] < 0:
+    elapsed, counts = _seconds(values["elapsed"]), (values["page_count"], values["peak_rss"])
+    if elapsed is None or any(type(count) is not int or count < 0 for count in counts):
+        return None
+    if len(values["pages"]) > values["page_count"]:  # more pages than the document has
         return None
     return Extracted(**{**values, "elapsed": elapsed})
 

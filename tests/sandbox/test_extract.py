@@ -496,6 +496,10 @@ def answer(**fields) -> bytes:
         answer(elapsed=float("inf")),
         answer(elapsed=-1.0),
         answer(peak_rss=-1),
+        answer(peak_rss=True),
+        answer(page_count=-1),
+        answer(page_count=True),
+        answer(page_count=0),  # fewer pages in the document than in the answer
         answer(size=-1),
         answer(size=1.5),
         VALID.replace(b"\xef\xbf\xbf", b"\xef\xbf"),  # a separator cut: not UTF-8
