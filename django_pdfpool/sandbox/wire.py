@@ -227,7 +227,7 @@ def _failure(fields: dict[str, Any]) -> ExtractionError | None:
     if not isinstance(code, str) or code not in EXTRACTION_MESSAGES:
         return None
     elapsed, peak_rss = _seconds(fields.get("elapsed")), fields.get("peak_rss")
-    peak_rss = peak_rss if isinstance(peak_rss, int) and peak_rss >= 0 else None
+    peak_rss = peak_rss if type(peak_rss) is int and peak_rss >= 0 else None
     detail = str(fields.get("detail", ""))[:DETAIL_CHARS]
     return ExtractionError(code, detail=detail, elapsed=elapsed, peak_rss=peak_rss)
 
