@@ -233,7 +233,11 @@ class _Template:
             if events or due is None or time.monotonic() < due:
                 continue
             if len(self.ready) < self.wanted:
-                self.ready.append(self.fork(warm=True))
+                child = self.fork(warm=True)
+                if child is None:  # none to spare now: wanted again at the next request
+                    self.wanted = len(self.ready)
+                else:
+                    self.ready.append(child)
             else:
                 self.wanted = 0
                 while self.ready:  # end of input on its job pipe: it exits
@@ -254,6 +258,10 @@ class _Template:
             return bool(message)
         self.last_request = time.monotonic()
         child = self.ready.popleft() if self.ready else self.fork(warm=False)
+        if child is None:  # no valid answer: the server runs the job cold
+            with contextlib.suppress(OSError):
+                self.control.send(b"-")
+            return True
         self.handed[child.pidfd] = self.last_request
         running = len(self.children) - len(self.ready)  # this job's child included
         self.wanted = min(self.most, max(self.wanted, running))
@@ -266,18 +274,26 @@ class _Template:
             child.close_ends()
         return True
 
-    def fork(self, warm: bool) -> _Forked:
-        """A new child: warmed up and waiting for its job line if `warm`, else for it at once."""
-        job_in, job_out = os.pipe()
-        answer_in, answer_out = os.pipe()
-        status_in, status_out = os.pipe()
+    def fork(self, warm: bool) -> _Forked | None:
+        """A new child: warmed up and waiting for its job line if `warm`, else for it at once;
+        None if no descriptor or process is to be had now (the running children go on)."""
+        pid, ends = -1, list[int]()
         if warm:  # the child is born with its name: never seen unnamed while it waits
             set_name(READY_NAME)
-        pid = os.fork()
+        try:
+            for _ in range(3):
+                ends += os.pipe()
+            pid = os.fork()
+        except OSError:
+            for fd in ends:
+                os.close(fd)
+            return None
+        finally:
+            if warm and pid != 0:
+                set_name(self.name)
+        job_in, job_out, answer_in, answer_out, status_in, status_out = ends
         if pid == 0:
             _become_job_child(job_in, answer_out, self.imported if warm else None)
-        if warm:
-            set_name(self.name)
         os.close(job_in)
         os.close(answer_out)
         pidfd = os.pidfd_open(pid)  # before any reaping: this pid is certainly the child's

@@ -132,8 +132,8 @@ class Handle:
         while (remaining := deadline - time.monotonic()) > 0:
             if not poller.poll(min(remaining * 1000 + 1, POLL_MOST)):
                 continue
-            try:
-                chunk = os.read(fd, READ_CHUNK)
+            try:  # one byte past max_output at most: enough to know it is too much
+                chunk = os.read(fd, min(READ_CHUNK, max_output + 1 - len(output)))
             except OSError:  # closed under us (kill_all at exit): as good as EOF
                 chunk = b""
             if not chunk:
@@ -206,11 +206,13 @@ class Child(Handle):
             return self.proc.poll() is None
 
     def kill(self) -> None:
-        """SIGKILL to the child's whole process group, unless it was already reaped."""
+        """SIGKILL to the child and its process group (which it may have left), unless it was
+        already reaped."""
         with self._lock:
             if self.proc.returncode is None:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(self.pid, signal.SIGKILL)
+                for kill in (os.kill, os.killpg):
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        kill(self.pid, signal.SIGKILL)
 
     def reap(self) -> int:
         """Wait for the (exiting or killed) child and release its pipes."""

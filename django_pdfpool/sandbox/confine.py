@@ -47,14 +47,18 @@ PROCESS_DENIED = (
     "open_by_handle_at", "kexec_load", "kexec_file_load", "init_module", "finit_module",
     "delete_module", "process_madvise", "quotactl", "swapon", "swapoff", "reboot", "acct",
     "personality",
+    # memory outside RLIMIT_AS: a memfd written to, System V segments and queues (which outlive
+    # the child in its IPC namespace)
+    "memfd_create", "memfd_secret", "shmget", "msgget",
 )  # fmt: skip
 # ioctls typing into the server's terminal (a child is in its session), refused from start-up.
 TERMINAL_DENIED = (TIOCSTI, TIOCLINUX)
-# Refused to a job's child besides: signals to anyone, pidfds, new processes (not threads).
+# Refused to a job's child besides: signals to anyone, pidfds, new processes (not threads), pipes.
 JOB_DENIED = (
     "kill", "tkill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo",
     "pidfd_send_signal", "pidfd_open", "fork", "vfork",
     "setpriority", "ioprio_set",  # "who" 0 can mean the caller's whole group or user
+    "pipe", "pipe2",  # their buffers, a MiB each, are memory RLIMIT_AS does not count
 )  # fmt: skip
 # Refused to a job's child unless their first argument (a pid) is 0, itself: another process
 # of the same user's limits, scheduling or memory placement (glibc's setrlimit: pid 0).

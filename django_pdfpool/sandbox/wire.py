@@ -208,8 +208,10 @@ def _extracted(fields: dict[str, Any]) -> Extracted | None:
     if not all(isinstance(fields.get(name), kind) for name, kind in _ANSWER_TYPES.items()):
         return None
     values = {name: fields[name] for name in _ANSWER_TYPES}
-    elapsed = _seconds(values["elapsed"])
-    if elapsed is None or values["peak_rss"] < 0:
+    elapsed, counts = _seconds(values["elapsed"]), (values["page_count"], values["peak_rss"])
+    if elapsed is None or any(type(count) is not int or count < 0 for count in counts):
+        return None
+    if len(values["pages"]) > values["page_count"]:  # more pages than the document has
         return None
     return Extracted(**{**values, "elapsed": elapsed})
 
@@ -225,7 +227,7 @@ def _failure(fields: dict[str, Any]) -> ExtractionError | None:
     if not isinstance(code, str) or code not in EXTRACTION_MESSAGES:
         return None
     elapsed, peak_rss = _seconds(fields.get("elapsed")), fields.get("peak_rss")
-    peak_rss = peak_rss if isinstance(peak_rss, int) and peak_rss >= 0 else None
+    peak_rss = peak_rss if type(peak_rss) is int and peak_rss >= 0 else None
     detail = str(fields.get("detail", ""))[:DETAIL_CHARS]
     return ExtractionError(code, detail=detail, elapsed=elapsed, peak_rss=peak_rss)
 

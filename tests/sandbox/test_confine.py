@@ -478,3 +478,32 @@ def test_a_job_file_beneath_a_read_root_leaves_its_neighbours_unreadable(layers,
     ).stdout.splitlines()
     refused = "neighbour.pdf read theirs" if layers == "off" else "neighbour.pdf refused 13"
     assert out == ["job.pdf read mine", refused], out
+
+
+@pytest.mark.parametrize("sandboxed", [True, False], ids=["sandboxed", "sandbox-off"])
+def test_a_child_holds_no_memory_outside_its_address_space(sandboxed, restore_sandbox):
+    """Code run by a document writes 3 times its memory limit into a memfd, fills System V
+    segments it leaves behind (they outlive it, in the template's IPC namespace or the host's)
+    and fills pipes (as many as its open-files limit allows: a million in many containers):
+    none counts against RLIMIT_AS. Sandboxed, each is refused; off, each gets through."""
+    import ctypes
+
+    from tests.sandbox.hostile_engines import HOARD, IPC_RMID
+
+    if sandboxed:
+        require_full_sandbox()
+    sandbox.register_engine(HOARD)
+    sandbox.configure(sandbox=sandboxed)
+    limit = 128
+    result = run(f"%PDF-hoard {3 * limit}".encode(), engine=HOARD, memory_limit=limit << 20)
+    report = json.loads(result.pages[0])
+    if not sandboxed:  # in this host's IPC namespace (no namespaces either): removed here
+        for segment in json.loads(report["shm"].partition("segments ")[2] or "[]"):
+            ctypes.CDLL(None).shmctl(segment, IPC_RMID, None)
+    print(report)
+    if sandboxed:
+        assert report == dict.fromkeys(("memfd", "shm", "pipes"), "refused: EPERM")
+    else:
+        assert report["memfd"] == f"escaped: {3 * limit} MiB"
+        assert report["shm"].startswith("escaped: segments")
+        assert int(report["pipes"].split()[1]) >= 16, report  # 1 MiB a pipe, up to 64 MiB

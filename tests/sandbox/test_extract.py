@@ -496,6 +496,10 @@ def answer(**fields) -> bytes:
         answer(elapsed=float("inf")),
         answer(elapsed=-1.0),
         answer(peak_rss=-1),
+        answer(peak_rss=True),
+        answer(page_count=-1),
+        answer(page_count=True),
+        answer(page_count=0),  # fewer pages in the document than in the answer
         answer(size=-1),
         answer(size=1.5),
         VALID.replace(b"\xef\xbf\xbf", b"\xef\xbf"),  # a separator cut: not UTF-8
@@ -512,10 +516,11 @@ def test_answers_that_are_not_well_formed_are_none(output):
 
 def test_a_failures_figures_that_are_not_finite_are_left_out():
     """A failure whose figures are no real count keeps its code, without them."""
-    output = b'{"ok": false, "code": "too_large", "elapsed": NaN, "peak_rss": -1}\n'
-    error = decode_answer(output)
-    assert isinstance(error, ExtractionError) and error.code == "too_large"
-    assert (error.elapsed, error.peak_rss) == (None, None)
+    for peak in (b"-1", b"true"):
+        output = b'{"ok": false, "code": "too_large", "elapsed": NaN, "peak_rss": %s}\n' % peak
+        error = decode_answer(output)
+        assert isinstance(error, ExtractionError) and error.code == "too_large"
+        assert (error.elapsed, error.peak_rss) == (None, None)
 
 
 def test_a_timeout_of_weeks_is_a_timeout_like_any_other():

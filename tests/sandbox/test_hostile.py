@@ -17,6 +17,7 @@ import django_pdfpool.sandbox.extract as extraction
 from django_pdfpool import extract
 from django_pdfpool.exceptions import EXTRACTION_MESSAGES as MESSAGES
 from django_pdfpool.exceptions import ExtractionError
+from tests.sandbox.hostile_engines import LEAVE_GROUP
 from tests.support import pdfs
 from tests.support.lingering import SILENT_ENGINE
 from tests.support.procs import PeakWatcher, child_pids, cpu_time, job_child, leftovers, rlimits
@@ -263,3 +264,18 @@ def test_no_child_can_start(copies):
     assert caught.value.code == "crashed"
     assert leftovers(before) == set()
     assert list(copies.iterdir()) == []
+
+
+def test_a_child_that_leaves_its_process_group_is_still_ended_at_the_deadline(copies):
+    """Code run by a document moves the cold child into the server's process group, stops its
+    alarm and sleeps: killed at the deadline all the same (a kill of its group alone missed it,
+    and the job waited for the child's own 30 s)."""
+    before = child_pids()
+    extraction.register_engine(LEAVE_GROUP)
+    options = {"timeout": 2.0, "memory_limit": MEMORY, "engine": LEAVE_GROUP, "warm": False}
+    started = time.monotonic()
+    with pytest.raises(ExtractionError) as caught:
+        asyncio.run(extract(pdfs.simple(["away"]), **options))
+    assert (caught.value.code, caught.value.detail) == ("too_complex", "deadline")
+    assert time.monotonic() - started < 2.0 + TIMEOUT
+    assert leftovers(before) == set()

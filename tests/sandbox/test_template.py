@@ -191,3 +191,25 @@ def test_a_change_of_nice_replaces_the_template_and_its_children_follow(warm):
         assert third is not None and os.getpriority(os.PRIO_PROCESS, third) == mine + 2
     finally:
         sandbox.configure(nice=DEFAULT_NICE)
+
+
+def test_a_template_that_cannot_fork_ends_no_running_job(warm):
+    """The template runs out of descriptors (or processes: a container's pids.max) while a
+    job's child it forked is at work: the next job runs all the same (cold, or a ready
+    child), and the running one is not killed with the template (it got its text)."""
+    import psutil
+
+    async def scenario() -> tuple[str, str]:
+        mine = child_pids() - set(sandbox.idle_pids())
+        running = asyncio.ensure_future(extract(pdfs.slow_pdf("running", 2), **LIMITS))
+        while job_child(child_pids() - mine - set(sandbox.idle_pids()), MEMORY) is None:
+            assert not running.done()
+            await asyncio.sleep(0.01)
+        template = psutil.Process(warm)
+        fds = template.num_fds()
+        template.rlimit(psutil.RLIMIT_NOFILE, (fds, fds))  # no pipe for the next child
+        late = await extract(pdfs.simple(["late"]), **LIMITS)
+        return (await running).text, late.text
+
+    running, late = asyncio.run(scenario())
+    assert "running" in running and late == "late"

@@ -185,3 +185,43 @@ def test_an_answer_declaring_more_than_the_cap_is_refused_at_its_header(tmp_path
         assert time.monotonic() - began < 30  # not the deadline
     finally:
         extraction.configure(python=sys.executable, warm=True)
+
+
+FILLING_CHILD = """#!{python}
+# Stands in for the interpreter: a 1 MiB answer pipe (F_SETPIPE_SZ), filled with no header.
+import fcntl, os, sys
+fcntl.fcntl(1, 1031, 1 << 20)
+os.write(1, b"ready\\n")
+sys.stdin.buffer.readline()
+block = b"started\\n" + b"a" * ((1 << 20) - 8)
+while True:
+    os.write(1, block)
+"""
+
+
+def test_the_parent_reads_no_more_than_it_allows_however_full_the_pipe(tmp_path):
+    """A child that enlarged its answer pipe to 1 MiB and filled it: the parent reads one byte
+    past what it allows, then kills it (a read of the whole pipe took 1 MiB)."""
+    import fcntl
+    import termios
+
+    from django_pdfpool.sandbox import children
+
+    fake = tmp_path / "python"
+    fake.write_text(FILLING_CHILD.format(python=sys.executable))
+    fake.chmod(0o755)
+    child = children.Child((str(fake), (), (), "none", 0))
+    try:
+        assert child.send(b"{}\n")
+        fd, buffered = child._answer.fileno(), bytearray(4)
+        deadline = time.monotonic() + 30
+        while int.from_bytes(buffered, sys.byteorder) < 512 << 10:  # the pipe filling
+            assert time.monotonic() < deadline
+            fcntl.ioctl(fd, termios.FIONREAD, buffered)
+            time.sleep(0.001)
+        allowed = 64 << 10
+        outcome = child.receive(time.monotonic() + 30, allowed)
+    finally:
+        children.drop(child)
+    assert outcome.overflow
+    assert len(outcome.output) == allowed + 1
