@@ -248,7 +248,7 @@ async def stage_in_thread(make: Callable[[], StagedUpload]) -> StagedUpload:
 
 
 async def aadmit(view: PooledView, request: HttpRequest) -> Failure | None:
-    """``admit`` for an async view: staging in a worker thread, the caller from ``acaller_after``."""
+    """``admit`` for an async view: staging in a worker thread, the caller ``acaller_after``'s."""
     request.pdf = None  # type: ignore[attr-defined]
     if request.method != "POST":
         return None
