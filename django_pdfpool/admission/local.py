@@ -67,7 +67,8 @@ class Pool:
 
     def pressure(self, key: str | None = None, caller: str | None = None) -> Pressure:
         with self._lock:
-            free = max(0, self.slots + self.queue_size - self._running - len(self._queue))
+            # a held job may run past the slots (``hold``): the queue's places are still free
+            free = max(0, self.slots - self._running) + self.queue_size - len(self._queue)
             in_flight = key is not None and key in self._jobs
             held = None if in_flight else self._callers.get(caller or "")  # else it joins
             retry = 0.0 if held is None else self._held_end(held, caller)

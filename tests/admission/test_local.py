@@ -513,3 +513,23 @@ def test_a_forked_child_forgets_the_parents_jobs_and_locks():
         "running 0 queued 0",
         "parent 0",
     ], child.stdout + child.stderr
+
+
+def test_pressure_counts_a_queue_place_free_while_held_jobs_run_past_the_slots():
+    # A Redis pool falling back holds its running jobs here, past ``slots``: the queue's
+    # places are still free, and a door reading none would refuse what the pool admits.
+    pool = Pool(slots=1, queue=2, wait=None)
+    ends = [pool.hold(f"held-{n}", f"held-{n}") for n in range(2)]
+
+    async def scenario():
+        queued = asyncio.create_task(pool.run("q1", "a", job("q1")))
+        await until(lambda: pool.queued() == 1)
+        assert pool.pressure("q2", "b").free == 1
+        second = asyncio.create_task(pool.run("q2", "b", job("q2")))
+        await until(lambda: pool.queued() == 2)
+        assert pool.pressure("q3", "c").free == 0
+        for end in ends:
+            get_job_loop().call_soon_threadsafe(end, None, None)
+        assert await asyncio.gather(queued, second) == ["q1", "q2"]
+
+    run(scenario)
