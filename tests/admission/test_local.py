@@ -1,7 +1,7 @@
 """The local pool beyond the conformance file: each queued job's own wait, wait=None, a fn that
 returns no awaitable, the job loop (jobs on the pool's loop, waiters woken on theirs, many
-threads and loops), no task or timer left behind, drain and stop, and a base exception in a
-job."""
+threads and loops), no task or timer left behind, drain and stop, a base exception in a job or
+a task it left behind, a forked child, and pressure while held jobs run past the slots."""
 
 from __future__ import annotations
 
