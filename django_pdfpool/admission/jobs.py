@@ -43,7 +43,7 @@ def get_job_loop() -> asyncio.AbstractEventLoop:
 def _run(loop: asyncio.AbstractEventLoop) -> None:
     """The job loop's thread. What escapes a callback (a task a job left behind raising
     KeyboardInterrupt, say) is logged and the loop runs on: every job of the process runs here."""
-    while True:
+    while not loop.is_closed():
         try:
             return loop.run_forever()  # returns only once stopped
         except BaseException:
