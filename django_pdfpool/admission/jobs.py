@@ -35,9 +35,19 @@ def get_job_loop() -> asyncio.AbstractEventLoop:
     with _lock:
         if _loop is None:
             loop = asyncio.new_event_loop()
-            threading.Thread(target=loop.run_forever, name="pdfpool-jobs", daemon=True).start()
+            threading.Thread(target=_run, args=(loop,), name="pdfpool-jobs", daemon=True).start()
             _loop = loop
         return _loop
+
+
+def _run(loop: asyncio.AbstractEventLoop) -> None:
+    """The job loop's thread. What escapes a callback (a task a job left behind raising
+    KeyboardInterrupt, say) is logged and the loop runs on: every job of the process runs here."""
+    while not loop.is_closed():
+        try:
+            return loop.run_forever()  # returns only once stopped
+        except BaseException:
+            logger.exception("the PDF pool's job loop went on after an escaping exception")
 
 
 def on_job_loop() -> bool:
@@ -124,17 +134,19 @@ class JobRecord:
 
 async def run_fn(job: JobRecord) -> Any:
     """A job's task: mark ``fn`` called (see ``release``), call it; any error is the job's
-    failure, and only a cancellation of the job itself (``stop()``) ends it cancelled."""
+    failure (a JobFault for a BaseException that is no Exception), and only a cancellation of
+    the job itself (``stop()``) ends it cancelled."""
     fn, job.ran = job.fn, True
     assert fn is not None  # a job's fn is let go only once it has ended
     try:
         return await fn()
-    except asyncio.CancelledError as exc:
-        task = asyncio.current_task()
-        if task is not None and task.cancelling():
-            raise  # the job itself was cancelled
-        raise JobFault("the job raised CancelledError, but nothing cancelled the job") from exc
-    except (KeyboardInterrupt, SystemExit) as exc:
+    except Exception:
+        raise
+    except BaseException as exc:  # no sharer's code expects one: SystemExit, GeneratorExit...
+        if isinstance(exc, asyncio.CancelledError):
+            if (task := asyncio.current_task()) is not None and task.cancelling():
+                raise  # the job itself was cancelled
+            raise JobFault("the job raised CancelledError, but nothing cancelled the job") from exc
         raise JobFault(f"the job raised {type(exc).__name__}") from exc
 
 

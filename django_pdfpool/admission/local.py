@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import os
 import threading
 import time
+import weakref
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -49,6 +51,7 @@ class Pool:
         self._closed = False
         self._stopping = False
         self._idle_waiters: list[Waiter] = []  # drain/stop, woken once nothing is in flight
+        _pools.add(self)
 
     # --- reading ------------------------------------------------------------
 
@@ -64,7 +67,8 @@ class Pool:
 
     def pressure(self, key: str | None = None, caller: str | None = None) -> Pressure:
         with self._lock:
-            free = max(0, self.slots + self.queue_size - self._running - len(self._queue))
+            # a held job may run past the slots (``hold``): the queue's places are still free
+            free = max(0, self.slots - self._running) + self.queue_size - len(self._queue)
             in_flight = key is not None and key in self._jobs
             held = None if in_flight else self._callers.get(caller or "")  # else it joins
             retry = 0.0 if held is None else self._held_end(held, caller)
@@ -321,11 +325,29 @@ class Pool:
                 if waiter in self._idle_waiters:
                     self._idle_waiters.remove(waiter)
 
+    def _forget(self) -> None:
+        """In a forked child: the jobs in flight are the parent's, run on a loop the child
+        lacks; forget them, and the locks a parent's thread may have held."""
+        self._lock, self._books._lock = threading.Lock(), threading.Lock()
+        self._jobs, self._callers, self._queue, self._idle_waiters = {}, {}, deque(), []
+        self._running = 0
+
     def __repr__(self) -> str:
         return (
             f"<Pool slots={self.slots} queue={self.queue_size} wait={self.wait} "
             f"running={self._running} queued={len(self._queue)}>"
         )
+
+
+_pools: weakref.WeakSet[Pool] = weakref.WeakSet()
+
+
+def _forget_after_fork() -> None:
+    for pool in list(_pools):
+        pool._forget()
+
+
+os.register_at_fork(after_in_child=_forget_after_fork)
 
 
 def _cancel_tasks(running: list[JobRecord]) -> None:

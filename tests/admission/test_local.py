@@ -1,7 +1,7 @@
 """The local pool beyond the conformance file: each queued job's own wait, wait=None, a fn that
 returns no awaitable, the job loop (jobs on the pool's loop, waiters woken on theirs, many
-threads and loops), no task or timer left behind, drain and stop, and a base exception in a
-job."""
+threads and loops), no task or timer left behind, drain and stop, a base exception in a job or
+a task it left behind, a forked child, and pressure while held jobs run past the slots."""
 
 from __future__ import annotations
 
@@ -365,10 +365,28 @@ def test_a_job_stopped_before_its_fn_ran_still_calls_on_drop():
     run(scenario)
 
 
-@pytest.mark.parametrize("raised", ["KeyboardInterrupt", "SystemExit"])
-def test_a_job_raising_a_base_exception_does_not_kill_the_job_loop(raised):
-    # Run in a child process: the job loop is one per process, and this may break it.
-    script = textwrap.dedent(
+def run_script(script: str) -> subprocess.CompletedProcess[str]:
+    """Run ``script`` in a new interpreter: the job loop is one per process."""
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(script)],
+        cwd=Path(__file__).resolve().parents[2],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+
+
+@pytest.mark.parametrize(
+    "raised",
+    [
+        "KeyboardInterrupt",
+        "SystemExit",
+        "GeneratorExit",
+        "BaseExceptionGroup('group', [KeyboardInterrupt()])",
+    ],
+)
+def test_a_job_raising_a_base_exception_fails_with_job_fault_and_the_loop_runs_on(raised):
+    child = run_script(
         f"""
         import asyncio
         from django_pdfpool.admission import Pool
@@ -395,12 +413,123 @@ def test_a_job_raising_a_base_exception_does_not_kill_the_job_loop(raised):
         asyncio.run(main())
         """
     )
-    child = subprocess.run(
-        [sys.executable, "-c", script],
-        cwd=Path(__file__).resolve().parents[2],
-        capture_output=True,
-        text=True,
-        timeout=30,
+    assert child.stdout.splitlines() == ["the caller got JobFault", "still working"], (
+        child.stdout + child.stderr
     )
-    assert "the caller hung" not in child.stdout
-    assert "still working" in child.stdout, child.stdout + child.stderr
+
+
+@pytest.mark.parametrize("escape", ["KeyboardInterrupt", "SystemExit"])
+def test_what_a_task_left_behind_raises_does_not_stop_the_job_loop(escape):
+    child = run_script(
+        f"""
+        import asyncio, threading
+        from django_pdfpool.admission import Pool
+
+        async def leaves_a_task_behind():
+            async def behind():
+                raise {escape}
+
+            asyncio.get_running_loop().create_task(behind())
+            await asyncio.sleep(0.05)  # the task raises meanwhile, on the job loop
+            return "done"
+
+        async def main():
+            pool = Pool(slots=1, queue=0, wait=None)
+            for key in "first", "second":
+                try:
+                    print(await asyncio.wait_for(pool.run(key, "a", leaves_a_task_behind), 5))
+                except BaseException as exc:
+                    print("got", type(exc).__name__)
+            print("job loop alive", any(t.name == "pdfpool-jobs" for t in threading.enumerate()))
+
+        asyncio.run(main())
+        """
+    )
+    assert child.stdout.splitlines() == ["done", "done", "job loop alive True"], (
+        child.stdout + child.stderr
+    )
+    assert "job loop went on" in child.stderr
+
+
+def test_a_forked_child_forgets_the_parents_jobs_and_locks():
+    # A Celery prefork child or a gunicorn --preload worker inherits the pool mid-flight: the
+    # parent's jobs run on a loop the child lacks, and a parent's thread may hold the lock.
+    child = run_script(
+        """
+        import asyncio, os, signal, threading, time
+        from django_pdfpool.admission import Pool
+
+        signal.alarm(20)  # a hang ends this process (and the child below, its own alarm)
+        pool = Pool(slots=1, queue=1, wait=30)
+        gate, locked, release = threading.Event(), threading.Event(), threading.Event()
+
+        async def held():
+            while not gate.is_set():
+                await asyncio.sleep(0.001)
+            return "parent's"
+
+        async def quick():
+            return "child's"
+
+        def hold_the_lock():  # as the status recorder's sampling thread may, at fork time
+            with pool._lock:
+                locked.set()
+                release.wait()
+
+        parent_job = threading.Thread(target=lambda: asyncio.run(pool.run("k", "a", held)))
+        parent_job.start()
+        while pool.running() != 1:
+            time.sleep(0.001)
+        holder = threading.Thread(target=hold_the_lock)
+        holder.start()
+        locked.wait()
+        pid = os.fork()
+        if pid == 0:
+            signal.alarm(15)
+
+            async def child():
+                for key, caller in ("other", "b"), ("k", "c"), ("again", "a"):
+                    try:
+                        got = await asyncio.wait_for(pool.run(key, caller, quick), 5)
+                    except BaseException as exc:
+                        got = type(exc).__name__
+                    print(key, got, flush=True)
+                print("running", pool.running(), "queued", pool.queued(), flush=True)
+            asyncio.run(child())
+            os._exit(0)
+        release.set()
+        os.waitpid(pid, 0)
+        gate.set()
+        parent_job.join()
+        holder.join()
+        print("parent", pool.running(), flush=True)
+        """
+    )
+    lines = child.stdout.splitlines()
+    assert lines == [
+        "other child's",
+        "k child's",
+        "again child's",
+        "running 0 queued 0",
+        "parent 0",
+    ], child.stdout + child.stderr
+
+
+def test_pressure_counts_a_queue_place_free_while_held_jobs_run_past_the_slots():
+    # A Redis pool falling back holds its running jobs here, past ``slots``: the queue's
+    # places are still free, and a door reading none would refuse what the pool admits.
+    pool = Pool(slots=1, queue=2, wait=None)
+    ends = [pool.hold(f"held-{n}", f"held-{n}") for n in range(2)]
+
+    async def scenario():
+        queued = asyncio.create_task(pool.run("q1", "a", job("q1")))
+        await until(lambda: pool.queued() == 1)
+        assert pool.pressure("q2", "b").free == 1
+        second = asyncio.create_task(pool.run("q2", "b", job("q2")))
+        await until(lambda: pool.queued() == 2)
+        assert pool.pressure("q3", "c").free == 0
+        for end in ends:
+            get_job_loop().call_soon_threadsafe(end, None, None)
+        assert await asyncio.gather(queued, second) == ["q1", "q2"]
+
+    run(scenario)
