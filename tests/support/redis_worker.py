@@ -67,7 +67,7 @@ def _job(url: str, namespace: str, key: str, spec: dict[str, Any]):
             await client.incr(prefix + "runs:" + key)
         try:
             gate = spec.get("gate")
-            while gate and not await client.exists(prefix + "gate:" + gate):
+            while gate and not await opened(client, prefix + "gate:" + gate):
                 await asyncio.sleep(0.005)
             await asyncio.sleep(spec.get("sleep", 0))
             if spec.get("error"):
@@ -76,6 +76,14 @@ def _job(url: str, namespace: str, key: str, spec: dict[str, Any]):
         finally:
             if report:
                 await client.decr(prefix + "active")
+
+    async def opened(client: Any, gate: str) -> bool:
+        """Whether the gate is open; a read that timed out (the worker was stopped mid-read,
+        SIGSTOP) is asked again."""
+        try:
+            return bool(await client.exists(gate))
+        except aredis.TimeoutError:
+            return False
 
     return fn
 
