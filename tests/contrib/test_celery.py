@@ -91,8 +91,24 @@ def worker(tmp_path, redis_server, namespace):
     }
     command = [sys.executable, "-m", "celery", "-A", "proj", "worker", "--pool", "solo"]
     command += ["--loglevel", "info", "--without-gossip", "--without-mingle"]
+    process, log = started_worker(command, project, env)
+    try:
+        yield broker, pool, log
+    finally:
+        process.send_signal(signal.SIGTERM)  # a warm shutdown
+        try:
+            process.wait(30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def started_worker(
+    command: list[str], cwd: Path, env: dict[str, str]
+) -> tuple[subprocess.Popen, list[bytes]]:
+    """A real Celery worker started, and its log (read as it writes it), once it says ready."""
     process = subprocess.Popen(
-        command, cwd=project, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+        command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
     )
     log: list[bytes] = []
     ready = threading.Event()
@@ -104,16 +120,10 @@ def worker(tmp_path, redis_server, namespace):
                 ready.set()
 
     threading.Thread(target=read, daemon=True).start()
-    try:
-        assert ready.wait(SOON), b"".join(log).decode(errors="replace")
-        yield broker, pool, log
-    finally:
-        process.send_signal(signal.SIGTERM)  # a warm shutdown
-        try:
-            process.wait(30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+    if not ready.wait(SOON):
+        process.kill()
+        raise AssertionError(b"".join(log).decode(errors="replace"))
+    return process, log
 
 
 def test_a_worker_runs_the_docs_task_against_the_redis_pool(pdfpool, worker, tmp_path):

@@ -10,7 +10,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -19,7 +18,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import wait_until
-from tests.contrib.test_celery import PROJECT, ROOT, SOON, countdowns
+from tests.contrib.test_celery import PROJECT, ROOT, SOON, countdowns, started_worker
 from tests.support.servers import project_env
 
 pytest_plugins = ["tests.support.redis_fixtures"]
@@ -62,18 +61,23 @@ def staged_after():
     return extract_pooled(b"%PDF- the next child's", caller="celery:after", job=size)
 
 
-@shared_task(bind=True, base=PooledTask, max_retries=1)
-def retried_from_its_except_block(self):
+def holding_the_slot():  # a thread whose held job takes the only slot, until RELEASE
     RELEASE.clear()
     holder = threading.Thread(
         target=extract_pooled,
-        args=(b"%PDF- holds the only place",),
+        args=(b"%PDF- holds the only slot",),
         kwargs={"caller": "celery:holder", "job": held},
         daemon=True,
     )
     holder.start()
     while get_pool().running() == 0:
         time.sleep(0.01)
+    return holder
+
+
+@shared_task(bind=True, base=PooledTask, max_retries=1)
+def retried_from_its_except_block(self):
+    holder = holding_the_slot()
     try:
         extract_pooled(b"%PDF- refused", caller="celery:refused", job=held)
     except PoolBusy:
@@ -85,16 +89,7 @@ def retried_from_its_except_block(self):
 
 @shared_task(soft_time_limit=2)
 def queued_past_its_soft_limit():
-    RELEASE.clear()
-    holder = threading.Thread(
-        target=extract_pooled,
-        args=(b"%PDF- holds the only slot",),
-        kwargs={"caller": "celery:holder", "job": held},
-        daemon=True,
-    )
-    holder.start()
-    while get_pool().running() == 0:
-        time.sleep(0.01)
+    holder = holding_the_slot()
     started = time.monotonic()
     try:
         extract_pooled(b"%PDF- queued behind it", caller="celery:queued", job=held)
@@ -141,21 +136,8 @@ def prefork(tmp_path, redis_server, namespace) -> Iterator[Callable[..., Any]]:
         }
         command = [sys.executable, "-m", "celery", "-A", "proj", "worker", "--concurrency", "1"]
         command += ["--loglevel", "info", "--without-gossip", "--without-mingle", "-Q", queue]
-        process = subprocess.Popen(
-            command, cwd=project, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
-        )
+        process, log = started_worker(command, project, env)
         started.append(process)
-        log: list[bytes] = []
-        ready = threading.Event()
-
-        def read() -> None:
-            for line in process.stdout:
-                log.append(line)
-                if b" ready." in line:
-                    ready.set()
-
-        threading.Thread(target=read, daemon=True).start()
-        assert ready.wait(SOON), b"".join(log).decode(errors="replace")
         client = celery.Celery("client", broker=broker, backend=broker)
         yield functools.partial(client.send_task, queue=queue), staged, log
 
