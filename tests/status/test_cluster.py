@@ -103,10 +103,11 @@ def ended_lease(url: str, namespace: str, lease: float = 2.0) -> Iterator[Worker
     try:
         process = worker.ask("pool", name="p", namespace=namespace, url=url, lease=lease)
         first = worker.send("run", pool="p", key="k", caller="c", job={"gate": "g"})
-        until(lambda: worker.ask("counts", pool="p")[0] == 1)
-        os.kill(worker.pid, signal.SIGSTOP)
-        stopped = True
         with redis.Redis.from_url(url) as client:
+            # stopped at its gate, not mid-way through a report (that read would time out)
+            until(lambda: client.get(f"test:{namespace}:runs:k") == b"1")
+            os.kill(worker.pid, signal.SIGSTOP)
+            stopped = True
 
             def ended() -> bool:
                 seconds, micros = client.time()
