@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from django.conf import settings
 from django.core import checks
 from django.core.checks import CheckMessage
 
@@ -25,9 +26,12 @@ def check_settings(**kwargs: Any) -> list[CheckMessage]:
 
 @checks.register(checks.Tags.urls)
 def check_integrations(**kwargs: Any) -> list[CheckMessage]:
-    """W101: a DRF or ninja route pooled by ``django_pdfpool.pdf_pooled`` (docs/drf.md)."""
+    """W101: a DRF or ninja route pooled by ``django_pdfpool.pdf_pooled`` (docs/drf.md);
+    no ROOT_URLCONF, no routes (as Django's own URL check)."""
     from .record import framework_mismatches
 
+    if not getattr(settings, "ROOT_URLCONF", None):
+        return []
     return [
         checks.Warning(
             f"The route {route} is a {integration.rsplit('.', 1)[1]} view pooled by "

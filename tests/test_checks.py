@@ -101,3 +101,10 @@ def test_the_memory_check_warns_when_the_slots_exceed_what_the_process_may_use(s
     assert f"1 x {allowed >> 20} MiB" in warning.msg and source in warning.msg
     settings.PDFPOOL = {"SLOTS": 1, "MEMORY_LIMIT": 128 << 20}
     assert check_memory() == []
+
+
+def test_settings_without_root_urlconf_pass_the_url_checks_as_djangos_own_do(settings):
+    """A reusable app's test settings or a worker's may have no ROOT_URLCONF: Django's URL
+    check then finds nothing to check, and so does W101's."""
+    del settings.ROOT_URLCONF
+    assert checks.run_checks(tags=[checks.Tags.urls]) == []
