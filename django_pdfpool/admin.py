@@ -19,6 +19,8 @@ from .status.page import status_context, status_data
 class PoolStatusAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     """The status page, in the admin's frame, for staff with ``view_pool_status``."""
 
+    change_list_template = "admin/django_pdfpool/status.html"
+
     def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return request.user.has_perm(VIEW_STATUS)
 
@@ -50,4 +52,4 @@ class PoolStatusAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             **(extra_context or {}),
         }
         request.current_app = self.admin_site.name
-        return TemplateResponse(request, "admin/django_pdfpool/status.html", context)
+        return TemplateResponse(request, self.change_list_template, context)
