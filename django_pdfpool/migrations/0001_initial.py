@@ -19,6 +19,7 @@ class Migration(migrations.Migration):
                 "verbose_name_plural": "status",
                 "permissions": (("view_pool_status", "Can view the PDF pool status"),),
                 "managed": False,
+                "base_manager_name": "objects",
                 "default_permissions": (),
             },
         ),
