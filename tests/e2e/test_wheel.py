@@ -14,6 +14,7 @@ import json
 import os
 import subprocess
 import sys
+import tarfile
 import zipfile
 from pathlib import Path
 
@@ -113,6 +114,18 @@ def test_the_wheel_holds_every_file_of_the_package(wheel: Path) -> None:
     assert "django_pdfpool/py.typed" in shipped
     assert any(name.endswith(".lua") for name in shipped)
     assert "django_pdfpool/migrations/0001_initial.py" in shipped
+
+
+def test_the_sdist_holds_the_package_and_its_metadata_not_part_of_the_tests(wheel: Path) -> None:
+    """setuptools would add the top-level tests/test_*.py alone: a suite that cannot import
+    its own support modules."""
+    (sdist,) = wheel.parent.glob("django_pdfpool-*.tar.gz")
+    with tarfile.open(sdist) as archive:
+        tops = {name.split("/")[1] for name in archive.getnames() if name.count("/") >= 1}
+    assert tops == {
+        "PKG-INFO", "README.md", "MANIFEST.in", "pyproject.toml", "setup.cfg", "django_pdfpool",
+        "django_pdfpool.egg-info",
+    }  # fmt: skip
 
 
 def test_the_package_comes_from_the_virtualenv(venv: Path, project: Path) -> None:
