@@ -21,6 +21,7 @@ from django.utils.crypto import salted_hmac
 from django.utils.module_loading import import_string
 
 from . import bounds
+from .admission.redis.urls import presentable
 from .bounds import FLAG, Bound, MiB, integer, seconds
 from .sandbox.confine import REQUIRE
 from .sandbox.wire import ENGINE
@@ -71,12 +72,13 @@ def _imported(value: Any) -> Any:
 
 def _addresses(value: Any) -> tuple[tuple[str, int], ...] | None:
     """Sentinels' ``["host:port", ...]`` as ``((host, port), ...)`` (``[::1]`` loses its
-    brackets); None unless a list of ``host:port`` with a port number."""
+    brackets); None unless a list of ``host:port`` with a port number (not a URL)."""
     if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
         return None
     pairs = [address.rpartition(":") for address in value]
     digits = all(port.isascii() and port.isdigit() for _, _, port in pairs)  # not int("²")
-    if not digits or not all(host and 0 < int(port) < 65536 for host, _, port in pairs):
+    hosts = all(host and not {"/", "@"} & set(host) for host, _, _ in pairs)
+    if not digits or not hosts or not all(0 < int(port) < 65536 for _, _, port in pairs):
         return None
     return tuple((host.strip("[]"), int(port)) for host, _, port in pairs)
 
@@ -132,14 +134,12 @@ def _redis_problems(name: str, redis: Any) -> list[CheckMessage]:
     from redis.connection import parse_url
 
     from .admission.redis.link import connect
-    from .admission.redis.urls import presentable
 
     url = redis.get("URL")
     try:
         parse_url(url if isinstance(url, str) else "")  # type: ignore[no-untyped-call]
     except ValueError:
-        shown = presentable(url) if isinstance(url, str) else repr(url)
-        msg = f"{name}['URL'] must be a redis://, rediss:// or unix:// URL, not {shown}."
+        msg = f"{name}['URL'] must be a redis://, rediss:// or unix:// URL, not {_shown(url)}."
         return [Error(msg, hint="For example redis://127.0.0.1:6379/0", id="django_pdfpool.E007")]
     sentinels = _addresses(redis.get("SENTINELS", [])) or ()
     try:
@@ -375,13 +375,21 @@ def problems(raw: Any, name: str = "PDFPOOL", table: Any = None) -> list[CheckMe
     for key in [key for key in table if key in raw]:
         declared, where, value = table[key], f"{name}[{key!r}]", raw[key]
         if not declared.check(value):
-            msg = f"{where} must be {declared.check.expected}, not {value!r}."
+            msg = f"{where} must be {declared.check.expected}, not {_shown(value)}."
             found.append(Error(msg, id="django_pdfpool.E003"))
             continue
         if declared.group is not None and isinstance(value, dict):
             found += problems(value, where, table_of(declared.group))
         found += declared.more(where, value) if declared.more else []
     return found
+
+
+def _shown(value: Any) -> str:
+    """``repr(value)`` for a message; what may hold a URL only as ``presentable`` shows it
+    (a string), or by its type: no password in checks or logs."""
+    if "://" not in repr(value):
+        return repr(value)
+    return presentable(value) if isinstance(value, str) else f"a {type(value).__name__}"
 
 
 @functools.cache

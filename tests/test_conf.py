@@ -476,3 +476,26 @@ def test_the_keys_the_docs_name_are_keys_of_the_table():
     assert set().union(*named.values()) >= {"SLOTS", "CALLER", "REDIS"}  # the scan works
     assert {page: keys - known for page, keys in named.items() if keys - known} == {}
     assert _written_keys('PDFPOOL = {"SLOTZ": 2}\nPDFPOOL["QUEUES"]') == {"SLOTZ", "QUEUES"}
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"REDIS": "redis://:hunter2@cache:6379/0"},  # the URL where the dict goes
+        {"REDIS": {"URL": b"redis://:hunter2@cache:6379/0"}},
+        {"REDIS": {"URL": "redis://cache/0", "SENTINELS": "redis://:hunter2@sentinel:26379"}},
+        {"REDIS": {"URL": "redis://cache/0", "SENTINELS": ["redis://:hunter2@sentinel:26379"]}},
+    ],
+    ids=["redis-a-url", "url-bytes", "sentinels-a-url", "sentinels-urls"],
+)
+def test_a_redis_password_in_a_refused_value_is_masked_in_the_check_and_the_exception(
+    settings, value
+):
+    """docs/security.md: a Redis URL is shown by ``presentable`` wherever it is shown, a
+    check's message and the ImproperlyConfigured raised at first use (logged) included."""
+    found = problems(value)
+    assert found and all("hunter2" not in f"{p.msg} {p.hint}" for p in found)
+    settings.PDFPOOL = value
+    with pytest.raises(ImproperlyConfigured) as refused:
+        get_settings()
+    assert "hunter2" not in str(refused.value)
