@@ -136,8 +136,10 @@ def _redis_problems(name: str, redis: Any) -> list[CheckMessage]:
     from .admission.redis.link import connect
 
     url = redis.get("URL")
+    if "URL" in redis and not isinstance(url, str):
+        return []  # E003
     try:
-        parse_url(url if isinstance(url, str) else "")  # type: ignore[no-untyped-call]
+        parse_url(url or "")  # type: ignore[no-untyped-call]
     except ValueError:
         msg = f"{name}['URL'] must be a redis://, rediss:// or unix:// URL, not {_shown(url)}."
         return [Error(msg, hint="For example redis://127.0.0.1:6379/0", id="django_pdfpool.E007")]

@@ -499,3 +499,11 @@ def test_a_redis_password_in_a_refused_value_is_masked_in_the_check_and_the_exce
     with pytest.raises(ImproperlyConfigured) as refused:
         get_settings()
     assert "hunter2" not in str(refused.value)
+
+
+@pytest.mark.parametrize("url", [None, 42, b"redis://127.0.0.1:1/0"], ids=repr)
+def test_a_redis_url_that_fails_its_own_bound_is_e003_alone_not_e007_too(url):
+    """As E004 after E003: one problem, one error (an absent URL is E007's)."""
+    assert [p.id for p in problems({"REDIS": {"URL": url, "NAMESPACE": "n"}})] == [
+        "django_pdfpool.E003"
+    ]
