@@ -8,7 +8,7 @@ from django.db import models
 VIEW_STATUS = "django_pdfpool.view_pool_status"  # the status page's (HTML and JSON)
 
 
-class NoRows(models.Manager["PoolStatus"]):
+class _NoRows(models.Manager["PoolStatus"]):
     """Every query empty, never sent: ``dumpdata`` (``--all`` too) reads every model."""
 
     def get_queryset(self) -> models.QuerySet[PoolStatus]:
@@ -19,7 +19,7 @@ class PoolStatus(models.Model):
     """The status page's admin entry and permission; never queried."""
 
     id = models.BigAutoField(primary_key=True)  # whatever DEFAULT_AUTO_FIELD: no migration
-    objects = NoRows()
+    objects = _NoRows()
 
     class Meta:
         managed = False
