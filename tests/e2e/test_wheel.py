@@ -114,6 +114,8 @@ def test_the_wheel_holds_every_file_of_the_package(wheel: Path) -> None:
     assert "django_pdfpool/py.typed" in shipped
     assert any(name.endswith(".lua") for name in shipped)
     assert "django_pdfpool/migrations/0001_initial.py" in shipped
+    with zipfile.ZipFile(wheel) as archive:
+        assert any(name.endswith(".dist-info/licenses/LICENSE") for name in archive.namelist())
 
 
 def test_the_sdist_holds_the_package_and_its_metadata_not_part_of_the_tests(wheel: Path) -> None:
@@ -123,7 +125,7 @@ def test_the_sdist_holds_the_package_and_its_metadata_not_part_of_the_tests(whee
     with tarfile.open(sdist) as archive:
         tops = {name.split("/")[1] for name in archive.getnames() if name.count("/") >= 1}
     assert tops == {
-        "PKG-INFO", "README.md", "MANIFEST.in", "pyproject.toml", "setup.cfg", "django_pdfpool",
+        "PKG-INFO", "LICENSE", "README.md", "MANIFEST.in", "pyproject.toml", "setup.cfg", "django_pdfpool",
         "django_pdfpool.egg-info",
     }  # fmt: skip
 
