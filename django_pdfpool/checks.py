@@ -60,7 +60,12 @@ def check_sandbox(**kwargs: Any) -> list[CheckMessage]:
             id="django_pdfpool.W021",
         )
         for layer, why in found.missing.items()
+        if found.enabled
     ]
+    if not found.enabled:
+        msg = "PDFPOOL['SANDBOX']['LAYERS'] is False: no extraction child confines itself."
+        hint = "Set it to True outside an engine's debugging (docs/security.md)."
+        messages.append(checks.Warning(msg, hint=hint, id="django_pdfpool.W021"))
     if not found.sufficient:
         gives = f"this host gives {found.level!r}" if found.enabled else "LAYERS is False"
         msg = (
