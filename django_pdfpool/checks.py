@@ -118,11 +118,21 @@ def check_memory(**kwargs: Any) -> list[CheckMessage]:
     return [checks.Warning(msg, hint=hint, id="django_pdfpool.W031")]
 
 
+def _runserver_without_threads() -> bool:
+    """Django's own runserver told ``--nothreading`` (argparse takes ``--not...`` for it);
+    daphne's runserver serves each request on its event loop, threads or not."""
+    from django.core.management import get_commands
+
+    if sys.argv[1:2] != ["runserver"] or get_commands().get("runserver") == "daphne":
+        return False
+    return any(len(arg) > 4 and "--nothreading".startswith(arg) for arg in sys.argv[2:])
+
+
 @checks.register()
 def check_server(**kwargs: Any) -> list[CheckMessage]:
     """W041: the server serves one request at a time per process (runserver --nothreading,
     gunicorn's sync worker with one thread), as far as this process can see it."""
-    if sys.argv[1:2] == ["runserver"] and "--nothreading" in sys.argv:
+    if _runserver_without_threads():
         server = "runserver --nothreading"
     elif _gunicorn_is_serial():
         server = "gunicorn's sync worker with one thread"

@@ -113,3 +113,16 @@ def test_runserver_without_threads_is_warned(monkeypatch):
     assert warning.id == "django_pdfpool.W041" and warning.msg.startswith("runserver")
     monkeypatch.setattr(sys, "argv", ["manage.py", "runserver"])
     assert check_server() == []
+
+
+@pytest.mark.parametrize("flag", ["--nothreading", "--nothr", "--not"])
+def test_runserver_told_no_threads_in_any_spelling_argparse_takes_is_warned(monkeypatch, flag):
+    monkeypatch.setattr(sys, "argv", ["manage.py", "runserver", "8000", flag])
+    assert [w.id for w in check_server()] == ["django_pdfpool.W041"]
+
+
+def test_daphnes_runserver_serves_concurrently_without_threads(monkeypatch, settings):
+    """With daphne installed first, ``runserver`` is daphne's ASGI server: no warning."""
+    settings.INSTALLED_APPS = ["daphne", *settings.INSTALLED_APPS]
+    monkeypatch.setattr(sys, "argv", ["manage.py", "runserver", "--nothreading"])
+    assert check_server() == []
