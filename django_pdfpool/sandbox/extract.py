@@ -31,6 +31,7 @@ from .confine import LAYERS, LEVELS, REQUIRE
 
 PAGE_SEPARATOR = "\n\n"
 """Between two pages in ``Extraction.text``."""
+_joining = threading.Lock()  # an Extraction's text is joined under it
 
 
 class ReadOnlyDict(dict):  # type: ignore[type-arg]
@@ -69,10 +70,14 @@ class Extraction:
         object.__setattr__(self, "pages", tuple(self.pages))
         object.__setattr__(self, "metadata", ReadOnlyDict(self.metadata))
 
-    @functools.cached_property
+    @property
     def text(self) -> str:
-        """The pages joined with PAGE_SEPARATOR (built on first use, then kept)."""
-        return PAGE_SEPARATOR.join(self.pages)
+        """The pages joined with PAGE_SEPARATOR (built on first use, then kept): once, however
+        many sharers ask at once (``cached_property`` no longer locks since Python 3.12)."""
+        with _joining:
+            joined: str = self.__dict__.get("text") or PAGE_SEPARATOR.join(self.pages)
+            self.__dict__["text"] = joined
+            return joined
 
     def __getstate__(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}  # not the joined text

@@ -54,3 +54,21 @@ def test_an_honest_answer_past_the_page_cap_is_cut_and_says_so():
     answer = decode_answer(encode_answer(Extracted("0", len(pages), pages, {}, False)))
     assert isinstance(answer, Extracted) and answer.truncated
     assert len(answer.pages) == MAX_ANSWER_PAGES and answer.page_count == MAX_ANSWER_PAGES + 1
+
+
+def test_a_page_with_one_character_past_u_ffff_is_held_at_4_bytes_a_character():
+    """What docs/performance.md tells operators to size for: a str holds every character of
+    a page in the width of its widest, so 8 MiB of ASCII and one emoji take 32 MiB."""
+    page = "a" * (8 << 20) + "\U0001f4a3"
+    line = bytearray(encode_answer(Extracted("0" * 64, 1, [page], {}, False)))
+    size = len(line)
+    del page
+    tracemalloc.start()
+    try:
+        answer = decode_answer(line)
+        held, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert isinstance(answer, Extracted) and len(answer.pages[0]) == (8 << 20) + 1
+    assert 3.9 * size < held < 4.1 * size, held / size
+    assert peak < 5.1 * size, peak / size  # the buffer, emptied, and the page

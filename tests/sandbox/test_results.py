@@ -8,6 +8,8 @@ import copy
 import dataclasses
 import json
 import pickle
+import sys
+import threading
 
 import pytest
 
@@ -67,6 +69,36 @@ def test_an_extraction_round_trips_json_pickle_and_copies():
         assert again == pdf and again.text == pdf.text
         with pytest.raises(TypeError):
             again.metadata["x"] = "y"  # type: ignore[index]
+
+
+def texts_read_at_once(pdf: Extraction, readers: int) -> list[str]:
+    """``pdf.text`` as ``readers`` threads read it, all at once."""
+    at_once, texts = threading.Barrier(readers), []
+
+    def read() -> None:
+        at_once.wait()
+        texts.append(pdf.text)
+
+    threads = [threading.Thread(target=read) for _ in range(readers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return texts
+
+
+def test_sharers_reading_the_text_at_once_share_one_join():
+    """Every sharer's view reads ``text`` as it wakes: one join of the pages is made and kept,
+    not one per thread that asked first (up to 8 MiB each; 4 bytes a character past U+FFFF)."""
+    pages = [f"{n:080d}" for n in range(20_000)]
+    switching = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # threads switch often: between a join and keeping it too
+    try:
+        for _ in range(10):
+            texts = texts_read_at_once(an_extraction(pages=pages, page_count=len(pages)), 8)
+            assert len({id(text) for text in texts}) == 1
+    finally:
+        sys.setswitchinterval(switching)
 
 
 def test_the_redis_codec_round_trips_an_extraction():

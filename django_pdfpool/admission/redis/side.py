@@ -120,14 +120,15 @@ class ProcessSide:
         self._told_mismatch = False  # the deployment error is logged once per process
         self._lock = threading.Lock()  # for other threads' reads of the next two
         self._jobs: dict[str, RedisJob] = {}  # written under _lock: in flight here, by id
-        self.admissions: set[asyncio.Task[None]] = set()  # written under _lock: under way
+        self.admissions: dict[asyncio.Task[None], str] = {}  # under _lock: under way, its key
         self._seq = 0  # numbers the job ids this process makes (see beat.lua)
         self._pending: set[str] = set()  # ids of jobs being admitted with an fn
         self._dropping: set[str] = set()  # ids of our jobs being dropped
         # events ahead of their admission's reply: id -> (first seen, events)
         self._early: dict[str, tuple[float, list[Event]]] = {}
-        # outcomes of jobs that ended here, for a join whose reply comes after the end
-        self._finished: dict[str, tuple[float, Any, BaseException | None]] = {}
+        # outcomes of jobs that ended here, for a join (of their key) whose reply comes after
+        # the end: id -> (ended, key, result, error)
+        self._finished: dict[str, tuple[float, str, Any, BaseException | None]] = {}
         self.mode = REDIS  # any thread reads it (one str): REDIS, LOCAL_FALLBACK, REFUSING
         self.trouble: str | None = None  # any thread reads: UNREACHABLE or REFUSED, not REDIS
         self.last_error = ""  # any thread reads: the last failure, for the status page
@@ -153,7 +154,7 @@ class ProcessSide:
         self._keep_redis()
         task = waiter.admission = self.spawn(self._admit(waiter))
         with self._lock:
-            self.admissions.add(task)
+            self.admissions[task] = waiter.key
         task.add_done_callback(self._admitted)
 
     def add_idle_waiter(self, waiter: Waiter) -> None:
@@ -222,11 +223,13 @@ class ProcessSide:
     def _admitted(self, task: asyncio.Task[None]) -> None:
         """An admission ended: act on the early events no admission can claim any more."""
         with self._lock:
-            self.admissions.discard(task)
+            self.admissions.pop(task, None)
             old = math.inf if not self.admissions else time.monotonic() - 2 * self._settings.timeout
+            keys = set(self.admissions.values())
         stale = {job_id: early for job_id, early in self._early.items() if early[0] < old}
         self._early = {job_id: early for job_id, early in self._early.items() if early[0] >= old}
-        self._finished = {job_id: end for job_id, end in self._finished.items() if end[0] >= old}
+        kept = self._finished.items()  # each for a join of its key still on its way
+        self._finished = {job_id: end for job_id, end in kept if end[0] >= old and end[1] in keys}
         for event in (event for _, events in stale.values() for event in events):
             if event.job_id in self._jobs:
                 self._on_event(event)
@@ -246,7 +249,7 @@ class ProcessSide:
             ended = self._finished.get(reply.job_id)  # it ended here while the reply travelled
             if ended is not None and ended[0] >= sent:  # (before it was sent: Redis counted
                 # it again since, and this call waits on it again)
-                jobs.deliver([waiter], ended[1], ended[2])
+                jobs.deliver([waiter], ended[2], ended[3])
                 return
         job = self._jobs.get(reply.job_id) or self._add(
             RedisJob(waiter.key, id=reply.job_id, state=reply.state)
@@ -421,8 +424,8 @@ class ProcessSide:
         elif kind not in ("", "dropped"):
             error = RunnerLost(Wording.RUNNER_LOST)
         if kind != "dropped":  # nobody waits on a dropped job
-            if self.admissions:  # kept while a join's reply may still be on its way
-                self._finished[job.id] = (time.monotonic(), result, error)
+            if job.key in self.admissions.values():  # a join's reply may still be on its way
+                self._finished[job.id] = (time.monotonic(), job.key, result, error)
             jobs.deliver(waiters, result, error)
         if job.local_hold is not None:  # the fallback pool counted it: its joiners too
             job.local_hold(result, error)
