@@ -263,3 +263,13 @@ class AllowOrigin(MiddlewareMixin):
     def process_response(self, request: HttpRequest, response: HttpResponse) -> HttpResponse:
         response["Access-Control-Allow-Origin"] = "https://app.example"
         return response
+
+
+def db_refusal(request: HttpRequest, exception: Exception) -> HttpResponse:
+    """A project's ``REFUSAL_VIEW`` that reads the database, as a page with a menu would."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM sqlite_master")
+        (tables,) = cursor.fetchone()
+    return HttpResponse(f"{exception.code}: {tables} tables", status=499)
