@@ -4,6 +4,7 @@ connection is closed at the end of the request, as Django closes a view's
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 
@@ -19,10 +20,8 @@ def opened(pid: int, path: str) -> int:
     """How many file descriptors of ``pid`` hold ``path`` open."""
     found = 0
     for fd in os.listdir(f"/proc/{pid}/fd"):
-        try:
+        with contextlib.suppress(FileNotFoundError):  # closed meanwhile
             found += os.readlink(f"/proc/{pid}/fd/{fd}") == path
-        except FileNotFoundError:
-            pass
     return found
 
 
@@ -34,7 +33,9 @@ def opened(pid: int, path: str) -> int:
     ],
     ids=["door", "async-decorator"],
 )
-def test_a_refusal_views_database_connection_is_closed_with_its_request(tmp_path, url, content, code):
+def test_a_refusal_views_database_connection_is_closed_with_its_request(
+    tmp_path, url, content, code
+):
     database = str(tmp_path / "db.sqlite3")
     sqlite3.connect(database).close()
     env = {"DJANGO_SETTINGS_MODULE": "tests.project.db_settings", "PDFPOOL_TEST_DB": database}
