@@ -87,8 +87,9 @@ class AdmissionMiddleware:
                 record.release()
 
     def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
-        """The answer for a refusal or an extraction error; None lets anything else through."""
-        if isinstance(exception, Refused | ExtractionError):
+        """The answer for a refusal, an extraction error or a rejected upload (``extract_pooled``'s
+        ``UploadTooLarge``); None lets anything else through."""
+        if isinstance(exception, Refused | ExtractionError | UploadRejected):
             return refusal_answer(request, exception)
         return None
 

@@ -554,3 +554,12 @@ def test_a_refusal_views_template_response_is_rendered(pdfpool, door):
     assert (response.status_code, response.content) == (413, b"refused: too_large")
     response = async_to_sync(AsyncClient().post)("/sync/", big, content_type="application/pdf")
     assert (response.status_code, response.content) == (413, b"refused: too_large")
+
+
+@pytest.mark.parametrize("url", ["/stored/sync/", "/stored/async/"])
+def test_an_upload_too_large_for_extract_pooled_in_a_view_is_its_413(pdfpool, url):
+    """``extract_pooled`` in a view of one's own raises ``UploadTooLarge`` as the pool's
+    refusals: the middleware answers it as the decorator would, not with a server error."""
+    pdfpool(MAX_UPLOAD_SIZE=1024)
+    response = post(url, pdfs.simple(["x" * 2000]) + b"%" * 2000)
+    assert response.status_code == 413 and response.json()["error"] == "too_large"

@@ -273,3 +273,19 @@ def db_refusal(request: HttpRequest, exception: Exception) -> HttpResponse:
         cursor.execute("SELECT count(*) FROM sqlite_master")
         (tables,) = cursor.fetchone()
     return HttpResponse(f"{exception.code}: {tables} tables", status=499)
+
+
+def sync_stored(request: HttpRequest) -> JsonResponse:
+    """Extracts its form's file with ``extract_pooled``, no decorator: its failures reach the
+    client through AdmissionMiddleware."""
+    from django_pdfpool import extract_pooled
+
+    extraction = extract_pooled(request.FILES["file"], caller="stored")
+    return JsonResponse({"pages": extraction.page_count})
+
+
+async def async_stored(request: HttpRequest) -> JsonResponse:
+    from django_pdfpool import aextract_pooled
+
+    extraction = await aextract_pooled(request.FILES["file"], caller="stored")
+    return JsonResponse({"pages": extraction.page_count})
