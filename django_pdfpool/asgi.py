@@ -127,7 +127,8 @@ class _CountedBody:
             return await self._refuse(BodyTimeout(Wording.TIMED_OUT))
         if message["type"] == "http.request":
             if not self.ticket.arrived(len(message.get("body", b"")), self.ticket.terms):
-                pressure = await asyncio.to_thread(get_pool().pressure)  # rare: off the loop
+                caller = self._request.META[RECORD].caller  # the pool's Retry-After for it
+                pressure = await asyncio.to_thread(get_pool().pressure, None, caller)  # rare
                 return await self._refuse(jobs.queue_full(pressure.retry_after))
             if self.ticket.received > self.ticket.limit:
                 return await self._refuse(UploadTooLarge.over(self.ticket.terms.max_upload_size))
