@@ -1,19 +1,21 @@
-"""A project's ``REFUSAL_VIEW`` that reads the database, under a real ASGI server: its
-connection is closed at the end of the request, as Django closes a view's
-(``CONN_MAX_AGE`` 0), whichever entry answered."""
+"""Database connections opened for a request under a real ASGI server (a project's
+``REFUSAL_VIEW``, the door reading a session) are closed at the end of the request, as Django
+closes a view's (``CONN_MAX_AGE`` 0), whichever entry answered."""
 
 from __future__ import annotations
 
 import contextlib
 import os
-import sqlite3
+import subprocess
+import sys
 
 import httpx
 import pytest
 
-from tests.support.servers import DOOR_ASGI, uvicorn, wait_for
+from tests.support.servers import ROOT, uvicorn, wait_for
 
 MiB = 1024 * 1024
+SETTINGS = "tests.project.db_settings"
 
 
 def opened(pid: int, path: str) -> int:
@@ -25,23 +27,34 @@ def opened(pid: int, path: str) -> int:
     return found
 
 
+@pytest.fixture(scope="module")
+def database(tmp_path_factory) -> str:
+    path = str(tmp_path_factory.mktemp("db") / "db.sqlite3")
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": SETTINGS, "PDFPOOL_TEST_DB": path}
+    migrate = [sys.executable, "-m", "django", "migrate", "-v0"]
+    subprocess.run(migrate, env=env, cwd=ROOT, check=True, timeout=120)
+    return path
+
+
 @pytest.mark.parametrize(
-    ("url", "content", "code"),
+    ("url", "headers", "content", "answer"),
     [
-        ("/sync/", b"x" * (2 * MiB), "too_large"),  # the door, from the headers
-        ("/async/", b"x=1", "no_upload"),  # an async view's decorator
+        ("/sync/", {}, b"x" * (2 * MiB), (499, "too_large")),  # the door, from the headers
+        ("/async/", {}, b"x=1", (499, "no_upload")),  # an async view's decorator
+        ("/drf/apiview/session/", {"cookie": "sessionid=" + "s" * 32}, b"x" * (2 * MiB), None),
     ],
-    ids=["door", "async-decorator"],
+    ids=["refusal-view-door", "refusal-view-async-decorator", "door-reads-a-session"],
 )
-def test_a_refusal_views_database_connection_is_closed_with_its_request(
-    tmp_path, url, content, code
+def test_a_requests_database_connections_are_closed_with_it(
+    database, url, headers, content, answer
 ):
-    database = str(tmp_path / "db.sqlite3")
-    sqlite3.connect(database).close()
-    env = {"DJANGO_SETTINGS_MODULE": "tests.project.db_settings", "PDFPOOL_TEST_DB": database}
+    env = {"DJANGO_SETTINGS_MODULE": SETTINGS, "PDFPOOL_TEST_DB": database}
     pdfpool = {"MAX_UPLOAD_SIZE": MiB, "REFUSAL_VIEW": "tests.project.views.db_refusal"}
-    with uvicorn(DOOR_ASGI, pdfpool=pdfpool, env=env) as server:
-        headers = {"content-type": "application/x-www-form-urlencoded"}
+    app = "tests.project.contrib_asgi:application"
+    with uvicorn(app, pdfpool=pdfpool, env=env) as server:
+        headers = {"content-type": "application/x-www-form-urlencoded", **headers}
         response = httpx.post(f"{server.url}{url}", content=content, headers=headers, timeout=30)
-        assert (response.status_code, response.text) == (499, f"{code}: 0 tables")
+        if answer is not None:
+            status, code = answer
+            assert response.status_code == status and response.text.startswith(f"{code}: ")
         wait_for(lambda: opened(server.pid, database) == 0, 5.0)
