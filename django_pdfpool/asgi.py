@@ -13,7 +13,7 @@ import signal
 import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from types import FrameType
 from typing import Any, TypeVar
@@ -23,6 +23,7 @@ from django.conf import settings
 from django.conf.urls.i18n import is_language_prefix_patterns_used
 from django.core.handlers.asgi import ASGIHandler, ASGIRequest, get_script_prefix
 from django.core.signals import setting_changed
+from django.db import close_old_connections
 from django.dispatch import receiver
 from django.http import HttpRequest, HttpResponse
 from django.http.response import HttpResponseBase
@@ -83,7 +84,12 @@ class PdfPoolDoor:
             return
         record = AdmissionRecord.read(sent_headers(request), view)
         request.META[RECORD] = record  # decided: AdmissionMiddleware lets its answer through
-        decided = await arun_steps(through_door(request, record, view, func))
+        door_thread = _DoorThread()
+        try:
+            async with ThreadSensitiveContext(executor=door_thread):  # Django's code, its own
+                decided = await arun_steps(through_door(request, record, view, func))
+        finally:
+            await door_thread.aclose()
         if decided is None:  # Django's answer
             await self.app(scope, receive, send)
             return
@@ -97,6 +103,25 @@ class PdfPoolDoor:
         finally:
             if record.release is not None:  # not given back by the call reaching the pool
                 record.release()
+
+
+class _DoorThread(Executor):
+    """A door's sync calls (Django's: a session, a framework's authentication), on a thread
+    started at the first; ``aclose()`` closes its database connections as ``request_finished``
+    would (it never reaches this thread), then ends it."""
+
+    def __init__(self) -> None:
+        self._thread: ThreadPoolExecutor | None = None
+
+    def submit(self, fn: Callable[..., Returned], /, *args: Any, **kwargs: Any) -> Future[Returned]:
+        if self._thread is None:
+            self._thread = ThreadPoolExecutor(1, thread_name_prefix="pdfpool-door")
+        return self._thread.submit(fn, *args, **kwargs)
+
+    async def aclose(self) -> None:
+        if self._thread is not None:
+            await asyncio.wrap_future(self._thread.submit(close_old_connections))
+            self._thread.shutdown(wait=False)
 
 
 @dataclass(slots=True)
@@ -127,7 +152,8 @@ class _CountedBody:
             return await self._refuse(BodyTimeout(Wording.TIMED_OUT))
         if message["type"] == "http.request":
             if not self.ticket.arrived(len(message.get("body", b"")), self.ticket.terms):
-                pressure = await asyncio.to_thread(get_pool().pressure)  # rare: off the loop
+                caller = self._request.META[RECORD].caller  # the pool's Retry-After for it
+                pressure = await asyncio.to_thread(get_pool().pressure, None, caller)  # rare
                 return await self._refuse(jobs.queue_full(pressure.retry_after))
             if self.ticket.received > self.ticket.limit:
                 return await self._refuse(UploadTooLarge.over(self.ticket.terms.max_upload_size))

@@ -388,7 +388,8 @@ class Call(Generic[Value]):
     @classmethod
     def django(cls, code: Callable[[], Value]) -> Call[Value]:
         """``code``, which may use the database: on the thread Django runs a request's sync
-        code on, never a pool thread that would keep its connections open."""
+        code on (``PdfPoolDoor``'s own, before Django), never a pool thread that would keep
+        its connections open."""
         return cls(code, sync_to_async(code, thread_sensitive=True))
 
 

@@ -75,7 +75,8 @@ class AdmissionMiddleware:
             return (yield from _answered(request, decided, view))
         stream, timed = getattr(request, "_stream", None), None
         if decided is not None and stream is not None and not asgi:  # WSGI: the body unread
-            timed = request._stream = TimedStream(stream, decided, decided.terms)  # type: ignore[assignment]
+            timed = TimedStream(stream, decided, decided.terms, record.caller)
+            request._stream = timed  # type: ignore[assignment]
         try:
             respond = partial(self.get_response, request)
             response: HttpResponse = yield Call(cast(Sync, respond), cast(Async, respond))
@@ -87,8 +88,9 @@ class AdmissionMiddleware:
                 record.release()
 
     def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
-        """The answer for a refusal or an extraction error; None lets anything else through."""
-        if isinstance(exception, Refused | ExtractionError):
+        """The answer for a refusal, an extraction error or a rejected upload (``extract_pooled``'s
+        ``UploadTooLarge``); None lets anything else through."""
+        if isinstance(exception, Refused | ExtractionError | UploadRejected):
             return refusal_answer(request, exception)
         return None
 
@@ -109,10 +111,12 @@ def _answered(
 class TimedStream:
     """A WSGI body read against its ticket: a read past the deadline raises ``BodyTimeout``
     (408), past the budget's bytes ``PoolBusy``, kept as ``refused`` (the request's answer,
-    whoever read); at the deadline the place goes back."""
+    whoever read); at the deadline the place goes back. ``caller``: whose Retry-After it is."""
 
-    def __init__(self, stream: Any, ticket: Ticket, terms: Terms) -> None:
-        self._stream, self._ticket, self._terms = stream, ticket, terms
+    def __init__(
+        self, stream: Any, ticket: Ticket, terms: Terms, caller: str | None = None
+    ) -> None:
+        self._stream, self._ticket, self._terms, self._caller = stream, ticket, terms, caller
         self.refused: BodyTimeout | PoolBusy | None = None
 
     def _check(self) -> None:
@@ -125,7 +129,7 @@ class TimedStream:
         self._check()
         data = read(size)
         if not self._ticket.arrived(len(data), self._terms):  # past the budget's bytes
-            self.refused = queue_full(get_pool().pressure().retry_after)
+            self.refused = queue_full(get_pool().pressure(None, self._caller).retry_after)
             raise self.refused
         self._check()
         return data

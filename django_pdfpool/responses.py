@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable
 from typing import NamedTuple, cast
 
 from asgiref.sync import async_to_sync, iscoroutinefunction, sync_to_async
+from django.db import close_old_connections
 from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse
 from django.utils.html import format_html
 
@@ -140,7 +141,18 @@ async def arefusal_answer(
         return _response(view, await view(request, error))
     if answers_quickly(answer):
         return refusal_answer(request, error, answer)
-    return await sync_to_async(refusal_answer, thread_sensitive=False)(request, error, answer)
+    return await sync_to_async(_answered_in_thread, thread_sensitive=False)(request, error, answer)
+
+
+def _answered_in_thread(
+    request: HttpRequest, error: Failure, answer: RefusalView | None
+) -> HttpResponse:
+    """``refusal_answer`` in a worker thread, its database connections then closed as Django
+    closes a view's (its ``request_finished`` never reaches this thread)."""
+    try:
+        return refusal_answer(request, error, answer)
+    finally:
+        close_old_connections()
 
 
 def _response(view: object, response: object) -> HttpResponse:

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import contextlib
 import io
+import math
 import os
 import threading
+from functools import partial
 
 import pytest
 from asgiref.sync import async_to_sync
@@ -554,3 +556,49 @@ def test_a_refusal_views_template_response_is_rendered(pdfpool, door):
     assert (response.status_code, response.content) == (413, b"refused: too_large")
     response = async_to_sync(AsyncClient().post)("/sync/", big, content_type="application/pdf")
     assert (response.status_code, response.content) == (413, b"refused: too_large")
+
+
+@pytest.mark.parametrize("url", ["/stored/sync/", "/stored/async/"])
+def test_an_upload_too_large_for_extract_pooled_in_a_view_is_its_413(pdfpool, url):
+    """``extract_pooled`` in a view of one's own raises ``UploadTooLarge`` as the pool's
+    refusals: the middleware answers it as the decorator would, not with a server error."""
+    pdfpool(MAX_UPLOAD_SIZE=1024)
+    response = post(url, pdfs.simple(["x" * 2000]) + b"%" * 2000)
+    assert response.status_code == 413 and response.json()["error"] == "too_large"
+
+
+@pytest.mark.parametrize("server", ["asgi", "wsgi"])
+def test_a_body_shed_mid_way_is_told_the_pools_retry_after_for_its_caller(pdfpool, server):
+    """A caller back as told after a refusal is told twice as long (the pool's rule): a body
+    let in on the budget and shed mid-way (``PdfPoolDoor``, ``AdmissionMiddleware``) is told
+    that too, as from the headers."""
+    from django.core.asgi import get_asgi_application
+
+    from django_pdfpool import PdfPoolDoor
+    from tests.support.door import MINE, THEIRS, answer_of, asgi_post
+
+    pdfpool(SLOTS=1, QUEUE=0, DOOR={"BUDGET": 2, "BUDGET_BYTES": 200})
+    app, caller, pool = PdfPoolDoor(get_asgi_application()), "ip:10.9.9.9", get_pool()
+
+    def upload(body: bytes, sent: bytes) -> tuple[int, str | None]:
+        if server == "wsgi":
+            client = Client(REMOTE_ADDR="10.9.9.9")
+            answer = client.generic("POST", "/held/sync/", body, "application/pdf")
+            return answer.status_code, answer.get("Retry-After")
+        scope = {**asgi_post("/held/async/", body), "client": ("10.9.9.9", 5000)}
+        status, _, headers = async_to_sync(answer_of)(app, scope, sent)
+        return status, headers.get(b"Retry-After", b"").decode() or None
+
+    HELD.reset()
+    with held_requests(1) as threads:
+        threads.submit(async_to_sync(answer_of), app, asgi_post("/held/async/", THEIRS), THEIRS)
+        wait_until(lambda: pool.running() == 1)
+        other = b"%PDF-" + b"z" * 500  # of a size no job in flight has: refused from the headers
+        assert upload(other, b"")[0] == 503
+        alone, mine = partial(pool.pressure), partial(pool.pressure, None, caller)
+        wait_until(lambda: mine().retry_after > 1.5 * alone().retry_after)  # back as told
+        told = mine().retry_after  # twice as long
+        status, retry_after = upload(MINE, MINE)  # it may join: let in, then past BUDGET_BYTES
+        after = mine().retry_after
+    assert status == 503 and retry_after is not None
+    assert math.ceil(told) <= int(retry_after) <= math.ceil(after)

@@ -26,4 +26,6 @@ urlpatterns = [
     path("gated/", views.gated),
     path("threaded/", views.threaded),
     path("orphaned/", views.orphaned),
+    path("stored/sync/", views.sync_stored),
+    path("stored/async/", views.async_stored),
 ]

@@ -263,3 +263,29 @@ class AllowOrigin(MiddlewareMixin):
     def process_response(self, request: HttpRequest, response: HttpResponse) -> HttpResponse:
         response["Access-Control-Allow-Origin"] = "https://app.example"
         return response
+
+
+def db_refusal(request: HttpRequest, exception: Exception) -> HttpResponse:
+    """A project's ``REFUSAL_VIEW`` that reads the database, as a page with a menu would."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM sqlite_master")
+        (tables,) = cursor.fetchone()
+    return HttpResponse(f"{exception.code}: {tables} tables", status=499)
+
+
+def sync_stored(request: HttpRequest) -> JsonResponse:
+    """Extracts its form's file with ``extract_pooled``, no decorator: its failures reach the
+    client through AdmissionMiddleware."""
+    from django_pdfpool import extract_pooled
+
+    extraction = extract_pooled(request.FILES["file"], caller="stored")
+    return JsonResponse({"pages": extraction.page_count})
+
+
+async def async_stored(request: HttpRequest) -> JsonResponse:
+    from django_pdfpool import aextract_pooled
+
+    extraction = await aextract_pooled(request.FILES["file"], caller="stored")
+    return JsonResponse({"pages": extraction.page_count})
