@@ -23,7 +23,7 @@ from django.conf import settings
 from django.conf.urls.i18n import is_language_prefix_patterns_used
 from django.core.handlers.asgi import ASGIHandler, ASGIRequest, get_script_prefix
 from django.core.signals import setting_changed
-from django.db import close_old_connections
+from django.db import connections
 from django.dispatch import receiver
 from django.http import HttpRequest, HttpResponse
 from django.http.response import HttpResponseBase
@@ -107,8 +107,8 @@ class PdfPoolDoor:
 
 class _DoorThread(Executor):
     """A door's sync calls (Django's: a session, a framework's authentication), on a thread
-    started at the first; ``aclose()`` closes its database connections as ``request_finished``
-    would (it never reaches this thread), then ends it."""
+    started at the first; ``aclose()`` closes its database connections (``request_finished``
+    never reaches this thread), then ends it."""
 
     def __init__(self) -> None:
         self._thread: ThreadPoolExecutor | None = None
@@ -120,7 +120,7 @@ class _DoorThread(Executor):
 
     async def aclose(self) -> None:
         if self._thread is not None:
-            await asyncio.wrap_future(self._thread.submit(close_old_connections))
+            await asyncio.wrap_future(self._thread.submit(connections.close_all))  # it ends
             self._thread.shutdown(wait=False)
 
 

@@ -135,14 +135,15 @@ async def acaller_after(request: HttpRequest, asked_before: str | None) -> str:
 
 async def acaller_of(request: HttpRequest) -> str:
     """``caller_of`` from an event loop: ``request.user`` resolved first (``aresolve_user``),
-    an async ``CALLER`` awaited, a project's sync one run in a worker thread."""
+    an async ``CALLER`` awaited, a project's sync one on the request's thread (Django closes
+    its connections)."""
     await aresolve_user(request)
     function = get_settings().caller
     if function in (user_or_ip, user_or_forwarded_ip):  # read attributes only: fine on a loop
         return _named(function(request), request)
     if iscoroutinefunction(function):
         return _named(await function(request), request)
-    return _named(await sync_to_async(function, thread_sensitive=False)(request), request)
+    return _named(await sync_to_async(function, thread_sensitive=True)(request), request)
 
 
 def _named(caller: object, request: HttpRequest) -> str:

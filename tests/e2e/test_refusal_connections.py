@@ -1,6 +1,6 @@
 """Database connections opened for a request under a real ASGI server (a project's
-``REFUSAL_VIEW``, the door reading a session) are closed at the end of the request, as Django
-closes a view's (``CONN_MAX_AGE`` 0), whichever entry answered."""
+``REFUSAL_VIEW`` or ``CALLER``, the door reading a session) are closed at the end of the
+request, as Django closes a view's (``CONN_MAX_AGE`` 0), whichever entry answered."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import sys
 import httpx
 import pytest
 
+from tests.support import pdfs
 from tests.support.servers import ROOT, uvicorn, wait_for
 
 MiB = 1024 * 1024
@@ -42,19 +43,22 @@ def database(tmp_path_factory) -> str:
         ("/sync/", {}, b"x" * (2 * MiB), (499, "too_large")),  # the door, from the headers
         ("/async/", {}, b"x=1", (499, "no_upload")),  # an async view's decorator
         ("/drf/apiview/session/", {"cookie": "sessionid=" + "s" * 32}, b"x" * (2 * MiB), None),
+        ("/async/", {"content-type": "application/pdf"}, pdfs.simple(["x"]), (200, "")),
     ],
-    ids=["refusal-view-door", "refusal-view-async-decorator", "door-reads-a-session"],
+    ids=["refusal-view-door", "refusal-view-async-decorator", "door-reads-a-session", "caller"],
 )
 def test_a_requests_database_connections_are_closed_with_it(
     database, url, headers, content, answer
 ):
     env = {"DJANGO_SETTINGS_MODULE": SETTINGS, "PDFPOOL_TEST_DB": database}
     pdfpool = {"MAX_UPLOAD_SIZE": MiB, "REFUSAL_VIEW": "tests.project.views.db_refusal"}
+    pdfpool["CALLER"] = "tests.project.views.db_caller"  # asked at the door and in the view
     app = "tests.project.contrib_asgi:application"
     with uvicorn(app, pdfpool=pdfpool, env=env) as server:
         headers = {"content-type": "application/x-www-form-urlencoded", **headers}
         response = httpx.post(f"{server.url}{url}", content=content, headers=headers, timeout=30)
         if answer is not None:
             status, code = answer
-            assert response.status_code == status and response.text.startswith(f"{code}: ")
+            assert response.status_code == status, response.text
+            assert response.text.startswith(f"{code}: " if code else "")
         wait_for(lambda: opened(server.pid, database) == 0, 5.0)

@@ -275,6 +275,15 @@ def db_refusal(request: HttpRequest, exception: Exception) -> HttpResponse:
     return HttpResponse(f"{exception.code}: {tables} tables", status=499)
 
 
+def db_caller(request: HttpRequest) -> str:
+    """A project's sync ``CALLER`` that reads the database (an API key's owner, say)."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM sqlite_master")
+    return "db:" + (request.META.get("REMOTE_ADDR") or "-")
+
+
 def sync_stored(request: HttpRequest) -> JsonResponse:
     """Extracts its form's file with ``extract_pooled``, no decorator: its failures reach the
     client through AdmissionMiddleware."""
