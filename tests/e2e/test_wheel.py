@@ -125,8 +125,8 @@ def test_the_sdist_holds_the_package_and_its_metadata_not_part_of_the_tests(whee
     with tarfile.open(sdist) as archive:
         tops = {name.split("/")[1] for name in archive.getnames() if name.count("/") >= 1}
     assert tops == {
-        "PKG-INFO", "LICENSE", "README.md", "MANIFEST.in", "pyproject.toml", "setup.cfg", "django_pdfpool",
-        "django_pdfpool.egg-info",
+        "PKG-INFO", "LICENSE", "README.md", "MANIFEST.in", "pyproject.toml", "setup.cfg",
+        "django_pdfpool", "django_pdfpool.egg-info",
     }  # fmt: skip
 
 
