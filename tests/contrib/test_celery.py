@@ -78,7 +78,7 @@ def worker(tmp_path, redis_server, namespace):
         "SLOTS": 1,
         "QUEUE": 0,
         "WAIT": 30,
-        "TIMEOUT": 20.0,  # bounds the refusals' Retry-After: the retry below comes soon
+        "TIMEOUT": 40.0,  # bounds the refusals' Retry-After (x1.5 jitter): within SOON
     }
     broker = redis_server.url.rsplit("/", 1)[0] + "/1"
     env = {

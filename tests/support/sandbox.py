@@ -6,7 +6,7 @@ import asyncio
 
 from django_pdfpool import extract
 
-LIMITS = {"timeout": 20.0, "memory_limit": 512 << 20}
+LIMITS = {"timeout": 60.0, "memory_limit": 512 << 20}  # time: a loaded machine's
 
 
 def run(source, **options):
