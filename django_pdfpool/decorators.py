@@ -294,6 +294,8 @@ def prepare(
         if form_file.size is not None and form_file.size > limit:
             raise UploadTooLarge.over(limit)
         staged = stage(form_file, conf.temp_dir, limit)
+    with contextlib.suppress(AttributeError, OSError, ValueError):  # ASGI's spooled body: read,
+        request._stream.truncate(0)  # not kept while the call waits
     if upload.digest is not None and upload.digest != staged.sha256:
         staged.discard()
         raise DigestMismatch(Wording.DIGEST_MISMATCH)
