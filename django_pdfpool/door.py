@@ -329,6 +329,8 @@ def decide(
         return None, False
     if pressure.closed:
         return jobs.closing(), False
+    if pressure.refusing is not None:
+        return pressure.refusing, False
     limit, sizes = upload.body_limit(terms.max_upload_size), upload.file_sizes(field)
     size = limit if upload.declared_size is None else upload.declared_size
     arrivals.expire(terms)

@@ -225,6 +225,20 @@ def test_a_closed_pool_gets_503_unread_and_other_views_pass(pdfpool):
     assert Client().post("/plain/", {"x": "1"}).status_code == 200  # not pooled: untouched
 
 
+def test_a_redis_pool_refusing_while_redis_fails_gets_503_unread(pdfpool, namespace):
+    """FALLBACK "refuse" while Redis fails: the pool refuses every new call (503
+    ``unavailable``), so the door gives that answer from the headers, not after the body."""
+    from tests.support.redis_server import free_port
+
+    pdfpool(REDIS={"URL": f"redis://127.0.0.1:{free_port()}/0", "NAMESPACE": namespace})
+    pool = get_pool()
+    wait_until(lambda: pool.pressure() is not None and pool.mode == "refusing")
+    response = unread_post("/sync/", 1000)
+    assert response.status_code == 503 and response.json()["error"] == "unavailable"
+    assert int(response["Retry-After"]) >= 1
+    assert pool.snapshot().counters.refused_unavailable == 1
+
+
 def test_a_full_pool_refuses_unread_what_cannot_join_and_lets_joiners_in(pdfpool, tmp_path):
     """SLOTS 1, QUEUE 0, a job running: a declared other PDF gets 503 unread; an identical
     upload joins, declared or not (the undeclared one on the budget, hashed, then joined)."""

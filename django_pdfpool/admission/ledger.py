@@ -108,6 +108,7 @@ class Pressure:
     caller_busy: bool = False  # the caller holds another key's job, key's is not to join: 429
     caller_retry_after: float = 0.0  # the Retry-After that 429 would carry
     sizes: tuple[int, ...] | None = None  # of the jobs in flight, in bytes (None: not known)
+    refusing: CoordinatorUnavailable | None = None  # every new call's answer (Redis failing)
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 from redis.exceptions import RedisError
 
 from ...bounds import CALL_TIMEOUT, FALLBACK, LEASE, NAMESPACE, integer
-from ...exceptions import CallerBusy, PoolBusy, PoolClosed
+from ...exceptions import CallerBusy, CoordinatorUnavailable, PoolBusy, PoolClosed
 from ..jobs import Waiter, call_dropped, call_in_job_loop, closing, get_job_loop, log_failure
 from ..ledger import ClusterSnapshot, CountedBy, Counter, JobInfo, PoolSnapshot, Pressure
 from ..local import Pool
@@ -144,7 +144,9 @@ class RedisPool:
         local = self._in_fallback(key, caller)
         found = None if local else self._shared(lambda link: link.pressure(key, caller))
         if found is None:
-            return dataclasses.replace(local or self._local.pressure(key, caller), closed=closed)
+            reading = local or self._local.pressure(key, caller)
+            refusing = self._refusal() if self.mode != REDIS and self.fallback == "refuse" else None
+            return dataclasses.replace(reading, closed=closed, refusing=refusing)
         books, load = self._books, found.load
         books.observe(load.state)
         free = max(0, self.slots + self.queue_size - found.running - found.queued)
@@ -252,7 +254,11 @@ class RedisPool:
             return await self._local.run(key, caller, fn, on_drop=on_drop, size=size)
         self._books.count(Counter.REFUSED_UNAVAILABLE)
         call_dropped(on_drop)
-        raise unavailable(self._side.trouble or UNREACHABLE, self._settings.probe_every)
+        raise self._refusal()
+
+    def _refusal(self) -> CoordinatorUnavailable:
+        """What every new call gets while Redis fails and the fallback refuses."""
+        return unavailable(self._side.trouble or UNREACHABLE, self._settings.probe_every)
 
     async def _leave(self, waiter: RedisWaiter) -> None:
         """Take ``waiter`` off its job, in Redis too; waited for, so counts read next are right."""
