@@ -151,3 +151,47 @@ def test_daphne_serves_the_example_through_pool_lifespan(state: Path) -> None:
         response = asyncio.run(one_upload(server.url))
     assert response.status_code == 200, server.text()
     assert response.json()["pages"] == ["served by daphne"]
+
+
+@pytest.mark.parametrize(
+    "view",
+    [
+        pytest.param(
+            "sync",
+            marks=pytest.mark.xfail(
+                strict=True,
+                reason="decorators.admit awaits the job on daphne's loop, which SIGTERM stops: "
+                "its thread, joined at exit, waits for ever",
+            ),
+        ),
+        "async",
+    ],
+)
+def test_daphne_exits_at_sigterm_once_the_jobs_it_dropped_have_ended(view: str, tmp_path: Path):
+    """daphne drops the requests in flight at SIGTERM; the process still ends (the pool's
+    atexit hook finishing their jobs), its children and staged copies gone with it."""
+    from tests.e2e.test_faults import client, until, working_child
+    from tests.support.servers import serve
+
+    staged = tmp_path / "staged"
+    staged.mkdir()
+    pool = {"SLOTS": 1, "WAIT": 30.0, "TIMEOUT": 30.0}
+    field = "file" if view == "sync" else "document"
+
+    async def dropped(url: str, pid: int) -> None:
+        async with client("127.0.31.1") as http:
+            files = {field: ("doc.pdf", slow_pdf(f"daphne {view}", 1), "application/pdf")}
+            request = asyncio.create_task(http.post(f"{url}/{view}/", files=files))
+            await until(lambda: working_child(pid))
+            os.kill(pid, signal.SIGTERM)
+            with pytest.raises(httpx.HTTPError):
+                await request
+
+    with serve("daphne", pdfpool=pool, staged=staged) as server:
+        asyncio.run(dropped(server.url, server.pid))
+        try:
+            server.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"daphne did not exit after SIGTERM:\n{server.text()}")
+    assert "Killed 1 pending application instances" in server.text()
+    assert list(staged.iterdir()) == []
