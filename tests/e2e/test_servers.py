@@ -244,3 +244,37 @@ def test_runserver_ends_at_ctrl_c_and_its_next_start_deletes_the_copies_it_left(
     assert len(list(staged.iterdir())) == 1
     with runserver():
         assert list(staged.iterdir()) == []
+
+
+@pytest.mark.parametrize(("name", "closed"), [("granian", True), ("hypercorn", False)])
+def test_an_upload_reaching_a_view_after_sigterm_is_refused_where_the_worker_hears_it(
+    name: str, closed: bool, tmp_path: Path
+):
+    """An upload whose headers were in before SIGTERM and whose body comes once the worker
+    has stopped accepting: refused ``closed`` where the worker gets the signal (granian;
+    uvicorn: tests/e2e/test_faults.py); hypercorn's master tells its workers by other means,
+    and the pool takes the upload."""
+    from tests.e2e.test_faults import held_upload, listening, until
+    from tests.support.servers import read_all_sent, serve
+
+    async def late(url: str, pid: int) -> tuple[int, dict]:
+        go, sent = asyncio.Event(), asyncio.Event()
+        request = asyncio.create_task(
+            held_upload(url, pdfs.simple(["late"]), "127.0.34.1", go, sent)
+        )
+        port = int(url.rsplit(":", 1)[1])
+        await until(lambda: sent.is_set() and read_all_sent(pid, port, "127.0.34.1"))
+        workers = [p.pid for p in psutil.Process(pid).children() if listening(p.pid)]
+        assert workers
+        os.kill(pid, signal.SIGTERM)
+        await until(lambda: not any(map(listening, workers)))  # their shutdown has begun
+        go.set()
+        return await request
+
+    with serve(name, pdfpool={"WAIT": 30.0}, staged=tmp_path) as server:
+        status, body = asyncio.run(late(server.url, server.pid))
+        server.process.wait(timeout=30)
+    if closed:
+        assert (status, body["error"]) == (503, "closed"), body
+    else:
+        assert (status, body["pdf"]["text"]) == (200, "late"), body
