@@ -50,9 +50,12 @@ def get_pool() -> AdmissionPool:
 
 
 def _retire(pool: AdmissionPool) -> None:
-    """Drain an idle pool that a settings change replaced, before its successor runs a job:
-    a Redis pool left beating keeps this process registered with the old terms, and the
-    other pools of the namespace, its successor included, are refused as misconfigured."""
+    """Drain an idle Redis pool that a settings change replaced, before its successor runs a
+    job: left beating, it keeps this process registered with the old terms, and the other
+    pools of the namespace, its successor included, are refused as misconfigured. A local
+    pool is left open: a caller handed it just before is served, not refused ``closed``."""
+    if isinstance(pool, Pool):
+        return
 
     def drain() -> None:
         with contextlib.suppress(Exception):  # Redis gone: the registration's lease lapses

@@ -86,3 +86,23 @@ def test_drain_pool_refuses_to_run_on_an_event_loop(pdfpool):
         assert "await adrain_pool" in str(error)
     else:
         raise AssertionError("drain_pool ran on an event loop")
+
+
+def test_a_pool_handed_out_as_settings_change_still_serves_once_replaced(pdfpool):
+    """The busy pool handed out after a settings change, then replaced once idle (its last
+    job ended) before its caller ran: the call is served, not refused ``closed``."""
+    pdfpool(SLOTS=1)
+    with held_requests(1) as threads:
+        running = threads.submit(post, "/held/sync/", b"%PDF- a", "10.0.10.1")
+        wait_until(lambda: get_pool().running() == 1)
+        pdfpool(SLOTS=2)
+        handed_out = get_pool()  # busy: kept until idle
+        HELD.release.set()
+        assert running.result(timeout=30).status_code == 200
+        wait_until(handed_out.idle)
+    assert get_pool() is not handed_out
+
+    async def job() -> str:
+        return "served"
+
+    assert asyncio.run(handed_out.run("late", "10.0.10.2", job)) == "served"

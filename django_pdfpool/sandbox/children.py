@@ -31,6 +31,7 @@ START_TIMEOUT = 30.0  # seconds a template may take to get ready before it is gi
 FORK_TIMEOUT = 5.0  # seconds for its answer to a fork request before it is given up
 STATUS_TIMEOUT = 5.0  # seconds for the exit status of a child that has exited
 STEADY = 5.0  # a template that lived this long was healthy: restart it at once
+STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT}  # a server's, never a child's (`Child`)
 MAX_READY = 4  # ready children a template keeps at most (as many as jobs ran at once lately)
 READY_IDLE = 5.0  # seconds without a job after which the ready children exit
 SUPPORTED = hasattr(os, "pidfd_open") and hasattr(signal, "pidfd_send_signal")
@@ -183,16 +184,22 @@ class Child(Handle):
         python, env, preload, sandbox, nice = spec
         role = {"template": template is not None, "parent": os.getpid(), "ready": ready}
         options = wire.child_options(preload, False, **role, sandbox=sandbox, nice=nice)
-        self.proc = subprocess.Popen(
-            [python, "-P", "-m", CHILD_MODULE, *options],
-            stdin=subprocess.PIPE if template is None else template,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            close_fds=True,
-            process_group=0,  # the server's session: see child_main (its nice)
-            env=child_env(env),
-            bufsize=0,
-        )
+        # Born with the stop signals blocked (the template's forks too): systemd signals every
+        # process of a service it stops, and the children end with the server, not before it.
+        unblocked = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+        try:
+            self.proc = subprocess.Popen(
+                [python, "-P", "-m", CHILD_MODULE, *options],
+                stdin=subprocess.PIPE if template is None else template,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                close_fds=True,
+                process_group=0,  # the server's session: see child_main (its nice)
+                env=child_env(env),
+                bufsize=0,
+            )
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, unblocked)
         assert self.proc.stdout is not None  # stdout=PIPE
         try:
             pidfd: int | None = os.pidfd_open(self.proc.pid)

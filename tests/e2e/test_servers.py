@@ -16,8 +16,10 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
+import psutil
 import pytest
 
 from tests.e2e.test_example import (
@@ -151,3 +153,128 @@ def test_daphne_serves_the_example_through_pool_lifespan(state: Path) -> None:
         response = asyncio.run(one_upload(server.url))
     assert response.status_code == 200, server.text()
     assert response.json()["pages"] == ["served by daphne"]
+
+
+@pytest.mark.parametrize(
+    "view",
+    [
+        pytest.param(
+            "sync",
+            marks=pytest.mark.xfail(
+                strict=True,
+                reason="decorators.admit awaits the job on daphne's loop, which SIGTERM stops: "
+                "its thread, joined at exit, waits for ever",
+            ),
+        ),
+        "async",
+    ],
+)
+def test_daphne_exits_at_sigterm_once_the_jobs_it_dropped_have_ended(view: str, tmp_path: Path):
+    """daphne drops the requests in flight at SIGTERM; the process still ends (the pool's
+    atexit hook finishing their jobs), its children and staged copies gone with it."""
+    from tests.e2e.test_faults import client, until, working_child
+    from tests.support.servers import serve
+
+    staged = tmp_path / "staged"
+    staged.mkdir()
+    pool = {"SLOTS": 1, "WAIT": 30.0, "TIMEOUT": 30.0}
+    field = "file" if view == "sync" else "document"
+
+    async def dropped(url: str, pid: int) -> None:
+        async with client("127.0.31.1") as http:
+            files = {field: ("doc.pdf", slow_pdf(f"daphne {view}", 1), "application/pdf")}
+            request = asyncio.create_task(http.post(f"{url}/{view}/", files=files))
+            await until(lambda: working_child(pid))
+            os.kill(pid, signal.SIGTERM)
+            with pytest.raises(httpx.HTTPError):
+                await request
+
+    with serve("daphne", pdfpool=pool, staged=staged) as server:
+        asyncio.run(dropped(server.url, server.pid))
+        try:
+            server.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"daphne did not exit after SIGTERM:\n{server.text()}")
+    assert "Killed 1 pending application instances" in server.text()
+    assert list(staged.iterdir()) == []
+
+
+def test_runserver_ends_at_ctrl_c_and_its_next_start_deletes_the_copies_it_left(tmp_path: Path):
+    """runserver as a developer runs it (its autoreloader) and stops it (Ctrl-C: SIGINT to the
+    terminal's group): the serving process is killed with its children, the staged copy of
+    the upload in flight stays, and the next start deletes it."""
+    from tests.e2e.test_faults import until, upload, working_child
+    from tests.support.servers import (
+        _NEVER,
+        ROOT,
+        _serve,
+        _until_listening,
+        free_port,
+        project_env,
+        wait_for,
+    )
+
+    staged = tmp_path / "staged"
+    staged.mkdir()
+    env = {"DJANGO_SETTINGS_MODULE": "tests.project.settings", **project_env(staged)}
+    pool = {"SLOTS": 1, "WAIT": 30.0, "TIMEOUT": 30.0}
+
+    @contextmanager
+    def runserver() -> Iterator[Any]:
+        port = free_port()
+        command = [sys.executable, "-m", "django", "runserver", f"127.0.0.1:{port}"]
+        with _serve(command, _NEVER, pool, env, ROOT, 30, wait=False) as server:
+            server.url = f"http://127.0.0.1:{port}"
+            _until_listening(port, server, 30)
+            yield server
+
+    async def cut_off(server: Any) -> set[int]:
+        request = asyncio.create_task(upload(server.url, slow_pdf("cut off", 2), "127.0.32.1"))
+        serving = psutil.Process(server.pid).children()[0]  # the autoreloader's child
+        child = await until(lambda: working_child(serving.pid))
+        os.killpg(server.pid, signal.SIGINT)
+        with pytest.raises(httpx.HTTPError):
+            await request
+        return {serving.pid, child.pid}
+
+    with runserver() as server:
+        ended = asyncio.run(cut_off(server))
+        assert server.process.wait(timeout=30) == 0, server.text()
+        wait_for(lambda: not any(map(psutil.pid_exists, ended)), timeout=30)  # reaped by init
+    assert len(list(staged.iterdir())) == 1
+    with runserver():
+        assert list(staged.iterdir()) == []
+
+
+@pytest.mark.parametrize(("name", "closed"), [("granian", True), ("hypercorn", False)])
+def test_an_upload_reaching_a_view_after_sigterm_is_refused_where_the_worker_hears_it(
+    name: str, closed: bool, tmp_path: Path
+):
+    """An upload whose headers were in before SIGTERM and whose body comes once the worker
+    has stopped accepting: refused ``closed`` where the worker gets the signal (granian;
+    uvicorn: tests/e2e/test_faults.py); hypercorn's master tells its workers by other means,
+    and the pool takes the upload."""
+    from tests.e2e.test_faults import held_upload, listening, until
+    from tests.support.servers import read_all_sent, serve
+
+    async def late(url: str, pid: int) -> tuple[int, dict]:
+        go, sent = asyncio.Event(), asyncio.Event()
+        request = asyncio.create_task(
+            held_upload(url, pdfs.simple(["late"]), "127.0.34.1", go, sent)
+        )
+        port = int(url.rsplit(":", 1)[1])
+        await until(lambda: sent.is_set() and read_all_sent(pid, port, "127.0.34.1"))
+        workers = [p.pid for p in psutil.Process(pid).children() if listening(p.pid)]
+        assert workers
+        os.kill(pid, signal.SIGTERM)
+        await until(lambda: not any(map(listening, workers)))  # their shutdown has begun
+        go.set()
+        return await request
+
+    with serve(name, pdfpool={"WAIT": 30.0}, staged=tmp_path) as server:
+        status, body = asyncio.run(late(server.url, server.pid))
+        server.process.wait(timeout=30)
+    if closed:
+        assert (status, body["error"]) == (503, "closed"), body
+    else:
+        assert (status, body["pdf"]["text"]) == (200, "late"), body

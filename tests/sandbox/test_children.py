@@ -106,3 +106,39 @@ def test_live_job_children_never_outnumber_the_pools_slots():
         sampler.join()
     assert len({pid for (pid,) in results}) == 3  # three children, one after the other
     assert most[0] <= 1, f"{most[0]} job children alive at once with one slot"
+
+
+@pytest.mark.parametrize("warm", [True, False], ids=["forked", "cold"])
+def test_a_stop_signal_to_every_process_of_the_server_ends_none_of_its_jobs(warm):
+    """systemd stops a service by signalling every process of it (KillMode=control-group, the
+    default) while the server drains: a job's child (and the template) takes no SIGTERM or
+    SIGINT meant for the server, and the job still gets its text."""
+    import asyncio
+    import signal
+
+    from tests.support.procs import child_pids, job_child
+
+    extraction.configure(warm=warm)
+    if warm:
+        extraction.prewarm()
+        wait_until(lambda: extraction.idle_pids() != [], timeout=30)
+    memory = 512 << 20
+
+    async def signalled() -> tuple[str, str]:
+        mine = child_pids() - set(extraction.idle_pids())
+        limits = {"timeout": 60.0, "memory_limit": memory, "warm": warm}
+        task = asyncio.ensure_future(extraction.extract(pdfs.slow_pdf("signalled", 2), **limits))
+        while job_child(child_pids() - mine - set(extraction.idle_pids()), memory) is None:
+            assert not task.done()
+            await asyncio.sleep(0.01)
+        for pid in child_pids():  # the job's child, and the template with its ready children
+            for number in (signal.SIGTERM, signal.SIGINT):
+                os.kill(pid, number)
+        result = await task
+        return result.text, result.child_start
+
+    try:
+        text, start = asyncio.run(signalled())
+        assert "signalled" in text and start == ("forked" if warm else "cold")
+    finally:
+        extraction.configure(warm=True)

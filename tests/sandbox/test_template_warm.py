@@ -248,8 +248,8 @@ def describe(pids: list[int]) -> str:
 @pytest.mark.parametrize("how", ["normal exit", "os_exit", "sigkill"])
 def test_nothing_outlives_the_parent(how):
     """atexit ends the template and every child; without atexit (SIGKILL, os._exit, or a
-    server that re-raises SIGTERM) the template gets SIGTERM from the kernel and end of
-    input, and kills its children (the job's and the ready one) before it exits."""
+    server that re-raises SIGTERM) the template reads the end of its input (its SIGTERM from
+    the kernel is blocked), and kills its children (the job's and the ready one) as it exits."""
     proc = subprocess.Popen(
         [sys.executable, "-c", textwrap.dedent(SCRIPT), how.replace(" ", "_")],
         cwd=ROOT,
