@@ -42,9 +42,8 @@ def main(argv: list[str]) -> None:
     """Start up, then do one job, or serve forks as the template."""
     options = wire.read_child_options(argv)
     os.nice(options.nice)  # added to the server's own; inherited by the template's forks
-    if options.parent is not None:  # dies with the thread that started it (not Linux: pipes)
-        # A cold child at once (SIGKILL); the template by SIGTERM: it kills its children first.
-        _prctl(PR_SET_PDEATHSIG, signal.SIGTERM if options.template else signal.SIGKILL)
+    if options.parent is not None and not options.template:  # dies with its server's thread
+        _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # (the template: when its socket closes)
         if os.getppid() != options.parent:  # gone already
             os._exit(0)
     imported = ("pypdf", *options.preload)
@@ -321,7 +320,6 @@ class _Template:
 def serve_template(imported: tuple[str, ...], most: int, idle: float) -> NoReturn:
     """Say READY on the control socket, then fork children on request until the server goes;
     never returns."""
-    signal.signal(signal.SIGTERM, signal.default_int_handler)  # the server is gone
     control = socket.socket(fileno=os.dup(0))  # a SOCK_SEQPACKET pair's end
     null = os.open(os.devnull, os.O_RDWR)
     os.dup2(null, 0)  # the control socket only under its own number from here on
@@ -330,8 +328,7 @@ def serve_template(imported: tuple[str, ...], most: int, idle: float) -> NoRetur
     control.send(wire.READY)
     template = _Template(control, imported, most, idle)
     try:
-        with contextlib.suppress(KeyboardInterrupt):  # SIGTERM
-            template.serve()
+        template.serve()  # until the server closes the control socket (or dies)
     finally:
         for pidfd, child in template.children.items():  # none reaped: no pid reused
             with contextlib.suppress(OSError):
