@@ -250,14 +250,15 @@ def test_a_starter_that_disconnects_does_not_take_the_file_from_its_sharers(pdfp
     wait_until(lambda: leftovers(pdfpool()) == [])
 
 
-def test_a_queued_starter_that_leaves_alone_frees_its_place_and_file(pdfpool):
+@pytest.mark.parametrize("url", ["/held/async/", "/held/sync/"])  # a sync view: in a thread
+def test_a_queued_starter_that_leaves_alone_frees_its_place_and_file(pdfpool, url):
     pdfpool(SLOTS=1, QUEUE=1)
 
     async def scenario():
         try:
             running = asyncio.create_task(apost("/held/async/", b"%PDF- a", "10.0.3.1"))
             await until(lambda: get_pool().running() == 1)
-            queued = asyncio.create_task(apost("/held/async/", b"%PDF- b", "10.0.3.2"))
+            queued = asyncio.create_task(apost(url, b"%PDF- b", "10.0.3.2"))
             await until(lambda: get_pool().queued() == 1)
             queued.cancel()
             with pytest.raises(asyncio.CancelledError):
