@@ -50,6 +50,19 @@ def child_env(names: tuple[str, ...]) -> dict[str, str]:
     return env
 
 
+def interpreter() -> str:
+    """The Python the children run on: this one, or where an embedding server (uWSGI,
+    mod_wsgi) made ``sys.executable`` its own binary, the one under ``sys.exec_prefix``."""
+    if os.path.basename(sys.executable).startswith(("python", "pypy")):
+        return sys.executable
+    major, minor = sys.version_info[:2]
+    for name in (f"python{major}.{minor}", f"python{major}", "python"):
+        found = os.path.join(sys.exec_prefix, "bin", name)
+        if os.access(found, os.X_OK):
+            return found
+    return sys.executable
+
+
 def job_started(output: bytes | bytearray) -> bool:
     """Whether the child said it read its job (after READY from a cold child)."""
     return output.startswith((wire.STARTED, wire.READY + wire.STARTED))
@@ -365,7 +378,7 @@ class Template:
 
     def __init__(self, enabled: bool = True) -> None:
         self.enabled = enabled
-        self.python = sys.executable
+        self.python = interpreter()
         self.env: tuple[str, ...] = ()  # names of variables children get besides the minimum
         self.preload: tuple[str, ...] = ()  # engines beyond pypdf that jobs have asked for
         self.sandbox = "none"  # the level children must reach (confine.LEVELS), or "off"

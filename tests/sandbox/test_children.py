@@ -142,3 +142,29 @@ def test_a_stop_signal_to_every_process_of_the_server_ends_none_of_its_jobs(warm
         assert "signalled" in text and start == ("forked" if warm else "cold")
     finally:
         extraction.configure(warm=True)
+
+
+EMBEDDED = """
+import asyncio, sys
+sys.executable = {binary!r}  # uWSGI's and mod_wsgi's: the server's binary, not a Python
+from django_pdfpool.sandbox.extract import extract
+from tests.support import pdfs
+done = asyncio.run(extract(pdfs.simple(["embedded"]), timeout=60.0, memory_limit=512 << 20))
+print(done.pages[0].strip())
+"""
+
+
+@pytest.mark.parametrize("binary", ["/usr/local/bin/uwsgi", ""])
+def test_children_start_where_an_embedding_server_is_sys_executable(binary):
+    """Under uWSGI (or mod_wsgi, or with no name at all) ``sys.executable`` is not a Python:
+    the children run on the Python beside ``sys.exec_prefix``, and extract."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    code = EMBEDDED.format(binary=binary)
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=120
+    )
+    assert done.stdout.strip() == "embedded", done.stderr[-2000:]
