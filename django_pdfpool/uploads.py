@@ -90,11 +90,12 @@ _STAGED = re.compile(r"pdfpool-(?:(\d+)\.(\d+)-)?[^/]*\.pdf")  # the owner: pid.
 
 def started(pid: int) -> int | None:
     """When process ``pid`` started (``/proc/<pid>/stat``, field 22: with the pid it names one
-    process for good), None when no process has it; without ``/proc``, 0 for a live one."""
+    process for good), None when no process has it, or one that has exited (a zombie);
+    without ``/proc``, 0 for a live one."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as stat:
             fields = stat.read().rpartition(b")")[2].split()  # the name may hold ")" and spaces
-        return int(fields[19])
+        return None if fields[0] in (b"Z", b"X") else int(fields[19])
     except FileNotFoundError:
         if os.path.isdir("/proc"):
             return None

@@ -23,6 +23,7 @@ from django.urls import path
 
 from django_pdfpool import StagedUpload, decorators, pdf_pooled
 from django_pdfpool.uploads import stage, started, sweep
+from tests.conftest import wait_until
 from tests.project.views import HELD
 from tests.support import pdfs
 from tests.support.uploads import JSON, upload
@@ -138,6 +139,22 @@ def test_a_staged_copy_is_named_with_its_process(pdfpool):
     own = f"pdfpool-{os.getpid()}.{started(os.getpid())}-"  # the pid and its start time
     assert os.path.basename(HELD.paths[0]).startswith(own)
     assert staged(conf) == []
+
+
+def test_a_zombie_owns_no_copy(tmp_path):
+    """A process that has exited but is not reaped yet (a killed prefork child its master
+    has not waited for) runs no job: its copies are stale."""
+    child = subprocess.Popen(["true"])
+    try:
+        fields = lambda: Path(f"/proc/{child.pid}/stat").read_bytes().rpartition(b")")[2].split()  # noqa: E731
+        wait_until(lambda: fields()[0] == b"Z")
+        start = int(fields()[19])
+        copy = tmp_path / f"pdfpool-{child.pid}.{start}-zzz999.pdf"
+        copy.write_bytes(b"%PDF- staged")
+        assert started(child.pid) is None
+        assert sweep(str(tmp_path), None) == [str(copy)]
+    finally:
+        child.wait()
 
 
 def test_start_up_sweeps_stale_copies_of_dead_processes_only(tmp_path):
