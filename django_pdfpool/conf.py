@@ -141,7 +141,8 @@ def _redis_problems(name: str, redis: Any) -> list[CheckMessage]:
     try:
         parse_url(url or "")  # type: ignore[no-untyped-call]
     except ValueError:
-        msg = f"{name}['URL'] must be a redis://, rediss:// or unix:// URL, not {_shown(url)}."
+        shown = presentable(url) if isinstance(url, str) else repr(url)  # not a URL: unshown
+        msg = f"{name}['URL'] must be a redis://, rediss:// or unix:// URL, not {shown}."
         return [Error(msg, hint="For example redis://127.0.0.1:6379/0", id="django_pdfpool.E007")]
     sentinels = _addresses(redis.get("SENTINELS", [])) or ()
     try:

@@ -26,6 +26,8 @@ def presentable(url: object) -> str:
         return UNSHOWN
     if not _SCHEME.fullmatch(parts.scheme) or not url[len(parts.scheme) :].startswith("://"):
         return UNSHOWN
+    if "@" in url[len(parts.scheme) + 3 + len(parts.netloc) :]:  # a password's "/", "?", "#"
+        return UNSHOWN  # cut the userinfo short: what came before it would show
     userinfo, at, hostport = parts.netloc.rpartition("@")
     if at:
         name, colon, _ = userinfo.partition(":")

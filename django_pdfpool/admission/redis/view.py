@@ -50,7 +50,7 @@ def parse_view(
             ProcessHold(
                 process=process,
                 host=host,
-                pid=int(pid) if pid.isdigit() else 0,
+                pid=int(pid) if pid.isascii() and pid.isdigit() else 0,  # not int("²")
                 lease_left=ends.get(process, now) - now,
                 running=tuple(job.key for job in mine if job.state == "running"),
                 queued=tuple(job.key for job in mine if job.state == "queued"),

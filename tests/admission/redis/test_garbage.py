@@ -251,7 +251,7 @@ def test_the_status_page_answers_with_garbage_in_redis(
     client.sadd(prefix + "running", "bad", "worse")
     client.hset(prefix + "job:bad", mapping={"qt": "x", "st": "y", "w:p": "lots", "state": "1"})
     client.hset(prefix + "job:worse", mapping={"qt": "1", "state": "running", "w:p": "lots"})
-    client.zadd(prefix + "procs", {"not-a-process": 1e18})
+    client.zadd(prefix + "procs", {"not-a-process": 1e18, "host:²:tag": 1e18})  # not int("²")
     client.hset(prefix + "stats", mapping={"started": "lots"})
     client.rpush(prefix + "qwait", "soon")
     try:

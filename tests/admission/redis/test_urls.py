@@ -60,6 +60,9 @@ def test_a_redis_url_is_shown_without_its_secrets(url, shown):
         "redis://:s3cret@h:port/0",
         "redis://:s3cret@[::1/0",
         "redis://h/0?password=s3cret\n",
+        "redis://:1234/s3cret@h:6379/0",  # a password with a "/" (unescaped): "1234" shown
+        "redis://default:4242#s3cret@h/0",
+        "redis://:12?s3cret@h/0",
         None,
         42,
     ],
