@@ -119,11 +119,17 @@ def pdf_pooled(
 
 
 def _registered(field: str, operation: NinjaOperation) -> None:
-    """ImproperlyConfigured for parameters no upload could satisfy (a JSON body, ``File``
-    parameters none of which is ``field``, a list of files); else the refusals and, if it
-    declares none, the PDF body in the operation's OpenAPI schema."""
+    """ImproperlyConfigured for an operation no upload could reach (no POST: the pool reads
+    only a POST's), or parameters none could satisfy (a JSON body, ``File`` parameters none of
+    which is ``field``, a list of files); else the refusals and, if it declares none, the PDF
+    body in the operation's OpenAPI schema."""
     sources = {getattr(model, "__ninja_param_source__", None): model for model in operation.models}
     where = operation.view_func.__qualname__
+    if "POST" not in operation.methods:
+        raise ImproperlyConfigured(
+            f"pdf_pooled extracts a POST's PDF, but {where} answers {', '.join(operation.methods)}"
+            " only: request.pdf would always be None. Declare it with @api.post."
+        )
     if "body" in sources and not {"file", "form"} & set(sources):
         raise ImproperlyConfigured(
             f"{where} takes {', '.join(map(repr, sources['body'].model_fields))} as its JSON "

@@ -637,3 +637,32 @@ def throttled_and_not(url, data):
         answers = send(b"%PDF- another", "10.3.3.3"), send(b"%PDF- a third", "10.3.3.4")
         HELD.release.set()
     return answers
+
+
+def test_the_schema_generator_describes_a_pooled_view_as_any_other(settings):
+    """DRF's OpenAPI generator reads a pooled ``post`` as it reads any: the parsers' media
+    types, and the serializer's ``FileField`` as a binary form field (docs/drf.md)."""
+    pytest.importorskip("uritemplate")  # DRF's own requirement for OpenAPI schemas
+    from django.test import override_settings
+    from django.urls import path
+    from rest_framework import generics, serializers
+    from rest_framework.schemas.openapi import SchemaGenerator
+
+    class Upload(serializers.Serializer):
+        file = serializers.FileField()
+
+    class Described(generics.GenericAPIView):
+        serializer_class = Upload
+        parser_classes = (MultiPartParser, drf.PdfParser)
+
+        @drf.pdf_pooled
+        def post(self, request):
+            return Response(described(request))
+
+    urls = type("urls", (), {"urlpatterns": [path("described/", Described.as_view())]})
+    with override_settings(ROOT_URLCONF=urls):
+        schema = SchemaGenerator(title="pdfpool").get_schema(request=None, public=True)
+    body = schema["paths"]["/described/"]["post"]["requestBody"]["content"]
+    assert list(body) == ["multipart/form-data", "application/pdf"]
+    fields = schema["components"]["schemas"]["Upload"]["properties"]
+    assert fields["file"] == {"type": "string", "format": "binary"}

@@ -595,3 +595,15 @@ def test_a_refusal_is_raised_through_decorators_between_it_and_api_post(pdfpool)
     assert busy.status_code == 503, busy.content
     assert busy.json() == {"detail": "Every extraction slot is taken and the queue is full."}
     assert int(busy["Retry-After"]) >= 1
+
+
+@pytest.mark.parametrize("method", ["put", "patch", "get"])
+def test_an_operation_without_post_fails_at_declaration(method):
+    """The pool reads a POST's PDF only: on a PUT (or any other method) operation ``request.pdf``
+    would always be None while its schema promised the PDF body and the pool's refusals."""
+    api = NinjaAPI(urls_namespace=f"pdfpool-{method}-only")
+    with pytest.raises(ImproperlyConfigured, match=rf"POST.*{method.upper()} only.*@api\.post"):
+
+        @getattr(api, method)("/op")
+        @ninja.pdf_pooled
+        def op(request): ...
