@@ -127,8 +127,9 @@ class UploadTooLarge(UploadRejected):
     @classmethod
     def over(cls, max_upload_size: int) -> UploadTooLarge:
         """The 413 for an upload over ``max_upload_size`` bytes, worded once."""
-        units = ((1 << 20, "MiB"), (1 << 10, "KiB"), (1, "bytes"))
-        scale, unit = next((s, u) for s, u in units if max_upload_size >= s or s == 1)
+        units = ((1 << 20, "MiB"), (1 << 10, "KiB"), (1, "bytes"))  # the largest said exactly
+        exact = [(s, u) for s, u in units if max_upload_size >= s and max_upload_size * 10 % s == 0]
+        scale, unit = exact[0] if exact else units[-1]
         return cls(Wording.TOO_LARGE.format(size=f"{max_upload_size / scale:g} {unit}"))
 
 

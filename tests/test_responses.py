@@ -297,3 +297,12 @@ def test_the_deployment_pages_logging_filter_drops_the_refusals_django_logs(rf):
         exec(block, found)
         keep = found["not_a_refusal"]
         assert [keep(record) for record in records] == [False, False, True]  # type: ignore[operator]
+
+
+@pytest.mark.parametrize(
+    ("size", "said"),
+    [(50 << 20, "50 MiB"), (3 << 19, "1.5 MiB"), (2560, "2.5 KiB"), (3000, "3000 bytes")],
+)
+def test_the_size_limit_is_said_exactly(size, said):
+    """Never "2.92969 KiB": the largest unit the limit is said in exactly (to a tenth)."""
+    assert str(UploadTooLarge.over(size)) == f"PDFs up to {said} are accepted."
