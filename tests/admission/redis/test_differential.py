@@ -30,7 +30,7 @@ from tests.conftest import held, until
 pytest_plugins = ["tests.support.redis_fixtures"]
 pytestmark = pytest.mark.timeout(120)
 
-TOLERANCE = 0.5  # seconds; see the module's docstring
+TOLERANCE = 0.9  # seconds: under a wrong estimate's least error (1 s); see the docstring
 KEYS = (None, "a", "b", "c", "x")
 SMALL, LARGE = 10_000, 2_000_000
 SEEDED = 30
