@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import re
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -24,8 +25,12 @@ pytest_plugins = ["tests.support.redis_fixtures"]
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
-def signed_in(browser, live_server, **context):
+def signed_in(browser, live_server, *, fake_clock: bool = False, **context):
+    """A page of the status signed in; ``fake_clock``: its timers on Playwright's clock (time
+    flows as it does, and a test may jump it forward: ``page.clock.fast_forward``)."""
     page = browser.new_context(**context).new_page()
+    if fake_clock:
+        page.clock.install()
     errors: list[str] = []
     page.on("pageerror", lambda error: errors.append(str(error)))
     page.goto(live_server.url + URL)
@@ -288,12 +293,19 @@ def test_a_refresh_that_hangs_shows_the_page_stale(
     from playwright.sync_api import expect
 
     pdfpool(REDIS={"URL": own_redis.url, "NAMESPACE": namespace, "TIMEOUT": 60})
-    page, errors = signed_in(browser, live_server)
+    page, errors = signed_in(browser, live_server, fake_clock=True)
     refreshed(page)
     own_redis.pause()  # connections stay open and nothing answers: each read waits 60 s
     try:
         live = page.locator("#pdfpool-live")
-        expect(live).to_have_class(re.compile(r"\bstale\b"), timeout=20_000)
+        # the page's 10 s (5 refreshes) for an answer, on its clock: jumped a second at a time
+        # (its next refresh starts, and its wait runs out) rather than waited for
+        deadline = time.monotonic() + 20
+        while "stale" not in (live.get_attribute("class") or "").split():
+            assert time.monotonic() < deadline, "the page never went stale"
+            page.clock.fast_forward(1_000)
+        expect(live).to_have_class(re.compile(r"\bstale\b"))
+        assert "TimeoutError" in (live.get_attribute("title") or "")  # the hang, not an error
     finally:
         own_redis.resume()
     assert errors == []
