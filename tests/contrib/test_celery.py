@@ -138,7 +138,7 @@ def test_a_worker_runs_the_docs_task_against_the_redis_pool(pdfpool, worker, tmp
     # the worker's job holds the cluster's only slot; this process's upload gets in only
     # by joining it (same key in two processes), declared so the door lets it in
     pdfpool(**pool)
-    data = pdfs.slow_pdf("shared by a task and an upload", 2)
+    data = pdfs.slow_pdf("shared by a task and an upload", 1)  # else joined == 0 below
     slow = tmp_path / "slow.pdf"
     slow.write_bytes(data)
     sha256 = hashlib.sha256(data).hexdigest()

@@ -65,7 +65,7 @@ def server(staged):
 def test_identical_uploads_from_many_clients_run_one_child(server):
     """More identical uploads than places: those that declare their digest all get in
     (within the door's budget: one each) and share one child."""
-    data = slow_pdf("identical", megabytes=2)
+    data = slow_pdf("identical", megabytes=1)  # all in before it ends: else started > 1
     clients = 8
 
     async def wave():
@@ -88,8 +88,9 @@ def test_distinct_uploads_see_exactly_slots_children_and_the_rest_queue_or_503(s
     clients = 8
 
     # All at once: which ones run is the pool's business; that SLOTS run, QUEUE wait and
-    # the rest are refused needs only that all arrive before the first job (2 s) ends.
-    documents = [slow_pdf(f"distinct-{i}", megabytes=2) for i in range(clients)]
+    # the rest are refused needs only that all arrive before the first job (1 s, far longer
+    # at the children's nice on a busy machine) ends: else fewer than 4 would be refused.
+    documents = [slow_pdf(f"distinct-{i}", megabytes=1) for i in range(clients)]
 
     async def wave():
         return await asyncio.gather(

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 import zlib
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -500,13 +501,16 @@ def test_extract_a_large_file_shows_progress_on_stderr(tmp_path):
     works, the result to stdout."""
     path = write(tmp_path, "large.pdf", large_slow_pdf())
     slow = {"TIMEOUT": 120.0}  # a few seconds alone, far longer on a machine kept busy
-    shown = manage("extract", path, pdfpool=slow, cwd=tmp_path)
+    quiet_args = ("extract", path, "--no-progress", "--json")  # as slow: nothing said
+    with ThreadPoolExecutor(1) as runner:  # both at once: processes of their own, a job each
+        quietly = runner.submit(manage, *quiet_args, pdfpool=slow, cwd=tmp_path)
+        shown = manage("extract", path, pdfpool=slow, cwd=tmp_path)
+        quiet = quietly.result()
     assert shown.returncode == 0, shown.stderr
     lines = shown.stderr.splitlines()
     assert lines[0].startswith(f"{path} (1 MiB): extracting with engine pypdf")
     assert any("still extracting, " in line for line in lines[1:]), lines
     assert "large" in shown.stdout and "1 in the document, 1 extracted" in shown.stdout
-    quiet = manage("extract", path, "--no-progress", "--json", pdfpool=slow, cwd=tmp_path)
     assert quiet.returncode == 0 and quiet.stderr == ""
     assert json.loads(quiet.stdout)["page_count"] == 1
 

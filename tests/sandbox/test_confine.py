@@ -204,6 +204,15 @@ def test_the_layers_are_reported_and_a_sandboxed_child_shows_them():
         assert seen[f"ns/{kind}"] != os.readlink(f"/proc/self/ns/{kind}"), kind
 
 
+def _alive(pid: int) -> bool:
+    """Whether the process is there and has not exited (a zombie has)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return False
+    return stat.rpartition(b")")[2].split()[0] not in (b"Z", b"X")
+
+
 @pytest.mark.parametrize("sandboxed", [True, False], ids=["sandboxed", "sandbox-off"])
 def test_another_jobs_child_cannot_forge_this_jobs_answer(
     targets, sandboxed, tmp_path, restore_sandbox
@@ -219,9 +228,9 @@ def test_another_jobs_child_cannot_forge_this_jobs_answer(
 
     async def scenario():
         mine = child_pids() - set(sandbox.idle_pids())
-        # about 2 s of work: running while the attacker's job is forked, and done well within
-        # its timeout at the children's lower priority beside other work on the CPUs
-        victim = asyncio.ensure_future(extract(pdfs.slow_pdf("victim", 2), **LIMITS))
+        # about 1 s of work: running while the attacker's job runs (checked below), and done
+        # well within its timeout at the children's lower priority beside other work on the CPUs
+        victim = asyncio.ensure_future(extract(pdfs.slow_pdf("victim", 1), **LIMITS))
         pid = None
         while pid is None:
             assert not victim.done()
@@ -231,6 +240,8 @@ def test_another_jobs_child_cannot_forge_this_jobs_answer(
             await asyncio.sleep(0.01)
         data = kit_document(forge=pid)
         attacker = await extract(data, engine=KIT, **LIMITS)
+        if sandboxed:  # refused by the sandbox, not for want of a victim: it was still at work
+            assert _alive(pid), "the victim's child ended before the attacker's job"
         try:
             outcome = await victim
         except ExtractionError as error:
@@ -331,6 +342,8 @@ def test_a_childs_cpu_priority_is_lower_and_counts_against_the_server(warm, nice
     server's session, in a process group of its own (killed whole): under the kernel's
     autogroup a child in a session of its own would compete with the whole server as an
     equal, whatever its nice."""
+    import psutil
+
     from django_pdfpool.sandbox.wire import DEFAULT_NICE
     from tests.support.procs import child_pids, rlimits
 
@@ -341,23 +354,28 @@ def test_a_childs_cpu_priority_is_lower_and_counts_against_the_server(warm, nice
             asyncio.run(extract(pdfs.simple(["warm"]), **LIMITS))
             wait_until(lambda: bool(sandbox.idle_pids()), timeout=30)
 
-        async def scenario() -> tuple[int, tuple[int, int, int], str]:
+        async def scenario() -> tuple[int, tuple[int, int, int], int, int | None]:
             mine = child_pids() - set(sandbox.idle_pids())
-            task = asyncio.ensure_future(extract(pdfs.slow_pdf("busy", 2), **LIMITS))
+            task = asyncio.ensure_future(extract(pdfs.slow_pdf("busy", 1), **LIMITS))
             seen = None
             while seen is None:
                 for pid in child_pids() - mine - set(sandbox.idle_pids()):
                     with contextlib.suppress(OSError):  # the job's limits: it has the job
                         if rlimits(pid).get("Max address space") == str(memory_limit):
-                            seen = pid, _placement(pid)
+                            seen = pid, _placement(pid), psutil.Process(pid).ppid()
                 assert seen or not task.done(), "the job ended before its child was seen"
                 await asyncio.sleep(0.01)
-            return (*seen, (await task).child_start)
+            template = sandbox._template.pid()
+            task.cancel()  # seen while it ran: its end is not the point
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            return (*seen, template)
 
-        pid, (session, group, seen_nice), start = asyncio.run(scenario())
+        pid, (session, group, seen_nice), parent, template = asyncio.run(scenario())
     finally:
         sandbox.configure(warm=True, nice=DEFAULT_NICE)
-    assert start == ("forked" if warm else "cold")
+    # forked by the template, or started by this process: how it started (child_start)
+    assert parent == (template if warm else os.getpid()) and parent is not None
     assert session == os.getsid(0)
     assert group == pid
     expected = min(

@@ -15,7 +15,7 @@ import pytest
 from django_pdfpool import extract
 from django_pdfpool.sandbox import extract as sandbox
 from django_pdfpool.sandbox import wire
-from tests.conftest import wait_until
+from tests.conftest import until, wait_until
 from tests.support import pdfs
 from tests.support.procs import child_pids, job_child, leftovers, rlimits
 
@@ -42,6 +42,14 @@ def forked_children(template: int) -> list[int]:
 def status(pid: int) -> dict[str, str]:
     lines = Path(f"/proc/{pid}/status").read_text().splitlines()
     return dict(line.split(":\t", 1) for line in lines if ":\t" in line)
+
+
+def alive(pid: int) -> bool:
+    """Whether the process is there and has not exited (a zombie has)."""
+    try:
+        return status(pid)["State"][0] not in "ZX"
+    except OSError:
+        return False
 
 
 def inspect_while_busy(warm_call: bool) -> dict:
@@ -118,13 +126,15 @@ def test_a_retired_templates_running_child_finishes_however_late_the_kill_lands(
 
     async def scenario() -> str:
         mine = child_pids() - set(sandbox.idle_pids())
-        task = asyncio.ensure_future(extract(pdfs.slow_pdf("still read", 2), **LIMITS))
-        while job_child(child_pids() - mine - set(sandbox.idle_pids()), MEMORY) is None:
+        task = asyncio.ensure_future(extract(pdfs.slow_pdf("still read", 1), **LIMITS))
+        while (pid := job_child(child_pids() - mine - set(sandbox.idle_pids()), MEMORY)) is None:
             assert not task.done()
             await asyncio.sleep(0.01)
         monkeypatch.setattr(children, "drop", slow_drop)
         sandbox.configure(nice=3)  # retires the template, which is ended
         monkeypatch.setattr(children, "drop", real_drop)
+        assert not Path(f"/proc/{warm}").exists()  # the template was killed and reaped ...
+        assert alive(pid)  # ... while its child was at work on the job
         return (await task).text
 
     try:
@@ -133,12 +143,24 @@ def test_a_retired_templates_running_child_finishes_however_late_the_kill_lands(
         sandbox.configure(nice=wire.DEFAULT_NICE)
 
 
+def at_work(template: int) -> list[int]:
+    """The template's forked children at work on a job (limits set): not its ready ones."""
+    return [pid for pid in forked_children(template) if job_child([pid], MEMORY) is not None]
+
+
+SLOW = 3  # jobs at work in forked children when the template is killed; the rest are tiny
+
+
 def test_a_template_killed_mid_burst_costs_no_job(warm):
-    """SLOTS=4 jobs back to back, 16 in all; the template is SIGKILLed once some have been
-    forked: every job still gets its own text (forked before, cold meanwhile, forked again
-    once the new template is ready)."""
+    """SLOTS=4 jobs back to back, 16 in all; the template is SIGKILLed once SLOW of them are
+    at work in forked children: every job still gets its own text (forked before, cold
+    meanwhile, forked again once the new template is ready). Only the jobs at work at the
+    kill need to take long; the others are tiny, as the jobs queued behind them."""
     before = sandbox.child_starts()
-    documents = [pdfs.slow_pdf(f"job-{i}", megabytes=1) for i in range(16)]
+    documents = [
+        pdfs.slow_pdf(f"job-{i}", megabytes=1) if i < SLOW else pdfs.simple([f"job-{i}"])
+        for i in range(16)
+    ]
     killed = threading.Event()
 
     async def burst():
@@ -149,8 +171,9 @@ def test_a_template_killed_mid_burst_costs_no_job(warm):
             while queue:
                 i, data = queue.pop(0)
                 results[i] = (await extract(data, **LIMITS)).text
-                if i == 5 and not killed.is_set():  # mid-burst: forked children are running
-                    assert forked_children(warm), "no forked child running at the kill"
+                if i >= SLOW and not killed.is_set():  # mid-burst: forked children at work
+                    await until(lambda: len(at_work(warm)) == SLOW, timeout=60)
+                    assert queue, "no job left to start after the kill"
                     os.kill(warm, signal.SIGKILL)
                     killed.set()
 
@@ -201,14 +224,15 @@ def test_a_template_that_cannot_fork_ends_no_running_job(warm):
 
     async def scenario() -> tuple[str, str]:
         mine = child_pids() - set(sandbox.idle_pids())
-        running = asyncio.ensure_future(extract(pdfs.slow_pdf("running", 2), **LIMITS))
-        while job_child(child_pids() - mine - set(sandbox.idle_pids()), MEMORY) is None:
+        running = asyncio.ensure_future(extract(pdfs.slow_pdf("running", 1), **LIMITS))
+        while (pid := job_child(child_pids() - mine - set(sandbox.idle_pids()), MEMORY)) is None:
             assert not running.done()
             await asyncio.sleep(0.01)
         template = psutil.Process(warm)
         fds = template.num_fds()
         template.rlimit(psutil.RLIMIT_NOFILE, (fds, fds))  # no pipe for the next child
         late = await extract(pdfs.simple(["late"]), **LIMITS)
+        assert alive(pid)  # the running job's child was at work all along
         return (await running).text, late.text
 
     running, late = asyncio.run(scenario())

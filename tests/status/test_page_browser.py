@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import datetime
 import re
+import time
+import weakref
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -24,8 +26,16 @@ pytest_plugins = ["tests.support.redis_fixtures"]
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
-def signed_in(browser, live_server, **context):
+FAKE_CLOCKS: weakref.WeakSet = weakref.WeakSet()  # pages whose timers run on Playwright's clock
+
+
+def signed_in(browser, live_server, *, fake_clock: bool = False, **context):
+    """A page of the status signed in; ``fake_clock``: its timers on Playwright's clock (time
+    flows as it does, and a test may jump it forward: ``page.clock.fast_forward``)."""
     page = browser.new_context(**context).new_page()
+    if fake_clock:
+        page.clock.install()
+        FAKE_CLOCKS.add(page)
     errors: list[str] = []
     page.on("pageerror", lambda error: errors.append(str(error)))
     page.goto(live_server.url + URL)
@@ -37,14 +47,18 @@ def signed_in(browser, live_server, **context):
 
 
 def refreshed(page) -> None:
-    """Wait for a refresh that read the pool after this call."""
+    """Wait for a refresh that read the pool after this call: the second refresh from here
+    (the first may have been on its way). On a fake clock, each comes without its 2 s: the
+    clock jumps to the refresh's timer (one jump a refresh: an answer on its way has its 10 s
+    all the same)."""
     from playwright.sync_api import expect
 
     status = page.locator("#pdfpool-status")
-    done = int(status.get_attribute("data-updates") or 0)
-    expect(status).to_have_attribute("data-updates", re.compile(rf"^(?!{done}$)\d+$"))
-    done = int(status.get_attribute("data-updates") or 0)
-    expect(status).to_have_attribute("data-updates", re.compile(rf"^(?!{done}$)\d+$"))
+    for _ in range(2):
+        done = int(status.get_attribute("data-updates") or 0)
+        if page in FAKE_CLOCKS:
+            page.clock.fast_forward(2_000)  # the page's refresh interval (data-refresh)
+        expect(status).to_have_attribute("data-updates", re.compile(rf"^(?!{done}$)\d+$"))
 
 
 def test_the_door_and_peaks_tables_follow_the_refresh(pdfpool, live_server, operator, browser):
@@ -55,7 +69,7 @@ def test_the_door_and_peaks_tables_follow_the_refresh(pdfpool, live_server, oper
     ticket = ARRIVING.place(1, caller, None)
     assert ticket is not None
     try:
-        page, errors = signed_in(browser, live_server)
+        page, errors = signed_in(browser, live_server, fake_clock=True)
         door, peaks = page.locator("#pdfpool-door"), page.locator("#pdfpool-peaks")
         expect(door.locator("td").first).to_have_text(caller)
         expect(peaks).to_have_text("No job ended yet.")
@@ -89,7 +103,7 @@ def test_the_redis_processes_table_follows_the_refresh(
     with ThreadPoolExecutor(1) as thread:
         done = thread.submit(asyncio.run, pool.run("k:" + "ab" * 32, "ip:192.0.2.1", job))
         try:
-            page, errors = signed_in(browser, live_server)
+            page, errors = signed_in(browser, live_server, fake_clock=True)
             holds = page.locator(".pdfpool-cluster tbody tr").first.locator("td")
             expect(holds.nth(1)).to_have_text("1")  # running
         finally:
@@ -110,7 +124,9 @@ def test_times_are_shown_in_the_projects_time_zone_before_and_after_a_refresh(
     recent_peaks.clear()
     recent_peaks.append((midnight.timestamp(), 100 << 20, "cold"))
     try:
-        page, errors = signed_in(browser, live_server, timezone_id="Asia/Tokyo", locale="en-US")
+        page, errors = signed_in(
+            browser, live_server, fake_clock=True, timezone_id="Asia/Tokyo", locale="en-US"
+        )
         ended = page.locator("#pdfpool-peaks td").first
         since = page.locator("#pdfpool-since")
         expect(ended).to_have_text("00:00:05")
@@ -127,7 +143,7 @@ def test_a_pool_without_a_queue_shows_no_full_queue(pdfpool, live_server, operat
     from playwright.sync_api import expect
 
     pdfpool(SLOTS=1, QUEUE=0)  # nothing queued, and nothing can queue: no alarm
-    page, errors = signed_in(browser, live_server)
+    page, errors = signed_in(browser, live_server, fake_clock=True)
     queue = page.locator('[data-gauge="queued"]')
     expect(queue).not_to_have_class(re.compile(r"\bfull\b"))
     refreshed(page)
@@ -153,7 +169,9 @@ def test_a_phone_wide_window_scrolls_the_wide_tables_not_the_page(
     with ThreadPoolExecutor(1) as thread:
         done = thread.submit(asyncio.run, pool.run("views.job:" + "ab" * 32, caller, job))
         try:
-            page, errors = signed_in(browser, live_server, viewport={"width": 375, "height": 800})
+            page, errors = signed_in(
+                browser, live_server, fake_clock=True, viewport={"width": 375, "height": 800}
+            )
             expect(page.locator("#pdfpool-jobs tr.running")).to_have_count(1)
             expect(page.locator("#pdfpool-door td").first).to_have_text(caller)
             overflow = "document.documentElement.scrollWidth - document.documentElement.clientWidth"
@@ -198,7 +216,7 @@ LOW_CONTRAST = """() => {
 
 @pytest.mark.parametrize("scheme", ["light", "dark"])
 def test_every_text_meets_wcag_aa_contrast(pdfpool, live_server, operator, browser, scheme):
-    page, errors = signed_in(browser, live_server, color_scheme=scheme)
+    page, errors = signed_in(browser, live_server, fake_clock=True, color_scheme=scheme)
     refreshed(page)
     assert page.evaluate(LOW_CONTRAST) == []
     assert errors == []
@@ -210,7 +228,7 @@ def test_a_refresh_by_the_same_process_says_no_other_answered(
     from playwright.sync_api import expect
 
     settings.USE_THOUSAND_SEPARATOR = True  # a pid of 4 digits or more: "12,345"
-    page, errors = signed_in(browser, live_server)
+    page, errors = signed_in(browser, live_server, fake_clock=True)
     refreshed(page)
     expect(page.locator("#pdfpool-switched")).to_be_hidden()
     assert errors == []
@@ -233,7 +251,7 @@ def test_the_state_says_new_work_is_refused_while_it_is(
         url = settings_["REDIS"]["URL"].format(port=free_port())
         settings_ = {"REDIS": {"URL": url, "NAMESPACE": namespace}}
     pdfpool(**settings_)
-    page, errors = signed_in(browser, live_server)
+    page, errors = signed_in(browser, live_server, fake_clock=True)
     state = page.locator("#pdfpool-state")
     for _ in ("loaded", "refreshed"):
         expect(state).to_contain_text(says)
@@ -265,7 +283,7 @@ def test_only_refusals_that_happened_are_shown_in_red(pdfpool, live_server, oper
             await asyncio.sleep(0.005)
         return 1
 
-    page, errors = signed_in(browser, live_server)
+    page, errors = signed_in(browser, live_server, fake_clock=True)
     assert page.evaluate(IN_RED) == []  # no refusal yet: nothing to alarm about
     with ThreadPoolExecutor(2) as threads:  # off the main thread: Playwright's loop is there
         done = threads.submit(asyncio.run, pool.run("k:" + "ab" * 32, "ip:192.0.2.1", job))
@@ -288,12 +306,19 @@ def test_a_refresh_that_hangs_shows_the_page_stale(
     from playwright.sync_api import expect
 
     pdfpool(REDIS={"URL": own_redis.url, "NAMESPACE": namespace, "TIMEOUT": 60})
-    page, errors = signed_in(browser, live_server)
+    page, errors = signed_in(browser, live_server, fake_clock=True)
     refreshed(page)
     own_redis.pause()  # connections stay open and nothing answers: each read waits 60 s
     try:
         live = page.locator("#pdfpool-live")
-        expect(live).to_have_class(re.compile(r"\bstale\b"), timeout=20_000)
+        # the page's 10 s (5 refreshes) for an answer, on its clock: jumped a second at a time
+        # (its next refresh starts, and its wait runs out) rather than waited for
+        deadline = time.monotonic() + 20
+        while "stale" not in (live.get_attribute("class") or "").split():
+            assert time.monotonic() < deadline, "the page never went stale"
+            page.clock.fast_forward(1_000)
+        expect(live).to_have_class(re.compile(r"\bstale\b"))
+        assert "TimeoutError" in (live.get_attribute("title") or "")  # the hang, not an error
     finally:
         own_redis.resume()
     assert errors == []

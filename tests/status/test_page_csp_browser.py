@@ -13,7 +13,7 @@ POLICY = "default-src 'self'; object-src 'none'; base-uri 'none'"
 
 
 def test_a_strict_policy_refuses_nothing_on_the_page(pdfpool, live_server, operator, browser):
-    page, errors = signed_in(browser, live_server)
+    page, errors = signed_in(browser, live_server, fake_clock=True)  # refreshed() jumps it
 
     def with_policy(route):
         response = route.fetch()
