@@ -31,18 +31,25 @@ def test_an_answer_of_two_million_pages_grows_the_server_by_under_twice_its_byte
     assert isinstance(outcome, ExtractionError) and outcome.code == "too_large"
 
 
-def test_an_answer_holds_its_bytes_and_a_str_per_page():
-    """The most pages an answer may have, 80 ASCII bytes each: what the parent keeps."""
-    pages = [f"{n:080d}" for n in range(MAX_ANSWER_PAGES)]
-    line = bytearray(encode_answer(Extracted("0" * 64, len(pages), pages, {}, False)))
-    size = len(line)
-    del pages
+def decoded(extracted: Extracted) -> tuple[object, int, int, int]:
+    """``extracted`` encoded, then decoded under tracemalloc: the answer, the line's size,
+    and the bytes held after and at the peak (the line itself counted in neither)."""
+    line = bytearray(encode_answer(extracted))
+    size = len(line)  # decoding empties it
     tracemalloc.start()
     try:
         answer = decode_answer(line)
         held, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
+    return answer, size, held, peak
+
+
+def test_an_answer_holds_its_bytes_and_a_str_per_page():
+    """The most pages an answer may have, 80 ASCII bytes each: what the parent keeps."""
+    pages = [f"{n:080d}" for n in range(MAX_ANSWER_PAGES)]
+    answer, size, held, peak = decoded(Extracted("0" * 64, len(pages), pages, {}, False))
+    del pages
     assert isinstance(answer, Extracted) and len(answer.pages) == MAX_ANSWER_PAGES
     per_page = (held - size) / MAX_ANSWER_PAGES
     assert held < size + 64 * MAX_ANSWER_PAGES, per_page  # the buffer was emptied: no copy kept
@@ -60,15 +67,8 @@ def test_a_page_with_one_character_past_u_ffff_is_held_at_4_bytes_a_character():
     """What docs/performance.md tells operators to size for: a str holds every character of
     a page in the width of its widest, so 8 MiB of ASCII and one emoji take 32 MiB."""
     page = "a" * (8 << 20) + "\U0001f4a3"
-    line = bytearray(encode_answer(Extracted("0" * 64, 1, [page], {}, False)))
-    size = len(line)
+    answer, size, held, peak = decoded(Extracted("0" * 64, 1, [page], {}, False))
     del page
-    tracemalloc.start()
-    try:
-        answer = decode_answer(line)
-        held, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
     assert isinstance(answer, Extracted) and len(answer.pages[0]) == (8 << 20) + 1
     assert 3.9 * size < held < 4.1 * size, held / size
     assert peak < 5.1 * size, peak / size  # the buffer, emptied, and the page
