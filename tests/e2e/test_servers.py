@@ -230,7 +230,9 @@ def test_runserver_ends_at_ctrl_c_and_its_next_start_deletes_the_copies_it_left(
             yield server
 
     async def cut_off(server: Any) -> set[int]:
-        request = asyncio.create_task(upload(server.url, slow_pdf("cut off", 2), "127.0.32.1"))
+        # seconds of work left at the SIGINT (its serving process's atexit drain would finish
+        # a short job before the autoreloader's SIGKILL lands, on a loaded machine)
+        request = asyncio.create_task(upload(server.url, slow_pdf("cut off", 8), "127.0.32.1"))
         serving = psutil.Process(server.pid).children()[0]  # the autoreloader's child
         child = await until(lambda: working_child(serving.pid))
         os.killpg(server.pid, signal.SIGINT)
