@@ -16,7 +16,6 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 import httpx
 import psutil
@@ -198,55 +197,6 @@ def test_daphne_exits_at_sigterm_once_the_jobs_it_dropped_have_ended(view: str, 
             pytest.fail(f"daphne did not exit after SIGTERM:\n{server.text()}")
     assert "Killed 1 pending application instances" in server.text()
     assert list(staged.iterdir()) == []
-
-
-def test_runserver_ends_at_ctrl_c_and_its_next_start_deletes_the_copies_it_left(tmp_path: Path):
-    """runserver as a developer runs it (its autoreloader) and stops it (Ctrl-C: SIGINT to the
-    terminal's group): the serving process is killed with its children, the staged copy of
-    the upload in flight stays, and the next start deletes it."""
-    from tests.e2e.test_faults import until, upload, working_child
-    from tests.support.servers import (
-        _NEVER,
-        ROOT,
-        _serve,
-        _until_listening,
-        free_port,
-        project_env,
-        wait_for,
-    )
-
-    staged = tmp_path / "staged"
-    staged.mkdir()
-    env = {"DJANGO_SETTINGS_MODULE": "tests.project.settings", **project_env(staged)}
-    pool = {"SLOTS": 1, "WAIT": 30.0, "TIMEOUT": 30.0}
-
-    @contextmanager
-    def runserver() -> Iterator[Any]:
-        port = free_port()
-        command = [sys.executable, "-m", "django", "runserver", f"127.0.0.1:{port}"]
-        with _serve(command, _NEVER, pool, env, ROOT, 30, wait=False) as server:
-            server.url = f"http://127.0.0.1:{port}"
-            _until_listening(port, server, 30)
-            yield server
-
-    async def cut_off(server: Any) -> set[int]:
-        # seconds of work left at the SIGINT (its serving process's atexit drain would finish
-        # a short job before the autoreloader's SIGKILL lands, on a loaded machine)
-        request = asyncio.create_task(upload(server.url, slow_pdf("cut off", 8), "127.0.32.1"))
-        serving = psutil.Process(server.pid).children()[0]  # the autoreloader's child
-        child = await until(lambda: working_child(serving.pid))
-        os.killpg(server.pid, signal.SIGINT)
-        with pytest.raises(httpx.HTTPError):
-            await request
-        return {serving.pid, child.pid}
-
-    with runserver() as server:
-        ended = asyncio.run(cut_off(server))
-        assert server.process.wait(timeout=30) == 0, server.text()
-        wait_for(lambda: not any(map(psutil.pid_exists, ended)), timeout=30)  # reaped by init
-    assert len(list(staged.iterdir())) == 1
-    with runserver():
-        assert list(staged.iterdir()) == []
 
 
 @pytest.mark.parametrize(("name", "closed"), [("granian", True), ("hypercorn", False)])
