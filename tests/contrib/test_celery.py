@@ -95,12 +95,17 @@ def worker(tmp_path, redis_server, namespace):
     try:
         yield broker, pool, log
     finally:
-        process.send_signal(signal.SIGTERM)  # a warm shutdown
-        try:
-            process.wait(30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_worker(process)
+
+
+def stop_worker(process: subprocess.Popen) -> None:
+    """A warm shutdown (SIGTERM), killed if it takes longer than 30 s."""
+    process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(30)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 def started_worker(

@@ -7,7 +7,6 @@ from __future__ import annotations
 import functools
 import json
 import os
-import signal
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -18,7 +17,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import wait_until
-from tests.contrib.test_celery import PROJECT, ROOT, SOON, countdowns, started_worker
+from tests.contrib.test_celery import PROJECT, ROOT, SOON, countdowns, started_worker, stop_worker
 from tests.support.servers import project_env
 
 pytest_plugins = ["tests.support.redis_fixtures"]
@@ -143,12 +142,7 @@ def prefork(tmp_path, redis_server, namespace) -> Iterator[Callable[..., Any]]:
 
     yield start
     for process in started:
-        process.send_signal(signal.SIGTERM)  # a warm shutdown
-        try:
-            process.wait(30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_worker(process)
 
 
 def test_a_child_killed_mid_job_leaves_no_copy_once_the_next_child_stages(prefork):
