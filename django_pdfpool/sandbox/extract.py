@@ -488,6 +488,9 @@ _PDFIUM_MEMORY_SIGNALS = {signal.SIGSEGV, signal.SIGABRT, signal.SIGBUS, signal.
                           signal.SIGTRAP}  # fmt: skip
 
 
+_SIGNAL_NAMES = {number.value: number.name for number in signal.Signals}
+
+
 def _ending_without_answer(outcome: children.Outcome, engine: str) -> ExtractionError:
     """The error for a child that gave no valid answer: the deadline, overflow, or its death."""
     if outcome.timed_out:
@@ -500,7 +503,7 @@ def _ending_without_answer(outcome: children.Outcome, engine: str) -> Extraction
     if returncode is None or returncode >= 0:
         return ExtractionError("crashed", detail=f"exit status {returncode}, no valid answer")
     number = -returncode
-    name = signal.Signals(number).name if number in signal.valid_signals() else str(number)
+    name = _SIGNAL_NAMES.get(number, str(number))  # a real-time signal has no name
     pdfium = engine == "pypdfium2" and number in _PDFIUM_MEMORY_SIGNALS
     memory = number == signal.SIGKILL or pdfium
     code = "too_complex" if number in _TIME_SIGNALS else "too_large" if memory else "crashed"
