@@ -50,8 +50,7 @@ LARGEST = 2**53  # the integers JSON readers (the status page's script) and Redi
 
 
 def integer(low: int, high: int | None = None, *, unit: str = "") -> Bound:
-    """An int from ``low`` to ``high`` (``LARGEST``); ``unit`` ("bytes") comes first in the
-    words."""
+    """An int from ``low`` to ``high`` (``LARGEST``), ``unit`` ("bytes") first in its words."""
     top, words = high, f"an integer from {low} to {high}"
     if top is None:
         top, words = LARGEST, f"an integer >= {shown(low)} and <= 2**53"

@@ -1,6 +1,5 @@
-"""System checks (ids ``django_pdfpool.E001``...): the PDFPOOL setting's problems, pooled
-routes of DRF or ninja, the sandbox this host gives, the Redis pool's default namespace,
-the memory envelope and a server that serves one request at a time."""
+"""System checks (ids ``django_pdfpool.E001``...): of the settings, the routes, the host
+and the server, each said in its function."""
 
 from __future__ import annotations
 
@@ -45,8 +44,8 @@ def check_integrations(**kwargs: Any) -> list[CheckMessage]:
 
 @checks.register()
 def check_sandbox(**kwargs: Any) -> list[CheckMessage]:
-    """W021 for each sandbox layer this host lacks; E021 when that is below SANDBOX['REQUIRE']
-    (extractions are then refused). Asks a probe child once."""
+    """W021 for each sandbox layer this host lacks (a probe child says), and E021 when that
+    is below SANDBOX['REQUIRE']: extractions are then refused."""
     from .sandbox.extract import sandbox_layers
 
     if problems(raw_setting()):

@@ -173,10 +173,8 @@ class DoorSettings:
     """PDFPOOL["DOOR"]: admission from the headers, before the body (docs/door.md)."""
 
     budget: int = setting(256, integer(0),
-        "with every place taken, bodies the door lets in because they may join a job in flight "
-        "(one per caller, and one per job in flight whose digest it declares); past it the door "
-        "sheds from the headers and counts it apart "
-        "([the door](door.md#joins-and-the-budget)).")  # fmt: skip
+        "with every place taken, bodies the door lets in as they may join a job in flight; past "
+        "it, it sheds from the headers ([the door](door.md#joins-and-the-budget)).")  # fmt: skip
     budget_bytes: int = setting(64 * MiB, integer(0, unit="bytes"),
         "the bytes of those bodies together, charged as they arrive: an entry reserves "
         "`BUDGET_BYTES / BUDGET` at most.")  # fmt: skip
@@ -237,9 +235,8 @@ class SandboxSettings:
         "each extraction child confines itself with every layer this host offers ([the layers]"
         "(#the-layers)); `False` turns them all off, for debugging an engine only.")  # fmt: skip
     require: str = setting("none", REQUIRE,
-        "the sandbox level below which extractions are refused (fail closed: 503 "
-        '`sandbox_unavailable`, check E021): `"none"`, `"basic"`, `"landlock"` or `"full"` '
-        "([the levels](#the-layers)).")  # fmt: skip
+        "the sandbox level below which extractions are refused (503 `sandbox_unavailable`, "
+        "check E021) ([the levels](#the-layers)).")  # fmt: skip
     child_env: tuple[str, ...] = setting((), bounds.CHILD_ENV,
         "names of environment variables the extraction children inherit besides the minimum "
         "([the environment](#the-childrens-environment)).", convert=tuple)  # fmt: skip
@@ -279,9 +276,7 @@ class PoolSettings:
         "`True` (`None`: every page).")  # fmt: skip
     max_text_bytes: int = setting(8 * MiB, integer(1024, unit="bytes"),  # a useful floor
         "bytes of text (UTF-8) one extraction may return; the child cuts it there (`truncated` "
-        "and `text_truncated` are `True`) ([text bombs](#text-bombs)). With `REDIS`, the "
-        "pool's limit on results crossing processes grows with it ([what is shared]"
-        "(cluster.md#what-is-shared-and-what-stays-in-the-process)).")  # fmt: skip
+        "and `text_truncated` are `True`) ([text bombs](#text-bombs)).")  # fmt: skip
     engine: str = setting("pypdf", ENGINE,
         '`"pypdf"`, or `"pypdfium2"` with the `[pdfium]` extra (much faster; see '
         "[security](security.md) for its different failure modes).",

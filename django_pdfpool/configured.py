@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import atexit
-import contextlib
 import logging
 import math
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from .admission.history import Recorder
@@ -50,20 +50,13 @@ def get_pool() -> AdmissionPool:
 
 
 def _retire(pool: AdmissionPool) -> None:
-    """Drain an idle Redis pool that a settings change replaced, before its successor runs a
-    job: left beating, it keeps this process registered with the old terms, and the other
-    pools of the namespace, its successor included, are refused as misconfigured. A local
-    pool is left open: a caller handed it just before is served, not refused ``closed``."""
-    if isinstance(pool, Pool):
-        return
-
-    def drain() -> None:
-        with contextlib.suppress(Exception):  # Redis gone: the registration's lease lapses
-            asyncio.run(pool.drain())
-
-    thread = threading.Thread(target=drain, name="pdfpool-retire")  # from async code too
-    thread.start()
-    thread.join()
+    """Drain an idle Redis pool a settings change replaced before its successor runs a job:
+    left beating, it keeps this process registered with the old terms, and the namespace's
+    other pools, its successor included, are refused as misconfigured. A local pool is left
+    open: a caller handed it just before is served, not refused ``closed``."""
+    if not isinstance(pool, Pool):  # on a thread of its own (from async code too), waited for
+        with ThreadPoolExecutor(1, "pdfpool-retire") as thread:
+            thread.submit(asyncio.run, pool.drain())  # an error left unread: its lease lapses
 
 
 def peek_pool() -> AdmissionPool | None:

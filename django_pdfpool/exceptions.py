@@ -239,28 +239,8 @@ class ExtractionError(Exception):
         return f"{self.code}: {self.message}"
 
 
-__all__ = [
-    "EXTRACTION_MESSAGES",
-    "BadDigest",
-    "BlockingCallWarning",
-    "BodyTimeout",
-    "CallerBusy",
-    "CoordinatorUnavailable",
-    "DigestMismatch",
-    "ExtractionError",
-    "JobFault",
-    "LengthRequired",
-    "NoUpload",
-    "PoolBusy",
-    "PoolClosed",
-    "PoolMisconfigured",
-    "Refused",
-    "RemoteJobError",
-    "RepeatedHeader",
-    "ResultTooLarge",
-    "RunnerLost",
-    "SandboxUnavailable",
-    "UploadRejected",
-    "UploadTooLarge",
-    "Wording",
+__all__ = ["EXTRACTION_MESSAGES", "Wording"] + [  # and every exception above: each is public
+    name
+    for name, value in list(globals().items())
+    if isinstance(value, type) and issubclass(value, BaseException)
 ]
