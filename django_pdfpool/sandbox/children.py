@@ -222,8 +222,7 @@ class Child(Handle):
             return self.proc.poll() is None
 
     def kill(self) -> None:
-        """SIGKILL to the child and its process group (which it may have left), unless it was
-        already reaped."""
+        """SIGKILL to the child and its group (which it may have left), unless reaped already."""
         with self._lock:
             if self.proc.returncode is None:
                 for kill in (os.kill, os.killpg):
