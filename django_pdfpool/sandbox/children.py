@@ -110,15 +110,11 @@ class Handle:
 
     def reap(self) -> int | None: ...
 
-    def _close_job_pipe(self) -> None:
-        if self._job is not None:
-            self._job.close()
-            self._job = None
-
     def _close(self) -> None:
         """Release the pipes and the pidfd, and forget the child (reaped, or let go of)."""
-        self._close_job_pipe()
-        self._answer.close()
+        for pipe in (self._job, self._answer):
+            if pipe is not None:
+                pipe.close()
         if self._pidfd is not None:
             os.close(self._pidfd)
             self._pidfd = None
@@ -127,15 +123,15 @@ class Handle:
 
     def send(self, job_line: bytes) -> bool:
         """Hand the job over; False if the child is gone already (it never saw the job)."""
-        try:
-            if self._job is None:
-                return False
-            self._job.write(job_line)  # a few hundred bytes: never blocks
-            return True
-        except (OSError, ValueError):  # ValueError: closed under us (kill_all at exit)
+        job, self._job = self._job, None  # closed once it is sent, whatever happens
+        if job is None:
             return False
-        finally:
-            self._close_job_pipe()
+        try:
+            with job:
+                job.write(job_line)  # a few hundred bytes: never blocks
+            return True
+        except (OSError, ValueError):  # the child is gone, or the pipe closed under us
+            return False
 
     def receive(self, deadline: float, max_output: int) -> Outcome:
         """Read until a whole answer, EOF, the deadline or too much output (these two kill)."""
@@ -226,8 +222,7 @@ class Child(Handle):
             return self.proc.poll() is None
 
     def kill(self) -> None:
-        """SIGKILL to the child and its process group (which it may have left), unless it was
-        already reaped."""
+        """SIGKILL to the child and its group (which it may have left), unless reaped already."""
         with self._lock:
             if self.proc.returncode is None:
                 for kill in (os.kill, os.killpg):

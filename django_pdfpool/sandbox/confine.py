@@ -18,7 +18,7 @@ from ..bounds import one_of
 PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 4, 38, 22, 2
 CLONE_NEWIPC, CLONE_NEWUSER, CLONE_NEWNET = 0x08000000, 0x10000000, 0x40000000
 CLONE_THREAD = 0x10000
-TIOCSTI, TIOCLINUX = 0x5412, 0x541C  # ioctls that type into a terminal
+TIOCSTI, TIOCLINUX = 0x5412, 0x541C  # ioctls that type into a terminal (a child's: its server's)
 
 NO_NEW_PRIVS, NOT_DUMPABLE, NAMESPACES = "no_new_privs", "not_dumpable", "namespaces"
 SECCOMP, LANDLOCK_FS = "seccomp", "landlock_fs"
@@ -26,12 +26,8 @@ LANDLOCK_NET, LANDLOCK_SIGNAL = "landlock_net", "landlock_signal"
 _BASIC = (NO_NEW_PRIVS, NOT_DUMPABLE, SECCOMP)
 _LANDLOCK = (*_BASIC, LANDLOCK_FS, LANDLOCK_NET, LANDLOCK_SIGNAL)
 LAYERS = (*_LANDLOCK, NAMESPACES)
-LEVELS: dict[str, tuple[str, ...]] = {  # PDFPOOL["SANDBOX"]["REQUIRE"]: the layers each demands
-    "none": (),
-    "basic": _BASIC,
-    "landlock": _LANDLOCK,
-    "full": (*_LANDLOCK, NAMESPACES),
-}
+# PDFPOOL["SANDBOX"]["REQUIRE"]: the layers each level demands
+LEVELS = {"none": (), "basic": _BASIC, "landlock": _LANDLOCK, "full": LAYERS}
 REQUIRE = one_of(LEVELS)  # the sandbox level below which extractions are refused
 LANDLOCK_ABI = {LANDLOCK_FS: 1, LANDLOCK_NET: 4, LANDLOCK_SIGNAL: 6}  # the ABI each needs
 EXIT_SANDBOX = 71  # a child that could not put on a layer it was told to require
@@ -47,12 +43,9 @@ PROCESS_DENIED = (
     "open_by_handle_at", "kexec_load", "kexec_file_load", "init_module", "finit_module",
     "delete_module", "process_madvise", "quotactl", "swapon", "swapoff", "reboot", "acct",
     "personality",
-    # memory outside RLIMIT_AS: a memfd written to, System V segments and queues (which outlive
-    # the child in its IPC namespace)
+    # memory outside RLIMIT_AS (docs/security.md): memfds, System V segments and queues
     "memfd_create", "memfd_secret", "shmget", "msgget",
 )  # fmt: skip
-# ioctls typing into the server's terminal (a child is in its session), refused from start-up.
-TERMINAL_DENIED = (TIOCSTI, TIOCLINUX)
 # Refused to a job's child besides: signals to anyone, pidfds, new processes (not threads), pipes.
 JOB_DENIED = (
     "kill", "tkill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo",
@@ -72,7 +65,6 @@ LIBRARY_DIRS = ("/lib", "/lib64", "/usr/lib", "/usr/lib64", "/usr/local/lib", "/
 ENGINE_PACKAGES = (
     "django_pdfpool", "pypdf", "pypdfium2", "pypdfium2_raw", "landlockpy", "pyseccomp",
 )  # fmt: skip
-WRITABLE = ("/dev/null",)  # the one file a child may open for writing (before its job)
 
 
 @dataclass
@@ -270,8 +262,8 @@ def _landlock() -> None:
     ruleset = landlockpy.Ruleset(handled_fs=fs & ~read, handled_net=net, scoped=scoped)
     try:
         with ruleset:
-            for path in WRITABLE:
-                ruleset.allow_path(path, AccessFS.WRITE_FILE | AccessFS.IOCTL_DEV)
+            # the one file a child may open for writing
+            ruleset.allow_path("/dev/null", AccessFS.WRITE_FILE | AccessFS.IOCTL_DEV)
             ruleset.restrict(no_new_privs=True)
     except OSError as exc:
         return _fail(exc.strerror or "restrict failed", *LANDLOCK_ABI)
@@ -313,7 +305,7 @@ def _seccomp_process() -> None:
         process = seccomp.SyscallFilter(seccomp.ALLOW)
         for name in PROCESS_DENIED:
             _deny(seccomp, process, name)
-        for request in TERMINAL_DENIED:  # the kernel reads the request as 32 bits
+        for request in (TIOCSTI, TIOCLINUX):  # the server's terminal; the kernel reads 32 bits
             _deny(seccomp, process, "ioctl", seccomp.Arg(1, seccomp.MASKED_EQ, 0xFFFFFFFF, request))
         process.load()
         job = seccomp.SyscallFilter(seccomp.ALLOW)

@@ -26,15 +26,8 @@ METADATA_CHARS = 2000  # of each key and value
 # metadata character leave room for those. A child that writes more is refused as too_large.
 ANSWER_OVERHEAD = METADATA_KEYS * (2 * METADATA_CHARS * 6 + 6) + (64 << 10)
 DETAIL_CHARS = 200  # of a failure's detail, as the parent keeps it
-PRELOAD_OPTION = "--preload"  # followed by an engine to import before the job arrives
-WARM_UP_OPTION = "--warm-up"  # run a tiny document through the engines before READY
-TEMPLATE_OPTION = "--template"  # fork one child per request instead of doing a job
-PARENT_OPTION = "--parent"  # followed by the parent's pid: die with it
-READY_OPTION = "--ready"  # the template's "N,SECONDS": keep up to N ready children, SECONDS idle
-SANDBOX_OPTION = "--sandbox"  # followed by the level the child must reach (confine.LEVELS), or
-SANDBOX_OFF = "off"  # no layer at all (tests that show what the layers stop); absent: "none"
+SANDBOX_OFF = "off"  # no layer at all (tests that show what the layers stop)
 PROBE_OPTION = "--probe"  # put on every layer, print what was had as JSON, exit
-NICE_OPTION = "--nice"  # followed by how much the child lowers its priority below its parent's
 DEFAULT_NICE = 5  # below the server's threads, not starved by other work (docs/security.md)
 _LONE_SURROGATES = re.compile("[\ud800-\udfff]")
 SEPARATOR = "\uffff"  # between an answer's pieces: a noncharacter, 3 bytes as commas and quotes
@@ -43,43 +36,43 @@ MAX_ANSWER_PAGES = 100_000  # an answer's pages: a str each in the parent (about
 
 
 class ChildOptions(NamedTuple):
-    """A child's command line, parsed: what to preload, whether to warm up, its role."""
+    """A child's command line, parsed: each field's option, and what it says."""
 
-    preload: tuple[str, ...]
-    warm_up: bool
-    template: bool = False
-    parent: int | None = None
-    ready: tuple[int, float] = (0, 0.0)  # the template's ready children: most, idle seconds
-    sandbox: str = "none"  # the sandbox level it must reach, or SANDBOX_OFF
-    probe: bool = False
-    nice: int = DEFAULT_NICE
+    preload: tuple[str, ...]  # --preload ENGINE: import it before the job arrives
+    warm_up: bool  # --warm-up: run a tiny document through the engines before READY
+    template: bool = False  # --template: fork one child per request instead of doing a job
+    parent: int | None = None  # --parent PID: die with it
+    ready: tuple[int, float] = (0, 0.0)  # --ready N,S: up to N ready children, S seconds idle
+    sandbox: str = "none"  # --sandbox LEVEL: to reach (confine.LEVELS), or SANDBOX_OFF
+    probe: bool = False  # PROBE_OPTION
+    nice: int = DEFAULT_NICE  # --nice N: how much it lowers its priority below its parent's
 
 
 def child_options(preload: tuple[str, ...], warm_up: bool, **role: Any) -> list[str]:
     """The child's command line (`role`: the other `ChildOptions`; the parent to die with last)."""
     o = ChildOptions(preload, warm_up, **role)
-    options = [part for engine in preload for part in (PRELOAD_OPTION, engine)]
-    options += [SANDBOX_OPTION, o.sandbox] if o.sandbox != "none" else []
-    options += [NICE_OPTION, str(o.nice), *[WARM_UP_OPTION] * warm_up]
-    options += [TEMPLATE_OPTION] if o.template else []
-    options += [READY_OPTION, f"{o.ready[0]},{o.ready[1]}"] if o.template and o.ready[0] else []
-    return options if o.parent is None else [*options, PARENT_OPTION, str(o.parent)]
+    options = [part for engine in preload for part in ("--preload", engine)]
+    options += ["--sandbox", o.sandbox] if o.sandbox != "none" else []
+    options += ["--nice", str(o.nice), *["--warm-up"] * warm_up]
+    options += ["--template"] if o.template else []
+    options += ["--ready", f"{o.ready[0]},{o.ready[1]}"] if o.template and o.ready[0] else []
+    return options if o.parent is None else [*options, "--parent", str(o.parent)]
 
 
 def read_child_options(argv: list[str]) -> ChildOptions:
     """The options `child_options()` wrote."""
     value = dict(itertools.pairwise(argv))  # an option's value: the word after it
-    most, idle = value.get(READY_OPTION, "0,0").split(",")
-    parent = value.get(PARENT_OPTION)
+    most, idle = value.get("--ready", "0,0").split(",")
+    parent = value.get("--parent")
     return ChildOptions(
-        tuple(word for option, word in itertools.pairwise(argv) if option == PRELOAD_OPTION),
-        WARM_UP_OPTION in argv,
-        TEMPLATE_OPTION in argv,
+        tuple(word for option, word in itertools.pairwise(argv) if option == "--preload"),
+        "--warm-up" in argv,
+        "--template" in argv,
         None if parent is None else int(parent),
         (int(most), float(idle)),
-        value.get(SANDBOX_OPTION, "none"),
+        value.get("--sandbox", "none"),
         PROBE_OPTION in argv,
-        int(value.get(NICE_OPTION, DEFAULT_NICE)),
+        int(value.get("--nice", DEFAULT_NICE)),
     )
 
 
