@@ -37,7 +37,7 @@ CONFIG = [  # (label, field, format)
 ]
 COUNTERS = [(c.label, c.value, c.meaning) for c in Counter]  # (label, field under "counters", help)
 PROCESS_ONLY = {c.value for c in Counter if c.counted_by is CountedBy.PROCESS}  # not in Redis
-PROCESS_ONLY_NOTE = "; each process counts it alone, never in Redis"
+SEE_OWN = ": see this process's column"  # ends a PROCESS_ONLY counter's help on the page
 DURATIONS = [("Queue wait", "queue_wait"), ("Run time", "run_time")]  # columns
 DURATION_ROWS = [("Jobs", "count", "int"), ("Mean", "mean", "figure")]  # "figure": a duration
 DURATION_ROWS += [("p95", "p95", "figure"), ("Max", "max", "figure")]
@@ -215,7 +215,7 @@ def status_context(data: dict[str, Any], dash: str = "—") -> dict[str, Any]:
         if cluster_books:
             if field in PROCESS_ONLY:  # no cluster-wide figure
                 cells = [("", dash)]
-                meaning += f"{PROCESS_ONLY_NOTE}: see this process's column"
+                meaning += f"; each process counts it alone, never in Redis{SEE_OWN}"
             local = data["cluster"]["local"]["counters"][field]
             cells.append((f"cluster.local.counters.{field}", str(local)))
         row = {"label": label, "help": meaning, "cells": cells, "refused": "refused" in field}
