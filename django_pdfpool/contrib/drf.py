@@ -90,45 +90,38 @@ def door_authenticate(
     they count it once; then its parsers' 415), else the caller it names (``caller_of`` the
     DRF request); or ``exc`` answered past them; both by the route's view class (``APIView``
     if none), as DRF would. ``request`` is the door's copy without the body: closed after."""
-    try:
-        return _answered(request, throttle, exc)
-    finally:  # Django closes the requests it made, not a copy
+    try:  # Django closes the requests it made, not a copy
+        match = request.resolver_match = route_of(request)  # as Django sets it: DRF reads it
+        func, args, kwargs = (match.func, match.args, match.kwargs) if match else (None, (), {})
+        view: Any = (getattr(func, "cls", None) or APIView)(**getattr(func, "initkwargs", {}))
+        actions = getattr(func, "actions", None)  # a ViewSet's routing
+        if actions is None:  # as Django's as_view() does (a ViewSet's view does not)
+            view.setup(request, *args, **kwargs)
+        view.action_map = actions or {}
+        view.args, view.kwargs = args, kwargs
+        view.headers = view.default_response_headers
+        view.request = drf_request = view.initialize_request(request, *args, **kwargs)
+        view.format_kwarg = view.get_format_suffix(**kwargs)
+        try:  # as APIView.initial() does (past it, for ``exc``: the user its pages show)
+            neg = view.perform_content_negotiation(drf_request)
+            drf_request.accepted_renderer, drf_request.accepted_media_type = neg
+            version, scheme = view.determine_version(drf_request, *args, **kwargs)
+            drf_request.version, drf_request.versioning_scheme = version, scheme
+            view.perform_authentication(drf_request)
+            if exc is None:
+                view.check_permissions(drf_request)
+                if throttle:
+                    view.check_throttles(drf_request)
+                    _check_media_type(request, view, drf_request)
+                return caller_of(drf_request)  # as the view names it, past the same checks
+        except APIException as refused:
+            exc = exc or refused
+        response = view.finalize_response(drf_request, view.handle_exception(exc))
+        if isinstance(response, Response):
+            response.render()
+        return cast(HttpResponse, response)
+    finally:
         request.close()
-
-
-def _answered(
-    request: HttpRequest, throttle: bool, exc: APIException | None
-) -> HttpResponse | str | None:
-    match = request.resolver_match = route_of(request)  # as Django sets it: DRF pages read it
-    func, args, kwargs = (match.func, match.args, match.kwargs) if match else (None, (), {})
-    view_class = getattr(func, "cls", None) or APIView
-    view: Any = view_class(**getattr(func, "initkwargs", {}))
-    actions = getattr(func, "actions", None)  # a ViewSet's routing
-    if actions is None:  # as Django's as_view() does (a ViewSet's view does not)
-        view.setup(request, *args, **kwargs)
-    view.action_map = actions or {}
-    view.args, view.kwargs = args, kwargs
-    view.headers = view.default_response_headers
-    view.request = drf_request = view.initialize_request(request, *args, **kwargs)
-    view.format_kwarg = view.get_format_suffix(**kwargs)
-    try:  # as APIView.initial() does (past it, for ``exc``: the user its pages show)
-        neg = view.perform_content_negotiation(drf_request)
-        drf_request.accepted_renderer, drf_request.accepted_media_type = neg
-        version, scheme = view.determine_version(drf_request, *args, **kwargs)
-        drf_request.version, drf_request.versioning_scheme = version, scheme
-        view.perform_authentication(drf_request)
-        if exc is None:
-            view.check_permissions(drf_request)
-            if throttle:
-                view.check_throttles(drf_request)
-                _check_media_type(request, view, drf_request)
-            return caller_of(drf_request)  # as the view names it, past the same checks
-    except APIException as refused:
-        exc = exc or refused
-    response = view.finalize_response(drf_request, view.handle_exception(exc))
-    if isinstance(response, Response):
-        response.render()
-    return cast(HttpResponse, response)
 
 
 def _check_media_type(request: HttpRequest, view: Any, drf_request: Request) -> None:
