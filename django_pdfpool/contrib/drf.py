@@ -85,11 +85,10 @@ def door_answer(request: HttpRequest, exception: Failure) -> HttpResponse:
 def door_authenticate(
     request: HttpRequest, throttle: bool = False, exc: APIException | None = None
 ) -> HttpResponse | str | None:
-    """DRF's answer (401, 403, 406, ...) for a request ``initial()``'s checks refuse from the
-    headers (``throttle``: its throttles' 429, asked only of a request the door refuses, as
-    they count it once; then its parsers' 415), else the caller it names (``caller_of`` the
-    DRF request); or ``exc`` answered past them; both by the route's view class (``APIView``
-    if none), as DRF would. ``request`` is the door's copy without the body: closed after."""
+    """DRF's answer (401, 403, 406; ``throttle``: its 429, then its parsers' 415) for a request
+    ``initial()``'s checks refuse from the headers, else the caller it names; or ``exc``
+    answered past them; both by the route's view class (``APIView`` if none), as DRF would.
+    ``request`` is the door's copy without the body: closed after."""
     try:  # Django closes the requests it made, not a copy
         match = request.resolver_match = route_of(request)  # as Django sets it: DRF reads it
         func, args, kwargs = (match.func, match.args, match.kwargs) if match else (None, (), {})

@@ -130,16 +130,9 @@ def status_text(data: dict[str, Any]) -> str:
         _listing("Jobs in flight", JOB_COLUMNS, jobs),
     ]
     if cluster is not None and cluster["mode"] == "redis":
+        held = itemgetter("process", "pid", "lease_text")
         holds = [
-            [
-                hold["process"],
-                hold["pid"],
-                hold["lease_text"],
-                len(hold["running"]),
-                len(hold["queued"]),
-                hold["waiting"],
-            ]
-            for hold in rows["holds"]
+            (*held(h), len(h["running"]), len(h["queued"]), h["waiting"]) for h in rows["holds"]
         ]
         header = ["PROCESS", "PID", "LEASE LEFT", "RUNNING", "QUEUED", "WAITING"]
         blocks.append(_listing("Processes holding or waiting on something", header, holds))
