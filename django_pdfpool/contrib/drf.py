@@ -74,10 +74,8 @@ def api_exception(error: Failure) -> PdfPoolError:
 
 
 def door_answer(request: HttpRequest, exception: Failure) -> HttpResponse:
-    """The door's answer for a DRF route (before the view runs): the DRF exception the
-    view would raise, answered by the route's own view class as DRF answers it (its
-    exception handler, content negotiation and renderers; ``APIView`` if none), rendered;
-    from the headers (a copy without the body: a CSRF check or a permission would read it)."""
+    """The door's answer on a DRF route: the exception the view would raise, answered by the
+    route's view class as DRF would, from a copy of the request without its body."""
     unread = without_body(request)
     return cast(HttpResponse, door_authenticate(unread, False, api_exception(exception)))
 

@@ -223,10 +223,8 @@ def _with_retry_after(response: Answer, refused: PdfPoolHttpError | None) -> Ans
 
 
 def door_authenticate(request: HttpRequest, throttle: bool = False) -> HttpResponse | str | None:
-    """ninja's 4xx for a request its authentication refuses from the headers, then its
-    parameters' 422, after its throttles' 429, asked only of a request refused (``throttle``,
-    or a 422: they count it once, as ninja does); else the caller of what its authentication
-    returned (``auth_caller``), if any (a server error is the view's)."""
+    """ninja's 4xx from the headers (its authentication's, its throttles' 429 if ``throttle``
+    or the parameters' 422 refuse, then that 422); else ``auth_caller``, if it authenticated."""
     operation = _operation_of(request)
     if operation is None:
         return None
