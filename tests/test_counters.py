@@ -28,7 +28,7 @@ from django_pdfpool import get_pool
 from django_pdfpool.admission import history
 from django_pdfpool.admission.ledger import CountedBy, Counter, Counters, Ledger
 from django_pdfpool.exceptions import CallerBusy, CoordinatorUnavailable, PoolBusy, PoolClosed
-from django_pdfpool.management import status_report
+from django_pdfpool.management.commands import pdfpool as status_report
 from django_pdfpool.status import page as status_page
 from django_pdfpool.status.metrics import METRICS, Reading, render
 from tests.conftest import until

@@ -16,11 +16,8 @@ __all__ = ["PooledTask"]
 
 
 class PooledTask(Task):  # type: ignore[misc]  # Celery has no type hints
-    """Retried on ``PoolBusy``, ``CallerBusy`` and ``RunnerLost`` (``autoretry_for``: the
-    refusals trying again fixes), ten times at most; a retry for a refusal counts down its
-    ``retry_after`` (at least 1 s), or Celery's exponential backoff when that is longer, and
-    with ``retry_jitter`` (Celery's default) up to half as long again, so that tasks refused
-    together do not return together."""
+    """Retried on ``PoolBusy``, ``CallerBusy`` and ``RunnerLost``, ten times at most, each
+    after the refusal's ``retry_after`` or Celery's backoff, the longer, jittered."""
 
     autoretry_for = (PoolBusy, CallerBusy, RunnerLost)
     retry_backoff = True  # 1, 2, 4... s at most: a refusal repeated waits longer

@@ -74,10 +74,8 @@ def api_exception(error: Failure) -> PdfPoolError:
 
 
 def door_answer(request: HttpRequest, exception: Failure) -> HttpResponse:
-    """The door's answer for a DRF route (before the view runs): the DRF exception the
-    view would raise, answered by the route's own view class as DRF answers it (its
-    exception handler, content negotiation and renderers; ``APIView`` if none), rendered;
-    from the headers (a copy without the body: a CSRF check or a permission would read it)."""
+    """The door's answer on a DRF route: the exception the view would raise, answered by the
+    route's view class as DRF would, from a copy of the request without its body."""
     unread = without_body(request)
     return cast(HttpResponse, door_authenticate(unread, False, api_exception(exception)))
 
@@ -85,50 +83,42 @@ def door_answer(request: HttpRequest, exception: Failure) -> HttpResponse:
 def door_authenticate(
     request: HttpRequest, throttle: bool = False, exc: APIException | None = None
 ) -> HttpResponse | str | None:
-    """DRF's answer (401, 403, 406, ...) for a request ``initial()``'s checks refuse from the
-    headers (``throttle``: its throttles' 429, asked only of a request the door refuses, as
-    they count it once; then its parsers' 415), else the caller it names (``caller_of`` the
-    DRF request); or ``exc`` answered past them; both by the route's view class (``APIView``
-    if none), as DRF would. ``request`` is the door's copy without the body: closed after."""
-    try:
-        return _answered(request, throttle, exc)
-    finally:  # Django closes the requests it made, not a copy
+    """DRF's answer (401, 403, 406; ``throttle``: its 429, then its parsers' 415) for a request
+    ``initial()``'s checks refuse from the headers, else the caller it names; or ``exc``
+    answered past them; both by the route's view class (``APIView`` if none), as DRF would.
+    ``request`` is the door's copy without the body: closed after."""
+    try:  # Django closes the requests it made, not a copy
+        match = request.resolver_match = route_of(request)  # as Django sets it: DRF reads it
+        func, args, kwargs = (match.func, match.args, match.kwargs) if match else (None, (), {})
+        view: Any = (getattr(func, "cls", None) or APIView)(**getattr(func, "initkwargs", {}))
+        actions = getattr(func, "actions", None)  # a ViewSet's routing
+        if actions is None:  # as Django's as_view() does (a ViewSet's view does not)
+            view.setup(request, *args, **kwargs)
+        view.action_map = actions or {}
+        view.args, view.kwargs = args, kwargs
+        view.headers = view.default_response_headers
+        view.request = drf_request = view.initialize_request(request, *args, **kwargs)
+        view.format_kwarg = view.get_format_suffix(**kwargs)
+        try:  # as APIView.initial() does (past it, for ``exc``: the user its pages show)
+            neg = view.perform_content_negotiation(drf_request)
+            drf_request.accepted_renderer, drf_request.accepted_media_type = neg
+            version, scheme = view.determine_version(drf_request, *args, **kwargs)
+            drf_request.version, drf_request.versioning_scheme = version, scheme
+            view.perform_authentication(drf_request)
+            if exc is None:
+                view.check_permissions(drf_request)
+                if throttle:
+                    view.check_throttles(drf_request)
+                    _check_media_type(request, view, drf_request)
+                return caller_of(drf_request)  # as the view names it, past the same checks
+        except APIException as refused:
+            exc = exc or refused
+        response = view.finalize_response(drf_request, view.handle_exception(exc))
+        if isinstance(response, Response):
+            response.render()
+        return cast(HttpResponse, response)
+    finally:
         request.close()
-
-
-def _answered(
-    request: HttpRequest, throttle: bool, exc: APIException | None
-) -> HttpResponse | str | None:
-    match = request.resolver_match = route_of(request)  # as Django sets it: DRF pages read it
-    func, args, kwargs = (match.func, match.args, match.kwargs) if match else (None, (), {})
-    view_class = getattr(func, "cls", None) or APIView
-    view: Any = view_class(**getattr(func, "initkwargs", {}))
-    actions = getattr(func, "actions", None)  # a ViewSet's routing
-    if actions is None:  # as Django's as_view() does (a ViewSet's view does not)
-        view.setup(request, *args, **kwargs)
-    view.action_map = actions or {}
-    view.args, view.kwargs = args, kwargs
-    view.headers = view.default_response_headers
-    view.request = drf_request = view.initialize_request(request, *args, **kwargs)
-    view.format_kwarg = view.get_format_suffix(**kwargs)
-    try:  # as APIView.initial() does (past it, for ``exc``: the user its pages show)
-        neg = view.perform_content_negotiation(drf_request)
-        drf_request.accepted_renderer, drf_request.accepted_media_type = neg
-        version, scheme = view.determine_version(drf_request, *args, **kwargs)
-        drf_request.version, drf_request.versioning_scheme = version, scheme
-        view.perform_authentication(drf_request)
-        if exc is None:
-            view.check_permissions(drf_request)
-            if throttle:
-                view.check_throttles(drf_request)
-                _check_media_type(request, view, drf_request)
-            return caller_of(drf_request)  # as the view names it, past the same checks
-    except APIException as refused:
-        exc = exc or refused
-    response = view.finalize_response(drf_request, view.handle_exception(exc))
-    if isinstance(response, Response):
-        response.render()
-    return cast(HttpResponse, response)
 
 
 def _check_media_type(request: HttpRequest, view: Any, drf_request: Request) -> None:

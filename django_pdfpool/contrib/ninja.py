@@ -55,12 +55,9 @@ class PdfPoolHttpError(HttpError):
 
 
 def auth_caller(request: HttpRequest) -> str | None:
-    """The caller of what ninja's authentication returned (``request.auth``): a user is
-    ``user:<pk>`` (as the ``CALLER`` setting names users); anything else, a token say, or a
-    row by its model and key (not its text, which two rows may share),
-    ``auth:<16 hex digits of its HMAC under SECRET_KEY>`` (no secret, nor a hash one could
-    test guesses against, on the status page); None when ninja did not authenticate, or
-    returned ``True`` or an anonymous user (it may pass, but who it is, ``CALLER`` says)."""
+    """The caller of ``request.auth``: ``user:<pk>`` for a user, else ``auth:<16 hex digits
+    of an HMAC under SECRET_KEY>`` of it (a row: of its model and key); None when ninja did
+    not authenticate, or returned ``True`` or an anonymous user (``CALLER`` then says)."""
     auth = getattr(request, "auth", None)
     if auth is None or isinstance(auth, bool) or getattr(auth, "is_anonymous", False) is True:
         return None
@@ -119,10 +116,8 @@ def pdf_pooled(
 
 
 def _registered(field: str, operation: NinjaOperation) -> None:
-    """ImproperlyConfigured for an operation no upload could reach (no POST: the pool reads
-    only a POST's), or parameters none could satisfy (a JSON body, ``File`` parameters none of
-    which is ``field``, a list of files); else the refusals and, if it declares none, the PDF
-    body in the operation's OpenAPI schema."""
+    """ImproperlyConfigured for an operation no upload could reach or satisfy; else the
+    refusals and, if it declares none, the PDF body in its OpenAPI schema."""
     sources = {getattr(model, "__ninja_param_source__", None): model for model in operation.models}
     where = operation.view_func.__qualname__
     if "POST" not in operation.methods:
@@ -228,10 +223,8 @@ def _with_retry_after(response: Answer, refused: PdfPoolHttpError | None) -> Ans
 
 
 def door_authenticate(request: HttpRequest, throttle: bool = False) -> HttpResponse | str | None:
-    """ninja's 4xx for a request its authentication refuses from the headers, then its
-    parameters' 422, after its throttles' 429, asked only of a request refused (``throttle``,
-    or a 422: they count it once, as ninja does); else the caller of what its authentication
-    returned (``auth_caller``), if any (a server error is the view's)."""
+    """ninja's 4xx from the headers (its authentication's, its throttles' 429 if ``throttle``
+    or the parameters' 422 refuse, then that 422); else ``auth_caller``, if it authenticated."""
     operation = _operation_of(request)
     if operation is None:
         return None

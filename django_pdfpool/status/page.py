@@ -17,7 +17,7 @@ from django.core.exceptions import ValidationError
 from django.db import DatabaseError
 from django.utils import timezone
 
-from ..admission.ledger import ClusterSnapshot, CountedBy, Counter
+from ..admission.ledger import CountedBy, Counter
 from ..conf import get_settings
 from ..configured import get_pool, recorder
 from ..door import door_status
@@ -37,7 +37,7 @@ CONFIG = [  # (label, field, format)
 ]
 COUNTERS = [(c.label, c.value, c.meaning) for c in Counter]  # (label, field under "counters", help)
 PROCESS_ONLY = {c.value for c in Counter if c.counted_by is CountedBy.PROCESS}  # not in Redis
-PROCESS_ONLY_NOTE = "; each process counts it alone, never in Redis"
+SEE_OWN = ": see this process's column"  # ends a PROCESS_ONLY counter's help on the page
 DURATIONS = [("Queue wait", "queue_wait"), ("Run time", "run_time")]  # columns
 DURATION_ROWS = [("Jobs", "count", "int"), ("Mean", "mean", "figure")]  # "figure": a duration
 DURATION_ROWS += [("p95", "p95", "figure"), ("Max", "max", "figure")]
@@ -69,11 +69,16 @@ def status_data() -> dict[str, Any]:
     template = "starting" if starts.template_pid is None else f"pid {starts.template_pid}"
     layers = {layer: "on" for layer in found.layers}
     layers.update((layer, f"missing: {why}") for layer, why in found.missing.items())
+    shown = None  # a Redis pool's mode, which process holds what, and this process's part
+    if cluster is not None:
+        shown = dataclasses.asdict(cluster)
+        local, _ = shown.pop("local"), shown.pop("cluster")  # "cluster": the top level above
+        shown["local"] = {field: local[field] for field in LOCAL_FIELDS}
     return data | {
         "pid": os.getpid(),
         "host": socket.gethostname(),
         "history": recorder.as_dict(),
-        "cluster": _cluster(cluster),
+        "cluster": shown,
         "children": {
             "forked": starts.forked,
             "cold": starts.cold,
@@ -91,16 +96,6 @@ def status_data() -> dict[str, Any]:
         "door": {"on": conf.door is not None, **door_status()},  # off: its terms are defaults
         "memory": envelope(conf.slots, conf.memory_limit),
     }
-
-
-def _cluster(cluster: ClusterSnapshot | None) -> dict[str, Any] | None:
-    """A Redis pool's mode, which process holds what, and this process's part (``local``)."""
-    if cluster is None:
-        return None
-    data = dataclasses.asdict(cluster)
-    local = data.pop("local")
-    del data["cluster"]  # the top level of the page's data
-    return {**data, "local": {field: local[field] for field in LOCAL_FIELDS}}
 
 
 def _caller_names(callers: Iterable[str]) -> dict[str, str]:
@@ -215,7 +210,7 @@ def status_context(data: dict[str, Any], dash: str = "—") -> dict[str, Any]:
         if cluster_books:
             if field in PROCESS_ONLY:  # no cluster-wide figure
                 cells = [("", dash)]
-                meaning += f"{PROCESS_ONLY_NOTE}: see this process's column"
+                meaning += f"; each process counts it alone, never in Redis{SEE_OWN}"
             local = data["cluster"]["local"]["counters"][field]
             cells.append((f"cluster.local.counters.{field}", str(local)))
         row = {"label": label, "help": meaning, "cells": cells, "refused": "refused" in field}
@@ -223,18 +218,11 @@ def status_context(data: dict[str, Any], dash: str = "—") -> dict[str, Any]:
     gauges = []  # a bar for each field out of its limit, one tick per unit up to 32
     for label, field, of in (("Running", "running", "slots"), ("Queued", "queued", "queue")):
         value, limit = data[field], data[of]
-        gauges.append(
-            {
-                "label": label,
-                "field": field,
-                "of": of,
-                "value": value,
-                "limit": limit,
-                "width": f"{min(100.0, 100.0 * value / limit) if limit else 0:.1f}",
-                "full": 0 < limit <= value,  # no queue is never a full one
-                "ticks": [f"{100 * i / limit:.1f}" for i in range(1, limit)] if limit <= 32 else [],
-            }
-        )
+        gauge = {"label": label, "field": field, "of": of, "value": value, "limit": limit}
+        gauge["width"] = f"{min(100.0, 100.0 * value / limit) if limit else 0:.1f}"
+        gauge["full"] = 0 < limit <= value  # no queue is never a full one
+        gauge["ticks"] = [f"{100 * i / limit:.1f}" for i in range(1, limit)] if limit <= 32 else []
+        gauges.append(gauge)
     jobs = []
     for job in data["jobs"]:
         running = fmt(job["running_for"], "seconds") if job["started_at"] else dash

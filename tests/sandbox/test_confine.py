@@ -261,7 +261,7 @@ def test_another_jobs_child_cannot_forge_this_jobs_answer(
 
 def test_the_status_data_command_and_checks_show_the_layers(pdfpool, restore_sandbox):
     from django_pdfpool.checks import check_sandbox
-    from django_pdfpool.management.status_report import annotate, status_text
+    from django_pdfpool.management.commands.pdfpool import annotate, status_text
     from django_pdfpool.status.page import status_data
 
     pdfpool()
