@@ -280,8 +280,9 @@ def pooled_route(path_info: str, urlconf: str | None = None) -> tuple[Any, Poole
     """The view function Django will call for a POST to ``path_info``, and its pooled view;
     None if it is not pooled (Django's own resolver: no second list of URLs)."""
     match = _resolved(path_info, urlconf)
-    found = None if match is None else pooled_view_of(match.func)
-    return None if found is None else (match.func, found)
+    if match is None or (found := pooled_view_of(match.func)) is None:
+        return None
+    return match.func, found
 
 
 def _resolved(path_info: str, urlconf: str | None) -> ResolverMatch | None:

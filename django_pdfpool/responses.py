@@ -30,8 +30,7 @@ Failure = Refused | ExtractionError | UploadRejected
 """Everything the app answers in a view's place."""
 
 RefusalView = Callable[[HttpRequest, Failure], HttpResponse | Awaitable[HttpResponse]]
-"""``view(request, exception) -> HttpResponse`` (or an async one): how a failure is answered. The
-``REFUSAL_VIEW`` setting is one; ``@pdf_pooled(answer=...)`` takes one for one view."""
+"""``view(request, exception) -> HttpResponse`` (or async): ``REFUSAL_VIEW``, or an ``answer=``."""
 
 MISCONFIGURED = "The PDF service is misconfigured; its operators have been told."
 
@@ -65,8 +64,7 @@ class Described(NamedTuple):
 
 
 def describe(error: Failure) -> Described:
-    """What every answer, the library's or an integration's, says of ``error``: its class's
-    ``status`` (503, 429, 422, 400/408/411/413), code, message and retry time."""
+    """What every answer, the library's or an integration's, says of ``error``."""
     if isinstance(error, ExtractionError):
         return Described(error.status, error.code, error.message, None)
     if isinstance(error, UploadRejected):
@@ -94,8 +92,8 @@ def _answer(said: Described, html: bool) -> HttpResponse:
 
 
 def json_answer(request: HttpRequest, exception: Failure) -> HttpResponse:
-    """``{"error": code, "message": message, "retry_after": seconds}``, whatever the client
-    accepts (for APIs), with a ``Retry-After`` header where there is a retry time."""
+    """``{"error": code, "message": message, "retry_after": seconds}`` (and ``Retry-After``)
+    whatever the client accepts (for APIs)."""
     return _answer(describe(exception), html=False)
 
 
@@ -105,8 +103,7 @@ def html_answer(request: HttpRequest, exception: Failure) -> HttpResponse:
 
 
 def error_answer(request: HttpRequest, exception: Failure) -> HttpResponse:
-    """The default answer (the default ``REFUSAL_VIEW``): JSON for clients that accept JSON
-    (``*/*`` included), else HTML."""
+    """The default ``REFUSAL_VIEW``: JSON for clients that accept it (``*/*`` too), else HTML."""
     preferred = request.get_preferred_type(["application/json", "text/html"])
     return (json_answer if preferred == "application/json" else html_answer)(request, exception)
 
@@ -115,16 +112,16 @@ default_refusal_view = error_answer  # the REFUSAL_VIEW setting's default, by it
 
 
 def answers_quickly(answer: RefusalView | None) -> bool:
-    """Whether ``refusal_answer(..., answer)`` runs one of this module's own answers only
-    (quick and pure: no template, no database): safe to call on an event loop."""
+    """Whether ``answer`` (or ``REFUSAL_VIEW``) is one of this module's own: no template, no
+    database, safe to call on an event loop."""
     return (answer or get_settings().refusal_view) in (json_answer, html_answer, error_answer)
 
 
 def refusal_answer(
     request: HttpRequest, error: Failure, answer: RefusalView | None = None
 ) -> HttpResponse:
-    """The answer in a view's place: ``answer`` (a view's ``answer=``) when given, else the
-    project's ``REFUSAL_VIEW``. Every entry answers through here (or its async twin)."""
+    """The answer in a view's place, from ``answer`` (a view's ``answer=``) or else
+    ``REFUSAL_VIEW``: every entry answers through here (or its async twin)."""
     view = answer or get_settings().refusal_view
     if iscoroutinefunction(view):  # an async view, as Django runs one from sync code
         return _response(view, async_to_sync(view)(request, error))
@@ -134,8 +131,8 @@ def refusal_answer(
 async def arefusal_answer(
     request: HttpRequest, error: Failure, answer: RefusalView | None = None
 ) -> HttpResponse:
-    """``refusal_answer`` from async code: a project's own answer awaited if async, else run
-    in a worker thread, since it may render templates or read the database."""
+    """``refusal_answer`` from async code: a project's answer awaited, or run in a worker
+    thread (it may render templates or read the database)."""
     view = answer or get_settings().refusal_view
     if iscoroutinefunction(view):
         return _response(view, await view(request, error))
@@ -147,8 +144,8 @@ async def arefusal_answer(
 def _answered_in_thread(
     request: HttpRequest, error: Failure, answer: RefusalView | None
 ) -> HttpResponse:
-    """``refusal_answer`` in a worker thread, its database connections then closed as Django
-    closes a view's (its ``request_finished`` never reaches this thread)."""
+    """``refusal_answer``, its database connections then closed as Django closes a view's (its
+    ``request_finished`` never reaches a worker thread)."""
     try:
         return refusal_answer(request, error, answer)
     finally:

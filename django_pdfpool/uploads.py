@@ -51,9 +51,8 @@ class StagedUpload:
 def stage(
     upload: File[bytes], directory: str | None = None, limit: int | None = None
 ) -> StagedUpload:
-    """Copy ``upload`` (an uploaded file, or any Django ``File``) into a new temporary file,
-    computing its SHA-256 on the way; ``upload`` is left at its start, as Django hands it to
-    the view."""
+    """``stage_chunks`` of a Django ``File`` (an uploaded file, say), which is left at its start,
+    as Django hands it to the view."""
     name = os.path.basename(upload.name or "upload.pdf")
     staged = stage_chunks(upload.chunks(), name, directory, limit)
     with contextlib.suppress(AttributeError, io.UnsupportedOperation):  # as File.chunks() seeks
@@ -89,9 +88,8 @@ _STAGED = re.compile(r"pdfpool-(?:(\d+)\.(\d+)-)?[^/]*\.pdf")  # the owner: pid.
 
 
 def started(pid: int) -> int | None:
-    """When process ``pid`` started (``/proc/<pid>/stat``, field 22: with the pid it names one
-    process for good), None when no process has it, or one that has exited (a zombie);
-    without ``/proc``, 0 for a live one."""
+    """When process ``pid`` started (``/proc/<pid>/stat``'s field 22: with the pid, one process
+    for good); None if none has it or it exited (a zombie); 0 for a live one without /proc."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as stat:
             fields = stat.read().rpartition(b")")[2].split()  # the name may hold ")" and spaces
@@ -124,8 +122,8 @@ def swept_once(directory: str | None, pid: int) -> None:
 
 
 def sweep(directory: str | None, older_than: float | None) -> list[str]:
-    """Delete (and log) the staged copies in ``directory`` (this host's) no live job can own:
-    named for a process that is gone, or for none and written over ``older_than`` s ago."""
+    """Delete (and log) the staged copies in ``directory`` no live job can own: named for a
+    process that is gone, or for none and written over ``older_than`` s ago."""
     directory = directory or tempfile.gettempdir()
     try:
         names = os.listdir(directory)
