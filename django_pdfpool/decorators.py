@@ -137,10 +137,9 @@ def refuse_misplaced(view: Callable[..., Any]) -> None:
             f"@pdf_pooled is on the class {where}, not a view function: decorate its handler "
             'with method_decorator(pdf_pooled, name="post") (docs/usage.md).'
         )
-    try:  # not following __wrapped__: method_decorator hands over a bound partial
+    parameters: list[str] = []
+    with contextlib.suppress(TypeError, ValueError):  # not following __wrapped__: a bound partial
         parameters = list(inspect.signature(view, follow_wrapped=False).parameters)
-    except (TypeError, ValueError):
-        parameters = []
     if parameters[:1] == ["self"]:
         raise ImproperlyConfigured(
             f"@pdf_pooled is on the method {where}, whose first argument is self, not the "

@@ -29,8 +29,7 @@ RAW_DIGESTS = ("repr-digest", "content-digest")  # RFC 9530, for a raw PDF body
 FILE_DIGEST = "pdf-digest"  # the same syntax, for the file field of a multipart form
 SHA256 = "sha-256"
 MULTIPART_SLACK = 64 * 1024  # bytes of form overhead allowed over MAX_UPLOAD_SIZE
-SINGLE = ("content-type", "content-length", *RAW_DIGESTS, FILE_DIGEST)  # two: read two ways
-READ = frozenset((*SINGLE, "transfer-encoding"))  # the headers an upload's are read from
+READ = frozenset(("content-type", "content-length", "transfer-encoding", *RAW_DIGESTS, FILE_DIGEST))
 
 Headers = Mapping[str, str] | Iterable[tuple[str, str]]
 # a framework's check from the headers, (request, throttle): its 401 (with throttle, its 429
@@ -141,10 +140,10 @@ def _collect(headers: Headers) -> dict[str, list[str]]:
 
 
 def _one(values: dict[str, list[str]], name: str) -> str:
-    """The value of a header that must come once ('' when absent); a repeat is a 400."""
+    """The value of a header that must come once ('' when absent): a repeat, which two readers
+    could read differently, is a 400."""
     found = values.get(name, ())
-    repeated = len(found) > 1 and name in SINGLE
-    if repeated and not (name == "content-length" and len({v.strip() for v in found}) == 1):
+    if len(found) > 1 and not (name == "content-length" and len({v.strip() for v in found}) == 1):
         raise RepeatedHeader(Wording.REPEATED_HEADER.format(header=name.title()))
     return found[0] if found else ""
 
@@ -210,8 +209,11 @@ def _members(text: str, header: str) -> Iterator[tuple[str, str | None]]:
 
 
 def _bytes(text: str) -> bytes | None:
-    """A byte sequence's base64 ("=" padding optional, RFC 8941 4.2.7); None if not base64."""
+    """A byte sequence's base64 (padding optional, RFC 9651 4.2.7: at most two "=", after
+    data); None if not base64."""
     bare = text.rstrip("=")
+    if len(text) - len(bare) > 2 or (text and not bare):
+        return None
     try:  # binascii.Error is a ValueError
         return base64.b64decode(bare + "=" * (-len(bare) % 4), validate=True)
     except ValueError:

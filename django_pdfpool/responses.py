@@ -30,7 +30,8 @@ Failure = Refused | ExtractionError | UploadRejected
 """Everything the app answers in a view's place."""
 
 RefusalView = Callable[[HttpRequest, Failure], HttpResponse | Awaitable[HttpResponse]]
-"""``view(request, exception) -> HttpResponse`` (or async): ``REFUSAL_VIEW``, or an ``answer=``."""
+"""``view(request, exception) -> HttpResponse`` (or an async one): how a failure is answered. The
+``REFUSAL_VIEW`` setting is one; ``@pdf_pooled(answer=...)`` takes one for one view."""
 
 MISCONFIGURED = "The PDF service is misconfigured; its operators have been told."
 
@@ -64,7 +65,8 @@ class Described(NamedTuple):
 
 
 def describe(error: Failure) -> Described:
-    """What every answer, the library's or an integration's, says of ``error``."""
+    """What every answer, the library's or an integration's, says of ``error``: its class's
+    ``status`` (503, 429, 422, 400/408/411/413), code, message and retry time."""
     if isinstance(error, ExtractionError):
         return Described(error.status, error.code, error.message, None)
     if isinstance(error, UploadRejected):
