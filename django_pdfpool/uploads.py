@@ -66,9 +66,8 @@ def stage_chunks(
     """Copy ``chunks`` (a raw body's, say) into a new temporary file, hashing them;
     ``UploadTooLarge`` past ``limit`` bytes. A failed read leaves no file behind."""
     digest = hashlib.sha256()
-    swept_once(directory, os.getpid())
     fd, path = tempfile.mkstemp(
-        prefix=f"pdfpool-{owner(os.getpid())}-", suffix=".pdf", dir=directory
+        prefix=_prefix(directory, os.getpid()), suffix=".pdf", dir=directory
     )
     try:
         with os.fdopen(fd, "wb") as out:
@@ -109,16 +108,11 @@ def started(pid: int) -> int | None:
 
 
 @functools.cache
-def owner(pid: int) -> str:
-    """``<pid>.<start time>``: the process a copy staged by ``pid`` (this one) belongs to."""
-    return f"{pid}.{started(pid) or 0}"
-
-
-@functools.cache
-def swept_once(directory: str | None, pid: int) -> None:
-    """A process's first copy in ``directory`` sweeps it first: a forked child (Celery's
-    prefork, gunicorn --preload) replacing a killed one never ran Django's start-up."""
+def _prefix(directory: str | None, pid: int) -> str:
+    """``pdfpool-<pid>.<start time>-``, naming the process a copy belongs to; its first copy in
+    ``directory`` sweeps it first (a forked child never ran Django's start-up)."""
     sweep(directory, None)
+    return f"pdfpool-{pid}.{started(pid) or 0}-"
 
 
 def sweep(directory: str | None, older_than: float | None) -> list[str]:
