@@ -76,32 +76,27 @@ def describe(error: Failure) -> Described:
     return Described(error.status, error.code, message, max(1, math.ceil(error.retry_after)))
 
 
-def _answer(said: Described, html: bool) -> HttpResponse:
-    """``said`` as a small HTML page or as JSON, with ``Retry-After`` where it has a time."""
-    if html:
-        title = TITLES.get(said.code) or TITLES.get(said.status, "Error")
-        retry = "" if said.retry_after is None else f" Try again in {said.retry_after} s."
-        page = format_html(_PAGE, title=title, message=said.message, retry=retry, code=said.code)
-        response = HttpResponse(page, status=said.status)
-    else:
-        body: dict[str, object] = {"error": said.code, "message": said.message}
-        if said.retry_after is not None:
-            body["retry_after"] = said.retry_after
-        response = JsonResponse(body, status=said.status)
-    if said.retry_after is not None:
-        response["Retry-After"] = str(said.retry_after)
-    return response
-
-
 def json_answer(request: HttpRequest, exception: Failure) -> HttpResponse:
     """``{"error": code, "message": message, "retry_after": seconds}`` (and ``Retry-After``)
     whatever the client accepts (for APIs)."""
-    return _answer(describe(exception), html=False)
+    said = describe(exception)
+    body: dict[str, object] = {"error": said.code, "message": said.message}
+    if said.retry_after is not None:
+        body["retry_after"] = said.retry_after
+    return JsonResponse(body, status=said.status, headers=_retry_after(said))
 
 
 def html_answer(request: HttpRequest, exception: Failure) -> HttpResponse:
     """A small standalone HTML page saying the same."""
-    return _answer(describe(exception), html=True)
+    said = describe(exception)
+    title = TITLES.get(said.code) or TITLES.get(said.status, "Error")
+    retry = "" if said.retry_after is None else f" Try again in {said.retry_after} s."
+    page = format_html(_PAGE, title=title, message=said.message, retry=retry, code=said.code)
+    return HttpResponse(page, status=said.status, headers=_retry_after(said))
+
+
+def _retry_after(said: Described) -> dict[str, str]:
+    return {} if said.retry_after is None else {"Retry-After": str(said.retry_after)}
 
 
 def error_answer(request: HttpRequest, exception: Failure) -> HttpResponse:
