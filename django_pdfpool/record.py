@@ -156,7 +156,8 @@ def _length(value: str) -> int | None:
 
 
 _KEY = r"[a-z*][a-z0-9_.*-]*"  # RFC 8941's structured fields, as RFC 9651 writes them
-_BASE64 = r"(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2,3})?=*"  # "=" padding optional (4.2.7)
+# padding optional: at most two "=", after data (RFC 9651 4.2.7), as _bytes reads it
+_BASE64 = r"(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2,3})?(?:(?<=[A-Za-z0-9+/])={1,2})?"
 _BARE = (
     r"(?:-?\d{1,12}\.\d{1,3}(?![\d.])|-?\d{1,15}(?![\d.])|\?[01]|@-?\d{1,15}(?![\d.])"
     r'|"(?:[\x20\x21\x23-\x5b\x5d-\x7e]|\\["\\])*"|%"(?:[\x20\x21\x23\x24\x26-\x7e]|%[0-9a-f]{2})*"'
