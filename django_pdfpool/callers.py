@@ -74,8 +74,9 @@ def user_caller(user: Any) -> str:
 def _user_or(request: HttpRequest, address: str) -> str | None:
     if cannot_know_yet(request):
         return None
-    if _signed_in(request):
-        return user_caller(request.user)
+    user = getattr(request, "user", None)
+    if user is not None and user.is_authenticated:
+        return user_caller(user)
     return address_caller(address or request.META.get("REMOTE_ADDR") or "unknown")
 
 
