@@ -78,8 +78,8 @@ class UploadHeaders:
         return max_upload_size if self.raw else max_upload_size + MULTIPART_SLACK
 
     def file_sizes(self, field: str) -> tuple[int, int | None]:
-        """The sizes its PDF may have (None: any): a raw body's, or a form's ``field`` at most
-        its body less a file field's smallest envelope; nothing else says (RFC 9112 6.3)."""
+        """The sizes its PDF may have (None: any): a raw body's; a form's ``field``, at most its
+        body less the smallest envelope; chunks, or a type a framework may parse whole: any."""
         size = None if self.chunked else self.declared_size
         if size is not None and self.raw:
             return (size, size)
