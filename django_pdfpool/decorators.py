@@ -286,8 +286,6 @@ def prepare(
         form_file = files.get(view.field if upload.boundary else "file")  # another parsed: "file"
         if form_file is None:
             raise NoUpload(Wording.NO_UPLOAD.format(field=view.field))
-        if form_file.size is not None and form_file.size > limit:
-            raise UploadTooLarge.over(limit)
         staged = stage(form_file, conf.temp_dir, limit)
     with contextlib.suppress(AttributeError, OSError, ValueError):  # ASGI's spooled body: read,
         request._stream.truncate(0)  # not kept while the call waits

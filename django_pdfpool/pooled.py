@@ -16,7 +16,6 @@ from django.core.files.base import ContentFile
 
 from .conf import PoolSettings, get_settings
 from .decorators import UploadJob, declared_view, extract_upload, run_staged, stage_in_thread
-from .exceptions import UploadTooLarge
 from .record import PooledView
 from .uploads import StagedUpload, stage
 
@@ -87,8 +86,6 @@ def stage_source(source: Source, conf: PoolSettings) -> StagedUpload:
             raise ValueError("The file has no name and is not open: there is nothing to read.")
         if not source.closed and "b" not in getattr(source, "mode", "b"):
             raise TypeError(f"{source.name!r} is open in text mode: open it with 'rb'.")
-        if source.size is not None and source.size > limit:
-            raise UploadTooLarge.over(limit)
         with source.open("rb") if source.closed else contextlib.nullcontext(source) as opened:
             return stage(opened, conf.temp_dir, limit)
     if not isinstance(source, str | os.PathLike):

@@ -51,8 +51,10 @@ class StagedUpload:
 def stage(
     upload: File[bytes], directory: str | None = None, limit: int | None = None
 ) -> StagedUpload:
-    """``stage_chunks`` of a Django ``File`` (an uploaded file, say), which is left at its start,
-    as Django hands it to the view."""
+    """``stage_chunks`` of a Django ``File`` (an uploaded file, say: its size checked first),
+    which is left at its start, as Django hands it to the view."""
+    if limit is not None and upload.size is not None and upload.size > limit:
+        raise UploadTooLarge.over(limit)
     name = os.path.basename(upload.name or "upload.pdf")
     staged = stage_chunks(upload.chunks(), name, directory, limit)
     with contextlib.suppress(AttributeError, io.UnsupportedOperation):  # as File.chunks() seeks
