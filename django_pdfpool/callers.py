@@ -22,9 +22,8 @@ IPV6_PREFIX = 64  # anonymous IPv6 callers: one caller per /64, the network one 
 
 
 def cannot_know_yet(request: HttpRequest) -> bool:
-    """The door asks, and the request carries credentials nobody has read yet: a session
-    cookie or an ``Authorization`` header before Django's authentication, an ``Authorization``
-    header on an anonymous user after it (DRF's, ninja's tokens are read in the view)."""
+    """The door asks, and the request carries credentials nobody has read yet: a session cookie
+    or ``Authorization`` before Django's authentication, ``Authorization`` after it (DRF's)."""
     if ASKING not in request.META:
         return False
     if hasattr(request, "user"):
@@ -34,9 +33,8 @@ def cannot_know_yet(request: HttpRequest) -> bool:
 
 @functools.lru_cache(maxsize=4096)  # pure: a busy server sees the same addresses again
 def address_caller(address: str, prefix: int = IPV6_PREFIX) -> str:
-    """``ip:<address>`` for IPv4 (IPv4 carried in IPv6 read as IPv4), ``ip:<network>/<n>``
-    for IPv6 (its network of ``prefix`` bits: one host holds a whole /64); brackets and a
-    port stripped first; anything else as it is."""
+    """``ip:<address>`` for IPv4 (also carried in IPv6), ``ip:<network>/<prefix>`` for IPv6
+    (one host holds a /64); brackets and a port stripped first; anything else as it is."""
     bare = address.strip()  # without brackets or a port: [2001:db8::1]:443, 2.2.2.2:80
     if bare.startswith("["):
         bare = bare[1:].split("]", 1)[0]
@@ -83,9 +81,8 @@ def _user_or(request: HttpRequest, address: str) -> str | None:
 
 
 def user_or_ip(request: HttpRequest) -> str | None:
-    """``user_caller`` of an authenticated user, else ``address_caller(REMOTE_ADDR)``; None
-    when ``cannot_know_yet``. Forwarded headers are not trusted: behind a proxy every
-    anonymous client would share its address (use ``user_or_forwarded_ip`` there)."""
+    """``user_caller`` of an authenticated user, else ``address_caller(REMOTE_ADDR)`` (not a
+    forwarded address: ``user_or_forwarded_ip``); None when ``cannot_know_yet``."""
     return _user_or(request, "")
 
 
@@ -97,8 +94,7 @@ def user_or_forwarded_ip(request: HttpRequest) -> str | None:
 
 def caller_of(request: HttpRequest) -> str:
     """The caller the ``CALLER`` setting names for ``request`` (``user:<pk>``, ``ip:...`` by
-    default), from synchronous code, where it may read the database (an async ``CALLER``
-    is run to completion here)."""
+    default), from synchronous code (an async ``CALLER`` run to completion here)."""
     function = get_settings().caller
     call = async_to_sync(function) if iscoroutinefunction(function) else function
     return _named(call(request), request)
@@ -134,9 +130,8 @@ async def acaller_after(request: HttpRequest, asked_before: str | None) -> str:
 
 
 async def acaller_of(request: HttpRequest) -> str:
-    """``caller_of`` from an event loop: ``request.user`` resolved first (``aresolve_user``),
-    an async ``CALLER`` awaited, a project's sync one on the request's thread (Django closes
-    its connections)."""
+    """``caller_of`` from an event loop (``request.user`` resolved first); a project's sync
+    ``CALLER`` on the request's thread, where Django closes its connections."""
     await aresolve_user(request)
     function = get_settings().caller
     if function in (user_or_ip, user_or_forwarded_ip):  # read attributes only: fine on a loop
@@ -148,7 +143,7 @@ async def acaller_of(request: HttpRequest) -> str:
 
 def _named(caller: object, request: HttpRequest) -> str:
     """``caller``, a non-empty string (None only while the door asks): else every caller
-    without one would count as one caller."""
+    without one would count as one."""
     if (caller is None and ASKING in request.META) or (isinstance(caller, str) and caller):
         return cast(str, caller)
     raise TypeError(

@@ -105,16 +105,13 @@ def admitting(view: ViewFunc, pooled: PooledView) -> ViewFunc:
             return refusal_answer(request, refused, pooled.answer)
         return view(request, *args, **kwargs)
 
-    wrapper = async_wrapper if answers_awaitable(view) else sync_wrapper
+    # an async view: a coroutine function, or an async class-based view's dispatch, which
+    # method_decorator hands over bound in a partial
+    bound_to = getattr(getattr(view, "func", None), "__self__", None)
+    is_async = iscoroutinefunction(view) or getattr(bound_to, "view_is_async", False) is True
+    wrapper = async_wrapper if is_async else sync_wrapper
     setattr(wrapper, POOLED, pooled)
     return cast(ViewFunc, wrapper)
-
-
-def answers_awaitable(view: Callable[..., Any]) -> bool:
-    """Whether ``view`` answers with an awaitable: an async function, or the ``dispatch`` of an
-    async class-based view, which ``method_decorator`` hands over bound in a partial."""
-    bound_to = getattr(getattr(view, "func", None), "__self__", None)
-    return iscoroutinefunction(view) or getattr(bound_to, "view_is_async", False) is True
 
 
 def refuse_misplaced(view: Callable[..., Any]) -> None:
@@ -140,10 +137,9 @@ def refuse_misplaced(view: Callable[..., Any]) -> None:
             f"@pdf_pooled is on the class {where}, not a view function: decorate its handler "
             'with method_decorator(pdf_pooled, name="post") (docs/usage.md).'
         )
-    try:  # not following __wrapped__: method_decorator hands over a bound partial
+    parameters: list[str] = []
+    with contextlib.suppress(TypeError, ValueError):  # not following __wrapped__: a bound partial
         parameters = list(inspect.signature(view, follow_wrapped=False).parameters)
-    except (TypeError, ValueError):
-        parameters = []
     if parameters[:1] == ["self"]:
         raise ImproperlyConfigured(
             f"@pdf_pooled is on the method {where}, whose first argument is self, not the "
@@ -153,8 +149,8 @@ def refuse_misplaced(view: Callable[..., Any]) -> None:
 
 
 def resolve_job_name(job: UploadJob, job_name: str | None = None) -> str:
-    """The name that starts the job's keys: ``job_name``, else the job's dotted path
-    when that names one function only; an ambiguous job raises ImproperlyConfigured."""
+    """The name that starts the job's keys: ``job_name``, else the job's dotted path when that
+    names one function only (ImproperlyConfigured else)."""
     if job_name is not None:
         if not isinstance(job_name, str) or not job_name or not job_name.isprintable():
             raise ImproperlyConfigured(f"job_name must be a non-empty string, not {job_name!r}.")
@@ -227,8 +223,8 @@ def admit(view: PooledView, request: HttpRequest, framework: Any = None) -> Fail
 
 
 async def stage_in_thread(make: Callable[[], StagedUpload]) -> StagedUpload:
-    """``make()`` in a worker thread (copying blocks); a copy finished after the caller was
-    cancelled is deleted: each side notes its part, then checks the other's."""
+    """``make()`` in a worker thread; a copy finished after the caller was cancelled is deleted
+    (each side notes its part, then checks the other's)."""
     made: list[StagedUpload] = []
     cancelled = threading.Event()
 
@@ -263,7 +259,6 @@ async def aadmit(view: PooledView, request: HttpRequest) -> Failure | None:
 
 
 def _own_caller(view: PooledView, request: HttpRequest) -> str | None:
-    """The view's own caller function's answer, if any."""
     return view.own_caller(request) if view.own_caller is not None else None
 
 
@@ -291,8 +286,6 @@ def prepare(
         form_file = files.get(view.field if upload.boundary else "file")  # another parsed: "file"
         if form_file is None:
             raise NoUpload(Wording.NO_UPLOAD.format(field=view.field))
-        if form_file.size is not None and form_file.size > limit:
-            raise UploadTooLarge.over(limit)
         staged = stage(form_file, conf.temp_dir, limit)
     with contextlib.suppress(AttributeError, OSError, ValueError):  # ASGI's spooled body: read,
         request._stream.truncate(0)  # not kept while the call waits
@@ -310,7 +303,7 @@ async def submit(
     view: PooledView,
 ) -> Refused | ExtractionError | None:
     """Run or join the upload's job and set ``request.pdf``, or return the refusal for the
-    wrapper to answer in its own context (a project's refusal view may use the DB)."""
+    wrapper to answer in its own context (a refusal view may use the DB)."""
     record.caller, release, record.release = caller, record.release, None
     if release is not None:
         release()  # the door's place goes back: from here the pool counts this call

@@ -12,12 +12,12 @@ from typing import Any, TypeAlias
 
 from asgiref.sync import async_to_sync
 from django.core.files import File
+from django.core.files.base import ContentFile
 
 from .conf import PoolSettings, get_settings
 from .decorators import UploadJob, declared_view, extract_upload, run_staged, stage_in_thread
-from .exceptions import UploadTooLarge
 from .record import PooledView
-from .uploads import StagedUpload, stage, stage_chunks
+from .uploads import StagedUpload, stage
 
 Source: TypeAlias = "str | os.PathLike[str] | bytes | bytearray | memoryview | File[Any]"
 """What ``extract_pooled`` reads: a path, a Django ``File`` or ``FieldFile`` (any storage)
@@ -80,16 +80,12 @@ def stage_source(source: Source, conf: PoolSettings) -> StagedUpload:
     ``MAX_UPLOAD_SIZE`` (checked before copying where the size is known)."""
     limit = conf.max_upload_size
     if isinstance(source, bytes | bytearray | memoryview):
-        if len(source) > limit:
-            raise UploadTooLarge.over(limit)
-        return stage_chunks([bytes(source)], "upload.pdf", conf.temp_dir, limit)
+        source = ContentFile(bytes(source))  # staged as a File: its size checked first
     if isinstance(source, File):  # opened and closed again, or left open at its start
         if not source.name and source.closed:
             raise ValueError("The file has no name and is not open: there is nothing to read.")
         if not source.closed and "b" not in getattr(source, "mode", "b"):
             raise TypeError(f"{source.name!r} is open in text mode: open it with 'rb'.")
-        if source.size is not None and source.size > limit:
-            raise UploadTooLarge.over(limit)
         with source.open("rb") if source.closed else contextlib.nullcontext(source) as opened:
             return stage(opened, conf.temp_dir, limit)
     if not isinstance(source, str | os.PathLike):

@@ -4,7 +4,6 @@ request (its headers read once as Django reads them); and the pooled view of its
 from __future__ import annotations
 
 import base64
-import binascii
 import contextlib
 import copy
 import io
@@ -22,24 +21,20 @@ from .conf import get_settings
 from .exceptions import BadDigest, LengthRequired, RepeatedHeader, UploadRejected, Wording
 from .responses import RefusalView
 
-RECORD = "django_pdfpool.record"
-"""The key of the ``AdmissionRecord`` in an ASGI scope or a request's ``META``."""
-
-POOLED = "pdfpool_view"
-"""The attribute ``@pdf_pooled`` sets on the view it returns: its ``PooledView``."""
-
+RECORD = "django_pdfpool.record"  # the AdmissionRecord's key in an ASGI scope or request.META
+POOLED = "pdfpool_view"  # the attribute holding the PooledView of a view @pdf_pooled returns
 PDF_TYPE = "application/pdf"
 FORM_TYPE = "multipart/form-data"  # the one type Django parses into request.FILES
 RAW_DIGESTS = ("repr-digest", "content-digest")  # RFC 9530, for a raw PDF body
 FILE_DIGEST = "pdf-digest"  # the same syntax, for the file field of a multipart form
 SHA256 = "sha-256"
 MULTIPART_SLACK = 64 * 1024  # bytes of form overhead allowed over MAX_UPLOAD_SIZE
-SINGLE = ("content-type", "content-length", *RAW_DIGESTS, FILE_DIGEST)
-"""Headers that must come once: two of them could be read differently by two readers."""
-READ = frozenset((*SINGLE, "transfer-encoding"))  # the headers an upload's are read from
+READ = frozenset(("content-type", "content-length", "transfer-encoding", *RAW_DIGESTS, FILE_DIGEST))
 
 Headers = Mapping[str, str] | Iterable[tuple[str, str]]
-Authenticate = Callable[[HttpRequest, bool], HttpResponse | str | None]  # PooledView.authenticate
+# a framework's check from the headers, (request, throttle): its 401 (with throttle, its 429
+# too), else the caller it names, if it can tell; then the framework names it, not CALLER
+Authenticate = Callable[[HttpRequest, bool], HttpResponse | str | None]
 _QUOTED = re.compile(r'"(?:[^"\\]|\\.)*(?:"|\\?\Z)', re.DOTALL)  # a quoted string, maybe unclosed
 
 
@@ -83,10 +78,8 @@ class UploadHeaders:
         return max_upload_size if self.raw else max_upload_size + MULTIPART_SLACK
 
     def file_sizes(self, field: str) -> tuple[int, int | None]:
-        """The sizes its PDF may have (None: any): a raw body is the PDF; a form's file field
-        ``field`` is at most the body less the smallest envelope Django takes it from; any
-        other body proves nothing (a framework's parser may take it whole); nor does a length
-        beside chunks, which frame the body (RFC 9112 6.3)."""
+        """The sizes its PDF may have (None: any): a raw body's; a form's ``field``, at most its
+        body less the smallest envelope; chunks, or a type a framework may parse whole: any."""
         size = None if self.chunked else self.declared_size
         if size is not None and self.raw:
             return (size, size)
@@ -118,9 +111,8 @@ class UploadHeaders:
 
 
 def sent_headers(request: HttpRequest) -> Headers:
-    """The request's headers as sent: an ASGI scope's lines one by one (``request.headers``
-    joins a repeated one, hiding the repeat), else Django's; an HTTP/1 request framed by
-    neither ``Content-Length`` nor ``Transfer-Encoding`` has no body (RFC 9112 6.3): its 0."""
+    """The request's headers as sent (an ASGI scope's one by one: Django joins a repeat); an
+    HTTP/1 request framed by neither length nor chunks has a 0 length (RFC 9112 6.3)."""
     scope = getattr(request, "scope", None)
     if scope is None:
         sent = list(request.headers.items())
@@ -148,10 +140,10 @@ def _collect(headers: Headers) -> dict[str, list[str]]:
 
 
 def _one(values: dict[str, list[str]], name: str) -> str:
-    """The value of a header that must come once ('' when absent); a repeat is a 400."""
+    """The value of a header that must come once ('' when absent): a repeat, which two readers
+    could read differently, is a 400."""
     found = values.get(name, ())
-    repeated = len(found) > 1 and name in SINGLE
-    if repeated and not (name == "content-length" and len({v.strip() for v in found}) == 1):
+    if len(found) > 1 and not (name == "content-length" and len({v.strip() for v in found}) == 1):
         raise RepeatedHeader(Wording.REPEATED_HEADER.format(header=name.title()))
     return found[0] if found else ""
 
@@ -164,7 +156,8 @@ def _length(value: str) -> int | None:
 
 
 _KEY = r"[a-z*][a-z0-9_.*-]*"  # RFC 8941's structured fields, as RFC 9651 writes them
-_BASE64 = r"(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2,3})?=*"  # "=" padding optional (4.2.7)
+# padding optional: at most two "=", after data (RFC 9651 4.2.7), as _bytes reads it
+_BASE64 = r"(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2,3})?(?:(?<=[A-Za-z0-9+/])={1,2})?"
 _BARE = (
     r"(?:-?\d{1,12}\.\d{1,3}(?![\d.])|-?\d{1,15}(?![\d.])|\?[01]|@-?\d{1,15}(?![\d.])"
     r'|"(?:[\x20\x21\x23-\x5b\x5d-\x7e]|\\["\\])*"|%"(?:[\x20\x21\x23\x24\x26-\x7e]|%[0-9a-f]{2})*"'
@@ -181,7 +174,7 @@ _NEXT = re.compile(r"[ \t]*(?:,[ \t]*|$)")
 
 def parse_digest(value: str, header: str = "Repr-Digest") -> str | None:
     """The ``sha-256`` of an RFC 9530 dictionary as lower-case hex (None: other algorithms
-    only); two different ones (repeated headers a server joined), valid or not, are a 400."""
+    only); two different ones (repeated headers joined), valid or not, are a 400."""
     found: set[bytes | str | None] = set()  # each member's bytes, or what is not bytes
     for name, item in _members(value, header):
         if name == SHA256:
@@ -203,7 +196,7 @@ def parse_digest(value: str, header: str = "Repr-Digest") -> str | None:
 
 def _members(text: str, header: str) -> Iterator[tuple[str, str | None]]:
     """An RFC 8941 dictionary's keys, each with its byte sequence's base64 (None for any
-    other value; sha-256's checked by ``parse_digest``); ``BadDigest`` if not a dictionary."""
+    other value); ``BadDigest`` if not a dictionary."""
     text, pos = text.lstrip(" "), 0
     while pos < len(text):
         member = _MEMBER.match(text, pos)
@@ -217,13 +210,14 @@ def _members(text: str, header: str) -> Iterator[tuple[str, str | None]]:
 
 
 def _bytes(text: str) -> bytes | None:
-    """A byte sequence's base64 ("=" padding optional, RFC 8941 4.2.7); None if not base64."""
+    """A byte sequence's base64 (padding optional, RFC 9651 4.2.7: at most two "=", after
+    data); None if not base64."""
     bare = text.rstrip("=")
-    if "=" in bare or len(bare) % 4 == 1:
+    if len(text) - len(bare) > 2 or (text and not bare):
         return None
-    try:
+    try:  # binascii.Error is a ValueError
         return base64.b64decode(bare + "=" * (-len(bare) % 4), validate=True)
-    except (binascii.Error, ValueError):
+    except ValueError:
         return None
 
 
@@ -234,24 +228,20 @@ def format_digest(sha256_hex: str) -> str:
 
 @dataclass(frozen=True)
 class PooledView:
-    """What ``@pdf_pooled`` (or an integration) declares of a view for every stage before it;
-    ``own_caller`` is asked before ``CALLER`` (ninja's ``request.auth``)."""
+    """What ``@pdf_pooled`` (or an integration) declares of a view for every stage before it."""
 
     field: str
     job: Callable[[Any], Awaitable[Any]]
     job_name: str
     answer: RefusalView | None  # None: the REFUSAL_VIEW setting
-    own_caller: Callable[[HttpRequest], str | None] | None = None
+    own_caller: Callable[[HttpRequest], str | None] | None = None  # before CALLER: ninja's auth
     tagged: bool = False  # the default job: its key carries the settings' results tag
     authenticate: Authenticate | None = None
-    """A framework's 401 from the headers, ``(request, throttle)``: with ``throttle`` its 429
-    too (asked of a request the door refuses); passing, the caller it names (a str), if it can
-    tell; with it (or ``own_caller``) the framework names the caller, not ``CALLER``."""
     parsers: bool = False  # DRF's parsers read the body (``UploadHeaders.holds_no_pdf``)
 
     def key(self, sha256: str) -> str:
-        """The single-flight key of an upload with this digest: ``<job name>:<sha256>``,
-        ``<job name>:<results tag>:<sha256>`` for the default job."""
+        """``<job name>:<sha256>``, the single-flight key of an upload with this digest (the
+        default job's carries the results tag: ``<job name>:<results tag>:<sha256>``)."""
         if self.tagged:
             return f"{self.job_name}:{get_settings().results_tag}:{sha256}"
         return f"{self.job_name}:{sha256}"
@@ -277,8 +267,7 @@ class AdmissionRecord:
         return cls(upload, key=key)
 
     def declares_body(self) -> bool:
-        """Whether the request says a body follows (a length above 0, or chunked); headers
-        it cannot read may say anything."""
+        """Whether the request says a body follows (a length above 0, chunks, or unread headers)."""
         headers = self.headers
         return isinstance(headers, UploadRejected) or headers.chunked or bool(headers.declared_size)
 
@@ -287,23 +276,23 @@ def route_of(request: HttpRequest) -> ResolverMatch | None:
     """The route ``request`` resolves to, for an answer that reads its view (DRF's, ninja's):
     ``request.resolver_match`` where it is set already, else resolved here; None if none."""
     match: ResolverMatch | None = getattr(request, "resolver_match", None)
-    if match is not None:
-        return match
-    try:
-        return resolve(request.path_info, getattr(request, "urlconf", None))
-    except Resolver404:
-        return None
+    return match or _resolved(request.path_info, getattr(request, "urlconf", None))
 
 
 def pooled_route(path_info: str, urlconf: str | None = None) -> tuple[Any, PooledView] | None:
     """The view function Django will call for a POST to ``path_info``, and its pooled view;
     None if it is not pooled (Django's own resolver: no second list of URLs)."""
+    match = _resolved(path_info, urlconf)
+    if match is None or (found := pooled_view_of(match.func)) is None:
+        return None
+    return match.func, found
+
+
+def _resolved(path_info: str, urlconf: str | None) -> ResolverMatch | None:
     try:
-        match = resolve(path_info, urlconf)
+        return resolve(path_info, urlconf)
     except Resolver404:
         return None
-    found = pooled_view_of(match.func)
-    return None if found is None else (match.func, found)
 
 
 def pooled_view_of(func: Callable[..., Any]) -> PooledView | None:
@@ -320,23 +309,23 @@ def pooled_view_of(func: Callable[..., Any]) -> PooledView | None:
 def _pooled(func: Callable[..., Any] | None) -> PooledView | None:
     """``func``'s own pooled view, or one it closes over: the function DRF's ``@api_view``
     handler calls, or the POST operation of the django-ninja path view ``func`` wraps."""
-    found = getattr(func, POOLED, None)
-    if found is not None:
-        return cast(PooledView, found)
-    for cell in getattr(func, "__closure__", None) or ():
-        try:
-            held = cell.cell_contents
-        except ValueError:  # an empty cell
-            continue
-        found = getattr(held, POOLED, None) if callable(held) else None
-        if found is not None:
-            return cast(PooledView, found)
+    candidates = [func]
+    for held in _closed_over(func) if getattr(func, POOLED, None) is None else ():
+        candidates += [held] if callable(held) else []
         for operation in getattr(held, "operations", None) or ():
             if "POST" in getattr(operation, "methods", ()):
-                found = getattr(getattr(operation, "view_func", None), POOLED, None)
-                if found is not None:
-                    return cast(PooledView, found)
-    return None
+                candidates.append(getattr(operation, "view_func", None))
+    found = [view for each in candidates if (view := getattr(each, POOLED, None)) is not None]
+    return cast(PooledView, found[0]) if found else None
+
+
+def _closed_over(func: Any) -> list[Any]:
+    """What ``func`` closes over: its cells' contents, an empty cell left out."""
+    held = []
+    for cell in getattr(func, "__closure__", None) or ():
+        with contextlib.suppress(ValueError):  # an empty cell
+            held.append(cell.cell_contents)
+    return held
 
 
 def framework_mismatches() -> list[tuple[str, str]]:
@@ -360,17 +349,13 @@ def _framework(view: Any) -> str | None:
     """``"drf"`` or ``"ninja"`` for a view either framework made (read, not imported)."""
     if hasattr(getattr(view, "cls", None), "authentication_classes"):
         return "drf"
-    for cell in getattr(view, "__closure__", None) or ():
-        with contextlib.suppress(ValueError):  # an empty cell
-            if type(cell.cell_contents).__module__.startswith("ninja."):
-                return "ninja"
-    return None
+    closed = (type(held).__module__ for held in _closed_over(view))
+    return "ninja" if any(module.startswith("ninja.") for module in closed) else None
 
 
 def without_body(request: HttpRequest) -> HttpRequest:
-    """A copy of ``request`` whose body reads empty (nothing parsed yet): what the door asks
-    Django's and a framework's checks of, before the body; whether they tried to read it,
-    its ``_read_started``."""
+    """A copy of ``request`` whose body reads empty, for the checks the door asks before the
+    body (its ``_read_started``: whether they tried to read it)."""
     copied = copy.copy(request)
     for parsed in ("_post", "_files", "_body"):
         copied.__dict__.pop(parsed, None)

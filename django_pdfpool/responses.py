@@ -76,37 +76,31 @@ def describe(error: Failure) -> Described:
     return Described(error.status, error.code, message, max(1, math.ceil(error.retry_after)))
 
 
-def _answer(said: Described, html: bool) -> HttpResponse:
-    """``said`` as a small HTML page or as JSON, with ``Retry-After`` where it has a time."""
-    if html:
-        title = TITLES.get(said.code) or TITLES.get(said.status, "Error")
-        retry = "" if said.retry_after is None else f" Try again in {said.retry_after} s."
-        page = format_html(_PAGE, title=title, message=said.message, retry=retry, code=said.code)
-        response = HttpResponse(page, status=said.status)
-    else:
-        body: dict[str, object] = {"error": said.code, "message": said.message}
-        if said.retry_after is not None:
-            body["retry_after"] = said.retry_after
-        response = JsonResponse(body, status=said.status)
-    if said.retry_after is not None:
-        response["Retry-After"] = str(said.retry_after)
-    return response
-
-
 def json_answer(request: HttpRequest, exception: Failure) -> HttpResponse:
-    """``{"error": code, "message": message, "retry_after": seconds}``, whatever the client
-    accepts (for APIs), with a ``Retry-After`` header where there is a retry time."""
-    return _answer(describe(exception), html=False)
+    """``{"error": code, "message": message, "retry_after": seconds}`` (and ``Retry-After``)
+    whatever the client accepts (for APIs)."""
+    said = describe(exception)
+    body: dict[str, object] = {"error": said.code, "message": said.message}
+    if said.retry_after is not None:
+        body["retry_after"] = said.retry_after
+    return JsonResponse(body, status=said.status, headers=_retry_after(said))
 
 
 def html_answer(request: HttpRequest, exception: Failure) -> HttpResponse:
     """A small standalone HTML page saying the same."""
-    return _answer(describe(exception), html=True)
+    said = describe(exception)
+    title = TITLES.get(said.code) or TITLES.get(said.status, "Error")
+    retry = "" if said.retry_after is None else f" Try again in {said.retry_after} s."
+    page = format_html(_PAGE, title=title, message=said.message, retry=retry, code=said.code)
+    return HttpResponse(page, status=said.status, headers=_retry_after(said))
+
+
+def _retry_after(said: Described) -> dict[str, str]:
+    return {} if said.retry_after is None else {"Retry-After": str(said.retry_after)}
 
 
 def error_answer(request: HttpRequest, exception: Failure) -> HttpResponse:
-    """The default answer (the default ``REFUSAL_VIEW``): JSON for clients that accept JSON
-    (``*/*`` included), else HTML."""
+    """The default ``REFUSAL_VIEW``: JSON for clients that accept it (``*/*`` too), else HTML."""
     preferred = request.get_preferred_type(["application/json", "text/html"])
     return (json_answer if preferred == "application/json" else html_answer)(request, exception)
 
@@ -115,16 +109,16 @@ default_refusal_view = error_answer  # the REFUSAL_VIEW setting's default, by it
 
 
 def answers_quickly(answer: RefusalView | None) -> bool:
-    """Whether ``refusal_answer(..., answer)`` runs one of this module's own answers only
-    (quick and pure: no template, no database): safe to call on an event loop."""
+    """Whether ``answer`` (or ``REFUSAL_VIEW``) is one of this module's own: no template, no
+    database, safe to call on an event loop."""
     return (answer or get_settings().refusal_view) in (json_answer, html_answer, error_answer)
 
 
 def refusal_answer(
     request: HttpRequest, error: Failure, answer: RefusalView | None = None
 ) -> HttpResponse:
-    """The answer in a view's place: ``answer`` (a view's ``answer=``) when given, else the
-    project's ``REFUSAL_VIEW``. Every entry answers through here (or its async twin)."""
+    """The answer in a view's place, from ``answer`` (a view's ``answer=``) or else
+    ``REFUSAL_VIEW``: every entry answers through here (or its async twin)."""
     view = answer or get_settings().refusal_view
     if iscoroutinefunction(view):  # an async view, as Django runs one from sync code
         return _response(view, async_to_sync(view)(request, error))
@@ -134,8 +128,8 @@ def refusal_answer(
 async def arefusal_answer(
     request: HttpRequest, error: Failure, answer: RefusalView | None = None
 ) -> HttpResponse:
-    """``refusal_answer`` from async code: a project's own answer awaited if async, else run
-    in a worker thread, since it may render templates or read the database."""
+    """``refusal_answer`` from async code: a project's answer awaited, or run in a worker
+    thread (it may render templates or read the database)."""
     view = answer or get_settings().refusal_view
     if iscoroutinefunction(view):
         return _response(view, await view(request, error))
@@ -147,8 +141,8 @@ async def arefusal_answer(
 def _answered_in_thread(
     request: HttpRequest, error: Failure, answer: RefusalView | None
 ) -> HttpResponse:
-    """``refusal_answer`` in a worker thread, its database connections then closed as Django
-    closes a view's (its ``request_finished`` never reaches this thread)."""
+    """``refusal_answer``, its database connections then closed as Django closes a view's (its
+    ``request_finished`` never reaches a worker thread)."""
     try:
         return refusal_answer(request, error, answer)
     finally:

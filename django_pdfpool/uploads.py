@@ -51,9 +51,10 @@ class StagedUpload:
 def stage(
     upload: File[bytes], directory: str | None = None, limit: int | None = None
 ) -> StagedUpload:
-    """Copy ``upload`` (an uploaded file, or any Django ``File``) into a new temporary file,
-    computing its SHA-256 on the way; ``upload`` is left at its start, as Django hands it to
-    the view."""
+    """``stage_chunks`` of a Django ``File`` (an uploaded file, say: its size checked first),
+    which is left at its start, as Django hands it to the view."""
+    if limit is not None and upload.size is not None and upload.size > limit:
+        raise UploadTooLarge.over(limit)
     name = os.path.basename(upload.name or "upload.pdf")
     staged = stage_chunks(upload.chunks(), name, directory, limit)
     with contextlib.suppress(AttributeError, io.UnsupportedOperation):  # as File.chunks() seeks
@@ -67,9 +68,8 @@ def stage_chunks(
     """Copy ``chunks`` (a raw body's, say) into a new temporary file, hashing them;
     ``UploadTooLarge`` past ``limit`` bytes. A failed read leaves no file behind."""
     digest = hashlib.sha256()
-    swept_once(directory, os.getpid())
     fd, path = tempfile.mkstemp(
-        prefix=f"pdfpool-{owner(os.getpid())}-", suffix=".pdf", dir=directory
+        prefix=_prefix(directory, os.getpid()), suffix=".pdf", dir=directory
     )
     try:
         with os.fdopen(fd, "wb") as out:
@@ -89,9 +89,8 @@ _STAGED = re.compile(r"pdfpool-(?:(\d+)\.(\d+)-)?[^/]*\.pdf")  # the owner: pid.
 
 
 def started(pid: int) -> int | None:
-    """When process ``pid`` started (``/proc/<pid>/stat``, field 22: with the pid it names one
-    process for good), None when no process has it, or one that has exited (a zombie);
-    without ``/proc``, 0 for a live one."""
+    """When process ``pid`` started (``/proc/<pid>/stat``'s field 22: with the pid, one process
+    for good); None if none has it or it exited (a zombie); 0 for a live one without /proc."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as stat:
             fields = stat.read().rpartition(b")")[2].split()  # the name may hold ")" and spaces
@@ -111,21 +110,16 @@ def started(pid: int) -> int | None:
 
 
 @functools.cache
-def owner(pid: int) -> str:
-    """``<pid>.<start time>``: the process a copy staged by ``pid`` (this one) belongs to."""
-    return f"{pid}.{started(pid) or 0}"
-
-
-@functools.cache
-def swept_once(directory: str | None, pid: int) -> None:
-    """A process's first copy in ``directory`` sweeps it first: a forked child (Celery's
-    prefork, gunicorn --preload) replacing a killed one never ran Django's start-up."""
+def _prefix(directory: str | None, pid: int) -> str:
+    """``pdfpool-<pid>.<start time>-``, naming the process a copy belongs to; its first copy in
+    ``directory`` sweeps it first (a forked child never ran Django's start-up)."""
     sweep(directory, None)
+    return f"pdfpool-{pid}.{started(pid) or 0}-"
 
 
 def sweep(directory: str | None, older_than: float | None) -> list[str]:
-    """Delete (and log) the staged copies in ``directory`` (this host's) no live job can own:
-    named for a process that is gone, or for none and written over ``older_than`` s ago."""
+    """Delete (and log) the staged copies in ``directory`` no live job can own: named for a
+    process that is gone, or for none and written over ``older_than`` s ago."""
     directory = directory or tempfile.gettempdir()
     try:
         names = os.listdir(directory)
