@@ -75,14 +75,13 @@ def terms() -> Terms:
     built once per settings object."""
     global _terms_of
     conf = get_settings()
-    built_from, found = _terms_of
-    if built_from is not conf:
+    if _terms_of[0] is not conf:
         door = conf.door or DoorSettings.defaults()
         timing = (door.body_timeout, door.body_min_rate, door.body_timeout_max)
         entries = 1 + conf.slots + conf.queue  # one, and one per job that can be in flight
-        found = Terms(conf.max_upload_size, door.budget, door.budget_bytes, *timing, entries)
-        _terms_of = (conf, found)
-    return found
+        terms = Terms(conf.max_upload_size, door.budget, door.budget_bytes, *timing, entries)
+        _terms_of = (conf, terms)
+    return _terms_of[1]
 
 
 @dataclass(frozen=True)
@@ -264,9 +263,8 @@ class Arrivals:
             mine = [t for t in same if t.who == ticket.who]
             if len(same) >= most or len(mine) >= mine_most:
                 return None
-            if any(t.key == ticket.key for t in mine):
-                return None
-            if ticket.kind == "budget" and self._charged + ticket.reserved > most_bytes:
+            over = ticket.kind == "budget" and self._charged + ticket.reserved > most_bytes
+            if over or any(t.key == ticket.key for t in mine):
                 return None
             self._charged += ticket.reserved
             self._tickets.add(ticket)
@@ -474,7 +472,7 @@ def csrf_refusal(request: HttpRequest) -> Callable[[], HttpResponse] | None:
     secret is the session's: Django's to check); None if not."""
     if getattr(request, "_dont_enforce_csrf_checks", False):  # django.test.Client's
         return None
-    found = _installed(CsrfViewMiddleware, tuple(settings.MIDDLEWARE), _trusted())
+    found = _installed(CsrfViewMiddleware)
     if found is None:
         return None
     middleware = found[1]
@@ -535,8 +533,7 @@ def login_refusal(
     from django.contrib.auth import middleware as auth
     from django.contrib.auth.models import AnonymousUser
 
-    paths = tuple(settings.MIDDLEWARE)
-    found = _installed(auth.LoginRequiredMiddleware, paths)
+    found = _installed(auth.LoginRequiredMiddleware)
     if found is None or not getattr(func, "login_required", True):  # login_not_required
         return None
     user = getattr(request, "user", None)
@@ -544,7 +541,7 @@ def login_refusal(
     if user is not None and auser is not None:  # AuthenticationMiddleware's: it reads the session
         user = yield Call(partial(getattr, request, "user"), auser)
     if user is None:
-        if settings.SESSION_COOKIE_NAME in request.COOKIES or _others_sign_in(request, paths):
+        if _unread_session(request) or _others_sign_in(request):
             return Unknown.USER
         user = AnonymousUser()
     if user.is_authenticated:
@@ -558,8 +555,7 @@ def _login_first() -> bool:
     """Whether ``LoginRequiredMiddleware`` comes before ``CsrfViewMiddleware`` (or alone)."""
     from django.contrib.auth.middleware import LoginRequiredMiddleware
 
-    paths = tuple(settings.MIDDLEWARE)
-    login, csrf = _installed(LoginRequiredMiddleware, paths), _installed(CsrfViewMiddleware, paths)
+    login, csrf = _installed(LoginRequiredMiddleware), _installed(CsrfViewMiddleware)
     return csrf is None or (login is not None and login[0] < csrf[0])
 
 
@@ -572,9 +568,8 @@ def _session_read(request: HttpRequest) -> HttpRequest | None:
     from django.contrib.auth import middleware as auth
     from django.contrib.sessions.middleware import SessionMiddleware
 
-    paths = tuple(settings.MIDDLEWARE)
-    found = [_installed(kind, paths) for kind in (SessionMiddleware, auth.AuthenticationMiddleware)]
-    if None in found or _others_sign_in(request, paths):
+    found = [_installed(kind) for kind in (SessionMiddleware, auth.AuthenticationMiddleware)]
+    if None in found or _others_sign_in(request):
         return None
     probe = copy.copy(request)
     for _, middleware in filter(None, found):
@@ -582,36 +577,28 @@ def _session_read(request: HttpRequest) -> HttpRequest | None:
     return probe
 
 
-def _others_sign_in(request: HttpRequest, paths: tuple[str, ...]) -> bool:
+def _others_sign_in(request: HttpRequest) -> bool:
     """Whether a middleware may sign the user in from more than the session: a remote-user
     one, or with an ``Authorization`` header, any not Django's (Django's never read it)."""
     from django.contrib.auth.middleware import RemoteUserMiddleware
 
-    if _installed(RemoteUserMiddleware, paths) is not None:
+    if _installed(RemoteUserMiddleware) is not None:
         return True
     ours = ("django.", f"{__package__}.")
+    paths = settings.MIDDLEWARE
     return "HTTP_AUTHORIZATION" in request.META and not all(p.startswith(ours) for p in paths)
 
 
-def _speak_its_language(request: HttpRequest) -> None:
-    """Activate the language ``LocaleMiddleware`` activates before any view (unless it has
-    run): Django's answers from the door (CSRF's page, the login URL) speak it."""
-    found = _installed(LocaleMiddleware, tuple(settings.MIDDLEWARE))
-    if found is not None and not hasattr(request, "LANGUAGE_CODE"):
-        found[1].process_request(request)
-
-
-def _trusted() -> tuple[str, ...]:
-    return tuple(settings.CSRF_TRUSTED_ORIGINS)
-
-
-@functools.lru_cache(maxsize=8)
-def _installed(
-    kind: type[MiddlewareMixin], paths: tuple[str, ...], trusted: tuple[str, ...] = ()
-) -> tuple[int, Any] | None:
+def _installed(kind: Any) -> tuple[int, Any] | None:
     """The project's first middleware of ``kind`` (Django's, or a subclass) if installed, and
-    its place in ``paths``, to ask its checks, private but Django's own (``trusted``: CSRF
-    caches its origins per instance)."""
+    its place in ``MIDDLEWARE``, to ask its checks, private but Django's own."""
+    return _first(kind, tuple(settings.MIDDLEWARE), tuple(settings.CSRF_TRUSTED_ORIGINS))
+
+
+@functools.lru_cache(maxsize=8)  # per origins too: CSRF caches them per instance
+def _first(
+    kind: type[MiddlewareMixin], paths: tuple[str, ...], trusted: tuple[str, ...]
+) -> tuple[int, Any] | None:
     for at, path in enumerate(paths):
         found = import_string(path)
         if isinstance(found, type) and issubclass(found, kind):
@@ -639,17 +626,6 @@ def framework_refusal(
 
 def _unread_session(request: HttpRequest) -> bool:
     return not hasattr(request, "user") and settings.SESSION_COOKIE_NAME in request.COOKIES
-
-
-def _throttled(request: HttpRequest, view: PooledView) -> Steps[HttpResponse | None]:
-    """The framework's 429 for an upload the door refuses: its throttles come before its view
-    (and count the request, once, as they would)."""
-    if view.authenticate is None:
-        return None
-    answer: HttpResponse | str | None = yield Call.django(
-        partial(framework_refusal, request, view, throttle=True)
-    )
-    return answer if isinstance(answer, HttpResponse) else None
 
 
 def before_view(
@@ -687,7 +663,9 @@ def through_door(
     door steps aside."""
     if not _host_served(request):
         return None
-    _speak_its_language(request)
+    locale = _installed(LocaleMiddleware)  # Django's answers from the door speak its language
+    if locale is not None and not hasattr(request, "LANGUAGE_CODE"):
+        locale[1].process_request(request)
     first = yield from before_view(request, func, view)
     if first is Unknown.USER and (read := _session_read(request)) is not None:
         request = read
@@ -699,9 +677,10 @@ def through_door(
     answer, shed = yield from _decided(request, record, view)
     if answer is None or isinstance(answer, Ticket):
         return answer
-    throttled = yield from _throttled(request, view)
-    if throttled is not None:
-        return throttled
+    if view.authenticate is not None:  # its throttles come before its view (and count it once)
+        throttled = yield Call.django(partial(framework_refusal, request, view, throttle=True))
+        if isinstance(throttled, HttpResponse):
+            return throttled
     if shed:
         ARRIVING.count_shed()
     elif isinstance(answer, PoolBusy | PoolClosed | CallerBusy):
