@@ -477,15 +477,12 @@ def csrf_refusal(request: HttpRequest) -> Callable[[], HttpResponse] | None:
         return None
     middleware = found[1]
     reason = None
-    if "HTTP_ORIGIN" in request.META:  # process_view's order
-        if not middleware._origin_verified(request):
-            reason = REASON_BAD_ORIGIN % request.META["HTTP_ORIGIN"]
-    elif request.is_secure():
-        try:
-            middleware._check_referer(request)
-        except RejectRequest as refused:
-            reason = refused.reason
     try:
+        if "HTTP_ORIGIN" in request.META:  # process_view's order
+            if not middleware._origin_verified(request):
+                reason = REASON_BAD_ORIGIN % request.META["HTTP_ORIGIN"]
+        elif request.is_secure():
+            middleware._check_referer(request)
         if reason is None and not settings.CSRF_USE_SESSIONS:  # else the session's to check
             if request.content_type not in _FORMS or _parsed_empty(request):  # the header's
                 middleware._check_token(request)
@@ -656,11 +653,9 @@ def before_view(
 def through_door(
     request: HttpRequest, record: AdmissionRecord, view: PooledView, func: Callable[..., Any]
 ) -> Steps[Refusal | Ticket | HttpResponse | None]:
-    """``before_view``'s answer (a session it needs read as Django's middleware would read
-    it), else ``decide``'s: an upload that could only be shed waits (holding nothing) for its
-    caller's body arriving, and decides again; the framework's throttles before a refusal.
-    None: Django answers (a host it does not serve, an answer it gives from the body), the
-    door steps aside."""
+    """``before_view``'s answer (a session it needs read as Django's middleware would), else
+    ``_decided``'s, the framework's throttles before a refusal; None: Django answers (a host it
+    does not serve, an answer it gives from the body), the door steps aside."""
     if not _host_served(request):
         return None
     locale = _installed(LocaleMiddleware)  # Django's answers from the door speak its language
