@@ -185,10 +185,8 @@ async def send_refusal(
 
 
 class _Answering(ASGIHandler):
-    """Django's ASGI handler with the door's answer in the view's place: the project's
-    middleware (their code, headers and cookies), Django's response log, a template response
-    rendered, a stream streamed, as under WSGI with ``AdmissionMiddleware`` last; no
-    ``process_view``, no body; no ``request_started``/``request_finished`` (docs/door.md)."""
+    """Django's ASGI handler with the door's answer in the view's place, through the project's
+    middleware; no ``process_view``, no body, no request signals (docs/door.md)."""
 
     def load_middleware(self, is_async: bool = False) -> None:
         super().load_middleware(is_async)
@@ -228,8 +226,7 @@ LINGER_BYTES = 4 * 1024 * 1024  # about Linux's largest send buffer: what a clie
 
 async def linger(receive: Receive, send: Send) -> None:
     """End an answer sent once the client's unread body is read and dropped, it leaves, or
-    ``LINGER_*`` run out (nginx's ``lingering_close``): closed with a body unread, the kernel
-    resets the connection and the client may see the reset, not the answer."""
+    ``LINGER_*`` run out: nginx's ``lingering_close``, so that no reset hides the answer."""
     left = LINGER_BYTES
     with contextlib.suppress(TimeoutError):
         async with asyncio.timeout(LINGER_SECONDS):
@@ -331,9 +328,8 @@ class RequestThread(ThreadPoolExecutor):
         return future
 
     def let_go(self, future: Future[Any] | None = None) -> None:
-        """A call (or the request) has ended: the last to end makes the thread idle again, kept
-        for the next request, or ended when ``keep`` threads already wait (``wait=False``: this
-        may run on the thread itself, which cannot join itself)."""
+        """A call (or the request) has ended: the last to end keeps the thread for the next
+        request, or ends it past ``keep`` (``wait=False``: this may run on the thread itself)."""
         kept = self.kept
         with kept._lock:
             self.holds -= 1

@@ -79,8 +79,8 @@ def terms() -> Terms:
         door = conf.door or DoorSettings.defaults()
         timing = (door.body_timeout, door.body_min_rate, door.body_timeout_max)
         entries = 1 + conf.slots + conf.queue  # one, and one per job that can be in flight
-        terms = Terms(conf.max_upload_size, door.budget, door.budget_bytes, *timing, entries)
-        _terms_of = (conf, terms)
+        built = Terms(conf.max_upload_size, door.budget, door.budget_bytes, *timing, entries)
+        _terms_of = (conf, built)
     return _terms_of[1]
 
 
@@ -105,9 +105,8 @@ class Ticket:
     )  # fmt: skip
 
     def __init__(
-        self, arrivals: Arrivals, who: str, kind: Kind, key: str | None, reserved: int,
-        sizes: Sizes = (0, None),
-    ) -> None:  # fmt: skip
+        self, arrivals: Arrivals, who: str, kind: Kind, key: str | None, reserved: int, sizes: Sizes
+    ) -> None:
         self.arrivals = arrivals  # whose lock guards it while it is held
         self._watchers: list[Callable[[], object]] = []  # called at release
         self.who, self.kind, self.key, self.reserved = who, kind, key, reserved
@@ -467,9 +466,7 @@ _FORMS = ("multipart/form-data", "application/x-www-form-urlencoded")  # Django 
 
 def csrf_refusal(request: HttpRequest) -> Callable[[], HttpResponse] | None:
     """Django's own 403, as sync code to run, for a POST ``CsrfViewMiddleware`` refuses from
-    its headers: the ``Origin`` (under HTTPS without one, the ``Referer``), then the cookie, and
-    the header's token unless a form's may be in the body (with ``CSRF_USE_SESSIONS`` the
-    secret is the session's: Django's to check); None if not."""
+    its headers (docs/door.md: origin, referer, cookie, a token not in a form); None if not."""
     if getattr(request, "_dont_enforce_csrf_checks", False):  # django.test.Client's
         return None
     found = _installed(CsrfViewMiddleware)
@@ -521,10 +518,8 @@ class Unknown(enum.Enum):
 def login_refusal(
     request: HttpRequest, func: Callable[..., Any]
 ) -> Steps[HttpResponse | Unknown | None]:
-    """``LoginRequiredMiddleware``'s redirect to the login page when the user is certainly
-    anonymous: ``request.user``'s (read off the event loop), or with no session cookie and
-    nothing else to sign in with (``_others_sign_in``) before ``AuthenticationMiddleware`` has
-    run; None if it passes; ``Unknown.USER`` if not known yet."""
+    """``LoginRequiredMiddleware``'s redirect when the user (``request.user``, read off the
+    loop, or none to sign in yet) is anonymous; None if it passes, ``Unknown.USER`` if unknown."""
     if not apps.is_installed("django.contrib.auth"):  # its models import only then
         return None
     from django.contrib.auth import middleware as auth
