@@ -13,7 +13,7 @@ import signal
 import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from concurrent.futures import Executor, Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from types import FrameType
 from typing import Any, TypeVar
@@ -84,12 +84,16 @@ class PdfPoolDoor:
             return
         record = AdmissionRecord.read(sent_headers(request), view)
         request.META[RECORD] = record  # decided: AdmissionMiddleware lets its answer through
-        door_thread = _DoorThread()
+        # Django's code before Django (a session, a framework's authentication) on a thread of
+        # its own, started at its first call: request_finished never closes its connections
+        door_thread = ThreadPoolExecutor(1, thread_name_prefix="pdfpool-door")
         try:
-            async with ThreadSensitiveContext(executor=door_thread):  # Django's code, its own
+            async with ThreadSensitiveContext(executor=door_thread):
                 decided = await arun_steps(through_door(request, record, view, func))
         finally:
-            await door_thread.aclose()
+            if door_thread._threads:  # started: its connections closed on it, then it ends
+                await asyncio.wrap_future(door_thread.submit(connections.close_all))
+            door_thread.shutdown(wait=False)
         if decided is None:  # Django's answer
             await self.app(scope, receive, send)
             return
@@ -103,25 +107,6 @@ class PdfPoolDoor:
         finally:
             if record.release is not None:  # not given back by the call reaching the pool
                 record.release()
-
-
-class _DoorThread(Executor):
-    """A door's sync calls (Django's: a session, a framework's authentication), on a thread
-    started at the first; ``aclose()`` closes its database connections (``request_finished``
-    never reaches this thread), then ends it."""
-
-    def __init__(self) -> None:
-        self._thread: ThreadPoolExecutor | None = None
-
-    def submit(self, fn: Callable[..., Returned], /, *args: Any, **kwargs: Any) -> Future[Returned]:
-        if self._thread is None:
-            self._thread = ThreadPoolExecutor(1, thread_name_prefix="pdfpool-door")
-        return self._thread.submit(fn, *args, **kwargs)
-
-    async def aclose(self) -> None:
-        if self._thread is not None:
-            await asyncio.wrap_future(self._thread.submit(connections.close_all))  # it ends
-            self._thread.shutdown(wait=False)
 
 
 @dataclass(slots=True)
@@ -200,10 +185,8 @@ async def send_refusal(
 
 
 class _Answering(ASGIHandler):
-    """Django's ASGI handler with the door's answer in the view's place: the project's
-    middleware (their code, headers and cookies), Django's response log, a template response
-    rendered, a stream streamed, as under WSGI with ``AdmissionMiddleware`` last; no
-    ``process_view``, no body; no ``request_started``/``request_finished`` (docs/door.md)."""
+    """Django's ASGI handler with the door's answer in the view's place, through the project's
+    middleware; no ``process_view``, no body, no request signals (docs/door.md)."""
 
     def load_middleware(self, is_async: bool = False) -> None:
         super().load_middleware(is_async)
@@ -243,8 +226,7 @@ LINGER_BYTES = 4 * 1024 * 1024  # about Linux's largest send buffer: what a clie
 
 async def linger(receive: Receive, send: Send) -> None:
     """End an answer sent once the client's unread body is read and dropped, it leaves, or
-    ``LINGER_*`` run out (nginx's ``lingering_close``): closed with a body unread, the kernel
-    resets the connection and the client may see the reset, not the answer."""
+    ``LINGER_*`` run out: nginx's ``lingering_close``, so that no reset hides the answer."""
     left = LINGER_BYTES
     with contextlib.suppress(TimeoutError):
         async with asyncio.timeout(LINGER_SECONDS):
@@ -346,12 +328,17 @@ class RequestThread(ThreadPoolExecutor):
         return future
 
     def let_go(self, future: Future[Any] | None = None) -> None:
-        """A call (or the request) has ended: the last to end makes the thread idle again."""
-        with self.kept._lock:
+        """A call (or the request) has ended: the last to end keeps the thread for the next
+        request, or ends it past ``keep`` (``wait=False``: this may run on the thread itself)."""
+        kept = self.kept
+        with kept._lock:
             self.holds -= 1
-            done = not self.holds
-        if done:
-            self.kept._idle_again(self)
+            if self.holds:
+                return
+            if len(kept._idle) < kept.keep:
+                kept._idle.append(self)
+                return
+        self.shutdown(wait=False)
 
 
 class KeptThreads:
@@ -385,12 +372,3 @@ class KeptThreads:
         """How many kept threads wait for a request now."""
         with self._lock:
             return len(self._idle)
-
-    def _idle_again(self, lent: RequestThread) -> None:
-        """Kept for the next request, or ended when ``keep`` threads already wait
-        (``wait=False``: this may run on the thread itself, which cannot join itself)."""
-        with self._lock:
-            if len(self._idle) < self.keep:
-                self._idle.append(lent)
-                return
-        lent.shutdown(wait=False)

@@ -75,14 +75,13 @@ def terms() -> Terms:
     built once per settings object."""
     global _terms_of
     conf = get_settings()
-    built_from, found = _terms_of
-    if built_from is not conf:
+    if _terms_of[0] is not conf:
         door = conf.door or DoorSettings.defaults()
         timing = (door.body_timeout, door.body_min_rate, door.body_timeout_max)
         entries = 1 + conf.slots + conf.queue  # one, and one per job that can be in flight
-        found = Terms(conf.max_upload_size, door.budget, door.budget_bytes, *timing, entries)
-        _terms_of = (conf, found)
-    return found
+        built = Terms(conf.max_upload_size, door.budget, door.budget_bytes, *timing, entries)
+        _terms_of = (conf, built)
+    return _terms_of[1]
 
 
 @dataclass(frozen=True)
@@ -106,9 +105,8 @@ class Ticket:
     )  # fmt: skip
 
     def __init__(
-        self, arrivals: Arrivals, who: str, kind: Kind, key: str | None, reserved: int,
-        sizes: Sizes = (0, None),
-    ) -> None:  # fmt: skip
+        self, arrivals: Arrivals, who: str, kind: Kind, key: str | None, reserved: int, sizes: Sizes
+    ) -> None:
         self.arrivals = arrivals  # whose lock guards it while it is held
         self._watchers: list[Callable[[], object]] = []  # called at release
         self.who, self.kind, self.key, self.reserved = who, kind, key, reserved
@@ -264,9 +262,8 @@ class Arrivals:
             mine = [t for t in same if t.who == ticket.who]
             if len(same) >= most or len(mine) >= mine_most:
                 return None
-            if any(t.key == ticket.key for t in mine):
-                return None
-            if ticket.kind == "budget" and self._charged + ticket.reserved > most_bytes:
+            over = ticket.kind == "budget" and self._charged + ticket.reserved > most_bytes
+            if over or any(t.key == ticket.key for t in mine):
                 return None
             self._charged += ticket.reserved
             self._tickets.add(ticket)
@@ -469,25 +466,20 @@ _FORMS = ("multipart/form-data", "application/x-www-form-urlencoded")  # Django 
 
 def csrf_refusal(request: HttpRequest) -> Callable[[], HttpResponse] | None:
     """Django's own 403, as sync code to run, for a POST ``CsrfViewMiddleware`` refuses from
-    its headers: the ``Origin`` (under HTTPS without one, the ``Referer``), then the cookie, and
-    the header's token unless a form's may be in the body (with ``CSRF_USE_SESSIONS`` the
-    secret is the session's: Django's to check); None if not."""
+    its headers (docs/door.md: origin, referer, cookie, a token not in a form); None if not."""
     if getattr(request, "_dont_enforce_csrf_checks", False):  # django.test.Client's
         return None
-    found = _installed(CsrfViewMiddleware, tuple(settings.MIDDLEWARE), _trusted())
+    found = _installed(CsrfViewMiddleware)
     if found is None:
         return None
     middleware = found[1]
     reason = None
-    if "HTTP_ORIGIN" in request.META:  # process_view's order
-        if not middleware._origin_verified(request):
-            reason = REASON_BAD_ORIGIN % request.META["HTTP_ORIGIN"]
-    elif request.is_secure():
-        try:
-            middleware._check_referer(request)
-        except RejectRequest as refused:
-            reason = refused.reason
     try:
+        if "HTTP_ORIGIN" in request.META:  # process_view's order
+            if not middleware._origin_verified(request):
+                reason = REASON_BAD_ORIGIN % request.META["HTTP_ORIGIN"]
+        elif request.is_secure():
+            middleware._check_referer(request)
         if reason is None and not settings.CSRF_USE_SESSIONS:  # else the session's to check
             if request.content_type not in _FORMS or _parsed_empty(request):  # the header's
                 middleware._check_token(request)
@@ -526,17 +518,14 @@ class Unknown(enum.Enum):
 def login_refusal(
     request: HttpRequest, func: Callable[..., Any]
 ) -> Steps[HttpResponse | Unknown | None]:
-    """``LoginRequiredMiddleware``'s redirect to the login page when the user is certainly
-    anonymous: ``request.user``'s (read off the event loop), or with no session cookie and
-    nothing else to sign in with (``_others_sign_in``) before ``AuthenticationMiddleware`` has
-    run; None if it passes; ``Unknown.USER`` if not known yet."""
+    """``LoginRequiredMiddleware``'s redirect when the user (``request.user``, read off the
+    loop, or none to sign in yet) is anonymous; None if it passes, ``Unknown.USER`` if unknown."""
     if not apps.is_installed("django.contrib.auth"):  # its models import only then
         return None
     from django.contrib.auth import middleware as auth
     from django.contrib.auth.models import AnonymousUser
 
-    paths = tuple(settings.MIDDLEWARE)
-    found = _installed(auth.LoginRequiredMiddleware, paths)
+    found = _installed(auth.LoginRequiredMiddleware)
     if found is None or not getattr(func, "login_required", True):  # login_not_required
         return None
     user = getattr(request, "user", None)
@@ -544,7 +533,7 @@ def login_refusal(
     if user is not None and auser is not None:  # AuthenticationMiddleware's: it reads the session
         user = yield Call(partial(getattr, request, "user"), auser)
     if user is None:
-        if settings.SESSION_COOKIE_NAME in request.COOKIES or _others_sign_in(request, paths):
+        if _unread_session(request) or _others_sign_in(request):
             return Unknown.USER
         user = AnonymousUser()
     if user.is_authenticated:
@@ -558,8 +547,7 @@ def _login_first() -> bool:
     """Whether ``LoginRequiredMiddleware`` comes before ``CsrfViewMiddleware`` (or alone)."""
     from django.contrib.auth.middleware import LoginRequiredMiddleware
 
-    paths = tuple(settings.MIDDLEWARE)
-    login, csrf = _installed(LoginRequiredMiddleware, paths), _installed(CsrfViewMiddleware, paths)
+    login, csrf = _installed(LoginRequiredMiddleware), _installed(CsrfViewMiddleware)
     return csrf is None or (login is not None and login[0] < csrf[0])
 
 
@@ -572,9 +560,8 @@ def _session_read(request: HttpRequest) -> HttpRequest | None:
     from django.contrib.auth import middleware as auth
     from django.contrib.sessions.middleware import SessionMiddleware
 
-    paths = tuple(settings.MIDDLEWARE)
-    found = [_installed(kind, paths) for kind in (SessionMiddleware, auth.AuthenticationMiddleware)]
-    if None in found or _others_sign_in(request, paths):
+    found = [_installed(kind) for kind in (SessionMiddleware, auth.AuthenticationMiddleware)]
+    if None in found or _others_sign_in(request):
         return None
     probe = copy.copy(request)
     for _, middleware in filter(None, found):
@@ -582,36 +569,28 @@ def _session_read(request: HttpRequest) -> HttpRequest | None:
     return probe
 
 
-def _others_sign_in(request: HttpRequest, paths: tuple[str, ...]) -> bool:
+def _others_sign_in(request: HttpRequest) -> bool:
     """Whether a middleware may sign the user in from more than the session: a remote-user
     one, or with an ``Authorization`` header, any not Django's (Django's never read it)."""
     from django.contrib.auth.middleware import RemoteUserMiddleware
 
-    if _installed(RemoteUserMiddleware, paths) is not None:
+    if _installed(RemoteUserMiddleware) is not None:
         return True
     ours = ("django.", f"{__package__}.")
+    paths = settings.MIDDLEWARE
     return "HTTP_AUTHORIZATION" in request.META and not all(p.startswith(ours) for p in paths)
 
 
-def _speak_its_language(request: HttpRequest) -> None:
-    """Activate the language ``LocaleMiddleware`` activates before any view (unless it has
-    run): Django's answers from the door (CSRF's page, the login URL) speak it."""
-    found = _installed(LocaleMiddleware, tuple(settings.MIDDLEWARE))
-    if found is not None and not hasattr(request, "LANGUAGE_CODE"):
-        found[1].process_request(request)
-
-
-def _trusted() -> tuple[str, ...]:
-    return tuple(settings.CSRF_TRUSTED_ORIGINS)
-
-
-@functools.lru_cache(maxsize=8)
-def _installed(
-    kind: type[MiddlewareMixin], paths: tuple[str, ...], trusted: tuple[str, ...] = ()
-) -> tuple[int, Any] | None:
+def _installed(kind: Any) -> tuple[int, Any] | None:
     """The project's first middleware of ``kind`` (Django's, or a subclass) if installed, and
-    its place in ``paths``, to ask its checks, private but Django's own (``trusted``: CSRF
-    caches its origins per instance)."""
+    its place in ``MIDDLEWARE``, to ask its checks, private but Django's own."""
+    return _first(kind, tuple(settings.MIDDLEWARE), tuple(settings.CSRF_TRUSTED_ORIGINS))
+
+
+@functools.lru_cache(maxsize=8)  # per origins too: CSRF caches them per instance
+def _first(
+    kind: type[MiddlewareMixin], paths: tuple[str, ...], trusted: tuple[str, ...]
+) -> tuple[int, Any] | None:
     for at, path in enumerate(paths):
         found = import_string(path)
         if isinstance(found, type) and issubclass(found, kind):
@@ -639,17 +618,6 @@ def framework_refusal(
 
 def _unread_session(request: HttpRequest) -> bool:
     return not hasattr(request, "user") and settings.SESSION_COOKIE_NAME in request.COOKIES
-
-
-def _throttled(request: HttpRequest, view: PooledView) -> Steps[HttpResponse | None]:
-    """The framework's 429 for an upload the door refuses: its throttles come before its view
-    (and count the request, once, as they would)."""
-    if view.authenticate is None:
-        return None
-    answer: HttpResponse | str | None = yield Call.django(
-        partial(framework_refusal, request, view, throttle=True)
-    )
-    return answer if isinstance(answer, HttpResponse) else None
 
 
 def before_view(
@@ -680,14 +648,14 @@ def before_view(
 def through_door(
     request: HttpRequest, record: AdmissionRecord, view: PooledView, func: Callable[..., Any]
 ) -> Steps[Refusal | Ticket | HttpResponse | None]:
-    """``before_view``'s answer (a session it needs read as Django's middleware would read
-    it), else ``decide``'s: an upload that could only be shed waits (holding nothing) for its
-    caller's body arriving, and decides again; the framework's throttles before a refusal.
-    None: Django answers (a host it does not serve, an answer it gives from the body), the
-    door steps aside."""
+    """``before_view``'s answer (a session it needs read as Django's middleware would), else
+    ``_decided``'s, the framework's throttles before a refusal; None: Django answers (a host it
+    does not serve, an answer it gives from the body), the door steps aside."""
     if not _host_served(request):
         return None
-    _speak_its_language(request)
+    locale = _installed(LocaleMiddleware)  # Django's answers from the door speak its language
+    if locale is not None and not hasattr(request, "LANGUAGE_CODE"):
+        locale[1].process_request(request)
     first = yield from before_view(request, func, view)
     if first is Unknown.USER and (read := _session_read(request)) is not None:
         request = read
@@ -699,9 +667,10 @@ def through_door(
     answer, shed = yield from _decided(request, record, view)
     if answer is None or isinstance(answer, Ticket):
         return answer
-    throttled = yield from _throttled(request, view)
-    if throttled is not None:
-        return throttled
+    if view.authenticate is not None:  # its throttles come before its view (and count it once)
+        throttled = yield Call.django(partial(framework_refusal, request, view, throttle=True))
+        if isinstance(throttled, HttpResponse):
+            return throttled
     if shed:
         ARRIVING.count_shed()
     elif isinstance(answer, PoolBusy | PoolClosed | CallerBusy):

@@ -28,8 +28,6 @@ from .record import RECORD, AdmissionRecord, PooledView, UploadHeaders, pooled_r
 from .responses import arefusal_answer, refusal_answer
 
 GetResponse = Callable[[HttpRequest], HttpResponse | Awaitable[HttpResponse]]
-Sync = Callable[[], HttpResponse]  # get_response, as a sync chain calls it
-Async = Callable[[], Awaitable[HttpResponse]]  # and an async one
 
 
 class AdmissionMiddleware:
@@ -78,8 +76,8 @@ class AdmissionMiddleware:
             timed = TimedStream(stream, decided, decided.terms, record.caller)
             request._stream = timed  # type: ignore[assignment]
         try:
-            respond = partial(self.get_response, request)
-            response: HttpResponse = yield Call(cast(Sync, respond), cast(Async, respond))
+            respond = partial(self.get_response, request)  # sync in a sync chain, else async
+            response: HttpResponse = yield Call(respond, cast(Any, respond))
             if timed is None or timed.refused is None:
                 return response
             return (yield from _answered(request, timed.refused, view))  # whoever read the body
