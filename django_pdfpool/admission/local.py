@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import os
 import threading
 import time
-import weakref
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -51,7 +49,7 @@ class Pool:
         self._closed = False
         self._stopping = False
         self._idle_waiters: list[Waiter] = []  # drain/stop, woken once nothing is in flight
-        _pools.add(self)
+        jobs.forgotten_in_child.add(self)
 
     # --- reading ------------------------------------------------------------
 
@@ -337,17 +335,6 @@ class Pool:
             f"<Pool slots={self.slots} queue={self.queue_size} wait={self.wait} "
             f"running={self._running} queued={len(self._queue)}>"
         )
-
-
-_pools: weakref.WeakSet[Pool] = weakref.WeakSet()
-
-
-def _forget_after_fork() -> None:
-    for pool in list(_pools):
-        pool._forget()
-
-
-os.register_at_fork(after_in_child=_forget_after_fork)
 
 
 def _cancel_tasks(running: list[JobRecord]) -> None:
