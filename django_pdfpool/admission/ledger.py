@@ -79,10 +79,7 @@ class Counter(StrEnum):
     @classmethod
     def refused(cls, refusal: PoolBusy | PoolClosed | CallerBusy) -> Counter:
         """The counter a refusal counts in: its own class's, else its nearest base's."""
-        if (counter := _BY_KIND.get(kind := type(refusal))) is None:
-            by_class = {c.refusal: c for c in REFUSALS}
-            counter = _BY_KIND[kind] = next(by_class[b] for b in kind.__mro__ if b in by_class)
-        return counter
+        return next(c for kind in type(refusal).__mro__ for c in REFUSALS if c.refusal is kind)
 
     @classmethod
     def ended(cls, cancelled: bool, error: BaseException | None) -> Counter:
@@ -91,8 +88,6 @@ class Counter(StrEnum):
 
 
 REFUSALS = tuple(counter for counter in Counter if counter.reason is not None)  # enum's order
-
-_BY_KIND: dict[type, Counter] = {}  # Counter.refused's answers, found once per class
 
 # --- the snapshot: plain, immutable, JSON-ready through ``as_dict`` ---------------------
 
