@@ -82,13 +82,10 @@ class Pool:
 
     def _runs(self, now: float) -> tuple[list[float], list[int | None]]:  # under the lock
         """How long each running job has run, and its input's bytes (if known)."""
-        running_for: list[float] = []
-        sizes: list[int | None] = []
-        for job in self._jobs.values():
-            if (t := job.running_for(now)) is not None:
-                running_for.append(t)
-                sizes.append(job.size)
-        return running_for, sizes
+        runs = [
+            (t, job.size) for job in self._jobs.values() if (t := job.running_for(now)) is not None
+        ]
+        return [t for t, _ in runs], [size for _, size in runs]
 
     def _held_end(self, held: JobRecord, caller: str | None) -> float:  # rule 2's; locked
         now = time.monotonic()  # a running job's end ignores the queue (Ledger.expected_end)
