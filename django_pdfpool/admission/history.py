@@ -136,5 +136,4 @@ class Recorder:
         self._lock = threading.Lock()
         self._samples.clear()
         self._last = None
-        self._ticking = False
-        self._generation += 1
+        self.stop()
