@@ -6,16 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import threading
 import time
-import weakref
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .jobs import call_in_job_loop
+from .jobs import call_in_job_loop, forgotten_in_child
 from .ledger import REFUSALS
 from .protocol import AdmissionPool
 
@@ -58,7 +56,7 @@ class Recorder:
         self._last: tuple[AdmissionPool, Books, int] | None = None  # pool, books, refusals
         self._generation = 0  # bumped by start() and stop(): older tick chains end
         self._ticking = False
-        _recorders.add(self)
+        forgotten_in_child.add(self)
 
     def start(self) -> None:
         """Start sampling, if not already; cheap to call on every request."""
@@ -138,16 +136,4 @@ class Recorder:
         self._lock = threading.Lock()
         self._samples.clear()
         self._last = None
-        self._ticking = False
-        self._generation += 1
-
-
-_recorders: weakref.WeakSet[Recorder] = weakref.WeakSet()
-
-
-def _forget_after_fork() -> None:
-    for each in list(_recorders):
-        each._forget()
-
-
-os.register_at_fork(after_in_child=_forget_after_fork)
+        self.stop()

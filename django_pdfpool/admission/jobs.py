@@ -11,6 +11,7 @@ import logging
 import os
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -62,9 +63,14 @@ def call_in_job_loop(callback: Callable[..., Any], *args: Any) -> None:
     get_job_loop().call_soon_threadsafe(callback, *args)
 
 
-def _forget_after_fork() -> None:  # the child inherits the loop but not its thread
+forgotten_in_child: weakref.WeakSet[Any] = weakref.WeakSet()  # pools, recorders: ``_forget()``
+
+
+def _forget_after_fork() -> None:  # the child inherits the loop but not its thread, nor its jobs
     global _loop, _lock
     _loop, _lock = None, threading.Lock()
+    for each in list(forgotten_in_child):
+        each._forget()
 
 
 os.register_at_fork(after_in_child=_forget_after_fork)

@@ -12,7 +12,7 @@ from collections import deque
 from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from enum import Enum, StrEnum
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from ..exceptions import CallerBusy, CoordinatorUnavailable, PoolBusy, PoolClosed, Refused
 
@@ -79,10 +79,7 @@ class Counter(StrEnum):
     @classmethod
     def refused(cls, refusal: PoolBusy | PoolClosed | CallerBusy) -> Counter:
         """The counter a refusal counts in: its own class's, else its nearest base's."""
-        if (counter := _BY_KIND.get(kind := type(refusal))) is None:
-            by_class = {c.refusal: c for c in REFUSALS}
-            counter = _BY_KIND[kind] = next(by_class[b] for b in kind.__mro__ if b in by_class)
-        return counter
+        return next(c for kind in type(refusal).__mro__ for c in REFUSALS if c.refusal is kind)
 
     @classmethod
     def ended(cls, cancelled: bool, error: BaseException | None) -> Counter:
@@ -91,8 +88,6 @@ class Counter(StrEnum):
 
 
 REFUSALS = tuple(counter for counter in Counter if counter.reason is not None)  # enum's order
-
-_BY_KIND: dict[type, Counter] = {}  # Counter.refused's answers, found once per class
 
 # --- the snapshot: plain, immutable, JSON-ready through ``as_dict`` ---------------------
 
@@ -129,33 +124,26 @@ class DurationSummary:
         return cls(len(values), sum(values) / len(values), p95, values[-1])
 
 
-class CountersBase:
-    """``Counters`` besides its fields: read by ``Counter``, as a dict (in ``Counter`` order)."""
+@dataclass(frozen=True)
+class Counters:
+    """Events since the pool was built: one field per ``Counter``, in its order."""
+
+    started: int = 0
+    joined: int = 0
+    completed: int = 0
+    failed: int = 0
+    cancelled: int = 0
+    abandoned: int = 0
+    refused_busy: int = 0
+    refused_caller: int = 0
+    refused_closed: int = 0
+    refused_unavailable: int = 0
 
     def __getitem__(self, counter: Counter) -> int:
         return int(getattr(self, counter.value))
 
     def as_dict(self) -> dict[str, int]:
         return {c.value: self[c] for c in Counter}
-
-
-if TYPE_CHECKING:
-
-    class Counters(CountersBase):  # a frozen dataclass with one int field per Counter
-        def __init__(self, **counts: int) -> None: ...
-        def __getattr__(self, name: str) -> int: ...
-
-else:
-    Counters = dataclasses.make_dataclass(
-        "Counters",
-        [(counter.value, int, dataclasses.field(default=0)) for counter in Counter],
-        bases=(CountersBase,),
-        frozen=True,
-        namespace={
-            "__doc__": "Events since the pool was built, by Counter.",
-            "__module__": __name__,
-        },
-    )
 
 
 @dataclass(frozen=True)

@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import os
 import threading
 import time
-import weakref
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -51,7 +49,7 @@ class Pool:
         self._closed = False
         self._stopping = False
         self._idle_waiters: list[Waiter] = []  # drain/stop, woken once nothing is in flight
-        _pools.add(self)
+        jobs.forgotten_in_child.add(self)
 
     # --- reading ------------------------------------------------------------
 
@@ -84,13 +82,10 @@ class Pool:
 
     def _runs(self, now: float) -> tuple[list[float], list[int | None]]:  # under the lock
         """How long each running job has run, and its input's bytes (if known)."""
-        running_for: list[float] = []
-        sizes: list[int | None] = []
-        for job in self._jobs.values():
-            if (t := job.running_for(now)) is not None:
-                running_for.append(t)
-                sizes.append(job.size)
-        return running_for, sizes
+        runs = [
+            (t, job.size) for job in self._jobs.values() if (t := job.running_for(now)) is not None
+        ]
+        return [t for t, _ in runs], [size for _, size in runs]
 
     def _held_end(self, held: JobRecord, caller: str | None) -> float:  # rule 2's; locked
         now = time.monotonic()  # a running job's end ignores the queue (Ledger.expected_end)
@@ -337,17 +332,6 @@ class Pool:
             f"<Pool slots={self.slots} queue={self.queue_size} wait={self.wait} "
             f"running={self._running} queued={len(self._queue)}>"
         )
-
-
-_pools: weakref.WeakSet[Pool] = weakref.WeakSet()
-
-
-def _forget_after_fork() -> None:
-    for pool in list(_pools):
-        pool._forget()
-
-
-os.register_at_fork(after_in_child=_forget_after_fork)
 
 
 def _cancel_tasks(running: list[JobRecord]) -> None:

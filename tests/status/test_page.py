@@ -23,7 +23,7 @@ from django.test import Client
 from django.utils import timezone
 
 from django_pdfpool import configured, get_pool
-from django_pdfpool.admission import history
+from django_pdfpool.admission import history, jobs
 from django_pdfpool.admission.history import Recorder
 from django_pdfpool.admission.ledger import Counters, DurationSummary, PoolSnapshot
 from django_pdfpool.sandbox.children import recent_peaks
@@ -543,7 +543,8 @@ def test_a_forked_child_starts_with_an_empty_stopped_recorder():
     recorder = Recorder(FakePool, interval=60)
     recorder.start()
     recorder.sample()
-    history._forget_after_fork()  # what os.register_at_fork runs in the child
+    assert recorder in jobs.forgotten_in_child
+    recorder._forget()  # what a fork runs in the child
     assert recorder.samples() == [] and not recorder._ticking
     recorder.start()
     assert recorder._ticking
