@@ -12,7 +12,7 @@ from collections import deque
 from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from enum import Enum, StrEnum
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from ..exceptions import CallerBusy, CoordinatorUnavailable, PoolBusy, PoolClosed, Refused
 
@@ -124,26 +124,33 @@ class DurationSummary:
         return cls(len(values), sum(values) / len(values), p95, values[-1])
 
 
-@dataclass(frozen=True)
-class Counters:
-    """Events since the pool was built: one field per ``Counter``, in its order."""
-
-    started: int = 0
-    joined: int = 0
-    completed: int = 0
-    failed: int = 0
-    cancelled: int = 0
-    abandoned: int = 0
-    refused_busy: int = 0
-    refused_caller: int = 0
-    refused_closed: int = 0
-    refused_unavailable: int = 0
+class CountersBase:
+    """``Counters`` besides its fields: read by ``Counter``, as a dict (in ``Counter`` order)."""
 
     def __getitem__(self, counter: Counter) -> int:
         return int(getattr(self, counter.value))
 
     def as_dict(self) -> dict[str, int]:
         return {c.value: self[c] for c in Counter}
+
+
+if TYPE_CHECKING:
+
+    class Counters(CountersBase):  # a frozen dataclass with one int field per Counter
+        def __init__(self, **counts: int) -> None: ...
+        def __getattr__(self, name: str) -> int: ...
+
+else:
+    Counters = dataclasses.make_dataclass(
+        "Counters",
+        [(counter.value, int, dataclasses.field(default=0)) for counter in Counter],
+        bases=(CountersBase,),
+        frozen=True,
+        namespace={
+            "__doc__": "Events since the pool was built, by Counter.",
+            "__module__": __name__,
+        },
+    )
 
 
 @dataclass(frozen=True)
