@@ -319,8 +319,7 @@ class ProcessSide:
                 return  # refused, or answered as it left
             job.waiters.discard(waiter)
             starter = waiter is job.starter
-            if starter:
-                job.starter = None
+            job.starter = None if starter else job.starter
             with _about(job):
                 await self._no_beat.wait()  # one on its way counts the waiter: sent after it
                 await self._script("leave", job.key, job.id, "1", "1" if starter else "0")
