@@ -20,21 +20,20 @@ def encode_outcome(
     result: Any, error: BaseException | None, *, encode: Encode | None = None, limit: int
 ) -> str:
     """The outcome as JSON of at most ``limit`` bytes (UTF-8); total: at worst, the error's type."""
+    what = "result" if error is None else f"error {type(error).__qualname__}"
     if error is None:
         try:
             text = _dumps({"ok": encode(result) if encode is not None else result})
         except Exception as exc:  # not JSON-able, or the encode hook failed
             name = f"{type(result).__module__}.{type(result).__qualname__}"
-            why = f"the result cannot travel as JSON: {_shown(exc, str)}"
-            text = _dumps({"error": _error(RemoteJobError(name, why))})
-    else:
+            error = RemoteJobError(name, f"the result cannot travel as JSON: {_shown(exc, str)}")
+    if error is not None:
         try:
             text = _dumps({"error": _error(error)})
         except Exception:  # an exception no part of which can be shown
             text = _dumps({"error": _bare(type(error))})
     size = len(text.encode())
     if size > limit:
-        what = "result" if error is None else f"error {type(error).__qualname__}"
         too_large = ResultTooLarge(what, f"{size} bytes as JSON, over the limit of {limit} bytes")
         text = _dumps({"error": _error(too_large)})
     return text

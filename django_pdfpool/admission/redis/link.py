@@ -273,20 +273,20 @@ class Link:
             self._scripts = {name: self._client.register_script(SOURCES[name]) for name in SOURCES}
         return self._client
 
+    async def _run(self, name: str, key: str, *args: Any) -> Any:
+        self.client()
+        return await self._scripts[name](keys=[key], args=list(args))
+
     async def call(self, name: str, *args: Any) -> Any:
         """Run a mutating script as this process; its reply as Redis gives it."""
-        self.client()
-        return await self._scripts[name](keys=[self.procs_key], args=[*self._head, *args])
+        return await self._run(name, self.procs_key, *self._head, *args)
 
     async def load(self) -> PressureReply:
         """``pressure()`` for the job loop: the counts and the load, no key or caller."""
-        self.client()
-        reply = await self._scripts["pressure"](keys=[self.procs_key], args=["", ""])
-        return PressureReply.of(reply)
+        return PressureReply.of(await self._run("pressure", self.procs_key, "", ""))
 
     async def put(self, job_id: str, outcome: str) -> int:
         """Put a finished job's outcome (JSON) in Redis in pieces; their number."""
-        self.client()
         data, keep = outcome.encode(), str(round(2000 * self.settings.lease))
         start = pieces = 0
         while start < len(data):  # cut between two characters: each piece reads back as text
@@ -294,34 +294,29 @@ class Link:
             while end < len(data) and data[end] & 0xC0 == 0x80:
                 end -= 1
             pieces += 1
-            args = [pieces, data[start:end], keep]
-            await self._scripts["put"](keys=[self._result(job_id)], args=args)
+            await self._run("put", self.prefix + "res:" + job_id, pieces, data[start:end], keep)
             start = end
         return pieces
 
     async def collect(self, job_id: str, *, read: bool = True) -> str | None:
         """Take this process's copy of a finished job's outcome (JSON), piece by piece, or
         None; ``read`` False: let it go unread."""
-        self.client()
         pieces: list[str] = []
         keep, count = str(round(2000 * self.settings.lease)), 1
         while len(pieces) < count:
             index = len(pieces) + 1 if read else 0
-            args = [self.process, index, keep]
-            reply = await self._scripts["collect"](keys=[self._result(job_id)], args=args)
+            key = self.prefix + "res:" + job_id
+            reply = await self._run("collect", key, self.process, index, keep)
             if not reply:
                 return None
             count = int(reply[0])
             pieces.append(reply[1])
         return "".join(pieces)
 
-    def _result(self, job_id: str) -> str:
-        return self.prefix + "res:" + job_id
-
     async def probe(self) -> None:
         """PING, then a write in the namespace (``probe.lua``): Redis takes writes again."""
         await self.client().ping()
-        await self._scripts["probe"](keys=[self.procs_key])
+        await self._run("probe", self.procs_key)
 
     async def subscribe(self) -> None:
         """Listen on this process's channel, unless listening; returns once Redis confirmed."""
@@ -429,12 +424,11 @@ class Link:
 
     def pressure(self, key: str | None = None, caller: str | None = None) -> PressureReply:
         """The counts, and ``key``'s and ``caller``'s jobs, in one round trip (``pressure.lua``)."""
-        client = self.sync()
+        self.sync()
         args = [key or "", caller or ""]
-        raw = self._sync_scripts["pressure"](keys=[self.procs_key], args=args, client=client)
-        return PressureReply.of(raw)
+        return PressureReply.of(self._sync_scripts["pressure"](keys=[self.procs_key], args=args))
 
     def view(self) -> Any:
         """Everything in flight, with the process leases (``view.lua``)."""
-        client = self.sync()
-        return self._sync_scripts["view"](keys=[self.procs_key], client=client)
+        self.sync()
+        return self._sync_scripts["view"](keys=[self.procs_key])

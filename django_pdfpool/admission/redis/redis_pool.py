@@ -16,15 +16,15 @@ from typing import Any, TypeVar
 from redis.exceptions import RedisError
 
 from ...bounds import CALL_TIMEOUT, FALLBACK, LEASE, NAMESPACE, integer
-from ...exceptions import CallerBusy, CoordinatorUnavailable, PoolBusy, PoolClosed
+from ...exceptions import CallerBusy, CoordinatorUnavailable, PoolBusy, PoolClosed, Wording
+from .. import ledger
 from ..jobs import Waiter, call_dropped, call_in_job_loop, closing, get_job_loop, log_failure
-from ..ledger import ClusterSnapshot, CountedBy, Counter, JobInfo, PoolSnapshot, Pressure
+from ..ledger import CountedBy, Counter, DurationSummary, JobInfo, PoolSnapshot, Pressure
 from ..local import Pool
 from ..protocol import DropFn, ErrorObserver, JobFn
 from .codec import Decode, Encode
 from .link import Link, RedisPoolSettings, connect
-from .side import GO_LOCAL, REDIS, UNREACHABLE, Closing, ProcessSide, RedisWaiter, unavailable
-from .view import parse_view
+from .side import GO_LOCAL, REDIS, REFUSED, Closing, ProcessSide, RedisWaiter
 
 __all__ = ["MAX_RESULT_BYTES", "RedisPool"]
 
@@ -73,21 +73,11 @@ class RedisPool:
         self.slots, self.queue_size, self.wait = slots, queue, wait
         self.lease, self.namespace, self.fallback = float(lease), namespace, fallback
         self._settings = RedisPoolSettings(
-            url=url,
-            namespace=namespace,
-            sentinels=addresses,
-            slots=slots,
-            queue_size=queue,
-            wait=wait,
-            lease=float(lease),
-            timeout=float(timeout),
-            on_error=on_error or log_failure,
-            encode=encode,
-            decode=decode,
-            max_result_bytes=max_result_bytes,
-            fingerprint=fingerprint,
-            deployment=deployment,
-        )
+            url=url, namespace=namespace, sentinels=addresses, slots=slots, queue_size=queue,
+            wait=wait, lease=float(lease), timeout=float(timeout),
+            on_error=on_error or log_failure, encode=encode, decode=decode,
+            max_result_bytes=max_result_bytes, fingerprint=fingerprint, deployment=deployment,
+        )  # fmt: skip
         self._books = self._local._books  # this process's, the fallback's too; thread-safe
         self._closing = Closing()  # see Closing
         self._side = self._new_side()  # replaced in a forked child (the fork hook, any thread)
@@ -195,26 +185,18 @@ class RedisPool:
                 here.append(info)
         return self._snapshot([*here, *fallback.values()])
 
-    def cluster_snapshot(self) -> ClusterSnapshot:
+    def cluster_snapshot(self) -> ledger.ClusterSnapshot:
         """Cluster-wide and local snapshots, and who holds what, in one reading."""
         local = self.local_snapshot()
         view = self._shared(Link.view)
         cluster, processes = (local, ()) if view is None else parse_view(view, self._snapshot)
         side = self._side
-        return ClusterSnapshot(
-            trouble=side.trouble,
-            redis_error=side.last_error,
-            unreachable=side.failures["unreachable"],
-            refused_writes=side.failures["refused"],
-            mode=self.mode,
-            url=side.link.where,
-            namespace=self.namespace,
-            process=self.process,
-            lease=self.lease,
-            cluster=cluster,
-            local=local,
-            processes=processes,
-        )
+        return ledger.ClusterSnapshot(
+            trouble=side.trouble, redis_error=side.last_error,
+            unreachable=side.failures["unreachable"], refused_writes=side.failures["refused"],
+            mode=self.mode, url=side.link.where, namespace=self.namespace, process=self.process,
+            lease=self.lease, cluster=cluster, local=local, processes=processes,
+        )  # fmt: skip
 
     def _snapshot(self, jobs: Iterable[JobInfo]) -> PoolSnapshot:
         return self._books.snapshot(self.queue_size, self.wait, self._closing.closed, jobs)
@@ -258,7 +240,8 @@ class RedisPool:
 
     def _refusal(self) -> CoordinatorUnavailable:
         """What every new call gets while Redis fails and the fallback refuses."""
-        return unavailable(self._side.trouble or UNREACHABLE, self._settings.probe_every)
+        wording = Wording.NOT_TAKING if self._side.trouble == REFUSED else Wording.UNREACHABLE
+        return CoordinatorUnavailable(wording, self._settings.probe_every)
 
     async def _leave(self, waiter: RedisWaiter) -> None:
         """Take ``waiter`` off its job, in Redis too; waited for, so counts read next are right."""
@@ -299,6 +282,68 @@ class RedisPool:
             f"<RedisPool {self._side.link.where} namespace={self.namespace!r} "
             f"slots={self.slots} queue={self.queue_size} wait={self.wait} mode={self.mode}>"
         )
+
+
+def parse_view(
+    reply: Any, snapshot: Callable[[list[JobInfo]], PoolSnapshot]
+) -> tuple[PoolSnapshot, tuple[ledger.ProcessHold, ...]]:
+    """``view.lua``'s reply as ``snapshot(jobs)`` with the cluster's books, and who holds
+    what; a field that is not what the scripts write (bad data) is skipped, never an error."""
+    now, leases, flat, stats_flat, waits_ms, runs_ms = reply
+    now, wall = int(now) / 1000, time.time()
+    jobs: list[JobInfo] = []
+    owners: dict[str, str] = {}
+    waits: dict[str, int] = {}
+    for key, pairs in zip(flat[::2], flat[1::2], strict=False):
+        fields = dict(zip(pairs[::2], pairs[1::2], strict=False))
+        queued_ms = whole(fields.get("qt"))
+        if queued_ms is None or key in owners:
+            continue  # not a job as the scripts write one (or listed twice)
+        started_ms = whole(fields.get("st")) if fields.get("state") == "running" else None
+        sharers = 0
+        for name, value in fields.items():
+            if name.startswith("w:") and (count := whole(value) or 0) > 0:
+                sharers += count
+                waits[name[2:]] = waits.get(name[2:], 0) + count
+        started = None if started_ms is None else started_ms / 1000
+        caller = fields.get("caller", "")
+        jobs.append(JobInfo.at(key, caller, sharers, queued_ms / 1000, started, now, wall))
+        owners[key] = fields.get("owner", "")
+    holders: list[ledger.ProcessHold] = []
+    ends: dict[str, float] = {}
+    for who, end in zip(leases[::2], leases[1::2], strict=False):
+        with contextlib.suppress(ValueError, OverflowError):
+            ends[who] = int(float(end)) / 1000
+    for process in sorted(set(ends) | set(owners.values()) | set(waits)):
+        host, pid, *_ = [*process.split(":"), ""]
+        mine = [job for job in jobs if owners[job.key] == process]
+        holders.append(ledger.ProcessHold(
+            process=process, host=host, lease_left=ends.get(process, now) - now,
+            pid=int(pid) if pid.isascii() and pid.isdigit() else 0,  # not int("²")
+            running=tuple(job.key for job in mine if job.state == "running"),
+            queued=tuple(job.key for job in mine if job.state == "queued"),
+            waiting=waits.get(process, 0),
+        ))  # fmt: skip
+    pairs = zip(stats_flat[::2], stats_flat[1::2], strict=False)
+    stats = {name: n for name, value in pairs if (n := whole(value)) is not None}
+    since = stats.get("since")
+    books = dataclasses.replace(
+        snapshot(jobs),
+        counters=ledger.Counters(**{c.value: n for c in Counter if (n := stats.get(c, -1)) >= 0}),
+        queue_wait=DurationSummary.of(ms / 1000 for ms in map(whole, waits_ms) if ms is not None),
+        run_time=DurationSummary.of(ms / 1000 for ms in map(whole, runs_ms) if ms is not None),
+        scope="cluster",
+        counted_since=None if since is None else wall - (now - since / 1000),  # wall clock
+    )
+    return books, tuple(holders)
+
+
+def whole(value: Any) -> int | None:
+    """A count or a time (ms) as the scripts store it, or None for anything else."""
+    if isinstance(value, str | int) and not isinstance(value, bool):
+        with contextlib.suppress(ValueError):
+            return int(value)
+    return None
 
 
 async def _on_job_loop(coroutine: Coroutine[Any, Any, None]) -> None:

@@ -43,24 +43,6 @@ logger = logging.getLogger("django_pdfpool.redis")
 REDIS, LOCAL_FALLBACK, REFUSING = "redis", "local-fallback", "refusing"
 GO_LOCAL = object()  # an admission's answer: Redis failed, take the fallback path
 UNREACHABLE, REFUSED = "unreachable", "refused"  # why Redis fails: ProcessSide.trouble
-_UNAVAILABLE = {  # CoordinatorUnavailable's wording, by why Redis cannot coordinate a call
-    UNREACHABLE: Wording.UNREACHABLE,
-    REFUSED: Wording.NOT_TAKING,
-    "dropped": Wording.DROPPED,  # its connection dropped mid-call
-    "waiting": Wording.LOST_WAITING,  # it was queued when Redis failed
-}
-
-
-def unavailable(why: str, retry_after: float) -> CoordinatorUnavailable:
-    """The 503 for a call Redis cannot coordinate, worded by ``why``."""
-    return CoordinatorUnavailable(_UNAVAILABLE.get(why, _UNAVAILABLE[UNREACHABLE]), retry_after)
-
-
-def trouble_of(error: BaseException) -> str:
-    """``UNREACHABLE`` when Redis did not answer, ``REFUSED`` when it answered an error."""
-    silent = redis_errors.ConnectionError | redis_errors.TimeoutError | OSError
-    denied = redis_errors.AuthenticationError | redis_errors.AuthorizationError  # answered
-    return UNREACHABLE if isinstance(error, silent) and not isinstance(error, denied) else REFUSED
 
 
 @dataclass
@@ -203,7 +185,7 @@ class ProcessSide:
                 if await self.failed(error):  # only a connection dropped: Redis is up,
                     jobs.call_dropped(waiter.on_drop)  # and whether the script ran is unknown
                     self._books.count(Counter.REFUSED_UNAVAILABLE)
-                    jobs.deliver([waiter], None, unavailable("dropped", 1.0))
+                    jobs.deliver([waiter], None, CoordinatorUnavailable(Wording.DROPPED, 1.0))
                     return
                 waiter.handed_back = True  # the caller takes it to the fallback, or (gone) leaves
                 jobs.deliver([waiter], GO_LOCAL, None)
@@ -251,9 +233,13 @@ class ProcessSide:
                 # it again since, and this call waits on it again)
                 jobs.deliver([waiter], ended[2], ended[3])
                 return
-        job = self._jobs.get(reply.job_id) or self._add(
-            RedisJob(waiter.key, id=reply.job_id, state=reply.state)
-        )
+        job = self._jobs.get(reply.job_id)
+        if job is None:
+            job = RedisJob(waiter.key, id=reply.job_id, state=reply.state)
+            with self._lock:
+                self._jobs[job.id] = job
+            if self._beat_task is None:
+                self._beat_task = self.spawn(self._beat_loop())
         job.waiters.add(waiter)
         job.size = job.size if job.size is not None else waiter.size  # one key, one input
         waiter.job = job
@@ -290,8 +276,8 @@ class ProcessSide:
     def _mismatch(self, differs: dict[str, str]) -> PoolMisconfigured:
         """A live process of the namespace has other terms: a deployment error."""
         s = self._settings
-        ms = {"wait": s.wait_ms, "lease": str(round(s.lease * 1000))}
-        mine = {"slots": str(s.slots), "queue": str(s.queue_size), **ms}
+        mine = {"slots": str(s.slots), "queue": str(s.queue_size), "wait": s.wait_ms}
+        mine["lease"] = str(round(s.lease * 1000))
         named = [
             f"{name} {_shown(name, mine[name])} here, {_shown(name, differs[name])} there"
             for name in mine
@@ -333,8 +319,7 @@ class ProcessSide:
                 return  # refused, or answered as it left
             job.waiters.discard(waiter)
             starter = waiter is job.starter
-            if starter:
-                job.starter = None
+            job.starter = None if starter else job.starter
             with _about(job):
                 await self._no_beat.wait()  # one on its way counts the waiter: sent after it
                 await self._script("leave", job.key, job.id, "1", "1" if starter else "0")
@@ -392,16 +377,11 @@ class ProcessSide:
     # --- the end of a job here: its outcome, or an event's kind without one (drop.lua) -------
 
     def _end(
-        self, job: RedisJob, kind: str = "", result: Any = None, error: BaseException | None = None,
-        retry_after: float | None = None,
-    ) -> None:  # fmt: skip
+        self, job: RedisJob, kind: str = "", result: Any = None, error: BaseException | None = None
+    ) -> None:
         """Hand the outcome to this process's sharers, or end the job without one (``kind``: an
-        event's, or "unavailable"; one of ours running runs on: its finish answers);
-        ``retry_after``: for "busy", once ``_given_up`` has read it."""
+        event's, or "unavailable"; one of ours running runs on: its finish answers)."""
         if kind and job.owned and job.state == "running":
-            return
-        if kind == "busy" and retry_after is None:
-            self.spawn(self._given_up(job))
             return
         self._remove(job)
         waiters, job.waiters = job.waiters, set()
@@ -411,14 +391,13 @@ class ProcessSide:
                 self._books.count(Counter.ABANDONED)
         if kind == "busy":  # rule 3: waited longer than `wait` (Redis's clock said so)
             waited = [time.monotonic() - job.queued_mono] if job.owned else []
-            self._books.gave_up(waited, len(waiters))
-            error = jobs.waited_too_long(self._settings.wait, retry_after or 0.0)
+            self._books.gave_up(waited, len(waiters))  # the error: from _given_up
         elif kind == "closed":
             self._books.count(Counter.REFUSED_CLOSED, len(waiters))
             error = jobs.stopped()
         elif kind == "unavailable":
             self._books.count(Counter.REFUSED_UNAVAILABLE, len(waiters))
-            error = unavailable("waiting", self._settings.probe_every)
+            error = CoordinatorUnavailable(Wording.LOST_WAITING, self._settings.probe_every)
         elif kind == "expired":
             error = RunnerLost(Wording.EXPIRED)
         elif kind not in ("", "dropped"):
@@ -444,7 +423,7 @@ class ProcessSide:
             else:
                 retry = found.load.until_free(books, found.queued, start=True)
         if self._holds(job):
-            self._end(job, "busy", retry_after=retry)
+            self._end(job, "busy", error=jobs.waited_too_long(s.wait, retry))
 
     async def _drop(self, job: RedisJob, kind: str) -> None:
         """End a job of ours that will never run, here and in Redis."""
@@ -519,6 +498,8 @@ class ProcessSide:
         elif event.kind == "done":
             if not job.owned:
                 self.spawn(self._collect(job))
+        elif event.kind == "busy" and not (job.owned and job.state == "running"):
+            self.spawn(self._given_up(job))  # its callers are told from the load read there
         else:
             self._end(job, event.kind)
 
@@ -558,8 +539,7 @@ class ProcessSide:
             return None  # nothing to tell Redis (an idle process stays out of its table)
         now = time.monotonic()
         args = [str(self._seq), str(len(here))]
-        for job in here:
-            args += _job_args(job, now)
+        args += [arg for job in here for arg in _job_args(job, now)]
         args += [*self._pending, *self._dropping]
         self._beats += 1
         self._no_beat.clear()
@@ -584,24 +564,22 @@ class ProcessSide:
         if state == "done":  # this beat took its outcome: no other read finds it
             job.collecting = True
             self._settle_remote(job, data)
-            return
-        if state == "ready":  # its outcome, in pieces, waits for a collect
+        elif state == "ready":  # its outcome, in pieces, waits for a collect
             self.spawn(self._collect(job))
+        elif job.inflight:
             return
-        if job.inflight:
-            return
-        if state != "gone":
+        elif state != "gone":
             job.gone_seen = False
             if job.owned and state == "running":
                 self._slot_given(job)  # its start event was lost
             elif not job.owned:
                 job.state = state
-            return
-        if job.owned and job.state == "running":
+        elif job.owned and job.state == "running":
             return  # its key is another job's now (see beat.lua): it finishes here
-        if job.gone_seen:
+        elif job.gone_seen:
             self._end(job, "lost")
-        job.gone_seen = True
+        else:
+            job.gone_seen = True
 
     # --- health: the mode, the fallback, the probe --------------------------------------------
 
@@ -646,9 +624,7 @@ class ProcessSide:
                 if job.owned and job.state == "running" and job.local_hold is None:
                     job.local_hold = self._fallback.hold(job.key, job.caller, job.size)
         self.mode = LOCAL_FALLBACK if self._fallback is not None else REFUSING
-        self.trouble = trouble_of(error)
-        self.failures[self.trouble] += 1
-        self.last_error = f"{type(error).__name__}: {error}"
+        self.failures[self._note(error)] += 1
         logger.warning(
             "PDF pool: Redis at %s %s (%s); %s",
             self.link.where,
@@ -675,8 +651,7 @@ class ProcessSide:
                     await self.link.probe()
                     await self.link.subscribe()
                 except RedisError as error:
-                    self.trouble = trouble_of(error)  # it may change: back, but read-only
-                    self.last_error = f"{type(error).__name__}: {error}"
+                    self._note(error)  # its trouble may change: back, but read-only
                     continue
                 logger.warning(
                     "PDF pool: Redis at %s is back; limits are shared again", self.link.where
@@ -687,6 +662,15 @@ class ProcessSide:
                 return
         finally:
             self._probe = None
+
+    def _note(self, error: BaseException) -> str:
+        """Note why Redis fails: ``UNREACHABLE`` if it did not answer, ``REFUSED`` if it did."""
+        silent = redis_errors.ConnectionError | redis_errors.TimeoutError | OSError
+        denied = redis_errors.AuthenticationError | redis_errors.AuthorizationError  # answered
+        refused = not isinstance(error, silent) or isinstance(error, denied)
+        self.trouble = trouble = REFUSED if refused else UNREACHABLE
+        self.last_error = f"{type(error).__name__}: {error}"
+        return trouble
 
     async def _script(self, name: str, *args: str) -> list[Any] | None:
         """Run a script but ``admit``, act on its events; its reply, None if Redis failed."""
@@ -701,13 +685,6 @@ class ProcessSide:
         return reply
 
     # --- the table's bookkeeping --------------------------------------------------------------
-
-    def _add(self, job: RedisJob) -> RedisJob:
-        with self._lock:
-            self._jobs[job.id] = job
-        if self._beat_task is None:
-            self._beat_task = self.spawn(self._beat_loop())
-        return job
 
     def _remove(self, job: RedisJob) -> None:
         job.disarm()
