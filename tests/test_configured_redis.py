@@ -103,6 +103,21 @@ def test_a_settings_change_retires_the_pool_it_replaces(pdfpool, redis_server, n
     assert replaced.snapshot().closed and get_pool() is not replaced
 
 
+def test_a_replaced_pool_that_cannot_reach_redis_still_ends(pdfpool, own_redis, namespace):
+    """Redis gone when a settings change replaces the pool: the pool still ends (its beat
+    and probe stop, its connections close); its lease in Redis lapses."""
+    terms = {"URL": own_redis.url, "NAMESPACE": namespace}
+    pdfpool(SLOTS=2, REDIS=terms)
+    response = Client().post("/sync/", {"file": upload(pdfs.simple(["before"]))}, **JSON)
+    assert response.status_code == 200, response.content
+    replaced = get_pool()
+    own_redis.kill()
+    with override_settings(PDFPOOL={"SLOTS": 3, "REDIS": terms}):
+        assert get_pool() is not replaced
+    side = replaced._side
+    assert side.retired and all(task.done() for task in side._tasks)
+
+
 def test_sentinels_are_a_setting(pdfpool, redis_server, namespace):
     """SENTINELS: "host:port" strings; URL's host is then the service name."""
     pdfpool(REDIS={"SENTINELS": "127.0.0.1:26379"})  # not a list

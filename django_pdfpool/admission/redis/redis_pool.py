@@ -73,11 +73,21 @@ class RedisPool:
         self.slots, self.queue_size, self.wait = slots, queue, wait
         self.lease, self.namespace, self.fallback = float(lease), namespace, fallback
         self._settings = RedisPoolSettings(
-            url=url, namespace=namespace, sentinels=addresses, slots=slots, queue_size=queue,
-            wait=wait, lease=float(lease), timeout=float(timeout),
-            on_error=on_error or log_failure, encode=encode, decode=decode,
-            max_result_bytes=max_result_bytes, fingerprint=fingerprint, deployment=deployment,
-        )  # fmt: skip
+            url=url,
+            namespace=namespace,
+            sentinels=addresses,
+            slots=slots,
+            queue_size=queue,
+            wait=wait,
+            lease=float(lease),
+            timeout=float(timeout),
+            on_error=on_error or log_failure,
+            encode=encode,
+            decode=decode,
+            max_result_bytes=max_result_bytes,
+            fingerprint=fingerprint,
+            deployment=deployment,
+        )
         self._books = self._local._books  # this process's, the fallback's too; thread-safe
         self._closing = Closing()  # see Closing
         self._side = self._new_side()  # replaced in a forked child (the fork hook, any thread)
@@ -192,11 +202,19 @@ class RedisPool:
         cluster, processes = (local, ()) if view is None else parse_view(view, self._snapshot)
         side = self._side
         return ledger.ClusterSnapshot(
-            trouble=side.trouble, redis_error=side.last_error,
-            unreachable=side.failures["unreachable"], refused_writes=side.failures["refused"],
-            mode=self.mode, url=side.link.where, namespace=self.namespace, process=self.process,
-            lease=self.lease, cluster=cluster, local=local, processes=processes,
-        )  # fmt: skip
+            trouble=side.trouble,
+            redis_error=side.last_error,
+            unreachable=side.failures["unreachable"],
+            refused_writes=side.failures["refused"],
+            mode=self.mode,
+            url=side.link.where,
+            namespace=self.namespace,
+            process=self.process,
+            lease=self.lease,
+            cluster=cluster,
+            local=local,
+            processes=processes,
+        )
 
     def _snapshot(self, jobs: Iterable[JobInfo]) -> PoolSnapshot:
         return self._books.snapshot(self.queue_size, self.wait, self._closing.closed, jobs)
@@ -317,13 +335,17 @@ def parse_view(
     for process in sorted(set(ends) | set(owners.values()) | set(waits)):
         host, pid, *_ = [*process.split(":"), ""]
         mine = [job for job in jobs if owners[job.key] == process]
-        holders.append(ledger.ProcessHold(
-            process=process, host=host, lease_left=ends.get(process, now) - now,
-            pid=int(pid) if pid.isascii() and pid.isdigit() else 0,  # not int("²")
-            running=tuple(job.key for job in mine if job.state == "running"),
-            queued=tuple(job.key for job in mine if job.state == "queued"),
-            waiting=waits.get(process, 0),
-        ))  # fmt: skip
+        holders.append(
+            ledger.ProcessHold(
+                process=process,
+                host=host,
+                lease_left=ends.get(process, now) - now,
+                pid=int(pid) if pid.isascii() and pid.isdigit() else 0,  # not int("²")
+                running=tuple(job.key for job in mine if job.state == "running"),
+                queued=tuple(job.key for job in mine if job.state == "queued"),
+                waiting=waits.get(process, 0),
+            )
+        )
     pairs = zip(stats_flat[::2], stats_flat[1::2], strict=False)
     stats = {name: n for name, value in pairs if (n := whole(value)) is not None}
     since = stats.get("since")
