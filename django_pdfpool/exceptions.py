@@ -83,8 +83,8 @@ class PoolClosed(Refused):
 
 
 class RunnerLost(Refused):
-    """The process running or queueing this job stopped renewing its lease: its outcome will
-    never come. Trying again runs it anew."""
+    """The process running or queueing this job is gone (a Redis pool's process stopped
+    renewing its lease; no extraction child could be started): trying again runs it anew."""
 
     code = "runner_lost"
 

@@ -441,6 +441,24 @@ def test_a_hostile_pdf_gets_422_and_leaves_nothing(pdfpool, data, code):
     wait_until(lambda: set(psutil.Process().children(recursive=True)) <= before, timeout=5)
 
 
+def test_no_child_that_can_start_is_503_and_logged_as_the_servers_fault(pdfpool, caplog):
+    """Not a 422 that blames the PDF: the host cannot run extractions (here its Python exits
+    at once), so the client is told to try again and the log says why, at ERROR."""
+    from django_pdfpool import sandbox
+
+    sandbox.configure(python="/bin/false", warm=False)
+    try:
+        with caplog.at_level("ERROR", "django_pdfpool"):
+            response = post("/sync/", pdfs.simple(["no child"]))
+    finally:
+        sandbox.configure(python=sys.executable, warm=False)
+    assert (response.status_code, response.json()["error"]) == (503, "runner_lost")
+    assert int(response["Retry-After"]) >= 1
+    assert [r for r in caplog.records if r.levelname == "ERROR" and r.exc_info]
+    assert "no extraction child could take the job" in caplog.text
+    assert leftovers(pdfpool()) == []
+
+
 # --- settings -------------------------------------------------------------------
 
 

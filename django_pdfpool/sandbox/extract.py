@@ -26,7 +26,7 @@ import django_pdfpool.sandbox.children as children
 import django_pdfpool.sandbox.wire as wire
 
 from .. import bounds as limits
-from ..exceptions import ExtractionError, SandboxUnavailable, Wording
+from ..exceptions import ExtractionError, RunnerLost, SandboxUnavailable, Wording
 from .confine import LAYERS, LEVELS, REQUIRE
 
 PAGE_SEPARATOR = "\n\n"
@@ -259,7 +259,8 @@ async def extract(
 ) -> Extraction:
     """The text of `source` (a path the caller keeps, or bytes), read in a child limited to
     `memory_limit` bytes and `timeout` seconds, cut to `max_text_bytes` of UTF-8 (then
-    `truncated` and `text_truncated`); every failure raises ExtractionError."""
+    `truncated` and `text_truncated`); a PDF that fails raises ExtractionError, a job no
+    child could take RunnerLost."""
     args = (timeout, memory_limit, max_pages, engine, on_too_many_pages, max_text_bytes)
     try:
         _checked(*args)  # the limits of the job before: no Python call
@@ -491,14 +492,17 @@ _PDFIUM_MEMORY_SIGNALS = {signal.SIGSEGV, signal.SIGABRT, signal.SIGBUS, signal.
 _SIGNAL_NAMES = {number.value: number.name for number in signal.Signals}
 
 
-def _ending_without_answer(outcome: children.Outcome, engine: str) -> ExtractionError:
-    """The error for a child that gave no valid answer: the deadline, overflow, or its death."""
+def _ending_without_answer(outcome: children.Outcome, engine: str) -> Exception:
+    """The error for a child that gave no valid answer: the deadline, overflow, its death, or
+    no child at all (the host's fault, not the PDF's: 503, logged at ERROR)."""
     if outcome.timed_out:
         return ExtractionError("too_complex", detail="deadline")
     if outcome.overflow:
         return ExtractionError("too_large", detail="answer larger than allowed")
     if outcome.lost:
-        return ExtractionError("crashed", detail="no child could take the job")
+        lost = RunnerLost(Wording.RUNNER_LOST)
+        lost.add_note("no extraction child could take the job")
+        return lost
     returncode = outcome.returncode
     if returncode is None or returncode >= 0:
         return ExtractionError("crashed", detail=f"exit status {returncode}, no valid answer")

@@ -16,7 +16,7 @@ import pytest
 import django_pdfpool.sandbox.extract as extraction
 from django_pdfpool import extract
 from django_pdfpool.exceptions import EXTRACTION_MESSAGES as MESSAGES
-from django_pdfpool.exceptions import ExtractionError
+from django_pdfpool.exceptions import ExtractionError, RunnerLost, Wording
 from tests.sandbox.hostile_engines import LEAVE_GROUP
 from tests.support import pdfs
 from tests.support.lingering import SILENT_ENGINE
@@ -257,15 +257,17 @@ def test_a_child_silent_and_alive_after_its_output_ends_is_ended_at_the_deadline
 
 
 def test_no_child_can_start(copies):
-    """An interpreter that exits at once: the job is retried once, then reported crashed."""
+    """An interpreter that exits at once: the job is retried once, then refused 503
+    ``runner_lost`` (the host's fault, not the PDF's: not a 422)."""
     before = child_pids()
     extraction.configure(python="/bin/false")
     try:
-        with pytest.raises(ExtractionError) as caught:
+        with pytest.raises(RunnerLost) as caught:
             asyncio.run(extract(pdfs.simple(["x"]), timeout=TIMEOUT, memory_limit=MEMORY))
     finally:
         extraction.configure(python=sys.executable)
-    assert caught.value.code == "crashed"
+    assert (caught.value.status, str(caught.value)) == (503, Wording.RUNNER_LOST)
+    assert caught.value.__notes__ == ["no extraction child could take the job"]
     assert leftovers(before) == set()
     assert list(copies.iterdir()) == []
 
