@@ -12,12 +12,12 @@ from typing import Any, TypeAlias
 
 from asgiref.sync import async_to_sync
 from django.core.files import File
-from django.core.files.base import ContentFile
 
 from .conf import PoolSettings, get_settings
 from .decorators import UploadJob, declared_view, extract_upload, run_staged, stage_in_thread
+from .exceptions import UploadTooLarge
 from .record import PooledView
-from .uploads import StagedUpload, stage
+from .uploads import STAGING_CHUNK, StagedUpload, stage, stage_chunks
 
 Source: TypeAlias = "str | os.PathLike[str] | bytes | bytearray | memoryview | File[Any]"
 """What ``extract_pooled`` reads: a path, a Django ``File`` or ``FieldFile`` (any storage)
@@ -79,8 +79,13 @@ def stage_source(source: Source, conf: PoolSettings) -> StagedUpload:
     """A copy of ``source`` for one job, hashed on the way; ``UploadTooLarge`` past
     ``MAX_UPLOAD_SIZE`` (checked before copying where the size is known)."""
     limit = conf.max_upload_size
-    if isinstance(source, bytes | bytearray | memoryview):
-        source = ContentFile(bytes(source))  # staged as a File: its size checked first
+    if isinstance(source, bytes | bytearray | memoryview):  # written piece by piece, not copied
+        view = memoryview(source)
+        octets = view.cast("B") if view.c_contiguous else memoryview(view.tobytes())
+        if limit is not None and octets.nbytes > limit:
+            raise UploadTooLarge.over(limit)
+        pieces = (octets[at : at + STAGING_CHUNK] for at in range(0, octets.nbytes, STAGING_CHUNK))
+        return stage_chunks(pieces, "upload.pdf", conf.temp_dir, limit)
     if isinstance(source, File):  # opened and closed again, or left open at its start
         if not source.name and source.closed:
             raise ValueError("The file has no name and is not open: there is nothing to read.")

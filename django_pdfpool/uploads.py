@@ -63,7 +63,7 @@ def stage(
 
 
 def stage_chunks(
-    chunks: Iterable[bytes], name: str, directory: str | None, limit: int | None = None
+    chunks: Iterable[bytes | memoryview], name: str, directory: str | None, limit: int | None = None
 ) -> StagedUpload:
     """Copy ``chunks`` (a raw body's, say) into a new temporary file, hashing them;
     ``UploadTooLarge`` past ``limit`` bytes. A failed read leaves no file behind."""

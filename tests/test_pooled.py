@@ -31,6 +31,7 @@ from django.test import AsyncClient, Client
 from django.urls import path
 
 from django_pdfpool import Extraction, StagedUpload, aextract_pooled, extract_pooled, get_pool
+from django_pdfpool.conf import get_settings
 from django_pdfpool.decorators import extract_upload
 from django_pdfpool.exceptions import CallerBusy, UploadTooLarge
 from django_pdfpool.responses import describe
@@ -86,6 +87,29 @@ def test_bytes_and_files_of_any_storage(pdfpool, tmp_path, kind):
     if kind == "open file":  # left open at its start, as the decorator leaves request.FILES
         assert not source.closed and source.read() == data
     assert os.listdir(pdfpool.staged) == []
+
+
+@pytest.mark.parametrize("kind", [bytes, bytearray, memoryview])
+def test_bytes_are_staged_without_a_copy_of_their_own(pdfpool, kind):
+    """A PDF held in memory is written to its staged copy piece by piece: the caller's
+    buffer is never copied whole (an upload of MAX_UPLOAD_SIZE held twice at once)."""
+    import tracemalloc
+
+    from django_pdfpool.pooled import stage_source
+
+    size = 8 << 20
+    source = kind(b"%PDF-" + bytes(size))
+    tracemalloc.start()
+    try:
+        staged = stage_source(source, get_settings())
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    try:
+        assert (staged.size, staged.sha256) == (size + 5, hashlib.sha256(source).hexdigest())
+        assert peak < size // 4, peak
+    finally:
+        staged.discard()
 
 
 def test_a_staged_upload_of_a_stored_file_never_deletes_it(pdfpool, tmp_path):
