@@ -1097,6 +1097,15 @@ def test_the_door_answers_as_django_and_the_pool_answer_with_the_door_off(
 # Door on against door off, every header: a refusal from the headers is answered as the view's.
 WHO = ["signed-in", "anonymous", "stale-session"]
 REFUSALS = ["busy", "caller_busy", "closed", "too_large"]
+EVERY = {  # the stacks, and one with every header Django's middleware may add
+    **STACKS,
+    "full": [
+        "django.middleware.security.SecurityMiddleware", SESSION,
+        "django.middleware.locale.LocaleMiddleware", "django.middleware.common.CommonMiddleware",
+        CSRF, AUTH, "django.contrib.messages.middleware.MessageMiddleware",
+        "django.middleware.clickjacking.XFrameOptionsMiddleware", ADMISSION,
+    ],
+}  # fmt: skip
 
 
 def answer_headers(pdfpool, settings, server, stack, who, refusal, door):
@@ -1110,17 +1119,17 @@ def answer_headers(pdfpool, settings, server, stack, who, refusal, door):
 
     pdfpool(MAX_UPLOAD_SIZE=4096, DOOR=door, SLOTS=1, QUEUE=0)
     settings.MIDDLEWARE = STACKS["plain"]  # theirs is let in
-    cookie = []
+    key = {"anonymous": None, "stale-session": "s" * 32}.get(who, "")
     if who == "signed-in":
         client = Client()
         client.force_login(User.objects.get_or_create(username="ann")[0])
         key = client.cookies[settings.SESSION_COOKIE_NAME].value
-        cookie = [(b"cookie", f"{settings.SESSION_COOKIE_NAME}={key}".encode())]
-    elif who == "stale-session":
-        cookie = [(b"cookie", f"{settings.SESSION_COOKIE_NAME}={'s' * 32}".encode())]
+    session = [] if key is None else [f"{settings.SESSION_COOKIE_NAME}={key}"]
+    cookie = [(b"cookie", "; ".join([*session, f"csrftoken={TOKEN}"]).encode())]
     body = b"%PDF-" + b"z" * 5000 if refusal == "too_large" else MINE
     digest = (b"repr-digest", format_digest(sha(body)).encode())
-    request = asgi_post("/held/async/", body, *cookie, digest)
+    sent = [digest, (b"x-csrftoken", TOKEN.encode()), (b"accept-language", b"fr")]
+    request = asgi_post("/held/async/", body, *cookie, *sent)
     request["client"] = ("10.1.2.3", 5000)
     HELD.reset()
     with held_requests(1) as threads:
@@ -1133,13 +1142,14 @@ def answer_headers(pdfpool, settings, server, stack, who, refusal, door):
             wait_until(lambda: get_pool().running() == 1)
         elif refusal == "closed":
             get_pool().close()
-        settings.MIDDLEWARE = STACKS[stack]
+        settings.MIDDLEWARE = EVERY[stack]
         if server == "asgi":
             app = PdfPoolDoor(get_asgi_application())
             status, _, sent = asyncio.run(answer_of(app, request, body))
         else:
-            wsgi = Client(HTTP_COOKIE=cookie[0][1].decode() if cookie else "")
-            meta = {"HTTP_REPR_DIGEST": digest[1].decode(), "REMOTE_ADDR": "10.1.2.3"}
+            wsgi = Client(enforce_csrf_checks=True, HTTP_COOKIE=cookie[0][1].decode())
+            meta = {f"HTTP_{k.decode().upper().replace('-', '_')}": v.decode() for k, v in sent}
+            meta["REMOTE_ADDR"] = "10.1.2.3"
             response = wsgi.post("/held/sync/", body, content_type="application/pdf", **meta)
             status = response.status_code
             sent = {name.encode(): value.encode() for name, value in response.items()}
@@ -1157,7 +1167,7 @@ def answer_headers(pdfpool, settings, server, stack, who, refusal, door):
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("refusal", REFUSALS)
 @pytest.mark.parametrize("who", WHO)
-@pytest.mark.parametrize("stack", ["plain", "login"])
+@pytest.mark.parametrize("stack", ["plain", "login", "full"])
 @pytest.mark.parametrize("server", ["asgi", "wsgi"])
 def test_the_doors_refusal_has_every_header_of_the_answer_with_the_door_off(
     pdfpool, settings, server, stack, who, refusal
