@@ -165,7 +165,8 @@ async def send_refusal(
 ) -> None:
     """Send ``refusal`` as Django's handler sends a view's answer (``_Answering``); with
     ``unread`` (the body not read in full), ``Connection: close`` and a ``linger``."""
-    request.pdfpool_refusal = (refusal, answer)  # type: ignore[attr-defined]
+    session = getattr(request, "session", None)  # the door's, as asked: its answer's too
+    request.pdfpool_refusal = (refusal, answer, session)  # type: ignore[attr-defined]
     handler = _answering()
 
     async def sending(message: Mapping[str, Any]) -> None:
@@ -202,8 +203,10 @@ class _Answering(ASGIHandler):
 
 
 async def _answer(request: HttpRequest) -> HttpResponse:
-    """The door's answer, in the view's place."""
-    refusal, answer = request.pdfpool_refusal  # type: ignore[attr-defined]
+    """The door's answer, in the view's place, with the session the door read."""
+    refusal, answer, session = request.pdfpool_refusal  # type: ignore[attr-defined]
+    if session is not None:  # SessionMiddleware gave the request a new one
+        request.session = session
     if isinstance(refusal, HttpResponse):
         return refusal
     return await arefusal_answer(request, refusal, answer)

@@ -318,12 +318,9 @@ def decide(
     reaches the pool, Django answers); and whether a refusal is the budget's shed.
     ``key``: the upload's, if trusted; ``who``: the caller, or its network if not ``known``;
     ``field``: the form's file field; ``framework``: the body is a framework's parsers' to read."""
-    if upload.declares_too_much(terms.max_upload_size):  # as the decorator: size first
-        return UploadTooLarge.over(terms.max_upload_size), False
-    if upload.holds_no_pdf(framework):  # then the file
-        return NoUpload(Wording.NO_UPLOAD.format(field=field)), False
-    if upload.holds_no_file(field):  # Django's (or the framework's) answer, from a few bytes
-        return None, False
+    done, early = headers_answer(upload, terms, field, framework)
+    if done:
+        return early, False
     if pressure.closed:
         return jobs.closing(), False
     if pressure.refusing is not None:
@@ -366,6 +363,20 @@ def decide(
     ):
         return refused(False)  # no job in flight, nor one a body on a place may start, has it
     return may_join()  # every place taken, or the caller busy: it can only join
+
+
+def headers_answer(
+    upload: UploadHeaders, terms: Terms, field: str, framework: bool
+) -> tuple[bool, UploadRejected | None]:
+    """What the decorator answers before it asks who calls, if the headers tell: (True, its
+    413 or 400), (True, None) where Django answers; (False, None) if they do not."""
+    if upload.declares_too_much(terms.max_upload_size):  # as the decorator: size first
+        return True, UploadTooLarge.over(terms.max_upload_size)
+    if upload.holds_no_pdf(framework):  # then the file
+        return True, NoUpload(Wording.NO_UPLOAD.format(field=field))
+    if upload.holds_no_file(field):  # Django's (or the framework's) answer, from a few bytes
+        return True, None
+    return False, None
 
 
 # --- the steps around the rule, run on a thread or an event loop ---------------------------
@@ -551,22 +562,21 @@ def _login_first() -> bool:
     return csrf is None or (login is not None and login[0] < csrf[0])
 
 
-def _session_read(request: HttpRequest) -> HttpRequest | None:
-    """For a session cookie not read yet, a copy of ``request`` with the session and user
+def _sign_in(request: HttpRequest) -> None:
+    """Before Django's middleware (``PdfPoolDoor``), give ``request`` the session and user
     ``SessionMiddleware`` and ``AuthenticationMiddleware`` give it (read when asked), if they
-    are installed and nothing else may sign its user in; else None."""
-    if not _unread_session(request) or not apps.is_installed("django.contrib.auth"):
-        return None
+    are installed and nothing else may sign its user in: the door asks as the view would, and
+    its answer goes out with the session as asked (``Vary: Cookie``, a stale cookie dropped)."""
+    if hasattr(request, "user") or not apps.is_installed("django.contrib.auth"):
+        return
     from django.contrib.auth import middleware as auth
     from django.contrib.sessions.middleware import SessionMiddleware
 
     found = [_installed(kind) for kind in (SessionMiddleware, auth.AuthenticationMiddleware)]
     if None in found or _others_sign_in(request):
-        return None
-    probe = copy.copy(request)
+        return
     for _, middleware in filter(None, found):
-        middleware.process_request(probe)
-    return probe
+        middleware.process_request(request)
 
 
 def _others_sign_in(request: HttpRequest) -> bool:
@@ -656,10 +666,8 @@ def through_door(
     locale = _installed(LocaleMiddleware)  # Django's answers from the door speak its language
     if locale is not None and not hasattr(request, "LANGUAGE_CODE"):
         locale[1].process_request(request)
+    _sign_in(request)
     first = yield from before_view(request, func, view)
-    if first is Unknown.USER and (read := _session_read(request)) is not None:
-        request = read
-        first = yield from before_view(request, func, view)
     if first is Unknown.ANSWER or isinstance(first, HttpResponse):
         return None if first is Unknown.ANSWER else first
     if isinstance(first, str):  # the framework let it pass, and said who asks
@@ -687,6 +695,10 @@ def _decided(
     upload = record.headers
     if isinstance(upload, UploadRejected):
         return upload, False
+    door_terms = terms()
+    done, early = headers_answer(upload, door_terms, view.field, view.parsers)
+    if done:  # the caller not asked: the decorator answers these before it asks
+        return early, False
     framework = view.own_caller is not None or view.authenticate is not None
     if not framework:  # else the framework names it (``before_view``), or its view will
         record.caller = yield from ask_caller(request)
@@ -696,7 +708,6 @@ def _decided(
     sized = upload.declared_size is not None  # else a 413 or 400 from the body may come first
     key = record.key if door is not None and door.digests and sized else None  # from a digest
     read = partial(pool.pressure, key, record.caller)
-    door_terms = terms()
     give_up = time.monotonic() + door_terms.body_timeout
     while True:
         pressure = (yield Call.blocking(read)) if pool.blocking_reads else read()  # memory only

@@ -1092,3 +1092,88 @@ def test_the_door_answers_as_django_and_the_pool_answer_with_the_door_off(
         answers.append((status, headers.get(b"Location"), code))
         wait_until(lambda: get_pool().running() == 0)
     assert answers[1] == answers[0]
+
+
+# Door on against door off, every header: a refusal from the headers is answered as the view's.
+WHO = ["signed-in", "anonymous", "stale-session"]
+REFUSALS = ["busy", "caller_busy", "closed", "too_large"]
+EVERY = {  # the stacks, and one with every header Django's middleware may add
+    **STACKS,
+    "full": [
+        "django.middleware.security.SecurityMiddleware", SESSION,
+        "django.middleware.locale.LocaleMiddleware", "django.middleware.common.CommonMiddleware",
+        CSRF, AUTH, "django.contrib.messages.middleware.MessageMiddleware",
+        "django.middleware.clickjacking.XFrameOptionsMiddleware", ADMISSION,
+    ],
+}  # fmt: skip
+
+
+def answer_headers(pdfpool, settings, server, stack, who, refusal, door):
+    """The status and headers (but ``Connection``) of a refusal through ``PdfPoolDoor`` (or
+    Django's WSGI handler) with ``DOOR=door``; ``Retry-After`` only said to be there (its figure
+    is the pool's estimate)."""
+    from django.contrib.auth.models import User
+    from django.core.asgi import get_asgi_application
+
+    from django_pdfpool import PdfPoolDoor
+
+    pdfpool(MAX_UPLOAD_SIZE=4096, DOOR=door, SLOTS=1, QUEUE=0)
+    settings.MIDDLEWARE = STACKS["plain"]  # theirs is let in
+    key = {"anonymous": None, "stale-session": "s" * 32}.get(who, "")
+    if who == "signed-in":
+        client = Client()
+        client.force_login(User.objects.get_or_create(username="ann")[0])
+        key = client.cookies[settings.SESSION_COOKIE_NAME].value
+    session = [] if key is None else [f"{settings.SESSION_COOKIE_NAME}={key}"]
+    cookie = [(b"cookie", "; ".join([*session, f"csrftoken={TOKEN}"]).encode())]
+    body = b"%PDF-" + b"z" * 5000 if refusal == "too_large" else MINE
+    digest = (b"repr-digest", format_digest(sha(body)).encode())
+    sent = [digest, (b"x-csrftoken", TOKEN.encode()), (b"accept-language", b"fr")]
+    request = asgi_post("/held/async/", body, *cookie, *sent)
+    request["client"] = ("10.1.2.3", 5000)
+    HELD.reset()
+    with held_requests(1) as threads:
+        if refusal in ("busy", "caller_busy"):  # the one slot held, by this caller or another
+            mine = refusal == "caller_busy"
+            theirs = asgi_post("/held/async/", THEIRS, *(cookie if mine else []))
+            theirs["client"] = ("10.1.2.3" if mine else "10.9.9.9", 5000)
+            app = PdfPoolDoor(get_asgi_application())
+            threads.submit(asyncio.run, answer_of(app, theirs, THEIRS))
+            wait_until(lambda: get_pool().running() == 1)
+        elif refusal == "closed":
+            get_pool().close()
+        settings.MIDDLEWARE = EVERY[stack]
+        if server == "asgi":
+            app = PdfPoolDoor(get_asgi_application())
+            status, _, sent = asyncio.run(answer_of(app, request, body))
+        else:
+            wsgi = Client(enforce_csrf_checks=True, HTTP_COOKIE=cookie[0][1].decode())
+            meta = {f"HTTP_{k.decode().upper().replace('-', '_')}": v.decode() for k, v in sent}
+            meta["REMOTE_ADDR"] = "10.1.2.3"
+            response = wsgi.post("/held/sync/", body, content_type="application/pdf", **meta)
+            status = response.status_code
+            sent = {name.encode(): value.encode() for name, value in response.items()}
+            for morsel in response.cookies.values():
+                sent[b"set-cookie"] = morsel.output(header="").strip().encode()
+    wait_until(lambda: get_pool().running() == 0)
+    found = {name.decode().lower(): value.decode() for name, value in sent.items()}
+    found.pop("connection", None)  # the door's own: its unread body never keeps it,
+    found.pop("content-length", None)  # and its end is said before the close
+    if "retry-after" in found:
+        found["retry-after"] = "..."
+    return status, found
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("refusal", REFUSALS)
+@pytest.mark.parametrize("who", WHO)
+@pytest.mark.parametrize("stack", ["plain", "login", "full"])
+@pytest.mark.parametrize("server", ["asgi", "wsgi"])
+def test_the_doors_refusal_has_every_header_of_the_answer_with_the_door_off(
+    pdfpool, settings, server, stack, who, refusal
+):
+    """``Vary: Cookie`` (the caller read the session) and the stale cookie's removal included:
+    a cache or a browser sees the door's refusal as the view's."""
+    said = (pdfpool, settings, server, stack, who, refusal)
+    off, on = (answer_headers(*said, door) for door in (False, True))
+    assert on == off

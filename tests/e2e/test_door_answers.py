@@ -344,3 +344,42 @@ def test_a_trickling_body_gets_408_at_the_deadline(server):
         _raw, status, _, body = read_answer(sock)
     assert status == 408 and error_of(body) == "body_timeout"
     assert time.monotonic() - started >= DEADLINE * 0.9
+
+
+SAME = ("date", "server", "connection", "content-length", "transfer-encoding")  # the wire's own
+
+
+@pytest.mark.parametrize("name", ["uvicorn", "gunicorn-gthread"])
+def test_a_refusal_has_the_headers_of_the_views_with_the_door_off(tmp_path, name):
+    """The pool full (503) and a size over the limit (413), for a client without a session and
+    one with a stale cookie: every header the door's answer carries is the view's, ``Vary:
+    Cookie`` and the stale cookie's replacement included (the view's caller read the session)."""
+    pdf = pdfs.simple(["mine"])
+    stale = "sessionid=" + "s" * 32  # no signature: an empty session, its cookie replaced
+    cases = [(size, cookie) for size in (len(pdf), 2 * MiB) for cookie in ("", stale)]
+    answers: dict[bool, list] = {}
+    for door in (False, True):
+        staged = tmp_path / f"staged-{door}"
+        staged.mkdir()
+        settings = {"SLOTS": 1, "QUEUE": 0, "WAIT": 30, "MAX_UPLOAD_SIZE": MiB, "DOOR": door}
+        env = {"DJANGO_SETTINGS_MODULE": "tests.e2e.cookie_sessions"}
+        with serve(name, pdfpool=settings, staged=staged, env=env) as running:
+            running.staged = staged  # type: ignore[attr-defined]
+            with gated(running, pdfs.simple(["theirs"]), "127.0.7.1"):
+                answers[door] = [refused_with(running.url, pdf, *case) for case in cases]
+    assert answers[True] == answers[False]
+    assert [status for status, _ in answers[True]] == [503, 503, 413, 413]
+
+
+def refused_with(url: str, pdf: bytes, size: int, cookie: str) -> tuple[int, dict[str, str]]:
+    body = pdf + b" " * (size - len(pdf))
+    headers = {
+        "content-type": "application/pdf",
+        "repr-digest": format_digest(sha(body)),
+        "accept": "application/json",
+        **({"cookie": cookie} if cookie else {}),
+    }
+    with httpx.Client(timeout=PATIENCE) as client:
+        answer = client.post(f"{url}/gated/", content=body, headers=headers)
+    said = {k: v for k, v in answer.headers.items() if k not in SAME and k != "retry-after"}
+    return answer.status_code, said
