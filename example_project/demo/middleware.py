@@ -54,11 +54,13 @@ class SecurityMiddleware(OnTheLoop, security.SecurityMiddleware):
 
 
 class SessionMiddleware(OnTheLoop, sessions.SessionMiddleware):
-    """The session store is made lazily; it is saved (a query) only if the request used it."""
+    """The session store is made lazily; it is saved (a query) only if the request changed
+    it, or on every request with ``SESSION_SAVE_EVERY_REQUEST``."""
 
     def in_thread(self, request: HttpRequest, response: HttpResponseBase | None) -> bool:
         session = getattr(request, "session", None)
-        return response is not None and session is not None and session.accessed
+        saves = session is not None and (session.modified or settings.SESSION_SAVE_EVERY_REQUEST)
+        return response is not None and saves
 
 
 class CommonMiddleware(OnTheLoop, common.CommonMiddleware):
