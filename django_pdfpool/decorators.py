@@ -220,13 +220,15 @@ def admit(view: PooledView, request: HttpRequest, framework: Any = None) -> Fail
         return rejected
     with discarded_on_error(upload):
         caller = _own_caller(view, request) or caller_after(framework or request, record.caller)
-    if getattr(request, "scope", None) is not None:  # ASGI: on the server's loop, which
-        return async_to_sync(submit)(request, record, caller, upload, view)  # cancels if it goes
-    try:  # WSGI: on a loop in this thread (the thread's own loop untouched): no new thread,
-        with asyncio.Runner(loop_factory=asyncio.new_event_loop) as runner:  # refused at exit
+    if getattr(request, "scope", None) is not None:  # ASGI: on the server's loop (a client
+        return async_to_sync(submit)(request, record, caller, upload, view)  # leaving cancels)
+    # WSGI: on a loop of this thread's own (its current loop untouched), so no new thread is
+    # needed, which an exiting process refuses (gunicorn's quick stop of a gthread worker)
+    try:
+        with asyncio.Runner(loop_factory=asyncio.new_event_loop) as runner:
             return runner.run(submit(request, record, caller, upload, view))
-    except SystemExit:  # a quick stop (gunicorn's SIGQUIT) ended the wait in the worker's thread:
-        return jobs.stopped()  # answered as a job the pool stopped; the worker still ends after it
+    except SystemExit:  # that quick stop, raised in a sync worker's thread as it waits:
+        return jobs.stopped()  # answered as a job the pool stopped; the worker ends after it
 
 
 async def stage_in_thread(make: Callable[[], StagedUpload]) -> StagedUpload:
