@@ -121,8 +121,11 @@ async def adrain_pool(timeout: float | None = None) -> bool:
     pool = peek_pool()
     if pool is None:
         return True
+    timeout = drain_timeout() if timeout is None else timeout
+    if not pool.idle():  # a process that seems hung at exit says why, and for how long
+        logger.warning("PDF pool: waiting at most %g s for the jobs in flight to end", timeout)
     try:
-        await asyncio.wait_for(pool.drain(), drain_timeout() if timeout is None else timeout)
+        await asyncio.wait_for(pool.drain(), timeout)
         return True
     except TimeoutError:
         left = not pool.idle()  # timeout 0 cancels even the drain of an idle pool

@@ -15,6 +15,7 @@ from asgiref.sync import async_to_sync, iscoroutinefunction, sync_to_async
 from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest
 
+from .admission import jobs
 from .callers import acaller_after, caller_after
 from .conf import get_settings
 from .configured import get_pool
@@ -219,7 +220,15 @@ def admit(view: PooledView, request: HttpRequest, framework: Any = None) -> Fail
         return rejected
     with discarded_on_error(upload):
         caller = _own_caller(view, request) or caller_after(framework or request, record.caller)
-    return async_to_sync(submit)(request, record, caller, upload, view)
+    if getattr(request, "scope", None) is not None:  # ASGI: on the server's loop (a client
+        return async_to_sync(submit)(request, record, caller, upload, view)  # leaving cancels)
+    # WSGI: on a loop of this thread's own (its current loop untouched), so no new thread is
+    # needed, which an exiting process refuses (gunicorn's quick stop of a gthread worker)
+    try:
+        with asyncio.Runner(loop_factory=asyncio.new_event_loop) as runner:
+            return runner.run(submit(request, record, caller, upload, view))
+    except SystemExit:  # that quick stop, raised in a sync worker's thread as it waits:
+        return jobs.stopped()  # answered as a job the pool stopped; the worker ends after it
 
 
 async def stage_in_thread(make: Callable[[], StagedUpload]) -> StagedUpload:

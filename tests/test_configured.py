@@ -64,6 +64,20 @@ def test_a_drain_that_times_out_stops_what_is_left(backend):
     assert (get_pool().running(), get_pool().queued()) == (0, 0)
 
 
+def test_a_drain_with_jobs_in_flight_says_once_how_long_it_may_wait(pdfpool, caplog):
+    """At exit a drain looks like a hung process: it says what it waits for (WARNING), and a
+    drain with nothing in flight says nothing."""
+    pdfpool(SLOTS=1, QUEUE=1)
+    with caplog.at_level("WARNING", "django_pdfpool"), held_requests(1) as threads:
+        running = threads.submit(post, "/held/sync/", b"%PDF- a", "10.0.10.1")
+        wait_until(lambda: get_pool().running() == 1)
+        assert asyncio.run(adrain_pool(timeout=0.2)) is False  # held: never finishes
+        assert running.result(timeout=30).status_code == 503
+        assert asyncio.run(adrain_pool(timeout=0.2)) is True  # idle now
+    waits = [r.getMessage() for r in caplog.records if "waiting" in r.getMessage()]
+    assert waits == ["PDF pool: waiting at most 0.2 s for the jobs in flight to end"]
+
+
 @pytest.mark.parametrize(("slots", "queue", "rounds"), [(1, 9, 9), (2, 3, 2), (2, 4, 2), (3, 0, 0)])
 def test_the_default_drain_bound_waits_out_the_queue_when_wait_is_none(
     pdfpool, slots, queue, rounds

@@ -446,15 +446,18 @@ def test_no_child_that_can_start_is_503_and_logged_as_the_servers_fault(pdfpool,
     at once), so the client is told to try again and the log says why, at ERROR."""
     from django_pdfpool import sandbox
 
+    def faults_logged():
+        return [r for r in caplog.records if r.levelname == "ERROR" and r.exc_info]
+
     sandbox.configure(python="/bin/false", warm=False)
     try:
         with caplog.at_level("ERROR", "django_pdfpool"):
             response = post("/sync/", pdfs.simple(["no child"]))
+            wait_until(faults_logged, timeout=5)  # the job loop logs once it has answered
     finally:
         sandbox.configure(python=sys.executable, warm=False)
     assert (response.status_code, response.json()["error"]) == (503, "runner_lost")
     assert int(response["Retry-After"]) >= 1
-    assert [r for r in caplog.records if r.levelname == "ERROR" and r.exc_info]
     assert "no extraction child could take the job" in caplog.text
     assert leftovers(pdfpool()) == []
 

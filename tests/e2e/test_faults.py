@@ -17,6 +17,7 @@ Bounds on time only say "did not hang"; they are generous for a loaded 2-core ma
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import signal
 import ssl
@@ -33,7 +34,7 @@ from django_pdfpool.exceptions import EXTRACTION_MESSAGES as MESSAGES
 from tests.support import pdfs
 from tests.support.pdfs import slow_pdf
 from tests.support.procs import Sampler, extraction_children, rlimits
-from tests.support.servers import Server, read_all_sent, uvicorn
+from tests.support.servers import Server, read_all_sent, uvicorn, wait_for
 
 APP = "tests.project.fault_asgi:application"
 ENV = {"DJANGO_SETTINGS_MODULE": "tests.project.fault_settings"}  # pytest-django set ours
@@ -451,6 +452,40 @@ def test_the_drain_timeout_stops_a_job_left_running_and_the_process_exits(tmp_pa
     assert returncode == -signal.SIGTERM, log
     assert "drain timed out" in log
     assert took < 20  # not the job's 60 s
+    assert still_alive({child.pid}) == set()
+    assert list(staged.iterdir()) == []
+
+
+def test_a_second_ctrl_c_leaves_the_exit_drain_saying_what_it_waits_for(tmp_path):
+    """A second Ctrl-C makes uvicorn skip ``lifespan.shutdown``: the atexit drain then waits
+    for the job left running, and says so once (WARNING), with how long at most."""
+    staged = tmp_path / "staged"
+    staged.mkdir()
+    with uvicorn(APP, pdfpool=settings(), staged=staged, env=ENV) as server:
+
+        async def scenario():
+            request = asyncio.create_task(
+                upload(server.url, slow_pdf("forced", megabytes=4), "127.0.14.1")
+            )
+            child = await until(lambda: working_child(server.pid))
+            server.process.send_signal(signal.SIGINT)
+            await until(lambda: "Waiting for connections to close" in server.text())
+            server.process.send_signal(signal.SIGINT)  # uvicorn: "CTRL+C to force quit"
+            with contextlib.suppress(httpx.HTTPError):  # cut, or uvicorn's 500 for a cancelled app
+                await request
+            return child
+
+        child = asyncio.run(scenario())
+        waiting = "PDF pool: waiting at most 65 s for the jobs in flight to end"
+        wait_for(lambda: waiting in server.text() or server.process.poll() is not None, 30)
+        log = server.text()
+        assert waiting in log, log
+        assert still_alive({child.pid}) == {child.pid}  # said while the job still runs
+        server.process.wait(timeout=60)
+        log = server.text()
+    assert "Application shutdown complete" not in log  # the lifespan's drain never ran
+    assert log.count(waiting) == 1, log
+    assert "drain timed out" not in log
     assert still_alive({child.pid}) == set()
     assert list(staged.iterdir()) == []
 

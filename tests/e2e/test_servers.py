@@ -231,3 +231,69 @@ def test_an_upload_reaching_a_view_after_sigterm_is_refused_where_the_worker_hea
         assert (status, body["error"]) == (503, "closed"), body
     else:
         assert (status, body["pdf"]["text"]) == (200, "late"), body
+
+
+# --- gunicorn's quick stop (SIGINT or SIGQUIT to the arbiter): SIGQUIT to each worker --------
+
+QUICK = {"SLOTS": 1, "QUEUE": 4, "WAIT": 30.0, "TIMEOUT": 30.0}
+
+
+async def post_sync(url: str, data: bytes, address: str) -> httpx.Response:
+    from tests.e2e.test_faults import client
+
+    async with client(address) as http:
+        files = {"file": ("doc.pdf", data, "application/pdf")}
+        return await http.post(f"{url}/sync/", files=files, headers={"accept": "application/json"})
+
+
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGQUIT], ids=["SIGINT", "SIGQUIT"])
+def test_a_sync_workers_quick_stop_answers_the_upload_it_waits_for_503_closed(stop, tmp_path):
+    """The worker's thread waits for the pool when gunicorn's SIGQUIT ends it: the upload is
+    answered as a job the pool stopped (503 ``closed``, Retry-After), not gunicorn's 500 for
+    an exception out of the application."""
+    from tests.e2e.test_faults import assert_refusal, until, working_child
+    from tests.support.servers import serve
+
+    async def stopped(url: str, pid: int) -> httpx.Response:
+        request = asyncio.create_task(post_sync(url, slow_pdf("quick", 3), "127.0.35.1"))
+        await until(lambda: working_child(pid))
+        os.kill(pid, stop)
+        return await request
+
+    with serve("gunicorn-sync", pdfpool=QUICK, staged=tmp_path) as server:
+        response = asyncio.run(stopped(server.url, server.pid))
+        server.process.wait(timeout=60)
+    assert_refusal(response, 503, "closed")
+    assert int(response.headers["retry-after"]) >= 1
+
+
+def test_a_gthread_workers_quick_stop_answers_no_upload_500(tmp_path):
+    """SIGQUIT with one job running, one queued and an upload whose body comes after it: the
+    worker's threads finish before it exits, and the late upload, reaching the decorator once
+    the exiting interpreter takes no new thread-pool work, is served (not a 500)."""
+    from tests.e2e.test_faults import held_upload, until, working_child
+    from tests.support.servers import read_all_sent, serve
+
+    async def stopped(url: str, pid: int) -> tuple[list[httpx.Response], tuple[int, dict]]:
+        running = asyncio.create_task(post_sync(url, slow_pdf("running", 3), "127.0.36.1"))
+        await until(lambda: working_child(pid))
+        queued = asyncio.create_task(post_sync(url, pdfs.simple(["queued"]), "127.0.36.2"))
+        async with httpx.AsyncClient() as http:
+            await until(lambda: one_queued(http, url))
+        go, sent = asyncio.Event(), asyncio.Event()
+        late = asyncio.create_task(held_upload(url, pdfs.simple(["late"]), "127.0.36.3", go, sent))
+        port = int(url.rsplit(":", 1)[1])
+        await until(lambda: sent.is_set() and read_all_sent(pid, port, "127.0.36.3"))
+        os.kill(pid, signal.SIGQUIT)
+        await until(lambda: "Worker exiting" in server.text())
+        go.set()
+        return await asyncio.gather(running, queued), await late
+
+    async def one_queued(http: httpx.AsyncClient, url: str) -> bool:
+        return (await http.get(f"{url}/snapshot/")).json()["queued"] == 1
+
+    with serve("gunicorn-gthread", pdfpool=QUICK, staged=tmp_path) as server:
+        answers, (late_status, late_body) = asyncio.run(stopped(server.url, server.pid))
+        server.process.wait(timeout=60)
+    assert [a.json()["pdf"]["text"][:7] for a in answers] == ["running", "queued"]
+    assert (late_status, late_body["pdf"]["text"]) == (200, "late"), late_body
