@@ -250,6 +250,7 @@ class ProcessSide:
             return
         job.owned, job.caller, job.fn, job.size = True, waiter.caller, waiter.fn, waiter.size
         job.on_drop, job.starter = waiter.on_drop, waiter  # rule 3: a slot, or a queue place
+        job.state = "queued"  # until _start runs it here (a join answered first said running)
         if reply.status == "started":
             self._start(job)
         elif self._settings.wait is not None:  # Redis's clock decides when it has passed

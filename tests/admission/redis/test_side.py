@@ -1,4 +1,5 @@
-"""A Redis pool's side of one process: what it keeps of a job once the job has ended."""
+"""A Redis pool's side of one process: what it keeps of a job once the job has ended, and
+replies handled in another order than Redis ran their scripts."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import pytest
 from django_pdfpool.admission import RedisPool
 from django_pdfpool.admission.redis.link import SOURCES
 from tests.conftest import held, until
-from tests.support.outages import run
+from tests.support.outages import _answer, run
 from tests.support.redis_proxy import HoldingProxy
 from tests.support.redis_server import LEASE
 
@@ -68,4 +69,37 @@ def test_a_result_is_not_kept_for_an_admission_that_cannot_join_its_job(redis_se
     finally:
         proxy.released.set()
         run(pool.stop)
+        proxy.close()
+
+
+def test_a_queued_job_whose_join_answered_first_runs_when_redis_starts_it(redis_server, namespace):
+    """A call queued; Redis gives its job the slot, then answers a join "running"; the join's
+    reply is handled first: the job runs once its `start` is handled, both callers get its
+    result (the record the join made said running, and the `start` was taken as done)."""
+    proxy = HoldingProxy(redis_server.port)
+    url = f"redis://127.0.0.1:{proxy.port}/0"
+    pool = RedisPool(1, 2, None, url=url, namespace=namespace, lease=60.0, timeout=PATIENCE)
+    gate, never = threading.Event(), threading.Event()  # no wait, no beat: nothing else moves
+
+    async def scenario():
+        assert await pool.run("w", "warm", _answer) == 42  # scripts loaded: no source sent again
+        first = asyncio.create_task(pool.run("x", "c1", held("X", gate)))
+        await until(lambda: pool.running() == 1)
+        proxy.marker = b"queued"  # the next reply saying so: the queued call's, held
+        queued = asyncio.create_task(pool.run("k", "c2", held("K", gate)))
+        await until(proxy.held.is_set)
+        gate.set()
+        assert await first == "X"  # its finish gave "k" the slot: `start` came
+        joined = asyncio.create_task(pool.run("k", "c3", held("never", never)))
+        await until(lambda: any(job.key == "k" for job in pool._side.jobs()))  # the join's reply
+        proxy.released.set()
+        assert await asyncio.wait_for(queued, PATIENCE) == "K"
+        assert await asyncio.wait_for(joined, PATIENCE) == "K"
+
+    try:
+        run(scenario)
+    finally:
+        never.set()
+        proxy.released.set()
+        run(lambda: asyncio.wait_for(pool.stop(), PATIENCE))  # a job never run: stop() waits
         proxy.close()
