@@ -101,7 +101,7 @@ RESULT = "result"  # ("result", value): what the model's outcome() gives for a r
 LOST = ("refused", "runner_lost", True)
 UNAVAILABLE = ("refused", "unavailable", True)
 BUSY = ("refused", "busy", True)
-STALL = 1.5  # the model's patience for a step that shows no change (the local pool's: 0.5 s)
+STALL = 2.0  # the model's patience for a step that shows no change (as the local pool's)
 SEEN: collections.Counter[str] = collections.Counter()  # what the faults met, over a run
 
 
