@@ -17,9 +17,18 @@ from redis.exceptions import RedisError
 
 from ...bounds import CALL_TIMEOUT, FALLBACK, LEASE, NAMESPACE, integer
 from ...exceptions import CallerBusy, CoordinatorUnavailable, PoolBusy, PoolClosed, Wording
-from .. import ledger
 from ..jobs import Waiter, call_dropped, call_in_job_loop, closing, get_job_loop, log_failure
-from ..ledger import CountedBy, Counter, DurationSummary, JobInfo, PoolSnapshot, Pressure
+from ..ledger import (
+    ClusterSnapshot,
+    CountedBy,
+    Counter,
+    Counters,
+    DurationSummary,
+    JobInfo,
+    PoolSnapshot,
+    Pressure,
+    ProcessHold,
+)
 from ..local import Pool
 from ..protocol import DropFn, ErrorObserver, JobFn
 from .codec import Decode, Encode
@@ -195,13 +204,13 @@ class RedisPool:
                 here.append(info)
         return self._snapshot([*here, *fallback.values()])
 
-    def cluster_snapshot(self) -> ledger.ClusterSnapshot:
+    def cluster_snapshot(self) -> ClusterSnapshot:
         """Cluster-wide and local snapshots, and who holds what, in one reading."""
         local = self.local_snapshot()
         view = self._shared(Link.view)
         cluster, processes = (local, ()) if view is None else parse_view(view, self._snapshot)
         side = self._side
-        return ledger.ClusterSnapshot(
+        return ClusterSnapshot(
             trouble=side.trouble,
             redis_error=side.last_error,
             unreachable=side.failures["unreachable"],
@@ -304,7 +313,7 @@ class RedisPool:
 
 def parse_view(
     reply: Any, snapshot: Callable[[list[JobInfo]], PoolSnapshot]
-) -> tuple[PoolSnapshot, tuple[ledger.ProcessHold, ...]]:
+) -> tuple[PoolSnapshot, tuple[ProcessHold, ...]]:
     """``view.lua``'s reply as ``snapshot(jobs)`` with the cluster's books, and who holds
     what; a field that is not what the scripts write (bad data) is skipped, never an error."""
     now, leases, flat, stats_flat, waits_ms, runs_ms = reply
@@ -327,7 +336,7 @@ def parse_view(
         caller = fields.get("caller", "")
         jobs.append(JobInfo.at(key, caller, sharers, queued_ms / 1000, started, now, wall))
         owners[key] = fields.get("owner", "")
-    holders: list[ledger.ProcessHold] = []
+    holders: list[ProcessHold] = []
     ends: dict[str, float] = {}
     for who, end in zip(leases[::2], leases[1::2], strict=False):
         with contextlib.suppress(ValueError, OverflowError):
@@ -336,7 +345,7 @@ def parse_view(
         host, pid, *_ = [*process.split(":"), ""]
         mine = [job for job in jobs if owners[job.key] == process]
         holders.append(
-            ledger.ProcessHold(
+            ProcessHold(
                 process=process,
                 host=host,
                 lease_left=ends.get(process, now) - now,
@@ -351,7 +360,7 @@ def parse_view(
     since = stats.get("since")
     books = dataclasses.replace(
         snapshot(jobs),
-        counters=ledger.Counters(**{c.value: n for c in Counter if (n := stats.get(c, -1)) >= 0}),
+        counters=Counters(**{c.value: n for c in Counter if (n := stats.get(c, -1)) >= 0}),
         queue_wait=DurationSummary.of(ms / 1000 for ms in map(whole, waits_ms) if ms is not None),
         run_time=DurationSummary.of(ms / 1000 for ms in map(whole, runs_ms) if ms is not None),
         scope="cluster",
