@@ -21,6 +21,8 @@ from asgiref.sync import sync_to_async
 from django.apps import apps
 from django.conf import settings
 from django.core.exceptions import DisallowedHost
+from django.core.signals import setting_changed
+from django.dispatch import receiver
 from django.http import HttpRequest, HttpResponse
 from django.middleware.csrf import (
     REASON_BAD_ORIGIN,
@@ -30,7 +32,6 @@ from django.middleware.csrf import (
     RejectRequest,
 )
 from django.middleware.locale import LocaleMiddleware
-from django.utils.deprecation import MiddlewareMixin
 from django.utils.module_loading import import_string
 
 from .admission import jobs
@@ -567,45 +568,55 @@ def _sign_in(request: HttpRequest) -> None:
     ``SessionMiddleware`` and ``AuthenticationMiddleware`` give it (read when asked), if they
     are installed and nothing else may sign its user in: the door asks as the view would, and
     its answer goes out with the session as asked (``Vary: Cookie``, a stale cookie dropped)."""
-    if hasattr(request, "user") or not apps.is_installed("django.contrib.auth"):
+    if hasattr(request, "user") or _others_sign_in(request):
         return
-    from django.contrib.auth import middleware as auth
-    from django.contrib.sessions.middleware import SessionMiddleware
-
-    found = [_installed(kind) for kind in (SessionMiddleware, auth.AuthenticationMiddleware)]
-    if None in found or _others_sign_in(request):
-        return
-    for _, middleware in filter(None, found):
+    for middleware in _signers()[0]:
         middleware.process_request(request)
 
 
 def _others_sign_in(request: HttpRequest) -> bool:
     """Whether a middleware may sign the user in from more than the session: a remote-user
-    one, or with an ``Authorization`` header, any not Django's (Django's never read it)."""
-    from django.contrib.auth.middleware import RemoteUserMiddleware
+    one, or with an ``Authorization`` header, any not Django's (Django's never read it); or
+    whether auth is not installed."""
+    others = _signers()[1]
+    return others is None or (others and "HTTP_AUTHORIZATION" in request.META)
+
+
+@functools.cache
+def _signers() -> tuple[tuple[Any, ...], bool | None]:
+    """The session's and the user's middleware, if both are installed (else none), and
+    whether another middleware may read ``Authorization`` (None: auth is not installed, or
+    a remote-user middleware signs in)."""
+    if not apps.is_installed("django.contrib.auth"):  # its middleware imports its models
+        return (), None
+    from django.contrib.auth.middleware import AuthenticationMiddleware, RemoteUserMiddleware
+    from django.contrib.sessions.middleware import SessionMiddleware
 
     if _installed(RemoteUserMiddleware) is not None:
-        return True
+        return (), None
     ours = ("django.", f"{__package__}.")
-    paths = settings.MIDDLEWARE
-    return "HTTP_AUTHORIZATION" in request.META and not all(p.startswith(ours) for p in paths)
+    others = not all(path.startswith(ours) for path in settings.MIDDLEWARE)
+    found = [_installed(kind) for kind in (SessionMiddleware, AuthenticationMiddleware)]
+    return (() if None in found else tuple(f[1] for f in filter(None, found))), others
 
 
+@functools.cache
 def _installed(kind: Any) -> tuple[int, Any] | None:
     """The project's first middleware of ``kind`` (Django's, or a subclass) if installed, and
     its place in ``MIDDLEWARE``, to ask its checks, private but Django's own."""
-    return _first(kind, tuple(settings.MIDDLEWARE), tuple(settings.CSRF_TRUSTED_ORIGINS))
-
-
-@functools.lru_cache(maxsize=8)  # per origins too: CSRF caches them per instance
-def _first(
-    kind: type[MiddlewareMixin], paths: tuple[str, ...], trusted: tuple[str, ...]
-) -> tuple[int, Any] | None:
-    for at, path in enumerate(paths):
+    for at, path in enumerate(settings.MIDDLEWARE):
         found = import_string(path)
         if isinstance(found, type) and issubclass(found, kind):
             return at, found(HttpResponse)
     return None
+
+
+@receiver(setting_changed)
+def _forget(*, setting: str, **kwargs: Any) -> None:
+    """The middleware found again, with its settings (CSRF keeps its origins per instance)."""
+    if setting in ("MIDDLEWARE", "INSTALLED_APPS") or setting.startswith(("CSRF_", "SESSION_")):
+        _installed.cache_clear()
+        _signers.cache_clear()
 
 
 def framework_refusal(
