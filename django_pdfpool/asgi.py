@@ -86,12 +86,13 @@ class PdfPoolDoor:
         request.META[RECORD] = record  # decided: AdmissionMiddleware lets its answer through
         # Django's code before Django (a session, a framework's authentication) on a thread of
         # its own, started at its first call: request_finished never closes its connections
-        door_thread = ThreadPoolExecutor(1, thread_name_prefix="pdfpool-door")
+        started = threading.Event()
+        door_thread = ThreadPoolExecutor(1, "pdfpool-door", initializer=started.set)
         try:
             async with ThreadSensitiveContext(executor=door_thread):
                 decided = await arun_steps(through_door(request, record, view, func))
         finally:
-            if door_thread._threads:  # started: its connections closed on it, then it ends
+            if started.is_set():  # its connections closed on it, then it ends
                 await asyncio.wrap_future(door_thread.submit(connections.close_all))
             door_thread.shutdown(wait=False)
         if decided is None:  # Django's answer
