@@ -76,7 +76,8 @@ def _addresses(value: Any) -> tuple[tuple[str, int], ...] | None:
     if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
         return None
     pairs = [address.rpartition(":") for address in value]
-    digits = all(port.isascii() and port.isdigit() for _, _, port in pairs)  # not int("²")
+    # ASCII digits, not int("²"); five at most, not int() of 5,000 digits (a ValueError)
+    digits = all(port.isascii() and port.isdigit() and len(port) <= 5 for _, _, port in pairs)
     hosts = all(host and not {"/", "@"} & set(host) for host, _, _ in pairs)
     if not digits or not hosts or not all(0 < int(port) < 65536 for _, _, port in pairs):
         return None
@@ -92,6 +93,8 @@ def _importable(takes: str, arguments: int) -> More:
             found = _imported(path)
         except (ImportError, TypeError, ValueError) as exc:  # ".x" is relative, "." empty
             msg = f"{name} = {path!r} cannot be imported: {exc}"
+        except Exception as exc:  # its module's own error (SyntaxError, ImproperlyConfigured)
+            msg = f"{name} = {path!r} cannot be imported: {type(exc).__name__}: {exc}"
         else:
             if not callable(found):
                 msg = f"{name} = {path!r} is not callable ({type(found).__name__})."

@@ -210,6 +210,30 @@ def test_a_dotted_path_that_is_not_one_is_e004_not_a_crash(settings, key, path):
         get_settings()
 
 
+@pytest.mark.parametrize("key", ["CALLER", "REFUSAL_VIEW"])
+@pytest.mark.parametrize(
+    "source, said",
+    [
+        ("def f(:\n", "SyntaxError: "),
+        ("raise RuntimeError('no database yet')\n", "RuntimeError: no database yet"),
+    ],
+    ids=["syntax-error", "raises"],
+)
+def test_a_module_that_fails_as_it_is_imported_is_e004_not_a_crash(
+    settings, tmp_path, monkeypatch, key, source, said
+):
+    """The path's module raises something other than ImportError: the checks, and the
+    app's ready() through get_settings(), crashed with it instead of naming the key."""
+    (tmp_path / "broken_caller.py").write_text(source)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (found,) = problems({key: "broken_caller.f"})
+    assert found.id == "django_pdfpool.E004"
+    assert found.msg.startswith(f"PDFPOOL[{key!r}] = 'broken_caller.f' cannot be imported: {said}")
+    settings.PDFPOOL = {key: "broken_caller.f"}
+    with pytest.raises(ImproperlyConfigured, match=r"\[django_pdfpool\.E004\]"):
+        get_settings()
+
+
 @pytest.mark.parametrize(
     "key, takes",
     [("CALLER", "the request"), ("REFUSAL_VIEW", "the request and the exception")],
@@ -248,11 +272,12 @@ def test_a_redis_url_option_redis_py_refuses_with_its_own_error_is_e007_not_a_cr
     "path, value",
     [
         (("REDIS", "SENTINELS"), ["10.0.0.5:²⁶³⁷⁹"]),  # digits to isdigit(), not to int()
+        (("REDIS", "SENTINELS"), ["10.0.0.5:" + "0" * 5000]),  # past int()'s 4300 digits
         (("WAIT",), 10**400),  # an int no float holds
         (("TIMEOUT",), 10**400),
         (("DOOR", "BODY_TIMEOUT"), -(10**400)),
     ],
-    ids=["unicode-port", "huge-wait", "huge-timeout", "huge-body-timeout"],
+    ids=["unicode-port", "long-port", "huge-wait", "huge-timeout", "huge-body-timeout"],
 )
 def test_a_value_that_only_looks_like_a_number_is_e003_not_a_crash(path, value):
     found = [p for p in problems(raw(path, value)) if p.id == "django_pdfpool.E003"]
