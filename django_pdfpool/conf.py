@@ -7,10 +7,12 @@ from __future__ import annotations
 import functools
 import hashlib
 import inspect
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from importlib.util import find_spec
 from typing import Any, TypeVar
+from urllib.parse import unquote, urlsplit
 
 from django.conf import settings
 from django.core.checks import CheckMessage, Error
@@ -21,7 +23,7 @@ from django.utils.crypto import salted_hmac
 from django.utils.module_loading import import_string
 
 from . import bounds
-from .admission.redis.urls import presentable
+from .admission.redis.urls import UNSHOWN, presentable
 from .bounds import FLAG, Bound, MiB, integer, seconds
 from .sandbox.confine import REQUIRE
 from .sandbox.wire import ENGINE
@@ -127,8 +129,9 @@ def _engine_installed(name: str, engine: Any) -> list[CheckMessage]:
 
 
 def _redis_problems(name: str, redis: Any) -> list[CheckMessage]:
-    """E006 without redis-py, E007 without a URL it parses, or one its connections (made,
-    never connected, as the pool makes them) refuse: a REDIS dict needs both."""
+    """E006 without redis-py, E007 without a URL it parses, one it would read otherwise than
+    written, or one its connections (made, never connected, as the pool makes them) refuse:
+    a REDIS dict needs both."""
     if not isinstance(redis, dict):
         return []  # None: this process's own pool
     if not find_spec("redis"):
@@ -136,29 +139,59 @@ def _redis_problems(name: str, redis: Any) -> list[CheckMessage]:
         return [Error(msg, hint="pip install 'django-pdfpool[redis]'", id="django_pdfpool.E006")]
     from redis.connection import parse_url
 
-    from .admission.redis.link import connect
-
     url = redis.get("URL")
     if "URL" in redis and not isinstance(url, str):
         return []  # E003
+    shown = presentable(url) if isinstance(url, str) else repr(url)  # not a URL: unshown
     try:
         parse_url(url or "")  # type: ignore[no-untyped-call]
-    except ValueError:
-        shown = presentable(url) if isinstance(url, str) else repr(url)  # not a URL: unshown
-        msg = f"{name}['URL'] must be a redis://, rediss:// or unix:// URL, not {shown}."
-        return [Error(msg, hint="For example redis://127.0.0.1:6379/0", id="django_pdfpool.E007")]
-    sentinels = _addresses(redis.get("SENTINELS", [])) or ()
-    try:
-        for on_loop in (False, True):  # the pool's reads, and its job loop's scripts
-            connect(str(url), sentinels, 1.0, on_loop=on_loop)
     except ValueError as error:
-        said = str(error)
-    except Exception as error:  # redis-py's own, on an option's value: RedisError, AttributeError
-        said = f"{presentable(url)} cannot be used: {error}"
+        if shown == UNSHOWN or not str(url).lower().startswith(_SCHEMES):
+            msg = f"{name}['URL'] must be a redis://, rediss:// or unix:// URL, not {shown}."
+            hint = "For example redis://127.0.0.1:6379/0"
+            return [Error(msg, hint=hint, id="django_pdfpool.E007")]
+        said = f"{shown} cannot be used: {error}"  # a query option's value; no secret in it
     else:
+        if misread := _misread(str(url)):
+            hint = "Write redis://[USER]:PASSWORD@HOST:PORT/DB, and in the password '/', '?', '#'"
+            hint += " and '@' as %2F, %3F, %23 and %40."
+            return [Error(f"{name}['URL'] {misread}.", hint=hint, id="django_pdfpool.E007")]
+        said = _refused(str(url), _addresses(redis.get("SENTINELS", [])) or ())
+    if not said:
         return []
     hint = "ssl_* options need rediss://; with SENTINELS, redis://SERVICE/0 (docs/cluster.md)."
-    return [Error(f"{name}['URL'] = {said}.", hint=hint, id="django_pdfpool.E007")]
+    return [Error(f"{name}['URL'] = {said.rstrip('.')}.", hint=hint, id="django_pdfpool.E007")]
+
+
+_SCHEMES = ("redis://", "rediss://", "unix://")
+
+
+def _misread(url: str) -> str:
+    """What redis-py would take otherwise than written, silently: a host cut short by a
+    password's '/', '?' or '#' (the rest read as path or query), a path that is no database
+    number (database 0 taken instead; "/1/2" taken as 12)."""
+    parts = urlsplit(url)
+    if parts.scheme.lower() == "unix":
+        return ""  # its path is the socket's
+    if "@" in parts.path + parts.query + parts.fragment:
+        return "has an '@' after its host: redis-py would connect elsewhere"
+    if not re.fullmatch(r"/?-?[0-9]*", unquote(parts.path)):  # "-1": refused below
+        return "has a path that is not a database number: redis-py would use database 0"
+    return ""
+
+
+def _refused(url: str, sentinels: tuple[tuple[str, int], ...]) -> str:
+    """Why the pool's connections to ``url`` would be refused ("" if they would not)."""
+    from .admission.redis.link import connect
+
+    try:
+        for on_loop in (False, True):  # the pool's reads, and its job loop's scripts
+            connect(url, sentinels, 1.0, on_loop=on_loop)
+    except ValueError as error:
+        return str(error)
+    except Exception as error:  # redis-py's own, on an option's value: RedisError, AttributeError
+        return f"{presentable(url)} cannot be used: {error}"
+    return ""
 
 
 _DOTTED = Bound(lambda v: isinstance(v, str) or callable(v), "a dotted path or a callable")

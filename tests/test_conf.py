@@ -423,6 +423,38 @@ def test_the_redis_url_the_check_passes_is_the_one_the_pool_can_connect_with(
         RedisPool(url=url, namespace="n", sentinels=addresses)
 
 
+@pytest.mark.parametrize(
+    "url, said",
+    [
+        ("redis://:hun@ter2/x@cache:6379/0", "has an '@' after its host"),  # host "ter2"
+        ("redis://:hun@ter2#x@cache:6379/0", "has an '@' after its host"),
+        ("redis://cache:6379/db1", "has a path that is not a database number"),  # database 0
+        ("redis://cache:6379/1/2", "has a path that is not a database number"),  # database 12
+    ],
+)
+def test_a_redis_url_redis_py_would_read_otherwise_than_written_is_e007(settings, url, said):
+    """redis-py takes these without a word, connecting to another host or database: the
+    checks passed them and the first upload met a Redis that was not the one meant."""
+    (found,) = problems({"REDIS": {"URL": url, "NAMESPACE": "n"}})
+    assert found.id == "django_pdfpool.E007"
+    assert found.msg.startswith(f"PDFPOOL['REDIS']['URL'] {said}: redis-py would ")
+    assert "%2F" in found.hint and "ter2" not in found.msg
+    assert problems({"REDIS": {"URL": "redis://:hun%40ter2%2Fx@cache/1", "NAMESPACE": "n"}}) == []
+    assert problems({"REDIS": {"URL": "unix:///run/redis@main.sock", "NAMESPACE": "n"}}) == []
+
+
+def test_a_redis_url_option_redis_py_cannot_read_is_named_not_called_no_url():
+    """A redis:// URL whose query option has a value redis-py refuses was told it was not a
+    redis:// URL; it is the option that is wrong, and the message says which."""
+    url = "redis://:hunter2@cache:6379/0?socket_timeout=soon"
+    (found,) = problems({"REDIS": {"URL": url, "NAMESPACE": "n"}})
+    assert found.id == "django_pdfpool.E007"
+    assert found.msg == (
+        "PDFPOOL['REDIS']['URL'] = redis://:***@cache:6379/0?socket_timeout=soon cannot be "
+        "used: Invalid value for 'socket_timeout' in connection URL."
+    )
+
+
 @pytest.mark.parametrize("value", SAMPLES, ids=repr)
 def test_extract_refuses_what_the_settings_refuse(value):
     """Refused before any child starts: the argument's check is the setting's bound."""
