@@ -404,7 +404,8 @@ def problems(raw: Any, name: str = "PDFPOOL", table: Any = None) -> list[CheckMe
             msg = f"PDFPOOL[{key!r}] moved: use {MOVED[key]}."
             found.append(Error(msg, id="django_pdfpool.E008"))
         else:
-            msg, hint = f"{name} has an unknown key {key!r}.", f"Known keys: {', '.join(table)}."
+            msg, meant = f"{name} has an unknown key {key!r}.", _meant(key, name, table)
+            hint = f"Did you mean {meant}?" if meant else f"Known keys: {', '.join(table)}."
             found.append(Error(msg, hint=hint, id="django_pdfpool.E002"))
     for key in [key for key in table if key in raw]:
         declared, where, value = table[key], f"{name}[{key!r}]", raw[key]
@@ -416,6 +417,18 @@ def problems(raw: Any, name: str = "PDFPOOL", table: Any = None) -> list[CheckMe
             found += problems(value, where, table_of(declared.group))
         found += declared.more(where, value) if declared.more else []
     return found
+
+
+def _meant(key: Any, name: str, table: dict[str, Setting]) -> str:
+    """Where an unknown key was likely meant: in capitals here, or in the dict it belongs to
+    (``URL`` in PDFPOOL is ``PDFPOOL['REDIS']['URL']``; ``SLOTS`` in REDIS is PDFPOOL's)."""
+    key = key.upper() if isinstance(key, str) else key
+    if key in table:
+        return f"{name}[{key!r}]"
+    if name != "PDFPOOL":
+        return f"PDFPOOL[{key!r}]" if key in SETTINGS else ""
+    groups = [(outer, table_of(d.group)) for outer, d in SETTINGS.items() if d.group]
+    return next((f"PDFPOOL[{outer!r}][{key!r}]" for outer, keys in groups if key in keys), "")
 
 
 def _shown(value: Any) -> str:

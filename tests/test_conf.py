@@ -110,6 +110,25 @@ def test_a_nested_dicts_unknown_key_is_e002_naming_the_keys_it_knows(key):
     assert problem.hint == "Known keys: " + ", ".join(NESTED[key]) + "."
 
 
+@pytest.mark.parametrize(
+    "raw, where, meant",
+    [
+        ({"REDIS": {"url": "redis://cache/0"}}, "PDFPOOL['REDIS']", "PDFPOOL['REDIS']['URL']"),
+        ({"slots": 4}, "PDFPOOL", "PDFPOOL['SLOTS']"),
+        ({"URL": "redis://cache/0"}, "PDFPOOL", "PDFPOOL['REDIS']['URL']"),
+        ({"REQUIRE": "full"}, "PDFPOOL", "PDFPOOL['SANDBOX']['REQUIRE']"),
+        ({"REDIS": {"URL": "redis://cache/0", "SLOTS": 4}}, "PDFPOOL['REDIS']", "PDFPOOL['SLOTS']"),
+    ],
+    ids=["url", "slots", "url-outside", "require-outside", "slots-inside"],
+)
+def test_an_unknown_key_that_is_a_known_one_misspelt_or_misplaced_says_which(raw, where, meant):
+    """The hint listed the dict's keys, leaving the operator to find that "url" is "URL" or
+    that URL goes in REDIS; it now names the key meant, where it goes."""
+    (unknown,) = [p for p in problems(raw) if p.id == "django_pdfpool.E002"]
+    assert unknown.msg.startswith(f"{where} has an unknown key ")
+    assert unknown.hint == f"Did you mean {meant}?"
+
+
 def test_nested_values_are_merged_over_their_defaults_and_bounded(settings):
     settings.PDFPOOL = {"DOOR": {"BUDGET": 3}, "SANDBOX": {"CHILD_ENV": ["A"]}}
     built = get_settings()
