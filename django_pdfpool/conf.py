@@ -174,7 +174,7 @@ def _misread(url: str) -> str:
     if parts.scheme.lower() == "unix":
         return ""  # its path is the socket's
     if "@" in parts.path + parts.query + parts.fragment:
-        return "has an '@' after its host: redis-py would connect elsewhere"
+        return "has an '@' after its host: redis-py ends the host at a password's '/', '?' or '#'"
     if not re.fullmatch(r"/?-?[0-9]*", unquote(parts.path)):  # "-1": refused below
         return "has a path that is not a database number: redis-py would use database 0"
     return ""

@@ -456,7 +456,7 @@ def test_a_redis_url_redis_py_would_read_otherwise_than_written_is_e007(settings
     checks passed them and the first upload met a Redis that was not the one meant."""
     (found,) = problems({"REDIS": {"URL": url, "NAMESPACE": "n"}})
     assert found.id == "django_pdfpool.E007"
-    assert found.msg.startswith(f"PDFPOOL['REDIS']['URL'] {said}: redis-py would ")
+    assert found.msg.startswith(f"PDFPOOL['REDIS']['URL'] {said}: redis-py ")
     assert "%2F" in found.hint and "ter2" not in found.msg
     assert problems({"REDIS": {"URL": "redis://:hun%40ter2%2Fx@cache/1", "NAMESPACE": "n"}}) == []
     assert problems({"REDIS": {"URL": "unix:///run/redis@main.sock", "NAMESPACE": "n"}}) == []
