@@ -7,10 +7,12 @@ from __future__ import annotations
 import functools
 import hashlib
 import inspect
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from importlib.util import find_spec
 from typing import Any, TypeVar
+from urllib.parse import unquote, urlsplit
 
 from django.conf import settings
 from django.core.checks import CheckMessage, Error
@@ -21,7 +23,7 @@ from django.utils.crypto import salted_hmac
 from django.utils.module_loading import import_string
 
 from . import bounds
-from .admission.redis.urls import presentable
+from .admission.redis.urls import UNSHOWN, presentable
 from .bounds import FLAG, Bound, MiB, integer, seconds
 from .sandbox.confine import REQUIRE
 from .sandbox.wire import ENGINE
@@ -76,7 +78,8 @@ def _addresses(value: Any) -> tuple[tuple[str, int], ...] | None:
     if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
         return None
     pairs = [address.rpartition(":") for address in value]
-    digits = all(port.isascii() and port.isdigit() for _, _, port in pairs)  # not int("²")
+    # ASCII digits, not int("²"); five at most, not int() of 5,000 digits (a ValueError)
+    digits = all(port.isascii() and port.isdigit() and len(port) <= 5 for _, _, port in pairs)
     hosts = all(host and not {"/", "@"} & set(host) for host, _, _ in pairs)
     if not digits or not hosts or not all(0 < int(port) < 65536 for _, _, port in pairs):
         return None
@@ -92,6 +95,8 @@ def _importable(takes: str, arguments: int) -> More:
             found = _imported(path)
         except (ImportError, TypeError, ValueError) as exc:  # ".x" is relative, "." empty
             msg = f"{name} = {path!r} cannot be imported: {exc}"
+        except Exception as exc:  # its module's own error (SyntaxError, ImproperlyConfigured)
+            msg = f"{name} = {path!r} cannot be imported: {type(exc).__name__}: {exc}"
         else:
             if not callable(found):
                 msg = f"{name} = {path!r} is not callable ({type(found).__name__})."
@@ -124,8 +129,9 @@ def _engine_installed(name: str, engine: Any) -> list[CheckMessage]:
 
 
 def _redis_problems(name: str, redis: Any) -> list[CheckMessage]:
-    """E006 without redis-py, E007 without a URL it parses, or one its connections (made,
-    never connected, as the pool makes them) refuse: a REDIS dict needs both."""
+    """E006 without redis-py, E007 without a URL it parses, one it would read otherwise than
+    written, or one its connections (made, never connected, as the pool makes them) refuse:
+    a REDIS dict needs both."""
     if not isinstance(redis, dict):
         return []  # None: this process's own pool
     if not find_spec("redis"):
@@ -133,29 +139,59 @@ def _redis_problems(name: str, redis: Any) -> list[CheckMessage]:
         return [Error(msg, hint="pip install 'django-pdfpool[redis]'", id="django_pdfpool.E006")]
     from redis.connection import parse_url
 
-    from .admission.redis.link import connect
-
     url = redis.get("URL")
     if "URL" in redis and not isinstance(url, str):
         return []  # E003
+    shown = presentable(url) if isinstance(url, str) else repr(url)  # not a URL: unshown
     try:
         parse_url(url or "")  # type: ignore[no-untyped-call]
-    except ValueError:
-        shown = presentable(url) if isinstance(url, str) else repr(url)  # not a URL: unshown
-        msg = f"{name}['URL'] must be a redis://, rediss:// or unix:// URL, not {shown}."
-        return [Error(msg, hint="For example redis://127.0.0.1:6379/0", id="django_pdfpool.E007")]
-    sentinels = _addresses(redis.get("SENTINELS", [])) or ()
-    try:
-        for on_loop in (False, True):  # the pool's reads, and its job loop's scripts
-            connect(str(url), sentinels, 1.0, on_loop=on_loop)
     except ValueError as error:
-        said = str(error)
-    except Exception as error:  # redis-py's own, on an option's value: RedisError, AttributeError
-        said = f"{presentable(url)} cannot be used: {error}"
+        if shown == UNSHOWN or not str(url).lower().startswith(_SCHEMES):
+            msg = f"{name}['URL'] must be a redis://, rediss:// or unix:// URL, not {shown}."
+            hint = "For example redis://127.0.0.1:6379/0"
+            return [Error(msg, hint=hint, id="django_pdfpool.E007")]
+        said = f"{shown} cannot be used: {error}"  # a query option's value; no secret in it
     else:
+        if misread := _misread(str(url)):
+            hint = "Write redis://[USER]:PASSWORD@HOST:PORT/DB, and in the password '/', '?', '#'"
+            hint += " and '@' as %2F, %3F, %23 and %40."
+            return [Error(f"{name}['URL'] {misread}.", hint=hint, id="django_pdfpool.E007")]
+        said = _refused(str(url), _addresses(redis.get("SENTINELS", [])) or ())
+    if not said:
         return []
     hint = "ssl_* options need rediss://; with SENTINELS, redis://SERVICE/0 (docs/cluster.md)."
-    return [Error(f"{name}['URL'] = {said}.", hint=hint, id="django_pdfpool.E007")]
+    return [Error(f"{name}['URL'] = {said.rstrip('.')}.", hint=hint, id="django_pdfpool.E007")]
+
+
+_SCHEMES = ("redis://", "rediss://", "unix://")
+
+
+def _misread(url: str) -> str:
+    """What redis-py would take otherwise than written, silently: a host cut short by a
+    password's '/', '?' or '#' (the rest read as path or query), a path that is no database
+    number (database 0 taken instead; "/1/2" taken as 12)."""
+    parts = urlsplit(url)
+    if parts.scheme.lower() == "unix":
+        return ""  # its path is the socket's
+    if "@" in parts.path + parts.query + parts.fragment:
+        return "has an '@' after its host: redis-py ends the host at a password's '/', '?' or '#'"
+    if not re.fullmatch(r"/?-?[0-9]*", unquote(parts.path)):  # "-1": refused below
+        return "has a path that is not a database number: redis-py would use database 0"
+    return ""
+
+
+def _refused(url: str, sentinels: tuple[tuple[str, int], ...]) -> str:
+    """Why the pool's connections to ``url`` would be refused ("" if they would not)."""
+    from .admission.redis.link import connect
+
+    try:
+        for on_loop in (False, True):  # the pool's reads, and its job loop's scripts
+            connect(url, sentinels, 1.0, on_loop=on_loop)
+    except ValueError as error:
+        return str(error)
+    except Exception as error:  # redis-py's own, on an option's value: RedisError, AttributeError
+        return f"{presentable(url)} cannot be used: {error}"
+    return ""
 
 
 _DOTTED = Bound(lambda v: isinstance(v, str) or callable(v), "a dotted path or a callable")
@@ -368,7 +404,8 @@ def problems(raw: Any, name: str = "PDFPOOL", table: Any = None) -> list[CheckMe
             msg = f"PDFPOOL[{key!r}] moved: use {MOVED[key]}."
             found.append(Error(msg, id="django_pdfpool.E008"))
         else:
-            msg, hint = f"{name} has an unknown key {key!r}.", f"Known keys: {', '.join(table)}."
+            msg, meant = f"{name} has an unknown key {key!r}.", _meant(key, name, table)
+            hint = f"Did you mean {meant}?" if meant else f"Known keys: {', '.join(table)}."
             found.append(Error(msg, hint=hint, id="django_pdfpool.E002"))
     for key in [key for key in table if key in raw]:
         declared, where, value = table[key], f"{name}[{key!r}]", raw[key]
@@ -380,6 +417,18 @@ def problems(raw: Any, name: str = "PDFPOOL", table: Any = None) -> list[CheckMe
             found += problems(value, where, table_of(declared.group))
         found += declared.more(where, value) if declared.more else []
     return found
+
+
+def _meant(key: Any, name: str, table: dict[str, Setting]) -> str:
+    """Where an unknown key was likely meant: in capitals here, or in the dict it belongs to
+    (``URL`` in PDFPOOL is ``PDFPOOL['REDIS']['URL']``; ``SLOTS`` in REDIS is PDFPOOL's)."""
+    key = key.upper() if isinstance(key, str) else key
+    if key in table:
+        return f"{name}[{key!r}]"
+    if name != "PDFPOOL":
+        return f"PDFPOOL[{key!r}]" if key in SETTINGS else ""
+    groups = [(outer, table_of(d.group)) for outer, d in SETTINGS.items() if d.group]
+    return next((f"PDFPOOL[{outer!r}][{key!r}]" for outer, keys in groups if key in keys), "")
 
 
 def _shown(value: Any) -> str:

@@ -110,6 +110,25 @@ def test_a_nested_dicts_unknown_key_is_e002_naming_the_keys_it_knows(key):
     assert problem.hint == "Known keys: " + ", ".join(NESTED[key]) + "."
 
 
+@pytest.mark.parametrize(
+    "raw, where, meant",
+    [
+        ({"REDIS": {"url": "redis://cache/0"}}, "PDFPOOL['REDIS']", "PDFPOOL['REDIS']['URL']"),
+        ({"slots": 4}, "PDFPOOL", "PDFPOOL['SLOTS']"),
+        ({"URL": "redis://cache/0"}, "PDFPOOL", "PDFPOOL['REDIS']['URL']"),
+        ({"REQUIRE": "full"}, "PDFPOOL", "PDFPOOL['SANDBOX']['REQUIRE']"),
+        ({"REDIS": {"URL": "redis://cache/0", "SLOTS": 4}}, "PDFPOOL['REDIS']", "PDFPOOL['SLOTS']"),
+    ],
+    ids=["url", "slots", "url-outside", "require-outside", "slots-inside"],
+)
+def test_an_unknown_key_that_is_a_known_one_misspelt_or_misplaced_says_which(raw, where, meant):
+    """The hint listed the dict's keys, leaving the operator to find that "url" is "URL" or
+    that URL goes in REDIS; it now names the key meant, where it goes."""
+    (unknown,) = [p for p in problems(raw) if p.id == "django_pdfpool.E002"]
+    assert unknown.msg.startswith(f"{where} has an unknown key ")
+    assert unknown.hint == f"Did you mean {meant}?"
+
+
 def test_nested_values_are_merged_over_their_defaults_and_bounded(settings):
     settings.PDFPOOL = {"DOOR": {"BUDGET": 3}, "SANDBOX": {"CHILD_ENV": ["A"]}}
     built = get_settings()
@@ -210,6 +229,30 @@ def test_a_dotted_path_that_is_not_one_is_e004_not_a_crash(settings, key, path):
         get_settings()
 
 
+@pytest.mark.parametrize("key", ["CALLER", "REFUSAL_VIEW"])
+@pytest.mark.parametrize(
+    "source, said",
+    [
+        ("def f(:\n", "SyntaxError: "),
+        ("raise RuntimeError('no database yet')\n", "RuntimeError: no database yet"),
+    ],
+    ids=["syntax-error", "raises"],
+)
+def test_a_module_that_fails_as_it_is_imported_is_e004_not_a_crash(
+    settings, tmp_path, monkeypatch, key, source, said
+):
+    """The path's module raises something other than ImportError: the checks, and the
+    app's ready() through get_settings(), crashed with it instead of naming the key."""
+    (tmp_path / "broken_caller.py").write_text(source)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (found,) = problems({key: "broken_caller.f"})
+    assert found.id == "django_pdfpool.E004"
+    assert found.msg.startswith(f"PDFPOOL[{key!r}] = 'broken_caller.f' cannot be imported: {said}")
+    settings.PDFPOOL = {key: "broken_caller.f"}
+    with pytest.raises(ImproperlyConfigured, match=r"\[django_pdfpool\.E004\]"):
+        get_settings()
+
+
 @pytest.mark.parametrize(
     "key, takes",
     [("CALLER", "the request"), ("REFUSAL_VIEW", "the request and the exception")],
@@ -248,11 +291,12 @@ def test_a_redis_url_option_redis_py_refuses_with_its_own_error_is_e007_not_a_cr
     "path, value",
     [
         (("REDIS", "SENTINELS"), ["10.0.0.5:²⁶³⁷⁹"]),  # digits to isdigit(), not to int()
+        (("REDIS", "SENTINELS"), ["10.0.0.5:" + "0" * 5000]),  # past int()'s 4300 digits
         (("WAIT",), 10**400),  # an int no float holds
         (("TIMEOUT",), 10**400),
         (("DOOR", "BODY_TIMEOUT"), -(10**400)),
     ],
-    ids=["unicode-port", "huge-wait", "huge-timeout", "huge-body-timeout"],
+    ids=["unicode-port", "long-port", "huge-wait", "huge-timeout", "huge-body-timeout"],
 )
 def test_a_value_that_only_looks_like_a_number_is_e003_not_a_crash(path, value):
     found = [p for p in problems(raw(path, value)) if p.id == "django_pdfpool.E003"]
@@ -396,6 +440,38 @@ def test_the_redis_url_the_check_passes_is_the_one_the_pool_can_connect_with(
             RedisPool(url=url, namespace="n", sentinels=addresses)
     else:
         RedisPool(url=url, namespace="n", sentinels=addresses)
+
+
+@pytest.mark.parametrize(
+    "url, said",
+    [
+        ("redis://:hun@ter2/x@cache:6379/0", "has an '@' after its host"),  # host "ter2"
+        ("redis://:hun@ter2#x@cache:6379/0", "has an '@' after its host"),
+        ("redis://cache:6379/db1", "has a path that is not a database number"),  # database 0
+        ("redis://cache:6379/1/2", "has a path that is not a database number"),  # database 12
+    ],
+)
+def test_a_redis_url_redis_py_would_read_otherwise_than_written_is_e007(settings, url, said):
+    """redis-py takes these without a word, connecting to another host or database: the
+    checks passed them and the first upload met a Redis that was not the one meant."""
+    (found,) = problems({"REDIS": {"URL": url, "NAMESPACE": "n"}})
+    assert found.id == "django_pdfpool.E007"
+    assert found.msg.startswith(f"PDFPOOL['REDIS']['URL'] {said}: redis-py ")
+    assert "%2F" in found.hint and "ter2" not in found.msg
+    assert problems({"REDIS": {"URL": "redis://:hun%40ter2%2Fx@cache/1", "NAMESPACE": "n"}}) == []
+    assert problems({"REDIS": {"URL": "unix:///run/redis@main.sock", "NAMESPACE": "n"}}) == []
+
+
+def test_a_redis_url_option_redis_py_cannot_read_is_named_not_called_no_url():
+    """A redis:// URL whose query option has a value redis-py refuses was told it was not a
+    redis:// URL; it is the option that is wrong, and the message says which."""
+    url = "redis://:hunter2@cache:6379/0?socket_timeout=soon"
+    (found,) = problems({"REDIS": {"URL": url, "NAMESPACE": "n"}})
+    assert found.id == "django_pdfpool.E007"
+    assert found.msg == (
+        "PDFPOOL['REDIS']['URL'] = redis://:***@cache:6379/0?socket_timeout=soon cannot be "
+        "used: Invalid value for 'socket_timeout' in connection URL."
+    )
 
 
 @pytest.mark.parametrize("value", SAMPLES, ids=repr)

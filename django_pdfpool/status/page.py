@@ -13,7 +13,7 @@ from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
 from django.contrib.auth import get_user_model
-from django.core.exceptions import ValidationError
+from django.core.exceptions import ImproperlyConfigured, ValidationError
 from django.db import DatabaseError
 from django.utils import timezone
 
@@ -100,13 +100,18 @@ def status_data() -> dict[str, Any]:
 
 def _caller_names(callers: Iterable[str]) -> dict[str, str]:
     """``user:<pk>`` callers -> usernames, in one query, whatever the user model's key (an
-    integer, a UUID...); other callers are shown as they are."""
-    model = get_user_model()
+    integer, a UUID...); other callers, and any without django.contrib.auth, as they are."""
+    named = {caller.removeprefix(_USER) for caller in callers if caller.startswith(_USER)}
+    if not named:
+        return {}
+    try:
+        model = get_user_model()
+    except ImproperlyConfigured:  # no user model installed: a project without auth
+        return {}
     pks = set()
-    for caller in callers:
-        if caller.startswith(_USER):
-            with contextlib.suppress(ValidationError):  # no key of the user model
-                pks.add(model._meta.pk.to_python(caller.removeprefix(_USER)))
+    for pk in named:
+        with contextlib.suppress(ValidationError):  # no key of the user model
+            pks.add(model._meta.pk.to_python(pk))
     if not pks:
         return {}
     try:

@@ -180,6 +180,56 @@ def test_status_from_the_shell_says_its_local_pool_is_its_own_and_empty(tmp_path
     assert "built just now" in data["note"]
 
 
+WITHOUT_AUTH = """
+import asyncio, threading, time, django
+django.setup()
+from django.core.management import call_command
+from django_pdfpool import get_pool
+
+release = threading.Event()
+
+async def held():
+    while not release.is_set():
+        await asyncio.sleep(0.005)
+
+threads = [threading.Thread(target=asyncio.run, args=(get_pool().run(key, caller, held),))
+           for key, caller in (("k:1", "user:7"), ("k:2", "ip:192.0.2.1"))]
+for thread in threads:
+    thread.start()
+while get_pool().running() != 2:  # the subprocess's timeout bounds it
+    time.sleep(0.005)
+try:
+    call_command("pdfpool", "status")
+finally:
+    release.set()
+    for thread in threads:
+        thread.join(10)
+"""
+
+
+def test_status_in_a_project_without_django_contrib_auth_shows_its_callers_as_they_are(
+    tmp_path,
+):
+    """An API project with no user model (django_pdfpool alone installed): the status
+    raised ImproperlyConfigured (AUTH_USER_MODEL not installed) naming its callers."""
+    (tmp_path / "no_auth_settings.py").write_text(
+        "SECRET_KEY = 'x' * 50\nINSTALLED_APPS = ['django_pdfpool']\nUSE_TZ = True\n"
+        "PDFPOOL = {'SLOTS': 2}\n"
+    )
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "no_auth_settings"}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(tmp_path)])
+    for run_it in (["-m", "django", "pdfpool", "status"], ["-c", WITHOUT_AUTH]):
+        shown = subprocess.run(
+            [sys.executable, *run_it], env=env, cwd=tmp_path, capture_output=True, text=True,
+            timeout=SOON,
+        )  # fmt: skip
+        assert shown.returncode == 0, shown.stderr
+        assert "PDF pool of process" in shown.stdout
+    rows = {line.split()[1]: line.split()[2] for line in shown.stdout.splitlines()[1:]
+            if line.startswith("running ")}  # fmt: skip
+    assert rows == {"k:1": "user:7", "k:2": "ip:192.0.2.1"}
+
+
 def test_status_with_redis_reads_the_cluster_from_another_process(make_pool, namespace, tmp_path):
     """A job held by a pool in this process; the command, in its own process, sees it in
     Redis, and the process holding it; and leaves no key of its own behind (make_pool
