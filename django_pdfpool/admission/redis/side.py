@@ -182,6 +182,8 @@ class ProcessSide:
                     has_fn, s.fingerprint, s.deployment, "" if waiter.size is None else waiter.size,
                 ))  # fmt: skip
             except RedisError as error:
+                self._pending.discard(job_id)  # if the script ran, the job is no one's to run:
+                # the beat that confirms Redis answers ends it
                 if await self.failed(error):  # only a connection dropped: Redis is up,
                     jobs.call_dropped(waiter.on_drop)  # and whether the script ran is unknown
                     self._books.count(Counter.REFUSED_UNAVAILABLE)
