@@ -898,3 +898,33 @@ def test_an_admission_whose_reply_a_dropped_connection_lost_holds_nothing(redis_
     finally:
         proxy.close()
     assert namespace_keys(redis_server.url, namespace) == []
+
+
+def test_a_sharer_waits_a_lease_from_its_join_for_redis_to_come_back(own_redis):
+    """A process idle for a while joins a job of another process, then Redis goes away: its
+    sharer waits a lease from the last time Redis answered this process (the join), not from
+    the last beat of the process's past work, before it is told CoordinatorUnavailable."""
+    lease = 3.0
+    make = pools_in(own_redis, f"t-{uuid4().hex[:12]}")[0]
+    here, there = (make(1, 1, 10.0, lease=lease) for _ in range(2))
+    gate = threading.Event()
+    procs = "{" + here.namespace + "}:procs"
+
+    async def scenario():
+        assert await there.run("w", "b", _answer) == 42
+        with redis.Redis.from_url(own_redis.url, decode_responses=True) as client:
+            await until(lambda: client.zscore(procs, there.process) is None, 3 * lease)  # idle
+        running = asyncio.create_task(here.run("k", "a", held("K", gate)))
+        await until(lambda: here.running() == 1)
+        joined_at = time.monotonic()
+        sharer = asyncio.create_task(there.run("k", "b", None))
+        await until(lambda: there.waiting("k") == 1)
+        own_redis.kill()
+        with pytest.raises(CoordinatorUnavailable):
+            await asyncio.wait_for(sharer, PATIENCE)
+        assert time.monotonic() - joined_at >= lease
+        gate.set()
+        assert await running == "K"
+        await asyncio.gather(here.stop(), there.stop())
+
+    run(scenario)
