@@ -1,8 +1,8 @@
 -- A refusal given in the pool's name without a call to admit.lua (the door's, from a
 -- request's headers): counted in the cluster's books like the scripts' own. It reaps
 -- first, as every script that dates the namespace's last script (prelude.lua's reap),
--- unless ME's LEASE or SLOTS are not a live process's (admit.lua refuses ME): reap()'s
--- steps would take them as the namespace's.
+-- unless ME's LEASE or SLOTS are not a registered process's (admit.lua refuses ME):
+-- reap()'s steps would take them as the namespace's.
 -- ARGV: ME LEASE SLOTS NAME (a counter: refused_busy or refused_caller) -> {events}
 local recorded = redis.call('HGETALL', TERMS)
 for i = 1, #recorded, 2 do
