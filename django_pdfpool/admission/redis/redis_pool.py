@@ -158,7 +158,7 @@ class RedisPool:
             return dataclasses.replace(reading, closed=closed, refusing=refusing)
         books, load = self._books, found.load
         books.observe(load.state)
-        free = max(0, self.slots + self.queue_size - found.running - found.queued)
+        free = max(0, self.slots - found.running) + max(0, self.queue_size - found.queued)
         start = load.until_free(books, found.queued, caller)
         retry = 0.0
         if found.caller_busy:

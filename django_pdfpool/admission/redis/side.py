@@ -115,7 +115,7 @@ class ProcessSide:
         self.trouble: str | None = None  # any thread reads: UNREACHABLE or REFUSED, not REDIS
         self.last_error = ""  # any thread reads: the last failure, for the status page
         self.failures = {UNREACHABLE: 0, REFUSED: 0}  # any thread reads: fallbacks, by cause
-        self._last_ok = time.monotonic()  # when Redis last answered a beat
+        self._last_ok = time.monotonic()  # when Redis last answered a script of this process
         self._probe: asyncio.Task[None] | None = None
         self._confirming: asyncio.Task[bool] | None = None  # is a failure only a dropped link?
         # The beat. A finish waits for the beat in flight, whose arguments may name the job
@@ -181,7 +181,10 @@ class ProcessSide:
                     "admit", str(s.queue_size), s.wait_ms, waiter.key, waiter.caller, job_id,
                     has_fn, s.fingerprint, s.deployment, "" if waiter.size is None else waiter.size,
                 ))  # fmt: skip
+                self._last_ok = time.monotonic()
             except RedisError as error:
+                self._pending.discard(job_id)  # if the script ran, the job is no one's to run:
+                # the beat that confirms Redis answers ends it
                 if await self.failed(error):  # only a connection dropped: Redis is up,
                     jobs.call_dropped(waiter.on_drop)  # and whether the script ran is unknown
                     self._books.count(Counter.REFUSED_UNAVAILABLE)
@@ -552,7 +555,6 @@ class ProcessSide:
                 self._no_beat.set()
         if reply is None:
             return None
-        self._last_ok = time.monotonic()
         next_ms, states, _ = reply
         for i, job in enumerate(here):
             self._reconcile(job, states[2 * i], states[2 * i + 1])
@@ -682,6 +684,7 @@ class ProcessSide:
         except RedisError as error:
             self.failed(error)
             return None
+        self._last_ok = time.monotonic()
         self._handle(events_of(reply[-1]))
         return reply
 

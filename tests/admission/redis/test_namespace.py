@@ -8,10 +8,12 @@ import logging
 import threading
 
 import pytest
+import redis
 
 from django_pdfpool.admission import RedisPool
+from django_pdfpool.admission.jobs import queue_full
 from django_pdfpool.exceptions import PoolMisconfigured, Refused
-from tests.conftest import held
+from tests.conftest import held, until
 from tests.support.redis_terms import run
 
 pytest_plugins = ["tests.support.redis_fixtures"]
@@ -196,3 +198,41 @@ def test_a_check_warns_of_the_default_namespace_with_redis(settings, value, warn
     settings.PDFPOOL = value
     found = [message.id for message in check_redis_namespace()]
     assert found == (["django_pdfpool.W001"] if warned else [])
+
+
+@pytest.mark.parametrize("terms", [{"slots": 2}, {"lease": 0.2}], ids=["slots", "lease"])
+def test_a_refused_process_changes_nothing_for_the_live_ones(make_pool, redis_server, terms):
+    """A process with other terms is refused, and its calls run none of the namespace's
+    steps under its terms: no queued job starts on a slot its SLOTS would count, no live
+    lease is cut short to its LEASE (the live processes would be reaped while they run)."""
+    lease = 6.0
+    here, other = make_pool(1, 1, 10.0, lease=lease), make_pool(1, 1, 10.0, lease=lease)
+    foreign = make_pool(**{"slots": 1, "queue": 1, "wait": 10.0, "lease": lease, **terms})
+    gate = threading.Event()
+    prefix = "{" + here.namespace + "}:"
+
+    async def scenario():
+        running = asyncio.create_task(here.run("k", "a", held("K", gate)))
+        await until(lambda: here.running() == 1)
+        queued = asyncio.create_task(other.run("j", "b", held("J", gate)))
+        await until(lambda: other.queued() == 1)
+        with redis.Redis.from_url(redis_server.url, decode_responses=True) as client:
+
+            def unchanged() -> None:
+                assert client.smembers(prefix + "running") == {"k"}
+                now = float(client.time()[0])
+                for pool in (here, other):
+                    assert client.zscore(prefix + "procs", pool.process) / 1000 > now + lease / 3
+
+            foreign.count_refusal(queue_full(1.0))  # its door's refusal, counted
+            await until(lambda: client.hget(prefix + "stats", "refused_busy") == "1")
+            unchanged()
+            with pytest.raises(PoolMisconfigured):
+                await foreign.run("x", "c", held("X", gate))
+            unchanged()
+            await foreign.stop()  # leaving
+            unchanged()
+        gate.set()
+        assert await asyncio.gather(running, queued) == ["K", "J"]
+
+    run(scenario)

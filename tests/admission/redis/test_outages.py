@@ -820,3 +820,111 @@ def test_a_large_result_reaches_a_sharer_elsewhere_over_a_slow_link(redis_server
     finally:
         proxy.close()
     assert namespace_keys(redis_server.url, namespace) == []
+
+
+class ReplyCutter:
+    """A TCP proxy to Redis that forwards the first request carrying ``marker`` (once set),
+    then closes that connection instead of forwarding the reply: the command ran, its
+    reply is lost with the connection."""
+
+    def __init__(self, port: int) -> None:
+        self.upstream = ("127.0.0.1", port)
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.marker: bytes | None = None
+        self.cut = threading.Event()
+        self.sockets: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client = self.listener.accept()[0]
+            except OSError:  # closed
+                return
+            server = socket.create_connection(self.upstream)
+            self.sockets += [client, server]
+            doomed = threading.Event()  # this connection's reply is not to be forwarded
+            threading.Thread(target=self._pump, args=(client, server, doomed, True)).start()
+            threading.Thread(target=self._pump, args=(server, client, doomed, False)).start()
+
+    def _pump(
+        self, source: socket.socket, sink: socket.socket, doomed: threading.Event, asking: bool
+    ) -> None:
+        with contextlib.suppress(OSError):
+            while data := source.recv(65536):
+                if asking and self.marker and self.marker in data and not self.cut.is_set():
+                    self.cut.set()
+                    doomed.set()
+                if doomed.is_set() and not asking:
+                    break
+                sink.sendall(data)
+        for sock in (source, sink):
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
+    def close(self) -> None:
+        self.listener.close()
+        for sock in self.sockets:
+            sock.close()
+
+
+def test_an_admission_whose_reply_a_dropped_connection_lost_holds_nothing(redis_server):
+    """The admit script ran (a job started, its slot and caller taken), then its connection
+    closed before the reply came: the caller gets CoordinatorUnavailable, and the process,
+    finding Redis answering, tells it at once what it runs (not that job): its slot and
+    its caller are free for the next call, not held for a lease."""
+    lease = 6.0
+    proxy = ReplyCutter(redis_server.port)
+    namespace = f"t-{uuid4().hex[:12]}"
+    url = f"redis://127.0.0.1:{proxy.port}/0"
+    pool = RedisPool(1, 1, 10.0, url=url, namespace=namespace, lease=lease, timeout=3.0)
+
+    async def scenario():
+        assert await pool.run("w", "c", _answer) == 42  # connected, the scripts loaded
+        proxy.marker = hashlib.sha1(SOURCES["admit"].encode()).hexdigest().encode()
+        with pytest.raises(CoordinatorUnavailable):
+            await pool.run("k", "c", _answer)
+        assert proxy.cut.is_set()
+        began = time.monotonic()
+        await until(lambda: _running_keys(redis_server, namespace) == set(), lease / 2)
+        assert await pool.run("j", "c", _answer) == 42  # the caller is free
+        assert time.monotonic() - began < lease / 2
+        assert pool.mode == "redis"
+        await pool.stop()
+
+    try:
+        run(scenario)
+    finally:
+        proxy.close()
+    assert namespace_keys(redis_server.url, namespace) == []
+
+
+def test_a_sharer_waits_a_lease_from_its_join_for_redis_to_come_back(own_redis):
+    """A process idle for a while joins a job of another process, then Redis goes away: its
+    sharer waits a lease from the last time Redis answered this process (the join), not from
+    the last beat of the process's past work, before it is told CoordinatorUnavailable."""
+    lease = 3.0
+    make = pools_in(own_redis, f"t-{uuid4().hex[:12]}")[0]
+    here, there = (make(1, 1, 10.0, lease=lease) for _ in range(2))
+    gate = threading.Event()
+    procs = "{" + here.namespace + "}:procs"
+
+    async def scenario():
+        assert await there.run("w", "b", _answer) == 42
+        with redis.Redis.from_url(own_redis.url, decode_responses=True) as client:
+            await until(lambda: client.zscore(procs, there.process) is None, 3 * lease)  # idle
+        running = asyncio.create_task(here.run("k", "a", held("K", gate)))
+        await until(lambda: here.running() == 1)
+        joined_at = time.monotonic()
+        sharer = asyncio.create_task(there.run("k", "b", None))
+        await until(lambda: there.waiting("k") == 1)
+        own_redis.kill()
+        with pytest.raises(CoordinatorUnavailable):
+            await asyncio.wait_for(sharer, PATIENCE)
+        assert time.monotonic() - joined_at >= lease
+        gate.set()
+        assert await running == "K"
+        await asyncio.gather(here.stop(), there.stop())
+
+    run(scenario)

@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import pytest
+import redis
 
 from django_pdfpool.admission import RedisPool
 from django_pdfpool.admission.history import Recorder
@@ -576,5 +577,33 @@ def test_a_process_new_to_the_cluster_tells_retry_after_from_the_clusters_runs(m
         assert door.pressure("z", "c5").retry_after >= 2.0  # a door's reading, as new
         gate.set()
         assert await asyncio.gather(*running) == ["x", "y"]
+
+    run(scenario)
+
+
+def test_the_door_counts_the_queues_places_while_the_cluster_runs_beyond_its_slots(
+    make_pool, redis_server
+):
+    """Redis lost a running job (a failover to a replica behind) and gave its slot away
+    before the owner's beat counted it again: two jobs run on one slot (the documented
+    bound). The queue's place is still free, as the local pool counts it (``hold``): the
+    door reads one free place, and a new call is queued, not refused."""
+    here, there = make_pool(1, 1, 10.0, lease=6.0), make_pool(1, 1, 10.0, lease=6.0)
+    gate = threading.Event()
+    prefix = "{" + here.namespace + "}:"
+
+    async def scenario():
+        assert await there.run("w", "b", _answer) == 42  # connected: admits at once below
+        first = asyncio.create_task(here.run("k", "a", held("K", gate)))
+        await until(lambda: here.running() == 1)
+        with redis.Redis.from_url(redis_server.url, decode_responses=True) as client:
+            client.delete(prefix + "job:k", prefix + "running", prefix + "callers")
+            second = asyncio.create_task(there.run("j", "b", held("J", gate)))
+            await until(lambda: client.smembers(prefix + "running") == {"k", "j"})
+        assert there.pressure("x", "c").free == 1
+        third = asyncio.create_task(there.run("x", "c", held("X", gate)))
+        await until(lambda: there.queued() == 1)
+        gate.set()
+        assert await asyncio.gather(first, second, third) == ["K", "J", "X"]
 
     run(scenario)

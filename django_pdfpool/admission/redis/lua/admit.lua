@@ -7,37 +7,47 @@
 -- mismatch (ME's terms are not those of a live process of the namespace: another
 -- deployment, or other settings; then {name, theirs}* follows events, and ME is not
 -- registered).
-reap()
 local ours = {slots = ARGV[3], queue = ARGV[4], wait = ARGV[5], lease = ARGV[2],
   fingerprint = ARGV[10], deployment = ARGV[11]}
 local mine = cjson.encode(ours)
-local differs = {}
-local recorded = redis.call('HGETALL', TERMS)
 local recorded_mine = nil
-for i = 1, #recorded, 2 do
-  local proc, text = recorded[i], recorded[i + 1]
-  if proc == ME then
-    recorded_mine = text
-  elseif text ~= mine then  -- the same text is the same terms; else read them
-    local read, theirs = pcall(cjson.decode, text)
-    if redis.call('ZSCORE', PROCS, proc) and read and type(theirs) == 'table' then
-      if #differs == 0 then
-        for _, name in ipairs(TERM_NAMES) do
-          local value = theirs[name]
-          if type(value) ~= 'string' or value ~= ours[name] then
-            differs[#differs + 1] = name
-            differs[#differs + 1] = type(value) == 'string' and value or ''
+-- The terms of the live processes (`live(lease end)`) ME's differ from, {name, theirs}*.
+local function differing(live)
+  local differs = {}
+  local recorded = redis.call('HGETALL', TERMS)
+  for i = 1, #recorded, 2 do
+    local proc, text = recorded[i], recorded[i + 1]
+    if proc == ME then
+      recorded_mine = text
+    elseif text ~= mine then  -- the same text is the same terms; else read them
+      local read, theirs = pcall(cjson.decode, text)
+      local lease_end = redis.call('ZSCORE', PROCS, proc)
+      if lease_end and read and type(theirs) == 'table' then
+        if #differs == 0 and live(tonumber(lease_end)) then
+          for _, name in ipairs(TERM_NAMES) do
+            local value = theirs[name]
+            if type(value) ~= 'string' or value ~= ours[name] then
+              differs[#differs + 1] = name
+              differs[#differs + 1] = type(value) == 'string' and value or ''
+            end
           end
         end
+      else  -- a process gone, or an entry that is not terms: cleaned
+        redis.call('HDEL', TERMS, proc)
       end
-    else  -- a process gone, or an entry that is not terms: cleaned
-      redis.call('HDEL', TERMS, proc)
     end
   end
+  return differs
+end
+-- Checked before reap(), whose steps take ME's LEASE and SLOTS as the namespace's, and
+-- again after it (a Redis pause moves leases on: a process may be live again).
+local differs = differing(function(lease_end) return lease_end > NOW end)
+if #differs == 0 then
+  reap()
+  differs = differing(function() return true end)
 end
 if #differs > 0 then  -- never merge two deployments: refuse, and do not register
   tally('refused_busy', 1)
-  touch()
   return {'mismatch', '', '', '', '0', '0', events, differs}
 end
 if recorded_mine ~= mine then redis.call('HSET', TERMS, ME, mine) end

@@ -337,12 +337,17 @@ local function reap()
   promote()
 end
 
+-- No process left in the namespace: its bookkeeping goes too.
+local function vacate()
+  if redis.call('EXISTS', PROCS) == 0 then redis.call('DEL', TERMS, TICK, REBUILD, TIDIED) end
+end
+
 local function touch(jk)
   for _, key in ipairs({PROCS, RUNNING, QUEUE, CALLERS, TERMS}) do
     redis.call('PEXPIRE', key, KEEP)
   end
   if jk then redis.call('PEXPIRE', jk, KEEP) end
-  if redis.call('EXISTS', PROCS) == 0 then redis.call('DEL', TERMS, TICK, REBUILD, TIDIED) end
+  vacate()
 end
 
 local function renew() redis.call('ZADD', PROCS, NOW + LEASE, ME) end
