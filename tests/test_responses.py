@@ -91,6 +91,14 @@ def test_every_answer_of_the_library_says_what_describe_says(rf, error, told):
     )
 
 
+def test_the_default_answer_chosen_by_accept_says_it_varies_on_accept(rf):
+    """A cache in front keeps one answer per ``Accept`` (as Django's ``vary_on_headers``)."""
+    for accept in ("application/json", "text/html", "*/*"):
+        response = error_answer(rf.post("/", HTTP_ACCEPT=accept), PoolBusy("full", 1.0))
+        assert response["Vary"] == "Accept"
+    assert "Vary" not in json_answer(rf.post("/"), PoolBusy("full", 1.0))  # one kind: no Vary
+
+
 def test_the_integrations_tell_what_describe_tells():
     from django_pdfpool.contrib.drf import api_exception
     from django_pdfpool.contrib.ninja import PdfPoolHttpError
