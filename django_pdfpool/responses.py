@@ -103,8 +103,12 @@ def _retry_after(said: Described) -> dict[str, str]:
 def error_answer(request: HttpRequest, exception: Failure) -> HttpResponse:
     """The default ``REFUSAL_VIEW``: JSON for clients that accept it (``*/*`` too), else HTML;
     ``Vary: Accept``, as it was chosen by that header."""
-    preferred = request.get_preferred_type(["application/json", "text/html"])
-    response = (json_answer if preferred == "application/json" else html_answer)(request, exception)
+    offered = ["application/json", "text/html"]
+    # a range's parameters (a charset, a version) accept these types, as DRF's negotiation has it
+    offered += [str(t) for t in request.accepted_types if f"{t.main_type}/{t.sub_type}" in offered]
+    preferred = request.get_preferred_type(offered) or ""
+    answer = json_answer if preferred.startswith("application/json") else html_answer
+    response = answer(request, exception)
     patch_vary_headers(response, ["Accept"])
     return response
 
