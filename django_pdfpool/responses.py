@@ -103,12 +103,12 @@ def _retry_after(said: Described) -> dict[str, str]:
 def error_answer(request: HttpRequest, exception: Failure) -> HttpResponse:
     """The default ``REFUSAL_VIEW``: JSON for clients that accept it (``*/*`` too), else HTML;
     ``Vary: Accept``, as it was chosen by that header."""
-    offered = ["application/json", "text/html"]
-    # a range's parameters (a charset, a version) accept these types, as DRF's negotiation has it
-    offered += [str(t) for t in request.accepted_types if f"{t.main_type}/{t.sub_type}" in offered]
-    preferred = request.get_preferred_type(offered) or ""
-    answer = json_answer if preferred.startswith("application/json") else html_answer
-    response = answer(request, exception)
+    bare = HttpRequest()  # Accept without its ranges' parameters (a charset, a version): they
+    bare.META["HTTP_ACCEPT"] = ",".join(  # do not turn a JSON client away (DRF's negotiation)
+        f"{t.main_type}/{t.sub_type};q={t.quality}" for t in request.accepted_types
+    )
+    preferred = bare.get_preferred_type(["application/json", "text/html"])
+    response = (json_answer if preferred == "application/json" else html_answer)(request, exception)
     patch_vary_headers(response, ["Accept"])
     return response
 
