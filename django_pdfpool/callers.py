@@ -75,14 +75,15 @@ def _user_or(request: HttpRequest, address: str) -> str | None:
     if cannot_know_yet(request):
         return None
     user = getattr(request, "user", None)
-    if user is not None and user.is_authenticated:
+    if user is not None and user.is_authenticated and user.pk is not None:  # unsaved: no one
         return user_caller(user)
     return address_caller(address or request.META.get("REMOTE_ADDR") or "unknown")
 
 
 def user_or_ip(request: HttpRequest) -> str | None:
-    """``user_caller`` of an authenticated user, else ``address_caller(REMOTE_ADDR)`` (not a
-    forwarded address: ``user_or_forwarded_ip``); None when ``cannot_know_yet``."""
+    """``user_caller`` of an authenticated user with a primary key, else
+    ``address_caller(REMOTE_ADDR)`` (not a forwarded address: ``user_or_forwarded_ip``); None
+    when ``cannot_know_yet``."""
     return _user_or(request, "")
 
 

@@ -89,8 +89,6 @@ def stage_source(source: Source, conf: PoolSettings) -> StagedUpload:
     if isinstance(source, File):  # opened and closed again, or left open at its start
         if not source.name and source.closed:
             raise ValueError("The file has no name and is not open: there is nothing to read.")
-        if not source.closed and "b" not in getattr(source, "mode", "b"):
-            raise TypeError(f"{source.name!r} is open in text mode: open it with 'rb'.")
         with source.open("rb") if source.closed else contextlib.nullcontext(source) as opened:
             return stage(opened, conf.temp_dir, limit)
     if not isinstance(source, str | os.PathLike):

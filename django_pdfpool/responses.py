@@ -10,6 +10,7 @@ from typing import NamedTuple, cast
 from asgiref.sync import async_to_sync, iscoroutinefunction, sync_to_async
 from django.db import close_old_connections
 from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse
+from django.utils.cache import patch_vary_headers
 from django.utils.html import format_html
 
 from .conf import get_settings
@@ -100,9 +101,16 @@ def _retry_after(said: Described) -> dict[str, str]:
 
 
 def error_answer(request: HttpRequest, exception: Failure) -> HttpResponse:
-    """The default ``REFUSAL_VIEW``: JSON for clients that accept it (``*/*`` too), else HTML."""
-    preferred = request.get_preferred_type(["application/json", "text/html"])
-    return (json_answer if preferred == "application/json" else html_answer)(request, exception)
+    """The default ``REFUSAL_VIEW``: JSON for clients that accept it (``*/*`` too), else HTML;
+    ``Vary: Accept``, as it was chosen by that header."""
+    bare = HttpRequest()  # Accept without its ranges' parameters (a charset, a version): they
+    bare.META["HTTP_ACCEPT"] = ",".join(  # do not turn a JSON client away (DRF's negotiation)
+        f"{t.main_type}/{t.sub_type};q={t.quality}" for t in request.accepted_types
+    )
+    preferred = bare.get_preferred_type(["application/json", "text/html"])
+    response = (json_answer if preferred == "application/json" else html_answer)(request, exception)
+    patch_vary_headers(response, ["Accept"])
+    return response
 
 
 default_refusal_view = error_answer  # the REFUSAL_VIEW setting's default, by its dotted path

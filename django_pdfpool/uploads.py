@@ -66,7 +66,7 @@ def stage_chunks(
     chunks: Iterable[bytes | memoryview], name: str, directory: str | None, limit: int | None = None
 ) -> StagedUpload:
     """Copy ``chunks`` (a raw body's, say) into a new temporary file, hashing them;
-    ``UploadTooLarge`` past ``limit`` bytes. A failed read leaves no file behind."""
+    ``UploadTooLarge`` past ``limit`` bytes, TypeError for text. A failed read leaves no file."""
     digest = hashlib.sha256()
     fd, path = tempfile.mkstemp(
         prefix=_prefix(directory, os.getpid()), suffix=".pdf", dir=directory
@@ -74,6 +74,8 @@ def stage_chunks(
     try:
         with os.fdopen(fd, "wb") as out:
             for chunk in chunks:
+                if isinstance(chunk, str):  # a file read as text, whatever its mode says
+                    raise TypeError(f"{name!r} is open in text mode: open it with 'rb'.")
                 if limit is not None and out.tell() + len(chunk) > limit:
                     raise UploadTooLarge.over(limit)
                 digest.update(chunk)

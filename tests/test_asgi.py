@@ -265,9 +265,9 @@ def test_the_doors_refusal_is_answered_through_the_projects_middleware(
     assert status == 413 and headers.pop("Connection", "close") == "close"
     assert headers == {
         "Content-Type": "application/json", "Content-Length": headers["Content-Length"],
-        "Access-Control-Allow-Origin": "https://app.example", "X-Frame-Options": "DENY",
-        "X-Content-Type-Options": "nosniff", "Referrer-Policy": "same-origin",
-        "Cross-Origin-Opener-Policy": "same-origin",
+        "Vary": "Accept", "Access-Control-Allow-Origin": "https://app.example",
+        "X-Frame-Options": "DENY", "X-Content-Type-Options": "nosniff",
+        "Referrer-Policy": "same-origin", "Cross-Origin-Opener-Policy": "same-origin",
     }  # fmt: skip
     assert logged == ["Request Entity Too Large: /sync/"]  # Django logs each 4xx and 5xx
 

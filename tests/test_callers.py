@@ -298,3 +298,12 @@ def test_a_row_of_another_model_that_says_it_is_authenticated_is_not_a_user(rf):
     request.auth, same_pk.auth = client, User(pk=7)
     assert ninja.auth_caller(request) == "auth.group:7"
     assert ninja.auth_caller(same_pk) == "user:7"
+
+
+@pytest.mark.parametrize("caller", [user_or_ip, user_or_forwarded_ip])
+def test_a_signed_in_user_without_a_primary_key_is_its_address_not_one_shared_caller(rf, caller):
+    """A user an authentication built and never saved (claims of a token, say) has no key:
+    ``user:None`` would make every such user one caller, each refused the others' 429."""
+    alice, bob = rf.post("/", REMOTE_ADDR="10.0.9.1"), rf.post("/", REMOTE_ADDR="10.0.9.2")
+    alice.user, bob.user = User(username="alice"), User(username="bob")
+    assert (caller(alice), caller(bob)) == ("ip:10.0.9.1", "ip:10.0.9.2")

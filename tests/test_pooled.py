@@ -190,6 +190,22 @@ def test_a_source_it_cannot_read_is_a_clear_type_error(pdfpool, tmp_path):
     assert os.listdir(pdfpool.staged) == []
 
 
+@pytest.mark.parametrize("kind", ["StringIO", "FieldFile opened 'r'"])
+def test_a_source_that_reads_text_is_a_clear_type_error(pdfpool, tmp_path, kind):
+    """A file read as text without a ``mode`` of its own to say so (a ``StringIO``, a
+    ``FieldFile`` its storage opened): told it is text, not that strings cannot be hashed."""
+    if kind == "StringIO":
+        source = File(io.StringIO("%PDF- as text"), name="text.pdf")
+    else:
+        storage = FileSystemStorage(location=tmp_path / "media")
+        name = storage.save("t.pdf", ContentFile(b"x"))
+        source = FieldFile(None, FileField(storage=storage), name)
+        source.open("r")
+    with pytest.raises(TypeError, match="text mode: open it with 'rb'"):
+        extract_pooled(source, caller="task:text")
+    assert os.listdir(pdfpool.staged) == []
+
+
 def test_the_async_api(pdfpool, tmp_path):
     data = pdfs.simple(["awaited"])
 

@@ -91,6 +91,33 @@ def test_every_answer_of_the_library_says_what_describe_says(rf, error, told):
     )
 
 
+def test_the_default_answer_chosen_by_accept_says_it_varies_on_accept(rf):
+    """A cache in front keeps one answer per ``Accept`` (as Django's ``vary_on_headers``)."""
+    for accept in ("application/json", "text/html", "*/*"):
+        response = error_answer(rf.post("/", HTTP_ACCEPT=accept), PoolBusy("full", 1.0))
+        assert response["Vary"] == "Accept"
+    assert "Vary" not in json_answer(rf.post("/"), PoolBusy("full", 1.0))  # one kind: no Vary
+
+
+@pytest.mark.parametrize(
+    "accept",
+    [
+        "application/json; charset=utf-8",  # a Java client's
+        "application/json; version=2",  # an API versioned by its media type
+        "application/json; charset=utf-8, text/html; q=0.5",
+    ],
+)
+def test_a_client_accepting_json_with_a_parameter_gets_json(rf, accept):
+    """As DRF's negotiation takes it: a range's parameters do not turn a JSON client away."""
+    response = error_answer(rf.post("/", HTTP_ACCEPT=accept), PoolBusy("full", 2.0))
+    assert response["Content-Type"] == "application/json"
+    assert json.loads(response.content)["retry_after"] == 2
+    browser = "text/html; level=1, application/json; q=0.5"
+    assert error_answer(rf.post("/", HTTP_ACCEPT=browser), PoolBusy())["Content-Type"].startswith(
+        "text/html"
+    )
+
+
 def test_the_integrations_tell_what_describe_tells():
     from django_pdfpool.contrib.drf import api_exception
     from django_pdfpool.contrib.ninja import PdfPoolHttpError
