@@ -330,7 +330,13 @@ async def run_staged(upload: StagedUpload, caller: str, view: PooledView) -> Any
 
     async def run_then_discard() -> Any:
         try:
-            return await view.job(upload)
+            running = view.job(upload)
+            if not inspect.isawaitable(running):  # a plain def: it ran, and returned its value
+                raise TypeError(
+                    f"The job {view.job_name!r} returned {type(running).__name__}, not an "
+                    "awaitable: make it an async def (its waits then leave the job loop free)."
+                )
+            return await running
         finally:
             upload.discard()
 

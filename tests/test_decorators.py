@@ -769,3 +769,19 @@ def test_the_settings_part_of_the_key_is_the_same_in_every_process(pdfpool):
     pdfpool(MAX_PAGES=3)
     assert other.stdout.strip() == decorators.pool_key(digest)
     assert decorators.pool_key(digest).endswith(":" + digest)
+
+
+def _sync_job(upload):
+    return {"sha256": upload.sha256}
+
+
+def test_a_job_that_returns_no_awaitable_is_a_type_error_naming_it(pdfpool):
+    """A plain ``def`` job (no coroutine back) fails the upload with a TypeError that says
+    which job and how to mend it, not Python's "can't be used in 'await' expression"."""
+    view = pdf_pooled(job=_sync_job)(_describe)
+    request = RequestFactory().post(
+        "/", pdfs.simple(["x"]), content_type="application/pdf", REMOTE_ADDR="10.9.9.9"
+    )
+    with pytest.raises(TypeError, match=r"tests\.test_decorators\._sync_job.*async def"):
+        view(request)
+    assert get_pool().snapshot().running == 0
