@@ -129,7 +129,9 @@ class ProcessSide:
 
     def begin(self, waiter: RedisWaiter) -> None:
         """Start admitting a call; its waiter learns the outcome."""
-        if self.retired:  # closed between the caller's check and now
+        if self._closing.closed:  # since the caller's check: refused, as Pool's rule 0 (else
+            # admitted after stop() cancelled this process's jobs, it would run and be waited for)
+            self._books.count(Counter.REFUSED_CLOSED)
             jobs.call_dropped(waiter.on_drop)
             jobs.deliver([waiter], None, jobs.closing())
             return
