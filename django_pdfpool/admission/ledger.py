@@ -233,6 +233,8 @@ class ClusterSnapshot:
     redis_error: str = ""  # the last Redis failure, as the log said it
     unreachable: int = 0  # times this process fell back because Redis did not answer
     refused_writes: int = 0  # ... because Redis refused a write (OOM, READONLY, NOPERM)
+    mismatch: str = ""  # why Redis refuses every job of this process: terms unlike the
+    # live processes' (another deployment, other settings); "" while they are alike
 
 
 # --- the books --------------------------------------------------------------------------

@@ -198,6 +198,8 @@ def work_state(data: dict[str, Any]) -> tuple[str, bool]:
     """What new work meets now, and whether it is refused; ``status.js`` has the same rules."""
     if data["closed"]:
         return "closed: accepting no new work", True
+    if data["cluster"] is not None and data["cluster"]["mismatch"]:
+        return f"refusing every job: {data['cluster']['mismatch']}", True
     if data["cluster"] is not None and data["cluster"]["mode"] == "refusing":
         return "refusing new work: Redis is failing", True
     if data["sandbox"]["refusing"]:

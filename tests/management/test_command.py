@@ -20,9 +20,10 @@ import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.core.management import call_command
 from django.core.management.base import CommandError
-from django.test import Client
+from django.test import Client, override_settings
 
 from django_pdfpool import bounds, get_pool
+from django_pdfpool.conf import get_settings
 from django_pdfpool.exceptions import PoolClosed
 from django_pdfpool.management.commands import pdfpool as command
 from tests.conftest import held, held_requests, wait_until
@@ -80,6 +81,17 @@ def holding(pool, key: str, caller: str, gate: threading.Event) -> threading.Thr
     thread.start()
     wait_until(lambda: pool.running() == 1)
     return thread
+
+
+def like_the_command(make_pool, settings: dict, **terms):
+    """A pool in this process with the terms the command's process has under ``settings``
+    (the same project settings), but ``terms``: ``RedisPool``'s arguments."""
+    with override_settings(PDFPOOL=settings):
+        conf = get_settings()
+        mine = {"slots": conf.slots, "queue": conf.queue, "wait": conf.wait}
+        mine |= {"lease": conf.redis.lease, "fingerprint": conf.results_tag}
+        mine["deployment"] = conf.deployment_tag()
+    return make_pool(**mine | terms)
 
 
 # --- status ---------------------------------------------------------------------------------
@@ -230,17 +242,17 @@ def test_status_in_a_project_without_django_contrib_auth_shows_its_callers_as_th
     assert rows == {"k:1": "user:7", "k:2": "ip:192.0.2.1"}
 
 
-def test_status_with_redis_reads_the_cluster_from_another_process(make_pool, namespace, tmp_path):
+def test_status_with_redis_reads_the_cluster_from_another_process(
+    make_pool, redis_server, namespace, tmp_path
+):
     """A job held by a pool in this process; the command, in its own process, sees it in
     Redis, and the process holding it; and leaves no key of its own behind (make_pool
     checks the namespace is empty afterwards)."""
-    other = make_pool(2, 4, 10.0)
+    settings = {"REDIS": {"URL": redis_server.url, "NAMESPACE": namespace, "LEASE": LEASE}}
+    other = like_the_command(make_pool, settings)
     gate = threading.Event()
     key = "django_pdfpool.decorators.extract_upload:tag:" + "cd" * 32
     thread = holding(other, key, "ip:198.51.100.4", gate)
-    settings = {
-        "REDIS": {"URL": other._settings.url, "NAMESPACE": namespace, "LEASE": LEASE},
-    }
     try:
         text = manage("status", pdfpool=settings, cwd=tmp_path)
         as_json = manage("status", "--json", pdfpool=settings, cwd=tmp_path)
@@ -279,13 +291,13 @@ def test_status_with_redis_says_an_ended_lease_has_ended(redis_server, namespace
 
 
 def test_status_with_redis_counts_nothing_for_the_cluster_that_redis_does_not_count(
-    make_pool, namespace, tmp_path
+    make_pool, redis_server, namespace, tmp_path
 ):
     """Refusals while closed are counted by each process alone: the cluster's counters show
     no figure for them, as the status page does, rather than a 0 nobody counted."""
-    other = make_pool(2, 4, 10.0)
+    settings = {"REDIS": {"URL": redis_server.url, "NAMESPACE": namespace, "LEASE": LEASE}}
+    other = like_the_command(make_pool, settings)
     asyncio.run(other.run("k:" + "ef" * 32, "ip:198.51.100.5", lambda: asyncio.sleep(0)))
-    settings = {"REDIS": {"URL": other._settings.url, "NAMESPACE": namespace, "LEASE": LEASE}}
     shown = manage("status", pdfpool=settings, cwd=tmp_path)
     assert shown.returncode == 0, shown.stderr
     counters = shown.stdout.split("Counters of the cluster:\n", 1)[1].split("\n\n", 1)[0]
@@ -293,6 +305,40 @@ def test_status_with_redis_counts_nothing_for_the_cluster_that_redis_does_not_co
     assert rows["Started"][0] == "1" and rows["Completed"][0] == "1", counters
     assert rows["Refused: closed"][0] == "-", counters
     assert "never in Redis" in rows["Refused: closed"][1], counters
+
+
+@pytest.mark.parametrize(
+    ("theirs", "said"),
+    [
+        ({"deployment": "other-deployment"}, "Another deployment uses the Redis namespace"),
+        ({"slots": 7, "lease": 3.0}, "7 there; lease 1 s here, 3 s there"),
+    ],
+)
+def test_status_with_redis_says_the_cluster_refuses_this_processs_settings(
+    make_pool, redis_server, namespace, tmp_path, theirs, said
+):
+    """A live process of the namespace has other terms (another deployment, a rolling
+    deploy's other settings): every job of this process is refused ``misconfigured``, and
+    the status says so, naming what differs, and exits 3 as ``extract --pool`` does."""
+    settings = {"REDIS": {"URL": redis_server.url, "NAMESPACE": namespace, "LEASE": LEASE}}
+    other = like_the_command(make_pool, settings, **theirs)
+    gate = threading.Event()
+    thread = holding(other, "k:" + "ab" * 32, "ip:198.51.100.6", gate)
+    try:
+        text = manage("status", pdfpool=settings, cwd=tmp_path)
+        as_json = manage("status", "--json", pdfpool=settings, cwd=tmp_path)
+        pdf = write(tmp_path, "doc.pdf", pdfs.simple(["hello"]))
+        extract = manage("extract", pdf, "--pool", pdfpool=settings, cwd=tmp_path)
+    finally:
+        gate.set()
+        thread.join(SOON)
+    assert extract.returncode == 3 and "misconfigured" in extract.stderr, extract.stderr
+    assert text.returncode == 3 and as_json.returncode == 3, text.stderr
+    state = text.stdout.split("State    ", 1)[1].split("\n\n", 1)[0]
+    assert "accepting work" not in state and said in " ".join(state.split()), state
+    assert said in " ".join(text.stderr.split())
+    refused = json.loads(as_json.stdout)["cluster"]["mismatch"]
+    assert said in refused and refused == " ".join(state.split()).split(": ", 1)[1]
 
 
 def test_status_with_redis_unreachable_fails_instead_of_showing_an_idle_cluster(tmp_path):

@@ -7,10 +7,12 @@ redis-server with the Django process serving the page, which only reads."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import html
 import os
 import signal
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -22,7 +24,9 @@ from django.test import Client
 
 from django_pdfpool import get_pool
 from django_pdfpool.admission.ledger import Counters
+from django_pdfpool.exceptions import PoolMisconfigured
 from django_pdfpool.status.page import PROCESS_ONLY
+from tests.conftest import held
 from tests.status.test_page import URL, page_fields
 from tests.support.redis_server import RedisServer, namespace_keys
 from tests.support.redis_worker import Worker
@@ -283,3 +287,29 @@ def test_a_scrape_reports_the_counters_redis_counts_and_none_while_it_is_out(
         time.sleep(0.05)
     assert counters()[("pdfpool_jobs_total", "completed")] >= 7
     asyncio.run(other.stop())
+
+
+def test_the_page_says_redis_refuses_every_job_of_this_processs_settings(
+    pdfpool, admin_client: Client, make_pool, redis_server, namespace
+):
+    """A live process of the namespace is of another deployment: every job of the page's
+    process is refused ``misconfigured``, and its badge and JSON say so and why, not
+    "accepting work" with the other deployment's load as its cluster's."""
+    other = make_pool(1, 2, 3.0, deployment="other-deployment")
+    gate = threading.Event()
+    thread = threading.Thread(target=lambda: asyncio.run(other.run("k", "c", held(1, gate))))
+    thread.start()
+    try:
+        until(lambda: other.running() == 1)
+        pdfpool(REDIS={"URL": redis_server.url, "NAMESPACE": namespace})
+        data = admin_client.get(URL, {"format": "json"}).json()
+        page = admin_client.get(URL).content.decode()
+        with pytest.raises(PoolMisconfigured) as refused:
+            asyncio.run(get_pool().run("k2", "c2", held(2, gate)))
+    finally:
+        gate.set()
+        thread.join(20)
+    said = data["cluster"]["mismatch"]
+    assert said == str(refused.value) and "Another deployment uses" in said
+    badge = page.split('id="pdfpool-state"', 1)[1].split(">", 1)[1].split("</", 1)[0]
+    assert html.unescape(badge).strip() == f"refusing every job: {said}", badge

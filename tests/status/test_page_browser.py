@@ -260,6 +260,38 @@ def test_the_state_says_new_work_is_refused_while_it_is(
     assert errors == []
 
 
+def test_the_state_says_every_job_is_refused_while_redis_refuses_this_processs_settings(
+    pdfpool, live_server, operator, browser, redis_server, namespace
+):
+    """A live process of another deployment in the namespace: loaded and refreshed, the
+    badge says every job of this process is refused, and why."""
+    import threading
+
+    from playwright.sync_api import expect
+
+    from tests.conftest import held
+    from tests.support.redis_server import pools_in
+
+    make, _ = pools_in(redis_server, namespace)  # stopped off this thread's (browser's) loop
+    other, gate = make(1, 2, 3.0, deployment="other-deployment"), threading.Event()
+    with ThreadPoolExecutor(1) as thread:
+        running = thread.submit(asyncio.run, other.run("k", "c", held(1, gate)))
+        try:
+            wait_until(lambda: other.running() == 1)
+            pdfpool(REDIS={"URL": redis_server.url, "NAMESPACE": namespace})
+            page, errors = signed_in(browser, live_server, fake_clock=True)
+            state = page.locator("#pdfpool-state")
+            for _ in ("loaded", "refreshed"):
+                expect(state).to_contain_text("refusing every job: Another deployment uses")
+                expect(state).to_have_class(re.compile(r"\brefusing\b"))
+                refreshed(page)
+        finally:
+            gate.set()
+            running.result(20)
+            thread.submit(asyncio.run, other.stop()).result(20)
+    assert errors == []
+
+
 IN_RED = """() => {
   // The counters' cells shown in the admin's error colour.
   const probe = document.createElement("span");

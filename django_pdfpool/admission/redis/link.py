@@ -185,6 +185,13 @@ class RedisPoolSettings:
         return "-1" if self.wait is None else str(round(self.wait * 1000))
 
     @property
+    def terms(self) -> dict[str, str]:
+        """What admit.lua holds alike in every live process of a namespace, as it keeps it."""
+        slots, queue, lease = str(self.slots), str(self.queue_size), str(round(self.lease * 1000))
+        terms = {"slots": slots, "queue": queue, "wait": self.wait_ms, "lease": lease}
+        return terms | {"fingerprint": self.fingerprint, "deployment": self.deployment}
+
+    @property
     def probe_every(self) -> float:
         """Seconds between two probes while Redis fails."""
         return min(1.0, self.lease / 2)

@@ -211,6 +211,7 @@ class RedisPool:
         cluster, processes = (local, ()) if view is None else parse_view(view, self._snapshot)
         side = self._side
         return ClusterSnapshot(
+            mismatch="" if view is None else side.refused_for(view[6]),
             trouble=side.trouble,
             redis_error=side.last_error,
             unreachable=side.failures["unreachable"],
@@ -316,7 +317,7 @@ def parse_view(
 ) -> tuple[PoolSnapshot, tuple[ProcessHold, ...]]:
     """``view.lua``'s reply as ``snapshot(jobs)`` with the cluster's books, and who holds
     what; a field that is not what the scripts write (bad data) is skipped, never an error."""
-    now, leases, flat, stats_flat, waits_ms, runs_ms = reply
+    now, leases, flat, stats_flat, waits_ms, runs_ms, _ = reply
     now, wall = int(now) / 1000, time.time()
     jobs: list[JobInfo] = []
     owners: dict[str, str] = {}

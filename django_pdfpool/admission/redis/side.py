@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import json
 import logging
 import math
 import os
@@ -129,7 +130,9 @@ class ProcessSide:
 
     def begin(self, waiter: RedisWaiter) -> None:
         """Start admitting a call; its waiter learns the outcome."""
-        if self.retired:  # closed between the caller's check and now
+        if self._closing.closed:  # since the caller's check: refused, as Pool's rule 0 (else
+            # admitted after stop() cancelled this process's jobs, it would run and be waited for)
+            self._books.count(Counter.REFUSED_CLOSED)
             jobs.call_dropped(waiter.on_drop)
             jobs.deliver([waiter], None, jobs.closing())
             return
@@ -275,16 +278,39 @@ class ProcessSide:
         books.count(Counter.REFUSED_BUSY)
         if reply.status == "rebuilding":  # bad data took state: the beats count it again
             return PoolBusy(Wording.REBUILDING, self._settings.lease)
-        return self._mismatch(reply.differs)
+        error = self.misconfigured(reply.differs)
+        if not self._told_mismatch:
+            self._told_mismatch = True
+            logger.error("PDF pool refuses every job: %s", error)
+        return error
 
-    def _mismatch(self, differs: dict[str, str]) -> PoolMisconfigured:
-        """A live process of the namespace has other terms: a deployment error."""
-        s = self._settings
-        mine = {"slots": str(s.slots), "queue": str(s.queue_size), "wait": s.wait_ms}
-        mine["lease"] = str(round(s.lease * 1000))
+    def refused_for(self, live_terms: list[str]) -> str:
+        """Why admit.lua refuses this process (view.lua's terms of the live processes, as
+        admit.lua compares them), or "" while its terms are every live process's."""
+        mine = self._settings.terms
+        for process, text in zip(live_terms[::2], live_terms[1::2], strict=False):
+            try:
+                theirs = json.loads(text)
+            except ValueError:
+                continue  # not terms: the next admission cleans it
+            if process == self.process or not isinstance(theirs, dict):
+                continue
+            differs = {
+                name: value if isinstance(value, str) else ""
+                for name in mine
+                if (value := theirs.get(name)) != mine[name]
+            }
+            if differs:
+                return str(self.misconfigured(differs))
+        return ""
+
+    def misconfigured(self, differs: dict[str, str]) -> PoolMisconfigured:
+        """A live process of the namespace has other terms (``differs``: theirs): a
+        deployment error."""
+        s, mine = self._settings, self._settings.terms
         named = [
             f"{name} {_shown(name, mine[name])} here, {_shown(name, differs[name])} there"
-            for name in mine
+            for name in ("slots", "queue", "wait", "lease")
             if name in differs
         ]
         if "fingerprint" in differs:
@@ -302,11 +328,7 @@ class ProcessSide:
                 f"other settings than this one: {'; '.join(named)}. Give them all the same "
                 "settings, or each deployment a namespace of its own."
             )
-        error = PoolMisconfigured(message, s.lease)
-        if not self._told_mismatch:
-            self._told_mismatch = True
-            logger.error("PDF pool refuses every job: %s", error)
-        return error
+        return PoolMisconfigured(message, s.lease)
 
     # --- rule 4: leaving (leave.lua) --------------------------------------------------------
 

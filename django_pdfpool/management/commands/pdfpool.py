@@ -40,7 +40,7 @@ from ...status.page import (
 
 POOL_CALLER = "command:pdfpool"  # the caller of `extract --pool` unless --caller names one
 EXIT_USAGE = 2  # a wrong argument, as Django's parser exits
-EXIT_REFUSED = 3  # the command ran; the PDF was refused, or the drain ran out of time
+EXIT_REFUSED = 3  # the command ran; the PDF (status: every job) was refused, or the drain timed out
 NO_POOL_HERE = (
     "`manage.py pdfpool drain` runs in a process of its own, which has no pool: it cannot "
     "drain the pools of other processes (each worker's pool is in that worker's memory; "
@@ -319,6 +319,8 @@ class Command(BaseCommand):
             self.stdout.write(json.dumps(data, indent=2))
         else:
             self.stdout.write(status_text(data), ending="")
+        if data["cluster"] is not None and data["cluster"]["mismatch"]:  # as extract --pool
+            raise CommandError(data["cluster"]["mismatch"], returncode=EXIT_REFUSED)
 
     def drain(self, conf: PoolSettings, options: dict[str, Any]) -> None:
         """Drain this process's pool, if it has one; CommandError where that cannot help."""

@@ -75,6 +75,7 @@
 
     function stateOf(data) {
         if (data.closed) return ["closed: accepting no new work", true];
+        if (data.cluster && data.cluster.mismatch) return ["refusing every job: " + data.cluster.mismatch, true];
         if (data.cluster && data.cluster.mode === "refusing") return ["refusing new work: Redis is failing", true];
         if (data.sandbox.refusing) return ["refusing extractions: sandbox below SANDBOX[\"REQUIRE\"]", true];
         return ["accepting work", false];

@@ -14,7 +14,7 @@ import pytest
 
 from django_pdfpool.admission import RedisPool
 from django_pdfpool.admission.redis.link import SOURCES
-from tests.conftest import held, until
+from tests.conftest import held, until, wait_until
 from tests.support.outages import _answer, run
 from tests.support.redis_proxy import HoldingProxy
 from tests.support.redis_server import LEASE
@@ -103,3 +103,60 @@ def test_a_queued_job_whose_join_answered_first_runs_when_redis_starts_it(redis_
         proxy.released.set()
         run(lambda: asyncio.wait_for(pool.stop(), PATIENCE))  # a job never run: stop() waits
         proxy.close()
+
+
+def test_a_call_reaching_the_job_loop_after_stop_began_is_refused_as_pool_refuses_it(
+    make_pool, monkeypatch
+):
+    """A call past run()'s closed-check whose admission reaches the job loop after stop()
+    cancelled this process's jobs is refused (PoolClosed), as Pool's rule 0 refuses it
+    under its lock: never admitted, run to its end, and waited for by stop()."""
+    from django_pdfpool.admission.redis import redis_pool
+
+    pool = make_pool(2, 4, 10.0)
+    cancelled, ended, ran = threading.Event(), threading.Event(), []
+
+    async def lingering() -> None:  # ends a while after its cancel, as a child being killed
+        try:
+            await asyncio.sleep(2 * PATIENCE)
+        except asyncio.CancelledError:
+            cancelled.set()
+            while not ended.is_set():
+                await asyncio.sleep(0.01)
+            raise
+
+    async def late() -> str:
+        ran.append(True)
+        return "ran"
+
+    first = threading.Thread(
+        target=lambda: _refused(pool.run("k:" + "a" * 64, "ip:192.0.2.1", lingering))
+    )
+    first.start()
+    stopper = threading.Thread(target=lambda: asyncio.run(pool.stop()))
+    real = redis_pool.call_in_job_loop
+
+    def after_stop_began(callback, *args):  # the caller's thread loses the CPU here
+        if callback == pool._side.begin:
+            stopper.start()
+            assert cancelled.wait(PATIENCE), "stop() did not cancel the running job"
+        real(callback, *args)
+
+    try:
+        wait_until(lambda: pool.running() == 1, PATIENCE)
+        monkeypatch.setattr(redis_pool, "call_in_job_loop", after_stop_began)
+        _refused(pool.run("k:" + "b" * 64, "ip:192.0.2.2", late))
+    finally:
+        ended.set()
+        first.join(PATIENCE)
+        if stopper.ident is not None:
+            stopper.join(PATIENCE)
+    assert ran == [] and not stopper.is_alive()
+
+
+def _refused(call) -> None:
+    """Run ``call`` to its refusal (the pool stops under it)."""
+    from django_pdfpool.exceptions import PoolClosed
+
+    with pytest.raises(PoolClosed):
+        asyncio.run(asyncio.wait_for(call, 2 * PATIENCE))
