@@ -27,7 +27,13 @@ import django_pdfpool
 from django_pdfpool import get_pool
 from django_pdfpool.admission import history
 from django_pdfpool.admission.ledger import CountedBy, Counter, Counters, Ledger
-from django_pdfpool.exceptions import CallerBusy, CoordinatorUnavailable, PoolBusy, PoolClosed
+from django_pdfpool.exceptions import (
+    CallerBusy,
+    CoordinatorUnavailable,
+    PoolBusy,
+    PoolClosed,
+    PoolMisconfigured,
+)
 from django_pdfpool.management.commands import pdfpool as status_report
 from django_pdfpool.status import page as status_page
 from django_pdfpool.status.metrics import METRICS, Reading, render
@@ -128,7 +134,7 @@ def test_every_counter_has_a_label_a_meaning_and_metrics_a_refusal_a_reason():
     assert all(c.meaning and c.label for c in Counter)
     refusals = [c for c in Counter if c.value.startswith("refused_")]
     assert refusals == [c for c in Counter if c.reason is not None]
-    kinds = (PoolBusy, CallerBusy, PoolClosed, CoordinatorUnavailable)
+    kinds = (PoolBusy, CallerBusy, PoolClosed, CoordinatorUnavailable, PoolMisconfigured)
     assert [c.reason for c in refusals] == [kind.code for kind in kinds]
     for kind in kinds:  # each its own, though a CoordinatorUnavailable is a PoolBusy
         assert Counter.refused(kind()).refusal is kind, kind

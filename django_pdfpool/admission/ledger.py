@@ -14,7 +14,14 @@ from dataclasses import dataclass
 from enum import Enum, StrEnum
 from typing import TYPE_CHECKING, Any, Literal
 
-from ..exceptions import CallerBusy, CoordinatorUnavailable, PoolBusy, PoolClosed, Refused
+from ..exceptions import (
+    CallerBusy,
+    CoordinatorUnavailable,
+    PoolBusy,
+    PoolClosed,
+    PoolMisconfigured,
+    Refused,
+)
 
 RECENT = 256  # how many recent durations the summaries and estimates cover
 DEFAULT_RUN_TIME = 1.0  # seconds assumed for a job before any has finished
@@ -66,6 +73,10 @@ class Counter(StrEnum):
     REFUSED_UNAVAILABLE = (
         "refused_unavailable", "process", "Redis could not coordinate the call (503)",
         CoordinatorUnavailable,
+    )  # fmt: skip
+    REFUSED_MISCONFIGURED = (
+        "refused_misconfigured", "process", "Redis refused the settings of this process (503)",
+        PoolMisconfigured,
     )  # fmt: skip
 
     @property

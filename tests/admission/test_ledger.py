@@ -79,6 +79,7 @@ def test_snapshot_of_a_scripted_scenario():
             "refused_caller": 1,
             "refused_closed": 2,  # f's caller at stop, and g
             "refused_unavailable": 0,
+            "refused_misconfigured": 0,
         }
         counters = snap.counters
         assert snap.queue_wait.count == counters.started == 3  # a, b, f took a slot

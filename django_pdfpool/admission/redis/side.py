@@ -275,9 +275,10 @@ class ProcessSide:
             return refusal
         if reply.status not in ("rebuilding", "mismatch"):
             return jobs.nothing_to_join(waiter.key)
-        books.count(Counter.REFUSED_BUSY)
         if reply.status == "rebuilding":  # bad data took state: the beats count it again
+            books.count(Counter.REFUSED_BUSY)
             return PoolBusy(Wording.REBUILDING, self._settings.lease)
+        books.count(Counter.REFUSED_MISCONFIGURED)
         error = self.misconfigured(reply.differs)
         if not self._told_mismatch:
             self._told_mismatch = True

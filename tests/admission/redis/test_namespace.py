@@ -76,6 +76,16 @@ def test_other_limits_on_one_namespace_are_refused_loudly(make_pool, namespace, 
     assert len(logged) == 1 and namespace in logged[0].getMessage()  # once per process
 
 
+def test_a_refusal_for_other_settings_counts_as_misconfigured_not_as_busy(make_pool):
+    """A deployment error is not overload: each refused call counts in
+    refused_misconfigured (the metrics' reason "misconfigured"), none in refused_busy."""
+    first, second = make_pool(2, 4, 10.0), make_pool(3, 4, 10.0)
+    errors = _first_holds_then(first, second)
+    mine, cluster = second.local_snapshot().counters, first.snapshot().counters
+    assert (mine.refused_misconfigured, mine.refused_busy) == (len(errors), 0)
+    assert cluster.refused_busy == 0  # the live deployment's books are not the newcomer's
+
+
 def test_another_fingerprint_on_one_namespace_is_refused(make_pool):
     first = make_pool(2, 4, 10.0, fingerprint="engine=pypdf;max_pages=None")
     second = make_pool(2, 4, 10.0, fingerprint="engine=pypdf;max_pages=1")

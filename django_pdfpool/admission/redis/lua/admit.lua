@@ -46,8 +46,7 @@ if #differs == 0 then
   reap()
   differs = differing(function() return true end)
 end
-if #differs > 0 then  -- never merge two deployments: refuse, and do not register
-  tally('refused_busy', 1)
+if #differs > 0 then  -- never merge two deployments: refuse, do not register, count nothing
   return {'mismatch', '', '', '', '0', '0', events, differs}
 end
 if recorded_mine ~= mine then redis.call('HSET', TERMS, ME, mine) end
