@@ -76,7 +76,7 @@ class Outcome:
     returncode: int | None  # None: not known (a forked child whose template died first)
     timed_out: bool = False  # killed by us at the deadline
     overflow: bool = False  # killed by us: more output than allowed
-    lost: bool = False  # the job could not be handed over: the child was already gone
+    lost: bool = False  # no child read the job: gone before it could, or the deadline came
     complete: bool = False  # a whole answer arrived (the child is exiting, not yet reaped)
     started: bool = False  # the child said it had read the job
     start: str = COLD  # how the child that answered started: COLD or FORKED

@@ -445,10 +445,12 @@ class _Job:
                 children.remember(child)
                 return outcome
             child.finish(outcome, self.deadline)
+            # Gone before it read the job (killed just now, or the deadline passed while a
+            # template kept it waiting): no fault of the PDF's.
+            outcome.lost = not (outcome.started or outcome.overflow)
             if outcome.started or outcome.timed_out or outcome.overflow:
                 children.remember(child)
                 break
-            outcome.lost = True  # died before it read the job (e.g. killed just now)
         return outcome
 
     def cancel(self) -> None:
@@ -495,14 +497,14 @@ _SIGNAL_NAMES = {number.value: number.name for number in signal.Signals}
 def _ending_without_answer(outcome: children.Outcome, engine: str) -> Exception:
     """The error for a child that gave no valid answer: the deadline, overflow, its death, or
     no child at all (the host's fault, not the PDF's: 503, logged at ERROR)."""
-    if outcome.timed_out:
-        return ExtractionError("too_complex", detail="deadline")
-    if outcome.overflow:
-        return ExtractionError("too_large", detail="answer larger than allowed")
     if outcome.lost:
         lost = RunnerLost(Wording.RUNNER_LOST)
         lost.add_note("no extraction child could take the job")
         return lost
+    if outcome.timed_out:
+        return ExtractionError("too_complex", detail="deadline")
+    if outcome.overflow:
+        return ExtractionError("too_large", detail="answer larger than allowed")
     returncode = outcome.returncode
     if returncode is None or returncode >= 0:
         return ExtractionError("crashed", detail=f"exit status {returncode}, no valid answer")
