@@ -344,28 +344,32 @@ class _Running:
 
     def fork(self) -> ForkedChild | None:
         """A (ready) child from the template, or None if the template did not answer."""
-        reply, fds = self._ask(wire.FORK_REQUEST)
-        if len(reply) != struct.calcsize(wire.PID_FORMAT) or len(fds) != 4:
-            for fd in fds:
-                os.close(fd)
+        reply, fds = self._ask(wire.FORK_REQUEST, 4)
+        if len(reply) != struct.calcsize(wire.PID_FORMAT) or not fds:
             return None
         (pid,) = struct.unpack(wire.PID_FORMAT, reply)
         return ForkedChild(pid, *fds)
 
     def ready_pids(self) -> list[int]:
         """The pids of the template's ready children ([] if it does not answer)."""
-        reply = self._ask(wire.PIDS_REQUEST)[0]
+        reply = self._ask(wire.PIDS_REQUEST, 0)[0]
         pids = b"" if reply == b"-" else reply
         return [pid for (pid,) in struct.iter_unpack(wire.PID_FORMAT, pids)]
 
-    def _ask(self, request: bytes) -> tuple[bytes, list[int]]:
-        """The template's reply and descriptors; nothing if it is gone or too slow (timeout)."""
+    def _ask(self, request: bytes, descriptors: int) -> tuple[bytes, list[int]]:
+        """The template's reply with as many descriptors as `request` gets; nothing if it is
+        gone, too slow (timeout) or answers another (a late reply: its descriptors closed)."""
         try:
             with self.lock:
                 self.control.send(request)
-                return socket.recv_fds(self.control, 4 * 64, 4, socket.MSG_CMSG_CLOEXEC)[:2]
+                reply, fds = socket.recv_fds(self.control, 4 * 64, 4, socket.MSG_CMSG_CLOEXEC)[:2]
         except OSError:
             return b"", []
+        if len(fds) == descriptors:
+            return reply, fds
+        for fd in fds:
+            os.close(fd)
+        return b"", []
 
 
 class Template:

@@ -258,3 +258,24 @@ def test_a_stopped_template_costs_a_job_no_fault_of_its_pdf(warm):
             os.kill(warm, signal.SIGCONT)
     wait_until(lambda: sandbox.idle_pids() not in ([], [warm]), timeout=30)
     assert (asyncio.run(extract(pdfs.simple(["next"]), **LIMITS))).text == "next"
+
+
+def test_a_late_reply_of_the_template_leaves_no_descriptor_nor_child(warm):
+    """A fork request the template answered too late (it was stopped): the next request reads
+    that reply, a child's descriptors; they are closed, so the child gets end of input and
+    exits rather than waiting for a job line forever, and no descriptor is kept."""
+    from django_pdfpool.sandbox.children import FORK_TIMEOUT
+
+    running = sandbox._template._running
+    assert running is not None and running.child.pid == warm
+    fds = len(os.listdir("/proc/self/fd"))
+    running.control.settimeout(0.2)
+    os.kill(warm, signal.SIGSTOP)
+    try:
+        assert running.fork() is None  # timed out: the template answers it once continued
+    finally:
+        os.kill(warm, signal.SIGCONT)
+        running.control.settimeout(FORK_TIMEOUT)
+    assert running.ready_pids() == []  # the fork's reply read here: not pids
+    assert len(os.listdir("/proc/self/fd")) == fds
+    wait_until(lambda: forked_children(warm) == [], timeout=10)
