@@ -278,4 +278,5 @@ def test_a_late_reply_of_the_template_leaves_no_descriptor_nor_child(warm):
         running.control.settimeout(FORK_TIMEOUT)
     assert running.ready_pids() == []  # the fork's reply read here: not pids
     assert len(os.listdir("/proc/self/fd")) == fds
+    assert running.control.recv(256) == b"-"  # its own reply, read: the next test's in step
     wait_until(lambda: forked_children(warm) == [], timeout=10)
