@@ -17,6 +17,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -61,6 +62,17 @@ def interpreter() -> str:
         if os.access(found, os.X_OK):
             return found
     return sys.executable
+
+
+@contextlib.contextmanager
+def stop_signals_blocked() -> Iterator[None]:
+    """Around a child's start: it is born with the stop signals blocked (the template's forks
+    too), as systemd signals every process of a service it stops: the server drains its jobs."""
+    unblocked = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, unblocked)
 
 
 def job_started(output: bytes | bytearray) -> bool:
@@ -193,10 +205,7 @@ class Child(Handle):
         python, env, preload, sandbox, nice = spec
         role = {"template": template is not None, "parent": os.getpid(), "ready": ready}
         options = wire.child_options(preload, False, **role, sandbox=sandbox, nice=nice)
-        # Born with the stop signals blocked (the template's forks too): systemd signals every
-        # process of a service it stops, and the children end with the server, not before it.
-        unblocked = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
-        try:
+        with stop_signals_blocked():
             self.proc = subprocess.Popen(
                 [python, "-P", "-m", CHILD_MODULE, *options],
                 stdin=subprocess.PIPE if template is None else template,
@@ -207,8 +216,6 @@ class Child(Handle):
                 env=child_env(env),
                 bufsize=0,
             )
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, unblocked)
         assert self.proc.stdout is not None  # stdout=PIPE
         try:
             pidfd: int | None = os.pidfd_open(self.proc.pid)

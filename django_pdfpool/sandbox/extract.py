@@ -149,14 +149,20 @@ def probe(python: str, env: tuple[str, ...], sandbox: str) -> SandboxLayers:
         missing = dict.fromkeys(LAYERS, "the sandbox is turned off")
         return SandboxLayers((), missing, 0, "none", enabled=False)
     try:
-        proc = subprocess.run(
-            [python, "-P", "-m", children.CHILD_MODULE, wire.PROBE_OPTION],
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            env=children.child_env(env),
-            timeout=PROBE_TIMEOUT,
-        )
-        found = json.loads(proc.stdout.splitlines()[-1])
+        with children.stop_signals_blocked():  # as a job's child: a server's stop spares it
+            proc = subprocess.Popen(
+                [python, "-P", "-m", children.CHILD_MODULE, wire.PROBE_OPTION],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                env=children.child_env(env),
+            )
+        with proc:
+            try:
+                stdout = proc.communicate(timeout=PROBE_TIMEOUT)[0]
+            finally:
+                proc.kill()  # at the timeout (once it exited: nothing)
+        found = json.loads(stdout.splitlines()[-1])
         layers = tuple(layer for layer in LAYERS if layer in found["layers"])
         missing = {str(k): str(v) for k, v in found["missing"].items() if k not in layers}
         abi = int(found["landlock_abi"])
