@@ -17,6 +17,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -63,6 +64,17 @@ def interpreter() -> str:
     return sys.executable
 
 
+@contextlib.contextmanager
+def stop_signals_blocked() -> Iterator[None]:
+    """Around a child's start: it is born with the stop signals blocked (the template's forks
+    too), as systemd signals every process of a service it stops: the server drains its jobs."""
+    unblocked = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, unblocked)
+
+
 def job_started(output: bytes | bytearray) -> bool:
     """Whether the child said it read its job (after READY from a cold child)."""
     return output.startswith((wire.STARTED, wire.READY + wire.STARTED))
@@ -76,7 +88,7 @@ class Outcome:
     returncode: int | None  # None: not known (a forked child whose template died first)
     timed_out: bool = False  # killed by us at the deadline
     overflow: bool = False  # killed by us: more output than allowed
-    lost: bool = False  # the job could not be handed over: the child was already gone
+    lost: bool = False  # no child read the job: gone before it could, or the deadline came
     complete: bool = False  # a whole answer arrived (the child is exiting, not yet reaped)
     started: bool = False  # the child said it had read the job
     start: str = COLD  # how the child that answered started: COLD or FORKED
@@ -193,10 +205,7 @@ class Child(Handle):
         python, env, preload, sandbox, nice = spec
         role = {"template": template is not None, "parent": os.getpid(), "ready": ready}
         options = wire.child_options(preload, False, **role, sandbox=sandbox, nice=nice)
-        # Born with the stop signals blocked (the template's forks too): systemd signals every
-        # process of a service it stops, and the children end with the server, not before it.
-        unblocked = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
-        try:
+        with stop_signals_blocked():
             self.proc = subprocess.Popen(
                 [python, "-P", "-m", CHILD_MODULE, *options],
                 stdin=subprocess.PIPE if template is None else template,
@@ -207,8 +216,6 @@ class Child(Handle):
                 env=child_env(env),
                 bufsize=0,
             )
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, unblocked)
         assert self.proc.stdout is not None  # stdout=PIPE
         try:
             pidfd: int | None = os.pidfd_open(self.proc.pid)
@@ -344,28 +351,32 @@ class _Running:
 
     def fork(self) -> ForkedChild | None:
         """A (ready) child from the template, or None if the template did not answer."""
-        reply, fds = self._ask(wire.FORK_REQUEST)
-        if len(reply) != struct.calcsize(wire.PID_FORMAT) or len(fds) != 4:
-            for fd in fds:
-                os.close(fd)
+        reply, fds = self._ask(wire.FORK_REQUEST, 4)
+        if len(reply) != struct.calcsize(wire.PID_FORMAT) or not fds:
             return None
         (pid,) = struct.unpack(wire.PID_FORMAT, reply)
         return ForkedChild(pid, *fds)
 
     def ready_pids(self) -> list[int]:
         """The pids of the template's ready children ([] if it does not answer)."""
-        reply = self._ask(wire.PIDS_REQUEST)[0]
+        reply = self._ask(wire.PIDS_REQUEST, 0)[0]
         pids = b"" if reply == b"-" else reply
         return [pid for (pid,) in struct.iter_unpack(wire.PID_FORMAT, pids)]
 
-    def _ask(self, request: bytes) -> tuple[bytes, list[int]]:
-        """The template's reply and descriptors; nothing if it is gone or too slow (timeout)."""
+    def _ask(self, request: bytes, descriptors: int) -> tuple[bytes, list[int]]:
+        """The template's reply with as many descriptors as `request` gets; nothing if it is
+        gone, too slow (timeout) or answers another (a late reply: its descriptors closed)."""
         try:
             with self.lock:
                 self.control.send(request)
-                return socket.recv_fds(self.control, 4 * 64, 4, socket.MSG_CMSG_CLOEXEC)[:2]
+                reply, fds = socket.recv_fds(self.control, 4 * 64, 4, socket.MSG_CMSG_CLOEXEC)[:2]
         except OSError:
             return b"", []
+        if len(fds) == descriptors:
+            return reply, fds
+        for fd in fds:
+            os.close(fd)
+        return b"", []
 
 
 class Template:

@@ -8,14 +8,13 @@ import contextlib
 import dataclasses
 import importlib
 import io
-import json
 import re
 import zlib
 from collections.abc import Callable
 from typing import Any
 
 from ..exceptions import ExtractionError
-from .wire import DEFAULT_MAX_TEXT_BYTES, METADATA_CHARS, METADATA_KEYS
+from .wire import DEFAULT_MAX_TEXT_BYTES, METADATA_CHARS, METADATA_KEYS, SEPARATOR
 
 HEADER_WINDOW = 1024  # readers accept "%PDF-" anywhere in the first kilobyte
 
@@ -122,7 +121,8 @@ def configure_pypdf(memory_limit: int | None = None) -> None:
 
 
 class TextBudget:
-    """The pages a job returns, cut so that their JSON (quotes, escapes, commas) fits `limit`."""
+    """The pages a job returns, cut so that their UTF-8 and a separator after each (the
+    answer's, see wire.encode_answer) fit `limit`."""
 
     def __init__(self, limit: int) -> None:
         self.left = limit
@@ -131,8 +131,8 @@ class TextBudget:
 
     def add(self, page: str) -> bool:
         """Keep `page`, or as much of it as fits; False once the budget is spent."""
-        room = self.left - 3  # its quotes and the comma after it
-        if room >= 0 and len(page) <= room and (size := json_size(page)) <= room:
+        room = self.left - len(SEPARATOR.encode())
+        if room >= 0 and len(page) <= room and (size := utf8_size(page)) <= room:
             self.pages.append(page)
             self.left = room - size
             return True
@@ -142,28 +142,18 @@ class TextBudget:
         return False
 
 
-def json_size(text: str) -> int:
-    """Bytes of `text` in the answer line, quotes excluded (a lone surrogate becomes 3)."""
-    return len(json.dumps(text, ensure_ascii=False).encode("utf-8", "surrogatepass")) - 2
+def utf8_size(text: str) -> int:
+    """Bytes of `text` in the answer (a lone surrogate, U+FFFD there, is 3 as well)."""
+    return len(text.encode("utf-8", "surrogatepass"))
 
 
 def fit(text: str, room: int) -> str:
-    """The longest prefix of `text` whose json_size is at most `room`."""
-    text = text[:room]  # every character costs a byte at least
-    line = json.dumps(text, ensure_ascii=False).encode("utf-8", "surrogatepass")
-    if len(line) - 2 <= room:
-        return text
-    end = room + 1  # the line cut after `room` bytes of the string, then closed again
-    for _ in range(8):  # back off out of a character, then out of an escape (6 bytes at most)
-        while end > 1 and line[end] & 0xC0 == 0x80:
-            end -= 1
-        if end <= 1:
-            break
-        try:
-            return str(json.loads(line[:end] + b'"'))
-        except ValueError:
-            end -= 1
-    return ""
+    """The longest prefix of `text` whose utf8_size is at most `room`."""
+    data = text[:room].encode("utf-8", "surrogatepass")  # every character a byte at least
+    end = min(room, len(data))
+    while end < len(data) and data[end] & 0xC0 == 0x80:  # back out of a cut character
+        end -= 1
+    return data[:end].decode("utf-8", "surrogatepass")
 
 
 def extract_pages(

@@ -149,14 +149,20 @@ def probe(python: str, env: tuple[str, ...], sandbox: str) -> SandboxLayers:
         missing = dict.fromkeys(LAYERS, "the sandbox is turned off")
         return SandboxLayers((), missing, 0, "none", enabled=False)
     try:
-        proc = subprocess.run(
-            [python, "-P", "-m", children.CHILD_MODULE, wire.PROBE_OPTION],
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            env=children.child_env(env),
-            timeout=PROBE_TIMEOUT,
-        )
-        found = json.loads(proc.stdout.splitlines()[-1])
+        with children.stop_signals_blocked():  # as a job's child: a server's stop spares it
+            proc = subprocess.Popen(
+                [python, "-P", "-m", children.CHILD_MODULE, wire.PROBE_OPTION],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                env=children.child_env(env),
+            )
+        with proc:
+            try:
+                stdout = proc.communicate(timeout=PROBE_TIMEOUT)[0]
+            finally:
+                proc.kill()  # at the timeout (once it exited: nothing)
+        found = json.loads(stdout.splitlines()[-1])
         layers = tuple(layer for layer in LAYERS if layer in found["layers"])
         missing = {str(k): str(v) for k, v in found["missing"].items() if k not in layers}
         abi = int(found["landlock_abi"])
@@ -445,10 +451,12 @@ class _Job:
                 children.remember(child)
                 return outcome
             child.finish(outcome, self.deadline)
+            # Gone before it read the job (killed just now, or the deadline passed while a
+            # template kept it waiting): no fault of the PDF's.
+            outcome.lost = not (outcome.started or outcome.overflow)
             if outcome.started or outcome.timed_out or outcome.overflow:
                 children.remember(child)
                 break
-            outcome.lost = True  # died before it read the job (e.g. killed just now)
         return outcome
 
     def cancel(self) -> None:
@@ -495,14 +503,14 @@ _SIGNAL_NAMES = {number.value: number.name for number in signal.Signals}
 def _ending_without_answer(outcome: children.Outcome, engine: str) -> Exception:
     """The error for a child that gave no valid answer: the deadline, overflow, its death, or
     no child at all (the host's fault, not the PDF's: 503, logged at ERROR)."""
-    if outcome.timed_out:
-        return ExtractionError("too_complex", detail="deadline")
-    if outcome.overflow:
-        return ExtractionError("too_large", detail="answer larger than allowed")
     if outcome.lost:
         lost = RunnerLost(Wording.RUNNER_LOST)
         lost.add_note("no extraction child could take the job")
         return lost
+    if outcome.timed_out:
+        return ExtractionError("too_complex", detail="deadline")
+    if outcome.overflow:
+        return ExtractionError("too_large", detail="answer larger than allowed")
     returncode = outcome.returncode
     if returncode is None or returncode >= 0:
         return ExtractionError("crashed", detail=f"exit status {returncode}, no valid answer")

@@ -20,7 +20,7 @@ STARTED = b"started\n"  # its second: the job is read and the limits are set
 DEFAULT_MAX_TEXT_BYTES = 8 << 20  # of the pages' text a job may return (PDFPOOL's default)
 METADATA_KEYS = 64  # /Info entries kept
 METADATA_CHARS = 2000  # of each key and value
-# An answer's bytes besides its pages' text (which the cap counts at no less than its UTF-8),
+# An answer's bytes besides its pages' text (which the cap counts, in UTF-8, with a separator),
 # read beyond the text cap: its header line, its metadata in raw UTF-8 (4 bytes a character at
 # worst) and a 3-byte SEPARATOR between pieces, up to MAX_ANSWER_PAGES of them; 6 bytes a
 # metadata character leave room for those. A child that writes more is refused as too_large.
@@ -86,7 +86,7 @@ class ExtractionJob:
     memory_limit: int  # bytes of address space
     max_pages: int | None
     refuse: bool  # over max_pages: too_many_pages rather than the first max_pages pages
-    max_text_bytes: int = DEFAULT_MAX_TEXT_BYTES  # the pages' JSON, see engines.TextBudget
+    max_text_bytes: int = DEFAULT_MAX_TEXT_BYTES  # the pages' UTF-8, see engines.TextBudget
 
 
 def encode_job(job: ExtractionJob) -> bytes:

@@ -526,3 +526,34 @@ def test_a_child_holds_no_memory_outside_its_address_space(sandboxed, restore_sa
         assert report["memfd"] == f"escaped: {3 * limit} MiB"
         assert report["shm"].startswith("escaped: segments")
         assert int(report["pipes"].split()[1]) >= 16, report  # 1 MiB a pipe, up to 64 MiB
+
+
+def test_a_stop_signal_to_every_process_spares_the_probe_child():
+    """systemd's stop signals every process of the service: the probe child, started with the
+    stop signals blocked as a job's, still says what the host gives (its finding is kept)."""
+    import signal
+    import threading
+
+    from tests.support.procs import child_pids
+
+    found: list[sandbox.SandboxLayers] = []
+    key = (sandbox._template.python, sandbox._template.env, sandbox._template.sandbox)
+    before = child_pids()
+    prober = threading.Thread(target=lambda: found.append(sandbox.probe(*key)))
+    prober.start()
+
+    def probe_child() -> int | None:
+        for pid in child_pids() - before:
+            with contextlib.suppress(OSError):
+                if b"--probe" in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0"):
+                    return pid
+        return None
+
+    wait_until(lambda: probe_child() is not None or not prober.is_alive(), timeout=30)
+    pid = probe_child()
+    assert pid is not None, "the probe ended before it was seen"
+    for stop in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, stop)
+    prober.join(60)
+    assert found and "the probe child failed" not in found[0].missing.values(), found

@@ -4,6 +4,7 @@ environment, signal handling, session), and a template killed mid-burst costs no
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import threading
@@ -237,3 +238,45 @@ def test_a_template_that_cannot_fork_ends_no_running_job(warm):
 
     running, late = asyncio.run(scenario())
     assert "running" in running and late == "late"
+
+
+def test_a_stopped_template_costs_a_job_no_fault_of_its_pdf(warm):
+    """The template is stopped (SIGSTOP) and a job's deadline passes while it waits for a fork:
+    its trivial PDF never reached a child, so the job is lost (503), not `too_complex` (422);
+    the stopped template is replaced."""
+    from django_pdfpool.exceptions import RunnerLost
+    from django_pdfpool.sandbox.children import FORK_TIMEOUT
+
+    os.kill(warm, signal.SIGSTOP)
+    try:
+        with pytest.raises(RunnerLost):
+            asyncio.run(
+                extract(pdfs.simple(["trivial"]), timeout=FORK_TIMEOUT / 2, memory_limit=MEMORY)
+            )
+    finally:
+        with contextlib.suppress(ProcessLookupError):  # replaced: killed by then
+            os.kill(warm, signal.SIGCONT)
+    wait_until(lambda: sandbox.idle_pids() not in ([], [warm]), timeout=30)
+    assert (asyncio.run(extract(pdfs.simple(["next"]), **LIMITS))).text == "next"
+
+
+def test_a_late_reply_of_the_template_leaves_no_descriptor_nor_child(warm):
+    """A fork request the template answered too late (it was stopped): the next request reads
+    that reply, a child's descriptors; they are closed, so the child gets end of input and
+    exits rather than waiting for a job line forever, and no descriptor is kept."""
+    from django_pdfpool.sandbox.children import FORK_TIMEOUT
+
+    running = sandbox._template._running
+    assert running is not None and running.child.pid == warm
+    fds = len(os.listdir("/proc/self/fd"))
+    running.control.settimeout(0.2)
+    os.kill(warm, signal.SIGSTOP)
+    try:
+        assert running.fork() is None  # timed out: the template answers it once continued
+    finally:
+        os.kill(warm, signal.SIGCONT)
+        running.control.settimeout(FORK_TIMEOUT)
+    assert running.ready_pids() == []  # the fork's reply read here: not pids
+    assert len(os.listdir("/proc/self/fd")) == fds
+    assert running.control.recv(256) == b"-"  # its own reply, read: the next test's in step
+    wait_until(lambda: forked_children(warm) == [], timeout=10)

@@ -16,8 +16,13 @@ import pytest
 import django_pdfpool.sandbox.extract as extraction
 from django_pdfpool.conf import DEFAULTS
 from django_pdfpool.exceptions import ExtractionError
-from django_pdfpool.sandbox.engines import TextBudget, extract_pages, fit, json_size
-from django_pdfpool.sandbox.wire import DEFAULT_MAX_TEXT_BYTES, answer_limit
+from django_pdfpool.sandbox.engines import TextBudget, extract_pages, fit, utf8_size
+from django_pdfpool.sandbox.wire import (
+    DEFAULT_MAX_TEXT_BYTES,
+    Extracted,
+    answer_limit,
+    encode_answer,
+)
 from tests.support import pdfs
 from tests.support.sandbox import run
 
@@ -126,14 +131,24 @@ def test_max_text_bytes_must_be_a_positive_integer(bad):
 def test_a_cut_page_fits_its_room_and_is_a_prefix(text):
     for room in (0, 1, 5, 6, 7, 100, 333, 1000):
         part = fit(text, room)
-        assert text.startswith(part) and json_size(part) <= room
-        if json_size(text) > room:
-            assert json_size(part) > room - 6  # short of the room by one character at most
+        assert text.startswith(part) and utf8_size(part) <= room
+        if utf8_size(text) > room:
+            assert utf8_size(part) > room - 4  # short of the room by one character at most
     budget = TextBudget(500)
     while budget.add(text):
         pass
-    pages = json.dumps(budget.pages, ensure_ascii=False, separators=(",", ":"))
-    assert budget.cut and len(pages.encode("utf-8", "surrogatepass")) <= 500 + 2
+    answer = encode_answer(Extracted("0" * 64, 9, budget.pages, {}, True, True))
+    assert budget.cut and len(answer.partition(b"\n")[2]) <= 500  # the text the parent reads
+
+
+def test_text_whose_utf8_fits_the_cap_comes_back_whole(tmp_path):
+    """The cap counts the text's UTF-8: quotes, backslashes and newlines, which JSON would
+    escape, cost a byte each."""
+    extraction.configure(tmp_dir=tmp_path)
+    text = '"' * 500 + "\\" * 250
+    result = run(pdfs.simple([text]), max_text_bytes=1024)
+    extraction.configure(tmp_dir=None)
+    assert result.text == text and not result.truncated
 
 
 def test_the_engine_stops_reading_pages_once_the_cap_is_spent():
