@@ -300,7 +300,8 @@ class PoolSettings:
         convert=lambda v: None if v is None else float(v))  # fmt: skip
     timeout: float = setting(30.0, bounds.TIMEOUT,
         "seconds one extraction may run; the child and its process group are killed at the "
-        "deadline and the clients get 422 `too_complex`.", convert=float)  # fmt: skip
+        "deadline and the clients get 422 `too_complex` (503 `runner_lost` if no child had "
+        "read the job by then).", convert=float)  # fmt: skip
     memory_limit: int = setting(512 * MiB, integer(128 * MiB, unit="bytes"),  # pypdf alone: 45 MiB
         "bytes of address space for one child (`RLIMIT_AS`); a PDF that needs more gets 422 "
         "`too_large`. A child with pypdf imported already maps about 45 MiB.")  # fmt: skip
