@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections import Counter as Multiset
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -79,22 +80,32 @@ class Script:
             got = (type(error).__name__, str(error))
         self.trace.append((f"outcome {name}", got))
 
+    def books(self) -> tuple[Any, Any]:
+        """The pool's snapshot and this process's books; for a Redis pool, read again (for
+        a while) until the cluster's books are this process's: a script's reply the cluster
+        has counted may still be on its way to the job loop."""
+        pool, deadline = self.pool, time.monotonic() + 10.0
+        if not hasattr(pool, "local_snapshot"):
+            return (snapshot := pool.snapshot()), snapshot
+        while True:
+            snapshot, books = pool.snapshot(), pool.local_snapshot()
+            if _alike(snapshot, books) or time.monotonic() > deadline:
+                return snapshot, books
+            time.sleep(0.01)
+
     def read(self, step: str) -> None:
         pool = self.pool
-        snapshot = pool.snapshot()
+        snapshot, books = self.books()
         counters = snapshot.counters.as_dict()
         jobs = sorted((job.key, job.caller, job.state, job.sharers) for job in snapshot.jobs)
         self.trace.append((f"{step}: jobs", (jobs, snapshot.closed, snapshot.running)))
-        books = pool.local_snapshot() if hasattr(pool, "local_snapshot") else snapshot
         if books is not snapshot:  # the cluster's durations: the same but the seeded runs
             cluster = (snapshot.queue_wait.count, snapshot.run_time.count + SEEDED)
             assert cluster == (books.queue_wait.count, books.run_time.count), step
         self.trace.append((f"{step}: durations", (books.queue_wait.count, books.run_time.count)))
-        if hasattr(pool, "local_snapshot"):  # the cluster's books, and this process's
-            mine = pool.local_snapshot().counters.as_dict()
-            unshared = [c.value for c in Counter if c.counted_by is CountedBy.PROCESS]
-            seeded = {Counter.COMPLETED.value: mine[Counter.COMPLETED.value] - SEEDED}
-            assert counters == mine | seeded | dict.fromkeys(unshared, 0), step
+        if books is not snapshot:  # the cluster's books, and this process's
+            mine = books.counters.as_dict()
+            assert counters == _as_cluster_counts(mine), step
             counters = mine
         waiting = [pool.waiting(key) for key in ("a", "b", "c", "f", "q")]
         counts = (pool.running(), pool.queued(), waiting, counters, pool.idle())
@@ -106,6 +117,21 @@ class Script:
                 seen = (p.closed, p.free, p.in_flight, p.caller_busy, sizes)
                 retries = (p.retry_after, p.caller_retry_after)
                 self.trace.append((f"{step}: pressure({key}, {caller})", (seen, retries)))
+
+
+def _as_cluster_counts(mine: dict[str, int]) -> dict[str, int]:
+    """This process's counters as the cluster's books count them: its PROCESS counters not
+    in Redis, its seeded runs not either."""
+    unshared = [c.value for c in Counter if c.counted_by is CountedBy.PROCESS]
+    seeded = {Counter.COMPLETED.value: mine[Counter.COMPLETED.value] - SEEDED}
+    return mine | seeded | dict.fromkeys(unshared, 0)
+
+
+def _alike(snapshot: Any, books: Any) -> bool:
+    """Whether the cluster's books (``snapshot``) are this process's (``books``)."""
+    durations = (snapshot.queue_wait.count, snapshot.run_time.count + SEEDED)
+    same = durations == (books.queue_wait.count, books.run_time.count)
+    return same and snapshot.counters.as_dict() == _as_cluster_counts(books.counters.as_dict())
 
 
 def seed(pool: Any) -> None:
