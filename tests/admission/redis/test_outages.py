@@ -31,7 +31,7 @@ from django_pdfpool.exceptions import (
 )
 from tests.conftest import held, until
 from tests.support.outages import _answer, run
-from tests.support.redis_proxy import HoldingProxy
+from tests.support.redis_proxy import HoldingProxy, ReplyCutter
 from tests.support.redis_server import LEASE, RedisServer, namespace_keys, pools_in
 
 pytest_plugins = ["tests.support.redis_fixtures"]
@@ -820,53 +820,6 @@ def test_a_large_result_reaches_a_sharer_elsewhere_over_a_slow_link(redis_server
     finally:
         proxy.close()
     assert namespace_keys(redis_server.url, namespace) == []
-
-
-class ReplyCutter:
-    """A TCP proxy to Redis that forwards the first request carrying ``marker`` (once set),
-    then closes that connection instead of forwarding the reply: the command ran, its
-    reply is lost with the connection."""
-
-    def __init__(self, port: int) -> None:
-        self.upstream = ("127.0.0.1", port)
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self.listener.getsockname()[1]
-        self.marker: bytes | None = None
-        self.cut = threading.Event()
-        self.sockets: list[socket.socket] = []
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                client = self.listener.accept()[0]
-            except OSError:  # closed
-                return
-            server = socket.create_connection(self.upstream)
-            self.sockets += [client, server]
-            doomed = threading.Event()  # this connection's reply is not to be forwarded
-            threading.Thread(target=self._pump, args=(client, server, doomed, True)).start()
-            threading.Thread(target=self._pump, args=(server, client, doomed, False)).start()
-
-    def _pump(
-        self, source: socket.socket, sink: socket.socket, doomed: threading.Event, asking: bool
-    ) -> None:
-        with contextlib.suppress(OSError):
-            while data := source.recv(65536):
-                if asking and self.marker and self.marker in data and not self.cut.is_set():
-                    self.cut.set()
-                    doomed.set()
-                if doomed.is_set() and not asking:
-                    break
-                sink.sendall(data)
-        for sock in (source, sink):
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-
-    def close(self) -> None:
-        self.listener.close()
-        for sock in self.sockets:
-            sock.close()
 
 
 def test_an_admission_whose_reply_a_dropped_connection_lost_holds_nothing(redis_server):
