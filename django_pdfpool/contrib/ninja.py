@@ -8,7 +8,7 @@ import copy
 import dataclasses
 import functools
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from http import HTTPStatus
 from typing import Any, NoReturn, TypeVar, cast, overload
 
@@ -147,8 +147,7 @@ def _registered(field: str, operation: NinjaOperation) -> None:
             "(File[UploadedFile]); extract more with extract_pooled."
         )
     told = {status: title for status, title in TITLES.items() if isinstance(status, int)}
-    if operation.auth_callbacks:
-        told[401] = HTTPStatus.UNAUTHORIZED.phrase
+    told[401] = HTTPStatus.UNAUTHORIZED.phrase  # listed while it authenticates: _Responses
     responses: dict[int, dict[str, Any]] = {
         status: {"description": title}
         for status, title in sorted(told.items())
@@ -162,7 +161,31 @@ def _registered(field: str, operation: NinjaOperation) -> None:
         form = {"type": "object", "properties": {field: pdf}, "required": [field]}
         content = {"application/pdf": {"schema": pdf}, "multipart/form-data": {"schema": form}}
         extra["requestBody"] = {"required": True, "content": content}
-    operation.openapi_extra = _merged(extra, operation.openapi_extra or {})
+    theirs = operation.openapi_extra or {}
+    merged = _merged(extra, theirs)
+    merged["responses"] = listed = _Responses(merged["responses"])
+    if "401" not in map(str, theirs.get("responses", {})):  # else theirs, listed as they say
+        listed.operation = operation
+    operation.openapi_extra = merged
+
+
+class _Responses(dict[Any, Any]):
+    """An operation's responses for its schema, 401 among them while ``operation`` has ``auth``:
+    ninja gives it its router's or API's as it mounts it (a copy, bound by ``_retry_after``)."""
+
+    operation: NinjaOperation | None = None
+
+    def __iter__(self) -> Iterator[Any]:
+        hidden = self.operation is not None and not self.operation.auth_callbacks
+        return (status for status in dict.keys(self) if not (hidden and status == 401))
+
+    def keys(self) -> Any:  # what dict(responses) reads
+        return list(self)
+
+    def bound(self, operation: NinjaOperation) -> _Responses:
+        copied = _Responses(dict.items(self))
+        copied.operation = operation
+        return copied
 
 
 def _merged(ours: dict[Any, Any], theirs: dict[Any, Any]) -> dict[Any, Any]:
@@ -197,7 +220,16 @@ def _raised(request: HttpRequest, exception: Failure) -> NoReturn:
 
 
 def _retry_after(run: Callable[..., Any]) -> Callable[..., Any]:
-    """``Operation.run`` whose answer to a refusal raised in the operation has ``Retry-After``."""
+    """``Operation.run`` whose answer to a refusal raised in the operation has ``Retry-After``
+    (on a mounted copy of the operation, its schema's responses bound to that copy)."""
+    operation = getattr(run, "__self__", None)
+    if isinstance(operation, NinjaOperation) and operation.openapi_extra:
+        listed = operation.openapi_extra.get("responses")
+        if isinstance(listed, _Responses) and listed.operation is not None:
+            operation.openapi_extra = {
+                **operation.openapi_extra,
+                "responses": listed.bound(operation),
+            }
     if iscoroutinefunction(run):
 
         @functools.wraps(run)

@@ -607,3 +607,54 @@ def test_an_operation_without_post_fails_at_declaration(method):
         @getattr(api, method)("/op")
         @ninja.pdf_pooled
         def op(request): ...
+
+
+@pytest.mark.parametrize("door", [False, True], ids=["door-off", "door-on"])
+def test_an_auth_on_the_router_or_the_api_is_documented_and_answered_401(pdfpool, door):
+    """ninja gives an operation its router's or its API's ``auth`` when it mounts it, after
+    ``@pdf_pooled`` is registered: the schema lists 401 there too (and not on a mount of the
+    same router without auth), and a request without credentials is its 401, the pool full."""
+    from django.test import override_settings
+    from django.urls import include, path
+    from ninja import Router
+
+    from tests.project import contrib_urls
+
+    def bearer(request):
+        return request.headers.get("Authorization") == "Bearer t-in" or None
+
+    guarded = NinjaAPI(auth=bearer, urls_namespace="pdfpool-api-auth")
+    shared, open_api = Router(), NinjaAPI(urls_namespace="pdfpool-router-auth")
+
+    @guarded.post("/x")
+    @ninja.pdf_pooled
+    def x(request):
+        return {"text": request.pdf.text}
+
+    @shared.post("/y")
+    @ninja.pdf_pooled
+    def y(request):
+        return {"text": request.pdf.text}
+
+    guarded.add_router("/r", shared)
+    open_api.add_router("/guarded", shared, auth=bearer, url_name_prefix="guarded")
+    open_api.add_router("/open", shared, url_name_prefix="open")
+    routes = [path("g/", guarded.urls), path("o/", open_api.urls)]
+    urls = type("urls", (), {"urlpatterns": [*routes, path("", include(contrib_urls))]})
+    schema = guarded.get_openapi_schema(path_prefix="/")["paths"]
+    assert set(schema["/x"]["post"]["responses"]) == {200, 401, *REFUSALS}
+    assert set(schema["/r/y"]["post"]["responses"]) == {200, 401, *REFUSALS}
+    mounted = open_api.get_openapi_schema(path_prefix="/")["paths"]
+    assert set(mounted["/guarded/y"]["post"]["responses"]) == {200, 401, *REFUSALS}
+    assert set(mounted["/open/y"]["post"]["responses"]) == {200, *REFUSALS}
+
+    pdfpool(SLOTS=1, QUEUE=0, DOOR={"BUDGET": 0} if door else False)
+    HELD.reset()
+    with override_settings(ROOT_URLCONF=urls), held_requests(1) as threads:
+        threads.submit(send, "held", b"%PDF- holds the slot")
+        wait_until(lambda: len(HELD.runs) == 1)
+        client = Client(REMOTE_ADDR="10.0.8.40")
+        for where in ("/g/x", "/g/r/y", "/o/guarded/y"):
+            refused = client.post(where, pdfs.simple(["x"]), content_type="application/pdf")
+            assert refused.status_code == 401, (where, refused.content)
+        HELD.release.set()
