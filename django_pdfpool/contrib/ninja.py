@@ -222,7 +222,7 @@ def _raised(request: HttpRequest, exception: Failure) -> NoReturn:
 def _retry_after(run: Callable[..., Any]) -> Callable[..., Any]:
     """``Operation.run`` whose answer to a refusal raised in the operation has ``Retry-After``
     (on a mounted copy of the operation, its schema's responses bound to that copy)."""
-    operation = getattr(run, "__self__", None)
+    operation = getattr(inspect.unwrap(run), "__self__", None)  # through decorate_view's
     if isinstance(operation, NinjaOperation) and operation.openapi_extra:
         listed = operation.openapi_extra.get("responses")
         if isinstance(listed, _Responses) and listed.operation is not None:

@@ -658,3 +658,31 @@ def test_an_auth_on_the_router_or_the_api_is_documented_and_answered_401(pdfpool
             refused = client.post(where, pdfs.simple(["x"]), content_type="application/pdf")
             assert refused.status_code == 401, (where, refused.content)
         HELD.release.set()
+
+
+def test_a_routers_auth_is_documented_through_decorate_view_below_the_decorator():
+    """``@decorate_view`` below ``@pdf_pooled`` wraps ninja's ``run`` first: the mounted
+    operation's schema still lists the router's 401."""
+    import functools
+
+    from ninja import Router
+    from ninja.decorators import decorate_view
+
+    def passing(run):
+        @functools.wraps(run)
+        def wrapped(request, *args, **kwargs):
+            return run(request, *args, **kwargs)
+
+        return wrapped
+
+    router, api = Router(auth=lambda request: None), NinjaAPI(urls_namespace="pdfpool-below")
+
+    @router.post("/z")
+    @ninja.pdf_pooled
+    @decorate_view(passing)
+    def z(request):
+        return {}
+
+    api.add_router("/r", router)
+    post = api.get_openapi_schema(path_prefix="/")["paths"]["/r/z"]["post"]
+    assert set(post["responses"]) == {200, 401, *REFUSALS}
