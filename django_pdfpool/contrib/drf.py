@@ -10,9 +10,9 @@ from collections.abc import Callable
 from typing import IO, Any, TypeVar, cast, overload
 
 from asgiref.sync import iscoroutinefunction
-from django.core.exceptions import ImproperlyConfigured
+from django.core.exceptions import ImproperlyConfigured, PermissionDenied
 from django.core.handlers.wsgi import LimitedStream
-from django.http import HttpRequest, HttpResponse, QueryDict
+from django.http import Http404, HttpRequest, HttpResponse, QueryDict
 from django.utils.datastructures import MultiValueDict
 from rest_framework.exceptions import APIException, ErrorDetail, Throttled, UnsupportedMediaType
 from rest_framework.parsers import DataAndFiles, FileUploadParser
@@ -81,9 +81,9 @@ def door_answer(request: HttpRequest, exception: Failure) -> HttpResponse:
 
 
 def door_authenticate(
-    request: HttpRequest, throttle: bool = False, exc: APIException | None = None
+    request: HttpRequest, throttle: bool = False, exc: Exception | None = None
 ) -> HttpResponse | str | None:
-    """DRF's answer (401, 403, 406; ``throttle``: its 429, then its parsers' 415) for a request
+    """DRF's answer (401, 403, 404, 406; ``throttle``: its 429, then its parsers' 415) for a request
     ``initial()``'s checks refuse from the headers, else the caller it names; or ``exc``
     answered past them; both by the route's view class (``APIView`` if none), as DRF would.
     ``request`` is the door's copy without the body: closed after."""
@@ -111,7 +111,7 @@ def door_authenticate(
                     view.check_throttles(drf_request)
                     _check_media_type(request, view, drf_request)
                 return caller_of(drf_request)  # as the view names it, past the same checks
-        except APIException as refused:
+        except (APIException, Http404, PermissionDenied) as refused:  # what DRF's handler answers
             exc = exc or refused
         response = view.finalize_response(drf_request, view.handle_exception(exc))
         if isinstance(response, Response):

@@ -168,6 +168,61 @@ def test_an_accept_drf_cannot_satisfy_is_its_406_before_the_pools_refusal(pdfpoo
     assert len(HELD.runs) == 1
 
 
+class _Suffixed(APIView):
+    """Django's own ``Http404`` (a format suffix no renderer has, DRF's negotiation raises it)
+    or ``PermissionDenied`` (from a permission), each DRF's handler answers as its own."""
+
+    from tests.project.contrib_views import Token as _Token
+
+    authentication_classes = (_Token,)
+    parser_classes = (MultiPartParser, drf.PdfParser)
+
+    class Djangos(BasePermission):
+        def has_permission(self, request, view):
+            from django.core.exceptions import PermissionDenied
+
+            if request.user.pk == "mallory":
+                raise PermissionDenied("Not mallory.")
+            return True
+
+    permission_classes = (Djangos,)
+
+    @drf.pdf_pooled(job=held_job)
+    def post(self, request, format=None):
+        return Response(described(request))
+
+
+@pytest.mark.parametrize("door", [False, True], ids=["door-off", "door-on"])
+@pytest.mark.parametrize(
+    ("where", "user", "status"),
+    [("/suffixed.xml", "bob", 404), ("/suffixed.json", "mallory", 403)],
+    ids=["unknown-format", "djangos-permission-denied"],
+)
+def test_djangos_exceptions_drf_answers_are_drfs_answers_with_the_pool_full(
+    pdfpool, door, where, user, status
+):
+    """DRF's handler answers Django's ``Http404`` and ``PermissionDenied`` as its ``NotFound``
+    and ``PermissionDenied``, in the view's format: so does the door, not Django's page."""
+    from django.test import override_settings
+    from django.urls import include, path
+    from rest_framework.urlpatterns import format_suffix_patterns
+
+    from tests.project import contrib_urls
+
+    suffixed = format_suffix_patterns([path("suffixed", _Suffixed.as_view())])
+    urls = type("urls", (), {"urlpatterns": [*suffixed, path("", include(contrib_urls))]})
+    pdfpool(SLOTS=1, QUEUE=0, DOOR={"BUDGET": 0} if door else False)
+    HELD.reset()
+    with override_settings(ROOT_URLCONF=urls), held_requests(1) as threads:
+        threads.submit(send, "/drf/function/held/", b"%PDF- one")
+        wait_until(lambda: len(HELD.runs) == 1)
+        refused = send(where, b"%PDF- two", user=user, raw=True)
+        HELD.release.set()
+    assert refused.status_code == status, refused.content
+    assert refused["Content-Type"] == "application/json", refused.content
+    assert "Retry-After" not in refused and len(HELD.runs) == 1
+
+
 def test_a_full_pool_is_503_through_the_projects_handler(pdfpool):
     """With the door off (it answers before DRF, through REFUSAL_VIEW), the pool's 503
     comes from the decorator, as a DRF exception."""
