@@ -13,7 +13,13 @@ from http import HTTPStatus
 from typing import Any, NoReturn, TypeVar, cast, overload
 
 from asgiref.sync import iscoroutinefunction
-from django.core.exceptions import ImproperlyConfigured
+from django.core.exceptions import (
+    BadRequest,
+    ImproperlyConfigured,
+    PermissionDenied,
+    SuspiciousOperation,
+)
+from django.core.handlers.exception import response_for_exception
 from django.db.models import Model
 from django.http import HttpRequest, HttpResponse, HttpResponseBase
 from django.utils.crypto import salted_hmac
@@ -264,7 +270,10 @@ def door_authenticate(request: HttpRequest, throttle: bool = False) -> HttpRespo
         request._ninja_csrf_exempt = True  # type: ignore[attr-defined]
     answer = None
     if operation.auth_callbacks:
-        answer = NinjaOperation._run_authentication(operation, request)  # sync: a thread
+        try:
+            answer = NinjaOperation._run_authentication(operation, request)  # sync: a thread
+        except (PermissionDenied, BadRequest, SuspiciousOperation) as refused:  # ninja leaves
+            answer = response_for_exception(request, refused)  # these to Django: its 403, 400
     invalid = None if answer is not None else _invalid(operation, request)
     if answer is None and (throttle or invalid is not None) and operation.throttle_objects:
         answer = NinjaOperation._check_throttles(operation, request)

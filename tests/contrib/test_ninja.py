@@ -686,3 +686,37 @@ def test_a_routers_auth_is_documented_through_decorate_view_below_the_decorator(
     api.add_router("/r", router)
     post = api.get_openapi_schema(path_prefix="/")["paths"]["/r/z"]["post"]
     assert set(post["responses"]) == {200, 401, *REFUSALS}
+
+
+@pytest.mark.parametrize("door", [False, True], ids=["door-off", "door-on"])
+def test_djangos_permission_denied_from_the_authentication_is_djangos_403(pdfpool, door):
+    """ninja's default handler leaves Django's ``PermissionDenied`` to Django (403): an
+    authentication raising it from the headers is that 403 at the door too, not the full
+    pool's 503 to retry."""
+    from django.core.exceptions import PermissionDenied
+    from django.test import override_settings
+    from django.urls import include, path
+
+    from tests.project import contrib_urls
+
+    def refusing(request):
+        raise PermissionDenied("Not from here.")
+
+    denied = NinjaAPI(urls_namespace="pdfpool-denied")
+
+    @denied.post("/x", auth=refusing)
+    @ninja.pdf_pooled
+    def x(request):
+        return {"text": request.pdf.text}
+
+    routes = [path("d/", denied.urls), path("", include(contrib_urls))]
+    urls = type("urls", (), {"urlpatterns": routes})
+    pdfpool(SLOTS=1, QUEUE=0, DOOR={"BUDGET": 0} if door else False)
+    HELD.reset()
+    with override_settings(ROOT_URLCONF=urls), held_requests(1) as threads:
+        threads.submit(send, "held", b"%PDF- holds the slot")
+        wait_until(lambda: len(HELD.runs) == 1)
+        refused = Client(REMOTE_ADDR="10.0.8.41").post("/d/x", b"%PDF- x", "application/pdf")
+        HELD.release.set()
+    assert refused.status_code == 403, refused.content
+    assert "Retry-After" not in refused
