@@ -112,7 +112,7 @@ def pdf_pooled(
     )
     wrapper = admitting(operation, admission)  # a refusal raised, as an operation's are
     setattr(wrapper, POOLED, dataclasses.replace(admission, answer=door_answer))  # the door's
-    decorate_view(_retry_after)(wrapper)
+    decorate_view(_schema_bound, _retry_after)(wrapper)
     contribute_operation_callback(wrapper, functools.partial(_registered, field))
     # ninja reads the parameters' annotations from the wrapper, in this module's globals:
     # hand it the operation's own, resolved where it was written (postponed annotations)
@@ -177,7 +177,7 @@ def _registered(field: str, operation: NinjaOperation) -> None:
 
 class _Responses(dict[Any, Any]):
     """An operation's responses for its schema, 401 among them while ``operation`` has ``auth``:
-    ninja gives it its router's or API's as it mounts it (a copy, bound by ``_retry_after``)."""
+    ninja gives it its router's or API's as it mounts it (a copy: ``_schema_bound``)."""
 
     operation: NinjaOperation | None = None
 
@@ -225,17 +225,20 @@ def _raised(request: HttpRequest, exception: Failure) -> NoReturn:
     raise raised
 
 
-def _retry_after(run: Callable[..., Any]) -> Callable[..., Any]:
-    """``Operation.run`` whose answer to a refusal raised in the operation has ``Retry-After``
-    (on a mounted copy of the operation, its schema's responses bound to that copy)."""
+def _schema_bound(run: Callable[..., Any]) -> Callable[..., Any]:
+    """``Operation.run`` as it is; the operation ninja mounts (a copy, decorated again) gets
+    schema responses of its own, its 401 listed by its own ``auth``."""
     operation = getattr(inspect.unwrap(run), "__self__", None)  # through decorate_view's
     if isinstance(operation, NinjaOperation) and operation.openapi_extra:
         listed = operation.openapi_extra.get("responses")
         if isinstance(listed, _Responses) and listed.operation is not None:
-            operation.openapi_extra = {
-                **operation.openapi_extra,
-                "responses": listed.bound(operation),
-            }
+            responses = listed.bound(operation)
+            operation.openapi_extra = {**operation.openapi_extra, "responses": responses}
+    return run
+
+
+def _retry_after(run: Callable[..., Any]) -> Callable[..., Any]:
+    """``Operation.run`` whose answer to a refusal raised in the operation has ``Retry-After``."""
     if iscoroutinefunction(run):
 
         @functools.wraps(run)
