@@ -213,7 +213,8 @@ def _settle(futures: list[asyncio.Future[Any]], result: Any, error: BaseExceptio
 def own_copy(error: BaseException) -> BaseException:
     """A sharer's own copy of ``error``, chained to it: no two sharers grow one traceback."""
     try:
-        duplicate = copy.copy(error)
+        duplicate = copy.copy(error)  # cls(*args): an __init__ may word its args anew
+        duplicate.args = error.args
     except Exception:  # an __init__ that its own args cannot call again
         try:
             duplicate = type(error).__new__(type(error))  # BaseException.__new__: no __init__

@@ -130,6 +130,21 @@ def test_own_exception_even_when_its_class_cannot_be_copied(original):
     assert all(e.__cause__ is original for e in errors)
 
 
+class Worded(Exception):
+    def __init__(self, user):
+        super().__init__(f"quota exceeded for {user}")
+        self.user = user
+
+
+def test_own_exception_says_what_the_original_says_when_its_init_words_the_message():
+    # copy.copy calls cls(*args): an __init__ that words its one argument would word the
+    # worded message again ("quota exceeded for quota exceeded for bob")
+    original = Worded("bob")
+    errors = asyncio.run(_sharers_of_a_failure(original, sharers=2))
+    assert [(type(e), e.args, e.user) for e in errors] == [(Worded, original.args, "bob")] * 3
+    assert all(e is not original and e.__cause__ is original for e in errors)
+
+
 def test_refusals_carry_a_code_and_a_retry_after():
     async def scenario():
         pool = Pool(slots=1, queue=1, wait=0.05)
