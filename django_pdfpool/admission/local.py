@@ -268,8 +268,10 @@ class Pool:
 
     def _leave(self, job: JobRecord, waiter: Waiter) -> None:
         """A waiter gave up (rule 4). A queued job left by everyone gives up its place."""
+        if waiter not in job.waiters:  # answered: nothing to give up, and no lock to take (a
+            return  # call whose loop closed is left to the GC, which may run under the lock)
         with self._lock:
-            job.waiters.discard(waiter)  # gone if the job ended and answered (then not queued)
+            job.waiters.discard(waiter)
             if job.state != "queued" or job.waiters:
                 return
             dropped: list[DropFn | None] = []
@@ -316,9 +318,10 @@ class Pool:
         try:
             await waiter.future
         finally:
-            with self._lock:
-                if waiter in self._idle_waiters:
-                    self._idle_waiters.remove(waiter)
+            if waiter in self._idle_waiters:  # not woken (else no lock: see ``_leave``)
+                with self._lock:
+                    if waiter in self._idle_waiters:
+                        self._idle_waiters.remove(waiter)
 
     def _forget(self) -> None:
         """In a forked child: the jobs in flight are the parent's, run on a loop the child

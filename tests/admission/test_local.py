@@ -451,6 +451,59 @@ def test_what_a_task_left_behind_raises_does_not_stop_the_job_loop(escape):
     assert "job loop went on" in child.stderr
 
 
+@pytest.mark.parametrize("call", ["pool.run('k', 'b', None)", "pool.drain()"])
+def test_a_call_left_on_a_closed_loop_is_collected_without_the_pools_lock(call):
+    # A hand-rolled loop closed with the call's task pending leaves it to the garbage
+    # collector, which may close its coroutine at any allocation, one made under the pool's
+    # lock included: a coroutine that then took that lock (not reentrant) hung the process.
+    child = run_script(
+        f"""
+        import asyncio, gc, os, threading
+        from django_pdfpool.admission import Pool
+
+        pool = Pool(slots=1, queue=0, wait=None)
+        gate = threading.Event()
+
+        async def held():
+            while not gate.is_set():
+                await asyncio.sleep(0.001)
+            return "done"
+
+        def abandoned():
+            loop = asyncio.new_event_loop()
+            loop.create_task({call})
+            loop.run_until_complete(asyncio.sleep(0))  # the call now awaits the pool
+            loop.close()
+
+        async def main():
+            gc.disable()  # until the lock is held: the left call stays uncollected
+            started = asyncio.create_task(pool.run("k", "a", held))
+            while not pool.running():
+                await asyncio.sleep(0.001)
+            thread = threading.Thread(target=abandoned)
+            thread.start()
+            thread.join()
+            gate.set()
+            print(await started)
+            while not pool.idle():
+                await asyncio.sleep(0.001)
+
+        asyncio.run(main())
+
+        def collect_under_the_lock():
+            with pool._lock:  # as a collection at an allocation under it would
+                gc.collect()
+
+        collector = threading.Thread(target=collect_under_the_lock, daemon=True)
+        collector.start()
+        collector.join(5)
+        print("hung" if collector.is_alive() else "collected", flush=True)
+        os._exit(0)
+        """
+    )
+    assert child.stdout.splitlines() == ["done", "collected"], child.stdout + child.stderr
+
+
 def test_a_forked_child_forgets_the_parents_jobs_and_locks():
     # A Celery prefork child or a gunicorn --preload worker inherits the pool mid-flight: the
     # parent's jobs run on a loop the child lacks, and a parent's thread may hold the lock.
