@@ -46,7 +46,7 @@ class Pool:
         self._callers: dict[str, JobRecord] = {}  # in flight, by the caller that started it
         self._queue: deque[JobRecord] = deque()  # FIFO: a job's deadline is queued_mono + wait
         self._running = 0
-        self._closed = False
+        self._closed = False  # set without the lock too (``close``)
         self._stopping = False
         self._idle_waiters: list[Waiter] = []  # drain/stop, woken once nothing is in flight
         jobs.forgotten_in_child.add(self)
@@ -282,9 +282,9 @@ class Pool:
     # --- closing ------------------------------------------------------------
 
     def close(self) -> None:
-        """Safe from any thread and from signal handlers' callbacks."""
-        with self._lock:
-            self._closed = True
+        """Safe from any thread and from a signal handler: it takes no lock, which the thread
+        it interrupts may hold (a call being admitted meanwhile was admitted before)."""
+        self._closed = True
 
     async def drain(self) -> None:
         self.close()

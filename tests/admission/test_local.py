@@ -504,6 +504,32 @@ def test_a_call_left_on_a_closed_loop_is_collected_without_the_pools_lock(call):
     assert child.stdout.splitlines() == ["done", "collected"], child.stdout + child.stderr
 
 
+def test_close_from_a_python_signal_handler_never_waits_for_the_lock_it_interrupted():
+    # A signal.signal handler runs between two bytecodes of the main thread, which may be
+    # inside a pool call holding the (not reentrant) lock: close() waiting for it hung.
+    child = run_script(
+        """
+        import os, signal, threading
+        from django_pdfpool.admission import Pool
+
+        pool, returned = Pool(), threading.Event()
+        signal.signal(signal.SIGUSR1, lambda signum, frame: pool.close())
+
+        def watchdog():
+            if not returned.wait(5):
+                print("hung", flush=True)
+                os._exit(0)
+
+        threading.Thread(target=watchdog, daemon=True).start()
+        with pool._lock:  # as in pressure() or snapshot() when the signal comes
+            signal.raise_signal(signal.SIGUSR1)
+        returned.set()
+        print("closed", pool.snapshot().closed)
+        """
+    )
+    assert child.stdout.splitlines() == ["closed True"], child.stdout + child.stderr
+
+
 def test_a_forked_child_forgets_the_parents_jobs_and_locks():
     # A Celery prefork child or a gunicorn --preload worker inherits the pool mid-flight: the
     # parent's jobs run on a loop the child lacks, and a parent's thread may hold the lock.
