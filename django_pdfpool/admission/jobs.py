@@ -43,12 +43,15 @@ def get_job_loop() -> asyncio.AbstractEventLoop:
 
 def _run(loop: asyncio.AbstractEventLoop) -> None:
     """The job loop's thread. What escapes a callback (a task a job left behind raising
-    KeyboardInterrupt, say) is logged and the loop runs on: every job of the process runs here."""
+    KeyboardInterrupt, say) or stops the loop (a job's ``loop.stop()``) is logged and the loop
+    runs on: every job of the process runs here."""
     while not loop.is_closed():
         try:
-            return loop.run_forever()  # returns only once stopped
+            loop.run_forever()  # returns only once stopped
         except BaseException:
             logger.exception("the PDF pool's job loop went on after an escaping exception")
+        else:
+            logger.error("the PDF pool's job loop was stopped; it runs on")
 
 
 def on_job_loop() -> bool:

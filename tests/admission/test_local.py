@@ -451,6 +451,35 @@ def test_what_a_task_left_behind_raises_does_not_stop_the_job_loop(escape):
     assert "job loop went on" in child.stderr
 
 
+def test_a_job_that_stops_the_job_loop_does_not_stop_the_pool():
+    child = run_script(
+        """
+        import asyncio
+        from django_pdfpool.admission import Pool
+
+        async def stops_its_loop():
+            asyncio.get_running_loop().stop()
+            await asyncio.sleep(0.01)
+            return "stopped it"
+
+        async def good():
+            return "still working"
+
+        async def main():
+            pool = Pool(slots=1, queue=0, wait=None)
+            for key, fn in ("k", stops_its_loop), ("k2", good):
+                try:
+                    print(await asyncio.wait_for(pool.run(key, "a", fn), 2))
+                except BaseException as exc:
+                    print("got", type(exc).__name__)
+
+        asyncio.run(main())
+        """
+    )
+    assert child.stdout.splitlines() == ["stopped it", "still working"], child.stdout + child.stderr
+    assert "job loop was stopped" in child.stderr
+
+
 @pytest.mark.parametrize("call", ["pool.run('k', 'b', None)", "pool.drain()"])
 def test_a_call_left_on_a_closed_loop_is_collected_without_the_pools_lock(call):
     # A hand-rolled loop closed with the call's task pending leaves it to the garbage
