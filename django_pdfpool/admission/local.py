@@ -244,9 +244,13 @@ class Pool:
         dropped: list[DropFn | None] = []
         with self._lock:
             now, waited = time.monotonic(), []
-            while self._queue and self._queue[0].queued_mono + wait <= now:
-                waited.append(now - self._queue[0].queued_mono)
-                refused.append(self._forget_queued(self._queue[0], dropped))
+            while self._queue and (head := self._queue[0]).queued_mono + wait <= now:
+                waiters = {w for w in self._forget_queued(head, dropped) if not w.future.done()}
+                if waiters:  # a done one was cancelled: left, its loop not yet round to _leave
+                    waited.append(now - head.queued_mono)
+                    refused.append(waiters)
+                else:
+                    self._books.count(Counter.ABANDONED)
             if waited:
                 self._books.gave_up(waited, sum(map(len, refused)))
             retry_after = self._expected_start(start=True)
@@ -303,7 +307,7 @@ class Pool:
             for job in running:
                 abandoned |= job.waiters
                 job.waiters = set()
-            self._books.count(Counter.REFUSED_CLOSED, len(abandoned))
+            self._books.count(Counter.REFUSED_CLOSED, sum(not w.future.done() for w in abandoned))
         jobs.call_dropped(*dropped)
         jobs.deliver(abandoned, None, jobs.stopped())
         jobs.call_in_job_loop(_cancel_tasks, running)

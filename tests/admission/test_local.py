@@ -106,6 +106,46 @@ def test_each_queued_job_waits_its_own_wait():
     run(scenario)
 
 
+def test_a_caller_that_left_before_its_wait_passed_is_not_counted_refused():
+    # Its loop busy, a cancelled caller leaves only once its loop runs again: the wait
+    # may pass meanwhile, and the caller, who got CancelledError, counted as refused busy.
+    async def scenario():
+        pool = Pool(slots=1, queue=1, wait=0.05)
+        gate = Gate()
+        held = asyncio.create_task(pool.run("a", "ca", job("A", gate)))
+        await until(lambda: pool.running() == 1)
+        left = asyncio.create_task(pool.run("b", "cb", job("B")))
+        await until(lambda: pool.queued() == 1)
+        left.cancel()
+        deadline = time.monotonic() + LONG
+        while pool.queued() and time.monotonic() < deadline:  # this loop busy meanwhile
+            time.sleep(0.001)
+        with pytest.raises(asyncio.CancelledError):
+            await left
+        gate.open()
+        assert await held == "A"
+        return pool.snapshot().counters
+
+    counters = run(scenario)
+    assert (counters.refused_busy, counters.abandoned) == (0, 1)
+
+
+def test_a_caller_that_left_before_stop_is_not_counted_refused_closed():
+    async def scenario():
+        pool = Pool(slots=1, queue=1, wait=None)
+        held = asyncio.create_task(pool.run("a", "ca", job("A", Gate())))
+        await until(lambda: pool.running() == 1)
+        left = asyncio.create_task(pool.run("b", "cb", job("B")))
+        await until(lambda: pool.queued() == 1)
+        left.cancel()
+        await pool.stop()  # counts before this loop gets round to the left caller's leaving
+        answers = await asyncio.gather(held, left, return_exceptions=True)
+        assert [type(answer) for answer in answers] == [PoolClosed, asyncio.CancelledError]
+        return pool.snapshot().counters
+
+    assert run(scenario).refused_closed == 1  # the running job's caller alone
+
+
 def test_wait_none_queues_without_a_time_limit():
     async def scenario():
         pool = Pool(slots=1, queue=1, wait=None)
