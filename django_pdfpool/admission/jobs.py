@@ -91,6 +91,11 @@ class Waiter:
     def __post_init__(self) -> None:
         self.future = self.loop.create_future()
 
+    def left(self) -> bool:
+        """Its caller was cancelled, maybe before its loop got round to leaving: among a
+        job's waiters, only a cancel settles the future (answers come once it is off them)."""
+        return self.future.done()
+
 
 @dataclass(slots=True, eq=False)
 class JobRecord:

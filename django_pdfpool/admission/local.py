@@ -202,11 +202,18 @@ class Pool:
                 del self._callers[job.caller]
             self._running -= 1
             waiters, job.waiters = job.waiters, set()
+            dropped: list[DropFn | None] = []
             while self._queue and self._running < self.slots:
-                self._start(self._dequeue(self._queue[0]))
+                head = self._queue[0]
+                if all(waiter.left() for waiter in head.waiters):  # a slot for nobody
+                    self._forget_queued(head, dropped)
+                    self._books.count(Counter.ABANDONED)
+                else:
+                    self._start(self._dequeue(head))
             idle: list[Waiter] = []  # drain/stop's: only a job's end can leave nothing in flight
             if not self._jobs:
                 idle, self._idle_waiters = self._idle_waiters, []
+        jobs.call_dropped(*dropped)
         jobs.deliver(waiters, result, error)
         jobs.deliver(idle, None, None)
 
@@ -245,8 +252,8 @@ class Pool:
         with self._lock:
             now, waited = time.monotonic(), []
             while self._queue and (head := self._queue[0]).queued_mono + wait <= now:
-                waiters = {w for w in self._forget_queued(head, dropped) if not w.future.done()}
-                if waiters:  # a done one was cancelled: left, its loop not yet round to _leave
+                waiters = {w for w in self._forget_queued(head, dropped) if not w.left()}
+                if waiters:
                     waited.append(now - head.queued_mono)
                     refused.append(waiters)
                 else:
@@ -307,7 +314,7 @@ class Pool:
             for job in running:
                 abandoned |= job.waiters
                 job.waiters = set()
-            self._books.count(Counter.REFUSED_CLOSED, sum(not w.future.done() for w in abandoned))
+            self._books.count(Counter.REFUSED_CLOSED, sum(not w.left() for w in abandoned))
         jobs.call_dropped(*dropped)
         jobs.deliver(abandoned, None, jobs.stopped())
         jobs.call_in_job_loop(_cancel_tasks, running)

@@ -130,6 +130,29 @@ def test_a_caller_that_left_before_its_wait_passed_is_not_counted_refused():
     assert (counters.refused_busy, counters.abandoned) == (0, 1)
 
 
+def test_a_slot_freed_after_every_caller_of_the_queued_job_left_does_not_run_it():
+    # As above: left, but its loop not yet round to leaving when the slot frees.
+    async def scenario():
+        pool = Pool(slots=1, queue=1, wait=None)
+        gate, ran, dropped = Gate(), threading.Event(), threading.Event()
+        held = asyncio.create_task(pool.run("a", "ca", job("A", gate)))
+        await until(lambda: pool.running() == 1)
+        left = asyncio.create_task(pool.run("b", "cb", job("B", None, ran), on_drop=dropped.set))
+        await until(lambda: pool.queued() == 1)
+        left.cancel()
+        gate.open()
+        deadline = time.monotonic() + LONG
+        while not pool.idle() and time.monotonic() < deadline:  # this loop busy meanwhile
+            time.sleep(0.001)
+        assert await held == "A"
+        with pytest.raises(asyncio.CancelledError):
+            await left
+        return pool.snapshot().counters, ran.is_set(), dropped.is_set()
+
+    counters, ran, dropped = run(scenario)
+    assert (ran, dropped, counters.started, counters.abandoned) == (False, True, 1, 1)
+
+
 def test_a_caller_that_left_before_stop_is_not_counted_refused_closed():
     async def scenario():
         pool = Pool(slots=1, queue=1, wait=None)
