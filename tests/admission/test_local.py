@@ -110,7 +110,7 @@ def test_a_caller_that_left_before_its_wait_passed_is_not_counted_refused():
     # Its loop busy, a cancelled caller leaves only once its loop runs again: the wait
     # may pass meanwhile, and the caller, who got CancelledError, counted as refused busy.
     async def scenario():
-        pool = Pool(slots=1, queue=1, wait=0.05)
+        pool = Pool(slots=1, queue=1, wait=0.3)  # passes while this loop is busy
         gate = Gate()
         held = asyncio.create_task(pool.run("a", "ca", job("A", gate)))
         await until(lambda: pool.running() == 1)
