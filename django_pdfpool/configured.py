@@ -136,8 +136,9 @@ async def adrain_pool(timeout: float | None = None) -> bool:
 
 
 def drain_pool(timeout: float | None = None) -> bool:
-    """Synchronous ``adrain_pool`` (on a short-lived event loop of its own), for atexit,
-    signal handlers and management commands."""
+    """Synchronous ``adrain_pool`` (on a short-lived event loop of its own), for atexit and
+    management commands; not in a signal handler, which may interrupt a thread holding the
+    pool's lock (``close()`` is safe there)."""
     try:
         asyncio.get_running_loop()
     except RuntimeError:

@@ -43,12 +43,15 @@ def get_job_loop() -> asyncio.AbstractEventLoop:
 
 def _run(loop: asyncio.AbstractEventLoop) -> None:
     """The job loop's thread. What escapes a callback (a task a job left behind raising
-    KeyboardInterrupt, say) is logged and the loop runs on: every job of the process runs here."""
+    KeyboardInterrupt, say) or stops the loop (a job's ``loop.stop()``) is logged and the loop
+    runs on: every job of the process runs here."""
     while not loop.is_closed():
         try:
-            return loop.run_forever()  # returns only once stopped
+            loop.run_forever()  # returns only once stopped
         except BaseException:
             logger.exception("the PDF pool's job loop went on after an escaping exception")
+        else:
+            logger.error("the PDF pool's job loop was stopped; it runs on")
 
 
 def on_job_loop() -> bool:
@@ -87,6 +90,11 @@ class Waiter:
 
     def __post_init__(self) -> None:
         self.future = self.loop.create_future()
+
+    def left(self) -> bool:
+        """Its caller was cancelled, maybe before its loop got round to leaving: among a
+        job's waiters, only a cancel settles the future (answers come once it is off them)."""
+        return self.future.done()
 
 
 @dataclass(slots=True, eq=False)
@@ -213,7 +221,8 @@ def _settle(futures: list[asyncio.Future[Any]], result: Any, error: BaseExceptio
 def own_copy(error: BaseException) -> BaseException:
     """A sharer's own copy of ``error``, chained to it: no two sharers grow one traceback."""
     try:
-        duplicate = copy.copy(error)
+        duplicate = copy.copy(error)  # cls(*args): an __init__ may word its args anew
+        duplicate.args = error.args
     except Exception:  # an __init__ that its own args cannot call again
         try:
             duplicate = type(error).__new__(type(error))  # BaseException.__new__: no __init__

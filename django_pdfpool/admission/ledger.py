@@ -95,7 +95,7 @@ class Counter(StrEnum):
     @classmethod
     def ended(cls, cancelled: bool, error: BaseException | None) -> Counter:
         """How a job that held a slot ended: cancelled, failed (raised) or completed."""
-        return cls.CANCELLED if cancelled else cls.FAILED if error else cls.COMPLETED
+        return cls.CANCELLED if cancelled else cls.COMPLETED if error is None else cls.FAILED
 
 
 REFUSALS = tuple(counter for counter in Counter if counter.reason is not None)  # enum's order

@@ -46,7 +46,7 @@ class Pool:
         self._callers: dict[str, JobRecord] = {}  # in flight, by the caller that started it
         self._queue: deque[JobRecord] = deque()  # FIFO: a job's deadline is queued_mono + wait
         self._running = 0
-        self._closed = False
+        self._closed = False  # set without the lock too (``close``)
         self._stopping = False
         self._idle_waiters: list[Waiter] = []  # drain/stop, woken once nothing is in flight
         jobs.forgotten_in_child.add(self)
@@ -202,11 +202,18 @@ class Pool:
                 del self._callers[job.caller]
             self._running -= 1
             waiters, job.waiters = job.waiters, set()
+            dropped: list[DropFn | None] = []
             while self._queue and self._running < self.slots:
-                self._start(self._dequeue(self._queue[0]))
+                head = self._queue[0]
+                if all(waiter.left() for waiter in head.waiters):  # a slot for nobody
+                    self._forget_queued(head, dropped)
+                    self._books.count(Counter.ABANDONED)
+                else:
+                    self._start(self._dequeue(head))
             idle: list[Waiter] = []  # drain/stop's: only a job's end can leave nothing in flight
             if not self._jobs:
                 idle, self._idle_waiters = self._idle_waiters, []
+        jobs.call_dropped(*dropped)
         jobs.deliver(waiters, result, error)
         jobs.deliver(idle, None, None)
 
@@ -244,9 +251,13 @@ class Pool:
         dropped: list[DropFn | None] = []
         with self._lock:
             now, waited = time.monotonic(), []
-            while self._queue and self._queue[0].queued_mono + wait <= now:
-                waited.append(now - self._queue[0].queued_mono)
-                refused.append(self._forget_queued(self._queue[0], dropped))
+            while self._queue and (head := self._queue[0]).queued_mono + wait <= now:
+                waiters = {w for w in self._forget_queued(head, dropped) if not w.left()}
+                if waiters:
+                    waited.append(now - head.queued_mono)
+                    refused.append(waiters)
+                else:
+                    self._books.count(Counter.ABANDONED)
             if waited:
                 self._books.gave_up(waited, sum(map(len, refused)))
             retry_after = self._expected_start(start=True)
@@ -268,8 +279,10 @@ class Pool:
 
     def _leave(self, job: JobRecord, waiter: Waiter) -> None:
         """A waiter gave up (rule 4). A queued job left by everyone gives up its place."""
+        if waiter not in job.waiters:  # answered: nothing to give up, and no lock to take (a
+            return  # call whose loop closed is left to the GC, which may run under the lock)
         with self._lock:
-            job.waiters.discard(waiter)  # gone if the job ended and answered (then not queued)
+            job.waiters.discard(waiter)
             if job.state != "queued" or job.waiters:
                 return
             dropped: list[DropFn | None] = []
@@ -280,9 +293,9 @@ class Pool:
     # --- closing ------------------------------------------------------------
 
     def close(self) -> None:
-        """Safe from any thread and from signal handlers' callbacks."""
-        with self._lock:
-            self._closed = True
+        """Safe from any thread and from a signal handler: it takes no lock, which the thread
+        it interrupts may hold (a call being admitted meanwhile was admitted before)."""
+        self._closed = True
 
     async def drain(self) -> None:
         self.close()
@@ -301,7 +314,7 @@ class Pool:
             for job in running:
                 abandoned |= job.waiters
                 job.waiters = set()
-            self._books.count(Counter.REFUSED_CLOSED, len(abandoned))
+            self._books.count(Counter.REFUSED_CLOSED, sum(not w.left() for w in abandoned))
         jobs.call_dropped(*dropped)
         jobs.deliver(abandoned, None, jobs.stopped())
         jobs.call_in_job_loop(_cancel_tasks, running)
@@ -316,9 +329,10 @@ class Pool:
         try:
             await waiter.future
         finally:
-            with self._lock:
-                if waiter in self._idle_waiters:
-                    self._idle_waiters.remove(waiter)
+            if waiter in self._idle_waiters:  # not woken (else no lock: see ``_leave``)
+                with self._lock:
+                    if waiter in self._idle_waiters:
+                        self._idle_waiters.remove(waiter)
 
     def _forget(self) -> None:
         """In a forked child: the jobs in flight are the parent's, run on a loop the child

@@ -130,6 +130,39 @@ def test_own_exception_even_when_its_class_cannot_be_copied(original):
     assert all(e.__cause__ is original for e in errors)
 
 
+class Worded(Exception):
+    def __init__(self, user):
+        super().__init__(f"quota exceeded for {user}")
+        self.user = user
+
+
+def test_own_exception_says_what_the_original_says_when_its_init_words_the_message():
+    # copy.copy calls cls(*args): an __init__ that words its one argument would word the
+    # worded message again ("quota exceeded for quota exceeded for bob")
+    original = Worded("bob")
+    errors = asyncio.run(_sharers_of_a_failure(original, sharers=2))
+    assert [(type(e), e.args, e.user) for e in errors] == [(Worded, original.args, "bob")] * 3
+    assert all(e is not original and e.__cause__ is original for e in errors)
+
+
+class NoneFound(Exception):
+    """An exception that is also an empty collection: false in a truth test."""
+
+    def __len__(self):
+        return 0
+
+
+def test_a_job_raising_an_exception_false_in_a_truth_test_counts_as_failed():
+    async def scenario():
+        pool = Pool(slots=1, queue=0, wait=None, on_error=lambda key, exc: None)
+        with pytest.raises(NoneFound):
+            await pool.run("k", "a", failing(NoneFound("no page matched")))
+        return pool.snapshot().counters  # counted before any caller is answered
+
+    counters = run(scenario)
+    assert (counters.failed, counters.completed) == (1, 0)
+
+
 def test_refusals_carry_a_code_and_a_retry_after():
     async def scenario():
         pool = Pool(slots=1, queue=1, wait=0.05)

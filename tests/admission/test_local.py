@@ -106,6 +106,69 @@ def test_each_queued_job_waits_its_own_wait():
     run(scenario)
 
 
+def test_a_caller_that_left_before_its_wait_passed_is_not_counted_refused():
+    # Its loop busy, a cancelled caller leaves only once its loop runs again: the wait
+    # may pass meanwhile, and the caller, who got CancelledError, counted as refused busy.
+    async def scenario():
+        pool = Pool(slots=1, queue=1, wait=0.3)  # passes while this loop is busy
+        gate = Gate()
+        held = asyncio.create_task(pool.run("a", "ca", job("A", gate)))
+        await until(lambda: pool.running() == 1)
+        left = asyncio.create_task(pool.run("b", "cb", job("B")))
+        await until(lambda: pool.queued() == 1)
+        left.cancel()
+        deadline = time.monotonic() + LONG
+        while pool.queued() and time.monotonic() < deadline:  # this loop busy meanwhile
+            time.sleep(0.001)
+        with pytest.raises(asyncio.CancelledError):
+            await left
+        gate.open()
+        assert await held == "A"
+        return pool.snapshot().counters
+
+    counters = run(scenario)
+    assert (counters.refused_busy, counters.abandoned) == (0, 1)
+
+
+def test_a_slot_freed_after_every_caller_of_the_queued_job_left_does_not_run_it():
+    # As above: left, but its loop not yet round to leaving when the slot frees.
+    async def scenario():
+        pool = Pool(slots=1, queue=1, wait=None)
+        gate, ran, dropped = Gate(), threading.Event(), threading.Event()
+        held = asyncio.create_task(pool.run("a", "ca", job("A", gate)))
+        await until(lambda: pool.running() == 1)
+        left = asyncio.create_task(pool.run("b", "cb", job("B", None, ran), on_drop=dropped.set))
+        await until(lambda: pool.queued() == 1)
+        left.cancel()
+        gate.open()
+        deadline = time.monotonic() + LONG
+        while not pool.idle() and time.monotonic() < deadline:  # this loop busy meanwhile
+            time.sleep(0.001)
+        assert await held == "A"
+        with pytest.raises(asyncio.CancelledError):
+            await left
+        return pool.snapshot().counters, ran.is_set(), dropped.is_set()
+
+    counters, ran, dropped = run(scenario)
+    assert (ran, dropped, counters.started, counters.abandoned) == (False, True, 1, 1)
+
+
+def test_a_caller_that_left_before_stop_is_not_counted_refused_closed():
+    async def scenario():
+        pool = Pool(slots=1, queue=1, wait=None)
+        held = asyncio.create_task(pool.run("a", "ca", job("A", Gate())))
+        await until(lambda: pool.running() == 1)
+        left = asyncio.create_task(pool.run("b", "cb", job("B")))
+        await until(lambda: pool.queued() == 1)
+        left.cancel()
+        await pool.stop()  # counts before this loop gets round to the left caller's leaving
+        answers = await asyncio.gather(held, left, return_exceptions=True)
+        assert [type(answer) for answer in answers] == [PoolClosed, asyncio.CancelledError]
+        return pool.snapshot().counters
+
+    assert run(scenario).refused_closed == 1  # the running job's caller alone
+
+
 def test_wait_none_queues_without_a_time_limit():
     async def scenario():
         pool = Pool(slots=1, queue=1, wait=None)
@@ -449,6 +512,114 @@ def test_what_a_task_left_behind_raises_does_not_stop_the_job_loop(escape):
         child.stdout + child.stderr
     )
     assert "job loop went on" in child.stderr
+
+
+def test_a_job_that_stops_the_job_loop_does_not_stop_the_pool():
+    child = run_script(
+        """
+        import asyncio
+        from django_pdfpool.admission import Pool
+
+        async def stops_its_loop():
+            asyncio.get_running_loop().stop()
+            await asyncio.sleep(0.01)
+            return "stopped it"
+
+        async def good():
+            return "still working"
+
+        async def main():
+            pool = Pool(slots=1, queue=0, wait=None)
+            for key, fn in ("k", stops_its_loop), ("k2", good):
+                try:
+                    print(await asyncio.wait_for(pool.run(key, "a", fn), 2))
+                except BaseException as exc:
+                    print("got", type(exc).__name__)
+
+        asyncio.run(main())
+        """
+    )
+    assert child.stdout.splitlines() == ["stopped it", "still working"], child.stdout + child.stderr
+    assert "job loop was stopped" in child.stderr
+
+
+@pytest.mark.parametrize("call", ["pool.run('k', 'b', None)", "pool.drain()"])
+def test_a_call_left_on_a_closed_loop_is_collected_without_the_pools_lock(call):
+    # A hand-rolled loop closed with the call's task pending leaves it to the garbage
+    # collector, which may close its coroutine at any allocation, one made under the pool's
+    # lock included: a coroutine that then took that lock (not reentrant) hung the process.
+    child = run_script(
+        f"""
+        import asyncio, gc, os, threading
+        from django_pdfpool.admission import Pool
+
+        pool = Pool(slots=1, queue=0, wait=None)
+        gate = threading.Event()
+
+        async def held():
+            while not gate.is_set():
+                await asyncio.sleep(0.001)
+            return "done"
+
+        def abandoned():
+            loop = asyncio.new_event_loop()
+            loop.create_task({call})
+            loop.run_until_complete(asyncio.sleep(0))  # the call now awaits the pool
+            loop.close()
+
+        async def main():
+            gc.disable()  # until the lock is held: the left call stays uncollected
+            started = asyncio.create_task(pool.run("k", "a", held))
+            while not pool.running():
+                await asyncio.sleep(0.001)
+            thread = threading.Thread(target=abandoned)
+            thread.start()
+            thread.join()
+            gate.set()
+            print(await started)
+            while not pool.idle():
+                await asyncio.sleep(0.001)
+
+        asyncio.run(main())
+
+        def collect_under_the_lock():
+            with pool._lock:  # as a collection at an allocation under it would
+                gc.collect()
+
+        collector = threading.Thread(target=collect_under_the_lock, daemon=True)
+        collector.start()
+        collector.join(5)
+        print("hung" if collector.is_alive() else "collected", flush=True)
+        os._exit(0)
+        """
+    )
+    assert child.stdout.splitlines() == ["done", "collected"], child.stdout + child.stderr
+
+
+def test_close_from_a_python_signal_handler_never_waits_for_the_lock_it_interrupted():
+    # A signal.signal handler runs between two bytecodes of the main thread, which may be
+    # inside a pool call holding the (not reentrant) lock: close() waiting for it hung.
+    child = run_script(
+        """
+        import os, signal, threading
+        from django_pdfpool.admission import Pool
+
+        pool, returned = Pool(), threading.Event()
+        signal.signal(signal.SIGUSR1, lambda signum, frame: pool.close())
+
+        def watchdog():
+            if not returned.wait(5):
+                print("hung", flush=True)
+                os._exit(0)
+
+        threading.Thread(target=watchdog, daemon=True).start()
+        with pool._lock:  # as in pressure() or snapshot() when the signal comes
+            signal.raise_signal(signal.SIGUSR1)
+        returned.set()
+        print("closed", pool.snapshot().closed)
+        """
+    )
+    assert child.stdout.splitlines() == ["closed True"], child.stdout + child.stderr
 
 
 def test_a_forked_child_forgets_the_parents_jobs_and_locks():
