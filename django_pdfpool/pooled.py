@@ -11,11 +11,17 @@ import stat
 import threading
 from typing import Any, TypeAlias
 
-from asgiref.sync import async_to_sync
 from django.core.files import File
 
 from .conf import PoolSettings, get_settings
-from .decorators import UploadJob, declared_view, extract_upload, run_staged, stage_in_thread
+from .decorators import (
+    UploadJob,
+    declared_view,
+    extract_upload,
+    run_from_sync,
+    run_staged,
+    stage_in_thread,
+)
 from .exceptions import UploadTooLarge
 from .record import PooledView
 from .uploads import STAGING_CHUNK, StagedUpload, stage, stage_chunks
@@ -54,7 +60,7 @@ def extract_pooled(
         return await run_staged(staged, who, view)
 
     try:
-        return async_to_sync(run)()
+        return run_from_sync(run)
     except BaseException:  # a signal's exception (Ctrl-C, Celery's soft time limit) ended the
         with lock:  # wait: the call leaves its job, as if cancelled
             tasks, waiting[:] = list(waiting), [None]
