@@ -8,6 +8,8 @@ import json
 import os
 import signal
 
+import httpx
+
 from tests.e2e.test_faults import until
 from tests.e2e.test_servers import QUICK
 from tests.support import pdfs
@@ -65,6 +67,7 @@ def test_a_gthread_workers_quick_stop_serves_extract_pooled_in_a_late_view(tmp_p
         return await late
 
     with serve("gunicorn-gthread", pdfpool=QUICK, staged=tmp_path) as server:
+        httpx.get(f"{server.url}/snapshot/", timeout=60)  # its worker has booted
         answer = asyncio.run(stopped(server.url, server.pid))
         server.process.wait(timeout=60)
     assert answer == (200, {"pages": 1}), server.text()[-3000:]
