@@ -11,6 +11,7 @@ import stat
 import threading
 from typing import Any, TypeAlias
 
+from asgiref.sync import async_to_sync
 from django.core.files import File
 
 from .conf import PoolSettings, get_settings
@@ -59,8 +60,9 @@ def extract_pooled(
             raise asyncio.CancelledError
         return await run_staged(staged, who, view)
 
-    try:
-        return run_from_sync(run)
+    signalled = threading.current_thread() is threading.main_thread()  # where signals raise
+    try:  # there the pool's code runs on another thread's loop, never where they land
+        return async_to_sync(run)() if signalled else run_from_sync(run)
     except BaseException:  # a signal's exception (Ctrl-C, Celery's soft time limit) ended the
         with lock:  # wait: the call leaves its job, as if cancelled
             tasks, waiting[:] = list(waiting), [None]
