@@ -12,7 +12,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db.models import Model
 from django.http import HttpRequest
-from django.utils.functional import SimpleLazyObject
+from django.utils.functional import SimpleLazyObject, empty
 
 from .conf import get_settings
 
@@ -102,10 +102,12 @@ def caller_of(request: HttpRequest) -> str:
 
 
 async def aresolve_user(request: HttpRequest) -> None:
-    """A lazy ``request.user`` resolved (``auser()``), once, not on the loop later; a user a
-    later middleware set stays (RemoteUserMiddleware's ``auser()`` still says anonymous)."""
+    """A lazy ``request.user`` resolved (``auser()``), once, not on the loop later; one read
+    already (the door's, under WSGI) and a user a later middleware set stay
+    (RemoteUserMiddleware's ``auser()`` still says anonymous)."""
     user = getattr(request, "user", None)
-    if hasattr(request, "auser") and (user is None or isinstance(user, SimpleLazyObject)):
+    unread = isinstance(user, SimpleLazyObject) and user._wrapped is empty
+    if hasattr(request, "auser") and (user is None or unread):
         request.user = await request.auser()
 
 

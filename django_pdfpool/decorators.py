@@ -8,10 +8,10 @@ import contextlib
 import functools
 import inspect
 import threading
-from collections.abc import Awaitable, Callable, Iterator, MutableMapping
+from collections.abc import Awaitable, Callable, Coroutine, Iterator, MutableMapping
 from typing import Any, TypeVar, cast, overload
 
-from asgiref.sync import async_to_sync, iscoroutinefunction, sync_to_async
+from asgiref.sync import SyncToAsync, async_to_sync, iscoroutinefunction, sync_to_async
 from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest
 
@@ -35,6 +35,7 @@ from .sandbox.extract import Extraction, extract
 from .uploads import STAGING_CHUNK, StagedUpload, stage, stage_chunks
 
 ViewFunc = TypeVar("ViewFunc", bound=Callable[..., Any])
+Result = TypeVar("Result")
 UploadJob = Callable[[StagedUpload], Awaitable[Any]]
 """``job(upload)``: runs on the pool's job loop; what it returns becomes ``request.pdf``."""
 
@@ -220,15 +221,22 @@ def admit(view: PooledView, request: HttpRequest, framework: Any = None) -> Fail
         return rejected
     with discarded_on_error(upload):
         caller = _own_caller(view, request) or caller_after(framework or request, record.caller)
-    if getattr(request, "scope", None) is not None:  # ASGI: on the server's loop (a client
-        return async_to_sync(submit)(request, record, caller, upload, view)  # leaving cancels)
-    # WSGI: on a loop of this thread's own (its current loop untouched), so no new thread is
-    # needed, which an exiting process refuses (gunicorn's quick stop of a gthread worker)
     try:
-        with asyncio.Runner(loop_factory=asyncio.new_event_loop) as runner:
-            return runner.run(submit(request, record, caller, upload, view))
-    except SystemExit:  # that quick stop, raised in a sync worker's thread as it waits:
+        return run_from_sync(functools.partial(submit, request, record, caller, upload, view))
+    except SystemExit:  # gunicorn's quick stop, raised in a sync worker's thread as it waits:
         return jobs.stopped()  # answered as a job the pool stopped; the worker ends after it
+
+
+def run_from_sync(call: Callable[[], Coroutine[Any, Any, Result]]) -> Result:
+    """``call()`` awaited from sync code: for a sync view under ASGI on the server's loop (a
+    client leaving cancels it), else on a loop of this thread's own (its current loop
+    untouched), with no new thread, which an exiting process refuses (gunicorn's quick stop
+    of a gthread worker)."""
+    server = getattr(SyncToAsync.threadlocal, "main_event_loop", None)  # a sync_to_async's
+    if server is not None and server.is_running():
+        return async_to_sync(call)()
+    with asyncio.Runner(loop_factory=asyncio.new_event_loop) as runner:
+        return runner.run(call())
 
 
 async def stage_in_thread(make: Callable[[], StagedUpload]) -> StagedUpload:

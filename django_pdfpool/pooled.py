@@ -8,13 +8,21 @@ import contextlib
 import functools
 import os
 import stat
+import threading
 from typing import Any, TypeAlias
 
 from asgiref.sync import async_to_sync
 from django.core.files import File
 
 from .conf import PoolSettings, get_settings
-from .decorators import UploadJob, declared_view, extract_upload, run_staged, stage_in_thread
+from .decorators import (
+    UploadJob,
+    declared_view,
+    extract_upload,
+    run_from_sync,
+    run_staged,
+    stage_in_thread,
+)
 from .exceptions import UploadTooLarge
 from .record import PooledView
 from .uploads import STAGING_CHUNK, StagedUpload, stage, stage_chunks
@@ -40,17 +48,26 @@ def extract_pooled(
     else:
         raise RuntimeError("extract_pooled() is for synchronous code: await aextract_pooled().")
     staged = stage_source(source, get_settings())
-    waiting: list[asyncio.Task[Any] | None] = []
+    waiting: list[asyncio.Task[Any] | None] = []  # its task once it runs; None once it left
+    lock = threading.Lock()
 
     async def run() -> Any:
-        waiting.append(asyncio.current_task())
+        with lock:
+            left = None in waiting
+            waiting.append(asyncio.current_task())
+        if left:  # the call ended before this first step: no job for it
+            staged.discard()
+            raise asyncio.CancelledError
         return await run_staged(staged, who, view)
 
-    try:
-        return async_to_sync(run)()
+    signalled = threading.current_thread() is threading.main_thread()  # where signals raise
+    try:  # there the pool's code runs on another thread's loop, never where they land
+        return async_to_sync(run)() if signalled else run_from_sync(run)
     except BaseException:  # a signal's exception (Ctrl-C, Celery's soft time limit) ended the
-        for task in filter(None, waiting):  # wait: the call leaves its job, as if cancelled
-            with contextlib.suppress(RuntimeError):  # (or it ended, and its loop closed)
+        with lock:  # wait: the call leaves its job, as if cancelled
+            tasks, waiting[:] = list(waiting), [None]
+        for task in filter(None, tasks):  # (or it ended, and its loop closed)
+            with contextlib.suppress(RuntimeError):
                 task.get_loop().call_soon_threadsafe(task.cancel)
         raise
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from django.http import HttpRequest, HttpResponse
+from django.http.multipartparser import MultiPartParser, MultiPartParserError
 from django.urls import ResolverMatch, URLPattern, URLResolver, get_resolver, resolve
 from django.urls.exceptions import Resolver404
 from django.utils.http import parse_header_parameters
@@ -53,10 +54,10 @@ class UploadHeaders:
         """Read ``headers`` (a scope's pairs, or a mapping); ``UploadRejected`` for what Django
         and the door could read differently: a bad digest, a repeated header, a chunked form."""
         values = _collect(headers)
-        content_type = _one(values, "content-type")
-        if "," in content_type and "," in _QUOTED.sub("", content_type):  # two joined: one has none
+        sent_type = _one(values, "content-type")
+        if "," in sent_type and "," in _QUOTED.sub("", sent_type):  # two joined: one has none
             raise RepeatedHeader(Wording.REPEATED_HEADER.format(header="Content-Type"))
-        content_type, params = parse_header_parameters(content_type)
+        content_type, params = parse_header_parameters(sent_type)
         raw = content_type == PDF_TYPE
         chunked = "chunked" in ",".join(values.get("transfer-encoding", ())).lower()
         if chunked and content_type.startswith("multipart/"):
@@ -70,7 +71,7 @@ class UploadHeaders:
             chunked=chunked,
             raw=raw,
             digest=digests.pop() if digests else None,
-            boundary=params.get("boundary", "") if content_type == FORM_TYPE else None,
+            boundary=_boundary(sent_type, params) if content_type == FORM_TYPE else None,
         )
 
     def body_limit(self, max_upload_size: int) -> int:
@@ -146,6 +147,16 @@ def _one(values: dict[str, list[str]], name: str) -> str:
     if len(found) > 1 and not (name == "content-length" and len({v.strip() for v in found}) == 1):
         raise RepeatedHeader(Wording.REPEATED_HEADER.format(header=name.title()))
     return found[0] if found else ""
+
+
+def _boundary(content_type: str, params: dict[str, str]) -> str:
+    """A form's boundary, "" if Django's multipart parser refuses ``content_type`` (a 400
+    from the header alone: not ASCII, a type not starting "multipart/", a boundary it rejects)."""
+    try:
+        MultiPartParser({"CONTENT_TYPE": content_type}, io.BytesIO(), [])
+    except MultiPartParserError:
+        return ""
+    return params["boundary"]
 
 
 def _length(value: str) -> int | None:

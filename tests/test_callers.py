@@ -307,3 +307,25 @@ def test_a_signed_in_user_without_a_primary_key_is_its_address_not_one_shared_ca
     alice, bob = rf.post("/", REMOTE_ADDR="10.0.9.1"), rf.post("/", REMOTE_ADDR="10.0.9.2")
     alice.user, bob.user = User(username="alice"), User(username="bob")
     assert (caller(alice), caller(bob)) == ("ip:10.0.9.1", "ip:10.0.9.2")
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("url", ["/sync/", "/async/"])
+def test_under_wsgi_the_session_and_the_user_are_read_once(pdfpool, url):
+    """A signed-in user's upload through the door under WSGI (Django's handler, sync
+    middleware): the door reads the user, and the view's decorator, sync or async, takes that
+    user, as Django's own code would: one query for the session, one for the user."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from tests.support import pdfs
+
+    pdfpool(SLOTS=2)
+    client = Client(REMOTE_ADDR="10.4.0.1")
+    client.force_login(User.objects.create_user("once", password="pw"))
+    field = "file" if url == "/sync/" else "document"
+    with CaptureQueriesContext(connection) as read:
+        answer = client.post(url, {field: upload(pdfs.simple(["once"]))})
+    assert answer.status_code == 200
+    tables = [query["sql"].split(" FROM ")[1].split()[0] for query in read.captured_queries]
+    assert tables == ['"django_session"', '"auth_user"']

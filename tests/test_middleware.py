@@ -616,3 +616,25 @@ def test_a_body_shed_mid_way_is_told_the_pools_retry_after_for_its_caller(pdfpoo
         after = mine().retry_after
     assert status == 503 and retry_after is not None
     assert math.ceil(told) <= int(retry_after) <= math.ceil(after)
+
+
+@pytest.mark.parametrize(
+    "content_type",
+    [
+        "Multipart/form-data; boundary=b",  # Django's parser reads the raw header: 400
+        "multipart/form-data; boundary=" + "b" * 202,  # a boundary Django will not take
+        'multipart/form-data; boundary="b "',
+        "multipart/form-data; boundary=b; name=\xe9",  # not ASCII
+    ],
+)
+@pytest.mark.parametrize("door", [False, True], ids=["door-off", "door-on"])
+def test_a_form_whose_headers_django_refuses_gets_djangos_400_door_or_not(
+    pdfpool, door, content_type
+):
+    """A form Django's multipart parser refuses from its ``Content-Type`` alone is Django's
+    400, before the body, with the door as without it (not the pool's 503)."""
+    pdfpool(DOOR=door)
+    get_pool().close()
+    environ = {"wsgi.input": UnreadBody(), "CONTENT_LENGTH": "1000", "CONTENT_TYPE": content_type}
+    response = Client(raise_request_exception=False).generic("POST", "/sync/", **environ, **JSON)
+    assert response.status_code == 400 and b"Bad Request" in response.content

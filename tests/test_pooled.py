@@ -416,3 +416,59 @@ def test_a_sync_view_under_asgi_whose_client_leaves_frees_its_queue_place(pdfpoo
             await until(lambda: get_pool().queued() == 0)
 
         asyncio.run(client_leaves())
+
+
+INTERRUPTED_FIRST = """
+import asyncio, pathlib, signal, sys, threading, time
+
+import django
+
+django.setup()
+from django_pdfpool import extract_pooled, get_pool
+
+gate, main, heard = pathlib.Path(sys.argv[1]), threading.main_thread(), threading.Event()
+
+
+def interrupt(signum, frame):
+    heard.set()
+    raise KeyboardInterrupt
+
+
+def first_thread(frame, event, arg):  # the first thread the call starts: Ctrl-C comes first
+    threading.settrace(None)
+    sys.settrace(None)
+    signal.pthread_kill(main.ident, signal.SIGINT)
+    heard.wait(10)
+
+
+async def held(upload):
+    while not gate.exists():
+        await asyncio.sleep(0.01)
+    return "finished"
+
+
+signal.signal(signal.SIGINT, interrupt)
+threading.settrace(first_thread)
+try:
+    print(extract_pooled(b"%PDF- never started", caller="cli", job=held), flush=True)
+except KeyboardInterrupt:
+    left = time.monotonic() + 10
+    while (get_pool().running() or get_pool().queued()) and time.monotonic() < left:
+        time.sleep(0.01)
+    print("interrupted", get_pool().running(), get_pool().queued(), flush=True)
+"""
+
+
+def test_ctrl_c_before_the_call_reached_the_pool_runs_no_job(tmp_path):
+    """Ctrl-C reaches ``extract_pooled`` before its wait has begun: no job runs for it (none
+    holds a slot, nor the caller's place, nor the process's exit until it ends)."""
+    gate = tmp_path / "gate"
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.project.settings"}
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[1]), *sys.path])
+    env.update(project_env(tmp_path), PDFPOOL_JSON='{"SLOTS": 1, "QUEUE": 1, "WAIT": 60}')
+    command = [sys.executable, "-c", INTERRUPTED_FIRST, str(gate)]
+    try:
+        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=SOON)
+    finally:
+        gate.touch()
+    assert (done.stdout, done.returncode) == ("interrupted 0 0\n", 0), done.stderr
