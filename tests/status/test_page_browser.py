@@ -183,6 +183,44 @@ def test_a_phone_wide_window_scrolls_the_wide_tables_not_the_page(
     assert errors == []
 
 
+def test_a_long_caller_wraps_and_leaves_every_column_in_view(
+    pdfpool, live_server, operator, browser
+):
+    """A caller is any string ``CALLER`` returns (an API client's name, a token's subject):
+    loaded and refreshed, a long one wraps in its cell, and the jobs' and the door's tables
+    keep every column in view on a desktop window, none pushed past a scrollbar."""
+    from playwright.sync_api import expect
+
+    caller = "api:" + "k" * 150
+    pdfpool(SLOTS=1, QUEUE=1)
+    pool, opened = get_pool(), [False]
+
+    async def job() -> int:
+        while not opened[0]:
+            await asyncio.sleep(0.005)
+        return 1
+
+    ticket = ARRIVING.place(1, caller, None)
+    hidden = """() => [...document.querySelectorAll(".pdfpool-jobs, .pdfpool-door")]
+        .filter((module) => module.scrollWidth > module.clientWidth).map((m) => m.className)"""
+    with ThreadPoolExecutor(1) as thread:
+        done = thread.submit(asyncio.run, pool.run("views.job:" + "ab" * 32, caller, job))
+        try:
+            page, errors = signed_in(
+                browser, live_server, fake_clock=True, viewport={"width": 1280, "height": 800}
+            )
+            for _ in ("loaded", "refreshed"):
+                expect(page.locator("#pdfpool-jobs tr.running td").nth(1)).to_have_text(caller)
+                expect(page.locator("#pdfpool-door td").first).to_have_text(caller)
+                assert page.evaluate(hidden) == []
+                refreshed(page)
+        finally:
+            opened[0] = True
+            ticket.release()
+        done.result(30)
+    assert errors == []
+
+
 LOW_CONTRAST = """() => {
   // Text on the page below WCAG AA's contrast (4.5:1, 3:1 for large text), with the
   // opacity of it and its ancestors applied over the first opaque background behind it.
