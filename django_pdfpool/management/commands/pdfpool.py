@@ -400,7 +400,8 @@ class Command(BaseCommand):
                         self.stderr.write(f"{heading}: extracting with {limits}")
                     say = self.stderr.write if loud else None
                     try:
-                        result = run(path, file.read(), conf, engine, say)
+                        data = file.read(conf.memory_limit + 1)  # past it: too_large, as ever
+                        result = run(path, data, conf, engine, say)
                     except (ImportError, ValueError) as error:  # an engine missing, a bad limit
                         raise CommandError(str(error)) from None
         except ExtractionError as error:
