@@ -221,6 +221,28 @@ def test_a_long_caller_wraps_and_leaves_every_column_in_view(
     assert errors == []
 
 
+def test_in_a_right_to_left_admin_the_english_page_reads_left_to_right(
+    pdfpool, live_server, operator, browser, settings
+):
+    """The page's own words are English: in an Arabic admin its figures keep their order
+    ("10 s", not "s 10") and the chart's axis its ends ("now" at the right, where the chart
+    draws now), and it says its language to a screen reader, loaded and refreshed."""
+    settings.LANGUAGE_CODE = "ar"
+    page, errors = signed_in(browser, live_server, fake_clock=True)
+    assert page.evaluate("document.documentElement.dir") == "rtl"  # the admin's own
+    said = """() => {
+        const root = document.getElementById("pdfpool-status");
+        const [ago, now] = [...root.querySelectorAll(".pdfpool-axis span")];
+        const wait = root.querySelector("[data-field=wait]");
+        return [root.closest("[lang]").lang, getComputedStyle(wait).direction,
+            now.getBoundingClientRect().left > ago.getBoundingClientRect().left];
+    }"""
+    for _ in ("loaded", "refreshed"):
+        assert page.evaluate(said) == ["en", "ltr", True]
+        refreshed(page)
+    assert errors == []
+
+
 LOW_CONTRAST = """() => {
   // Text on the page below WCAG AA's contrast (4.5:1, 3:1 for large text), with the
   // opacity of it and its ancestors applied over the first opaque background behind it.
