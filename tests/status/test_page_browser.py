@@ -86,6 +86,30 @@ def test_the_door_and_peaks_tables_follow_the_refresh(pdfpool, live_server, oper
     assert errors == [] and page.title() != "1"
 
 
+def test_a_signed_in_callers_body_at_the_door_is_shown_by_name_as_their_job_is(
+    pdfpool, live_server, operator, browser
+):
+    """The door's table names a signed-in caller as the jobs' table does (the username; hover
+    for ``user:<pk>``), loaded and refreshed, and the JSON says it in ``caller_name``."""
+    from playwright.sync_api import expect
+
+    caller = f"user:{operator.pk}"
+    ticket = ARRIVING.place(1, caller, None)
+    assert ticket is not None
+    try:
+        page, errors = signed_in(browser, live_server, fake_clock=True)
+        cell = page.locator("#pdfpool-door td").first
+        for _ in ("loaded", "refreshed"):
+            expect(cell).to_have_text("operator")
+            expect(cell.locator("span")).to_have_attribute("title", caller)
+            refreshed(page)
+        held = page.evaluate(f"fetch('{URL}?format=json').then((r) => r.json())")["door"]["held"]
+    finally:
+        ticket.release()
+    assert [(h["caller"], h["caller_name"]) for h in held] == [(caller, "operator")]
+    assert errors == []
+
+
 def test_the_redis_processes_table_follows_the_refresh(
     pdfpool, live_server, operator, browser, redis_server, namespace
 ):

@@ -88,6 +88,17 @@
         return td;
     }
 
+    function callerCell(entry) {
+        // A signed-in caller's username, ``user:<pk>`` on hover; any other caller as it is.
+        if (!entry.caller_name) return cell(entry.caller);
+        const name = document.createElement("span");
+        name.title = entry.caller;
+        name.textContent = entry.caller_name;
+        const td = cell("");
+        td.append(name);
+        return td;
+    }
+
     function updateJobs(data) {
         const rows = data.jobs.map((job) => {
             const tr = document.createElement("tr");
@@ -97,14 +108,12 @@
             key.textContent = job.short_key;
             const keyCell = cell("");
             keyCell.append(key);
-            const callerCell = cell(job.caller_name || job.caller);
-            if (job.caller_name) callerCell.title = job.caller;
             const badge = document.createElement("span");
             badge.className = "pdfpool-badge " + job.state;
             badge.textContent = job.state;
             const stateCell = cell("");
             stateCell.append(badge);
-            tr.append(keyCell, callerCell, stateCell, cell(String(job.sharers), "num"),
+            tr.append(keyCell, callerCell(job), stateCell, cell(String(job.sharers), "num"),
                 cell(fmt(job.queued_for, "seconds"), "num"),
                 cell(job.started_at ? fmt(job.running_for, "seconds") : "\u2014", "num"));
             return tr;
@@ -132,7 +141,7 @@
     }
 
     function updateTables(data) {
-        fill("pdfpool-door", data.door.held.map((held) => row(cell(held.caller), cell(held.kind),
+        fill("pdfpool-door", data.door.held.map((held) => row(callerCell(held), cell(held.kind),
             cell(String(held.received), "num"), cell(fmt(held.age, "seconds"), "num"),
             cell(fmt(Math.max(0, held.left), "seconds"), "num"))), "No body arriving.", 5);
         fill("pdfpool-peaks", data.memory.recent_jobs.map((job) => row(cell(clock(job.ended)),
