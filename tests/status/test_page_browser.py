@@ -163,6 +163,37 @@ def test_times_are_shown_in_the_projects_time_zone_before_and_after_a_refresh(
     assert errors == []
 
 
+@pytest.mark.parametrize("zone", ["posix/Asia/Kolkata", "localtime"])
+def test_a_time_zone_the_browser_does_not_know_keeps_the_page_live(
+    pdfpool, live_server, operator, browser, settings, zone
+):
+    """Zone names Django takes from the system's zoneinfo that Intl refuses ("posix/...",
+    Debian's "localtime"): the page still refreshes, writing times as the server did."""
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+    from playwright.sync_api import expect
+
+    try:
+        ZoneInfo(zone)
+    except ZoneInfoNotFoundError:
+        pytest.skip(f"no {zone!r} in this system's zoneinfo")
+    settings.TIME_ZONE = zone
+    ended = datetime.datetime(2026, 1, 15, 5, 0, 5, tzinfo=datetime.UTC)
+    shown = ended.astimezone(ZoneInfo(zone)).strftime("%H:%M:%S")
+    recent_peaks.clear()
+    recent_peaks.append((ended.timestamp(), 100 << 20, "cold"))
+    try:
+        page, errors = signed_in(browser, live_server, fake_clock=True, timezone_id="Asia/Tokyo")
+        cell = page.locator("#pdfpool-peaks td").first
+        for _ in ("loaded", "refreshed"):
+            expect(cell).to_have_text(shown)
+            refreshed(page)
+    finally:
+        recent_peaks.clear()
+    expect(page.locator("#pdfpool-live")).to_contain_text("Live, updated")
+    assert errors == []
+
+
 def test_a_pool_without_a_queue_shows_no_full_queue(pdfpool, live_server, operator, browser):
     from playwright.sync_api import expect
 

@@ -36,9 +36,19 @@
         return path.split(".").reduce((obj, part) => (obj == null ? obj : obj[part]), data);
     }
 
-    const clockFormat = new Intl.DateTimeFormat("en-GB", {  // the page's H:i:s, 00 to 23
-        timeZone: root.dataset.timeZone, hour: "2-digit", minute: "2-digit", second: "2-digit",
-        hourCycle: "h23"});  // in the time zone the server wrote the page's times in
+    const clockFormat = clockIn(root.dataset.timeZone);
+
+    function clockIn(zone) {
+        // The page's H:i:s, 00 to 23, in the time zone the server wrote its times in; a name
+        // Intl refuses ("localtime", "posix/..."): the UTC offset the snapshot was taken at.
+        const options = {hour: "2-digit", minute: "2-digit", second: "2-digit", hourCycle: "h23"};
+        try {
+            return new Intl.DateTimeFormat("en-GB", {...options, timeZone: zone});
+        } catch (error) {
+            const taken = live.querySelector("time").getAttribute("datetime");
+            return new Intl.DateTimeFormat("en-GB", {...options, timeZone: taken.slice(-6)});
+        }
+    }
 
     function clock(epoch) {
         return clockFormat.format(new Date(epoch * 1000));
