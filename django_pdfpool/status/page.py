@@ -208,6 +208,9 @@ def work_state(data: dict[str, Any]) -> tuple[str, bool]:
         return "refusing new work: Redis is failing", True
     if data["sandbox"]["refusing"]:
         return 'refusing extractions: sandbox below SANDBOX["REQUIRE"]', True
+    cluster = data["cluster"]
+    if cluster is not None and cluster["mode"] == "redis" and data["scope"] != "cluster":
+        return "unsure: Redis did not answer this reading", True  # the pool judges it after
     return "accepting work", False
 
 

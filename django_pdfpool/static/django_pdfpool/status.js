@@ -88,6 +88,9 @@
         if (data.cluster && data.cluster.mismatch) return ["refusing every job: " + data.cluster.mismatch, true];
         if (data.cluster && data.cluster.mode === "refusing") return ["refusing new work: Redis is failing", true];
         if (data.sandbox.refusing) return ["refusing extractions: sandbox below SANDBOX[\"REQUIRE\"]", true];
+        if (data.cluster && data.cluster.mode === "redis" && data.scope !== "cluster") {
+            return ["unsure: Redis did not answer this reading", true];  // the pool judges it after
+        }
         return ["accepting work", false];
     }
 
