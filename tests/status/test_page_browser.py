@@ -367,7 +367,7 @@ def test_the_state_says_new_work_is_refused_while_it_is(
         settings_ = {"REDIS": {"URL": url, "NAMESPACE": namespace}}
     pdfpool(**settings_)
     page, errors = signed_in(browser, live_server, fake_clock=True)
-    state = page.locator("#pdfpool-state")
+    state = page.get_by_role("status")  # a status message: read out when it changes (WCAG 4.1.3)
     for _ in ("loaded", "refreshed"):
         expect(state).to_contain_text(says)
         expect(state).to_have_class(re.compile(r"\brefusing\b"))
