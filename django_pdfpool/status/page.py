@@ -60,9 +60,13 @@ def status_data() -> dict[str, Any]:
     cluster = pool.cluster_snapshot()  # one reading: its ``cluster`` is what snapshot() gives
     data = (pool.snapshot() if cluster is None else cluster.cluster).as_dict()
     data["jobs"] = sorted(data["jobs"], key=lambda j: (j["state"] != "running", j["queued_at"]))
-    names = _caller_names(job["caller"] for job in data["jobs"])
     for job in data["jobs"]:
-        job.update(short_key=short_key(job["key"]), caller_name=names.get(job["caller"]))
+        job["short_key"] = short_key(job["key"])
+    door = {"on": conf.door is not None, **door_status()}  # off: its terms are defaults
+    callers = [*data["jobs"], *door["held"]]  # a job's caller, a body's at the door
+    names = _caller_names(entry["caller"] for entry in callers)
+    for entry in callers:
+        entry["caller_name"] = names.get(entry["caller"])
     data |= {name: getattr(conf, name) for name in CONF_FIELDS}
     data["backend"] = "local" if conf.redis is None else "redis"
     starts, found = child_starts(), sandbox_layers()  # how children start; their sandbox
@@ -93,7 +97,7 @@ def status_data() -> dict[str, Any]:
             "landlock_abi": found.landlock_abi,
             "layers": layers,
         },
-        "door": {"on": conf.door is not None, **door_status()},  # off: its terms are defaults
+        "door": door,
         "memory": envelope(conf.slots, conf.memory_limit),
     }
 
@@ -204,6 +208,9 @@ def work_state(data: dict[str, Any]) -> tuple[str, bool]:
         return "refusing new work: Redis is failing", True
     if data["sandbox"]["refusing"]:
         return 'refusing extractions: sandbox below SANDBOX["REQUIRE"]', True
+    cluster = data["cluster"]
+    if cluster is not None and cluster["mode"] == "redis" and data["scope"] != "cluster":
+        return "unsure: Redis did not answer this reading", True  # the pool judges it after
     return "accepting work", False
 
 

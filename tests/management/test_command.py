@@ -572,6 +572,28 @@ def test_extract_a_missing_file_is_a_command_error(tmp_path):
     assert failed.value.returncode == 1
 
 
+def test_extract_reads_what_the_command_may_read_not_what_the_child_may(tmp_path):
+    """The file is opened by the command, as ``--pool`` opens it: a file the command may read
+    is extracted even where the sandboxed child could not open it (root's access to a mode 0
+    file is not the child's), and one it may not is exit 1, never a PDF that crashed."""
+    path = write(tmp_path, "private.pdf", pdfs.simple(["private text"]))
+    os.chmod(path, 0)
+    try:
+        open(path, "rb").close()
+    except PermissionError:
+        readable = False
+    else:
+        readable = True
+    for pooled in ([], ["--pool"]):
+        shown = manage("extract", path, *pooled, cwd=tmp_path)
+        if readable:
+            assert shown.returncode == 0, (pooled, shown.stderr)
+            assert "private text" in shown.stdout
+        else:
+            assert shown.returncode == 1, (pooled, shown.stderr)
+            assert shown.stderr == f"CommandError: Cannot read {path}: Permission denied.\n"
+
+
 def test_extract_escapes_what_would_drive_the_terminal(pdfpool, tmp_path):
     title = "\x1b]0;owned\x07\x1b[31mred\u202etxt.exe"
     hexed = ("\ufeff" + title).encode("utf-16-be").hex().encode()

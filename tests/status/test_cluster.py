@@ -163,6 +163,24 @@ def test_a_reading_redis_did_not_answer_says_every_figure_is_this_processs(
     assert "cluster-wide" not in said and "every figure below is this process's" in said, said
 
 
+def test_a_reading_redis_did_not_answer_does_not_say_work_is_accepted(
+    pdfpool, admin_client: Client, own_redis, namespace
+):
+    """Redis silent during the page's reading, FALLBACK "refuse" (the default): new work is
+    about to be refused, so the badge, red, says the reading could not tell, never
+    "accepting work"; the command says it as the page does."""
+    pdfpool(REDIS={"URL": own_redis.url, "NAMESPACE": namespace, "TIMEOUT": 0.3})
+    assert admin_client.get(URL, {"format": "json"}).json()["scope"] == "cluster"
+    own_redis.pause()
+    try:
+        page = admin_client.get(URL).content.decode()
+    finally:
+        own_redis.resume()
+    badge = page.split('<span class="pdfpool-state', 1)[1].split("</span>", 1)[0]
+    classes, said = badge.split('"', 1)[0].split(), badge.split(">", 1)[1]
+    assert classes == ["refusing"] and said != "accepting work", badge
+
+
 def error_of(worker: Worker, cid: str) -> str | None:
     return worker.answer(cid, timeout=20).get("error")
 

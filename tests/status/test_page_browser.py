@@ -86,6 +86,30 @@ def test_the_door_and_peaks_tables_follow_the_refresh(pdfpool, live_server, oper
     assert errors == [] and page.title() != "1"
 
 
+def test_a_signed_in_callers_body_at_the_door_is_shown_by_name_as_their_job_is(
+    pdfpool, live_server, operator, browser
+):
+    """The door's table names a signed-in caller as the jobs' table does (the username; hover
+    for ``user:<pk>``), loaded and refreshed, and the JSON says it in ``caller_name``."""
+    from playwright.sync_api import expect
+
+    caller = f"user:{operator.pk}"
+    ticket = ARRIVING.place(1, caller, None)
+    assert ticket is not None
+    try:
+        page, errors = signed_in(browser, live_server, fake_clock=True)
+        cell = page.locator("#pdfpool-door td").first
+        for _ in ("loaded", "refreshed"):
+            expect(cell).to_have_text("operator")
+            expect(cell.locator("span")).to_have_attribute("title", caller)
+            refreshed(page)
+        held = page.evaluate(f"fetch('{URL}?format=json').then((r) => r.json())")["door"]["held"]
+    finally:
+        ticket.release()
+    assert [(h["caller"], h["caller_name"]) for h in held] == [(caller, "operator")]
+    assert errors == []
+
+
 def test_the_redis_processes_table_follows_the_refresh(
     pdfpool, live_server, operator, browser, redis_server, namespace
 ):
@@ -139,6 +163,37 @@ def test_times_are_shown_in_the_projects_time_zone_before_and_after_a_refresh(
     assert errors == []
 
 
+@pytest.mark.parametrize("zone", ["posix/Asia/Kolkata", "localtime"])
+def test_a_time_zone_the_browser_does_not_know_keeps_the_page_live(
+    pdfpool, live_server, operator, browser, settings, zone
+):
+    """Zone names Django takes from the system's zoneinfo that Intl refuses ("posix/...",
+    Debian's "localtime"): the page still refreshes, writing times as the server did."""
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+    from playwright.sync_api import expect
+
+    try:
+        ZoneInfo(zone)
+    except ZoneInfoNotFoundError:
+        pytest.skip(f"no {zone!r} in this system's zoneinfo")
+    settings.TIME_ZONE = zone
+    ended = datetime.datetime(2026, 1, 15, 5, 0, 5, tzinfo=datetime.UTC)
+    shown = ended.astimezone(ZoneInfo(zone)).strftime("%H:%M:%S")
+    recent_peaks.clear()
+    recent_peaks.append((ended.timestamp(), 100 << 20, "cold"))
+    try:
+        page, errors = signed_in(browser, live_server, fake_clock=True, timezone_id="Asia/Tokyo")
+        cell = page.locator("#pdfpool-peaks td").first
+        for _ in ("loaded", "refreshed"):
+            expect(cell).to_have_text(shown)
+            refreshed(page)
+    finally:
+        recent_peaks.clear()
+    expect(page.locator("#pdfpool-live")).to_contain_text("Live, updated")
+    assert errors == []
+
+
 def test_a_pool_without_a_queue_shows_no_full_queue(pdfpool, live_server, operator, browser):
     from playwright.sync_api import expect
 
@@ -180,6 +235,66 @@ def test_a_phone_wide_window_scrolls_the_wide_tables_not_the_page(
             opened[0] = True
             ticket.release()
         done.result(30)
+    assert errors == []
+
+
+def test_a_long_caller_wraps_and_leaves_every_column_in_view(
+    pdfpool, live_server, operator, browser
+):
+    """A caller is any string ``CALLER`` returns (an API client's name, a token's subject):
+    loaded and refreshed, a long one wraps in its cell, and the jobs' and the door's tables
+    keep every column in view on a desktop window, none pushed past a scrollbar."""
+    from playwright.sync_api import expect
+
+    caller = "api:" + "k" * 150
+    pdfpool(SLOTS=1, QUEUE=1)
+    pool, opened = get_pool(), [False]
+
+    async def job() -> int:
+        while not opened[0]:
+            await asyncio.sleep(0.005)
+        return 1
+
+    ticket = ARRIVING.place(1, caller, None)
+    hidden = """() => [...document.querySelectorAll(".pdfpool-jobs, .pdfpool-door")]
+        .filter((module) => module.scrollWidth > module.clientWidth).map((m) => m.className)"""
+    with ThreadPoolExecutor(1) as thread:
+        done = thread.submit(asyncio.run, pool.run("views.job:" + "ab" * 32, caller, job))
+        try:
+            page, errors = signed_in(
+                browser, live_server, fake_clock=True, viewport={"width": 1280, "height": 800}
+            )
+            for _ in ("loaded", "refreshed"):
+                expect(page.locator("#pdfpool-jobs tr.running td").nth(1)).to_have_text(caller)
+                expect(page.locator("#pdfpool-door td").first).to_have_text(caller)
+                assert page.evaluate(hidden) == []
+                refreshed(page)
+        finally:
+            opened[0] = True
+            ticket.release()
+        done.result(30)
+    assert errors == []
+
+
+def test_in_a_right_to_left_admin_the_english_page_reads_left_to_right(
+    pdfpool, live_server, operator, browser, settings
+):
+    """The page's own words are English: in an Arabic admin its figures keep their order
+    ("10 s", not "s 10") and the chart's axis its ends ("now" at the right, where the chart
+    draws now), and it says its language to a screen reader, loaded and refreshed."""
+    settings.LANGUAGE_CODE = "ar"
+    page, errors = signed_in(browser, live_server, fake_clock=True)
+    assert page.evaluate("document.documentElement.dir") == "rtl"  # the admin's own
+    said = """() => {
+        const root = document.getElementById("pdfpool-status");
+        const [ago, now] = [...root.querySelectorAll(".pdfpool-axis span")];
+        const wait = root.querySelector("[data-field=wait]");
+        return [root.closest("[lang]").lang, getComputedStyle(wait).direction,
+            now.getBoundingClientRect().left > ago.getBoundingClientRect().left];
+    }"""
+    for _ in ("loaded", "refreshed"):
+        assert page.evaluate(said) == ["en", "ltr", True]
+        refreshed(page)
     assert errors == []
 
 
@@ -252,7 +367,7 @@ def test_the_state_says_new_work_is_refused_while_it_is(
         settings_ = {"REDIS": {"URL": url, "NAMESPACE": namespace}}
     pdfpool(**settings_)
     page, errors = signed_in(browser, live_server, fake_clock=True)
-    state = page.locator("#pdfpool-state")
+    state = page.get_by_role("status")  # a status message: read out when it changes (WCAG 4.1.3)
     for _ in ("loaded", "refreshed"):
         expect(state).to_contain_text(says)
         expect(state).to_have_class(re.compile(r"\brefusing\b"))

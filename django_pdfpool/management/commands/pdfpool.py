@@ -15,9 +15,10 @@ import textwrap
 import time
 from collections.abc import Callable, Sequence
 from operator import itemgetter
-from typing import Any
+from typing import Any, BinaryIO
 
 from django.core.exceptions import ImproperlyConfigured
+from django.core.files import File
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from ...bounds import seconds
@@ -174,15 +175,17 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> list[str]
     return ["  ".join(map(str.ljust, row, widths)).rstrip() for row in cells]
 
 
-def file_size(path: str) -> int:
-    """The size of the regular file at ``path``; CommandError for anything else."""
+def open_file(path: str) -> BinaryIO:
+    """The regular file at ``path``, opened by this process: what it may read, not what a
+    sandboxed child may (root's access is not the child's); CommandError for anything else."""
     try:
-        info = os.stat(path)
+        file = open(os.open(path, os.O_RDONLY | os.O_NONBLOCK), "rb")  # noqa: SIM115
     except OSError as error:
         raise CommandError(f"Cannot read {safe(path)}: {error.strerror}.") from None
-    if not stat.S_ISREG(info.st_mode):
+    if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):  # a FIFO would hang, a device too
+        file.close()
         raise CommandError(f"{safe(path)} is not a regular file.")
-    return info.st_size
+    return file
 
 
 def refuse_in_event_loop(message: str) -> None:
@@ -193,17 +196,18 @@ def refuse_in_event_loop(message: str) -> None:
 
 
 def run(
-    path: str, conf: PoolSettings, engine: str, say: Callable[[str], None] | None
+    path: str, data: bytes, conf: PoolSettings, engine: str, say: Callable[[str], None] | None
 ) -> Extraction:
-    """Extract ``path`` in a cold child (no template left behind) under the settings' limits,
-    telling ``say`` every ``PROGRESS_EVERY`` seconds while it runs; raises ExtractionError."""
+    """Extract ``data`` (the file at ``path``) in a cold child (no template left behind) under
+    the settings' limits, telling ``say`` every ``PROGRESS_EVERY`` seconds while it runs;
+    raises ExtractionError."""
     refuse_in_event_loop("pdfpool extract runs its own event loop: call it from synchronous code.")
     terms = conf.job_terms | {"engine": engine}
     conf.sandbox.configure()  # its layers, required level and environment, as uploads have
 
     async def extracting() -> Extraction:
         start = time.monotonic()
-        task = asyncio.ensure_future(extract_file(path, warm=False, **terms))
+        task = asyncio.ensure_future(extract_file(data, warm=False, **terms))
         while say and not (await asyncio.wait({task}, timeout=PROGRESS_EVERY))[0]:
             took, timeout = time.monotonic() - start, fmt(conf.timeout, "seconds")
             say(f"{safe(path)}: still extracting, {took:.0f} s of {timeout} so far")
@@ -364,7 +368,16 @@ class Command(BaseCommand):
         if caller is not None and not options["pool"]:
             raise CommandError("--caller goes with --pool.", returncode=EXIT_USAGE)
         engine = options["engine"] or conf.engine
-        size, shown = file_size(path), safe(path)
+        if options["pool"]:
+            if engine != conf.engine:
+                raise CommandError(
+                    "--pool runs the pool's job, with the ENGINE setting.", returncode=EXIT_USAGE
+                )
+            caller = POOL_CALLER if caller is None else caller
+            if not isinstance(caller, str) or not caller:
+                raise CommandError("--caller must name a caller.", returncode=EXIT_USAGE)
+        file = open_file(path)
+        size, shown = os.fstat(file.fileno()).st_size, safe(path)
         heading = f"{shown} ({fmt(size, 'bytes')})"
         limits = (
             f"engine {engine}, timeout {fmt(conf.timeout, 'seconds')}, memory limit "
@@ -372,31 +385,25 @@ class Command(BaseCommand):
             f"{fmt(conf.max_text_bytes, 'bytes')}, upload {fmt(conf.max_upload_size, 'bytes')}"
         )
         try:
-            if size > conf.max_upload_size:  # as the decorator answers it (413), before work
-                raise ExtractionError(
-                    "too_large",
-                    str(UploadTooLarge.over(conf.max_upload_size)),
-                    detail=f"{size} bytes, over MAX_UPLOAD_SIZE ({conf.max_upload_size} bytes)",
-                )
-            if options["pool"]:
-                if engine != conf.engine:
-                    raise CommandError(
-                        "--pool runs the pool's job, with the ENGINE setting.",
-                        returncode=EXIT_USAGE,
+            with file:
+                if size > conf.max_upload_size:  # as the decorator answers it (413), before work
+                    raise ExtractionError(
+                        "too_large",
+                        str(UploadTooLarge.over(conf.max_upload_size)),
+                        detail=f"{size} bytes, over MAX_UPLOAD_SIZE ({conf.max_upload_size} bytes)",
                     )
-                if caller is None:
-                    caller = POOL_CALLER
-                if not isinstance(caller, str) or not caller:
-                    raise CommandError("--caller must name a caller.", returncode=EXIT_USAGE)
-                result = extract_pooled(path, caller=caller)
-            else:
-                loud = size >= PROGRESS_BYTES and not options["no_progress"]
-                if loud:
-                    self.stderr.write(f"{heading}: extracting with {limits}")
-                try:
-                    result = run(path, conf, engine, self.stderr.write if loud else None)
-                except (ImportError, ValueError) as error:  # an engine not installed, a bad limit
-                    raise CommandError(str(error)) from None
+                if options["pool"]:
+                    result = extract_pooled(File(file, path), caller=caller)
+                else:
+                    loud = size >= PROGRESS_BYTES and not options["no_progress"]
+                    if loud:
+                        self.stderr.write(f"{heading}: extracting with {limits}")
+                    say = self.stderr.write if loud else None
+                    try:
+                        data = file.read(conf.memory_limit + 1)  # past it: too_large, as ever
+                        result = run(path, data, conf, engine, say)
+                    except (ImportError, ValueError) as error:  # an engine missing, a bad limit
+                        raise CommandError(str(error)) from None
         except ExtractionError as error:
             said = {field: getattr(error, field) for field in ERROR_FIELDS}
             text = error_text(error)

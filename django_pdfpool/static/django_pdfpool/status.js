@@ -36,9 +36,19 @@
         return path.split(".").reduce((obj, part) => (obj == null ? obj : obj[part]), data);
     }
 
-    const clockFormat = new Intl.DateTimeFormat("en-GB", {  // the page's H:i:s, 00 to 23
-        timeZone: root.dataset.timeZone, hour: "2-digit", minute: "2-digit", second: "2-digit",
-        hourCycle: "h23"});  // in the time zone the server wrote the page's times in
+    const clockFormat = clockIn(root.dataset.timeZone);
+
+    function clockIn(zone) {
+        // The page's H:i:s, 00 to 23, in the time zone the server wrote its times in; a name
+        // Intl refuses ("localtime", "posix/..."): the UTC offset the snapshot was taken at.
+        const options = {hour: "2-digit", minute: "2-digit", second: "2-digit", hourCycle: "h23"};
+        try {
+            return new Intl.DateTimeFormat("en-GB", {...options, timeZone: zone});
+        } catch (error) {
+            const taken = live.querySelector("time").getAttribute("datetime");
+            return new Intl.DateTimeFormat("en-GB", {...options, timeZone: taken.slice(-6)});
+        }
+    }
 
     function clock(epoch) {
         return clockFormat.format(new Date(epoch * 1000));
@@ -78,6 +88,9 @@
         if (data.cluster && data.cluster.mismatch) return ["refusing every job: " + data.cluster.mismatch, true];
         if (data.cluster && data.cluster.mode === "refusing") return ["refusing new work: Redis is failing", true];
         if (data.sandbox.refusing) return ["refusing extractions: sandbox below SANDBOX[\"REQUIRE\"]", true];
+        if (data.cluster && data.cluster.mode === "redis" && data.scope !== "cluster") {
+            return ["unsure: Redis did not answer this reading", true];  // the pool judges it after
+        }
         return ["accepting work", false];
     }
 
@@ -85,6 +98,17 @@
         const td = document.createElement("td");
         if (className) td.className = className;
         td.textContent = text;
+        return td;
+    }
+
+    function callerCell(entry) {
+        // A signed-in caller's username, ``user:<pk>`` on hover; any other caller as it is.
+        if (!entry.caller_name) return cell(entry.caller);
+        const name = document.createElement("span");
+        name.title = entry.caller;
+        name.textContent = entry.caller_name;
+        const td = cell("");
+        td.append(name);
         return td;
     }
 
@@ -97,14 +121,12 @@
             key.textContent = job.short_key;
             const keyCell = cell("");
             keyCell.append(key);
-            const callerCell = cell(job.caller_name || job.caller);
-            if (job.caller_name) callerCell.title = job.caller;
             const badge = document.createElement("span");
             badge.className = "pdfpool-badge " + job.state;
             badge.textContent = job.state;
             const stateCell = cell("");
             stateCell.append(badge);
-            tr.append(keyCell, callerCell, stateCell, cell(String(job.sharers), "num"),
+            tr.append(keyCell, callerCell(job), stateCell, cell(String(job.sharers), "num"),
                 cell(fmt(job.queued_for, "seconds"), "num"),
                 cell(job.started_at ? fmt(job.running_for, "seconds") : "\u2014", "num"));
             return tr;
@@ -132,7 +154,7 @@
     }
 
     function updateTables(data) {
-        fill("pdfpool-door", data.door.held.map((held) => row(cell(held.caller), cell(held.kind),
+        fill("pdfpool-door", data.door.held.map((held) => row(callerCell(held), cell(held.kind),
             cell(String(held.received), "num"), cell(fmt(held.age, "seconds"), "num"),
             cell(fmt(Math.max(0, held.left), "seconds"), "num"))), "No body arriving.", 5);
         fill("pdfpool-peaks", data.memory.recent_jobs.map((job) => row(cell(clock(job.ended)),
