@@ -96,6 +96,8 @@ class Extraction:
 
 
 PROBE_TIMEOUT = 60.0  # seconds a probe child may take (an interpreter start on a busy host)
+PROBE_RETRY = 10.0  # seconds a probe whose child failed (not a finding) is kept before another
+PROBE_FAILED = "the probe child failed"
 _logger = logging.getLogger("django_pdfpool.sandbox")
 
 
@@ -167,14 +169,15 @@ def probe(python: str, env: tuple[str, ...], sandbox: str) -> SandboxLayers:
         missing = {str(k): str(v) for k, v in found["missing"].items() if k not in layers}
         abi = int(found["landlock_abi"])
     except (OSError, ValueError, KeyError, IndexError, TypeError, subprocess.SubprocessError):
-        layers, missing, abi = (), dict.fromkeys(LAYERS, "the probe child failed"), 0
+        layers, missing, abi = (), dict.fromkeys(LAYERS, PROBE_FAILED), 0
     reached = [name for name, need in LEVELS.items() if set(need) <= set(layers)]
     return SandboxLayers(layers, missing, abi, reached[-1])
 
 
 _template = children.Template()  # the process's template, forking warm children
 _required = "none"  # the sandbox level below which extractions are refused
-_found: dict[tuple[str, tuple[str, ...], str], SandboxLayers] = {}  # by interpreter, env, sandbox
+# By interpreter, env, sandbox: the probe's finding and until when it is kept (monotonic).
+_found: dict[tuple[str, tuple[str, ...], str], tuple[SandboxLayers, float]] = {}
 _logged: set[tuple[object, ...]] = set()  # the refusals' findings logged so far
 _layers_lock = threading.Lock()
 _tmp_dir: str | None = None
@@ -193,14 +196,18 @@ def register_engine(engine: str) -> None:
 
 def sandbox_layers() -> SandboxLayers:
     """What the sandbox gives a job's child on this host, as a probe child found it (started
-    once per process and configuration, about 0.1 s), and the level required."""
+    once per process and configuration, about 0.1 s; again PROBE_RETRY s after one whose
+    child failed), and the level required."""
     key = (_template.python, _template.env, _template.sandbox)
     with _layers_lock:
-        first = key not in _found
-        if first:
-            _found[key] = probe(*key)
-        found = _found[key]
-    if first and found.missing and found.enabled:  # said once, where no check runs too
+        kept, new = _found.get(key), False
+        if kept is None or time.monotonic() >= kept[1]:
+            found = probe(*key)
+            failed = PROBE_FAILED in found.missing.values()
+            _found[key] = found, time.monotonic() + PROBE_RETRY if failed else float("inf")
+            new = kept is None or kept[0] != found
+        found = _found[key][0]
+    if new and found.missing and found.enabled:  # said once per finding, where no check runs
         _logger.warning("The extraction sandbox lacks on this host: %s", found.why)
     return replace(found, required=_required)
 
@@ -272,7 +279,7 @@ async def extract(
         _checked(*args)  # the limits of the job before: no Python call
     except TypeError:  # an unhashable argument: its own error
         _check(*args)
-    if _required != "none":  # probed once: at once after that
+    if _required != "none":  # probed once (but a failed probe): at once after that
         await asyncio.to_thread(lambda: _check_layers(sandbox_layers()))
     refuse = on_too_many_pages == "refuse"
     job = wire.ExtractionJob("", engine, timeout, memory_limit, max_pages, refuse, max_text_bytes)
