@@ -349,9 +349,9 @@ class _Running:
         self.retired = False  # ended by us: not counted as a failure
         self.lock = threading.Lock()  # one request at a time on the socket
 
-    def fork(self) -> ForkedChild | None:
-        """A (ready) child from the template, or None if the template did not answer."""
-        reply, fds = self._ask(wire.FORK_REQUEST, 4)
+    def fork(self, deadline: float) -> ForkedChild | None:
+        """A (ready) child from the template, or None if it did not answer by `deadline`."""
+        reply, fds = self._ask(wire.FORK_REQUEST, 4, deadline)
         if len(reply) != struct.calcsize(wire.PID_FORMAT) or not fds:
             return None
         (pid,) = struct.unpack(wire.PID_FORMAT, reply)
@@ -359,19 +359,27 @@ class _Running:
 
     def ready_pids(self) -> list[int]:
         """The pids of the template's ready children ([] if it does not answer)."""
-        reply = self._ask(wire.PIDS_REQUEST, 0)[0]
+        reply = self._ask(wire.PIDS_REQUEST, 0, time.monotonic() + FORK_TIMEOUT)[0]
         pids = b"" if reply == b"-" else reply
         return [pid for (pid,) in struct.iter_unpack(wire.PID_FORMAT, pids)]
 
-    def _ask(self, request: bytes, descriptors: int) -> tuple[bytes, list[int]]:
+    def _ask(self, request: bytes, descriptors: int, deadline: float) -> tuple[bytes, list[int]]:
         """The template's reply with as many descriptors as `request` gets; nothing if it is
-        gone, too slow (timeout) or answers another (a late reply: its descriptors closed)."""
+        gone, too slow (FORK_TIMEOUT, or the asker's `deadline`, the wait for another asker's
+        turn included) or answers another (a late reply: its descriptors closed)."""
+        end = min(deadline, time.monotonic() + FORK_TIMEOUT)
+        if not self.lock.acquire(timeout=max(0.0, end - time.monotonic())):
+            return b"", []
         try:
-            with self.lock:
-                self.control.send(request)
-                reply, fds = socket.recv_fds(self.control, 4 * 64, 4, socket.MSG_CMSG_CLOEXEC)[:2]
+            if (remaining := end - time.monotonic()) <= 0:
+                return b"", []
+            self.control.settimeout(remaining)
+            self.control.send(request)
+            reply, fds = socket.recv_fds(self.control, 4 * 64, 4, socket.MSG_CMSG_CLOEXEC)[:2]
         except OSError:
             return b"", []
+        finally:
+            self.lock.release()
         if len(fds) == descriptors:
             return reply, fds
         for fd in fds:
@@ -403,16 +411,19 @@ class Template:
         os.set_blocking(self._wake_out, False)
         self._forked = self._cold = self._starts = 0
 
-    def child(self, engine: str, warm: bool = True) -> Handle:
-        """A child for a job: forked if `warm` and a template is ready, else cold."""
+    def child(self, engine: str, deadline: float, warm: bool = True) -> Handle:
+        """A child for a job: forked if `warm` and a template is ready, else cold; TimeoutError
+        once `deadline` has passed (none started)."""
         running = self._wanted(engine) if warm else None
-        if running is not None:
-            forked = running.fork()
+        if running is not None and time.monotonic() < deadline:
+            forked = running.fork(deadline)
             if forked is not None:
                 with self._lock:
                     self._forked += 1
                 return forked
             self._retire(running)  # it did not answer: replaced, and this job goes cold
+        if time.monotonic() >= deadline:
+            raise TimeoutError("the job's deadline passed before it had a child")
         with self._lock:
             self._cold += 1
         preload = (engine,) if engine != "pypdf" else ()
@@ -548,7 +559,6 @@ class Template:
                 child = Child(spec, theirs.fileno(), ready)
             ours.settimeout(START_TIMEOUT)  # its imports and rehearsal done, it says READY
             if ours.recv(len(wire.READY)) == wire.READY and child._pidfd is not None:
-                ours.settimeout(FORK_TIMEOUT)
                 return _Running(child, ours)
         ours.close()
         if child is not None:

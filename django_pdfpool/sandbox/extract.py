@@ -438,8 +438,8 @@ class _Job:
             if self.cancelled:
                 break
             try:
-                child = _template.child(self.job.engine, self.warm)
-            except OSError:  # no process to be had (EAGAIN, ENOMEM): the job is lost
+                child = _template.child(self.job.engine, self.deadline, self.warm)
+            except OSError:  # no process to be had (EAGAIN, ENOMEM), nor time: the job is lost
                 break
             with self._lock:
                 self._child = child

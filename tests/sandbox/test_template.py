@@ -260,22 +260,47 @@ def test_a_stopped_template_costs_a_job_no_fault_of_its_pdf(warm):
     assert (asyncio.run(extract(pdfs.simple(["next"]), **LIMITS))).text == "next"
 
 
+def test_a_stopped_template_keeps_no_job_past_its_deadline(warm):
+    """Jobs arriving at once while the template is stopped (SIGSTOP) each end by their
+    TIMEOUT, lost (503), not after the template's FORK_TIMEOUT (one after another, as they
+    queue for its socket); the template is replaced and the next job answers."""
+    from django_pdfpool.exceptions import RunnerLost
+    from django_pdfpool.sandbox.children import FORK_TIMEOUT
+
+    timeout = FORK_TIMEOUT / 5
+
+    async def timed() -> float:
+        start = time.monotonic()
+        with contextlib.suppress(RunnerLost):  # or its text, had a cold child time for it
+            await extract(pdfs.simple(["trivial"]), timeout=timeout, memory_limit=MEMORY)
+        return time.monotonic() - start
+
+    async def burst() -> list[float]:
+        return list(await asyncio.gather(*(timed() for _ in range(3))))
+
+    os.kill(warm, signal.SIGSTOP)
+    try:
+        took = asyncio.run(burst())
+    finally:
+        with contextlib.suppress(ProcessLookupError):  # replaced: killed by then
+            os.kill(warm, signal.SIGCONT)
+    assert max(took) < timeout + 1.0, took  # a reaped child's end, on a busy host
+    wait_until(lambda: sandbox.idle_pids() not in ([], [warm]), timeout=30)
+    assert (asyncio.run(extract(pdfs.simple(["next"]), **LIMITS))).text == "next"
+
+
 def test_a_late_reply_of_the_template_leaves_no_descriptor_nor_child(warm):
     """A fork request the template answered too late (it was stopped): the next request reads
     that reply, a child's descriptors; they are closed, so the child gets end of input and
     exits rather than waiting for a job line forever, and no descriptor is kept."""
-    from django_pdfpool.sandbox.children import FORK_TIMEOUT
-
     running = sandbox._template._running
     assert running is not None and running.child.pid == warm
     fds = len(os.listdir("/proc/self/fd"))
-    running.control.settimeout(0.2)
     os.kill(warm, signal.SIGSTOP)
-    try:
-        assert running.fork() is None  # timed out: the template answers it once continued
+    try:  # timed out: the template answers it once continued
+        assert running.fork(time.monotonic() + 0.2) is None
     finally:
         os.kill(warm, signal.SIGCONT)
-        running.control.settimeout(FORK_TIMEOUT)
     assert running.ready_pids() == []  # the fork's reply read here: not pids
     assert len(os.listdir("/proc/self/fd")) == fds
     assert running.control.recv(256) == b"-"  # its own reply, read: the next test's in step
