@@ -479,7 +479,8 @@ def _job_file(source: Any, memory_limit: int) -> tuple[str, bool]:
     if isinstance(source, (bytes, bytearray, memoryview)):
         if len(source) > memory_limit:
             raise ExtractionError("too_large", detail="file larger than the memory limit")
-        descriptor, path = tempfile.mkstemp(prefix="pdfpool-", suffix=".pdf", dir=_tmp_dir)
+        prefix = _copy_prefix(os.getpid())
+        descriptor, path = tempfile.mkstemp(prefix=prefix, suffix=".pdf", dir=_tmp_dir)
         try:
             with os.fdopen(descriptor, "wb") as handle:
                 handle.write(source)
@@ -494,6 +495,18 @@ def _job_file(source: Any, memory_limit: int) -> tuple[str, bool]:
     if info.st_size > memory_limit:
         raise ExtractionError("too_large", detail="file larger than the memory limit")
     return path, False
+
+
+@functools.cache
+def _copy_prefix(pid: int) -> str:
+    """``pdfpool-<pid>.<start time>-``, as ``uploads`` names a staged upload (which the sandbox
+    may not import): a copy left by a process that ended is swept like one."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:  # field 22; the name may hold ")"
+            start = int(stat.read().rpartition(b")")[2].split()[19])
+    except (OSError, ValueError, IndexError):  # no /proc: 0, as uploads.started says
+        start = 0
+    return f"pdfpool-{pid}.{start}-"
 
 
 # Fatal signals: pdfium answers a failed allocation under RLIMIT_AS with a deliberate crash,

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from pypdf import PdfReader
@@ -542,3 +543,37 @@ def test_a_process_forked_while_the_layers_are_probed_can_ask_for_them():
             os._exit(1 if asking.is_alive() else 0)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_a_copy_left_by_a_killed_worker_is_swept_and_a_live_ones_kept(tmp_path):
+    """A worker killed (SIGKILL) while its byte source's job runs leaves the copy of those
+    bytes: named after the worker as a staged upload is, the sweep of copies left by processes
+    that ended removes it, and not the copy of a process that lives (this one's)."""
+    import signal
+    import textwrap
+
+    from django_pdfpool.uploads import stage_chunks, sweep
+    from tests.conftest import wait_until
+
+    code = textwrap.dedent(f"""
+        import asyncio, sys
+        from django_pdfpool.sandbox import extract as sandbox
+        sandbox.configure(warm=False, tmp_dir={str(tmp_path)!r})
+        asyncio.run(sandbox.extract(sys.stdin.buffer.read(), **{LIMITS!r}))
+    """)
+    worker = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE)
+    try:
+        assert worker.stdin is not None
+        with worker.stdin:
+            worker.stdin.write(pdfs.slow_pdf("left behind", 8))
+        wait_until(lambda: any(tmp_path.iterdir()), timeout=30)
+        (left,) = list(tmp_path.iterdir())
+    finally:
+        worker.send_signal(signal.SIGKILL)
+        worker.wait()
+    live = stage_chunks([b"%PDF- a live process's"], "live.pdf", str(tmp_path))  # sweeps first
+    try:
+        sweep(str(tmp_path), None)
+        assert list(tmp_path.iterdir()) == [Path(live.path)], left
+    finally:
+        live.discard()
