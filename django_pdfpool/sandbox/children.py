@@ -120,7 +120,7 @@ class Handle:
 
     def kill(self) -> None: ...  # each kind of child its own way
 
-    def reap(self) -> int | None: ...
+    def reap(self, deadline: float | None = None) -> int | None: ...
 
     def _close(self) -> None:
         """Release the pipes and the pidfd, and forget the child (reaped, or let go of)."""
@@ -236,7 +236,7 @@ class Child(Handle):
                     with contextlib.suppress(ProcessLookupError, PermissionError):
                         kill(self.pid, signal.SIGKILL)
 
-    def reap(self) -> int:
+    def reap(self, deadline: float | None = None) -> int:
         """Wait for the (exiting or killed) child and release its pipes."""
         with self._lock:
             if self.proc.returncode is None:
@@ -273,13 +273,15 @@ class ForkedChild(Handle):
                 with contextlib.suppress(OSError):
                     os.killpg(self.pid, signal.SIGKILL)
 
-    def reap(self) -> int | None:
-        """Its exit status as the template reports it (None if the template died first)."""
+    def reap(self, deadline: float | None = None) -> int | None:
+        """Its exit status as the template reports it (None if the template died first, or is
+        slower than STATUS_TIMEOUT or the job's `deadline`)."""
         with self._lock:
             if self._pidfd is None:  # reaped already
                 return None
             _readable([self._pidfd], None)
-            ready = _readable([self._status_fd], STATUS_TIMEOUT)
+            wait = STATUS_TIMEOUT if deadline is None else deadline - time.monotonic()
+            ready = _readable([self._status_fd], max(0.0, min(STATUS_TIMEOUT, wait)))
             status = os.read(self._status_fd, _STATUS_SIZE) if ready else b""
             self._close()
             os.close(self._status_fd)
@@ -316,10 +318,10 @@ def remember(child: Handle) -> None:
         recent_peaks.append((time.time(), child.peak_rss, child.start))
 
 
-def drop(child: Handle) -> None:
-    """End a child that has no job (kill its group, reap it)."""
+def drop(child: Handle, deadline: float | None = None) -> None:
+    """End a child that has no job, or has answered (kill its group, reap it)."""
     child.kill()
-    child.reap()
+    child.reap(deadline)
 
 
 def kill_all() -> None:

@@ -454,7 +454,7 @@ class _Job:
                 children.drop(child)
                 raise
             if outcome.complete and not self.cancelled:
-                children.drop(child)
+                children.drop(child, self.deadline)  # a stopped template holds no answer
                 children.remember(child)
                 return outcome
             child.finish(outcome, self.deadline)

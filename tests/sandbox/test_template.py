@@ -289,6 +289,33 @@ def test_a_stopped_template_keeps_no_job_past_its_deadline(warm):
     assert (asyncio.run(extract(pdfs.simple(["next"]), **LIMITS))).text == "next"
 
 
+def test_a_template_stopped_while_its_child_works_keeps_no_answer_past_the_deadline(warm):
+    """The template is stopped (SIGSTOP) while a child it forked works: the child answers, and
+    the answer is the caller's by the job's deadline, not once the template's exit status of
+    the child has waited STATUS_TIMEOUT more."""
+    from django_pdfpool.sandbox.children import STATUS_TIMEOUT
+
+    timeout = STATUS_TIMEOUT
+
+    async def scenario() -> tuple[str, float]:
+        mine = child_pids() - set(sandbox.idle_pids())
+        start = time.monotonic()
+        job = asyncio.ensure_future(
+            extract(pdfs.slow_pdf("answered", 1), timeout=timeout, memory_limit=MEMORY)
+        )
+        await until(lambda: job_child(child_pids() - mine - {warm}, MEMORY) is not None)
+        os.kill(warm, signal.SIGSTOP)
+        try:
+            text = (await job).pages[0]
+        finally:
+            os.kill(warm, signal.SIGCONT)
+        return text, time.monotonic() - start
+
+    text, took = asyncio.run(scenario())
+    assert "answered" in text
+    assert took < timeout + 1.0, took  # a reaped child's end, on a busy host
+
+
 def test_a_late_reply_of_the_template_leaves_no_descriptor_nor_child(warm):
     """A fork request the template answered too late (it was stopped): the next request reads
     that reply, a child's descriptors; they are closed, so the child gets end of input and
