@@ -9,6 +9,7 @@ import functools
 import importlib.util
 import json
 import logging
+import math
 import os
 import queue
 import signal
@@ -197,19 +198,26 @@ def register_engine(engine: str) -> None:
 def sandbox_layers() -> SandboxLayers:
     """What the sandbox gives a job's child on this host, as a probe child found it (started
     once per process and configuration, about 0.1 s; again PROBE_RETRY s after one whose
-    child failed), and the level required."""
+    child failed, while the others go on with that one), and the level required."""
     key = (_template.python, _template.env, _template.sandbox)
-    with _layers_lock:
-        kept, new = _found.get(key), False
-        if kept is None or time.monotonic() >= kept[1]:
-            found = probe(*key)
-            failed = PROBE_FAILED in found.missing.values()
-            _found[key] = found, time.monotonic() + PROBE_RETRY if failed else float("inf")
-            new = kept is None or kept[0] != found
-        found = _found[key][0]
-    if new and found.missing and found.enabled:  # said once per finding, where no check runs
+    with _layers_lock:  # held by a first probe: nobody goes on without a finding
+        kept, again = _found.get(key), False
+        if kept is None:
+            _found[key] = _kept(probe(*key))
+        elif again := time.monotonic() >= kept[1]:  # one caller probes again, outside the lock
+            _found[key] = kept[0], time.monotonic() + PROBE_TIMEOUT + PROBE_RETRY
+    if again:
+        _found[key] = _kept(probe(*key))
+    found = _found[key][0]
+    if (kept is None or (again and kept[0] != found)) and found.missing and found.enabled:
         _logger.warning("The extraction sandbox lacks on this host: %s", found.why)
     return replace(found, required=_required)
+
+
+def _kept(found: SandboxLayers) -> tuple[SandboxLayers, float]:
+    """A finding and until when it holds: for good, or PROBE_RETRY s if its child failed."""
+    failed = PROBE_FAILED in found.missing.values()
+    return found, time.monotonic() + PROBE_RETRY if failed else math.inf
 
 
 def configure(

@@ -617,3 +617,46 @@ def test_a_probe_whose_child_failed_is_tried_again_later_and_its_refusal_logged_
         except SandboxUnavailable:
             assert time.monotonic() < deadline, "the failed probe was never tried again"
             time.sleep(0.05)
+
+
+def test_a_probe_tried_again_holds_no_caller_while_its_child_hangs(restore_sandbox, monkeypatch):
+    """The probe tried again after a failed one is stopped (SIGSTOP): meanwhile extractions
+    are refused at once on the failed finding kept, not held for up to PROBE_TIMEOUT each."""
+    import signal
+    import threading
+    import time
+
+    from django_pdfpool.exceptions import SandboxUnavailable
+    from tests.support.procs import child_pids
+
+    monkeypatch.setattr(sandbox, "PROBE_RETRY", 0.5)
+    sandbox.configure(require="basic")
+    key = (sandbox._template.python, sandbox._template.env, sandbox._template.sandbox)
+    failed = sandbox.SandboxLayers(
+        (), dict.fromkeys(sandbox.LAYERS, sandbox.PROBE_FAILED), 0, "none"
+    )
+    sandbox._found[key] = failed, time.monotonic()  # a failed probe, due to be tried again
+    before = child_pids()
+    probing = threading.Thread(target=sandbox.sandbox_layers)
+    probing.start()
+    stopped: list[int] = []
+
+    def probe_stopped() -> bool:
+        for pid in child_pids() - before:
+            with contextlib.suppress(OSError):
+                if b"--probe" in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0"):
+                    os.kill(pid, signal.SIGSTOP)
+                    stopped.append(pid)
+        return bool(stopped) or not probing.is_alive()
+
+    try:
+        wait_until(probe_stopped, timeout=30)
+        assert stopped, "the probe ended before it was seen"
+        start = time.monotonic()
+        with pytest.raises(SandboxUnavailable):
+            run(pdfs.simple(["refused"]))
+        assert time.monotonic() - start < 2.0
+    finally:
+        for pid in stopped:
+            os.kill(pid, signal.SIGKILL)
+        probing.join(60)
