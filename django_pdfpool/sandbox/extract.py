@@ -294,16 +294,13 @@ async def extract(
     run = _Job(source, job, time.monotonic() + timeout, warm)
     _workers.run(run)
     try:
-        outcome = await asyncio.wrap_future(run.future)
+        answer, outcome = await asyncio.wrap_future(run.future)
     except asyncio.CancelledError:
         run.cancel()
         while not run.future.done():  # the thread reaps and removes the copy, however often
             with contextlib.suppress(Exception, asyncio.CancelledError):  # we are cancelled
                 await asyncio.wrap_future(run.future)
         raise
-    output, outcome.output = outcome.output, b""
-    answer = wire.decode_answer(output)  # empties the buffer before the pages are parsed
-    del output  # nor does an error's traceback keep a buffer it did not empty
     if isinstance(answer, wire.Extracted):  # the same fields, but how the child started
         return Extraction(**vars(answer), child_start=outcome.start)
     raise _ending_without_answer(outcome, engine) if answer is None else answer
@@ -415,13 +412,13 @@ class _Job:
 
     def __init__(self, source: Any, job: wire.ExtractionJob, deadline: float, warm: bool) -> None:
         self.source, self.job, self.deadline, self.warm = source, job, deadline, warm
-        self.future: Future[children.Outcome] = Future()
+        self.future: Future[tuple[wire.ChildAnswer | None, children.Outcome]] = Future()
         self._lock, self.cancelled = threading.Lock(), False
         self._child: children.Handle | None = None
 
     def run(self) -> None:
-        """The worker thread: the job's file, a child, the conversation; the child reaped and a
-        copy removed before the outcome is handed on."""
+        """The worker thread: the job's file, a child, the conversation; the child reaped, a
+        copy removed and the answer decoded (off the caller's loop) before they are handed on."""
         if not self.future.set_running_or_notify_cancel():
             return
         try:
@@ -433,10 +430,13 @@ class _Job:
                 if owned:
                     with contextlib.suppress(FileNotFoundError):
                         os.unlink(path)
+            output, outcome.output = outcome.output, b""
+            answer = None if self.cancelled else wire.decode_answer(output)  # empties a buffer
+            del output  # nor does an error's traceback keep a buffer it did not empty
         except BaseException as exc:  # the source's fault, or a bug: its child is reaped
             self.future.set_exception(exc)
         else:
-            self.future.set_result(outcome)
+            self.future.set_result((answer, outcome))
 
     def _converse(self, job_line: bytes, max_output: int) -> children.Outcome:
         """A child takes the job (a second if the first was gone) and is reaped: one that has
