@@ -349,7 +349,14 @@ class _Running:
     def __init__(self, child: Child, control: socket.socket) -> None:
         self.child, self.control = child, control
         self.retired = False  # ended by us: not counted as a failure
-        self.lock = threading.Lock()  # one request at a time on the socket
+        self.lock = threading.Lock()  # one request at a time on the socket; guards the two below
+        self.owed = 0  # replies to come to requests whose askers left: read and dropped
+        self.silent_since: float | None = None  # since a request it has not replied to
+
+    def given_up(self) -> bool:
+        """Whether it has not replied for FORK_TIMEOUT to a request: to be replaced."""
+        since = self.silent_since
+        return since is not None and time.monotonic() - since >= FORK_TIMEOUT
 
     def fork(self, deadline: float) -> ForkedChild | None:
         """A (ready) child from the template, or None if it did not answer by `deadline`."""
@@ -367,17 +374,21 @@ class _Running:
 
     def _ask(self, request: bytes, descriptors: int, deadline: float) -> tuple[bytes, list[int]]:
         """The template's reply with as many descriptors as `request` gets; nothing if it is
-        gone, too slow (FORK_TIMEOUT, or the asker's `deadline`, the wait for another asker's
-        turn included) or answers another (a late reply: its descriptors closed)."""
-        end = min(deadline, time.monotonic() + FORK_TIMEOUT)
+        gone, silent FORK_TIMEOUT, late for the asker's `deadline` (its turn included: the
+        reply is then owed, and dropped when it comes) or answers otherwise."""
+        end = min(deadline, (self.silent_since or time.monotonic()) + FORK_TIMEOUT)
         if not self.lock.acquire(timeout=max(0.0, end - time.monotonic())):
             return b"", []
         try:
-            if (remaining := end - time.monotonic()) <= 0:
+            while self.owed:  # the late replies first, in order: descriptors closed
+                for fd in self._reply(end)[1]:
+                    os.close(fd)
+            if end <= time.monotonic():
                 return b"", []
-            self.control.settimeout(remaining)
             self.control.send(request)
-            reply, fds = socket.recv_fds(self.control, 4 * 64, 4, socket.MSG_CMSG_CLOEXEC)[:2]
+            self.owed += 1
+            self.silent_since = self.silent_since or time.monotonic()
+            reply, fds = self._reply(end)
         except OSError:
             return b"", []
         finally:
@@ -387,6 +398,16 @@ class _Running:
         for fd in fds:
             os.close(fd)
         return b"", []
+
+    def _reply(self, end: float) -> tuple[bytes, list[int]]:
+        """The next reply (under ``lock``), by `end` (else TimeoutError); OSError at its end."""
+        self.control.settimeout(max(1e-6, end - time.monotonic()))
+        reply, fds = socket.recv_fds(self.control, 4 * 64, 4, socket.MSG_CMSG_CLOEXEC)[:2]
+        if not reply:
+            raise ConnectionResetError("the template is gone")
+        self.owed -= 1
+        self.silent_since = time.monotonic() if self.owed else None
+        return reply, fds
 
 
 class Template:
@@ -423,7 +444,8 @@ class Template:
                 with self._lock:
                     self._forked += 1
                 return forked
-            self._retire(running)  # it did not answer: replaced, and this job goes cold
+            if running.given_up() or time.monotonic() < deadline:  # not late for this job only
+                self._retire(running)  # replaced, and this job goes cold
         if time.monotonic() >= deadline:
             raise TimeoutError("the job's deadline passed before it had a child")
         with self._lock:
@@ -470,7 +492,7 @@ class Template:
         """The running template's pid and its ready children's ([] while there is none)."""
         with self._lock:
             running = self._running
-        return [] if running is None else [running.child.pid, *running.ready_pids()]
+        return [] if running is None else [running.child.pid, *self._ready_pids(running)]
 
     def status(self) -> ChildStarts:
         """Counts of forked and cold starts, the template and its ready children."""
@@ -478,8 +500,15 @@ class Template:
             running = self._running
             pid = None if running is None else running.child.pid
             counts = (self._forked, self._cold, pid, self._starts, self.enabled)
-        ready = 0 if running is None else len(running.ready_pids())
+        ready = 0 if running is None else len(self._ready_pids(running))
         return ChildStarts(*counts, ready=ready)
+
+    def _ready_pids(self, running: _Running) -> list[int]:
+        """`running`'s ready children; a template that no longer answers is replaced."""
+        pids = running.ready_pids()
+        if running.given_up():
+            self._retire(running)
+        return pids
 
     def _wanted(self, engine: str) -> _Running | None:
         """The running template if it has `engine`; else None (and a template that has it)."""
