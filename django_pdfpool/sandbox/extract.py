@@ -485,16 +485,18 @@ class _Job:
 def _job_file(source: Any, memory_limit: int) -> tuple[str, bool]:
     """The path the child reads and whether the job owns it (a copy of bytes it removes)."""
     if isinstance(source, (bytes, bytearray, memoryview)):
-        if len(source) > memory_limit:
-            raise ExtractionError("too_large", detail="file larger than the memory limit")
-        prefix = _copy_prefix(os.getpid())
-        descriptor, path = tempfile.mkstemp(prefix=prefix, suffix=".pdf", dir=_tmp_dir)
-        try:
-            with os.fdopen(descriptor, "wb") as handle:
-                handle.write(source)
-        except BaseException:
-            os.unlink(path)
-            raise
+        # Its bytes, whatever the items' format (TypeError if they are not contiguous).
+        with memoryview(source) as view, view.cast("B") as data:
+            if len(data) > memory_limit:
+                raise ExtractionError("too_large", detail="file larger than the memory limit")
+            prefix = _copy_prefix(os.getpid())
+            descriptor, path = tempfile.mkstemp(prefix=prefix, suffix=".pdf", dir=_tmp_dir)
+            try:
+                with os.fdopen(descriptor, "wb") as handle:
+                    handle.write(data)
+            except BaseException:
+                os.unlink(path)
+                raise
         return path, True
     path = os.path.abspath(os.fspath(source))
     info = os.stat(path)  # FileNotFoundError and friends are the caller's to handle

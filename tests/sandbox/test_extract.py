@@ -201,6 +201,26 @@ def test_file_larger_than_memory_limit_is_refused_at_once(copies):
     assert list(copies.iterdir()) == []
 
 
+def test_a_buffer_source_is_measured_and_copied_in_bytes_whatever_its_format(copies):
+    """A memoryview of another format (4-byte items: a length of a quarter of its bytes) is
+    refused over the memory limit by its bytes; one that is not contiguous is a TypeError
+    that says so, before any copy is made."""
+    data = pdfs.simple(["x"]) + b"%" * (2 << 20)
+    data += b" " * (-len(data) % 4)
+    words = memoryview(data).cast("I")
+    assert len(words) < 1 << 20 < words.nbytes
+    with pytest.raises(ExtractionError) as caught:
+        run(words, memory_limit=1 << 20)
+    assert (caught.value.code, caught.value.detail) == (
+        "too_large",
+        "file larger than the memory limit",
+    )
+    assert run(memoryview(data).cast("I")).pages == ("x",)
+    with pytest.raises(TypeError, match="contiguous"):
+        run(memoryview(data)[::2])
+    assert list(copies.iterdir()) == []
+
+
 @pytest.mark.parametrize(
     "options",
     [
