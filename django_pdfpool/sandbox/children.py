@@ -376,10 +376,12 @@ class _Running:
         """The template's reply with as many descriptors as `request` gets; nothing if it is
         gone, silent FORK_TIMEOUT, late for the asker's `deadline` (its turn included: the
         reply is then owed, and dropped when it comes) or answers otherwise."""
-        end = min(deadline, (self.silent_since or time.monotonic()) + FORK_TIMEOUT)
+        end = min(deadline, time.monotonic() + FORK_TIMEOUT)
         if not self.lock.acquire(timeout=max(0.0, end - time.monotonic())):
             return b"", []
         try:
+            if self.silent_since is not None:  # silent for others already: not 5 s more
+                end = min(end, self.silent_since + FORK_TIMEOUT)
             while self.owed:  # the late replies first, in order: descriptors closed
                 for fd in self._reply(end)[1]:
                     os.close(fd)
