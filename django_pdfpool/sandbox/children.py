@@ -120,7 +120,7 @@ class Handle:
 
     def kill(self) -> None: ...  # each kind of child its own way
 
-    def reap(self) -> int | None: ...
+    def reap(self, deadline: float | None = None) -> int | None: ...
 
     def _close(self) -> None:
         """Release the pipes and the pidfd, and forget the child (reaped, or let go of)."""
@@ -236,7 +236,7 @@ class Child(Handle):
                     with contextlib.suppress(ProcessLookupError, PermissionError):
                         kill(self.pid, signal.SIGKILL)
 
-    def reap(self) -> int:
+    def reap(self, deadline: float | None = None) -> int:
         """Wait for the (exiting or killed) child and release its pipes."""
         with self._lock:
             if self.proc.returncode is None:
@@ -273,13 +273,15 @@ class ForkedChild(Handle):
                 with contextlib.suppress(OSError):
                     os.killpg(self.pid, signal.SIGKILL)
 
-    def reap(self) -> int | None:
-        """Its exit status as the template reports it (None if the template died first)."""
+    def reap(self, deadline: float | None = None) -> int | None:
+        """Its exit status as the template reports it (None if the template died first, or is
+        slower than STATUS_TIMEOUT or the job's `deadline`)."""
         with self._lock:
             if self._pidfd is None:  # reaped already
                 return None
             _readable([self._pidfd], None)
-            ready = _readable([self._status_fd], STATUS_TIMEOUT)
+            wait = STATUS_TIMEOUT if deadline is None else deadline - time.monotonic()
+            ready = _readable([self._status_fd], max(0.0, min(STATUS_TIMEOUT, wait)))
             status = os.read(self._status_fd, _STATUS_SIZE) if ready else b""
             self._close()
             os.close(self._status_fd)
@@ -316,10 +318,10 @@ def remember(child: Handle) -> None:
         recent_peaks.append((time.time(), child.peak_rss, child.start))
 
 
-def drop(child: Handle) -> None:
-    """End a child that has no job (kill its group, reap it)."""
+def drop(child: Handle, deadline: float | None = None) -> None:
+    """End a child that has no job, or has answered (kill its group, reap it)."""
     child.kill()
-    child.reap()
+    child.reap(deadline)
 
 
 def kill_all() -> None:
@@ -347,11 +349,18 @@ class _Running:
     def __init__(self, child: Child, control: socket.socket) -> None:
         self.child, self.control = child, control
         self.retired = False  # ended by us: not counted as a failure
-        self.lock = threading.Lock()  # one request at a time on the socket
+        self.lock = threading.Lock()  # one request at a time on the socket; guards the two below
+        self.owed = 0  # replies to come to requests whose askers left: read and dropped
+        self.silent_since: float | None = None  # since a request it has not replied to
 
-    def fork(self) -> ForkedChild | None:
-        """A (ready) child from the template, or None if the template did not answer."""
-        reply, fds = self._ask(wire.FORK_REQUEST, 4)
+    def given_up(self) -> bool:
+        """Whether it has not replied for FORK_TIMEOUT to a request: to be replaced."""
+        since = self.silent_since
+        return since is not None and time.monotonic() - since >= FORK_TIMEOUT
+
+    def fork(self, deadline: float) -> ForkedChild | None:
+        """A (ready) child from the template, or None if it did not answer by `deadline`."""
+        reply, fds = self._ask(wire.FORK_REQUEST, 4, deadline)
         if len(reply) != struct.calcsize(wire.PID_FORMAT) or not fds:
             return None
         (pid,) = struct.unpack(wire.PID_FORMAT, reply)
@@ -359,24 +368,48 @@ class _Running:
 
     def ready_pids(self) -> list[int]:
         """The pids of the template's ready children ([] if it does not answer)."""
-        reply = self._ask(wire.PIDS_REQUEST, 0)[0]
+        reply = self._ask(wire.PIDS_REQUEST, 0, time.monotonic() + FORK_TIMEOUT)[0]
         pids = b"" if reply == b"-" else reply
         return [pid for (pid,) in struct.iter_unpack(wire.PID_FORMAT, pids)]
 
-    def _ask(self, request: bytes, descriptors: int) -> tuple[bytes, list[int]]:
+    def _ask(self, request: bytes, descriptors: int, deadline: float) -> tuple[bytes, list[int]]:
         """The template's reply with as many descriptors as `request` gets; nothing if it is
-        gone, too slow (timeout) or answers another (a late reply: its descriptors closed)."""
+        gone, silent FORK_TIMEOUT, late for the asker's `deadline` (its turn included: the
+        reply is then owed, and dropped when it comes) or answers otherwise."""
+        end = min(deadline, time.monotonic() + FORK_TIMEOUT)
+        if not self.lock.acquire(timeout=max(0.0, end - time.monotonic())):
+            return b"", []
         try:
-            with self.lock:
-                self.control.send(request)
-                reply, fds = socket.recv_fds(self.control, 4 * 64, 4, socket.MSG_CMSG_CLOEXEC)[:2]
+            if self.silent_since is not None:  # silent for others already: not 5 s more
+                end = min(end, self.silent_since + FORK_TIMEOUT)
+            while self.owed:  # the late replies first, in order: descriptors closed
+                for fd in self._reply(end)[1]:
+                    os.close(fd)
+            if end <= time.monotonic():
+                return b"", []
+            self.control.send(request)
+            self.owed += 1
+            self.silent_since = self.silent_since or time.monotonic()
+            reply, fds = self._reply(end)
         except OSError:
             return b"", []
+        finally:
+            self.lock.release()
         if len(fds) == descriptors:
             return reply, fds
         for fd in fds:
             os.close(fd)
         return b"", []
+
+    def _reply(self, end: float) -> tuple[bytes, list[int]]:
+        """The next reply (under ``lock``), by `end` (else TimeoutError); OSError at its end."""
+        self.control.settimeout(max(1e-6, end - time.monotonic()))
+        reply, fds = socket.recv_fds(self.control, 4 * 64, 4, socket.MSG_CMSG_CLOEXEC)[:2]
+        if not reply:
+            raise ConnectionResetError("the template is gone")
+        self.owed -= 1
+        self.silent_since = time.monotonic() if self.owed else None
+        return reply, fds
 
 
 class Template:
@@ -403,16 +436,20 @@ class Template:
         os.set_blocking(self._wake_out, False)
         self._forked = self._cold = self._starts = 0
 
-    def child(self, engine: str, warm: bool = True) -> Handle:
-        """A child for a job: forked if `warm` and a template is ready, else cold."""
+    def child(self, engine: str, deadline: float, warm: bool = True) -> Handle:
+        """A child for a job: forked if `warm` and a template is ready, else cold; TimeoutError
+        once `deadline` has passed (none started)."""
         running = self._wanted(engine) if warm else None
-        if running is not None:
-            forked = running.fork()
+        if running is not None and time.monotonic() < deadline:
+            forked = running.fork(deadline)
             if forked is not None:
                 with self._lock:
                     self._forked += 1
                 return forked
-            self._retire(running)  # it did not answer: replaced, and this job goes cold
+            if running.given_up() or time.monotonic() < deadline:  # not late for this job only
+                self._retire(running)  # replaced, and this job goes cold
+        if time.monotonic() >= deadline:
+            raise TimeoutError("the job's deadline passed before it had a child")
         with self._lock:
             self._cold += 1
         preload = (engine,) if engine != "pypdf" else ()
@@ -457,7 +494,7 @@ class Template:
         """The running template's pid and its ready children's ([] while there is none)."""
         with self._lock:
             running = self._running
-        return [] if running is None else [running.child.pid, *running.ready_pids()]
+        return [] if running is None else [running.child.pid, *self._ready_pids(running)]
 
     def status(self) -> ChildStarts:
         """Counts of forked and cold starts, the template and its ready children."""
@@ -465,8 +502,15 @@ class Template:
             running = self._running
             pid = None if running is None else running.child.pid
             counts = (self._forked, self._cold, pid, self._starts, self.enabled)
-        ready = 0 if running is None else len(running.ready_pids())
+        ready = 0 if running is None else len(self._ready_pids(running))
         return ChildStarts(*counts, ready=ready)
+
+    def _ready_pids(self, running: _Running) -> list[int]:
+        """`running`'s ready children; a template that no longer answers is replaced."""
+        pids = running.ready_pids()
+        if running.given_up():
+            self._retire(running)
+        return pids
 
     def _wanted(self, engine: str) -> _Running | None:
         """The running template if it has `engine`; else None (and a template that has it)."""
@@ -548,7 +592,6 @@ class Template:
                 child = Child(spec, theirs.fileno(), ready)
             ours.settimeout(START_TIMEOUT)  # its imports and rehearsal done, it says READY
             if ours.recv(len(wire.READY)) == wire.READY and child._pidfd is not None:
-                ours.settimeout(FORK_TIMEOUT)
                 return _Running(child, ours)
         ours.close()
         if child is not None:

@@ -9,6 +9,7 @@ import functools
 import importlib.util
 import json
 import logging
+import math
 import os
 import queue
 import signal
@@ -96,6 +97,8 @@ class Extraction:
 
 
 PROBE_TIMEOUT = 60.0  # seconds a probe child may take (an interpreter start on a busy host)
+PROBE_RETRY = 10.0  # seconds a probe whose child failed (not a finding) is kept before another
+PROBE_FAILED = "the probe child failed"
 _logger = logging.getLogger("django_pdfpool.sandbox")
 
 
@@ -167,14 +170,15 @@ def probe(python: str, env: tuple[str, ...], sandbox: str) -> SandboxLayers:
         missing = {str(k): str(v) for k, v in found["missing"].items() if k not in layers}
         abi = int(found["landlock_abi"])
     except (OSError, ValueError, KeyError, IndexError, TypeError, subprocess.SubprocessError):
-        layers, missing, abi = (), dict.fromkeys(LAYERS, "the probe child failed"), 0
+        layers, missing, abi = (), dict.fromkeys(LAYERS, PROBE_FAILED), 0
     reached = [name for name, need in LEVELS.items() if set(need) <= set(layers)]
     return SandboxLayers(layers, missing, abi, reached[-1])
 
 
 _template = children.Template()  # the process's template, forking warm children
 _required = "none"  # the sandbox level below which extractions are refused
-_found: dict[tuple[str, tuple[str, ...], str], SandboxLayers] = {}  # by interpreter, env, sandbox
+# By interpreter, env, sandbox: the probe's finding and until when it is kept (monotonic).
+_found: dict[tuple[str, tuple[str, ...], str], tuple[SandboxLayers, float]] = {}
 _logged: set[tuple[object, ...]] = set()  # the refusals' findings logged so far
 _layers_lock = threading.Lock()
 _tmp_dir: str | None = None
@@ -193,16 +197,27 @@ def register_engine(engine: str) -> None:
 
 def sandbox_layers() -> SandboxLayers:
     """What the sandbox gives a job's child on this host, as a probe child found it (started
-    once per process and configuration, about 0.1 s), and the level required."""
+    once per process and configuration, about 0.1 s; again PROBE_RETRY s after one whose
+    child failed, while the others go on with that one), and the level required."""
     key = (_template.python, _template.env, _template.sandbox)
-    with _layers_lock:
-        first = key not in _found
-        if first:
-            _found[key] = probe(*key)
-        found = _found[key]
-    if first and found.missing and found.enabled:  # said once, where no check runs too
+    with _layers_lock:  # held by a first probe: nobody goes on without a finding
+        kept, again = _found.get(key), False
+        if kept is None:
+            _found[key] = _kept(probe(*key))
+        elif again := time.monotonic() >= kept[1]:  # one caller probes again, outside the lock
+            _found[key] = kept[0], time.monotonic() + PROBE_TIMEOUT + PROBE_RETRY
+    if again:
+        _found[key] = _kept(probe(*key))
+    found = _found[key][0]
+    if (kept is None or (again and kept[0] != found)) and found.missing and found.enabled:
         _logger.warning("The extraction sandbox lacks on this host: %s", found.why)
     return replace(found, required=_required)
+
+
+def _kept(found: SandboxLayers) -> tuple[SandboxLayers, float]:
+    """A finding and until when it holds: for good, or PROBE_RETRY s if its child failed."""
+    failed = PROBE_FAILED in found.missing.values()
+    return found, time.monotonic() + PROBE_RETRY if failed else math.inf
 
 
 def configure(
@@ -272,23 +287,20 @@ async def extract(
         _checked(*args)  # the limits of the job before: no Python call
     except TypeError:  # an unhashable argument: its own error
         _check(*args)
-    if _required != "none":  # probed once: at once after that
+    if _required != "none":  # probed once (but a failed probe): at once after that
         await asyncio.to_thread(lambda: _check_layers(sandbox_layers()))
     refuse = on_too_many_pages == "refuse"
     job = wire.ExtractionJob("", engine, timeout, memory_limit, max_pages, refuse, max_text_bytes)
     run = _Job(source, job, time.monotonic() + timeout, warm)
     _workers.run(run)
     try:
-        outcome = await asyncio.wrap_future(run.future)
+        answer, outcome = await asyncio.wrap_future(run.future)
     except asyncio.CancelledError:
         run.cancel()
         while not run.future.done():  # the thread reaps and removes the copy, however often
             with contextlib.suppress(Exception, asyncio.CancelledError):  # we are cancelled
                 await asyncio.wrap_future(run.future)
         raise
-    output, outcome.output = outcome.output, b""
-    answer = wire.decode_answer(output)  # empties the buffer before the pages are parsed
-    del output  # nor does an error's traceback keep a buffer it did not empty
     if isinstance(answer, wire.Extracted):  # the same fields, but how the child started
         return Extraction(**vars(answer), child_start=outcome.start)
     raise _ending_without_answer(outcome, engine) if answer is None else answer
@@ -400,13 +412,13 @@ class _Job:
 
     def __init__(self, source: Any, job: wire.ExtractionJob, deadline: float, warm: bool) -> None:
         self.source, self.job, self.deadline, self.warm = source, job, deadline, warm
-        self.future: Future[children.Outcome] = Future()
+        self.future: Future[tuple[wire.ChildAnswer | None, children.Outcome]] = Future()
         self._lock, self.cancelled = threading.Lock(), False
         self._child: children.Handle | None = None
 
     def run(self) -> None:
-        """The worker thread: the job's file, a child, the conversation; the child reaped and a
-        copy removed before the outcome is handed on."""
+        """The worker thread: the job's file, a child, the conversation; the child reaped, a
+        copy removed and the answer decoded (off the caller's loop) before they are handed on."""
         if not self.future.set_running_or_notify_cancel():
             return
         try:
@@ -418,10 +430,13 @@ class _Job:
                 if owned:
                     with contextlib.suppress(FileNotFoundError):
                         os.unlink(path)
+            output, outcome.output = outcome.output, b""
+            answer = None if self.cancelled else wire.decode_answer(output)  # empties a buffer
+            del output  # nor does an error's traceback keep a buffer it did not empty
         except BaseException as exc:  # the source's fault, or a bug: its child is reaped
             self.future.set_exception(exc)
         else:
-            self.future.set_result(outcome)
+            self.future.set_result((answer, outcome))
 
     def _converse(self, job_line: bytes, max_output: int) -> children.Outcome:
         """A child takes the job (a second if the first was gone) and is reaped: one that has
@@ -431,8 +446,8 @@ class _Job:
             if self.cancelled:
                 break
             try:
-                child = _template.child(self.job.engine, self.warm)
-            except OSError:  # no process to be had (EAGAIN, ENOMEM): the job is lost
+                child = _template.child(self.job.engine, self.deadline, self.warm)
+            except OSError:  # no process to be had (EAGAIN, ENOMEM), nor time: the job is lost
                 break
             with self._lock:
                 self._child = child
@@ -447,7 +462,7 @@ class _Job:
                 children.drop(child)
                 raise
             if outcome.complete and not self.cancelled:
-                children.drop(child)
+                children.drop(child, self.deadline)  # a stopped template holds no answer
                 children.remember(child)
                 return outcome
             child.finish(outcome, self.deadline)
@@ -470,15 +485,18 @@ class _Job:
 def _job_file(source: Any, memory_limit: int) -> tuple[str, bool]:
     """The path the child reads and whether the job owns it (a copy of bytes it removes)."""
     if isinstance(source, (bytes, bytearray, memoryview)):
-        if len(source) > memory_limit:
-            raise ExtractionError("too_large", detail="file larger than the memory limit")
-        descriptor, path = tempfile.mkstemp(prefix="pdfpool-", suffix=".pdf", dir=_tmp_dir)
-        try:
-            with os.fdopen(descriptor, "wb") as handle:
-                handle.write(source)
-        except BaseException:
-            os.unlink(path)
-            raise
+        # Its bytes, whatever the items' format (TypeError if they are not contiguous).
+        with memoryview(source) as view, view.cast("B") as data:
+            if len(data) > memory_limit:
+                raise ExtractionError("too_large", detail="file larger than the memory limit")
+            prefix = _copy_prefix(os.getpid())
+            descriptor, path = tempfile.mkstemp(prefix=prefix, suffix=".pdf", dir=_tmp_dir)
+            try:
+                with os.fdopen(descriptor, "wb") as handle:
+                    handle.write(data)
+            except BaseException:
+                os.unlink(path)
+                raise
         return path, True
     path = os.path.abspath(os.fspath(source))
     info = os.stat(path)  # FileNotFoundError and friends are the caller's to handle
@@ -487,6 +505,18 @@ def _job_file(source: Any, memory_limit: int) -> tuple[str, bool]:
     if info.st_size > memory_limit:
         raise ExtractionError("too_large", detail="file larger than the memory limit")
     return path, False
+
+
+@functools.cache
+def _copy_prefix(pid: int) -> str:
+    """``pdfpool-<pid>.<start time>-``, as ``uploads`` names a staged upload (which the sandbox
+    may not import): a copy left by a process that ended is swept like one."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:  # field 22; the name may hold ")"
+            start = int(stat.read().rpartition(b")")[2].split()[19])
+    except (OSError, ValueError, IndexError):  # no /proc: 0, as uploads.started says
+        start = 0
+    return f"pdfpool-{pid}.{start}-"
 
 
 # Fatal signals: pdfium answers a failed allocation under RLIMIT_AS with a deliberate crash,

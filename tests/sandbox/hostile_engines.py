@@ -80,3 +80,13 @@ def hoard(data: bytes) -> list[str]:
     if held:
         report["pipes"] = f"escaped: {held >> 20} MiB"
     return [json.dumps(report)]
+
+
+MOST_PAGES = "tests.sandbox.hostile_engines:most_pages"
+
+
+def most_pages(data: bytes) -> list[str]:
+    """As many pages, of 80 digits each, as an answer may hold (MAX_ANSWER_PAGES)."""
+    from django_pdfpool.sandbox.wire import MAX_ANSWER_PAGES
+
+    return [f"{n:080d}" for n in range(MAX_ANSWER_PAGES)]

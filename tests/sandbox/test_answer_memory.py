@@ -72,3 +72,31 @@ def test_a_page_with_one_character_past_u_ffff_is_held_at_4_bytes_a_character():
     assert isinstance(answer, Extracted) and len(answer.pages[0]) == (8 << 20) + 1
     assert 3.9 * size < held < 4.1 * size, held / size
     assert peak < 5.1 * size, peak / size  # the buffer, emptied, and the page
+
+
+def test_the_largest_answer_is_decoded_off_the_callers_event_loop():
+    """An answer of the most pages allowed takes tens of ms of CPU to decode: not on the
+    caller's loop (an ASGI server's, serving every other request), whose thread spends well
+    under that on the whole job (CPU time: what a loaded host's scheduling does not blur)."""
+    import asyncio
+    import time
+
+    from django_pdfpool import extract
+    from tests.sandbox.hostile_engines import MOST_PAGES, most_pages
+
+    extraction.register_engine(MOST_PAGES)
+    data = pdfs.simple(["many"])
+    line = encode_answer(Extracted("0" * 64, MAX_ANSWER_PAGES, most_pages(data), {}, False))
+    start = time.thread_time()
+    decode_answer(bytearray(line))
+    decoding = time.thread_time() - start
+
+    async def scenario() -> tuple[int, float]:
+        start = time.thread_time()
+        job = extract(data, engine=MOST_PAGES, timeout=60, memory_limit=1 << 30, warm=False)
+        pages = len((await job).pages)
+        return pages, time.thread_time() - start
+
+    pages, on_the_loop = asyncio.run(scenario())
+    assert pages == MAX_ANSWER_PAGES
+    assert on_the_loop < decoding / 2, (on_the_loop, decoding)

@@ -557,3 +557,106 @@ def test_a_stop_signal_to_every_process_spares_the_probe_child():
             os.kill(pid, stop)
     prober.join(60)
     assert found and "the probe child failed" not in found[0].missing.values(), found
+
+
+def test_a_probe_whose_child_failed_is_tried_again_later_and_its_refusal_logged_once(
+    restore_sandbox, monkeypatch, caplog
+):
+    """Under REQUIRE, a probe child killed before it said anything (a fault of the moment, not a
+    finding) refuses jobs only until the probe is tried again, PROBE_RETRY s later, not for the
+    life of the process; meanwhile no probe runs per request, and the refusal is logged once."""
+    import signal
+    import threading
+    import time
+
+    from django_pdfpool.exceptions import SandboxUnavailable
+    from tests.support.procs import child_pids
+
+    monkeypatch.setattr(sandbox, "PROBE_RETRY", 1.0)
+    sandbox.configure(require="basic")
+    key = (sandbox._template.python, sandbox._template.env, sandbox._template.sandbox)
+    sandbox._found.pop(key, None)  # this configuration not probed yet in this process
+
+    def kill_a_probe() -> None:
+        """Ask for the layers until that starts a probe child; SIGKILL it before it answers."""
+        deadline = time.monotonic() + 30
+        killed: list[int] = []
+        while not killed:
+            assert time.monotonic() < deadline, "no probe child was started"
+            before = child_pids()
+            probing = threading.Thread(target=sandbox.sandbox_layers)
+            probing.start()
+
+            def probe_killed(before=before, probing=probing) -> bool:
+                for pid in child_pids() - before:
+                    with contextlib.suppress(OSError):
+                        if b"--probe" in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0"):
+                            os.kill(pid, signal.SIGKILL)
+                            killed.append(pid)
+                return bool(killed) or not probing.is_alive()
+
+            wait_until(probe_killed, timeout=30)
+            probing.join(60)
+            time.sleep(0.01)  # a poll's pace, while the retry is not due
+
+    kill_a_probe()
+    kept = sandbox._found[key]
+    for _ in range(3):  # at once, and no probe per request: the failed one is kept a while
+        with pytest.raises(SandboxUnavailable):
+            run(pdfs.simple(["refused"]))
+    assert sandbox._found[key] is kept
+    kill_a_probe()  # tried again once due, and failed again: the same finding
+    with pytest.raises(SandboxUnavailable):
+        run(pdfs.simple(["refused"]))
+    assert caplog.text.count("Extractions refused") == 1, caplog.text
+    deadline = time.monotonic() + 30
+    while True:  # the probe tried again, once its retry is due, and it finds the layers
+        try:
+            assert run(pdfs.simple(["read"])).text == "read"
+            break
+        except SandboxUnavailable:
+            assert time.monotonic() < deadline, "the failed probe was never tried again"
+            time.sleep(0.05)
+
+
+def test_a_probe_tried_again_holds_no_caller_while_its_child_hangs(restore_sandbox, monkeypatch):
+    """The probe tried again after a failed one is stopped (SIGSTOP): meanwhile extractions
+    are refused at once on the failed finding kept, not held for up to PROBE_TIMEOUT each."""
+    import signal
+    import threading
+    import time
+
+    from django_pdfpool.exceptions import SandboxUnavailable
+    from tests.support.procs import child_pids
+
+    monkeypatch.setattr(sandbox, "PROBE_RETRY", 0.5)
+    sandbox.configure(require="basic")
+    key = (sandbox._template.python, sandbox._template.env, sandbox._template.sandbox)
+    failed = sandbox.SandboxLayers(
+        (), dict.fromkeys(sandbox.LAYERS, sandbox.PROBE_FAILED), 0, "none"
+    )
+    sandbox._found[key] = failed, time.monotonic()  # a failed probe, due to be tried again
+    before = child_pids()
+    probing = threading.Thread(target=sandbox.sandbox_layers)
+    probing.start()
+    stopped: list[int] = []
+
+    def probe_stopped() -> bool:
+        for pid in child_pids() - before:
+            with contextlib.suppress(OSError):
+                if b"--probe" in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0"):
+                    os.kill(pid, signal.SIGSTOP)
+                    stopped.append(pid)
+        return bool(stopped) or not probing.is_alive()
+
+    try:
+        wait_until(probe_stopped, timeout=30)
+        assert stopped, "the probe ended before it was seen"
+        start = time.monotonic()
+        with pytest.raises(SandboxUnavailable):
+            run(pdfs.simple(["refused"]))
+        assert time.monotonic() - start < 2.0
+    finally:
+        for pid in stopped:
+            os.kill(pid, signal.SIGKILL)
+        probing.join(60)

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from pypdf import PdfReader
@@ -197,6 +198,26 @@ def test_file_larger_than_memory_limit_is_refused_at_once(copies):
         run(data, memory_limit=1 << 20)
     assert caught.value.code == "too_large"
     assert time.monotonic() - started < 1.0
+    assert list(copies.iterdir()) == []
+
+
+def test_a_buffer_source_is_measured_and_copied_in_bytes_whatever_its_format(copies):
+    """A memoryview of another format (4-byte items: a length of a quarter of its bytes) is
+    refused over the memory limit by its bytes; one that is not contiguous is a TypeError
+    that says so, before any copy is made."""
+    data = pdfs.simple(["x"]) + b"%" * (2 << 20)
+    data += b" " * (-len(data) % 4)
+    words = memoryview(data).cast("I")
+    assert len(words) < 1 << 20 < words.nbytes
+    with pytest.raises(ExtractionError) as caught:
+        run(words, memory_limit=1 << 20)
+    assert (caught.value.code, caught.value.detail) == (
+        "too_large",
+        "file larger than the memory limit",
+    )
+    assert run(memoryview(data).cast("I")).pages == ("x",)
+    with pytest.raises(TypeError, match="contiguous"):
+        run(memoryview(data)[::2])
     assert list(copies.iterdir()) == []
 
 
@@ -542,3 +563,37 @@ def test_a_process_forked_while_the_layers_are_probed_can_ask_for_them():
             os._exit(1 if asking.is_alive() else 0)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_a_copy_left_by_a_killed_worker_is_swept_and_a_live_ones_kept(tmp_path):
+    """A worker killed (SIGKILL) while its byte source's job runs leaves the copy of those
+    bytes: named after the worker as a staged upload is, the sweep of copies left by processes
+    that ended removes it, and not the copy of a process that lives (this one's)."""
+    import signal
+    import textwrap
+
+    from django_pdfpool.uploads import stage_chunks, sweep
+    from tests.conftest import wait_until
+
+    code = textwrap.dedent(f"""
+        import asyncio, sys
+        from django_pdfpool.sandbox import extract as sandbox
+        sandbox.configure(warm=False, tmp_dir={str(tmp_path)!r})
+        asyncio.run(sandbox.extract(sys.stdin.buffer.read(), **{LIMITS!r}))
+    """)
+    worker = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE)
+    try:
+        assert worker.stdin is not None
+        with worker.stdin:
+            worker.stdin.write(pdfs.slow_pdf("left behind", 8))
+        wait_until(lambda: any(tmp_path.iterdir()), timeout=30)
+        (left,) = list(tmp_path.iterdir())
+    finally:
+        worker.send_signal(signal.SIGKILL)
+        worker.wait()
+    live = stage_chunks([b"%PDF- a live process's"], "live.pdf", str(tmp_path))  # sweeps first
+    try:
+        sweep(str(tmp_path), None)
+        assert list(tmp_path.iterdir()) == [Path(live.path)], left
+    finally:
+        live.discard()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import select
 import signal
 import threading
 import time
@@ -260,23 +261,102 @@ def test_a_stopped_template_costs_a_job_no_fault_of_its_pdf(warm):
     assert (asyncio.run(extract(pdfs.simple(["next"]), **LIMITS))).text == "next"
 
 
+def test_a_stopped_template_keeps_no_job_past_its_deadline(warm):
+    """Jobs arriving at once while the template is stopped (SIGSTOP) each end by their
+    TIMEOUT, lost (503), not after the template's FORK_TIMEOUT (one after another, as they
+    queue for its socket); the template is replaced and the next job answers."""
+    from django_pdfpool.exceptions import RunnerLost
+    from django_pdfpool.sandbox.children import FORK_TIMEOUT
+
+    timeout = FORK_TIMEOUT / 5
+
+    async def timed() -> float:
+        start = time.monotonic()
+        with contextlib.suppress(RunnerLost):  # or its text, had a cold child time for it
+            await extract(pdfs.simple(["trivial"]), timeout=timeout, memory_limit=MEMORY)
+        return time.monotonic() - start
+
+    async def burst() -> list[float]:
+        return list(await asyncio.gather(*(timed() for _ in range(3))))
+
+    os.kill(warm, signal.SIGSTOP)
+    try:
+        took = asyncio.run(burst())
+    finally:
+        with contextlib.suppress(ProcessLookupError):  # replaced: killed by then
+            os.kill(warm, signal.SIGCONT)
+    assert max(took) < timeout + 1.0, took  # a reaped child's end, on a busy host
+    wait_until(lambda: sandbox.idle_pids() not in ([], [warm]), timeout=30)
+    assert (asyncio.run(extract(pdfs.simple(["next"]), **LIMITS))).text == "next"
+
+
+def test_a_template_late_for_a_short_deadline_only_is_kept_and_in_step(warm):
+    """The template is stopped (SIGSTOP) for less than FORK_TIMEOUT: a job whose deadline
+    came first is lost (503), but the template, continued in time, is not replaced; its late
+    reply is read and dropped, so the next job gets a child of its own and the status page
+    the template's ready children, each the reply to its own request."""
+    from django_pdfpool.exceptions import RunnerLost
+    from django_pdfpool.sandbox.children import FORK_TIMEOUT
+
+    starts = sandbox.child_starts()
+    os.kill(warm, signal.SIGSTOP)
+    try:
+        with pytest.raises(RunnerLost):
+            asyncio.run(
+                extract(pdfs.simple(["late"]), timeout=FORK_TIMEOUT / 10, memory_limit=MEMORY)
+            )
+    finally:
+        os.kill(warm, signal.SIGCONT)
+    assert (asyncio.run(extract(pdfs.simple(["next"]), **LIMITS))).text == "next"
+    after = sandbox.child_starts()
+    assert (after.template_pid, after.template_starts) == (warm, starts.template_starts)
+    assert after.forked == starts.forked + 1 and after.cold == starts.cold
+    assert sandbox.idle_pids()[0] == warm
+
+
+def test_a_template_stopped_while_its_child_works_keeps_no_answer_past_the_deadline(warm):
+    """The template is stopped (SIGSTOP) while a child it forked works: the child answers, and
+    the answer is the caller's by the job's deadline, not once the template's exit status of
+    the child has waited STATUS_TIMEOUT more."""
+    from django_pdfpool.sandbox.children import STATUS_TIMEOUT
+
+    timeout = STATUS_TIMEOUT
+
+    async def scenario() -> tuple[str, float]:
+        mine = child_pids() - set(sandbox.idle_pids())
+        start = time.monotonic()
+        job = asyncio.ensure_future(
+            extract(pdfs.slow_pdf("answered", 1), timeout=timeout, memory_limit=MEMORY)
+        )
+        await until(lambda: job_child(child_pids() - mine - {warm}, MEMORY) is not None)
+        os.kill(warm, signal.SIGSTOP)
+        try:
+            text = (await job).pages[0]
+        finally:
+            os.kill(warm, signal.SIGCONT)
+        return text, time.monotonic() - start
+
+    text, took = asyncio.run(scenario())
+    assert "answered" in text
+    assert took < timeout + 1.0, took  # a reaped child's end, on a busy host
+
+
 def test_a_late_reply_of_the_template_leaves_no_descriptor_nor_child(warm):
     """A fork request the template answered too late (it was stopped): the next request reads
     that reply, a child's descriptors; they are closed, so the child gets end of input and
-    exits rather than waiting for a job line forever, and no descriptor is kept."""
-    from django_pdfpool.sandbox.children import FORK_TIMEOUT
-
+    exits rather than waiting for a job line forever, and no descriptor is kept; then its own
+    reply, so nothing is left to be taken for the reply to a later request."""
     running = sandbox._template._running
     assert running is not None and running.child.pid == warm
     fds = len(os.listdir("/proc/self/fd"))
-    running.control.settimeout(0.2)
     os.kill(warm, signal.SIGSTOP)
-    try:
-        assert running.fork() is None  # timed out: the template answers it once continued
+    try:  # timed out: the template answers it once continued
+        assert running.fork(time.monotonic() + 0.2) is None
     finally:
         os.kill(warm, signal.SIGCONT)
-        running.control.settimeout(FORK_TIMEOUT)
     assert running.ready_pids() == []  # the fork's reply read here: not pids
     assert len(os.listdir("/proc/self/fd")) == fds
-    assert running.control.recv(256) == b"-"  # its own reply, read: the next test's in step
+    poller = select.poll()
+    poller.register(running.control, select.POLLIN)
+    assert poller.poll(0) == []  # its own reply ("-") read too: nothing left, in step
     wait_until(lambda: forked_children(warm) == [], timeout=10)
