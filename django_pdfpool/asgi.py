@@ -399,7 +399,10 @@ class KeptThreads:
                     # client left, it cancels it (a sync view's wait on this loop with it)
                     # while the loop still runs (daphne stops it once its apps have ended)
                     left.set_result(None)
-                    await asyncio.wait({request}, timeout=SETTLE_SECONDS)
+                    try:
+                        await asyncio.wait({request}, timeout=SETTLE_SECONDS)
+                    finally:  # then cancelled as before, a view stuck in sync code or not
+                        request.cancel()
                     raise
         finally:
             lent.let_go()
