@@ -345,6 +345,28 @@ class RequestThread(ThreadPoolExecutor):
         self.shutdown(wait=False)
 
 
+SETTLE_SECONDS = 1.0  # a cancelled request's wait for its view to end as a client's leaving
+
+
+def _leaving(left: asyncio.Future[Any], receive: Receive) -> Receive:
+    """``receive``, or ``http.disconnect`` once ``left`` is set."""
+
+    async def receiving() -> Message:
+        got = asyncio.ensure_future(receive())
+        either: set[asyncio.Future[Any]] = {got, left}
+        try:
+            await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            got.cancel()
+            raise
+        if got.done():
+            return got.result()
+        got.cancel()
+        return {"type": "http.disconnect"}
+
+    return receiving
+
+
 class KeptThreads:
     """A request borrows a thread for its sync calls; at most ``keep`` wait for the next.
     Tasks a request starts must end with it (asgiref's rule; docs/deployment.md)."""
@@ -364,11 +386,24 @@ class KeptThreads:
         with self._lock:
             lent = self._idle.pop() if self._idle else RequestThread(self)
             lent.holds += 1
+        left = asyncio.get_running_loop().create_future()  # set: the server cancelled us
         try:
             # Django's handler enters its own ThreadSensitiveContext(), which inside this one
             # does nothing: its thread-sensitive calls go to the lent thread
             async with ThreadSensitiveContext(executor=lent):
-                await self.app(scope, receive, send)
+                request = asyncio.ensure_future(self.app(scope, _leaving(left, receive), send))
+                try:
+                    await asyncio.shield(request)
+                except asyncio.CancelledError:
+                    # Django's handler, cancelled, leaves its view's task running: told the
+                    # client left, it cancels it (a sync view's wait on this loop with it)
+                    # while the loop still runs (daphne stops it once its apps have ended)
+                    left.set_result(None)
+                    try:
+                        await asyncio.wait({request}, timeout=SETTLE_SECONDS)
+                    finally:  # then cancelled as before, a view stuck in sync code or not
+                        request.cancel()
+                    raise
         finally:
             lent.let_go()
 

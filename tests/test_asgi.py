@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import threading
 import time
 from collections.abc import AsyncIterator
@@ -27,6 +28,8 @@ from django_pdfpool import KeptThreads
 from django_pdfpool.asgi import THREAD_NAME
 from tests.project.views import Orphans, Threads, sync_extract
 from tests.support.door import answer_of, asgi_post
+from tests.support.pdfs import slow_pdf
+from tests.support.procs import extraction_children
 
 DEADLINE = 30.0
 
@@ -135,6 +138,30 @@ def test_a_client_that_goes_away_ends_its_request_when_its_sync_code_does(releas
 
     asyncio.run(scenario())
     wait_for(lambda: kept.waiting() == 2, "both threads to wait again")
+
+
+def test_a_cancelled_request_is_told_its_client_left_so_its_sync_view_ends_first(pdfpool):
+    """A server that cancels the application and then stops its loop (daphne at SIGTERM):
+    Django's handler leaves its view's task running, and a sync view waiting on the loop for
+    its job would wait for ever; told its client left, it ends before the application does,
+    while the job runs on."""
+    pdfpool(SLOTS=1, WAIT=30.0, TIMEOUT=30.0)
+    kept = KeptThreads(get_asgi_application())
+    data = slow_pdf("cancelled")  # about a second of work: running past the cancel
+
+    async def scenario() -> None:
+        talk = ApplicationCommunicator(kept, asgi_post("/sync/", data))
+        await talk.send_input({"type": "http.request", "body": data, "more_body": False})
+        deadline = time.monotonic() + DEADLINE
+        while not extraction_children(os.getpid()):
+            assert time.monotonic() < deadline, "gave up waiting for the job to start"
+            await asyncio.sleep(0.01)
+        talk.future.cancel()
+        await talk.wait(DEADLINE)
+        assert kept.waiting() == 1  # the view's thread was given back with the application
+        assert extraction_children(os.getpid())  # its job runs on
+
+    asyncio.run(scenario())
 
 
 def test_a_task_outliving_its_request_is_refused_thread_sensitive_calls():

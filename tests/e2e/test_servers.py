@@ -154,21 +154,7 @@ def test_daphne_serves_the_example_through_pool_lifespan(state: Path) -> None:
     assert response.json()["pages"] == ["served by daphne"]
 
 
-@pytest.mark.parametrize(
-    "view",
-    [
-        pytest.param(
-            "sync",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="decorators.admit awaits the job on daphne's loop, which SIGTERM stops: "
-                "its thread, joined at exit, waits for ever (a loop of its own would lose the "
-                "client-leaves cancel: test_decorators' queued starter that leaves)",
-            ),
-        ),
-        "async",
-    ],
-)
+@pytest.mark.parametrize("view", ["sync", "async"])
 def test_daphne_exits_at_sigterm_once_the_jobs_it_dropped_have_ended(view: str, tmp_path: Path):
     """daphne drops the requests in flight at SIGTERM; the process still ends (the pool's
     atexit hook finishing their jobs), its children and staged copies gone with it."""
