@@ -39,3 +39,28 @@ def test_what_the_parent_reads_past_the_text_cap_is_the_answers_overhead():
     said = re.search(r"at most this plus about ([\d.]+) MiB of answer", prose("settings.md"))
     assert said, "settings.md says what the parent reads past MAX_TEXT_BYTES"
     assert float(said[1]) == round(ANSWER_OVERHEAD / MiB, 1)
+
+
+def test_the_answers_table_names_every_refusal_with_its_status():
+    """usage.md's "answers the view never sees": each code an entry answers, at its status,
+    with Retry-After where the answer has one."""
+    from django_pdfpool import exceptions
+    from django_pdfpool.responses import describe
+
+    page = (DOCS / "usage.md").read_text()
+    table = page.split("### Answers the view never sees", 1)[1].split("\n\n", 2)[1]
+    rows = set()  # (code, status, says Retry-After): too_large is both 413 and 422
+    for line in table.splitlines()[2:]:
+        _, status, codes, retry = (cell.strip() for cell in line.strip("|").split(" | "))
+        for code in re.findall(r"`(\w+)`", codes):
+            rows.add((code, int(status), retry == "yes"))
+    bases = (exceptions.Refused, exceptions.UploadRejected)
+    failures: list[Exception] = [
+        cls()
+        for cls in vars(exceptions).values()
+        if isinstance(cls, type) and cls not in bases and issubclass(cls, bases)
+    ]
+    failures += [exceptions.ExtractionError(code) for code in exceptions.EXTRACTION_MESSAGES]
+    for failure in failures:
+        said = describe(failure)  # type: ignore[arg-type]
+        assert (said.code, said.status, said.retry_after is not None) in rows, said
