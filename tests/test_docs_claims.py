@@ -64,3 +64,12 @@ def test_the_answers_table_names_every_refusal_with_its_status():
     for failure in failures:
         said = describe(failure)  # type: ignore[arg-type]
         assert (said.code, said.status, said.retry_after is not None) in rows, said
+
+
+def test_the_childrens_minimum_environment_is_the_one_they_get():
+    """settings.md names every variable a child inherits without CHILD_ENV."""
+    from django_pdfpool.sandbox.children import BASE_ENV
+
+    said = re.search(r"An extraction child inherits the minimum \(([^)]*)\)", prose("settings.md"))
+    assert said, "settings.md lists the children's minimum environment"
+    assert set(re.findall(r"`(\w+\*?)`", said[1])) == {*BASE_ENV, "LC_*"}
