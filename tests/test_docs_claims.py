@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
@@ -73,3 +74,26 @@ def test_the_childrens_minimum_environment_is_the_one_they_get():
     said = re.search(r"An extraction child inherits the minimum \(([^)]*)\)", prose("settings.md"))
     assert said, "settings.md lists the children's minimum environment"
     assert set(re.findall(r"`(\w+\*?)`", said[1])) == {*BASE_ENV, "LC_*"}
+
+
+def test_every_pdfpool_setting_the_docs_show_passes_the_checks():
+    """A PDFPOOL dict copied from any page passes `manage.py check` (but for the modules of
+    the reader's own project it names)."""
+    from django_pdfpool.conf import problems
+    from tests.test_docs import python_blocks
+
+    shown = [
+        (where, ast.literal_eval(node.value))
+        for where, block in python_blocks()
+        for node in ast.walk(ast.parse(block.body))
+        if isinstance(node, ast.Assign)
+        and "PDFPOOL" in [getattr(t, "id", "") for t in node.targets]
+    ]
+    assert len(shown) >= 5, "the pages show their settings"
+    for where, setting in shown:
+        found = [
+            p
+            for p in problems(setting)
+            if "cannot be imported: No module named 'myapp'" not in p.msg
+        ]
+        assert found == [], where
