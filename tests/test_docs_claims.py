@@ -97,3 +97,31 @@ def test_every_pdfpool_setting_the_docs_show_passes_the_checks():
             if "cannot be imported: No module named 'myapp'" not in p.msg
         ]
         assert found == [], where
+
+
+def test_the_figures_the_pages_give_are_the_codes_constants():
+    """Defaults and limits quoted in prose: each regex finds the page's figure, which must be
+    the constant behind it."""
+    import inspect
+
+    from django_pdfpool import KeptThreads
+    from django_pdfpool.apps import STALE_MARGIN
+    from django_pdfpool.asgi import LINGER_BYTES, LINGER_SECONDS
+    from django_pdfpool.sandbox.children import MAX_READY, READY_IDLE
+    from django_pdfpool.sandbox.wire import DEFAULT_NICE, MAX_ANSWER_PAGES
+
+    keep = inspect.signature(KeptThreads).parameters["keep"].default
+    claims = [
+        ("deployment.md", r"`keep` \((\d+)\) bounds the idle threads", keep),
+        ("deployment.md", r"called once at start-up \((\d+) by default", DEFAULT_NICE),
+        ("deployment.md", r"`WAIT \+ TIMEOUT \+ (\d+) s` ago", STALE_MARGIN),
+        ("architecture.md", r"keeps up to (\d+) \*ready\*", MAX_READY),
+        ("architecture.md", r"gone after (\d+) s idle", READY_IDLE),
+        ("security.md", r"for at most (\d+) s and \d+ MiB", LINGER_SECONDS),
+        ("security.md", r"for at most \d+ s and (\d+) MiB", LINGER_BYTES / MiB),
+        ("security.md", r"over ([\d,]+) pages is `too_large`", MAX_ANSWER_PAGES),
+    ]
+    for page, said, constant in claims:
+        found = re.search(said, prose(page))
+        assert found, f"{page} no longer says {said!r}"
+        assert float(found[1].replace(",", "")) == constant, (page, said)
