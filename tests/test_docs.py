@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 import importlib
 import inspect
+import json
 import os
 import re
 import subprocess
@@ -268,6 +269,27 @@ def _tree(block: Block) -> ast.Module:
 @pytest.mark.parametrize("where,block", python_blocks(), ids=lambda value: str(value)[:40])
 def test_python_in_the_docs_parses(where: str, block: Block) -> None:
     _tree(block)
+
+
+# names a block takes from its page's prose or from the file it is added to (startproject's)
+SUPPLIED = {"INSTALLED_APPS", "BASE_DIR", "document", "pdf_bytes", "path_or_bytes"}
+
+
+def undefined_names(code: str) -> set[str]:
+    """The names ``code`` uses and never defines or imports (ruff's F821)."""
+    ruff = [sys.executable, "-m", "ruff", "check", "--select", "F821", "--output-format", "json"]
+    found = subprocess.run([*ruff, "--stdin-filename", "block.py", "-"], input=code,
+                           capture_output=True, text=True, check=False)  # fmt: skip
+    return {re.findall(r"`(.+)`", f["message"])[0] for f in json.loads(found.stdout)}
+
+
+@pytest.mark.parametrize("where,block", python_blocks(), ids=lambda value: str(value)[:40])
+def test_python_in_the_docs_imports_what_it_uses(where: str, block: Block) -> None:
+    assert undefined_names(block.body) <= SUPPLIED
+
+
+def test_the_name_check_catches_a_missing_import() -> None:
+    assert undefined_names("def view(request):\n    return render(request, 'x')\n") == {"render"}
 
 
 # the modules besides the package that users import from, each with its own ``__all__``

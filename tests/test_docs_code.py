@@ -22,7 +22,8 @@ import pytest
 from django.test import Client, RequestFactory, override_settings
 
 from django_pdfpool import get_pool
-from django_pdfpool.exceptions import CallerBusy
+from django_pdfpool.exceptions import CallerBusy, ExtractionError, PoolMisconfigured
+from django_pdfpool.responses import describe
 from tests.support import pdfs
 from tests.test_decorators import upload
 from tests.test_docs import Block, fences_of
@@ -154,8 +155,16 @@ def test_usage_refusal_view_renders_its_template(pdfpool):
     engine = {"BACKEND": "django.template.backends.django.DjangoTemplates"}
     with override_settings(TEMPLATES=[{**engine, "OPTIONS": {"loaders": loaders}}]):
         response = refusal(RequestFactory().get("/"), CallerBusy("Busy.", 3.2))
+        unreadable = refusal(RequestFactory().get("/"), ExtractionError("not_a_pdf"))
+        secret = PoolMisconfigured("Another deployment uses the Redis namespace 'x'.", 5.0)
+        misconfigured = refusal(RequestFactory().get("/"), secret)
     assert response.status_code == 429 and response["Retry-After"] == "4"
-    assert b"Try again in about 3 seconds." in response.content
+    assert b"Try again in about 4 seconds." in response.content
+    # the message a client is told is the library's own: no code prefix, no operator detail
+    assert unreadable.status_code == 422 and "Retry-After" not in unreadable
+    assert b"<p>This file is not a PDF.</p>" in unreadable.content
+    assert misconfigured.status_code == 503 and b"namespace" not in misconfigured.content
+    assert describe(secret).message.encode() in misconfigured.content
 
 
 # --- the integrations' pages ---------------------------------------------------------
