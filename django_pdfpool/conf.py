@@ -435,8 +435,12 @@ def _meant(key: Any, name: str, table: dict[str, Setting]) -> str:
 def _shown(value: Any) -> str:
     """``repr(value)`` for a message; what may hold a URL only as ``presentable`` shows it
     (a string), or by its type: no password in checks or logs."""
-    if "://" not in repr(value):
-        return repr(value)
+    try:
+        text = repr(value)
+    except ValueError:  # an int past the digits str() writes
+        return f"an int of {value.bit_length():,} bits"
+    if "://" not in text:
+        return text
     return presentable(value) if isinstance(value, str) else f"a {type(value).__name__}"
 
 

@@ -295,8 +295,9 @@ def test_a_redis_url_option_redis_py_refuses_with_its_own_error_is_e007_not_a_cr
         (("WAIT",), 10**400),  # an int no float holds
         (("TIMEOUT",), 10**400),
         (("DOOR", "BODY_TIMEOUT"), -(10**400)),
+        (("SLOTS",), 10**5000),  # past the digits str() writes: no message could quote it
     ],
-    ids=["unicode-port", "long-port", "huge-wait", "huge-timeout", "huge-body-timeout"],
+    ids=["unicode-port", "long-port", "huge-wait", "huge-timeout", "huge-body-timeout", "digits"],
 )
 def test_a_value_that_only_looks_like_a_number_is_e003_not_a_crash(path, value):
     found = [p for p in problems(raw(path, value)) if p.id == "django_pdfpool.E003"]
