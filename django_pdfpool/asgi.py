@@ -349,9 +349,17 @@ SETTLE_SECONDS = 1.0  # a cancelled request's wait for its view to end as a clie
 
 
 def _leaving(left: asyncio.Future[Any], receive: Receive) -> Receive:
-    """``receive``, or ``http.disconnect`` once ``left`` is set."""
+    """``receive``, or ``http.disconnect`` once ``left`` is set; the body's messages as they
+    come (no task each: a cancel while it arrives is passed on after ``SETTLE_SECONDS``)."""
+    body = [True]  # more of the body to come
 
     async def receiving() -> Message:
+        if left.done():
+            return {"type": "http.disconnect"}
+        if body[0]:
+            message = await receive()
+            body[0] = message["type"] == "http.request" and message.get("more_body", False)
+            return message
         got = asyncio.ensure_future(receive())
         either: set[asyncio.Future[Any]] = {got, left}
         try:
