@@ -376,8 +376,8 @@ class ProcessSide:
     async def _finish(self, job: RedisJob, task: asyncio.Task[Any]) -> None:
         """Free the slot and the caller in Redis (the outcome to sharers elsewhere), then answer."""
         job.finishing = True
-        result, error, took = jobs.ended(job, task, self._closing.stopping, self._books)
-        outcome = Counter.ended(task.cancelled(), error)  # for finish.lua's tally
+        result, error, took = jobs.ended(job, task, self._books)
+        outcome = Counter.ended(job.cancelled(task), error)  # for finish.lua's tally
         took_ms = str(max(0, round(took * 1000)))
         try:
             with _about(job):
@@ -398,7 +398,7 @@ class ProcessSide:
             # beat frees the slot in Redis of a job this process no longer knows
             logger.exception("finishing job %s in Redis failed", job.key)
         self._end(job, result=result, error=error)
-        if error is not None and not task.cancelled():
+        if error is not None and not job.cancelled(task):
             jobs.report_failure(self._settings.on_error, job.key, error)
 
     # --- the end of a job here: its outcome, or an event's kind without one (drop.lua) -------
@@ -756,13 +756,13 @@ class ProcessSide:
         while self.admissions:
             await asyncio.wait(set(self.admissions))
         calls: list[Coroutine[Any, Any, object]] = []
-        running: list[asyncio.Task[Any]] = []
+        running: list[RedisJob] = []
         for job in self.jobs():
             if job.owned and job.state == "running":
                 waiters, job.waiters = job.waiters, set()
                 self._books.count(Counter.REFUSED_CLOSED, len(waiters))
                 jobs.deliver(waiters, None, jobs.stopped())
-                running += [job.task] if job.task is not None else []
+                running.append(job)
             elif job.owned:
                 calls.append(self._drop(job, "closed"))
             else:
@@ -770,8 +770,8 @@ class ProcessSide:
                 self._end(job, "closed")
                 calls.append(self._script("leave", job.key, job.id, str(count), "0"))
         await asyncio.gather(*calls)
-        for task in running:
-            task.cancel()
+        for job in running:
+            job.stop()
 
     async def retire(self) -> None:
         """Leave Redis for good: unregister, stop the beat and the probe, close."""
