@@ -212,3 +212,30 @@ def test_a_job_that_cancels_itself_after_its_callers_left_is_still_told(pool_of)
 
     run(scenario)
     assert isinstance(observed[0][1], JobFault)
+
+
+def test_a_sharer_in_another_process_gets_the_fault_of_a_job_cancelled_not_by_stop(make_pool):
+    """Two RedisPools on one namespace, as two processes: the sharer's copy travels as JSON."""
+    observed = []
+    owner = make_pool(1, 1, 5.0, on_error=lambda key, error: observed.append(error))
+    other = make_pool(1, 1, 5.0)
+    gate = threading.Event()
+
+    async def then_cancels_itself():
+        while not gate.is_set():
+            await asyncio.sleep(0.002)
+        await cancels_itself_and_waits()
+
+    async def scenario():
+        starter = asyncio.create_task(owner.run("k", "c1", then_cancels_itself))
+        await until(lambda: owner.running() == 1)
+        sharer = asyncio.create_task(other.run("k", "c2", None))
+        await until(lambda: owner.waiting("k") == 1)
+        gate.set()
+        for call in (starter, sharer):
+            with pytest.raises(JobFault):
+                await call
+        await until(lambda: len(observed) == 1)
+
+    run(scenario)
+    assert owner.snapshot().counters.failed == 1
