@@ -134,9 +134,8 @@ class JobRecord:
             self.timer = None
 
     def stop(self) -> None:  # on the job loop: the pool's stop() cancels its task
-        if self.task is not None:
-            self.stopped = True
-            self.task.cancel()
+        if self.task is not None and self.task.cancel():  # not so if it had ended
+            self.stopped = True  # read once the cancel lands, later on this loop
 
     def cancelled(self, task: asyncio.Task[Any]) -> bool:
         """Its task ended cancelled by the pool's ``stop()`` (any other cancel is a fault)."""
