@@ -418,12 +418,12 @@ class ProcessSide:
                 self._books.count(Counter.ABANDONED)
         if kind == "busy":  # rule 3: waited longer than `wait` (Redis's clock said so)
             waited = [time.monotonic() - job.queued_mono] if job.owned else []
-            self._books.gave_up(waited, len(waiters))  # the error: from _given_up
+            self._books.gave_up(waited, _told(waiters))  # the error: from _given_up
         elif kind == "closed":
-            self._books.count(Counter.REFUSED_CLOSED, len(waiters))
+            self._books.count(Counter.REFUSED_CLOSED, _told(waiters))
             error = jobs.stopped()
         elif kind == "unavailable":
-            self._books.count(Counter.REFUSED_UNAVAILABLE, len(waiters))
+            self._books.count(Counter.REFUSED_UNAVAILABLE, _told(waiters))
             error = CoordinatorUnavailable(Wording.LOST_WAITING, self._settings.probe_every)
         elif kind == "expired":
             error = RunnerLost(Wording.EXPIRED)
@@ -760,7 +760,7 @@ class ProcessSide:
         for job in self.jobs():
             if job.owned and job.state == "running":
                 waiters, job.waiters = job.waiters, set()
-                self._books.count(Counter.REFUSED_CLOSED, len(waiters))
+                self._books.count(Counter.REFUSED_CLOSED, _told(waiters))
                 jobs.deliver(waiters, None, jobs.stopped())
                 running.append(job)
             elif job.owned:
@@ -813,6 +813,11 @@ def _about(job: RedisJob) -> Iterator[None]:
         yield
     finally:
         job.inflight -= 1
+
+
+def _told(waiters: set[Any]) -> int:
+    """The callers a refusal reaches: not those cancelled before their leaving ran."""
+    return sum(not waiter.left() for waiter in waiters)
 
 
 def _job_args(job: RedisJob, now: float) -> list[str]:
