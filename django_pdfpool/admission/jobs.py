@@ -109,6 +109,7 @@ class JobRecord:
     starter: Waiter | None = None
     size: int | None = None  # bytes of the job's input, if its caller said
     ran: bool = field(default=False, init=False)  # fn was called (not so if cancelled first)
+    stopped: bool = field(default=False, init=False)  # stop() cancelled it: no other cancel
     waiters: set[Any] = field(init=False)  # the starter's, then each sharer's Waiter
     state: str = "queued"  # then "running"; a local job ends "done"
     queued_mono: float = field(default_factory=time.monotonic, init=False)
@@ -132,6 +133,14 @@ class JobRecord:
             self.timer.cancel()
             self.timer = None
 
+    def stop(self) -> None:  # on the job loop: the pool's stop() cancels its task
+        if self.task is not None and self.task.cancel():  # not so if it had ended
+            self.stopped = True  # read once the cancel lands, later on this loop
+
+    def cancelled(self, task: asyncio.Task[Any]) -> bool:
+        """Its task ended cancelled by the pool's ``stop()`` (any other cancel is a fault)."""
+        return self.stopped and task.cancelled()
+
     def release(self) -> DropFn | None:
         """Let go of ``fn`` and ``on_drop``; return ``on_drop`` if ``fn`` was never called, for
         the caller to call outside any lock: exactly one of the two is called."""
@@ -148,8 +157,8 @@ class JobRecord:
 
 async def run_fn(job: JobRecord) -> Any:
     """A job's task: mark ``fn`` called (see ``release``), call it; any error is the job's
-    failure (a JobFault for a BaseException that is no Exception), and only a cancellation of
-    the job itself (``stop()``) ends it cancelled."""
+    failure (a JobFault for a BaseException that is no Exception), and only the pool's
+    ``stop()`` ends it cancelled."""
     fn, job.ran = job.fn, True
     assert fn is not None  # a job's fn is let go only once it has ended
     try:
@@ -158,10 +167,13 @@ async def run_fn(job: JobRecord) -> Any:
         raise
     except BaseException as exc:  # no sharer's code expects one: SystemExit, GeneratorExit...
         if isinstance(exc, asyncio.CancelledError):
-            if (task := asyncio.current_task()) is not None and task.cancelling():
-                raise  # the job itself was cancelled
-            raise JobFault("the job raised CancelledError, but nothing cancelled the job") from exc
+            if job.stopped:
+                raise
+            raise JobFault(CANCELLED_ELSEWHERE) from exc
         raise JobFault(f"the job raised {type(exc).__name__}") from exc
+
+
+CANCELLED_ELSEWHERE = "the job was cancelled, but not by the pool's stop()"
 
 
 # --- the refusals both pools give, worded once ------------------------------------------
@@ -185,18 +197,18 @@ def nothing_to_join(key: str) -> ValueError:
 
 
 def ended(
-    job: JobRecord, task: asyncio.Task[Any], stopping: bool, books: Ledger
+    job: JobRecord, task: asyncio.Task[Any], books: Ledger
 ) -> tuple[Any, BaseException | None, float]:
     """A job's task ended (``on_drop`` called if ``fn`` never was, the end counted): its result
     or error (never CancelledError: sharers were not cancelled) and the seconds it took."""
     result, error = None, None if task.cancelled() else task.exception()
-    if task.cancelled():
-        error = stopped() if stopping else RuntimeError("the job was cancelled")
+    if task.cancelled():  # by stop(), or as fn returned after its own task.cancel()
+        error = stopped() if job.stopped else JobFault(CANCELLED_ELSEWHERE)
     elif error is None:
         result = task.result()
     call_dropped(job.release())
     took = time.monotonic() - (job.started_mono or job.queued_mono)
-    books.ended(Counter.ended(task.cancelled(), error), took, job.size)
+    books.ended(Counter.ended(job.cancelled(task), error), took, job.size)
     return result, error, took
 
 

@@ -47,7 +47,6 @@ class Pool:
         self._queue: deque[JobRecord] = deque()  # FIFO: a job's deadline is queued_mono + wait
         self._running = 0
         self._closed = False  # set without the lock too (``close``)
-        self._stopping = False
         self._idle_waiters: list[Waiter] = []  # drain/stop, woken once nothing is in flight
         jobs.forgotten_in_child.add(self)
 
@@ -187,9 +186,9 @@ class Pool:
         job.task.add_done_callback(functools.partial(self._finish, job))
 
     def _finish(self, job: JobRecord, task: asyncio.Task[Any]) -> None:  # on the job loop
-        result, error, _ = jobs.ended(job, task, self._stopping, self._books)
+        result, error, _ = jobs.ended(job, task, self._books)
         self._answer(job, result, error)
-        if error is not None and not task.cancelled():
+        if error is not None and not job.cancelled(task):
             jobs.report_failure(self._on_error, job.key, error)
 
     def _answer(self, job: JobRecord, result: Any, error: BaseException | None) -> None:
@@ -305,7 +304,7 @@ class Pool:
         """Refuse the queued and cancel the running, each sharer getting PoolClosed; return
         once every cancelled job has ended."""
         with self._lock:
-            self._closed = self._stopping = True
+            self._closed = True
             abandoned: set[Waiter] = set()
             dropped: list[DropFn | None] = []
             while self._queue:
@@ -317,7 +316,7 @@ class Pool:
             self._books.count(Counter.REFUSED_CLOSED, sum(not w.left() for w in abandoned))
         jobs.call_dropped(*dropped)
         jobs.deliver(abandoned, None, jobs.stopped())
-        jobs.call_in_job_loop(_cancel_tasks, running)
+        jobs.call_in_job_loop(_stop_jobs, running)
         await self._until_idle()
 
     async def _until_idle(self) -> None:
@@ -348,8 +347,7 @@ class Pool:
         )
 
 
-def _cancel_tasks(running: list[JobRecord]) -> None:
+def _stop_jobs(running: list[JobRecord]) -> None:
     """On the job loop (after each job's ``_spawn``): cancel the jobs' tasks."""
     for job in running:
-        if job.task is not None:
-            job.task.cancel()
+        job.stop()

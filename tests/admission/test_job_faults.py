@@ -5,6 +5,7 @@ and stop still cancels a running job."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections.abc import Callable, Iterator
 from uuid import uuid4
@@ -138,3 +139,103 @@ def test_stop_still_cancels_a_running_job(pool_of):
 
     run(scenario)
     assert cancelled.is_set() and pool.snapshot().counters.cancelled == 1
+
+
+async def cancels_itself_and_waits():
+    asyncio.current_task().cancel()  # the job's own task, cancelled by the job
+    await asyncio.sleep(1)
+
+
+async def cancels_itself_and_returns():
+    asyncio.current_task().cancel()  # asyncio cancels the task as the coroutine returns
+    return "late"
+
+
+async def an_old_scope_then_a_foreign_cancel():
+    asyncio.current_task().cancel()  # a cancel scope (anyio < 4) that never uncancels
+    with contextlib.suppress(asyncio.CancelledError):
+        await asyncio.sleep(1)
+    loop = asyncio.get_running_loop()
+    other = loop.create_future()
+    loop.call_soon(other.cancel)
+    await other
+
+
+@pytest.mark.parametrize(
+    "fn", [cancels_itself_and_waits, cancels_itself_and_returns, an_old_scope_then_a_foreign_cancel]
+)
+def test_a_job_cancelled_but_not_by_stop_is_a_fault_every_sharer_and_on_error_see(pool_of, fn):
+    observed = []
+    pool = pool_of(2, 2, 5.0, on_error=lambda key, error: observed.append((key, error)))
+    gate = threading.Event()
+
+    async def slow_then(fn):
+        while not gate.is_set():
+            await asyncio.sleep(0.002)
+        return await fn()
+
+    async def scenario():
+        starter = asyncio.create_task(pool.run("k", "c1", lambda: slow_then(fn)))
+        await until(lambda: pool.running() == 1)
+        sharer = asyncio.create_task(pool.run("k", "c2", None))
+        await until(lambda: pool.waiting("k") == 1)
+        gate.set()
+        for call in (starter, sharer):
+            with pytest.raises(JobFault):
+                await call
+        await until(lambda: len(observed) == 1 and pool.running() == 0)
+
+    run(scenario)
+    assert observed[0][0] == "k" and isinstance(observed[0][1], JobFault)
+    counters = pool.snapshot().counters
+    assert (counters.failed, counters.cancelled) == (1, 0)
+
+
+def test_a_job_that_cancels_itself_after_its_callers_left_is_still_told(pool_of):
+    observed = []
+    pool = pool_of(1, 1, 5.0, on_error=lambda key, error: observed.append((key, error)))
+    gate = threading.Event()
+
+    async def left_then_cancels_itself():
+        while not gate.is_set():
+            await asyncio.sleep(0.002)
+        await cancels_itself_and_waits()
+
+    async def scenario():
+        call = asyncio.create_task(pool.run("k", "c", left_then_cancels_itself))
+        await until(lambda: pool.running() == 1)
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+        gate.set()
+        await until(lambda: len(observed) == 1 and pool.running() == 0)
+
+    run(scenario)
+    assert isinstance(observed[0][1], JobFault)
+
+
+def test_a_sharer_in_another_process_gets_the_fault_of_a_job_cancelled_not_by_stop(make_pool):
+    """Two RedisPools on one namespace, as two processes: the sharer's copy travels as JSON."""
+    observed = []
+    owner = make_pool(1, 1, 5.0, on_error=lambda key, error: observed.append(error))
+    other = make_pool(1, 1, 5.0)
+    gate = threading.Event()
+
+    async def then_cancels_itself():
+        while not gate.is_set():
+            await asyncio.sleep(0.002)
+        await cancels_itself_and_waits()
+
+    async def scenario():
+        starter = asyncio.create_task(owner.run("k", "c1", then_cancels_itself))
+        await until(lambda: owner.running() == 1)
+        sharer = asyncio.create_task(other.run("k", "c2", None))
+        await until(lambda: owner.waiting("k") == 1)
+        gate.set()
+        for call in (starter, sharer):
+            with pytest.raises(JobFault):
+                await call
+        await until(lambda: len(observed) == 1)
+
+    run(scenario)
+    assert owner.snapshot().counters.failed == 1

@@ -376,8 +376,8 @@ class ProcessSide:
     async def _finish(self, job: RedisJob, task: asyncio.Task[Any]) -> None:
         """Free the slot and the caller in Redis (the outcome to sharers elsewhere), then answer."""
         job.finishing = True
-        result, error, took = jobs.ended(job, task, self._closing.stopping, self._books)
-        outcome = Counter.ended(task.cancelled(), error)  # for finish.lua's tally
+        result, error, took = jobs.ended(job, task, self._books)
+        outcome = Counter.ended(job.cancelled(task), error)  # for finish.lua's tally
         took_ms = str(max(0, round(took * 1000)))
         try:
             with _about(job):
@@ -398,7 +398,7 @@ class ProcessSide:
             # beat frees the slot in Redis of a job this process no longer knows
             logger.exception("finishing job %s in Redis failed", job.key)
         self._end(job, result=result, error=error)
-        if error is not None and not task.cancelled():
+        if error is not None and not job.cancelled(task):
             jobs.report_failure(self._settings.on_error, job.key, error)
 
     # --- the end of a job here: its outcome, or an event's kind without one (drop.lua) -------
@@ -418,12 +418,12 @@ class ProcessSide:
                 self._books.count(Counter.ABANDONED)
         if kind == "busy":  # rule 3: waited longer than `wait` (Redis's clock said so)
             waited = [time.monotonic() - job.queued_mono] if job.owned else []
-            self._books.gave_up(waited, len(waiters))  # the error: from _given_up
+            self._books.gave_up(waited, _told(waiters))  # the error: from _given_up
         elif kind == "closed":
-            self._books.count(Counter.REFUSED_CLOSED, len(waiters))
+            self._books.count(Counter.REFUSED_CLOSED, _told(waiters))
             error = jobs.stopped()
         elif kind == "unavailable":
-            self._books.count(Counter.REFUSED_UNAVAILABLE, len(waiters))
+            self._books.count(Counter.REFUSED_UNAVAILABLE, _told(waiters))
             error = CoordinatorUnavailable(Wording.LOST_WAITING, self._settings.probe_every)
         elif kind == "expired":
             error = RunnerLost(Wording.EXPIRED)
@@ -756,13 +756,13 @@ class ProcessSide:
         while self.admissions:
             await asyncio.wait(set(self.admissions))
         calls: list[Coroutine[Any, Any, object]] = []
-        running: list[asyncio.Task[Any]] = []
+        running: list[RedisJob] = []
         for job in self.jobs():
             if job.owned and job.state == "running":
                 waiters, job.waiters = job.waiters, set()
-                self._books.count(Counter.REFUSED_CLOSED, len(waiters))
+                self._books.count(Counter.REFUSED_CLOSED, _told(waiters))
                 jobs.deliver(waiters, None, jobs.stopped())
-                running += [job.task] if job.task is not None else []
+                running.append(job)
             elif job.owned:
                 calls.append(self._drop(job, "closed"))
             else:
@@ -770,8 +770,8 @@ class ProcessSide:
                 self._end(job, "closed")
                 calls.append(self._script("leave", job.key, job.id, str(count), "0"))
         await asyncio.gather(*calls)
-        for task in running:
-            task.cancel()
+        for job in running:
+            job.stop()
 
     async def retire(self) -> None:
         """Leave Redis for good: unregister, stop the beat and the probe, close."""
@@ -813,6 +813,11 @@ def _about(job: RedisJob) -> Iterator[None]:
         yield
     finally:
         job.inflight -= 1
+
+
+def _told(waiters: set[Any]) -> int:
+    """The callers a refusal reaches: not those cancelled before their leaving ran."""
+    return sum(not waiter.left() for waiter in waiters)
 
 
 def _job_args(job: RedisJob, now: float) -> list[str]:

@@ -607,3 +607,26 @@ def test_the_door_counts_the_queues_places_while_the_cluster_runs_beyond_its_slo
         assert await asyncio.gather(first, second, third) == ["K", "J", "X"]
 
     run(scenario)
+
+
+@pytest.mark.parametrize("state", ["running", "queued"])
+def test_a_caller_that_left_just_before_stop_is_not_counted_refused_closed(make_pool, state):
+    """Its leaving not yet run (its loop had not got round to it), a cancelled caller got
+    CancelledError, not a 503: stop() counts refused_closed for the others alone."""
+    pool = make_pool(1, 1, None)
+    gate = threading.Event()
+
+    async def scenario():
+        first = asyncio.create_task(pool.run("a", "ca", held("A", gate)))
+        await until(lambda: pool.running() == 1)
+        queued = asyncio.create_task(pool.run("b", "cb", held("B", gate)))
+        await until(lambda: pool.queued() == 1)
+        sharer = asyncio.create_task(pool.run("a" if state == "running" else "b", "cs", None))
+        await until(lambda: sum(pool.waiting(key) for key in "ab") == 1)
+        sharer.cancel()
+        await pool.stop()  # before this loop runs the sharer's leaving
+        answers = await asyncio.gather(first, queued, sharer, return_exceptions=True)
+        assert [type(a) for a in answers] == [PoolClosed, PoolClosed, asyncio.CancelledError]
+        return pool.local_snapshot().counters
+
+    assert asyncio.run(asyncio.wait_for(scenario(), 60)).refused_closed == 2
