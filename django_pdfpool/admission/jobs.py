@@ -133,8 +133,12 @@ class JobRecord:
             self.timer.cancel()
             self.timer = None
 
-    def stop(self) -> None:  # on the job loop: the pool's stop() cancels its task
-        if self.task is not None and self.task.cancel():  # not so if it had ended
+    def stop(self) -> None:
+        """On the job loop: the pool's stop() cancels its task, once ``fn`` is entered (a task
+        not yet stepped would never call it: the cancel waits one turn of the loop)."""
+        if self.task is not None and not self.ran and not self.task.done():
+            self.task.get_loop().call_soon(self.stop)
+        elif self.task is not None and self.task.cancel():  # not so if it had ended
             self.stopped = True  # read once the cancel lands, later on this loop
 
     def cancelled(self, task: asyncio.Task[Any]) -> bool:

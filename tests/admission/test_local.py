@@ -359,6 +359,42 @@ def test_stop_while_idle_returns_at_once():
     run(scenario)
 
 
+def test_a_job_stopped_before_its_tasks_first_step_still_sees_the_cancel():
+    """stop() cancels what runs: a job counted running whose task has not taken its first
+    step yet (the job loop busy) still enters its function and sees the cancel there."""
+    seen, held, holding = threading.Event(), threading.Event(), threading.Event()
+
+    async def fn():
+        try:
+            await asyncio.sleep(LONG)
+        except asyncio.CancelledError:
+            seen.set()
+            raise
+
+    def hold() -> None:  # the job loop busy until ``held`` is set
+        holding.set()
+        held.wait(LONG)
+
+    async def scenario():
+        pool = Pool(slots=1, queue=0, wait=LONG)
+        get_job_loop().call_soon_threadsafe(hold)
+        await until(holding.is_set)
+        call = asyncio.create_task(pool.run("k", "c", fn))
+        await until(lambda: pool.running() == 1)  # its task to be made on the held loop
+        stopping = asyncio.create_task(pool.stop())
+        await until(lambda: pool.snapshot().closed)  # the cancel queued behind the task
+        held.set()
+        await asyncio.wait_for(stopping, LONG)
+        with pytest.raises(PoolClosed):
+            await call
+        assert seen.is_set()
+
+    try:
+        run(scenario)
+    finally:
+        held.set()
+
+
 def test_drain_refuses_joins():
     async def scenario():
         pool = Pool(slots=1, queue=0, wait=None)
