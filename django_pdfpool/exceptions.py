@@ -173,8 +173,8 @@ class DigestMismatch(UploadRejected):
 
 
 class JobFault(RuntimeError):
-    """``fn`` raised what would stop the job loop (``SystemExit``, ``KeyboardInterrupt``), or a
-    ``CancelledError`` when nothing cancelled the job: the job's failure, as any other."""
+    """``fn`` raised what would stop the job loop (``SystemExit``, ``KeyboardInterrupt``), or
+    was cancelled by anything but the pool's ``stop()``: the job's failure, as any other."""
 
 
 class BlockingCallWarning(RuntimeWarning):
