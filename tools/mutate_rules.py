@@ -138,8 +138,8 @@ MUTANTS = [
     Mutant(
         "stop cancels what runs",
         LOCAL,
-        "            job.task.cancel()",
-        "            pass",
+        "    for job in running:\n        job.stop()",
+        "    for job in running:\n        pass",
         "local",
     ),
     # --- the Redis pool ---------------------------------------------------------------------
@@ -206,15 +206,15 @@ MUTANTS = [
     Mutant(
         "unobserved fault logged",
         SIDE,
-        "        if error is not None and not task.cancelled():\n            jobs.report_failure",
-        "        if error is not None and task.cancelled():\n            jobs.report_failure",
+        "error is not None and not job.cancelled(task):\n            jobs.report_failure",
+        "error is not None and job.cancelled(task):\n            jobs.report_failure",
         "redis",
     ),
     Mutant(
         "stop cancels what runs",
         SIDE,
-        "        for task in running:\n            task.cancel()",
-        "        for task in running:\n            pass",
+        "        for job in running:\n            job.stop()",
+        "        for job in running:\n            pass",
         "redis",
     ),
     # --- the door's decide() ----------------------------------------------------------------
