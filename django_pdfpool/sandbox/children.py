@@ -541,7 +541,10 @@ class Template:
         self._wake()
         if end:  # its running children go on; killed before its socket closes (a template that
             drop(running.child)  # read the end of it would kill every child it has, on the way)
-            running.control.close()
+            with contextlib.suppress(OSError):  # wakes a reader; its number is not reused under it
+                running.control.shutdown(socket.SHUT_RDWR)
+            with running.lock:
+                running.control.close()
 
     def _wake(self) -> None:
         with contextlib.suppress(OSError):

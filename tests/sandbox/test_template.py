@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import os
 import select
 import signal
@@ -17,11 +18,13 @@ import pytest
 from django_pdfpool import extract
 from django_pdfpool.sandbox import extract as sandbox
 from django_pdfpool.sandbox import wire
+from django_pdfpool.sandbox.children import FORK_TIMEOUT
 from tests.conftest import until, wait_until
 from tests.support import pdfs
 from tests.support.procs import child_pids, job_child, leftovers, rlimits
 
 MEMORY = 300 << 20
+PIDFD_GETFD = 438  # the syscall's number on every Linux architecture
 LIMITS = {"timeout": 60.0, "memory_limit": MEMORY}  # nice'd children beside busy CPUs
 
 
@@ -360,3 +363,34 @@ def test_a_late_reply_of_the_template_leaves_no_descriptor_nor_child(warm):
     poller.register(running.control, select.POLLIN)
     assert poller.poll(0) == []  # its own reply ("-") read too: nothing left, in step
     wait_until(lambda: forked_children(warm) == [], timeout=10)
+
+
+def test_ending_a_template_waits_for_the_reader_of_its_socket_before_closing_it(warm):
+    """A thread waits for the template's reply when the template is ended: the socket is shut
+    down (the reader wakes at once) and closed only once no thread reads it, so its number is
+    never reused under a reader. The template's end is held by this test too (pidfd_getfd):
+    its death alone does not wake the reader."""
+    running = sandbox._template._running
+    assert running is not None and running.child.pid == warm
+    fds = os.listdir(f"/proc/{warm}/fd")
+    sockets = [int(fd) for fd in fds if "socket:" in os.readlink(f"/proc/{warm}/fd/{fd}")]
+    assert len(sockets) == 1
+    pidfd = os.pidfd_open(warm)
+    libc = ctypes.CDLL(None, use_errno=True)
+    peer = libc.syscall(PIDFD_GETFD, pidfd, sockets[0], 0)
+    os.close(pidfd)
+    assert peer >= 0, os.strerror(ctypes.get_errno())
+    os.kill(warm, signal.SIGSTOP)  # it never replies: the reader waits in the socket
+    replies: list[list[int]] = []
+    reader = threading.Thread(target=lambda: replies.append(running.ready_pids()))
+    try:
+        reader.start()
+        wait_until(running.lock.locked, timeout=5)
+        started = time.monotonic()
+        sandbox._template._retire(running, end=True)
+        assert not reader.is_alive()  # closed only once its reader left
+        assert time.monotonic() - started < FORK_TIMEOUT / 2
+        assert replies == [[]]
+    finally:
+        reader.join()
+        os.close(peer)
