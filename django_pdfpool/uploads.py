@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from django.core.files import File
 
 from .exceptions import UploadTooLarge
+from .sandbox.extract import no_room
 
 STAGING_CHUNK = 64 * 1024  # bytes read at a time from a raw body (as File.chunks() reads a file)
 
@@ -67,11 +68,11 @@ def stage_chunks(
 ) -> StagedUpload:
     """Copy ``chunks`` (a raw body's, say) into a new temporary file, hashing them;
     ``UploadTooLarge`` past ``limit`` bytes, TypeError for text. A failed read leaves no file."""
-    digest = hashlib.sha256()
-    fd, path = tempfile.mkstemp(
-        prefix=_prefix(directory, os.getpid()), suffix=".pdf", dir=directory
-    )
+    digest, path = hashlib.sha256(), ""
     try:
+        fd, path = tempfile.mkstemp(
+            prefix=_prefix(directory, os.getpid()), suffix=".pdf", dir=directory
+        )
         with os.fdopen(fd, "wb") as out:
             for chunk in chunks:
                 if isinstance(chunk, str):  # a file read as text, whatever its mode says
@@ -81,9 +82,12 @@ def stage_chunks(
                 digest.update(chunk)
                 out.write(chunk)
             size = out.tell()
-    except BaseException:
-        _remove(path)
-        raise
+    except BaseException as error:
+        if path:
+            _remove(path)
+        if (refusal := no_room(error)) is None:
+            raise
+        raise refusal from error
     return StagedUpload(path, digest.hexdigest(), size, name, owned=True)
 
 

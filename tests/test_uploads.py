@@ -268,3 +268,43 @@ def _children_of(pid: int) -> list[int]:
             if int(stat.read().rpartition(b")")[2].split()[1]) == pid:
                 found.append(int(entry))
     return found
+
+
+FULL_DISK = """
+import asyncio, json, os, resource, sys
+from django_pdfpool.exceptions import RunnerLost
+from django_pdfpool.sandbox import extract as sandbox
+from django_pdfpool.uploads import stage_chunks
+
+folder = sys.argv[1]
+resource.setrlimit(resource.RLIMIT_FSIZE, (100_000, 100_000))  # EFBIG past it: a full disk
+sandbox.configure(warm=False, tmp_dir=folder)
+seen, fds = [], os.listdir("/proc/self/fd")
+big = b"%PDF-" + b"x" * 300_000
+for copy in (
+    lambda: stage_chunks([big[:65536]] * 5, "big.pdf", folder),
+    lambda: asyncio.run(sandbox.extract(big, timeout=5, memory_limit=1 << 28)),
+):
+    try:
+        copy()
+        seen.append(None)
+    except Exception as exc:
+        seen.append([type(exc).__name__, exc.status if isinstance(exc, RunnerLost) else None])
+print(json.dumps([seen, os.listdir(folder), os.listdir("/proc/self/fd") == fds]))
+"""
+
+
+def test_no_room_to_copy_an_upload_is_a_503_that_leaves_no_file(tmp_path):
+    """A file system with no room for a copy (here RLIMIT_FSIZE in a child process: EFBIG, as
+    ENOSPC or EDQUOT would be) refuses the job as the host's fault (503 ``runner_lost``, to be
+    tried again), staged or copied by the sandbox, and leaves no partial copy nor descriptor."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env["DJANGO_SETTINGS_MODULE"] = "tests.project.settings"
+    proc = subprocess.run(
+        [sys.executable, "-c", FULL_DISK, str(tmp_path)],
+        env=env, cwd=ROOT, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    seen, left, same_fds = json.loads(proc.stdout)
+    assert seen == [["RunnerLost", 503], ["RunnerLost", 503]]
+    assert left == [] and same_fds

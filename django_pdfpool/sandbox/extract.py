@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import functools
 import importlib.util
 import json
@@ -490,13 +491,17 @@ def _job_file(source: Any, memory_limit: int) -> tuple[str, bool]:
             if len(data) > memory_limit:
                 raise ExtractionError("too_large", detail="file larger than the memory limit")
             prefix = _copy_prefix(os.getpid())
-            descriptor, path = tempfile.mkstemp(prefix=prefix, suffix=".pdf", dir=_tmp_dir)
+            path = ""
             try:
+                descriptor, path = tempfile.mkstemp(prefix=prefix, suffix=".pdf", dir=_tmp_dir)
                 with os.fdopen(descriptor, "wb") as handle:
                     handle.write(data)
-            except BaseException:
-                os.unlink(path)
-                raise
+            except BaseException as error:
+                if path:
+                    os.unlink(path)
+                if (refusal := no_room(error)) is None:
+                    raise
+                raise refusal from error
         return path, True
     path = os.path.abspath(os.fspath(source))
     info = os.stat(path)  # FileNotFoundError and friends are the caller's to handle
@@ -505,6 +510,19 @@ def _job_file(source: Any, memory_limit: int) -> tuple[str, bool]:
     if info.st_size > memory_limit:
         raise ExtractionError("too_large", detail="file larger than the memory limit")
     return path, False
+
+
+NO_ROOM = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}  # a file system full, a quota, RLIMIT_FSIZE
+
+
+def no_room(error: BaseException) -> RunnerLost | None:
+    """For a copy of a PDF that found no room on disk, the host's refusal (503, to be tried
+    again) that replaces `error`; None for any other error."""
+    if not (isinstance(error, OSError) and error.errno in NO_ROOM):
+        return None
+    lost = RunnerLost(Wording.RUNNER_LOST)
+    lost.add_note(f"no room for a copy of the PDF: {error}")
+    return lost
 
 
 @functools.cache
