@@ -274,12 +274,18 @@ class ForkedChild(Handle):
                     os.killpg(self.pid, signal.SIGKILL)
 
     def reap(self, deadline: float | None = None) -> int | None:
-        """Its exit status as the template reports it (None if the template died first, or is
-        slower than STATUS_TIMEOUT or the job's `deadline`)."""
+        """Its exit status as the template reports it, or at once as the kernel keeps it for a
+        stopped template (None if the template died first, or is slower than STATUS_TIMEOUT or
+        the job's `deadline`)."""
         with self._lock:
             if self._pidfd is None:  # reaped already
                 return None
             _readable([self._pidfd], None)
+            held = None if _readable([self._status_fd], 0) else _held_status(self.pid, self._pidfd)
+            if held is not None:  # its peak unknown: only the template's wait4 has it
+                self._close()
+                os.close(self._status_fd)
+                return held
             wait = STATUS_TIMEOUT if deadline is None else deadline - time.monotonic()
             ready = _readable([self._status_fd], max(0.0, min(STATUS_TIMEOUT, wait)))
             status = os.read(self._status_fd, _STATUS_SIZE) if ready else b""
@@ -289,6 +295,22 @@ class ForkedChild(Handle):
             return None
         returncode, self.peak_rss = struct.unpack(wire.STATUS_FORMAT, status)
         return int(returncode)
+
+
+def _held_status(pid: int, pidfd: int) -> int | None:
+    """The exit code of `pid` (`pidfd`'s) if it is a zombie whose parent, the template, is
+    stopped and cannot reap it (from /proc); else None."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:  # the name may hold ")" and spaces
+            fields = stat.read().rpartition(b")")[2].split()
+        with open(f"/proc/{int(fields[1])}/stat", "rb") as stat:
+            parent = stat.read().rpartition(b")")[2].split()
+        signal.pidfd_send_signal(pidfd, 0)  # not reaped yet: what was read is its own
+    except (OSError, ValueError, IndexError):
+        return None
+    if fields[0] != b"Z" or parent[0] not in (b"T", b"t"):
+        return None
+    return os.waitstatus_to_exitcode(int(fields[49]))  # field 52: its status, as wait gives it
 
 
 @dataclass(frozen=True)

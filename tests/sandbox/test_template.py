@@ -351,6 +351,8 @@ def test_a_late_reply_of_the_template_leaves_no_descriptor_nor_child(warm):
     reply, so nothing is left to be taken for the reply to a later request."""
     running = sandbox._template._running
     assert running is not None and running.child.pid == warm
+    # none ready from an earlier test's jobs (one handed over would be replaced, and listed)
+    wait_until(lambda: running.ready_pids() == [], timeout=30)
     fds = len(os.listdir("/proc/self/fd"))
     os.kill(warm, signal.SIGSTOP)
     try:  # timed out: the template answers it once continued
@@ -394,3 +396,31 @@ def test_ending_a_template_waits_for_the_reader_of_its_socket_before_closing_it(
     finally:
         reader.join()
         os.close(peer)
+
+
+def test_a_child_killed_while_its_template_is_stopped_is_judged_by_its_signal_at_once(warm):
+    """The template is stopped (SIGSTOP) when a child it forked dies of SIGXCPU (its CPU
+    limit): the job's error says so (422 ``too_complex``) at once, from the child's exit status
+    as the kernel keeps it, not ``crashed`` once the template's report has waited
+    STATUS_TIMEOUT."""
+    from django_pdfpool.exceptions import ExtractionError
+    from django_pdfpool.sandbox.children import STATUS_TIMEOUT
+
+    async def scenario() -> tuple[ExtractionError, float]:
+        mine = child_pids() - set(sandbox.idle_pids())
+        job = asyncio.ensure_future(extract(pdfs.slow_pdf("busy", 30), **LIMITS))
+        await until(lambda: job_child(child_pids() - mine - {warm}, MEMORY) is not None)
+        child = job_child(child_pids() - mine - {warm}, MEMORY)
+        os.kill(warm, signal.SIGSTOP)
+        try:
+            os.kill(child, signal.SIGXCPU)
+            start = time.monotonic()
+            with pytest.raises(ExtractionError) as raised:
+                await job
+            return raised.value, time.monotonic() - start
+        finally:
+            os.kill(warm, signal.SIGCONT)
+
+    error, took = asyncio.run(scenario())
+    assert (error.code, error.detail) == ("too_complex", "SIGXCPU")
+    assert took < STATUS_TIMEOUT / 2, took
