@@ -294,6 +294,37 @@ print(json.dumps([seen, os.listdir(folder), os.listdir("/proc/self/fd") == fds])
 """
 
 
+FULL_DISK_VIEWS = """
+import json, os, resource, sys
+import django
+django.setup()
+from django.core.files.uploadedfile import SimpleUploadedFile
+from django.test import Client
+
+resource.setrlimit(resource.RLIMIT_FSIZE, (100_000, 100_000))  # EFBIG past it: a full disk
+answers = []
+for path, field in (("/sync/", "file"), ("/async/", "document")):
+    upload = SimpleUploadedFile("big.pdf", b"%PDF-" + b"x" * 300_000, "application/pdf")
+    response = Client().post(path, {field: upload}, HTTP_ACCEPT="application/json")
+    answers.append([response.status_code, response.json().get("error")])
+print(json.dumps([answers, os.listdir(sys.argv[1])]))
+"""
+
+
+def test_no_room_to_stage_an_upload_answers_503_from_either_view(tmp_path):
+    """The decorator answers a disk with no room for the staged copy as the host's refusal
+    (503 ``runner_lost``), from a sync view and an async one, not a 500; no copy is left."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PDFPOOL_TEST_STAGED": str(tmp_path)}
+    env["DJANGO_SETTINGS_MODULE"] = "tests.project.settings"
+    proc = subprocess.run(
+        [sys.executable, "-c", FULL_DISK_VIEWS, str(tmp_path)],
+        env=env, cwd=ROOT, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    answers, left = json.loads(proc.stdout.splitlines()[-1])
+    assert answers == [[503, "runner_lost"], [503, "runner_lost"]] and left == []
+
+
 def test_no_room_to_copy_an_upload_is_a_503_that_leaves_no_file(tmp_path):
     """A file system with no room for a copy (here RLIMIT_FSIZE in a child process: EFBIG, as
     ENOSPC or EDQUOT would be) refuses the job as the host's fault (503 ``runner_lost``, to be
