@@ -194,3 +194,21 @@ def test_the_upload_page_declares_the_files_sha256(server, browser):
     (request,) = posted
     assert request.headers["pdf-digest"] == format_digest(hashlib.sha256(data).hexdigest())
     page.context.close()
+
+
+def test_the_script_counts_characters_as_the_server_does(server, browser):
+    """A character beyond the BMP (an emoji) is one character on the page whether the
+    script or the server rendered it, not JavaScript's two UTF-16 code units."""
+    data = pdfs.text_bomb(chars=7)  # one page of seven U+1F4A3
+    counts = []
+    for script in (True, False):
+        page = browser.new_context(java_script_enabled=script).new_page()
+        page.goto(server.url + "/")
+        pick(page, "emoji.pdf", data)
+        page.click("button[type=submit]")
+        result = page.locator("#result")
+        result.locator(".filename").wait_for()
+        total = result.locator('[data-field="characters"]').inner_text()
+        counts.append((total, result.locator("details.page summary .muted").inner_text()))
+        page.context.close()
+    assert counts == [("7", "· 7 characters")] * 2
