@@ -164,9 +164,13 @@
                 fact("Peak memory", "peak_rss", bytes(pdf.peak_rss)),
             ),
         );
-        if (pdf.truncated) {
+        const pages = pdf.pages.length;
+        if (pdf.text_truncated) {
             result.append(el("p", { class: "note" },
-                `Only the first ${pdf.pages.length} pages were extracted (the server's page limit).`));
+                "The text stops at the server's limit on text: the rest was not extracted."));
+        } else if (pdf.truncated) {
+            result.append(el("p", { class: "note" },
+                `Only ${pages} page${pages === 1 ? "" : "s"} extracted (the server's page limit).`));
         }
         result.append(el("h3", {}, "Metadata"));
         const metadata = Object.entries(pdf.metadata).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
