@@ -151,6 +151,16 @@ def test_the_admin_password_is_generated_once_then_reused(state):
     assert sign_in_line(other.stdout)[1] != password  # generated, not fixed
 
 
+def test_a_new_state_dir_is_made_with_a_secret_key_from_the_environment(tmp_path, monkeypatch):
+    """DEMO_STATE_DIR is created on first use whether or not DJANGO_SECRET_KEY is given
+    (it was made only while writing a generated key: migrate could not open the database)."""
+    monkeypatch.setenv("DJANGO_SECRET_KEY", "a key of the operator's own, not generated here")
+    state = tmp_path / "new" / "state"
+    admin = prepare(state)
+    assert sign_in_line(admin.stdout)[0] == "admin"
+    assert (state / "db.sqlite3").exists() and not (state / ".secret_key").exists()
+
+
 def test_deploy_checks_silence_only_the_middleware_the_example_has(state):
     """The security, CSRF and clickjacking middleware are Django's, subclassed
     (demo.middleware), so `check --deploy` must not say they are missing."""
