@@ -326,6 +326,13 @@ async def until_state(client: httpx.AsyncClient, url: str, data: bytes, state: s
     return found
 
 
+def test_the_page_describes_a_pool_without_a_queue(state):
+    """QUEUE=0 (settings.md: 503 at once): not "lets 0 more wait for a turn"."""
+    with serve(state[0], SLOTS=1, QUEUE=0) as running:
+        page = " ".join(httpx.get(running.url + "/", timeout=30).text.split())
+    assert "This server runs 1 extraction at a time and turns the next away at once." in page
+
+
 def test_a_full_pool_queues_then_refuses_with_a_retry_time(state):
     held, queued, turned_away = slow_pdf("held", 2), pdfs.simple(["queued"]), pdfs.simple(["no"])
 
