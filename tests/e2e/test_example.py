@@ -292,6 +292,9 @@ def test_static_files_and_the_admin_status_page(server, state, client):
         "/static/django_pdfpool/status.js",
     ]:
         assert client.get(server.url + path).status_code == 200, path
+    # the admin's pages name no icon: the browser asks for /favicon.ico (a 404 in the log)
+    icon = client.get(server.url + "/favicon.ico", follow_redirects=True)
+    assert icon.status_code == 200 and icon.headers["content-type"] == "image/svg+xml"
     username, password = sign_in_line(state[1])
     login = server.url + "/admin/login/"
     token = csrf_token(client.get(login).text)
