@@ -31,12 +31,12 @@ from django.core.management.utils import get_random_secret_key
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 STATE_DIR = Path(os.environ.get("DEMO_STATE_DIR") or BASE_DIR)
+STATE_DIR.mkdir(parents=True, exist_ok=True)
 ADMIN_PASSWORD_FILE = STATE_DIR / ".admin_password"  # written by `manage.py ensure_demo_admin`
 
 
 def _secret_key(path: Path) -> str:
     """The key in ``path``, generated there (readable by the owner only) on first use."""
-    path.parent.mkdir(parents=True, exist_ok=True)
     try:
         descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:

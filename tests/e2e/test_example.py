@@ -151,6 +151,16 @@ def test_the_admin_password_is_generated_once_then_reused(state):
     assert sign_in_line(other.stdout)[1] != password  # generated, not fixed
 
 
+def test_a_new_state_dir_is_made_with_a_secret_key_from_the_environment(tmp_path, monkeypatch):
+    """DEMO_STATE_DIR is created on first use whether or not DJANGO_SECRET_KEY is given
+    (it was made only while writing a generated key: migrate could not open the database)."""
+    monkeypatch.setenv("DJANGO_SECRET_KEY", "a key of the operator's own, not generated here")
+    state = tmp_path / "new" / "state"
+    admin = prepare(state)
+    assert sign_in_line(admin.stdout)[0] == "admin"
+    assert (state / "db.sqlite3").exists() and not (state / ".secret_key").exists()
+
+
 def test_deploy_checks_silence_only_the_middleware_the_example_has(state):
     """The security, CSRF and clickjacking middleware are Django's, subclassed
     (demo.middleware), so `check --deploy` must not say they are missing."""
@@ -282,6 +292,9 @@ def test_static_files_and_the_admin_status_page(server, state, client):
         "/static/django_pdfpool/status.js",
     ]:
         assert client.get(server.url + path).status_code == 200, path
+    # the admin's pages name no icon: the browser asks for /favicon.ico (a 404 in the log)
+    icon = client.get(server.url + "/favicon.ico", follow_redirects=True)
+    assert icon.status_code == 200 and icon.headers["content-type"] == "image/svg+xml"
     username, password = sign_in_line(state[1])
     login = server.url + "/admin/login/"
     token = csrf_token(client.get(login).text)
@@ -314,6 +327,13 @@ async def until_state(client: httpx.AsyncClient, url: str, data: bytes, state: s
         while (found := await job_state(client, url, data))["state"] != state:
             await asyncio.sleep(0.02)
     return found
+
+
+def test_the_page_describes_a_pool_without_a_queue(state):
+    """QUEUE=0 (settings.md: 503 at once): not "lets 0 more wait for a turn"."""
+    with serve(state[0], SLOTS=1, QUEUE=0) as running:
+        page = " ".join(httpx.get(running.url + "/", timeout=30).text.split())
+    assert "This server runs 1 extraction at a time and turns the next away at once." in page
 
 
 def test_a_full_pool_queues_then_refuses_with_a_retry_time(state):

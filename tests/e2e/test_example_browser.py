@@ -194,3 +194,49 @@ def test_the_upload_page_declares_the_files_sha256(server, browser):
     (request,) = posted
     assert request.headers["pdf-digest"] == format_digest(hashlib.sha256(data).hexdigest())
     page.context.close()
+
+
+def test_the_script_counts_characters_as_the_server_does(server, browser):
+    """A character beyond the BMP (an emoji) is one character on the page whether the
+    script or the server rendered it, not JavaScript's two UTF-16 code units."""
+    data = pdfs.text_bomb(chars=7)  # one page of seven U+1F4A3
+    counts = []
+    for script in (True, False):
+        page = browser.new_context(java_script_enabled=script).new_page()
+        page.goto(server.url + "/")
+        pick(page, "emoji.pdf", data)
+        page.click("button[type=submit]")
+        result = page.locator("#result")
+        result.locator(".filename").wait_for()
+        total = result.locator('[data-field="characters"]').inner_text()
+        counts.append((total, result.locator("details.page summary .muted").inner_text()))
+        page.context.close()
+    assert counts == [("7", "· 7 characters")] * 2
+
+
+def truncation_notes(browser, url: str, data: bytes) -> list[str]:
+    """The result's note on a cut extraction, shown by the script, then without it."""
+    notes = []
+    for script in (True, False):
+        page = browser.new_context(java_script_enabled=script).new_page()
+        page.goto(url + "/")
+        pick(page, "cut.pdf", data)
+        page.click("button[type=submit]")
+        result = page.locator("#result")
+        result.locator(".filename").wait_for(timeout=30_000)
+        notes.append(result.locator(".note").inner_text())
+        page.context.close()
+    return notes
+
+
+def test_a_cut_extraction_names_the_limit_that_cut_it(server, browser, tmp_path):
+    """A one-page PDF whose text passes MAX_TEXT_BYTES (8 MiB) was cut by the text limit,
+    not "only the first 1 pages" by a page limit; one page reads in the singular."""
+    long_text = pdfs.text_bomb(chars=(8 << 20) // 4 + 4096)  # 4 bytes of UTF-8 each
+    text_note = "The text stops at the server's limit on text: the rest was not extracted."
+    assert truncation_notes(browser, server.url, long_text) == [text_note] * 2
+    prepare(tmp_path)
+    with serve(tmp_path, MAX_PAGES=1) as one_page:
+        two_pages = pdfs.simple(["one", "two"])
+        page_note = "Only 1 page extracted (the server's page limit)."
+        assert truncation_notes(browser, one_page.url, two_pages) == [page_note] * 2

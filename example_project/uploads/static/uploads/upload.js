@@ -63,11 +63,18 @@
         return Array.from(new Uint8Array(digest), (b) => b.toString(16).padStart(2, "0")).join("");
     }
 
+    // Characters as Python counts them (code points): an emoji is one, not two UTF-16 units.
+    function length(text) {
+        let count = 0;
+        for (const _ of text) count += 1;
+        return count;
+    }
+
     // The API sends the pages only (the text once): the joined text's length, separators
     // ("\n\n" between pages) included, as the server-rendered page counts it.
     function characters(pages) {
         const separators = 2 * Math.max(0, pages.length - 1);
-        return pages.reduce((sum, page) => sum + page.length, separators);
+        return pages.reduce((sum, page) => sum + length(page), separators);
     }
 
     // "sha-256=:<base64>:" for a hex digest: what the door reads in Pdf-Digest.
@@ -157,9 +164,13 @@
                 fact("Peak memory", "peak_rss", bytes(pdf.peak_rss)),
             ),
         );
-        if (pdf.truncated) {
+        const pages = pdf.pages.length;
+        if (pdf.text_truncated) {
             result.append(el("p", { class: "note" },
-                `Only the first ${pdf.pages.length} pages were extracted (the server's page limit).`));
+                "The text stops at the server's limit on text: the rest was not extracted."));
+        } else if (pdf.truncated) {
+            result.append(el("p", { class: "note" },
+                `Only ${pages} page${pages === 1 ? "" : "s"} extracted (the server's page limit).`));
         }
         result.append(el("h3", {}, "Metadata"));
         const metadata = Object.entries(pdf.metadata).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
@@ -176,7 +187,7 @@
                 "details",
                 { class: "page", open: index === 0 },
                 el("summary", {}, `Page ${index + 1} `,
-                    el("span", { class: "muted" }, `· ${text.length} characters`)),
+                    el("span", { class: "muted" }, `· ${length(text)} characters`)),
                 text ? el("pre", {}, text) : el("p", { class: "muted" }, "No text on this page."),
             ));
         });
