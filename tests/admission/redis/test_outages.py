@@ -881,3 +881,39 @@ def test_a_sharer_waits_a_lease_from_its_join_for_redis_to_come_back(own_redis):
         await asyncio.gather(here.stop(), there.stop())
 
     run(scenario)
+
+
+@pytest.mark.parametrize("keep_data", [False, True])
+def test_a_queued_job_and_a_sharer_elsewhere_are_answered_across_a_quick_restart(
+    own_redis, keep_data
+):
+    """Redis restarts (empty, or with its data) while a job runs, one is queued behind it
+    and another process shares the running one: every caller is answered, never left
+    hanging (the queued one refused unavailable; the sharer, when the job ended while its
+    process was away from Redis, gets RunnerLost), and afterwards no slot or place is held."""
+    namespace = f"t-{uuid4().hex[:12]}"
+    make = pools_in(own_redis, namespace)[0]
+    here, there = make(1, 1, None), make(1, 1, None)
+    gate = threading.Event()
+
+    async def scenario():
+        running = asyncio.create_task(here.run("k", "a", held("K", gate)))
+        await until(lambda: _own_jobs(here) == [("k", "running")])
+        queued = asyncio.create_task(here.run("q", "b", _answer))
+        sharer = asyncio.create_task(there.run("k", "c", None))
+        await until(lambda: here.queued() == 1 and there.waiting("k") == 1)
+        own_redis.restart(keep_data=keep_data)
+        gate.set()
+        outcomes = await asyncio.wait_for(
+            asyncio.gather(running, queued, sharer, return_exceptions=True), 3 * LEASE + 5
+        )
+        assert outcomes[0] == "K", outcomes
+        assert outcomes[1] == 42 or isinstance(outcomes[1], CoordinatorUnavailable), outcomes
+        assert outcomes[2] == "K" or isinstance(outcomes[2], RunnerLost), outcomes
+        await until(lambda: here.mode == there.mode == "redis", 3 * LEASE + 5)
+        await until(lambda: here.running() == 0 and here.queued() == 0, 3 * LEASE + 5)
+        assert await here.run("n", "a", _answer) == 42
+        await asyncio.gather(here.stop(), there.stop())
+
+    run(scenario)
+    assert namespace_keys(own_redis.url, namespace) == []
