@@ -21,6 +21,7 @@ import redis
 from django_pdfpool.admission import RedisPool
 from django_pdfpool.admission.history import Recorder
 from django_pdfpool.admission.jobs import get_job_loop, queue_full
+from django_pdfpool.admission.ledger import Counter
 from django_pdfpool.admission.redis.link import SOURCES
 from django_pdfpool.exceptions import (
     CallerBusy,
@@ -916,4 +917,44 @@ def test_a_queued_job_and_a_sharer_elsewhere_are_answered_across_a_quick_restart
         await asyncio.gather(here.stop(), there.stop())
 
     run(scenario)
+    assert namespace_keys(own_redis.url, namespace) == []
+
+
+@pytest.mark.parametrize("ran", [True, False])
+def test_a_queued_job_left_by_its_caller_whose_leave_was_cut_is_dropped_once(own_redis, ran):
+    """The only caller of a queued job leaves and the connection closes under leave.lua,
+    after Redis ran it (``ran``: its reply lost) or before (Redis did not know the script
+    yet): ``on_drop`` runs once and ``fn`` never, the queue's place is free, and the job
+    is counted abandoned, as without the fault."""
+    lease = 3.0
+    proxy = ReplyCutter(own_redis.port)
+    namespace = f"t-{uuid4().hex[:12]}"
+    url = f"redis://127.0.0.1:{proxy.port}/0"
+    pool = RedisPool(1, 1, None, url=url, namespace=namespace, lease=lease, timeout=3.0)
+    gate, calls, drops = threading.Event(), [], []
+    if ran:
+        with own_redis.client() as client:
+            client.script_load(SOURCES["leave"])
+
+    async def scenario():
+        running = asyncio.create_task(pool.run("a", "a", held("A", gate)))
+        await until(lambda: pool.running() == 1)
+        queued = asyncio.create_task(
+            pool.run("q", "q", held("Q", gate, calls), on_drop=lambda: drops.append(1))
+        )
+        await until(lambda: pool.queued() == 1)
+        proxy.marker = hashlib.sha1(SOURCES["leave"].encode()).hexdigest().encode()
+        queued.cancel()
+        await until(lambda: proxy.cut.is_set() and pool.queued() == 0)
+        await until(lambda: drops == [1], lease)
+        await until(lambda: pool.local_snapshot().counters[Counter.ABANDONED] == 1, lease)
+        gate.set()
+        assert await running == "A"
+        await pool.stop()
+
+    try:
+        run(scenario)
+    finally:
+        proxy.close()
+    assert (calls, drops) == ([], [1])
     assert namespace_keys(own_redis.url, namespace) == []
