@@ -67,7 +67,7 @@ class Pool:
             # a held job may run past the slots (``hold``): the queue's places are still free
             free = max(0, self.slots - self._running) + self.queue_size - len(self._queue)
             in_flight = key is not None and key in self._jobs
-            held = None if in_flight else self._callers.get(caller or "")  # else it joins
+            held = None if in_flight or caller is None else self._callers.get(caller)  # or joins
             retry = 0.0 if held is None else self._held_end(held, caller)
             sizes = tuple(job.size for job in self._jobs.values() if job.size is not None)
             known = sizes if sizes and len(sizes) == len(self._jobs) else None

@@ -432,7 +432,7 @@ class Link:
     def pressure(self, key: str | None = None, caller: str | None = None) -> PressureReply:
         """The counts, and ``key``'s and ``caller``'s jobs, in one round trip (``pressure.lua``)."""
         self.sync()
-        args = [key or "", caller or ""]
+        args = ["" if name is None else "=" + name for name in (key, caller)]
         return PressureReply.of(self._sync_scripts["pressure"](keys=[self.procs_key], args=args))
 
     def view(self) -> Any:

@@ -349,9 +349,11 @@ class ProcessSide:
             job.starter = None if starter else job.starter
             with _about(job):
                 await self._no_beat.wait()  # one on its way counts the waiter: sent after it
-                await self._script("leave", job.key, job.id, "1", "1" if starter else "0")
+                left = await self._script("leave", job.key, job.id, "1", "1" if starter else "0")
             if not job.owned and not job.waiters and self._holds(job):
                 self._remove(job)  # nobody here waits on it any more
+            elif left is None and job.state == "queued" and not job.waiters and self._holds(job):
+                await self._drop(job, "dropped")  # the leave may not have run: rule 3 here
         finally:
             done.set_result(None)
             self._settle()

@@ -324,3 +324,31 @@ def test_a_draining_redis_pool_answers_as_the_local_pool(make_pool):
     redis = asyncio.run(play_drain(make_pool(1, 1, None)))
     found = differences(local, redis)
     assert found == [], "\n".join(found)
+
+
+async def play_empty_names(pool: Any) -> list[tuple[str, Any]]:
+    """``""`` is a key and a caller like any other, and None is none: a job for key ``""``
+    started by caller ``""``, shared once, read by ``waiting`` and ``pressure``."""
+    s = Script(pool)
+    s.start("empty", "", "")
+    await until(lambda: pool.running() == 1)
+    s.start("sharer", "", "c1", fn=None)
+    await until(lambda: pool.waiting("") == 1)
+    names = (None, "", "x")
+    readings = [(k, c, pool.pressure(k, c)) for k in names for c in names]
+    s.trace.append(("waiting", (pool.waiting(""), pool.waiting("x"))))
+    s.trace += [(f"({k!r}, {c!r})", (p.in_flight, p.caller_busy)) for k, c, p in readings]
+    s.gates[""].set()
+    await s.outcome("empty")
+    await s.outcome("sharer")
+    return s.trace
+
+
+def test_the_empty_key_and_caller_read_alike_in_both_pools(make_pool):
+    local = asyncio.run(play_empty_names(Pool(1, 1, None)))
+    redis = asyncio.run(play_empty_names(make_pool(1, 1, None)))
+    assert ("waiting", (1, 0)) in local
+    assert ("('', None)", (True, False)) in local
+    assert ("(None, '')", (False, True)) in local
+    assert ("(None, None)", (False, False)) in local
+    assert differences(local, redis) == []

@@ -21,6 +21,7 @@ import redis
 from django_pdfpool.admission import RedisPool
 from django_pdfpool.admission.history import Recorder
 from django_pdfpool.admission.jobs import get_job_loop, queue_full
+from django_pdfpool.admission.ledger import Counter
 from django_pdfpool.admission.redis.link import SOURCES
 from django_pdfpool.exceptions import (
     CallerBusy,
@@ -881,3 +882,79 @@ def test_a_sharer_waits_a_lease_from_its_join_for_redis_to_come_back(own_redis):
         await asyncio.gather(here.stop(), there.stop())
 
     run(scenario)
+
+
+@pytest.mark.parametrize("keep_data", [False, True])
+def test_a_queued_job_and_a_sharer_elsewhere_are_answered_across_a_quick_restart(
+    own_redis, keep_data
+):
+    """Redis restarts (empty, or with its data) while a job runs, one is queued behind it
+    and another process shares the running one: every caller is answered, never left
+    hanging (the queued one refused unavailable; the sharer, when the job ended while its
+    process was away from Redis, gets RunnerLost), and afterwards no slot or place is held."""
+    namespace = f"t-{uuid4().hex[:12]}"
+    make = pools_in(own_redis, namespace)[0]
+    here, there = make(1, 1, None), make(1, 1, None)
+    gate = threading.Event()
+
+    async def scenario():
+        running = asyncio.create_task(here.run("k", "a", held("K", gate)))
+        await until(lambda: _own_jobs(here) == [("k", "running")])
+        queued = asyncio.create_task(here.run("q", "b", _answer))
+        sharer = asyncio.create_task(there.run("k", "c", None))
+        await until(lambda: here.queued() == 1 and there.waiting("k") == 1)
+        own_redis.restart(keep_data=keep_data)
+        gate.set()
+        outcomes = await asyncio.wait_for(
+            asyncio.gather(running, queued, sharer, return_exceptions=True), 3 * LEASE + 5
+        )
+        assert outcomes[0] == "K", outcomes
+        assert outcomes[1] == 42 or isinstance(outcomes[1], CoordinatorUnavailable), outcomes
+        assert outcomes[2] == "K" or isinstance(outcomes[2], RunnerLost), outcomes
+        await until(lambda: here.mode == there.mode == "redis", 3 * LEASE + 5)
+        await until(lambda: here.running() == 0 and here.queued() == 0, 3 * LEASE + 5)
+        assert await here.run("n", "a", _answer) == 42
+        await asyncio.gather(here.stop(), there.stop())
+
+    run(scenario)
+    assert namespace_keys(own_redis.url, namespace) == []
+
+
+@pytest.mark.parametrize("ran", [True, False])
+def test_a_queued_job_left_by_its_caller_whose_leave_was_cut_is_dropped_once(own_redis, ran):
+    """The only caller of a queued job leaves and the connection closes under leave.lua,
+    after Redis ran it (``ran``: its reply lost) or before (Redis did not know the script
+    yet): ``on_drop`` runs once and ``fn`` never, the queue's place is free, and the job
+    is counted abandoned, as without the fault."""
+    lease = 3.0
+    proxy = ReplyCutter(own_redis.port)
+    namespace = f"t-{uuid4().hex[:12]}"
+    url = f"redis://127.0.0.1:{proxy.port}/0"
+    pool = RedisPool(1, 1, None, url=url, namespace=namespace, lease=lease, timeout=3.0)
+    gate, calls, drops = threading.Event(), [], []
+    if ran:
+        with own_redis.client() as client:
+            client.script_load(SOURCES["leave"])
+
+    async def scenario():
+        running = asyncio.create_task(pool.run("a", "a", held("A", gate)))
+        await until(lambda: pool.running() == 1)
+        queued = asyncio.create_task(
+            pool.run("q", "q", held("Q", gate, calls), on_drop=lambda: drops.append(1))
+        )
+        await until(lambda: pool.queued() == 1)
+        proxy.marker = hashlib.sha1(SOURCES["leave"].encode()).hexdigest().encode()
+        queued.cancel()
+        await until(lambda: proxy.cut.is_set() and pool.queued() == 0)
+        await until(lambda: drops == [1], lease)
+        await until(lambda: pool.local_snapshot().counters[Counter.ABANDONED] == 1, lease)
+        gate.set()
+        assert await running == "A"
+        await pool.stop()
+
+    try:
+        run(scenario)
+    finally:
+        proxy.close()
+    assert (calls, drops) == ([], [1])
+    assert namespace_keys(own_redis.url, namespace) == []

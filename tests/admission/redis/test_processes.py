@@ -297,3 +297,40 @@ def test_a_join_after_a_paused_worker_resumed_waits_for_its_job(cluster, redis_s
         proxy.close()
         victim.process.kill()
         victim.process.wait()
+
+
+def test_a_paused_worker_whose_key_ran_again_elsewhere_finishes_without_stealing_its_slot(
+    cluster,
+):
+    """A worker paused past its lease is reaped; its key starts again in another process.
+    When it resumes, its job finishes and answers its own caller; the key's new job keeps
+    its slot (the resumed one never counted over it), and once both end no slot is held."""
+    victim = Worker().ready()
+    try:
+        c = cluster(slots=1, queue=2)
+        c.add(victim)
+        first = c.workers[0]
+        owner = c.run(victim, "k", "a", gate="g")
+        until(lambda: c.started() == ["k"])
+        os.kill(victim.pid, signal.SIGSTOP)
+        try:
+            until(lambda: c.observer.running() == 0, timeout=LEASE * 3 + 2)  # reaped
+            again = c.run(first, "k", "b", gate="h")
+            until(lambda: c.started() == ["k", "k"])
+        finally:
+            os.kill(victim.pid, signal.SIGCONT)
+        seen, deadline = set(), time.monotonic() + 3 * LEASE  # the resumed worker beats
+        while time.monotonic() < deadline:
+            seen.add(c.observer.running())
+            time.sleep(0.005)
+        assert seen == {1}, "the resumed job was counted over the key's new one"
+        c.open("g")
+        assert victim.answer(owner)["ok"] == "k"
+        assert c.observer.running() == 1 and c.observer.pressure("k").in_flight
+        c.open("h")
+        assert first.answer(again)["ok"] == "k"
+        until(lambda: c.observer.running() == 0 and c.observer.queued() == 0)
+        victim.ask("drain", pool=c.namespace)
+    finally:
+        victim.process.kill()
+        victim.process.wait()

@@ -1,10 +1,10 @@
 -- Read only: the pool's counts and what a door decides on before a body is read, in one
--- round trip. KEYS: procs; ARGV: KEY CALLER ('' for none) -> {running, queued, KEY's job in
--- flight (0/1), busy (1: the caller holds a job for another key, and admit.lua would refuse
--- it), its state, ms since it queued or started, jobs ahead of it in the queue, callers
--- waiting on KEY's job in every process less its starter, the load (prelude.lua's
--- load_now(the caller's job)), the sizes of the jobs in flight ("1,2"; "?": one not
--- known)}. Bad data reads as nothing.
+-- round trip. KEYS: procs; ARGV: KEY CALLER ('' for none, else '=' and the name) ->
+-- {running, queued, KEY's job in flight (0/1), busy (1: the caller holds a job for another
+-- key, and admit.lua would refuse it), its state, ms since it queued or started, jobs ahead
+-- of it in the queue, callers waiting on KEY's job in every process less its starter, the
+-- load (prelude.lua's load_now(the caller's job)), the sizes of the jobs in flight ("1,2";
+-- "?": one not known)}. Bad data reads as nothing.
 local P = string.sub(KEYS[1], 1, -6)
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
@@ -16,7 +16,8 @@ local function whole(value)  -- a count as the scripts store it, or nil
 end
 local running = typed(P .. 'running', 'set') and redis.call('SCARD', P .. 'running') or 0
 local queued = typed(P .. 'queue', 'list') and redis.call('LLEN', P .. 'queue') or 0
-local KEY, CALLER = ARGV[1], ARGV[2]
+local function named(arg) return arg ~= '' and string.sub(arg, 2) or nil end
+local KEY, CALLER = named(ARGV[1]), named(ARGV[2])
 local listed, sizes = {}, {}
 if typed(P .. 'running', 'set') then listed = redis.call('SMEMBERS', P .. 'running') end
 if typed(P .. 'queue', 'list') then
@@ -28,7 +29,7 @@ for _, key in ipairs(listed) do
   sizes[#sizes + 1] = tostring(size)
 end
 local SIZES = sizes and table.concat(sizes, ',') or '?'
-local in_flight = KEY ~= '' and typed(P .. 'job:' .. KEY, 'hash') and 1 or 0
+local in_flight = KEY and typed(P .. 'job:' .. KEY, 'hash') and 1 or 0
 local waiting = 0
 if in_flight == 1 then
   local fields = redis.call('HGETALL', P .. 'job:' .. KEY)
@@ -56,7 +57,7 @@ if running > 0 then
     end
   end
 end
-local held = CALLER ~= '' and in_flight == 0 and typed(P .. 'callers', 'hash')
+local held = CALLER and in_flight == 0 and typed(P .. 'callers', 'hash')
   and redis.call('HGET', P .. 'callers', CALLER)
 if not held or held == KEY or not typed(P .. 'job:' .. held, 'hash') then
   return {running, queued, in_flight, 0, '', 0, 0, waiting, load, SIZES}
