@@ -123,20 +123,30 @@ class TimedStream:
             self.refused = BodyTimeout(Wording.TIMED_OUT)
             raise self.refused
 
-    def _timed(self, read: Callable[[int], bytes], size: int) -> bytes:
-        self._check()
-        data = read(size)
-        if not self._ticket.arrived(len(data), self._terms):  # past the budget's bytes
-            self.refused = queue_full(get_pool().pressure(None, self._caller).retry_after)
-            raise self.refused
-        self._check()
-        return data
+    def _timed(self, read: Callable[[int], bytes], size: int, line: bool = False) -> bytes:
+        """``read(size)`` in pieces of what half of ``body_timeout`` earns at the rate: a
+        server's read blocks until it has them all, so each piece counts as it comes."""
+        piece = max(1, int(self._terms.body_min_rate * self._terms.body_timeout / 2))
+        pieces: list[bytes] = []
+        left = size if size >= 0 else None
+        while left is None or left > 0:
+            self._check()
+            data = read(piece if left is None else min(piece, left))
+            if not self._ticket.arrived(len(data), self._terms):  # past the budget's bytes
+                self.refused = queue_full(get_pool().pressure(None, self._caller).retry_after)
+                raise self.refused
+            self._check()
+            pieces.append(data)
+            left = None if left is None else left - len(data)
+            if not data or (line and data.endswith(b"\n")):
+                break
+        return b"".join(pieces)
 
     def read(self, size: int = -1) -> bytes:
         return self._timed(self._stream.read, size)
 
     def readline(self, size: int = -1) -> bytes:
-        return self._timed(self._stream.readline, size)
+        return self._timed(self._stream.readline, size, line=True)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._stream, name)
