@@ -163,7 +163,10 @@ def _length(value: str) -> int | None:
     """``Content-Length`` as h11 and Django take it: a list of equal values is that value."""
     parts = {part.strip() for part in value.split(",")}
     part = parts.pop() if len(parts) == 1 else ""
-    return int(part) if part.isascii() and part.isdigit() else None
+    try:
+        return int(part) if part.isascii() and part.isdigit() else None
+    except ValueError:  # past the digits int() reads: Django's own reading fails too
+        return None
 
 
 _KEY = r"[a-z*][a-z0-9_.*-]*"  # RFC 8941's structured fields, as RFC 9651 writes them

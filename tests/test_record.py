@@ -235,3 +235,10 @@ def test_each_upload_is_read_once_and_its_caller_asked_once_under_asgi(counted, 
     response = asyncio.run(send())
     assert response.status_code == 200, response.text
     assert len(counted) == 1 and [path] == CALLS
+
+
+def test_a_content_length_past_the_digits_int_reads_is_no_size_not_a_crash():
+    """Django's ``int()`` of it fails as the door's did: the door reads no size and lets
+    Django answer, as with the door off."""
+    upload = UploadHeaders.of({"content-length": "9" * 5000, "content-type": "application/pdf"})
+    assert upload.declared_size is None
